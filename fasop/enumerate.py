@@ -1,0 +1,58 @@
+"""Generators of valid plans: degrees (tp, dp, pp), micro-batch sizes and node placements.
+
+A plan that cannot exist is never generated: dp must divide the global batch, every stage needs
+a transformer layer, TP stays inside a node and uses only degrees the compute source covers.
+Order is FASOP's (placement, then tp, dp, mbs ascending), so output is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from fasop.errors import FasopError
+from fasop.plan import Plan
+from fasop.specs import NodeType
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def degrees(*, num_nodes: int, gpus_per_node: int, tp_degrees: Sequence[int], global_batch_size: int,
+            num_transformer_layers: int) -> Iterator[tuple[int, int, int, int]]:
+    """(tp, dp, pp, mbs) in FASOP's order (MODEL.md §2).
+
+    tp: the covered degrees that divide the GPUs per node; dp: divisors of W/tp (W GPUs in all);
+    pp = W/(tp*dp), at most the number of transformer layers; dp divides the global batch;
+    mbs: divisors of the per-replica batch.
+    """
+    world = num_nodes * gpus_per_node
+    for tp in (t for t in tp_degrees if gpus_per_node % t == 0):
+        for dp in divisors(world // tp):
+            pp = world // (tp * dp)
+            if global_batch_size % dp or pp > num_transformer_layers:
+                continue
+            for mbs in divisors(global_batch_size // dp):
+                yield tp, dp, pp, mbs
+
+
+def cyclic_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:
+    """FASOP's placements: the cyclic rotations list[r:] + list[:r] (MODEL.md §2); one if all alike."""
+    nodes = tuple(nodes)
+    if len({n.name for n in nodes}) == 1:
+        return [nodes]
+    return [nodes[r:] + nodes[:r] for r in range(len(nodes))]
+
+
+def plans(nodes: Sequence[NodeType], placements: Sequence[tuple[NodeType, ...]], *, tp_degrees: Sequence[int],
+          global_batch_size: int, num_transformer_layers: int) -> Iterator[Plan]:
+    """Every (placement, tp, dp, pp, mbs) plan, placement outermost."""
+    gpus = {n.gpus_per_node for n in nodes}
+    if len(gpus) != 1:
+        raise FasopError(f"--nodes: all node types must have the same gpus_per_node, got {sorted(gpus)}")
+    (gpus_per_node,) = gpus
+    combos = list(degrees(num_nodes=len(nodes), gpus_per_node=gpus_per_node, tp_degrees=tp_degrees,
+                          global_batch_size=global_batch_size, num_transformer_layers=num_transformer_layers))
+    for placement in placements:
+        for tp, dp, pp, mbs in combos:
+            yield Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size, placement=placement)

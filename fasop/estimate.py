@@ -1,0 +1,171 @@
+"""estimate(plan) -> Estimate: step time breakdown, memory, dollars.
+
+The `fasop-2024` estimator is FASOP's cost model (MODEL.md), including these named behaviours:
+
+- `slowest-gpu-per-stage`: a stage spanning nodes of several types runs at the pace of the
+  type whose whole layer list is slowest (MODEL.md §2).
+- `p2p-ends-only`: the schedule charges only stage 0's forward sends and the last stage's
+  backward sends; middle-stage transfers count in the balancing only (§4, §5).
+- `dp-stage0-params`: every stage's DP all-reduce moves stage 0's parameters (§7).
+- `encoder-costs-twice`: an encoder-decoder model's decoder stages are balanced on the encoder's
+  layer times (§6, in partition.py).
+- `memory-limit-lookup`: the memory limit of a stage spanning several nodes is read from the
+  second-to-last node of its span (§8, in memory.py).
+- `float32`: p2p, DP and embedding all-reduce and the step time are float32, operation by
+  operation, as FASOP computes them; stage sums and the schedule are float64.
+
+Plans are estimated in batches: all candidate splits of all plans with the same stage and
+micro-batch counts go through one vectorised schedule run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fasop import comm
+from fasop.compute import LayerCosts, ProfileCompute
+from fasop.memory import MemoryEstimate, estimate_memory
+from fasop.partition import Split, boundaries, fasop_minmax_splits
+from fasop.plan import Plan
+from fasop.schedule import one_f_one_b
+from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
+
+f32 = np.float32
+PARTITIONERS = ("fasop-minmax",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    plan: Plan
+    partition: tuple[int, ...]
+    """Layer-list entries per stage."""
+    stage_node_types: tuple[NodeType, ...]
+    """The node type whose GPUs set each stage's pace."""
+    stage_compute_s: tuple[float, ...]
+    """Fwd+bwd seconds of one micro-batch per stage."""
+    p2p_s: tuple[float, ...]
+    """Transfer seconds across each stage boundary."""
+    stage_end_s: tuple[float, ...]
+    """When each stage finishes its last backward pass."""
+    pipeline_time_s: float
+    dp_allreduce_s: float
+    embedding_allreduce_s: float
+    step_time_s: float
+    memory: MemoryEstimate
+    usd_per_step: float
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    plan: Plan
+    stage_types: tuple[NodeType, ...]
+    costs: tuple[LayerCosts, ...]
+    p2p: tuple[float, ...]
+    splits: list[Split]
+
+    def stage_compute(self, counts: Sequence[int]) -> list[float]:
+        edges = boundaries(counts)
+        return [self.costs[i].stage(edges[i], edges[i + 1]) for i in range(len(counts))]
+
+
+class Fasop2024Estimator:
+    """FASOP's estimator for one (model, cluster, inventory)."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType],
+                 partitioner: str = "fasop-minmax"):
+        if partitioner not in PARTITIONERS:
+            raise ValueError(f"unknown partitioner {partitioner!r}")
+        self.model, self.cluster = model, cluster
+        self.compute = ProfileCompute(model)
+        self.compute.check_gpus(tuple(dict.fromkeys(n.gpu for n in inventory)))
+        self.segment_lengths = [model.layer_segments.count(s) for s in model.segments]
+        # $/s of the whole inventory, summed in inventory order (FASOP: numpy sum, MODEL.md §1)
+        self.usd_per_s = float(np.sum(np.array([n.usd_per_hour for n in inventory]))) / 3600
+
+    # ------------------------------------------------------------------ per plan, before scheduling
+    def stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
+        """slowest-gpu-per-stage: of the node types holding a stage, the slowest over the layer list."""
+        types = []
+        for nodes in plan.stage_node_indices:
+            candidates = list(dict.fromkeys(plan.placement[k] for k in nodes))
+            totals = [self.compute.layer_costs(n.gpu, plan.tp, plan.mbs).total for n in candidates]
+            types.append(candidates[totals.index(max(totals))])
+        return tuple(types)
+
+    def prepare(self, plan: Plan) -> _Prepared:
+        types = self.stage_types(plan)
+        costs = tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in types)
+        p2p = comm.p2p_seconds(plan, self.model, self.cluster)
+        splits = fasop_minmax_splits(lambda i, a, b: costs[i].stage(a, b), self.segment_lengths, plan.pp, p2p)
+        return _Prepared(plan, types, costs, p2p, splits)
+
+    # ------------------------------------------------------------------ batch
+    def estimate_many(self, plans: Sequence[Plan]) -> list[Estimate]:
+        prepared = [self.prepare(plan) for plan in plans]
+        ends = self._schedule_all(prepared)
+        return [self._finish(p, e) for p, e in zip(prepared, ends)]
+
+    def estimate(self, plan: Plan) -> Estimate:
+        return self.estimate_many([plan])[0]
+
+    def _schedule_all(self, prepared: list[_Prepared]) -> list[list[np.ndarray]]:
+        """Stage end times of every split of every plan; one schedule run per (pp, m)."""
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+        ends: list[list] = [[None] * len(p.splits) for p in prepared]
+        for k, p in enumerate(prepared):
+            for s, split in enumerate(p.splits):
+                if p.plan.pp == 1:  # no pipeline: m micro-batches back to back
+                    comp = p.stage_compute(split.scheduled)[0]
+                    ends[k][s] = np.array([float(f32(p.plan.num_microbatches * comp))])
+                else:
+                    groups[(p.plan.pp, p.plan.num_microbatches)].append((k, s))
+        for (pp, m), members in groups.items():
+            comp = np.empty((pp, len(members)))
+            send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
+            for col, (k, s) in enumerate(members):
+                p = prepared[k]
+                comp[:, col] = p.stage_compute(p.splits[s].scheduled)
+                send_fwd[0, col] = p.p2p[0]  # p2p-ends-only
+                send_bwd[pp - 1, col] = p.p2p[pp - 2]
+            stage_ends = one_f_one_b(comp / 3, 2 * comp / 3, send_fwd, send_bwd, m)
+            for col, (k, s) in enumerate(members):
+                ends[k][s] = stage_ends[:, col]
+        return ends
+
+    # ------------------------------------------------------------------ per plan, after scheduling
+    def _finish(self, p: _Prepared, split_ends: list[np.ndarray]) -> Estimate:
+        plan = p.plan
+        best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))  # first lowest E_0
+        split, stage_end = p.splits[best], split_ends[best]
+        params = self._dp_params(plan, split.reported[0])
+        ring = comm.dp_ring_bandwidth(plan)
+        dp_costs = [comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared) for t in p.stage_types]
+        totals = [f32(e) + c for e, c in zip(stage_end, dp_costs)]
+        slowest = max(range(len(totals)), key=lambda i: (totals[i], -i))
+        embedding = comm.embedding_allreduce_seconds(plan, self.model)
+        step = totals[slowest] + embedding
+        return Estimate(
+            plan=plan, partition=split.reported, stage_node_types=p.stage_types,
+            stage_compute_s=tuple(p.stage_compute(split.scheduled)), p2p_s=p.p2p,
+            stage_end_s=tuple(float(e) for e in stage_end), pipeline_time_s=float(stage_end[0]),
+            dp_allreduce_s=float(dp_costs[slowest]), embedding_allreduce_s=float(embedding),
+            step_time_s=float(step), memory=estimate_memory(plan, self.model, self.cluster, split.reported),
+            usd_per_step=self.usd_per_s * float(step),
+        )
+
+    def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:
+        """dp-stage0-params: stage 0's gradient count, accumulated in float32 (MODEL.md §7):
+        each transformer layer (12h^2 + 20800)/tp, plus h*v (undivided) for the first
+        embedding or head layer."""
+        h, v = self.model.hidden_size, self.model.vocab_size
+        params, embedding_seen = f32(0), False
+        for kind in self.model.layer_kinds[:stage0_layers]:
+            if kind in TRANSFORMER_KINDS:
+                params = params + f32((12 * h * h + 20800) / plan.tp)
+            elif not embedding_seen:
+                params, embedding_seen = params + f32(h * v), True
+        return params

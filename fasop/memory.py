@@ -1,0 +1,97 @@
+"""Per-stage peak GPU memory and the fit check (FASOP's formulas, MODEL.md §8).
+
+Parameters and activations are counted in elements per GPU, as FASOP counts them:
+- transformer layer: 12 h^2 / tp parameters; activations s b p h (10 + 24/tp + 5 a s / (h tp))
+  (Korthikanti et al. 2022, Table 2, with p micro-batches in flight),
+- embedding: h v / tp parameters; activations s b h pp p / tp (FASOP's expression),
+- head: h v / tp parameters; activations 4 s b h / tp + 4 s b v / tp,
+where p = min(pp, m) micro-batches are in flight. Bytes = 18 x params + activations for
+mixed-precision Adam; with ZeRO the optimiser state is split over dp: (6 + 12 // dp) x params.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fasop.plan import Plan
+from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
+
+BYTES_PER_PARAM = 18
+"""fp16 weights and gradients + fp32 master weights and Adam moments, FASOP's count (§8)."""
+ZERO_REPLICATED_BYTES_PER_PARAM = 6
+ZERO_SHARDED_BYTES_PER_PARAM = 12
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryEstimate:
+    stage_bytes: tuple[float, ...]
+    stage_zero_bytes: tuple[float, ...]
+    is_oom: bool
+    oom_gpumem_gib: float
+    """Largest per-stage estimate; when a stage is OOM, overhead x the last OOM stage's (FASOP)."""
+    is_zero_oom: bool
+    zero_oom_gpumem_gib: float
+
+
+def stage_elements(plan: Plan, model: ModelSpec, kinds: Sequence[str]) -> tuple[float, float]:
+    """(parameters, activation elements) per GPU of a stage holding layers of `kinds`."""
+    h, v, s, a = model.hidden_size, model.vocab_size, model.sequence_length, model.num_attention_heads
+    b, tp, pp = plan.mbs, plan.tp, plan.pp
+    p = pp if plan.num_microbatches > pp else plan.num_microbatches
+    params = act = 0.0
+    for kind in kinds:
+        if kind == "embedding":
+            params += h * v / tp
+            act += s * b * h * pp * p / tp
+        elif kind in TRANSFORMER_KINDS:
+            params += 12 * h * h / tp
+            act += s * b * p * h * (10 + 24 / tp + 5 * a * s / (h * tp))
+        else:  # head
+            params += h * v / tp
+            act += 4 * s * b * h / tp + 4 * s * b * v / tp
+    return params, act
+
+
+def fasop_limit_node(plan: Plan, stage: int) -> int:
+    """Node whose memory limit FASOP applies to a stage (MODEL.md §8, quirk kept): for pp < N
+    the last node it reads is the second-to-last of the stage's span."""
+    n, pp = len(plan.placement), plan.pp
+    if pp > n:
+        return stage // (pp // n)
+    if pp == n:
+        return stage
+    span = n // pp
+    return max(stage * span, (stage + 1) * span - 2)
+
+
+def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int]) -> MemoryEstimate:
+    stage_bytes, zero_bytes = [], []
+    is_oom = is_zero_oom = False
+    oom_gib = zero_gib = None
+    first = 0
+    factor = cluster.memory_overhead_factor
+    for i, count in enumerate(partition):
+        params, act = stage_elements(plan, model, model.layer_kinds[first:first + count])
+        first += count
+        mem = BYTES_PER_PARAM * params + act
+        zero = (ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // plan.dp) * params + act
+        stage_bytes.append(mem)
+        zero_bytes.append(zero)
+        limit = plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes
+        if factor * mem > limit:
+            is_oom, oom_gib = True, factor * mem / GIB
+        if zero > limit:
+            is_zero_oom, zero_gib = True, factor * zero / GIB
+    return MemoryEstimate(
+        stage_bytes=tuple(stage_bytes), stage_zero_bytes=tuple(zero_bytes),
+        is_oom=is_oom, oom_gpumem_gib=_report_gib(oom_gib if is_oom else max(stage_bytes) / GIB),
+        is_zero_oom=is_zero_oom, zero_oom_gpumem_gib=_report_gib(zero_gib if is_zero_oom else max(zero_bytes) / GIB),
+    )
+
+
+def _report_gib(gib: float) -> float:
+    # FASOP reports float32 GiB rounded to 4 decimals.
+    return round(float(np.float32(gib)), 4)

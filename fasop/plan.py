@@ -1,0 +1,58 @@
+"""A parallelisation plan: degrees, micro-batch size and the order of nodes along the pipeline.
+
+The layer split is not part of a :class:`Plan`: a partitioner chooses it, and the estimate
+that results carries it. Ranks follow Megatron-LM's order: rank = t + tp*d + tp*dp*p
+(t: tensor-parallel index, d: data-parallel index, p: pipeline stage), and node k holds ranks
+k*M ... k*M + M - 1 (M GPUs per node), so stage p occupies ranks [p*tp*dp, (p+1)*tp*dp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from fasop.specs import NodeType
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    tp: int
+    dp: int
+    pp: int
+    mbs: int
+    """Micro-batch size (samples)."""
+    global_batch_size: int
+    placement: tuple[NodeType, ...]
+    """The node type of every node, in rank order (node 0 holds ranks 0..M-1)."""
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.placement[0].gpus_per_node
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.dp * self.pp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch_size // (self.dp * self.mbs)
+
+    @property
+    def placement_name(self) -> str:
+        return "-".join(node.name for node in self.placement)
+
+    def key(self) -> str:
+        """Stable identifier, e.g. `tp2-dp2-pp8-mbs1@a10-a100-a10-...`."""
+        return f"tp{self.tp}-dp{self.dp}-pp{self.pp}-mbs{self.mbs}@{self.placement_name}"
+
+    def node_of_rank(self, rank: int) -> NodeType:
+        return self.placement[rank // self.gpus_per_node]
+
+    def rank(self, stage: int, d: int, t: int) -> int:
+        return t + self.tp * d + self.tp * self.dp * stage
+
+    @cached_property
+    def stage_node_indices(self) -> tuple[tuple[int, ...], ...]:
+        """Indices of the nodes holding each stage's ranks, ascending."""
+        m, block = self.gpus_per_node, self.tp * self.dp
+        return tuple(tuple(range(p * block // m, ((p + 1) * block - 1) // m + 1)) for p in range(self.pp))
