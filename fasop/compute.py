@@ -21,12 +21,12 @@ class LayerCosts:
     """Fwd+bwd seconds of every layer on one GPU type, and sums over contiguous runs."""
 
     seconds: tuple[float, ...]
-    run_sums: np.ndarray
-    """run_sums[a, k] = seconds[a] + ... + seconds[a+k], added left to right (float64)."""
+    run_sums: list[list[float]]
+    """run_sums[a][k] = seconds[a] + ... + seconds[a+k], added left to right (float64)."""
 
     def stage(self, first: int, stop: int) -> float:
         """Seconds of layers first..stop-1, summed left to right in list order (0 if empty)."""
-        return float(self.run_sums[first, stop - first - 1]) if stop > first else 0.0
+        return self.run_sums[first][stop - first - 1] if stop > first else 0.0
 
     @property
     def total(self) -> float:
@@ -61,7 +61,7 @@ class ProfileCompute:
         return LayerCosts(seconds=seconds, run_sums=_run_sums(seconds))
 
 
-def _run_sums(seconds: tuple[float, ...]) -> np.ndarray:
+def _run_sums(seconds: tuple[float, ...]) -> list[list[float]]:
     # Row a holds seconds[a:], zero-padded; a cumulative sum along the row adds strictly left
     # to right (np.add.accumulate does not use pairwise summation), so every entry equals the
     # sequential float64 sum FASOP computes for a stage.
@@ -70,4 +70,4 @@ def _run_sums(seconds: tuple[float, ...]) -> np.ndarray:
     shifted = np.zeros((n, n))
     for a in range(n):
         shifted[a, : n - a] = values[a:]
-    return np.cumsum(shifted, axis=1)
+    return np.cumsum(shifted, axis=1).tolist()

@@ -100,20 +100,31 @@ class Fasop2024Estimator:
         types = self.stage_types(plan)
         costs = tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in types)
         p2p = comm.p2p_seconds(plan, self.model, self.cluster)
-        splits = fasop_minmax_splits(lambda i, a, b: costs[i].stage(a, b), self.segment_lengths, plan.pp, p2p)
+        splits = fasop_minmax_splits(costs, self.segment_lengths, p2p)
         return _Prepared(plan, types, costs, p2p, splits)
 
     # ------------------------------------------------------------------ batch
-    def estimate_many(self, plans: Sequence[Plan]) -> list[Estimate]:
-        prepared = [self.prepare(plan) for plan in plans]
-        ends = self._schedule_all(prepared)
-        return [self._finish(p, e) for p, e in zip(prepared, ends)]
+    def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
+        """Estimates in the order of `plans`. progress(done, total), if given, is called as
+        plans are partitioned and as schedule batches complete."""
+        report = progress or (lambda done, total: None)
+        total = 2 * len(plans)
+        prepared = []
+        for k, plan in enumerate(plans, start=1):
+            prepared.append(self.prepare(plan))
+            if k % 64 == 0 or k == len(plans):
+                report(k, total)
+        ends = self._schedule_all(prepared, lambda share: report(len(plans) + share, total))
+        estimates = [self._finish(p, e) for p, e in zip(prepared, ends)]
+        report(total, total)
+        return estimates
 
     def estimate(self, plan: Plan) -> Estimate:
         return self.estimate_many([plan])[0]
 
-    def _schedule_all(self, prepared: list[_Prepared]) -> list[list[np.ndarray]]:
-        """Stage end times of every split of every plan; one schedule run per (pp, m)."""
+    def _schedule_all(self, prepared: list[_Prepared], progress=None) -> list[list[np.ndarray]]:
+        """Stage end times of every split of every plan; one schedule run per (pp, m).
+        progress(plans_done), if given, is called after each schedule run."""
         groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
         ends: list[list] = [[None] * len(p.splits) for p in prepared]
         for k, p in enumerate(prepared):
@@ -123,6 +134,7 @@ class Fasop2024Estimator:
                     ends[k][s] = np.array([float(f32(p.plan.num_microbatches * comp))])
                 else:
                     groups[(p.plan.pp, p.plan.num_microbatches)].append((k, s))
+        done_plans: set[int] = set()
         for (pp, m), members in groups.items():
             comp = np.empty((pp, len(members)))
             send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
@@ -134,6 +146,9 @@ class Fasop2024Estimator:
             stage_ends = one_f_one_b(comp / 3, 2 * comp / 3, send_fwd, send_bwd, m)
             for col, (k, s) in enumerate(members):
                 ends[k][s] = stage_ends[:, col]
+                done_plans.add(k)
+            if progress:
+                progress(len(done_plans))
         return ends
 
     # ------------------------------------------------------------------ per plan, after scheduling

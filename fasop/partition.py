@@ -7,11 +7,15 @@ one with the lowest pipeline time (FASOP does this across encoder/decoder splits
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
 
-StageTime = Callable[[int, int, int], float]
-"""stage_time(stage, first_layer, stop_layer) -> compute seconds of that run of layers on that stage."""
+
+class StageCosts(Protocol):
+    def stage(self, first: int, stop: int) -> float:
+        """Compute seconds of layers first..stop-1 on this stage's GPUs."""
 
 
 @dataclass(frozen=True)
@@ -31,36 +35,36 @@ def boundaries(counts: Sequence[int]) -> list[int]:
     return edges
 
 
-def minmax(stage_time: StageTime, num_layers: int, num_stages: int, comm: Sequence[float]) -> Split:
-    """FASOP's greedy min-max balancing of `num_layers` layers over `num_stages` stages.
+@lru_cache(maxsize=65536)
+def minmax(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, ...]) -> Split:
+    """FASOP's greedy min-max balancing of `num_layers` layers over `len(stages)` stages.
 
     Balancing time of stage i = compute + (middle stages only) comm[i-1]. Start from an even
     split (remainder to the last stage, then 0, 1, ...); repeatedly move one layer from the
     slowest stage to the fastest while the maximum drops (MODEL.md §6, steps 1-6).
+    Cached: plans that differ only elsewhere (placement, DP degree) share their splits.
     """
-    counts = [num_layers // num_stages] * num_stages
-    for i in range(num_layers % num_stages):
+    n = len(stages)
+    counts = [num_layers // n] * n
+    for i in range(num_layers % n):
         counts[i - 1] += 1
+    edges = boundaries(counts)
 
-    def times() -> list[float]:
-        edges = boundaries(counts)
-        out = []
-        for i in range(num_stages):
-            t = stage_time(i, edges[i], edges[i + 1])
-            out.append(t + comm[i - 1] if 0 < i < num_stages - 1 else t)
-        return out
+    def time_of(i: int) -> float:
+        t = stages[i].stage(edges[i], edges[i + 1])
+        return t + comm[i - 1] if 0 < i < n - 1 else t
 
+    current = [time_of(i) for i in range(n)]
     last, moved, history, previous = 1e6, False, [tuple(counts)], (0, 0)
     while True:
-        current = times()
         mx = max(current)
         if moved and (mx > last or (mx == last and tuple(counts) in history[:-1])):
-            counts[previous[0]] += 1  # step 2/3: undo the last move and stop
+            counts[previous[0]] += 1  # steps 2/3: undo the last move and stop
             counts[previous[1]] -= 1
             return Split(tuple(counts), tuple(counts))
         last = mx
         imax, imin = current.index(mx), current.index(min(current))
-        if imax in (0, num_stages - 1) and counts[imax] == 2:
+        if imax in (0, n - 1) and counts[imax] == 2:
             scheduled = tuple(counts)
             if moved:  # step 5 quirk: report a changed split, schedule the unchanged one
                 counts[imax] += 1
@@ -72,10 +76,13 @@ def minmax(stage_time: StageTime, num_layers: int, num_stages: int, comm: Sequen
         counts[imin] += 1
         moved, previous = True, (imax, imin)
         history.append(tuple(counts))
+        edges = boundaries(counts)
+        for i in range(min(imax, imin), max(imax, imin) + 1):  # only stages between moved edges change
+            current[i] = time_of(i)
 
 
-def fasop_minmax_splits(stage_time: StageTime, segment_lengths: Sequence[int], num_stages: int,
-                        comm: Sequence[float]) -> list[Split]:
+def fasop_minmax_splits(stages: tuple[StageCosts, ...], segment_lengths: Sequence[int],
+                        comm: tuple[float, ...]) -> list[Split]:
     """Candidate splits of FASOP's partitioner.
 
     One segment: the greedy min-max split. Two segments (encoder-decoder): for every number of
@@ -84,11 +91,12 @@ def fasop_minmax_splits(stage_time: StageTime, segment_lengths: Sequence[int], n
     the decoder over stages pe..pp-1 — both balanced on the encoder's layer times and with
     local stage indices for the comm term, as FASOP does (MODEL.md §6, T5).
     """
+    num_stages = len(stages)
     if num_stages == 1:
         total = sum(segment_lengths)
         return [Split((total,), (total,))]
     if len(segment_lengths) == 1:
-        return [minmax(stage_time, segment_lengths[0], num_stages, comm)]
+        return [minmax(stages, segment_lengths[0], comm[: max(num_stages - 2, 0)])]
     if len(segment_lengths) != 2:
         raise ValueError("fasop-minmax handles one segment or an encoder-decoder pair")
     n_enc, n_dec = segment_lengths
@@ -99,8 +107,8 @@ def fasop_minmax_splits(stage_time: StageTime, segment_lengths: Sequence[int], n
         pd = num_stages - pe
         if pd > n_dec - 1:
             continue
-        enc = minmax(stage_time, n_enc, pe, comm)
-        dec = minmax(lambda i, a, b, pe=pe: stage_time(pe + i, a, b), n_enc, pd, comm)
+        enc = minmax(stages[:pe], n_enc, comm[: max(pe - 2, 0)])
+        dec = minmax(stages[pe:], n_enc, comm[: max(pd - 2, 0)])
         counts = enc.reported + dec.reported
         splits.append(Split(counts, counts))
     return splits

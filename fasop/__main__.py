@@ -1,0 +1,5 @@
+import sys
+
+from fasop.cli import main
+
+sys.exit(main())
