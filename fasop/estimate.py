@@ -28,14 +28,14 @@ import numpy as np
 
 from fasop import comm
 from fasop.compute import LayerCosts, ProfileCompute
-from fasop.memory import MemoryEstimate, estimate_memory
-from fasop.partition import Split, boundaries, fasop_minmax_splits
+from fasop.memory import MemoryEstimate, estimate_memory, stage_fits
+from fasop.partition import Split, boundaries, fasop_minmax_splits, optimal
 from fasop.plan import Plan
-from fasop.schedule import one_f_one_b
+from fasop.schedule import one_f_one_b, one_f_one_b_lower_bound
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
-PARTITIONERS = ("fasop-minmax",)
+PARTITIONERS = ("fasop-minmax", "optimal")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +79,7 @@ class Fasop2024Estimator:
                  partitioner: str = "fasop-minmax"):
         if partitioner not in PARTITIONERS:
             raise ValueError(f"unknown partitioner {partitioner!r}")
-        self.model, self.cluster = model, cluster
+        self.model, self.cluster, self.partitioner = model, cluster, partitioner
         self.compute = ProfileCompute(model)
         self.compute.check_gpus(tuple(dict.fromkeys(n.gpu for n in inventory)))
         self.segment_lengths = [model.layer_segments.count(s) for s in model.segments]
@@ -101,7 +101,44 @@ class Fasop2024Estimator:
         costs = tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in types)
         p2p = comm.p2p_seconds(plan, self.model, self.cluster)
         splits = fasop_minmax_splits(costs, self.segment_lengths, p2p)
-        return _Prepared(plan, types, costs, p2p, splits)
+        prepared = _Prepared(plan, types, costs, p2p, splits)
+        if self.partitioner == "optimal" and plan.pp > 1:
+            counts = self._optimal_split(prepared)
+            prepared = _Prepared(plan, types, costs, p2p, [Split(counts, counts)])
+        return prepared
+
+    def _optimal_split(self, p: _Prepared) -> tuple[int, ...]:
+        """The split with the lowest estimated step time among those that fit in memory (or among
+        all splits when none fits), by exact branch and bound (partition.optimal)."""
+        plan, kinds = p.plan, self.model.layer_kinds
+        m, send_first, send_last = plan.num_microbatches, p.p2p[0], p.p2p[-1]
+        ring = comm.dp_ring_bandwidth(plan)
+        embedding = float(comm.embedding_allreduce_seconds(plan, self.model))
+        dp_stage0 = {}
+
+        def dp_cost(stage0_layers: int) -> float:
+            if stage0_layers not in dp_stage0:
+                params = self._dp_params(plan, stage0_layers)
+                dp_stage0[stage0_layers] = float(comm.dp_allreduce_seconds(plan, params, ring, p.stage_types[0].intra_node_shared))
+            return dp_stage0[stage0_layers]
+
+        def bound(prefix: list[float], stage0_layers: int, rest_sum: float, rest_max: float) -> float:
+            e0 = one_f_one_b_lower_bound(prefix, rest_sum, rest_max, plan.pp, m, send_first, send_last)
+            return e0 + (dp_cost(stage0_layers) if stage0_layers > 0 else 0.0) + embedding
+
+        def evaluate(splits: list[tuple[int, ...]]) -> list[float]:
+            probe = _Prepared(plan, p.stage_types, p.costs, p.p2p, [Split(c, c) for c in splits])
+            ends = self._schedule_all([probe])[0]
+            return [float(self._step(plan, p.stage_types, c[0], e)[0]) for c, e in zip(splits, ends)]
+
+        def fits(stage: int, first: int, stop: int) -> bool:
+            return stage_fits(plan, self.model, self.cluster, stage, kinds[first:stop])
+
+        seeds = [s.reported for s in p.splits]
+        found = optimal(p.costs, len(kinds), bound=bound, evaluate=evaluate, fits=fits, seeds=seeds)
+        if found is None:  # nothing fits: the fastest split, flagged OOM by the memory estimate
+            found = optimal(p.costs, len(kinds), bound=bound, evaluate=evaluate, seeds=seeds)
+        return found[0]
 
     # ------------------------------------------------------------------ batch
     def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
@@ -152,17 +189,22 @@ class Fasop2024Estimator:
         return ends
 
     # ------------------------------------------------------------------ per plan, after scheduling
+    def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray):
+        """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
+        step = max_i(E_i + DP_i) + embedding (MODEL.md §7)."""
+        params = self._dp_params(plan, stage0_layers)
+        ring = comm.dp_ring_bandwidth(plan)
+        dp_costs = [comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared) for t in stage_types]
+        totals = [f32(e) + c for e, c in zip(stage_end, dp_costs)]
+        slowest = max(range(len(totals)), key=lambda i: (totals[i], -i))
+        embedding = comm.embedding_allreduce_seconds(plan, self.model)
+        return totals[slowest] + embedding, dp_costs, slowest, embedding
+
     def _finish(self, p: _Prepared, split_ends: list[np.ndarray]) -> Estimate:
         plan = p.plan
         best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))  # first lowest E_0
         split, stage_end = p.splits[best], split_ends[best]
-        params = self._dp_params(plan, split.reported[0])
-        ring = comm.dp_ring_bandwidth(plan)
-        dp_costs = [comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared) for t in p.stage_types]
-        totals = [f32(e) + c for e, c in zip(stage_end, dp_costs)]
-        slowest = max(range(len(totals)), key=lambda i: (totals[i], -i))
-        embedding = comm.embedding_allreduce_seconds(plan, self.model)
-        step = totals[slowest] + embedding
+        step, dp_costs, slowest, embedding = self._step(plan, p.stage_types, split.reported[0], stage_end)
         return Estimate(
             plan=plan, partition=split.reported, stage_node_types=p.stage_types,
             stage_compute_s=tuple(p.stage_compute(split.scheduled)), p2p_s=p.p2p,

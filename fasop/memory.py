@@ -67,6 +67,13 @@ def fasop_limit_node(plan: Plan, stage: int) -> int:
     return max(stage * span, (stage + 1) * span - 2)
 
 
+def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, stage: int, kinds: Sequence[str]) -> bool:
+    """Does a stage holding layers of `kinds` stay under its memory limit (without ZeRO)?"""
+    params, act = stage_elements(plan, model, kinds)
+    limit = plan.placement[fasop_limit_node(plan, stage)].memory_limit_bytes
+    return not cluster.memory_overhead_factor * (BYTES_PER_PARAM * params + act) > limit
+
+
 def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int]) -> MemoryEstimate:
     stage_bytes, zero_bytes = [], []
     is_oom = is_zero_oom = False

@@ -7,7 +7,7 @@ one with the lowest pipeline time (FASOP does this across encoder/decoder splits
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -112,3 +112,91 @@ def fasop_minmax_splits(stages: tuple[StageCosts, ...], segment_lengths: Sequenc
         counts = enc.reported + dec.reported
         splits.append(Split(counts, counts))
     return splits
+
+
+Bound = Callable[[list[float], int, float, float], float]
+"""bound(prefix_times, layers_in_stage0, rest_sum, rest_max) -> lower bound of the objective over
+every split that starts with stages of those compute times (layers_in_stage0 = -1 while stage
+0 is open) and whose remaining stages sum to >= rest_sum with a largest stage >= rest_max."""
+Evaluate = Callable[[list[tuple[int, ...]]], Sequence[float]]
+"""evaluate(splits) -> objective of each split (layer counts per stage)."""
+Fits = Callable[[int, int, int], bool]
+"""fits(stage, first, stop) -> do layers first..stop-1 fit in that stage's GPU memory?"""
+
+
+def optimal(stages: tuple[StageCosts, ...], num_layers: int, *, bound: Bound, evaluate: Evaluate,
+            fits: Fits | None = None, seeds: Sequence[tuple[int, ...]] = (), batch: int = 256,
+            margin: float = 1e-6) -> tuple[tuple[int, ...], float] | None:
+    """The contiguous split (>= 1 layer per stage, every stage fitting) with the lowest objective,
+    found by branch and bound: stages are fixed left to right, a partial split is dropped when
+    `bound` exceeds the best objective seen by more than `margin` (relative: the objective may be
+    rounded to float32), and complete splits are evaluated `batch` at a time. Exact: a split is
+    only dropped when a lower bound proves it cannot win. Ties -> the lexicographically smallest
+    counts. None when no split fits.
+
+    rest_sum / rest_max bounds come from two dynamic programmes over the open stages: the least
+    possible sum, and the least possible largest stage, of the remaining layers.
+    """
+    n = len(stages)
+    ok = fits or (lambda i, a, b: True)
+    inf = float("inf")
+    # least sum / least max of stage times for stages k.. over layers l.. (only fitting stages)
+    least_sum = [[inf] * (num_layers + 1) for _ in range(n + 1)]
+    least_max = [[inf] * (num_layers + 1) for _ in range(n + 1)]
+    least_sum[n][num_layers] = least_max[n][num_layers] = 0.0
+    for k in range(n - 1, -1, -1):
+        for first in range(k, num_layers - (n - k) + 1):
+            for stop in range(first + 1, num_layers - (n - k - 1) + 1):
+                if least_sum[k + 1][stop] == inf or not ok(k, first, stop):
+                    continue
+                t = stages[k].stage(first, stop)
+                least_sum[k][first] = min(least_sum[k][first], t + least_sum[k + 1][stop])
+                least_max[k][first] = min(least_max[k][first], max(t, least_max[k + 1][stop]))
+    if least_sum[0][0] == inf:
+        return None
+
+    best: list = [inf, None]
+    pending: list[tuple[int, ...]] = []
+
+    def flush() -> None:
+        if pending:
+            for counts, value in zip(pending, evaluate(pending)):
+                if (value, counts) < (best[0], best[1] or ()):
+                    best[0], best[1] = value, counts
+            pending.clear()
+
+    def hopeless(value: float) -> bool:
+        return value * (1 - margin) > best[0]
+
+    for seed in seeds:
+        edges = boundaries(seed)
+        if len(seed) == n and all(c >= 1 and ok(i, edges[i], edges[i + 1]) for i, c in enumerate(seed)):
+            pending.append(tuple(seed))
+    flush()
+
+    def visit(times: list[float], counts: list[int], first: int) -> None:
+        k = len(times)
+        if k == n:
+            pending.append(tuple(counts))
+            if len(pending) >= batch:
+                flush()
+            return
+        children = []
+        last_stop = num_layers if k == n - 1 else num_layers - (n - k - 1)
+        for stop in range(first + 1, last_stop + 1):
+            if least_sum[k + 1][stop] == inf or not ok(k, first, stop):
+                continue
+            t = stages[k].stage(first, stop)
+            stage0 = stop if k == 0 else counts[0]
+            lb = bound(times + [t], stage0, least_sum[k + 1][stop], least_max[k + 1][stop] if k + 1 < n else 0.0)
+            if not hopeless(lb):
+                children.append((lb, stop, t))
+        children.sort()
+        for lb, stop, t in children:
+            if hopeless(lb):
+                break
+            visit(times + [t], counts + [stop - first], stop)
+
+    visit([], [], 0)
+    flush()
+    return best[1], best[0]

@@ -102,3 +102,38 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
                 backward_send(i, j)
 
     return np.array([bce[i][m - 1] for i in range(pp)])
+
+
+def one_f_one_b_lower_bound(prefix: list[float], rest_sum: float, rest_max: float, num_stages: int,
+                            num_microbatches: int, send_first: float, send_last: float) -> float:
+    """A lower bound on stage 0's end time (from `one_f_one_b`) over every pipeline whose first
+    len(prefix) stage compute times are `prefix` and whose other stages sum to >= rest_sum with
+    a largest stage >= rest_max. Each term is the length of one chain of dependent events:
+
+    - micro-batch 0 forward through every stage and backward again: sum of all stage times plus
+      the two charged sends;
+    - stage i (known): micro-batch 0 reaches it (forwards of stages < i); it runs its warm-up
+      forwards or waits for micro-batch 0 to come back from the later stages, whichever is
+      longer; it then runs the rest of its m forwards and its m backwards one after the other; the
+      last gradient drains through the backwards of stages < i;
+    - the slowest unknown stage: the known stages' time (its first forward waits for their
+      forwards, its last backward is followed by their backwards) plus m x its own time.
+    """
+    m, pp = num_microbatches, num_stages
+    known = len(prefix)
+    total = sum(prefix)
+    bound = total + rest_sum + send_first + send_last
+    if known < pp:
+        bound = max(bound, total + (send_first if known > 0 else 0.0) + m * rest_max)
+    before = 0.0
+    suffix = total
+    for i, comp in enumerate(prefix):
+        suffix -= comp
+        fwd, bwd = comp / 3, 2 * comp / 3
+        ahead = min(pp - i, m)  # forwards stage i runs before its first backward (warm-up + 1)
+        round_trip = suffix + rest_sum + (send_last if i < pp - 1 else 0.0) + (send_first if i == 0 else 0.0)
+        chain = (before / 3 + (send_first if i > 0 else 0.0) + fwd + max((ahead - 1) * fwd, round_trip)
+                 + (m - ahead) * fwd + m * bwd + 2 * before / 3 + (send_last if i == pp - 1 else 0.0))
+        bound = max(bound, chain)
+        before += comp
+    return bound
