@@ -8,7 +8,7 @@ micro-batch of size b on one GPU of type g at tensor-parallel degree tp? The pro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -27,6 +27,15 @@ class LayerCosts:
     def stage(self, first: int, stop: int) -> float:
         """Seconds of layers first..stop-1, summed left to right in list order (0 if empty)."""
         return self.run_sums[first][stop - first - 1] if stop > first else 0.0
+
+    @cached_property
+    def matrix(self) -> np.ndarray:
+        """matrix[a, b] = stage(a, b) for b > a, inf elsewhere; shape (L+1, L+1)."""
+        n = len(self.seconds)
+        out = np.full((n + 1, n + 1), np.inf)
+        for a in range(n):
+            out[a, a + 1:] = self.run_sums[a][: n - a]
+        return out
 
     @property
     def total(self) -> float:

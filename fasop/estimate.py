@@ -28,10 +28,10 @@ import numpy as np
 
 from fasop import comm
 from fasop.compute import LayerCosts, ProfileCompute
-from fasop.memory import MemoryEstimate, estimate_memory, stage_fits
+from fasop.memory import MemoryEstimate, estimate_memory, stage_fit_mask
 from fasop.partition import Split, boundaries, fasop_minmax_splits, optimal
 from fasop.plan import Plan
-from fasop.schedule import one_f_one_b, one_f_one_b_lower_bound
+from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
@@ -109,35 +109,43 @@ class Fasop2024Estimator:
 
     def _optimal_split(self, p: _Prepared) -> tuple[int, ...]:
         """The split with the lowest estimated step time among those that fit in memory (or among
-        all splits when none fits), by exact branch and bound (partition.optimal)."""
-        plan, kinds = p.plan, self.model.layer_kinds
-        m, send_first, send_last = plan.num_microbatches, p.p2p[0], p.p2p[-1]
+        all splits when none fits), by exact branch and bound with cuts (partition.optimal)."""
+        plan = p.plan
+        pp, m, send_first, send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
         ring = comm.dp_ring_bandwidth(plan)
         embedding = float(comm.embedding_allreduce_seconds(plan, self.model))
-        dp_stage0 = {}
+        stage0_costs: dict[int, float] = {}
+        sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
+        sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
+        times = np.stack([c.matrix for c in p.costs])
 
-        def dp_cost(stage0_layers: int) -> float:
-            if stage0_layers not in dp_stage0:
+        def extra(stage0_layers: int) -> float:
+            """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
+            if stage0_layers not in stage0_costs:
                 params = self._dp_params(plan, stage0_layers)
-                dp_stage0[stage0_layers] = float(comm.dp_allreduce_seconds(plan, params, ring, p.stage_types[0].intra_node_shared))
-            return dp_stage0[stage0_layers]
-
-        def bound(prefix: list[float], stage0_layers: int, rest_sum: float, rest_max: float) -> float:
-            e0 = one_f_one_b_lower_bound(prefix, rest_sum, rest_max, plan.pp, m, send_first, send_last)
-            return e0 + (dp_cost(stage0_layers) if stage0_layers > 0 else 0.0) + embedding
+                dp = comm.dp_allreduce_seconds(plan, params, ring, p.stage_types[0].intra_node_shared)
+                stage0_costs[stage0_layers] = float(dp) + embedding
+            return stage0_costs[stage0_layers]
 
         def evaluate(splits: list[tuple[int, ...]]) -> list[float]:
             probe = _Prepared(plan, p.stage_types, p.costs, p.p2p, [Split(c, c) for c in splits])
             ends = self._schedule_all([probe])[0]
             return [float(self._step(plan, p.stage_types, c[0], e)[0]) for c, e in zip(splits, ends)]
 
-        def fits(stage: int, first: int, stop: int) -> bool:
-            return stage_fits(plan, self.model, self.cluster, stage, kinds[first:stop])
+        def cut(split: tuple[int, ...]) -> tuple[np.ndarray, float]:
+            comp = np.array(p.stage_compute(split))[:, None]
+            _, weights, const = critical_path(comp, sends_fwd, sends_bwd, m)
+            return weights[:, 0], float(const[0])
+
+        def bound(k, before, chain, t, rest_sum, rest_max):
+            return one_f_one_b_bound(k, before, chain, t, rest_sum, rest_max, num_stages=pp, num_microbatches=m,
+                                     send_first=send_first, send_last=send_last)
 
         seeds = [s.reported for s in p.splits]
-        found = optimal(p.costs, len(kinds), bound=bound, evaluate=evaluate, fits=fits, seeds=seeds)
+        fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
+        found = optimal(fitting, bound=bound, evaluate=evaluate, cut=cut, extra=extra, seeds=seeds)
         if found is None:  # nothing fits: the fastest split, flagged OOM by the memory estimate
-            found = optimal(p.costs, len(kinds), bound=bound, evaluate=evaluate, seeds=seeds)
+            found = optimal(times, bound=bound, evaluate=evaluate, cut=cut, extra=extra, seeds=seeds)
         return found[0]
 
     # ------------------------------------------------------------------ batch

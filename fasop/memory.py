@@ -74,6 +74,19 @@ def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, stage: int, k
     return not cluster.memory_overhead_factor * (BYTES_PER_PARAM * params + act) > limit
 
 
+def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> np.ndarray:
+    """mask[i, a, b]: do layers a..b-1 fit on stage i (without ZeRO)? Shape (pp, L+1, L+1).
+    Per-layer elements are summed by prefix sums (the estimate adds them in order; the two can
+    differ in the last bit only)."""
+    per_layer = [stage_elements(plan, model, (kind,)) for kind in model.layer_kinds]
+    params = np.concatenate([[0.0], np.cumsum([p for p, _ in per_layer])])
+    act = np.concatenate([[0.0], np.cumsum([a for _, a in per_layer])])
+    need = cluster.memory_overhead_factor * (BYTES_PER_PARAM * (params[None, :] - params[:, None])
+                                              + (act[None, :] - act[:, None]))
+    limits = np.array([plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(plan.pp)])
+    return ~(need[None, :, :] > limits[:, None, None])
+
+
 def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int]) -> MemoryEstimate:
     stage_bytes, zero_bytes = [], []
     is_oom = is_zero_oom = False

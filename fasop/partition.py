@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
+import numpy as np
+
 
 class StageCosts(Protocol):
     def stage(self, first: int, stop: int) -> float:
@@ -114,89 +116,120 @@ def fasop_minmax_splits(stages: tuple[StageCosts, ...], segment_lengths: Sequenc
     return splits
 
 
-Bound = Callable[[list[float], int, float, float], float]
-"""bound(prefix_times, layers_in_stage0, rest_sum, rest_max) -> lower bound of the objective over
-every split that starts with stages of those compute times (layers_in_stage0 = -1 while stage
-0 is open) and whose remaining stages sum to >= rest_sum with a largest stage >= rest_max."""
+Bound = Callable[[int, float, float, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""bound(k, before, chain, t, rest_sum, rest_max) -> (lower bounds, new chains), vectorised over
+candidate times t of stage k: stages < k take `before` seconds in all, `chain` is the caller's
+running state (e.g. the longest known chain of events), and the stages after k need at least
+rest_sum seconds in all with a largest stage of at least rest_max."""
 Evaluate = Callable[[list[tuple[int, ...]]], Sequence[float]]
-"""evaluate(splits) -> objective of each split (layer counts per stage)."""
-Fits = Callable[[int, int, int], bool]
-"""fits(stage, first, stop) -> do layers first..stop-1 fit in that stage's GPU memory?"""
+"""evaluate(splits) -> the objective of each split."""
+Cut = Callable[[tuple[int, ...]], tuple[np.ndarray, float]]
+"""cut(split) -> (weights per stage, const): a linear lower bound learned at that split, valid for
+every split s: objective(s) >= weights . stage_times(s) + const + extra(s[0])."""
 
 
-def optimal(stages: tuple[StageCosts, ...], num_layers: int, *, bound: Bound, evaluate: Evaluate,
-            fits: Fits | None = None, seeds: Sequence[tuple[int, ...]] = (), batch: int = 256,
-            margin: float = 1e-6) -> tuple[tuple[int, ...], float] | None:
-    """The contiguous split (>= 1 layer per stage, every stage fitting) with the lowest objective,
-    found by branch and bound: stages are fixed left to right, a partial split is dropped when
-    `bound` exceeds the best objective seen by more than `margin` (relative: the objective may be
-    rounded to float32), and complete splits are evaluated `batch` at a time. Exact: a split is
-    only dropped when a lower bound proves it cannot win. Ties -> the lexicographically smallest
-    counts. None when no split fits.
+def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
+            seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
+            max_cuts: int = 48) -> tuple[tuple[int, ...], float] | None:
+    """The contiguous split with the lowest objective, by branch and bound with cuts.
 
-    rest_sum / rest_max bounds come from two dynamic programmes over the open stages: the least
-    possible sum, and the least possible largest stage, of the remaining layers.
+    times[k, a, b]: compute seconds of layers a..b-1 on stage k, inf where b <= a or they do
+    not fit that stage's memory. The objective of a split is what `evaluate` returns; extra(n0)
+    is the part that depends only on stage 0's layer count (e.g. its gradient all-reduce).
+
+    Stages are fixed left to right. A partial split is dropped when a lower bound exceeds the
+    best objective found by more than `margin` (relative; objectives may be float32-rounded):
+    the caller's `bound` (chains of events), and every cut learned from evaluated splits, each
+    completed by the cheapest possible rest (a dynamic programme over stages and layers, one
+    per cut). Exact: a split is only dropped when a bound proves it cannot win. Ties -> the
+    lexicographically smallest counts. None when no split fits.
     """
-    n = len(stages)
-    ok = fits or (lambda i, a, b: True)
-    inf = float("inf")
-    # least sum / least max of stage times for stages k.. over layers l.. (only fitting stages)
-    least_sum = [[inf] * (num_layers + 1) for _ in range(n + 1)]
-    least_max = [[inf] * (num_layers + 1) for _ in range(n + 1)]
-    least_sum[n][num_layers] = least_max[n][num_layers] = 0.0
-    for k in range(n - 1, -1, -1):
-        for first in range(k, num_layers - (n - k) + 1):
-            for stop in range(first + 1, num_layers - (n - k - 1) + 1):
-                if least_sum[k + 1][stop] == inf or not ok(k, first, stop):
-                    continue
-                t = stages[k].stage(first, stop)
-                least_sum[k][first] = min(least_sum[k][first], t + least_sum[k + 1][stop])
-                least_max[k][first] = min(least_max[k][first], max(t, least_max[k + 1][stop]))
-    if least_sum[0][0] == inf:
-        return None
+    n, size, _ = times.shape
+    num_layers = size - 1
+    inf = np.inf
+    finite = np.isfinite(times)
 
-    best: list = [inf, None]
+    def completion(weights: np.ndarray | None) -> np.ndarray:
+        """table[k, l] = least sum over stages >= k of weight x time, layers l.. (weights None: max)."""
+        table = np.full((n + 1, size), inf)
+        table[n, num_layers] = 0.0
+        for k in range(n - 1, -1, -1):
+            if weights is None:
+                table[k] = np.maximum(times[k], table[k + 1][None, :]).min(axis=1)
+            else:
+                weighted = np.where(finite[k], times[k] * weights[k], inf)
+                table[k] = (weighted + table[k + 1][None, :]).min(axis=1)
+        return table
+
+    least_sum, least_max = completion(np.ones(n)), completion(None)
+    if not np.isfinite(least_sum[0, 0]):
+        return None
+    cut_w = np.zeros((0, n))
+    cut_c = np.zeros(0)
+    cut_tables = np.zeros((0, n + 1, size))
+    best: list = [inf, ()]
     pending: list[tuple[int, ...]] = []
 
     def flush() -> None:
-        if pending:
-            for counts, value in zip(pending, evaluate(pending)):
-                if (value, counts) < (best[0], best[1] or ()):
-                    best[0], best[1] = value, counts
-            pending.clear()
+        nonlocal cut_w, cut_c, cut_tables
+        if not pending:
+            return
+        values = evaluate(pending)
+        value, split = min(zip(values, pending))
+        if (value, split) < (best[0], best[1]) or not best[1]:
+            best[0], best[1] = float(value), split
+        pending.clear()
+        if len(cut_c) < max_cuts:  # the best split's critical chain becomes a cut
+            w, const = cut(split)
+            if not any(np.array_equal(w, row) for row in cut_w):
+                cut_w = np.vstack([cut_w, w])
+                cut_c = np.append(cut_c, const)
+                cut_tables = np.concatenate([cut_tables, completion(w)[None]], axis=0)
 
-    def hopeless(value: float) -> bool:
+    def hopeless(value):
         return value * (1 - margin) > best[0]
 
     for seed in seeds:
         edges = boundaries(seed)
-        if len(seed) == n and all(c >= 1 and ok(i, edges[i], edges[i + 1]) for i, c in enumerate(seed)):
+        if len(seed) == n and all(np.isfinite(times[i, edges[i], edges[i + 1]]) for i in range(n)):
             pending.append(tuple(seed))
     flush()
 
-    def visit(times: list[float], counts: list[int], first: int) -> None:
-        k = len(times)
+    def visit(k: int, first: int, counts: list[int], before: float, chain: float, dots: np.ndarray) -> None:
         if k == n:
             pending.append(tuple(counts))
             if len(pending) >= batch:
                 flush()
             return
-        children = []
-        last_stop = num_layers if k == n - 1 else num_layers - (n - k - 1)
-        for stop in range(first + 1, last_stop + 1):
-            if least_sum[k + 1][stop] == inf or not ok(k, first, stop):
-                continue
-            t = stages[k].stage(first, stop)
-            stage0 = stop if k == 0 else counts[0]
-            lb = bound(times + [t], stage0, least_sum[k + 1][stop], least_max[k + 1][stop] if k + 1 < n else 0.0)
-            if not hopeless(lb):
-                children.append((lb, stop, t))
-        children.sort()
-        for lb, stop, t in children:
-            if hopeless(lb):
+        stops = np.arange(first + 1, num_layers + 1 if k == n - 1 else num_layers - (n - k - 1) + 1)
+        t = times[k, first, stops]
+        rest_sum, rest_max = least_sum[k + 1, stops], least_max[k + 1, stops]
+        ok = np.isfinite(t) & np.isfinite(rest_sum)
+        stops, t, rest_sum, rest_max = stops[ok], t[ok], rest_sum[ok], rest_max[ok]
+        if not len(stops):
+            return
+        lb, chains = bound(k, before, chain, t, rest_sum, rest_max)
+        if len(dots) != len(cut_c):
+            dots = known_dots(counts)
+        if len(cut_c):
+            by_cut = dots[:, None] + cut_w[:, k, None] * t[None, :] + cut_tables[:, k + 1, stops] + cut_c[:, None]
+            lb = np.maximum(lb, by_cut.max(axis=0))
+        lb = lb + (np.array([extra(int(s)) for s in stops]) if k == 0 else extra(counts[0]))
+        for idx in np.argsort(lb, kind="stable"):
+            if hopeless(lb[idx]):
                 break
-            visit(times + [t], counts + [stop - first], stop)
+            stop, time = int(stops[idx]), float(t[idx])
+            if len(dots) != len(cut_c):  # cuts learned since this node was entered: bound again
+                dots = known_dots(counts)
+                again = (dots + cut_w[:, k] * time + cut_tables[:, k + 1, stop] + cut_c).max()
+                if hopeless(again + extra(stop if k == 0 else counts[0])):
+                    continue
+            visit(k + 1, stop, counts + [stop - first], before + time, float(chains[idx]), dots + cut_w[:, k] * time)
 
-    visit([], [], 0)
+    def known_dots(counts: list[int]) -> np.ndarray:
+        edges = boundaries(counts)
+        return sum((cut_w[:, i] * times[i, edges[i], edges[i + 1]] for i in range(len(counts))), np.zeros(len(cut_c)))
+
+    visit(0, 0, [], 0.0, 0.0, np.zeros(0))
     flush()
     return best[1], best[0]

@@ -22,10 +22,41 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
     Stage i runs w_i = min(pp-i-1, m) warm-up forwards, then alternates one forward and one
     backward, then drains the remaining backwards.
     """
-    pp, batch = fwd.shape
-    m = num_microbatches
-    zero = np.zeros(batch)
-    mx = np.maximum
+    return np.array(_run(list(fwd), list(bwd), list(send_fwd), list(send_bwd), num_microbatches,
+                         np.zeros(fwd.shape[1]), np.maximum))
+
+
+def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
+                  num_microbatches: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`one_f_one_b` (fwd = comp/3, bwd = 2 comp/3) that also returns, for each pipeline of the
+    batch, the chain of events that sets stage 0's end: (E_0, weights, const) with E_0 =
+    weights . comp + const, weights of shape (pp, batch). As every chain is a path of the same
+    dependency graph whatever the stage times, weights . comp' + const <= E_0(comp') for every
+    other comp' (same pp, m and sends): a linear lower bound (a cut) for the partitioner.
+    """
+    pp, batch = comp.shape
+    unit = np.eye(pp)[:, :, None]  # unit[i] has a 1 in row i
+
+    def augment(times: np.ndarray, weight: np.ndarray, const: np.ndarray) -> np.ndarray:
+        # rows: 0 = time, 1..pp = weight of each stage's comp, pp+1 = constant seconds
+        return np.concatenate([times[None, :], weight, const[None, :]], axis=0)
+
+    zeros = np.zeros(batch)
+    fwd = [augment(comp[i] / 3, unit[i] / 3 * np.ones(batch), zeros) for i in range(pp)]
+    bwd = [augment(2 * comp[i] / 3, unit[i] * 2 / 3 * np.ones(batch), zeros) for i in range(pp)]
+    sf = [augment(send_fwd[i], np.zeros((pp, batch)), send_fwd[i]) for i in range(pp)]
+    sb = [augment(send_bwd[i], np.zeros((pp, batch)), send_bwd[i]) for i in range(pp)]
+
+    def mx(a, b):
+        return np.where(a[0] >= b[0], a, b)
+
+    ends = _run(fwd, bwd, sf, sb, num_microbatches, np.zeros((pp + 2, batch)), mx)
+    return ends[0][0], ends[0][1:pp + 1], ends[0][pp + 1]
+
+
+def _run(F: list, B: list, SF: list, SB: list, m: int, zero, mx) -> list:
+    """The 1F1B recurrences over any values supporting + and mx (arrays, augmented arrays)."""
+    pp = len(F)
 
     def grid():
         return [[zero] * m for _ in range(pp)]
@@ -33,7 +64,6 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
     fce, fse, fre, frs = grid(), grid(), grid(), grid()
     bce, bse, bre, brs = grid(), grid(), grid(), grid()
     warm = [min(pp - i - 1, m) for i in range(pp)]
-    F, B, SF, SB = list(fwd), list(bwd), list(send_fwd), list(send_bwd)
 
     def forward_send(i: int, j: int, end_compute, first: bool) -> None:
         # sends start when the compute ends and the next stage is ready to receive
@@ -101,39 +131,29 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
             if i > 0:
                 backward_send(i, j)
 
-    return np.array([bce[i][m - 1] for i in range(pp)])
+    return [bce[i][m - 1] for i in range(pp)]
 
 
-def one_f_one_b_lower_bound(prefix: list[float], rest_sum: float, rest_max: float, num_stages: int,
-                            num_microbatches: int, send_first: float, send_last: float) -> float:
-    """A lower bound on stage 0's end time (from `one_f_one_b`) over every pipeline whose first
-    len(prefix) stage compute times are `prefix` and whose other stages sum to >= rest_sum with
-    a largest stage >= rest_max. Each term is the length of one chain of dependent events:
+def one_f_one_b_bound(k: int, before: float, chain: float, t: np.ndarray, rest_sum: np.ndarray,
+                      rest_max: np.ndarray, *, num_stages: int, num_microbatches: int, send_first: float,
+                      send_last: float) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bounds on stage 0's end time (of `one_f_one_b`) over pipelines whose stages < k take
+    `before` seconds in all, stage k takes t (an array of choices), and the stages after k sum to
+    at least rest_sum with a largest stage of at least rest_max. Each term is a chain of events
+    that must run one after another:
 
-    - micro-batch 0 forward through every stage and backward again: sum of all stage times plus
-      the two charged sends;
-    - stage i (known): micro-batch 0 reaches it (forwards of stages < i); it runs its warm-up
-      forwards or waits for micro-batch 0 to come back from the later stages, whichever is
-      longer; it then runs the rest of its m forwards and its m backwards one after the other; the
-      last gradient drains through the backwards of stages < i;
-    - the slowest unknown stage: the known stages' time (its first forward waits for their
-      forwards, its last backward is followed by their backwards) plus m x its own time.
+    - micro-batch 0 forward through every stage and back: all stage times + the two sends;
+    - stage i: micro-batch 0 reaches it (the stages before it), it runs m forwards and m
+      backwards, the last gradient drains back through the stages before it: sum_{j<i} t_j +
+      m t_i (+ the sends on that way); `chain` carries the largest such term over stages < k;
+    - the slowest stage after k likewise: everything before it + m x rest_max.
+    Returns (bounds, chains including stage k).
     """
     m, pp = num_microbatches, num_stages
-    known = len(prefix)
-    total = sum(prefix)
-    bound = total + rest_sum + send_first + send_last
-    if known < pp:
-        bound = max(bound, total + (send_first if known > 0 else 0.0) + m * rest_max)
-    before = 0.0
-    suffix = total
-    for i, comp in enumerate(prefix):
-        suffix -= comp
-        fwd, bwd = comp / 3, 2 * comp / 3
-        ahead = min(pp - i, m)  # forwards stage i runs before its first backward (warm-up + 1)
-        round_trip = suffix + rest_sum + (send_last if i < pp - 1 else 0.0) + (send_first if i == 0 else 0.0)
-        chain = (before / 3 + (send_first if i > 0 else 0.0) + fwd + max((ahead - 1) * fwd, round_trip)
-                 + (m - ahead) * fwd + m * bwd + 2 * before / 3 + (send_last if i == pp - 1 else 0.0))
-        bound = max(bound, chain)
-        before += comp
-    return bound
+    total = before + t
+    own = before + m * t + (send_first if k > 0 else 0.0) + (send_last if k == pp - 1 else 0.0)
+    chains = np.maximum(chain, own)
+    bounds = np.maximum(total + rest_sum + send_first + send_last, chains)
+    if k < pp - 1:
+        bounds = np.maximum(bounds, total + send_first + m * rest_max)
+    return bounds, chains

@@ -156,12 +156,18 @@ def _read_yaml(path: Path) -> dict:
 
 
 class _Reader:
-    """Strict access to one YAML mapping: every key read once, leftovers are errors."""
+    """Strict access to one YAML mapping: every key read once, leftovers are errors.
 
-    def __init__(self, path: Path, data: Any, key: str):
+    `known`, when given, lists every key the section may hold; other keys are rejected up
+    front, so a misspelt required key is reported as unknown rather than as missing.
+    """
+
+    def __init__(self, path: Path, data: Any, key: str, known: tuple[str, ...] = ()):
         if not isinstance(data, dict):
             raise SpecError(str(path), key or "(top level)", f"must be a mapping, got {data!r}")
-        self.path, self.data, self.key, self.seen = path, data, key, set()
+        self.path, self.data, self.key, self.seen, self.known = path, data, key, set(), known
+        if known:
+            self._reject_unknown(known)
 
     def _name(self, key: str) -> str:
         return f"{self.key}.{key}" if self.key else str(key)
@@ -190,25 +196,35 @@ class _Reader:
     def positive(self, key: str, kind=(int, float), default: Any = ...) -> Any:
         return self.get(key, kind, default, lambda v: v > 0, "> 0")
 
-    def sub(self, key: str) -> "_Reader":
-        return _Reader(self.path, self.get(key, dict), self._name(key))
+    def sub(self, key: str, known: tuple[str, ...] = ()) -> "_Reader":
+        return _Reader(self.path, self.get(key, dict), self._name(key), known)
+
+    def _reject_unknown(self, known) -> None:
+        extra = [k for k in self.data if k not in known]
+        if extra:
+            raise self.error(str(extra[0]), f"unknown key (known: {', '.join(sorted(map(str, known)))})")
 
     def done(self) -> None:
-        extra = [k for k in self.data if k not in self.seen]
-        if extra:
-            raise self.error(str(extra[0]), f"unknown key (known: {', '.join(sorted(map(str, self.seen)))})")
+        assert self.seen <= set(self.known or self.seen), f"{self.key}: read keys missing from known"
+        self._reject_unknown(self.seen)
 
 
 # ----------------------------------------------------------------------------- cluster
+_CLUSTER_KEYS = ("estimator", "links", "memory", "node_types")
+_LINKS_KEYS = ("p2p_inter_node_divisor", "p2p_intra_node_divisor")
+_NODE_TYPE_KEYS = ("instance", "gpu", "gpus_per_node", "memory_limit_gib", "intra_node_gbit_per_s",
+                   "inter_node_gbit_per_s", "intra_node_shared", "usd_per_hour", "spot_usd_per_hour")
+
+
 def load_cluster(name_or_path: str) -> ClusterSpec:
     path = resolve(name_or_path, "cluster_specs")
-    top = _Reader(path, _read_yaml(path), "")
+    top = _Reader(path, _read_yaml(path), "", _CLUSTER_KEYS)
     estimator = top.get("estimator", str, check=lambda v: v in ESTIMATORS, why=f"one of {ESTIMATORS}")
-    links = top.sub("links")
+    links = top.sub("links", _LINKS_KEYS)
     inter_div = links.positive("p2p_inter_node_divisor")
     intra_div = links.positive("p2p_intra_node_divisor")
     links.done()
-    memory = top.sub("memory")
+    memory = top.sub("memory", ("overhead_factor",))
     overhead = memory.get("overhead_factor", (int, float), check=lambda v: v >= 1, why=">= 1")
     memory.done()
     types_reader = top.sub("node_types")
@@ -216,7 +232,7 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
     for name in types_reader.data:
         if not isinstance(name, str) or not name.replace("_", "").replace(".", "").isalnum():
             raise types_reader.error(str(name), "node type names are letters, digits, '_' and '.'")
-        node_types[name] = _node_type(types_reader.sub(name), name)
+        node_types[name] = _node_type(types_reader.sub(name, _NODE_TYPE_KEYS), name)
     if not node_types:
         raise types_reader.error("", "at least one node type is required")
     top.done()
@@ -244,11 +260,17 @@ def _node_type(r: _Reader, name: str) -> NodeType:
 
 
 # ----------------------------------------------------------------------------- model
+_MODEL_KEYS = ("name", "architecture", "training", "layers", "profile")
+_ARCHITECTURE_KEYS = ("hidden_size", "num_hidden_layers", "num_decoder_layers", "num_attention_heads",
+                      "vocab_size", "tie_word_embeddings")
+_TRAINING_KEYS = ("sequence_length", "global_batch_size", "bytes_per_element")
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     path = resolve(name_or_path, "model_specs")
-    top = _Reader(path, _read_yaml(path), "")
+    top = _Reader(path, _read_yaml(path), "", _MODEL_KEYS)
     name = top.get("name", str)
-    arch = top.sub("architecture")
+    arch = top.sub("architecture", _ARCHITECTURE_KEYS)
     hidden = arch.positive("hidden_size", int)
     n_layers = arch.positive("num_hidden_layers", int)
     n_dec = arch.get("num_decoder_layers", int, 0, lambda v: v >= 0, ">= 0")
@@ -256,7 +278,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     vocab = arch.positive("vocab_size", int)
     tie = arch.get("tie_word_embeddings", bool)
     arch.done()
-    train = top.sub("training")
+    train = top.sub("training", _TRAINING_KEYS)
     seq = train.positive("sequence_length", int)
     gbs = train.positive("global_batch_size", int)
     bytes_per_element = train.get("bytes_per_element", int, 2, lambda v: v in (1, 2, 4), "1, 2 or 4")
@@ -267,7 +289,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     for kind, n in expected.items():
         if counts[kind] != n:
             raise SpecError(str(path), "layers", f"has {counts[kind]} {kind} layers but architecture says {n}")
-    profile = _profile(path, top.sub("profile"), kinds)
+    profile = _profile(path, top.sub("profile", ("file", "fwd_bwd_factor", "microbatch_scaling")), kinds)
     top.done()
     return ModelSpec(path=str(path), name=name, hidden_size=hidden, num_attention_heads=heads,
                      vocab_size=vocab, sequence_length=seq, global_batch_size=gbs,
@@ -279,7 +301,7 @@ def _layer_list(path: Path, entries: list) -> tuple[tuple[str, ...], tuple[str, 
     kinds: list[str] = []
     segments: list[str] = []
     for i, entry in enumerate(entries):
-        r = _Reader(path, entry, f"layers[{i}]")
+        r = _Reader(path, entry, f"layers[{i}]", ("kind", "count", "segment"))
         kind = r.get("kind", str, check=lambda v: v in LAYER_KINDS, why=f"one of {LAYER_KINDS}")
         count = r.positive("count", int, 1)
         segment = r.get("segment", str, "model")
@@ -306,7 +328,7 @@ def _profile(path: Path, r: _Reader, kinds: tuple[str, ...]) -> Profile:
         for kind in per_gpu.data:
             if kind not in kinds:
                 raise per_gpu.error(kind, f"no layer of this kind in the layer list {sorted(set(kinds))}")
-            scaling[(gpu, kind)] = _scaling_table(per_gpu.sub(kind))
+            scaling[(gpu, kind)] = _scaling_table(per_gpu.sub(kind, ("points", "beyond")))
         per_gpu.done()
     scaling_reader.done()
     for gpu, _tp in forward:
@@ -351,7 +373,9 @@ def _profile_csv(file: Path, num_layers: int) -> dict[tuple[str, int], tuple[flo
         table.setdefault(key, {})[index] = seconds
     for (gpu, tp), per_layer in table.items():
         if len(per_layer) != num_layers:
-            raise SpecError(str(file), f"{gpu} tp={tp}", f"has {len(per_layer)} layers, the layer list has {num_layers}")
+            missing = [i for i in range(num_layers) if i not in per_layer]
+            raise SpecError(str(file), f"{gpu} tp={tp}", f"has {len(per_layer)} layers, the layer list has "
+                            f"{num_layers} (missing layer_index {missing[0]})")
     if not table:
         raise SpecError(str(file), "", "profile is empty")
     return {key: tuple(per_layer[i] for i in range(num_layers)) for key, per_layer in sorted(table.items())}

@@ -1,0 +1,412 @@
+"""Each cost piece of the fasop-2024 estimator against cases worked out by hand (MODEL.md §2-§8).
+
+Fixtures are built here from small round numbers (a 4-entry model, nodes of 2 GPUs with
+bandwidths that are powers of two), so every expected value below is exact and its arithmetic is
+shown next to it. Nothing here reads the shipped specs.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from fasop import comm
+from fasop.compute import ProfileCompute
+from fasop.enumerate import cyclic_placements, degrees, divisors
+from fasop.memory import estimate_memory, fasop_limit_node, stage_elements
+from fasop.partition import minmax
+from fasop.plan import Plan
+from fasop.schedule import one_f_one_b
+from fasop.specs import ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
+
+f32 = np.float32
+
+
+# ----------------------------------------------------------------------------- fixtures
+def node(name: str = "a", *, gpus: int = 2, inter: float = 128.0, intra: float = 512.0, shared: bool = False,
+         memory_bytes: float = 1e12) -> NodeType:
+    """Bandwidths in bytes/s: tiny, so that transfer times of a few bytes are round seconds."""
+    return NodeType(name=name, instance=f"{name}.box", gpu=name.upper(), gpus_per_node=gpus,
+                    memory_limit_bytes=memory_bytes, intra_node_bytes_per_s=intra, inter_node_bytes_per_s=inter,
+                    intra_node_shared=shared, usd_per_hour=1.0, spot_usd_per_hour=None)
+
+
+CLUSTER = ClusterSpec(path="cluster.yaml", estimator="fasop-2024", node_types={"a": node()},
+                      p2p_inter_node_divisor=2.0, p2p_intra_node_divisor=4.0, memory_overhead_factor=1.25)
+
+ONE = ScalingTable(points=((1, (1.0,)),), beyond="constant")
+KINDS = ("embedding", "transformer", "transformer", "head")
+
+
+def model(*, kinds=KINDS, forward=(0.001, 0.002, 0.002, 0.004), scaling=None, fwd_bwd_factor=3.0, tie=True,
+          gbs=8) -> ModelSpec:
+    """h=8, s=4, v=16, a=2 heads, 2 bytes per element, one GPU type `G` at tp=1."""
+    profile = Profile(forward_s={("G", 1): tuple(forward)}, fwd_bwd_factor=fwd_bwd_factor,
+                      scaling=scaling or {("G", k): ONE for k in set(kinds)})
+    return ModelSpec(path="model.yaml", name="tiny", hidden_size=8, num_attention_heads=2, vocab_size=16,
+                     sequence_length=4, global_batch_size=gbs, tie_word_embeddings=tie, bytes_per_element=2,
+                     layer_kinds=tuple(kinds), layer_segments=("model",) * len(kinds), profile=profile)
+
+
+def plan(tp: int, dp: int, pp: int, *nodes: NodeType, mbs: int = 1, gbs: int = 8) -> Plan:
+    return Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=nodes)
+
+
+# ----------------------------------------------------------------------------- specs.ScalingTable
+def test_scaling_points_and_proportional_tail():
+    """MODEL.md §3 tables: the value at the largest point <= b, then x b/last point past the end.
+    {1: 1, 4: 2} proportional: f(3) = 1, f(4) = 2, f(6) = 2*6/4 = 3, f(8) = 2*8/4 = 4."""
+    table = ScalingTable(points=((1, (1.0,)), (4, (2.0,))), beyond="proportional")
+    assert [table.factor(b) for b in (1, 2, 3, 4, 6, 8)] == [1.0, 1.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_scaling_constant_tail():
+    """`constant` keeps the last value: {1: 1, 4: 2} gives f(8) = 2, not 4."""
+    table = ScalingTable(points=((1, (1.0,)), (4, (2.0,))), beyond="constant")
+    assert table.factor(8) == 2.0 and table.factor(64) == 2.0
+
+
+def test_scaling_single_point_is_linear():
+    """A single point {1: 1} proportional is FASOP's `b` (e.g. the BERT head): f(b) = 1*b/1."""
+    table = ScalingTable(points=((1, (1.0,)),), beyond="proportional")
+    assert [table.factor(b) for b in (1, 2, 16)] == [1.0, 2.0, 16.0]
+
+
+def test_scaling_product_lists_multiply_left_to_right():
+    """A list is a product, taken left to right as FASOP writes it: [1.2, 1.2, 1.4, 1.6] ->
+    ((1.2*1.2)*1.4)*1.6 = 3.2256, which differs in the last ulp from 1.2*(1.2*(1.4*1.6)).
+    Past the end: 3.2256 * 32/16."""
+    table = ScalingTable(points=((1, (1.0,)), (2, (1.5, 2.0)), (16, (1.2, 1.2, 1.4, 1.6))), beyond="proportional")
+    assert table.factor(2) == 3.0  # 1.5 * 2.0
+    assert table.factor(15) == 3.0
+    assert table.factor(16) == 1.2 * 1.2 * 1.4 * 1.6 != 1.2 * (1.2 * (1.4 * 1.6))
+    assert table.factor(32) == 1.2 * 1.2 * 1.4 * 1.6 * 32 / 16
+
+
+# ----------------------------------------------------------------------------- compute
+def test_profile_layer_costs_scale_by_kind():
+    """fwd+bwd = fwd_bwd_factor x profiled forward x micro-batch factor of the layer's kind (§3).
+    At b=2 with embedding f=b (single point), transformer {1: 1, 2: 1.5}, head constant 1:
+    embedding 3*0.001*2 = 0.006, transformer 3*0.002*1.5 = 0.009, head 3*0.004*1 = 0.012."""
+    scaling = {("G", "embedding"): ScalingTable(points=((1, (1.0,)),), beyond="proportional"),
+               ("G", "transformer"): ScalingTable(points=((1, (1.0,)), (2, (1.5,))), beyond="constant"),
+               ("G", "head"): ONE}
+    compute = ProfileCompute(model(scaling=scaling))
+    assert compute.layer_costs("G", 1, 2).seconds == pytest.approx((0.006, 0.009, 0.009, 0.012), rel=1e-12)
+    assert compute.layer_costs("G", 1, 1).seconds == pytest.approx((0.003, 0.006, 0.006, 0.012), rel=1e-12)
+
+
+def test_stage_sum_is_sequential_left_to_right():
+    """A stage's time is its layers summed left to right in float64 (§4), which decides ties in
+    the balancing: (1 + 1e-16) + 1e-16 = 1.0 exactly, whereas 1 + (1e-16 + 1e-16) = 1 + 2.2e-16.
+    An empty run costs 0; a run of one layer is that layer."""
+    costs = ProfileCompute(model(forward=(1.0, 1e-16, 1e-16, 0.5), fwd_bwd_factor=1.0)).layer_costs("G", 1, 1)
+    assert costs.stage(0, 3) == 1.0
+    assert costs.stage(1, 3) == 2e-16
+    assert costs.stage(0, 4) == 1.5
+    assert costs.stage(2, 2) == 0.0
+    assert costs.stage(3, 4) == 0.5
+    assert costs.total == costs.stage(0, 4)
+
+
+# ----------------------------------------------------------------------------- comm: p2p
+# Volume per boundary = mbs * s * h * 2 bytes = 1*4*8*2 = 64 bytes.
+def test_p2p_intra_node():
+    """Both stages on one node: bw = intra / 4 = 512/4 = 128 B/s -> 64/128 = 0.5 s; mbs=2 -> 1.0 s."""
+    assert comm.p2p_seconds(plan(1, 1, 2, node()), model(), CLUSTER) == (0.5,)
+    assert comm.p2p_seconds(plan(1, 1, 2, node(), mbs=2), model(), CLUSTER) == (1.0,)
+
+
+def test_p2p_inter_node_uses_slower_node_and_divisor():
+    """Stages on two nodes (inter 128 and 256 B/s): bw = min(128, 256)/dp/tp/2 = 64 -> 1.0 s,
+    whichever node comes first."""
+    a, b = node(inter=128.0), node("b", inter=256.0)
+    assert comm.p2p_seconds(plan(1, 1, 2, node(gpus=1, inter=128.0), node("b", gpus=1, inter=256.0)),
+                            model(), CLUSTER) == (1.0,)
+    assert comm.p2p_seconds(plan(1, 2, 2, a, b), model(), CLUSTER) == (2.0,)
+    assert comm.p2p_seconds(plan(1, 2, 2, b, a), model(), CLUSTER) == (2.0,)
+
+
+def test_p2p_inter_node_shared_by_dp_and_tp():
+    """Replicas and TP lanes share the NICs: tp=1 dp=2 -> 128/2/1/2 = 32 B/s -> 2.0 s;
+    tp=2 dp=1 -> 128/1/2/2 = 32 -> 2.0 s; tp=2 dp=2 on four nodes -> 128/2/2/2 = 16 -> 4.0 s."""
+    n = node()
+    assert comm.p2p_seconds(plan(1, 2, 2, n, n), model(), CLUSTER) == (2.0,)
+    assert comm.p2p_seconds(plan(2, 1, 2, n, n), model(), CLUSTER) == (2.0,)
+    assert comm.p2p_seconds(plan(2, 2, 2, n, n, n, n), model(), CLUSTER) == (4.0,)
+
+
+def test_p2p_per_boundary():
+    """pp=4 on two 2-GPU nodes: boundaries 0->1 and 2->3 inside a node (0.5 s), 1->2 across
+    (128/1/1/2 = 64 B/s -> 1.0 s)."""
+    n = node()
+    assert comm.p2p_seconds(plan(1, 1, 4, n, n), model(), CLUSTER) == (0.5, 1.0, 0.5)
+    assert comm.p2p_seconds(plan(1, 1, 1, n), model(), CLUSTER) == ()
+
+
+def test_p2p_boundary_waits_for_slowest_pair():
+    """3-GPU nodes, tp=1 dp=2: pair 0->2 is intra (128 B/s), pair 1->3 is inter
+    (128/2/1/2 = 32 B/s): the boundary takes the slower, 64/32 = 2.0 s."""
+    n = node(gpus=3)
+    assert comm.p2p_seconds(plan(1, 2, 2, n, n), model(), CLUSTER) == (2.0,)
+
+
+# ----------------------------------------------------------------------------- comm: DP ring
+def test_dp_ring_bandwidth_is_slowest_hop():
+    """Stage 0's ring: inside one node -> intra 512; dp=4 over two nodes hops 0-1 (intra), 1-2
+    (inter), 2-3 (intra), 3-0 (inter) -> min inter of the two nodes, 128; tp=2 dp=2: lane t=1
+    links ranks 1 and 3 on different nodes -> 128."""
+    assert comm.dp_ring_bandwidth(plan(1, 2, 1, node())) == 512.0
+    assert comm.dp_ring_bandwidth(plan(1, 4, 1, node(inter=256.0), node("b", inter=128.0))) == 128.0
+    assert comm.dp_ring_bandwidth(plan(2, 2, 1, node(), node())) == 128.0
+
+
+@pytest.mark.parametrize("dp,expected", [(2, 2.0), (4, 3.0), (8, 3.5)])
+def test_dp_ring_moves_2_dp_minus_1_over_dp_of_the_buffer(dp, expected):
+    """Ring all-reduce of P=100 16-bit gradients (200 bytes) at 100 B/s: 2(dp-1)/dp x 200/100:
+    dp=2 -> 1 x 2 = 2.0 s, dp=4 -> 1.5 x 2 = 3.0 s, dp=8 -> 1.75 x 2 = 3.5 s (tp=1, tp*dp >= M)."""
+    cost = comm.dp_allreduce_seconds(plan(1, dp, 1, node()), f32(100), f32(100), False)
+    assert cost == pytest.approx(expected, rel=1e-6)
+
+
+def test_dp_allreduce_single_replica_is_free():
+    assert comm.dp_allreduce_seconds(plan(1, 1, 4, node(), node()), f32(100), f32(100), True) == 0.0
+
+
+def test_dp_allreduce_contention_divisions():
+    """§7: tp*dp >= M: the TP lanes share the ring: tp=2 dp=2 M=2 -> bw 100/2 = 50 ->
+    2*1*100*2/(2*50) = 4.0 s. tp*dp < M with tp > 1 on a shared bus: M=8 tp=2 dp=2 ->
+    bw 100/(8/2) = 25 -> 8.0 s; not shared -> 2.0 s; tp=1 never divides -> 2.0 s."""
+    params, bw = f32(100), f32(100)
+    assert comm.dp_allreduce_seconds(plan(2, 2, 1, node()), params, bw, False) == pytest.approx(4.0, rel=1e-6)
+    wide = node(gpus=8)
+    assert comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, True) == pytest.approx(8.0, rel=1e-6)
+    assert comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, False) == pytest.approx(2.0, rel=1e-6)
+    assert comm.dp_allreduce_seconds(plan(1, 2, 1, wide), params, bw, True) == pytest.approx(2.0, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- comm: embedding
+# Tied embedding: h*v*2 = 8*16*2 = 256 bytes.
+def test_embedding_allreduce_hand_cases():
+    """Stage 0 and the last stage on one node: 256/(512/min(1,2)*1) = 0.5 s. On two nodes with
+    dp=2: bw = 128/min(2, 2) = 64 -> 256/64 = 4.0 s. tp=2 dp=1: 256/(128/1 * 2) = 1.0 s."""
+    n = node()
+    assert comm.embedding_allreduce_seconds(plan(1, 1, 2, n), model()) == 0.5
+    assert comm.embedding_allreduce_seconds(plan(1, 2, 2, n, n), model()) == 4.0
+    assert comm.embedding_allreduce_seconds(plan(2, 1, 2, n, n), model()) == 1.0
+
+
+def test_embedding_allreduce_only_for_a_tied_head_on_another_stage():
+    """pp=1 (one stage holds both), no head (T5's layer list), untied: nothing to sync."""
+    n = node()
+    assert comm.embedding_allreduce_seconds(plan(1, 2, 1, n), model()) == 0.0
+    no_head = model(kinds=("embedding", "encoder", "embedding", "decoder"))
+    assert comm.embedding_allreduce_seconds(plan(1, 1, 2, n), no_head) == 0.0
+    assert comm.embedding_allreduce_seconds(plan(1, 1, 2, n), model(tie=False)) == 0.0
+
+
+# ----------------------------------------------------------------------------- schedule
+def schedule(fwd, bwd, send_fwd, send_bwd, m):
+    col = lambda x: np.asarray(x, dtype=float).reshape(-1, 1)  # noqa: E731
+    return one_f_one_b(col(fwd), col(bwd), col(send_fwd), col(send_bwd), m)[:, 0]
+
+
+def test_1f1b_two_stages_one_microbatch():
+    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences of MODEL.md §5:
+    stage 0 forward ends F0, its send ends F0+sf0 = fre_1; stage 1 forward ends F0+sf0+F1 and its
+    backward E1 = F0+sf0+F1+B1; its send ends E1+sb1 = bre_0; stage 0's backward
+    E0 = F0+sf0+F1+B1+sb1+B0. With F=(1,3), B=(2,6), sf0=0.5, sb1=0.25:
+    E1 = 1+0.5+3+6 = 10.5, E0 = 10.5+0.25+2 = 12.75."""
+    ends = schedule([1, 3], [2, 6], [0.5, 0], [0, 0.25], 1)
+    assert ends.tolist() == [12.75, 10.5]
+
+
+@pytest.mark.parametrize("pp,m", [(2, 1), (2, 3), (3, 3), (4, 2), (4, 8), (5, 4)])
+def test_1f1b_equal_stages_take_the_textbook_time(pp, m):
+    """Equal stages (F=1, B=2), free sends: stage 0 ends at (m + pp - 1)(F + B) — m slots of
+    work plus a pp-1 slot bubble — and each later stage one backward earlier:
+    E_i = (m+pp-1)*3 - 2i. E.g. pp=2 m=3: 4*3 = 12 and 10."""
+    ends = schedule([1] * pp, [2] * pp, [0] * pp, [0] * pp, m)
+    assert ends.tolist() == [(m + pp - 1) * 3 - 2 * i for i in range(pp)]
+
+
+def test_1f1b_batches_pipelines_independently():
+    """Many pipelines in one call (last axis) give bit-identical results to one call each: the
+    vectorised schedule must not mix columns."""
+    rng = np.random.default_rng(7)
+    pp, m, batch = 3, 5, 4
+    comp = rng.uniform(0.5, 2.0, (pp, batch))
+    send_fwd, send_bwd = np.zeros((pp, batch)), np.zeros((pp, batch))
+    send_fwd[0], send_bwd[-1] = rng.uniform(0, 0.3, batch), rng.uniform(0, 0.3, batch)
+    together = one_f_one_b(comp / 3, 2 * comp / 3, send_fwd, send_bwd, m)
+    for k in range(batch):
+        alone = one_f_one_b(comp[:, k:k + 1] / 3, 2 * comp[:, k:k + 1] / 3, send_fwd[:, k:k + 1], send_bwd[:, k:k + 1], m)
+        assert together[:, k].tolist() == alone[:, 0].tolist()
+    assert len({tuple(together[:, k]) for k in range(batch)}) == batch  # the columns really differ
+
+
+# ----------------------------------------------------------------------------- partition
+def uniform(per_layer: float, n: int):
+    """Stage costs where every layer takes `per_layer` seconds."""
+    return ProfileCompute(model(kinds=("transformer",) * n, forward=(per_layer,) * n, fwd_bwd_factor=1.0)
+                          ).layer_costs("G", 1, 1)
+
+
+def test_minmax_even_split_for_equal_costs():
+    """12 equal layers on 3 equal stages: 4-4-4 (balanced from the start, nothing moves)."""
+    costs = uniform(1.0, 12)
+    assert minmax((costs,) * 3, 12, (0.0,)).reported == (4, 4, 4)
+
+
+def test_minmax_remainder_goes_to_one_stage():
+    """10 equal layers on 3 stages: 3-3-3 plus one; any move keeps a 4-layer stage, so the
+    largest stage holds 4 and no stage fewer than 3."""
+    split = minmax((uniform(1.0, 10),) * 3, 10, (0.0,))
+    assert sorted(split.reported) == [3, 3, 4] and split.scheduled == split.reported
+
+
+def test_minmax_slow_stage_gets_fewer_layers():
+    """8 layers; stage 1 is 3x slower per layer. 4-4 (4 s, 12 s) -> 5-3 (5, 9) -> 6-2 (6, 6);
+    7-1 (7, 3) would be worse. Result 6-2."""
+    assert minmax((uniform(1.0, 8), uniform(3.0, 8)), 8, ()).reported == (6, 2)
+
+
+def test_minmax_counts_middle_stage_comm():
+    """9 equal layers on 3 stages; the middle stage also pays 3 s of p2p in the balancing:
+    3-3-3 (3, 6, 3) -> 4-2-3 (4, 5, 3) -> 4-1-4 (4, 4, 4)."""
+    assert minmax((uniform(1.0, 9),) * 3, 9, (3.0,)).reported == (4, 1, 4)
+
+
+def test_minmax_early_stop_quirk():
+    """MODEL.md §6 step 5: 6 layers, stage 1 10x slower. 3-3 (3, 30) -> 4-2 (4, 20); now the max
+    is the last stage holding 2 layers: stop, but (quirk) report 3-3 while scheduling 4-2."""
+    split = minmax((uniform(1.0, 6), uniform(10.0, 6)), 6, ())
+    assert split.scheduled == (4, 2)
+    assert split.reported == (3, 3)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_minmax_counts_sum_to_layer_count(seed):
+    rng = np.random.default_rng(seed)
+    n_layers, n_stages = int(rng.integers(4, 30)), int(rng.integers(2, 6))
+    n_stages = min(n_stages, n_layers)
+    stages = tuple(uniform(float(rng.uniform(0.5, 3.0)), n_layers) for _ in range(n_stages))
+    comm_times = tuple(float(x) for x in rng.uniform(0, 2.0, max(n_stages - 2, 0)))
+    split = minmax(stages, n_layers, comm_times)
+    assert len(split.reported) == len(split.scheduled) == n_stages
+    assert sum(split.reported) == sum(split.scheduled) == n_layers
+    assert min(split.scheduled) >= 1
+
+
+# ----------------------------------------------------------------------------- enumerate
+@pytest.mark.parametrize("nodes,gpus,gbs,layers", [(4, 4, 256, 24), (8, 4, 64, 48), (3, 2, 12, 5), (2, 8, 16, 48)])
+def test_degrees_invariants(nodes, gpus, gbs, layers):
+    """Every (tp, dp, pp, mbs) uses all W GPUs, dp divides the batch, mbs the per-replica batch,
+    pp <= layers, tp stays inside a node; no duplicates; and nothing valid is missing (compared
+    with a brute force over all tuples)."""
+    world = nodes * gpus
+    found = list(degrees(num_nodes=nodes, gpus_per_node=gpus, tp_degrees=(1, 2, 4), global_batch_size=gbs,
+                         num_transformer_layers=layers))
+    assert len(found) == len(set(found)) > 0
+    for tp, dp, pp, mbs in found:
+        assert tp * dp * pp == world and gbs % dp == 0 and (gbs // dp) % mbs == 0 and pp <= layers and gpus % tp == 0
+    brute = {(tp, dp, pp, mbs) for tp, dp, pp, mbs in itertools.product((1, 2, 4), divisors(world), divisors(world),
+                                                                        divisors(gbs))
+             if tp * dp * pp == world and gpus % tp == 0 and gbs % dp == 0 and (gbs // dp) % mbs == 0 and pp <= layers}
+    assert set(found) == brute
+    assert found == sorted(found, key=lambda c: (c[0], c[1], c[3]))  # FASOP's order: tp, dp, mbs
+
+
+@pytest.mark.parametrize("nodes,gbs,layers,homogeneous,heterogeneous", [
+    (4, 256, 24, 89, 356),   # bert: 4 nodes, global batch 256, 24 layers
+    (8, 64, 48, 74, 592),    # gpt2xl: 8 nodes, 64, 48
+    (8, 128, 48, 89, 712),   # t5: 8 nodes, 128, 24 encoder + 24 decoder
+])
+def test_candidate_counts_of_the_six_experiments(nodes, gbs, layers, homogeneous, heterogeneous):
+    """The row counts of FASOP's six outputs: (tp, dp, pp, mbs) tuples for 4-GPU nodes and TP
+    degrees 1, 2, 4; heterogeneous = one A100 node + A10s, estimated on all N rotations."""
+    count = len(list(degrees(num_nodes=nodes, gpus_per_node=4, tp_degrees=(1, 2, 4), global_batch_size=gbs,
+                             num_transformer_layers=layers)))
+    assert count == homogeneous
+    a100, a10 = node("a100", gpus=4), node("a10", gpus=4)
+    assert len(cyclic_placements([a10] * nodes)) == 1
+    assert count * len(cyclic_placements([a100] + [a10] * (nodes - 1))) == heterogeneous
+
+
+def test_cyclic_placements_are_rotations():
+    a, b = node("a"), node("b")
+    assert cyclic_placements([a, b, b]) == [(a, b, b), (b, b, a), (b, a, b)]
+
+
+# ----------------------------------------------------------------------------- memory
+# h=8, s=4, v=16, a=2, tp=1, mbs=1; p = pp if m > pp else m micro-batches in flight.
+#   embedding:   params h*v = 128,  act s*b*h*pp*p = 4*1*8*pp*p
+#   transformer: params 12h^2 = 768, act s*b*p*h*(10 + 24 + 5*a*s/h) = 32p * 39 = 1248p
+#   head:        params h*v = 128,  act 4*s*b*h + 4*s*b*v = 128 + 256 = 384
+def test_stage_elements_hand_case():
+    """pp=2, dp=2, gbs=8 -> m = 8/(2*1) = 4 > pp -> p = 2. Stage [embedding, transformer]:
+    params 128+768 = 896, act 4*8*2*2 + 1248*2 = 128 + 2496 = 2624. Stage [transformer, head]:
+    params 896, act 2496 + 384 = 2880."""
+    p = plan(1, 2, 2, node(), node())
+    assert stage_elements(p, model(), ("embedding", "transformer")) == (896.0, 2624.0)
+    assert stage_elements(p, model(), ("transformer", "head")) == (896.0, 2880.0)
+
+
+def test_stage_elements_in_flight_microbatches():
+    """gbs=2, dp=2 -> m = 1 <= pp = 2 -> p = m = 1: transformer act 1248*1; embedding
+    4*1*8*pp(2)*p(1) = 64."""
+    p = plan(1, 2, 2, node(), node(), gbs=2)
+    assert stage_elements(p, model(gbs=2), ("transformer",)) == (768.0, 1248.0)
+    assert stage_elements(p, model(gbs=2), ("embedding",)) == (128.0, 64.0)
+
+
+@pytest.mark.parametrize("limit,is_oom,is_zero_oom", [
+    (23760.0, False, False),  # 1.25 * 19008 = 23760: at the limit is not over it
+    (23759.0, True, False),
+    (13632.0, True, False),   # ZeRO bytes of stage 1 = 13632, compared without the 1.25 factor
+    (13631.0, True, True),
+])
+def test_estimate_memory_oom_threshold(limit, is_oom, is_zero_oom):
+    """Partition 2-2 of the stages above (dp=2): bytes = 18*896 + act -> 16128 + 2624 = 18752 and
+    16128 + 2880 = 19008; ZeRO (6 + 12//2)*896 + act -> 13376 and 13632. OOM when
+    1.25 x bytes > limit; ZeRO OOM when ZeRO bytes > limit (§8)."""
+    n = node(memory_bytes=limit)
+    memory = estimate_memory(plan(1, 2, 2, n, n), model(), CLUSTER, (2, 2))
+    assert memory.stage_bytes == (18752.0, 19008.0)
+    assert memory.stage_zero_bytes == (13376.0, 13632.0)
+    assert (memory.is_oom, memory.is_zero_oom) == (is_oom, is_zero_oom)
+
+
+def test_memory_limit_node_lookup():
+    """§8: pp = N -> node i; pp > N -> node i // (pp/N); pp < N -> (i+1)*N/pp - 2, FASOP's
+    second-to-last node of the span (N=8, pp=2: stages read nodes 2 and 6)."""
+    n = node()
+    assert [fasop_limit_node(plan(1, 1, 2, n, n), i) for i in range(2)] == [0, 1]
+    assert [fasop_limit_node(plan(1, 1, 4, n, n), i) for i in range(4)] == [0, 0, 1, 1]
+    assert [fasop_limit_node(plan(1, 4, 2, *[n] * 8), i) for i in range(2)] == [2, 6]
+    assert [fasop_limit_node(plan(1, 2, 2, *[n] * 4), i) for i in range(2)] == [0, 2]
+
+
+# ----------------------------------------------------------------------------- plan
+@pytest.mark.parametrize("tp,dp,pp,gpus,nodes,expected", [
+    (1, 1, 4, 2, 2, ((0,), (0,), (1,), (1,))),  # two stages per 2-GPU node
+    (1, 4, 1, 2, 2, ((0, 1),)),                  # one stage over both nodes
+    (2, 2, 2, 2, 4, ((0, 1), (2, 3))),           # each stage's 4 ranks on two nodes
+    (1, 3, 2, 2, 3, ((0, 1), (1, 2))),           # ranks 0-2 and 3-5 straddle node 1
+])
+def test_stage_node_indices(tp, dp, pp, gpus, nodes, expected):
+    """Stage p holds ranks [p*tp*dp, (p+1)*tp*dp); node k holds ranks [k*M, (k+1)*M)."""
+    p = plan(tp, dp, pp, *[node(gpus=gpus)] * nodes)
+    assert p.stage_node_indices == expected
+    for stage, indices in enumerate(expected):  # agrees with rank() and node_of_rank()
+        ranks = [p.rank(stage, d, t) for d in range(dp) for t in range(tp)]
+        assert sorted({r // gpus for r in ranks}) == list(indices)
+
+
+def test_plan_counts_and_key():
+    p = plan(2, 2, 2, node("a"), node("b"), mbs=2, gbs=16)
+    assert (p.num_gpus, p.num_microbatches, p.gpus_per_node) == (8, 4, 2)
+    assert p.key() == "tp2-dp2-pp2-mbs2@a-b"
+    assert p.rank(1, 1, 0) == 0 + 2 * 1 + 2 * 2 * 1
