@@ -48,13 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="CSV to write (default results/<model>_<cluster>_<nodes>.csv)")
     s.add_argument("--show", type=int, default=DEFAULT_SHOWN, help="plans to print (default %(default)s)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_pareto_parser(sub, PLACEMENTS, PARTITIONERS, DEFAULT_ITERATIONS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return _search(args)
+        return _pareto(args) if args.command == "pareto" else _search(args)
     except FasopError as exc:
         print(f"fasop: error: {exc}", file=sys.stderr)
         return 2
@@ -77,7 +78,10 @@ def _search(args: argparse.Namespace) -> int:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
                         partitioner=args.partitioner, iterations=args.iterations, progress=progress)
     columns, rows = search_rows(result, model.sequence_length)
-    write_atomic(out, csv_text(columns, rows))
+    try:
+        write_atomic(out, csv_text(columns, rows))
+    except OSError as exc:
+        raise FasopError(f"--out: cannot write {str(out)!r}: {exc.strerror}") from None
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     print(f"wrote {out}")
     return 0
@@ -144,6 +148,133 @@ def _abbreviate(placement: str) -> str:
         i = j
     return "-".join(out)
 
+
+# ---------------------------------------------------------------------------- fasop pareto
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -> None:
+    p = sub.add_parser("pareto", help="time vs cost over every cluster you could assemble",
+                       description="For every composition of node counts within the limits: its fastest plan that "
+                       "fits, total training time and cost; the non-dominated set, its knee, and the cheapest plan "
+                       "within a deadline / the fastest within a budget. See docs/pareto.md.")
+    p.add_argument("--model", required=True, help="name in model_specs/ or path to a model YAML")
+    p.add_argument("--cluster", required=True, help="name in cluster_specs/ or path to a cluster YAML")
+    p.add_argument("--max-nodes", required=True, metavar="TYPE=N[,TYPE=N...]",
+                   help="most nodes of each type, e.g. a100=8,a10=8 (this order is the node order of a composition)")
+    p.add_argument("--min-nodes", metavar="TYPE=N[,TYPE=N...]", help="fewest nodes of each type (default 0)")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--tokens", type=_positive_int,
+                        help="training tokens; iterations = ceil(tokens / (global batch x sequence length))")
+    length.add_argument("--iterations", type=_positive_int,
+                        help=f"training steps (default {default_iterations:,})")
+    p.add_argument("--deadline-hours", type=_positive_float, help="report the cheapest plan finishing within H hours")
+    p.add_argument("--budget-usd", type=_positive_float, help="report the fastest plan costing at most B USD")
+    p.add_argument("--spot", action="store_true", help="price nodes at spot_usd_per_hour where the spec has one")
+    p.add_argument("--out-prefix", help="write PREFIX_pareto.csv/.png/.svg (default results/<model>_<cluster>)")
+    p.add_argument("--placements", choices=placements, default="cyclic",
+                   help="node orders to try: cyclic = FASOP's rotations of the node list")
+    p.add_argument("--partitioner", choices=partitioners, default="fasop-minmax",
+                   help="layer split: fasop-minmax = FASOP's greedy balancing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _pareto(args: argparse.Namespace) -> int:
+    from fasop import pareto
+    from fasop.report import csv_text, pareto_rows, write_atomic
+    from fasop.search import DEFAULT_ITERATIONS
+    from fasop.specs import load_cluster, load_model
+
+    model = load_model(args.model)
+    cluster = load_cluster(args.cluster)
+    max_nodes = pareto.parse_node_limits(args.max_nodes, cluster, "--max-nodes")
+    min_nodes = pareto.parse_node_limits(args.min_nodes, cluster, "--min-nodes") if args.min_nodes else {}
+    comps = pareto.compositions(max_nodes, min_nodes)
+    iterations = (pareto.iterations_for_tokens(args.tokens, global_batch_size=model.global_batch_size,
+                                               sequence_length=model.sequence_length)
+                  if args.tokens else args.iterations or DEFAULT_ITERATIONS)
+    _, on_demand = pareto.node_prices(cluster, max_nodes, spot=args.spot)
+    if on_demand:
+        print(f"note: --spot: {cluster.path} has no spot_usd_per_hour for {', '.join(on_demand)}; "
+              "on-demand price used", file=sys.stderr)
+    prefix = Path(args.out_prefix) if args.out_prefix else Path("results") / f"{model.name}_{Path(cluster.path).stem}"
+    done, interrupted = [], False
+    with _progress_bar(args.no_progress, "compositions") as progress:
+        try:
+            for result in pareto.sweep(model, cluster, comps, placements=args.placements,
+                                       partitioner=args.partitioner, iterations=iterations, spot=args.spot,
+                                       progress=progress):
+                done.append(result)
+        except KeyboardInterrupt:
+            interrupted = True
+    if interrupted and not done:
+        print("fasop: interrupted before any composition finished; nothing written", file=sys.stderr)
+        return 130
+    analysis = pareto.analyse(done, deadline_hours=args.deadline_hours, budget_usd=args.budget_usd,
+                              complete=not interrupted)
+    csv_path = prefix.with_name(prefix.name + "_pareto.csv")
+    columns, rows = pareto_rows(analysis, model.sequence_length, list(max_nodes), spot=args.spot)
+    write_atomic(csv_path, csv_text(columns, rows))
+    _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
+    if interrupted:
+        print(f"fasop: interrupted after {len(done)} of {len(comps)} compositions; wrote {csv_path} "
+              "(complete=False), no plots", file=sys.stderr)
+        return 130
+    from fasop.plots import pareto_figure
+
+    png, svg = pareto_figure(analysis, prefix.with_name(prefix.name + "_pareto"),
+                             title=f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps")
+    print(f"wrote {csv_path}, {png}, {svg}")
+    return 0
+
+
+def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str, iterations: int,
+                  total: int) -> None:
+    statuses = [r.status for r in analysis.results]
+    print(f"{model_name} on {cluster_name}: {len(statuses)} of {total} compositions, {iterations:,} steps; "
+          f"{statuses.count('oom')} with no plan that fits, {statuses.count('no_plan')} with no valid plan")
+    if not analysis.frontier:
+        print("frontier: empty (no composition has a plan that fits in GPU memory)")
+    else:
+        header = ("composition", "tp", "dp", "pp", "mbs", "placement", "time_h", "cost_usd", "")
+        table = [header] + [(
+            rows[i]["composition"], str(rows[i]["tp"]), str(rows[i]["dp"]), str(rows[i]["pp"]), str(rows[i]["mbs"]),
+            _abbreviate(rows[i]["node_placement"]), f"{rows[i]['train_time_h']:,.1f}",
+            f"{rows[i]['train_cost_usd']:,.0f}", "knee" if i == analysis.knee else "") for i in analysis.frontier]
+        widths = [max(len(row[k]) for row in table) for k in range(len(header))]
+        print(f"frontier ({len(analysis.frontier)} points, fastest first):")
+        for row in table:
+            cells = [c.rjust(w) if k in (1, 2, 3, 4, 6, 7) else c.ljust(w) for k, (c, w) in enumerate(zip(row, widths))]
+            print("  " + "  ".join(cells).rstrip())
+        if analysis.knee is None:
+            print("knee: none (fewer than 3 frontier points)")
+    fits = [rows[i] for i, r in enumerate(analysis.results) if r.status == "ok"]
+    if analysis.deadline_hours is not None:
+        what = f"cheapest within {analysis.deadline_hours:,g} h"
+        if analysis.deadline is not None:
+            print(f"{what}: {_describe(rows[analysis.deadline])}")
+        else:
+            fastest = min((r["train_time_h"] for r in fits), default=None)
+            print(f"{what}: none qualifies" + (f" (fastest takes {fastest:,.1f} h)" if fits else ""))
+    if analysis.budget_usd is not None:
+        what = f"fastest within ${analysis.budget_usd:,.2f}"
+        if analysis.budget is not None:
+            print(f"{what}: {_describe(rows[analysis.budget])}")
+        else:
+            cheapest = min((r["train_cost_usd"] for r in fits), default=None)
+            print(f"{what}: none qualifies" + (f" (cheapest costs ${cheapest:,.0f})" if fits else ""))
+
+
+def _describe(row: dict) -> str:
+    return (f"{row['composition']} (tp {row['tp']}, dp {row['dp']}, pp {row['pp']}, mbs {row['mbs']}): "
+            f"{row['train_time_h']:,.1f} h, ${row['train_cost_usd']:,.0f}")
 
 if __name__ == "__main__":
     sys.exit(main())

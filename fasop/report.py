@@ -106,3 +106,51 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+# ---------------------------------------------------------------------------- fasop pareto
+PARETO_EXTRA_COLUMNS = ("composition", "cluster_kind", "status", "num_candidates", "num_candidates_oom",
+                        "price_basis", "on_frontier", "is_knee", "complete")
+"""Columns of `fasop pareto` output after SEARCH_COLUMNS and the `num_nodes_<type>` columns."""
+
+PARETO_COLUMN_DOCS = {
+    "composition": "node counts, e.g. 8xa100+3xa10", "cluster_kind": "the node type if all alike, else mixed",
+    "status": "ok: some plan fits in memory; oom: none fits (plan cells empty); no_plan: no valid plan",
+    "num_candidates": "plans the search estimated for this composition",
+    "num_candidates_oom": "of which out of memory",
+    "price_basis": "on-demand or spot (spot where the spec has a spot price)",
+    "on_frontier": "non-dominated over (train_time_h, train_cost_usd)",
+    "is_knee": "the frontier's knee (docs/pareto.md)",
+    "complete": "False in every row when the sweep was interrupted: rows cover only finished compositions",
+}
+
+
+def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
+                spot: bool = False) -> tuple[list[str], list[dict]]:
+    """(columns, rows) for `fasop pareto`: one row per composition, in composition order, with its
+    fastest plan that fits (plan cells empty when none fits). Dollar columns use the composition's
+    price on the chosen basis; `rank` is the plan's rank within its composition's search."""
+    columns = list(SEARCH_COLUMNS) + [f"num_nodes_{t}" for t in type_names] + list(PARETO_EXTRA_COLUMNS)
+    rows = []
+    for i, r in enumerate(analysis.results):
+        counts = dict(r.composition.counts)
+        row = dict.fromkeys(columns, "")
+        best = r.best
+        if best is not None:
+            rank = r.search.estimates.index(best) + 1
+            row |= estimate_row(best, rank=rank, iterations=r.iterations, usd_per_hour=r.usd_per_hour,
+                                sequence_length=sequence_length)
+            row |= {"train_time_h": r.train_time_h, "train_cost_usd": r.train_cost_usd}
+            if spot:
+                row["usd_per_step"] = r.usd_per_hour / 3600 * best.step_time_s
+        row |= {f"num_nodes_{t}": counts.get(t, 0) for t in type_names}
+        row |= {"num_nodes": r.composition.num_nodes, "usd_per_hour": r.usd_per_hour, "iterations": r.iterations,
+                "is_oom": "" if r.status == "no_plan" else r.status == "oom",
+                "composition": r.composition.label, "cluster_kind": r.composition.kind, "status": r.status,
+                "num_candidates": 0 if r.search is None else len(r.search.estimates),
+                "num_candidates_oom": 0 if r.search is None else r.search.num_oom,
+                "price_basis": "spot" if spot else "on-demand",
+                "on_frontier": analysis.on_frontier[i], "is_knee": i == analysis.knee,
+                "complete": analysis.complete}
+        rows.append(row)
+    return columns, rows

@@ -1,0 +1,318 @@
+"""Which cluster to assemble: sweep node compositions, then the time-vs-dollar frontier.
+
+For every composition of node counts within per-type limits, `sweep` runs the search and keeps
+its result; `analyse` takes each composition's fastest plan that fits in memory, prices the whole
+training run, and finds the non-dominated set over (time, cost), its knee, and the answers to a
+deadline and a budget query. No printing, no files: the CLI does that.
+
+Definitions (docs/pareto.md):
+- train_time_h = step_time_s x iterations / 3600.
+- train_cost_usd = (sum over the composition's nodes of the node's $/h) x train_time_h.
+- A point is on the frontier when no other point is at least as good in every column and
+  strictly better in one. Identical points: the first in row order (composition order) only.
+- Knee: on the frontier, normalise time and cost to [0, 1] between the frontier's extremes; the
+  knee is the point farthest below the chord joining the two extremes, i.e. the largest
+  1 - t' - c'. Needs at least 3 frontier points; ties go to the faster point.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from fasop.errors import FasopError
+from fasop.estimate import PARTITIONERS, Estimate
+from fasop.search import DEFAULT_ITERATIONS, PLACEMENTS, SearchResult, search
+from fasop.specs import ClusterSpec, ModelSpec, NodeType
+
+Sense = Literal["min", "max"]
+Status = Literal["ok", "oom", "no_plan"]
+Progress = Callable[[int, int], None]
+"""progress(done, total) over compositions."""
+
+TIME, COST = "train_time_h", "train_cost_usd"
+
+
+# ---------------------------------------------------------------------------- frontier
+def pareto_front(table: pd.DataFrame, senses: Mapping[str, Sense], *,
+                 duplicates: Literal["first", "all"] = "first") -> pd.Series:
+    """Boolean Series (index of `table`): True where the row is non-dominated over `senses`.
+
+    `senses` maps each objective column to "min" or "max". Row r dominates row q when r is at
+    least as good in every objective and strictly better in one. Rows with a NaN objective are
+    never on the front. Rows identical in every objective do not dominate each other:
+    duplicates="all" keeps them all, "first" keeps only the first in row order.
+    """
+    if not senses:
+        raise ValueError("pareto_front: no objective columns")
+    bad = {c: s for c, s in senses.items() if s not in ("min", "max")}
+    if bad:
+        raise ValueError(f"pareto_front: sense must be 'min' or 'max', got {bad}")
+    if duplicates not in ("first", "all"):
+        raise ValueError(f"pareto_front: duplicates must be 'first' or 'all', got {duplicates!r}")
+    values = np.column_stack([table[c].to_numpy(dtype=float) * (1.0 if s == "min" else -1.0)
+                              for c, s in senses.items()]) if len(table) else np.empty((0, len(senses)))
+    valid = ~np.isnan(values).any(axis=1)
+    positions = np.flatnonzero(valid)
+    # lexicographic order, row position last: a dominating row always comes before the rows it
+    # dominates, and the first of identical rows comes first
+    order = positions[np.lexsort((positions,) + tuple(values[positions, k] for k in reversed(range(values.shape[1]))))]
+    on_front = np.zeros(len(table), dtype=bool)
+    front: list[np.ndarray] = []
+    for i in order:
+        v = values[i]
+        beaten = False
+        for f in front:
+            if (f <= v).all() and (duplicates == "first" or (f < v).any()):
+                beaten = True
+                break
+        if not beaten:
+            on_front[i] = True
+            front.append(v)
+    return pd.Series(on_front, index=table.index, name="on_frontier")
+
+
+def knee_position(times: Sequence[float], costs: Sequence[float]) -> int | None:
+    """Index (into the given frontier points) of the knee, or None with fewer than 3 points.
+
+    Normalise time and cost to [0, 1] between the frontier's extremes, so the fastest point sits
+    at (0, 1) and the cheapest at (1, 0); the knee maximises 1 - t' - c', the distance (x sqrt 2)
+    below the chord joining them. Ties go to the faster point.
+    """
+    if len(times) < 3:
+        return None
+    t, c = np.asarray(times, dtype=float), np.asarray(costs, dtype=float)
+    t_span, c_span = t.max() - t.min(), c.max() - c.min()
+    if t_span <= 0 or c_span <= 0:
+        return None
+    gain = 1.0 - (t - t.min()) / t_span - (c - c.min()) / c_span
+    best = max(gain)
+    return min((i for i in range(len(t)) if gain[i] == best), key=lambda i: (t[i], i))
+
+
+def cheapest_within(times: Sequence[float], costs: Sequence[float], deadline_h: float) -> int | None:
+    """Deadline query: index of the cheapest point with time <= deadline (ties: faster, then first)."""
+    ok = [i for i, t in enumerate(times) if t <= deadline_h]
+    return min(ok, key=lambda i: (costs[i], times[i], i)) if ok else None
+
+
+def fastest_within(times: Sequence[float], costs: Sequence[float], budget_usd: float) -> int | None:
+    """Budget query: index of the fastest point with cost <= budget (ties: cheaper, then first)."""
+    ok = [i for i, c in enumerate(costs) if c <= budget_usd]
+    return min(ok, key=lambda i: (times[i], costs[i], i)) if ok else None
+
+
+# ---------------------------------------------------------------------------- compositions
+@dataclass(frozen=True, kw_only=True)
+class Composition:
+    """Node counts per type, in the order of the --max-nodes limits (zeros included)."""
+
+    counts: tuple[tuple[str, int], ...]
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(n for _, n in self.counts)
+
+    @property
+    def label(self) -> str:
+        """e.g. `8xa100+3xa10` (types with no node left out)."""
+        return "+".join(f"{n}x{name}" for name, n in self.counts if n)
+
+    @property
+    def kind(self) -> str:
+        """The node type when all nodes are of one type, else "mixed"."""
+        used = [name for name, n in self.counts if n]
+        return used[0] if len(used) == 1 else "mixed"
+
+    def inventory(self, cluster: ClusterSpec) -> tuple[NodeType, ...]:
+        """The node list: all nodes of the first type, then the next type's (FASOP: A100 first)."""
+        return tuple(node for name, n in self.counts for node in [cluster.node_types[name]] * n)
+
+
+def parse_node_limits(text: str, cluster: ClusterSpec, flag: str) -> dict[str, int]:
+    """`a100=8,a10=8` -> {"a100": 8, "a10": 8}, in the order given; counts may be 0."""
+    limits: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, count = (part.strip() for part in item.partition("="))
+        if not sep or not count.isdigit():
+            raise FasopError(f"{flag}: expected TYPE=COUNT with COUNT >= 0, got {item.strip()!r}")
+        if name not in cluster.node_types:
+            raise FasopError(f"{flag}: unknown node type {name!r} in {cluster.path} "
+                             f"(known: {', '.join(cluster.node_types)})")
+        if name in limits:
+            raise FasopError(f"{flag}: node type {name!r} given twice")
+        limits[name] = int(count)
+    return limits
+
+
+def compositions(max_nodes: Mapping[str, int], min_nodes: Mapping[str, int] | None = None) -> tuple[Composition, ...]:
+    """Every non-empty composition with min <= count <= max per type.
+
+    Order: the count of the first type ascending outermost, the last type's innermost
+    (a100=0..8 x a10=0..8 -> (0,1), (0,2), ..., (0,8), (1,0), ..., (8,8)).
+    """
+    min_nodes = dict(min_nodes or {})
+    unknown = [t for t in min_nodes if t not in max_nodes]
+    if unknown:
+        raise FasopError(f"--min-nodes: node type {unknown[0]!r} has no --max-nodes limit")
+    above = [f"{t}={min_nodes[t]} > {max_nodes[t]}" for t in min_nodes if min_nodes[t] > max_nodes[t]]
+    if above:
+        raise FasopError(f"--min-nodes: above --max-nodes for {', '.join(above)}")
+    names = list(max_nodes)
+    ranges = [range(min_nodes.get(t, 0), max_nodes[t] + 1) for t in names]
+    found = tuple(Composition(counts=tuple(zip(names, counts)))
+                  for counts in itertools.product(*ranges) if sum(counts) > 0)
+    if not found:
+        raise FasopError(f"--max-nodes: no non-empty composition within {dict(max_nodes)}")
+    return found
+
+
+def iterations_for_tokens(tokens: int, *, global_batch_size: int, sequence_length: int) -> int:
+    """Training steps to see `tokens` tokens: ceil(tokens / (global batch x sequence length))."""
+    if tokens < 1:
+        raise FasopError(f"--tokens: must be >= 1, got {tokens}")
+    return math.ceil(tokens / (global_batch_size * sequence_length))
+
+
+def node_prices(cluster: ClusterSpec, type_names: Iterable[str], *, spot: bool) -> tuple[dict[str, float], tuple[str, ...]]:
+    """($/h per node type, types priced on demand although spot was asked: the spec has no spot price)."""
+    prices, fallback = {}, []
+    for name in type_names:
+        node = cluster.node_types[name]
+        if spot and node.spot_usd_per_hour is not None:
+            prices[name] = node.spot_usd_per_hour
+        else:
+            prices[name] = node.usd_per_hour
+            if spot:
+                fallback.append(name)
+    return prices, tuple(fallback)
+
+
+# ---------------------------------------------------------------------------- sweep
+@dataclass(frozen=True, kw_only=True)
+class CompositionResult:
+    composition: Composition
+    search: SearchResult | None
+    """Every candidate of the composition (None when no valid plan exists)."""
+    usd_per_hour: float
+    """Price of the composition per hour on the chosen basis (on-demand or spot)."""
+    iterations: int
+    no_plan_reason: str = ""
+
+    @property
+    def best(self) -> Estimate | None:
+        """Fastest plan that fits in memory (ties: enumeration order)."""
+        return None if self.search is None else self.search.best_fitting
+
+    @property
+    def status(self) -> Status:
+        return "no_plan" if self.search is None else ("oom" if self.best is None else "ok")
+
+    @property
+    def train_time_h(self) -> float:
+        return math.nan if self.best is None else self.best.step_time_s * self.iterations / 3600
+
+    @property
+    def train_cost_usd(self) -> float:
+        return self.usd_per_hour * self.train_time_h
+
+
+def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str = "cyclic",
+          partitioner: str = "fasop-minmax", iterations: int = DEFAULT_ITERATIONS, spot: bool = False,
+          progress: Progress | None = None) -> Iterator[CompositionResult]:
+    """Search every composition (heterogeneous plans allowed) and yield its result, in order.
+
+    A generator, so a caller interrupted half-way keeps the compositions already yielded.
+    """
+    if placements not in PLACEMENTS:
+        raise FasopError(f"--placements: unknown strategy {placements!r} (known: {', '.join(PLACEMENTS)})")
+    if partitioner not in PARTITIONERS:
+        raise FasopError(f"--partitioner: unknown partitioner {partitioner!r} (known: {', '.join(PARTITIONERS)})")
+    if iterations < 1:
+        raise FasopError(f"--iterations: must be >= 1, got {iterations}")
+    names = list(dict.fromkeys(name for c in comps for name, _ in c.counts))
+    gpus = {name: cluster.node_types[name].gpus_per_node for name in names}
+    if len(set(gpus.values())) > 1:
+        raise FasopError(f"--max-nodes: node types must have the same gpus_per_node, got {gpus}")
+    prices, _ = node_prices(cluster, names, spot=spot)
+    for done, comp in enumerate(comps):
+        usd_per_hour = float(sum(prices[name] * n for name, n in comp.counts))
+        try:
+            result = search(model, cluster, comp.inventory(cluster), heterogeneous=True, placements=placements,
+                            partitioner=partitioner, iterations=iterations)
+        except FasopError as exc:  # e.g. no (tp, dp, pp) fits the batch and layer count
+            yield CompositionResult(composition=comp, search=None, usd_per_hour=usd_per_hour,
+                                    iterations=iterations, no_plan_reason=str(exc))
+        else:
+            if not spot:
+                usd_per_hour = result.usd_per_hour  # the estimator's own sum: FASOP's rounding
+            yield CompositionResult(composition=comp, search=result, usd_per_hour=usd_per_hour, iterations=iterations)
+        if progress is not None:
+            progress(done + 1, len(comps))
+
+
+# ---------------------------------------------------------------------------- analysis
+@dataclass(frozen=True, kw_only=True)
+class ParetoAnalysis:
+    results: tuple[CompositionResult, ...]
+    """One per composition, in composition order."""
+    on_frontier: tuple[bool, ...]
+    """Aligned with `results`."""
+    frontier: tuple[int, ...]
+    """Indices into `results` of the frontier, fastest first."""
+    knee: int | None
+    """Index into `results`, or None (fewer than 3 frontier points)."""
+    deadline_hours: float | None = None
+    deadline: int | None = None
+    """Cheapest composition finishing within `deadline_hours` (index into results), if any."""
+    budget_usd: float | None = None
+    budget: int | None = None
+    """Fastest composition costing at most `budget_usd` (index into results), if any."""
+    complete: bool = True
+    """False when the sweep was interrupted: results cover only the compositions finished."""
+
+    def points(self) -> pd.DataFrame:
+        """One row per composition: label, kind, status, train_time_h, train_cost_usd, on_frontier, is_knee."""
+        return pd.DataFrame({
+            "composition": [r.composition.label for r in self.results],
+            "kind": [r.composition.kind for r in self.results],
+            "status": [r.status for r in self.results],
+            TIME: [r.train_time_h for r in self.results],
+            COST: [r.train_cost_usd for r in self.results],
+            "on_frontier": list(self.on_frontier),
+            "is_knee": [i == self.knee for i in range(len(self.results))],
+        })
+
+
+def analyse(results: Sequence[CompositionResult], *, deadline_hours: float | None = None,
+            budget_usd: float | None = None, complete: bool = True) -> ParetoAnalysis:
+    """Frontier over (train_time_h, train_cost_usd) of the compositions whose best plan fits, its
+    knee, and the deadline and budget answers."""
+    if deadline_hours is not None and not deadline_hours > 0:
+        raise FasopError(f"--deadline-hours: must be > 0, got {deadline_hours}")
+    if budget_usd is not None and not budget_usd > 0:
+        raise FasopError(f"--budget-usd: must be > 0, got {budget_usd}")
+    results = tuple(results)
+    table = pd.DataFrame({TIME: [r.train_time_h for r in results], COST: [r.train_cost_usd for r in results]})
+    on_front = pareto_front(table, {TIME: "min", COST: "min"}, duplicates="first").tolist()
+    frontier = sorted((i for i, f in enumerate(on_front) if f), key=lambda i: (table[TIME][i], i))
+    k = knee_position([table[TIME][i] for i in frontier], [table[COST][i] for i in frontier])
+    fitting = [i for i, r in enumerate(results) if r.status == "ok"]
+    times = [results[i].train_time_h for i in fitting]
+    costs = [results[i].train_cost_usd for i in fitting]
+    deadline = budget = None
+    if deadline_hours is not None:
+        j = cheapest_within(times, costs, deadline_hours)
+        deadline = None if j is None else fitting[j]
+    if budget_usd is not None:
+        j = fastest_within(times, costs, budget_usd)
+        budget = None if j is None else fitting[j]
+    return ParetoAnalysis(results=results, on_frontier=tuple(on_front), frontier=tuple(frontier),
+                          knee=None if k is None else frontier[k], deadline_hours=deadline_hours, deadline=deadline,
+                          budget_usd=budget_usd, budget=budget, complete=complete)

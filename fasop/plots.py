@@ -1,0 +1,98 @@
+"""Figures. The only module that imports matplotlib, and only inside the functions that draw
+(Agg backend), so `fasop search` never loads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fasop.pareto import ParetoAnalysis
+
+WIDTH_IN, HEIGHT_IN, DPI, FONT_PT = 3.5, 2.9, 200, 8
+"""One report column wide; fonts readable at that size."""
+
+KIND_STYLE = ({"marker": "o", "color": "#1f77b4"}, {"marker": "s", "color": "#2ca02c"},
+              {"marker": "^", "color": "#9467bd"})
+"""Homogeneous node types in --max-nodes order; mixed compositions use MIXED_STYLE."""
+MIXED_STYLE = {"marker": "D", "color": "#7f7f7f"}
+
+
+def pareto_figure(analysis: ParetoAnalysis, stem: str | Path, *, title: str = "") -> tuple[Path, Path]:
+    """Write `<stem>.png` (200 dpi) and `<stem>.svg`: training time (h) vs cost (USD) per
+    composition, the frontier as a staircase, the knee and the deadline/budget answers marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    points = analysis.points()
+    fits = points[points["status"] == "ok"]
+    kinds = list(dict.fromkeys(name for r in analysis.results for name, n in r.composition.counts if n))
+    styles = {k: KIND_STYLE[i % len(KIND_STYLE)] for i, k in enumerate(kinds)} | {"mixed": MIXED_STYLE}
+    with plt.rc_context({"font.size": FONT_PT, "axes.titlesize": FONT_PT, "axes.labelsize": FONT_PT,
+                         "legend.fontsize": FONT_PT - 1, "xtick.labelsize": FONT_PT, "ytick.labelsize": FONT_PT,
+                         "svg.hashsalt": "fasop", "svg.fonttype": "none"}):
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
+        for kind in kinds + ["mixed"]:
+            sub = fits[fits["kind"] == kind]
+            if len(sub):
+                label = f"{kind} only" if kind != "mixed" else "mixed"
+                ax.scatter(sub["train_cost_usd"], sub["train_time_h"], s=12, alpha=0.55, linewidths=0,
+                           label=label, zorder=2, **styles[kind])
+        front = fits[fits["on_frontier"]].sort_values(["train_cost_usd", "train_time_h"])
+        if len(front):
+            ax.step(front["train_cost_usd"], front["train_time_h"], where="post", color="black", lw=0.9,
+                    zorder=3, label="frontier")
+            ax.scatter(front["train_cost_usd"], front["train_time_h"], s=14, facecolors="none",
+                       edgecolors="black", linewidths=0.8, zorder=4)
+        _annotate(ax, analysis)
+        ax.set_xlabel("training cost (USD)")
+        ax.set_ylabel("training time (hours)")
+        ax.xaxis.set_major_formatter(FuncFormatter(_usd))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.grid(True, lw=0.3, alpha=0.5)
+        if title:
+            ax.set_title(title)
+        if not analysis.complete:
+            ax.text(0.99, 0.99, "incomplete sweep", transform=ax.transAxes, ha="right", va="top", color="red")
+        ax.legend(loc="upper right", frameon=False, handlelength=1.2, borderaxespad=0.2)
+        stem = Path(stem)
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
+        fig.savefig(png, dpi=DPI, metadata={"Software": None})
+        fig.savefig(svg, metadata={"Date": None, "Creator": None})
+        plt.close(fig)
+    return png, svg
+
+
+def _usd(value: float, _pos=None) -> str:
+    if abs(value) >= 1e6:
+        return f"${value / 1e6:g}M"
+    if abs(value) >= 1e3:
+        return f"${value / 1e3:g}k"
+    return f"${value:g}"
+
+
+def _annotate(ax, analysis: ParetoAnalysis) -> None:
+    """Knee (star), deadline (horizontal line) and budget (vertical line) with their answers."""
+    marks = []
+    if analysis.knee is not None:
+        marks.append((analysis.knee, "knee", "*", "#d62728", 70))
+    if analysis.deadline_hours is not None:
+        ax.axhline(analysis.deadline_hours, color="#ff7f0e", lw=0.7, ls="--", zorder=1)
+        ax.annotate(f"deadline {analysis.deadline_hours:,.0f} h", (1.0, analysis.deadline_hours),
+                    xycoords=("axes fraction", "data"), ha="right", va="bottom", color="#ff7f0e",
+                    fontsize=FONT_PT - 1)
+        if analysis.deadline is not None:
+            marks.append((analysis.deadline, "cheapest in deadline", "v", "#ff7f0e", 30))
+    if analysis.budget_usd is not None:
+        ax.axvline(analysis.budget_usd, color="#17becf", lw=0.7, ls="--", zorder=1)
+        ax.annotate(f"budget {_usd(analysis.budget_usd)}", (analysis.budget_usd, 1.0),
+                    xycoords=("data", "axes fraction"), ha="left", va="top", rotation=90, color="#17becf",
+                    fontsize=FONT_PT - 1)
+        if analysis.budget is not None:
+            marks.append((analysis.budget, "fastest in budget", "P", "#17becf", 30))
+    for i, name, marker, color, size in marks:
+        r = analysis.results[i]
+        ax.scatter([r.train_cost_usd], [r.train_time_h], marker=marker, s=size, color=color, zorder=5,
+                   edgecolors="black", linewidths=0.4, label=f"{name}: {r.composition.label}")
