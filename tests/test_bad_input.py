@@ -308,11 +308,10 @@ def test_out_is_a_folder(tmp_path, capsys):
 def test_every_shipped_cluster_loads(path):
     cluster = load_cluster(str(path))
     assert cluster.node_types
-    # every GPU a shipped cluster offers is profiled by every shipped model
-    for model_path in sorted((REPO / "model_specs").glob("*.yaml")):
-        model = load_model(str(model_path))
-        for node in cluster.node_types.values():
-            assert model.profile.tp_degrees((node.gpu,)), (model_path.name, node.name)
+    # every GPU a shipped cluster offers is profiled by some shipped model
+    models = [load_model(str(p)) for p in sorted((REPO / "model_specs").glob("*.yaml"))]
+    for node in cluster.node_types.values():
+        assert any(model.profile.tp_degrees((node.gpu,)) for model in models), (path.name, node.name)
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "model_specs").glob("*.yaml")), ids=lambda p: p.name)
