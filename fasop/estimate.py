@@ -29,13 +29,16 @@ import numpy as np
 from fasop import comm
 from fasop.compute import LayerCosts, ProfileCompute
 from fasop.memory import MemoryEstimate, estimate_memory, stage_fit_mask
-from fasop.partition import Split, boundaries, fasop_minmax_splits, optimal
+from fasop.partition import Found, Split, boundaries, fasop_minmax_splits, optimal
 from fasop.plan import Plan
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
 PARTITIONERS = ("fasop-minmax", "optimal")
+DEFAULT_MAX_NODES = 300
+"""Branch-and-bound budget per plan of the `optimal` partitioner; past it the best split found
+is kept and reported as not proven (`partition_proven_optimal`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +60,8 @@ class Estimate:
     step_time_s: float
     memory: MemoryEstimate
     usd_per_step: float
+    partition_proven_optimal: bool = False
+    """True when the `optimal` partitioner proved no split of this plan is faster."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class _Prepared:
     costs: tuple[LayerCosts, ...]
     p2p: tuple[float, ...]
     splits: list[Split]
+    proven: bool = False
 
     def stage_compute(self, counts: Sequence[int]) -> list[float]:
         edges = boundaries(counts)
@@ -76,10 +82,12 @@ class Fasop2024Estimator:
     """FASOP's estimator for one (model, cluster, inventory)."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType],
-                 partitioner: str = "fasop-minmax"):
+                 partitioner: str = "fasop-minmax", max_nodes: int | None = DEFAULT_MAX_NODES):
         if partitioner not in PARTITIONERS:
             raise ValueError(f"unknown partitioner {partitioner!r}")
         self.model, self.cluster, self.partitioner = model, cluster, partitioner
+        self.max_nodes = max_nodes
+        """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
         self.compute = ProfileCompute(model)
         self.compute.check_gpus(tuple(dict.fromkeys(n.gpu for n in inventory)))
         self.segment_lengths = [model.layer_segments.count(s) for s in model.segments]
@@ -102,12 +110,14 @@ class Fasop2024Estimator:
         p2p = comm.p2p_seconds(plan, self.model, self.cluster)
         splits = fasop_minmax_splits(costs, self.segment_lengths, p2p)
         prepared = _Prepared(plan, types, costs, p2p, splits)
-        if self.partitioner == "optimal" and plan.pp > 1:
-            counts = self._optimal_split(prepared)
-            prepared = _Prepared(plan, types, costs, p2p, [Split(counts, counts)])
+        if self.partitioner == "optimal":
+            if plan.pp == 1:
+                return _Prepared(plan, types, costs, p2p, splits, proven=True)
+            found = self._optimal_split(prepared)
+            prepared = _Prepared(plan, types, costs, p2p, [Split(found.split, found.split)], proven=found.proven)
         return prepared
 
-    def _optimal_split(self, p: _Prepared) -> tuple[int, ...]:
+    def _optimal_split(self, p: _Prepared) -> Found:
         """The split with the lowest estimated step time among those that fit in memory (or among
         all splits when none fits), by exact branch and bound with cuts (partition.optimal)."""
         plan = p.plan
@@ -143,10 +153,12 @@ class Fasop2024Estimator:
 
         seeds = [s.reported for s in p.splits]
         fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
-        found = optimal(fitting, bound=bound, evaluate=evaluate, cut=cut, extra=extra, seeds=seeds)
+        budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
+                  "max_nodes": self.max_nodes}
+        found = optimal(fitting, **budget)
         if found is None:  # nothing fits: the fastest split, flagged OOM by the memory estimate
-            found = optimal(times, bound=bound, evaluate=evaluate, cut=cut, extra=extra, seeds=seeds)
-        return found[0]
+            found = optimal(times, **budget)
+        return found
 
     # ------------------------------------------------------------------ batch
     def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
@@ -219,7 +231,7 @@ class Fasop2024Estimator:
             stage_end_s=tuple(float(e) for e in stage_end), pipeline_time_s=float(stage_end[0]),
             dp_allreduce_s=float(dp_costs[slowest]), embedding_allreduce_s=float(embedding),
             step_time_s=float(step), memory=estimate_memory(plan, self.model, self.cluster, split.reported),
-            usd_per_step=self.usd_per_s * float(step),
+            usd_per_step=self.usd_per_s * float(step), partition_proven_optimal=p.proven,
         )
 
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:

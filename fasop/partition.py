@@ -128,9 +128,74 @@ Cut = Callable[[tuple[int, ...]], tuple[np.ndarray, float]]
 every split s: objective(s) >= weights . stage_times(s) + const + extra(s[0])."""
 
 
+@dataclass(frozen=True)
+class Found:
+    split: tuple[int, ...]
+    objective: float
+    proven: bool
+    """True when the search finished: no split is better. False when it stopped at its budget
+    (the split is then the best one found, never worse than the seeds)."""
+
+
+def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
+    """The split minimising the largest stage time (ties: the smaller sum), by dynamic
+    programming over (stage, first layer); None when no split fits. times as in `optimal`."""
+    n, size, _ = times.shape
+    last = size - 1
+    best = np.full((n + 1, size, 2), np.inf)  # (max, sum) of stages k.. covering layers l..
+    best[n, last] = 0.0
+    choice = np.zeros((n, size), dtype=int)
+    for k in range(n - 1, -1, -1):
+        for first in range(last):
+            mx = np.maximum(times[k, first, first + 1:], best[k + 1, first + 1:, 0])
+            total = times[k, first, first + 1:] + best[k + 1, first + 1:, 1]
+            if not np.isfinite(mx).any():
+                continue
+            j = int(np.lexsort((total, mx))[0])
+            best[k, first] = (mx[j], total[j])
+            choice[k, first] = first + 1 + j
+    if not np.isfinite(best[0, 0, 0]):
+        return None
+    counts, first = [], 0
+    for k in range(n):
+        stop = int(choice[k, first])
+        counts.append(stop - first)
+        first = stop
+    return tuple(counts)
+
+
+def neighbours(split: tuple[int, ...], times: np.ndarray, reach: int = 3) -> list[tuple[int, ...]]:
+    """Splits that move one stage boundary by up to `reach` layers and still fit."""
+    edges = boundaries(split)
+    found = []
+    for b in range(1, len(split)):
+        for delta in range(-reach, reach + 1):
+            e = edges[b] + delta
+            if delta == 0 or not edges[b - 1] < e < edges[b + 1]:
+                continue
+            if np.isfinite(times[b - 1, edges[b - 1], e]) and np.isfinite(times[b, e, edges[b + 1]]):
+                found.append(split[:b - 1] + (e - edges[b - 1], edges[b + 1] - e) + split[b + 1:])
+    return found
+
+
+def local_search(start: tuple[int, ...], value: float, times: np.ndarray, evaluate: Evaluate,
+                 max_rounds: int = 8) -> tuple[tuple[int, ...], float]:
+    """Steepest descent over `neighbours`: each round evaluates every neighbour in one batch and
+    moves to the best while it improves (ties: the lexicographically smallest split)."""
+    for _ in range(max_rounds):
+        near = neighbours(start, times)
+        if not near:
+            break
+        v, s = min(zip((float(x) for x in evaluate(near)), near))
+        if (v, s) >= (value, start):
+            break
+        start, value = s, v
+    return start, value
+
+
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
-            max_cuts: int = 48) -> tuple[tuple[int, ...], float] | None:
+            max_cuts: int = 48, max_nodes: int | None = None) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 
     times[k, a, b]: compute seconds of layers a..b-1 on stage k, inf where b <= a or they do
@@ -143,6 +208,10 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     completed by the cheapest possible rest (a dynamic programme over stages and layers, one
     per cut). Exact: a split is only dropped when a bound proves it cannot win. Ties -> the
     lexicographically smallest counts. None when no split fits.
+
+    The best seed (and the bottleneck-balanced split) is first improved by `local_search`, so
+    the bound prunes from the start. `max_nodes` caps the search-tree nodes visited; a search
+    stopped there returns the best split found with proven=False.
     """
     n, size, _ = times.shape
     num_layers = size - 1
@@ -189,13 +258,26 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     def hopeless(value):
         return value * (1 - margin) > best[0]
 
-    for seed in seeds:
+    balanced = bottleneck_split(times)
+    for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
         edges = boundaries(seed)
         if len(seed) == n and all(np.isfinite(times[i, edges[i], edges[i + 1]]) for i in range(n)):
             pending.append(tuple(seed))
     flush()
+    if best[1]:
+        improved, value = local_search(best[1], best[0], times, evaluate)
+        if (value, improved) < (best[0], best[1]):
+            pending.append(improved)
+            flush()
+    visited = [0]
+
+    class _Budget(Exception):
+        pass
 
     def visit(k: int, first: int, counts: list[int], before: float, chain: float, dots: np.ndarray) -> None:
+        visited[0] += 1
+        if max_nodes is not None and visited[0] > max_nodes:
+            raise _Budget
         if k == n:
             pending.append(tuple(counts))
             if len(pending) >= batch:
@@ -230,6 +312,10 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
         edges = boundaries(counts)
         return sum((cut_w[:, i] * times[i, edges[i], edges[i + 1]] for i in range(len(counts))), np.zeros(len(cut_c)))
 
-    visit(0, 0, [], 0.0, 0.0, np.zeros(0))
+    try:
+        visit(0, 0, [], 0.0, 0.0, np.zeros(0))
+        proven = True
+    except _Budget:
+        proven = False
     flush()
-    return best[1], best[0]
+    return Found(best[1], best[0], proven)
