@@ -150,14 +150,12 @@ def _abbreviate(placement: str) -> str:
 
 
 # ---------------------------------------------------------------------------- fasop pareto
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+def _check_positive(flag: str, value: float | None) -> None:
+    """--deadline-hours / --budget-usd must be positive and finite. Checked here rather than by an
+    argparse type so that a bad value is one line on stderr (argparse adds its usage text), and
+    before the sweep, so no work is done."""
+    if value is not None and not 0 < value < float("inf"):
+        raise FasopError(f"{flag}: must be a positive number, got {value:g}")
 
 
 def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -> None:
@@ -175,8 +173,8 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
                         help="training tokens; iterations = ceil(tokens / (global batch x sequence length))")
     length.add_argument("--iterations", type=_positive_int,
                         help=f"training steps (default {default_iterations:,})")
-    p.add_argument("--deadline-hours", type=_positive_float, help="report the cheapest plan finishing within H hours")
-    p.add_argument("--budget-usd", type=_positive_float, help="report the fastest plan costing at most B USD")
+    p.add_argument("--deadline-hours", type=float, help="report the cheapest plan finishing within H hours")
+    p.add_argument("--budget-usd", type=float, help="report the fastest plan costing at most B USD")
     p.add_argument("--spot", action="store_true", help="price nodes at spot_usd_per_hour where the spec has one")
     p.add_argument("--out-prefix", help="write PREFIX_pareto.csv/.png/.svg (default results/<model>_<cluster>)")
     p.add_argument("--placements", choices=placements, default="cyclic",
@@ -192,6 +190,8 @@ def _pareto(args: argparse.Namespace) -> int:
     from fasop.search import DEFAULT_ITERATIONS
     from fasop.specs import load_cluster, load_model
 
+    _check_positive("--deadline-hours", args.deadline_hours)
+    _check_positive("--budget-usd", args.budget_usd)
     model = load_model(args.model)
     cluster = load_cluster(args.cluster)
     max_nodes = pareto.parse_node_limits(args.max_nodes, cluster, "--max-nodes")
@@ -221,7 +221,10 @@ def _pareto(args: argparse.Namespace) -> int:
                               complete=not interrupted)
     csv_path = prefix.with_name(prefix.name + "_pareto.csv")
     columns, rows = pareto_rows(analysis, model.sequence_length, list(max_nodes), spot=args.spot)
-    write_atomic(csv_path, csv_text(columns, rows))
+    try:
+        write_atomic(csv_path, csv_text(columns, rows))
+    except OSError as exc:
+        raise FasopError(f"--out-prefix: cannot write {str(csv_path)!r}: {exc.strerror}") from None
     _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
     if interrupted:
         print(f"fasop: interrupted after {len(done)} of {len(comps)} compositions; wrote {csv_path} "
@@ -229,8 +232,12 @@ def _pareto(args: argparse.Namespace) -> int:
         return 130
     from fasop.plots import pareto_figure
 
-    png, svg = pareto_figure(analysis, prefix.with_name(prefix.name + "_pareto"),
-                             title=f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps")
+    stem = prefix.with_name(prefix.name + "_pareto")
+    try:
+        png, svg = pareto_figure(analysis, stem,
+                                 title=f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps")
+    except OSError as exc:
+        raise FasopError(f"--out-prefix: cannot write {str(stem)!r}.png/.svg: {exc.strerror}") from None
     print(f"wrote {csv_path}, {png}, {svg}")
     return 0
 
