@@ -39,10 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--nodes", required=True, metavar="TYPE=COUNT[,TYPE=COUNT...]",
                    help="the inventory, e.g. a100=1,a10=3 (node 0 first)")
     s.add_argument("--heterogeneous", action="store_true", help="allow mixed node types and search their placements")
-    s.add_argument("--placements", choices=PLACEMENTS, default="cyclic",
-                   help="node orders to try: cyclic = FASOP's rotations of the --nodes list")
-    s.add_argument("--partitioner", choices=PARTITIONERS, default="fasop-minmax",
-                   help="layer split: fasop-minmax = FASOP's greedy balancing")
+    s.add_argument("--placements", choices=PLACEMENTS, default="all",
+                   help="node orders to try: all (default) = every distinct order, equivalent pipelines once; "
+                   "grouped = each type's nodes together; cyclic = FASOP's rotations of the --nodes list")
+    s.add_argument("--partitioner", choices=PARTITIONERS, default="optimal",
+                   help="layer split: optimal (default) = lowest estimated step time that fits, by branch and "
+                   "bound; fasop-minmax = FASOP's greedy balancing")
+    s.add_argument("--top", type=_positive_int, metavar="K",
+                   help="keep only the K fastest plans that fit in memory (default: every plan); plans a lower "
+                   "bound proves slower are skipped")
+    s.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                   help="estimate in N processes (same output as 1; default %(default)s)")
     s.add_argument("--iterations", type=_positive_int, default=DEFAULT_ITERATIONS,
                    help=f"training steps for train_cost_usd and train_time_h (default {DEFAULT_ITERATIONS:,})")
     s.add_argument("--out", help="CSV to write (default results/<model>_<cluster>_<nodes>.csv)")
@@ -76,7 +83,8 @@ def _search(args: argparse.Namespace) -> int:
         f"{model.name}_{Path(cluster.path).stem}_{args.nodes.replace('=', 'x').replace(',', '-')}.csv")
     with _progress_bar(args.no_progress, "estimating") as progress:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
-                        partitioner=args.partitioner, iterations=args.iterations, progress=progress)
+                        partitioner=args.partitioner, iterations=args.iterations, top=args.top,
+                        workers=args.workers, progress=progress)
     columns, rows = search_rows(result, model.sequence_length)
     try:
         write_atomic(out, csv_text(columns, rows))
@@ -100,7 +108,7 @@ class _progress_bar:
 
         def update(done: int, total: int) -> None:
             if self.bar is None:
-                self.bar = tqdm(total=total, desc=self.label, unit="step", leave=False, file=sys.stderr)
+                self.bar = tqdm(total=total, desc=self.label, unit="plan", leave=False, file=sys.stderr)
             self.bar.update(done - self.bar.n)
 
         return update
@@ -117,8 +125,19 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
         counts[node.name] = counts.get(node.name, 0) + 1
     inventory = " + ".join(f"{n}x{name}" for name, n in counts.items())
     gpus = sum(n.gpus_per_node for n in result.inventory)
-    print(f"{model_name} on {inventory} ({gpus} GPUs, {cluster_name}): {len(rows)} plans, "
-          f"{result.num_oom} out of memory")
+    skipped = []
+    if result.num_duplicates:
+        skipped.append(f"{result.num_duplicates:,} equivalent to another")
+    if result.top:
+        skipped.append(f"{result.num_pruned:,} proved unable to enter the top {result.top}")
+    print(f"{model_name} on {inventory} ({gpus} GPUs, {cluster_name}): {result.num_candidates:,} plans, "
+          f"{result.num_estimated:,} estimated" + (f" ({'; '.join(skipped)})" if skipped else "")
+          + ("" if result.top else f", {result.num_estimated_oom:,} out of memory")
+          + f"; {len(rows):,} written" + (f" (the {result.top} fastest that fit)" if result.top else ""))
+    proven = [r["partition_proven_optimal"] for r in rows if r["partition_method"] == "optimal"]
+    if proven and not all(proven):
+        print(f"note: {len(proven) - sum(proven):,} of {len(proven):,} optimal splits are the best found within the "
+              "search budget, not proven optimal (column partition_proven_optimal)")
     fitting = [r for r in rows if not r["is_oom"]][:show]
     if not fitting:
         print("no plan fits in GPU memory")

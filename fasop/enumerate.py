@@ -7,6 +7,8 @@ Order is FASOP's (placement, then tp, dp, mbs ascending), so output is reproduci
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator, Sequence
 
 from fasop.errors import FasopError
@@ -44,15 +46,59 @@ def cyclic_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:
     return [nodes[r:] + nodes[:r] for r in range(len(nodes))]
 
 
+def count_orders(nodes: Sequence[NodeType]) -> int:
+    """Distinct orders of the node types: N! / (n_1! ... n_k!) for n_i nodes of type i."""
+    counts = [sum(n.name == t for n in nodes) for t in dict.fromkeys(n.name for n in nodes)]
+    return math.factorial(len(nodes)) // math.prod(math.factorial(c) for c in counts)
+
+
+def all_placements(nodes: Sequence[NodeType]) -> Iterator[tuple[NodeType, ...]]:
+    """Every distinct order of the node types along the pipeline (multiset permutations), lazily,
+    in lexicographic order of each type's first appearance in `nodes` (so `nodes` itself is
+    first when its types come in blocks)."""
+    kinds = list(dict.fromkeys(n.name for n in nodes))
+    by_name = {n.name: n for n in nodes}
+    left = [sum(n.name == t for n in nodes) for t in kinds]
+    order: list[NodeType] = []
+
+    def extend(remaining: int) -> Iterator[tuple[NodeType, ...]]:
+        if remaining == 0:
+            yield tuple(order)
+            return
+        for i, name in enumerate(kinds):
+            if left[i]:
+                left[i] -= 1
+                order.append(by_name[name])
+                yield from extend(remaining - 1)
+                order.pop()
+                left[i] += 1
+
+    yield from extend(len(nodes))
+
+
+def grouped_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:
+    """Orders in which each type's nodes are contiguous: every order of the k types (k! orders)."""
+    kinds = list(dict.fromkeys(n.name for n in nodes))
+    blocks = {t: tuple(n for n in nodes if n.name == t) for t in kinds}
+    return [tuple(node for t in perm for node in blocks[t]) for perm in itertools.permutations(kinds)]
+
+
 def plans(nodes: Sequence[NodeType], placements: Sequence[tuple[NodeType, ...]], *, tp_degrees: Sequence[int],
           global_batch_size: int, num_transformer_layers: int) -> Iterator[Plan]:
-    """Every (placement, tp, dp, pp, mbs) plan, placement outermost."""
+    """Every (placement, tp, dp, pp, mbs) plan, placement outermost, lazily."""
+    combos = degree_list(nodes, tp_degrees=tp_degrees, global_batch_size=global_batch_size,
+                         num_transformer_layers=num_transformer_layers)
+    for placement in placements:
+        for tp, dp, pp, mbs in combos:
+            yield Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size, placement=placement)
+
+
+def degree_list(nodes: Sequence[NodeType], *, tp_degrees: Sequence[int], global_batch_size: int,
+                num_transformer_layers: int) -> list[tuple[int, int, int, int]]:
+    """`degrees` for an inventory whose node types all have the same GPUs per node."""
     gpus = {n.gpus_per_node for n in nodes}
     if len(gpus) != 1:
         raise FasopError(f"--nodes: all node types must have the same gpus_per_node, got {sorted(gpus)}")
     (gpus_per_node,) = gpus
-    combos = list(degrees(num_nodes=len(nodes), gpus_per_node=gpus_per_node, tp_degrees=tp_degrees,
-                          global_batch_size=global_batch_size, num_transformer_layers=num_transformer_layers))
-    for placement in placements:
-        for tp, dp, pp, mbs in combos:
-            yield Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size, placement=placement)
+    return list(degrees(num_nodes=len(nodes), gpus_per_node=gpus_per_node, tp_degrees=tp_degrees,
+                        global_batch_size=global_batch_size, num_transformer_layers=num_transformer_layers))

@@ -28,8 +28,8 @@ import numpy as np
 
 from fasop import comm
 from fasop.compute import LayerCosts, ProfileCompute
-from fasop.memory import MemoryEstimate, estimate_memory, stage_fit_mask
-from fasop.partition import Found, Split, boundaries, fasop_minmax_splits, optimal
+from fasop.memory import MemoryEstimate, estimate_memory, fasop_limit_node, stage_fit_mask
+from fasop.partition import Found, Split, boundaries, fasop_minmax_splits, least_completions, optimal
 from fasop.plan import Plan
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
@@ -60,6 +60,8 @@ class Estimate:
     step_time_s: float
     memory: MemoryEstimate
     usd_per_step: float
+    partitioner: str = "fasop-minmax"
+    """The partitioner that chose `partition`."""
     partition_proven_optimal: bool = False
     """True when the `optimal` partitioner proved no split of this plan is faster."""
 
@@ -104,7 +106,47 @@ class Fasop2024Estimator:
             types.append(candidates[totals.index(max(totals))])
         return tuple(types)
 
-    def prepare(self, plan: Plan) -> _Prepared:
+    def signature(self, plan: Plan) -> tuple:
+        """Everything of `plan` the estimate depends on: two plans with equal signatures get the
+        same estimate (up to the placement's name), so a search estimates only the first.
+        The placement enters only through the stage GPU types, the boundary links, stage 0's DP
+        ring, the embedding link and the per-stage memory limits."""
+        limits = tuple(plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(plan.pp))
+        return (plan.tp, plan.dp, plan.pp, plan.mbs, tuple(t.name for t in self.stage_types(plan)),
+                comm.p2p_seconds(plan, self.model, self.cluster), float(comm.dp_ring_bandwidth(plan)),
+                float(comm.embedding_allreduce_seconds(plan, self.model)), limits)
+
+    def lower_bound(self, plan: Plan) -> float:
+        """A step time no split of `plan` beats, whatever the partitioner: stage 0 finishes after
+        every stage's compute and both end sends (at least the least sum over splits), and after
+        m x the busiest stage (at least the least bottleneck over splits); plus stage 0's
+        gradient all-reduce for one layer and the embedding all-reduce (MODEL.md §5, §7)."""
+        types = self.stage_types(plan)
+        m = plan.num_microbatches
+        matrices = np.stack([self.compute.layer_costs(t.gpu, plan.tp, plan.mbs).matrix for t in types])
+        least_sum, least_max = least_completions(matrices)
+        p2p = comm.p2p_seconds(plan, self.model, self.cluster)
+        sends = (p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0
+        pipeline = max(least_sum + sends, m * least_max)
+        ring = comm.dp_ring_bandwidth(plan)
+        dp = min(float(comm.dp_allreduce_seconds(plan, self._dp_params(plan, 1), ring, t.intra_node_shared))
+                 for t in types)
+        return (pipeline + dp + float(comm.embedding_allreduce_seconds(plan, self.model))) * (1 - 1e-6)
+
+    def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
+        """The estimate of `plan` if some split that fits in memory has a step time below
+        `cutoff`, else None; exact like `estimate` (the optimal partitioner prunes against the
+        cutoff, so a plan that cannot beat it costs little)."""
+        if self.partitioner != "optimal" or plan.pp == 1 or cutoff == np.inf:
+            estimate = self.estimate(plan)
+            return None if estimate.memory.is_oom or not estimate.step_time_s < cutoff else estimate
+        prepared = self.prepare(plan, cutoff=cutoff)
+        if prepared is None:
+            return None
+        estimate = self._finish(prepared, self._schedule_all([prepared])[0])
+        return None if estimate.memory.is_oom or not estimate.step_time_s < cutoff else estimate
+
+    def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
         types = self.stage_types(plan)
         costs = tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in types)
         p2p = comm.p2p_seconds(plan, self.model, self.cluster)
@@ -113,13 +155,16 @@ class Fasop2024Estimator:
         if self.partitioner == "optimal":
             if plan.pp == 1:
                 return _Prepared(plan, types, costs, p2p, splits, proven=True)
-            found = self._optimal_split(prepared)
+            found = self._optimal_split(prepared, cutoff)
+            if found is None:
+                return None
             prepared = _Prepared(plan, types, costs, p2p, [Split(found.split, found.split)], proven=found.proven)
         return prepared
 
-    def _optimal_split(self, p: _Prepared) -> Found:
+    def _optimal_split(self, p: _Prepared, cutoff: float = np.inf) -> Found | None:
         """The split with the lowest estimated step time among those that fit in memory (or among
-        all splits when none fits), by exact branch and bound with cuts (partition.optimal)."""
+        all splits when none fits), by exact branch and bound with cuts (partition.optimal).
+        With a finite cutoff: only a fitting split below it, else None."""
         plan = p.plan
         pp, m, send_first, send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
         ring = comm.dp_ring_bandwidth(plan)
@@ -137,10 +182,22 @@ class Fasop2024Estimator:
                 stage0_costs[stage0_layers] = float(dp) + embedding
             return stage0_costs[stage0_layers]
 
+        dp_by_stage0: dict[int, np.ndarray] = {}
+
+        def dp_costs(stage0_layers: int) -> np.ndarray:
+            """Each stage's DP all-reduce (float32), as `_step` computes it."""
+            if stage0_layers not in dp_by_stage0:
+                params = self._dp_params(plan, stage0_layers)
+                dp_by_stage0[stage0_layers] = np.array(
+                    [comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared) for t in p.stage_types], f32)
+            return dp_by_stage0[stage0_layers]
+
         def evaluate(splits: list[tuple[int, ...]]) -> list[float]:
+            """`_step` for many splits at once: the same float32 operations, so the same values."""
             probe = _Prepared(plan, p.stage_types, p.costs, p.p2p, [Split(c, c) for c in splits])
-            ends = self._schedule_all([probe])[0]
-            return [float(self._step(plan, p.stage_types, c[0], e)[0]) for c, e in zip(splits, ends)]
+            ends = np.stack(self._schedule_all([probe])[0], axis=1).astype(f32)  # (pp, splits)
+            dp = np.stack([dp_costs(c[0]) for c in splits], axis=1)
+            return ((ends + dp).max(axis=0) + f32(embedding)).tolist()
 
         def cut(split: tuple[int, ...]) -> tuple[np.ndarray, float]:
             comp = np.array(p.stage_compute(split))[:, None]
@@ -155,8 +212,17 @@ class Fasop2024Estimator:
         fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
         budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
                   "max_nodes": self.max_nodes}
+        if cutoff < np.inf:
+            # A search pruned by the cutoff is cheap and may prove that no fitting split beats it.
+            # Otherwise the plan gets the split of the search without cutoff, so that a plan's
+            # estimate never depends on the cutoff (top-K runs equal full runs, any --workers).
+            probe = optimal(fitting, cutoff=cutoff, **budget)
+            if probe is None or (probe.proven and not probe.split):
+                return None
+            found = optimal(fitting, **budget)
+            return found if found.objective < cutoff else None
         found = optimal(fitting, **budget)
-        if found is None:  # nothing fits: the fastest split, flagged OOM by the memory estimate
+        if found is None:  # nothing fits: the fastest split, flagged OOM
             found = optimal(times, **budget)
         return found
 
@@ -231,7 +297,8 @@ class Fasop2024Estimator:
             stage_end_s=tuple(float(e) for e in stage_end), pipeline_time_s=float(stage_end[0]),
             dp_allreduce_s=float(dp_costs[slowest]), embedding_allreduce_s=float(embedding),
             step_time_s=float(step), memory=estimate_memory(plan, self.model, self.cluster, split.reported),
-            usd_per_step=self.usd_per_s * float(step), partition_proven_optimal=p.proven,
+            usd_per_step=self.usd_per_s * float(step), partitioner=self.partitioner,
+            partition_proven_optimal=p.proven,
         )
 
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:

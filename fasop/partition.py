@@ -137,6 +137,19 @@ class Found:
     (the split is then the best one found, never worse than the seeds)."""
 
 
+def least_completions(times: np.ndarray) -> tuple[float, float]:
+    """(least sum of stage times, least largest stage time) over all splits; times as in
+    `optimal` (the two minima may come from different splits)."""
+    n, size, _ = times.shape
+    least_sum = np.full(size, np.inf)
+    least_max = np.full(size, np.inf)
+    least_sum[size - 1] = least_max[size - 1] = 0.0
+    for k in range(n - 1, -1, -1):
+        least_sum = (times[k] + least_sum[None, :]).min(axis=1)
+        least_max = np.maximum(times[k], least_max[None, :]).min(axis=1)
+    return float(least_sum[0]), float(least_max[0])
+
+
 def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
     """The split minimising the largest stage time (ties: the smaller sum), by dynamic
     programming over (stage, first layer); None when no split fits. times as in `optimal`."""
@@ -195,7 +208,7 @@ def local_search(start: tuple[int, ...], value: float, times: np.ndarray, evalua
 
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
-            max_cuts: int = 48, max_nodes: int | None = None) -> Found | None:
+            max_cuts: int = 48, max_nodes: int | None = None, cutoff: float = np.inf) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 
     times[k, a, b]: compute seconds of layers a..b-1 on stage k, inf where b <= a or they do
@@ -211,7 +224,9 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
 
     The best seed (and the bottleneck-balanced split) is first improved by `local_search`, so
     the bound prunes from the start. `max_nodes` caps the search-tree nodes visited; a search
-    stopped there returns the best split found with proven=False.
+    stopped there returns the best split found with proven=False. Only splits whose objective
+    is below `cutoff` count: when none is found, the result has an empty split (proven: there
+    is none). None when no split fits.
     """
     n, size, _ = times.shape
     num_layers = size - 1
@@ -226,7 +241,8 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
             if weights is None:
                 table[k] = np.maximum(times[k], table[k + 1][None, :]).min(axis=1)
             else:
-                weighted = np.where(finite[k], times[k] * weights[k], inf)
+                weighted = np.full_like(times[k], inf)
+                np.multiply(times[k], weights[k], out=weighted, where=finite[k])
                 table[k] = (weighted + table[k + 1][None, :]).min(axis=1)
         return table
 
@@ -236,7 +252,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     cut_w = np.zeros((0, n))
     cut_c = np.zeros(0)
     cut_tables = np.zeros((0, n + 1, size))
-    best: list = [inf, ()]
+    best: list = [cutoff, ()]
     pending: list[tuple[int, ...]] = []
 
     def flush() -> None:
@@ -245,7 +261,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
             return
         values = evaluate(pending)
         value, split = min(zip(values, pending))
-        if (value, split) < (best[0], best[1]) or not best[1]:
+        if (value, split) < (best[0], best[1]):
             best[0], best[1] = float(value), split
         pending.clear()
         if len(cut_c) < max_cuts:  # the best split's critical chain becomes a cut

@@ -20,7 +20,8 @@ SEARCH_COLUMNS = (
     "mbs", "tp", "dp", "pp", "node_placement", "partition",
     "step_time_s", "pipeline_time_s", "dp_allreduce_s", "embedding_allreduce_s", "usd_per_step",
     "is_oom", "oom_gpumem_gib", "is_zero_oom", "zero_oom_gpumem_gib", "train_cost_usd",
-    "rank", "num_gpus", "num_nodes", "num_microbatches", "stage_gpu_types", "samples_per_s", "tokens_per_s",
+    "rank", "num_gpus", "num_nodes", "num_microbatches", "stage_gpu_types", "partition_method",
+    "partition_proven_optimal", "samples_per_s", "tokens_per_s",
     "usd_per_hour", "iterations", "train_time_h",
 )
 """Columns of `fasop search` output; `num_nodes_<type>` columns follow, one per node type."""
@@ -43,6 +44,8 @@ COLUMN_DOCS = {
     "rank": "1 = fastest", "num_gpus": "GPUs the plan uses", "num_nodes": "nodes in the inventory",
     "num_microbatches": "micro-batches per step per replica",
     "stage_gpu_types": "GPU type that sets each stage's pace, joined by '-'",
+    "partition_method": "partitioner that chose the split: optimal or fasop-minmax",
+    "partition_proven_optimal": "True when the optimal partitioner proved no split of this plan is faster",
     "samples_per_s": "global batch / step time", "tokens_per_s": "samples_per_s x sequence length",
     "usd_per_hour": "price of the inventory per hour", "iterations": "training steps",
     "train_time_h": "step_time_s x iterations / 3600",
@@ -77,6 +80,7 @@ def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float
         "rank": rank, "num_gpus": plan.num_gpus, "num_nodes": len(plan.placement),
         "num_microbatches": plan.num_microbatches,
         "stage_gpu_types": "-".join(t.gpu for t in e.stage_node_types),
+        "partition_method": e.partitioner, "partition_proven_optimal": e.partition_proven_optimal,
         "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * sequence_length,
         "usd_per_hour": usd_per_hour, "iterations": iterations,
         "train_time_h": e.step_time_s * iterations / 3600,

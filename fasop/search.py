@@ -1,35 +1,70 @@
-"""enumerate -> estimate -> ranked table. No printing, no files: the CLI does that."""
+"""enumerate -> estimate -> ranked table. No printing, no files: the CLI does that.
+
+The search streams: plans are generated lazily, estimated in chunks, and only what is kept is
+held in memory. With `top=K` only the K fastest plans that fit in memory are kept, and a plan
+whose lower bound (`Fasop2024Estimator.lower_bound`) is already slower than the K-th kept plan
+is never partitioned or scheduled: pruning is exact, the kept set is the same as without it.
+With `workers=N` chunks are estimated in N processes; results are merged in enumeration order,
+so the output is the same, byte for byte, whatever N.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import bisect
+import hashlib
+import heapq
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from fasop.enumerate import cyclic_placements, plans
+from fasop.enumerate import all_placements, count_orders, cyclic_placements, degree_list, grouped_placements
 from fasop.errors import FasopError
 from fasop.estimate import PARTITIONERS, Estimate, Fasop2024Estimator
+from fasop.plan import Plan
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
-PLACEMENTS = ("cyclic",)
+PLACEMENTS = ("all", "cyclic", "grouped")
+"""all: every distinct order of the node types, equivalent pipelines estimated once;
+cyclic: FASOP's rotations of the --nodes list (no deduplication, as FASOP);
+grouped: each type's nodes contiguous, every order of the types, equivalent pipelines once."""
 DEFAULT_ITERATIONS = 12_500_000
 """FASOP's default number of training iterations for the cost column."""
+MAX_ORDERS = 100_000
+"""`--placements all` refuses inventories with more distinct node orders than this."""
+CHUNK = 16
+"""Plans per estimation chunk (one unit of work for a worker process)."""
 
 Progress = Callable[[int, int], None]
-"""progress(done, total): called as the search advances."""
+"""progress(done, total): called as the search advances, over enumerated plans."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class SearchResult:
     estimates: tuple[Estimate, ...]
-    """Every candidate, fastest first (ties keep enumeration order)."""
+    """The kept plans, fastest first (ties keep enumeration order): every estimated plan, or
+    with `top` the K fastest that fit in memory."""
     inventory: tuple[NodeType, ...]
     iterations: int
     usd_per_hour: float
     """Price of the whole inventory per hour."""
+    num_candidates: int = 0
+    """Plans enumerated (placements x degrees x micro-batch sizes)."""
+    num_duplicates: int = 0
+    """Plans skipped because an equivalent pipeline (same signature) was already estimated."""
+    num_pruned: int = 0
+    """With `top`: plans proved unable to enter the kept set (slower than the K-th kept plan by
+    a lower bound or a cut-off search, or no split fits in memory)."""
+    num_estimated_oom: int = 0
+    """Estimated plans that do not fit in memory (without `top`; with it they count as pruned)."""
+    top: int | None = None
 
     @property
     def num_oom(self) -> int:
         return sum(e.memory.is_oom for e in self.estimates)
+
+    @property
+    def num_estimated(self) -> int:
+        return self.num_candidates - self.num_duplicates - self.num_pruned
 
     @property
     def best_fitting(self) -> Estimate | None:
@@ -54,28 +89,171 @@ def parse_nodes(text: str, cluster: ClusterSpec) -> tuple[NodeType, ...]:
     return tuple(nodes)
 
 
+def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterator[tuple[NodeType, ...]], int]:
+    """(node orders, how many) for a placement strategy."""
+    if strategy == "cyclic":
+        orders = cyclic_placements(inventory)
+        return iter(orders), len(orders)
+    if strategy == "grouped":
+        orders = grouped_placements(inventory)
+        return iter(orders), len(orders)
+    count = count_orders(inventory)
+    if count > MAX_ORDERS:
+        raise FasopError(f"--placements all: {count:,} distinct node orders (more than {MAX_ORDERS:,}); "
+                         "use --placements grouped (each type's nodes together) or cyclic")
+    return all_placements(inventory), count
+
+
 def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, heterogeneous: bool = False,
-           placements: str = "cyclic", partitioner: str = "fasop-minmax", iterations: int = DEFAULT_ITERATIONS,
-           progress: Progress | None = None) -> SearchResult:
-    """Estimate every plan for `inventory` and rank them by step time."""
+           placements: str = "all", partitioner: str = "optimal", iterations: int = DEFAULT_ITERATIONS,
+           top: int | None = None, workers: int = 1, progress: Progress | None = None) -> SearchResult:
+    """Estimate the plans for `inventory` and rank them by step time (see the module doc)."""
     if placements not in PLACEMENTS:
         raise FasopError(f"--placements: unknown strategy {placements!r} (known: {', '.join(PLACEMENTS)})")
     if partitioner not in PARTITIONERS:
         raise FasopError(f"--partitioner: unknown partitioner {partitioner!r} (known: {', '.join(PARTITIONERS)})")
     if iterations < 1:
         raise FasopError(f"--iterations: must be >= 1, got {iterations}")
+    if top is not None and top < 1:
+        raise FasopError(f"--top: must be >= 1, got {top}")
+    if workers < 1:
+        raise FasopError(f"--workers: must be >= 1, got {workers}")
     types = list(dict.fromkeys(n.name for n in inventory))
     if len(types) > 1 and not heterogeneous:
         raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
     estimator = Fasop2024Estimator(model, cluster, inventory, partitioner)
     tp_degrees = estimator.compute.tp_degrees(tuple(dict.fromkeys(n.gpu for n in inventory)))
-    candidates = list(plans(inventory, cyclic_placements(inventory), tp_degrees=tp_degrees,
-                            global_batch_size=model.global_batch_size,
-                            num_transformer_layers=model.num_transformer_layers))
-    if not candidates:
+    combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
+                         num_transformer_layers=model.num_transformer_layers)
+    if not combos:
         raise FasopError(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
-    estimates = estimator.estimate_many(candidates, progress=progress)
-    ranked = sorted(estimates, key=lambda e: e.step_time_s)  # stable: ties keep enumeration order
-    return SearchResult(estimates=tuple(ranked), inventory=tuple(inventory), iterations=iterations,
-                        usd_per_hour=estimator.usd_per_s * 3600)
+    orders, num_orders = placements_of(inventory, placements)
+    total = num_orders * len(combos)
+    candidates = (Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=model.global_batch_size, placement=order)
+                  for order in orders for tp, dp, pp, mbs in combos)
+    kept = _Kept(top)
+    stats = {"duplicates": 0, "pruned": 0, "oom": 0}
+    seen: set[bytes] = set()  # 16-byte digests of signatures: bounded memory per unique pipeline
+
+    def unique(plans: Iterator[Plan]) -> Iterator[tuple[int, Plan]]:
+        """(enumeration index, plan), skipping plans equivalent to one already yielded."""
+        for index, plan in enumerate(plans):
+            if placements != "cyclic":
+                key = hashlib.blake2b(repr(estimator.signature(plan)).encode(), digest_size=16).digest()
+                if key in seen:
+                    stats["duplicates"] += 1
+                    continue
+                seen.add(key)
+            yield index, plan
+
+    chunks = _chunks(unique(candidates), CHUNK)
+    report = progress or (lambda done, n: None)
+    for done, results in _estimate_chunks(chunks, estimator, (model, cluster, tuple(inventory), partitioner),
+                                          top, kept.values, workers):
+        for index, estimate in results:
+            if estimate is None:
+                stats["pruned"] += 1
+                continue
+            stats["oom"] += estimate.memory.is_oom
+            kept.add(index, estimate)
+        report(done, total)
+    report(total, total)
+    return SearchResult(estimates=kept.ranked(), inventory=tuple(inventory), iterations=iterations,
+                        usd_per_hour=estimator.usd_per_s * 3600, num_candidates=total,
+                        num_duplicates=stats["duplicates"], num_pruned=stats["pruned"],
+                        num_estimated_oom=stats["oom"], top=top)
+
+
+class _Kept:
+    """Every estimate, or the K fastest that fit (a max-heap on (step time, index))."""
+
+    def __init__(self, top: int | None):
+        self.top = top
+        self.items: list = []
+
+    def add(self, index: int, estimate: Estimate) -> None:
+        if self.top is None:
+            self.items.append((estimate.step_time_s, index, estimate))
+        elif not estimate.memory.is_oom:
+            item = (-estimate.step_time_s, -index, estimate)
+            if len(self.items) < self.top:
+                heapq.heappush(self.items, item)
+            elif item[:2] > self.items[0][:2]:
+                heapq.heapreplace(self.items, item)
+
+    def values(self) -> list[float]:
+        """Step times of the kept plans (with `top`; empty without)."""
+        return [] if self.top is None else [-item[0] for item in self.items]
+
+    def ranked(self) -> tuple[Estimate, ...]:
+        if self.top is None:
+            return tuple(e for _, _, e in sorted(self.items, key=lambda x: (x[0], x[1])))
+        return tuple(e for _, _, e in sorted(self.items, key=lambda x: (-x[0], -x[1])))
+
+
+def _chunks(items: Iterator, size: int) -> Iterator[list]:
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
+
+
+def estimate_chunk(estimator: Fasop2024Estimator, chunk: list[tuple[int, Plan]], top: int | None,
+                   kept: Sequence[float]) -> list[tuple[int, Estimate | None]]:
+    """Estimates of a chunk of (index, plan). Without `top`, every plan's. With `top`, given the
+    step times of the plans kept so far (`kept`, ascending), None for a plan that cannot enter
+    the K fastest that fit: its lower bound, or its optimal-partitioner search cut off at the
+    K-th step time, says so. Plans go in index order and the cut-off tightens as they do; a
+    plan's estimate never depends on the cut-off, so the kept set is the same however the
+    plans are split into chunks (Fasop2024Estimator.estimate_below)."""
+    if top is None:
+        return list(zip((i for i, _ in chunk), estimator.estimate_many([p for _, p in chunk])))
+    values = sorted(kept)[:top]
+    results = []
+    for index, plan in chunk:
+        threshold = values[top - 1] if len(values) >= top else float("inf")
+        if threshold < float("inf") and estimator.lower_bound(plan) > threshold:
+            results.append((index, None))
+            continue
+        estimate = estimator.estimate_below(plan, threshold)
+        if estimate is not None and estimate.memory.is_oom:
+            estimate = None
+        if estimate is not None:
+            bisect.insort(values, estimate.step_time_s)
+            del values[top:]
+        results.append((index, estimate))
+    return results
+
+
+def _estimate_chunks(chunks: Iterator[list], estimator: Fasop2024Estimator, spec: tuple, top: int | None,
+                     kept: Callable[[], list[float]], workers: int) -> Iterator[tuple[int, list]]:
+    """(plans enumerated so far, results) per chunk, in chunk order."""
+    if workers == 1:
+        for chunk in chunks:
+            yield chunk[-1][0] + 1, estimate_chunk(estimator, chunk, top, kept())
+        return
+    import concurrent.futures as futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    with futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                                     initargs=spec) as pool:
+        window: list = []
+        for chunk in chunks:  # at most 2 chunks per worker in flight: bounded memory
+            window.append((chunk[-1][0] + 1, pool.submit(_worker_chunk, chunk, top, kept())))
+            if len(window) >= 2 * workers:
+                done, future = window.pop(0)
+                yield done, future.result()
+        for done, future in window:
+            yield done, future.result()
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(model: ModelSpec, cluster: ClusterSpec, inventory: tuple, partitioner: str) -> None:
+    _WORKER["estimator"] = Fasop2024Estimator(model, cluster, inventory, partitioner)
+
+
+def _worker_chunk(chunk: list[tuple[int, Plan]], top: int | None,
+                  kept: list[float]) -> list[tuple[int, Estimate | None]]:
+    return estimate_chunk(_WORKER["estimator"], chunk, top, kept)
