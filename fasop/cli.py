@@ -197,9 +197,12 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
     p.add_argument("--spot", action="store_true", help="price nodes at spot_usd_per_hour where the spec has one")
     p.add_argument("--out-prefix", help="write PREFIX_pareto.csv/.png/.svg (default results/<model>_<cluster>)")
     p.add_argument("--placements", choices=placements, default="cyclic",
-                   help="node orders to try: cyclic = FASOP's rotations of the node list")
-    p.add_argument("--partitioner", choices=partitioners, default="fasop-minmax",
-                   help="layer split: fasop-minmax = FASOP's greedy balancing")
+                   help="node orders to try per composition: cyclic (default) = rotations of the node list, "
+                   "all types' nodes in --max-nodes order; grouped; all (slow past ~10 nodes)")
+    p.add_argument("--partitioner", choices=partitioners, default="optimal",
+                   help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing)")
+    p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                   help="estimate in N processes (same output as 1; default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -229,7 +232,7 @@ def _pareto(args: argparse.Namespace) -> int:
         try:
             for result in pareto.sweep(model, cluster, comps, placements=args.placements,
                                        partitioner=args.partitioner, iterations=iterations, spot=args.spot,
-                                       progress=progress):
+                                       top=1, workers=args.workers, progress=progress):
                 done.append(result)
         except KeyboardInterrupt:
             interrupted = True

@@ -31,7 +31,7 @@ from fasop.compute import LayerCosts, ProfileCompute
 from fasop.memory import MemoryEstimate, estimate_memory, fasop_limit_node, stage_fit_mask
 from fasop.partition import Found, Split, boundaries, fasop_minmax_splits, least_completions, optimal
 from fasop.plan import Plan
-from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound
+from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
@@ -134,17 +134,18 @@ class Fasop2024Estimator:
         return (pipeline + dp + float(comm.embedding_allreduce_seconds(plan, self.model))) * (1 - 1e-6)
 
     def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
-        """The estimate of `plan` if some split that fits in memory has a step time below
-        `cutoff`, else None; exact like `estimate` (the optimal partitioner prunes against the
-        cutoff, so a plan that cannot beat it costs little)."""
+        """`estimate(plan)` if it fits in memory with a step time of at most `cutoff`, else None.
+        The optimal partitioner first asks a search pruned by the cutoff whether any fitting split
+        gets there, so a plan that cannot costs little; the estimate itself never depends on the
+        cutoff."""
         if self.partitioner != "optimal" or plan.pp == 1 or cutoff == np.inf:
             estimate = self.estimate(plan)
-            return None if estimate.memory.is_oom or not estimate.step_time_s < cutoff else estimate
+            return None if estimate.memory.is_oom or not estimate.step_time_s <= cutoff else estimate
         prepared = self.prepare(plan, cutoff=cutoff)
         if prepared is None:
             return None
         estimate = self._finish(prepared, self._schedule_all([prepared])[0])
-        return None if estimate.memory.is_oom or not estimate.step_time_s < cutoff else estimate
+        return None if estimate.memory.is_oom or not estimate.step_time_s <= cutoff else estimate
 
     def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
         types = self.stage_types(plan)
@@ -164,7 +165,7 @@ class Fasop2024Estimator:
     def _optimal_split(self, p: _Prepared, cutoff: float = np.inf) -> Found | None:
         """The split with the lowest estimated step time among those that fit in memory (or among
         all splits when none fits), by exact branch and bound with cuts (partition.optimal).
-        With a finite cutoff: only a fitting split below it, else None."""
+        With a finite cutoff: None unless a fitting split is at most the cutoff."""
         plan = p.plan
         pp, m, send_first, send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
         ring = comm.dp_ring_bandwidth(plan)
@@ -204,23 +205,23 @@ class Fasop2024Estimator:
             _, weights, const = critical_path(comp, sends_fwd, sends_bwd, m)
             return weights[:, 0], float(const[0])
 
-        def bound(k, before, chain, t, rest_sum, rest_max):
-            return one_f_one_b_bound(k, before, chain, t, rest_sum, rest_max, num_stages=pp, num_microbatches=m,
+        def bound(k, before, chain, t, rest):
+            return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m,
                                      send_first=send_first, send_last=send_last)
 
         seeds = [s.reported for s in p.splits]
         fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
         budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
-                  "max_nodes": self.max_nodes}
+                  "max_nodes": self.max_nodes, "stage_weights": steady_weights(pp, m)}
         if cutoff < np.inf:
             # A search pruned by the cutoff is cheap and may prove that no fitting split beats it.
             # Otherwise the plan gets the split of the search without cutoff, so that a plan's
             # estimate never depends on the cutoff (top-K runs equal full runs, any --workers).
-            probe = optimal(fitting, cutoff=cutoff, **budget)
+            probe = optimal(fitting, cutoff=np.nextafter(cutoff, np.inf), probe=True, **budget)
             if probe is None or (probe.proven and not probe.split):
                 return None
             found = optimal(fitting, **budget)
-            return found if found.objective < cutoff else None
+            return found if found.objective <= cutoff else None
         found = optimal(fitting, **budget)
         if found is None:  # nothing fits: the fastest split, flagged OOM
             found = optimal(times, **budget)

@@ -225,10 +225,12 @@ class CompositionResult:
 
 def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str = "cyclic",
           partitioner: str = "fasop-minmax", iterations: int = DEFAULT_ITERATIONS, spot: bool = False,
-          progress: Progress | None = None) -> Iterator[CompositionResult]:
+          top: int | None = None, workers: int = 1, progress: Progress | None = None) -> Iterator[CompositionResult]:
     """Search every composition (heterogeneous plans allowed) and yield its result, in order.
 
-    A generator, so a caller interrupted half-way keeps the compositions already yielded.
+    top=1 keeps only each composition's fastest plan that fits, which is all the frontier needs,
+    and lets the search prune (exactly); top=None keeps every candidate. A generator, so a caller
+    interrupted half-way keeps the compositions already yielded.
     """
     if placements not in PLACEMENTS:
         raise FasopError(f"--placements: unknown strategy {placements!r} (known: {', '.join(PLACEMENTS)})")
@@ -245,7 +247,7 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
         usd_per_hour = float(sum(prices[name] * n for name, n in comp.counts))
         try:
             result = search(model, cluster, comp.inventory(cluster), heterogeneous=True, placements=placements,
-                            partitioner=partitioner, iterations=iterations)
+                            partitioner=partitioner, iterations=iterations, top=top, workers=workers)
         except FasopError as exc:  # e.g. no (tp, dp, pp) fits the batch and layer count
             yield CompositionResult(composition=comp, search=None, usd_per_hour=usd_per_hour,
                                     iterations=iterations, no_plan_reason=str(exc))

@@ -116,11 +116,12 @@ def fasop_minmax_splits(stages: tuple[StageCosts, ...], segment_lengths: Sequenc
     return splits
 
 
-Bound = Callable[[int, float, float, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-"""bound(k, before, chain, t, rest_sum, rest_max) -> (lower bounds, new chains), vectorised over
-candidate times t of stage k: stages < k take `before` seconds in all, `chain` is the caller's
-running state (e.g. the longest known chain of events), and the stages after k need at least
-rest_sum seconds in all with a largest stage of at least rest_max."""
+Bound = Callable[[int, float, object, np.ndarray, dict], tuple[np.ndarray, np.ndarray]]
+"""bound(k, before, chain, t, rest) -> (lower bounds, new chains), vectorised over candidate
+times t of stage k: stages < k take `before` seconds in all, `chain` is the caller's running
+state (None at the first stage; then the row of new chains of the choice taken), and the stages
+after k need at least rest["sum"] seconds in all, with a largest stage of at least rest["max"]
+and a largest weighted stage (weight `stage_weights[i]`) of at least rest["wmax"]."""
 Evaluate = Callable[[list[tuple[int, ...]]], Sequence[float]]
 """evaluate(splits) -> the objective of each split."""
 Cut = Callable[[tuple[int, ...]], tuple[np.ndarray, float]]
@@ -151,22 +152,24 @@ def least_completions(times: np.ndarray) -> tuple[float, float]:
 
 
 def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
-    """The split minimising the largest stage time (ties: the smaller sum), by dynamic
-    programming over (stage, first layer); None when no split fits. times as in `optimal`."""
+    """A split minimising the largest stage time, by dynamic programming over (stage, first
+    layer); among the suffixes with the same largest time the one with the smaller sum (a
+    heuristic tie-break, not the least sum overall). None when no split fits. A seed for
+    `optimal`; times as there."""
     n, size, _ = times.shape
     last = size - 1
     best = np.full((n + 1, size, 2), np.inf)  # (max, sum) of stages k.. covering layers l..
     best[n, last] = 0.0
     choice = np.zeros((n, size), dtype=int)
+    rows = np.arange(size)
     for k in range(n - 1, -1, -1):
-        for first in range(last):
-            mx = np.maximum(times[k, first, first + 1:], best[k + 1, first + 1:, 0])
-            total = times[k, first, first + 1:] + best[k + 1, first + 1:, 1]
-            if not np.isfinite(mx).any():
-                continue
-            j = int(np.lexsort((total, mx))[0])
-            best[k, first] = (mx[j], total[j])
-            choice[k, first] = first + 1 + j
+        mx = np.maximum(times[k], best[k + 1, None, :, 0])  # [first, stop]
+        total = times[k] + best[k + 1, None, :, 1]
+        lowest = mx.min(axis=1, keepdims=True)
+        stop = np.where(mx == lowest, total, np.inf).argmin(axis=1)  # smallest max, then sum, then stop
+        ok = np.isfinite(lowest[:, 0])
+        best[k, ok] = np.stack([mx[rows, stop], total[rows, stop]], axis=1)[ok]
+        choice[k, ok] = stop[ok]
     if not np.isfinite(best[0, 0, 0]):
         return None
     counts, first = [], 0
@@ -208,7 +211,8 @@ def local_search(start: tuple[int, ...], value: float, times: np.ndarray, evalua
 
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
-            max_cuts: int = 48, max_nodes: int | None = None, cutoff: float = np.inf) -> Found | None:
+            max_cuts: int = 48, max_nodes: int | None = None, cutoff: float = np.inf,
+            stage_weights: np.ndarray | None = None, probe: bool = False) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 
     times[k, a, b]: compute seconds of layers a..b-1 on stage k, inf where b <= a or they do
@@ -226,27 +230,30 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     the bound prunes from the start. `max_nodes` caps the search-tree nodes visited; a search
     stopped there returns the best split found with proven=False. Only splits whose objective
     is below `cutoff` count: when none is found, the result has an empty split (proven: there
-    is none). None when no split fits.
+    is none). None when no split fits. With `probe`, the question is only whether some split is
+    below the cutoff: the search stops at the first one (no local search), proven=True.
     """
     n, size, _ = times.shape
     num_layers = size - 1
     inf = np.inf
     finite = np.isfinite(times)
 
-    def completion(weights: np.ndarray | None) -> np.ndarray:
-        """table[k, l] = least sum over stages >= k of weight x time, layers l.. (weights None: max)."""
+    def completion(weights: np.ndarray, largest: bool = False) -> np.ndarray:
+        """table[k, l] = least (sum, or with `largest` the largest) over stages >= k of
+        weight x time, layers l.."""
         table = np.full((n + 1, size), inf)
         table[n, num_layers] = 0.0
         for k in range(n - 1, -1, -1):
-            if weights is None:
-                table[k] = np.maximum(times[k], table[k + 1][None, :]).min(axis=1)
+            weighted = np.full_like(times[k], inf)
+            np.multiply(times[k], weights[k], out=weighted, where=finite[k])
+            if largest:
+                table[k] = np.maximum(weighted, table[k + 1][None, :]).min(axis=1)
             else:
-                weighted = np.full_like(times[k], inf)
-                np.multiply(times[k], weights[k], out=weighted, where=finite[k])
                 table[k] = (weighted + table[k + 1][None, :]).min(axis=1)
         return table
 
-    least_sum, least_max = completion(np.ones(n)), completion(None)
+    least_sum, least_max = completion(np.ones(n)), completion(np.ones(n), largest=True)
+    least_wmax = completion(np.zeros(n) if stage_weights is None else stage_weights, largest=True)
     if not np.isfinite(least_sum[0, 0]):
         return None
     cut_w = np.zeros((0, n))
@@ -280,6 +287,8 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
         if len(seed) == n and all(np.isfinite(times[i, edges[i], edges[i + 1]]) for i in range(n)):
             pending.append(tuple(seed))
     flush()
+    if probe and best[1]:
+        return Found(best[1], best[0], True)
     if best[1]:
         improved, value = local_search(best[1], best[0], times, evaluate)
         if (value, improved) < (best[0], best[1]):
@@ -290,23 +299,28 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     class _Budget(Exception):
         pass
 
-    def visit(k: int, first: int, counts: list[int], before: float, chain: float, dots: np.ndarray) -> None:
+    class _Answered(Exception):
+        pass
+
+    def visit(k: int, first: int, counts: list[int], before: float, chain, dots: np.ndarray) -> None:
         visited[0] += 1
         if max_nodes is not None and visited[0] > max_nodes:
             raise _Budget
         if k == n:
             pending.append(tuple(counts))
-            if len(pending) >= batch:
+            if len(pending) >= batch or probe:
                 flush()
+                if probe and best[1]:
+                    raise _Answered
             return
         stops = np.arange(first + 1, num_layers + 1 if k == n - 1 else num_layers - (n - k - 1) + 1)
         t = times[k, first, stops]
-        rest_sum, rest_max = least_sum[k + 1, stops], least_max[k + 1, stops]
-        ok = np.isfinite(t) & np.isfinite(rest_sum)
-        stops, t, rest_sum, rest_max = stops[ok], t[ok], rest_sum[ok], rest_max[ok]
+        ok = np.isfinite(t) & np.isfinite(least_sum[k + 1, stops])
+        stops, t = stops[ok], t[ok]
         if not len(stops):
             return
-        lb, chains = bound(k, before, chain, t, rest_sum, rest_max)
+        rest = {"sum": least_sum[k + 1, stops], "max": least_max[k + 1, stops], "wmax": least_wmax[k + 1, stops]}
+        lb, chains = bound(k, before, chain, t, rest)
         if len(dots) != len(cut_c):
             dots = known_dots(counts)
         if len(cut_c):
@@ -322,16 +336,18 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
                 again = (dots + cut_w[:, k] * time + cut_tables[:, k + 1, stop] + cut_c).max()
                 if hopeless(again + extra(stop if k == 0 else counts[0])):
                     continue
-            visit(k + 1, stop, counts + [stop - first], before + time, float(chains[idx]), dots + cut_w[:, k] * time)
+            visit(k + 1, stop, counts + [stop - first], before + time, chains[idx], dots + cut_w[:, k] * time)
 
     def known_dots(counts: list[int]) -> np.ndarray:
         edges = boundaries(counts)
         return sum((cut_w[:, i] * times[i, edges[i], edges[i + 1]] for i in range(len(counts))), np.zeros(len(cut_c)))
 
     try:
-        visit(0, 0, [], 0.0, 0.0, np.zeros(0))
+        visit(0, 0, [], 0.0, None, np.zeros(0))
         proven = True
     except _Budget:
         proven = False
+    except _Answered:
+        proven = True
     flush()
     return Found(best[1], best[0], proven)

@@ -113,15 +113,14 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 # ---------------------------------------------------------------------------- fasop pareto
-PARETO_EXTRA_COLUMNS = ("composition", "cluster_kind", "status", "num_candidates", "num_candidates_oom",
+PARETO_EXTRA_COLUMNS = ("composition", "cluster_kind", "status", "num_candidates",
                         "price_basis", "on_frontier", "is_knee", "complete")
 """Columns of `fasop pareto` output after SEARCH_COLUMNS and the `num_nodes_<type>` columns."""
 
 PARETO_COLUMN_DOCS = {
     "composition": "node counts, e.g. 8xa100+3xa10", "cluster_kind": "the node type if all alike, else mixed",
     "status": "ok: some plan fits in memory; oom: none fits (plan cells empty); no_plan: no valid plan",
-    "num_candidates": "plans the search estimated for this composition",
-    "num_candidates_oom": "of which out of memory",
+    "num_candidates": "plans enumerated for this composition (placements x degrees x micro-batch sizes)",
     "price_basis": "on-demand or spot (spot where the spec has a spot price)",
     "on_frontier": "non-dominated over (train_time_h, train_cost_usd)",
     "is_knee": "the frontier's knee (docs/pareto.md)",
@@ -151,8 +150,7 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
         row |= {"num_nodes": r.composition.num_nodes, "usd_per_hour": r.usd_per_hour, "iterations": r.iterations,
                 "is_oom": "" if r.status == "no_plan" else r.status == "oom",
                 "composition": r.composition.label, "cluster_kind": r.composition.kind, "status": r.status,
-                "num_candidates": 0 if r.search is None else len(r.search.estimates),
-                "num_candidates_oom": 0 if r.search is None else r.search.num_oom,
+                "num_candidates": 0 if r.search is None else r.search.num_candidates,
                 "price_basis": "spot" if spot else "on-demand",
                 "on_frontier": analysis.on_frontier[i], "is_knee": i == analysis.knee,
                 "complete": analysis.complete}

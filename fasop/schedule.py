@@ -134,26 +134,47 @@ def _run(F: list, B: list, SF: list, SB: list, m: int, zero, mx) -> list:
     return [bce[i][m - 1] for i in range(pp)]
 
 
-def one_f_one_b_bound(k: int, before: float, chain: float, t: np.ndarray, rest_sum: np.ndarray,
-                      rest_max: np.ndarray, *, num_stages: int, num_microbatches: int, send_first: float,
+def steady_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
+    """c_i with stage 0's end >= (all stage times + both end sends) + c_i t_i for every stage i.
+
+    The chain: micro-batch 0 forward to stage i (f_j, j < i, and f_i), on through the later
+    stages and back (t_j, j > i, and the sends), then stage i's first backward b_i; after it
+    stage i still runs m-1 backwards and m-1-w_i forwards (w_i = min(pp-i-1, m) warm-up
+    forwards), and the last gradient drains back (b_j, j < i). With f = t/3, b = 2t/3 that is
+    sum_j t_j + sends + (m - 1 - w_i/3) t_i. Valid when m > w_i; 0 otherwise.
+    """
+    m, pp = num_microbatches, num_stages
+    warm = np.minimum(pp - 1 - np.arange(pp), m)
+    return np.where(m > warm, m - 1 - warm / 3, 0.0)
+
+
+def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *, num_stages: int,
+                      num_microbatches: int, send_first: float,
                       send_last: float) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds on stage 0's end time (of `one_f_one_b`) over pipelines whose stages < k take
     `before` seconds in all, stage k takes t (an array of choices), and the stages after k sum to
-    at least rest_sum with a largest stage of at least rest_max. Each term is a chain of events
-    that must run one after another:
+    at least rest["sum"] with a largest stage of at least rest["max"] and a largest
+    steady_weights-weighted stage of at least rest["wmax"]. Each term is a chain of events that
+    must run one after another:
 
     - micro-batch 0 forward through every stage and back: all stage times + the two sends;
     - stage i: micro-batch 0 reaches it (the stages before it), it runs m forwards and m
       backwards, the last gradient drains back through the stages before it: sum_{j<i} t_j +
       m t_i (+ the sends on that way); `chain` carries the largest such term over stages < k;
-    - the slowest stage after k likewise: everything before it + m x rest_max.
-    Returns (bounds, chains including stage k).
+    - the slowest stage after k likewise: everything before it + m x rest["max"];
+    - every stage's steady chain (`steady_weights`): all stage times + sends + c_i t_i.
+    `chain` carries (largest own chain, largest c_i t_i) over stages < k (None at the start).
+    Returns (bounds, chains including stage k, one row per choice of t).
     """
     m, pp = num_microbatches, num_stages
+    c = steady_weights(pp, m)[k]
+    own_before, steady_before = (0.0, 0.0) if chain is None else chain
     total = before + t
     own = before + m * t + (send_first if k > 0 else 0.0) + (send_last if k == pp - 1 else 0.0)
-    chains = np.maximum(chain, own)
-    bounds = np.maximum(total + rest_sum + send_first + send_last, chains)
+    chains = np.maximum(own_before, own)
+    steady = np.maximum(steady_before, c * t)
+    everything = total + rest["sum"] + send_first + send_last
+    bounds = np.maximum(everything + np.maximum(steady, rest["wmax"]), chains)
     if k < pp - 1:
-        bounds = np.maximum(bounds, total + send_first + m * rest_max)
-    return bounds, chains
+        bounds = np.maximum(bounds, total + send_first + m * rest["max"])
+    return bounds, np.stack([chains, steady], axis=1)

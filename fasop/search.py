@@ -31,7 +31,7 @@ DEFAULT_ITERATIONS = 12_500_000
 """FASOP's default number of training iterations for the cost column."""
 MAX_ORDERS = 100_000
 """`--placements all` refuses inventories with more distinct node orders than this."""
-CHUNK = 16
+CHUNK = 64
 """Plans per estimation chunk (one unit of work for a worker process)."""
 
 Progress = Callable[[int, int], None]
@@ -202,26 +202,27 @@ def estimate_chunk(estimator: Fasop2024Estimator, chunk: list[tuple[int, Plan]],
     """Estimates of a chunk of (index, plan). Without `top`, every plan's. With `top`, given the
     step times of the plans kept so far (`kept`, ascending), None for a plan that cannot enter
     the K fastest that fit: its lower bound, or its optimal-partitioner search cut off at the
-    K-th step time, says so. Plans go in index order and the cut-off tightens as they do; a
-    plan's estimate never depends on the cut-off, so the kept set is the same however the
-    plans are split into chunks (Fasop2024Estimator.estimate_below)."""
+    K-th step time, says so. Plans go in order of their lower bounds and the cut-off tightens as
+    they do; a plan's estimate never depends on the cut-off and ties at it are kept for _Kept to
+    break by index, so the kept set is the same however the plans are split into chunks and
+    processes (Fasop2024Estimator.estimate_below)."""
     if top is None:
         return list(zip((i for i, _ in chunk), estimator.estimate_many([p for _, p in chunk])))
     values = sorted(kept)[:top]
-    results = []
-    for index, plan in chunk:
+    bounds = [estimator.lower_bound(plan) for _, plan in chunk]
+    results: dict[int, Estimate | None] = {}
+    for k in sorted(range(len(chunk)), key=lambda k: (bounds[k], k)):  # promising plans first
+        index, plan = chunk[k]
         threshold = values[top - 1] if len(values) >= top else float("inf")
-        if threshold < float("inf") and estimator.lower_bound(plan) > threshold:
-            results.append((index, None))
+        if bounds[k] > threshold:
+            results[index] = None
             continue
-        estimate = estimator.estimate_below(plan, threshold)
-        if estimate is not None and estimate.memory.is_oom:
-            estimate = None
+        estimate = estimator.estimate_below(plan, threshold)  # ties at the threshold: _Kept decides
         if estimate is not None:
             bisect.insort(values, estimate.step_time_s)
             del values[top:]
-        results.append((index, estimate))
-    return results
+        results[index] = estimate
+    return [(index, results[index]) for index, _ in chunk]
 
 
 def _estimate_chunks(chunks: Iterator[list], estimator: Fasop2024Estimator, spec: tuple, top: int | None,
