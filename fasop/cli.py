@@ -181,7 +181,7 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
     p = sub.add_parser("pareto", help="time vs cost over every cluster you could assemble",
                        description="For every composition of node counts within the limits: its fastest plan that "
                        "fits, total training time and cost; the non-dominated set, its knee, and the cheapest plan "
-                       "within a deadline / the fastest within a budget. See docs/pareto.md.")
+                       "within a deadline / the fastest within a budget. See README.md, 'fasop pareto'.")
     p.add_argument("--model", required=True, help="name in model_specs/ or path to a model YAML")
     p.add_argument("--cluster", required=True, help="name in cluster_specs/ or path to a cluster YAML")
     p.add_argument("--max-nodes", required=True, metavar="TYPE=N[,TYPE=N...]",

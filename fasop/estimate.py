@@ -89,6 +89,7 @@ class Fasop2024Estimator:
             raise ValueError(f"unknown partitioner {partitioner!r}")
         self.model, self.cluster, self.partitioner = model, cluster, partitioner
         self.max_nodes = max_nodes
+        self._least_cache: dict = {}
         """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
         self.compute = ProfileCompute(model)
         self.compute.check_gpus(tuple(dict.fromkeys(n.gpu for n in inventory)))
@@ -118,20 +119,29 @@ class Fasop2024Estimator:
 
     def lower_bound(self, plan: Plan) -> float:
         """A step time no split of `plan` beats, whatever the partitioner: stage 0 finishes after
-        every stage's compute and both end sends (at least the least sum over splits), and after
-        m x the busiest stage (at least the least bottleneck over splits); plus stage 0's
-        gradient all-reduce for one layer and the embedding all-reduce (MODEL.md §5, §7)."""
+        every stage's compute, both end sends and the largest steady chain c_i t_i
+        (schedule.steady_weights), and after m x the busiest stage -- each term at its least over
+        all splits; plus stage 0's gradient all-reduce for one layer and the embedding
+        all-reduce (MODEL.md §5, §7)."""
         types = self.stage_types(plan)
-        m = plan.num_microbatches
-        matrices = np.stack([self.compute.layer_costs(t.gpu, plan.tp, plan.mbs).matrix for t in types])
-        least_sum, least_max = least_completions(matrices)
+        least_sum, least_max, least_steady = self._least(tuple(t.gpu for t in types), plan.tp, plan.mbs,
+                                                         plan.num_microbatches)
         p2p = comm.p2p_seconds(plan, self.model, self.cluster)
         sends = (p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0
-        pipeline = max(least_sum + sends, m * least_max)
+        pipeline = max(least_sum + sends + least_steady, plan.num_microbatches * least_max)
         ring = comm.dp_ring_bandwidth(plan)
         dp = min(float(comm.dp_allreduce_seconds(plan, self._dp_params(plan, 1), ring, t.intra_node_shared))
                  for t in types)
         return (pipeline + dp + float(comm.embedding_allreduce_seconds(plan, self.model))) * (1 - 1e-6)
+
+    def _least(self, gpus: tuple[str, ...], tp: int, mbs: int, m: int) -> tuple[float, float, float]:
+        """partition.least_completions of the stage cost matrices, cached: many plans share them."""
+        key = (gpus, tp, mbs, m)
+        if key not in self._least_cache:
+            matrices = np.stack([self.compute.layer_costs(g, tp, mbs).matrix for g in gpus])
+            weights = steady_weights(len(gpus), m) if len(gpus) > 1 else None
+            self._least_cache[key] = least_completions(matrices, weights)
+        return self._least_cache[key]
 
     def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
         """`estimate(plan)` if it fits in memory with a step time of at most `cutoff`, else None.
@@ -205,14 +215,16 @@ class Fasop2024Estimator:
             _, weights, const = critical_path(comp, sends_fwd, sends_bwd, m)
             return weights[:, 0], float(const[0])
 
+        weights = steady_weights(pp, m)
+
         def bound(k, before, chain, t, rest):
-            return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m,
+            return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
                                      send_first=send_first, send_last=send_last)
 
         seeds = [s.reported for s in p.splits]
         fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
         budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
-                  "max_nodes": self.max_nodes, "stage_weights": steady_weights(pp, m)}
+                  "max_nodes": self.max_nodes, "stage_weights": weights}
         if cutoff < np.inf:
             # A search pruned by the cutoff is cheap and may prove that no fitting split beats it.
             # Otherwise the plan gets the split of the search without cutoff, so that a plan's

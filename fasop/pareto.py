@@ -5,7 +5,7 @@ its result; `analyse` takes each composition's fastest plan that fits in memory,
 training run, and finds the non-dominated set over (time, cost), its knee, and the answers to a
 deadline and a budget query. No printing, no files: the CLI does that.
 
-Definitions (docs/pareto.md):
+Definitions (README.md, "fasop pareto"):
 - train_time_h = step_time_s x iterations / 3600.
 - train_cost_usd = (sum over the composition's nodes of the node's $/h) x train_time_h.
 - A point is on the frontier when no other point is at least as good in every column and

@@ -138,17 +138,20 @@ class Found:
     (the split is then the best one found, never worse than the seeds)."""
 
 
-def least_completions(times: np.ndarray) -> tuple[float, float]:
-    """(least sum of stage times, least largest stage time) over all splits; times as in
-    `optimal` (the two minima may come from different splits)."""
+def least_completions(times: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, float, float]:
+    """(least sum of stage times, least largest stage time, least largest weighted stage time
+    weights[i] x t_i) over all splits; times as in `optimal` (the three minima may come from
+    different splits). Without weights the third is 0."""
     n, size, _ = times.shape
-    least_sum = np.full(size, np.inf)
-    least_max = np.full(size, np.inf)
-    least_sum[size - 1] = least_max[size - 1] = 0.0
+    weights = np.zeros(n) if weights is None else weights
+    least = np.full((3, size), np.inf)
+    least[:, size - 1] = 0.0
     for k in range(n - 1, -1, -1):
-        least_sum = (times[k] + least_sum[None, :]).min(axis=1)
-        least_max = np.maximum(times[k], least_max[None, :]).min(axis=1)
-    return float(least_sum[0]), float(least_max[0])
+        weighted = np.where(np.isfinite(times[k]), times[k] * weights[k] if weights[k] else 0.0, np.inf)
+        least = np.stack([(times[k] + least[0][None, :]).min(axis=1),
+                          np.maximum(times[k], least[1][None, :]).min(axis=1),
+                          np.maximum(weighted, least[2][None, :]).min(axis=1)])
+    return float(least[0, 0]), float(least[1, 0]), float(least[2, 0])
 
 
 def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
@@ -180,7 +183,7 @@ def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
     return tuple(counts)
 
 
-def neighbours(split: tuple[int, ...], times: np.ndarray, reach: int = 3) -> list[tuple[int, ...]]:
+def neighbours(split: tuple[int, ...], times: np.ndarray, reach: int = 2) -> list[tuple[int, ...]]:
     """Splits that move one stage boundary by up to `reach` layers and still fit."""
     edges = boundaries(split)
     found = []
@@ -211,7 +214,7 @@ def local_search(start: tuple[int, ...], value: float, times: np.ndarray, evalua
 
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
-            max_cuts: int = 48, max_nodes: int | None = None, cutoff: float = np.inf,
+            max_cuts: int = 4, max_nodes: int | None = None, cutoff: float = np.inf,
             stage_weights: np.ndarray | None = None, probe: bool = False) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 

@@ -123,7 +123,7 @@ PARETO_COLUMN_DOCS = {
     "num_candidates": "plans enumerated for this composition (placements x degrees x micro-batch sizes)",
     "price_basis": "on-demand or spot (spot where the spec has a spot price)",
     "on_frontier": "non-dominated over (train_time_h, train_cost_usd)",
-    "is_knee": "the frontier's knee (docs/pareto.md)",
+    "is_knee": "the frontier's knee (README.md, 'fasop pareto')",
     "complete": "False in every row when the sweep was interrupted: rows cover only finished compositions",
 }
 

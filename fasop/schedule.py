@@ -149,8 +149,8 @@ def steady_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
 
 
 def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *, num_stages: int,
-                      num_microbatches: int, send_first: float,
-                      send_last: float) -> tuple[np.ndarray, np.ndarray]:
+                      num_microbatches: int, send_first: float, send_last: float,
+                      weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds on stage 0's end time (of `one_f_one_b`) over pipelines whose stages < k take
     `before` seconds in all, stage k takes t (an array of choices), and the stages after k sum to
     at least rest["sum"] with a largest stage of at least rest["max"] and a largest
@@ -164,10 +164,11 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *
     - the slowest stage after k likewise: everything before it + m x rest["max"];
     - every stage's steady chain (`steady_weights`): all stage times + sends + c_i t_i.
     `chain` carries (largest own chain, largest c_i t_i) over stages < k (None at the start).
+    `weights`: steady_weights(pp, m), if the caller has it already.
     Returns (bounds, chains including stage k, one row per choice of t).
     """
     m, pp = num_microbatches, num_stages
-    c = steady_weights(pp, m)[k]
+    c = (steady_weights(pp, m) if weights is None else weights)[k]
     own_before, steady_before = (0.0, 0.0) if chain is None else chain
     total = before + t
     own = before + m * t + (send_first if k > 0 else 0.0) + (send_last if k == pp - 1 else 0.0)

@@ -32,7 +32,10 @@ DEFAULT_ITERATIONS = 12_500_000
 MAX_ORDERS = 100_000
 """`--placements all` refuses inventories with more distinct node orders than this."""
 CHUNK = 64
-"""Plans per estimation chunk (one unit of work for a worker process)."""
+"""Plans per estimation chunk (one unit of work for a worker process) when plans are partitioned
+one by one (optimal partitioner, or --top)."""
+BATCH_CHUNK = 2048
+"""Plans per chunk for fasop-minmax without --top: the schedule is vectorised over a chunk's plans."""
 
 Progress = Callable[[int, int], None]
 """progress(done, total): called as the search advances, over enumerated plans."""
@@ -147,7 +150,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
                 seen.add(key)
             yield index, plan
 
-    chunks = _chunks(unique(candidates), CHUNK)
+    chunks = _chunks(unique(candidates), BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK)
     report = progress or (lambda done, n: None)
     for done, results in _estimate_chunks(chunks, estimator, (model, cluster, tuple(inventory), partitioner),
                                           top, kept.values, workers):

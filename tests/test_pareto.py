@@ -525,3 +525,27 @@ def test_cli_unwritable_out_prefix(in_tmp, capsys):
     assert main(_pareto_argv(in_tmp / "blocker" / "bert", "a100=1")) == 2
     err = capsys.readouterr().err
     assert err.startswith("fasop: error: --out-prefix: cannot write ") and err.count("\n") == 1, err
+
+
+def test_defaults_never_lose_to_fasop_at_any_cost(gpt2xl_sweep):
+    """fasop's defaults (optimal partitions, top-1 pruning) against FASOP's choices on the
+    compositions up to 3 A100 + 3 A10 nodes: each composition's best plan is at least as fast
+    (so also as cheap), hence at every cost the fastest time on fasop's frontier is at most
+    FASOP's."""
+    model, cluster = load_model(str(REPO / "model_specs" / "gpt2xl.yaml")), \
+        load_cluster(str(REPO / "cluster_specs" / "fasop-paper-pareto.yaml"))
+    comps = compositions({"a100": 3, "a10": 3})
+    ours = analyse(list(sweep(model, cluster, comps, placements="cyclic", partitioner="optimal", top=1,
+                              iterations=12_500_000)))
+    _, fasop_results = gpt2xl_sweep
+    by_counts = {_counts(r): r for r in fasop_results}
+    theirs = analyse([by_counts[tuple(dict(c.counts).get(t, 0) for t in ("a100", "a10"))] for c in comps])
+    for mine, fasop in zip(ours.results, theirs.results):
+        assert mine.composition == fasop.composition
+        if fasop.status == "ok":
+            assert mine.status == "ok" and mine.train_time_h <= fasop.train_time_h * (1 + 1e-9)
+            assert mine.train_cost_usd <= fasop.train_cost_usd * (1 + 1e-9)
+    for i in theirs.frontier:
+        cost = theirs.results[i].train_cost_usd
+        best = min(r.train_time_h for r in ours.results if r.status == "ok" and r.train_cost_usd <= cost)
+        assert best <= theirs.results[i].train_time_h * (1 + 1e-9)

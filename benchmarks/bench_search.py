@@ -1,0 +1,121 @@
+"""Search throughput (issue 3): candidates per second in-process, whole-process wall time and
+peak memory, on FASOP's six experiments and the 64-node, 4-type inventory.
+
+In-process: the specs are loaded once, then `fasop.search.search(...)` is timed alone
+(time.perf_counter) for each configuration; candidates/s = plans enumerated / seconds (plans
+skipped as equivalent or pruned count, as they were ruled out). Configurations:
+- `fasop`: FASOP's choices (cyclic placements, fasop-minmax), every plan estimated;
+- `default`: fasop's defaults (all placements, optimal partitioner), every plan estimated;
+- `top1`: the defaults with --top 1 (exact pruning against the best plan).
+Whole-process: `python -m fasop search ...` with the defaults in a fresh interpreter, its peak
+RSS from os.wait4. The 64-node inventory (cluster_specs/mixed-64.yaml, model gpt2xl-scaled,
+16 nodes of each type) runs with --placements grouped: `all` has ~6e34 distinct orders.
+Targets (issue 3): >= 50,000 candidates/s per core on the FASOP experiments (the original:
+~35/s); the 64-node search <= 60 s on 2 cores with peak RSS < 2 GB. Medians of --runs runs.
+
+    python benchmarks/bench_search.py [--runs 3] [--json PATH] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+EXPERIMENTS = [  # (name, model, cluster, nodes, extra CLI flags)
+    ("bert homogeneous", "bert", "fasop-paper", "a10=4", []),
+    ("bert heterogeneous", "bert", "fasop-paper", "a100=1,a10=3", []),
+    ("gpt2xl homogeneous", "gpt2xl", "fasop-paper", "a10=8", []),
+    ("gpt2xl heterogeneous", "gpt2xl", "fasop-paper", "a100=1,a10=7", []),
+    ("t5 homogeneous", "t5", "fasop-paper", "a10=8", []),
+    ("t5 heterogeneous", "t5", "fasop-paper", "a100=1,a10=7", []),
+]
+BIG = ("64 nodes, 4 types", "gpt2xl-scaled", "mixed-64", "h100=16,a100_80gb=16,a10g=16,l4=16",
+       ["--placements", "grouped"])
+CONFIGS = {"fasop": {"placements": "cyclic", "partitioner": "fasop-minmax"},
+           "default": {},
+           "top1": {"top": 1}}
+
+
+def in_process(model_name: str, cluster_name: str, nodes: str, extra: list[str], runs: int,
+               workers: int) -> dict:
+    from fasop.search import parse_nodes, search
+    from fasop.specs import load_cluster, load_model
+
+    model, cluster = load_model(str(REPO / "model_specs" / f"{model_name}.yaml")), \
+        load_cluster(str(REPO / "cluster_specs" / f"{cluster_name}.yaml"))
+    inventory = parse_nodes(nodes, cluster)
+    out = {}
+    for config, kwargs in CONFIGS.items():
+        kwargs = dict(kwargs)
+        if "--placements" in extra:
+            kwargs.setdefault("placements", extra[extra.index("--placements") + 1])
+        times, result = [], None
+        for _ in range(runs):
+            start = time.perf_counter()
+            result = search(model, cluster, inventory, heterogeneous=True, workers=workers, **kwargs)
+            times.append(time.perf_counter() - start)
+        median = statistics.median(times)
+        best = result.best_fitting
+        out[config] = {"runs_s": times, "median_s": median, "candidates": result.num_candidates,
+                       "estimated": result.num_estimated, "candidates_per_s": result.num_candidates / median,
+                       "best_step_s": None if best is None else best.step_time_s}
+    return out
+
+
+def whole_process(model: str, cluster: str, nodes: str, extra: list[str], runs: int, workers: int) -> dict:
+    times, rss = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [sys.executable, "-m", "fasop", "search", "--model", model, "--cluster", cluster, "--nodes", nodes,
+                "--heterogeneous", "--workers", str(workers), "--out", str(Path(tmp) / "out.csv"), "--no-progress",
+                *extra]
+        for _ in range(runs):
+            start = time.perf_counter()
+            child = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            _, status, usage = os.wait4(child.pid, 0)
+            times.append(time.perf_counter() - start)
+            if status != 0:
+                sys.exit(f"bench_search: {' '.join(argv)} failed: {child.stderr.read().decode().strip()}")
+            child.stderr.close()
+            rss.append(usage.ru_maxrss / 1024)  # KiB -> MiB (Linux)
+    return {"command": " ".join(argv[1:]), "runs_s": times, "median_s": statistics.median(times),
+            "peak_rss_mib": max(rss)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per measurement (default %(default)s)")
+    parser.add_argument("--workers", type=int, default=1, help="--workers for every search (default %(default)s)")
+    parser.add_argument("--json", metavar="PATH", help="also write the measurements as JSON")
+    args = parser.parse_args(argv)
+    rows = []
+    for name, model, cluster, nodes, extra in EXPERIMENTS + [BIG]:
+        row = {"experiment": name, "in_process": in_process(model, cluster, nodes, extra, args.runs, args.workers),
+               "whole_process": whole_process(model, cluster, nodes, extra, args.runs, args.workers)}
+        rows.append(row)
+        ip, wp = row["in_process"], row["whole_process"]
+        print(f"{name:22s} candidates {ip['default']['candidates']:6d} | cand/s: fasop {ip['fasop']['candidates_per_s']:8.0f}"
+              f"  default {ip['default']['candidates_per_s']:7.0f}  top1 {ip['top1']['candidates_per_s']:7.0f}"
+              f" | best step s: fasop {ip['fasop']['best_step_s']:.4f} default {ip['default']['best_step_s']:.4f}"
+              f" | process {wp['median_s']:6.2f} s, peak RSS {wp['peak_rss_mib']:5.0f} MiB", flush=True)
+    big = rows[-1]["whole_process"]
+    print(f"targets: >= 50,000 candidates/s per core on the FASOP experiments; 64-node <= 60 s "
+          f"(measured {big['median_s']:.1f} s) with peak RSS < 2048 MiB (measured {big['peak_rss_mib']:.0f} MiB); "
+          f"workers={args.workers}, medians of {args.runs} runs")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"python": sys.version.split()[0], "runs": args.runs,
+                                               "workers": args.workers, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
