@@ -36,7 +36,7 @@ from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
 PARTITIONERS = ("fasop-minmax", "optimal")
-DEFAULT_MAX_NODES = 300
+DEFAULT_MAX_NODES = 400
 """Branch-and-bound budget per plan of the `optimal` partitioner; past it the best split found
 is kept and reported as not proven (`partition_proven_optimal`)."""
 

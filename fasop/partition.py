@@ -214,7 +214,7 @@ def local_search(start: tuple[int, ...], value: float, times: np.ndarray, evalua
 
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
-            max_cuts: int = 4, max_nodes: int | None = None, cutoff: float = np.inf,
+            max_cuts: int = 2, max_nodes: int | None = None, cutoff: float = np.inf,
             stage_weights: np.ndarray | None = None, probe: bool = False) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 
