@@ -279,3 +279,16 @@ def test_optimal_never_loses_to_fasop_minmax_on_fasop_experiments(model_name, no
             assert o.step_time_s <= g.step_time_s * (1 + 1e-6), g.plan.key()
     best_all = search(model, cluster, inventory, heterogeneous=True, top=1, workers=2).best_fitting
     assert best_all.step_time_s <= exact.best_fitting.step_time_s <= greedy.best_fitting.step_time_s
+
+
+@pytest.mark.parametrize("pp,m", [(2, 40), (3, 64), (8, 9), (13, 5), (16, 32), (32, 3), (32, 64)])
+def test_traced_schedule_is_bit_identical_to_the_recurrences(pp, m):
+    """one_f_one_b evaluates a traced program level by level; every value must be the one the
+    event-by-event recurrences give, to the bit (sends at the ends and in the middle)."""
+    from fasop.schedule import one_f_one_b_reference
+
+    rng = np.random.default_rng(pp * 100 + m)
+    t = rng.uniform(0.1, 1.0, (pp, 9))
+    sf, sb = rng.uniform(0, 0.3, (pp, 9)), rng.uniform(0, 0.3, (pp, 9))
+    assert pp * m > 64  # the traced path
+    assert np.array_equal(one_f_one_b(t / 3, 2 * t / 3, sf, sb, m), one_f_one_b_reference(t / 3, 2 * t / 3, sf, sb, m))
