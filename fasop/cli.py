@@ -286,19 +286,20 @@ def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str
             print("knee: none (fewer than 3 frontier points)")
     fits = [rows[i] for i, r in enumerate(analysis.results) if r.status == "ok"]
     if analysis.deadline_hours is not None:
-        what = f"cheapest within {analysis.deadline_hours:,g} h"
-        if analysis.deadline is not None:
-            print(f"{what}: {_describe(rows[analysis.deadline])}")
-        else:
-            fastest = min((r["train_time_h"] for r in fits), default=None)
-            print(f"{what}: none qualifies" + (f" (fastest takes {fastest:,.1f} h)" if fits else ""))
+        nearest = min((r["train_time_h"] for r in fits), default=None)
+        _print_answer(f"cheapest within {analysis.deadline_hours:,g} h", rows, analysis.deadline,
+                      None if nearest is None else f"fastest takes {nearest:,.1f} h")
     if analysis.budget_usd is not None:
-        what = f"fastest within ${analysis.budget_usd:,.2f}"
-        if analysis.budget is not None:
-            print(f"{what}: {_describe(rows[analysis.budget])}")
-        else:
-            cheapest = min((r["train_cost_usd"] for r in fits), default=None)
-            print(f"{what}: none qualifies" + (f" (cheapest costs ${cheapest:,.0f})" if fits else ""))
+        nearest = min((r["train_cost_usd"] for r in fits), default=None)
+        _print_answer(f"fastest within ${analysis.budget_usd:,.2f}", rows, analysis.budget,
+                      None if nearest is None else f"cheapest costs ${nearest:,.0f}")
+
+
+def _print_answer(question: str, rows: list[dict], answer: int | None, nearest_miss: str | None) -> None:
+    if answer is not None:
+        print(f"{question}: {_describe(rows[answer])}")
+    else:
+        print(f"{question}: none qualifies" + (f" ({nearest_miss})" if nearest_miss else ""))
 
 
 def _describe(row: dict) -> str:

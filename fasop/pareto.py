@@ -28,7 +28,7 @@ import pandas as pd
 
 from fasop.errors import FasopError
 from fasop.estimate import PARTITIONERS, Estimate
-from fasop.search import DEFAULT_ITERATIONS, PLACEMENTS, SearchResult, search
+from fasop.search import DEFAULT_ITERATIONS, PLACEMENTS, SearchResult, parse_counts, search
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
 Sense = Literal["min", "max"]
@@ -137,18 +137,7 @@ class Composition:
 
 def parse_node_limits(text: str, cluster: ClusterSpec, flag: str) -> dict[str, int]:
     """`a100=8,a10=8` -> {"a100": 8, "a10": 8}, in the order given; counts may be 0."""
-    limits: dict[str, int] = {}
-    for item in text.split(","):
-        name, sep, count = (part.strip() for part in item.partition("="))
-        if not sep or not count.isdigit():
-            raise FasopError(f"{flag}: expected TYPE=COUNT with COUNT >= 0, got {item.strip()!r}")
-        if name not in cluster.node_types:
-            raise FasopError(f"{flag}: unknown node type {name!r} in {cluster.path} "
-                             f"(known: {', '.join(cluster.node_types)})")
-        if name in limits:
-            raise FasopError(f"{flag}: node type {name!r} given twice")
-        limits[name] = int(count)
-    return limits
+    return parse_counts(text, cluster, flag, minimum=0)
 
 
 def compositions(max_nodes: Mapping[str, int], min_nodes: Mapping[str, int] | None = None) -> tuple[Composition, ...]:

@@ -74,22 +74,26 @@ class SearchResult:
         return next((e for e in self.estimates if not e.memory.is_oom), None)
 
 
+def parse_counts(text: str, cluster: ClusterSpec, flag: str, minimum: int = 1) -> dict[str, int]:
+    """`a100=1,a10=3` -> {"a100": 1, "a10": 3}, in the order given; each count >= minimum."""
+    counts: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, count = (part.strip() for part in item.partition("="))
+        if not sep or not count.isdigit() or int(count) < minimum:
+            raise FasopError(f"{flag}: expected TYPE=COUNT with COUNT >= {minimum}, got {item.strip()!r}")
+        if name not in cluster.node_types:
+            raise FasopError(f"{flag}: unknown node type {name!r} in {cluster.path} "
+                             f"(known: {', '.join(cluster.node_types)})")
+        if name in counts:
+            raise FasopError(f"{flag}: node type {name!r} given twice")
+        counts[name] = int(count)
+    return counts
+
+
 def parse_nodes(text: str, cluster: ClusterSpec) -> tuple[NodeType, ...]:
     """`a100=1,a10=3` -> the inventory, in the order given."""
-    nodes: list[NodeType] = []
-    seen = set()
-    for item in text.split(","):
-        name, sep, count = item.strip().partition("=")
-        if not sep or not count.strip().isdigit() or int(count) < 1:
-            raise FasopError(f"--nodes: expected TYPE=COUNT with COUNT >= 1, got {item.strip()!r}")
-        if name not in cluster.node_types:
-            raise FasopError(f"--nodes: unknown node type {name!r} in {cluster.path} "
-                             f"(known: {', '.join(cluster.node_types)})")
-        if name in seen:
-            raise FasopError(f"--nodes: node type {name!r} given twice")
-        seen.add(name)
-        nodes += [cluster.node_types[name]] * int(count)
-    return tuple(nodes)
+    return tuple(node for name, n in parse_counts(text, cluster, "--nodes").items()
+                 for node in [cluster.node_types[name]] * n)
 
 
 def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterator[tuple[NodeType, ...]], int]:

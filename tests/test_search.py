@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fasop.cli import main
-from fasop.enumerate import all_placements, count_orders, cyclic_placements, grouped_placements
+from fasop.enumerate import all_placements, count_orders, grouped_placements
 from fasop.estimate import Fasop2024Estimator
 from fasop.partition import bottleneck_split, optimal
 from fasop.plan import Plan
