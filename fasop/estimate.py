@@ -279,7 +279,8 @@ class Fasop2024Estimator:
                 comp[:, col] = p.stage_compute(p.splits[s].scheduled)
                 send_fwd[0, col] = p.p2p[0]  # p2p-ends-only
                 send_bwd[pp - 1, col] = p.p2p[pp - 2]
-            stage_ends = one_f_one_b(comp / 3, 2 * comp / 3, send_fwd, send_bwd, m)
+            stage_ends = one_f_one_b(comp / 3, 2 * comp / 3, send_fwd, send_bwd, m,
+                                     reuse=self.partitioner == "optimal")
             for col, (k, s) in enumerate(members):
                 ends[k][s] = stage_ends[:, col]
                 done_plans.add(k)

@@ -23,7 +23,7 @@ import numpy as np
 
 
 def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
-                num_microbatches: int) -> np.ndarray:
+                num_microbatches: int, *, reuse: bool = True) -> np.ndarray:
     """Stage end times, shape (pp, batch).
 
     fwd, bwd: compute seconds of one micro-batch per stage, shape (pp, batch).
@@ -31,9 +31,10 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
     gradients backward (FASOP charges only stage 0's forward and the last stage's backward).
     Stage i runs w_i = min(pp-i-1, m) warm-up forwards, then alternates one forward and one
     backward, then drains the remaining backwards.
+    reuse=False: the caller schedules this (pp, m) once, so tracing a program would not pay.
     """
     pp, batch = fwd.shape
-    if pp * num_microbatches <= 64:  # short pipelines: the direct recurrences are as quick
+    if pp * num_microbatches <= 64 or not reuse:  # the direct recurrences are as quick
         return one_f_one_b_reference(fwd, bwd, send_fwd, send_bwd, num_microbatches)
     program = _program(pp, num_microbatches)
     durations = np.concatenate([fwd, bwd, send_fwd, send_bwd, np.zeros((1, batch))], axis=0)
