@@ -89,8 +89,10 @@ class Fasop2024Estimator:
             raise ValueError(f"unknown partitioner {partitioner!r}")
         self.model, self.cluster, self.partitioner = model, cluster, partitioner
         self.max_nodes = max_nodes
-        self._least_cache: dict = {}
         """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
+        self._least_cache: dict = {}
+        self._quick_cache: dict = {}
+        self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.compute = ProfileCompute(model)
         self.compute.check_gpus(tuple(dict.fromkeys(n.gpu for n in inventory)))
         self.segment_lengths = [model.layer_segments.count(s) for s in model.segments]
@@ -133,6 +135,20 @@ class Fasop2024Estimator:
         dp = min(float(comm.dp_allreduce_seconds(plan, self._dp_params(plan, 1), ring, t.intra_node_shared))
                  for t in types)
         return (pipeline + dp + float(comm.embedding_allreduce_seconds(plan, self.model))) * (1 - 1e-6)
+
+    def quick_bound(self, plan: Plan) -> float:
+        """A weaker `lower_bound` that ignores the placement, cached per (tp, mbs, pp, m): every
+        stage costs, layer run by layer run, the least over the inventory's GPU types; no sends,
+        no all-reduce."""
+        key = (plan.tp, plan.mbs, plan.pp, plan.num_microbatches)
+        if key not in self._quick_cache:
+            cheapest = np.min([self.compute.layer_costs(g, plan.tp, plan.mbs).matrix for g in self.gpus], axis=0)
+            matrices = np.broadcast_to(cheapest, (plan.pp,) + cheapest.shape)
+            weights = steady_weights(plan.pp, plan.num_microbatches) if plan.pp > 1 else None
+            least_sum, least_max, least_steady = least_completions(matrices, weights)
+            pipeline = max(least_sum + least_steady, plan.num_microbatches * least_max)
+            self._quick_cache[key] = pipeline * (1 - 1e-6)
+        return self._quick_cache[key]
 
     def _least(self, gpus: tuple[str, ...], tp: int, mbs: int, m: int) -> tuple[float, float, float]:
         """partition.least_completions of the stage cost matrices, cached: many plans share them."""

@@ -274,7 +274,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
         if (value, split) < (best[0], best[1]):
             best[0], best[1] = float(value), split
         pending.clear()
-        if len(cut_c) < max_cuts:  # the best split's critical chain becomes a cut
+        if len(cut_c) < max_cuts and not probe:  # the best split's critical chain becomes a cut
             w, const = cut(split)
             if not any(np.array_equal(w, row) for row in cut_w):
                 cut_w = np.vstack([cut_w, w])
@@ -311,7 +311,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
             raise _Budget
         if k == n:
             pending.append(tuple(counts))
-            if len(pending) >= batch or probe:
+            if len(pending) >= batch:
                 flush()
                 if probe and best[1]:
                     raise _Answered

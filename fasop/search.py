@@ -216,12 +216,12 @@ def estimate_chunk(estimator: Fasop2024Estimator, chunk: list[tuple[int, Plan]],
     if top is None:
         return list(zip((i for i, _ in chunk), estimator.estimate_many([p for _, p in chunk])))
     values = sorted(kept)[:top]
-    bounds = [estimator.lower_bound(plan) for _, plan in chunk]
+    quick = [estimator.quick_bound(plan) for _, plan in chunk]
     results: dict[int, Estimate | None] = {}
-    for k in sorted(range(len(chunk)), key=lambda k: (bounds[k], k)):  # promising plans first
+    for k in sorted(range(len(chunk)), key=lambda k: (quick[k], k)):  # promising plans first
         index, plan = chunk[k]
         threshold = values[top - 1] if len(values) >= top else float("inf")
-        if bounds[k] > threshold:
+        if quick[k] > threshold or (threshold < float("inf") and estimator.lower_bound(plan) > threshold):
             results[index] = None
             continue
         estimate = estimator.estimate_below(plan, threshold)  # ties at the threshold: _Kept decides

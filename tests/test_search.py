@@ -142,6 +142,7 @@ def test_lower_bound_never_exceeds_the_estimate(partitioner):
         est = Fasop2024Estimator(model, cluster, nodes, partitioner)
         for e in result.estimates:
             assert est.lower_bound(e.plan) <= e.step_time_s
+            assert est.quick_bound(e.plan) <= e.step_time_s
 
 
 @pytest.mark.parametrize("top", [1, 3, 10])
