@@ -260,6 +260,9 @@ def _pareto(args: argparse.Namespace) -> int:
                                  title=f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps")
     except OSError as exc:
         raise FasopError(f"--out-prefix: cannot write {str(stem)!r}.png/.svg: {exc.strerror}") from None
+    except KeyboardInterrupt:
+        print(f"fasop: interrupted while plotting; wrote {csv_path}, no plots", file=sys.stderr)
+        return 130
     print(f"wrote {csv_path}, {png}, {svg}")
     return 0
 

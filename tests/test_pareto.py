@@ -386,6 +386,8 @@ def test_cli_writes_csv_and_real_plots(in_tmp, capsys):
     flags = [r["on_frontier"] == "True" for r in rows]
     assert flags == _brute_front(pts, [1.0, 1.0], "first")
     assert sum(r["is_knee"] == "True" for r in rows) == 1
+    # the CSV is as readable as the plots (mkstemp alone would leave it 0600)
+    assert csv_path.stat().st_mode & 0o777 == png.stat().st_mode & 0o777
 
 
 def test_cli_deadline_and_budget_answers(in_tmp, capsys):
