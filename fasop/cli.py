@@ -6,12 +6,23 @@ Exit status: 0 success, 2 bad input (one line on stderr), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from fasop.errors import FasopError
 
 DEFAULT_SHOWN = 5
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -50,13 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "bound proves slower are skipped")
     s.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                    help="estimate in N processes (same output as 1; default %(default)s)")
+    _add_budget(s)
     s.add_argument("--iterations", type=_positive_int, default=DEFAULT_ITERATIONS,
                    help=f"training steps for train_cost_usd and train_time_h (default {DEFAULT_ITERATIONS:,})")
     s.add_argument("--out", help="CSV to write (default results/<model>_<cluster>_<nodes>.csv)")
-    s.add_argument("--show", type=int, default=DEFAULT_SHOWN, help="plans to print (default %(default)s)")
+    s.add_argument("--show", type=_non_negative_int, default=DEFAULT_SHOWN,
+                   help="how many of the fastest plans that fit to print (default %(default)s)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_pareto_parser(sub, PLACEMENTS, PARTITIONERS, DEFAULT_ITERATIONS)
     return parser
+
+
+def _add_budget(parser: argparse.ArgumentParser) -> None:
+    from fasop.estimate import DEFAULT_MAX_NODES
+
+    parser.add_argument("--partition-budget", type=_positive_int, default=DEFAULT_MAX_NODES, metavar="NODES",
+                        help="search-tree nodes the optimal partitioner may visit per plan before it keeps the best "
+                        "split found; more proves more splits optimal, and takes longer (default %(default)s)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fasop: interrupted; nothing written", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `fasop search ... | head`: files are written, stdout was closed early
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def _search(args: argparse.Namespace) -> int:
@@ -84,7 +108,7 @@ def _search(args: argparse.Namespace) -> int:
     with _progress_bar(args.no_progress, "estimating") as progress:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
                         partitioner=args.partitioner, iterations=args.iterations, top=args.top,
-                        workers=args.workers, progress=progress)
+                        workers=args.workers, partition_budget=args.partition_budget, progress=progress)
     columns, rows = search_rows(result, model.sequence_length)
     try:
         write_atomic(out, csv_text(columns, rows))
@@ -138,9 +162,11 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
     if proven and not all(proven):
         print(f"note: {len(proven) - sum(proven):,} of {len(proven):,} optimal splits are the best found within the "
               "search budget, not proven optimal (column partition_proven_optimal)")
-    fitting = [r for r in rows if not r["is_oom"]][:show]
+    fitting = [r for r in rows if not r["is_oom"]]
     if not fitting:
         print("no plan fits in GPU memory")
+    fitting = fitting[:show]
+    if not fitting:
         return
     header = ("rank", "tp", "dp", "pp", "mbs", "step_s", "samples/s", "usd/step", "train_h", "train_usd",
               "mem_GiB", "placement", "partition")
@@ -203,6 +229,7 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
                    help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing)")
     p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                    help="estimate in N processes (same output as 1; default %(default)s)")
+    _add_budget(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -232,7 +259,8 @@ def _pareto(args: argparse.Namespace) -> int:
         try:
             for result in pareto.sweep(model, cluster, comps, placements=args.placements,
                                        partitioner=args.partitioner, iterations=iterations, spot=args.spot,
-                                       top=1, workers=args.workers, progress=progress):
+                                       top=1, workers=args.workers,
+                                       partition_budget=args.partition_budget, progress=progress):
                 done.append(result)
         except KeyboardInterrupt:
             interrupted = True

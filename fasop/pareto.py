@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from fasop.errors import FasopError
-from fasop.estimate import PARTITIONERS, Estimate
+from fasop.estimate import DEFAULT_MAX_NODES, PARTITIONERS, Estimate
 from fasop.search import DEFAULT_ITERATIONS, PLACEMENTS, SearchResult, parse_counts, search
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
@@ -214,7 +214,8 @@ class CompositionResult:
 
 def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str = "cyclic",
           partitioner: str = "fasop-minmax", iterations: int = DEFAULT_ITERATIONS, spot: bool = False,
-          top: int | None = None, workers: int = 1, progress: Progress | None = None) -> Iterator[CompositionResult]:
+          top: int | None = None, workers: int = 1, partition_budget: int | None = DEFAULT_MAX_NODES,
+          progress: Progress | None = None) -> Iterator[CompositionResult]:
     """Search every composition (heterogeneous plans allowed) and yield its result, in order.
 
     top=1 keeps only each composition's fastest plan that fits, which is all the frontier needs,
@@ -236,7 +237,8 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
         usd_per_hour = float(sum(prices[name] * n for name, n in comp.counts))
         try:
             result = search(model, cluster, comp.inventory(cluster), heterogeneous=True, placements=placements,
-                            partitioner=partitioner, iterations=iterations, top=top, workers=workers)
+                            partitioner=partitioner, iterations=iterations, top=top, workers=workers,
+                            partition_budget=partition_budget)
         except FasopError as exc:  # e.g. no (tp, dp, pp) fits the batch and layer count
             yield CompositionResult(composition=comp, search=None, usd_per_hour=usd_per_hour,
                                     iterations=iterations, no_plan_reason=str(exc))

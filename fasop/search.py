@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from fasop.enumerate import all_placements, count_orders, cyclic_placements, degree_list, grouped_placements
 from fasop.errors import FasopError
-from fasop.estimate import PARTITIONERS, Estimate, Fasop2024Estimator
+from fasop.estimate import DEFAULT_MAX_NODES, PARTITIONERS, Estimate, Fasop2024Estimator
 from fasop.plan import Plan
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
@@ -113,8 +113,11 @@ def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterato
 
 def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, heterogeneous: bool = False,
            placements: str = "all", partitioner: str = "optimal", iterations: int = DEFAULT_ITERATIONS,
-           top: int | None = None, workers: int = 1, progress: Progress | None = None) -> SearchResult:
-    """Estimate the plans for `inventory` and rank them by step time (see the module doc)."""
+           top: int | None = None, workers: int = 1, partition_budget: int | None = DEFAULT_MAX_NODES,
+           progress: Progress | None = None) -> SearchResult:
+    """Estimate the plans for `inventory` and rank them by step time (see the module doc).
+    partition_budget: search-tree nodes the optimal partitioner may visit per plan (None: no
+    limit, every split proven optimal, possibly slow)."""
     if placements not in PLACEMENTS:
         raise FasopError(f"--placements: unknown strategy {placements!r} (known: {', '.join(PLACEMENTS)})")
     if partitioner not in PARTITIONERS:
@@ -125,10 +128,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
         raise FasopError(f"--top: must be >= 1, got {top}")
     if workers < 1:
         raise FasopError(f"--workers: must be >= 1, got {workers}")
+    if partition_budget is not None and partition_budget < 1:
+        raise FasopError(f"--partition-budget: must be >= 1, got {partition_budget}")
     types = list(dict.fromkeys(n.name for n in inventory))
     if len(types) > 1 and not heterogeneous:
         raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
-    estimator = Fasop2024Estimator(model, cluster, inventory, partitioner)
+    estimator = Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)
     tp_degrees = estimator.compute.tp_degrees(tuple(dict.fromkeys(n.gpu for n in inventory)))
     combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
                          num_transformer_layers=model.num_transformer_layers)
@@ -156,7 +161,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
 
     chunks = _chunks(unique(candidates), BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK)
     report = progress or (lambda done, n: None)
-    for done, results in _estimate_chunks(chunks, estimator, (model, cluster, tuple(inventory), partitioner),
+    for done, results in _estimate_chunks(chunks, estimator,
+                                          (model, cluster, tuple(inventory), partitioner, partition_budget),
                                           top, kept.values, workers):
         for index, estimate in results:
             if estimate is None:
@@ -258,8 +264,9 @@ def _estimate_chunks(chunks: Iterator[list], estimator: Fasop2024Estimator, spec
 _WORKER: dict = {}
 
 
-def _init_worker(model: ModelSpec, cluster: ClusterSpec, inventory: tuple, partitioner: str) -> None:
-    _WORKER["estimator"] = Fasop2024Estimator(model, cluster, inventory, partitioner)
+def _init_worker(model: ModelSpec, cluster: ClusterSpec, inventory: tuple, partitioner: str,
+                 partition_budget: int | None) -> None:
+    _WORKER["estimator"] = Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)
 
 
 def _worker_chunk(chunk: list[tuple[int, Plan]], top: int | None,

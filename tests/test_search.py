@@ -293,3 +293,24 @@ def test_traced_schedule_is_bit_identical_to_the_recurrences(pp, m):
     sf, sb = rng.uniform(0, 0.3, (pp, 9)), rng.uniform(0, 0.3, (pp, 9))
     assert pp * m > 64  # the traced path
     assert np.array_equal(one_f_one_b(t / 3, 2 * t / 3, sf, sb, m), one_f_one_b_reference(t / 3, 2 * t / 3, sf, sb, m))
+
+
+def test_partition_budget_trades_time_for_proofs(tmp_path, capsys):
+    """A larger --partition-budget proves at least as many splits optimal and never finds a slower
+    one; a budget of 0 is refused by argparse (exit 2)."""
+    rows = {}
+    for budget in ("5", "2000"):
+        out = tmp_path / f"b{budget}.csv"
+        assert main(["search", "--model", "bert", "--cluster", "fasop-paper", "--nodes", "a10=4", "--out", str(out),
+                     "--partition-budget", budget, "--no-progress"]) == 0
+        import csv
+
+        rows[budget] = {(r["tp"], r["dp"], r["pp"], r["mbs"]): r for r in csv.DictReader(out.open())}
+    proven = {b: sum(r["partition_proven_optimal"] == "True" for r in rs.values()) for b, rs in rows.items()}
+    assert proven["2000"] > proven["5"]
+    for key, r in rows["2000"].items():
+        if r["partition_proven_optimal"] == "True":
+            assert float(r["step_time_s"]) <= float(rows["5"][key]["step_time_s"])
+    with pytest.raises(SystemExit) as stop:
+        main(["search", "--model", "bert", "--cluster", "fasop-paper", "--nodes", "a10=4", "--partition-budget", "0"])
+    assert stop.value.code == 2
