@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from fasop.errors import FasopError
-from fasop.estimate import DEFAULT_MAX_NODES, PARTITIONERS, Estimate
-from fasop.search import DEFAULT_ITERATIONS, PLACEMENTS, SearchResult, parse_counts, search
+from fasop.estimate import DEFAULT_MAX_NODES, Estimate
+from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
 Sense = Literal["min", "max"]
@@ -222,12 +222,7 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
     and lets the search prune (exactly); top=None keeps every candidate. A generator, so a caller
     interrupted half-way keeps the compositions already yielded.
     """
-    if placements not in PLACEMENTS:
-        raise FasopError(f"--placements: unknown strategy {placements!r} (known: {', '.join(PLACEMENTS)})")
-    if partitioner not in PARTITIONERS:
-        raise FasopError(f"--partitioner: unknown partitioner {partitioner!r} (known: {', '.join(PARTITIONERS)})")
-    if iterations < 1:
-        raise FasopError(f"--iterations: must be >= 1, got {iterations}")
+    check_strategies(placements, partitioner, iterations)
     names = list(dict.fromkeys(name for c in comps for name, _ in c.counts))
     gpus = {name: cluster.node_types[name].gpus_per_node for name in names}
     if len(set(gpus.values())) > 1:

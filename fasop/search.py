@@ -96,6 +96,16 @@ def parse_nodes(text: str, cluster: ClusterSpec) -> tuple[NodeType, ...]:
                  for node in [cluster.node_types[name]] * n)
 
 
+def check_strategies(placements: str, partitioner: str, iterations: int) -> None:
+    """One-line errors for an unknown placement strategy or partitioner, or iterations < 1."""
+    if placements not in PLACEMENTS:
+        raise FasopError(f"--placements: unknown strategy {placements!r} (known: {', '.join(PLACEMENTS)})")
+    if partitioner not in PARTITIONERS:
+        raise FasopError(f"--partitioner: unknown partitioner {partitioner!r} (known: {', '.join(PARTITIONERS)})")
+    if iterations < 1:
+        raise FasopError(f"--iterations: must be >= 1, got {iterations}")
+
+
 def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterator[tuple[NodeType, ...]], int]:
     """(node orders, how many) for a placement strategy."""
     if strategy == "cyclic":
@@ -118,12 +128,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     """Estimate the plans for `inventory` and rank them by step time (see the module doc).
     partition_budget: search-tree nodes the optimal partitioner may visit per plan (None: no
     limit, every split proven optimal, possibly slow)."""
-    if placements not in PLACEMENTS:
-        raise FasopError(f"--placements: unknown strategy {placements!r} (known: {', '.join(PLACEMENTS)})")
-    if partitioner not in PARTITIONERS:
-        raise FasopError(f"--partitioner: unknown partitioner {partitioner!r} (known: {', '.join(PARTITIONERS)})")
-    if iterations < 1:
-        raise FasopError(f"--iterations: must be >= 1, got {iterations}")
+    check_strategies(placements, partitioner, iterations)
     if top is not None and top < 1:
         raise FasopError(f"--top: must be >= 1, got {top}")
     if workers < 1:
