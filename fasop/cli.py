@@ -42,8 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("search", help="rank every parallelisation plan for one inventory of nodes",
                        description="Enumerate tp/dp/pp/micro-batch/placement plans for the given nodes, "
                        "estimate each, and write them ranked by step time.")
-    s.add_argument("--model", required=True, help="name in model_specs/ or path to a model YAML")
-    s.add_argument("--cluster", required=True, help="name in cluster_specs/ or path to a cluster YAML")
+    _add_specs(s)
     s.add_argument("--nodes", required=True, metavar="TYPE=COUNT[,TYPE=COUNT...]",
                    help="the inventory, e.g. a100=1,a10=3 (node 0 first)")
     s.add_argument("--heterogeneous", action="store_true", help="allow mixed node types and search their placements")
@@ -56,25 +55,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--top", type=_positive_int, metavar="K",
                    help="keep only the K fastest plans that fit in memory (default: every plan); plans a lower "
                    "bound proves slower are skipped")
-    s.add_argument("--workers", type=_positive_int, default=1, metavar="N",
-                   help="estimate in N processes (same output as 1; default %(default)s)")
-    _add_budget(s)
     s.add_argument("--iterations", type=_positive_int, default=DEFAULT_ITERATIONS,
                    help=f"training steps for train_cost_usd and train_time_h (default {DEFAULT_ITERATIONS:,})")
     s.add_argument("--out", help="CSV to write (default results/<model>_<cluster>_<nodes>.csv)")
     s.add_argument("--show", type=_non_negative_int, default=DEFAULT_SHOWN,
                    help="how many of the fastest plans that fit to print (default %(default)s)")
-    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_execution(s)
     _add_pareto_parser(sub, PLACEMENTS, PARTITIONERS, DEFAULT_ITERATIONS)
     return parser
 
 
-def _add_budget(parser: argparse.ArgumentParser) -> None:
+def _add_specs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="name in model_specs/ or path to a model YAML")
+    parser.add_argument("--cluster", required=True, help="name in cluster_specs/ or path to a cluster YAML")
+
+
+def _add_execution(parser: argparse.ArgumentParser) -> None:
+    """How the search runs: processes, partitioner budget, progress bar (search and pareto)."""
     from fasop.estimate import DEFAULT_MAX_NODES
 
+    parser.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                        help="estimate in N processes (same output as 1; default %(default)s)")
     parser.add_argument("--partition-budget", type=_positive_int, default=DEFAULT_MAX_NODES, metavar="NODES",
                         help="search-tree nodes the optimal partitioner may visit per plan before it keeps the best "
                         "split found; more proves more splits optimal, and takes longer (default %(default)s)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,8 +210,7 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
                        description="For every composition of node counts within the limits: its fastest plan that "
                        "fits, total training time and cost; the non-dominated set, its knee, and the cheapest plan "
                        "within a deadline / the fastest within a budget. See README.md, 'fasop pareto'.")
-    p.add_argument("--model", required=True, help="name in model_specs/ or path to a model YAML")
-    p.add_argument("--cluster", required=True, help="name in cluster_specs/ or path to a cluster YAML")
+    _add_specs(p)
     p.add_argument("--max-nodes", required=True, metavar="TYPE=N[,TYPE=N...]",
                    help="most nodes of each type, e.g. a100=8,a10=8 (this order is the node order of a composition)")
     p.add_argument("--min-nodes", metavar="TYPE=N[,TYPE=N...]", help="fewest nodes of each type (default 0)")
@@ -224,10 +228,7 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
                    "all types' nodes in --max-nodes order; grouped; all (slow past ~10 nodes)")
     p.add_argument("--partitioner", choices=partitioners, default="optimal",
                    help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing)")
-    p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
-                   help="estimate in N processes (same output as 1; default %(default)s)")
-    _add_budget(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_execution(p)
 
 
 def _pareto(args: argparse.Namespace) -> int:

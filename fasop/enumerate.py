@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from fasop.errors import FasopError
 from fasop.plan import Plan
@@ -83,11 +83,10 @@ def grouped_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:
     return [tuple(node for t in perm for node in blocks[t]) for perm in itertools.permutations(kinds)]
 
 
-def plans(nodes: Sequence[NodeType], placements: Sequence[tuple[NodeType, ...]], *, tp_degrees: Sequence[int],
-          global_batch_size: int, num_transformer_layers: int) -> Iterator[Plan]:
-    """Every (placement, tp, dp, pp, mbs) plan, placement outermost, lazily."""
-    combos = degree_list(nodes, tp_degrees=tp_degrees, global_batch_size=global_batch_size,
-                         num_transformer_layers=num_transformer_layers)
+def plans(placements: Iterable[tuple[NodeType, ...]], combos: Sequence[tuple[int, int, int, int]], *,
+          global_batch_size: int) -> Iterator[Plan]:
+    """Every (placement, tp, dp, pp, mbs) plan, placement outermost, lazily; `combos` from
+    `degree_list`."""
     for placement in placements:
         for tp, dp, pp, mbs in combos:
             yield Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size, placement=placement)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -91,10 +91,9 @@ class Fasop2024Estimator:
         self.max_nodes = max_nodes
         """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
         self._least_cache: dict = {}
-        self._quick_cache: dict = {}
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.compute = ProfileCompute(model)
-        self.compute.check_gpus(tuple(dict.fromkeys(n.gpu for n in inventory)))
+        self.compute.check_gpus(self.gpus)
         self.segment_lengths = [model.layer_segments.count(s) for s in model.segments]
         # $/s of the whole inventory, summed in inventory order (FASOP: numpy sum, MODEL.md §1)
         self.usd_per_s = float(np.sum(np.array([n.usd_per_hour for n in inventory]))) / 3600
@@ -126,38 +125,32 @@ class Fasop2024Estimator:
         all splits; plus stage 0's gradient all-reduce for one layer and the embedding
         all-reduce (MODEL.md §5, §7)."""
         types = self.stage_types(plan)
-        least_sum, least_max, least_steady = self._least(tuple(t.gpu for t in types), plan.tp, plan.mbs,
-                                                         plan.num_microbatches)
         p2p = comm.p2p_seconds(plan, self.model, self.cluster)
         sends = (p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0
-        pipeline = max(least_sum + sends + least_steady, plan.num_microbatches * least_max)
+        pipeline = self._pipeline_floor(plan, tuple(t.gpu for t in types), sends)
         ring = comm.dp_ring_bandwidth(plan)
         dp = min(float(comm.dp_allreduce_seconds(plan, self._dp_params(plan, 1), ring, t.intra_node_shared))
                  for t in types)
         return (pipeline + dp + float(comm.embedding_allreduce_seconds(plan, self.model))) * (1 - 1e-6)
 
     def quick_bound(self, plan: Plan) -> float:
-        """A weaker `lower_bound` that ignores the placement, cached per (tp, mbs, pp, m): every
-        stage costs, layer run by layer run, the least over the inventory's GPU types; no sends,
-        no all-reduce."""
-        key = (plan.tp, plan.mbs, plan.pp, plan.num_microbatches)
-        if key not in self._quick_cache:
-            cheapest = np.min([self.compute.layer_costs(g, plan.tp, plan.mbs).matrix for g in self.gpus], axis=0)
-            matrices = np.broadcast_to(cheapest, (plan.pp,) + cheapest.shape)
-            weights = steady_weights(plan.pp, plan.num_microbatches) if plan.pp > 1 else None
-            least_sum, least_max, least_steady = least_completions(matrices, weights)
-            pipeline = max(least_sum + least_steady, plan.num_microbatches * least_max)
-            self._quick_cache[key] = pipeline * (1 - 1e-6)
-        return self._quick_cache[key]
+        """A weaker `lower_bound` that ignores the placement: every stage costs, layer run by
+        layer run, the least over the inventory's GPU types; no sends, no all-reduce."""
+        return self._pipeline_floor(plan, None, 0.0) * (1 - 1e-6)
 
-    def _least(self, gpus: tuple[str, ...], tp: int, mbs: int, m: int) -> tuple[float, float, float]:
-        """partition.least_completions of the stage cost matrices, cached: many plans share them."""
-        key = (gpus, tp, mbs, m)
+    def _pipeline_floor(self, plan: Plan, stage_gpus: tuple[str, ...] | None, sends: float) -> float:
+        """Least stage-0 end time over all splits (see `lower_bound`) with these stage GPU types
+        (None: every stage at the cheapest of the inventory's types). The dynamic programmes
+        (partition.least_completions) are cached: many plans share them."""
+        m = plan.num_microbatches
+        key = (stage_gpus, plan.tp, plan.mbs, plan.pp, m)
         if key not in self._least_cache:
-            matrices = np.stack([self.compute.layer_costs(g, tp, mbs).matrix for g in gpus])
-            weights = steady_weights(len(gpus), m) if len(gpus) > 1 else None
-            self._least_cache[key] = least_completions(matrices, weights)
-        return self._least_cache[key]
+            costs = [self.compute.layer_costs(g, plan.tp, plan.mbs).matrix for g in stage_gpus or self.gpus]
+            matrices = np.stack(costs) if stage_gpus else np.broadcast_to(np.min(costs, axis=0),
+                                                                          (plan.pp,) + costs[0].shape)
+            self._least_cache[key] = least_completions(matrices, steady_weights(plan.pp, m) if plan.pp > 1 else None)
+        least_sum, least_max, least_steady = self._least_cache[key]
+        return max(least_sum + sends + least_steady, m * least_max)
 
     def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
         """`estimate(plan)` if it fits in memory with a step time of at most `cutoff`, else None.
@@ -166,11 +159,11 @@ class Fasop2024Estimator:
         cutoff."""
         if self.partitioner != "optimal" or plan.pp == 1 or cutoff == np.inf:
             estimate = self.estimate(plan)
-            return None if estimate.memory.is_oom or not estimate.step_time_s <= cutoff else estimate
-        prepared = self.prepare(plan, cutoff=cutoff)
-        if prepared is None:
-            return None
-        estimate = self._finish(prepared, self._schedule_all([prepared])[0])
+        else:
+            prepared = self.prepare(plan, cutoff=cutoff)
+            if prepared is None:
+                return None
+            estimate = self._finish(prepared, self._schedule_all([prepared])[0])
         return None if estimate.memory.is_oom or not estimate.step_time_s <= cutoff else estimate
 
     def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
@@ -179,14 +172,13 @@ class Fasop2024Estimator:
         p2p = comm.p2p_seconds(plan, self.model, self.cluster)
         splits = fasop_minmax_splits(costs, self.segment_lengths, p2p)
         prepared = _Prepared(plan, types, costs, p2p, splits)
-        if self.partitioner == "optimal":
-            if plan.pp == 1:
-                return _Prepared(plan, types, costs, p2p, splits, proven=True)
-            found = self._optimal_split(prepared, cutoff)
-            if found is None:
-                return None
-            prepared = _Prepared(plan, types, costs, p2p, [Split(found.split, found.split)], proven=found.proven)
-        return prepared
+        if self.partitioner != "optimal":
+            return prepared
+        if plan.pp == 1:  # one split only
+            return replace(prepared, proven=True)
+        found = self._optimal_split(prepared, cutoff)
+        return None if found is None else replace(prepared, splits=[Split(found.split, found.split)],
+                                                  proven=found.proven)
 
     def _optimal_split(self, p: _Prepared, cutoff: float = np.inf) -> Found | None:
         """The split with the lowest estimated step time among those that fit in memory (or among
@@ -196,19 +188,9 @@ class Fasop2024Estimator:
         pp, m, send_first, send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
         ring = comm.dp_ring_bandwidth(plan)
         embedding = float(comm.embedding_allreduce_seconds(plan, self.model))
-        stage0_costs: dict[int, float] = {}
         sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
         sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
         times = np.stack([c.matrix for c in p.costs])
-
-        def extra(stage0_layers: int) -> float:
-            """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
-            if stage0_layers not in stage0_costs:
-                params = self._dp_params(plan, stage0_layers)
-                dp = comm.dp_allreduce_seconds(plan, params, ring, p.stage_types[0].intra_node_shared)
-                stage0_costs[stage0_layers] = float(dp) + embedding
-            return stage0_costs[stage0_layers]
-
         dp_by_stage0: dict[int, np.ndarray] = {}
 
         def dp_costs(stage0_layers: int) -> np.ndarray:
@@ -218,6 +200,10 @@ class Fasop2024Estimator:
                 dp_by_stage0[stage0_layers] = np.array(
                     [comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared) for t in p.stage_types], f32)
             return dp_by_stage0[stage0_layers]
+
+        def extra(stage0_layers: int) -> float:
+            """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
+            return float(dp_costs(stage0_layers)[0]) + embedding
 
         def evaluate(splits: list[tuple[int, ...]]) -> list[float]:
             """`_step` for many splits at once: the same float32 operations, so the same values."""

@@ -142,16 +142,25 @@ def least_completions(times: np.ndarray, weights: np.ndarray | None = None) -> t
     """(least sum of stage times, least largest stage time, least largest weighted stage time
     weights[i] x t_i) over all splits; times as in `optimal` (the three minima may come from
     different splits). Without weights the third is 0."""
+    ones = np.ones(len(times))
+    return (float(completion(times, ones)[0, 0]), float(completion(times, ones, largest=True)[0, 0]),
+            float(completion(times, ones * 0 if weights is None else weights, largest=True)[0, 0]))
+
+
+def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False) -> np.ndarray:
+    """table[k, l] = least, over the splits of layers l.. into stages k.., of the sum (or with
+    `largest` the largest) of weights[i] x stage time; times as in `optimal`."""
     n, size, _ = times.shape
-    weights = np.zeros(n) if weights is None else weights
-    least = np.full((3, size), np.inf)
-    least[:, size - 1] = 0.0
+    table = np.full((n + 1, size), np.inf)
+    table[n, size - 1] = 0.0
     for k in range(n - 1, -1, -1):
-        weighted = np.where(np.isfinite(times[k]), times[k] * weights[k] if weights[k] else 0.0, np.inf)
-        least = np.stack([(times[k] + least[0][None, :]).min(axis=1),
-                          np.maximum(times[k], least[1][None, :]).min(axis=1),
-                          np.maximum(weighted, least[2][None, :]).min(axis=1)])
-    return float(least[0, 0]), float(least[1, 0]), float(least[2, 0])
+        weighted = np.full_like(times[k], np.inf)
+        np.multiply(times[k], weights[k], out=weighted, where=np.isfinite(times[k]))
+        if largest:
+            table[k] = np.maximum(weighted, table[k + 1][None, :]).min(axis=1)
+        else:
+            table[k] = (weighted + table[k + 1][None, :]).min(axis=1)
+    return table
 
 
 def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
@@ -239,24 +248,8 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     n, size, _ = times.shape
     num_layers = size - 1
     inf = np.inf
-    finite = np.isfinite(times)
-
-    def completion(weights: np.ndarray, largest: bool = False) -> np.ndarray:
-        """table[k, l] = least (sum, or with `largest` the largest) over stages >= k of
-        weight x time, layers l.."""
-        table = np.full((n + 1, size), inf)
-        table[n, num_layers] = 0.0
-        for k in range(n - 1, -1, -1):
-            weighted = np.full_like(times[k], inf)
-            np.multiply(times[k], weights[k], out=weighted, where=finite[k])
-            if largest:
-                table[k] = np.maximum(weighted, table[k + 1][None, :]).min(axis=1)
-            else:
-                table[k] = (weighted + table[k + 1][None, :]).min(axis=1)
-        return table
-
-    least_sum, least_max = completion(np.ones(n)), completion(np.ones(n), largest=True)
-    least_wmax = completion(np.zeros(n) if stage_weights is None else stage_weights, largest=True)
+    least_sum, least_max = completion(times, np.ones(n)), completion(times, np.ones(n), largest=True)
+    least_wmax = completion(times, np.zeros(n) if stage_weights is None else stage_weights, largest=True)
     if not np.isfinite(least_sum[0, 0]):
         return None
     cut_w = np.zeros((0, n))
@@ -279,7 +272,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
             if not any(np.array_equal(w, row) for row in cut_w):
                 cut_w = np.vstack([cut_w, w])
                 cut_c = np.append(cut_c, const)
-                cut_tables = np.concatenate([cut_tables, completion(w)[None]], axis=0)
+                cut_tables = np.concatenate([cut_tables, completion(times, w)[None]], axis=0)
 
     def hopeless(value):
         return value * (1 - margin) > best[0]

@@ -7,7 +7,7 @@ Every event end is (max of the events it waits for) + its duration, so results a
 bit-identical to the per-plan simulation.
 
 Which events wait for which depends only on (pp, m), not on the times. `one_f_one_b` therefore
-runs the recurrences once per (pp, m) on symbols (`_trace`), recording each event as
+runs the recurrences once per (pp, m) on symbols (`_program`), recording each event as
 (its inputs, its duration); events are then grouped into levels (an event's level is one more
 than its latest input's) and evaluated level by level, each level one vectorised numpy step
 over all its events and all pipelines of the batch. The operations per event are the same (a

@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from fasop.enumerate import all_placements, count_orders, cyclic_placements, degree_list, grouped_placements
+from fasop.enumerate import all_placements, count_orders, cyclic_placements, degree_list, grouped_placements, plans
 from fasop.errors import FasopError
 from fasop.estimate import DEFAULT_MAX_NODES, PARTITIONERS, Estimate, Fasop2024Estimator
 from fasop.plan import Plan
@@ -139,7 +139,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     if len(types) > 1 and not heterogeneous:
         raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
     estimator = Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)
-    tp_degrees = estimator.compute.tp_degrees(tuple(dict.fromkeys(n.gpu for n in inventory)))
+    tp_degrees = estimator.compute.tp_degrees(estimator.gpus)
     combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
                          num_transformer_layers=model.num_transformer_layers)
     if not combos:
@@ -147,15 +147,14 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
     orders, num_orders = placements_of(inventory, placements)
     total = num_orders * len(combos)
-    candidates = (Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=model.global_batch_size, placement=order)
-                  for order in orders for tp, dp, pp, mbs in combos)
+    candidates = plans(orders, combos, global_batch_size=model.global_batch_size)
     kept = _Kept(top)
     stats = {"duplicates": 0, "pruned": 0, "oom": 0}
     seen: set[bytes] = set()  # 16-byte digests of signatures: bounded memory per unique pipeline
 
-    def unique(plans: Iterator[Plan]) -> Iterator[tuple[int, Plan]]:
+    def unique(candidates: Iterator[Plan]) -> Iterator[tuple[int, Plan]]:
         """(enumeration index, plan), skipping plans equivalent to one already yielded."""
-        for index, plan in enumerate(plans):
+        for index, plan in enumerate(candidates):
             if placements != "cyclic":
                 key = hashlib.blake2b(repr(estimator.signature(plan)).encode(), digest_size=16).digest()
                 if key in seen:

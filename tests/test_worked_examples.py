@@ -51,6 +51,17 @@ class Example:
         return self.title
 
 
+LITERAL_LINES = (  # (line prefix, value key, marker after which a Python literal follows)
+    ("gpu_type_lst", "gpu_types", "):"),
+    ("partition:", "partition", ":"),
+    ("stage comp time", "stage_compute", "c_i:"),
+    ("stage for_send", "send_fwd", "):"),
+    ("stage back_send", "send_bwd", "):"),
+    ("stage end times", "stage_end", "):"),
+    ("dp_cost_list", "dp_cost", "stage:"),
+)
+
+
 def _parse_block(block: str) -> Example:
     lines = block.strip().splitlines()
     head = re.fullmatch(r"(\S+) tp=(\d+) dp=(\d+) pp=(\d+) mbs=(\d+) placement=([AB]+) num_mb=(\d+)", lines[0])
@@ -62,25 +73,14 @@ def _parse_block(block: str) -> Example:
         return line.split(marker, 1)[1].strip()
 
     for line in lines[1:]:
-        if line.startswith("gpu_type_lst"):
-            values["gpu_types"] = ast.literal_eval(after(line, "):"))
+        literal = next(((key, marker) for prefix, key, marker in LITERAL_LINES if line.startswith(prefix)), None)
+        if literal:
+            values[literal[0]] = ast.literal_eval(after(line, literal[1]))
         elif line.startswith(("cost_e_a100", "cost_e_a10 ")):
             gpu = "A100" if line.startswith("cost_e_a100") else "A10"
             values[f"layer_costs_{gpu}"] = {k: float(v) for k, v in re.findall(r"(first|transformer|last)=([\d.e-]+)", line)}
         elif line.startswith("cost_c"):
             values["p2p"] = [] if "pp=1" in line else ast.literal_eval(after(line, "):"))
-        elif line.startswith("partition:"):
-            values["partition"] = ast.literal_eval(after(line, ":"))
-        elif line.startswith("stage comp time"):
-            values["stage_compute"] = ast.literal_eval(after(line, "c_i:"))
-        elif line.startswith("stage for_send"):
-            values["send_fwd"] = ast.literal_eval(after(line, "):"))
-        elif line.startswith("stage back_send"):
-            values["send_bwd"] = ast.literal_eval(after(line, "):"))
-        elif line.startswith("stage end times"):
-            values["stage_end"] = ast.literal_eval(after(line, "):"))
-        elif line.startswith("dp_cost_list"):
-            values["dp_cost"] = ast.literal_eval(after(line, "stage:"))
         elif line.startswith("embedding all-reduce"):
             values["embedding"] = float(after(line, ":"))
         elif line.startswith("EstimatePeakMemory"):
