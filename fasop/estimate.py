@@ -205,16 +205,25 @@ class Fasop2024Estimator:
             """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
             return float(dp_costs(stage0_layers)[0]) + embedding
 
+        stages = np.arange(pp)
+
+        def stage_compute(splits: list[tuple[int, ...]]) -> np.ndarray:
+            """(pp, splits) compute seconds per stage: the entries of `times`, the same sums as
+            _Prepared.stage_compute."""
+            edges = np.zeros((len(splits), pp + 1), dtype=np.intp)
+            np.cumsum(splits, axis=1, out=edges[:, 1:])
+            return times[stages, edges[:, :-1], edges[:, 1:]].T
+
         def evaluate(splits: list[tuple[int, ...]]) -> list[float]:
             """`_step` for many splits at once: the same float32 operations, so the same values."""
-            probe = _Prepared(plan, p.stage_types, p.costs, p.p2p, [Split(c, c) for c in splits])
-            ends = np.stack(self._schedule_all([probe])[0], axis=1).astype(f32)  # (pp, splits)
+            comp = stage_compute(splits)
+            ones = np.ones(len(splits))
+            ends = one_f_one_b(comp / 3, 2 * comp / 3, sends_fwd * ones, sends_bwd * ones, m).astype(f32)
             dp = np.stack([dp_costs(c[0]) for c in splits], axis=1)
             return ((ends + dp).max(axis=0) + f32(embedding)).tolist()
 
         def cut(split: tuple[int, ...]) -> tuple[np.ndarray, float]:
-            comp = np.array(p.stage_compute(split))[:, None]
-            _, weights, const = critical_path(comp, sends_fwd, sends_bwd, m)
+            _, weights, const = critical_path(stage_compute([split]), sends_fwd, sends_bwd, m)
             return weights[:, 0], float(const[0])
 
         weights = steady_weights(pp, m)
@@ -226,7 +235,7 @@ class Fasop2024Estimator:
         seeds = [s.reported for s in p.splits]
         fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
         budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
-                  "max_nodes": self.max_nodes, "stage_weights": weights}
+                  "max_nodes": self.max_nodes, "stage_weights": weights, "memo": {}}
         if cutoff < np.inf:
             # A search pruned by the cutoff is cheap and may prove that no fitting split beats it.
             # Otherwise the plan gets the split of the search without cutoff, so that a plan's
@@ -238,7 +247,7 @@ class Fasop2024Estimator:
             return found if found.objective <= cutoff else None
         found = optimal(fitting, **budget)
         if found is None:  # nothing fits: the fastest split, flagged OOM
-            found = optimal(times, **budget)
+            found = optimal(times, **{**budget, "memo": {}})
         return found
 
     # ------------------------------------------------------------------ batch

@@ -154,8 +154,12 @@ def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False) ->
     table = np.full((n + 1, size), np.inf)
     table[n, size - 1] = 0.0
     for k in range(n - 1, -1, -1):
-        weighted = np.full_like(times[k], np.inf)
-        np.multiply(times[k], weights[k], out=weighted, where=np.isfinite(times[k]))
+        if weights[k] == 1:
+            weighted = times[k]
+        elif weights[k] > 0:  # inf x w stays inf
+            weighted = times[k] * weights[k]
+        else:  # weight 0 (0 x inf would be nan): infeasible runs stay inf
+            weighted = np.where(np.isfinite(times[k]), 0.0, np.inf)
         if largest:
             table[k] = np.maximum(weighted, table[k + 1][None, :]).min(axis=1)
         else:
@@ -224,7 +228,7 @@ def local_search(start: tuple[int, ...], value: float, times: np.ndarray, evalua
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
             max_cuts: int = 2, max_nodes: int | None = None, cutoff: float = np.inf,
-            stage_weights: np.ndarray | None = None, probe: bool = False) -> Found | None:
+            stage_weights: np.ndarray | None = None, probe: bool = False, memo: dict | None = None) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 
     times[k, a, b]: compute seconds of layers a..b-1 on stage k, inf where b <= a or they do
@@ -244,12 +248,32 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     is below `cutoff` count: when none is found, the result has an empty split (proven: there
     is none). None when no split fits. With `probe`, the question is only whether some split is
     below the cutoff: the search stops at the first one (no local search), proven=True.
+
+    `memo`: a dict the caller passes to every search over the same `times`, `evaluate` and
+    `cut` (e.g. a cut-off probe, then a full search): the dynamic programmes, objectives and cuts
+    computed by one are reused by the next. It changes no result.
     """
+    memo = {} if memo is None else memo
+    known = memo.setdefault("objective", {})
+    evaluate_all = evaluate
+
+    def evaluate(splits: list[tuple[int, ...]]) -> list[float]:  # noqa: F811 -- memoised
+        new = [s for s in dict.fromkeys(splits) if s not in known]
+        if new:
+            known.update(zip(new, evaluate_all(new)))
+        return [known[s] for s in splits]
+
+    def table(weights: np.ndarray, largest: bool = False) -> np.ndarray:
+        key = ("completion", weights.tobytes(), largest)
+        if key not in memo:
+            memo[key] = completion(times, weights, largest)
+        return memo[key]
+
     n, size, _ = times.shape
     num_layers = size - 1
     inf = np.inf
-    least_sum, least_max = completion(times, np.ones(n)), completion(times, np.ones(n), largest=True)
-    least_wmax = completion(times, np.zeros(n) if stage_weights is None else stage_weights, largest=True)
+    least_sum, least_max = table(np.ones(n)), table(np.ones(n), largest=True)
+    least_wmax = table(np.zeros(n) if stage_weights is None else stage_weights, largest=True)
     if not np.isfinite(least_sum[0, 0]):
         return None
     cut_w = np.zeros((0, n))
@@ -268,16 +292,20 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
             best[0], best[1] = float(value), split
         pending.clear()
         if len(cut_c) < max_cuts and not probe:  # the best split's critical chain becomes a cut
-            w, const = cut(split)
+            if ("cut", split) not in memo:
+                memo["cut", split] = cut(split)
+            w, const = memo["cut", split]
             if not any(np.array_equal(w, row) for row in cut_w):
                 cut_w = np.vstack([cut_w, w])
                 cut_c = np.append(cut_c, const)
-                cut_tables = np.concatenate([cut_tables, completion(times, w)[None]], axis=0)
+                cut_tables = np.concatenate([cut_tables, table(w)[None]], axis=0)
 
     def hopeless(value):
         return value * (1 - margin) > best[0]
 
-    balanced = bottleneck_split(times)
+    if "balanced" not in memo:
+        memo["balanced"] = bottleneck_split(times)
+    balanced = memo["balanced"]
     for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
         edges = boundaries(seed)
         if len(seed) == n and all(np.isfinite(times[i, edges[i], edges[i + 1]]) for i in range(n)):
@@ -298,6 +326,24 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     class _Answered(Exception):
         pass
 
+    nodes: dict[tuple[int, int], dict] = {}
+
+    def children(k: int, first: int) -> dict | None:
+        """What every node at stage k starting at layer `first` shares: its feasible stops, their
+        stage times, the least completions after them (the `rest` given to `bound`, which may
+        keep its own per-node arrays in it) and, at stage 0, extra(stop). None: no child."""
+        key = (k, first)
+        if key not in nodes:
+            stops = np.arange(first + 1, num_layers + 1 if k == n - 1 else num_layers - (n - k - 1) + 1)
+            t = times[k, first, stops]
+            ok = np.isfinite(t) & np.isfinite(least_sum[k + 1, stops])
+            stops, t = stops[ok], t[ok]
+            nodes[key] = None if not len(stops) else {
+                "stops": stops, "t": t, "times": t.tolist(), "sum": least_sum[k + 1, stops],
+                "max": least_max[k + 1, stops], "wmax": least_wmax[k + 1, stops],
+                "extra": np.array([extra(int(s)) for s in stops]) if k == 0 else None, "cuts": (0, None)}
+        return nodes[key]
+
     def visit(k: int, first: int, counts: list[int], before: float, chain, dots: np.ndarray) -> None:
         visited[0] += 1
         if max_nodes is not None and visited[0] > max_nodes:
@@ -309,24 +355,26 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
                 if probe and best[1]:
                     raise _Answered
             return
-        stops = np.arange(first + 1, num_layers + 1 if k == n - 1 else num_layers - (n - k - 1) + 1)
-        t = times[k, first, stops]
-        ok = np.isfinite(t) & np.isfinite(least_sum[k + 1, stops])
-        stops, t = stops[ok], t[ok]
-        if not len(stops):
+        rest = children(k, first)
+        if rest is None:
             return
-        rest = {"sum": least_sum[k + 1, stops], "max": least_max[k + 1, stops], "wmax": least_wmax[k + 1, stops]}
+        stops, t = rest["stops"], rest["t"]
         lb, chains = bound(k, before, chain, t, rest)
         if len(dots) != len(cut_c):
             dots = known_dots(counts)
         if len(cut_c):
-            by_cut = dots[:, None] + cut_w[:, k, None] * t[None, :] + cut_tables[:, k + 1, stops] + cut_c[:, None]
+            if rest["cuts"][0] != len(cut_c):  # this node's share of the cuts, for the cuts known now
+                rest["cuts"] = (len(cut_c), cut_w[:, k, None] * t[None, :], cut_tables[:, k + 1, stops])
+            _, weighted, tables = rest["cuts"]
+            by_cut = dots[:, None] + weighted + tables + cut_c[:, None]
             lb = np.maximum(lb, by_cut.max(axis=0))
-        lb = lb + (np.array([extra(int(s)) for s in stops]) if k == 0 else extra(counts[0]))
-        for idx in np.argsort(lb, kind="stable"):
-            if hopeless(lb[idx]):
+        lb = lb + (rest["extra"] if k == 0 else extra(counts[0]))
+        order = np.argsort(lb, kind="stable").tolist()
+        lbs, ts = lb.tolist(), rest["times"]
+        for idx in order:
+            if hopeless(lbs[idx]):
                 break
-            stop, time = int(stops[idx]), float(t[idx])
+            stop, time = int(stops[idx]), ts[idx]
             if len(dots) != len(cut_c):  # cuts learned since this node was entered: bound again
                 dots = known_dots(counts)
                 again = (dots + cut_w[:, k] * time + cut_tables[:, k + 1, stop] + cut_c).max()

@@ -291,8 +291,27 @@ def test_traced_schedule_is_bit_identical_to_the_recurrences(pp, m):
     rng = np.random.default_rng(pp * 100 + m)
     t = rng.uniform(0.1, 1.0, (pp, 9))
     sf, sb = rng.uniform(0, 0.3, (pp, 9)), rng.uniform(0, 0.3, (pp, 9))
-    assert pp * m > 64  # the traced path
-    assert np.array_equal(one_f_one_b(t / 3, 2 * t / 3, sf, sb, m), one_f_one_b_reference(t / 3, 2 * t / 3, sf, sb, m))
+    for batch in (1, 2, 9):  # straight-line code for few pipelines, levels for more
+        args = (t[:, :batch] / 3, 2 * t[:, :batch] / 3, sf[:, :batch], sb[:, :batch], m)
+        assert np.array_equal(one_f_one_b(*args), one_f_one_b_reference(*args))
+
+
+@pytest.mark.parametrize("pp,m", [(2, 1), (2, 40), (5, 2), (8, 9), (13, 5), (24, 8), (32, 3)])
+def test_critical_path_is_bit_identical_to_the_augmented_recurrences(pp, m):
+    """critical_path backtracks the traced program; its end time, weights and constant must be
+    those of running the recurrences on (time, weights, const) vectors, to the bit -- ties
+    included (stage times on a coarse grid tie often)."""
+    from fasop.schedule import critical_path, critical_path_reference
+
+    rng = np.random.default_rng(pp * 1000 + m)
+    for t in (rng.uniform(0.1, 1.0, (pp, 5)), np.round(rng.uniform(1, 2, (pp, 5)) * 4) / 4):
+        sf, sb = np.zeros_like(t), np.zeros_like(t)
+        sf[0], sb[-1] = rng.uniform(0, 0.3, 5), rng.uniform(0, 0.3, 5)
+        ours, reference = critical_path(t, sf, sb, m), critical_path_reference(t, sf, sb, m)
+        for a, b in zip(ours, reference):
+            assert np.array_equal(a, b)
+        end, weights, const = ours
+        assert np.allclose((weights * t).sum(axis=0) + const, end, rtol=1e-12)
 
 
 def test_partition_budget_trades_time_for_proofs(tmp_path, capsys):
