@@ -90,7 +90,7 @@ class Fasop2024Estimator:
         self.model, self.cluster, self.partitioner = model, cluster, partitioner
         self.max_nodes = max_nodes
         """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
-        self._least_cache: dict = {}
+        self._shared = _shared_cache(model, cluster)
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.compute = ProfileCompute(model)
         self.compute.check_gpus(self.gpus)
@@ -141,15 +141,16 @@ class Fasop2024Estimator:
     def _pipeline_floor(self, plan: Plan, stage_gpus: tuple[str, ...] | None, sends: float) -> float:
         """Least stage-0 end time over all splits (see `lower_bound`) with these stage GPU types
         (None: every stage at the cheapest of the inventory's types). The dynamic programmes
-        (partition.least_completions) are cached: many plans share them."""
+        (partition.least_completions) are cached: many plans share them, also across the
+        estimators of one (model, cluster), e.g. the compositions of a pareto sweep."""
         m = plan.num_microbatches
-        key = (stage_gpus, plan.tp, plan.mbs, plan.pp, m)
-        if key not in self._least_cache:
+        key = ("floor", stage_gpus or ("least of",) + self.gpus, plan.tp, plan.mbs, plan.pp, m)
+        if key not in self._shared:
             costs = [self.compute.layer_costs(g, plan.tp, plan.mbs).matrix for g in stage_gpus or self.gpus]
             matrices = np.stack(costs) if stage_gpus else np.broadcast_to(np.min(costs, axis=0),
                                                                           (plan.pp,) + costs[0].shape)
-            self._least_cache[key] = least_completions(matrices, steady_weights(plan.pp, m) if plan.pp > 1 else None)
-        least_sum, least_max, least_steady = self._least_cache[key]
+            self._shared[key] = least_completions(matrices, steady_weights(plan.pp, m) if plan.pp > 1 else None)
+        least_sum, least_max, least_steady = self._shared[key]
         return max(least_sum + sends + least_steady, m * least_max)
 
     def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
@@ -190,7 +191,13 @@ class Fasop2024Estimator:
         embedding = float(comm.embedding_allreduce_seconds(plan, self.model))
         sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
         sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
-        times = np.stack([c.matrix for c in p.costs])
+        limits = tuple(plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(pp))
+        key = ("splits", tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, limits)
+        if key not in self._shared:  # stage times, those that fit, and the programmes over them
+            times = np.stack([c.matrix for c in p.costs])
+            fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
+            self._shared[key] = (times, fitting, {}, {})
+        times, fitting, tables, oom_tables = self._shared[key]
         dp_by_stage0: dict[int, np.ndarray] = {}
 
         def dp_costs(stage0_layers: int) -> np.ndarray:
@@ -233,21 +240,17 @@ class Fasop2024Estimator:
                                      send_first=send_first, send_last=send_last)
 
         seeds = [s.reported for s in p.splits]
-        fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
         budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
-                  "max_nodes": self.max_nodes, "stage_weights": weights, "memo": {}}
+                  "max_nodes": self.max_nodes, "stage_weights": weights}
         if cutoff < np.inf:
-            # A search pruned by the cutoff is cheap and may prove that no fitting split beats it.
-            # Otherwise the plan gets the split of the search without cutoff, so that a plan's
-            # estimate never depends on the cutoff (top-K runs equal full runs, any --workers).
-            probe = optimal(fitting, cutoff=np.nextafter(cutoff, np.inf), probe=True, **budget)
-            if probe is None or (probe.proven and not probe.split):
-                return None
-            found = optimal(fitting, **budget)
-            return found if found.objective <= cutoff else None
-        found = optimal(fitting, **budget)
+            # The search stops early once it knows its result is above the cutoff; otherwise its
+            # result is the one without cutoff, so a plan's estimate never depends on the cutoff
+            # (top-K runs equal full runs, any --workers).
+            found = optimal(fitting, above=cutoff, tables=tables, **budget)
+            return None if found is None or not found.objective <= cutoff else found
+        found = optimal(fitting, tables=tables, **budget)
         if found is None:  # nothing fits: the fastest split, flagged OOM
-            found = optimal(times, **{**budget, "memo": {}})
+            found = optimal(times, tables=oom_tables, **budget)
         return found
 
     # ------------------------------------------------------------------ batch
@@ -338,3 +341,17 @@ class Fasop2024Estimator:
             elif not embedding_seen:
                 params, embedding_seen = params + f32(h * v), True
         return params
+
+
+_SHARED: dict[int, tuple] = {}
+
+
+def _shared_cache(model: ModelSpec, cluster: ClusterSpec) -> dict:
+    """A cache for what depends only on (model, cluster) and a plan's shape -- least completions,
+    stage-time tables -- shared by every estimator of that pair in this process (a pareto sweep
+    makes one per composition). Bounded by the distinct plan shapes."""
+    key = (id(model), id(cluster))
+    entry = _SHARED.get(key)
+    if entry is None or entry[0] is not model or entry[1] is not cluster:
+        entry = _SHARED[key] = (model, cluster, {})
+    return entry[2]

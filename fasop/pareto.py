@@ -219,30 +219,75 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
     """Search every composition (heterogeneous plans allowed) and yield its result, in order.
 
     top=1 keeps only each composition's fastest plan that fits, which is all the frontier needs,
-    and lets the search prune (exactly); top=None keeps every candidate. A generator, so a caller
-    interrupted half-way keeps the compositions already yielded.
+    and lets the search prune (exactly); top=None keeps every candidate. With workers > 1 the
+    compositions are searched in that many processes, each composition in one process, so the
+    results are the same whatever the number. A generator, so a caller interrupted half-way
+    keeps the compositions already yielded (the worker processes are then stopped).
     """
     check_strategies(placements, partitioner, iterations)
+    if workers < 1:
+        raise FasopError(f"--workers: must be >= 1, got {workers}")
     names = list(dict.fromkeys(name for c in comps for name, _ in c.counts))
     gpus = {name: cluster.node_types[name].gpus_per_node for name in names}
     if len(set(gpus.values())) > 1:
         raise FasopError(f"--max-nodes: node types must have the same gpus_per_node, got {gpus}")
     prices, _ = node_prices(cluster, names, spot=spot)
-    for done, comp in enumerate(comps):
-        usd_per_hour = float(sum(prices[name] * n for name, n in comp.counts))
+    job = _SweepJob(model, cluster, prices, {"placements": placements, "partitioner": partitioner,
+                                             "iterations": iterations, "top": top,
+                                             "partition_budget": partition_budget}, spot)
+    if workers == 1 or len(comps) < 2:
+        results = map(job, comps)
+        for done, result in enumerate(results):
+            yield result
+            if progress is not None:
+                progress(done + 1, len(comps))
+        return
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    with context.Pool(min(workers, len(comps)), initializer=_init_sweep_worker, initargs=(job,)) as pool:
+        # leaving the block (done, interrupted or closed early) terminates the workers
+        for done, result in enumerate(pool.imap(_sweep_worker, comps)):
+            yield result
+            if progress is not None:
+                progress(done + 1, len(comps))
+
+
+@dataclass(frozen=True)
+class _SweepJob:
+    """One composition's search, as `sweep` runs it (picklable, for worker processes)."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    prices: Mapping[str, float]
+    options: Mapping
+    spot: bool
+
+    def __call__(self, comp: Composition) -> CompositionResult:
+        usd_per_hour = float(sum(self.prices[name] * n for name, n in comp.counts))
+        iterations = self.options["iterations"]
         try:
-            result = search(model, cluster, comp.inventory(cluster), heterogeneous=True, placements=placements,
-                            partitioner=partitioner, iterations=iterations, top=top, workers=workers,
-                            partition_budget=partition_budget)
+            result = search(self.model, self.cluster, comp.inventory(self.cluster), heterogeneous=True, **self.options)
         except FasopError as exc:  # e.g. no (tp, dp, pp) fits the batch and layer count
-            yield CompositionResult(composition=comp, search=None, usd_per_hour=usd_per_hour,
-                                    iterations=iterations, no_plan_reason=str(exc))
-        else:
-            if not spot:
-                usd_per_hour = result.usd_per_hour  # the estimator's own sum: FASOP's rounding
-            yield CompositionResult(composition=comp, search=result, usd_per_hour=usd_per_hour, iterations=iterations)
-        if progress is not None:
-            progress(done + 1, len(comps))
+            return CompositionResult(composition=comp, search=None, usd_per_hour=usd_per_hour,
+                                     iterations=iterations, no_plan_reason=str(exc))
+        if not self.spot:
+            usd_per_hour = result.usd_per_hour  # the estimator's own sum: FASOP's rounding
+        return CompositionResult(composition=comp, search=result, usd_per_hour=usd_per_hour, iterations=iterations)
+
+
+_SWEEP: dict = {}
+
+
+def _init_sweep_worker(job: _SweepJob) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _SWEEP["job"] = job
+
+
+def _sweep_worker(comp: Composition) -> CompositionResult:
+    return _SWEEP["job"](comp)
 
 
 # ---------------------------------------------------------------------------- analysis

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+import heapq
 from functools import lru_cache
 from typing import Protocol
 
@@ -196,65 +197,41 @@ def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
     return tuple(counts)
 
 
-def neighbours(split: tuple[int, ...], times: np.ndarray, reach: int = 2) -> list[tuple[int, ...]]:
-    """Splits that move one stage boundary by up to `reach` layers and still fit."""
-    edges = boundaries(split)
-    found = []
-    for b in range(1, len(split)):
-        for delta in range(-reach, reach + 1):
-            e = edges[b] + delta
-            if delta == 0 or not edges[b - 1] < e < edges[b + 1]:
-                continue
-            if np.isfinite(times[b - 1, edges[b - 1], e]) and np.isfinite(times[b, e, edges[b + 1]]):
-                found.append(split[:b - 1] + (e - edges[b - 1], edges[b + 1] - e) + split[b + 1:])
-    return found
-
-
-def local_search(start: tuple[int, ...], value: float, times: np.ndarray, evaluate: Evaluate,
-                 max_rounds: int = 8) -> tuple[tuple[int, ...], float]:
-    """Steepest descent over `neighbours`: each round evaluates every neighbour in one batch and
-    moves to the best while it improves (ties: the lexicographically smallest split)."""
-    for _ in range(max_rounds):
-        near = neighbours(start, times)
-        if not near:
-            break
-        v, s = min(zip((float(x) for x in evaluate(near)), near))
-        if (v, s) >= (value, start):
-            break
-        start, value = s, v
-    return start, value
-
-
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
-            max_cuts: int = 2, max_nodes: int | None = None, cutoff: float = np.inf,
-            stage_weights: np.ndarray | None = None, probe: bool = False, memo: dict | None = None) -> Found | None:
+            max_cuts: int = 2, max_nodes: int | None = None, above: float = np.inf,
+            stage_weights: np.ndarray | None = None, tables: dict | None = None) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 
     times[k, a, b]: compute seconds of layers a..b-1 on stage k, inf where b <= a or they do
     not fit that stage's memory. The objective of a split is what `evaluate` returns; extra(n0)
     is the part that depends only on stage 0's layer count (e.g. its gradient all-reduce).
 
-    Stages are fixed left to right. A partial split is dropped when a lower bound exceeds the
-    best objective found by more than `margin` (relative; objectives may be float32-rounded):
-    the caller's `bound` (chains of events), and every cut learned from evaluated splits, each
-    completed by the cheapest possible rest (a dynamic programme over stages and layers, one
-    per cut). Exact: a split is only dropped when a bound proves it cannot win. Ties -> the
+    A node fixes the layers of stages 0..k-1. Its lower bound is the caller's `bound` (chains of
+    events) and every cut learned from evaluated splits, each completed by the cheapest possible
+    rest (a dynamic programme over stages and layers, one per cut). Nodes whose bound exceeds
+    the best objective found by more than `margin` (relative; objectives may be float32-rounded)
+    are dropped: a split is only dropped when a bound proves it cannot win. Ties -> the
     lexicographically smallest counts. None when no split fits.
 
-    The best seed (and the bottleneck-balanced split) is first improved by `local_search`, so
-    the bound prunes from the start. `max_nodes` caps the search-tree nodes visited; a search
-    stopped there returns the best split found with proven=False. Only splits whose objective
-    is below `cutoff` count: when none is found, the result has an empty split (proven: there
-    is none). None when no split fits. With `probe`, the question is only whether some split is
-    below the cutoff: the search stops at the first one (no local search), proven=True.
+    Order: the seeds and the bottleneck-balanced split are evaluated first. Then best-first
+    with dives: the open node with the lowest bound is taken and followed down to a split,
+    always into its lowest-bound child, its other children becoming open nodes. `max_nodes`
+    caps the nodes visited; a search stopped there returns the best split found (never worse
+    than the seeds) with proven=False.
 
-    `memo`: a dict the caller passes to every search over the same `times`, `evaluate` and
-    `cut` (e.g. a cut-off probe, then a full search): the dynamic programmes, objectives and cuts
-    computed by one are reused by the next. It changes no result.
+    `above`: the caller only needs the result if its objective is at most `above`. Best-first
+    order visits every node whose bound is at most `above` before any other, so once the lowest
+    open bound exceeds it and no split found is at or below it, the result is known to be above
+    and the search stops, returning Found((), inf, True). Otherwise the result is exactly the
+    one without `above`: it never depends on `above`.
+
+    `tables`: a dict the caller passes to every search over the same `times` (and stage
+    weights): the dynamic programmes computed by one are reused by the next. It changes no result.
     """
-    memo = {} if memo is None else memo
-    known = memo.setdefault("objective", {})
+    shared = {} if tables is None else tables
+    known: dict = {}
+    cuts: dict = {}
     evaluate_all = evaluate
 
     def evaluate(splits: list[tuple[int, ...]]) -> list[float]:  # noqa: F811 -- memoised
@@ -265,13 +242,12 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
 
     def table(weights: np.ndarray, largest: bool = False) -> np.ndarray:
         key = ("completion", weights.tobytes(), largest)
-        if key not in memo:
-            memo[key] = completion(times, weights, largest)
-        return memo[key]
+        if key not in shared:
+            shared[key] = completion(times, weights, largest)
+        return shared[key]
 
     n, size, _ = times.shape
     num_layers = size - 1
-    inf = np.inf
     least_sum, least_max = table(np.ones(n)), table(np.ones(n), largest=True)
     least_wmax = table(np.zeros(n) if stage_weights is None else stage_weights, largest=True)
     if not np.isfinite(least_sum[0, 0]):
@@ -279,53 +255,8 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     cut_w = np.zeros((0, n))
     cut_c = np.zeros(0)
     cut_tables = np.zeros((0, n + 1, size))
-    best: list = [cutoff, ()]
+    best: list = [np.inf, ()]
     pending: list[tuple[int, ...]] = []
-
-    def flush() -> None:
-        nonlocal cut_w, cut_c, cut_tables
-        if not pending:
-            return
-        values = evaluate(pending)
-        value, split = min(zip(values, pending))
-        if (value, split) < (best[0], best[1]):
-            best[0], best[1] = float(value), split
-        pending.clear()
-        if len(cut_c) < max_cuts and not probe:  # the best split's critical chain becomes a cut
-            if ("cut", split) not in memo:
-                memo["cut", split] = cut(split)
-            w, const = memo["cut", split]
-            if not any(np.array_equal(w, row) for row in cut_w):
-                cut_w = np.vstack([cut_w, w])
-                cut_c = np.append(cut_c, const)
-                cut_tables = np.concatenate([cut_tables, table(w)[None]], axis=0)
-
-    def hopeless(value):
-        return value * (1 - margin) > best[0]
-
-    if "balanced" not in memo:
-        memo["balanced"] = bottleneck_split(times)
-    balanced = memo["balanced"]
-    for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
-        edges = boundaries(seed)
-        if len(seed) == n and all(np.isfinite(times[i, edges[i], edges[i + 1]]) for i in range(n)):
-            pending.append(tuple(seed))
-    flush()
-    if probe and best[1]:
-        return Found(best[1], best[0], True)
-    if best[1]:
-        improved, value = local_search(best[1], best[0], times, evaluate)
-        if (value, improved) < (best[0], best[1]):
-            pending.append(improved)
-            flush()
-    visited = [0]
-
-    class _Budget(Exception):
-        pass
-
-    class _Answered(Exception):
-        pass
-
     nodes: dict[tuple[int, int], dict] = {}
 
     def children(k: int, first: int) -> dict | None:
@@ -344,54 +275,141 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
                 "extra": np.array([extra(int(s)) for s in stops]) if k == 0 else None, "cuts": (0, None)}
         return nodes[key]
 
-    def visit(k: int, first: int, counts: list[int], before: float, chain, dots: np.ndarray) -> None:
-        visited[0] += 1
-        if max_nodes is not None and visited[0] > max_nodes:
-            raise _Budget
-        if k == n:
-            pending.append(tuple(counts))
-            if len(pending) >= batch:
-                flush()
-                if probe and best[1]:
-                    raise _Answered
-            return
+    def child_bounds(k: int, first: int, counts: tuple, before: float, chain, dots: np.ndarray) -> tuple | None:
+        """(bounds of the children, their chains, the shared dict) of a node; None: no child.
+        dots: cut_w . stage times of stages < k, one per cut."""
         rest = children(k, first)
         if rest is None:
-            return
-        stops, t = rest["stops"], rest["t"]
-        lb, chains = bound(k, before, chain, t, rest)
-        if len(dots) != len(cut_c):
-            dots = known_dots(counts)
+            return None
+        lb, chains = bound(k, before, chain, rest["t"], rest)
         if len(cut_c):
             if rest["cuts"][0] != len(cut_c):  # this node's share of the cuts, for the cuts known now
-                rest["cuts"] = (len(cut_c), cut_w[:, k, None] * t[None, :], cut_tables[:, k + 1, stops])
+                rest["cuts"] = (len(cut_c), cut_w[:, k, None] * rest["t"][None, :], cut_tables[:, k + 1, rest["stops"]])
             _, weighted, tables = rest["cuts"]
             by_cut = dots[:, None] + weighted + tables + cut_c[:, None]
             lb = np.maximum(lb, by_cut.max(axis=0))
-        lb = lb + (rest["extra"] if k == 0 else extra(counts[0]))
-        order = np.argsort(lb, kind="stable").tolist()
-        lbs, ts = lb.tolist(), rest["times"]
-        for idx in order:
-            if hopeless(lbs[idx]):
-                break
-            stop, time = int(stops[idx]), ts[idx]
-            if len(dots) != len(cut_c):  # cuts learned since this node was entered: bound again
-                dots = known_dots(counts)
-                again = (dots + cut_w[:, k] * time + cut_tables[:, k + 1, stop] + cut_c).max()
-                if hopeless(again + extra(stop if k == 0 else counts[0])):
-                    continue
-            visit(k + 1, stop, counts + [stop - first], before + time, chains[idx], dots + cut_w[:, k] * time)
+        return lb + (rest["extra"] if k == 0 else extra(counts[0])), chains, rest
 
-    def known_dots(counts: list[int]) -> np.ndarray:
+    def known_dots(counts: tuple) -> np.ndarray:
         edges = boundaries(counts)
         return sum((cut_w[:, i] * times[i, edges[i], edges[i + 1]] for i in range(len(counts))), np.zeros(len(cut_c)))
 
-    try:
-        visit(0, 0, [], 0.0, None, np.zeros(0))
-        proven = True
-    except _Budget:
-        proven = False
-    except _Answered:
-        proven = True
+    def cut_bound(k: int, first: int, counts: tuple, dots: np.ndarray) -> float:
+        """The cuts' bound on every split below a node (for cuts learned after it was opened)."""
+        if not len(cut_c):
+            return -np.inf
+        value = (dots + cut_tables[:, k, first] + cut_c).max()
+        return float(value) + (extra(counts[0]) if k > 0 else 0.0)
+
+    def flush() -> None:
+        nonlocal cut_w, cut_c, cut_tables
+        if not pending:
+            return
+        values = evaluate(pending)
+        value, split = min(zip(values, pending))
+        if (value, split) < (best[0], best[1]):
+            best[0], best[1] = float(value), split
+        pending.clear()
+        if len(cut_c) < max_cuts:  # the best split's critical chain becomes a cut
+            if split not in cuts:
+                cuts[split] = cut(split)
+            w, const = cuts[split]
+            if not any(np.array_equal(w, row) for row in cut_w):
+                cut_w = np.vstack([cut_w, w])
+                cut_c = np.append(cut_c, const)
+                cut_tables = np.concatenate([cut_tables, table(w)[None]], axis=0)
+
+    def hopeless(value: float) -> bool:
+        return value * (1 - margin) > best[0]
+
+    def beyond(value: float) -> bool:
+        return value * (1 - margin) > above
+
+    root = child_bounds(0, 0, (), 0.0, None, np.zeros(0))
+    if root is None:
+        return None
+    if beyond(float(root[0].min())):  # every split is above: nothing to search
+        return Found((), np.inf, True)
+    if "balanced" not in shared:
+        shared["balanced"] = bottleneck_split(times)
+    balanced = shared["balanced"]
+    for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
+        edges = boundaries(seed)
+        if len(seed) == n and all(np.isfinite(times[i, edges[i], edges[i + 1]]) for i in range(n)):
+            pending.append(tuple(seed))
+    flush()
+
+    visited = 0
+    opened = 0
+    # Open nodes are the children of expanded nodes not yet taken. A heap entry stands for the
+    # next such child of one expanded node (its siblings in bound order): (its bound, order
+    # opened, the expanded node's _Family, position in that order). Taking it opens the next one.
+    root_family = _Family(-1, 0, (), 0.0, [None], np.zeros(0), 0, [0], [0.0], [0], [0.0])
+    heap: list = [(0.0, 0, root_family, 0)]
+    proven = True
+    while heap:
+        lb, _, family, position = heapq.heappop(heap)
+        if hopeless(lb):
+            break  # every open node is: proven
+        if beyond(lb) and best[0] > above and not any(v <= above for v in evaluate(pending)):
+            return Found((), np.inf, True)  # every open node is above, and nothing found is at or below
+        if position + 1 < len(family.order) and not hopeless(family.lbs[family.order[position + 1]]):
+            opened += 1
+            heapq.heappush(heap, (family.lbs[family.order[position + 1]], opened, family, position + 1))
+        k, first, counts, before, chain, dots = family.child(position, cut_w)
+        if family.num_cuts != len(cut_c):  # cuts learned since its parent was expanded: bound it again
+            dots = known_dots(counts)
+            if hopeless(max(lb, cut_bound(k, first, counts, dots))):
+                continue
+        try:
+            while True:  # dive
+                visited += 1
+                if max_nodes is not None and visited > max_nodes:
+                    raise _Budget
+                if k == n:
+                    pending.append(counts)
+                    if len(pending) >= batch:
+                        flush()
+                    break
+                found = child_bounds(k, first, counts, before, chain, dots)
+                if found is None:
+                    break
+                lbs, chains, rest = found
+                order = np.argsort(lbs, kind="stable").tolist()
+                lbs = lbs.tolist()
+                if hopeless(lbs[order[0]]):
+                    break
+                family = _Family(k, first, counts, before, chains, dots, len(cut_c), order, lbs, rest["stops"],
+                                 rest["times"])
+                if len(order) > 1 and not hopeless(lbs[order[1]]):
+                    opened += 1
+                    heapq.heappush(heap, (lbs[order[1]], opened, family, 1))
+                k, first, counts, before, chain, dots = family.child(0, cut_w)
+        except _Budget:
+            proven = False
+            break
     flush()
     return Found(best[1], best[0], proven)
+
+
+class _Budget(Exception):
+    pass
+
+
+class _Family:
+    """The children of one expanded node of `optimal`, in bound order."""
+
+    __slots__ = ("k", "first", "counts", "before", "chains", "dots", "num_cuts", "order", "lbs", "stops", "times")
+
+    def __init__(self, k, first, counts, before, chains, dots, num_cuts, order, lbs, stops, times):
+        self.k, self.first, self.counts, self.before, self.chains = k, first, counts, before, chains
+        self.dots, self.num_cuts, self.order, self.lbs, self.stops, self.times = dots, num_cuts, order, lbs, stops, times
+
+    def child(self, position: int, cut_w: np.ndarray) -> tuple:
+        """(k, first, counts, before, chain, dots) of the child at `position` in bound order."""
+        i = self.order[position]
+        stop, time = int(self.stops[i]), self.times[i]
+        if self.k < 0:  # the root's one child: the root
+            return 0, 0, (), 0.0, None, np.zeros(0)
+        dots = self.dots + cut_w[:len(self.dots), self.k] * time if len(self.dots) else self.dots
+        return (self.k + 1, stop, self.counts + (stop - self.first,), self.before + time, self.chains[i], dots)
