@@ -6,8 +6,10 @@ Exit status: 0 success, 2 bad input (one line on stderr), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 from fasop.errors import FasopError
@@ -70,12 +72,20 @@ def _add_specs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True, help="name in cluster_specs/ or path to a cluster YAML")
 
 
-def _add_execution(parser: argparse.ArgumentParser) -> None:
+def available_cores() -> int:
+    """CPU cores this process may run on (the scheduler's affinity where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimate in N processes (same output as 1; "
+                   "default %(default)s)", default_workers: int = 1) -> None:
     """How the search runs: processes, partitioner budget, progress bar (search and pareto)."""
     from fasop.estimate import DEFAULT_MAX_NODES
 
-    parser.add_argument("--workers", type=_positive_int, default=1, metavar="N",
-                        help="estimate in N processes (same output as 1; default %(default)s)")
+    parser.add_argument("--workers", type=_positive_int, default=default_workers, metavar="N", help=workers_help)
     parser.add_argument("--partition-budget", type=_positive_int, default=DEFAULT_MAX_NODES, metavar="NODES",
                         help="search-tree nodes the optimal partitioner may visit per plan before it keeps the best "
                         "split found; more proves more splits optimal, and takes longer (default %(default)s)")
@@ -228,7 +238,8 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
                    "all types' nodes in --max-nodes order; grouped; all (slow past ~10 nodes)")
     p.add_argument("--partitioner", choices=partitioners, default="optimal",
                    help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing)")
-    _add_execution(p)
+    _add_execution(p, "search the compositions in N processes, a composition per process (same output for any N; "
+                   "default: the CPU cores available, here %(default)s)", default_workers=available_cores())
 
 
 def _pareto(args: argparse.Namespace) -> int:
@@ -252,7 +263,7 @@ def _pareto(args: argparse.Namespace) -> int:
         print(f"note: --spot: {cluster.path} has no spot_usd_per_hour for {', '.join(on_demand)}; "
               "on-demand price used", file=sys.stderr)
     prefix = Path(args.out_prefix) if args.out_prefix else Path("results") / f"{model.name}_{Path(cluster.path).stem}"
-    done, interrupted = [], False
+    done, interrupted, loader = [], False, None
     with _progress_bar(args.no_progress, "compositions") as progress:
         try:
             for result in pareto.sweep(model, cluster, comps, placements=args.placements,
@@ -260,6 +271,11 @@ def _pareto(args: argparse.Namespace) -> int:
                                        top=1, workers=args.workers,
                                        partition_budget=args.partition_budget, progress=progress):
                 done.append(result)
+                if loader is None and args.workers > 1:
+                    # this process only waits for the workers (started by now): load the plotting
+                    # libraries meanwhile
+                    loader = threading.Thread(target=importlib.import_module, args=("fasop.plots",), daemon=True)
+                    loader.start()
         except KeyboardInterrupt:
             interrupted = True
     if interrupted and not done:

@@ -208,9 +208,13 @@ class Fasop2024Estimator:
                     [comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared) for t in p.stage_types], f32)
             return dp_by_stage0[stage0_layers]
 
+        extras: dict[int, float] = {}
+
         def extra(stage0_layers: int) -> float:
             """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
-            return float(dp_costs(stage0_layers)[0]) + embedding
+            if stage0_layers not in extras:
+                extras[stage0_layers] = float(dp_costs(stage0_layers)[0]) + embedding
+            return extras[stage0_layers]
 
         stages = np.arange(pp)
 

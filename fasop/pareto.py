@@ -242,15 +242,35 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
             if progress is not None:
                 progress(done + 1, len(comps))
         return
+    import concurrent.futures as futures
     import multiprocessing
 
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    with context.Pool(min(workers, len(comps)), initializer=_init_sweep_worker, initargs=(job,)) as pool:
-        # leaving the block (done, interrupted or closed early) terminates the workers
-        for done, result in enumerate(pool.imap(_sweep_worker, comps)):
-            yield result
-            if progress is not None:
-                progress(done + 1, len(comps))
+    pool = futures.ProcessPoolExecutor(min(workers, len(comps)), mp_context=context, initializer=_init_sweep_worker,
+                                       initargs=(job,))
+    # the largest compositions first, so that no worker is left with a big one at the end
+    order = sorted(range(len(comps)), key=lambda i: (-comps[i].num_nodes, i))
+    running = {pool.submit(_sweep_worker, comps[i]): i for i in order}
+    finished: dict[int, CompositionResult] = {}
+    yielded = 0
+    try:
+        for future in futures.as_completed(running):
+            try:
+                finished[running[future]] = future.result()  # a worker's error (or its death) is raised here
+            except _Interrupted:
+                raise KeyboardInterrupt from None
+            while yielded in finished:  # in composition order
+                yield finished.pop(yielded)
+                yielded += 1
+                if progress is not None:
+                    progress(yielded, len(comps))
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)  # the workers finish their one composition and stop
+        for index in sorted(finished):  # finished but not yet in order: still the caller's to keep
+            yield finished[index]
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass(frozen=True)
@@ -287,7 +307,14 @@ def _init_sweep_worker(job: _SweepJob) -> None:
 
 
 def _sweep_worker(comp: Composition) -> CompositionResult:
-    return _SWEEP["job"](comp)
+    try:
+        return _SWEEP["job"](comp)
+    except KeyboardInterrupt:  # not from Ctrl-C (ignored here): pass it on as the parent would see it
+        raise _Interrupted from None
+
+
+class _Interrupted(Exception):
+    """A KeyboardInterrupt in a worker process, carried to the parent."""
 
 
 # ---------------------------------------------------------------------------- analysis

@@ -284,10 +284,9 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
         lb, chains = bound(k, before, chain, rest["t"], rest)
         if len(cut_c):
             if rest["cuts"][0] != len(cut_c):  # this node's share of the cuts, for the cuts known now
-                rest["cuts"] = (len(cut_c), cut_w[:, k, None] * rest["t"][None, :], cut_tables[:, k + 1, rest["stops"]])
-            _, weighted, tables = rest["cuts"]
-            by_cut = dots[:, None] + weighted + tables + cut_c[:, None]
-            lb = np.maximum(lb, by_cut.max(axis=0))
+                rest["cuts"] = (len(cut_c), cut_w[:, k, None] * rest["t"][None, :] + cut_tables[:, k + 1, rest["stops"]]
+                                + cut_c[:, None])
+            lb = np.maximum(lb, (dots[:, None] + rest["cuts"][1]).max(axis=0))
         return lb + (rest["extra"] if k == 0 else extra(counts[0])), chains, rest
 
     def known_dots(counts: tuple) -> np.ndarray:

@@ -240,33 +240,34 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *
     if shared is None:  # what every node with these choices shares (rest is the partitioner's per-node cache)
         c = (steady_weights(pp, m) if weights is None else weights)[k]
         steady = c * t
-        shared = rest["_1f1b"] = (m * t, steady, np.maximum(steady, rest["wmax"]),
-                                  m * rest["max"] if k < pp - 1 else None)
-    busy, steady, steady_or_rest, busiest_rest = shared
-    total = before + t
-    own = before + busy
-    if k > 0:
-        own = own + send_first
-    if k == pp - 1:
-        own = own + send_last
-    chains = np.maximum(own, own_before)
-    everything = total + rest["sum"] + send_first + send_last
-    bounds = np.maximum(everything + np.maximum(steady_or_rest, steady_before), chains)
-    if k < pp - 1:
-        bounds = np.maximum(bounds, total + send_first + busiest_rest)
-    return bounds, _Chains(chains, steady, steady_before)
+        sends = send_first + send_last
+        everything = t + rest["sum"] + sends  # + before: micro-batch 0 through every stage and back
+        busy = m * t + ((send_first if k > 0 else 0.0) + (send_last if k == pp - 1 else 0.0))  # + before: own chain
+        terms = np.maximum(everything + np.maximum(steady, rest["wmax"]), busy)
+        if k < pp - 1:  # the slowest later stage's own chain
+            terms = np.maximum(terms, t + send_first + m * rest["max"])
+        shared = rest["_1f1b"] = (steady, everything, busy, terms, float(np.maximum(steady, rest["wmax"]).min()),
+                                  float(terms.min()))
+    steady, everything, busy, terms, least_steady, least_terms = shared
+    if steady_before > least_steady:  # an earlier stage's steady chain is the longer for some choices
+        terms = np.maximum(terms, everything + steady_before)
+    bounds = before + terms
+    if own_before > before + least_terms:  # an earlier stage's own chain is the longer for some choices
+        bounds = np.maximum(bounds, own_before)
+    return bounds, _Chains(before, busy, own_before, steady, steady_before)
 
 
 class _Chains:
     """The `chain` of each choice of one_f_one_b_bound: (largest own chain, largest c_i t_i)."""
 
-    __slots__ = ("own", "steady", "steady_before")
+    __slots__ = ("before", "busy", "own_before", "steady", "steady_before")
 
-    def __init__(self, own: np.ndarray, steady: np.ndarray, steady_before: float):
-        self.own, self.steady, self.steady_before = own, steady, steady_before
+    def __init__(self, before: float, busy: np.ndarray, own_before: float, steady: np.ndarray, steady_before: float):
+        self.before, self.busy, self.own_before = before, busy, own_before
+        self.steady, self.steady_before = steady, steady_before
 
     def __getitem__(self, i: int) -> tuple[float, float]:
-        return float(self.own[i]), max(self.steady_before, float(self.steady[i]))
+        return max(self.own_before, self.before + float(self.busy[i])), max(self.steady_before, float(self.steady[i]))
 
 
 # ---------------------------------------------------------------------------- traced program

@@ -467,7 +467,7 @@ def test_cli_interrupted_sweep_keeps_a_valid_partial_csv(in_tmp, capsys, monkeyp
     capsys.readouterr()
     calls = _interrupt_after(monkeypatch, 2)
     prefix = in_tmp / "cut" / "bert"
-    assert main(_pareto_argv(prefix)) == 130
+    assert main(_pareto_argv(prefix, "a100=1,a10=2", "--workers", "1")) == 130
     assert len(calls) == 3
     captured = capsys.readouterr()
     assert "interrupted after 2 of 5 compositions" in captured.err
@@ -485,10 +485,34 @@ def test_cli_interrupted_sweep_keeps_a_valid_partial_csv(in_tmp, capsys, monkeyp
     assert [stable(r) for r in rows] == [stable(r) for r in full_rows[:2]]
 
 
+def test_cli_interrupted_parallel_sweep_keeps_every_finished_composition(in_tmp, capsys, monkeypatch):
+    """With --workers 2 the compositions finish out of order; an interruption still writes every
+    finished one (in composition order, the same cells as a full run, complete=False) and exits
+    130, and no worker is left behind."""
+    import multiprocessing
+
+    full = in_tmp / "full" / "bert"
+    assert main(_pareto_argv(full, "a100=1,a10=2", "--workers", "2")) == 0
+    capsys.readouterr()
+    _interrupt_after(monkeypatch, 1)  # each worker process counts its own calls: 1 each, then Ctrl-C
+    prefix = in_tmp / "cut" / "bert"
+    assert main(_pareto_argv(prefix, "a100=1,a10=2", "--workers", "2")) == 130
+    assert "interrupted after" in capsys.readouterr().err
+    rows, full_rows = _read(_outputs(prefix)[0]), _read(_outputs(full)[0])
+    assert 1 <= len(rows) < len(full_rows) and {r["complete"] for r in rows} == {"False"}
+    keep = [k for k in rows[0] if k not in ("complete", "on_frontier", "is_knee")]
+    by_composition = {r["composition"]: [r[k] for k in keep] for r in full_rows}
+    assert [r["composition"] for r in rows] == [c for c in by_composition if c in {r["composition"] for r in rows}]
+    assert all([r[k] for k in keep] == by_composition[r["composition"]] for r in rows)
+    for child in multiprocessing.active_children():
+        child.join(timeout=10)
+    assert not multiprocessing.active_children()
+
+
 def test_cli_interrupted_before_any_composition_writes_nothing(in_tmp, capsys, monkeypatch):
     _interrupt_after(monkeypatch, 0)
     prefix = in_tmp / "cut" / "bert"
-    assert main(_pareto_argv(prefix)) == 130
+    assert main(_pareto_argv(prefix, "a100=1,a10=2", "--workers", "1")) == 130
     assert "nothing written" in capsys.readouterr().err
     assert not prefix.parent.exists()
     assert not (in_tmp / "results").exists()
