@@ -242,6 +242,11 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
                    "default: the CPU cores available, here %(default)s)", default_workers=available_cores())
 
 
+def _import(*modules: str) -> None:
+    for name in modules:
+        importlib.import_module(name)
+
+
 def _pareto(args: argparse.Namespace) -> int:
     from fasop import pareto
     from fasop.report import csv_text, pareto_rows, write_atomic
@@ -274,7 +279,7 @@ def _pareto(args: argparse.Namespace) -> int:
                 if loader is None and args.workers > 1:
                     # this process only waits for the workers (started by now): load the plotting
                     # libraries meanwhile
-                    loader = threading.Thread(target=importlib.import_module, args=("fasop.plots",), daemon=True)
+                    loader = threading.Thread(target=_import, args=("pandas", "fasop.plots"), daemon=True)
                     loader.start()
         except KeyboardInterrupt:
             interrupted = True

@@ -21,15 +21,17 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 
 from fasop.errors import FasopError
 from fasop.estimate import DEFAULT_MAX_NODES, Estimate
 from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Sense = Literal["min", "max"]
 Status = Literal["ok", "oom", "no_plan"]
@@ -49,6 +51,8 @@ def pareto_front(table: pd.DataFrame, senses: Mapping[str, Sense], *,
     never on the front. Rows identical in every objective do not dominate each other:
     duplicates="all" keeps them all, "first" keeps only the first in row order.
     """
+    import pandas as pd
+
     if not senses:
         raise ValueError("pareto_front: no objective columns")
     bad = {c: s for c, s in senses.items() if s not in ("min", "max")}
@@ -339,6 +343,8 @@ class ParetoAnalysis:
 
     def points(self) -> pd.DataFrame:
         """One row per composition: label, kind, status, train_time_h, train_cost_usd, on_frontier, is_knee."""
+        import pandas as pd
+
         return pd.DataFrame({
             "composition": [r.composition.label for r in self.results],
             "kind": [r.composition.kind for r in self.results],
@@ -358,6 +364,8 @@ def analyse(results: Sequence[CompositionResult], *, deadline_hours: float | Non
         raise FasopError(f"--deadline-hours: must be > 0, got {deadline_hours}")
     if budget_usd is not None and not budget_usd > 0:
         raise FasopError(f"--budget-usd: must be > 0, got {budget_usd}")
+    import pandas as pd
+
     results = tuple(results)
     table = pd.DataFrame({TIME: [r.train_time_h for r in results], COST: [r.train_cost_usd for r in results]})
     on_front = pareto_front(table, {TIME: "min", COST: "min"}, duplicates="first").tolist()

@@ -444,6 +444,18 @@ def test_cli_is_deterministic(in_tmp, capsys):
         assert a.read_bytes() == b.read_bytes(), a.name
 
 
+def test_cli_workers_give_the_same_bytes(in_tmp, capsys):
+    """--workers 1 and 2 (compositions in parallel, largest first) write the same CSV and
+    frontier, with the optimal partitioner and with FASOP's choices."""
+    for extra in ([], ["--partitioner", "optimal"]):
+        outputs = []
+        for workers in ("1", "2"):
+            prefix = in_tmp / f"w{workers}{len(extra)}" / "bert"
+            assert main(_pareto_argv(prefix, "a100=2,a10=2", "--workers", workers, *extra)) == 0
+            outputs.append((_outputs(prefix)[0].read_bytes(), capsys.readouterr().out.replace(str(prefix), "P")))
+        assert outputs[0] == outputs[1]
+
+
 def _interrupt_after(monkeypatch, k: int) -> list[int]:
     """Make fasop.pareto.search raise KeyboardInterrupt on its (k+1)-th call, as Ctrl-C would."""
     calls = []
