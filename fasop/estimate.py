@@ -20,7 +20,7 @@ micro-batch counts go through one vectorised schedule run.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -37,6 +37,13 @@ from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 f32 = np.float32
 PARTITIONERS = ("fasop-minmax", "optimal")
 DEFAULT_MAX_NODES = 400
+RECENT_SHAPES = 16
+"""Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
+the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
+under other placements usually come together)."""
+RECENT_FLOORS = 65536
+"""Least-completion floors (three numbers per stage GPU types, tp, micro-batch, pp, m) kept for
+the plan bounds."""
 """Branch-and-bound budget per plan of the `optimal` partitioner; past it the best split found
 is kept and reported as not proven (`partition_proven_optimal`)."""
 
@@ -144,13 +151,18 @@ class Fasop2024Estimator:
         (partition.least_completions) are cached: many plans share them, also across the
         estimators of one (model, cluster), e.g. the compositions of a pareto sweep."""
         m = plan.num_microbatches
-        key = ("floor", stage_gpus or ("least of",) + self.gpus, plan.tp, plan.mbs, plan.pp, m)
-        if key not in self._shared:
+        key = (stage_gpus or ("least of",) + self.gpus, plan.tp, plan.mbs, plan.pp, m)
+        floors = self._shared.setdefault("floor", OrderedDict())
+        if key in floors:
+            floors.move_to_end(key)
+        else:
             costs = [self.compute.layer_costs(g, plan.tp, plan.mbs).matrix for g in stage_gpus or self.gpus]
             matrices = np.stack(costs) if stage_gpus else np.broadcast_to(np.min(costs, axis=0),
                                                                           (plan.pp,) + costs[0].shape)
-            self._shared[key] = least_completions(matrices, steady_weights(plan.pp, m) if plan.pp > 1 else None)
-        least_sum, least_max, least_steady = self._shared[key]
+            floors[key] = least_completions(matrices, steady_weights(plan.pp, m) if plan.pp > 1 else None)
+            if len(floors) > RECENT_FLOORS:
+                floors.popitem(last=False)
+        least_sum, least_max, least_steady = floors[key]
         return max(least_sum + sends + least_steady, m * least_max)
 
     def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
@@ -192,12 +204,17 @@ class Fasop2024Estimator:
         sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
         sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
         limits = tuple(plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(pp))
-        key = ("splits", tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, limits)
-        if key not in self._shared:  # stage times, those that fit, and the programmes over them
+        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, limits)
+        recent = self._shared.setdefault("splits", OrderedDict())  # a few MB each: the latest only
+        if key in recent:
+            recent.move_to_end(key)
+        else:  # stage times, those that fit, and the dynamic programmes over them
             times = np.stack([c.matrix for c in p.costs])
             fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
-            self._shared[key] = (times, fitting, {}, {})
-        times, fitting, tables, oom_tables = self._shared[key]
+            recent[key] = (times, fitting, {}, {})
+            while len(recent) > RECENT_SHAPES:
+                recent.popitem(last=False)
+        times, fitting, tables, oom_tables = recent[key]
         dp_by_stage0: dict[int, np.ndarray] = {}
 
         def dp_costs(stage0_layers: int) -> np.ndarray:
@@ -353,9 +370,13 @@ _SHARED: dict[int, tuple] = {}
 def _shared_cache(model: ModelSpec, cluster: ClusterSpec) -> dict:
     """A cache for what depends only on (model, cluster) and a plan's shape -- least completions,
     stage-time tables -- shared by every estimator of that pair in this process (a pareto sweep
-    makes one per composition). Bounded by the distinct plan shapes."""
+    makes one per composition). Its parts are bounded (RECENT_SHAPES, RECENT_FLOORS), and only
+    the latest few (model, cluster) pairs are kept."""
     key = (id(model), id(cluster))
-    entry = _SHARED.get(key)
+    entry = _SHARED.pop(key, None)
     if entry is None or entry[0] is not model or entry[1] is not cluster:
-        entry = _SHARED[key] = (model, cluster, {})
+        entry = (model, cluster, {})
+    _SHARED[key] = entry  # the latest last
+    while len(_SHARED) > 4:
+        del _SHARED[next(iter(_SHARED))]
     return entry[2]

@@ -22,6 +22,8 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+COMPILE_EVENTS = 30000
+"""Schedules of more events (e.g. pp = 32, m = 128) are always evaluated level by level."""
 SCALAR_PER_LEVEL = 35
 """`one_f_one_b` runs the compiled straight-line code once per pipeline while pipelines x events
 < this x levels (one event in Python takes ~0.1 us, one numpy step per level ~3.5 us), else one
@@ -43,16 +45,12 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
     if not reuse:  # the caller schedules this (pp, m) once: tracing would not pay
         return one_f_one_b_reference(fwd, bwd, send_fwd, send_bwd, num_microbatches)
     program = _program(pp, num_microbatches)
-    if batch * program.num_values < SCALAR_PER_LEVEL * len(program.levels):  # few pipelines: straight-line code, one at a time
+    if program.compiles and batch * program.num_values < SCALAR_PER_LEVEL * len(program.levels):
+        # few pipelines: the straight-line code, one at a time
         rows = np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0).T.tolist()
         outputs = program.outputs.tolist()
         return np.array([[values[k] for k in outputs] for values in map(program.values, rows)]).T.reshape(pp, batch)
-    durations = np.concatenate([fwd, bwd, send_fwd, send_bwd, np.zeros((1, batch))], axis=0)
-    values = np.zeros((program.num_values, batch))
-    for inputs, duration, out in program.levels:
-        latest = values[inputs[0]] if inputs[0].ndim == 1 else values[inputs[0]].max(axis=1)
-        values[out] = latest + durations[duration]
-    return values[program.outputs]
+    return program.run(np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0))[program.outputs]
 
 
 def one_f_one_b_reference(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
@@ -82,7 +80,8 @@ def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
     ends, weights, const = np.empty(batch), np.zeros((pp, batch)), np.zeros(batch)
     third, two_thirds = 1 / 3, 2 / 3
     for col, durations in enumerate(rows):
-        values = program.values(durations)
+        values = program.values(durations) if program.compiles else \
+            program.run(np.array(durations)[:, None])[:, 0].tolist()
         ends[col] = values[program.outputs[0]]
         w, c = [0.0] * pp, 0.0
         for row in program.chain(values, int(program.outputs[0])):
@@ -281,6 +280,19 @@ class _Program:
         self.events = events
         """events[k-1] = (input value indices, duration row) of value k; value 0 is zero."""
         self.rows = [0] + [row for _, row in events]
+        self.compiles = len(events) <= min(COMPILE_EVENTS, SCALAR_PER_LEVEL * len(levels))
+        """Compiled `values` pays: not too big to compile (~15 us per event), and quicker for one
+        pipeline than the levels (~0.1 us per event against ~3.5 us per level)."""
+
+    def run(self, durations: np.ndarray) -> np.ndarray:
+        """Every value for a batch of pipelines, level by level: durations has the 4 pp rows F, B,
+        SF, SB and a column per pipeline; the result a row per value."""
+        durations = np.concatenate([durations, np.zeros((1, durations.shape[1]))], axis=0)
+        values = np.zeros((self.num_values, durations.shape[1]))
+        for inputs, duration, out in self.levels:
+            latest = values[inputs[0]] if inputs[0].ndim == 1 else values[inputs[0]].max(axis=1)
+            values[out] = latest + durations[duration]
+        return values
 
     @cached_property
     def values(self) -> Callable[[list[float]], list[float]]:

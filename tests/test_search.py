@@ -314,6 +314,29 @@ def test_critical_path_is_bit_identical_to_the_augmented_recurrences(pp, m):
         assert np.allclose((weights * t).sum(axis=0) + const, end, rtol=1e-12)
 
 
+def test_large_schedules_are_not_compiled_and_give_the_same_bits(monkeypatch):
+    """Past COMPILE_EVENTS a schedule runs level by level even for one pipeline, critical paths
+    included: the same bits as the recurrences."""
+    import fasop.schedule as schedule
+
+    monkeypatch.setattr(schedule, "COMPILE_EVENTS", 10)
+    schedule._program.cache_clear()
+    try:
+        rng = np.random.default_rng(3)
+        for pp, m in [(2, 40), (8, 9), (24, 8)]:
+            for batch in (1, 2, 9):
+                t = np.round(rng.uniform(1, 2, (pp, batch)) * 4) / 4
+                sf, sb = np.zeros_like(t), np.zeros_like(t)
+                sf[0], sb[-1] = 0.1, 0.2
+                assert not schedule._program(pp, m).compiles
+                assert np.array_equal(schedule.one_f_one_b(t / 3, 2 * t / 3, sf, sb, m),
+                                      schedule.one_f_one_b_reference(t / 3, 2 * t / 3, sf, sb, m))
+                for a, b in zip(schedule.critical_path(t, sf, sb, m), schedule.critical_path_reference(t, sf, sb, m)):
+                    assert np.array_equal(a, b)
+    finally:
+        schedule._program.cache_clear()  # programs traced under the patched limit
+
+
 def test_partition_budget_trades_time_for_proofs(tmp_path, capsys):
     """A larger --partition-budget proves at least as many splits optimal and never finds a slower
     one; a budget of 0 is refused by argparse (exit 2)."""
