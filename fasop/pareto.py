@@ -269,12 +269,24 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
                 if progress is not None:
                     progress(yielded, len(comps))
     except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)  # the workers finish their one composition and stop
+        _stop(pool)
         for index in sorted(finished):  # finished but not yet in order: still the caller's to keep
             yield finished[index]
         raise
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    finally:  # done, or the caller stopped early: no worker outlives the sweep
+        _stop(pool)
+
+
+def _stop(pool) -> None:
+    """Stop a ProcessPoolExecutor now: cancel what has not started and end the workers (a
+    composition can take minutes; Ctrl-C should not wait for it)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join()
 
 
 @dataclass(frozen=True)

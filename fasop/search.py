@@ -234,12 +234,28 @@ def estimate_chunk(estimator: Fasop2024Estimator, chunk: list[tuple[int, Plan]],
         if quick[k] > threshold or (threshold < float("inf") and estimator.lower_bound(plan) > threshold):
             results[index] = None
             continue
+        if top == 1 and not _first_of_its_kind(estimator, plan):
+            # an equivalent pipeline (FASOP's cyclic placements repeat them) was estimated here
+            # before, with a lower index: this one ties with it and loses the tie
+            results[index] = None
+            continue
         estimate = estimator.estimate_below(plan, threshold)  # ties at the threshold: _Kept decides
         if estimate is not None:
             bisect.insort(values, estimate.step_time_s)
             del values[top:]
         results[index] = estimate
     return [(index, results[index]) for index, _ in chunk]
+
+
+def _first_of_its_kind(estimator: Fasop2024Estimator, plan: Plan) -> bool:
+    """False when this process has already asked `estimator` about a plan with the same
+    signature (plans of a chunk are asked in index order among equals, chunks in order)."""
+    seen = estimator.__dict__.setdefault("_asked", set())
+    key = hashlib.blake2b(repr(estimator.signature(plan)).encode(), digest_size=16).digest()
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
 
 
 def _estimate_chunks(chunks: Iterator[list], estimator: Fasop2024Estimator, spec: tuple, top: int | None,

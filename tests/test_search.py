@@ -169,6 +169,43 @@ def test_top_k_keeps_only_fitting_plans():
     assert [e.plan.key() for e in kept.estimates] == [e.plan.key() for e in full.estimates if not e.memory.is_oom][:5]
 
 
+def test_a_cut_off_never_changes_a_plans_estimate():
+    """estimate_below(plan, cutoff) is estimate(plan) when that is at most the cutoff and fits,
+    else None -- also for deep pipelines whose search stops at its node budget, and for cut-offs
+    a hair either side of the estimate (the search may stop early only when its result is known
+    to be above)."""
+    model = load_model("gpt2xl")
+    cluster = load_cluster("fasop-paper")
+    nodes = _inventory(cluster.node_types, a100=1, a10=7)
+    full = search(model, cluster, nodes, heterogeneous=True, placements="cyclic")
+    deep = [e for e in full.estimates if e.plan.pp >= 8 and not e.memory.is_oom][::7]
+    assert any(not e.partition_proven_optimal for e in deep)
+    for e in deep:
+        est = Fasop2024Estimator(model, cluster, nodes, "optimal")
+        for factor in (0.97, 1 - 1e-9, 1.0, 1 + 1e-9, 1.03):
+            below = est.estimate_below(e.plan, e.step_time_s * factor)
+            if e.step_time_s <= e.step_time_s * factor:
+                assert below is not None and (below.partition, below.step_time_s) == (e.partition, e.step_time_s)
+            else:
+                assert below is None
+
+
+def test_a_larger_partition_budget_is_never_worse():
+    """Best-first order: a larger budget continues the same search, so every plan's step time
+    can only drop."""
+    model = load_model("t5")
+    cluster = load_cluster("fasop-paper")
+    nodes = _inventory(cluster.node_types, a100=1, a10=7)
+    runs = [search(model, cluster, nodes, heterogeneous=True, placements="cyclic", partition_budget=budget)
+            for budget in (20, 100, 400)]
+    by_plan = [{e.plan.key(): e for e in r.estimates} for r in runs]
+    for key, small in by_plan[0].items():
+        steps = [small.step_time_s, by_plan[1][key].step_time_s, by_plan[2][key].step_time_s]
+        assert steps[0] >= steps[1] >= steps[2], key
+    assert sum(e.partition_proven_optimal for e in runs[2].estimates) >= \
+        sum(e.partition_proven_optimal for e in runs[0].estimates)
+
+
 # ----------------------------------------------------------------------------- --workers
 @pytest.mark.parametrize("extra", [[], ["--top", "3"]])
 def test_workers_give_the_same_bytes(tmp_path, capsys, extra):
