@@ -167,9 +167,9 @@ class Fasop2024Estimator:
 
     def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
         """`estimate(plan)` if it fits in memory with a step time of at most `cutoff`, else None.
-        The optimal partitioner first asks a search pruned by the cutoff whether any fitting split
-        gets there, so a plan that cannot costs little; the estimate itself never depends on the
-        cutoff."""
+        The optimal partitioner's search stops early once it knows its result is above the
+        cutoff, so a plan that cannot get there costs less; the estimate itself never depends on
+        the cutoff."""
         if self.partitioner != "optimal" or plan.pp == 1 or cutoff == np.inf:
             estimate = self.estimate(plan)
         else:

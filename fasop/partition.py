@@ -316,7 +316,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
             if not any(np.array_equal(w, row) for row in cut_w):
                 cut_w = np.vstack([cut_w, w])
                 cut_c = np.append(cut_c, const)
-                cut_tables = np.concatenate([cut_tables, table(w)[None]], axis=0)
+                cut_tables = np.concatenate([cut_tables, completion(times, w)[None]], axis=0)
 
     def hopeless(value: float) -> bool:
         return value * (1 - margin) > best[0]
