@@ -456,6 +456,20 @@ def test_cli_workers_give_the_same_bytes(in_tmp, capsys):
         assert outputs[0] == outputs[1]
 
 
+def test_sweep_workers_also_run_under_spawn(monkeypatch):
+    """Where the OS has no fork (Windows) the worker processes are spawned: the job must travel
+    to them and give the results of one process."""
+    import multiprocessing
+
+    model, cluster = load_model("bert"), load_cluster("fasop-paper")
+    comps = compositions({"a100": 1, "a10": 2})
+    alone = [r.best.step_time_s for r in sweep(model, cluster, comps, top=1, partitioner="optimal")]
+    get_context = multiprocessing.get_context
+    monkeypatch.setattr(multiprocessing, "get_context", lambda method=None: get_context("spawn"))
+    spawned = [r.best.step_time_s for r in sweep(model, cluster, comps, top=1, partitioner="optimal", workers=2)]
+    assert spawned == alone
+
+
 def _interrupt_after(monkeypatch, k: int) -> list[int]:
     """Make fasop.pareto.search raise KeyboardInterrupt on its (k+1)-th call, as Ctrl-C would."""
     calls = []
