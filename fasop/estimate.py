@@ -106,8 +106,24 @@ class Fasop2024Estimator:
         self.usd_per_s = float(np.sum(np.array([n.usd_per_hour for n in inventory]))) / 3600
 
     # ------------------------------------------------------------------ per plan, before scheduling
+    def _of_plan(self, plan: Plan, what: str, compute):
+        """compute(), remembered for the latest plan object: a search asks for a plan's stage
+        types and sends several times in a row (bounds, signature, estimate)."""
+        if self.__dict__.get("_latest_plan") is not plan:
+            self._latest_plan, self._latest = plan, {}
+        if what not in self._latest:
+            self._latest[what] = compute()
+        return self._latest[what]
+
+    def p2p(self, plan: Plan) -> tuple[float, ...]:
+        """comm.p2p_seconds of the plan."""
+        return self._of_plan(plan, "p2p", lambda: comm.p2p_seconds(plan, self.model, self.cluster))
+
     def stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
         """slowest-gpu-per-stage: of the node types holding a stage, the slowest over the layer list."""
+        return self._of_plan(plan, "stage types", lambda: self._stage_types(plan))
+
+    def _stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
         types = []
         for nodes in plan.stage_node_indices:
             candidates = list(dict.fromkeys(plan.placement[k] for k in nodes))
@@ -122,7 +138,7 @@ class Fasop2024Estimator:
         ring, the embedding link and the per-stage memory limits."""
         limits = tuple(plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(plan.pp))
         return (plan.tp, plan.dp, plan.pp, plan.mbs, tuple(t.name for t in self.stage_types(plan)),
-                comm.p2p_seconds(plan, self.model, self.cluster), float(comm.dp_ring_bandwidth(plan)),
+                self.p2p(plan), float(comm.dp_ring_bandwidth(plan)),
                 float(comm.embedding_allreduce_seconds(plan, self.model)), limits)
 
     def lower_bound(self, plan: Plan) -> float:
@@ -132,7 +148,7 @@ class Fasop2024Estimator:
         all splits; plus stage 0's gradient all-reduce for one layer and the embedding
         all-reduce (MODEL.md §5, §7)."""
         types = self.stage_types(plan)
-        p2p = comm.p2p_seconds(plan, self.model, self.cluster)
+        p2p = self.p2p(plan)
         sends = (p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0
         pipeline = self._pipeline_floor(plan, tuple(t.gpu for t in types), sends)
         ring = comm.dp_ring_bandwidth(plan)
@@ -182,7 +198,7 @@ class Fasop2024Estimator:
     def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
         types = self.stage_types(plan)
         costs = tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in types)
-        p2p = comm.p2p_seconds(plan, self.model, self.cluster)
+        p2p = self.p2p(plan)
         splits = fasop_minmax_splits(costs, self.segment_lengths, p2p)
         prepared = _Prepared(plan, types, costs, p2p, splits)
         if self.partitioner != "optimal":
@@ -221,8 +237,8 @@ class Fasop2024Estimator:
             """Each stage's DP all-reduce (float32), as `_step` computes it."""
             if stage0_layers not in dp_by_stage0:
                 params = self._dp_params(plan, stage0_layers)
-                dp_by_stage0[stage0_layers] = np.array(
-                    [comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared) for t in p.stage_types], f32)
+                by_kind = {shared: comm.dp_allreduce_seconds(plan, params, ring, shared) for shared in (False, True)}
+                dp_by_stage0[stage0_layers] = np.array([by_kind[t.intra_node_shared] for t in p.stage_types], f32)
             return dp_by_stage0[stage0_layers]
 
         extras: dict[int, float] = {}
