@@ -13,6 +13,10 @@ than its latest input's) and evaluated level by level, each level one vectorised
 over all its events and all pipelines of the batch. The operations per event are the same (a
 maximum, exact, then one addition), so the values are bit for bit those of `_run` on arrays
 (`one_f_one_b_reference`), with a few hundred numpy steps instead of ~10 per event.
+
+For one pipeline or a few (the optimal partitioner's seeds and critical paths), the same events
+also run as compiled straight-line Python on floats (`_Program.values`), ~0.1 us per event; the
+critical path (`critical_path`, a cut for the partitioner) backtracks those values.
 """
 
 from __future__ import annotations
@@ -299,7 +303,7 @@ class _Program:
         """durations (the 4 pp rows F, B, SF, SB of one pipeline) -> every value (0: zero,
         k: event k), as floats: each event is (the largest of its inputs) + its duration, the same
         two float operations as the level-by-level evaluation, so the same bits. Compiled
-        straight-line code: ~0.1 us per event, once compiled (~10 us per event)."""
+        straight-line code: ~0.1 us per event, once compiled (~15 us per event)."""
         lines = ["def values(d):", " v0 = 0.0"]
         for k, (inputs, row) in enumerate(self.events, start=1):
             latest = f"v{inputs[0]}"
