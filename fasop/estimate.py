@@ -28,7 +28,7 @@ import numpy as np
 
 from fasop import comm
 from fasop.compute import LayerCosts, ProfileCompute
-from fasop.memory import MemoryEstimate, estimate_memory, fasop_limit_node, stage_fit_mask
+from fasop.memory import MemoryEstimate, estimate_memory, stage_fit_mask, stage_limits
 from fasop.partition import Found, Split, boundaries, fasop_minmax_splits, least_completions, optimal
 from fasop.plan import Plan
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
@@ -98,6 +98,8 @@ class Fasop2024Estimator:
         self.max_nodes = max_nodes
         """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
         self._shared = _shared_cache(model, cluster)
+        self._latest_plan: Plan | None = None
+        self._latest: dict = {}
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.compute = ProfileCompute(model)
         self.compute.check_gpus(self.gpus)
@@ -109,7 +111,7 @@ class Fasop2024Estimator:
     def _of_plan(self, plan: Plan, what: str, compute):
         """compute(), remembered for the latest plan object: a search asks for a plan's stage
         types and sends several times in a row (bounds, signature, estimate)."""
-        if self.__dict__.get("_latest_plan") is not plan:
+        if self._latest_plan is not plan:
             self._latest_plan, self._latest = plan, {}
         if what not in self._latest:
             self._latest[what] = compute()
@@ -136,10 +138,9 @@ class Fasop2024Estimator:
         same estimate (up to the placement's name), so a search estimates only the first.
         The placement enters only through the stage GPU types, the boundary links, stage 0's DP
         ring, the embedding link and the per-stage memory limits."""
-        limits = tuple(plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(plan.pp))
         return (plan.tp, plan.dp, plan.pp, plan.mbs, tuple(t.name for t in self.stage_types(plan)),
                 self.p2p(plan), float(comm.dp_ring_bandwidth(plan)),
-                float(comm.embedding_allreduce_seconds(plan, self.model)), limits)
+                float(comm.embedding_allreduce_seconds(plan, self.model)), stage_limits(plan))
 
     def lower_bound(self, plan: Plan) -> float:
         """A step time no split of `plan` beats, whatever the partitioner: stage 0 finishes after
@@ -151,9 +152,7 @@ class Fasop2024Estimator:
         p2p = self.p2p(plan)
         sends = (p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0
         pipeline = self._pipeline_floor(plan, tuple(t.gpu for t in types), sends)
-        ring = comm.dp_ring_bandwidth(plan)
-        dp = min(float(comm.dp_allreduce_seconds(plan, self._dp_params(plan, 1), ring, t.intra_node_shared))
-                 for t in types)
+        dp = float(self._dp_costs(plan, types, 1, comm.dp_ring_bandwidth(plan)).min())
         return (pipeline + dp + float(comm.embedding_allreduce_seconds(plan, self.model))) * (1 - 1e-6)
 
     def quick_bound(self, plan: Plan) -> float:
@@ -219,8 +218,7 @@ class Fasop2024Estimator:
         embedding = float(comm.embedding_allreduce_seconds(plan, self.model))
         sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
         sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
-        limits = tuple(plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(pp))
-        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, limits)
+        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, stage_limits(plan))
         recent = self._shared.setdefault("splits", OrderedDict())  # a few MB each: the latest only
         if key in recent:
             recent.move_to_end(key)
@@ -236,9 +234,7 @@ class Fasop2024Estimator:
         def dp_costs(stage0_layers: int) -> np.ndarray:
             """Each stage's DP all-reduce (float32), as `_step` computes it."""
             if stage0_layers not in dp_by_stage0:
-                params = self._dp_params(plan, stage0_layers)
-                by_kind = {shared: comm.dp_allreduce_seconds(plan, params, ring, shared) for shared in (False, True)}
-                dp_by_stage0[stage0_layers] = np.array([by_kind[t.intra_node_shared] for t in p.stage_types], f32)
+                dp_by_stage0[stage0_layers] = self._dp_costs(plan, p.stage_types, stage0_layers, ring)
             return dp_by_stage0[stage0_layers]
 
         extras: dict[int, float] = {}
@@ -343,9 +339,7 @@ class Fasop2024Estimator:
     def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray):
         """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
         step = max_i(E_i + DP_i) + embedding (MODEL.md §7)."""
-        params = self._dp_params(plan, stage0_layers)
-        ring = comm.dp_ring_bandwidth(plan)
-        dp_costs = [comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared) for t in stage_types]
+        dp_costs = self._dp_costs(plan, stage_types, stage0_layers, comm.dp_ring_bandwidth(plan))
         totals = [f32(e) + c for e, c in zip(stage_end, dp_costs)]
         slowest = max(range(len(totals)), key=lambda i: (totals[i], -i))
         embedding = comm.embedding_allreduce_seconds(plan, self.model)
@@ -365,6 +359,14 @@ class Fasop2024Estimator:
             usd_per_step=self.usd_per_s * float(step), partitioner=self.partitioner,
             partition_proven_optimal=p.proven,
         )
+
+    def _dp_costs(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int,
+                  ring: np.float32) -> np.ndarray:
+        """Each stage's DP all-reduce (float32) when stage 0 holds `stage0_layers` layers
+        (dp-stage0-params): it differs between stages only by their bus (MODEL.md §7)."""
+        params = self._dp_params(plan, stage0_layers)
+        by_bus = {shared: comm.dp_allreduce_seconds(plan, params, ring, shared) for shared in (False, True)}
+        return np.array([by_bus[t.intra_node_shared] for t in stage_types], f32)
 
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:
         """dp-stage0-params: stage 0's gradient count, accumulated in float32 (MODEL.md §7):

@@ -67,10 +67,15 @@ def fasop_limit_node(plan: Plan, stage: int) -> int:
     return max(stage * span, (stage + 1) * span - 2)
 
 
+def stage_limits(plan: Plan) -> tuple[float, ...]:
+    """The memory limit (bytes) applied to each stage (`fasop_limit_node`)."""
+    return tuple(plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(plan.pp))
+
+
 def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, stage: int, kinds: Sequence[str]) -> bool:
     """Does a stage holding layers of `kinds` stay under its memory limit (without ZeRO)?"""
     params, act = stage_elements(plan, model, kinds)
-    limit = plan.placement[fasop_limit_node(plan, stage)].memory_limit_bytes
+    limit = stage_limits(plan)[stage]
     return not cluster.memory_overhead_factor * (BYTES_PER_PARAM * params + act) > limit
 
 
@@ -83,7 +88,7 @@ def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> np.nda
     act = np.concatenate([[0.0], np.cumsum([a for _, a in per_layer])])
     need = cluster.memory_overhead_factor * (BYTES_PER_PARAM * (params[None, :] - params[:, None])
                                               + (act[None, :] - act[:, None]))
-    limits = np.array([plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(plan.pp)])
+    limits = np.array(stage_limits(plan))
     return ~(need[None, :, :] > limits[:, None, None])
 
 
@@ -93,6 +98,7 @@ def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partitio
     oom_gib = zero_gib = None
     first = 0
     factor = cluster.memory_overhead_factor
+    limits = stage_limits(plan)
     for i, count in enumerate(partition):
         params, act = stage_elements(plan, model, model.layer_kinds[first:first + count])
         first += count
@@ -100,7 +106,7 @@ def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partitio
         zero = (ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // plan.dp) * params + act
         stage_bytes.append(mem)
         zero_bytes.append(zero)
-        limit = plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes
+        limit = limits[i]
         if factor * mem > limit:
             is_oom, oom_gib = True, factor * mem / GIB
         if zero > limit:

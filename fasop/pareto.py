@@ -27,7 +27,7 @@ import numpy as np
 
 from fasop.errors import FasopError
 from fasop.estimate import DEFAULT_MAX_NODES, Estimate
-from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
+from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, process_pool, search
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
 if TYPE_CHECKING:
@@ -240,18 +240,14 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
                                              "iterations": iterations, "top": top,
                                              "partition_budget": partition_budget}, spot)
     if workers == 1 or len(comps) < 2:
-        results = map(job, comps)
-        for done, result in enumerate(results):
-            yield result
+        for done, comp in enumerate(comps, start=1):
+            yield job(comp)
             if progress is not None:
-                progress(done + 1, len(comps))
+                progress(done, len(comps))
         return
     import concurrent.futures as futures
-    import multiprocessing
 
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    pool = futures.ProcessPoolExecutor(min(workers, len(comps)), mp_context=context, initializer=_init_sweep_worker,
-                                       initargs=(job,))
+    pool = process_pool(min(workers, len(comps)), _init_sweep_worker, (job,))
     # the largest compositions first, so that no worker is left with a big one at the end
     order = sorted(range(len(comps)), key=lambda i: (-comps[i].num_nodes, i))
     running = {pool.submit(_sweep_worker, comps[i]): i for i in order}

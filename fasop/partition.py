@@ -7,9 +7,9 @@ one with the lowest pipeline time (FASOP does this across encoder/decoder splits
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-import heapq
 from functools import lru_cache
 from typing import Protocol
 

@@ -51,10 +51,15 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
     program = _program(pp, num_microbatches)
     if program.compiles and batch * program.num_values < SCALAR_PER_LEVEL * len(program.levels):
         # few pipelines: the straight-line code, one at a time
-        rows = np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0).T.tolist()
         outputs = program.outputs.tolist()
-        return np.array([[values[k] for k in outputs] for values in map(program.values, rows)]).T.reshape(pp, batch)
+        ends = [[values[k] for k in outputs] for values in map(program.values, _rows(fwd, bwd, send_fwd, send_bwd))]
+        return np.array(ends).T.reshape(pp, batch)
     return program.run(np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0))[program.outputs]
+
+
+def _rows(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray) -> list[list[float]]:
+    """Per pipeline, its durations as one list: the 4 pp rows F, B, SF, SB (`_Program`'s order)."""
+    return np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0).T.tolist()
 
 
 def one_f_one_b_reference(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
@@ -79,8 +84,7 @@ def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
     """
     pp, batch = comp.shape
     program = _program(pp, num_microbatches)
-    fwd, bwd = comp / 3, 2 * comp / 3
-    rows = np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0).T.tolist()
+    rows = _rows(comp / 3, 2 * comp / 3, send_fwd, send_bwd)
     ends, weights, const = np.empty(batch), np.zeros((pp, batch)), np.zeros(batch)
     third, two_thirds = 1 / 3, 2 / 3
     for col, durations in enumerate(rows):
@@ -291,7 +295,6 @@ class _Program:
     def run(self, durations: np.ndarray) -> np.ndarray:
         """Every value for a batch of pipelines, level by level: durations has the 4 pp rows F, B,
         SF, SB and a column per pipeline; the result a row per value."""
-        durations = np.concatenate([durations, np.zeros((1, durations.shape[1]))], axis=0)
         values = np.zeros((self.num_values, durations.shape[1]))
         for inputs, duration, out in self.levels:
             latest = values[inputs[0]] if inputs[0].ndim == 1 else values[inputs[0]].max(axis=1)

@@ -156,7 +156,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
         """(enumeration index, plan), skipping plans equivalent to one already yielded."""
         for index, plan in enumerate(candidates):
             if placements != "cyclic":
-                key = hashlib.blake2b(repr(estimator.signature(plan)).encode(), digest_size=16).digest()
+                key = _signature_key(estimator, plan)
                 if key in seen:
                     stats["duplicates"] += 1
                     continue
@@ -247,11 +247,16 @@ def estimate_chunk(estimator: Fasop2024Estimator, chunk: list[tuple[int, Plan]],
     return [(index, results[index]) for index, _ in chunk]
 
 
+def _signature_key(estimator: Fasop2024Estimator, plan: Plan) -> bytes:
+    """16-byte digest of the plan's signature: bounded memory per unique pipeline."""
+    return hashlib.blake2b(repr(estimator.signature(plan)).encode(), digest_size=16).digest()
+
+
 def _first_of_its_kind(estimator: Fasop2024Estimator, plan: Plan) -> bool:
     """False when this process has already asked `estimator` about a plan with the same
     signature (plans of a chunk are asked in index order among equals, chunks in order)."""
     seen = estimator.__dict__.setdefault("_asked", set())
-    key = hashlib.blake2b(repr(estimator.signature(plan)).encode(), digest_size=16).digest()
+    key = _signature_key(estimator, plan)
     if key in seen:
         return False
     seen.add(key)
@@ -265,12 +270,7 @@ def _estimate_chunks(chunks: Iterator[list], estimator: Fasop2024Estimator, spec
         for chunk in chunks:
             yield chunk[-1][0] + 1, estimate_chunk(estimator, chunk, top, kept())
         return
-    import concurrent.futures as futures
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    with futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                                     initargs=spec) as pool:
+    with process_pool(workers, _init_worker, spec) as pool:
         window: list = []
         for chunk in chunks:  # at most 2 chunks per worker in flight: bounded memory
             window.append((chunk[-1][0] + 1, pool.submit(_worker_chunk, chunk, top, kept())))
@@ -279,6 +279,16 @@ def _estimate_chunks(chunks: Iterator[list], estimator: Fasop2024Estimator, spec
                 yield done, future.result()
         for done, future in window:
             yield done, future.result()
+
+
+def process_pool(workers: int, initializer: Callable, initargs: tuple):
+    """A ProcessPoolExecutor of `workers` processes, forked where the OS can (the parent's
+    imports and caches come along), spawned elsewhere."""
+    import concurrent.futures as futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    return futures.ProcessPoolExecutor(workers, mp_context=context, initializer=initializer, initargs=initargs)
 
 
 _WORKER: dict = {}
