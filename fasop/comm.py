@@ -15,48 +15,66 @@ from fasop.specs import ClusterSpec, ModelSpec
 f32 = np.float32
 
 
-def _pair_bandwidth(plan: Plan, rank_a: int, rank_b: int) -> tuple[bool, float]:
-    """(same node?, link bandwidth between two ranks): intra of the node, else the slower inter."""
+def p2p_pairs(plan: Plan, boundary: int) -> list[tuple[int, int]]:
+    """Rank pairs that send across stage boundary j -> j+1: every TP lane of every replica."""
+    return [(a, a + plan.tp * plan.dp) for d in range(plan.dp) for t in range(plan.tp)
+            for a in [plan.rank(boundary, d, t)]]
+
+
+def dp_ring_pairs(plan: Plan) -> list[tuple[int, int]]:
+    """The hops of stage 0's data-parallel ring for TP lane tp-1 (MODEL.md §7)."""
+    t = plan.tp - 1
+    return [(plan.rank(0, d, t), plan.rank(0, (d + 1) % plan.dp, t)) for d in range(plan.dp)]
+
+
+def embedding_pairs(plan: Plan, model: ModelSpec) -> list[tuple[int, int]]:
+    """The TP lanes of replica dp-1 between stage 0 and stage pp-1 that sync the tied word
+    embedding (MODEL.md §7); none when the model has no embedding tied to a head on another stage."""
+    kinds = model.layer_kinds
+    if plan.pp == 1 or not model.tie_word_embeddings or kinds[0] != "embedding" or kinds[-1] != "head":
+        return []
+    d = plan.dp - 1
+    return [(plan.rank(0, d, t), plan.rank(plan.pp - 1, d, t)) for t in range(plan.tp)]
+
+
+def least_bandwidths(plan: Plan, pairs: list[tuple[int, int]]) -> tuple[float, float]:
+    """(least intra-node bandwidth over the pairs on one node, least inter-node bandwidth over
+    the nodes of the pairs across two), inf where there are none: every link time below is a
+    function of these two (a pair across nodes runs at the slower node's inter bandwidth)."""
     m = plan.gpus_per_node
-    node_a, node_b = plan.placement[rank_a // m], plan.placement[rank_b // m]
-    if rank_a // m == rank_b // m:
-        return True, node_a.intra_node_bytes_per_s
-    return False, min(node_a.inter_node_bytes_per_s, node_b.inter_node_bytes_per_s)
+    intra = inter = float("inf")
+    for a, b in pairs:
+        node_a, node_b = plan.placement[a // m], plan.placement[b // m]
+        if a // m == b // m:
+            intra = min(intra, node_a.intra_node_bytes_per_s)
+        else:
+            inter = min(inter, node_a.inter_node_bytes_per_s, node_b.inter_node_bytes_per_s)
+    return intra, inter
 
 
 def p2p_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[float, ...]:
-    """Activation transfer time across each stage boundary j -> j+1 (MODEL.md §4).
+    """Activation transfer time across each stage boundary j -> j+1 (MODEL.md §4)."""
+    return tuple(p2p_boundary_seconds(plan, model, cluster, *least_bandwidths(plan, p2p_pairs(plan, j)))
+                 for j in range(plan.pp - 1))
+
+
+def p2p_boundary_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec, intra: float, inter: float) -> float:
+    """One boundary's transfer time from `least_bandwidths` of its pairs (MODEL.md §4).
 
     Volume b*s*h elements. Each TP lane of each replica sends to its peer in the next stage; an
     inter-node pair gets min(inter)/dp/tp/divisor (the replicas and lanes share the NICs), an
-    intra-node pair intra/divisor. The boundary waits for its slowest pair.
+    intra-node pair intra/divisor. The boundary waits for its slowest pair. (The minimum over
+    pairs of these float32 quotients is the quotient of the least bandwidth: they are monotone.)
     """
     volume = f32(plan.mbs * model.sequence_length * model.hidden_size * model.bytes_per_element)
-    inter_div, intra_div = f32(cluster.p2p_inter_node_divisor), f32(cluster.p2p_intra_node_divisor)
-    times = []
-    for j in range(plan.pp - 1):
-        slowest = None
-        for d in range(plan.dp):
-            for t in range(plan.tp):
-                a = plan.rank(j, d, t)
-                same, bw = _pair_bandwidth(plan, a, a + plan.tp * plan.dp)
-                if same:
-                    bw = f32(bw) / intra_div
-                else:
-                    bw = f32(bw) / f32(plan.dp) / f32(plan.tp) / inter_div
-                slowest = bw if slowest is None else min(slowest, bw)
-        times.append(float(volume / slowest))
-    return tuple(times)
+    intra_bw = f32(intra) / f32(cluster.p2p_intra_node_divisor)
+    inter_bw = f32(inter) / f32(plan.dp) / f32(plan.tp) / f32(cluster.p2p_inter_node_divisor)
+    return float(volume / min(intra_bw, inter_bw))
 
 
 def dp_ring_bandwidth(plan: Plan) -> np.float32:
     """Slowest hop of stage 0's data-parallel ring for TP lane tp-1 (MODEL.md §7)."""
-    t = plan.tp - 1
-    slowest = None
-    for d in range(plan.dp):
-        _, bw = _pair_bandwidth(plan, plan.rank(0, d, t), plan.rank(0, (d + 1) % plan.dp, t))
-        slowest = bw if slowest is None else min(slowest, bw)
-    return f32(slowest)
+    return f32(min(least_bandwidths(plan, dp_ring_pairs(plan))))
 
 
 def dp_allreduce_seconds(plan: Plan, params: np.float32, ring_bw: np.float32, stage_shared_bus: bool) -> np.float32:
@@ -78,16 +96,13 @@ def dp_allreduce_seconds(plan: Plan, params: np.float32, ring_bw: np.float32, st
 
 
 def embedding_allreduce_seconds(plan: Plan, model: ModelSpec) -> np.float32:
-    """Sync of the tied word embedding between the first and the last stage (MODEL.md §7).
+    """Sync of the tied word embedding between the first and the last stage (MODEL.md §7)."""
+    return embedding_seconds(plan, model, min(least_bandwidths(plan, embedding_pairs(plan, model))))
 
-    Only when the embedding is tied to a head on another stage. Link: the slowest TP lane of
-    replica dp-1 between stage 0 and stage pp-1, shared by min(dp, M) replicas.
-    """
-    kinds = model.layer_kinds
-    if plan.pp == 1 or not model.tie_word_embeddings or kinds[0] != "embedding" or kinds[-1] != "head":
-        return f32(0.0)
-    d = plan.dp - 1
-    slowest = min(_pair_bandwidth(plan, plan.rank(0, d, t), plan.rank(plan.pp - 1, d, t))[1] for t in range(plan.tp))
+
+def embedding_seconds(plan: Plan, model: ModelSpec, slowest: float) -> np.float32:
+    """The embedding sync over its slowest TP lane (`embedding_pairs`), shared by min(dp, M)
+    replicas; 0 without pairs (slowest = inf)."""
     shared = slowest / min(plan.dp, plan.gpus_per_node)
     volume = model.hidden_size * model.vocab_size * model.bytes_per_element
     return f32(volume / (shared * plan.tp))

@@ -29,7 +29,7 @@ import numpy as np
 from fasop import comm
 from fasop.compute import LayerCosts, ProfileCompute
 from fasop.memory import MemoryEstimate, estimate_memory, stage_fit_mask, stage_limits
-from fasop.partition import Found, Split, boundaries, fasop_minmax_splits, least_completions, optimal
+from fasop.partition import Found, Split, boundaries, fasop_minmax_splits, least_chain, optimal
 from fasop.plan import Plan
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
@@ -142,31 +142,47 @@ class Fasop2024Estimator:
                 self.p2p(plan), float(comm.dp_ring_bandwidth(plan)),
                 float(comm.embedding_allreduce_seconds(plan, self.model)), stage_limits(plan))
 
-    def lower_bound(self, plan: Plan) -> float:
+    def lower_bound(self, plan: Plan, above: float = np.inf) -> float:
         """A step time no split of `plan` beats, whatever the partitioner: stage 0 finishes after
         every stage's compute, both end sends and the largest steady chain c_i t_i
-        (schedule.steady_weights), and after m x the busiest stage -- each term at its least over
-        all splits; plus stage 0's gradient all-reduce for one layer and the embedding
-        all-reduce (MODEL.md §5, §7)."""
+        (schedule.steady_weights), and after m x the busiest stage -- each at its least over
+        all splits (`floors`); plus stage 0's gradient all-reduce for one layer and the embedding
+        all-reduce (MODEL.md §5, §7). When the uncoupled floors already put it above `above`,
+        that weaker bound is returned (it is all a caller with that threshold needs)."""
         types = self.stage_types(plan)
         p2p = self.p2p(plan)
-        sends = (p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0
-        pipeline = self._pipeline_floor(plan, tuple(t.gpu for t in types), sends)
-        dp = float(self._dp_costs(plan, types, 1, comm.dp_ring_bandwidth(plan)).min())
-        return (pipeline + dp + float(comm.embedding_allreduce_seconds(plan, self.model))) * (1 - 1e-6)
+        gpus = tuple(t.gpu for t in types)
+        rest = ((p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0, comm.dp_ring_bandwidth(plan),
+                {t.intra_node_shared for t in types}, float(comm.embedding_allreduce_seconds(plan, self.model)))
+        cheap = self.bound(plan, self.floors(plan, gpus, coupled=False), *rest)
+        return cheap if cheap > above else self.bound(plan, self.floors(plan, gpus), *rest)
+
+    def bound(self, plan: Plan, floors: tuple[float, float], sends: float, ring: float, buses: set[bool],
+              embedding: float) -> float:
+        """`lower_bound` from what it depends on, each at most its true value: `floors` (least
+        stage times + largest steady chain, least busiest stage, over all splits), the two end
+        sends, the DP all-reduce over the cheaper of `buses` with stage 0's ring at `ring`
+        bytes/s (at least the true bandwidth), the embedding all-reduce. orders.py bounds
+        partial node orders so."""
+        chain, busiest = floors
+        pipeline = max(chain + sends, plan.num_microbatches * busiest)
+        params = self._dp_params(plan, 1)
+        dp = min(float(comm.dp_allreduce_seconds(plan, params, f32(ring), shared)) for shared in buses)
+        return (pipeline + dp + embedding) * (1 - 1e-6)
 
     def quick_bound(self, plan: Plan) -> float:
         """A weaker `lower_bound` that ignores the placement: every stage costs, layer run by
         layer run, the least over the inventory's GPU types; no sends, no all-reduce."""
-        return self._pipeline_floor(plan, None, 0.0) * (1 - 1e-6)
+        chain, busiest = self.floors(plan, None)
+        return max(chain, plan.num_microbatches * busiest) * (1 - 1e-6)
 
-    def _pipeline_floor(self, plan: Plan, stage_gpus: tuple[str, ...] | None, sends: float) -> float:
-        """Least stage-0 end time over all splits (see `lower_bound`) with these stage GPU types
-        (None: every stage at the cheapest of the inventory's types). The dynamic programmes
-        (partition.least_completions) are cached: many plans share them, also across the
-        estimators of one (model, cluster), e.g. the compositions of a pareto sweep."""
+    def floors(self, plan: Plan, stage_gpus: tuple[str, ...] | None, coupled: bool = True) -> tuple[float, float]:
+        """partition.least_chain (least stage times + largest steady chain, least busiest
+        stage, over all splits) with these stage GPU types (None: every stage at the least,
+        layer run by layer run, of the inventory's types). Cached: many plans share them, also
+        across the estimators of one (model, cluster), e.g. the compositions of a pareto sweep."""
         m = plan.num_microbatches
-        key = (stage_gpus or ("least of",) + self.gpus, plan.tp, plan.mbs, plan.pp, m)
+        key = (stage_gpus or ("least of",) + self.gpus, plan.tp, plan.mbs, plan.pp, m, coupled)
         floors = self._shared.setdefault("floor", OrderedDict())
         if key in floors:
             floors.move_to_end(key)
@@ -174,11 +190,10 @@ class Fasop2024Estimator:
             costs = [self.compute.layer_costs(g, plan.tp, plan.mbs).matrix for g in stage_gpus or self.gpus]
             matrices = np.stack(costs) if stage_gpus else np.broadcast_to(np.min(costs, axis=0),
                                                                           (plan.pp,) + costs[0].shape)
-            floors[key] = least_completions(matrices, steady_weights(plan.pp, m) if plan.pp > 1 else None)
+            floors[key] = least_chain(matrices, steady_weights(plan.pp, m) if plan.pp > 1 else None, coupled)
             if len(floors) > RECENT_FLOORS:
                 floors.popitem(last=False)
-        least_sum, least_max, least_steady = floors[key]
-        return max(least_sum + sends + least_steady, m * least_max)
+        return floors[key]
 
     def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
         """`estimate(plan)` if it fits in memory with a step time of at most `cutoff`, else None.

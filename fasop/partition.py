@@ -148,6 +148,59 @@ def least_completions(times: np.ndarray, weights: np.ndarray | None = None) -> t
             float(completion(times, ones * 0 if weights is None else weights, largest=True)[0, 0]))
 
 
+CHAIN_LEVELS = 32
+"""Caps on the largest steady-weighted stage time at which `least_chain` solves for the least
+sum of stage times: more caps, a tighter floor, a costlier one."""
+
+
+def least_chain(times: np.ndarray, weights: np.ndarray | None = None, coupled: bool = True) -> tuple[float, float]:
+    """(least over splits of sum_i t_i + max_i weights[i] t_i -- the chain of stage 0's end
+    time in schedule.steady_weights, without the sends --, least largest stage time); times as
+    in `optimal`. The first is found to within the grid of `steady_caps`, from below; with
+    coupled=False it is the cheaper and weaker least sum + least largest weighted stage."""
+    least_sum, least_max, least_steady = least_completions(times, weights)
+    if weights is None or not coupled:
+        return least_sum + least_steady, least_max
+    caps = steady_caps(least_steady, float(np.max(times[np.isfinite(times)], initial=0.0)) * float(weights.max()))
+    return max(chain_floor(capped_sums(times, weights, caps), caps, least_steady), least_sum + least_steady), least_max
+
+
+def steady_caps(least: float, most: float, levels: int = CHAIN_LEVELS) -> np.ndarray:
+    """`levels` caps growing geometrically from above `least` to `most` (the least and the most
+    the largest weighted stage can be), then inf."""
+    if not most > least > 0:
+        return np.array([np.inf])
+    return np.append(least * (most / least) ** (np.arange(1, levels + 1) / levels), np.inf)
+
+
+def capped_sums(times: np.ndarray, weights: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """sums[j] = least sum of stage times over the splits whose every weights[i] t_i <= caps[j]."""
+    n, size, _ = times.shape
+    table = np.full((len(caps), size), np.inf)
+    table[:, size - 1] = 0.0
+    for k in range(n - 1, -1, -1):
+        capped = np.where(_weighted(times[k], weights[k])[None] <= caps[:, None, None], times[k][None], np.inf)
+        table = (capped + table[:, None, :]).min(axis=2)
+    return table[:, 0]
+
+
+def chain_floor(sums: np.ndarray, caps: np.ndarray, least_steady: float) -> float:
+    """Least sum + largest weighted stage over splits, from `capped_sums`: a split whose largest
+    weighted stage lies in (caps[j-1], caps[j]] (at least `least_steady` for j = 0) sums to at
+    least sums[j]."""
+    below = np.maximum(np.concatenate([[0.0], caps[:-1]]), least_steady)
+    return float(np.min(sums + below))
+
+
+def _weighted(times: np.ndarray, weight: float) -> np.ndarray:
+    """weight x stage times; weight 0 keeps infeasible runs inf (0 x inf would be nan)."""
+    if weight == 1:
+        return times
+    if weight > 0:
+        return times * weight
+    return np.where(np.isfinite(times), 0.0, np.inf)
+
+
 def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False) -> np.ndarray:
     """table[k, l] = least, over the splits of layers l.. into stages k.., of the sum (or with
     `largest` the largest) of weights[i] x stage time; times as in `optimal`."""
@@ -155,12 +208,7 @@ def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False) ->
     table = np.full((n + 1, size), np.inf)
     table[n, size - 1] = 0.0
     for k in range(n - 1, -1, -1):
-        if weights[k] == 1:
-            weighted = times[k]
-        elif weights[k] > 0:  # inf x w stays inf
-            weighted = times[k] * weights[k]
-        else:  # weight 0 (0 x inf would be nan): infeasible runs stay inf
-            weighted = np.where(np.isfinite(times[k]), 0.0, np.inf)
+        weighted = _weighted(times[k], weights[k])
         if largest:
             table[k] = np.maximum(weighted, table[k + 1][None, :]).min(axis=1)
         else:

@@ -209,17 +209,21 @@ def _run(F: list, B: list, SF: list, SB: list, m: int, zero, mx) -> list:
 
 
 def steady_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
-    """c_i with stage 0's end >= (all stage times + both end sends) + c_i t_i for every stage i.
+    """c_i with stage 0's end >= (all stage times + both end sends) + c_i t_i for every stage i:
+    the larger of two chains of events that run one after another (f = t/3, b = 2t/3).
 
-    The chain: micro-batch 0 forward to stage i (f_j, j < i, and f_i), on through the later
-    stages and back (t_j, j > i, and the sends), then stage i's first backward b_i; after it
-    stage i still runs m-1 backwards and m-1-w_i forwards (w_i = min(pp-i-1, m) warm-up
-    forwards), and the last gradient drains back (b_j, j < i). With f = t/3, b = 2t/3 that is
-    sum_j t_j + sends + (m - 1 - w_i/3) t_i. Valid when m > w_i; 0 otherwise.
+    - Steady: micro-batch 0 forward to stage i (f_j, j < i, and f_i), on through the later
+      stages and back (t_j, j > i, and the sends), then stage i's first backward b_i; after it
+      stage i still runs m-1 backwards and m-1-w_i forwards (w_i = min(pp-i-1, m) warm-up
+      forwards), and the last gradient drains back (b_j, j < i): sum_j t_j + sends +
+      (m - 1 - w_i/3) t_i. Valid when m > w_i.
+    - Backwards: micro-batch 0 forward through every stage and back to stage i, stage i's m
+      backwards in a row, the last gradient drains back: sum_j t_j + sends + (m-1) 2 t_i / 3.
+      Valid for every stage; the larger where w_i >= m - 1 (short pipelines of few micro-batches).
     """
     m, pp = num_microbatches, num_stages
     warm = np.minimum(pp - 1 - np.arange(pp), m)
-    return np.where(m > warm, m - 1 - warm / 3, 0.0)
+    return np.maximum(np.where(m > warm, m - 1 - warm / 3, 0.0), 2 * (m - 1) / 3)
 
 
 def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *, num_stages: int,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fasop.enumerate import all_placements, count_orders, cyclic_placements, degree_list, grouped_placements, plans
 from fasop.errors import FasopError
 from fasop.estimate import DEFAULT_MAX_NODES, PARTITIONERS, Estimate, Fasop2024Estimator
+from fasop.orders import OrderSearch
 from fasop.plan import Plan
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
@@ -30,7 +31,8 @@ grouped: each type's nodes contiguous, every order of the types, equivalent pipe
 DEFAULT_ITERATIONS = 12_500_000
 """FASOP's default number of training iterations for the cost column."""
 MAX_ORDERS = 100_000
-"""`--placements all` refuses inventories with more distinct node orders than this."""
+"""`--placements all` lists up to this many distinct node orders; past it, it needs `--top` and
+searches them by branch and bound over order prefixes (orders.OrderSearch)."""
 CHUNK = 64
 """Plans per estimation chunk (one unit of work for a worker process) when plans are partitioned
 one by one (optimal partitioner, or --top)."""
@@ -107,27 +109,25 @@ def check_strategies(placements: str, partitioner: str, iterations: int) -> None
 
 
 def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterator[tuple[NodeType, ...]], int]:
-    """(node orders, how many) for a placement strategy."""
+    """(node orders, how many) for a placement strategy (`all` up to MAX_ORDERS orders)."""
     if strategy == "cyclic":
         orders = cyclic_placements(inventory)
         return iter(orders), len(orders)
     if strategy == "grouped":
         orders = grouped_placements(inventory)
         return iter(orders), len(orders)
-    count = count_orders(inventory)
-    if count > MAX_ORDERS:
-        raise FasopError(f"--placements all: {count:,} distinct node orders (more than {MAX_ORDERS:,}); "
-                         "use --placements grouped (each type's nodes together) or cyclic")
-    return all_placements(inventory), count
+    return all_placements(inventory), count_orders(inventory)
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, heterogeneous: bool = False,
            placements: str = "all", partitioner: str = "optimal", iterations: int = DEFAULT_ITERATIONS,
            top: int | None = None, workers: int = 1, partition_budget: int | None = DEFAULT_MAX_NODES,
-           progress: Progress | None = None) -> SearchResult:
+           progress: Progress | None = None, max_orders: int | None = None) -> SearchResult:
     """Estimate the plans for `inventory` and rank them by step time (see the module doc).
     partition_budget: search-tree nodes the optimal partitioner may visit per plan (None: no
-    limit, every split proven optimal, possibly slow)."""
+    limit, every split proven optimal, possibly slow). max_orders (default MAX_ORDERS): past this
+    many distinct node orders, `placements="all"` needs `top` and searches the orders by branch
+    and bound (orders.OrderSearch) instead of listing them."""
     check_strategies(placements, partitioner, iterations)
     if top is not None and top < 1:
         raise FasopError(f"--top: must be >= 1, got {top}")
@@ -147,14 +147,27 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
     orders, num_orders = placements_of(inventory, placements)
     total = num_orders * len(combos)
-    candidates = plans(orders, combos, global_batch_size=model.global_batch_size)
     kept = _Kept(top)
     stats = {"duplicates": 0, "pruned": 0, "oom": 0}
+    max_orders = MAX_ORDERS if max_orders is None else max_orders
+    by_prefix = placements == "all" and num_orders > max_orders
+    if by_prefix and top is None:
+        raise FasopError(f"--placements all: {num_orders:,} distinct node orders (more than {max_orders:,}), "
+                         "too many plans to list: add --top K (the K fastest, found exactly by branch and bound "
+                         "over node orders) or use --placements grouped or cyclic")
+    if by_prefix:
+        tree = OrderSearch(estimator, inventory, combos, kept.threshold)
+        candidates: Iterator[tuple[int, Plan]] = iter(tree)
+        accounted = lambda: tree.accounted  # noqa: E731
+    else:
+        tree = None
+        candidates = enumerate(plans(orders, combos, global_batch_size=model.global_batch_size))
+        accounted = None
     seen: set[bytes] = set()  # 16-byte digests of signatures: bounded memory per unique pipeline
 
-    def unique(candidates: Iterator[Plan]) -> Iterator[tuple[int, Plan]]:
+    def unique(candidates: Iterator[tuple[int, Plan]]) -> Iterator[tuple[int, Plan]]:
         """(enumeration index, plan), skipping plans equivalent to one already yielded."""
-        for index, plan in enumerate(candidates):
+        for index, plan in candidates:
             if placements != "cyclic":
                 key = _signature_key(estimator, plan)
                 if key in seen:
@@ -167,7 +180,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     report = progress or (lambda done, n: None)
     for done, results in _estimate_chunks(chunks, estimator,
                                           (model, cluster, tuple(inventory), partitioner, partition_budget),
-                                          top, kept.values, workers):
+                                          top, kept.values, workers, accounted):
         for index, estimate in results:
             if estimate is None:
                 stats["pruned"] += 1
@@ -176,6 +189,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
             kept.add(index, estimate)
         report(done, total)
     report(total, total)
+    if tree is not None:
+        stats["duplicates"] += tree.duplicates
+        stats["pruned"] += tree.pruned
     return SearchResult(estimates=kept.ranked(), inventory=tuple(inventory), iterations=iterations,
                         usd_per_hour=estimator.usd_per_s * 3600, num_candidates=total,
                         num_duplicates=stats["duplicates"], num_pruned=stats["pruned"],
@@ -198,6 +214,10 @@ class _Kept:
                 heapq.heappush(self.items, item)
             elif item[:2] > self.items[0][:2]:
                 heapq.heapreplace(self.items, item)
+
+    def threshold(self) -> float:
+        """The K-th kept step time (with `top`; inf until K plans are kept, and without)."""
+        return -self.items[0][0] if self.top is not None and len(self.items) >= self.top else float("inf")
 
     def values(self) -> list[float]:
         """Step times of the kept plans (with `top`; empty without)."""
@@ -231,7 +251,7 @@ def estimate_chunk(estimator: Fasop2024Estimator, chunk: list[tuple[int, Plan]],
     for k in sorted(range(len(chunk)), key=lambda k: (quick[k], k)):  # promising plans first
         index, plan = chunk[k]
         threshold = values[top - 1] if len(values) >= top else float("inf")
-        if quick[k] > threshold or (threshold < float("inf") and estimator.lower_bound(plan) > threshold):
+        if quick[k] > threshold or (threshold < float("inf") and estimator.lower_bound(plan, threshold) > threshold):
             results[index] = None
             continue
         if top == 1 and not _first_of_its_kind(estimator, plan):
@@ -264,21 +284,26 @@ def _first_of_its_kind(estimator: Fasop2024Estimator, plan: Plan) -> bool:
 
 
 def _estimate_chunks(chunks: Iterator[list], estimator: Fasop2024Estimator, spec: tuple, top: int | None,
-                     kept: Callable[[], list[float]], workers: int) -> Iterator[tuple[int, list]]:
-    """(plans enumerated so far, results) per chunk, in chunk order."""
+                     kept: Callable[[], list[float]], workers: int,
+                     accounted: Callable[[], int] | None = None) -> Iterator[tuple[int, list]]:
+    """(plans enumerated or ruled out so far, results) per chunk, in chunk order. accounted():
+    that count when the chunk was made (default: the chunk's last index + 1)."""
+    def done(chunk: list) -> int:
+        return chunk[-1][0] + 1 if accounted is None else accounted()
+
     if workers == 1:
         for chunk in chunks:
-            yield chunk[-1][0] + 1, estimate_chunk(estimator, chunk, top, kept())
+            yield done(chunk), estimate_chunk(estimator, chunk, top, kept())
         return
     with process_pool(workers, _init_worker, spec) as pool:
         window: list = []
         for chunk in chunks:  # at most 2 chunks per worker in flight: bounded memory
-            window.append((chunk[-1][0] + 1, pool.submit(_worker_chunk, chunk, top, kept())))
+            window.append((done(chunk), pool.submit(_worker_chunk, chunk, top, kept())))
             if len(window) >= 2 * workers:
-                done, future = window.pop(0)
-                yield done, future.result()
-        for done, future in window:
-            yield done, future.result()
+                count, future = window.pop(0)
+                yield count, future.result()
+        for count, future in window:
+            yield count, future.result()
 
 
 def process_pool(workers: int, initializer: Callable, initargs: tuple):
