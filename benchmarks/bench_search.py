@@ -13,7 +13,10 @@ its peak RSS read (getrusage of children) by a small wrapper interpreter. The 64
 Targets (issue 3): >= 50,000 candidates/s per core on the FASOP experiments (the original:
 ~35/s); the 64-node search <= 60 s on 2 cores with peak RSS < 2 GB. Medians of --runs runs.
 
-    python benchmarks/bench_search.py [--runs 3] [--json PATH] [--workers 2]
+Then `--placements all --top 5` on 16-node inventories whose node orders are too many to list
+(2.0 million and 63 million orders; orders.OrderSearch), in-process and whole-process.
+
+    python benchmarks/bench_search.py [--runs 3] [--json PATH] [--workers 2] [--order-trees 0|1|2]
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ EXPERIMENTS = [  # (name, model, cluster, nodes, extra CLI flags)
 ]
 BIG = ("64 nodes, 4 types", "gpt2xl-scaled", "mixed-64", "h100=16,a100_80gb=16,a10g=16,l4=16",
        ["--placements", "grouped"])
+ORDER_TREES = [  # --placements all --top 5 past listing (orders.OrderSearch): (name, nodes)
+    ("16 nodes, 3 types, all orders", "h100=5,a100_80gb=5,l4=6"),
+    ("16 nodes, 4 types, all orders", "h100=4,a100_80gb=4,a10g=4,l4=4"),
+]
+"""Both on gpt2xl-scaled / mixed-64: 2.0 million and 63 million distinct node orders."""
 CONFIGS = {"fasop": {"placements": "cyclic", "partitioner": "fasop-minmax"},
            "default": {},
            "top1": {"top": 1}}
@@ -100,12 +108,41 @@ def whole_process(model: str, cluster: str, nodes: str, extra: list[str], runs: 
             "peak_rss_mib": max(rss)}
 
 
+def order_tree(nodes: str, runs: int, workers: int) -> dict:
+    """In-process and whole-process `--top 5` over every node order of a 16-node inventory."""
+    from fasop.search import parse_nodes, search
+    from fasop.specs import load_cluster, load_model
+
+    model = load_model(str(REPO / "model_specs" / "gpt2xl-scaled.yaml"))
+    cluster = load_cluster(str(REPO / "cluster_specs" / "mixed-64.yaml"))
+    times, result = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = search(model, cluster, parse_nodes(nodes, cluster), heterogeneous=True, top=5, workers=workers)
+        times.append(time.perf_counter() - start)
+    best = result.best_fitting
+    return {"runs_s": times, "median_s": statistics.median(times), "candidates": result.num_candidates,
+            "estimated": result.num_estimated, "best": best.plan.key(), "best_step_s": best.step_time_s,
+            "whole_process": whole_process("gpt2xl-scaled", "mixed-64", nodes, ["--top", "5"], runs, workers)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per measurement (default %(default)s)")
     parser.add_argument("--workers", type=int, default=1, help="--workers for every search (default %(default)s)")
     parser.add_argument("--json", metavar="PATH", help="also write the measurements as JSON")
+    parser.add_argument("--order-trees", type=int, default=1, metavar="N",
+                        help="how many of the all-orders inventories to run (0-2; default %(default)s: "
+                             "the 3-type one; the 4-type one takes ~2 minutes a run)")
     args = parser.parse_args(argv)
+    trees = []
+    for name, nodes in ORDER_TREES[:args.order_trees]:
+        tree = order_tree(nodes, args.runs, args.workers)
+        trees.append({"experiment": name, "nodes": nodes, **tree})
+        print(f"{name:30s} candidates {tree['candidates']:13,d} estimated {tree['estimated']:5d} | in-process "
+              f"{tree['median_s']:6.1f} s | process {tree['whole_process']['median_s']:6.1f} s, peak RSS "
+              f"{tree['whole_process']['peak_rss_mib']:5.0f} MiB | best {tree['best']} {tree['best_step_s']:.4f} s",
+              flush=True)
     rows = []
     for name, model, cluster, nodes, extra in EXPERIMENTS + [BIG]:
         row = {"experiment": name, "in_process": in_process(model, cluster, nodes, extra, args.runs, args.workers),
@@ -122,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
           f"workers={args.workers}, medians of {args.runs} runs")
     if args.json:
         Path(args.json).write_text(json.dumps({"python": sys.version.split()[0], "runs": args.runs,
-                                               "workers": args.workers, "rows": rows}, indent=2) + "\n")
+                                               "workers": args.workers, "rows": rows, "order_trees": trees},
+                                              indent=2) + "\n")
     return 0
 
 

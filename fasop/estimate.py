@@ -146,14 +146,14 @@ class Fasop2024Estimator:
         """A step time no split of `plan` beats, whatever the partitioner: stage 0 finishes after
         every stage's compute, both end sends and the largest steady chain c_i t_i
         (schedule.steady_weights), and after m x the busiest stage -- each at its least over
-        all splits (`floors`); plus stage 0's gradient all-reduce for one layer and the embedding
-        all-reduce (MODEL.md §5, §7). When the uncoupled floors already put it above `above`,
+        all splits (`floors`); plus stage 0's gradient all-reduce for one layer (the step ends
+        after stage 0's end + its all-reduce) and the embedding all-reduce (MODEL.md §5, §7). When the uncoupled floors already put it above `above`,
         that weaker bound is returned (it is all a caller with that threshold needs)."""
         types = self.stage_types(plan)
         p2p = self.p2p(plan)
         gpus = tuple(t.gpu for t in types)
         rest = ((p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0, comm.dp_ring_bandwidth(plan),
-                {t.intra_node_shared for t in types}, float(comm.embedding_allreduce_seconds(plan, self.model)))
+                {types[0].intra_node_shared}, float(comm.embedding_allreduce_seconds(plan, self.model)))
         cheap = self.bound(plan, self.floors(plan, gpus, coupled=False), *rest)
         return cheap if cheap > above else self.bound(plan, self.floors(plan, gpus), *rest)
 
@@ -161,8 +161,8 @@ class Fasop2024Estimator:
               embedding: float) -> float:
         """`lower_bound` from what it depends on, each at most its true value: `floors` (least
         stage times + largest steady chain, least busiest stage, over all splits), the two end
-        sends, the DP all-reduce over the cheaper of `buses` with stage 0's ring at `ring`
-        bytes/s (at least the true bandwidth), the embedding all-reduce. orders.py bounds
+        sends, stage 0's DP all-reduce over the cheaper of the `buses` stage 0 may have, with
+        its ring at `ring` bytes/s (at least the true bandwidth), the embedding all-reduce. orders.py bounds
         partial node orders so."""
         chain, busiest = floors
         pipeline = max(chain + sends, plan.num_microbatches * busiest)

@@ -52,6 +52,9 @@ from fasop.specs import NodeType
 
 RECENT_PREFIXES = 4096
 """Floors of placed stages kept per (tp, dp, pp, mbs) (a depth-first search reuses the latest)."""
+ORDER_LEVELS = 16
+"""Caps of the coupled chain floor (partition.steady_caps) in the prefix bounds: each costs a row
+of every dynamic-programme step."""
 STAGE, INTRA, INTER, LIMIT = range(4)
 """What a node position adds to a fold of the state (`_Folds.touches`)."""
 
@@ -69,6 +72,8 @@ class _Folds:
     touches: tuple[tuple[tuple[int, int], ...], ...]
     """touches[q]: (what, index in the state) for every fold node position q enters."""
     num_links: int
+    link_last: tuple[tuple[int, int], ...]
+    """Per link: the last node position its intra fold and its inter fold take (-1: none)."""
 
     @classmethod
     def of(cls, shape: Plan, model) -> "_Folds":
@@ -79,18 +84,24 @@ class _Folds:
         for i, nodes in enumerate(shape.stage_node_indices):
             for q in nodes:
                 touches[q].append((STAGE, i))
+        link_last = []
         for c, pairs in enumerate(links):
+            last = [-1, -1]
             for a, b in pairs:
                 if a // m == b // m:
                     touches[a // m].append((INTRA, shape.pp + c))
+                    last[0] = max(last[0], a // m)
                 else:
                     touches[a // m].append((INTER, shape.pp + c))
                     touches[b // m].append((INTER, shape.pp + c))
+                    last[1] = max(last[1], a // m, b // m)
+            link_last.append(tuple(last))
         limit_nodes = tuple(fasop_limit_node(shape, i) for i in range(shape.pp))
         for i, q in enumerate(limit_nodes):
             touches[q].append((LIMIT, shape.pp + len(links) + i))
         return cls(shape=shape, stage_nodes=shape.stage_node_indices, limit_nodes=limit_nodes,
-                   touches=tuple(tuple(dict.fromkeys(t)) for t in touches), num_links=len(links))
+                   touches=tuple(tuple(dict.fromkeys(t)) for t in touches), num_links=len(links),
+                   link_last=tuple(link_last))
 
     def empty(self) -> list:
         pp = self.shape.pp
@@ -193,16 +204,29 @@ class OrderSearch:
     def _bound(self, folds: _Folds, floors: "_Floors", state: list, placed: int, left: tuple[int, ...]) -> float:
         """A step time no completion of this prefix beats (see the module doc, rule 2)."""
         shape, pp = folds.shape, folds.shape.pp
-        buses = {k.intra_node_shared for k, count in zip(self.kinds, left) if count}
-        buses.update(w.intra_node_shared for w in state[:pp] if w is not None)
+        remaining = [k for k, count in zip(self.kinds, left) if count]
+        stage0 = [] if state[0] is None else [state[0]]
+        if folds.stage_nodes[0][-1] >= placed:  # stage 0 may still get another type
+            stage0 += remaining
+        intra = max((k.intra_node_bytes_per_s for k in remaining), default=0.0)
+        inter = max((k.inter_node_bytes_per_s for k in remaining), default=0.0)
+
+        def link(c: int) -> tuple[float, float]:
+            """A link's least bandwidths, at most what any completion gets: an unplaced node
+            has at most the best bandwidth of the kinds left."""
+            (least_intra, least_inter), (last_intra, last_inter) = state[pp + c], folds.link_last[c]
+            return (min(least_intra, intra) if last_intra >= placed else least_intra,
+                    min(least_inter, inter) if last_inter >= placed else least_inter)
+
         model, cluster = self.estimator.model, self.estimator.cluster
         sends = 0.0
         if pp > 1:
-            sends = (comm.p2p_boundary_seconds(shape, model, cluster, *state[pp])
-                     + comm.p2p_boundary_seconds(shape, model, cluster, *state[2 * pp - 2]))
-        ring = min(state[2 * pp - 1])
-        embedding = float(comm.embedding_seconds(shape, model, min(state[2 * pp])))
-        return self.estimator.bound(shape, floors.of(state[:pp], placed, left), sends, ring, buses, embedding)
+            sends = (comm.p2p_boundary_seconds(shape, model, cluster, *link(0))
+                     + comm.p2p_boundary_seconds(shape, model, cluster, *link(pp - 2)))
+        ring = min(link(pp - 1))
+        embedding = float(comm.embedding_seconds(shape, model, min(link(pp))))
+        return self.estimator.bound(shape, floors.of(state[:pp], placed, left), sends, ring,
+                                    {k.intra_node_shared for k in stage0}, embedding)
 
 
 class _Floors:
@@ -231,7 +255,7 @@ class _Floors:
         least = least_completions(np.broadcast_to(np.min(matrices, axis=0), (pp,) + matrices[0].shape),
                                   self.weights)[2]
         self.least_steady = least
-        self.caps = steady_caps(least, max(self.totals) * float(self.weights.max()))
+        self.caps = steady_caps(least, max(self.totals) * float(self.weights.max()), ORDER_LEVELS)
         self.split = len(self.caps)  # rows before it add up, rows from it take the largest
         self.units: list[tuple[int, int, tuple[int, ...]]] = []  # (first stage, stop stage, span)
         for i, span in enumerate(shape.stage_node_indices):
@@ -324,7 +348,7 @@ class _Floors:
         each of its stages starts."""
         first, stop, _ = self.units[u]
         for i in range(first, stop):
-            before = self._op(before[:, :, None], self._stage(i, kinds)).min(axis=1)
+            before = self._through(before[:, :, None], self._stage(i, kinds)).min(axis=1)
         return before
 
     def _backward(self, after: np.ndarray, u: int, kinds: frozenset[int]) -> np.ndarray:
@@ -332,7 +356,7 @@ class _Floors:
         least over where each of its stages stops."""
         first, stop, _ = self.units[u]
         for i in range(stop - 1, first - 1, -1):
-            after = self._op(self._stage(i, kinds), after[:, None, :]).min(axis=2)
+            after = self._through(self._stage(i, kinds), after[:, None, :]).min(axis=2)
         return after
 
     def _stage(self, i: int, kinds: frozenset[int]) -> np.ndarray:
@@ -360,6 +384,12 @@ class _Floors:
     def _op(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Two consecutive parts' terms together: capped sums add, the largest stays largest."""
         return np.concatenate([a[:self.split] + b[:self.split], np.maximum(a[self.split:], b[self.split:])])
+
+    def _through(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """`_op` on broadcast (rows, L+1, L+1) operands, in one buffer."""
+        out = a + b
+        np.maximum(a[self.split:], b[self.split:], out=out[self.split:])
+        return out
 
 
 @lru_cache(maxsize=4096)
