@@ -173,7 +173,7 @@ class Fasop2024Estimator:
     def quick_bound(self, plan: Plan) -> float:
         """A weaker `lower_bound` that ignores the placement: every stage costs, layer run by
         layer run, the least over the inventory's GPU types; no sends, no all-reduce."""
-        chain, busiest = self.floors(plan, None)
+        chain, busiest = self.floors(plan, None, coupled=False)
         return max(chain, plan.num_microbatches * busiest) * (1 - 1e-6)
 
     def floors(self, plan: Plan, stage_gpus: tuple[str, ...] | None, coupled: bool = True) -> tuple[float, float]:

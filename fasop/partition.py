@@ -175,13 +175,19 @@ def steady_caps(least: float, most: float, levels: int = CHAIN_LEVELS) -> np.nda
 
 def capped_sums(times: np.ndarray, weights: np.ndarray, caps: np.ndarray) -> np.ndarray:
     """sums[j] = least sum of stage times over the splits whose every weights[i] t_i <= caps[j]."""
+    return capped_completion(times, weights, caps)[:, 0, 0]
+
+
+def capped_completion(times: np.ndarray, weights: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """table[j, k, l] = least sum of stage times over the splits of layers l.. into stages k..
+    whose every weights[i] t_i <= caps[j]; times as in `optimal`."""
     n, size, _ = times.shape
-    table = np.full((len(caps), size), np.inf)
-    table[:, size - 1] = 0.0
+    table = np.full((len(caps), n + 1, size), np.inf)
+    table[:, n, size - 1] = 0.0
     for k in range(n - 1, -1, -1):
         capped = np.where(_weighted(times[k], weights[k])[None] <= caps[:, None, None], times[k][None], np.inf)
-        table = (capped + table[:, None, :]).min(axis=2)
-    return table[:, 0]
+        table[:, k] = (capped + table[:, k + 1, None, :]).min(axis=2)
+    return table
 
 
 def chain_floor(sums: np.ndarray, caps: np.ndarray, least_steady: float) -> float:
@@ -300,6 +306,13 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     least_wmax = table(np.zeros(n) if stage_weights is None else stage_weights, largest=True)
     if not np.isfinite(least_sum[0, 0]):
         return None
+    capped = below = None
+    if stage_weights is not None:  # least sums of the rest under caps on its largest weighted stage
+        if "capped" not in shared:
+            finite = times[np.isfinite(times)]
+            caps = steady_caps(float(least_wmax[0, 0]), float(finite.max()) * float(stage_weights.max()))
+            shared["capped"] = (capped_completion(times, stage_weights, caps), np.concatenate([[0.0], caps[:-1]]))
+        capped, below = shared["capped"]
     cut_w = np.zeros((0, n))
     cut_c = np.zeros(0)
     cut_tables = np.zeros((0, n + 1, size))
@@ -320,6 +333,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
             nodes[key] = None if not len(stops) else {
                 "stops": stops, "t": t, "times": t.tolist(), "sum": least_sum[k + 1, stops],
                 "max": least_max[k + 1, stops], "wmax": least_wmax[k + 1, stops],
+                "capped": None if capped is None else capped[:, k + 1, stops], "below": below,
                 "extra": np.array([extra(int(s)) for s in stops]) if k == 0 else None, "cuts": (0, None)}
         return nodes[key]
 

@@ -240,7 +240,9 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *
       backwards, the last gradient drains back through the stages before it: sum_{j<i} t_j +
       m t_i (+ the sends on that way); `chain` carries the largest such term over stages < k;
     - the slowest stage after k likewise: everything before it + m x rest["max"];
-    - every stage's steady chain (`steady_weights`): all stage times + sends + c_i t_i.
+    - every stage's steady chain (`steady_weights`): all stage times + sends + c_i t_i; with
+      rest["capped"] and rest["below"] (partition.capped_completion) the rest's sum and its
+      largest c_i t_i are bounded together rather than each at its least.
     `chain` carries (largest own chain, largest c_i t_i) over stages < k (None at the start).
     `weights`: steady_weights(pp, m), if the caller has it already.
     Returns (bounds, chains including stage k, one row per choice of t).
@@ -254,7 +256,13 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *
         sends = send_first + send_last
         everything = t + rest["sum"] + sends  # + before: micro-batch 0 through every stage and back
         busy = m * t + ((send_first if k > 0 else 0.0) + (send_last if k == pp - 1 else 0.0))  # + before: own chain
-        terms = np.maximum(everything + np.maximum(steady, rest["wmax"]), busy)
+        chain = everything + np.maximum(steady, rest["wmax"])
+        if rest.get("capped") is not None:
+            # the rest's sum and its largest weighted stage together: a rest whose largest lies in
+            # (below[j], cap j] sums to at least capped[j] (partition.capped_completion)
+            largest = np.maximum(np.maximum(steady[None, :], rest["below"][:, None]), rest["wmax"][None, :])
+            chain = np.maximum(chain, t + sends + (rest["capped"] + largest).min(axis=0))
+        terms = np.maximum(chain, busy)
         if k < pp - 1:  # the slowest later stage's own chain
             terms = np.maximum(terms, t + send_first + m * rest["max"])
         shared = rest["_1f1b"] = (steady, everything, busy, terms, float(np.maximum(steady, rest["wmax"]).min()),
