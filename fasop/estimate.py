@@ -306,31 +306,31 @@ class Fasop2024Estimator:
         return self.estimate_many([plan])[0]
 
     def _schedule_all(self, prepared: list[_Prepared], progress=None) -> list[list[np.ndarray]]:
-        """Stage end times of every split of every plan; one schedule run per (pp, m).
+        """Stage end times of every split of every plan; one schedule run per (pp, m), each
+        distinct pipeline (stage times and end sends) scheduled once.
         progress(plans_done), if given, is called after each schedule run."""
-        groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+        groups: dict[tuple[int, int], dict[tuple, list[tuple[int, int]]]] = defaultdict(dict)
         ends: list[list] = [[None] * len(p.splits) for p in prepared]
         for k, p in enumerate(prepared):
             for s, split in enumerate(p.splits):
+                comp = p.stage_compute(split.scheduled)
                 if p.plan.pp == 1:  # no pipeline: m micro-batches back to back
-                    comp = p.stage_compute(split.scheduled)[0]
-                    ends[k][s] = np.array([float(f32(p.plan.num_microbatches * comp))])
-                else:
-                    groups[(p.plan.pp, p.plan.num_microbatches)].append((k, s))
+                    ends[k][s] = np.array([float(f32(p.plan.num_microbatches * comp[0]))])
+                else:  # p2p-ends-only: stage 0's forward and the last stage's backward sends
+                    pipeline = (tuple(comp), p.p2p[0], p.p2p[-1])
+                    groups[(p.plan.pp, p.plan.num_microbatches)].setdefault(pipeline, []).append((k, s))
         done_plans: set[int] = set()
-        for (pp, m), members in groups.items():
-            comp = np.empty((pp, len(members)))
+        for (pp, m), pipelines in groups.items():
+            comp = np.array([c for c, _, _ in pipelines], dtype=float).T
             send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
-            for col, (k, s) in enumerate(members):
-                p = prepared[k]
-                comp[:, col] = p.stage_compute(p.splits[s].scheduled)
-                send_fwd[0, col] = p.p2p[0]  # p2p-ends-only
-                send_bwd[pp - 1, col] = p.p2p[pp - 2]
+            send_fwd[0] = [first for _, first, _ in pipelines]
+            send_bwd[pp - 1] = [last for _, _, last in pipelines]
             stage_ends = one_f_one_b(comp / 3, 2 * comp / 3, send_fwd, send_bwd, m,
                                      reuse=self.partitioner == "optimal")
-            for col, (k, s) in enumerate(members):
-                ends[k][s] = stage_ends[:, col]
-                done_plans.add(k)
+            for col, members in enumerate(pipelines.values()):
+                for k, s in members:
+                    ends[k][s] = stage_ends[:, col]
+                    done_plans.add(k)
             if progress:
                 progress(len(done_plans))
         return ends

@@ -33,6 +33,11 @@ SCALAR_PER_LEVEL = 35
 < this x levels (one event in Python takes ~0.1 us, one numpy step per level ~3.5 us), else one
 numpy step per level for the whole batch."""
 
+FLOAT_PIPELINES = 3
+"""Untraced schedules (reuse=False) of at most this many pipelines run one pipeline at a time on
+Python floats (~0.2 us per event) rather than on arrays of the batch (~2 us per event, nearly
+whatever the batch)."""
+
 
 def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
                 num_microbatches: int, *, reuse: bool = True) -> np.ndarray:
@@ -43,10 +48,16 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
     gradients backward (FASOP charges only stage 0's forward and the last stage's backward).
     Stage i runs w_i = min(pp-i-1, m) warm-up forwards, then alternates one forward and one
     backward, then drains the remaining backwards.
-    reuse=False: the caller schedules this (pp, m) once, so tracing a program would not pay.
+    reuse=False: the caller schedules this (pp, m) once, so tracing a program would not pay:
+    the recurrences run untraced, on Python floats for up to FLOAT_PIPELINES pipelines, else on
+    the arrays (`one_f_one_b_reference`). Each event is the same maximum and addition either way.
     """
     pp, batch = fwd.shape
     if not reuse:  # the caller schedules this (pp, m) once: tracing would not pay
+        if batch <= FLOAT_PIPELINES:  # the recurrences on Python floats, one pipeline at a time
+            ends = [_run(d[:pp], d[pp:2 * pp], d[2 * pp:3 * pp], d[3 * pp:], num_microbatches, 0.0, max)
+                    for d in _rows(fwd, bwd, send_fwd, send_bwd)]
+            return np.array(ends, dtype=float).T.reshape(pp, batch)
         return one_f_one_b_reference(fwd, bwd, send_fwd, send_bwd, num_microbatches)
     program = _program(pp, num_microbatches)
     if program.compiles and batch * program.num_values < SCALAR_PER_LEVEL * len(program.levels):
