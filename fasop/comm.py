@@ -18,35 +18,50 @@ f32 = np.float32
 def _pair_bandwidth(plan: Plan, rank_a: int, rank_b: int) -> tuple[bool, float]:
     """(same node?, link bandwidth between two ranks): intra of the node, else the slower inter."""
     m = plan.gpus_per_node
-    node_a, node_b = plan.placement[rank_a // m], plan.placement[rank_b // m]
-    if rank_a // m == rank_b // m:
+    return _node_bandwidth(plan, rank_a // m, rank_b // m)
+
+
+def _node_bandwidth(plan: Plan, a: int, b: int) -> tuple[bool, float]:
+    """(same node?, link bandwidth between nodes a and b of the placement)."""
+    node_a, node_b = plan.placement[a], plan.placement[b]
+    if a == b:
         return True, node_a.intra_node_bytes_per_s
     return False, min(node_a.inter_node_bytes_per_s, node_b.inter_node_bytes_per_s)
 
 
-def p2p_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[float, ...]:
-    """Activation transfer time across each stage boundary j -> j+1 (MODEL.md §4).
-
-    Volume b*s*h elements. Each TP lane of each replica sends to its peer in the next stage; an
-    inter-node pair gets min(inter)/dp/tp/divisor (the replicas and lanes share the NICs), an
-    intra-node pair intra/divisor. The boundary waits for its slowest pair.
-    """
+def p2p_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec,
+                bandwidths: tuple[np.float32, ...] | None = None) -> tuple[float, ...]:
+    """Activation transfer time across each stage boundary j -> j+1 (MODEL.md §4): volume b*s*h
+    elements over the boundary's `p2p_bandwidths` (pass them if you have them: they do not depend
+    on the micro-batch size)."""
     volume = f32(plan.mbs * model.sequence_length * model.hidden_size * model.bytes_per_element)
+    if bandwidths is None:
+        bandwidths = p2p_bandwidths(plan, cluster)
+    return tuple(float(volume / bw) for bw in bandwidths)
+
+
+def p2p_bandwidths(plan: Plan, cluster: ClusterSpec) -> tuple[np.float32, ...]:
+    """Bandwidth of each stage boundary j -> j+1 (MODEL.md §4).
+
+    Each TP lane of each replica sends to its peer in the next stage: ranks a and a + tp*dp for
+    a in stage j's block. An inter-node pair gets min(inter)/dp/tp/divisor (the replicas and
+    lanes share the NICs), an intra-node pair intra/divisor; the boundary waits for its slowest
+    pair. Pairs between the same two nodes have the same bandwidth, so each node pair counts once.
+    """
     inter_div, intra_div = f32(cluster.p2p_inter_node_divisor), f32(cluster.p2p_intra_node_divisor)
-    times = []
+    m, block = plan.gpus_per_node, plan.tp * plan.dp
+    out = []
     for j in range(plan.pp - 1):
         slowest = None
-        for d in range(plan.dp):
-            for t in range(plan.tp):
-                a = plan.rank(j, d, t)
-                same, bw = _pair_bandwidth(plan, a, a + plan.tp * plan.dp)
-                if same:
-                    bw = f32(bw) / intra_div
-                else:
-                    bw = f32(bw) / f32(plan.dp) / f32(plan.tp) / inter_div
-                slowest = bw if slowest is None else min(slowest, bw)
-        times.append(float(volume / slowest))
-    return tuple(times)
+        for a, b in dict.fromkeys((r // m, (r + block) // m) for r in range(j * block, (j + 1) * block)):
+            same, bw = _node_bandwidth(plan, a, b)
+            if same:
+                bw = f32(bw) / intra_div
+            else:
+                bw = f32(bw) / f32(plan.dp) / f32(plan.tp) / inter_div
+            slowest = bw if slowest is None else min(slowest, bw)
+        out.append(slowest)
+    return tuple(out)
 
 
 def dp_ring_bandwidth(plan: Plan) -> np.float32:

@@ -73,6 +73,22 @@ class Estimate:
     """True when the `optimal` partitioner proved no split of this plan is faster."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Layout:
+    """What an estimate takes from the placement, for one (placement, tp, dp, pp)."""
+
+    stage_nodes: tuple[tuple[NodeType, ...], ...]
+    """The distinct node types holding each stage, in node order."""
+    p2p_bandwidths: tuple[np.float32, ...]
+    """comm.p2p_bandwidths: each stage boundary's."""
+    dp_ring: np.float32
+    """comm.dp_ring_bandwidth: the slowest hop of stage 0's DP ring."""
+    embedding_s: np.float32
+    """comm.embedding_allreduce_seconds."""
+    limits: tuple[float, ...]
+    """memory.stage_limits: each stage's memory limit (bytes)."""
+
+
 @dataclass(frozen=True)
 class _Prepared:
     plan: Plan
@@ -100,6 +116,10 @@ class Fasop2024Estimator:
         self._shared = _shared_cache(model, cluster)
         self._latest_plan: Plan | None = None
         self._latest: dict = {}
+        self._layouts: dict[tuple, _Layout] = {}  # of the latest placement (plans come placement by placement)
+        self._layouts_of: tuple[str, ...] = ()
+        self._slowest: dict[tuple, NodeType] = {}
+        self._params: dict[tuple[int, int], np.float32] = {}
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.compute = ProfileCompute(model)
         self.compute.check_gpus(self.gpus)
@@ -117,21 +137,42 @@ class Fasop2024Estimator:
             self._latest[what] = compute()
         return self._latest[what]
 
+    def layout(self, plan: Plan) -> _Layout:
+        """What the plan's estimate takes from its placement apart from the micro-batch size,
+        remembered for the plans of the latest placement (they differ in degrees and micro-batch)."""
+        return self._of_plan(plan, "layout", lambda: self._layout(plan))
+
+    def _layout(self, plan: Plan) -> _Layout:
+        names = tuple(n.name for n in plan.placement)
+        if names != self._layouts_of:
+            self._layouts, self._layouts_of = {}, names
+        key = (plan.tp, plan.dp, plan.pp)
+        if key not in self._layouts:
+            self._layouts[key] = _Layout(
+                stage_nodes=tuple(tuple(dict.fromkeys(plan.placement[k] for k in nodes))
+                                  for nodes in plan.stage_node_indices),
+                p2p_bandwidths=comm.p2p_bandwidths(plan, self.cluster), dp_ring=comm.dp_ring_bandwidth(plan),
+                embedding_s=comm.embedding_allreduce_seconds(plan, self.model), limits=stage_limits(plan))
+        return self._layouts[key]
+
     def p2p(self, plan: Plan) -> tuple[float, ...]:
         """comm.p2p_seconds of the plan."""
-        return self._of_plan(plan, "p2p", lambda: comm.p2p_seconds(plan, self.model, self.cluster))
+        return self._of_plan(plan, "p2p", lambda: comm.p2p_seconds(plan, self.model, self.cluster,
+                                                                    self.layout(plan).p2p_bandwidths))
 
     def stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
         """slowest-gpu-per-stage: of the node types holding a stage, the slowest over the layer list."""
-        return self._of_plan(plan, "stage types", lambda: self._stage_types(plan))
+        return self._of_plan(plan, "stage types", lambda: tuple(
+            nodes[0] if len(nodes) == 1 else self._slowest_of(nodes, plan.tp, plan.mbs)
+            for nodes in self.layout(plan).stage_nodes))
 
-    def _stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
-        types = []
-        for nodes in plan.stage_node_indices:
-            candidates = list(dict.fromkeys(plan.placement[k] for k in nodes))
-            totals = [self.compute.layer_costs(n.gpu, plan.tp, plan.mbs).total for n in candidates]
-            types.append(candidates[totals.index(max(totals))])
-        return tuple(types)
+    def _slowest_of(self, nodes: tuple[NodeType, ...], tp: int, mbs: int) -> NodeType:
+        """The node type whose GPUs take longest over the whole layer list (first of equals)."""
+        key = (tuple(n.name for n in nodes), tp, mbs)
+        if key not in self._slowest:
+            totals = [self.compute.layer_costs(n.gpu, tp, mbs).total for n in nodes]
+            self._slowest[key] = nodes[totals.index(max(totals))]
+        return self._slowest[key]
 
     def signature(self, plan: Plan) -> tuple:
         """Everything of `plan` the estimate depends on: two plans with equal signatures get the
@@ -139,8 +180,8 @@ class Fasop2024Estimator:
         The placement enters only through the stage GPU types, the boundary links, stage 0's DP
         ring, the embedding link and the per-stage memory limits."""
         return (plan.tp, plan.dp, plan.pp, plan.mbs, tuple(t.name for t in self.stage_types(plan)),
-                self.p2p(plan), float(comm.dp_ring_bandwidth(plan)),
-                float(comm.embedding_allreduce_seconds(plan, self.model)), stage_limits(plan))
+                self.p2p(plan), float(self.layout(plan).dp_ring), float(self.layout(plan).embedding_s),
+                self.layout(plan).limits)
 
     def lower_bound(self, plan: Plan) -> float:
         """A step time no split of `plan` beats, whatever the partitioner: stage 0 finishes after
@@ -152,8 +193,8 @@ class Fasop2024Estimator:
         p2p = self.p2p(plan)
         sends = (p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0
         pipeline = self._pipeline_floor(plan, tuple(t.gpu for t in types), sends)
-        dp = float(self._dp_costs(plan, types, 1, comm.dp_ring_bandwidth(plan)).min())
-        return (pipeline + dp + float(comm.embedding_allreduce_seconds(plan, self.model))) * (1 - 1e-6)
+        dp = float(self._dp_costs(plan, types, 1, self.layout(plan).dp_ring).min())
+        return (pipeline + dp + float(self.layout(plan).embedding_s)) * (1 - 1e-6)
 
     def quick_bound(self, plan: Plan) -> float:
         """A weaker `lower_bound` that ignores the placement: every stage costs, layer run by
@@ -214,11 +255,11 @@ class Fasop2024Estimator:
         With a finite cutoff: None unless a fitting split is at most the cutoff."""
         plan = p.plan
         pp, m, send_first, send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
-        ring = comm.dp_ring_bandwidth(plan)
-        embedding = float(comm.embedding_allreduce_seconds(plan, self.model))
+        ring = self.layout(plan).dp_ring
+        embedding = float(self.layout(plan).embedding_s)
         sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
         sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
-        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, stage_limits(plan))
+        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, self.layout(plan).limits)
         recent = self._shared.setdefault("splits", OrderedDict())  # a few MB each: the latest only
         if key in recent:
             recent.move_to_end(key)
@@ -339,10 +380,11 @@ class Fasop2024Estimator:
     def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray):
         """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
         step = max_i(E_i + DP_i) + embedding (MODEL.md §7)."""
-        dp_costs = self._dp_costs(plan, stage_types, stage0_layers, comm.dp_ring_bandwidth(plan))
+        layout = self.layout(plan)
+        dp_costs = self._dp_costs(plan, stage_types, stage0_layers, layout.dp_ring)
         totals = [f32(e) + c for e, c in zip(stage_end, dp_costs)]
         slowest = max(range(len(totals)), key=lambda i: (totals[i], -i))
-        embedding = comm.embedding_allreduce_seconds(plan, self.model)
+        embedding = layout.embedding_s
         return totals[slowest] + embedding, dp_costs, slowest, embedding
 
     def _finish(self, p: _Prepared, split_ends: list[np.ndarray]) -> Estimate:
@@ -355,7 +397,8 @@ class Fasop2024Estimator:
             stage_compute_s=tuple(p.stage_compute(split.scheduled)), p2p_s=p.p2p,
             stage_end_s=tuple(float(e) for e in stage_end), pipeline_time_s=float(stage_end[0]),
             dp_allreduce_s=float(dp_costs[slowest]), embedding_allreduce_s=float(embedding),
-            step_time_s=float(step), memory=estimate_memory(plan, self.model, self.cluster, split.reported),
+            step_time_s=float(step), memory=estimate_memory(plan, self.model, self.cluster, split.reported,
+                                                                    self.layout(plan).limits),
             usd_per_step=self.usd_per_s * float(step), partitioner=self.partitioner,
             partition_proven_optimal=p.proven,
         )
@@ -371,15 +414,18 @@ class Fasop2024Estimator:
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:
         """dp-stage0-params: stage 0's gradient count, accumulated in float32 (MODEL.md §7):
         each transformer layer (12h^2 + 20800)/tp, plus h*v (undivided) for the first
-        embedding or head layer."""
-        h, v = self.model.hidden_size, self.model.vocab_size
-        params, embedding_seen = f32(0), False
-        for kind in self.model.layer_kinds[:stage0_layers]:
-            if kind in TRANSFORMER_KINDS:
-                params = params + f32((12 * h * h + 20800) / plan.tp)
-            elif not embedding_seen:
-                params, embedding_seen = params + f32(h * v), True
-        return params
+        embedding or head layer. Remembered per (tp, layers): plans share them."""
+        key = (plan.tp, stage0_layers)
+        if key not in self._params:
+            h, v = self.model.hidden_size, self.model.vocab_size
+            params, embedding_seen = f32(0), False
+            for kind in self.model.layer_kinds[:stage0_layers]:
+                if kind in TRANSFORMER_KINDS:
+                    params = params + f32((12 * h * h + 20800) / plan.tp)
+                elif not embedding_seen:
+                    params, embedding_seen = params + f32(h * v), True
+            self._params[key] = params
+        return self._params[key]
 
 
 _SHARED: dict[int, tuple] = {}
