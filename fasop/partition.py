@@ -45,8 +45,52 @@ def minmax(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, .
     Balancing time of stage i = compute + (middle stages only) comm[i-1]. Start from an even
     split (remainder to the last stage, then 0, 1, ...); repeatedly move one layer from the
     slowest stage to the fastest while the maximum drops (MODEL.md §6, steps 1-6).
+    The moves of `minmax_reference`, with the stage edges and the earlier splits kept up to date
+    rather than rebuilt per move (the end stages add +0.0 in place of no comm: the same value).
     Cached: plans that differ only elsewhere (placement, DP degree) share their splits.
     """
+    n = len(stages)
+    counts = [num_layers // n] * n
+    for i in range(num_layers % n):
+        counts[i - 1] += 1
+    edges = boundaries(counts)
+    stage = [s.stage for s in stages]
+    extra = [0.0] + [comm[i - 1] for i in range(1, n - 1)] + [0.0] * (n > 1)
+    current = [stage[i](edges[i], edges[i + 1]) + extra[i] for i in range(n)]
+    last, moved, earlier, newest, previous = 1e6, False, set(), tuple(counts), (0, 0)
+    while True:
+        mx = max(current)
+        if moved and (mx > last or (mx == last and newest in earlier)):
+            counts[previous[0]] += 1  # steps 2/3: undo the last move and stop
+            counts[previous[1]] -= 1
+            return Split(tuple(counts), tuple(counts))
+        last = mx
+        imax, imin = current.index(mx), current.index(min(current))
+        if (imax == 0 or imax == n - 1) and counts[imax] == 2:
+            scheduled = tuple(counts)
+            if moved:  # step 5 quirk: report a changed split, schedule the unchanged one
+                counts[imax] += 1
+                counts[imin] -= 1
+            return Split(tuple(counts), scheduled)
+        if counts[imax] <= 1:
+            return Split(tuple(counts), tuple(counts))
+        counts[imax] -= 1
+        counts[imin] += 1
+        moved, previous = True, (imax, imin)
+        earlier.add(newest)
+        newest = tuple(counts)
+        if imax < imin:  # the edges between the two stages shift by the moved layer
+            lo, hi, shift = imax, imin, -1
+        else:
+            lo, hi, shift = imin, imax, 1
+        for e in range(lo + 1, hi + 1):
+            edges[e] += shift
+        for i in range(lo, hi + 1):  # only stages between moved edges change
+            current[i] = stage[i](edges[i], edges[i + 1]) + extra[i]
+
+
+def minmax_reference(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, ...]) -> Split:
+    """`minmax` written as MODEL.md §6 reads, step by step: the definition it is tested against."""
     n = len(stages)
     counts = [num_layers // n] * n
     for i in range(num_layers % n):

@@ -16,7 +16,7 @@ from fasop import comm
 from fasop.compute import ProfileCompute
 from fasop.enumerate import cyclic_placements, degrees, divisors
 from fasop.memory import estimate_memory, fasop_limit_node, stage_elements
-from fasop.partition import minmax
+from fasop.partition import minmax, minmax_reference
 from fasop.plan import Plan
 from fasop.schedule import one_f_one_b
 from fasop.specs import ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
@@ -285,6 +285,25 @@ def test_minmax_early_stop_quirk():
     split = minmax((uniform(1.0, 6), uniform(10.0, 6)), 6, ())
     assert split.scheduled == (4, 2)
     assert split.reported == (3, 3)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_minmax_moves_as_the_reference(seed):
+    """minmax keeps its edges and history up to date instead of rebuilding them; its splits
+    (reported and scheduled) must be minmax_reference's for any stage costs and comm -- ties
+    included (per-layer times on a coarse grid tie often), one to eight stages."""
+    from fasop.compute import ProfileCompute
+
+    rng = np.random.default_rng(seed)
+    n_layers = int(rng.integers(2, 30))
+    n_stages = min(int(rng.integers(1, 9)), n_layers)
+    coarse = seed % 2 == 0
+    stages = tuple(ProfileCompute(model(kinds=("transformer",) * n_layers, fwd_bwd_factor=1.0, forward=tuple(
+        float(x) for x in (np.round(rng.uniform(1, 3, n_layers) * 2) / 2 if coarse else rng.uniform(0.5, 3.0, n_layers))
+    ))).layer_costs("G", 1, 1) for _ in range(n_stages))
+    comm_times = tuple(float(x) for x in (np.round(rng.uniform(0, 2, max(n_stages - 2, 0)) * 2) / 2 if coarse
+                                           else rng.uniform(0, 2.0, max(n_stages - 2, 0))))
+    assert minmax(stages, n_layers, comm_times) == minmax_reference(stages, n_layers, comm_times)
 
 
 @pytest.mark.parametrize("seed", range(20))
