@@ -29,7 +29,8 @@ import numpy as np
 from fasop import comm
 from fasop.compute import LayerCosts, ProfileCompute
 from fasop.memory import MemoryEstimate, estimate_memory, stage_fit_mask, stage_limits
-from fasop.partition import Found, Split, boundaries, fasop_minmax_splits, least_completions, optimal
+from fasop.partition import (Found, Split, boundaries, fasop_minmax_splits, fasop_minmax_splits_many,
+                             least_completions, optimal)
 from fasop.plan import Plan
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
@@ -235,10 +236,20 @@ class Fasop2024Estimator:
             estimate = self._finish(prepared, self._schedule_all([prepared])[0])
         return None if estimate.memory.is_oom or not estimate.step_time_s <= cutoff else estimate
 
+    def _stage_costs(self, plan: Plan) -> tuple[LayerCosts, ...]:
+        return tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in self.stage_types(plan))
+
+    def prepare_many(self, plans: Sequence[Plan]) -> list[_Prepared]:
+        """`prepare(plan)` of each plan; with fasop-minmax the min-max splits of all of them are
+        computed together (partition.fasop_minmax_splits_many: the same splits)."""
+        if self.partitioner != "fasop-minmax":
+            return [self.prepare(plan) for plan in plans]
+        pieces = [(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)) for plan in plans]
+        splits = fasop_minmax_splits_many([(costs, self.segment_lengths, p2p) for _, _, costs, p2p in pieces])
+        return [_Prepared(plan, types, costs, p2p, list(s)) for (plan, types, costs, p2p), s in zip(pieces, splits)]
+
     def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
-        types = self.stage_types(plan)
-        costs = tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in types)
-        p2p = self.p2p(plan)
+        types, costs, p2p = self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)
         splits = fasop_minmax_splits(costs, self.segment_lengths, p2p)
         prepared = _Prepared(plan, types, costs, p2p, splits)
         if self.partitioner != "optimal":
@@ -333,11 +344,15 @@ class Fasop2024Estimator:
         plans are partitioned and as schedule batches complete."""
         report = progress or (lambda done, total: None)
         total = 2 * len(plans)
-        prepared = []
-        for k, plan in enumerate(plans, start=1):
-            prepared.append(self.prepare(plan))
-            if k % 64 == 0 or k == len(plans):
-                report(k, total)
+        if self.partitioner == "fasop-minmax":
+            prepared = self.prepare_many(plans)
+            report(len(plans), total)
+        else:
+            prepared = []
+            for k, plan in enumerate(plans, start=1):
+                prepared.append(self.prepare(plan))
+                if k % 64 == 0 or k == len(plans):
+                    report(k, total)
         ends = self._schedule_all(prepared, lambda share: report(len(plans) + share, total))
         estimates = [self._finish(p, e) for p, e in zip(prepared, ends)]
         report(total, total)

@@ -306,6 +306,58 @@ def test_minmax_moves_as_the_reference(seed):
     assert minmax(stages, n_layers, comm_times) == minmax_reference(stages, n_layers, comm_times)
 
 
+def _random_costs(rng: np.random.Generator, n_layers: int, coarse: bool):
+    """Stage costs of n_layers layers: per-layer times on a coarse grid (ties) or not."""
+    forward = np.round(rng.uniform(1, 3, n_layers) * 2) / 2 if coarse else rng.uniform(0.5, 3.0, n_layers)
+    return ProfileCompute(model(kinds=("transformer",) * n_layers, fwd_bwd_factor=1.0,
+                                forward=tuple(float(x) for x in forward))).layer_costs("G", 1, 1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_minmax_many_moves_as_the_reference(seed, monkeypatch):
+    """minmax_many moves problems of one (stage count, layer count) in lockstep on arrays; each
+    split must be minmax_reference's. 200 problems drawn from 3 layer counts (so groups form),
+    1 to 9 stages (more stages than layers goes one by one), stage costs from a pool of 4 that
+    cover more layers than balanced (as the encoder of an encoder-decoder), ties included."""
+    import fasop.partition as partition
+
+    monkeypatch.setattr(partition, "LOCKSTEP_MIN", 1 + seed % 3)  # lockstep for nearly every group
+    rng = np.random.default_rng(seed)
+    coarse = seed % 2 == 0
+    pool = [_random_costs(rng, 40, coarse) for _ in range(4)]
+    problems = []
+    for _ in range(200):
+        n_layers = int(rng.choice([3, 12, 24]))
+        n_stages = int(rng.integers(1, 10))
+        stages = tuple(pool[int(k)] for k in rng.integers(0, len(pool), n_stages))
+        comm_times = rng.uniform(0, 2, max(n_stages - 2, 0))
+        comm_times = np.round(comm_times * 2) / 2 if coarse else comm_times
+        problems.append((stages, n_layers, tuple(float(x) for x in comm_times)))
+    assert partition.minmax_many(problems) == [minmax_reference(*problem) for problem in problems]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fasop_minmax_splits_many_equals_one_by_one(seed, monkeypatch):
+    """fasop_minmax_splits_many solves the min-max problems of many requests together (repeats
+    once); each request's splits must be fasop_minmax_splits's: one or two segments (encoder-
+    decoder), one to twelve stages, requests repeated."""
+    import fasop.partition as partition
+
+    monkeypatch.setattr(partition, "LOCKSTEP_MIN", 2)
+    rng = np.random.default_rng(seed)
+    pool = [_random_costs(rng, 24, seed % 2 == 0) for _ in range(3)]
+    requests = []
+    for _ in range(60):
+        lengths = [int(rng.choice([6, 12]))] * int(rng.integers(1, 3))
+        n_stages = int(rng.integers(1, 13))
+        stages = tuple(pool[int(k)] for k in rng.integers(0, len(pool), n_stages))
+        comm_times = tuple(float(x) for x in rng.uniform(0, 2, max(n_stages - 1, 0)))
+        requests.append((stages, lengths, comm_times))
+    requests += requests[:10]
+    expected = [partition.fasop_minmax_splits(*request) for request in requests]
+    assert partition.fasop_minmax_splits_many(requests) == expected
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_minmax_counts_sum_to_layer_count(seed):
     rng = np.random.default_rng(seed)
