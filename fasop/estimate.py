@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fasop import comm
-from fasop.compute import LayerCosts, ProfileCompute
+from fasop.compute import LayerCosts, ProfileCompute, stage_times
 from fasop.memory import MemoryEstimate, estimate_memory, stage_fit_mask, stage_limits
-from fasop.partition import (Found, Split, boundaries, fasop_minmax_splits, fasop_minmax_splits_many,
+from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many,
                              least_completions, optimal)
 from fasop.plan import Plan
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
@@ -100,8 +100,7 @@ class _Prepared:
     proven: bool = False
 
     def stage_compute(self, counts: Sequence[int]) -> list[float]:
-        edges = boundaries(counts)
-        return [self.costs[i].stage(edges[i], edges[i + 1]) for i in range(len(counts))]
+        return stage_times(self.costs, counts)
 
 
 class Fasop2024Estimator:

@@ -313,6 +313,21 @@ def _random_costs(rng: np.random.Generator, n_layers: int, coarse: bool):
                                 forward=tuple(float(x) for x in forward))).layer_costs("G", 1, 1)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_stage_times_are_the_stage_sums(seed):
+    """compute.stage_times reads each stage's sum from run_sums directly; it must be
+    LayerCosts.stage over the stage's layers, to the bit (empty stages 0)."""
+    from fasop.compute import stage_times
+
+    rng = np.random.default_rng(seed)
+    pool = [_random_costs(rng, 30, seed % 2 == 0) for _ in range(3)]
+    for _ in range(20):
+        counts = [int(c) for c in rng.integers(0, 6, int(rng.integers(1, 7)))]
+        stages = [pool[int(k)] for k in rng.integers(0, len(pool), len(counts))]
+        edges = np.concatenate([[0], np.cumsum(counts)])
+        assert stage_times(stages, counts) == [s.stage(int(a), int(b)) for s, a, b in zip(stages, edges, edges[1:])]
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_minmax_many_moves_as_the_reference(seed, monkeypatch):
     """minmax_many moves problems of one (stage count, layer count) in lockstep on arrays; each
