@@ -98,6 +98,8 @@ class _Prepared:
     p2p: tuple[float, ...]
     splits: list[Split]
     proven: bool = False
+    layout: _Layout | None = None
+    """The plan's layout (what `_finish` needs of it again), when known."""
 
     def stage_compute(self, counts: Sequence[int]) -> list[float]:
         return stage_times(self.costs, counts)
@@ -243,14 +245,16 @@ class Fasop2024Estimator:
         computed together (partition.fasop_minmax_splits_many: the same splits)."""
         if self.partitioner != "fasop-minmax":
             return [self.prepare(plan) for plan in plans]
-        pieces = [(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)) for plan in plans]
-        splits = fasop_minmax_splits_many([(costs, self.segment_lengths, p2p) for _, _, costs, p2p in pieces])
-        return [_Prepared(plan, types, costs, p2p, list(s)) for (plan, types, costs, p2p), s in zip(pieces, splits)]
+        pieces = [(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan), self.layout(plan))
+                  for plan in plans]
+        splits = fasop_minmax_splits_many([(costs, self.segment_lengths, p2p) for _, _, costs, p2p, _ in pieces])
+        return [_Prepared(plan, types, costs, p2p, list(s), layout=layout)
+                for (plan, types, costs, p2p, layout), s in zip(pieces, splits)]
 
     def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
         types, costs, p2p = self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)
         splits = fasop_minmax_splits(costs, self.segment_lengths, p2p)
-        prepared = _Prepared(plan, types, costs, p2p, splits)
+        prepared = _Prepared(plan, types, costs, p2p, splits, layout=self.layout(plan))
         if self.partitioner != "optimal":
             return prepared
         if plan.pp == 1:  # one split only
@@ -391,10 +395,11 @@ class Fasop2024Estimator:
         return ends
 
     # ------------------------------------------------------------------ per plan, after scheduling
-    def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray):
+    def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray,
+              layout: _Layout | None = None):
         """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
-        step = max_i(E_i + DP_i) + embedding (MODEL.md §7)."""
-        layout = self.layout(plan)
+        step = max_i(E_i + DP_i) + embedding (MODEL.md §7). `layout`: the plan's, if known."""
+        layout = layout or self.layout(plan)
         dp_costs = self._dp_costs(plan, stage_types, stage0_layers, layout.dp_ring)
         totals = [f32(e) + c for e, c in zip(stage_end, dp_costs)]
         slowest = max(range(len(totals)), key=lambda i: (totals[i], -i))
@@ -405,14 +410,15 @@ class Fasop2024Estimator:
         plan = p.plan
         best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))  # first lowest E_0
         split, stage_end = p.splits[best], split_ends[best]
-        step, dp_costs, slowest, embedding = self._step(plan, p.stage_types, split.reported[0], stage_end)
+        layout = p.layout or self.layout(plan)
+        step, dp_costs, slowest, embedding = self._step(plan, p.stage_types, split.reported[0], stage_end, layout)
         return Estimate(
             plan=plan, partition=split.reported, stage_node_types=p.stage_types,
             stage_compute_s=tuple(p.stage_compute(split.scheduled)), p2p_s=p.p2p,
             stage_end_s=tuple(float(e) for e in stage_end), pipeline_time_s=float(stage_end[0]),
             dp_allreduce_s=float(dp_costs[slowest]), embedding_allreduce_s=float(embedding),
             step_time_s=float(step), memory=estimate_memory(plan, self.model, self.cluster, split.reported,
-                                                                    self.layout(plan).limits),
+                                                                    layout.limits),
             usd_per_step=self.usd_per_s * float(step), partitioner=self.partitioner,
             partition_proven_optimal=p.proven,
         )
