@@ -1,8 +1,10 @@
 """Layers -> pipeline stages. Contiguous splits of the layer list, one count per stage.
 
 `fasop-minmax` is FASOP's greedy balancing (MODEL.md §6), reproduced move for move, quirks
-included. A partitioner returns *candidate splits*; the estimator schedules each and keeps the
-one with the lowest pipeline time (FASOP does this across encoder/decoder splits of T5).
+included; `fasop_minmax_splits_many` balances the plans of a search chunk together, many greedy
+runs moving in lockstep on arrays, move for move the same. A partitioner returns *candidate
+splits*; the estimator schedules each and keeps the one with the lowest pipeline time (FASOP
+does this across encoder/decoder splits of T5).
 """
 
 from __future__ import annotations
@@ -198,8 +200,7 @@ def _joined(stages: tuple[StageCosts, ...], segment_lengths: Sequence[int], spli
 
 LOCKSTEP_MIN = 48
 """`minmax_many` moves problems of one (stage count, layer count) in lockstep on arrays when there
-are at least this many (measured: about as fast as one by one at ~48 problems, 2x at ~250).
-"""
+are at least this many (measured: about as fast as one by one at ~48 problems, 2x at ~250)."""
 
 
 def minmax_many(problems: Sequence[Problem]) -> list[Split]:
