@@ -17,8 +17,8 @@ f32 = np.float32
 
 def p2p_pairs(plan: Plan, boundary: int) -> list[tuple[int, int]]:
     """Rank pairs that send across stage boundary j -> j+1: every TP lane of every replica."""
-    return [(a, a + plan.tp * plan.dp) for d in range(plan.dp) for t in range(plan.tp)
-            for a in [plan.rank(boundary, d, t)]]
+    block = plan.tp * plan.dp  # ranks t + tp*d + block*j of stage j
+    return [(a, a + block) for a in range(boundary * block, (boundary + 1) * block)]
 
 
 def dp_ring_pairs(plan: Plan) -> list[tuple[int, int]]:
@@ -43,33 +43,50 @@ def least_bandwidths(plan: Plan, pairs: list[tuple[int, int]]) -> tuple[float, f
     function of these two (a pair across nodes runs at the slower node's inter bandwidth)."""
     m = plan.gpus_per_node
     intra = inter = float("inf")
-    for a, b in pairs:
-        node_a, node_b = plan.placement[a // m], plan.placement[b // m]
-        if a // m == b // m:
-            intra = min(intra, node_a.intra_node_bytes_per_s)
+    for node_a, node_b in dict.fromkeys((a // m, b // m) for a, b in pairs):
+        if node_a == node_b:
+            intra = min(intra, plan.placement[node_a].intra_node_bytes_per_s)
         else:
-            inter = min(inter, node_a.inter_node_bytes_per_s, node_b.inter_node_bytes_per_s)
+            inter = min(inter, plan.placement[node_a].inter_node_bytes_per_s,
+                        plan.placement[node_b].inter_node_bytes_per_s)
     return intra, inter
 
 
-def p2p_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[float, ...]:
-    """Activation transfer time across each stage boundary j -> j+1 (MODEL.md §4)."""
-    return tuple(p2p_boundary_seconds(plan, model, cluster, *least_bandwidths(plan, p2p_pairs(plan, j)))
+def p2p_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec,
+                bandwidths: tuple[np.float32, ...] | None = None) -> tuple[float, ...]:
+    """Activation transfer time across each stage boundary j -> j+1 (MODEL.md §4): volume b*s*h
+    elements over the boundary's `p2p_bandwidths` (pass them if you have them: they do not depend
+    on the micro-batch size)."""
+    volume = _p2p_volume(plan, model)
+    if bandwidths is None:
+        bandwidths = p2p_bandwidths(plan, cluster)
+    return tuple(float(volume / bw) for bw in bandwidths)
+
+
+def p2p_bandwidths(plan: Plan, cluster: ClusterSpec) -> tuple[np.float32, ...]:
+    """Bandwidth of each stage boundary j -> j+1 (MODEL.md §4), from `least_bandwidths` of its pairs."""
+    return tuple(boundary_bandwidth(plan, cluster, *least_bandwidths(plan, p2p_pairs(plan, j)))
                  for j in range(plan.pp - 1))
 
 
-def p2p_boundary_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec, intra: float, inter: float) -> float:
-    """One boundary's transfer time from `least_bandwidths` of its pairs (MODEL.md §4).
-
-    Volume b*s*h elements. Each TP lane of each replica sends to its peer in the next stage; an
-    inter-node pair gets min(inter)/dp/tp/divisor (the replicas and lanes share the NICs), an
-    intra-node pair intra/divisor. The boundary waits for its slowest pair. (The minimum over
-    pairs of these float32 quotients is the quotient of the least bandwidth: they are monotone.)
-    """
-    volume = f32(plan.mbs * model.sequence_length * model.hidden_size * model.bytes_per_element)
+def boundary_bandwidth(plan: Plan, cluster: ClusterSpec, intra: float, inter: float) -> np.float32:
+    """A boundary's bandwidth (MODEL.md §4). Each TP lane of each replica sends to its peer in the
+    next stage; an inter-node pair gets min(inter)/dp/tp/divisor (the replicas and lanes share the
+    NICs), an intra-node pair intra/divisor; the boundary waits for its slowest pair. The least
+    of these float32 quotients is the quotient of the least bandwidth (they are monotone), so
+    `least_bandwidths` is all it needs; inf where the pairs have none of a kind."""
     intra_bw = f32(intra) / f32(cluster.p2p_intra_node_divisor)
     inter_bw = f32(inter) / f32(plan.dp) / f32(plan.tp) / f32(cluster.p2p_inter_node_divisor)
-    return float(volume / min(intra_bw, inter_bw))
+    return min(intra_bw, inter_bw)
+
+
+def p2p_boundary_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec, intra: float, inter: float) -> float:
+    """One boundary's transfer time from `least_bandwidths` of its pairs (0 when both are inf)."""
+    return float(_p2p_volume(plan, model) / boundary_bandwidth(plan, cluster, intra, inter))
+
+
+def _p2p_volume(plan: Plan, model: ModelSpec) -> np.float32:
+    return f32(plan.mbs * model.sequence_length * model.hidden_size * model.bytes_per_element)
 
 
 def dp_ring_bandwidth(plan: Plan) -> np.float32:

@@ -27,9 +27,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fasop import comm
-from fasop.compute import LayerCosts, ProfileCompute
+from fasop.compute import LayerCosts, ProfileCompute, stage_times
 from fasop.memory import MemoryEstimate, estimate_memory, stage_fit_mask, stage_limits
-from fasop.partition import Found, Split, boundaries, fasop_minmax_splits, least_chain, optimal
+from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
+                             optimal)
 from fasop.plan import Plan
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
@@ -73,6 +74,22 @@ class Estimate:
     """True when the `optimal` partitioner proved no split of this plan is faster."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Layout:
+    """What an estimate takes from the placement, for one (placement, tp, dp, pp)."""
+
+    stage_nodes: tuple[tuple[NodeType, ...], ...]
+    """The distinct node types holding each stage, in node order."""
+    p2p_bandwidths: tuple[np.float32, ...]
+    """comm.p2p_bandwidths: each stage boundary's."""
+    dp_ring: np.float32
+    """comm.dp_ring_bandwidth: the slowest hop of stage 0's DP ring."""
+    embedding_s: np.float32
+    """comm.embedding_allreduce_seconds."""
+    limits: tuple[float, ...]
+    """memory.stage_limits: each stage's memory limit (bytes)."""
+
+
 @dataclass(frozen=True)
 class _Prepared:
     plan: Plan
@@ -81,10 +98,11 @@ class _Prepared:
     p2p: tuple[float, ...]
     splits: list[Split]
     proven: bool = False
+    layout: _Layout | None = None
+    """The plan's layout (what `_finish` needs of it again), when known."""
 
     def stage_compute(self, counts: Sequence[int]) -> list[float]:
-        edges = boundaries(counts)
-        return [self.costs[i].stage(edges[i], edges[i + 1]) for i in range(len(counts))]
+        return stage_times(self.costs, counts)
 
 
 class Fasop2024Estimator:
@@ -100,6 +118,10 @@ class Fasop2024Estimator:
         self._shared = _shared_cache(model, cluster)
         self._latest_plan: Plan | None = None
         self._latest: dict = {}
+        self._layouts: dict[tuple, _Layout] = {}  # of the latest placement (plans come placement by placement)
+        self._layouts_of: tuple[str, ...] = ()
+        self._slowest: dict[tuple, NodeType] = {}
+        self._params: dict[tuple[int, int], np.float32] = {}
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.compute = ProfileCompute(model)
         self.compute.check_gpus(self.gpus)
@@ -117,21 +139,42 @@ class Fasop2024Estimator:
             self._latest[what] = compute()
         return self._latest[what]
 
+    def layout(self, plan: Plan) -> _Layout:
+        """What the plan's estimate takes from its placement apart from the micro-batch size,
+        remembered for the plans of the latest placement (they differ in degrees and micro-batch)."""
+        return self._of_plan(plan, "layout", lambda: self._layout(plan))
+
+    def _layout(self, plan: Plan) -> _Layout:
+        names = tuple(n.name for n in plan.placement)
+        if names != self._layouts_of:
+            self._layouts, self._layouts_of = {}, names
+        key = (plan.tp, plan.dp, plan.pp)
+        if key not in self._layouts:
+            self._layouts[key] = _Layout(
+                stage_nodes=tuple(tuple(dict.fromkeys(plan.placement[k] for k in nodes))
+                                  for nodes in plan.stage_node_indices),
+                p2p_bandwidths=comm.p2p_bandwidths(plan, self.cluster), dp_ring=comm.dp_ring_bandwidth(plan),
+                embedding_s=comm.embedding_allreduce_seconds(plan, self.model), limits=stage_limits(plan))
+        return self._layouts[key]
+
     def p2p(self, plan: Plan) -> tuple[float, ...]:
         """comm.p2p_seconds of the plan."""
-        return self._of_plan(plan, "p2p", lambda: comm.p2p_seconds(plan, self.model, self.cluster))
+        return self._of_plan(plan, "p2p", lambda: comm.p2p_seconds(plan, self.model, self.cluster,
+                                                                    self.layout(plan).p2p_bandwidths))
 
     def stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
         """slowest-gpu-per-stage: of the node types holding a stage, the slowest over the layer list."""
-        return self._of_plan(plan, "stage types", lambda: self._stage_types(plan))
+        return self._of_plan(plan, "stage types", lambda: tuple(
+            nodes[0] if len(nodes) == 1 else self._slowest_of(nodes, plan.tp, plan.mbs)
+            for nodes in self.layout(plan).stage_nodes))
 
-    def _stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
-        types = []
-        for nodes in plan.stage_node_indices:
-            candidates = list(dict.fromkeys(plan.placement[k] for k in nodes))
-            totals = [self.compute.layer_costs(n.gpu, plan.tp, plan.mbs).total for n in candidates]
-            types.append(candidates[totals.index(max(totals))])
-        return tuple(types)
+    def _slowest_of(self, nodes: tuple[NodeType, ...], tp: int, mbs: int) -> NodeType:
+        """The node type whose GPUs take longest over the whole layer list (first of equals)."""
+        key = (tuple(n.name for n in nodes), tp, mbs)
+        if key not in self._slowest:
+            totals = [self.compute.layer_costs(n.gpu, tp, mbs).total for n in nodes]
+            self._slowest[key] = nodes[totals.index(max(totals))]
+        return self._slowest[key]
 
     def signature(self, plan: Plan) -> tuple:
         """Everything of `plan` the estimate depends on: two plans with equal signatures get the
@@ -139,8 +182,8 @@ class Fasop2024Estimator:
         The placement enters only through the stage GPU types, the boundary links, stage 0's DP
         ring, the embedding link and the per-stage memory limits."""
         return (plan.tp, plan.dp, plan.pp, plan.mbs, tuple(t.name for t in self.stage_types(plan)),
-                self.p2p(plan), float(comm.dp_ring_bandwidth(plan)),
-                float(comm.embedding_allreduce_seconds(plan, self.model)), stage_limits(plan))
+                self.p2p(plan), float(self.layout(plan).dp_ring), float(self.layout(plan).embedding_s),
+                self.layout(plan).limits)
 
     def lower_bound(self, plan: Plan, above: float = np.inf) -> float:
         """A step time no split of `plan` beats, whatever the partitioner: stage 0 finishes after
@@ -152,8 +195,8 @@ class Fasop2024Estimator:
         types = self.stage_types(plan)
         p2p = self.p2p(plan)
         gpus = tuple(t.gpu for t in types)
-        rest = ((p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0, comm.dp_ring_bandwidth(plan),
-                {types[0].intra_node_shared}, float(comm.embedding_allreduce_seconds(plan, self.model)))
+        rest = ((p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0, self.layout(plan).dp_ring,
+                {types[0].intra_node_shared}, float(self.layout(plan).embedding_s))
         cheap = self.bound(plan, self.floors(plan, gpus, coupled=False), *rest)
         return cheap if cheap > above else self.bound(plan, self.floors(plan, gpus), *rest)
 
@@ -209,12 +252,24 @@ class Fasop2024Estimator:
             estimate = self._finish(prepared, self._schedule_all([prepared])[0])
         return None if estimate.memory.is_oom or not estimate.step_time_s <= cutoff else estimate
 
+    def _stage_costs(self, plan: Plan) -> tuple[LayerCosts, ...]:
+        return tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in self.stage_types(plan))
+
+    def prepare_many(self, plans: Sequence[Plan]) -> list[_Prepared]:
+        """`prepare(plan)` of each plan; with fasop-minmax the min-max splits of all of them are
+        computed together (partition.fasop_minmax_splits_many: the same splits)."""
+        if self.partitioner != "fasop-minmax":
+            return [self.prepare(plan) for plan in plans]
+        pieces = [(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan), self.layout(plan))
+                  for plan in plans]
+        splits = fasop_minmax_splits_many([(costs, self.segment_lengths, p2p) for _, _, costs, p2p, _ in pieces])
+        return [_Prepared(plan, types, costs, p2p, list(s), layout=layout)
+                for (plan, types, costs, p2p, layout), s in zip(pieces, splits)]
+
     def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
-        types = self.stage_types(plan)
-        costs = tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in types)
-        p2p = self.p2p(plan)
+        types, costs, p2p = self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)
         splits = fasop_minmax_splits(costs, self.segment_lengths, p2p)
-        prepared = _Prepared(plan, types, costs, p2p, splits)
+        prepared = _Prepared(plan, types, costs, p2p, splits, layout=self.layout(plan))
         if self.partitioner != "optimal":
             return prepared
         if plan.pp == 1:  # one split only
@@ -229,11 +284,11 @@ class Fasop2024Estimator:
         With a finite cutoff: None unless a fitting split is at most the cutoff."""
         plan = p.plan
         pp, m, send_first, send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
-        ring = comm.dp_ring_bandwidth(plan)
-        embedding = float(comm.embedding_allreduce_seconds(plan, self.model))
+        ring = self.layout(plan).dp_ring
+        embedding = float(self.layout(plan).embedding_s)
         sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
         sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
-        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, stage_limits(plan))
+        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, self.layout(plan).limits)
         recent = self._shared.setdefault("splits", OrderedDict())  # a few MB each: the latest only
         if key in recent:
             recent.move_to_end(key)
@@ -307,11 +362,15 @@ class Fasop2024Estimator:
         plans are partitioned and as schedule batches complete."""
         report = progress or (lambda done, total: None)
         total = 2 * len(plans)
-        prepared = []
-        for k, plan in enumerate(plans, start=1):
-            prepared.append(self.prepare(plan))
-            if k % 64 == 0 or k == len(plans):
-                report(k, total)
+        if self.partitioner == "fasop-minmax":
+            prepared = self.prepare_many(plans)
+            report(len(plans), total)
+        else:
+            prepared = []
+            for k, plan in enumerate(plans, start=1):
+                prepared.append(self.prepare(plan))
+                if k % 64 == 0 or k == len(plans):
+                    report(k, total)
         ends = self._schedule_all(prepared, lambda share: report(len(plans) + share, total))
         estimates = [self._finish(p, e) for p, e in zip(prepared, ends)]
         report(total, total)
@@ -321,56 +380,60 @@ class Fasop2024Estimator:
         return self.estimate_many([plan])[0]
 
     def _schedule_all(self, prepared: list[_Prepared], progress=None) -> list[list[np.ndarray]]:
-        """Stage end times of every split of every plan; one schedule run per (pp, m).
+        """Stage end times of every split of every plan; one schedule run per (pp, m), each
+        distinct pipeline (stage times and end sends) scheduled once.
         progress(plans_done), if given, is called after each schedule run."""
-        groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+        groups: dict[tuple[int, int], dict[tuple, list[tuple[int, int]]]] = defaultdict(dict)
         ends: list[list] = [[None] * len(p.splits) for p in prepared]
         for k, p in enumerate(prepared):
             for s, split in enumerate(p.splits):
+                comp = p.stage_compute(split.scheduled)
                 if p.plan.pp == 1:  # no pipeline: m micro-batches back to back
-                    comp = p.stage_compute(split.scheduled)[0]
-                    ends[k][s] = np.array([float(f32(p.plan.num_microbatches * comp))])
-                else:
-                    groups[(p.plan.pp, p.plan.num_microbatches)].append((k, s))
+                    ends[k][s] = np.array([float(f32(p.plan.num_microbatches * comp[0]))])
+                else:  # p2p-ends-only: stage 0's forward and the last stage's backward sends
+                    pipeline = (tuple(comp), p.p2p[0], p.p2p[-1])
+                    groups[(p.plan.pp, p.plan.num_microbatches)].setdefault(pipeline, []).append((k, s))
         done_plans: set[int] = set()
-        for (pp, m), members in groups.items():
-            comp = np.empty((pp, len(members)))
+        for (pp, m), pipelines in groups.items():
+            comp = np.array([c for c, _, _ in pipelines], dtype=float).T
             send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
-            for col, (k, s) in enumerate(members):
-                p = prepared[k]
-                comp[:, col] = p.stage_compute(p.splits[s].scheduled)
-                send_fwd[0, col] = p.p2p[0]  # p2p-ends-only
-                send_bwd[pp - 1, col] = p.p2p[pp - 2]
+            send_fwd[0] = [first for _, first, _ in pipelines]
+            send_bwd[pp - 1] = [last for _, _, last in pipelines]
             stage_ends = one_f_one_b(comp / 3, 2 * comp / 3, send_fwd, send_bwd, m,
                                      reuse=self.partitioner == "optimal")
-            for col, (k, s) in enumerate(members):
-                ends[k][s] = stage_ends[:, col]
-                done_plans.add(k)
+            for col, members in enumerate(pipelines.values()):
+                for k, s in members:
+                    ends[k][s] = stage_ends[:, col]
+                    done_plans.add(k)
             if progress:
                 progress(len(done_plans))
         return ends
 
     # ------------------------------------------------------------------ per plan, after scheduling
-    def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray):
+    def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray,
+              layout: _Layout | None = None):
         """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
-        step = max_i(E_i + DP_i) + embedding (MODEL.md §7)."""
-        dp_costs = self._dp_costs(plan, stage_types, stage0_layers, comm.dp_ring_bandwidth(plan))
+        step = max_i(E_i + DP_i) + embedding (MODEL.md §7). `layout`: the plan's, if known."""
+        layout = layout or self.layout(plan)
+        dp_costs = self._dp_costs(plan, stage_types, stage0_layers, layout.dp_ring)
         totals = [f32(e) + c for e, c in zip(stage_end, dp_costs)]
         slowest = max(range(len(totals)), key=lambda i: (totals[i], -i))
-        embedding = comm.embedding_allreduce_seconds(plan, self.model)
+        embedding = layout.embedding_s
         return totals[slowest] + embedding, dp_costs, slowest, embedding
 
     def _finish(self, p: _Prepared, split_ends: list[np.ndarray]) -> Estimate:
         plan = p.plan
         best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))  # first lowest E_0
         split, stage_end = p.splits[best], split_ends[best]
-        step, dp_costs, slowest, embedding = self._step(plan, p.stage_types, split.reported[0], stage_end)
+        layout = p.layout or self.layout(plan)
+        step, dp_costs, slowest, embedding = self._step(plan, p.stage_types, split.reported[0], stage_end, layout)
         return Estimate(
             plan=plan, partition=split.reported, stage_node_types=p.stage_types,
             stage_compute_s=tuple(p.stage_compute(split.scheduled)), p2p_s=p.p2p,
             stage_end_s=tuple(float(e) for e in stage_end), pipeline_time_s=float(stage_end[0]),
             dp_allreduce_s=float(dp_costs[slowest]), embedding_allreduce_s=float(embedding),
-            step_time_s=float(step), memory=estimate_memory(plan, self.model, self.cluster, split.reported),
+            step_time_s=float(step), memory=estimate_memory(plan, self.model, self.cluster, split.reported,
+                                                                    layout.limits),
             usd_per_step=self.usd_per_s * float(step), partitioner=self.partitioner,
             partition_proven_optimal=p.proven,
         )
@@ -386,15 +449,18 @@ class Fasop2024Estimator:
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:
         """dp-stage0-params: stage 0's gradient count, accumulated in float32 (MODEL.md §7):
         each transformer layer (12h^2 + 20800)/tp, plus h*v (undivided) for the first
-        embedding or head layer."""
-        h, v = self.model.hidden_size, self.model.vocab_size
-        params, embedding_seen = f32(0), False
-        for kind in self.model.layer_kinds[:stage0_layers]:
-            if kind in TRANSFORMER_KINDS:
-                params = params + f32((12 * h * h + 20800) / plan.tp)
-            elif not embedding_seen:
-                params, embedding_seen = params + f32(h * v), True
-        return params
+        embedding or head layer. Remembered per (tp, layers): plans share them."""
+        key = (plan.tp, stage0_layers)
+        if key not in self._params:
+            h, v = self.model.hidden_size, self.model.vocab_size
+            params, embedding_seen = f32(0), False
+            for kind in self.model.layer_kinds[:stage0_layers]:
+                if kind in TRANSFORMER_KINDS:
+                    params = params + f32((12 * h * h + 20800) / plan.tp)
+                elif not embedding_seen:
+                    params, embedding_seen = params + f32(h * v), True
+            self._params[key] = params
+        return self._params[key]
 
 
 _SHARED: dict[int, tuple] = {}

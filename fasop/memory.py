@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -38,9 +39,16 @@ class MemoryEstimate:
 
 def stage_elements(plan: Plan, model: ModelSpec, kinds: Sequence[str]) -> tuple[float, float]:
     """(parameters, activation elements) per GPU of a stage holding layers of `kinds`."""
-    h, v, s, a = model.hidden_size, model.vocab_size, model.sequence_length, model.num_attention_heads
-    b, tp, pp = plan.mbs, plan.tp, plan.pp
-    p = pp if plan.num_microbatches > pp else plan.num_microbatches
+    p = plan.pp if plan.num_microbatches > plan.pp else plan.num_microbatches
+    return _elements(model.hidden_size, model.vocab_size, model.sequence_length, model.num_attention_heads,
+                     plan.mbs, plan.tp, plan.pp, p, tuple(kinds))
+
+
+@lru_cache(maxsize=1 << 16)
+def _elements(h: int, v: int, s: int, a: int, b: int, tp: int, pp: int, p: int,
+              kinds: tuple[str, ...]) -> tuple[float, float]:
+    """stage_elements, summed layer by layer in list order; cached: stages of many plans hold
+    the same layers with the same micro-batch and degrees."""
     params = act = 0.0
     for kind in kinds:
         if kind == "embedding":
@@ -92,13 +100,16 @@ def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> np.nda
     return ~(need[None, :, :] > limits[:, None, None])
 
 
-def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int]) -> MemoryEstimate:
+def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
+                    limits: tuple[float, ...] | None = None) -> MemoryEstimate:
+    """Per-stage bytes of a split and the OOM flags (MODEL.md §8). limits: stage_limits(plan), if
+    the caller has them."""
     stage_bytes, zero_bytes = [], []
     is_oom = is_zero_oom = False
     oom_gib = zero_gib = None
     first = 0
     factor = cluster.memory_overhead_factor
-    limits = stage_limits(plan)
+    limits = stage_limits(plan) if limits is None else limits
     for i, count in enumerate(partition):
         params, act = stage_elements(plan, model, model.layer_kinds[first:first + count])
         first += count

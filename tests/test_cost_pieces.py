@@ -16,7 +16,7 @@ from fasop import comm
 from fasop.compute import ProfileCompute
 from fasop.enumerate import cyclic_placements, degrees, divisors
 from fasop.memory import estimate_memory, fasop_limit_node, stage_elements
-from fasop.partition import minmax
+from fasop.partition import minmax, minmax_reference
 from fasop.plan import Plan
 from fasop.schedule import one_f_one_b
 from fasop.specs import ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
@@ -285,6 +285,92 @@ def test_minmax_early_stop_quirk():
     split = minmax((uniform(1.0, 6), uniform(10.0, 6)), 6, ())
     assert split.scheduled == (4, 2)
     assert split.reported == (3, 3)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_minmax_moves_as_the_reference(seed):
+    """minmax keeps its edges and history up to date instead of rebuilding them; its splits
+    (reported and scheduled) must be minmax_reference's for any stage costs and comm -- ties
+    included (per-layer times on a coarse grid tie often), one to eight stages."""
+    from fasop.compute import ProfileCompute
+
+    rng = np.random.default_rng(seed)
+    n_layers = int(rng.integers(2, 30))
+    n_stages = min(int(rng.integers(1, 9)), n_layers)
+    coarse = seed % 2 == 0
+    stages = tuple(ProfileCompute(model(kinds=("transformer",) * n_layers, fwd_bwd_factor=1.0, forward=tuple(
+        float(x) for x in (np.round(rng.uniform(1, 3, n_layers) * 2) / 2 if coarse else rng.uniform(0.5, 3.0, n_layers))
+    ))).layer_costs("G", 1, 1) for _ in range(n_stages))
+    comm_times = tuple(float(x) for x in (np.round(rng.uniform(0, 2, max(n_stages - 2, 0)) * 2) / 2 if coarse
+                                           else rng.uniform(0, 2.0, max(n_stages - 2, 0))))
+    assert minmax(stages, n_layers, comm_times) == minmax_reference(stages, n_layers, comm_times)
+
+
+def _random_costs(rng: np.random.Generator, n_layers: int, coarse: bool):
+    """Stage costs of n_layers layers: per-layer times on a coarse grid (ties) or not."""
+    forward = np.round(rng.uniform(1, 3, n_layers) * 2) / 2 if coarse else rng.uniform(0.5, 3.0, n_layers)
+    return ProfileCompute(model(kinds=("transformer",) * n_layers, fwd_bwd_factor=1.0,
+                                forward=tuple(float(x) for x in forward))).layer_costs("G", 1, 1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stage_times_are_the_stage_sums(seed):
+    """compute.stage_times reads each stage's sum from run_sums directly; it must be
+    LayerCosts.stage over the stage's layers, to the bit (empty stages 0)."""
+    from fasop.compute import stage_times
+
+    rng = np.random.default_rng(seed)
+    pool = [_random_costs(rng, 30, seed % 2 == 0) for _ in range(3)]
+    for _ in range(20):
+        counts = [int(c) for c in rng.integers(0, 6, int(rng.integers(1, 7)))]
+        stages = [pool[int(k)] for k in rng.integers(0, len(pool), len(counts))]
+        edges = np.concatenate([[0], np.cumsum(counts)])
+        assert stage_times(stages, counts) == [s.stage(int(a), int(b)) for s, a, b in zip(stages, edges, edges[1:])]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_minmax_many_moves_as_the_reference(seed, monkeypatch):
+    """minmax_many moves problems of one (stage count, layer count) in lockstep on arrays; each
+    split must be minmax_reference's. 200 problems drawn from 3 layer counts (so groups form),
+    1 to 9 stages (more stages than layers goes one by one), stage costs from a pool of 4 that
+    cover more layers than balanced (as the encoder of an encoder-decoder), ties included."""
+    import fasop.partition as partition
+
+    monkeypatch.setattr(partition, "LOCKSTEP_MIN", 1 + seed % 3)  # lockstep for nearly every group
+    rng = np.random.default_rng(seed)
+    coarse = seed % 2 == 0
+    pool = [_random_costs(rng, 40, coarse) for _ in range(4)]
+    problems = []
+    for _ in range(200):
+        n_layers = int(rng.choice([3, 12, 24]))
+        n_stages = int(rng.integers(1, 10))
+        stages = tuple(pool[int(k)] for k in rng.integers(0, len(pool), n_stages))
+        comm_times = rng.uniform(0, 2, max(n_stages - 2, 0))
+        comm_times = np.round(comm_times * 2) / 2 if coarse else comm_times
+        problems.append((stages, n_layers, tuple(float(x) for x in comm_times)))
+    assert partition.minmax_many(problems) == [minmax_reference(*problem) for problem in problems]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fasop_minmax_splits_many_equals_one_by_one(seed, monkeypatch):
+    """fasop_minmax_splits_many solves the min-max problems of many requests together (repeats
+    once); each request's splits must be fasop_minmax_splits's: one or two segments (encoder-
+    decoder), one to twelve stages, requests repeated."""
+    import fasop.partition as partition
+
+    monkeypatch.setattr(partition, "LOCKSTEP_MIN", 2)
+    rng = np.random.default_rng(seed)
+    pool = [_random_costs(rng, 24, seed % 2 == 0) for _ in range(3)]
+    requests = []
+    for _ in range(60):
+        lengths = [int(rng.choice([6, 12]))] * int(rng.integers(1, 3))
+        n_stages = int(rng.integers(1, 13))
+        stages = tuple(pool[int(k)] for k in rng.integers(0, len(pool), n_stages))
+        comm_times = tuple(float(x) for x in rng.uniform(0, 2, max(n_stages - 1, 0)))
+        requests.append((stages, lengths, comm_times))
+    requests += requests[:10]
+    expected = [partition.fasop_minmax_splits(*request) for request in requests]
+    assert partition.fasop_minmax_splits_many(requests) == expected
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -333,6 +333,25 @@ def test_traced_schedule_is_bit_identical_to_the_recurrences(pp, m):
         assert np.array_equal(one_f_one_b(*args), one_f_one_b_reference(*args))
 
 
+@pytest.mark.parametrize("pp,m", [(2, 1), (2, 40), (3, 2), (8, 9), (13, 5), (16, 64), (32, 3)])
+def test_untraced_schedule_is_bit_identical_to_the_recurrences_on_arrays(pp, m):
+    """reuse=False runs the recurrences untraced: on Python floats for a few pipelines, on the
+    arrays for more, without adding the sends that are 0 in every pipeline. Every end time must be
+    the arrays' one, to the bit -- ties included (stage times on a coarse grid tie often)."""
+    from fasop.schedule import FLOAT_PIPELINES, one_f_one_b_reference
+
+    rng = np.random.default_rng(pp * 10 + m)
+    for t in (rng.uniform(0.1, 1.0, (pp, 6)), np.round(rng.uniform(1, 2, (pp, 6)) * 4) / 4):
+        sf, sb = np.zeros_like(t), np.zeros_like(t)
+        sf[0], sb[-1] = rng.uniform(0, 0.3, 6), rng.uniform(0, 0.3, 6)
+        # FASOP's sends (ends only), none, and sends anywhere that are 0 in some pipelines only
+        anywhere = rng.uniform(0, 0.3, (2, pp, 6)) * (rng.uniform(size=(2, pp, 6)) < 0.5)
+        for sf, sb in ((sf, sb), (sf * 0, sb * 0), tuple(anywhere)):
+            for batch in (1, FLOAT_PIPELINES, FLOAT_PIPELINES + 1, 6):
+                args = (t[:, :batch] / 3, 2 * t[:, :batch] / 3, sf[:, :batch], sb[:, :batch], m)
+                assert np.array_equal(one_f_one_b(*args, reuse=False), one_f_one_b_reference(*args))
+
+
 @pytest.mark.parametrize("pp,m", [(2, 1), (2, 40), (5, 2), (8, 9), (13, 5), (24, 8), (32, 3)])
 def test_critical_path_is_bit_identical_to_the_augmented_recurrences(pp, m):
     """critical_path backtracks the traced program; its end time, weights and constant must be
