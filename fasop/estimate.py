@@ -190,23 +190,27 @@ class Fasop2024Estimator:
         every stage's compute, both end sends and the largest steady chain c_i t_i
         (schedule.steady_weights), and after m x the busiest stage -- each at its least over
         all splits (`floors`); plus stage 0's gradient all-reduce for one layer (the step ends
-        after stage 0's end + its all-reduce) and the embedding all-reduce (MODEL.md §5, §7). When the uncoupled floors already put it above `above`,
-        that weaker bound is returned (it is all a caller with that threshold needs)."""
+        after stage 0's end + its all-reduce) and the embedding all-reduce (MODEL.md §5, §7).
+        The floors are coupled (partition.least_chain) for the optimal partitioner; they are
+        not when the uncoupled ones already put the bound above `above` (all a caller with that
+        threshold needs), nor for fasop-minmax, whose estimate costs less than the coupled floor."""
         types = self.stage_types(plan)
         p2p = self.p2p(plan)
         gpus = tuple(t.gpu for t in types)
         rest = ((p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0, self.layout(plan).dp_ring,
                 {types[0].intra_node_shared}, float(self.layout(plan).embedding_s))
         cheap = self.bound(plan, self.floors(plan, gpus, coupled=False), *rest)
-        return cheap if cheap > above else self.bound(plan, self.floors(plan, gpus), *rest)
+        if cheap > above or self.partitioner != "optimal":  # the coupled floor pays where an estimate is a search
+            return cheap
+        return self.bound(plan, self.floors(plan, gpus), *rest)
 
     def bound(self, plan: Plan, floors: tuple[float, float], sends: float, ring: float, buses: set[bool],
               embedding: float) -> float:
         """`lower_bound` from what it depends on, each at most its true value: `floors` (least
         stage times + largest steady chain, least busiest stage, over all splits), the two end
         sends, stage 0's DP all-reduce over the cheaper of the `buses` stage 0 may have, with
-        its ring at `ring` bytes/s (at least the true bandwidth), the embedding all-reduce. orders.py bounds
-        partial node orders so."""
+        its ring at `ring` bytes/s (at least the true bandwidth), the embedding all-reduce.
+        orders.py bounds partial node orders so."""
         chain, busiest = floors
         pipeline = max(chain + sends, plan.num_microbatches * busiest)
         params = self._dp_params(plan, 1)
