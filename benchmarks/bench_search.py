@@ -9,7 +9,7 @@ skipped as equivalent or pruned count, as they were ruled out). Configurations:
 - `top1`: the defaults with --top 1 (exact pruning against the best plan).
 Whole-process: `python -m fasop search ...` with the defaults in a fresh interpreter, timed and
 its peak RSS read (getrusage of children) by a small wrapper interpreter. The 64-node inventory (cluster_specs/mixed-64.yaml, model gpt2xl-scaled,
-16 nodes of each type) runs with --placements grouped: `all` has ~6e34 distinct orders.
+16 nodes of each type) runs with --placements grouped: `all` has 6.6e35 distinct orders.
 Targets (issue 3): >= 50,000 candidates/s per core on the FASOP experiments (the original:
 ~35/s); the 64-node search <= 60 s on 2 cores with peak RSS < 2 GB. Medians of --runs runs.
 

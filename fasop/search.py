@@ -33,6 +33,10 @@ DEFAULT_ITERATIONS = 12_500_000
 MAX_ORDERS = 100_000
 """`--placements all` lists up to this many distinct node orders; past it, it needs `--top` and
 searches them by branch and bound over order prefixes (orders.OrderSearch)."""
+MAX_TREE_ORDERS = 10**10
+"""Past this many distinct node orders even the branch and bound over orders is refused (64
+nodes of 4 types: 6.6e35): its time grows with the orders that come close to the best plans.
+Measured: 20 nodes of 3 types (1.3e8 orders), --top 5, about 2 minutes on 2 cores."""
 TREE_ORDERS = 100
 """With `top`, `--placements all` searches more distinct node orders than this by branch and
 bound over order prefixes (orders.OrderSearch) rather than listing them: same plans kept,
@@ -156,6 +160,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     stats = {"duplicates": 0, "pruned": 0, "oom": 0}
     max_orders = MAX_ORDERS if max_orders is None else max_orders
     by_prefix = placements == "all" and (num_orders > max_orders or (top is not None and num_orders > TREE_ORDERS))
+    if placements == "all" and num_orders > MAX_TREE_ORDERS:
+        raise FasopError(f"--placements all: {num_orders:.2g} distinct node orders, more than the exact search "
+                         f"over orders takes on ({MAX_TREE_ORDERS:.0e}); use --placements grouped (each type's "
+                         "nodes together) or cyclic")
     if by_prefix and top is None:
         raise FasopError(f"--placements all: {num_orders:,} distinct node orders (more than {max_orders:,}), "
                          "too many plans to list: add --top K (the K fastest, found exactly by branch and bound "

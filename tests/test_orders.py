@@ -87,6 +87,15 @@ def test_past_the_order_limit_without_top_is_one_clear_error():
         search(model, cluster, _inventory(types, x=2, y=2, z=1), heterogeneous=True, max_orders=10)
 
 
+def test_orders_past_the_tree_limit_are_one_clear_error(tmp_path, capsys):
+    argv = ["search", "--model", "gpt2xl-scaled", "--cluster", "mixed-64", "--heterogeneous", "--top", "5",
+            "--nodes", "h100=16,a100_80gb=16,a10g=16,l4=16", "--out", str(tmp_path / "o.csv"), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "6.6e+35 distinct node orders" in err and "grouped" in err
+    assert not (tmp_path / "o.csv").exists()
+
+
 def test_cli_searches_orders_past_the_limit_with_top(tmp_path, monkeypatch, capsys):
     base = ["search", "--model", "gpt2xl-scaled", "--cluster", "mixed-64", "--nodes", "h100=1,a100_80gb=1,l4=2",
             "--heterogeneous", "--no-progress"]
