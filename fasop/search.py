@@ -40,7 +40,8 @@ Measured: 20 nodes of 3 types (1.3e8 orders), --top 5, about 2 minutes on 2 core
 TREE_ORDERS = 100
 """With `top`, `--placements all` searches more distinct node orders than this by branch and
 bound over order prefixes (orders.OrderSearch) rather than listing them: same plans kept,
-fewer estimated (8 nodes of 3 types, --top 1: about 5x faster)."""
+fewer estimated (8 nodes of 3 types, --top 1: 1.2 s instead of 2.0 s,
+benchmarks/tree_vs_listing.py)."""
 CHUNK = 64
 """Plans per estimation chunk (one unit of work for a worker process) when plans are partitioned
 one by one (optimal partitioner, or --top)."""
