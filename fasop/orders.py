@@ -1,9 +1,9 @@
-"""Node orders too many to enumerate: an exact branch and bound over order prefixes.
+"""Node orders too many to list: an exact branch and bound over order prefixes.
 
-`--placements all` with `--top K` on an inventory with more distinct node orders than
-search.MAX_ORDERS (16 nodes of 3 types: 2.1 million) does not list them. For one (tp, dp, pp,
-mbs), orders are built position by position, in `enumerate.all_placements` order, as a tree;
-two exact rules cut it.
+`--placements all` with `--top K` past search.TREE_ORDERS distinct node orders (16 nodes of 3
+types: 2.0 million) does not list them. For one (tp, dp, pp, mbs), most promising first, orders
+are built position by position, in `enumerate.all_placements` order, as a tree; two exact rules
+cut it.
 
 A plan's estimate depends on its node order only through its signature
 (`Fasop2024Estimator.signature`), and each part of that is a fold over fixed node positions:
@@ -15,22 +15,21 @@ A plan's estimate depends on its node order only through its signature
   inter-node bandwidth over the positions of the pairs that do not (`comm.least_bandwidths`);
 - a stage's memory limit: the type at one position (`memory.fasop_limit_node`).
 
-A prefix's *state* is these folds over its known positions, with the node counts left.
+A prefix's *state* is these folds over its placed positions, with the node counts left.
 
 1. **Equivalent prefixes.** Two prefixes with the same state give, completion by completion,
    plans with the same signature. The later one's (in enumeration order) plans would all be
    skipped as equivalent by a full enumeration; here its whole subtree is.
-2. **Lower bounds.** Each fold is relaxed to its best case over the unknown positions: a stage
-   not fully placed costs, layer run by layer run, the least of the types it can still get (its
-   slowest placed type or a slower one still left; any left when none is placed); sends, the
-   ring and the embedding link count only the placed positions (more nodes can only lower a
-   least bandwidth); the DP all-reduce takes the cheaper bus. `Fasop2024Estimator.bound` turns
-   that into a step time no completion beats; a prefix whose bound is above the K-th kept step
-   time has no plan among the K.
+2. **Lower bounds.** `Fasop2024Estimator.lower_bound`, relaxed over the unplaced positions: the
+   pipeline floors come from a dynamic programme over stages with the node counts left
+   (`_Floors`: each stage takes the slowest type among its placed nodes and a choice of the
+   nodes left); an unplaced position of a link gets the best bandwidth of the kinds left;
+   stage 0's DP all-reduce takes the cheaper bus it may have. No completion beats the bound,
+   so a prefix whose bound is above the K-th kept step time has no plan among the K.
 
 Both rules are exact, so the K plans found are those a full enumeration keeps (tests compare
-the two on small inventories). How much of the tree is left depends on how tight the bound is:
-deep pipelines of many nodes whose orders differ little still visit many prefixes.
+the two on random inventories and check every prefix bound against every completion). How much
+of the tree is visited depends on how many orders come close to the K-th plan.
 """
 
 from __future__ import annotations
