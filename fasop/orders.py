@@ -237,8 +237,10 @@ class _Floors:
     Stages with the same nodes form a *unit* (they share their type). Each node is *counted* in
     the first unit whose span holds it. A dynamic programme over units, with the layers done and
     the node counts left as its state, lets each unit take the slowest type among its placed
-    nodes and a choice of counted nodes from those left (it may ignore nodes counted in an
-    earlier unit: a slower type only costs more, so the floors stay below every completion's).
+    nodes and a choice of counted nodes from those left. A node shared with an earlier unit is
+    counted there; a unit holding one may then run at any kind at least as slow in total as its
+    choice ("slowest" is over the whole layer list, not layer by layer), so the floors stay
+    below every completion's.
     Its value per state is a row per cap (least sum of stage times with every weighted stage
     under the cap), the largest stage and the largest weighted stage. The units after the one
     being placed are solved once per (unit, counts left) and reused by every prefix.
@@ -335,9 +337,14 @@ class _Floors:
                 lo, hi = self.counted[u]
                 value = None
                 for chosen in _choices(left, hi - lo):
-                    kinds = tuple(j for j, c in enumerate(chosen) if c)
+                    kinds = self._slowest(tuple(j for j, c in enumerate(chosen) if c))
+                    if self.units[u][2][0] < lo:  # a node shared with the unit before, counted there:
+                        # it may be any kind, and "slowest" is over the whole layer list, not layer
+                        # by layer, so the unit may run at any kind at least as slow in total
+                        least = min(self.totals[j] for j in kinds)
+                        kinds = frozenset(j for j in range(len(self.kinds)) if self.totals[j] >= least)
                     term = self._backward(self._suffix_of(u + 1, tuple(a - c for a, c in zip(left, chosen))),
-                                          u, self._slowest(kinds))
+                                          u, kinds)
                     value = term if value is None else np.minimum(value, term)
             self._suffix[key] = value
         return self._suffix[key]
