@@ -248,9 +248,9 @@ class _Floors:
 
     def __init__(self, estimator: Fasop2024Estimator, shape: Plan, kinds: Sequence[NodeType]):
         self.kinds = list(kinds)
-        matrices = [estimator.compute.layer_costs(k.gpu, shape.tp, shape.mbs).matrix for k in self.kinds]
-        self.matrices = matrices
-        self.totals = [estimator.compute.layer_costs(k.gpu, shape.tp, shape.mbs).total for k in self.kinds]
+        costs = [estimator.compute.layer_costs(k.gpu, shape.tp, shape.mbs) for k in self.kinds]
+        self.matrices = matrices = [c.matrix for c in costs]
+        self.totals = [c.total for c in costs]
         pp, m = shape.pp, shape.num_microbatches
         self.weights = steady_weights(pp, m) if pp > 1 else np.zeros(1)
         least = least_completions(np.broadcast_to(np.min(matrices, axis=0), (pp,) + matrices[0].shape),
