@@ -57,10 +57,10 @@ def p2p_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec,
     """Activation transfer time across each stage boundary j -> j+1 (MODEL.md §4): volume b*s*h
     elements over the boundary's `p2p_bandwidths` (pass them if you have them: they do not depend
     on the micro-batch size)."""
-    volume = _p2p_volume(plan, model)
     if bandwidths is None:
         bandwidths = p2p_bandwidths(plan, cluster)
-    return tuple(float(volume / bw) for bw in bandwidths)
+    # one float32 division per boundary, on an array
+    return tuple((_p2p_volume(plan, model) / np.array(bandwidths, dtype=f32)).tolist())
 
 
 def p2p_bandwidths(plan: Plan, cluster: ClusterSpec) -> tuple[np.float32, ...]:

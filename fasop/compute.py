@@ -22,8 +22,6 @@ class LayerCosts:
     """Fwd+bwd seconds of every layer on one GPU type, and sums over contiguous runs."""
 
     seconds: tuple[float, ...]
-    run_sums: list[list[float]]
-    """run_sums[a][k] = seconds[a] + ... + seconds[a+k], added left to right (float64)."""
 
     def stage(self, first: int, stop: int) -> float:
         """Seconds of layers first..stop-1, summed left to right in list order (0 if empty)."""
@@ -31,16 +29,28 @@ class LayerCosts:
 
     @cached_property
     def matrix(self) -> np.ndarray:
-        """matrix[a, b] = stage(a, b) for b > a, inf elsewhere; shape (L+1, L+1)."""
+        """matrix[a, b] = seconds of layers a..b-1 for b > a, summed left to right in list order
+        (float64), inf elsewhere; shape (L+1, L+1)."""
         n = len(self.seconds)
-        out = np.full((n + 1, n + 1), np.inf)
+        # Row a holds seconds[a:] from column a+1 on; a cumulative sum along the row adds strictly
+        # left to right (np.add.accumulate does not use pairwise summation), so every entry is the
+        # sequential float64 sum FASOP computes for a stage.
+        shifted = np.zeros((n + 1, n + 1))
         for a in range(n):
-            out[a, a + 1:] = self.run_sums[a][: n - a]
+            shifted[a, a + 1:] = self.seconds[a:]
+        out = np.cumsum(shifted, axis=1)
+        out[np.tril_indices(n + 1)] = np.inf
         return out
+
+    @cached_property
+    def run_sums(self) -> list[list[float]]:
+        """run_sums[a][k] = seconds[a] + ... + seconds[a+k] (k < L - a): `matrix` as lists, for
+        Python loops."""
+        return [row[a + 1:] for a, row in enumerate(self.matrix.tolist())]
 
     @property
     def total(self) -> float:
-        return self.stage(0, len(self.seconds))
+        return float(self.matrix[0, len(self.seconds)])
 
 
 def stage_times(stages: Sequence[LayerCosts], counts: Sequence[int]) -> list[float]:
@@ -78,16 +88,4 @@ class ProfileCompute:
         factors = {kind: profile.scaling[(gpu, kind)].factor(mbs) for kind in set(self.model.layer_kinds)}
         # MODEL.md §3: fwd+bwd = 3 x forward, scaled by the micro-batch factor of the layer kind.
         seconds = tuple(profile.fwd_bwd_factor * f * factors[kind] for f, kind in zip(forward, self.model.layer_kinds))
-        return LayerCosts(seconds=seconds, run_sums=_run_sums(seconds))
-
-
-def _run_sums(seconds: tuple[float, ...]) -> list[list[float]]:
-    # Row a holds seconds[a:], zero-padded; a cumulative sum along the row adds strictly left
-    # to right (np.add.accumulate does not use pairwise summation), so every entry equals the
-    # sequential float64 sum FASOP computes for a stage.
-    n = len(seconds)
-    values = np.asarray(seconds, dtype=np.float64)
-    shifted = np.zeros((n, n))
-    for a in range(n):
-        shifted[a, : n - a] = values[a:]
-    return np.cumsum(shifted, axis=1).tolist()
+        return LayerCosts(seconds=seconds)

@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fasop import comm
+from fasop import comm, native
 from fasop.compute import LayerCosts, ProfileCompute, stage_times
-from fasop.memory import MemoryEstimate, estimate_memory, stage_fit_mask, stage_limits
+from fasop.memory import MemoryEstimate, estimate_memory_many, stage_fit_mask, stage_limits
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
                              optimal)
 from fasop.plan import Plan
@@ -88,6 +88,9 @@ class _Layout:
     """comm.embedding_allreduce_seconds."""
     limits: tuple[float, ...]
     """memory.stage_limits: each stage's memory limit (bytes)."""
+    stage_types: tuple[NodeType, ...] | None
+    """The node type of each stage when every stage is on nodes of one type (else the pace of a
+    stage depends on the micro-batch size: `Fasop2024Estimator.stage_types`)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,10 @@ class Fasop2024Estimator:
         self._layouts_of: tuple[str, ...] = ()
         self._slowest: dict[tuple, NodeType] = {}
         self._params: dict[tuple[int, int], np.float32] = {}
+        self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
+        self._dp_by_bus: dict[tuple, tuple[np.float32, np.float32]] = {}
+        self._planes: dict[LayerCosts, int] = {}  # the compiled path's stage-time table: a plane per LayerCosts
+        self._table = np.zeros((0, 0, 0))
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.compute = ProfileCompute(model)
         self.compute.check_gpus(self.gpus)
@@ -150,11 +157,13 @@ class Fasop2024Estimator:
             self._layouts, self._layouts_of = {}, names
         key = (plan.tp, plan.dp, plan.pp)
         if key not in self._layouts:
+            stage_nodes = tuple(tuple(dict.fromkeys(plan.placement[k] for k in nodes))
+                                for nodes in plan.stage_node_indices)
             self._layouts[key] = _Layout(
-                stage_nodes=tuple(tuple(dict.fromkeys(plan.placement[k] for k in nodes))
-                                  for nodes in plan.stage_node_indices),
-                p2p_bandwidths=comm.p2p_bandwidths(plan, self.cluster), dp_ring=comm.dp_ring_bandwidth(plan),
-                embedding_s=comm.embedding_allreduce_seconds(plan, self.model), limits=stage_limits(plan))
+                stage_nodes=stage_nodes, p2p_bandwidths=comm.p2p_bandwidths(plan, self.cluster),
+                dp_ring=comm.dp_ring_bandwidth(plan), embedding_s=comm.embedding_allreduce_seconds(plan, self.model),
+                limits=stage_limits(plan),
+                stage_types=tuple(n[0] for n in stage_nodes) if all(len(n) == 1 for n in stage_nodes) else None)
         return self._layouts[key]
 
     def p2p(self, plan: Plan) -> tuple[float, ...]:
@@ -164,7 +173,7 @@ class Fasop2024Estimator:
 
     def stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
         """slowest-gpu-per-stage: of the node types holding a stage, the slowest over the layer list."""
-        return self._of_plan(plan, "stage types", lambda: tuple(
+        return self._of_plan(plan, "stage types", lambda: self.layout(plan).stage_types or tuple(
             nodes[0] if len(nodes) == 1 else self._slowest_of(nodes, plan.tp, plan.mbs)
             for nodes in self.layout(plan).stage_nodes))
 
@@ -257,7 +266,11 @@ class Fasop2024Estimator:
         return None if estimate.memory.is_oom or not estimate.step_time_s <= cutoff else estimate
 
     def _stage_costs(self, plan: Plan) -> tuple[LayerCosts, ...]:
-        return tuple(self.compute.layer_costs(t.gpu, plan.tp, plan.mbs) for t in self.stage_types(plan))
+        key = (plan.tp, plan.mbs)
+        if key not in self._costs_by_gpu:
+            self._costs_by_gpu[key] = {g: self.compute.layer_costs(g, plan.tp, plan.mbs) for g in self.gpus}
+        by_gpu = self._costs_by_gpu[key]
+        return tuple(by_gpu[t.gpu] for t in self.stage_types(plan))
 
     def prepare_many(self, plans: Sequence[Plan]) -> list[_Prepared]:
         """`prepare(plan)` of each plan; with fasop-minmax the min-max splits of all of them are
@@ -366,6 +379,10 @@ class Fasop2024Estimator:
         plans are partitioned and as schedule batches complete."""
         report = progress or (lambda done, total: None)
         total = 2 * len(plans)
+        if self.partitioner == "fasop-minmax" and native.kernels is not None and len(self.segment_lengths) <= 2:
+            estimates = self._estimate_minmax_compiled(plans)
+            report(total, total)
+            return estimates
         if self.partitioner == "fasop-minmax":
             prepared = self.prepare_many(plans)
             report(len(plans), total)
@@ -376,12 +393,43 @@ class Fasop2024Estimator:
                 if k % 64 == 0 or k == len(plans):
                     report(k, total)
         ends = self._schedule_all(prepared, lambda share: report(len(plans) + share, total))
-        estimates = [self._finish(p, e) for p, e in zip(prepared, ends)]
+        chosen = []
+        for p, split_ends in zip(prepared, ends):
+            best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))  # first lowest E_0
+            chosen.append((p, p.splits[best], split_ends[best], p.stage_compute(p.splits[best].scheduled)))
+        estimates = self._finish_many(chosen)
         report(total, total)
         return estimates
 
     def estimate(self, plan: Plan) -> Estimate:
         return self.estimate_many([plan])[0]
+
+    def _estimate_minmax_compiled(self, plans: Sequence[Plan]) -> list[Estimate]:
+        """`estimate_many` with fasop-minmax by the compiled kernel (native.kernels.fasop_plans):
+        every plan's candidate splits, their schedules and the choice among them in one call,
+        the same values as prepare_many + _schedule_all (tests compare them)."""
+        prepared = [_Prepared(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan), [],
+                              layout=self.layout(plan)) for plan in plans]
+        new = [c for c in dict.fromkeys(c for p in prepared for c in p.costs) if c not in self._planes]
+        if new:  # the stage-time table grows with the (GPU, tp, micro-batch) seen
+            base = len(self._planes)
+            self._planes.update((c, base + k) for k, c in enumerate(new))
+            self._table = np.stack([c.matrix for c in self._planes])
+        width = max(p.plan.pp for p in prepared)
+        planes = self._planes
+        which = np.array([[planes[c] for c in p.costs] + [0] * (width - p.plan.pp) for p in prepared], dtype=np.int64)
+        comm_s = np.array([p.p2p + (0.0,) * (width - len(p.p2p)) for p in prepared], dtype=float)
+        pps = np.array([p.plan.pp for p in prepared], dtype=np.int64)
+        ms = np.array([p.plan.num_microbatches for p in prepared], dtype=np.int64)
+        reported, scheduled = np.empty((len(plans), width), np.int64), np.empty((len(plans), width), np.int64)
+        times, ends = np.empty((len(plans), width)), np.empty((len(plans), width))
+        halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
+        native.kernels.fasop_plans(self._table, self._table.shape[1], which, comm_s, pps, ms, halves[0], halves[1],
+                                   reported, scheduled, times, ends)
+        return self._finish_many([(p, Split(tuple(rep[:p.plan.pp]), tuple(sch[:p.plan.pp])), end[:p.plan.pp],
+                                   comp[:p.plan.pp])
+                                  for p, rep, sch, comp, end in zip(prepared, reported.tolist(), scheduled.tolist(),
+                                                                     times.tolist(), ends.tolist())])
 
     def _schedule_all(self, prepared: list[_Prepared], progress=None) -> list[list[np.ndarray]]:
         """Stage end times of every split of every plan; one schedule run per (pp, m), each
@@ -420,34 +468,54 @@ class Fasop2024Estimator:
         step = max_i(E_i + DP_i) + embedding (MODEL.md §7). `layout`: the plan's, if known."""
         layout = layout or self.layout(plan)
         dp_costs = self._dp_costs(plan, stage_types, stage0_layers, layout.dp_ring)
-        totals = [f32(e) + c for e, c in zip(stage_end, dp_costs)]
-        slowest = max(range(len(totals)), key=lambda i: (totals[i], -i))
-        embedding = layout.embedding_s
-        return totals[slowest] + embedding, dp_costs, slowest, embedding
+        totals = np.asarray(stage_end).astype(f32) + dp_costs
+        slowest = int(totals.argmax())  # the first of the latest
+        return totals[slowest] + layout.embedding_s, dp_costs, slowest, layout.embedding_s
 
     def _finish(self, p: _Prepared, split_ends: list[np.ndarray]) -> Estimate:
-        plan = p.plan
-        best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))  # first lowest E_0
-        split, stage_end = p.splits[best], split_ends[best]
-        layout = p.layout or self.layout(plan)
-        step, dp_costs, slowest, embedding = self._step(plan, p.stage_types, split.reported[0], stage_end, layout)
-        return Estimate(
-            plan=plan, partition=split.reported, stage_node_types=p.stage_types,
-            stage_compute_s=tuple(p.stage_compute(split.scheduled)), p2p_s=p.p2p,
-            stage_end_s=tuple(float(e) for e in stage_end), pipeline_time_s=float(stage_end[0]),
-            dp_allreduce_s=float(dp_costs[slowest]), embedding_allreduce_s=float(embedding),
-            step_time_s=float(step), memory=estimate_memory(plan, self.model, self.cluster, split.reported,
-                                                                    layout.limits),
-            usd_per_step=self.usd_per_s * float(step), partitioner=self.partitioner,
-            partition_proven_optimal=p.proven,
-        )
+        """The estimate of the split with the lowest pipeline time (the first of equals)."""
+        best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))
+        split = p.splits[best]
+        return self._finish_many([(p, split, split_ends[best], p.stage_compute(split.scheduled))])[0]
+
+    def _finish_many(self, chosen: Sequence[tuple[_Prepared, Split, Sequence[float], Sequence[float]]]
+                     ) -> list[Estimate]:
+        """Estimates from (prepared plan, its split, the split's stage ends, its stage compute
+        seconds): step time (`_step`'s float32 operations), memory and dollars, on arrays with a
+        row per plan and a column per stage (rows of shorter pipelines padded with stages that
+        end at -inf and fit in any memory)."""
+        width = max(p.plan.pp for p, *_ in chosen)
+        layouts = [p.layout or self.layout(p.plan) for p, *_ in chosen]
+        pad = [width - p.plan.pp for p, *_ in chosen]
+        ends = np.array([list(e) + [-np.inf] * n for (_, _, e, _), n in zip(chosen, pad)], dtype=float)
+        end_rows = [row[:width - n] for row, n in zip(ends.tolist(), pad)]
+        dp_costs = np.array([list(self._dp_costs(p.plan, p.stage_types, split.reported[0], layout.dp_ring)) + [0.0] * n
+                             for (p, split, _, _), layout, n in zip(chosen, layouts, pad)], dtype=f32)
+        totals = ends.astype(f32) + dp_costs
+        slowest = totals.argmax(axis=1)  # the first of the latest
+        rows = np.arange(len(chosen))
+        steps = totals[rows, slowest] + np.array([layout.embedding_s for layout in layouts], dtype=f32)
+        memory = estimate_memory_many(
+            [p.plan for p, *_ in chosen], self.model, self.cluster,
+            np.array([split.reported + (0,) * n for (_, split, _, _), n in zip(chosen, pad)], dtype=np.intp),
+            np.array([layout.limits + (np.inf,) * n for layout, n in zip(layouts, pad)]))
+        return [Estimate(plan=p.plan, partition=split.reported, stage_node_types=p.stage_types,
+                         stage_compute_s=tuple(compute), p2p_s=p.p2p, stage_end_s=tuple(end), pipeline_time_s=end[0],
+                         dp_allreduce_s=dp, embedding_allreduce_s=float(layout.embedding_s), step_time_s=step,
+                         memory=mem, usd_per_step=self.usd_per_s * step, partitioner=self.partitioner,
+                         partition_proven_optimal=p.proven)
+                for (p, split, _, compute), end, layout, dp, step, mem in zip(
+                    chosen, end_rows, layouts, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
 
     def _dp_costs(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int,
                   ring: np.float32) -> np.ndarray:
         """Each stage's DP all-reduce (float32) when stage 0 holds `stage0_layers` layers
         (dp-stage0-params): it differs between stages only by their bus (MODEL.md §7)."""
-        params = self._dp_params(plan, stage0_layers)
-        by_bus = {shared: comm.dp_allreduce_seconds(plan, params, ring, shared) for shared in (False, True)}
+        key = (plan.tp, plan.dp, stage0_layers, float(ring))
+        if key not in self._dp_by_bus:
+            params = self._dp_params(plan, stage0_layers)
+            self._dp_by_bus[key] = tuple(comm.dp_allreduce_seconds(plan, params, ring, shared) for shared in (False, True))
+        by_bus = self._dp_by_bus[key]
         return np.array([by_bus[t.intra_node_shared] for t in stage_types], f32)
 
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:

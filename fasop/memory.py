@@ -100,33 +100,71 @@ def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> np.nda
     return ~(need[None, :, :] > limits[:, None, None])
 
 
+def element_tables(plan: Plan, model: ModelSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(params, activations) per GPU of every run of layers: table[a, b] = `stage_elements` of
+    layers a..b-1 (0 where b <= a), the same sums layer by layer in list order."""
+    p = plan.pp if plan.num_microbatches > plan.pp else plan.num_microbatches
+    return _element_tables(model.hidden_size, model.vocab_size, model.sequence_length, model.num_attention_heads,
+                           plan.mbs, plan.tp, plan.pp, p, model.layer_kinds)
+
+
+@lru_cache(maxsize=256)
+def _element_tables(h: int, v: int, s: int, a: int, b: int, tp: int, pp: int, p: int,
+                    kinds: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    n = len(kinds)
+    per_layer = np.array([_elements(h, v, s, a, b, tp, pp, p, (kind,)) for kind in kinds])  # (n, 2)
+    tables = []
+    for column in per_layer.T:
+        # row a holds the layers from a on; a cumulative sum along it adds strictly left to right
+        # (np.add.accumulate), so entry [a, b] is _elements' sum of layers a..b-1
+        shifted = np.zeros((n + 1, n + 1))
+        for first in range(n):
+            shifted[first, first + 1:] = column[first:]
+        tables.append(np.cumsum(shifted, axis=1))
+    return tables[0], tables[1]
+
+
 def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
                     limits: tuple[float, ...] | None = None) -> MemoryEstimate:
     """Per-stage bytes of a split and the OOM flags (MODEL.md §8). limits: stage_limits(plan), if
     the caller has them."""
-    stage_bytes, zero_bytes = [], []
-    is_oom = is_zero_oom = False
-    oom_gib = zero_gib = None
-    first = 0
-    factor = cluster.memory_overhead_factor
     limits = stage_limits(plan) if limits is None else limits
-    for i, count in enumerate(partition):
-        params, act = stage_elements(plan, model, model.layer_kinds[first:first + count])
-        first += count
-        mem = BYTES_PER_PARAM * params + act
-        zero = (ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // plan.dp) * params + act
-        stage_bytes.append(mem)
-        zero_bytes.append(zero)
-        limit = limits[i]
-        if factor * mem > limit:
-            is_oom, oom_gib = True, factor * mem / GIB
-        if zero > limit:
-            is_zero_oom, zero_gib = True, factor * zero / GIB
-    return MemoryEstimate(
-        stage_bytes=tuple(stage_bytes), stage_zero_bytes=tuple(zero_bytes),
-        is_oom=is_oom, oom_gpumem_gib=_report_gib(oom_gib if is_oom else max(stage_bytes) / GIB),
-        is_zero_oom=is_zero_oom, zero_oom_gpumem_gib=_report_gib(zero_gib if is_zero_oom else max(zero_bytes) / GIB),
-    )
+    return estimate_memory_many([plan], model, cluster, np.array([partition]), np.array([limits]))[0]
+
+
+def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: ClusterSpec, partitions: np.ndarray,
+                         limits: np.ndarray) -> list[MemoryEstimate]:
+    """`estimate_memory` of many plans' splits: partitions and limits (bytes) a row per plan, a
+    column per stage; rows of plans with fewer stages padded with stages of no layer and an
+    infinite limit. Per stage: bytes = 18 x params + activations, with ZeRO (6 + 12 // dp) x
+    params + activations; a stage is OOM when overhead x bytes exceeds its limit, and the
+    reported peak is then overhead x the last OOM stage's bytes (FASOP)."""
+    contexts: dict[tuple, int] = {}
+    index = np.array([contexts.setdefault((p.mbs, p.tp, p.pp, min(p.pp, p.num_microbatches)), len(contexts))
+                      for p in plans])
+    firsts = {}
+    for p in plans:
+        firsts.setdefault((p.mbs, p.tp, p.pp, min(p.pp, p.num_microbatches)), p)
+    tables = [element_tables(p, model) for p in firsts.values()]
+    edges = np.zeros((len(partitions), partitions.shape[1] + 1), dtype=np.intp)
+    np.cumsum(partitions, axis=1, out=edges[:, 1:])
+    at = (index[:, None], edges[:, :-1], edges[:, 1:])
+    params, act = np.stack([t[0] for t in tables])[at], np.stack([t[1] for t in tables])[at]
+    factor = cluster.memory_overhead_factor
+    stage_bytes = BYTES_PER_PARAM * params + act
+    sharded = np.array([ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // p.dp for p in plans])
+    zero_bytes = sharded[:, None] * params + act
+    oom, zero_oom = factor * stage_bytes > limits, zero_bytes > limits
+    last = partitions.shape[1] - 1
+    rows = np.arange(len(partitions))
+    oom_gib = np.where(oom.any(axis=1), factor * stage_bytes[rows, last - oom[:, ::-1].argmax(axis=1)] / GIB,
+                       stage_bytes.max(axis=1) / GIB)
+    zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
+                        zero_bytes.max(axis=1) / GIB)
+    return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
+                           oom_gpumem_gib=_report_gib(g), is_zero_oom=zo, zero_oom_gpumem_gib=_report_gib(zg))
+            for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.any(axis=1).tolist(),
+                                             oom_gib.tolist(), zero_oom.any(axis=1).tolist(), zero_gib.tolist())]
 
 
 def _report_gib(gib: float) -> float:

@@ -26,6 +26,8 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from fasop import native
+
 COMPILE_EVENTS = 30000
 """Schedules of more events (e.g. pp = 32, m = 128) are always evaluated level by level."""
 SCALAR_PER_LEVEL = 35
@@ -54,6 +56,8 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
     the same maximum and addition either way.
     """
     pp, batch = fwd.shape
+    if native.kernels is not None:  # the compiled recurrences: the same operations, the same bits
+        return _compiled(fwd, bwd, send_fwd, send_bwd, num_microbatches)
     if not reuse:  # the caller schedules this (pp, m) once: tracing would not pay
         if batch <= FLOAT_PIPELINES:  # the recurrences on Python floats, one pipeline at a time
             ends = [_run(d[:pp], d[pp:2 * pp], d[2 * pp:3 * pp], d[3 * pp:], num_microbatches, 0.0, max)
@@ -70,6 +74,16 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
         ends = [[values[k] for k in outputs] for values in map(program.values, _rows(fwd, bwd, send_fwd, send_bwd))]
         return np.array(ends).T.reshape(pp, batch)
     return program.run(np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0))[program.outputs]
+
+
+def _compiled(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
+              num_microbatches: int) -> np.ndarray:
+    """`one_f_one_b` by the compiled recurrences (fasop/_native.c)."""
+    pp, batch = fwd.shape
+    durations = np.ascontiguousarray(np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0).T, dtype=float)
+    ends = np.empty((batch, pp))
+    native.kernels.one_f_one_b(durations, pp, num_microbatches, ends)
+    return ends.T
 
 
 class _Nothing:

@@ -1,0 +1,763 @@
+/* fasop._native: compiled kernels of fasop's hot loops (optional; see fasop/native.py).
+ *
+ * Each kernel computes what a Python function of fasop computes, with the same float64
+ * operations in the same order, so the results are the same bits:
+ *
+ * - one_f_one_b: FASOP's 1F1B event recurrences (MODEL.md section 5), fasop.schedule._run.
+ *   Every event end is (the largest of the events it waits for) + its duration: comparisons,
+ *   exact, and one IEEE double addition.
+ * - minmax: FASOP's greedy min-max layer balancing (MODEL.md section 6), the moves of
+ *   fasop.partition.minmax, on stage times read from tables of prefix sums made in Python.
+ * - fasop_plans: FASOP's partitioner and schedule for a batch of plans: the min-max split(s)
+ *   of each plan (for an encoder-decoder model, one per number of encoder stages,
+ *   fasop.partition.fasop_minmax_splits), each split's stage times (fasop.compute.stage_times),
+ *   and the 1F1B stage ends of the split with the lowest pipeline time (the first of equals),
+ *   as fasop.estimate schedules and picks them.
+ *
+ * The only arithmetic beyond max and + is F = t / 3 and B = 2 * t / 3, written as numpy
+ * writes it, and the lower bounds that let fasop_plans skip splits that cannot win (they only
+ * decide what is skipped, never a value).
+ *
+ * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
+ * only a C compiler and Python's headers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Python's max(a, b) for the non-negative, non-NaN values here: a unless b is larger. */
+static inline double mx(double a, double b) { return b > a ? b : a; }
+
+/* ------------------------------------------------------------------------------- 1F1B */
+
+/* LANES pipelines of the same pp and m run in lockstep, lane l of every time holding pipeline
+ * l's: the same operations per lane, so each lane's values are those of its pipeline run
+ * alone, and the compiler turns the lane loops into vector instructions. */
+#define LANES 4
+typedef struct { double v[LANES]; } lanes_t;
+
+/* Does any lane of x differ from +0.0? Durations are >= 0 and never -0.0, so adding one that
+ * is 0 in every lane leaves every value as it is: such additions are skipped. */
+static inline int any(const lanes_t *x)
+{
+    int some = 0;
+    for (int l = 0; l < LANES; l++) some |= x->v[l] != 0.0;
+    return some;
+}
+
+/* t = max(a, b), then + d when add, per lane */
+static inline void maxadd(lanes_t *t, const lanes_t *a, const lanes_t *b, const lanes_t *d, int add)
+{
+    for (int l = 0; l < LANES; l++) t->v[l] = mx(a->v[l], b->v[l]);
+    if (add)
+        for (int l = 0; l < LANES; l++) t->v[l] += d->v[l];
+}
+
+/* Scratch of the recurrences for one (pp, m): the durations and ends of LANES pipelines. */
+typedef struct {
+    int pp, m;
+    lanes_t *grid;  /* 6 * pp * m */
+    int *flags;     /* 3 * pp */
+    lanes_t *dur;   /* 4 * pp rows: F, B, SF, SB of each stage */
+    lanes_t *ends;  /* pp */
+} sched_t;
+
+/* Scratch for pipelines of up to max_pp stages and max_cells = pp x m; set s->pp, s->m before
+ * each run. */
+static int sched_init(sched_t *s, int max_pp, int64_t max_cells)
+{
+    const int pp = max_pp;
+    s->pp = pp;
+    s->m = 1;
+    s->grid = malloc(6 * (size_t)max_cells * sizeof(lanes_t));
+    s->flags = malloc(3 * (size_t)pp * sizeof(int));
+    s->dur = malloc(4 * (size_t)pp * sizeof(lanes_t));
+    s->ends = malloc((size_t)pp * sizeof(lanes_t));
+    return (s->grid && s->flags && s->dur && s->ends) ? 0 : -1;
+}
+
+static void sched_free(sched_t *s)
+{
+    free(s->grid);
+    free(s->flags);
+    free(s->dur);
+    free(s->ends);
+}
+
+/* The recurrences of fasop.schedule._run on the LANES pipelines of s->dur, into s->ends (each
+ * stage's last backward end), in _run's order with three liberties that change no value: a
+ * receive end is read from the matching send end (fre[i][j] = fse[i-1][j] and bre[i][j] =
+ * bse[i+1][j] are always set together; the first stage receives no forward and the last no
+ * backward: 0.0), a maximum of three is taken in another order (max is exact), and sends that
+ * are 0 are not added. */
+static void run_1f1b(sched_t *s)
+{
+    const int pp = s->pp, m = s->m;
+    const size_t size = (size_t)pp * (size_t)m;
+    lanes_t *grid = s->grid;
+    memset(grid, 0, 6 * size * sizeof(lanes_t));
+    lanes_t *fce = grid, *fse = grid + size, *frs = grid + 2 * size;
+    lanes_t *bce = grid + 3 * size, *bse = grid + 4 * size, *brs = grid + 5 * size;
+    const lanes_t *F = s->dur, *B = s->dur + pp, *SF = s->dur + 2 * pp, *SB = s->dur + 3 * pp;
+    const lanes_t zero = {{0.0}};
+    int *warm = s->flags, *sf = s->flags + pp, *sb = s->flags + 2 * pp;
+#define AT(a, i, j) a[(size_t)(j) * (size_t)pp + (size_t)(i)]
+#define FRE(i, j) ((i) == 0 ? &zero : &AT(fse, (i) - 1, j))
+#define BRE(i, j) ((i) == pp - 1 ? &zero : &AT(bse, (i) + 1, j))
+    for (int i = 0; i < pp; i++) {
+        warm[i] = (pp - i - 1 < m) ? pp - i - 1 : m;
+        sf[i] = any(&SF[i]);
+        sb[i] = any(&SB[i]);
+    }
+    /* warm[i] does not grow with i: the stages with j < warm[i] (warm-up, cool-down) come
+     * first, those with j + warm[i] <= m - 1 (steady state) last; the loops visit just them. */
+
+    /* warm-up forwards */
+    for (int j = 0; j < m; j++) {
+        lanes_t received = zero;  /* fre[i][j]: the previous stage's send end, just computed */
+        for (int i = 0; i < pp && j < warm[i]; i++) {
+            lanes_t fc;
+            if (j == 0) maxadd(&fc, &received, &zero, &F[i], 1);  /* 0.0 + F at stage 0 */
+            else maxadd(&fc, &AT(fse, i, j - 1), &received, &F[i], 1);
+            AT(fce, i, j) = fc;
+            if (i > 0 && j < warm[i] - 1) AT(frs, i, j + 1) = fc;
+            if (i < pp - 1) {
+                maxadd(&received, &fc, j == 0 ? &zero : &AT(frs, i + 1, j), &SF[i], sf[i]);
+                AT(fse, i, j) = received;
+            }
+        }
+    }
+    /* steady state: one forward, then one backward */
+    int steady = 0;  /* the first stage with j + warm[i] <= m - 1 */
+    for (int j = 0; j < m; j++) {
+        while (steady < pp && j + warm[steady] > m - 1) steady++;
+        for (int i = steady; i < pp; i++) {
+            const int f = j + warm[i];
+            lanes_t fc;
+            if (j == 0) maxadd(&fc, f == 0 ? &zero : &AT(fse, i, f - 1), FRE(i, f), &F[i], 1);
+            else if (i == 0) maxadd(&fc, &AT(bce, 0, j - 1), &zero, &F[0], 1);
+            else maxadd(&fc, &AT(bse, i, j - 1), FRE(i, f), &F[i], 1);
+            AT(fce, i, f) = fc;
+            if (i < pp - 1) {
+                AT(brs, i, j) = fc;
+                maxadd(&AT(fse, i, f), &fc, (j == 0 && f == 0) ? &zero : &AT(frs, i + 1, f), &SF[i], sf[i]);
+            }
+        }
+        lanes_t received = zero;  /* bre[i][j]: the next stage's send end, just computed */
+        for (int i = pp - 1; i >= steady; i--) {
+            const int g = j + warm[i];
+            lanes_t early, bc;
+            maxadd(&early, i == 0 ? &zero : &AT(fse, i, g), &AT(fce, i, g), &zero, 0);
+            maxadd(&bc, &early, &received, &B[i], 1);
+            AT(bce, i, j) = bc;
+            if (i > 0) {
+                if (g + 1 < m) AT(frs, i, g + 1) = bc;
+                else if (j + 1 < m) AT(brs, i, j + 1) = bc;
+                maxadd(&received, &bc, &AT(brs, i - 1, j), &SB[i], sb[i]);
+                AT(bse, i, j) = received;
+            } else if (j == m - 1 - warm[0] && j + 1 < m) {
+                AT(brs, 0, j + 1) = bc;
+            }
+        }
+    }
+    /* cool-down backwards (index j-1 wraps to m-1 at j = 0, as Python's -1 does) */
+    int draining = 0;  /* stages 0..draining-1 have j >= m - warm[i] */
+    for (int j = 0; j < m; j++) {
+        const int prev = (j == 0) ? m - 1 : j - 1;
+        while (draining < pp && j >= m - warm[draining]) draining++;
+        for (int i = draining - 1; i >= 0; i--) {
+            lanes_t early, bc;
+            maxadd(&early, &AT(bce, i, prev), &AT(bse, i, prev), &zero, 0);
+            maxadd(&bc, &early, BRE(i, j), &B[i], 1);
+            AT(bce, i, j) = bc;
+            if (j < m - 1) AT(brs, i, j + 1) = bc;
+            if (i > 0) maxadd(&AT(bse, i, j), &bc, &AT(brs, i - 1, j), &SB[i], sb[i]);
+        }
+    }
+    for (int i = 0; i < pp; i++) s->ends[i] = AT(bce, i, m - 1);
+#undef AT
+#undef FRE
+#undef BRE
+}
+
+/* ---------------------------------------------------------------------------- min-max */
+
+/* Stage time tables: plane p, entry [a, b] = seconds of layers a..b-1 (b > a), as
+ * fasop.compute.LayerCosts.matrix. */
+typedef struct {
+    const double *data;
+    Py_ssize_t width, planes;
+} tables_t;
+
+/* Seconds of `count` layers from `first` on plane p (0.0 for none), as compute.stage_times. */
+static inline double stage_time(const tables_t *t, int64_t p, int64_t first, int64_t count)
+{
+    return count > 0 ? t->data[(p * t->width + first) * t->width + first + count] : 0.0;
+}
+
+/* Work space of run_minmax for up to n stages. */
+typedef struct {
+    int64_t *counts, *edges, *history;
+    double *current;
+    Py_ssize_t capacity;  /* history rows */
+} minmax_t;
+
+static int minmax_init(minmax_t *w, int n)
+{
+    w->capacity = 64;
+    w->counts = malloc((size_t)n * sizeof(int64_t));
+    w->edges = malloc((size_t)(n + 1) * sizeof(int64_t));
+    w->history = malloc((size_t)w->capacity * (size_t)n * sizeof(int64_t));
+    w->current = malloc((size_t)n * sizeof(double));
+    return (w->counts && w->edges && w->history && w->current) ? 0 : -1;
+}
+
+static void minmax_free(minmax_t *w)
+{
+    free(w->counts);
+    free(w->edges);
+    free(w->history);
+    free(w->current);
+}
+
+/* fasop.partition.minmax: n stages on planes which[0..n-1], L layers, balancing time of stage
+ * i = its compute + extra[i] (comm of the middle stages, 0.0 at the ends). Writes the reported
+ * and scheduled counts; -1 when out of memory. */
+static int run_minmax(minmax_t *w, const tables_t *t, int n, int L, const int64_t *which, const double *extra,
+                      int64_t *reported, int64_t *scheduled)
+{
+    int64_t *counts = w->counts, *edges = w->edges;
+    double *current = w->current;
+    const size_t row = (size_t)n * sizeof(int64_t);
+#define STAGE(i) (stage_time(t, which[i], edges[i], edges[(i) + 1] - edges[i]) + extra[i])
+    for (int i = 0; i < n; i++) counts[i] = L / n;
+    for (int i = 0; i < L % n; i++) counts[(i - 1 + n) % n] += 1;  /* Python's counts[i - 1] */
+    edges[0] = 0;
+    for (int i = 0; i < n; i++) edges[i + 1] = edges[i] + counts[i];
+    for (int i = 0; i < n; i++) current[i] = STAGE(i);
+    double last = 1e6;
+    int moved = 0, prev_max = 0, prev_min = 0;
+    Py_ssize_t seen = 0;  /* history rows: the counts before each move */
+    for (;;) {
+        double top = current[0], low = current[0];
+        int imax = 0, imin = 0;  /* first of the largest, first of the smallest */
+        for (int i = 1; i < n; i++) {
+            if (current[i] > top) { top = current[i]; imax = i; }
+            if (current[i] < low) { low = current[i]; imin = i; }
+        }
+        if (moved) {
+            int stop = top > last;
+            for (Py_ssize_t h = 0; h < seen && !stop && top == last; h++)  /* steps 2/3 */
+                stop = memcmp(w->history + h * n, counts, row) == 0;
+            if (stop) {  /* undo the last move and stop */
+                counts[prev_max] += 1;
+                counts[prev_min] -= 1;
+                memcpy(reported, counts, row);
+                memcpy(scheduled, counts, row);
+                return 0;
+            }
+        }
+        last = top;
+        if ((imax == 0 || imax == n - 1) && counts[imax] == 2) {
+            memcpy(scheduled, counts, row);
+            if (moved) {  /* step 5 quirk: report a changed split, schedule the unchanged one */
+                counts[imax] += 1;
+                counts[imin] -= 1;
+            }
+            memcpy(reported, counts, row);
+            return 0;
+        }
+        if (counts[imax] <= 1) {
+            memcpy(reported, counts, row);
+            memcpy(scheduled, counts, row);
+            return 0;
+        }
+        if (seen == w->capacity) {  /* a handful of moves in practice */
+            int64_t *grown = realloc(w->history, (size_t)(2 * w->capacity) * row);
+            if (!grown) return -1;
+            w->history = grown;
+            w->capacity *= 2;
+        }
+        memcpy(w->history + seen * n, counts, row);
+        seen++;
+        counts[imax] -= 1;
+        counts[imin] += 1;
+        moved = 1;
+        prev_max = imax;
+        prev_min = imin;
+        const int lo = imax < imin ? imax : imin, hi = imax < imin ? imin : imax;
+        for (int e = lo + 1; e <= hi; e++) edges[e] += (imax < imin) ? -1 : 1;
+        for (int i = lo; i <= hi; i++) current[i] = STAGE(i);  /* only stages between moved edges change */
+    }
+#undef STAGE
+}
+
+/* ------------------------------------------------------------------- FASOP's plans */
+
+/* A lower bound on stage 0's end time for stage times t (pp > 1), sends sf (stage 0 forward)
+ * and sb (last stage backward): chains of events that run one after another (see
+ * fasop.schedule.one_f_one_b_bound): every stage's time, both sends and the steady chain
+ * c_i t_i of schedule.steady_weights; stage i's own m forwards and backwards after the stages
+ * before it. Reduced by a relative 1e-9, more than the rounding of any chain of fewer than
+ * 10^6 events: below the computed end time, not only below the exact one. */
+static double lower_bound(const double *t, int pp, int m, double sf, double sb)
+{
+    double total = 0.0, steady = 0.0, own = 0.0;
+    for (int i = 0; i < pp; i++) {
+        const int w = (pp - i - 1 < m) ? pp - i - 1 : m;
+        double c = 2.0 * (m - 1) / 3.0;
+        if (m > w && m - 1 - w / 3.0 > c) c = m - 1 - w / 3.0;
+        if (c * t[i] > steady) steady = c * t[i];
+        const double busy = total + m * t[i] + (i > 0 ? sf : 0.0) + (i == pp - 1 ? sb : 0.0);
+        if (busy > own) own = busy;
+        total += t[i];
+    }
+    const double chain = total + sf + sb + steady;
+    return (chain > own ? chain : own) * (1.0 - 1e-9);
+}
+
+/* One candidate split of a plan: its counts, stage times and bound. */
+typedef struct {
+    int64_t *counts;  /* pp */
+    double *times;    /* pp */
+    double bound;
+    int index;
+} split_t;
+
+static int by_bound(const void *a, const void *b)
+{
+    const split_t *x = a, *y = b;
+    if (x->bound != y->bound) return x->bound < y->bound ? -1 : 1;
+    return x->index - y->index;
+}
+
+/* Loads lane l of s->dur with the pipeline of stage times t: F = t/3, B = 2t/3 (numpy's
+ * comp / 3 and 2 * comp / 3), stage 0's forward send sf, the last stage's backward send sb. */
+static void load_lane(sched_t *s, int l, const double *t, double sf, double sb)
+{
+    const int pp = s->pp;
+    for (int i = 0; i < pp; i++) {
+        s->dur[i].v[l] = t[i] / 3.0;
+        s->dur[pp + i].v[l] = 2.0 * t[i] / 3.0;
+        s->dur[2 * pp + i].v[l] = (i == 0) ? sf : 0.0;
+        s->dur[3 * pp + i].v[l] = (i == pp - 1) ? sb : 0.0;
+    }
+}
+
+/* Stage times of counts over planes which (layers from 0), as compute.stage_times. */
+static void times_of(const tables_t *t, int pp, const int64_t *which, const int64_t *counts, double *times)
+{
+    int64_t first = 0;
+    for (int i = 0; i < pp; i++) {
+        times[i] = stage_time(t, which[i], first, counts[i]);
+        first += counts[i];
+    }
+}
+
+/* ------------------------------------------------------------------------------ Python */
+
+static int check_buffer(const Py_buffer *view, Py_ssize_t count, Py_ssize_t itemsize, const char *name)
+{
+    if (view->len != count * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd bytes, got %zd", name, count * itemsize, view->len);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_planes(const tables_t *t, const int64_t *which, Py_ssize_t count)
+{
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (which[k] < 0 || which[k] >= t->planes) {
+            PyErr_SetString(PyExc_ValueError, "plane index out of range");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(one_f_one_b_doc,
+"one_f_one_b(durations, pp, m, ends)\n\n"
+"FASOP's 1F1B recurrences for n pipelines of pp stages and m micro-batches. durations: float64,\n"
+"C-contiguous, n rows of 4*pp (F, B, SF, SB of each stage); ends: writable float64 buffer of n*pp,\n"
+"filled with each stage's last backward end, pipeline by pipeline.");
+
+static PyObject *py_one_f_one_b(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer durations, ends;
+    int pp, m;
+    if (!PyArg_ParseTuple(args, "y*iiw*", &durations, &pp, &m, &ends)) return NULL;
+    PyObject *result = NULL;
+    sched_t s = {0};
+    if (pp < 1 || m < 1) {
+        PyErr_SetString(PyExc_ValueError, "one_f_one_b: pp and m must be >= 1");
+        goto done;
+    }
+    const Py_ssize_t row = 4 * (Py_ssize_t)pp;
+    const Py_ssize_t n = durations.len / (row * (Py_ssize_t)sizeof(double));
+    if (check_buffer(&durations, n * row, sizeof(double), "durations") < 0 ||
+        check_buffer(&ends, n * pp, sizeof(double), "ends") < 0)
+        goto done;
+    if (sched_init(&s, pp, (int64_t)pp * m) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    s.m = m;
+    const double *d = durations.buf;
+    double *out = ends.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k0 = 0; k0 < n; k0 += LANES) {
+        for (int l = 0; l < LANES; l++) {  /* lanes past the last pipeline repeat it, unread */
+            const double *r = d + (k0 + l < n ? k0 + l : n - 1) * row;
+            for (Py_ssize_t q = 0; q < row; q++) s.dur[q].v[l] = r[q];
+        }
+        run_1f1b(&s);
+        for (int l = 0; l < LANES && k0 + l < n; l++)
+            for (int i = 0; i < pp; i++) out[(k0 + l) * pp + i] = s.ends[i].v[l];
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    sched_free(&s);
+    PyBuffer_Release(&durations);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
+PyDoc_STRVAR(minmax_doc,
+"minmax(table, width, which, extra, n, num_layers, reported, scheduled)\n\n"
+"FASOP's greedy min-max balancing of num_layers layers over n stages, for P problems.\n"
+"table: float64, planes of width x width (seconds of layers a..b-1 at [a, b], b > a);\n"
+"which: int64, P rows of n plane indices; extra: float64, P rows of n comm terms (0.0 at the\n"
+"ends); reported, scheduled: writable int64 buffers of P*n, the counts per stage.");
+
+static PyObject *py_minmax(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer table, which, extra, reported, scheduled;
+    Py_ssize_t width;
+    int n, L;
+    if (!PyArg_ParseTuple(args, "y*ny*y*iiw*w*", &table, &width, &which, &extra, &n, &L, &reported, &scheduled))
+        return NULL;
+    PyObject *result = NULL;
+    minmax_t w = {0};
+    if (n < 1 || L < 0 || width < L + 1) {
+        PyErr_SetString(PyExc_ValueError, "minmax: need n >= 1 and width > num_layers");
+        goto done;
+    }
+    const tables_t t = {table.buf, width, table.len / (width * width * (Py_ssize_t)sizeof(double))};
+    const Py_ssize_t P = which.len / ((Py_ssize_t)n * (Py_ssize_t)sizeof(int64_t));
+    if (check_buffer(&which, P * n, sizeof(int64_t), "which") < 0 ||
+        check_buffer(&table, t.planes * width * width, sizeof(double), "table") < 0 ||
+        check_buffer(&extra, P * n, sizeof(double), "extra") < 0 ||
+        check_buffer(&reported, P * n, sizeof(int64_t), "reported") < 0 ||
+        check_buffer(&scheduled, P * n, sizeof(int64_t), "scheduled") < 0 ||
+        check_planes(&t, which.buf, P * n) < 0)
+        goto done;
+    if (minmax_init(&w, n) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int64_t *wh = which.buf;
+    const double *x = extra.buf;
+    int64_t *rep = reported.buf, *sch = scheduled.buf;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < P && !failed; k++)
+        failed = run_minmax(&w, &t, n, L, wh + k * n, x + k * n, rep + k * n, sch + k * n);
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    minmax_free(&w);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&which);
+    PyBuffer_Release(&extra);
+    PyBuffer_Release(&reported);
+    PyBuffer_Release(&scheduled);
+    return result;
+}
+
+/* extra[] of run_minmax for n stages: the comm term comm[i-1] of each middle stage i. */
+static void middle_comm(int n, const double *comm, double *extra)
+{
+    extra[0] = 0.0;
+    for (int i = 1; i < n - 1; i++) extra[i] = comm[i - 1];
+    extra[n - 1] = 0.0;
+}
+
+/* The candidate splits of an encoder-decoder plan (fasop.partition.fasop_minmax_splits): per
+ * number of encoder stages pe, the encoder's min-max split over stages 0..pe-1 and the
+ * decoder's over pe..pp-1, both balanced on the first n_enc layers' times with local stage
+ * indices for the comm term (MODEL.md section 6). Into splits[]; returns how many, or -1 when
+ * out of memory. */
+static int encoder_decoder_splits(minmax_t *w, const tables_t *t, int pp, int n_enc, int n_dec, const int64_t *which,
+                                  const double *comm, double *extra, int64_t *spare, split_t *splits)
+{
+    int count = 0;
+    for (int pe = 1; pe < (pp < n_enc ? pp : n_enc); pe++) {
+        const int pd = pp - pe;
+        if (pd > n_dec - 1) continue;
+        for (int half = 0; half < 2; half++) {
+            const int n = half ? pd : pe, offset = half ? pe : 0;
+            middle_comm(n, comm, extra);
+            if (run_minmax(w, t, n, n_enc, which + offset, extra, splits[count].counts + offset, spare) < 0)
+                return -1;
+        }
+        splits[count].index = count;
+        count++;
+    }
+    return count;
+}
+
+/* Plan order of fasop_plans: by stage count, then micro-batch count, then index. */
+typedef struct {
+    int64_t pp, m;
+    Py_ssize_t index;
+} shape_t;
+
+static int by_shape(const void *a, const void *b)
+{
+    const shape_t *x = a, *y = b;
+    if (x->pp != y->pp) return x->pp < y->pp ? -1 : 1;
+    if (x->m != y->m) return x->m < y->m ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* The output rows of one plan of fasop_plans. */
+typedef struct {
+    int64_t *reported, *scheduled;
+    double *times, *ends;
+} rows_t;
+
+/* Encoder-decoder plan: its candidate splits, scheduled LANES at a time in order of their
+ * bounds until the best end found is below the next bound; the chosen split's rows out.
+ * Returns the number of splits scheduled, -1 when out of memory, -2 when it has none. */
+static long encoder_decoder_plan(sched_t *s, minmax_t *w, const tables_t *t, int n_enc, int n_dec,
+                                 const int64_t *planes, const double *comm, double *extra, int64_t *spare,
+                                 split_t *splits, int64_t *count_rows, double *time_rows, rows_t out)
+{
+    const int pp = s->pp, m = s->m;
+    const double sf = comm[0], sb = comm[pp - 2];
+    for (int q = 0; q < pp; q++) {  /* rows in index order (the last plan's sort moved them) */
+        splits[q].counts = count_rows + (size_t)q * (size_t)pp;
+        splits[q].times = time_rows + (size_t)q * (size_t)pp;
+    }
+    const int count = encoder_decoder_splits(w, t, pp, n_enc, n_dec, planes, comm, extra, spare, splits);
+    if (count <= 0) return count < 0 ? -1 : -2;
+    for (int q = 0; q < count; q++) {
+        times_of(t, pp, planes, splits[q].counts, splits[q].times);
+        splits[q].bound = lower_bound(splits[q].times, pp, m, sf, sb);
+    }
+    /* once the best end found is below a split's bound, that split and every later one end
+     * later: they are not scheduled */
+    qsort(splits, (size_t)count, sizeof(split_t), by_bound);
+    double best = 0.0;
+    int best_index = -1;
+    long scheduled = 0;
+    for (int q0 = 0; q0 < count; q0 += LANES) {
+        if (best_index >= 0 && splits[q0].bound > best) break;
+        int lanes = 0;
+        for (; lanes < LANES && q0 + lanes < count; lanes++) {
+            if (best_index >= 0 && splits[q0 + lanes].bound > best) break;
+            load_lane(s, lanes, splits[q0 + lanes].times, sf, sb);
+        }
+        for (int l = lanes; l < LANES; l++) load_lane(s, l, splits[q0].times, sf, sb);  /* unread */
+        run_1f1b(s);
+        scheduled += lanes;
+        for (int l = 0; l < lanes; l++) {
+            const split_t *c = &splits[q0 + l];
+            const double e0 = s->ends[0].v[l];
+            if (best_index < 0 || e0 < best || (e0 == best && c->index < splits[best_index].index)) {
+                best = e0;
+                best_index = q0 + l;
+                memcpy(out.reported, c->counts, (size_t)pp * sizeof(int64_t));
+                memcpy(out.scheduled, c->counts, (size_t)pp * sizeof(int64_t));
+                memcpy(out.times, c->times, (size_t)pp * sizeof(double));
+                for (int i = 0; i < pp; i++) out.ends[i] = s->ends[i].v[l];
+            }
+        }
+    }
+    return scheduled;
+}
+
+PyDoc_STRVAR(fasop_plans_doc,
+"fasop_plans(table, width, which, comm, pps, ms, n_enc, n_dec, reported, scheduled, times, ends) -> int\n\n"
+"FASOP's partitioner and 1F1B schedule for P plans. Rows of S >= every pp entries, the first pp\n"
+"of a plan's row used: which (int64): the stage time plane of each stage (table, width as for\n"
+"minmax); comm (float64): p2p seconds per stage boundary (pp-1); pps, ms (int64, P): stages and\n"
+"micro-batches. The layer list has n_enc entries (n_dec = 0), or an encoder of n_enc and a\n"
+"decoder of n_dec. Writes each plan's chosen split (reported and scheduled counts, int64), its\n"
+"stage compute seconds and stage ends (float64): of the candidate splits, the one with the\n"
+"lowest stage-0 end, the first of equals; one stage: m x its time, in float32. Returns the\n"
+"number of splits scheduled (others were proved slower by a lower bound).");
+
+static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer table, which, comm, pps, ms, reported, scheduled, times, ends;
+    Py_ssize_t width;
+    int n_enc, n_dec;
+    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*iiw*w*w*w*", &table, &width, &which, &comm, &pps, &ms, &n_enc, &n_dec,
+                          &reported, &scheduled, &times, &ends))
+        return NULL;
+    PyObject *result = NULL;
+    sched_t s = {0};
+    minmax_t w = {0};
+    shape_t *order = NULL;
+    split_t *splits = NULL;
+    int64_t *count_rows = NULL;
+    double *time_rows = NULL, *extra = NULL;
+    const int layers = n_enc + n_dec;
+    const Py_ssize_t P = pps.len / (Py_ssize_t)sizeof(int64_t);
+    const Py_ssize_t S = P ? which.len / (P * (Py_ssize_t)sizeof(int64_t)) : 0;
+    const tables_t t = {table.buf, width, width > 0 ? table.len / (width * width * (Py_ssize_t)sizeof(double)) : 0};
+    if (n_enc < 1 || n_dec < 0 || (n_dec > 0 && n_dec != n_enc) || width < layers + 1) {
+        PyErr_SetString(PyExc_ValueError, "fasop_plans: need equal halves and width > layers");
+        goto done;
+    }
+    if (check_buffer(&pps, P, sizeof(int64_t), "pps") < 0 || check_buffer(&ms, P, sizeof(int64_t), "ms") < 0 ||
+        check_buffer(&table, t.planes * width * width, sizeof(double), "table") < 0 ||
+        check_buffer(&which, P * S, sizeof(int64_t), "which") < 0 ||
+        check_buffer(&comm, P * S, sizeof(double), "comm") < 0 ||
+        check_buffer(&reported, P * S, sizeof(int64_t), "reported") < 0 ||
+        check_buffer(&scheduled, P * S, sizeof(int64_t), "scheduled") < 0 ||
+        check_buffer(&times, P * S, sizeof(double), "times") < 0 ||
+        check_buffer(&ends, P * S, sizeof(double), "ends") < 0)
+        goto done;
+    const int64_t *pp_of = pps.buf, *m_of = ms.buf, *wh = which.buf;
+    int64_t most_pp = 1, most_cells = 1;
+    order = malloc((size_t)(P ? P : 1) * sizeof(shape_t));
+    if (!order) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < P; k++) {
+        const int64_t pp = pp_of[k], m = m_of[k];
+        if (pp < 1 || pp > S || m < 1 || pp > layers || m > (int64_t)1 << 30) {
+            PyErr_SetString(PyExc_ValueError, "fasop_plans: need 1 <= pp <= row width and layers, m >= 1");
+            goto done;
+        }
+        if (check_planes(&t, wh + k * S, pp) < 0) goto done;
+        if (pp > most_pp) most_pp = pp;
+        if (pp * m > most_cells) most_cells = pp * m;
+        order[k] = (shape_t){pp, m, k};
+    }
+    qsort(order, (size_t)P, sizeof(shape_t), by_shape);
+    const int most = (int)most_pp;
+    splits = calloc((size_t)most, sizeof(split_t));
+    count_rows = malloc((size_t)(most + 1) * (size_t)most * sizeof(int64_t));
+    time_rows = malloc((size_t)most * (size_t)most * sizeof(double));
+    extra = malloc((size_t)most * sizeof(double));
+    if (!splits || !count_rows || !time_rows || !extra || sched_init(&s, most, most_cells) < 0 ||
+        minmax_init(&w, most) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *spare = count_rows + (size_t)most * (size_t)most;
+    const double *cm = comm.buf;
+    int64_t *rep = reported.buf, *sch = scheduled.buf;
+    double *out_times = times.buf, *out_ends = ends.buf;
+    memset(rep, 0, (size_t)(P * S) * sizeof(int64_t));
+    memset(sch, 0, (size_t)(P * S) * sizeof(int64_t));
+    memset(out_times, 0, (size_t)(P * S) * sizeof(double));
+    memset(out_ends, 0, (size_t)(P * S) * sizeof(double));
+    long scheduled_count = 0;
+    int failed = 0;
+#define ROWS(k) ((rows_t){rep + (k) * S, sch + (k) * S, out_times + (k) * S, out_ends + (k) * S})
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r0 = 0, r1; r0 < P && !failed; r0 = r1) {
+        const int pp = (int)order[r0].pp, m = (int)order[r0].m;
+        for (r1 = r0; r1 < P && order[r1].pp == pp && order[r1].m == m; r1++) {}
+        s.pp = pp;
+        s.m = m;
+        if (pp == 1) {  /* one stage: all layers, m micro-batches back to back, float32 (MODEL.md section 5) */
+            for (Py_ssize_t r = r0; r < r1; r++) {
+                const Py_ssize_t k = order[r].index;
+                const rows_t out = ROWS(k);
+                out.reported[0] = out.scheduled[0] = layers;
+                out.times[0] = stage_time(&t, wh[k * S], 0, layers);
+                out.ends[0] = (double)(float)((double)m * out.times[0]);
+            }
+            continue;
+        }
+        if (n_dec > 0) {
+            for (Py_ssize_t r = r0; r < r1 && !failed; r++) {
+                const Py_ssize_t k = order[r].index;
+                const long done = encoder_decoder_plan(&s, &w, &t, n_enc, n_dec, wh + k * S, cm + k * S, extra, spare,
+                                                       splits, count_rows, time_rows, ROWS(k));
+                if (done < 0) failed = done == -1 ? 1 : 2;
+                else scheduled_count += done;
+            }
+            continue;
+        }
+        /* one segment: the min-max split of the whole list, then LANES plans scheduled at a time */
+        for (Py_ssize_t r = r0; r < r1 && !failed; r++) {
+            const Py_ssize_t k = order[r].index;
+            const rows_t out = ROWS(k);
+            middle_comm(pp, cm + k * S, extra);
+            failed = run_minmax(&w, &t, pp, n_enc, wh + k * S, extra, out.reported, out.scheduled) < 0;
+            times_of(&t, pp, wh + k * S, out.scheduled, out.times);
+        }
+        for (Py_ssize_t q0 = r0; q0 < r1 && !failed; q0 += LANES) {
+            for (int l = 0; l < LANES; l++) {  /* lanes past the run's last plan repeat it, unread */
+                const Py_ssize_t k = order[q0 + l < r1 ? q0 + l : r1 - 1].index;
+                load_lane(&s, l, out_times + k * S, cm[k * S], cm[k * S + pp - 2]);
+            }
+            run_1f1b(&s);
+            for (int l = 0; l < LANES && q0 + l < r1; l++) {
+                double *row = out_ends + order[q0 + l].index * S;
+                for (int i = 0; i < pp; i++) row[i] = s.ends[i].v[l];
+                scheduled_count++;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+#undef ROWS
+    if (failed) {
+        if (failed == 2) PyErr_SetString(PyExc_ValueError, "fasop_plans: a plan has no encoder-decoder split");
+        else PyErr_NoMemory();
+        goto done;
+    }
+    result = PyLong_FromLong(scheduled_count);
+done:
+    free(order);
+    free(splits);
+    free(count_rows);
+    free(time_rows);
+    free(extra);
+    sched_free(&s);
+    minmax_free(&w);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&which);
+    PyBuffer_Release(&comm);
+    PyBuffer_Release(&pps);
+    PyBuffer_Release(&ms);
+    PyBuffer_Release(&reported);
+    PyBuffer_Release(&scheduled);
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
+    {"minmax", py_minmax, METH_VARARGS, minmax_doc},
+    {"fasop_plans", py_fasop_plans, METH_VARARGS, fasop_plans_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "fasop._native", "Compiled kernels of fasop's hot loops (optional).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

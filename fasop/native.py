@@ -1,0 +1,20 @@
+"""The compiled kernels of fasop's hot loops (`fasop/_native.c`), when they were built.
+
+`kernels` is the extension module, or None when it was not built (no C compiler at install
+time) or when the environment variable FASOP_PURE_PYTHON is set to a non-empty value. Callers
+read `native.kernels` at call time and run their own Python loops when it is None: the kernels
+compute the same float64 operations in the same order, so the results are the same bits
+either way (tests compare the two).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+kernels: ModuleType | None = None
+if not os.environ.get("FASOP_PURE_PYTHON"):
+    try:
+        from fasop import _native as kernels
+    except ImportError:  # not built: the Python loops
+        kernels = None
