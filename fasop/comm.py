@@ -7,6 +7,8 @@ operations below is part of that contract.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from fasop.plan import Plan
@@ -17,24 +19,68 @@ f32 = np.float32
 
 def p2p_pairs(plan: Plan, boundary: int) -> list[tuple[int, int]]:
     """Rank pairs that send across stage boundary j -> j+1: every TP lane of every replica."""
-    block = plan.tp * plan.dp  # ranks t + tp*d + block*j of stage j
-    return [(a, a + block) for a in range(boundary * block, (boundary + 1) * block)]
+    return _boundary_pairs(plan.tp * plan.dp, boundary)
 
 
 def dp_ring_pairs(plan: Plan) -> list[tuple[int, int]]:
     """The hops of stage 0's data-parallel ring for TP lane tp-1 (MODEL.md §7)."""
-    t = plan.tp - 1
-    return [(plan.rank(0, d, t), plan.rank(0, (d + 1) % plan.dp, t)) for d in range(plan.dp)]
+    return _ring_pairs(plan.tp, plan.dp)
 
 
 def embedding_pairs(plan: Plan, model: ModelSpec) -> list[tuple[int, int]]:
     """The TP lanes of replica dp-1 between stage 0 and stage pp-1 that sync the tied word
     embedding (MODEL.md §7); none when the model has no embedding tied to a head on another stage."""
+    return _sync_pairs(plan.tp, plan.dp, plan.pp) if embedding_tied(model) else []
+
+
+def embedding_tied(model: ModelSpec) -> bool:
+    """Does the model sync a word embedding tied to its head (first and last entries of its list)?"""
     kinds = model.layer_kinds
-    if plan.pp == 1 or not model.tie_word_embeddings or kinds[0] != "embedding" or kinds[-1] != "head":
+    return model.tie_word_embeddings and kinds[0] == "embedding" and kinds[-1] == "head"
+
+
+def _boundary_pairs(block: int, boundary: int) -> list[tuple[int, int]]:
+    # ranks t + tp*d + block*j of stage j (Plan.rank), block = tp*dp
+    return [(a, a + block) for a in range(boundary * block, (boundary + 1) * block)]
+
+
+def _ring_pairs(tp: int, dp: int) -> list[tuple[int, int]]:
+    t = tp - 1
+    return [(t + tp * d, t + tp * ((d + 1) % dp)) for d in range(dp)]
+
+
+def _sync_pairs(tp: int, dp: int, pp: int) -> list[tuple[int, int]]:
+    if pp == 1:
         return []
-    d = plan.dp - 1
-    return [(plan.rank(0, d, t), plan.rank(plan.pp - 1, d, t)) for t in range(plan.tp)]
+    d, last = dp - 1, tp * dp * (pp - 1)
+    return [(t + tp * d, t + tp * d + last) for t in range(tp)]
+
+
+@lru_cache(maxsize=4096)
+def link_positions(tp: int, dp: int, pp: int, gpus_per_node: int, tied: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(intra, inter) for plans of these degrees, whatever their node types: per link -- each
+    stage boundary (`p2p_pairs`), stage 0's DP ring (`dp_ring_pairs`), the embedding sync
+    (`embedding_pairs`, none unless `tied`) -- the node positions that `least_bandwidths` folds
+    its rank pairs over: those of pairs on one node (intra), those of pairs across two (inter).
+    A row per link, padded with -1 (no node)."""
+    m = gpus_per_node
+    links = [_boundary_pairs(tp * dp, j) for j in range(pp - 1)] + [_ring_pairs(tp, dp)]
+    links.append(_sync_pairs(tp, dp, pp) if tied else [])
+    intra = [list(dict.fromkeys(a // m for a, b in pairs if a // m == b // m)) for pairs in links]
+    inter = [list(dict.fromkeys(q for a, b in pairs if a // m != b // m for q in (a // m, b // m))) for pairs in links]
+    return _padded(intra), _padded(inter)
+
+
+def _padded(rows: list[list[int]]) -> np.ndarray:
+    width = max(1, max(map(len, rows)))
+    return np.array([row + [-1] * (width - len(row)) for row in rows], dtype=np.intp)
+
+
+def least_link_bandwidths(intra_node: np.ndarray, inter_node: np.ndarray, positions: tuple[np.ndarray, np.ndarray]
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """`least_bandwidths` of every link of `link_positions` at once: intra_node and inter_node
+    hold each node's bandwidths followed by inf (what position -1 reads)."""
+    return intra_node[positions[0]].min(axis=1), inter_node[positions[1]].min(axis=1)
 
 
 def least_bandwidths(plan: Plan, pairs: list[tuple[int, int]]) -> tuple[float, float]:
@@ -60,13 +106,20 @@ def p2p_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec,
     if bandwidths is None:
         bandwidths = p2p_bandwidths(plan, cluster)
     # one float32 division per boundary, on an array
-    return tuple((_p2p_volume(plan, model) / np.array(bandwidths, dtype=f32)).tolist())
+    return tuple((p2p_volume(plan, model) / np.array(bandwidths, dtype=f32)).tolist())
 
 
 def p2p_bandwidths(plan: Plan, cluster: ClusterSpec) -> tuple[np.float32, ...]:
     """Bandwidth of each stage boundary j -> j+1 (MODEL.md §4), from `least_bandwidths` of its pairs."""
     return tuple(boundary_bandwidth(plan, cluster, *least_bandwidths(plan, p2p_pairs(plan, j)))
                  for j in range(plan.pp - 1))
+
+
+def boundary_bandwidths(plan: Plan, cluster: ClusterSpec, intra: np.ndarray, inter: np.ndarray) -> np.ndarray:
+    """`boundary_bandwidth` of many boundaries, float32 array: the same operations elementwise."""
+    intra_bw = np.asarray(intra).astype(f32) / f32(cluster.p2p_intra_node_divisor)
+    inter_bw = np.asarray(inter).astype(f32) / f32(plan.dp) / f32(plan.tp) / f32(cluster.p2p_inter_node_divisor)
+    return np.minimum(intra_bw, inter_bw)
 
 
 def boundary_bandwidth(plan: Plan, cluster: ClusterSpec, intra: float, inter: float) -> np.float32:
@@ -82,10 +135,11 @@ def boundary_bandwidth(plan: Plan, cluster: ClusterSpec, intra: float, inter: fl
 
 def p2p_boundary_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec, intra: float, inter: float) -> float:
     """One boundary's transfer time from `least_bandwidths` of its pairs (0 when both are inf)."""
-    return float(_p2p_volume(plan, model) / boundary_bandwidth(plan, cluster, intra, inter))
+    return float(p2p_volume(plan, model) / boundary_bandwidth(plan, cluster, intra, inter))
 
 
-def _p2p_volume(plan: Plan, model: ModelSpec) -> np.float32:
+def p2p_volume(plan: Plan, model: ModelSpec) -> np.float32:
+    """Bytes one micro-batch's activations take across a boundary: b*s*h elements, float32."""
     return f32(plan.mbs * model.sequence_length * model.hidden_size * model.bytes_per_element)
 
 

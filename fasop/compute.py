@@ -31,15 +31,8 @@ class LayerCosts:
     def matrix(self) -> np.ndarray:
         """matrix[a, b] = seconds of layers a..b-1 for b > a, summed left to right in list order
         (float64), inf elsewhere; shape (L+1, L+1)."""
-        n = len(self.seconds)
-        # Row a holds seconds[a:] from column a+1 on; a cumulative sum along the row adds strictly
-        # left to right (np.add.accumulate does not use pairwise summation), so every entry is the
-        # sequential float64 sum FASOP computes for a stage.
-        shifted = np.zeros((n + 1, n + 1))
-        for a in range(n):
-            shifted[a, a + 1:] = self.seconds[a:]
-        out = np.cumsum(shifted, axis=1)
-        out[np.tril_indices(n + 1)] = np.inf
+        out = run_sums(np.array(self.seconds))
+        out[~_above_diagonal(len(self.seconds) + 1)] = np.inf
         return out
 
     @cached_property
@@ -51,6 +44,24 @@ class LayerCosts:
     @property
     def total(self) -> float:
         return float(self.matrix[0, len(self.seconds)])
+
+
+def run_sums(values: np.ndarray) -> np.ndarray:
+    """table[a, b] = values[a] + ... + values[b-1] added left to right from 0.0 (b > a), 0.0
+    elsewhere; shape (n+1, n+1): the sequential float64 sums FASOP computes for a stage. Row a is
+    0 up to column a and then the values from a on, so a cumulative sum along it
+    (np.add.accumulate: strictly left to right, not pairwise) adds exactly as a loop does:
+    0.0 + 0.0 = 0.0, then 0.0 + values[a] = values[a], then + values[a+1], ..."""
+    row = np.concatenate([[0.0], values])
+    return np.cumsum(np.where(_above_diagonal(len(row)), row, 0.0), axis=1)
+
+
+@lru_cache(maxsize=64)
+def _above_diagonal(size: int) -> np.ndarray:
+    """mask[a, b] = b > a, shape (size, size); read-only (shared)."""
+    mask = np.triu(np.ones((size, size), dtype=bool), k=1)
+    mask.flags.writeable = False
+    return mask
 
 
 def stage_times(stages: Sequence[LayerCosts], counts: Sequence[int]) -> list[float]:
@@ -69,6 +80,18 @@ class ProfileCompute:
     def __init__(self, model: ModelSpec):
         self.model = model
         self._costs = lru_cache(maxsize=None)(self._layer_costs)
+
+    @classmethod
+    def of(cls, model: ModelSpec) -> "ProfileCompute":
+        """The model's ProfileCompute, shared by every estimator of the model in this process
+        (a pareto sweep makes one per composition); those of the latest 4 models are kept."""
+        source = _SOURCES.pop(id(model), None)
+        if source is None or source.model is not model:
+            source = cls(model)
+        _SOURCES[id(model)] = source  # the latest last
+        while len(_SOURCES) > 4:
+            del _SOURCES[next(iter(_SOURCES))]
+        return source
 
     def tp_degrees(self, gpus: tuple[str, ...]) -> tuple[int, ...]:
         return self.model.profile.tp_degrees(gpus)
@@ -89,3 +112,6 @@ class ProfileCompute:
         # MODEL.md §3: fwd+bwd = 3 x forward, scaled by the micro-batch factor of the layer kind.
         seconds = tuple(profile.fwd_bwd_factor * f * factors[kind] for f, kind in zip(forward, self.model.layer_kinds))
         return LayerCosts(seconds=seconds)
+
+
+_SOURCES: dict[int, ProfileCompute] = {}

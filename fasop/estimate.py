@@ -21,17 +21,18 @@ micro-batch counts go through one vectorised schedule run.
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
 from fasop import comm, native
 from fasop.compute import LayerCosts, ProfileCompute, stage_times
-from fasop.memory import MemoryEstimate, estimate_memory_many, stage_fit_mask, stage_limits
+from fasop.memory import MemoryEstimate, estimate_memory_many, limit_nodes, stage_fit_mask
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
                              optimal)
-from fasop.plan import Plan
+from fasop.plan import Plan, stage_node_indices
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
@@ -88,9 +89,36 @@ class _Layout:
     """comm.embedding_allreduce_seconds."""
     limits: tuple[float, ...]
     """memory.stage_limits: each stage's memory limit (bytes)."""
-    stage_types: tuple[NodeType, ...] | None
-    """The node type of each stage when every stage is on nodes of one type (else the pace of a
-    stage depends on the micro-batch size: `Fasop2024Estimator.stage_types`)."""
+    stages: "_Stages | None"
+    """The stage types when every stage is on nodes of one type; else None, and they depend on
+    which node types are slower for the micro-batch size (`Fasop2024Estimator._stages`)."""
+    by_pace: dict = field(default_factory=dict)
+    """_Stages of a layout with mixed stages, per order of the node types' paces."""
+    dp_pairs: dict = field(default_factory=dict)
+    """`Fasop2024Estimator._dp_pair` per number of layers on stage 0."""
+
+
+class _Chosen:
+    """A plan with its split chosen and scheduled: what `_finish_many` makes an estimate of."""
+
+    __slots__ = ("plan", "layout", "stages", "p2p", "split", "ends", "compute", "proven")
+
+    def __init__(self, plan: Plan, layout: "_Layout", stages: "_Stages", p2p: tuple[float, ...], split: Split,
+                 ends: list[float], compute: Sequence[float], proven: bool = False):
+        self.plan, self.layout, self.stages, self.p2p, self.split = plan, layout, stages, p2p, split
+        self.ends, self.compute, self.proven = ends, compute, proven
+        """ends: each stage's end; compute: each stage's fwd+bwd seconds per micro-batch."""
+
+
+class _Stages:
+    """The node type that sets each stage's pace, and what the estimate reads of them."""
+
+    __slots__ = ("types", "gpus", "shared")
+
+    def __init__(self, types: tuple[NodeType, ...]):
+        self.types = types
+        self.gpus = tuple(t.gpu for t in types)
+        self.shared = tuple(t.intra_node_shared for t in types)
 
 
 @dataclass(frozen=True)
@@ -108,6 +136,59 @@ class _Prepared:
         return stage_times(self.costs, counts)
 
 
+def _rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
+    """(the distinct items in order of first appearance, the index of each item among them);
+    distinct by `key` (default: the same object)."""
+    index: dict = {}
+    of = np.array([index.setdefault(key(item), len(index)) for item in items], dtype=np.intp)
+    firsts: dict = {}
+    for item in items:
+        firsts.setdefault(key(item), item)
+    return list(firsts.values()), of
+
+
+@dataclass(frozen=True)
+class _ShapeLinks:
+    """Node positions of the links and stages of several (tp, dp, pp) on N nodes, concatenated:
+    per shape its pp - 1 stage boundaries, stage 0's DP ring and the embedding sync
+    (comm.link_positions; intra and inter padded with -1, which reads a node array's final inf),
+    and its pp stages (plan.stage_node_indices, rows padded with their first node; the memory
+    limit node, memory.limit_nodes)."""
+
+    intra: np.ndarray
+    inter: np.ndarray
+    tp: np.ndarray
+    """float32, per link: its shape's tp (and `dp`)."""
+    dp: np.ndarray
+    first_link: list[int]
+    stages: np.ndarray
+    limits: np.ndarray
+    first_stage: list[int]
+
+
+@lru_cache(maxsize=256)
+def _shape_links(shapes: tuple[tuple[int, int, int], ...], gpus_per_node: int, num_nodes: int,
+                 tied: bool) -> _ShapeLinks:
+    positions = [comm.link_positions(tp, dp, pp, gpus_per_node, tied) for tp, dp, pp in shapes]
+    stage_rows = [row for tp, dp, pp in shapes for row in stage_node_indices(tp * dp, pp, gpus_per_node)]
+    width = max(map(len, stage_rows))
+    counts = [pp + 1 for _, _, pp in shapes]
+    return _ShapeLinks(
+        intra=_stacked([p[0] for p in positions]), inter=_stacked([p[1] for p in positions]),
+        tp=np.repeat(np.array([tp for tp, _, _ in shapes], dtype=f32), counts),
+        dp=np.repeat(np.array([dp for _, dp, _ in shapes], dtype=f32), counts),
+        first_link=np.cumsum([0] + counts).tolist(),
+        stages=np.array([row + (row[0],) * (width - len(row)) for row in stage_rows], dtype=np.intp),
+        limits=np.array([q for _, _, pp in shapes for q in limit_nodes(pp, num_nodes)], dtype=np.intp),
+        first_stage=np.cumsum([0] + [pp for _, _, pp in shapes]).tolist())
+
+
+def _stacked(blocks: list[np.ndarray]) -> np.ndarray:
+    """Rows of the blocks one after another, padded with -1 to the widest."""
+    width = max(b.shape[1] for b in blocks)
+    return np.concatenate([np.pad(b, ((0, 0), (0, width - b.shape[1])), constant_values=-1) for b in blocks])
+
+
 class Fasop2024Estimator:
     """FASOP's estimator for one (model, cluster, inventory)."""
 
@@ -123,14 +204,17 @@ class Fasop2024Estimator:
         self._latest: dict = {}
         self._layouts: dict[tuple, _Layout] = {}  # of the latest placement (plans come placement by placement)
         self._layouts_of: tuple[str, ...] = ()
-        self._slowest: dict[tuple, NodeType] = {}
+        self._nodes_of: tuple[NodeType, ...] | None = None
+        self._shapes: dict[tuple[int, int, int], None] = {}  # every (tp, dp, pp) asked so far, in order
+        self._tied = comm.embedding_tied(model)
+        self._paces: dict[tuple[int, int], tuple] = {}
         self._params: dict[tuple[int, int], np.float32] = {}
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
-        self._dp_by_bus: dict[tuple, tuple[np.float32, np.float32]] = {}
         self._planes: dict[LayerCosts, int] = {}  # the compiled path's stage-time table: a plane per LayerCosts
-        self._table = np.zeros((0, 0, 0))
+        self._table = np.zeros(0)
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
-        self.compute = ProfileCompute(model)
+        self.node_types = tuple({n.name: n for n in inventory}.values())
+        self.compute = ProfileCompute.of(model)
         self.compute.check_gpus(self.gpus)
         self.segment_lengths = [model.layer_segments.count(s) for s in model.segments]
         # $/s of the whole inventory, summed in inventory order (FASOP: numpy sum, MODEL.md §1)
@@ -152,19 +236,65 @@ class Fasop2024Estimator:
         return self._of_plan(plan, "layout", lambda: self._layout(plan))
 
     def _layout(self, plan: Plan) -> _Layout:
-        names = tuple(n.name for n in plan.placement)
-        if names != self._layouts_of:
-            self._layouts, self._layouts_of = {}, names
+        if plan.placement is not self._nodes_of:
+            self._set_placement(plan.placement)
         key = (plan.tp, plan.dp, plan.pp)
         if key not in self._layouts:
-            stage_nodes = tuple(tuple(dict.fromkeys(plan.placement[k] for k in nodes))
-                                for nodes in plan.stage_node_indices)
-            self._layouts[key] = _Layout(
-                stage_nodes=stage_nodes, p2p_bandwidths=comm.p2p_bandwidths(plan, self.cluster),
-                dp_ring=comm.dp_ring_bandwidth(plan), embedding_s=comm.embedding_allreduce_seconds(plan, self.model),
-                limits=stage_limits(plan),
-                stage_types=tuple(n[0] for n in stage_nodes) if all(len(n) == 1 for n in stage_nodes) else None)
+            if not self._layouts and len(self._shapes) > 1:  # a new placement: every shape seen so far at once
+                self._layouts = dict(zip(self._shapes, self._new_layouts(plan.placement, tuple(self._shapes))))
+            if key not in self._layouts:
+                self._shapes[key] = None
+                self._layouts[key] = self._new_layouts(plan.placement, (key,))[0]
         return self._layouts[key]
+
+    def _set_placement(self, placement: tuple[NodeType, ...]) -> None:
+        """The latest placement's node arrays (plans come placement by placement); its layouts
+        are kept while the next placement has the same node types."""
+        names = tuple(n.name for n in placement)
+        if names != self._layouts_of:
+            self._layouts, self._layouts_of = {}, names
+        self._nodes_of = placement
+        inf = [np.inf]
+        self._node_intra = np.array([n.intra_node_bytes_per_s for n in placement] + inf)
+        self._node_inter = np.array([n.inter_node_bytes_per_s for n in placement] + inf)
+        self._node_memory = np.array([n.memory_limit_bytes for n in placement])
+        kinds = {n.name: n for n in placement}  # by name: NodeType hashes all its fields
+        codes = {name: k for k, name in enumerate(kinds)}
+        self._node_kinds, self._node_codes = list(kinds.values()), np.array([codes[n.name] for n in placement])
+
+    def _new_layouts(self, placement: tuple[NodeType, ...], shapes: tuple[tuple[int, int, int], ...]) -> list[_Layout]:
+        """The _Layout of each (tp, dp, pp) on the latest placement, from its node arrays: the
+        least bandwidths of every link of every shape at once (_ShapeLinks), then FASOP's
+        float32 formulas on arrays, the same operations as comm's per plan."""
+        m, cluster = placement[0].gpus_per_node, self.cluster
+        links = _shape_links(shapes, m, len(placement), self._tied)
+        intra = self._node_intra[links.intra].min(axis=1)
+        inter = self._node_inter[links.inter].min(axis=1)
+        # comm.boundary_bandwidth, per link; only the stage boundaries' are read
+        intra_bw = intra.astype(f32) / f32(cluster.p2p_intra_node_divisor)
+        inter_bw = inter.astype(f32) / links.dp / links.tp / f32(cluster.p2p_inter_node_divisor)
+        bandwidths = np.minimum(intra_bw, inter_bw)
+        least = np.minimum(intra, inter)  # comm.dp_ring_bandwidth and comm.embedding_seconds read this
+        volume = self.model.hidden_size * self.model.vocab_size * self.model.bytes_per_element
+        codes = self._node_codes[links.stages]
+        uniform = (codes == codes[:, :1]).all(axis=1)
+        limits = self._node_memory[links.limits].tolist()
+        layouts = []
+        for k, (tp, dp, pp) in enumerate(shapes):
+            first, stage = links.first_link[k], links.first_stage[k]
+            ring, sync = first + pp - 1, first + pp
+            if uniform[stage:stage + pp].all():  # every stage on nodes of one type
+                types = tuple(self._node_kinds[c] for c in codes[stage:stage + pp, 0].tolist())
+                stages, stage_nodes = _Stages(types), tuple((t,) for t in types)
+            else:
+                stages = None
+                stage_nodes = tuple(tuple({placement[q].name: placement[q] for q in nodes}.values())
+                                    for nodes in stage_node_indices(tp * dp, pp, m))
+            layouts.append(_Layout(
+                stage_nodes=stage_nodes, p2p_bandwidths=bandwidths[first:ring], dp_ring=f32(least[ring]),
+                embedding_s=f32(volume / (least[sync] / min(dp, m) * tp)), limits=tuple(limits[stage:stage + pp]),
+                stages=stages))
+        return layouts
 
     def p2p(self, plan: Plan) -> tuple[float, ...]:
         """comm.p2p_seconds of the plan."""
@@ -173,17 +303,29 @@ class Fasop2024Estimator:
 
     def stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
         """slowest-gpu-per-stage: of the node types holding a stage, the slowest over the layer list."""
-        return self._of_plan(plan, "stage types", lambda: self.layout(plan).stage_types or tuple(
-            nodes[0] if len(nodes) == 1 else self._slowest_of(nodes, plan.tp, plan.mbs)
-            for nodes in self.layout(plan).stage_nodes))
+        return self._stages(self.layout(plan), plan.tp, plan.mbs).types
 
-    def _slowest_of(self, nodes: tuple[NodeType, ...], tp: int, mbs: int) -> NodeType:
-        """The node type whose GPUs take longest over the whole layer list (first of equals)."""
-        key = (tuple(n.name for n in nodes), tp, mbs)
-        if key not in self._slowest:
-            totals = [self.compute.layer_costs(n.gpu, tp, mbs).total for n in nodes]
-            self._slowest[key] = nodes[totals.index(max(totals))]
-        return self._slowest[key]
+    def _stages(self, layout: _Layout, tp: int, mbs: int) -> _Stages:
+        """slowest-gpu-per-stage: of the node types holding a stage, the one whose GPUs take
+        longest over the whole layer list (the first in node order of equals)."""
+        if layout.stages is not None:
+            return layout.stages
+        order, pace = self._pace(tp, mbs)
+        if order not in layout.by_pace:
+            layout.by_pace[order] = _Stages(tuple(nodes[0] if len(nodes) == 1 else max(nodes, key=lambda n: pace[n.name])
+                                                  for nodes in layout.stage_nodes))
+        return layout.by_pace[order]
+
+    def _pace(self, tp: int, mbs: int) -> tuple[tuple[int, ...], dict[str, int]]:
+        """(key, pace): pace[node type name] = the rank of its GPUs' time over the whole layer
+        list among the inventory's types (equal times, equal ranks); key: the ranks in
+        inventory order, so micro-batch sizes that order the types alike share a key."""
+        if (tp, mbs) not in self._paces:
+            totals = {n.name: self._costs_by(tp, mbs)[n.gpu].total for n in self.node_types}
+            levels = sorted(set(totals.values()))
+            pace = {name: levels.index(total) for name, total in totals.items()}
+            self._paces[(tp, mbs)] = (tuple(pace.values()), pace)
+        return self._paces[(tp, mbs)]
 
     def signature(self, plan: Plan) -> tuple:
         """Everything of `plan` the estimate depends on: two plans with equal signatures get the
@@ -266,11 +408,14 @@ class Fasop2024Estimator:
         return None if estimate.memory.is_oom or not estimate.step_time_s <= cutoff else estimate
 
     def _stage_costs(self, plan: Plan) -> tuple[LayerCosts, ...]:
-        key = (plan.tp, plan.mbs)
-        if key not in self._costs_by_gpu:
-            self._costs_by_gpu[key] = {g: self.compute.layer_costs(g, plan.tp, plan.mbs) for g in self.gpus}
-        by_gpu = self._costs_by_gpu[key]
-        return tuple(by_gpu[t.gpu] for t in self.stage_types(plan))
+        by_gpu = self._costs_by(plan.tp, plan.mbs)
+        return tuple(by_gpu[g] for g in self._stages(self.layout(plan), plan.tp, plan.mbs).gpus)
+
+    def _costs_by(self, tp: int, mbs: int) -> dict[str, LayerCosts]:
+        """LayerCosts of each of the inventory's GPU types at (tp, mbs)."""
+        if (tp, mbs) not in self._costs_by_gpu:
+            self._costs_by_gpu[(tp, mbs)] = {g: self.compute.layer_costs(g, tp, mbs) for g in self.gpus}
+        return self._costs_by_gpu[(tp, mbs)]
 
     def prepare_many(self, plans: Sequence[Plan]) -> list[_Prepared]:
         """`prepare(plan)` of each plan; with fasop-minmax the min-max splits of all of them are
@@ -393,11 +538,7 @@ class Fasop2024Estimator:
                 if k % 64 == 0 or k == len(plans):
                     report(k, total)
         ends = self._schedule_all(prepared, lambda share: report(len(plans) + share, total))
-        chosen = []
-        for p, split_ends in zip(prepared, ends):
-            best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))  # first lowest E_0
-            chosen.append((p, p.splits[best], split_ends[best], p.stage_compute(p.splits[best].scheduled)))
-        estimates = self._finish_many(chosen)
+        estimates = self._finish_many([self._chosen(p, e) for p, e in zip(prepared, ends)])
         report(total, total)
         return estimates
 
@@ -407,29 +548,45 @@ class Fasop2024Estimator:
     def _estimate_minmax_compiled(self, plans: Sequence[Plan]) -> list[Estimate]:
         """`estimate_many` with fasop-minmax by the compiled kernel (native.kernels.fasop_plans):
         every plan's candidate splits, their schedules and the choice among them in one call,
-        the same values as prepare_many + _schedule_all (tests compare them)."""
-        prepared = [_Prepared(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan), [],
-                              layout=self.layout(plan)) for plan in plans]
-        new = [c for c in dict.fromkeys(c for p in prepared for c in p.costs) if c not in self._planes]
-        if new:  # the stage-time table grows with the (GPU, tp, micro-batch) seen
-            base = len(self._planes)
-            self._planes.update((c, base + k) for k, c in enumerate(new))
-            self._table = np.stack([c.matrix for c in self._planes])
-        width = max(p.plan.pp for p in prepared)
-        planes = self._planes
-        which = np.array([[planes[c] for c in p.costs] + [0] * (width - p.plan.pp) for p in prepared], dtype=np.int64)
-        comm_s = np.array([p.p2p + (0.0,) * (width - len(p.p2p)) for p in prepared], dtype=float)
-        pps = np.array([p.plan.pp for p in prepared], dtype=np.int64)
-        ms = np.array([p.plan.num_microbatches for p in prepared], dtype=np.int64)
+        the same values as prepare_many + _schedule_all (tests compare them). What plans share
+        (their layout, their stage types) is put in arrays once and indexed per plan."""
+        layouts = [self._layout(plan) for plan in plans]
+        stages = [self._stages(layout, plan.tp, plan.mbs) for plan, layout in zip(plans, layouts)]
+        width = max(plan.pp for plan in plans)
+        layout_rows, layout_of = _rows_of(layouts)
+        stage_rows, stages_of = _rows_of(stages)
+        # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
+        contexts, context_of = _rows_of([(plan.tp, plan.mbs) for plan in plans], key=lambda c: c)
+        self._add_planes(c for key in contexts for c in self._costs_by(*key).values())
+        gpu_code = {g: k for k, g in enumerate(self.gpus)}
+        planes = np.array([[self._planes[self._costs_by(*key)[g]] for g in self.gpus] for key in contexts], dtype=np.int64)
+        codes = np.array([[gpu_code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_rows])
+        which = planes[context_of[:, None], codes[stages_of]]
+        # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
+        bandwidths = np.array([list(layout.p2p_bandwidths) + [1.0] * (width - len(layout.p2p_bandwidths))
+                               for layout in layout_rows], dtype=f32)
+        volume = np.array([comm.p2p_volume(plan, self.model) for plan in plans], dtype=f32)
+        p2p = (volume[:, None] / bandwidths[layout_of]).astype(float)
+        pps = np.array([plan.pp for plan in plans], dtype=np.int64)
+        ms = np.array([plan.num_microbatches for plan in plans], dtype=np.int64)
         reported, scheduled = np.empty((len(plans), width), np.int64), np.empty((len(plans), width), np.int64)
         times, ends = np.empty((len(plans), width)), np.empty((len(plans), width))
         halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
-        native.kernels.fasop_plans(self._table, self._table.shape[1], which, comm_s, pps, ms, halves[0], halves[1],
+        native.kernels.fasop_plans(self._table, self._table.shape[1], which, p2p, pps, ms, halves[0], halves[1],
                                    reported, scheduled, times, ends)
-        return self._finish_many([(p, Split(tuple(rep[:p.plan.pp]), tuple(sch[:p.plan.pp])), end[:p.plan.pp],
-                                   comp[:p.plan.pp])
-                                  for p, rep, sch, comp, end in zip(prepared, reported.tolist(), scheduled.tolist(),
-                                                                     times.tolist(), ends.tolist())])
+        return self._finish_many([
+            _Chosen(plan, layout, st, tuple(sends[:plan.pp - 1]), Split(tuple(rep[:plan.pp]), tuple(sch[:plan.pp])),
+                    end[:plan.pp], comp[:plan.pp])
+            for plan, layout, st, sends, rep, sch, comp, end in zip(
+                plans, layouts, stages, p2p.tolist(), reported.tolist(), scheduled.tolist(), times.tolist(),
+                ends.tolist())])
+
+    def _add_planes(self, costs: Iterable[LayerCosts]) -> None:
+        """Adds the `matrix` of each new LayerCosts to the compiled path's stage-time table."""
+        new = [c for c in dict.fromkeys(costs) if c not in self._planes]
+        if new:
+            self._planes.update({c: len(self._planes) + k for k, c in enumerate(new)})
+            self._table = np.concatenate([self._table.reshape((-1,) + new[0].matrix.shape)] + [c.matrix[None] for c in new])
 
     def _schedule_all(self, prepared: list[_Prepared], progress=None) -> list[list[np.ndarray]]:
         """Stage end times of every split of every plan; one schedule run per (pp, m), each
@@ -474,48 +631,60 @@ class Fasop2024Estimator:
 
     def _finish(self, p: _Prepared, split_ends: list[np.ndarray]) -> Estimate:
         """The estimate of the split with the lowest pipeline time (the first of equals)."""
-        best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))
-        split = p.splits[best]
-        return self._finish_many([(p, split, split_ends[best], p.stage_compute(split.scheduled))])[0]
+        return self._finish_many([self._chosen(p, split_ends)])[0]
 
-    def _finish_many(self, chosen: Sequence[tuple[_Prepared, Split, Sequence[float], Sequence[float]]]
-                     ) -> list[Estimate]:
-        """Estimates from (prepared plan, its split, the split's stage ends, its stage compute
-        seconds): step time (`_step`'s float32 operations), memory and dollars, on arrays with a
-        row per plan and a column per stage (rows of shorter pipelines padded with stages that
-        end at -inf and fit in any memory)."""
-        width = max(p.plan.pp for p, *_ in chosen)
-        layouts = [p.layout or self.layout(p.plan) for p, *_ in chosen]
-        pad = [width - p.plan.pp for p, *_ in chosen]
-        ends = np.array([list(e) + [-np.inf] * n for (_, _, e, _), n in zip(chosen, pad)], dtype=float)
-        end_rows = [row[:width - n] for row, n in zip(ends.tolist(), pad)]
-        dp_costs = np.array([list(self._dp_costs(p.plan, p.stage_types, split.reported[0], layout.dp_ring)) + [0.0] * n
-                             for (p, split, _, _), layout, n in zip(chosen, layouts, pad)], dtype=f32)
+    def _chosen(self, p: _Prepared, split_ends: list[np.ndarray]) -> "_Chosen":
+        """The split of `p` with the lowest pipeline time (the first of equals)."""
+        best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))
+        layout = p.layout or self.layout(p.plan)
+        return _Chosen(p.plan, layout, self._stages(layout, p.plan.tp, p.plan.mbs), p.p2p, p.splits[best],
+                       np.asarray(split_ends[best], dtype=float).tolist(), p.stage_compute(p.splits[best].scheduled),
+                       p.proven)
+
+    def _finish_many(self, chosen: Sequence["_Chosen"]) -> list[Estimate]:
+        """Estimates of chosen splits: step time (`_step`'s float32 operations), memory and
+        dollars, on arrays with a row per plan and a column per stage (rows of shorter
+        pipelines padded with stages that end at -inf and fit in any memory)."""
+        width = max(c.plan.pp for c in chosen)
+        layout_rows, layout_of = _rows_of([c.layout for c in chosen])
+        stage_rows, stages_of = _rows_of([c.stages for c in chosen])
+        ends = np.array([c.ends + [-np.inf] * (width - len(c.ends)) for c in chosen])
+        # each stage's DP all-reduce: one of two values per plan, by the stage's bus
+        pairs = np.array([self._dp_pair(c.plan, c.layout, c.split.reported[0]) for c in chosen], dtype=f32)
+        shared = np.array([st.shared + (False,) * (width - len(st.shared)) for st in stage_rows])[stages_of]
+        dp_costs = np.where(shared, pairs[:, 1:], pairs[:, :1])
         totals = ends.astype(f32) + dp_costs
         slowest = totals.argmax(axis=1)  # the first of the latest
         rows = np.arange(len(chosen))
-        steps = totals[rows, slowest] + np.array([layout.embedding_s for layout in layouts], dtype=f32)
+        steps = totals[rows, slowest] + np.array([layout.embedding_s for layout in layout_rows], dtype=f32)[layout_of]
+        limits = np.array([layout.limits + (np.inf,) * (width - len(layout.limits)) for layout in layout_rows])
         memory = estimate_memory_many(
-            [p.plan for p, *_ in chosen], self.model, self.cluster,
-            np.array([split.reported + (0,) * n for (_, split, _, _), n in zip(chosen, pad)], dtype=np.intp),
-            np.array([layout.limits + (np.inf,) * n for layout, n in zip(layouts, pad)]))
-        return [Estimate(plan=p.plan, partition=split.reported, stage_node_types=p.stage_types,
-                         stage_compute_s=tuple(compute), p2p_s=p.p2p, stage_end_s=tuple(end), pipeline_time_s=end[0],
-                         dp_allreduce_s=dp, embedding_allreduce_s=float(layout.embedding_s), step_time_s=step,
-                         memory=mem, usd_per_step=self.usd_per_s * step, partitioner=self.partitioner,
-                         partition_proven_optimal=p.proven)
-                for (p, split, _, compute), end, layout, dp, step, mem in zip(
-                    chosen, end_rows, layouts, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
+            [c.plan for c in chosen], self.model, self.cluster,
+            np.array([c.split.reported + (0,) * (width - len(c.split.reported)) for c in chosen], dtype=np.intp),
+            limits[layout_of])
+        return [Estimate(plan=c.plan, partition=c.split.reported, stage_node_types=c.stages.types,
+                         stage_compute_s=tuple(c.compute), p2p_s=c.p2p, stage_end_s=tuple(c.ends),
+                         pipeline_time_s=c.ends[0], dp_allreduce_s=dp, embedding_allreduce_s=float(c.layout.embedding_s),
+                         step_time_s=step, memory=mem, usd_per_step=self.usd_per_s * step, partitioner=self.partitioner,
+                         partition_proven_optimal=c.proven)
+                for c, dp, step, mem in zip(chosen, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
+
+    def _dp_pair(self, plan: Plan, layout: _Layout, stage0_layers: int) -> tuple[np.float32, np.float32]:
+        """A stage's DP all-reduce (float32) on an unshared and on a shared bus, when stage 0
+        holds `stage0_layers` layers (dp-stage0-params, MODEL.md §7); remembered by the layout
+        (its tp, dp and DP ring)."""
+        if stage0_layers not in layout.dp_pairs:
+            params = self._dp_params(plan, stage0_layers)
+            layout.dp_pairs[stage0_layers] = tuple(comm.dp_allreduce_seconds(plan, params, layout.dp_ring, shared)
+                                                   for shared in (False, True))
+        return layout.dp_pairs[stage0_layers]
 
     def _dp_costs(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int,
                   ring: np.float32) -> np.ndarray:
         """Each stage's DP all-reduce (float32) when stage 0 holds `stage0_layers` layers
         (dp-stage0-params): it differs between stages only by their bus (MODEL.md §7)."""
-        key = (plan.tp, plan.dp, stage0_layers, float(ring))
-        if key not in self._dp_by_bus:
-            params = self._dp_params(plan, stage0_layers)
-            self._dp_by_bus[key] = tuple(comm.dp_allreduce_seconds(plan, params, ring, shared) for shared in (False, True))
-        by_bus = self._dp_by_bus[key]
+        params = self._dp_params(plan, stage0_layers)
+        by_bus = {shared: comm.dp_allreduce_seconds(plan, params, ring, shared) for shared in (False, True)}
         return np.array([by_bus[t.intra_node_shared] for t in stage_types], f32)
 
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:

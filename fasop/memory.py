@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from fasop.compute import run_sums
 from fasop.plan import Plan
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 
@@ -66,18 +67,23 @@ def _elements(h: int, v: int, s: int, a: int, b: int, tp: int, pp: int, p: int,
 def fasop_limit_node(plan: Plan, stage: int) -> int:
     """Node whose memory limit FASOP applies to a stage (MODEL.md §8, quirk kept): for pp < N
     the last node it reads is the second-to-last of the stage's span."""
-    n, pp = len(plan.placement), plan.pp
-    if pp > n:
-        return stage // (pp // n)
-    if pp == n:
-        return stage
+    return limit_nodes(plan.pp, len(plan.placement))[stage]
+
+
+@lru_cache(maxsize=4096)
+def limit_nodes(pp: int, n: int) -> tuple[int, ...]:
+    """`fasop_limit_node` of each of pp stages on n nodes. pp > n: the node holding the stage's
+    first rank, stage * n // pp; that is FASOP's stage // (pp // n) where n divides pp (FASOP
+    reads past the last node otherwise). pp = n: node i. pp < n: FASOP's reading of the span."""
+    if pp >= n:
+        return tuple(stage * n // pp for stage in range(pp))
     span = n // pp
-    return max(stage * span, (stage + 1) * span - 2)
+    return tuple(max(stage * span, (stage + 1) * span - 2) for stage in range(pp))
 
 
 def stage_limits(plan: Plan) -> tuple[float, ...]:
     """The memory limit (bytes) applied to each stage (`fasop_limit_node`)."""
-    return tuple(plan.placement[fasop_limit_node(plan, i)].memory_limit_bytes for i in range(plan.pp))
+    return tuple(plan.placement[q].memory_limit_bytes for q in limit_nodes(plan.pp, len(plan.placement)))
 
 
 def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, stage: int, kinds: Sequence[str]) -> bool:
@@ -88,14 +94,10 @@ def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, stage: int, k
 
 
 def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> np.ndarray:
-    """mask[i, a, b]: do layers a..b-1 fit on stage i (without ZeRO)? Shape (pp, L+1, L+1).
-    Per-layer elements are summed by prefix sums (the estimate adds them in order; the two can
-    differ in the last bit only)."""
-    per_layer = [stage_elements(plan, model, (kind,)) for kind in model.layer_kinds]
-    params = np.concatenate([[0.0], np.cumsum([p for p, _ in per_layer])])
-    act = np.concatenate([[0.0], np.cumsum([a for _, a in per_layer])])
-    need = cluster.memory_overhead_factor * (BYTES_PER_PARAM * (params[None, :] - params[:, None])
-                                              + (act[None, :] - act[:, None]))
+    """mask[i, a, b]: do layers a..b-1 fit on stage i (without ZeRO)? Shape (pp, L+1, L+1); the
+    same sums and test as `estimate_memory`."""
+    params, act = element_tables(plan, model)
+    need = cluster.memory_overhead_factor * (BYTES_PER_PARAM * params + act)
     limits = np.array(stage_limits(plan))
     return ~(need[None, :, :] > limits[:, None, None])
 
@@ -103,25 +105,59 @@ def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> np.nda
 def element_tables(plan: Plan, model: ModelSpec) -> tuple[np.ndarray, np.ndarray]:
     """(params, activations) per GPU of every run of layers: table[a, b] = `stage_elements` of
     layers a..b-1 (0 where b <= a), the same sums layer by layer in list order."""
-    p = plan.pp if plan.num_microbatches > plan.pp else plan.num_microbatches
-    return _element_tables(model.hidden_size, model.vocab_size, model.sequence_length, model.num_attention_heads,
-                           plan.mbs, plan.tp, plan.pp, p, model.layer_kinds)
+    tables = _tables(model)
+    plane = tables.of([plan])[0]
+    return tables.params[plane], tables.act[plane]
 
 
-@lru_cache(maxsize=256)
+class _ElementTables:
+    """element_tables of one model for every (micro-batch, tp, pp, micro-batches in flight)
+    met so far, stacked: plane k of `params` and `act`; `of` finds the plans' planes."""
+
+    def __init__(self, model: ModelSpec):
+        self.model = model
+        self.planes: dict[tuple, int] = {}
+        size = len(model.layer_kinds) + 1
+        self.params = self.act = np.zeros((0, size, size))
+
+    def of(self, plans: Sequence[Plan]) -> np.ndarray:
+        """The plane of each plan, adding the planes of new contexts."""
+        keys = [(p.mbs, p.tp, p.pp, p.pp if p.num_microbatches > p.pp else p.num_microbatches) for p in plans]
+        new = [key for key in dict.fromkeys(keys) if key not in self.planes]
+        if new:
+            if len(self.planes) + len(new) > MAX_ELEMENT_TABLES:  # bounded: start over
+                self.__init__(self.model)
+                new = list(dict.fromkeys(keys))
+            m = self.model
+            tables = [_element_tables(m.hidden_size, m.vocab_size, m.sequence_length, m.num_attention_heads, *key,
+                                      m.layer_kinds) for key in new]
+            self.planes.update({key: len(self.planes) + k for k, key in enumerate(new)})
+            self.params = np.concatenate([self.params] + [t[0][None] for t in tables])
+            self.act = np.concatenate([self.act] + [t[1][None] for t in tables])
+        return np.array([self.planes[key] for key in keys], dtype=np.intp)
+
+
+MAX_ELEMENT_TABLES = 4096
+"""Planes kept per model before they start over (2 x 8 (L+1)^2 bytes each)."""
+_TABLES: dict[int, _ElementTables] = {}
+
+
+def _tables(model: ModelSpec) -> _ElementTables:
+    """The model's _ElementTables (those of the latest 4 models are kept)."""
+    tables = _TABLES.pop(id(model), None)
+    if tables is None or tables.model is not model:
+        tables = _ElementTables(model)
+    _TABLES[id(model)] = tables  # the latest last
+    while len(_TABLES) > 4:
+        del _TABLES[next(iter(_TABLES))]
+    return tables
+
+
 def _element_tables(h: int, v: int, s: int, a: int, b: int, tp: int, pp: int, p: int,
                     kinds: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    n = len(kinds)
-    per_layer = np.array([_elements(h, v, s, a, b, tp, pp, p, (kind,)) for kind in kinds])  # (n, 2)
-    tables = []
-    for column in per_layer.T:
-        # row a holds the layers from a on; a cumulative sum along it adds strictly left to right
-        # (np.add.accumulate), so entry [a, b] is _elements' sum of layers a..b-1
-        shifted = np.zeros((n + 1, n + 1))
-        for first in range(n):
-            shifted[first, first + 1:] = column[first:]
-        tables.append(np.cumsum(shifted, axis=1))
-    return tables[0], tables[1]
+    increments = {kind: _elements(h, v, s, a, b, tp, pp, p, (kind,)) for kind in set(kinds)}
+    per_layer = np.array([increments[kind] for kind in kinds])  # (n, 2): each layer's own elements
+    return run_sums(per_layer[:, 0]), run_sums(per_layer[:, 1])
 
 
 def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
@@ -139,17 +175,11 @@ def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: Clust
     infinite limit. Per stage: bytes = 18 x params + activations, with ZeRO (6 + 12 // dp) x
     params + activations; a stage is OOM when overhead x bytes exceeds its limit, and the
     reported peak is then overhead x the last OOM stage's bytes (FASOP)."""
-    contexts: dict[tuple, int] = {}
-    index = np.array([contexts.setdefault((p.mbs, p.tp, p.pp, min(p.pp, p.num_microbatches)), len(contexts))
-                      for p in plans])
-    firsts = {}
-    for p in plans:
-        firsts.setdefault((p.mbs, p.tp, p.pp, min(p.pp, p.num_microbatches)), p)
-    tables = [element_tables(p, model) for p in firsts.values()]
+    tables = _tables(model)
     edges = np.zeros((len(partitions), partitions.shape[1] + 1), dtype=np.intp)
     np.cumsum(partitions, axis=1, out=edges[:, 1:])
-    at = (index[:, None], edges[:, :-1], edges[:, 1:])
-    params, act = np.stack([t[0] for t in tables])[at], np.stack([t[1] for t in tables])[at]
+    at = (tables.of(plans)[:, None], edges[:, :-1], edges[:, 1:])
+    params, act = tables.params[at], tables.act[at]
     factor = cluster.memory_overhead_factor
     stage_bytes = BYTES_PER_PARAM * params + act
     sharded = np.array([ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // p.dp for p in plans])
@@ -162,11 +192,11 @@ def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: Clust
     zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
                         zero_bytes.max(axis=1) / GIB)
     return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
-                           oom_gpumem_gib=_report_gib(g), is_zero_oom=zo, zero_oom_gpumem_gib=_report_gib(zg))
+                           oom_gpumem_gib=round(g, 4), is_zero_oom=zo, zero_oom_gpumem_gib=round(zg, 4))
             for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.any(axis=1).tolist(),
-                                             oom_gib.tolist(), zero_oom.any(axis=1).tolist(), zero_gib.tolist())]
+                                             _float32(oom_gib), zero_oom.any(axis=1).tolist(), _float32(zero_gib))]
 
 
-def _report_gib(gib: float) -> float:
-    # FASOP reports float32 GiB rounded to 4 decimals.
-    return round(float(np.float32(gib)), 4)
+def _float32(values: np.ndarray) -> list[float]:
+    # FASOP reports float32 GiB rounded to 4 decimals (the rounding: Python's round, per value)
+    return values.astype(np.float32).astype(float).tolist()

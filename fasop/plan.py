@@ -9,7 +9,7 @@ k*M ... k*M + M - 1 (M GPUs per node), so stage p occupies ranks [p*tp*dp, (p+1)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import lru_cache
 
 from fasop.specs import NodeType
 
@@ -51,8 +51,14 @@ class Plan:
     def rank(self, stage: int, d: int, t: int) -> int:
         return t + self.tp * d + self.tp * self.dp * stage
 
-    @cached_property
+    @property
     def stage_node_indices(self) -> tuple[tuple[int, ...], ...]:
         """Indices of the nodes holding each stage's ranks, ascending."""
-        m, block = self.gpus_per_node, self.tp * self.dp
-        return tuple(tuple(range(p * block // m, ((p + 1) * block - 1) // m + 1)) for p in range(self.pp))
+        return stage_node_indices(self.tp * self.dp, self.pp, self.gpus_per_node)
+
+
+@lru_cache(maxsize=4096)
+def stage_node_indices(block: int, pp: int, gpus_per_node: int) -> tuple[tuple[int, ...], ...]:
+    """Indices of the nodes holding each of pp stages of `block` consecutive ranks, ascending."""
+    m = gpus_per_node
+    return tuple(tuple(range(p * block // m, ((p + 1) * block - 1) // m + 1)) for p in range(pp))
