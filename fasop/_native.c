@@ -748,10 +748,158 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------- finishing */
+
+/* a * b + c with the product rounded first: a compiler allowed to contract it into one fused
+ * multiply-add (one rounding) would change the value; the volatile store prevents that. */
+static inline double mul_add(double a, double b, double c)
+{
+    volatile double product = a * b;
+    return product + c;
+}
+
+PyDoc_STRVAR(fasop_finish_doc,
+"fasop_finish(pps, reported, ends, shared, layout_of, dp_table, embedding, limits, plane_of, params, act,\n"
+"             sharded, factor, gib, step, dp, stage_bytes, zero_bytes, flags, gibs)\n\n"
+"Step time and memory of P plans with chosen splits (MODEL.md sections 7 and 8), rows of S\n"
+"stage entries: reported (int64) counts, ends (float64) stage ends, shared (uint8) stage on a\n"
+"shared bus; layout_of (int64, P): the plan's row of dp_table (float32, D x (L+1) x 2: a stage's\n"
+"DP all-reduce by stage 0's layer count, unshared and shared bus), embedding (float32, D) and\n"
+"limits (float64, D x S); plane_of (int64, P): the plan's plane of params and act (float64,\n"
+"planes of (L+1) x (L+1): elements of layers a..b-1); sharded (int64, P): 6 + 12 // dp.\n"
+"Writes step (float64 P: max over stages of float32(end) + DP, + embedding, in float32),\n"
+"dp (float64 P: the DP all-reduce of the stage that ends last, the first of equals),\n"
+"stage_bytes, zero_bytes (float64 P x S), flags (uint8 P x 2: OOM, ZeRO OOM) and gibs (float64\n"
+"P x 2: peak GiB, float32-rounded: factor x the last OOM stage's bytes when OOM, else the\n"
+"largest stage's; the same for ZeRO).");
+
+static PyObject *py_fasop_finish(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer pps, reported, ends, shared, layout_of, dp_table, embedding, limits, plane_of, params, act, sharded;
+    Py_buffer step, dp, stage_bytes, zero_bytes, flags, gibs;
+    double factor, gib;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*ddw*w*w*w*w*w*", &pps, &reported, &ends, &shared, &layout_of,
+                          &dp_table, &embedding, &limits, &plane_of, &params, &act, &sharded, &factor, &gib, &step,
+                          &dp, &stage_bytes, &zero_bytes, &flags, &gibs))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t P = pps.len / (Py_ssize_t)sizeof(int64_t);
+    const Py_ssize_t S = P ? reported.len / (P * (Py_ssize_t)sizeof(int64_t)) : 0;
+    const Py_ssize_t D = embedding.len / (Py_ssize_t)sizeof(float);
+    const Py_ssize_t width = D ? dp_table.len / (D * 2 * (Py_ssize_t)sizeof(float)) : 0;  /* L + 1 */
+    const Py_ssize_t planes = width ? params.len / (width * width * (Py_ssize_t)sizeof(double)) : 0;
+    if (check_buffer(&reported, P * S, sizeof(int64_t), "reported") < 0 ||
+        check_buffer(&ends, P * S, sizeof(double), "ends") < 0 ||
+        check_buffer(&shared, P * S, 1, "shared") < 0 ||
+        check_buffer(&layout_of, P, sizeof(int64_t), "layout_of") < 0 ||
+        check_buffer(&dp_table, D * width * 2, sizeof(float), "dp_table") < 0 ||
+        check_buffer(&limits, D * S, sizeof(double), "limits") < 0 ||
+        check_buffer(&plane_of, P, sizeof(int64_t), "plane_of") < 0 ||
+        check_buffer(&params, planes * width * width, sizeof(double), "params") < 0 ||
+        check_buffer(&act, planes * width * width, sizeof(double), "act") < 0 ||
+        check_buffer(&sharded, P, sizeof(int64_t), "sharded") < 0 ||
+        check_buffer(&step, P, sizeof(double), "step") < 0 || check_buffer(&dp, P, sizeof(double), "dp") < 0 ||
+        check_buffer(&stage_bytes, P * S, sizeof(double), "stage_bytes") < 0 ||
+        check_buffer(&zero_bytes, P * S, sizeof(double), "zero_bytes") < 0 ||
+        check_buffer(&flags, P * 2, 1, "flags") < 0 || check_buffer(&gibs, P * 2, sizeof(double), "gibs") < 0)
+        goto done;
+    const int64_t *pp_of = pps.buf, *rep = reported.buf, *lay = layout_of.buf, *pl = plane_of.buf, *zs = sharded.buf;
+    for (Py_ssize_t k = 0; k < P; k++) {
+        if (pp_of[k] < 1 || pp_of[k] > S || lay[k] < 0 || lay[k] >= D || pl[k] < 0 || pl[k] >= planes) {
+            PyErr_SetString(PyExc_ValueError, "fasop_finish: index out of range");
+            goto done;
+        }
+        int64_t total = 0;
+        for (int64_t i = 0; i < pp_of[k]; i++) {
+            if (rep[k * S + i] < 0 || (total += rep[k * S + i]) >= width) {
+                PyErr_SetString(PyExc_ValueError, "fasop_finish: split past the layer list");
+                goto done;
+            }
+        }
+    }
+    const double *e = ends.buf, *lim = limits.buf, *pt = params.buf, *at = act.buf;
+    const unsigned char *sh = shared.buf;
+    const float *table = dp_table.buf, *emb = embedding.buf;
+    double *out_step = step.buf, *out_dp = dp.buf, *out_bytes = stage_bytes.buf, *out_zero = zero_bytes.buf;
+    double *out_gibs = gibs.buf;
+    unsigned char *out_flags = flags.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < P; k++) {
+        const int pp = (int)pp_of[k];
+        const int64_t *counts = rep + k * S;
+        const float *pair = table + (lay[k] * width + counts[0]) * 2;  /* stage 0's layers */
+        /* step = max_i (float32(E_i) + DP_i) + embedding, float32 (MODEL.md section 7) */
+        float latest = 0.0f, at_latest = 0.0f;
+        for (int i = 0; i < pp; i++) {
+            const float cost = pair[sh[k * S + i] ? 1 : 0];
+            const float total = (float)e[k * S + i] + cost;
+            if (i == 0 || total > latest) {
+                latest = total;
+                at_latest = cost;
+            }
+        }
+        out_step[k] = (double)(float)(latest + emb[lay[k]]);
+        out_dp[k] = (double)at_latest;
+        /* memory (MODEL.md section 8): later OOM stages overwrite earlier ones */
+        const double *p_table = pt + pl[k] * width * width, *a_table = at + pl[k] * width * width;
+        int oom = 0, zero_oom = 0;
+        double oom_gib = 0.0, zero_gib = 0.0, most = 0.0, most_zero = 0.0;
+        int64_t first = 0;
+        for (int i = 0; i < pp; i++) {
+            const int64_t stop = first + counts[i];
+            const double pr = p_table[first * width + stop], ac = a_table[first * width + stop];
+            const double bytes = mul_add(18.0, pr, ac), zero = mul_add((double)zs[k], pr, ac);
+            const double limit = lim[lay[k] * S + i];
+            out_bytes[k * S + i] = bytes;
+            out_zero[k * S + i] = zero;
+            if (i == 0 || bytes > most) most = bytes;
+            if (i == 0 || zero > most_zero) most_zero = zero;
+            if (factor * bytes > limit) {
+                oom = 1;
+                oom_gib = factor * bytes / gib;
+            }
+            if (zero > limit) {
+                zero_oom = 1;
+                zero_gib = factor * zero / gib;
+            }
+            first = stop;
+        }
+        out_flags[2 * k] = (unsigned char)oom;
+        out_flags[2 * k + 1] = (unsigned char)zero_oom;
+        out_gibs[2 * k] = (double)(float)(oom ? oom_gib : most / gib);
+        out_gibs[2 * k + 1] = (double)(float)(zero_oom ? zero_gib : most_zero / gib);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&pps);
+    PyBuffer_Release(&reported);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&shared);
+    PyBuffer_Release(&layout_of);
+    PyBuffer_Release(&dp_table);
+    PyBuffer_Release(&embedding);
+    PyBuffer_Release(&limits);
+    PyBuffer_Release(&plane_of);
+    PyBuffer_Release(&params);
+    PyBuffer_Release(&act);
+    PyBuffer_Release(&sharded);
+    PyBuffer_Release(&step);
+    PyBuffer_Release(&dp);
+    PyBuffer_Release(&stage_bytes);
+    PyBuffer_Release(&zero_bytes);
+    PyBuffer_Release(&flags);
+    PyBuffer_Release(&gibs);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
     {"minmax", py_minmax, METH_VARARGS, minmax_doc},
     {"fasop_plans", py_fasop_plans, METH_VARARGS, fasop_plans_doc},
+    {"fasop_finish", py_fasop_finish, METH_VARARGS, fasop_finish_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -29,12 +29,13 @@ import numpy as np
 
 from fasop import comm, native
 from fasop.compute import LayerCosts, ProfileCompute, stage_times
-from fasop.memory import MemoryEstimate, estimate_memory_many, limit_nodes, stage_fit_mask
+from fasop.memory import (ZERO_REPLICATED_BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PER_PARAM, MemoryEstimate,
+                          estimate_memory_many, limit_nodes, memory_tables, stage_fit_mask)
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
                              optimal)
 from fasop.plan import Plan, stage_node_indices
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
-from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
+from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
 PARTITIONERS = ("fasop-minmax", "optimal")
@@ -94,8 +95,8 @@ class _Layout:
     which node types are slower for the micro-batch size (`Fasop2024Estimator._stages`)."""
     by_pace: dict = field(default_factory=dict)
     """_Stages of a layout with mixed stages, per order of the node types' paces."""
-    dp_pairs: dict = field(default_factory=dict)
-    """`Fasop2024Estimator._dp_pair` per number of layers on stage 0."""
+    dp_table: list = field(default_factory=list)
+    """[`Fasop2024Estimator._dp_table`], once made."""
 
 
 class _Chosen:
@@ -209,6 +210,8 @@ class Fasop2024Estimator:
         self._tied = comm.embedding_tied(model)
         self._paces: dict[tuple[int, int], tuple] = {}
         self._params: dict[tuple[int, int], np.float32] = {}
+        self._params_all: dict[int, np.ndarray] = {}
+        self._dp_tables: dict[tuple, np.ndarray] = {}
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self._planes: dict[LayerCosts, int] = {}  # the compiled path's stage-time table: a plane per LayerCosts
         self._table = np.zeros(0)
@@ -230,6 +233,11 @@ class Fasop2024Estimator:
             self._latest[what] = compute()
         return self._latest[what]
 
+    def expect_shapes(self, shapes: Iterable[tuple[int, int, int]]) -> None:
+        """The (tp, dp, pp) that plans will have: the layouts of all of them are made together
+        when a placement is first asked about (one set of array operations, not one per shape)."""
+        self._shapes.update(dict.fromkeys(shapes))
+
     def layout(self, plan: Plan) -> _Layout:
         """What the plan's estimate takes from its placement apart from the micro-batch size,
         remembered for the plans of the latest placement (they differ in degrees and micro-batch)."""
@@ -240,7 +248,7 @@ class Fasop2024Estimator:
             self._set_placement(plan.placement)
         key = (plan.tp, plan.dp, plan.pp)
         if key not in self._layouts:
-            if not self._layouts and len(self._shapes) > 1:  # a new placement: every shape seen so far at once
+            if not self._layouts and len(self._shapes) > 1:  # a new placement: every shape expected or seen, at once
                 self._layouts = dict(zip(self._shapes, self._new_layouts(plan.placement, tuple(self._shapes))))
             if key not in self._layouts:
                 self._shapes[key] = None
@@ -574,12 +582,45 @@ class Fasop2024Estimator:
         halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
         native.kernels.fasop_plans(self._table, self._table.shape[1], which, p2p, pps, ms, halves[0], halves[1],
                                    reported, scheduled, times, ends)
-        return self._finish_many([
-            _Chosen(plan, layout, st, tuple(sends[:plan.pp - 1]), Split(tuple(rep[:plan.pp]), tuple(sch[:plan.pp])),
-                    end[:plan.pp], comp[:plan.pp])
-            for plan, layout, st, sends, rep, sch, comp, end in zip(
-                plans, layouts, stages, p2p.tolist(), reported.tolist(), scheduled.tolist(), times.tolist(),
-                ends.tolist())])
+        # step time and memory (`_finish_many`'s values), by the compiled kernel
+        shared = np.array([st.shared + (False,) * (width - len(st.shared)) for st in stage_rows], dtype=np.uint8)
+        first_plan: dict[int, Plan] = {}
+        for plan, d in zip(plans, layout_of.tolist()):
+            first_plan.setdefault(d, plan)
+        dp_table = np.array([self._dp_table(first_plan[d], layout) for d, layout in enumerate(layout_rows)])
+        embedding = np.array([layout.embedding_s for layout in layout_rows], dtype=f32)
+        limits = np.array([layout.limits + (np.inf,) * (width - len(layout.limits)) for layout in layout_rows])
+        tables = memory_tables(self.model)
+        plane_of = tables.of(plans).astype(np.int64)
+        sharded = np.array([ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // plan.dp for plan in plans],
+                           dtype=np.int64)
+        step, dp = np.empty(len(plans)), np.empty(len(plans))
+        stage_bytes, zero_bytes = np.empty((len(plans), width)), np.empty((len(plans), width))
+        flags, gibs = np.empty((len(plans), 2), np.uint8), np.empty((len(plans), 2))
+        native.kernels.fasop_finish(pps, reported, ends, shared[stages_of], layout_of.astype(np.int64), dp_table,
+                                    embedding, limits, plane_of, tables.params, tables.act, sharded,
+                                    self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
+                                    gibs)
+        # each plan's first pp entries of every row, as flat lists (fewer floats to convert)
+        valid = np.arange(width) < pps[:, None]
+        rep, comp, end, b, z = (a[valid].tolist() for a in (reported, times, ends, stage_bytes, zero_bytes))
+        sends = p2p[np.arange(width) < pps[:, None] - 1].tolist()
+        estimates = []
+        at = at_send = 0
+        for plan, layout, st, step_s, dp_s, (oom, zero_oom), (g, zg) in zip(
+                plans, layouts, stages, step.tolist(), dp.tolist(), flags.tolist(), gibs.tolist()):
+            pp = plan.pp
+            stop = at + pp
+            memory = MemoryEstimate(stage_bytes=tuple(b[at:stop]), stage_zero_bytes=tuple(z[at:stop]), is_oom=oom == 1,
+                                    oom_gpumem_gib=round(g, 4), is_zero_oom=zero_oom == 1,
+                                    zero_oom_gpumem_gib=round(zg, 4))
+            estimates.append(Estimate(
+                plan=plan, partition=tuple(rep[at:stop]), stage_node_types=st.types, stage_compute_s=tuple(comp[at:stop]),
+                p2p_s=tuple(sends[at_send:at_send + pp - 1]), stage_end_s=tuple(end[at:stop]), pipeline_time_s=end[at],
+                dp_allreduce_s=dp_s, embedding_allreduce_s=float(layout.embedding_s), step_time_s=step_s, memory=memory,
+                usd_per_step=self.usd_per_s * step_s, partitioner=self.partitioner))
+            at, at_send = stop, at_send + pp - 1
+        return estimates
 
     def _add_planes(self, costs: Iterable[LayerCosts]) -> None:
         """Adds the `matrix` of each new LayerCosts to the compiled path's stage-time table."""
@@ -650,7 +691,7 @@ class Fasop2024Estimator:
         stage_rows, stages_of = _rows_of([c.stages for c in chosen])
         ends = np.array([c.ends + [-np.inf] * (width - len(c.ends)) for c in chosen])
         # each stage's DP all-reduce: one of two values per plan, by the stage's bus
-        pairs = np.array([self._dp_pair(c.plan, c.layout, c.split.reported[0]) for c in chosen], dtype=f32)
+        pairs = np.array([self._dp_table(c.plan, c.layout)[c.split.reported[0]] for c in chosen], dtype=f32)
         shared = np.array([st.shared + (False,) * (width - len(st.shared)) for st in stage_rows])[stages_of]
         dp_costs = np.where(shared, pairs[:, 1:], pairs[:, :1])
         totals = ends.astype(f32) + dp_costs
@@ -669,15 +710,35 @@ class Fasop2024Estimator:
                          partition_proven_optimal=c.proven)
                 for c, dp, step, mem in zip(chosen, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
 
-    def _dp_pair(self, plan: Plan, layout: _Layout, stage0_layers: int) -> tuple[np.float32, np.float32]:
-        """A stage's DP all-reduce (float32) on an unshared and on a shared bus, when stage 0
-        holds `stage0_layers` layers (dp-stage0-params, MODEL.md §7); remembered by the layout
-        (its tp, dp and DP ring)."""
-        if stage0_layers not in layout.dp_pairs:
-            params = self._dp_params(plan, stage0_layers)
-            layout.dp_pairs[stage0_layers] = tuple(comm.dp_allreduce_seconds(plan, params, layout.dp_ring, shared)
-                                                   for shared in (False, True))
-        return layout.dp_pairs[stage0_layers]
+    def _dp_table(self, plan: Plan, layout: _Layout) -> np.ndarray:
+        """table[n, bus]: a stage's DP all-reduce (float32) when stage 0 holds n layers
+        (dp-stage0-params, MODEL.md §7), on an unshared (0) and a shared (1) bus; the same
+        float32 operations as `_dp_costs`, on arrays. Remembered by the layout (its tp, dp, ring)."""
+        if not layout.dp_table:
+            key = (plan.tp, plan.dp, float(layout.dp_ring))  # layouts of other placements share it
+            if key not in self._dp_tables:
+                params = self._dp_params_all(plan.tp)
+                table = np.empty((len(params), 2), dtype=f32)
+                for bus in (False, True):
+                    table[:, int(bus)] = comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus)
+                self._dp_tables[key] = table
+            layout.dp_table.append(self._dp_tables[key])
+        return layout.dp_table[0]
+
+    def _dp_params_all(self, tp: int) -> np.ndarray:
+        """`_dp_params` for every number of layers on stage 0 (0..L), float32: the same sum,
+        each prefix of it."""
+        if tp not in self._params_all:
+            h, v = self.model.hidden_size, self.model.vocab_size
+            params, embedding_seen, sums = f32(0), False, [f32(0)]
+            for kind in self.model.layer_kinds:  # _dp_params_of's loop, keeping every prefix
+                if kind in TRANSFORMER_KINDS:
+                    params = params + f32((12 * h * h + 20800) / tp)
+                elif not embedding_seen:
+                    params, embedding_seen = params + f32(h * v), True
+                sums.append(params)
+            self._params_all[tp] = np.array(sums, dtype=f32)
+        return self._params_all[tp]
 
     def _dp_costs(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int,
                   ring: np.float32) -> np.ndarray:
@@ -691,13 +752,16 @@ class Fasop2024Estimator:
         """dp-stage0-params: stage 0's gradient count, accumulated in float32 (MODEL.md §7):
         each transformer layer (12h^2 + 20800)/tp, plus h*v (undivided) for the first
         embedding or head layer. Remembered per (tp, layers): plans share them."""
-        key = (plan.tp, stage0_layers)
+        return self._dp_params_of(plan.tp, stage0_layers)
+
+    def _dp_params_of(self, tp: int, stage0_layers: int) -> np.float32:
+        key = (tp, stage0_layers)
         if key not in self._params:
             h, v = self.model.hidden_size, self.model.vocab_size
             params, embedding_seen = f32(0), False
             for kind in self.model.layer_kinds[:stage0_layers]:
                 if kind in TRANSFORMER_KINDS:
-                    params = params + f32((12 * h * h + 20800) / plan.tp)
+                    params = params + f32((12 * h * h + 20800) / tp)
                 elif not embedding_seen:
                     params, embedding_seen = params + f32(h * v), True
             self._params[key] = params

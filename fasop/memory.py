@@ -105,7 +105,7 @@ def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> np.nda
 def element_tables(plan: Plan, model: ModelSpec) -> tuple[np.ndarray, np.ndarray]:
     """(params, activations) per GPU of every run of layers: table[a, b] = `stage_elements` of
     layers a..b-1 (0 where b <= a), the same sums layer by layer in list order."""
-    tables = _tables(model)
+    tables = memory_tables(model)
     plane = tables.of([plan])[0]
     return tables.params[plane], tables.act[plane]
 
@@ -142,7 +142,7 @@ MAX_ELEMENT_TABLES = 4096
 _TABLES: dict[int, _ElementTables] = {}
 
 
-def _tables(model: ModelSpec) -> _ElementTables:
+def memory_tables(model: ModelSpec) -> _ElementTables:
     """The model's _ElementTables (those of the latest 4 models are kept)."""
     tables = _TABLES.pop(id(model), None)
     if tables is None or tables.model is not model:
@@ -175,7 +175,7 @@ def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: Clust
     infinite limit. Per stage: bytes = 18 x params + activations, with ZeRO (6 + 12 // dp) x
     params + activations; a stage is OOM when overhead x bytes exceeds its limit, and the
     reported peak is then overhead x the last OOM stage's bytes (FASOP)."""
-    tables = _tables(model)
+    tables = memory_tables(model)
     edges = np.zeros((len(partitions), partitions.shape[1] + 1), dtype=np.intp)
     np.cumsum(partitions, axis=1, out=edges[:, 1:])
     at = (tables.of(plans)[:, None], edges[:, :-1], edges[:, 1:])

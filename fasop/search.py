@@ -155,6 +155,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     if not combos:
         raise FasopError(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
+    estimator.expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
     orders, num_orders = placements_of(inventory, placements)
     total = num_orders * len(combos)
     kept = _Kept(top)
