@@ -27,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Encoder-decoder plans balance each half separately; the halves remembered per plan. */
+#define MAX_STAGES 256
+
 /* Python's max(a, b) for the non-negative, non-NaN values here: a unless b is larger. */
 static inline double mx(double a, double b) { return b > a ? b : a; }
 
@@ -502,15 +505,33 @@ static void middle_comm(int n, const double *comm, double *extra)
 static int encoder_decoder_splits(minmax_t *w, const tables_t *t, int pp, int n_enc, int n_dec, const int64_t *which,
                                   const double *comm, double *extra, int64_t *spare, split_t *splits)
 {
-    int count = 0;
+    int count = 0, solved = 0;
+    /* the halves balanced so far: a half with the same stage count and stage planes as one of
+     * them is the same problem (the comm terms are local, from comm[0], in every half) */
+    int solved_n[2 * MAX_STAGES], solved_offset[2 * MAX_STAGES];
+    const int64_t *solved_counts[2 * MAX_STAGES];
     for (int pe = 1; pe < (pp < n_enc ? pp : n_enc); pe++) {
         const int pd = pp - pe;
         if (pd > n_dec - 1) continue;
         for (int half = 0; half < 2; half++) {
             const int n = half ? pd : pe, offset = half ? pe : 0;
-            middle_comm(n, comm, extra);
-            if (run_minmax(w, t, n, n_enc, which + offset, extra, splits[count].counts + offset, spare) < 0)
-                return -1;
+            int64_t *counts = splits[count].counts + offset;
+            const int64_t *same = NULL;
+            for (int q = 0; q < solved && !same; q++) {
+                if (solved_n[q] == n && memcmp(which + solved_offset[q], which + offset, (size_t)n * sizeof(int64_t)) == 0)
+                    same = solved_counts[q];
+            }
+            if (same) {
+                memcpy(counts, same, (size_t)n * sizeof(int64_t));
+            } else {
+                middle_comm(n, comm, extra);
+                if (run_minmax(w, t, n, n_enc, which + offset, extra, counts, spare) < 0) return -1;
+            }
+            if (solved < 2 * MAX_STAGES) {
+                solved_n[solved] = n;
+                solved_offset[solved] = offset;
+                solved_counts[solved++] = counts;
+            }
         }
         splits[count].index = count;
         count++;
@@ -538,55 +559,112 @@ typedef struct {
     double *times, *ends;
 } rows_t;
 
-/* Encoder-decoder plan: its candidate splits, scheduled LANES at a time in order of their
- * bounds until the best end found is below the next bound; the chosen split's rows out.
- * Returns the number of splits scheduled, -1 when out of memory, -2 when it has none. */
-static long encoder_decoder_plan(sched_t *s, minmax_t *w, const tables_t *t, int n_enc, int n_dec,
-                                 const int64_t *planes, const double *comm, double *extra, int64_t *spare,
-                                 split_t *splits, int64_t *count_rows, double *time_rows, rows_t out)
+/* An encoder-decoder plan's candidate splits, sorted by their bounds, and how far their
+ * scheduling has come. */
+typedef struct {
+    split_t *splits;
+    int count, next;  /* splits[next] is the next to schedule */
+    double best;      /* the lowest stage-0 end so far (of splits[best_index]) */
+    int best_index;   /* -1 before the first */
+    rows_t out;
+} candidates_t;
+
+/* Is a split of c left that may still win? Once the best end found is below a split's bound,
+ * that split and every later one (sorted by bound) end later. */
+static inline int has_next(const candidates_t *c)
 {
-    const int pp = s->pp, m = s->m;
+    return c->next < c->count && (c->best_index < 0 || c->splits[c->next].bound <= c->best);
+}
+
+/* The candidate splits of an encoder-decoder plan into c (rows from count_rows, time_rows),
+ * sorted by bound; 0, -1 when out of memory, -2 when it has none. */
+static int encoder_decoder_candidates(candidates_t *c, minmax_t *w, const tables_t *t, int pp, int m, int n_enc,
+                                      int n_dec, const int64_t *planes, const double *comm, double *extra,
+                                      int64_t *spare, int64_t *count_rows, double *time_rows)
+{
     const double sf = comm[0], sb = comm[pp - 2];
-    for (int q = 0; q < pp; q++) {  /* rows in index order (the last plan's sort moved them) */
-        splits[q].counts = count_rows + (size_t)q * (size_t)pp;
-        splits[q].times = time_rows + (size_t)q * (size_t)pp;
+    for (int q = 0; q < pp; q++) {
+        c->splits[q].counts = count_rows + (size_t)q * (size_t)pp;
+        c->splits[q].times = time_rows + (size_t)q * (size_t)pp;
     }
-    const int count = encoder_decoder_splits(w, t, pp, n_enc, n_dec, planes, comm, extra, spare, splits);
+    const int count = encoder_decoder_splits(w, t, pp, n_enc, n_dec, planes, comm, extra, spare, c->splits);
     if (count <= 0) return count < 0 ? -1 : -2;
     for (int q = 0; q < count; q++) {
-        times_of(t, pp, planes, splits[q].counts, splits[q].times);
-        splits[q].bound = lower_bound(splits[q].times, pp, m, sf, sb);
+        times_of(t, pp, planes, c->splits[q].counts, c->splits[q].times);
+        c->splits[q].bound = lower_bound(c->splits[q].times, pp, m, sf, sb);
     }
-    /* once the best end found is below a split's bound, that split and every later one end
-     * later: they are not scheduled */
-    qsort(splits, (size_t)count, sizeof(split_t), by_bound);
-    double best = 0.0;
-    int best_index = -1;
+    qsort(c->splits, (size_t)count, sizeof(split_t), by_bound);
+    c->count = count;
+    c->next = 0;
+    c->best_index = -1;
+    return 0;
+}
+
+/* Schedules the candidates of R encoder-decoder plans (of one pp and m), each plan's in order
+ * of their bounds until none may win. LANES at a time: first the next candidate of each plan
+ * in progress, then the first of new plans, then (lanes left over) further candidates of the
+ * plans in progress. A plan's choice is the split with the lowest stage-0 end, the first of
+ * equals, among those scheduled, which include every split not proved to end later: the same
+ * as scheduling all of them. Writes each plan's rows; returns the number of splits scheduled. */
+static long schedule_candidates(sched_t *s, candidates_t *plans, Py_ssize_t R, const double *comm, Py_ssize_t S,
+                                const Py_ssize_t *index)
+{
+    const int pp = s->pp;
+    Py_ssize_t open[LANES], feed = 0;  /* plans in progress */
+    int num_open = 0;
     long scheduled = 0;
-    for (int q0 = 0; q0 < count; q0 += LANES) {
-        if (best_index >= 0 && splits[q0].bound > best) break;
-        int lanes = 0;
-        for (; lanes < LANES && q0 + lanes < count; lanes++) {
-            if (best_index >= 0 && splits[q0 + lanes].bound > best) break;
-            load_lane(s, lanes, splits[q0 + lanes].times, sf, sb);
+    for (;;) {
+        Py_ssize_t lane_plan[LANES];
+        int lane_split[LANES], used = 0, kept = 0;
+        for (int o = 0; o < num_open; o++) {  /* plans in progress: their next candidate, or done */
+            candidates_t *c = &plans[open[o]];
+            if (!has_next(c)) continue;
+            open[kept++] = open[o];
+            lane_plan[used] = open[o];
+            lane_split[used++] = c->next++;
         }
-        for (int l = lanes; l < LANES; l++) load_lane(s, l, splits[q0].times, sf, sb);  /* unread */
+        num_open = kept;
+        while (used < LANES && feed < R) {  /* new plans */
+            candidates_t *c = &plans[feed];
+            if (has_next(c)) {
+                open[num_open++] = feed;
+                lane_plan[used] = feed;
+                lane_split[used++] = c->next++;
+            }
+            feed++;
+        }
+        for (int more = 1; used < LANES && more;) {  /* lanes left: further candidates of open plans */
+            more = 0;
+            for (int o = 0; o < num_open && used < LANES; o++) {
+                candidates_t *c = &plans[open[o]];
+                if (!has_next(c)) continue;
+                lane_plan[used] = open[o];
+                lane_split[used++] = c->next++;
+                more = 1;
+            }
+        }
+        if (!used) return scheduled;
+        for (int l = 0; l < LANES; l++) {  /* idle lanes repeat the first, unread */
+            const int from = l < used ? l : 0;
+            const double *sends = comm + index[lane_plan[from]] * S;
+            load_lane(s, l, plans[lane_plan[from]].splits[lane_split[from]].times, sends[0], sends[pp - 2]);
+        }
         run_1f1b(s);
-        scheduled += lanes;
-        for (int l = 0; l < lanes; l++) {
-            const split_t *c = &splits[q0 + l];
+        scheduled += used;
+        for (int l = 0; l < used; l++) {
+            candidates_t *c = &plans[lane_plan[l]];
+            const split_t *split = &c->splits[lane_split[l]];
             const double e0 = s->ends[0].v[l];
-            if (best_index < 0 || e0 < best || (e0 == best && c->index < splits[best_index].index)) {
-                best = e0;
-                best_index = q0 + l;
-                memcpy(out.reported, c->counts, (size_t)pp * sizeof(int64_t));
-                memcpy(out.scheduled, c->counts, (size_t)pp * sizeof(int64_t));
-                memcpy(out.times, c->times, (size_t)pp * sizeof(double));
-                for (int i = 0; i < pp; i++) out.ends[i] = s->ends[i].v[l];
+            if (c->best_index < 0 || e0 < c->best || (e0 == c->best && split->index < c->splits[c->best_index].index)) {
+                c->best = e0;
+                c->best_index = lane_split[l];
+                memcpy(c->out.reported, split->counts, (size_t)pp * sizeof(int64_t));
+                memcpy(c->out.scheduled, split->counts, (size_t)pp * sizeof(int64_t));
+                memcpy(c->out.times, split->times, (size_t)pp * sizeof(double));
+                for (int i = 0; i < pp; i++) c->out.ends[i] = s->ends[i].v[l];
             }
         }
     }
-    return scheduled;
 }
 
 PyDoc_STRVAR(fasop_plans_doc,
@@ -614,6 +692,8 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
     minmax_t w = {0};
     shape_t *order = NULL;
     split_t *splits = NULL;
+    candidates_t *candidates = NULL;
+    Py_ssize_t *runs = NULL;
     int64_t *count_rows = NULL;
     double *time_rows = NULL, *extra = NULL;
     const int layers = n_enc + n_dec;
@@ -653,16 +733,25 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
     }
     qsort(order, (size_t)P, sizeof(shape_t), by_shape);
     const int most = (int)most_pp;
-    splits = calloc((size_t)most, sizeof(split_t));
-    count_rows = malloc((size_t)(most + 1) * (size_t)most * sizeof(int64_t));
-    time_rows = malloc((size_t)most * (size_t)most * sizeof(double));
+    /* encoder-decoder plans: up to `most` candidate splits of `most` stages per plan of a run
+     * (the plans of one pp and m) */
+    size_t slots = 1;
+    for (Py_ssize_t r0 = 0, r1; n_dec > 0 && r0 < P; r0 = r1) {
+        for (r1 = r0; r1 < P && order[r1].pp == order[r0].pp && order[r1].m == order[r0].m; r1++) {}
+        if ((size_t)(r1 - r0) > slots) slots = (size_t)(r1 - r0);
+    }
+    splits = calloc(slots * (size_t)most, sizeof(split_t));
+    candidates = calloc(slots, sizeof(candidates_t));
+    runs = malloc(slots * sizeof(Py_ssize_t));
+    count_rows = malloc((slots * (size_t)most * (size_t)most + (size_t)most) * sizeof(int64_t));
+    time_rows = malloc(slots * (size_t)most * (size_t)most * sizeof(double));
     extra = malloc((size_t)most * sizeof(double));
-    if (!splits || !count_rows || !time_rows || !extra || sched_init(&s, most, most_cells) < 0 ||
+    if (!splits || !candidates || !runs || !count_rows || !time_rows || !extra || sched_init(&s, most, most_cells) < 0 ||
         minmax_init(&w, most) < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    int64_t *spare = count_rows + (size_t)most * (size_t)most;
+    int64_t *spare = count_rows + slots * (size_t)most * (size_t)most;
     const double *cm = comm.buf;
     int64_t *rep = reported.buf, *sch = scheduled.buf;
     double *out_times = times.buf, *out_ends = ends.buf;
@@ -689,14 +778,19 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
             }
             continue;
         }
-        if (n_dec > 0) {
+        if (n_dec > 0) {  /* every plan's candidates, then all of them scheduled together */
             for (Py_ssize_t r = r0; r < r1 && !failed; r++) {
-                const Py_ssize_t k = order[r].index;
-                const long done = encoder_decoder_plan(&s, &w, &t, n_enc, n_dec, wh + k * S, cm + k * S, extra, spare,
-                                                       splits, count_rows, time_rows, ROWS(k));
+                const Py_ssize_t k = order[r].index, q = r - r0;
+                candidates_t *c = &candidates[q];
+                c->splits = splits + q * most;
+                c->out = ROWS(k);
+                runs[q] = k;
+                const int done = encoder_decoder_candidates(c, &w, &t, pp, m, n_enc, n_dec, wh + k * S, cm + k * S,
+                                                            extra, spare, count_rows + (size_t)q * most * most,
+                                                            time_rows + (size_t)q * most * most);
                 if (done < 0) failed = done == -1 ? 1 : 2;
-                else scheduled_count += done;
             }
+            if (!failed) scheduled_count += schedule_candidates(&s, candidates, r1 - r0, cm, S, runs);
             continue;
         }
         /* one segment: the min-max split of the whole list, then LANES plans scheduled at a time */
@@ -731,6 +825,8 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
 done:
     free(order);
     free(splits);
+    free(candidates);
+    free(runs);
     free(count_rows);
     free(time_rows);
     free(extra);

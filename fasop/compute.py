@@ -80,6 +80,19 @@ class ProfileCompute:
     def __init__(self, model: ModelSpec):
         self.model = model
         self._costs = lru_cache(maxsize=None)(self._layer_costs)
+        self._planes: dict[tuple[str, int, int], int] = {}
+        size = len(model.layer_kinds) + 1
+        self.table = np.zeros((0, size, size))
+        """`matrix` of every LayerCosts given a plane (`planes`), stacked: plane k is table[k]."""
+
+    def planes(self, keys: Sequence[tuple[str, int, int]]) -> list[int]:
+        """The plane in `table` of the LayerCosts of each (gpu, tp, mbs), added if new (one
+        concatenation for all the new ones)."""
+        new = [key for key in dict.fromkeys(keys) if key not in self._planes]
+        if new:
+            self._planes.update({key: len(self._planes) + k for k, key in enumerate(new)})
+            self.table = np.concatenate([self.table] + [self.layer_costs(*key).matrix[None] for key in new])
+        return [self._planes[key] for key in keys]
 
     @classmethod
     def of(cls, model: ModelSpec) -> "ProfileCompute":

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 
 from fasop.errors import FasopError
-from fasop.plan import Plan
+from fasop.plan import Plan, trusted
 from fasop.specs import NodeType
 
 
@@ -88,8 +88,8 @@ def plans(placements: Iterable[tuple[NodeType, ...]], combos: Sequence[tuple[int
     """Every (placement, tp, dp, pp, mbs) plan, placement outermost, lazily; `combos` from
     `degree_list`."""
     for placement in placements:
-        for tp, dp, pp, mbs in combos:
-            yield Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size, placement=placement)
+        for tp, dp, pp, mbs in combos:  # degree_list's combos are valid: no __init__ to run
+            yield trusted(Plan, tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size, placement=placement)
 
 
 def degree_list(nodes: Sequence[NodeType], *, tp_degrees: Sequence[int], global_batch_size: int,

@@ -33,7 +33,7 @@ from fasop.memory import (ZERO_REPLICATED_BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PE
                           estimate_memory_many, limit_nodes, memory_tables, stage_fit_mask)
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
                              optimal)
-from fasop.plan import Plan, stage_node_indices
+from fasop.plan import Plan, stage_node_indices, trusted
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
@@ -165,6 +165,12 @@ class _ShapeLinks:
     stages: np.ndarray
     limits: np.ndarray
     first_stage: list[int]
+    rings: np.ndarray
+    """Per shape: the index of its DP ring link (and of its embedding link, `syncs`)."""
+    syncs: np.ndarray
+    replicas: np.ndarray
+    """Per shape: min(dp, GPUs per node), and its tp (`lanes`): the embedding sync's sharing."""
+    lanes: np.ndarray
 
 
 @lru_cache(maxsize=256)
@@ -174,14 +180,18 @@ def _shape_links(shapes: tuple[tuple[int, int, int], ...], gpus_per_node: int, n
     stage_rows = [row for tp, dp, pp in shapes for row in stage_node_indices(tp * dp, pp, gpus_per_node)]
     width = max(map(len, stage_rows))
     counts = [pp + 1 for _, _, pp in shapes]
+    first_link = np.cumsum([0] + counts)
     return _ShapeLinks(
         intra=_stacked([p[0] for p in positions]), inter=_stacked([p[1] for p in positions]),
         tp=np.repeat(np.array([tp for tp, _, _ in shapes], dtype=f32), counts),
         dp=np.repeat(np.array([dp for _, dp, _ in shapes], dtype=f32), counts),
-        first_link=np.cumsum([0] + counts).tolist(),
+        first_link=first_link.tolist(),
         stages=np.array([row + (row[0],) * (width - len(row)) for row in stage_rows], dtype=np.intp),
         limits=np.array([q for _, _, pp in shapes for q in limit_nodes(pp, num_nodes)], dtype=np.intp),
-        first_stage=np.cumsum([0] + [pp for _, _, pp in shapes]).tolist())
+        first_stage=np.cumsum([0] + [pp for _, _, pp in shapes]).tolist(),
+        rings=first_link[:-1] + np.array([pp - 1 for _, _, pp in shapes]),
+        syncs=first_link[:-1] + np.array([pp for _, _, pp in shapes]),
+        replicas=np.array([min(dp, gpus_per_node) for _, dp, _ in shapes]), lanes=np.array([tp for tp, _, _ in shapes]))
 
 
 def _stacked(blocks: list[np.ndarray]) -> np.ndarray:
@@ -212,9 +222,8 @@ class Fasop2024Estimator:
         self._params: dict[tuple[int, int], np.float32] = {}
         self._params_all: dict[int, np.ndarray] = {}
         self._dp_tables: dict[tuple, np.ndarray] = {}
+        self._volumes: dict[int, np.float32] = {}
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
-        self._planes: dict[LayerCosts, int] = {}  # the compiled path's stage-time table: a plane per LayerCosts
-        self._table = np.zeros(0)
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.node_types = tuple({n.name: n for n in inventory}.values())
         self.compute = ProfileCompute.of(model)
@@ -284,24 +293,24 @@ class Fasop2024Estimator:
         bandwidths = np.minimum(intra_bw, inter_bw)
         least = np.minimum(intra, inter)  # comm.dp_ring_bandwidth and comm.embedding_seconds read this
         volume = self.model.hidden_size * self.model.vocab_size * self.model.bytes_per_element
+        rings = least[links.rings].astype(f32)  # comm.dp_ring_bandwidth
+        syncs = (volume / (least[links.syncs] / links.replicas * links.lanes)).astype(f32)  # comm.embedding_seconds
         codes = self._node_codes[links.stages]
-        uniform = (codes == codes[:, :1]).all(axis=1)
-        limits = self._node_memory[links.limits].tolist()
+        uniform = np.minimum.reduceat((codes == codes[:, :1]).all(axis=1), links.first_stage[:-1]).tolist()
+        firsts, limits = codes[:, 0].tolist(), self._node_memory[links.limits].tolist()
         layouts = []
         for k, (tp, dp, pp) in enumerate(shapes):
             first, stage = links.first_link[k], links.first_stage[k]
-            ring, sync = first + pp - 1, first + pp
-            if uniform[stage:stage + pp].all():  # every stage on nodes of one type
-                types = tuple(self._node_kinds[c] for c in codes[stage:stage + pp, 0].tolist())
+            if uniform[k]:  # every stage on nodes of one type
+                types = tuple(self._node_kinds[c] for c in firsts[stage:stage + pp])
                 stages, stage_nodes = _Stages(types), tuple((t,) for t in types)
             else:
                 stages = None
                 stage_nodes = tuple(tuple({placement[q].name: placement[q] for q in nodes}.values())
                                     for nodes in stage_node_indices(tp * dp, pp, m))
-            layouts.append(_Layout(
-                stage_nodes=stage_nodes, p2p_bandwidths=bandwidths[first:ring], dp_ring=f32(least[ring]),
-                embedding_s=f32(volume / (least[sync] / min(dp, m) * tp)), limits=tuple(limits[stage:stage + pp]),
-                stages=stages))
+            layouts.append(trusted(
+                _Layout, stage_nodes=stage_nodes, p2p_bandwidths=bandwidths[first:first + pp - 1], dp_ring=rings[k],
+                embedding_s=syncs[k], limits=tuple(limits[stage:stage + pp]), stages=stages, by_pace={}, dp_table=[]))
         return layouts
 
     def p2p(self, plan: Plan) -> tuple[float, ...]:
@@ -565,22 +574,23 @@ class Fasop2024Estimator:
         stage_rows, stages_of = _rows_of(stages)
         # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
         contexts, context_of = _rows_of([(plan.tp, plan.mbs) for plan in plans], key=lambda c: c)
-        self._add_planes(c for key in contexts for c in self._costs_by(*key).values())
         gpu_code = {g: k for k, g in enumerate(self.gpus)}
-        planes = np.array([[self._planes[self._costs_by(*key)[g]] for g in self.gpus] for key in contexts], dtype=np.int64)
+        planes = np.array(self.compute.planes([(g, tp, mbs) for tp, mbs in contexts for g in self.gpus]),
+                          dtype=np.int64).reshape(len(contexts), len(self.gpus))
         codes = np.array([[gpu_code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_rows])
         which = planes[context_of[:, None], codes[stages_of]]
         # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
         bandwidths = np.array([list(layout.p2p_bandwidths) + [1.0] * (width - len(layout.p2p_bandwidths))
                                for layout in layout_rows], dtype=f32)
-        volume = np.array([comm.p2p_volume(plan, self.model) for plan in plans], dtype=f32)
+        volume = np.array([self._volume(plan) for plan in plans], dtype=f32)
         p2p = (volume[:, None] / bandwidths[layout_of]).astype(float)
         pps = np.array([plan.pp for plan in plans], dtype=np.int64)
         ms = np.array([plan.num_microbatches for plan in plans], dtype=np.int64)
         reported, scheduled = np.empty((len(plans), width), np.int64), np.empty((len(plans), width), np.int64)
         times, ends = np.empty((len(plans), width)), np.empty((len(plans), width))
         halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
-        native.kernels.fasop_plans(self._table, self._table.shape[1], which, p2p, pps, ms, halves[0], halves[1],
+        table = self.compute.table
+        native.kernels.fasop_plans(table, table.shape[1], which, p2p, pps, ms, halves[0], halves[1],
                                    reported, scheduled, times, ends)
         # step time and memory (`_finish_many`'s values), by the compiled kernel
         shared = np.array([st.shared + (False,) * (width - len(st.shared)) for st in stage_rows], dtype=np.uint8)
@@ -607,27 +617,29 @@ class Fasop2024Estimator:
         sends = p2p[np.arange(width) < pps[:, None] - 1].tolist()
         estimates = []
         at = at_send = 0
-        for plan, layout, st, step_s, dp_s, (oom, zero_oom), (g, zg) in zip(
-                plans, layouts, stages, step.tolist(), dp.tolist(), flags.tolist(), gibs.tolist()):
+        usd_per_s, partitioner = self.usd_per_s, self.partitioner
+        for plan, st, embedding_s, step_s, dp_s, (oom, zero_oom), (g, zg) in zip(
+                plans, stages, embedding.astype(float)[layout_of].tolist(), step.tolist(), dp.tolist(),
+                flags.astype(bool).tolist(), gibs.tolist()):
             pp = plan.pp
             stop = at + pp
-            memory = MemoryEstimate(stage_bytes=tuple(b[at:stop]), stage_zero_bytes=tuple(z[at:stop]), is_oom=oom == 1,
-                                    oom_gpumem_gib=round(g, 4), is_zero_oom=zero_oom == 1,
-                                    zero_oom_gpumem_gib=round(zg, 4))
-            estimates.append(Estimate(
-                plan=plan, partition=tuple(rep[at:stop]), stage_node_types=st.types, stage_compute_s=tuple(comp[at:stop]),
-                p2p_s=tuple(sends[at_send:at_send + pp - 1]), stage_end_s=tuple(end[at:stop]), pipeline_time_s=end[at],
-                dp_allreduce_s=dp_s, embedding_allreduce_s=float(layout.embedding_s), step_time_s=step_s, memory=memory,
-                usd_per_step=self.usd_per_s * step_s, partitioner=self.partitioner))
+            memory = trusted(MemoryEstimate, stage_bytes=tuple(b[at:stop]), stage_zero_bytes=tuple(z[at:stop]),
+                             is_oom=oom, oom_gpumem_gib=round(g, 4), is_zero_oom=zero_oom,
+                             zero_oom_gpumem_gib=round(zg, 4))
+            estimates.append(trusted(
+                Estimate, plan=plan, partition=tuple(rep[at:stop]), stage_node_types=st.types,
+                stage_compute_s=tuple(comp[at:stop]), p2p_s=tuple(sends[at_send:at_send + pp - 1]),
+                stage_end_s=tuple(end[at:stop]), pipeline_time_s=end[at], dp_allreduce_s=dp_s,
+                embedding_allreduce_s=embedding_s, step_time_s=step_s, memory=memory, usd_per_step=usd_per_s * step_s,
+                partitioner=partitioner, partition_proven_optimal=False))
             at, at_send = stop, at_send + pp - 1
         return estimates
 
-    def _add_planes(self, costs: Iterable[LayerCosts]) -> None:
-        """Adds the `matrix` of each new LayerCosts to the compiled path's stage-time table."""
-        new = [c for c in dict.fromkeys(costs) if c not in self._planes]
-        if new:
-            self._planes.update({c: len(self._planes) + k for k, c in enumerate(new)})
-            self._table = np.concatenate([self._table.reshape((-1,) + new[0].matrix.shape)] + [c.matrix[None] for c in new])
+    def _volume(self, plan: Plan) -> np.float32:
+        """comm.p2p_volume, remembered per micro-batch size."""
+        if plan.mbs not in self._volumes:
+            self._volumes[plan.mbs] = comm.p2p_volume(plan, self.model)
+        return self._volumes[plan.mbs]
 
     def _schedule_all(self, prepared: list[_Prepared], progress=None) -> list[list[np.ndarray]]:
         """Stage end times of every split of every plan; one schedule run per (pp, m), each

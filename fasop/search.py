@@ -239,8 +239,8 @@ class _Kept:
         return [] if self.top is None else [-item[0] for item in self.items]
 
     def ranked(self) -> tuple[Estimate, ...]:
-        if self.top is None:
-            return tuple(e for _, _, e in sorted(self.items, key=lambda x: (x[0], x[1])))
+        if self.top is None:  # (step time, index): indices differ, so estimates are never compared
+            return tuple(e for _, _, e in sorted(self.items))
         return tuple(e for _, _, e in sorted(self.items, key=lambda x: (-x[0], -x[1])))
 
 
