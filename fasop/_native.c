@@ -991,11 +991,65 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------ rows out */
+
+PyDoc_STRVAR(row_tuples_doc,
+"row_tuples(rows, counts, integers) -> list[tuple]\n\n"
+"The first counts[k] entries of row k of rows (C-contiguous, P rows; int64 when integers, else\n"
+"float64), as a tuple of Python ints or floats per row: what tuple(rows[k, :counts[k]].tolist())\n"
+"gives, without the intermediate lists.");
+
+static PyObject *py_row_tuples(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer rows, counts;
+    int integers;
+    if (!PyArg_ParseTuple(args, "y*y*p", &rows, &counts, &integers)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t P = counts.len / (Py_ssize_t)sizeof(int64_t);
+    const Py_ssize_t W = P ? rows.len / (P * 8) : 0;
+    if (check_buffer(&counts, P, sizeof(int64_t), "counts") < 0 || check_buffer(&rows, P * W, 8, "rows") < 0)
+        goto done;
+    const int64_t *n = counts.buf;
+    for (Py_ssize_t k = 0; k < P; k++) {
+        if (n[k] < 0 || n[k] > W) {
+            PyErr_SetString(PyExc_ValueError, "row_tuples: count out of range");
+            goto done;
+        }
+    }
+    PyObject *list = PyList_New(P);
+    if (!list) goto done;
+    for (Py_ssize_t k = 0; k < P; k++) {
+        PyObject *row = PyTuple_New(n[k]);
+        if (!row) {
+            Py_DECREF(list);
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < n[k]; i++) {
+            PyObject *item = integers ? PyLong_FromLongLong(((const int64_t *)rows.buf)[k * W + i])
+                                      : PyFloat_FromDouble(((const double *)rows.buf)[k * W + i]);
+            if (!item) {
+                Py_DECREF(row);
+                Py_DECREF(list);
+                goto done;
+            }
+            PyTuple_SET_ITEM(row, i, item);
+        }
+        PyList_SET_ITEM(list, k, row);
+    }
+    result = list;
+done:
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&counts);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
     {"minmax", py_minmax, METH_VARARGS, minmax_doc},
     {"fasop_plans", py_fasop_plans, METH_VARARGS, fasop_plans_doc},
     {"fasop_finish", py_fasop_finish, METH_VARARGS, fasop_finish_doc},
+    {"row_tuples", py_row_tuples, METH_VARARGS, row_tuples_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -611,28 +611,22 @@ class Fasop2024Estimator:
                                     embedding, limits, plane_of, tables.params, tables.act, sharded,
                                     self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
                                     gibs)
-        # each plan's first pp entries of every row, as flat lists (fewer floats to convert)
-        valid = np.arange(width) < pps[:, None]
-        rep, comp, end, b, z = (a[valid].tolist() for a in (reported, times, ends, stage_bytes, zero_bytes))
-        sends = p2p[np.arange(width) < pps[:, None] - 1].tolist()
+        # each plan's first pp entries of every row, as tuples
+        tuples = native.kernels.row_tuples
+        rep, bytes_, zero = tuples(reported, pps, True), tuples(stage_bytes, pps, False), tuples(zero_bytes, pps, False)
+        comp, end, sends = tuples(times, pps, False), tuples(ends, pps, False), tuples(p2p, pps - 1, False)
         estimates = []
-        at = at_send = 0
         usd_per_s, partitioner = self.usd_per_s, self.partitioner
-        for plan, st, embedding_s, step_s, dp_s, (oom, zero_oom), (g, zg) in zip(
-                plans, stages, embedding.astype(float)[layout_of].tolist(), step.tolist(), dp.tolist(),
-                flags.astype(bool).tolist(), gibs.tolist()):
-            pp = plan.pp
-            stop = at + pp
-            memory = trusted(MemoryEstimate, stage_bytes=tuple(b[at:stop]), stage_zero_bytes=tuple(z[at:stop]),
-                             is_oom=oom, oom_gpumem_gib=round(g, 4), is_zero_oom=zero_oom,
-                             zero_oom_gpumem_gib=round(zg, 4))
+        for plan, st, partition, b, z, c, e, p, embedding_s, step_s, dp_s, (oom, zero_oom), (g, zg) in zip(
+                plans, stages, rep, bytes_, zero, comp, end, sends, embedding.astype(float)[layout_of].tolist(),
+                step.tolist(), dp.tolist(), flags.astype(bool).tolist(), gibs.tolist()):
+            memory = trusted(MemoryEstimate, stage_bytes=b, stage_zero_bytes=z, is_oom=oom, oom_gpumem_gib=round(g, 4),
+                             is_zero_oom=zero_oom, zero_oom_gpumem_gib=round(zg, 4))
             estimates.append(trusted(
-                Estimate, plan=plan, partition=tuple(rep[at:stop]), stage_node_types=st.types,
-                stage_compute_s=tuple(comp[at:stop]), p2p_s=tuple(sends[at_send:at_send + pp - 1]),
-                stage_end_s=tuple(end[at:stop]), pipeline_time_s=end[at], dp_allreduce_s=dp_s,
-                embedding_allreduce_s=embedding_s, step_time_s=step_s, memory=memory, usd_per_step=usd_per_s * step_s,
-                partitioner=partitioner, partition_proven_optimal=False))
-            at, at_send = stop, at_send + pp - 1
+                Estimate, plan=plan, partition=partition, stage_node_types=st.types, stage_compute_s=c, p2p_s=p,
+                stage_end_s=e, pipeline_time_s=e[0], dp_allreduce_s=dp_s, embedding_allreduce_s=embedding_s,
+                step_time_s=step_s, memory=memory, usd_per_step=usd_per_s * step_s, partitioner=partitioner,
+                partition_proven_optimal=False))
         return estimates
 
     def _volume(self, plan: Plan) -> np.float32:
