@@ -14,3 +14,16 @@ DATA = Path(__file__).resolve().parent / "data"
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(params=["compiled", "python"])
+def kernels(request, monkeypatch):
+    """Runs a test with fasop's compiled kernels (fasop/_native.c) and again with its own Python
+    loops (native.kernels = None); skipped for `compiled` where the extension was not built."""
+    from fasop import native
+
+    if request.param == "python":
+        monkeypatch.setattr(native, "kernels", None)
+    elif native.kernels is None:
+        pytest.skip("the compiled kernels were not built (no C compiler at install time)")
+    return request.param

@@ -320,7 +320,7 @@ def test_optimal_never_loses_to_fasop_minmax_on_fasop_experiments(model_name, no
 
 
 @pytest.mark.parametrize("pp,m", [(2, 40), (3, 64), (8, 9), (13, 5), (16, 32), (32, 3), (32, 64)])
-def test_traced_schedule_is_bit_identical_to_the_recurrences(pp, m):
+def test_traced_schedule_is_bit_identical_to_the_recurrences(pp, m, kernels):
     """one_f_one_b evaluates a traced program level by level; every value must be the one the
     event-by-event recurrences give, to the bit (sends at the ends and in the middle)."""
     from fasop.schedule import one_f_one_b_reference
@@ -334,7 +334,7 @@ def test_traced_schedule_is_bit_identical_to_the_recurrences(pp, m):
 
 
 @pytest.mark.parametrize("pp,m", [(2, 1), (2, 40), (3, 2), (8, 9), (13, 5), (16, 64), (32, 3)])
-def test_untraced_schedule_is_bit_identical_to_the_recurrences_on_arrays(pp, m):
+def test_untraced_schedule_is_bit_identical_to_the_recurrences_on_arrays(pp, m, kernels):
     """reuse=False runs the recurrences untraced: on Python floats for a few pipelines, on the
     arrays for more, without adding the sends that are 0 in every pipeline. Every end time must be
     the arrays' one, to the bit -- ties included (stage times on a coarse grid tie often)."""
@@ -370,7 +370,7 @@ def test_critical_path_is_bit_identical_to_the_augmented_recurrences(pp, m):
         assert np.allclose((weights * t).sum(axis=0) + const, end, rtol=1e-12)
 
 
-def test_large_schedules_are_not_compiled_and_give_the_same_bits(monkeypatch):
+def test_large_schedules_are_not_compiled_and_give_the_same_bits(monkeypatch, kernels):
     """Past COMPILE_EVENTS a schedule runs level by level even for one pipeline, critical paths
     included: the same bits as the recurrences."""
     import fasop.schedule as schedule

@@ -1,0 +1,197 @@
+"""The compiled kernels (fasop/_native.c) against fasop's own Python loops, bit for bit.
+
+The kernels must give the same values as the Python code they replace, to the last bit: FASOP's
+encoder-decoder choices and the ranking turn on last-ulp ties. Every test here compares the two
+on random inputs built in code (ties included: times on a coarse grid), or runs an estimate both
+ways (the `kernels` fixture: compiled, then native.kernels = None).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from fasop import native
+from fasop.cli import main
+from fasop.enumerate import all_placements, cyclic_placements, degree_list, plans
+from fasop.estimate import Fasop2024Estimator
+from fasop.partition import minmax_reference
+from fasop.schedule import one_f_one_b_reference
+from fasop.specs import GIB, ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
+
+compiled = pytest.mark.skipif(native.kernels is None, reason="the compiled kernels were not built")
+
+
+def test_compiled_kernels_are_built():
+    """CI sets FASOP_REQUIRE_NATIVE=1: there the extension must have been built (pip install .
+    with a C compiler), or fasop would silently run its Python loops, ~20x slower in FASOP mode."""
+    if not os.environ.get("FASOP_REQUIRE_NATIVE") or os.environ.get("FASOP_PURE_PYTHON"):
+        pytest.skip("FASOP_REQUIRE_NATIVE is not set")
+    assert native.kernels is not None, "fasop._native was not built: is a C compiler installed?"
+
+
+# ----------------------------------------------------------------------------- 1F1B
+def _pipelines(rng, pp: int, batch: int, coarse: bool, sends: str):
+    """Stage times (uniform, or on a coarse grid so that event times tie) and sends: FASOP's
+    (stage 0 forward, last stage backward), none, or anywhere and 0 in some pipelines only."""
+    t = np.round(rng.uniform(1, 2, (pp, batch)) * 4) / 4 if coarse else rng.uniform(0.1, 1.0, (pp, batch))
+    sf, sb = np.zeros_like(t), np.zeros_like(t)
+    if sends == "ends":
+        sf[0], sb[-1] = rng.uniform(0, 0.3, batch), rng.uniform(0, 0.3, batch)
+    elif sends == "anywhere":
+        sf, sb = rng.uniform(0, 0.3, (2, pp, batch)) * (rng.uniform(size=(2, pp, batch)) < 0.5)
+    return t / 3, 2 * t / 3, sf, sb
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(30))
+def test_one_f_one_b_kernel_is_the_recurrences(seed):
+    """Every stage's end, for batches of 1..9 pipelines (the kernel runs 4 lanes, padding the
+    last group), pp up to 12 and m up to 20, on both sides of pp = m."""
+    rng = np.random.default_rng(seed)
+    pp, m, batch = int(rng.integers(1, 13)), int(rng.integers(1, 21)), int(rng.integers(1, 10))
+    for coarse in (False, True):
+        for sends in ("ends", "none", "anywhere"):
+            fwd, bwd, sf, sb = _pipelines(rng, pp, batch, coarse, sends)
+            durations = np.ascontiguousarray(np.concatenate([fwd, bwd, sf, sb]).T)
+            ends = np.empty((batch, pp))
+            native.kernels.one_f_one_b(durations, pp, m, ends)
+            assert np.array_equal(ends.T, one_f_one_b_reference(fwd, bwd, sf, sb, m)), (pp, m, coarse, sends)
+
+
+# ----------------------------------------------------------------------------- min-max
+class _Costs:
+    """Stage costs from a table, as compute.LayerCosts: stage(a, b) = table[a, b] (0 if empty)."""
+
+    def __init__(self, matrix: np.ndarray):
+        self.matrix = matrix
+
+    def stage(self, first: int, stop: int) -> float:
+        return float(self.matrix[first, stop]) if stop > first else 0.0
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(40))
+def test_minmax_kernel_moves_as_the_reference(seed):
+    """FASOP's greedy balancing, move for move: 1..9 stages over 2..14 layers (more stages than
+    layers too), stages on 3 tables of random or coarse per-layer times, random comm terms."""
+    from fasop.compute import run_sums
+
+    rng = np.random.default_rng(seed)
+    layers, n = int(rng.integers(2, 15)), int(rng.integers(1, 10))
+    coarse = seed % 2 == 0
+    tables = []
+    for _ in range(3):
+        seconds = np.round(rng.uniform(1, 3, layers) * 2) / 2 if coarse else rng.uniform(0.5, 3.0, layers)
+        tables.append(run_sums(seconds))
+    which = rng.integers(0, 3, n)
+    comm = tuple(float(c) for c in (np.zeros(max(n - 2, 0)) if coarse else rng.uniform(0, 2.0, max(n - 2, 0))))
+    extra = np.zeros(n)
+    if n > 2:
+        extra[1:n - 1] = comm
+    reported, scheduled = np.empty(n, np.int64), np.empty(n, np.int64)
+    table = np.ascontiguousarray(np.stack(tables))
+    native.kernels.minmax(table, layers + 1, which.astype(np.int64), extra, n, layers, reported, scheduled)
+    expected = minmax_reference(tuple(_Costs(tables[k]) for k in which), layers, comm)
+    assert (tuple(reported.tolist()), tuple(scheduled.tolist())) == (expected.reported, expected.scheduled)
+
+
+# ----------------------------------------------------------------------------- whole estimates
+def _node(name: str, gpu: str, rng, shared: bool, memory_gib: float) -> NodeType:
+    return NodeType(name=name, instance=f"{name}.box", gpu=gpu, gpus_per_node=2, memory_limit_bytes=memory_gib * GIB,
+                    intra_node_bytes_per_s=float(rng.uniform(1e10, 5e10)),
+                    inter_node_bytes_per_s=float(rng.uniform(1e9, 5e9)), intra_node_shared=shared,
+                    usd_per_hour=float(rng.uniform(1, 10)), spot_usd_per_hour=None)
+
+
+def _world(seed: int, encoder_decoder: bool, memory_gib: float):
+    """A model of 12 entries (embedding, 10 transformers, head; or embedding, 5 encoders,
+    embedding, 5 decoders) with random per-layer times on two GPU types, scaling with the
+    micro-batch, and a cluster of two node types of 2 GPUs (one on a shared bus), memory tight
+    enough for some plans not to fit."""
+    rng = np.random.default_rng(seed)
+    if encoder_decoder:
+        kinds = ("embedding",) + ("encoder",) * 5 + ("embedding",) + ("decoder",) * 5
+        segments = ("encoder",) * 6 + ("decoder",) * 6
+    else:
+        kinds, segments = ("embedding",) + ("transformer",) * 10 + ("head",), ("model",) * 12
+    gpus = ("G1", "G2")
+    forward = {(g, tp): tuple(float(x) for x in np.round(rng.uniform(1, 5, 12)) * 1e-3)
+               for g in gpus for tp in (1, 2)}
+    scale = ScalingTable(points=((1, (1.0,)), (2, (1.5,))), beyond="proportional")
+    profile = Profile(forward_s=forward, fwd_bwd_factor=3.0, scaling={(g, k): scale for g in gpus for k in set(kinds)})
+    model = ModelSpec(path="m.yaml", name="rand", hidden_size=256, num_attention_heads=4, vocab_size=1000,
+                      sequence_length=128, global_batch_size=16, tie_word_embeddings=not encoder_decoder,
+                      bytes_per_element=2, layer_kinds=kinds, layer_segments=segments, profile=profile)
+    types = {"x": _node("x", "G1", rng, False, memory_gib), "y": _node("y", "G2", rng, True, memory_gib / 2)}
+    cluster = ClusterSpec(path="c.yaml", estimator="fasop-2024", node_types=types, p2p_inter_node_divisor=1.05,
+                          p2p_intra_node_divisor=3.5, memory_overhead_factor=1.1)
+    return model, cluster, types
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("encoder_decoder", [False, True], ids=["decoder", "encoder-decoder"])
+def test_fasop_estimates_are_the_same_both_ways(seed, encoder_decoder, monkeypatch):
+    """estimate_many with fasop-minmax: the compiled path (partition, schedule, choice among an
+    encoder-decoder model's splits, step time, memory in the kernels) gives every field of every
+    estimate as the Python path does, on every plan of 4 nodes in every order (stages spanning
+    nodes of both types, OOM plans, pp = 1 included)."""
+    model, cluster, types = _world(seed, encoder_decoder, memory_gib=0.05 if seed % 2 else 1000.0)
+    nodes = (types["x"], types["y"], types["x"], types["y"])
+    combos = degree_list(nodes, tp_degrees=(1, 2), global_batch_size=16, num_transformer_layers=10)
+    candidates = list(plans(all_placements(nodes), combos, global_batch_size=16))
+    ours = Fasop2024Estimator(model, cluster, nodes).estimate_many(candidates)
+    monkeypatch.setattr(native, "kernels", None)
+    theirs = Fasop2024Estimator(model, cluster, nodes).estimate_many(candidates)
+    assert ours == theirs
+    assert any(e.memory.is_oom for e in ours) == bool(seed % 2)
+    assert any(e.plan.pp == 1 for e in ours) and any(len(set(e.stage_node_types)) > 1 for e in ours)
+
+
+@compiled
+@pytest.mark.parametrize("model_name,nodes", [("bert", "a100=1,a10=3"), ("gpt2xl", "a10=8"), ("t5", "a100=1,a10=7")])
+def test_fasop_experiments_write_the_same_bytes_both_ways(tmp_path, capsys, monkeypatch, model_name, nodes):
+    """FASOP's choices on three of its experiments: the compiled and the Python path write the
+    same CSV, byte for byte."""
+    argv = ["search", "--model", model_name, "--cluster", "fasop-paper", "--nodes", nodes, "--heterogeneous",
+            "--placements", "cyclic", "--partitioner", "fasop-minmax", "--no-progress"]
+    assert main(argv + ["--out", str(tmp_path / "compiled.csv")]) == 0
+    monkeypatch.setattr(native, "kernels", None)
+    assert main(argv + ["--out", str(tmp_path / "python.csv")]) == 0
+    assert (tmp_path / "compiled.csv").read_bytes() == (tmp_path / "python.csv").read_bytes()
+
+
+@compiled
+def test_optimal_partitioner_gives_the_same_bytes_both_ways(tmp_path, capsys, monkeypatch):
+    """The optimal partitioner schedules its candidate splits with the compiled recurrences or the
+    Python ones: the same CSV."""
+    argv = ["search", "--model", "bert", "--cluster", "fasop-paper", "--nodes", "a10=4", "--no-progress"]
+    assert main(argv + ["--out", str(tmp_path / "compiled.csv")]) == 0
+    monkeypatch.setattr(native, "kernels", None)
+    assert main(argv + ["--out", str(tmp_path / "python.csv")]) == 0
+    assert (tmp_path / "compiled.csv").read_bytes() == (tmp_path / "python.csv").read_bytes()
+
+
+# ----------------------------------------------------------------------------- helpers, errors
+@compiled
+def test_row_tuples_are_the_rows_first_entries():
+    rng = np.random.default_rng(0)
+    floats, ints = rng.uniform(size=(7, 5)), rng.integers(-9, 9, (7, 5))
+    counts = np.array([0, 1, 5, 2, 3, 4, 5], dtype=np.int64)
+    assert native.kernels.row_tuples(floats, counts, False) == [tuple(r[:n].tolist()) for r, n in zip(floats, counts)]
+    assert native.kernels.row_tuples(ints, counts, True) == [tuple(r[:n].tolist()) for r, n in zip(ints, counts)]
+    with pytest.raises(ValueError, match="count out of range"):
+        native.kernels.row_tuples(floats, counts + 1, False)
+
+
+@compiled
+def test_kernels_reject_buffers_of_the_wrong_size():
+    """A caller's mistake is a ValueError, not a read past a buffer."""
+    with pytest.raises(ValueError, match="ends"):
+        native.kernels.one_f_one_b(np.zeros((3, 8)), 2, 4, np.empty((3, 3)))
+    with pytest.raises(ValueError, match="plane index"):
+        native.kernels.minmax(np.zeros((1, 3, 3)), 3, np.array([0, 5]), np.zeros(2), 2, 2, np.empty(2, np.int64),
+                              np.empty(2, np.int64))
