@@ -1,7 +1,11 @@
 """Build of fasop's optional compiled kernels (fasop/_native.c); everything else is in
 pyproject.toml. `optional=True`: where no C compiler is at hand the build goes on without them
-and fasop runs its own Python loops instead, with the same results (fasop/native.py)."""
+and fasop runs its own Python loops instead, with the same results (fasop/native.py).
+
+The extension is the top-level module `_fasop_native`, not part of the `fasop` package, so that
+the installed one is found even when `fasop` itself is imported from a source tree (the tests
+run from the repository root)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("fasop._native", ["fasop/_native.c"], optional=True)])
+setup(ext_modules=[Extension("_fasop_native", ["fasop/_native.c"], optional=True)])

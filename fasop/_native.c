@@ -1,4 +1,4 @@
-/* fasop._native: compiled kernels of fasop's hot loops (optional; see fasop/native.py).
+/* _fasop_native: compiled kernels of fasop's hot loops (optional; see fasop/native.py).
  *
  * Each kernel computes what a Python function of fasop computes, with the same float64
  * operations in the same order, so the results are the same bits:
@@ -1054,8 +1054,19 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "fasop._native", "Compiled kernels of fasop's hot loops (optional).", -1, methods,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_fasop_native", "Compiled kernels of fasop's hot loops (optional; fasop/native.py).", -1,
+    methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+/* The interface version fasop/native.py expects (native.API): bump with every signature change. */
+#define API 1
+
+PyMODINIT_FUNC PyInit__fasop_native(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "API", API) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,10 +1,11 @@
-"""The compiled kernels of fasop's hot loops (`fasop/_native.c`), when they were built.
+"""The compiled kernels of fasop's hot loops (`fasop/_native.c`, module `_fasop_native`), when
+they were built.
 
 `kernels` is the extension module, or None when it was not built (no C compiler at install
-time) or when the environment variable FASOP_PURE_PYTHON is set to a non-empty value. Callers
-read `native.kernels` at call time and run their own Python loops when it is None: the kernels
-compute the same float64 operations in the same order, so the results are the same bits
-either way (tests compare the two).
+time), when it is of another version of fasop (API differs), or when the environment variable
+FASOP_PURE_PYTHON is set to a non-empty value. Callers read `native.kernels` at call time and
+run their own Python loops when it is None: the kernels compute the same float64 operations in
+the same order, so the results are the same bits either way (tests compare the two).
 """
 
 from __future__ import annotations
@@ -12,9 +13,14 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
+API = 1
+"""The kernels' interface version (_fasop_native.API): bumped with every change of a signature."""
+
 kernels: ModuleType | None = None
 if not os.environ.get("FASOP_PURE_PYTHON"):
     try:
-        from fasop import _native as kernels
+        import _fasop_native as kernels
     except ImportError:  # not built: the Python loops
         kernels = None
+    if kernels is not None and getattr(kernels, "API", None) != API:
+        kernels = None  # built from another version of fasop

@@ -475,6 +475,30 @@ def test_memory_limit_node_lookup():
     assert [fasop_limit_node(plan(1, 2, 2, *[n] * 4), i) for i in range(2)] == [0, 2]
 
 
+def test_memory_limit_node_when_the_nodes_do_not_divide_the_stages():
+    """pp > N where N does not divide pp (6 nodes of 4 GPUs, tp 1, dp 3: pp 8), which FASOP's
+    i // (pp // N) reads past the last node for: the node holding the stage's first rank,
+    i * N // pp (stage i starts at rank 3i). It equals FASOP's reading wherever N divides pp."""
+    n = node(gpus=4)
+    assert [fasop_limit_node(plan(1, 3, 8, *[n] * 6, gbs=48), i) for i in range(8)] == [0, 0, 1, 2, 3, 3, 4, 5]
+    assert [3 * i // 4 for i in range(8)] == [0, 0, 1, 2, 3, 3, 4, 5]  # rank 3i on node (3i) // 4
+    for nodes, pp in [(2, 4), (2, 8), (3, 6), (4, 16)]:
+        assert [fasop_limit_node(plan(1, 1, pp, *[node(gpus=pp // nodes)] * nodes), i) for i in range(pp)] == \
+            [i // (pp // nodes) for i in range(pp)]
+
+
+def test_search_on_nodes_that_do_not_divide_the_stages():
+    """The plans of 6 nodes of 4 GPUs with a global batch of 48 include tp 1, dp 3, pp 8: every
+    one is estimated (it raised IndexError before the limit node was defined for it)."""
+    from fasop.search import search
+
+    nodes = tuple(node("g", gpus=4) for _ in range(6))
+    tiny = model(kinds=("embedding",) + ("transformer",) * 8 + ("head",), forward=(0.001,) * 10, gbs=48)
+    result = search(tiny, CLUSTER, nodes, placements="cyclic", partitioner="fasop-minmax")
+    assert any((e.plan.tp, e.plan.dp, e.plan.pp) == (1, 3, 8) for e in result.estimates)
+    assert len(result.estimates) == result.num_candidates
+
+
 # ----------------------------------------------------------------------------- plan
 @pytest.mark.parametrize("tp,dp,pp,gpus,nodes,expected", [
     (1, 1, 4, 2, 2, ((0,), (0,), (1,), (1,))),  # two stages per 2-GPU node
