@@ -31,7 +31,7 @@ def _node(name: str, gpu: str, rng, shared: bool, memory_gib: float = 1000.0) ->
                     usd_per_hour=float(rng.uniform(1, 10)), spot_usd_per_hour=None)
 
 
-def _world(seed: int, layers: int = 10):
+def _world(seed: int, layers: int = 10, gbs: int = 16):
     """A model of `layers` entries with random per-layer times on three GPU types, and a
     cluster of three node types (2 GPUs per node) with random links and prices."""
     rng = np.random.default_rng(seed)
@@ -41,7 +41,7 @@ def _world(seed: int, layers: int = 10):
     one = ScalingTable(points=((1, (1.0,)),), beyond="proportional")
     profile = Profile(forward_s=forward, fwd_bwd_factor=3.0, scaling={(g, k): one for g in gpus for k in set(kinds)})
     model = ModelSpec(path="m.yaml", name="rand", hidden_size=256, num_attention_heads=4, vocab_size=1000,
-                      sequence_length=128, global_batch_size=16, tie_word_embeddings=True, bytes_per_element=2,
+                      sequence_length=128, global_batch_size=gbs, tie_word_embeddings=True, bytes_per_element=2,
                       layer_kinds=kinds, layer_segments=("model",) * layers, profile=profile)
     types = {"x": _node("x", "G1", rng, False), "y": _node("y", "G2", rng, True), "z": _node("z", "G3", rng, True)}
     cluster = ClusterSpec(path="c.yaml", estimator="fasop-2024", node_types=types, p2p_inter_node_divisor=1.05,
