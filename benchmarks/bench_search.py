@@ -1,9 +1,12 @@
 """Search throughput (issue 3): candidates per second in-process, whole-process wall time and
 peak memory, on FASOP's six experiments and the 64-node, 4-type inventory.
 
-In-process: the specs are loaded once, then `fasop.search.search(...)` is timed alone
-(time.perf_counter) for each configuration; candidates/s = plans enumerated / seconds (plans
-skipped as equivalent or pruned count, as they were ruled out). Configurations:
+In-process: in a fresh interpreter per (experiment, configuration), the specs are loaded, then
+`fasop.search.search(...)` is timed alone (time.perf_counter), --runs + 1 times: the first
+search of the process ("first": what one `fasop search` pays, its caches cold) and the median
+of the others (the process's caches warm: profile tables, element tables, kernels' tables);
+candidates/s = plans enumerated / seconds (plans skipped as equivalent or pruned count, as
+they were ruled out). Configurations:
 - `fasop`: FASOP's choices (cyclic placements, fasop-minmax), every plan estimated;
 - `default`: fasop's defaults (all placements, optimal partitioner), every plan estimated;
 - `top1`: the defaults with --top 1 (exact pruning against the best plan).
@@ -16,7 +19,13 @@ Targets (issue 3): >= 50,000 candidates/s per core on the FASOP experiments (the
 Then `--placements all --top 5` on 16-node inventories whose node orders are too many to list
 (2.0 million and 63 million orders; orders.OrderSearch), in-process and whole-process.
 
+With --baseline PATH (a checkout of another version, e.g. `git worktree add /tmp/base <commit>`
+and its kernels built there with `python setup.py build_ext --inplace`), FASOP's choices are
+also measured on that tree in the same invocation, alternating with this one, and the ratio of
+medians is printed.
+
     python benchmarks/bench_search.py [--runs 3] [--json PATH] [--workers 2] [--order-trees 0|1|2]
+                                      [--baseline PATH] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -53,30 +62,67 @@ CONFIGS = {"fasop": {"placements": "cyclic", "partitioner": "fasop-minmax"},
            "top1": {"top": 1}}
 
 
+_CHILD = r"""
+import json, sys, time
+tree, model_name, cluster_name, nodes, config, runs, workers = sys.argv[1:8]
+sys.path.insert(0, tree)
+import fasop
+assert fasop.__file__.startswith(tree), fasop.__file__
+from fasop.search import parse_nodes, search
+from fasop.specs import load_cluster, load_model
+kwargs = json.loads(config)
+model = load_model(f"{tree}/model_specs/{model_name}.yaml")
+cluster = load_cluster(f"{tree}/cluster_specs/{cluster_name}.yaml")
+inventory = parse_nodes(nodes, cluster)
+times = []
+for _ in range(int(runs) + 1):
+    start = time.perf_counter()
+    result = search(model, cluster, inventory, heterogeneous=True, workers=int(workers), **kwargs)
+    times.append(time.perf_counter() - start)
+best = result.best_fitting
+print(json.dumps({"first_s": times[0], "runs_s": times[1:], "candidates": result.num_candidates,
+                  "estimated": result.num_estimated, "best_step_s": None if best is None else best.step_time_s,
+                  "kernels": __import__("fasop.native").native.kernels is not None}))
+"""
+"""One configuration in a fresh interpreter on a given source tree: the first search, then --runs more."""
+
+
+def in_child(tree: Path, model_name: str, cluster_name: str, nodes: str, config: dict, runs: int, workers: int) -> dict:
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(tree), model_name, cluster_name, nodes, json.dumps(config),
+                           str(runs), str(workers)], capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if done.returncode != 0:
+        sys.exit(f"bench_search: measuring {model_name} {nodes} on {tree} failed: {done.stderr.strip()[-800:]}")
+    return json.loads(done.stdout)
+
+
 def in_process(model_name: str, cluster_name: str, nodes: str, extra: list[str], runs: int,
                workers: int) -> dict:
-    from fasop.search import parse_nodes, search
-    from fasop.specs import load_cluster, load_model
-
-    model, cluster = load_model(str(REPO / "model_specs" / f"{model_name}.yaml")), \
-        load_cluster(str(REPO / "cluster_specs" / f"{cluster_name}.yaml"))
-    inventory = parse_nodes(nodes, cluster)
     out = {}
     for config, kwargs in CONFIGS.items():
         kwargs = dict(kwargs)
         if "--placements" in extra:
             kwargs.setdefault("placements", extra[extra.index("--placements") + 1])
-        times, result = [], None
-        for _ in range(runs):
-            start = time.perf_counter()
-            result = search(model, cluster, inventory, heterogeneous=True, workers=workers, **kwargs)
-            times.append(time.perf_counter() - start)
-        median = statistics.median(times)
-        best = result.best_fitting
-        out[config] = {"runs_s": times, "median_s": median, "candidates": result.num_candidates,
-                       "estimated": result.num_estimated, "candidates_per_s": result.num_candidates / median,
-                       "best_step_s": None if best is None else best.step_time_s}
+        row = in_child(REPO, model_name, cluster_name, nodes, kwargs, runs, workers)
+        median = statistics.median(row["runs_s"])
+        out[config] = row | {"median_s": median, "candidates_per_s": row["candidates"] / median,
+                             "first_candidates_per_s": row["candidates"] / row["first_s"]}
     return out
+
+
+def against_baseline(baseline: Path, model_name: str, cluster_name: str, nodes: str, runs: int, rounds: int) -> dict:
+    """FASOP's choices on this tree and on `baseline`, alternating, `rounds` children each."""
+    times: dict[str, list[float]] = {"this": [], "baseline": []}
+    firsts: dict[str, list[float]] = {"this": [], "baseline": []}
+    for _ in range(rounds):
+        for label, tree in (("baseline", baseline), ("this", REPO)):
+            row = in_child(tree, model_name, cluster_name, nodes, CONFIGS["fasop"], runs, 1)
+            times[label] += row["runs_s"]
+            firsts[label].append(row["first_s"])
+            candidates = row["candidates"]
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    return {"candidates": candidates, "median_s": medians, "first_median_s": {k: statistics.median(v)
+                                                                               for k, v in firsts.items()},
+            "speedup": medians["baseline"] / medians["this"]}
 
 
 _WRAPPER = """
@@ -131,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per measurement (default %(default)s)")
     parser.add_argument("--workers", type=int, default=1, help="--workers for every search (default %(default)s)")
     parser.add_argument("--json", metavar="PATH", help="also write the measurements as JSON")
+    parser.add_argument("--baseline", type=Path, metavar="PATH",
+                        help="a checkout of another version to compare FASOP's choices with, in the same invocation")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds against --baseline (default %(default)s)")
     parser.add_argument("--order-trees", type=int, default=1, metavar="N",
                         help="how many of the all-orders inventories to run (0-2; default %(default)s: "
                              "the 3-type one; the 4-type one takes ~2 minutes a run)")
@@ -147,18 +196,31 @@ def main(argv: list[str] | None = None) -> int:
     for name, model, cluster, nodes, extra in EXPERIMENTS + [BIG]:
         row = {"experiment": name, "in_process": in_process(model, cluster, nodes, extra, args.runs, args.workers),
                "whole_process": whole_process(model, cluster, nodes, extra, args.runs, args.workers)}
+        if args.baseline and not extra:
+            row["baseline"] = against_baseline(args.baseline, model, cluster, nodes, args.runs, args.rounds)
         rows.append(row)
         ip, wp = row["in_process"], row["whole_process"]
+        kernels = "" if ip["fasop"]["kernels"] else " (no compiled kernels)"
         print(f"{name:22s} candidates {ip['default']['candidates']:6d} | cand/s: fasop {ip['fasop']['candidates_per_s']:8.0f}"
-              f"  default {ip['default']['candidates_per_s']:7.0f}  top1 {ip['top1']['candidates_per_s']:7.0f}"
+              f" (first {ip['fasop']['first_candidates_per_s']:6.0f})  default {ip['default']['candidates_per_s']:7.0f}"
+              f"  top1 {ip['top1']['candidates_per_s']:7.0f}"
               f" | best step s: fasop {ip['fasop']['best_step_s']:.4f} default {ip['default']['best_step_s']:.4f}"
-              f" | process {wp['median_s']:6.2f} s, peak RSS {wp['peak_rss_mib']:5.0f} MiB", flush=True)
+              f" | process {wp['median_s']:6.2f} s, peak RSS {wp['peak_rss_mib']:5.0f} MiB{kernels}", flush=True)
+        if "baseline" in row:
+            b = row["baseline"]
+            print(f"{'':22s} FASOP's choices vs {args.baseline}: {b['candidates'] / b['median_s']['this']:8.0f}/s "
+                  f"against {b['candidates'] / b['median_s']['baseline']:8.0f}/s: {b['speedup']:.1f}x "
+                  f"(first search {b['first_median_s']['baseline'] / b['first_median_s']['this']:.1f}x)", flush=True)
     big = rows[-1]["whole_process"]
+    fasop_rates = [r["in_process"]["fasop"]["candidates_per_s"] for r in rows[:len(EXPERIMENTS)]]
+    print(f"FASOP experiments, FASOP's choices: {min(fasop_rates):,.0f} to {max(fasop_rates):,.0f} candidates/s "
+          f"(the original: ~35/s)")
     print(f"targets: >= 50,000 candidates/s per core on the FASOP experiments; 64-node <= 60 s "
           f"(measured {big['median_s']:.1f} s) with peak RSS < 2048 MiB (measured {big['peak_rss_mib']:.0f} MiB); "
           f"workers={args.workers}, medians of {args.runs} runs")
     if args.json:
         Path(args.json).write_text(json.dumps({"python": sys.version.split()[0], "runs": args.runs,
+                                               "baseline": None if args.baseline is None else str(args.baseline),
                                                "workers": args.workers, "rows": rows, "order_trees": trees},
                                               indent=2) + "\n")
     return 0

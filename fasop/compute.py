@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+import functools
+import operator
 from functools import cached_property, lru_cache
 
 import numpy as np
@@ -41,19 +43,23 @@ class LayerCosts:
         Python loops."""
         return [row[a + 1:] for a, row in enumerate(self.matrix.tolist())]
 
-    @property
+    @cached_property
     def total(self) -> float:
-        return float(self.matrix[0, len(self.seconds)])
+        """Seconds of the whole layer list, added left to right from 0.0 (`matrix`[0, L]; not
+        Python's sum, which compensates its rounding from Python 3.12 on)."""
+        return functools.reduce(operator.add, self.seconds, 0.0)
 
 
 def run_sums(values: np.ndarray) -> np.ndarray:
-    """table[a, b] = values[a] + ... + values[b-1] added left to right from 0.0 (b > a), 0.0
-    elsewhere; shape (n+1, n+1): the sequential float64 sums FASOP computes for a stage. Row a is
-    0 up to column a and then the values from a on, so a cumulative sum along it
-    (np.add.accumulate: strictly left to right, not pairwise) adds exactly as a loop does:
-    0.0 + 0.0 = 0.0, then 0.0 + values[a] = values[a], then + values[a+1], ..."""
-    row = np.concatenate([[0.0], values])
-    return np.cumsum(np.where(_above_diagonal(len(row)), row, 0.0), axis=1)
+    """table[..., a, b] = values[..., a] + ... + values[..., b-1] added left to right from 0.0
+    (b > a), 0.0 elsewhere; shape (..., n+1, n+1) for values of shape (..., n): the sequential
+    float64 sums FASOP computes for a stage. Row a is 0 up to column a and then the values from a
+    on, so a cumulative sum along it (np.add.accumulate: strictly left to right, not pairwise)
+    adds exactly as a loop does: 0.0 + 0.0 = 0.0, then 0.0 + values[a] = values[a], then
+    + values[a+1], ..."""
+    values = np.asarray(values, dtype=float)
+    rows = np.concatenate([np.zeros(values.shape[:-1] + (1,)), values], axis=-1)[..., None, :]
+    return np.cumsum(np.where(_above_diagonal(rows.shape[-1]), rows, 0.0), axis=-1)
 
 
 @lru_cache(maxsize=64)
@@ -93,6 +99,17 @@ class ProfileCompute:
             self._planes.update({key: len(self._planes) + k for k, key in enumerate(new)})
             self.table = np.concatenate([self.table] + [self.layer_costs(*key).matrix[None] for key in new])
         return [self._planes[key] for key in keys]
+
+    def prepare(self, keys: Sequence[tuple[str, int, int]]) -> None:
+        """Makes the `matrix` of the LayerCosts of every new (gpu, tp, mbs) at once (one
+        cumulative sum over all of them, the same sums as one by one)."""
+        new = [self.layer_costs(*key) for key in dict.fromkeys(keys)]
+        new = [c for c in new if "matrix" not in c.__dict__]
+        if new:
+            matrices = run_sums(np.array([c.seconds for c in new]))
+            matrices[:, ~_above_diagonal(matrices.shape[-1])] = np.inf
+            for costs, matrix in zip(new, matrices):
+                costs.__dict__["matrix"] = matrix  # LayerCosts.matrix is a cached_property
 
     @classmethod
     def of(cls, model: ModelSpec) -> "ProfileCompute":

@@ -196,8 +196,12 @@ def _shape_links(shapes: tuple[tuple[int, int, int], ...], gpus_per_node: int, n
 
 def _stacked(blocks: list[np.ndarray]) -> np.ndarray:
     """Rows of the blocks one after another, padded with -1 to the widest."""
-    width = max(b.shape[1] for b in blocks)
-    return np.concatenate([np.pad(b, ((0, 0), (0, width - b.shape[1])), constant_values=-1) for b in blocks])
+    out = np.full((sum(len(b) for b in blocks), max(b.shape[1] for b in blocks)), -1, dtype=np.intp)
+    row = 0
+    for b in blocks:
+        out[row:row + len(b), :b.shape[1]] = b
+        row += len(b)
+    return out
 
 
 class Fasop2024Estimator:
@@ -220,8 +224,6 @@ class Fasop2024Estimator:
         self._tied = comm.embedding_tied(model)
         self._paces: dict[tuple[int, int], tuple] = {}
         self._params: dict[tuple[int, int], np.float32] = {}
-        self._params_all: dict[int, np.ndarray] = {}
-        self._dp_tables: dict[tuple, np.ndarray] = {}
         self._volumes: dict[int, np.float32] = {}
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
@@ -575,8 +577,9 @@ class Fasop2024Estimator:
         # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
         contexts, context_of = _rows_of([(plan.tp, plan.mbs) for plan in plans], key=lambda c: c)
         gpu_code = {g: k for k, g in enumerate(self.gpus)}
-        planes = np.array(self.compute.planes([(g, tp, mbs) for tp, mbs in contexts for g in self.gpus]),
-                          dtype=np.int64).reshape(len(contexts), len(self.gpus))
+        keys = [(g, tp, mbs) for tp, mbs in contexts for g in self.gpus]
+        self.compute.prepare(keys)
+        planes = np.array(self.compute.planes(keys), dtype=np.int64).reshape(len(contexts), len(self.gpus))
         codes = np.array([[gpu_code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_rows])
         which = planes[context_of[:, None], codes[stages_of]]
         # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
@@ -721,20 +724,25 @@ class Fasop2024Estimator:
         (dp-stage0-params, MODEL.md §7), on an unshared (0) and a shared (1) bus; the same
         float32 operations as `_dp_costs`, on arrays. Remembered by the layout (its tp, dp, ring)."""
         if not layout.dp_table:
-            key = (plan.tp, plan.dp, float(layout.dp_ring))  # layouts of other placements share it
-            if key not in self._dp_tables:
+            # shared by the estimators of this (model, cluster), e.g. a pareto sweep's compositions
+            tables = self._shared.setdefault("dp tables", {})
+            key = (plan.tp, plan.dp, plan.gpus_per_node, float(layout.dp_ring))
+            if key not in tables:
                 params = self._dp_params_all(plan.tp)
                 table = np.empty((len(params), 2), dtype=f32)
                 for bus in (False, True):
                     table[:, int(bus)] = comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus)
-                self._dp_tables[key] = table
-            layout.dp_table.append(self._dp_tables[key])
+                if len(tables) >= RECENT_FLOORS:
+                    tables.clear()
+                tables[key] = table
+            layout.dp_table.append(tables[key])
         return layout.dp_table[0]
 
     def _dp_params_all(self, tp: int) -> np.ndarray:
         """`_dp_params` for every number of layers on stage 0 (0..L), float32: the same sum,
         each prefix of it."""
-        if tp not in self._params_all:
+        params_all = self._shared.setdefault("dp params", {})
+        if tp not in params_all:
             h, v = self.model.hidden_size, self.model.vocab_size
             params, embedding_seen, sums = f32(0), False, [f32(0)]
             for kind in self.model.layer_kinds:  # _dp_params_of's loop, keeping every prefix
@@ -743,8 +751,8 @@ class Fasop2024Estimator:
                 elif not embedding_seen:
                     params, embedding_seen = params + f32(h * v), True
                 sums.append(params)
-            self._params_all[tp] = np.array(sums, dtype=f32)
-        return self._params_all[tp]
+            params_all[tp] = np.array(sums, dtype=f32)
+        return params_all[tp]
 
     def _dp_costs(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int,
                   ring: np.float32) -> np.ndarray:

@@ -129,11 +129,15 @@ class _ElementTables:
                 self.__init__(self.model)
                 new = list(dict.fromkeys(keys))
             m = self.model
-            tables = [_element_tables(m.hidden_size, m.vocab_size, m.sequence_length, m.num_attention_heads, *key,
-                                      m.layer_kinds) for key in new]
+            kinds = sorted(set(m.layer_kinds))
+            code = np.array([kinds.index(kind) for kind in m.layer_kinds])
+            # each new context's elements of one layer of each kind, then of every layer
+            per_kind = np.array([[_elements(m.hidden_size, m.vocab_size, m.sequence_length, m.num_attention_heads,
+                                            *key, (kind,)) for kind in kinds] for key in new])  # (new, kinds, 2)
+            params, act = run_sums(per_kind[:, code, 0]), run_sums(per_kind[:, code, 1])
             self.planes.update({key: len(self.planes) + k for k, key in enumerate(new)})
-            self.params = np.concatenate([self.params] + [t[0][None] for t in tables])
-            self.act = np.concatenate([self.act] + [t[1][None] for t in tables])
+            self.params = np.concatenate([self.params, params])
+            self.act = np.concatenate([self.act, act])
         return np.array([self.planes[key] for key in keys], dtype=np.intp)
 
 
@@ -151,13 +155,6 @@ def memory_tables(model: ModelSpec) -> _ElementTables:
     while len(_TABLES) > 4:
         del _TABLES[next(iter(_TABLES))]
     return tables
-
-
-def _element_tables(h: int, v: int, s: int, a: int, b: int, tp: int, pp: int, p: int,
-                    kinds: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    increments = {kind: _elements(h, v, s, a, b, tp, pp, p, (kind,)) for kind in set(kinds)}
-    per_layer = np.array([increments[kind] for kind in kinds])  # (n, 2): each layer's own elements
-    return run_sums(per_layer[:, 0]), run_sums(per_layer[:, 1])
 
 
 def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],

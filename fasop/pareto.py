@@ -17,8 +17,10 @@ Definitions (README.md, "fasop pareto"):
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -296,7 +298,8 @@ class _SweepJob:
     spot: bool
 
     def __call__(self, comp: Composition) -> CompositionResult:
-        usd_per_hour = float(sum(self.prices[name] * n for name, n in comp.counts))
+        # left to right from 0 (not Python's sum, which compensates its rounding from Python 3.12 on)
+        usd_per_hour = float(functools.reduce(operator.add, (self.prices[name] * n for name, n in comp.counts), 0))
         iterations = self.options["iterations"]
         try:
             result = search(self.model, self.cluster, comp.inventory(self.cluster), heterogeneous=True, **self.options)
