@@ -137,6 +137,64 @@ class _Prepared:
         return stage_times(self.costs, counts)
 
 
+class _Chunk:
+    """A chunk of plans as the compiled kernels read them. One pass over the plans finds what
+    each shares with others -- its layout (placement, tp, dp, pp), its stage types, its
+    (tp, micro-batch) -- and the arrays hold each shared item once, indexed per plan."""
+
+    def __init__(self, estimator: "Fasop2024Estimator", plans: Sequence[Plan]):
+        layouts: dict[int, int] = {}  # id(layout) -> row; the layouts live in the estimator meanwhile
+        stage_rows: dict[int, int] = {}
+        contexts: dict[tuple[int, int], int] = {}
+        self.stages, layout_of, stage_of, context_of = [], [], [], []
+        pps, ms, volume, sharded = [], [], [], []
+        first_plan, layout_list, stage_list = [], [], []
+        last, layout = None, None
+        for plan in plans:
+            tp, dp, pp, mbs = plan.tp, plan.dp, plan.pp, plan.mbs
+            if last is None or plan.placement is not last[0] or (tp, dp, pp) != last[1:]:
+                layout, last = estimator._layout(plan), (plan.placement, tp, dp, pp)
+                if id(layout) not in layouts:
+                    layouts[id(layout)] = len(layout_list)
+                    layout_list.append(layout)
+                    first_plan.append(plan)
+            st = estimator._stages(layout, tp, mbs)
+            if id(st) not in stage_rows:
+                stage_rows[id(st)] = len(stage_list)
+                stage_list.append(st)
+            self.stages.append(st)
+            layout_of.append(layouts[id(layout)])
+            stage_of.append(stage_rows[id(st)])
+            context_of.append(contexts.setdefault((tp, mbs), len(contexts)))
+            pps.append(pp)
+            ms.append(plan.global_batch_size // (dp * mbs))
+            volume.append(estimator._volume(plan))
+            sharded.append(ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // dp)
+        self.width = width = max(pps)
+        self.pps, self.ms = np.array(pps, dtype=np.int64), np.array(ms, dtype=np.int64)
+        self.layout_of, self.sharded = np.array(layout_of, dtype=np.int64), np.array(sharded, dtype=np.int64)
+        stage_of = np.array(stage_of, dtype=np.intp)
+        # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
+        gpus = estimator.gpus
+        keys = [(g, tp, mbs) for tp, mbs in contexts for g in gpus]
+        estimator.compute.prepare(keys)
+        planes = np.array(estimator.compute.planes(keys), dtype=np.int64).reshape(len(contexts), len(gpus))
+        code = {g: k for k, g in enumerate(gpus)}
+        codes = np.array([[code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_list])
+        self.which = planes[np.array(context_of)[:, None], codes[stage_of]]
+        # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
+        bandwidths = np.array([list(layout.p2p_bandwidths) + [1.0] * (width - len(layout.p2p_bandwidths))
+                               for layout in layout_list], dtype=f32)
+        self.p2p = (np.array(volume, dtype=f32)[:, None] / bandwidths[self.layout_of]).astype(float)
+        # what the step time and memory read: per stage, its bus; per layout, its DP all-reduce
+        # by stage 0's layers, its embedding sync and stage memory limits
+        self.shared = np.array([st.shared + (False,) * (width - len(st.shared)) for st in stage_list],
+                               dtype=np.uint8)[stage_of]
+        self.dp_table = np.array([estimator._dp_table(plan, layout) for plan, layout in zip(first_plan, layout_list)])
+        self.embedding = np.array([layout.embedding_s for layout in layout_list], dtype=f32)
+        self.limits = np.array([layout.limits + (np.inf,) * (width - len(layout.limits)) for layout in layout_list])
+
+
 def _rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
     """(the distinct items in order of first appearance, the index of each item among them);
     distinct by `key` (default: the same object)."""
@@ -565,68 +623,38 @@ class Fasop2024Estimator:
         return self.estimate_many([plan])[0]
 
     def _estimate_minmax_compiled(self, plans: Sequence[Plan]) -> list[Estimate]:
-        """`estimate_many` with fasop-minmax by the compiled kernel (native.kernels.fasop_plans):
-        every plan's candidate splits, their schedules and the choice among them in one call,
-        the same values as prepare_many + _schedule_all (tests compare them). What plans share
-        (their layout, their stage types) is put in arrays once and indexed per plan."""
-        layouts = [self._layout(plan) for plan in plans]
-        stages = [self._stages(layout, plan.tp, plan.mbs) for plan, layout in zip(plans, layouts)]
-        width = max(plan.pp for plan in plans)
-        layout_rows, layout_of = _rows_of(layouts)
-        stage_rows, stages_of = _rows_of(stages)
-        # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
-        contexts, context_of = _rows_of([(plan.tp, plan.mbs) for plan in plans], key=lambda c: c)
-        gpu_code = {g: k for k, g in enumerate(self.gpus)}
-        keys = [(g, tp, mbs) for tp, mbs in contexts for g in self.gpus]
-        self.compute.prepare(keys)
-        planes = np.array(self.compute.planes(keys), dtype=np.int64).reshape(len(contexts), len(self.gpus))
-        codes = np.array([[gpu_code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_rows])
-        which = planes[context_of[:, None], codes[stages_of]]
-        # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
-        bandwidths = np.array([list(layout.p2p_bandwidths) + [1.0] * (width - len(layout.p2p_bandwidths))
-                               for layout in layout_rows], dtype=f32)
-        volume = np.array([self._volume(plan) for plan in plans], dtype=f32)
-        p2p = (volume[:, None] / bandwidths[layout_of]).astype(float)
-        pps = np.array([plan.pp for plan in plans], dtype=np.int64)
-        ms = np.array([plan.num_microbatches for plan in plans], dtype=np.int64)
-        reported, scheduled = np.empty((len(plans), width), np.int64), np.empty((len(plans), width), np.int64)
-        times, ends = np.empty((len(plans), width)), np.empty((len(plans), width))
-        halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
+        """`estimate_many` with fasop-minmax by the compiled kernels: every plan's candidate
+        splits, their schedules and the choice among them (native.kernels.fasop_plans), then
+        step time and memory (fasop_finish): the values of prepare_many + _schedule_all +
+        _finish_many (tests compare them)."""
+        c = _Chunk(self, plans)
+        n, width = len(plans), c.width
         table = self.compute.table
-        native.kernels.fasop_plans(table, table.shape[1], which, p2p, pps, ms, halves[0], halves[1],
+        reported, scheduled = np.empty((n, width), np.int64), np.empty((n, width), np.int64)
+        times, ends = np.empty((n, width)), np.empty((n, width))
+        halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
+        native.kernels.fasop_plans(table, table.shape[1], c.which, c.p2p, c.pps, c.ms, halves[0], halves[1],
                                    reported, scheduled, times, ends)
-        # step time and memory (`_finish_many`'s values), by the compiled kernel
-        shared = np.array([st.shared + (False,) * (width - len(st.shared)) for st in stage_rows], dtype=np.uint8)
-        first_plan: dict[int, Plan] = {}
-        for plan, d in zip(plans, layout_of.tolist()):
-            first_plan.setdefault(d, plan)
-        dp_table = np.array([self._dp_table(first_plan[d], layout) for d, layout in enumerate(layout_rows)])
-        embedding = np.array([layout.embedding_s for layout in layout_rows], dtype=f32)
-        limits = np.array([layout.limits + (np.inf,) * (width - len(layout.limits)) for layout in layout_rows])
         tables = memory_tables(self.model)
-        plane_of = tables.of(plans).astype(np.int64)
-        sharded = np.array([ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // plan.dp for plan in plans],
-                           dtype=np.int64)
-        step, dp = np.empty(len(plans)), np.empty(len(plans))
-        stage_bytes, zero_bytes = np.empty((len(plans), width)), np.empty((len(plans), width))
-        flags, gibs = np.empty((len(plans), 2), np.uint8), np.empty((len(plans), 2))
-        native.kernels.fasop_finish(pps, reported, ends, shared[stages_of], layout_of.astype(np.int64), dp_table,
-                                    embedding, limits, plane_of, tables.params, tables.act, sharded,
+        step, dp, flags, gibs = np.empty(n), np.empty(n), np.empty((n, 2), np.uint8), np.empty((n, 2))
+        stage_bytes, zero_bytes = np.empty((n, width)), np.empty((n, width))
+        native.kernels.fasop_finish(c.pps, reported, ends, c.shared, c.layout_of, c.dp_table, c.embedding, c.limits,
+                                    tables.of(plans).astype(np.int64), tables.params, tables.act, c.sharded,
                                     self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
                                     gibs)
         # each plan's first pp entries of every row, as tuples
-        tuples = native.kernels.row_tuples
+        tuples, pps = native.kernels.row_tuples, c.pps
         rep, bytes_, zero = tuples(reported, pps, True), tuples(stage_bytes, pps, False), tuples(zero_bytes, pps, False)
-        comp, end, sends = tuples(times, pps, False), tuples(ends, pps, False), tuples(p2p, pps - 1, False)
+        comp, end, sends = tuples(times, pps, False), tuples(ends, pps, False), tuples(c.p2p, pps - 1, False)
         estimates = []
         usd_per_s, partitioner = self.usd_per_s, self.partitioner
-        for plan, st, partition, b, z, c, e, p, embedding_s, step_s, dp_s, (oom, zero_oom), (g, zg) in zip(
-                plans, stages, rep, bytes_, zero, comp, end, sends, embedding.astype(float)[layout_of].tolist(),
+        for plan, st, partition, b, z, t, e, p, embedding_s, step_s, dp_s, (oom, zero_oom), (g, zg) in zip(
+                plans, c.stages, rep, bytes_, zero, comp, end, sends, c.embedding.astype(float)[c.layout_of].tolist(),
                 step.tolist(), dp.tolist(), flags.astype(bool).tolist(), gibs.tolist()):
             memory = trusted(MemoryEstimate, stage_bytes=b, stage_zero_bytes=z, is_oom=oom, oom_gpumem_gib=round(g, 4),
                              is_zero_oom=zero_oom, zero_oom_gpumem_gib=round(zg, 4))
             estimates.append(trusted(
-                Estimate, plan=plan, partition=partition, stage_node_types=st.types, stage_compute_s=c, p2p_s=p,
+                Estimate, plan=plan, partition=partition, stage_node_types=st.types, stage_compute_s=t, p2p_s=p,
                 stage_end_s=e, pipeline_time_s=e[0], dp_allreduce_s=dp_s, embedding_allreduce_s=embedding_s,
                 step_time_s=step_s, memory=memory, usd_per_step=usd_per_s * step_s, partitioner=partitioner,
                 partition_proven_optimal=False))
