@@ -16,6 +16,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from fasop.errors import FasopError
+from fasop.recent import recent
 from fasop.specs import ModelSpec
 
 
@@ -115,13 +116,7 @@ class ProfileCompute:
     def of(cls, model: ModelSpec) -> "ProfileCompute":
         """The model's ProfileCompute, shared by every estimator of the model in this process
         (a pareto sweep makes one per composition); those of the latest 4 models are kept."""
-        source = _SOURCES.pop(id(model), None)
-        if source is None or source.model is not model:
-            source = cls(model)
-        _SOURCES[id(model)] = source  # the latest last
-        while len(_SOURCES) > 4:
-            del _SOURCES[next(iter(_SOURCES))]
-        return source
+        return recent(_SOURCES, (model,), lambda: cls(model))
 
     def tp_degrees(self, gpus: tuple[str, ...]) -> tuple[int, ...]:
         return self.model.profile.tp_degrees(gpus)
@@ -144,4 +139,4 @@ class ProfileCompute:
         return LayerCosts(seconds=seconds)
 
 
-_SOURCES: dict[int, ProfileCompute] = {}
+_SOURCES: dict[tuple, tuple] = {}

@@ -34,6 +34,7 @@ from fasop.memory import (ZERO_REPLICATED_BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PE
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
                              optimal)
 from fasop.plan import Plan, stage_node_indices, trusted
+from fasop.recent import recent
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
@@ -810,7 +811,7 @@ class Fasop2024Estimator:
         return self._params[key]
 
 
-_SHARED: dict[int, tuple] = {}
+_SHARED: dict[tuple, tuple] = {}
 
 
 def _shared_cache(model: ModelSpec, cluster: ClusterSpec) -> dict:
@@ -818,11 +819,4 @@ def _shared_cache(model: ModelSpec, cluster: ClusterSpec) -> dict:
     stage-time tables -- shared by every estimator of that pair in this process (a pareto sweep
     makes one per composition). Its parts are bounded (RECENT_SHAPES, RECENT_FLOORS), and only
     the latest few (model, cluster) pairs are kept."""
-    key = (id(model), id(cluster))
-    entry = _SHARED.pop(key, None)
-    if entry is None or entry[0] is not model or entry[1] is not cluster:
-        entry = (model, cluster, {})
-    _SHARED[key] = entry  # the latest last
-    while len(_SHARED) > 4:
-        del _SHARED[next(iter(_SHARED))]
-    return entry[2]
+    return recent(_SHARED, (model, cluster), dict)

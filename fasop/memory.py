@@ -19,6 +19,7 @@ import numpy as np
 
 from fasop.compute import run_sums
 from fasop.plan import Plan
+from fasop.recent import recent
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 
 BYTES_PER_PARAM = 18
@@ -143,18 +144,12 @@ class _ElementTables:
 
 MAX_ELEMENT_TABLES = 4096
 """Planes kept per model before they start over (2 x 8 (L+1)^2 bytes each)."""
-_TABLES: dict[int, _ElementTables] = {}
+_TABLES: dict[tuple, tuple] = {}
 
 
 def memory_tables(model: ModelSpec) -> _ElementTables:
     """The model's _ElementTables (those of the latest 4 models are kept)."""
-    tables = _TABLES.pop(id(model), None)
-    if tables is None or tables.model is not model:
-        tables = _ElementTables(model)
-    _TABLES[id(model)] = tables  # the latest last
-    while len(_TABLES) > 4:
-        del _TABLES[next(iter(_TABLES))]
-    return tables
+    return recent(_TABLES, (model,), lambda: _ElementTables(model))
 
 
 def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
