@@ -76,13 +76,6 @@ def _padded(rows: list[list[int]]) -> np.ndarray:
     return np.array([row + [-1] * (width - len(row)) for row in rows], dtype=np.intp)
 
 
-def least_link_bandwidths(intra_node: np.ndarray, inter_node: np.ndarray, positions: tuple[np.ndarray, np.ndarray]
-                          ) -> tuple[np.ndarray, np.ndarray]:
-    """`least_bandwidths` of every link of `link_positions` at once: intra_node and inter_node
-    hold each node's bandwidths followed by inf (what position -1 reads)."""
-    return intra_node[positions[0]].min(axis=1), inter_node[positions[1]].min(axis=1)
-
-
 def least_bandwidths(plan: Plan, pairs: list[tuple[int, int]]) -> tuple[float, float]:
     """(least intra-node bandwidth over the pairs on one node, least inter-node bandwidth over
     the nodes of the pairs across two), inf where there are none: every link time below is a
@@ -113,13 +106,6 @@ def p2p_bandwidths(plan: Plan, cluster: ClusterSpec) -> tuple[np.float32, ...]:
     """Bandwidth of each stage boundary j -> j+1 (MODEL.md §4), from `least_bandwidths` of its pairs."""
     return tuple(boundary_bandwidth(plan, cluster, *least_bandwidths(plan, p2p_pairs(plan, j)))
                  for j in range(plan.pp - 1))
-
-
-def boundary_bandwidths(plan: Plan, cluster: ClusterSpec, intra: np.ndarray, inter: np.ndarray) -> np.ndarray:
-    """`boundary_bandwidth` of many boundaries, float32 array: the same operations elementwise."""
-    intra_bw = np.asarray(intra).astype(f32) / f32(cluster.p2p_intra_node_divisor)
-    inter_bw = np.asarray(inter).astype(f32) / f32(plan.dp) / f32(plan.tp) / f32(cluster.p2p_inter_node_divisor)
-    return np.minimum(intra_bw, inter_bw)
 
 
 def boundary_bandwidth(plan: Plan, cluster: ClusterSpec, intra: float, inter: float) -> np.float32:

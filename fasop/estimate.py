@@ -22,18 +22,18 @@ from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from fasop import comm, native
 from fasop.compute import LayerCosts, ProfileCompute, stage_times
 from fasop.memory import (ZERO_REPLICATED_BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PER_PARAM, MemoryEstimate,
-                          estimate_memory_many, limit_nodes, memory_tables, stage_fit_mask)
+                          estimate_memory_many, memory_tables, stage_fit_mask)
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
                              optimal)
-from fasop.plan import Plan, stage_node_indices, trusted
+from fasop.layout import Layout, Layouts, Stages
+from fasop.plan import Plan, trusted
 from fasop.recent import recent
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
@@ -77,50 +77,16 @@ class Estimate:
     """True when the `optimal` partitioner proved no split of this plan is faster."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Layout:
-    """What an estimate takes from the placement, for one (placement, tp, dp, pp)."""
-
-    stage_nodes: tuple[tuple[NodeType, ...], ...]
-    """The distinct node types holding each stage, in node order."""
-    p2p_bandwidths: tuple[np.float32, ...]
-    """comm.p2p_bandwidths: each stage boundary's."""
-    dp_ring: np.float32
-    """comm.dp_ring_bandwidth: the slowest hop of stage 0's DP ring."""
-    embedding_s: np.float32
-    """comm.embedding_allreduce_seconds."""
-    limits: tuple[float, ...]
-    """memory.stage_limits: each stage's memory limit (bytes)."""
-    stages: "_Stages | None"
-    """The stage types when every stage is on nodes of one type; else None, and they depend on
-    which node types are slower for the micro-batch size (`Fasop2024Estimator._stages`)."""
-    by_pace: dict = field(default_factory=dict)
-    """_Stages of a layout with mixed stages, per order of the node types' paces."""
-    dp_table: list = field(default_factory=list)
-    """[`Fasop2024Estimator._dp_table`], once made."""
-
-
 class _Chosen:
     """A plan with its split chosen and scheduled: what `_finish_many` makes an estimate of."""
 
     __slots__ = ("plan", "layout", "stages", "p2p", "split", "ends", "compute", "proven")
 
-    def __init__(self, plan: Plan, layout: "_Layout", stages: "_Stages", p2p: tuple[float, ...], split: Split,
+    def __init__(self, plan: Plan, layout: "Layout", stages: "Stages", p2p: tuple[float, ...], split: Split,
                  ends: list[float], compute: Sequence[float], proven: bool = False):
         self.plan, self.layout, self.stages, self.p2p, self.split = plan, layout, stages, p2p, split
         self.ends, self.compute, self.proven = ends, compute, proven
         """ends: each stage's end; compute: each stage's fwd+bwd seconds per micro-batch."""
-
-
-class _Stages:
-    """The node type that sets each stage's pace, and what the estimate reads of them."""
-
-    __slots__ = ("types", "gpus", "shared")
-
-    def __init__(self, types: tuple[NodeType, ...]):
-        self.types = types
-        self.gpus = tuple(t.gpu for t in types)
-        self.shared = tuple(t.intra_node_shared for t in types)
 
 
 @dataclass(frozen=True)
@@ -131,7 +97,7 @@ class _Prepared:
     p2p: tuple[float, ...]
     splits: list[Split]
     proven: bool = False
-    layout: _Layout | None = None
+    layout: Layout | None = None
     """The plan's layout (what `_finish` needs of it again), when known."""
 
     def stage_compute(self, counts: Sequence[int]) -> list[float]:
@@ -154,7 +120,7 @@ class _Chunk:
         for plan in plans:
             tp, dp, pp, mbs = plan.tp, plan.dp, plan.pp, plan.mbs
             if last is None or plan.placement is not last[0] or (tp, dp, pp) != last[1:]:
-                layout, last = estimator._layout(plan), (plan.placement, tp, dp, pp)
+                layout, last = estimator.layouts.of(plan), (plan.placement, tp, dp, pp)
                 if id(layout) not in layouts:
                     layouts[id(layout)] = len(layout_list)
                     layout_list.append(layout)
@@ -207,62 +173,6 @@ def _rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
     return list(firsts.values()), of
 
 
-@dataclass(frozen=True)
-class _ShapeLinks:
-    """Node positions of the links and stages of several (tp, dp, pp) on N nodes, concatenated:
-    per shape its pp - 1 stage boundaries, stage 0's DP ring and the embedding sync
-    (comm.link_positions; intra and inter padded with -1, which reads a node array's final inf),
-    and its pp stages (plan.stage_node_indices, rows padded with their first node; the memory
-    limit node, memory.limit_nodes)."""
-
-    intra: np.ndarray
-    inter: np.ndarray
-    tp: np.ndarray
-    """float32, per link: its shape's tp (and `dp`)."""
-    dp: np.ndarray
-    first_link: list[int]
-    stages: np.ndarray
-    limits: np.ndarray
-    first_stage: list[int]
-    rings: np.ndarray
-    """Per shape: the index of its DP ring link (and of its embedding link, `syncs`)."""
-    syncs: np.ndarray
-    replicas: np.ndarray
-    """Per shape: min(dp, GPUs per node), and its tp (`lanes`): the embedding sync's sharing."""
-    lanes: np.ndarray
-
-
-@lru_cache(maxsize=256)
-def _shape_links(shapes: tuple[tuple[int, int, int], ...], gpus_per_node: int, num_nodes: int,
-                 tied: bool) -> _ShapeLinks:
-    positions = [comm.link_positions(tp, dp, pp, gpus_per_node, tied) for tp, dp, pp in shapes]
-    stage_rows = [row for tp, dp, pp in shapes for row in stage_node_indices(tp * dp, pp, gpus_per_node)]
-    width = max(map(len, stage_rows))
-    counts = [pp + 1 for _, _, pp in shapes]
-    first_link = np.cumsum([0] + counts)
-    return _ShapeLinks(
-        intra=_stacked([p[0] for p in positions]), inter=_stacked([p[1] for p in positions]),
-        tp=np.repeat(np.array([tp for tp, _, _ in shapes], dtype=f32), counts),
-        dp=np.repeat(np.array([dp for _, dp, _ in shapes], dtype=f32), counts),
-        first_link=first_link.tolist(),
-        stages=np.array([row + (row[0],) * (width - len(row)) for row in stage_rows], dtype=np.intp),
-        limits=np.array([q for _, _, pp in shapes for q in limit_nodes(pp, num_nodes)], dtype=np.intp),
-        first_stage=np.cumsum([0] + [pp for _, _, pp in shapes]).tolist(),
-        rings=first_link[:-1] + np.array([pp - 1 for _, _, pp in shapes]),
-        syncs=first_link[:-1] + np.array([pp for _, _, pp in shapes]),
-        replicas=np.array([min(dp, gpus_per_node) for _, dp, _ in shapes]), lanes=np.array([tp for tp, _, _ in shapes]))
-
-
-def _stacked(blocks: list[np.ndarray]) -> np.ndarray:
-    """Rows of the blocks one after another, padded with -1 to the widest."""
-    out = np.full((sum(len(b) for b in blocks), max(b.shape[1] for b in blocks)), -1, dtype=np.intp)
-    row = 0
-    for b in blocks:
-        out[row:row + len(b), :b.shape[1]] = b
-        row += len(b)
-    return out
-
-
 class Fasop2024Estimator:
     """FASOP's estimator for one (model, cluster, inventory)."""
 
@@ -276,11 +186,7 @@ class Fasop2024Estimator:
         self._shared = _shared_cache(model, cluster)
         self._latest_plan: Plan | None = None
         self._latest: dict = {}
-        self._layouts: dict[tuple, _Layout] = {}  # of the latest placement (plans come placement by placement)
-        self._layouts_of: tuple[str, ...] = ()
-        self._nodes_of: tuple[NodeType, ...] | None = None
-        self._shapes: dict[tuple[int, int, int], None] = {}  # every (tp, dp, pp) asked so far, in order
-        self._tied = comm.embedding_tied(model)
+        self.layouts = Layouts(model, cluster)
         self._paces: dict[tuple[int, int], tuple] = {}
         self._params: dict[tuple[int, int], np.float32] = {}
         self._volumes: dict[int, np.float32] = {}
@@ -305,74 +211,13 @@ class Fasop2024Estimator:
 
     def expect_shapes(self, shapes: Iterable[tuple[int, int, int]]) -> None:
         """The (tp, dp, pp) that plans will have: the layouts of all of them are made together
-        when a placement is first asked about (one set of array operations, not one per shape)."""
-        self._shapes.update(dict.fromkeys(shapes))
+        when a placement is first asked about (layout.Layouts)."""
+        self.layouts.expect(shapes)
 
-    def layout(self, plan: Plan) -> _Layout:
+    def layout(self, plan: Plan) -> Layout:
         """What the plan's estimate takes from its placement apart from the micro-batch size,
         remembered for the plans of the latest placement (they differ in degrees and micro-batch)."""
-        return self._of_plan(plan, "layout", lambda: self._layout(plan))
-
-    def _layout(self, plan: Plan) -> _Layout:
-        if plan.placement is not self._nodes_of:
-            self._set_placement(plan.placement)
-        key = (plan.tp, plan.dp, plan.pp)
-        if key not in self._layouts:
-            if not self._layouts and len(self._shapes) > 1:  # a new placement: every shape expected or seen, at once
-                self._layouts = dict(zip(self._shapes, self._new_layouts(plan.placement, tuple(self._shapes))))
-            if key not in self._layouts:
-                self._shapes[key] = None
-                self._layouts[key] = self._new_layouts(plan.placement, (key,))[0]
-        return self._layouts[key]
-
-    def _set_placement(self, placement: tuple[NodeType, ...]) -> None:
-        """The latest placement's node arrays (plans come placement by placement); its layouts
-        are kept while the next placement has the same node types."""
-        names = tuple(n.name for n in placement)
-        if names != self._layouts_of:
-            self._layouts, self._layouts_of = {}, names
-        self._nodes_of = placement
-        inf = [np.inf]
-        self._node_intra = np.array([n.intra_node_bytes_per_s for n in placement] + inf)
-        self._node_inter = np.array([n.inter_node_bytes_per_s for n in placement] + inf)
-        self._node_memory = np.array([n.memory_limit_bytes for n in placement])
-        kinds = {n.name: n for n in placement}  # by name: NodeType hashes all its fields
-        codes = {name: k for k, name in enumerate(kinds)}
-        self._node_kinds, self._node_codes = list(kinds.values()), np.array([codes[n.name] for n in placement])
-
-    def _new_layouts(self, placement: tuple[NodeType, ...], shapes: tuple[tuple[int, int, int], ...]) -> list[_Layout]:
-        """The _Layout of each (tp, dp, pp) on the latest placement, from its node arrays: the
-        least bandwidths of every link of every shape at once (_ShapeLinks), then FASOP's
-        float32 formulas on arrays, the same operations as comm's per plan."""
-        m, cluster = placement[0].gpus_per_node, self.cluster
-        links = _shape_links(shapes, m, len(placement), self._tied)
-        intra = self._node_intra[links.intra].min(axis=1)
-        inter = self._node_inter[links.inter].min(axis=1)
-        # comm.boundary_bandwidth, per link; only the stage boundaries' are read
-        intra_bw = intra.astype(f32) / f32(cluster.p2p_intra_node_divisor)
-        inter_bw = inter.astype(f32) / links.dp / links.tp / f32(cluster.p2p_inter_node_divisor)
-        bandwidths = np.minimum(intra_bw, inter_bw)
-        least = np.minimum(intra, inter)  # comm.dp_ring_bandwidth and comm.embedding_seconds read this
-        volume = self.model.hidden_size * self.model.vocab_size * self.model.bytes_per_element
-        rings = least[links.rings].astype(f32)  # comm.dp_ring_bandwidth
-        syncs = (volume / (least[links.syncs] / links.replicas * links.lanes)).astype(f32)  # comm.embedding_seconds
-        codes = self._node_codes[links.stages]
-        uniform = np.minimum.reduceat((codes == codes[:, :1]).all(axis=1), links.first_stage[:-1]).tolist()
-        firsts, limits = codes[:, 0].tolist(), self._node_memory[links.limits].tolist()
-        layouts = []
-        for k, (tp, dp, pp) in enumerate(shapes):
-            first, stage = links.first_link[k], links.first_stage[k]
-            if uniform[k]:  # every stage on nodes of one type
-                types = tuple(self._node_kinds[c] for c in firsts[stage:stage + pp])
-                stages, stage_nodes = _Stages(types), tuple((t,) for t in types)
-            else:
-                stages = None
-                stage_nodes = tuple(tuple({placement[q].name: placement[q] for q in nodes}.values())
-                                    for nodes in stage_node_indices(tp * dp, pp, m))
-            layouts.append(trusted(
-                _Layout, stage_nodes=stage_nodes, p2p_bandwidths=bandwidths[first:first + pp - 1], dp_ring=rings[k],
-                embedding_s=syncs[k], limits=tuple(limits[stage:stage + pp]), stages=stages, by_pace={}, dp_table=[]))
-        return layouts
+        return self.layouts.of(plan)
 
     def p2p(self, plan: Plan) -> tuple[float, ...]:
         """comm.p2p_seconds of the plan."""
@@ -383,14 +228,14 @@ class Fasop2024Estimator:
         """slowest-gpu-per-stage: of the node types holding a stage, the slowest over the layer list."""
         return self._stages(self.layout(plan), plan.tp, plan.mbs).types
 
-    def _stages(self, layout: _Layout, tp: int, mbs: int) -> _Stages:
+    def _stages(self, layout: Layout, tp: int, mbs: int) -> Stages:
         """slowest-gpu-per-stage: of the node types holding a stage, the one whose GPUs take
         longest over the whole layer list (the first in node order of equals)."""
         if layout.stages is not None:
             return layout.stages
         order, pace = self._pace(tp, mbs)
         if order not in layout.by_pace:
-            layout.by_pace[order] = _Stages(tuple(nodes[0] if len(nodes) == 1 else max(nodes, key=lambda n: pace[n.name])
+            layout.by_pace[order] = Stages(tuple(nodes[0] if len(nodes) == 1 else max(nodes, key=lambda n: pace[n.name])
                                                   for nodes in layout.stage_nodes))
         return layout.by_pace[order]
 
@@ -699,7 +544,7 @@ class Fasop2024Estimator:
 
     # ------------------------------------------------------------------ per plan, after scheduling
     def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray,
-              layout: _Layout | None = None):
+              layout: Layout | None = None):
         """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
         step = max_i(E_i + DP_i) + embedding (MODEL.md §7). `layout`: the plan's, if known."""
         layout = layout or self.layout(plan)
@@ -748,7 +593,7 @@ class Fasop2024Estimator:
                          partition_proven_optimal=c.proven)
                 for c, dp, step, mem in zip(chosen, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
 
-    def _dp_table(self, plan: Plan, layout: _Layout) -> np.ndarray:
+    def _dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
         """table[n, bus]: a stage's DP all-reduce (float32) when stage 0 holds n layers
         (dp-stage0-params, MODEL.md §7), on an unshared (0) and a shared (1) bus; the same
         float32 operations as `_dp_costs`, on arrays. Remembered by the layout (its tp, dp, ring)."""

@@ -15,7 +15,7 @@ import pytest
 
 from fasop import native
 from fasop.cli import main
-from fasop.enumerate import all_placements, cyclic_placements, degree_list, plans
+from fasop.enumerate import all_placements, degree_list, plans
 from fasop.estimate import Fasop2024Estimator
 from fasop.partition import minmax_reference
 from fasop.schedule import one_f_one_b_reference

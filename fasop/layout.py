@@ -1,0 +1,192 @@
+"""What a plan's estimate takes from its node placement: per (placement, tp, dp, pp), each
+stage's node types, each stage boundary's bandwidth, stage 0's DP ring, the embedding sync
+and each stage's memory limit (MODEL.md §2, §4, §7, §8).
+
+Searches ask for thousands of plans placement by placement, each placement with the same
+(tp, dp, pp) choices, so `Layouts` keeps the layouts of the latest placement and makes those of
+a new one all at once: which node positions every link and stage reads depends only on the
+degrees (`comm.link_positions`, `plan.stage_node_indices`, `memory.limit_nodes`), so each link's
+least bandwidths are one fancy index over the placement's node arrays, and FASOP's float32
+formulas run on arrays (the same operations, elementwise, as comm's per plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from fasop import comm
+from fasop.memory import limit_nodes
+from fasop.plan import Plan, stage_node_indices, trusted
+from fasop.specs import ClusterSpec, ModelSpec, NodeType
+
+f32 = np.float32
+Shape = tuple[int, int, int]
+"""(tp, dp, pp)."""
+
+
+class Stages:
+    """The node type that sets each stage's pace, and what an estimate reads of them."""
+
+    __slots__ = ("types", "gpus", "shared")
+
+    def __init__(self, types: tuple[NodeType, ...]):
+        self.types = types
+        self.gpus = tuple(t.gpu for t in types)
+        self.shared = tuple(t.intra_node_shared for t in types)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """What an estimate takes from the placement, for one (placement, tp, dp, pp)."""
+
+    stage_nodes: tuple[tuple[NodeType, ...], ...]
+    """The distinct node types holding each stage, in node order."""
+    p2p_bandwidths: np.ndarray
+    """comm.p2p_bandwidths: each stage boundary's (float32)."""
+    dp_ring: np.float32
+    """comm.dp_ring_bandwidth: the slowest hop of stage 0's DP ring."""
+    embedding_s: np.float32
+    """comm.embedding_allreduce_seconds."""
+    limits: tuple[float, ...]
+    """memory.stage_limits: each stage's memory limit (bytes)."""
+    stages: Stages | None
+    """The stage types when every stage is on nodes of one type; else None, and they depend on
+    which node types are slower for the micro-batch size (`Fasop2024Estimator._stages`)."""
+    by_pace: dict = field(default_factory=dict)
+    """The Stages of a layout with mixed stages, per order of the node types' paces."""
+    dp_table: list = field(default_factory=list)
+    """[`Fasop2024Estimator._dp_table`], once made."""
+
+
+class Layouts:
+    """The layouts of the latest placement, for one (model, cluster)."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec):
+        self.model, self.cluster = model, cluster
+        self._tied = comm.embedding_tied(model)
+        self._layouts: dict[Shape, Layout] = {}
+        self._names: tuple[str, ...] = ()
+        self._placement: tuple[NodeType, ...] | None = None
+        self._shapes: dict[Shape, None] = {}  # every (tp, dp, pp) expected or asked, in order
+
+    def expect(self, shapes: Iterable[Shape]) -> None:
+        """The (tp, dp, pp) that plans will have: the layouts of all of them are made together
+        when a placement is first asked about."""
+        self._shapes.update(dict.fromkeys(shapes))
+
+    def of(self, plan: Plan) -> Layout:
+        """The plan's layout (kept while plans have placements of the same node types)."""
+        if plan.placement is not self._placement:
+            self._set_placement(plan.placement)
+        key = (plan.tp, plan.dp, plan.pp)
+        if key not in self._layouts:
+            if not self._layouts and len(self._shapes) > 1:  # a new placement: every shape at once
+                self._layouts = dict(zip(self._shapes, self._new(plan.placement, tuple(self._shapes))))
+            if key not in self._layouts:
+                self._shapes[key] = None
+                self._layouts[key] = self._new(plan.placement, (key,))[0]
+        return self._layouts[key]
+
+    def _set_placement(self, placement: tuple[NodeType, ...]) -> None:
+        """The placement's node arrays; its layouts are kept while placements have the same types."""
+        names = tuple(n.name for n in placement)
+        if names != self._names:
+            self._layouts, self._names = {}, names
+        self._placement = placement
+        inf = [np.inf]  # what position -1 (no node) reads
+        self._intra = np.array([n.intra_node_bytes_per_s for n in placement] + inf)
+        self._inter = np.array([n.inter_node_bytes_per_s for n in placement] + inf)
+        self._memory = np.array([n.memory_limit_bytes for n in placement])
+        kinds = {n.name: n for n in placement}  # by name: NodeType hashes all its fields
+        codes = {name: k for k, name in enumerate(kinds)}
+        self._kinds, self._codes = list(kinds.values()), np.array([codes[n.name] for n in placement])
+
+    def _new(self, placement: tuple[NodeType, ...], shapes: tuple[Shape, ...]) -> list[Layout]:
+        """The layout of each (tp, dp, pp) on the latest placement."""
+        m, cluster = placement[0].gpus_per_node, self.cluster
+        links = shape_links(shapes, m, len(placement), self._tied)
+        intra, inter = self._intra[links.intra].min(axis=1), self._inter[links.inter].min(axis=1)
+        # comm.boundary_bandwidth, per link; only the stage boundaries' are read
+        intra_bw = intra.astype(f32) / f32(cluster.p2p_intra_node_divisor)
+        inter_bw = inter.astype(f32) / links.dp / links.tp / f32(cluster.p2p_inter_node_divisor)
+        bandwidths = np.minimum(intra_bw, inter_bw)
+        least = np.minimum(intra, inter)
+        rings = least[links.rings].astype(f32)  # comm.dp_ring_bandwidth
+        volume = self.model.hidden_size * self.model.vocab_size * self.model.bytes_per_element
+        syncs = (volume / (least[links.syncs] / links.replicas * links.lanes)).astype(f32)  # comm.embedding_seconds
+        codes = self._codes[links.stages]
+        uniform = np.minimum.reduceat((codes == codes[:, :1]).all(axis=1), links.first_stage[:-1]).tolist()
+        firsts, limits = codes[:, 0].tolist(), self._memory[links.limits].tolist()
+        layouts = []
+        for k, (tp, dp, pp) in enumerate(shapes):
+            first, stage = links.first_link[k], links.first_stage[k]
+            if uniform[k]:  # every stage on nodes of one type
+                types = tuple(self._kinds[c] for c in firsts[stage:stage + pp])
+                stages, stage_nodes = Stages(types), tuple((t,) for t in types)
+            else:
+                stages = None
+                stage_nodes = tuple(tuple({placement[q].name: placement[q] for q in nodes}.values())
+                                    for nodes in stage_node_indices(tp * dp, pp, m))
+            layouts.append(trusted(
+                Layout, stage_nodes=stage_nodes, p2p_bandwidths=bandwidths[first:first + pp - 1], dp_ring=rings[k],
+                embedding_s=syncs[k], limits=tuple(limits[stage:stage + pp]), stages=stages, by_pace={}, dp_table=[]))
+        return layouts
+
+
+@dataclass(frozen=True)
+class ShapeLinks:
+    """Node positions of the links and stages of several (tp, dp, pp) on N nodes, concatenated:
+    per shape its pp - 1 stage boundaries, stage 0's DP ring and the embedding sync
+    (comm.link_positions; intra and inter padded with -1, which reads a node array's final inf),
+    and its pp stages (plan.stage_node_indices, rows padded with their first node; the memory
+    limit node, memory.limit_nodes)."""
+
+    intra: np.ndarray
+    inter: np.ndarray
+    tp: np.ndarray
+    """float32, per link: its shape's tp (and `dp`)."""
+    dp: np.ndarray
+    first_link: list[int]
+    stages: np.ndarray
+    limits: np.ndarray
+    first_stage: list[int]
+    rings: np.ndarray
+    """Per shape: the index of its DP ring link (and of its embedding link, `syncs`)."""
+    syncs: np.ndarray
+    replicas: np.ndarray
+    """Per shape: min(dp, GPUs per node), and its tp (`lanes`): the embedding sync's sharing."""
+    lanes: np.ndarray
+
+
+@lru_cache(maxsize=256)
+def shape_links(shapes: tuple[Shape, ...], gpus_per_node: int, num_nodes: int, tied: bool) -> ShapeLinks:
+    positions = [comm.link_positions(tp, dp, pp, gpus_per_node, tied) for tp, dp, pp in shapes]
+    stage_rows = [row for tp, dp, pp in shapes for row in stage_node_indices(tp * dp, pp, gpus_per_node)]
+    width = max(map(len, stage_rows))
+    counts = [pp + 1 for _, _, pp in shapes]
+    first_link = np.cumsum([0] + counts)
+    return ShapeLinks(
+        intra=_stacked([p[0] for p in positions]), inter=_stacked([p[1] for p in positions]),
+        tp=np.repeat(np.array([tp for tp, _, _ in shapes], dtype=f32), counts),
+        dp=np.repeat(np.array([dp for _, dp, _ in shapes], dtype=f32), counts),
+        first_link=first_link.tolist(),
+        stages=np.array([row + (row[0],) * (width - len(row)) for row in stage_rows], dtype=np.intp),
+        limits=np.array([q for _, _, pp in shapes for q in limit_nodes(pp, num_nodes)], dtype=np.intp),
+        first_stage=np.cumsum([0] + [pp for _, _, pp in shapes]).tolist(),
+        rings=first_link[:-1] + np.array([pp - 1 for _, _, pp in shapes]),
+        syncs=first_link[:-1] + np.array([pp for _, _, pp in shapes]),
+        replicas=np.array([min(dp, gpus_per_node) for _, dp, _ in shapes]), lanes=np.array([tp for tp, _, _ in shapes]))
+
+
+def _stacked(blocks: list[np.ndarray]) -> np.ndarray:
+    """Rows of the blocks one after another, padded with -1 to the widest."""
+    out = np.full((sum(len(b) for b in blocks), max(b.shape[1] for b in blocks)), -1, dtype=np.intp)
+    row = 0
+    for b in blocks:
+        out[row:row + len(b), :b.shape[1]] = b
+        row += len(b)
+    return out
