@@ -207,7 +207,8 @@ def test_a_larger_partition_budget_is_never_worse():
 
 
 # ----------------------------------------------------------------------------- --workers
-@pytest.mark.parametrize("extra", [[], ["--top", "3"]])
+@pytest.mark.parametrize("extra", [[], ["--top", "3"], ["--partitioner", "fasop-minmax", "--placements", "cyclic"],
+                                   ["--partitioner", "fasop-minmax", "--top", "3"]])
 def test_workers_give_the_same_bytes(tmp_path, capsys, extra):
     outs = []
     for workers in ("1", "2"):
@@ -321,8 +322,9 @@ def test_optimal_never_loses_to_fasop_minmax_on_fasop_experiments(model_name, no
 
 @pytest.mark.parametrize("pp,m", [(2, 40), (3, 64), (8, 9), (13, 5), (16, 32), (32, 3), (32, 64)])
 def test_traced_schedule_is_bit_identical_to_the_recurrences(pp, m, kernels):
-    """one_f_one_b evaluates a traced program level by level; every value must be the one the
-    event-by-event recurrences give, to the bit (sends at the ends and in the middle)."""
+    """one_f_one_b runs the compiled recurrences, or (python) evaluates a traced program level by
+    level; every value must be the one the event-by-event recurrences give, to the bit (sends at
+    the ends and in the middle)."""
     from fasop.schedule import one_f_one_b_reference
 
     rng = np.random.default_rng(pp * 100 + m)
@@ -335,9 +337,10 @@ def test_traced_schedule_is_bit_identical_to_the_recurrences(pp, m, kernels):
 
 @pytest.mark.parametrize("pp,m", [(2, 1), (2, 40), (3, 2), (8, 9), (13, 5), (16, 64), (32, 3)])
 def test_untraced_schedule_is_bit_identical_to_the_recurrences_on_arrays(pp, m, kernels):
-    """reuse=False runs the recurrences untraced: on Python floats for a few pipelines, on the
-    arrays for more, without adding the sends that are 0 in every pipeline. Every end time must be
-    the arrays' one, to the bit -- ties included (stage times on a coarse grid tie often)."""
+    """reuse=False runs the recurrences untraced (python: on Python floats for a few pipelines,
+    on the arrays for more, without adding the sends that are 0 in every pipeline; compiled: the
+    kernel). Every end time must be the arrays' one, to the bit -- ties included (stage times on
+    a coarse grid tie often)."""
     from fasop.schedule import FLOAT_PIPELINES, one_f_one_b_reference
 
     rng = np.random.default_rng(pp * 10 + m)
