@@ -19,13 +19,15 @@ Targets (issue 3): >= 50,000 candidates/s per core on the FASOP experiments (the
 Then `--placements all --top 5` on 16-node inventories whose node orders are too many to list
 (2.0 million and 63 million orders; orders.OrderSearch), in-process and whole-process.
 
-With --baseline PATH (a checkout of another version, e.g. `git worktree add /tmp/base <commit>`
-and its kernels built there with `python setup.py build_ext --inplace`), FASOP's choices are
-also measured on that tree in the same invocation, alternating with this one, and the ratio of
-medians is printed.
+FASOP's choices are first measured in --rounds interleaved rounds (each round runs every
+experiment in a fresh interpreter), so that a slow spell of a shared machine falls on all of
+them alike: the candidates/s quoted against the target. With --baseline PATH (a checkout of
+another version, e.g. `git worktree add /tmp/base <commit>`, its kernels built there with
+`python setup.py build_ext --inplace` if it has any), that tree is measured in the same rounds,
+alternating with this one, and the ratio of medians is printed.
 
     python benchmarks/bench_search.py [--runs 3] [--json PATH] [--workers 2] [--order-trees 0|1|2]
-                                      [--baseline PATH] [--rounds 2]
+                                      [--baseline PATH] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -109,20 +111,38 @@ def in_process(model_name: str, cluster_name: str, nodes: str, extra: list[str],
     return out
 
 
-def against_baseline(baseline: Path, model_name: str, cluster_name: str, nodes: str, runs: int, rounds: int) -> dict:
-    """FASOP's choices on this tree and on `baseline`, alternating, `rounds` children each."""
-    times: dict[str, list[float]] = {"this": [], "baseline": []}
-    firsts: dict[str, list[float]] = {"this": [], "baseline": []}
+def interleaved(trees: dict[str, Path], runs: int, rounds: int) -> dict:
+    """FASOP's choices on the six FASOP experiments, `rounds` rounds, each running every
+    experiment on every tree in a fresh interpreter (the first search, then `runs` more): a slow
+    spell of a shared machine then falls on every experiment and tree alike rather than on one.
+    Per tree and experiment: every warm search's seconds and every first search's."""
+    out: dict = {label: {} for label in trees}
     for _ in range(rounds):
-        for label, tree in (("baseline", baseline), ("this", REPO)):
-            row = in_child(tree, model_name, cluster_name, nodes, CONFIGS["fasop"], runs, 1)
-            times[label] += row["runs_s"]
-            firsts[label].append(row["first_s"])
-            candidates = row["candidates"]
-    medians = {k: statistics.median(v) for k, v in times.items()}
-    return {"candidates": candidates, "median_s": medians, "first_median_s": {k: statistics.median(v)
-                                                                               for k, v in firsts.items()},
-            "speedup": medians["baseline"] / medians["this"]}
+        for name, model, cluster, nodes, _extra in EXPERIMENTS:
+            for label, tree in trees.items():
+                row = in_child(tree, model, cluster, nodes, CONFIGS["fasop"], runs, 1)
+                entry = out[label].setdefault(name, {"candidates": row["candidates"], "runs_s": [], "first_s": [],
+                                                     "kernels": row["kernels"]})
+                entry["runs_s"] += row["runs_s"]
+                entry["first_s"].append(row["first_s"])
+    return out
+
+
+def print_interleaved(result: dict, runs: int, rounds: int) -> None:
+    labels = list(result)
+    print(f"FASOP's choices, {rounds} interleaved rounds of {runs} searches (candidates/s: median of all, "
+          f"best, median of the first searches of the processes)")
+    for name, *_ in EXPERIMENTS:
+        cells = []
+        for label in labels:
+            e = result[label][name]
+            n, median = e["candidates"], statistics.median(e["runs_s"])
+            cells.append(f"{label}: {n / median:8,.0f}/s (best {n / min(e['runs_s']):7,.0f}, first "
+                         f"{n / statistics.median(e['first_s']):7,.0f})")
+        if len(labels) == 2:
+            a, b = (statistics.median(result[label][name]["runs_s"]) for label in labels)
+            cells.append(f"{labels[0]} / {labels[1]}: {b / a:.1f}x")
+        print(f"  {name:22s} " + "  ".join(cells))
 
 
 _WRAPPER = """
@@ -179,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the measurements as JSON")
     parser.add_argument("--baseline", type=Path, metavar="PATH",
                         help="a checkout of another version to compare FASOP's choices with, in the same invocation")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds against --baseline (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds of FASOP's choices on the six experiments (default %(default)s)")
     parser.add_argument("--order-trees", type=int, default=1, metavar="N",
                         help="how many of the all-orders inventories to run (0-2; default %(default)s: "
                              "the 3-type one; the 4-type one takes ~2 minutes a run)")
@@ -192,12 +213,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{tree['median_s']:6.1f} s | process {tree['whole_process']['median_s']:6.1f} s, peak RSS "
               f"{tree['whole_process']['peak_rss_mib']:5.0f} MiB | best {tree['best']} {tree['best_step_s']:.4f} s",
               flush=True)
+    trees_measured = {"this": REPO} | ({"baseline": args.baseline} if args.baseline else {})
+    fasop_choices = interleaved(trees_measured, args.runs, args.rounds)
+    print_interleaved(fasop_choices, args.runs, args.rounds)
     rows = []
     for name, model, cluster, nodes, extra in EXPERIMENTS + [BIG]:
         row = {"experiment": name, "in_process": in_process(model, cluster, nodes, extra, args.runs, args.workers),
                "whole_process": whole_process(model, cluster, nodes, extra, args.runs, args.workers)}
-        if args.baseline and not extra:
-            row["baseline"] = against_baseline(args.baseline, model, cluster, nodes, args.runs, args.rounds)
         rows.append(row)
         ip, wp = row["in_process"], row["whole_process"]
         kernels = "" if ip["fasop"]["kernels"] else " (no compiled kernels)"
@@ -206,22 +228,19 @@ def main(argv: list[str] | None = None) -> int:
               f"  top1 {ip['top1']['candidates_per_s']:7.0f}"
               f" | best step s: fasop {ip['fasop']['best_step_s']:.4f} default {ip['default']['best_step_s']:.4f}"
               f" | process {wp['median_s']:6.2f} s, peak RSS {wp['peak_rss_mib']:5.0f} MiB{kernels}", flush=True)
-        if "baseline" in row:
-            b = row["baseline"]
-            print(f"{'':22s} FASOP's choices vs {args.baseline}: {b['candidates'] / b['median_s']['this']:8.0f}/s "
-                  f"against {b['candidates'] / b['median_s']['baseline']:8.0f}/s: {b['speedup']:.1f}x "
-                  f"(first search {b['first_median_s']['baseline'] / b['first_median_s']['this']:.1f}x)", flush=True)
     big = rows[-1]["whole_process"]
-    fasop_rates = [r["in_process"]["fasop"]["candidates_per_s"] for r in rows[:len(EXPERIMENTS)]]
-    print(f"FASOP experiments, FASOP's choices: {min(fasop_rates):,.0f} to {max(fasop_rates):,.0f} candidates/s "
-          f"(the original: ~35/s)")
+    ours = fasop_choices["this"]
+    rates = [e["candidates"] / statistics.median(e["runs_s"]) for e in ours.values()]
+    print(f"FASOP experiments, FASOP's choices ({args.rounds} interleaved rounds): {min(rates):,.0f} to "
+          f"{max(rates):,.0f} candidates/s (the original: ~35/s)")
     print(f"targets: >= 50,000 candidates/s per core on the FASOP experiments; 64-node <= 60 s "
           f"(measured {big['median_s']:.1f} s) with peak RSS < 2048 MiB (measured {big['peak_rss_mib']:.0f} MiB); "
           f"workers={args.workers}, medians of {args.runs} runs")
     if args.json:
         Path(args.json).write_text(json.dumps({"python": sys.version.split()[0], "runs": args.runs,
                                                "baseline": None if args.baseline is None else str(args.baseline),
-                                               "workers": args.workers, "rows": rows, "order_trees": trees},
+                                               "workers": args.workers, "rows": rows, "order_trees": trees,
+                                               "fasop_choices_interleaved": fasop_choices},
                                               indent=2) + "\n")
     return 0
 
