@@ -28,11 +28,12 @@ import numpy as np
 
 from fasop import comm, native
 from fasop.compute import LayerCosts, ProfileCompute, stage_times
+from fasop.errors import FasopError
+from fasop.layout import Layout, Layouts, Stages
 from fasop.memory import (ZERO_REPLICATED_BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PER_PARAM, MemoryEstimate,
                           estimate_memory_many, memory_tables, stage_fit_mask)
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
-                             optimal)
-from fasop.layout import Layout, Layouts, Stages
+                             minmax_supported, optimal)
 from fasop.plan import Plan, trusted
 from fasop.recent import recent
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
@@ -196,6 +197,10 @@ class Fasop2024Estimator:
         self.compute = ProfileCompute.of(model)
         self.compute.check_gpus(self.gpus)
         self.segment_lengths = [model.layer_segments.count(s) for s in model.segments]
+        if partitioner == "fasop-minmax" and not minmax_supported(self.segment_lengths):
+            raise FasopError(f"{model.path}: layers: --partitioner fasop-minmax balances an encoder-decoder model's "
+                             f"decoder on its encoder's layers, so it needs one segment or two of equal length, got "
+                             f"{' and '.join(map(str, self.segment_lengths))} entries; use --partitioner optimal")
         # $/s of the whole inventory, summed in inventory order (FASOP: numpy sum, MODEL.md §1)
         self.usd_per_s = float(np.sum(np.array([n.usd_per_hour for n in inventory]))) / 3600
 
@@ -353,7 +358,9 @@ class Fasop2024Estimator:
 
     def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
         types, costs, p2p = self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)
-        splits = fasop_minmax_splits(costs, self.segment_lengths, p2p)
+        # FASOP's splits (the optimal partitioner's seeds, where FASOP's greedy applies; one stage: the one split)
+        greedy = plan.pp == 1 or minmax_supported(self.segment_lengths)
+        splits = fasop_minmax_splits(costs, self.segment_lengths, p2p) if greedy else []
         prepared = _Prepared(plan, types, costs, p2p, splits, layout=self.layout(plan))
         if self.partitioner != "optimal":
             return prepared
@@ -447,7 +454,7 @@ class Fasop2024Estimator:
         plans are partitioned and as schedule batches complete."""
         report = progress or (lambda done, total: None)
         total = 2 * len(plans)
-        if self.partitioner == "fasop-minmax" and native.kernels is not None and len(self.segment_lengths) <= 2:
+        if self.partitioner == "fasop-minmax" and native.kernels is not None:
             estimates = self._estimate_minmax_compiled(plans)
             report(total, total)
             return estimates

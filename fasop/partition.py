@@ -165,6 +165,12 @@ def fasop_minmax_splits_many(requests: Sequence[tuple[tuple[StageCosts, ...], Se
     return [splits[k] for k in order]
 
 
+def minmax_supported(segment_lengths: Sequence[int]) -> bool:
+    """Can `fasop_minmax_splits` split a layer list of these segments? One segment, or an
+    encoder-decoder pair of equal length (FASOP balances the decoder on the encoder's layers)."""
+    return len(segment_lengths) == 1 or (len(segment_lengths) == 2 and segment_lengths[0] == segment_lengths[1])
+
+
 def _minmax_problems(stages: tuple[StageCosts, ...], segment_lengths: Sequence[int],
                      comm: tuple[float, ...]) -> list[Problem]:
     """The `minmax` problems behind `fasop_minmax_splits`: none for one stage; for one segment

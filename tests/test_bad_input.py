@@ -325,3 +325,50 @@ def test_shipped_specs_exist():
     """The two parametrised tests above would silently pass on an empty folder."""
     assert len(list((REPO / "cluster_specs").glob("*.yaml"))) >= 1
     assert len(list((REPO / "model_specs").glob("*.yaml"))) >= 1
+
+
+ENCODER_DECODER = """\
+name: tiny-t5
+architecture:
+  hidden_size: 64
+  num_hidden_layers: 2
+  num_decoder_layers: 1
+  num_attention_heads: 4
+  vocab_size: 100
+  tie_word_embeddings: false
+training:
+  sequence_length: 16
+  global_batch_size: 4
+layers:
+  - {kind: embedding, segment: encoder}
+  - {kind: encoder, count: 2, segment: encoder}
+  - {kind: embedding, segment: decoder}
+  - {kind: decoder, segment: decoder}
+profile:
+  file: tiny.profile.csv
+  fwd_bwd_factor: 3
+  microbatch_scaling:
+    A10:
+      embedding: {points: {1: 1.0}, beyond: proportional}
+      encoder: {points: {1: 1.0}, beyond: proportional}
+      decoder: {points: {1: 1.0}, beyond: proportional}
+    A100:
+      embedding: {points: {1: 1.0}, beyond: proportional}
+      encoder: {points: {1: 1.0}, beyond: proportional}
+      decoder: {points: {1: 1.0}, beyond: proportional}
+"""
+
+
+def test_fasop_minmax_refuses_unequal_encoder_decoder_halves(tmp_path, capsys):
+    """FASOP's greedy balances the decoder on the encoder's layers, so it needs halves of equal
+    length; an encoder of 3 entries and a decoder of 2 is one clear line with fasop-minmax (it was
+    a ValueError traceback), and the optimal partitioner, which does not need FASOP's split,
+    searches it (it used FASOP's split as a seed and raised the same error)."""
+    profile = "gpu,tp,layer_index,seconds\n" + "\n".join(
+        f"{gpu},1,{layer},{0.001 * (layer + 1) * scale}" for gpu, scale in (("A100", 1), ("A10", 2))
+        for layer in range(5)) + "\n"
+    run = Run(tmp_path, model=ENCODER_DECODER, profile=profile)
+    message = fails(run, capsys, run.argv("a10=2", "--partitioner", "fasop-minmax"))
+    assert message.startswith(f"{run.model}: layers: ") and "3 and 2 entries" in message and "optimal" in message
+    assert main(run.argv("a10=2")) == 0
+    assert run.out.exists()
