@@ -327,36 +327,14 @@ def test_shipped_specs_exist():
     assert len(list((REPO / "model_specs").glob("*.yaml"))) >= 1
 
 
-ENCODER_DECODER = """\
-name: tiny-t5
-architecture:
-  hidden_size: 64
-  num_hidden_layers: 2
-  num_decoder_layers: 1
-  num_attention_heads: 4
-  vocab_size: 100
-  tie_word_embeddings: false
-training:
-  sequence_length: 16
-  global_batch_size: 4
-layers:
-  - {kind: embedding, segment: encoder}
+# MODEL as an encoder-decoder: an encoder of 3 entries (embedding, 2 encoders), a decoder of 2
+ENCODER_DECODER = (MODEL.replace("  tie_word_embeddings: true", "  num_decoder_layers: 1\n  tie_word_embeddings: false")
+                   .replace("""  - {kind: embedding}
+  - {kind: transformer, count: 2}
+  - {kind: head}""", """  - {kind: embedding, segment: encoder}
   - {kind: encoder, count: 2, segment: encoder}
   - {kind: embedding, segment: decoder}
-  - {kind: decoder, segment: decoder}
-profile:
-  file: tiny.profile.csv
-  fwd_bwd_factor: 3
-  microbatch_scaling:
-    A10:
-      embedding: {points: {1: 1.0}, beyond: proportional}
-      encoder: {points: {1: 1.0}, beyond: proportional}
-      decoder: {points: {1: 1.0}, beyond: proportional}
-    A100:
-      embedding: {points: {1: 1.0}, beyond: proportional}
-      encoder: {points: {1: 1.0}, beyond: proportional}
-      decoder: {points: {1: 1.0}, beyond: proportional}
-"""
+  - {kind: decoder, segment: decoder}""").replace("transformer: {", "encoder: {").replace("head: {", "decoder: {"))
 
 
 def test_fasop_minmax_refuses_unequal_encoder_decoder_halves(tmp_path, capsys):
