@@ -454,6 +454,8 @@ class Fasop2024Estimator:
         plans are partitioned and as schedule batches complete."""
         report = progress or (lambda done, total: None)
         total = 2 * len(plans)
+        if not plans:
+            return []
         if self.partitioner == "fasop-minmax" and native.kernels is not None:
             estimates = self._estimate_minmax_compiled(plans)
             report(total, total)
