@@ -93,24 +93,21 @@ class ProfileCompute:
         """`matrix` of every LayerCosts given a plane (`planes`), stacked: plane k is table[k]."""
 
     def planes(self, keys: Sequence[tuple[str, int, int]]) -> list[int]:
-        """The plane in `table` of the LayerCosts of each (gpu, tp, mbs), added if new (one
-        concatenation for all the new ones)."""
+        """The plane in `table` of the LayerCosts of each (gpu, tp, mbs), added if new: the
+        matrices of the new ones made at once (one cumulative sum over all of them, the same sums
+        as one by one; LayerCosts.matrix is a cached_property), one concatenation."""
         new = [key for key in dict.fromkeys(keys) if key not in self._planes]
         if new:
+            costs = [self.layer_costs(*key) for key in new]
+            unmade = [c for c in costs if "matrix" not in c.__dict__]
+            if unmade:
+                matrices = run_sums(np.array([c.seconds for c in unmade]))
+                matrices[:, ~_above_diagonal(matrices.shape[-1])] = np.inf
+                for c, matrix in zip(unmade, matrices):
+                    c.__dict__["matrix"] = matrix
             self._planes.update({key: len(self._planes) + k for k, key in enumerate(new)})
-            self.table = np.concatenate([self.table] + [self.layer_costs(*key).matrix[None] for key in new])
+            self.table = np.concatenate([self.table] + [c.matrix[None] for c in costs])
         return [self._planes[key] for key in keys]
-
-    def prepare(self, keys: Sequence[tuple[str, int, int]]) -> None:
-        """Makes the `matrix` of the LayerCosts of every new (gpu, tp, mbs) at once (one
-        cumulative sum over all of them, the same sums as one by one)."""
-        new = [self.layer_costs(*key) for key in dict.fromkeys(keys)]
-        new = [c for c in new if "matrix" not in c.__dict__]
-        if new:
-            matrices = run_sums(np.array([c.seconds for c in new]))
-            matrices[:, ~_above_diagonal(matrices.shape[-1])] = np.inf
-            for costs, matrix in zip(new, matrices):
-                costs.__dict__["matrix"] = matrix  # LayerCosts.matrix is a cached_property
 
     @classmethod
     def of(cls, model: ModelSpec) -> "ProfileCompute":

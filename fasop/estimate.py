@@ -145,7 +145,6 @@ class _Chunk:
         # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
         gpus = estimator.gpus
         keys = [(g, tp, mbs) for tp, mbs in contexts for g in gpus]
-        estimator.compute.prepare(keys)
         planes = np.array(estimator.compute.planes(keys), dtype=np.int64).reshape(len(contexts), len(gpus))
         code = {g: k for k, g in enumerate(gpus)}
         codes = np.array([[code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_list])
@@ -189,7 +188,6 @@ class Fasop2024Estimator:
         self._latest: dict = {}
         self.layouts = Layouts(model, cluster)
         self._paces: dict[tuple[int, int], tuple] = {}
-        self._params: dict[tuple[int, int], np.float32] = {}
         self._volumes: dict[int, np.float32] = {}
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
@@ -376,11 +374,11 @@ class Fasop2024Estimator:
         With a finite cutoff: None unless a fitting split is at most the cutoff."""
         plan = p.plan
         pp, m, send_first, send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
-        ring = self.layout(plan).dp_ring
-        embedding = float(self.layout(plan).embedding_s)
+        layout = self.layout(plan)
+        embedding = float(layout.embedding_s)
         sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
         sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
-        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, self.layout(plan).limits)
+        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, layout.limits)
         recent = self._shared.setdefault("splits", OrderedDict())  # a few MB each: the latest only
         if key in recent:
             recent.move_to_end(key)
@@ -396,7 +394,7 @@ class Fasop2024Estimator:
         def dp_costs(stage0_layers: int) -> np.ndarray:
             """Each stage's DP all-reduce (float32), as `_step` computes it."""
             if stage0_layers not in dp_by_stage0:
-                dp_by_stage0[stage0_layers] = self._dp_costs(plan, p.stage_types, stage0_layers, ring)
+                dp_by_stage0[stage0_layers] = self._dp_costs(plan, layout, p.stage_types, stage0_layers)
             return dp_by_stage0[stage0_layers]
 
         extras: dict[int, float] = {}
@@ -557,7 +555,7 @@ class Fasop2024Estimator:
         """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
         step = max_i(E_i + DP_i) + embedding (MODEL.md §7). `layout`: the plan's, if known."""
         layout = layout or self.layout(plan)
-        dp_costs = self._dp_costs(plan, stage_types, stage0_layers, layout.dp_ring)
+        dp_costs = self._dp_costs(plan, layout, stage_types, stage0_layers)
         totals = np.asarray(stage_end).astype(f32) + dp_costs
         slowest = int(totals.argmax())  # the first of the latest
         return totals[slowest] + layout.embedding_s, dp_costs, slowest, layout.embedding_s
@@ -605,7 +603,8 @@ class Fasop2024Estimator:
     def _dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
         """table[n, bus]: a stage's DP all-reduce (float32) when stage 0 holds n layers
         (dp-stage0-params, MODEL.md §7), on an unshared (0) and a shared (1) bus; the same
-        float32 operations as `_dp_costs`, on arrays. Remembered by the layout (its tp, dp, ring)."""
+        float32 operations as comm.dp_allreduce_seconds, on arrays. Remembered by the layout (its
+        tp, dp, ring)."""
         if not layout.dp_table:
             # shared by the estimators of this (model, cluster), e.g. a pareto sweep's compositions
             tables = self._shared.setdefault("dp tables", {})
@@ -628,7 +627,7 @@ class Fasop2024Estimator:
         if tp not in params_all:
             h, v = self.model.hidden_size, self.model.vocab_size
             params, embedding_seen, sums = f32(0), False, [f32(0)]
-            for kind in self.model.layer_kinds:  # _dp_params_of's loop, keeping every prefix
+            for kind in self.model.layer_kinds:  # _dp_params of every prefix of the layer list
                 if kind in TRANSFORMER_KINDS:
                     params = params + f32((12 * h * h + 20800) / tp)
                 elif not embedding_seen:
@@ -637,32 +636,16 @@ class Fasop2024Estimator:
             params_all[tp] = np.array(sums, dtype=f32)
         return params_all[tp]
 
-    def _dp_costs(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int,
-                  ring: np.float32) -> np.ndarray:
+    def _dp_costs(self, plan: Plan, layout: Layout, stage_types: Sequence[NodeType], stage0_layers: int) -> np.ndarray:
         """Each stage's DP all-reduce (float32) when stage 0 holds `stage0_layers` layers
         (dp-stage0-params): it differs between stages only by their bus (MODEL.md §7)."""
-        params = self._dp_params(plan, stage0_layers)
-        by_bus = {shared: comm.dp_allreduce_seconds(plan, params, ring, shared) for shared in (False, True)}
-        return np.array([by_bus[t.intra_node_shared] for t in stage_types], f32)
+        return self._dp_table(plan, layout)[stage0_layers, [int(t.intra_node_shared) for t in stage_types]]
 
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:
         """dp-stage0-params: stage 0's gradient count, accumulated in float32 (MODEL.md §7):
         each transformer layer (12h^2 + 20800)/tp, plus h*v (undivided) for the first
-        embedding or head layer. Remembered per (tp, layers): plans share them."""
-        return self._dp_params_of(plan.tp, stage0_layers)
-
-    def _dp_params_of(self, tp: int, stage0_layers: int) -> np.float32:
-        key = (tp, stage0_layers)
-        if key not in self._params:
-            h, v = self.model.hidden_size, self.model.vocab_size
-            params, embedding_seen = f32(0), False
-            for kind in self.model.layer_kinds[:stage0_layers]:
-                if kind in TRANSFORMER_KINDS:
-                    params = params + f32((12 * h * h + 20800) / tp)
-                elif not embedding_seen:
-                    params, embedding_seen = params + f32(h * v), True
-            self._params[key] = params
-        return self._params[key]
+        embedding or head layer."""
+        return self._dp_params_all(plan.tp)[stage0_layers]
 
 
 _SHARED: dict[tuple, tuple] = {}
