@@ -129,6 +129,11 @@ def p2p_volume(plan: Plan, model: ModelSpec) -> np.float32:
     return f32(plan.mbs * model.sequence_length * model.hidden_size * model.bytes_per_element)
 
 
+def p2p_volume_of(mbs: np.ndarray, model: ModelSpec) -> np.ndarray:
+    """p2p_volume of each micro-batch size (int64 array): the same products, float32."""
+    return (mbs * model.sequence_length * model.hidden_size * model.bytes_per_element).astype(f32)
+
+
 def dp_ring_bandwidth(plan: Plan) -> np.float32:
     """Slowest hop of stage 0's data-parallel ring for TP lane tp-1 (MODEL.md §7)."""
     return f32(min(least_bandwidths(plan, dp_ring_pairs(plan))))

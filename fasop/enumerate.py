@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 
 from fasop.errors import FasopError
-from fasop.plan import Plan, trusted
+from fasop.plan import Plan, trusted_many
 from fasop.specs import NodeType
 
 
@@ -87,9 +87,10 @@ def plans(placements: Iterable[tuple[NodeType, ...]], combos: Sequence[tuple[int
           global_batch_size: int) -> Iterator[Plan]:
     """Every (placement, tp, dp, pp, mbs) plan, placement outermost, lazily; `combos` from
     `degree_list`."""
-    for placement in placements:
-        for tp, dp, pp, mbs in combos:  # degree_list's combos are valid: no __init__ to run
-            yield trusted(Plan, tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size, placement=placement)
+    tp, dp, pp, mbs = ([combo[k] for combo in combos] for k in range(4))
+    for placement in placements:  # degree_list's combos are valid: no __init__ to run
+        yield from trusted_many(Plan, len(combos), tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size,
+                                placement=placement)
 
 
 def degree_list(nodes: Sequence[NodeType], *, tp_degrees: Sequence[int], global_batch_size: int,

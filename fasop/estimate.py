@@ -34,7 +34,7 @@ from fasop.memory import (ZERO_REPLICATED_BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PE
                           estimate_memory_many, memory_tables, stage_fit_mask)
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
                              minmax_supported, optimal)
-from fasop.plan import Plan, trusted
+from fasop.plan import Plan, trusted_many
 from fasop.recent import recent
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
@@ -105,54 +105,101 @@ class _Prepared:
         return stage_times(self.costs, counts)
 
 
+class _Combos:
+    """What a plan's estimate takes from its (tp, dp, pp, mbs, global batch) alone, one row per
+    combination met by an estimator: its stages, micro-batches, p2p volume, ZeRO bytes per
+    parameter, its element tables' key (memory.table_key), and indices of its shape (tp, dp, pp),
+    its (tp, micro-batch) and, with several node types, the order of their paces at that
+    (tp, micro-batch) (`Fasop2024Estimator._pace`)."""
+
+    def __init__(self, estimator: "Fasop2024Estimator"):
+        self.estimator = estimator
+        self.rows: dict[tuple[int, int, int, int, int], int] = {}
+        self.shapes: dict[tuple[int, int, int], int] = {}
+        self.contexts: dict[tuple[int, int], int] = {}
+        self.paces: dict[tuple, int] = {}
+        self.memory_keys: list[tuple[int, int, int, int]] = []
+        self._pace_of: list[int] = []  # per context
+        self.pp, self.m, self.sharded = (np.zeros(0, dtype=np.int64) for _ in range(3))
+        self.shape, self.context, self.pace = (np.zeros(0, dtype=np.intp) for _ in range(3))
+        self.volume = np.zeros(0, dtype=f32)
+
+    def of(self, plans: Sequence[Plan]) -> np.ndarray:
+        """The row of each plan, adding the rows of new combinations."""
+        rows = self.rows
+        keys = [(p.tp, p.dp, p.pp, p.mbs, p.global_batch_size) for p in plans]
+        try:
+            return np.array([rows[key] for key in keys], dtype=np.intp)
+        except KeyError:
+            pass
+        e, contexts, shapes = self.estimator, self.contexts, self.shapes
+        new = [key for key in dict.fromkeys(keys) if key not in rows]
+        rows.update(zip(new, range(len(rows), len(rows) + len(new))))
+        for tp, _, _, mbs, _ in new:
+            if (tp, mbs) not in contexts:
+                contexts[(tp, mbs)] = len(contexts)
+                # the order of the node types' paces matters only where stages span several types
+                pace = e._pace(tp, mbs)[0] if len(e.node_types) > 1 else ()
+                self._pace_of.append(self.paces.setdefault(pace, len(self.paces)))
+        tp, dp, pp, mbs, batch = np.array(new, dtype=np.int64).T
+        m = batch // (dp * mbs)
+        volume = comm.p2p_volume_of(mbs, e.model)
+        context = np.array([contexts[key[0], key[3]] for key in new], dtype=np.intp)
+        self.memory_keys += zip(mbs.tolist(), tp.tolist(), pp.tolist(), np.where(m > pp, pp, m).tolist())  # table_key
+        added = (pp, m, volume, ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // dp,
+                 np.array([shapes.setdefault(key[:3], len(shapes)) for key in new], dtype=np.intp), context,
+                 np.array(self._pace_of, dtype=np.intp)[context])
+        self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace = (
+            np.concatenate([old, values]) for old, values in zip(
+                (self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace), added))
+        return np.array([rows[key] for key in keys], dtype=np.intp)
+
+
 class _Chunk:
-    """A chunk of plans as the compiled kernels read them. One pass over the plans finds what
-    each shares with others -- its layout (placement, tp, dp, pp), its stage types, its
-    (tp, micro-batch) -- and the arrays hold each shared item once, indexed per plan."""
+    """A chunk of plans as the compiled kernels read them. What each plan shares with others --
+    its combination of degrees (`_Combos`), its layout (placement, tp, dp, pp), its stage types
+    -- is found once per group of plans that share it, and the arrays hold each shared item
+    once, indexed per plan. Plans of different placements whose kernel inputs are equal (the
+    same stage time planes, sends, pp and micro-batches: FASOP's rotations that leave the same
+    node types under every stage) are partitioned and scheduled once: `unique` (the rows of
+    `which`, `p2p`, `pps`, `ms` to run) and `inverse` (each plan's among them)."""
 
     def __init__(self, estimator: "Fasop2024Estimator", plans: Sequence[Plan]):
-        layouts: dict[int, int] = {}  # id(layout) -> row; the layouts live in the estimator meanwhile
-        stage_rows: dict[int, int] = {}
-        contexts: dict[tuple[int, int], int] = {}
-        self.stages, layout_of, stage_of, context_of = [], [], [], []
-        pps, ms, volume, sharded = [], [], [], []
-        first_plan, layout_list, stage_list = [], [], []
-        last, layout = None, None
-        for plan in plans:
-            tp, dp, pp, mbs = plan.tp, plan.dp, plan.pp, plan.mbs
-            if last is None or plan.placement is not last[0] or (tp, dp, pp) != last[1:]:
-                layout, last = estimator.layouts.of(plan), (plan.placement, tp, dp, pp)
-                if id(layout) not in layouts:
-                    layouts[id(layout)] = len(layout_list)
-                    layout_list.append(layout)
-                    first_plan.append(plan)
-            st = estimator._stages(layout, tp, mbs)
-            if id(st) not in stage_rows:
-                stage_rows[id(st)] = len(stage_list)
-                stage_list.append(st)
-            self.stages.append(st)
-            layout_of.append(layouts[id(layout)])
-            stage_of.append(stage_rows[id(st)])
-            context_of.append(contexts.setdefault((tp, mbs), len(contexts)))
-            pps.append(pp)
-            ms.append(plan.global_batch_size // (dp * mbs))
-            volume.append(estimator._volume(plan))
-            sharded.append(ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // dp)
-        self.width = width = max(pps)
-        self.pps, self.ms = np.array(pps, dtype=np.int64), np.array(ms, dtype=np.int64)
-        self.layout_of, self.sharded = np.array(layout_of, dtype=np.int64), np.array(sharded, dtype=np.int64)
-        stage_of = np.array(stage_of, dtype=np.intp)
+        combos = estimator.combos
+        rows = combos.of(plans)
+        places: dict[int, int] = {}
+        place_of = np.array([places.setdefault(id(p.placement), len(places)) for p in plans], dtype=np.intp)
+        # layouts: one per (placement, shape), looked up in order of placement
+        first, group_of = _first_of((place_of * len(combos.shapes) + combos.shape[rows]).tolist())
+        layouts: dict[int, int] = {}
+        layout_list, first_plan, group_layout = [], [], []
+        for k in first:
+            layout = estimator.layouts.of(plans[k])
+            if id(layout) not in layouts:
+                layouts[id(layout)] = len(layout_list)
+                layout_list.append(layout)
+                first_plan.append(plans[k])
+            group_layout.append(layouts[id(layout)])
+        self.layout_of = np.array(group_layout, dtype=np.int64)[group_of]
+        # stage types: the layout's own, or by the order of the node types' paces
+        mixed = np.array([layout.stages is None for layout in layout_list])[self.layout_of]
+        first, stage_of = _first_of((self.layout_of * (len(combos.paces) + 1) + mixed * combos.pace[rows]).tolist())
+        stage_list = [estimator._stages(layout_list[self.layout_of[k]], plans[k].tp, plans[k].mbs) for k in first]
+        self.stages = [stage_list[k] for k in stage_of.tolist()]
+        self.pps, self.ms, self.sharded = combos.pp[rows], combos.m[rows], combos.sharded[rows]
+        self.width = width = int(self.pps.max())
         # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
         gpus = estimator.gpus
-        keys = [(g, tp, mbs) for tp, mbs in contexts for g in gpus]
-        planes = np.array(estimator.compute.planes(keys), dtype=np.int64).reshape(len(contexts), len(gpus))
+        contexts = list(combos.contexts)
+        planes = np.array(estimator.compute.planes([(g, tp, mbs) for tp, mbs in contexts for g in gpus]),
+                          dtype=np.int64).reshape(len(contexts), len(gpus))
         code = {g: k for k, g in enumerate(gpus)}
         codes = np.array([[code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_list])
-        self.which = planes[np.array(context_of)[:, None], codes[stage_of]]
+        self.which = planes[combos.context[rows][:, None], codes[stage_of]]
         # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
         bandwidths = np.array([list(layout.p2p_bandwidths) + [1.0] * (width - len(layout.p2p_bandwidths))
                                for layout in layout_list], dtype=f32)
-        self.p2p = (np.array(volume, dtype=f32)[:, None] / bandwidths[self.layout_of]).astype(float)
+        self.p2p = (combos.volume[rows][:, None] / bandwidths[self.layout_of]).astype(float)
         # what the step time and memory read: per stage, its bus; per layout, its DP all-reduce
         # by stage 0's layers, its embedding sync and stage memory limits
         self.shared = np.array([st.shared + (False,) * (width - len(st.shared)) for st in stage_list],
@@ -160,6 +207,31 @@ class _Chunk:
         self.dp_table = np.array([estimator._dp_table(plan, layout) for plan, layout in zip(first_plan, layout_list)])
         self.embedding = np.array([layout.embedding_s for layout in layout_list], dtype=f32)
         self.limits = np.array([layout.limits + (np.inf,) * (width - len(layout.limits)) for layout in layout_list])
+        # the element table plane of each plan (memory), found per combination
+        self.memory = memory_tables(estimator.model).of_keys(combos.memory_keys).astype(np.int64)[rows]
+        # plans with equal kernel inputs (by the bytes of their rows; only plans of different
+        # placements can have them)
+        if len(places) > 1:
+            inputs = np.concatenate([self.which, self.p2p.view(np.int64), self.pps[:, None], self.ms[:, None]], axis=1)
+            first, self.inverse = _first_of(inputs.view(np.dtype((np.void, inputs.shape[1] * 8))).ravel().tolist())
+            self.unique = np.array(first, dtype=np.intp)
+        else:
+            self.unique = self.inverse = np.arange(len(plans))
+
+
+def _first_of(keys: list) -> tuple[list[int], np.ndarray]:
+    """(the index of the first plan of each distinct key, in order of appearance; for each key,
+    the number of its distinct key in that order)."""
+    index: dict = {}
+    first: list[int] = []
+    of = []
+    for k, key in enumerate(keys):
+        number = index.get(key)
+        if number is None:
+            number = index[key] = len(first)
+            first.append(k)
+        of.append(number)
+    return first, np.array(of, dtype=np.intp)
 
 
 def _rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
@@ -189,6 +261,7 @@ class Fasop2024Estimator:
         self.layouts = Layouts(model, cluster)
         self._paces: dict[tuple[int, int], tuple] = {}
         self._volumes: dict[int, np.float32] = {}
+        self.combos = _Combos(self)
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.node_types = tuple({n.name: n for n in inventory}.values())
@@ -482,36 +555,42 @@ class Fasop2024Estimator:
         _finish_many (tests compare them)."""
         c = _Chunk(self, plans)
         n, width = len(plans), c.width
+        # the distinct kernel inputs: their splits and schedules
+        u, inverse = c.unique, c.inverse
+        k = len(u)
         table = self.compute.table
-        reported, scheduled = np.empty((n, width), np.int64), np.empty((n, width), np.int64)
-        times, ends = np.empty((n, width)), np.empty((n, width))
+        reported, scheduled = np.empty((k, width), np.int64), np.empty((k, width), np.int64)
+        times, ends = np.empty((k, width)), np.empty((k, width))
         halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
-        native.kernels.fasop_plans(table, table.shape[1], c.which, c.p2p, c.pps, c.ms, halves[0], halves[1],
+        pps = c.pps[u]
+        native.kernels.fasop_plans(table, table.shape[1], np.ascontiguousarray(c.which[u]),
+                                   np.ascontiguousarray(c.p2p[u]), pps, c.ms[u], halves[0], halves[1],
                                    reported, scheduled, times, ends)
         tables = memory_tables(self.model)
         step, dp, flags, gibs = np.empty(n), np.empty(n), np.empty((n, 2), np.uint8), np.empty((n, 2))
         stage_bytes, zero_bytes = np.empty((n, width)), np.empty((n, width))
-        native.kernels.fasop_finish(c.pps, reported, ends, c.shared, c.layout_of, c.dp_table, c.embedding, c.limits,
-                                    tables.of(plans).astype(np.int64), tables.params, tables.act, c.sharded,
+        native.kernels.fasop_finish(c.pps, reported[inverse], ends[inverse], c.shared, c.layout_of, c.dp_table,
+                                    c.embedding, c.limits, c.memory, tables.params, tables.act, c.sharded,
                                     self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
                                     gibs)
-        # each plan's first pp entries of every row, as tuples
-        tuples, pps = native.kernels.row_tuples, c.pps
-        rep, bytes_, zero = tuples(reported, pps, True), tuples(stage_bytes, pps, False), tuples(zero_bytes, pps, False)
-        comp, end, sends = tuples(times, pps, False), tuples(ends, pps, False), tuples(c.p2p, pps - 1, False)
-        estimates = []
-        usd_per_s, partitioner = self.usd_per_s, self.partitioner
-        for plan, st, partition, b, z, t, e, p, embedding_s, step_s, dp_s, (oom, zero_oom), (g, zg) in zip(
-                plans, c.stages, rep, bytes_, zero, comp, end, sends, c.embedding.astype(float)[c.layout_of].tolist(),
-                step.tolist(), dp.tolist(), flags.astype(bool).tolist(), gibs.tolist()):
-            memory = trusted(MemoryEstimate, stage_bytes=b, stage_zero_bytes=z, is_oom=oom, oom_gpumem_gib=round(g, 4),
-                             is_zero_oom=zero_oom, zero_oom_gpumem_gib=round(zg, 4))
-            estimates.append(trusted(
-                Estimate, plan=plan, partition=partition, stage_node_types=st.types, stage_compute_s=t, p2p_s=p,
-                stage_end_s=e, pipeline_time_s=e[0], dp_allreduce_s=dp_s, embedding_allreduce_s=embedding_s,
-                step_time_s=step_s, memory=memory, usd_per_step=usd_per_s * step_s, partitioner=partitioner,
-                partition_proven_optimal=False))
-        return estimates
+        # each plan's first pp entries of every row, as tuples (shared by plans of equal inputs)
+        tuples = native.kernels.row_tuples
+        of = inverse.tolist()
+        rep, comp, end = ([rows[i] for i in of] for rows in (tuples(reported, pps, True), tuples(times, pps, False),
+                                                            tuples(ends, pps, False)))
+        bytes_, zero = tuples(stage_bytes, c.pps, False), tuples(zero_bytes, c.pps, False)
+        sends = tuples(c.p2p, c.pps - 1, False)
+        gib = gibs.tolist()
+        memory = trusted_many(MemoryEstimate, n, stage_bytes=bytes_, stage_zero_bytes=zero,
+                              is_oom=flags[:, 0].astype(bool).tolist(), oom_gpumem_gib=[round(g, 4) for g, _ in gib],
+                              is_zero_oom=flags[:, 1].astype(bool).tolist(),
+                              zero_oom_gpumem_gib=[round(g, 4) for _, g in gib])
+        return trusted_many(
+            Estimate, n, plan=list(plans), partition=rep, stage_node_types=[st.types for st in c.stages],
+            stage_compute_s=comp, p2p_s=sends, stage_end_s=end, pipeline_time_s=[e[0] for e in end],
+            dp_allreduce_s=dp.tolist(), embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(),
+            step_time_s=step.tolist(), memory=memory, usd_per_step=(self.usd_per_s * step).tolist(),
+            partitioner=self.partitioner, partition_proven_optimal=False)
 
     def _volume(self, plan: Plan) -> np.float32:
         """comm.p2p_volume, remembered per micro-batch size."""

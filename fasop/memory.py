@@ -123,7 +123,10 @@ class _ElementTables:
 
     def of(self, plans: Sequence[Plan]) -> np.ndarray:
         """The plane of each plan, adding the planes of new contexts."""
-        keys = [(p.mbs, p.tp, p.pp, p.pp if p.num_microbatches > p.pp else p.num_microbatches) for p in plans]
+        return self.of_keys([table_key(p) for p in plans])
+
+    def of_keys(self, keys: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
+        """The plane of each `table_key`, adding the planes of new ones."""
         new = [key for key in dict.fromkeys(keys) if key not in self.planes]
         if new:
             if len(self.planes) + len(new) > MAX_ELEMENT_TABLES:  # bounded: start over
@@ -140,6 +143,11 @@ class _ElementTables:
             self.params = np.concatenate([self.params, params])
             self.act = np.concatenate([self.act, act])
         return np.array([self.planes[key] for key in keys], dtype=np.intp)
+
+
+def table_key(plan: Plan) -> tuple[int, int, int, int]:
+    """What a plan's element tables depend on: (micro-batch, tp, pp, micro-batches in flight)."""
+    return plan.mbs, plan.tp, plan.pp, plan.pp if plan.num_microbatches > plan.pp else plan.num_microbatches
 
 
 MAX_ELEMENT_TABLES = 4096

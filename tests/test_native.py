@@ -177,6 +177,81 @@ def test_optimal_partitioner_gives_the_same_bytes_both_ways(tmp_path, capsys, mo
 
 # ----------------------------------------------------------------------------- helpers, errors
 @compiled
+def test_plans_of_equal_kernel_inputs_are_scheduled_once_and_estimated_alike(monkeypatch, repo):
+    """FASOP's rotations of one A100 among A10 nodes give some plans the same stage planes,
+    sends, pp and micro-batches (pp = 1, stages spanning the A100's node alike): the chunk runs
+    the kernels once for each such group, and every plan's estimate is the Python path's."""
+    from fasop.enumerate import cyclic_placements
+    from fasop.estimate import _Chunk
+    from fasop.search import parse_nodes
+    from fasop.specs import load_cluster, load_model
+
+    model, cluster = load_model(repo / "model_specs/bert.yaml"), load_cluster(repo / "cluster_specs/fasop-paper.yaml")
+    nodes = parse_nodes("a100=1,a10=3", cluster)
+    estimator = Fasop2024Estimator(model, cluster, nodes)
+    combos = degree_list(nodes, tp_degrees=estimator.compute.tp_degrees(estimator.gpus),
+                         global_batch_size=model.global_batch_size, num_transformer_layers=model.num_transformer_layers)
+    candidates = list(plans(cyclic_placements(nodes), combos, global_batch_size=model.global_batch_size))
+    chunk = _Chunk(estimator, candidates)
+    assert len(set(chunk.unique.tolist())) < len(candidates) // 2 + len(candidates) // 4  # 356 plans: 239 runs
+    assert (chunk.which[chunk.unique][chunk.inverse] == chunk.which).all()
+    assert (chunk.p2p[chunk.unique][chunk.inverse] == chunk.p2p).all()
+    ours = estimator.estimate_many(candidates)
+    monkeypatch.setattr(native, "kernels", None)
+    assert ours == Fasop2024Estimator(model, cluster, nodes).estimate_many(candidates)
+
+
+@compiled
+def test_objects_are_the_trusted_instances(monkeypatch):
+    """plan.trusted_many (kernel `objects`): the instances plan.trusted makes, from list columns
+    and constants alike (a tuple is a constant), frozen; the Python fallback makes the same."""
+    import dataclasses
+    import gc
+
+    from fasop.plan import Plan, trusted, trusted_many
+
+    node = _node("x", "gx", np.random.default_rng(0), False, 1.0)
+    placement = (node, node)
+    made = trusted_many(Plan, 3, tp=[1, 2, 1], dp=[2, 1, 1], pp=[1, 1, 2], mbs=4, global_batch_size=8,
+                        placement=placement)
+    expected = [trusted(Plan, tp=tp, dp=dp, pp=pp, mbs=4, global_batch_size=8, placement=placement)
+                for tp, dp, pp in [(1, 2, 1), (2, 1, 1), (1, 1, 2)]]
+    assert made == expected and [hash(p) for p in made] == [hash(p) for p in expected]
+    assert made[2] == Plan(tp=1, dp=1, pp=2, mbs=4, global_batch_size=8, placement=placement)
+    assert made[0].placement is placement and made[0].num_gpus == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made[0].tp = 3
+    assert trusted_many(Plan, 0, tp=[], dp=[], pp=[], mbs=1, global_batch_size=8, placement=placement) == []
+    with pytest.raises(ValueError, match="length"):
+        native.kernels.objects(Plan, ("tp", "dp"), ([1, 2], [1]), 2)
+    assert gc.isenabled()  # the collector, held off while they are made, is on again
+    monkeypatch.setattr(native, "kernels", None)
+    assert trusted_many(Plan, 3, tp=[1, 2, 1], dp=[2, 1, 1], pp=[1, 1, 2], mbs=4, global_batch_size=8,
+                        placement=placement) == expected
+
+
+def test_gc_paused_leaves_the_collector_as_it_found_it():
+    import gc
+
+    from fasop.plan import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError
+    assert gc.isenabled()
+
+
+@compiled
 def test_row_tuples_are_the_rows_first_entries():
     rng = np.random.default_rng(0)
     floats, ints = rng.uniform(size=(7, 5)), rng.integers(-9, 9, (7, 5))
