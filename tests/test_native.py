@@ -61,6 +61,26 @@ def test_one_f_one_b_kernel_is_the_recurrences(seed):
             assert np.array_equal(ends.T, one_f_one_b_reference(fwd, bwd, sf, sb, m)), (pp, m, coarse, sends)
 
 
+@compiled
+@pytest.mark.parametrize("pp", [1, 2, 3, 5, 8, 13])
+def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
+    """The kernel zeroes only the cells of its arrays that the recurrences read before they
+    write them (fasop.schedule._run starts from arrays of zeros). With the other cells poisoned
+    (1e300 at the start of every run) the ends are still the recurrences', for every m from 1 to
+    3 pp + 2 (warm-up longer and shorter than the batch), all sends present."""
+    rng = np.random.default_rng(pp)
+    native.kernels._set_poison(True)
+    try:
+        for m in range(1, 3 * pp + 3):
+            fwd, bwd, sf, sb = _pipelines(rng, pp, 5, False, "anywhere")
+            sf, sb = sf + 0.01, sb + 0.01
+            ends = np.empty((5, pp))
+            native.kernels.one_f_one_b(np.ascontiguousarray(np.concatenate([fwd, bwd, sf, sb]).T), pp, m, ends)
+            assert np.array_equal(ends.T, one_f_one_b_reference(fwd, bwd, sf, sb, m)), (pp, m)
+    finally:
+        native.kernels._set_poison(False)
+
+
 # ----------------------------------------------------------------------------- min-max
 class _Costs:
     """Stage costs from a table, as compute.LayerCosts: stage(a, b) = table[a, b] (0 if empty)."""
