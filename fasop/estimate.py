@@ -31,7 +31,7 @@ from fasop.compute import LayerCosts, ProfileCompute, stage_times
 from fasop.errors import FasopError
 from fasop.layout import Layout, Layouts, Stages
 from fasop.memory import (ZERO_REPLICATED_BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PER_PARAM, MemoryEstimate,
-                          estimate_memory_many, memory_tables, stage_fit_mask)
+                          estimate_memory_many, memory_tables, rounded, stage_fit_mask)
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
                              minmax_supported, optimal)
 from fasop.plan import Plan, trusted_many
@@ -580,11 +580,9 @@ class Fasop2024Estimator:
                                                             tuples(ends, pps, False)))
         bytes_, zero = tuples(stage_bytes, c.pps, False), tuples(zero_bytes, c.pps, False)
         sends = tuples(c.p2p, c.pps - 1, False)
-        gib = gibs.tolist()
         memory = trusted_many(MemoryEstimate, n, stage_bytes=bytes_, stage_zero_bytes=zero,
-                              is_oom=flags[:, 0].astype(bool).tolist(), oom_gpumem_gib=[round(g, 4) for g, _ in gib],
-                              is_zero_oom=flags[:, 1].astype(bool).tolist(),
-                              zero_oom_gpumem_gib=[round(g, 4) for _, g in gib])
+                              is_oom=flags[:, 0].astype(bool).tolist(), oom_gpumem_gib=rounded(gibs[:, 0]),
+                              is_zero_oom=flags[:, 1].astype(bool).tolist(), zero_oom_gpumem_gib=rounded(gibs[:, 1]))
         return trusted_many(
             Estimate, n, plan=list(plans), partition=rep, stage_node_types=[st.types for st in c.stages],
             stage_compute_s=comp, p2p_s=sends, stage_end_s=end, pipeline_time_s=[e[0] for e in end],

@@ -192,11 +192,28 @@ def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: Clust
     zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
                         zero_bytes.max(axis=1) / GIB)
     return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
-                           oom_gpumem_gib=round(g, 4), is_zero_oom=zo, zero_oom_gpumem_gib=round(zg, 4))
+                           oom_gpumem_gib=g, is_zero_oom=zo, zero_oom_gpumem_gib=zg)
             for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.any(axis=1).tolist(),
-                                             _float32(oom_gib), zero_oom.any(axis=1).tolist(), _float32(zero_gib))]
+                                             rounded(_float32(oom_gib)), zero_oom.any(axis=1).tolist(),
+                                             rounded(_float32(zero_gib)))]
 
 
-def _float32(values: np.ndarray) -> list[float]:
+def rounded(values: np.ndarray, digits: int = 4) -> list[float]:
+    """[round(v, digits) for v in values] (Python's round: the decimal value of v rounded half to
+    even, then the nearest float), on the array: where v x 10^digits is below 2^30 and at least
+    1e-6 away from a half, rint of it is the integer round() finds (the product's rounding error
+    is below 2^-23) and its quotient by 10^digits is the float nearest that decimal, as round()
+    returns; other values (near a half, large, not finite) go through round()."""
+    scale = 10.0 ** digits
+    scaled = values * scale
+    out = (np.rint(scaled) / scale).tolist()
+    with np.errstate(invalid="ignore"):
+        clear = (np.abs(scaled) < 2.0**30) & (np.abs(scaled - np.floor(scaled) - 0.5) > 1e-6)
+    for k in np.flatnonzero(~clear).tolist():
+        out[k] = round(float(values[k]), digits)
+    return out
+
+
+def _float32(values: np.ndarray) -> np.ndarray:
     # FASOP reports float32 GiB rounded to 4 decimals (the rounding: Python's round, per value)
-    return values.astype(np.float32).astype(float).tolist()
+    return values.astype(np.float32).astype(float)
