@@ -1052,6 +1052,8 @@ static PyObject *py_row_tuples(PyObject *self, PyObject *args)
             }
             PyTuple_SET_ITEM(row, i, item);
         }
+        PyObject_GC_UnTrack(row);  /* numbers only: no cycle through it (what the collector
+                                    * itself does to such a tuple, _PyTuple_MaybeUntrack) */
         PyList_SET_ITEM(list, k, row);
     }
     result = list;

@@ -541,3 +541,7 @@ def test_rounded_is_pythons_round():
         assert [math.copysign(1, x) for x in ours] == [math.copysign(1, x) for x in theirs]
         assert np.array_equal(np.array(ours), np.array(theirs))
     assert math.isnan(rounded(np.array([np.nan]))[0])
+
+
+def test_divisors_ascending():
+    assert all(divisors(n) == [d for d in range(1, n + 1) if n % d == 0] for n in range(1, 3000))

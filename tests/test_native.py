@@ -278,6 +278,8 @@ def test_row_tuples_are_the_rows_first_entries():
     counts = np.array([0, 1, 5, 2, 3, 4, 5], dtype=np.int64)
     assert native.kernels.row_tuples(floats, counts, False) == [tuple(r[:n].tolist()) for r, n in zip(floats, counts)]
     assert native.kernels.row_tuples(ints, counts, True) == [tuple(r[:n].tolist()) for r, n in zip(ints, counts)]
+    import gc
+    assert not any(gc.is_tracked(row) for row in native.kernels.row_tuples(floats, counts, False))  # numbers only
     with pytest.raises(ValueError, match="count out of range"):
         native.kernels.row_tuples(floats, counts + 1, False)
 
