@@ -141,7 +141,7 @@ class _Combos:
                 # the order of the node types' paces matters only where stages span several types
                 pace = e._pace(tp, mbs)[0] if len(e.node_types) > 1 else ()
                 self._pace_of.append(self.paces.setdefault(pace, len(self.paces)))
-        tp, dp, pp, mbs, batch = np.array(new, dtype=np.int64).T
+        tp, dp, pp, mbs, batch = (np.array(column, dtype=np.int64) for column in zip(*new))
         m = batch // (dp * mbs)
         volume = comm.p2p_volume_of(mbs, e.model)
         context = np.array([contexts[key[0], key[3]] for key in new], dtype=np.intp)
