@@ -8,8 +8,6 @@ k*M ... k*M + M - 1 (M GPUs per node), so stage p occupies ranks [p*tp*dp, (p+1)
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -28,32 +26,15 @@ def trusted(cls, **fields):
     return obj
 
 
-@contextmanager
-def gc_paused():
-    """Python's cyclic garbage collector held off (where it was on) while the block makes
-    objects in bulk: the collector runs after every 700 new objects and, now and then, walks
-    every object of the process, which costs more than making acyclic objects (plans, estimates,
-    their tuples) by the thousand. Reference counting frees them as ever; the collector counts
-    them and runs once the block ends."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def trusted_many(cls, n: int, **columns) -> list:
     """n instances of `cls` as `trusted` makes them: instance k holds field f = columns[f][k]
     where columns[f] is a list (of n items), else columns[f] itself. Made by the compiled
-    kernels where they are built (~0.3 us an object instead of ~1 us), the collector held off."""
-    with gc_paused():
-        if native.kernels is not None:
-            return native.kernels.objects(cls, tuple(columns), tuple(columns.values()), n)
-        names = tuple(columns)
-        lists = [c if isinstance(c, list) else [c] * n for c in columns.values()]
-        return [trusted(cls, **dict(zip(names, values))) for values in zip(*lists)] if lists else []
+    kernels where they are built (~0.3 us an object instead of ~1 us)."""
+    if native.kernels is not None:
+        return native.kernels.objects(cls, tuple(columns), tuple(columns.values()), n)
+    names = tuple(columns)
+    lists = [c if isinstance(c, list) else [c] * n for c in columns.values()]
+    return [trusted(cls, **dict(zip(names, values))) for values in zip(*lists)] if lists else []
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -226,7 +226,6 @@ def test_objects_are_the_trusted_instances(monkeypatch):
     """plan.trusted_many (kernel `objects`): the instances plan.trusted makes, from list columns
     and constants alike (a tuple is a constant), frozen; the Python fallback makes the same."""
     import dataclasses
-    import gc
 
     from fasop.plan import Plan, trusted, trusted_many
 
@@ -244,31 +243,9 @@ def test_objects_are_the_trusted_instances(monkeypatch):
     assert trusted_many(Plan, 0, tp=[], dp=[], pp=[], mbs=1, global_batch_size=8, placement=placement) == []
     with pytest.raises(ValueError, match="length"):
         native.kernels.objects(Plan, ("tp", "dp"), ([1, 2], [1]), 2)
-    assert gc.isenabled()  # the collector, held off while they are made, is on again
     monkeypatch.setattr(native, "kernels", None)
     assert trusted_many(Plan, 3, tp=[1, 2, 1], dp=[2, 1, 1], pp=[1, 1, 2], mbs=4, global_batch_size=8,
                         placement=placement) == expected
-
-
-def test_gc_paused_leaves_the_collector_as_it_found_it():
-    import gc
-
-    from fasop.plan import gc_paused
-
-    assert gc.isenabled()
-    with gc_paused():
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with gc_paused():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-    with pytest.raises(RuntimeError), gc_paused():
-        raise RuntimeError
-    assert gc.isenabled()
 
 
 @compiled
