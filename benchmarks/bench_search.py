@@ -27,7 +27,7 @@ another version, e.g. `git worktree add /tmp/base <commit>`, its kernels built t
 alternating with this one, and the ratio of medians is printed.
 
     python benchmarks/bench_search.py [--runs 3] [--json PATH] [--workers 2] [--order-trees 0|1|2]
-                                      [--baseline PATH] [--rounds 3]
+                                      [--baseline PATH] [--rounds 3] [--rounds-only]
 """
 
 from __future__ import annotations
@@ -117,9 +117,10 @@ def interleaved(trees: dict[str, Path], runs: int, rounds: int) -> dict:
     spell of a shared machine then falls on every experiment and tree alike rather than on one.
     Per tree and experiment: every warm search's seconds and every first search's."""
     out: dict = {label: {} for label in trees}
-    for _ in range(rounds):
+    for r in range(rounds):
         for name, model, cluster, nodes, _extra in EXPERIMENTS:
-            for label, tree in trees.items():
+            order = list(trees.items())
+            for label, tree in order if r % 2 == 0 else order[::-1]:  # each tree first in every other round
                 row = in_child(tree, model, cluster, nodes, CONFIGS["fasop"], runs, 1)
                 entry = out[label].setdefault(name, {"candidates": row["candidates"], "runs_s": [], "first_s": [],
                                                      "kernels": row["kernels"]})
@@ -204,7 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--order-trees", type=int, default=1, metavar="N",
                         help="how many of the all-orders inventories to run (0-2; default %(default)s: "
                              "the 3-type one; the 4-type one takes ~2 minutes a run)")
+    parser.add_argument("--rounds-only", action="store_true",
+                        help="measure only the interleaved rounds of FASOP's choices (e.g. many of them, with "
+                             "--baseline)")
     args = parser.parse_args(argv)
+    if args.rounds_only:
+        trees_measured = {"this": REPO} | ({"baseline": args.baseline} if args.baseline else {})
+        print_interleaved(interleaved(trees_measured, args.runs, args.rounds), args.runs, args.rounds)
+        return 0
     trees = []
     for name, nodes in ORDER_TREES[:args.order_trees]:
         tree = order_tree(nodes, args.runs, args.workers)
