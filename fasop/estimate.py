@@ -185,6 +185,8 @@ class _Chunk:
         mixed = np.array([layout.stages is None for layout in layout_list])[self.layout_of]
         first, stage_of = _first_of((self.layout_of * (len(combos.paces) + 1) + mixed * combos.pace[rows]).tolist())
         stage_list = [estimator._stages(layout_list[self.layout_of[k]], plans[k].tp, plans[k].mbs) for k in first]
+        first, same = _first_of([id(st) for st in stage_list])  # layouts of one placement share their Stages
+        stage_list, stage_of = [stage_list[k] for k in first], same[stage_of]
         self.stages = [stage_list[k] for k in stage_of.tolist()]
         self.pps, self.ms, self.sharded = combos.pp[rows], combos.m[rows], combos.sharded[rows]
         self.width = width = int(self.pps.max())
@@ -197,8 +199,7 @@ class _Chunk:
         codes = np.array([[code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_list])
         self.which = planes[combos.context[rows][:, None], codes[stage_of]]
         # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
-        bandwidths = np.array([list(layout.p2p_bandwidths) + [1.0] * (width - len(layout.p2p_bandwidths))
-                               for layout in layout_list], dtype=f32)
+        bandwidths, limits = _gathered(layout_list, width)
         self.p2p = (combos.volume[rows][:, None] / bandwidths[self.layout_of]).astype(float)
         # what the step time and memory read: per stage, its bus; per layout, its DP all-reduce
         # by stage 0's layers, its embedding sync and stage memory limits
@@ -206,7 +207,7 @@ class _Chunk:
                                dtype=np.uint8)[stage_of]
         self.dp_table = np.array([estimator._dp_table(plan, layout) for plan, layout in zip(first_plan, layout_list)])
         self.embedding = np.array([layout.embedding_s for layout in layout_list], dtype=f32)
-        self.limits = np.array([layout.limits + (np.inf,) * (width - len(layout.limits)) for layout in layout_list])
+        self.limits = limits
         # the element table plane of each plan (memory), found per combination
         self.memory = memory_tables(estimator.model).of_keys(combos.memory_keys).astype(np.int64)[rows]
         # plans with equal kernel inputs (by the bytes of their rows; only plans of different
@@ -217,6 +218,25 @@ class _Chunk:
             self.unique = np.array(first, dtype=np.intp)
         else:
             self.unique = self.inverse = np.arange(len(plans))
+
+
+def _gathered(layouts: Sequence[Layout], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(p2p bandwidths, memory limits) of each layout as rows of `width` entries, padded with
+    1.0 and inf: gathered from the padded matrices of the layouts made together (layout.Rows),
+    one fancy index per such set, consecutive layouts of one set at a time."""
+    bandwidths, limits = np.ones((len(layouts), width), dtype=f32), np.full((len(layouts), width), np.inf)
+    start = 0
+    while start < len(layouts):
+        matrices = layouts[start].rows[0]
+        stop = start + 1
+        while stop < len(layouts) and layouts[stop].rows[0] is matrices:
+            stop += 1
+        at = [layout.rows[1] for layout in layouts[start:stop]]
+        w = min(width, matrices.limits.shape[1])
+        bandwidths[start:stop, :w] = matrices.p2p_bandwidths[at, :w]
+        limits[start:stop, :w] = matrices.limits[at, :w]
+        start = stop
+    return bandwidths, limits
 
 
 def _first_of(keys: list) -> tuple[list[int], np.ndarray]:

@@ -60,6 +60,19 @@ class Layout:
     """The Stages of a layout with mixed stages, per order of the node types' paces."""
     dp_table: list = field(default_factory=list)
     """[`Fasop2024Estimator._dp_table`], once made."""
+    rows: tuple | None = None
+    """(Rows, k): this layout's row in the padded matrices of the layouts made with it."""
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The layouts of one placement made together, as padded matrices (a row per layout, W =
+    their largest pp columns): what the compiled kernels read, gathered a chunk at a time."""
+
+    p2p_bandwidths: np.ndarray
+    """float32, each row's first pp - 1 entries the layout's, then 1.0."""
+    limits: np.ndarray
+    """float64, each row's first pp entries the layout's, then inf."""
 
 
 class Layouts:
@@ -72,6 +85,7 @@ class Layouts:
         self._names: tuple[str, ...] = ()
         self._placement: tuple[NodeType, ...] | None = None
         self._shapes: dict[Shape, None] = {}  # every (tp, dp, pp) expected or asked, in order
+        self._stages: dict[tuple[int, ...], Stages] = {}  # uniform stage types by kind codes, this placement's names
 
     def expect(self, shapes: Iterable[Shape]) -> None:
         """The (tp, dp, pp) that plans will have: the layouts of all of them are made together
@@ -95,7 +109,7 @@ class Layouts:
         """The placement's node arrays; its layouts are kept while placements have the same types."""
         names = tuple(n.name for n in placement)
         if names != self._names:
-            self._layouts, self._names = {}, names
+            self._layouts, self._names, self._stages = {}, names, {}
         self._placement = placement
         inf = [np.inf]  # what position -1 (no node) reads
         self._intra = np.array([n.intra_node_bytes_per_s for n in placement] + inf)
@@ -120,20 +134,33 @@ class Layouts:
         syncs = (volume / (least[links.syncs] / links.replicas * links.lanes)).astype(f32)  # comm.embedding_seconds
         codes = self._codes[links.stages]
         uniform = np.minimum.reduceat((codes == codes[:, :1]).all(axis=1), links.first_stage[:-1]).tolist()
-        firsts, limits = codes[:, 0].tolist(), self._memory[links.limits].tolist()
+        memory = self._memory[links.limits]
+        firsts, limits = codes[:, 0].tolist(), memory.tolist()
+        # the padded rows: entry c of shape k's row is its link (stage) first + c, while c < pp - 1 (pp)
+        pps = np.array([pp for _, _, pp in shapes])
+        columns = np.arange(pps.max())
+        at = np.array(links.first_link[:-1])[:, None] + columns
+        p2p_rows = np.where(columns < pps[:, None] - 1, bandwidths[np.minimum(at, len(bandwidths) - 1)], f32(1.0))
+        at = np.array(links.first_stage[:-1])[:, None] + columns
+        rows = Rows(p2p_bandwidths=p2p_rows, limits=np.where(columns < pps[:, None],
+                                                             memory[np.minimum(at, len(memory) - 1)], np.inf))
         layouts = []
         for k, (tp, dp, pp) in enumerate(shapes):
             first, stage = links.first_link[k], links.first_stage[k]
-            if uniform[k]:  # every stage on nodes of one type
-                types = tuple(self._kinds[c] for c in firsts[stage:stage + pp])
-                stages, stage_nodes = Stages(types), tuple((t,) for t in types)
+            if uniform[k]:  # every stage on nodes of one type; shapes with the same stage types share one Stages
+                key = tuple(firsts[stage:stage + pp])
+                if key not in self._stages:
+                    self._stages[key] = Stages(tuple(self._kinds[c] for c in key))
+                stages = self._stages[key]
+                stage_nodes = tuple((t,) for t in stages.types)
             else:
                 stages = None
                 stage_nodes = tuple(tuple({placement[q].name: placement[q] for q in nodes}.values())
                                     for nodes in stage_node_indices(tp * dp, pp, m))
             layouts.append(trusted(
                 Layout, stage_nodes=stage_nodes, p2p_bandwidths=bandwidths[first:first + pp - 1], dp_ring=rings[k],
-                embedding_s=syncs[k], limits=tuple(limits[stage:stage + pp]), stages=stages, by_pace={}, dp_table=[]))
+                embedding_s=syncs[k], limits=tuple(limits[stage:stage + pp]), stages=stages, by_pace={}, dp_table=[],
+                rows=(rows, k)))
         return layouts
 
 
