@@ -126,11 +126,11 @@ def p2p_boundary_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec, int
 
 def p2p_volume(plan: Plan, model: ModelSpec) -> np.float32:
     """Bytes one micro-batch's activations take across a boundary: b*s*h elements, float32."""
-    return f32(plan.mbs * model.sequence_length * model.hidden_size * model.bytes_per_element)
+    return p2p_volume_of(np.int64(plan.mbs), model)
 
 
-def p2p_volume_of(mbs: np.ndarray, model: ModelSpec) -> np.ndarray:
-    """p2p_volume of each micro-batch size (int64 array): the same products, float32."""
+def p2p_volume_of(mbs, model: ModelSpec):
+    """p2p_volume of micro-batch sizes (an int64 or an int64 array): the integer product, as float32."""
     return (mbs * model.sequence_length * model.hidden_size * model.bytes_per_element).astype(f32)
 
 

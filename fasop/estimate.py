@@ -30,8 +30,8 @@ from fasop import comm, native
 from fasop.compute import LayerCosts, ProfileCompute, stage_times
 from fasop.errors import FasopError
 from fasop.layout import Layout, Layouts, Stages
-from fasop.memory import (ZERO_REPLICATED_BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PER_PARAM, MemoryEstimate,
-                          estimate_memory_many, memory_tables, rounded, stage_fit_mask)
+from fasop.memory import (MemoryEstimate, elements_key, estimate_memory_many, memory_tables, rounded,
+                          stage_fit_mask, zero_bytes_per_param)
 from fasop.partition import (Found, Split, fasop_minmax_splits, fasop_minmax_splits_many, least_chain,
                              minmax_supported, optimal)
 from fasop.plan import Plan, trusted_many
@@ -108,7 +108,7 @@ class _Prepared:
 class _Combos:
     """What a plan's estimate takes from its (tp, dp, pp, mbs, global batch) alone, one row per
     combination met by an estimator: its stages, micro-batches, p2p volume, ZeRO bytes per
-    parameter, its element tables' key (memory.table_key), and indices of its shape (tp, dp, pp),
+    parameter, its element tables' key (memory.elements_key), and indices of its shape (tp, dp, pp),
     its (tp, micro-batch) and, with several node types, the order of their paces at that
     (tp, micro-batch) (`Fasop2024Estimator._pace`)."""
 
@@ -145,8 +145,8 @@ class _Combos:
         m = batch // (dp * mbs)
         volume = comm.p2p_volume_of(mbs, e.model)
         context = np.array([contexts[key[0], key[3]] for key in new], dtype=np.intp)
-        self.memory_keys += zip(mbs.tolist(), tp.tolist(), pp.tolist(), np.where(m > pp, pp, m).tolist())  # table_key
-        added = (pp, m, volume, ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // dp,
+        self.memory_keys += map(elements_key, mbs.tolist(), tp.tolist(), pp.tolist(), m.tolist())
+        added = (pp, m, volume, zero_bytes_per_param(dp),
                  np.array([shapes.setdefault(key[:3], len(shapes)) for key in new], dtype=np.intp), context,
                  np.array(self._pace_of, dtype=np.intp)[context])
         self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace = (
@@ -203,8 +203,7 @@ class _Chunk:
         self.p2p = (combos.volume[rows][:, None] / bandwidths[self.layout_of]).astype(float)
         # what the step time and memory read: per stage, its bus; per layout, its DP all-reduce
         # by stage 0's layers, its embedding sync and stage memory limits
-        self.shared = np.array([st.shared + (False,) * (width - len(st.shared)) for st in stage_list],
-                               dtype=np.uint8)[stage_of]
+        self.shared = _bus_rows(stage_list, width)[stage_of]
         self.dp_table = np.array([estimator._dp_table(plan, layout) for plan, layout in zip(first_plan, layout_list)])
         self.embedding = np.array([layout.embedding_s for layout in layout_list], dtype=f32)
         self.limits = limits
@@ -257,12 +256,13 @@ def _first_of(keys: list) -> tuple[list[int], np.ndarray]:
 def _rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
     """(the distinct items in order of first appearance, the index of each item among them);
     distinct by `key` (default: the same object)."""
-    index: dict = {}
-    of = np.array([index.setdefault(key(item), len(index)) for item in items], dtype=np.intp)
-    firsts: dict = {}
-    for item in items:
-        firsts.setdefault(key(item), item)
-    return list(firsts.values()), of
+    first, of = _first_of([key(item) for item in items])
+    return [items[k] for k in first], of
+
+
+def _bus_rows(stages: Sequence[Stages], width: int) -> np.ndarray:
+    """Each Stages' shared-bus flags as a row of `width` (padded with False), uint8."""
+    return np.array([st.shared + (False,) * (width - len(st.shared)) for st in stages], dtype=np.uint8)
 
 
 class Fasop2024Estimator:
@@ -280,7 +280,6 @@ class Fasop2024Estimator:
         self._latest: dict = {}
         self.layouts = Layouts(model, cluster)
         self._paces: dict[tuple[int, int], tuple] = {}
-        self._volumes: dict[int, np.float32] = {}
         self.combos = _Combos(self)
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
@@ -610,12 +609,6 @@ class Fasop2024Estimator:
             step_time_s=step.tolist(), memory=memory, usd_per_step=(self.usd_per_s * step).tolist(),
             partitioner=self.partitioner, partition_proven_optimal=False)
 
-    def _volume(self, plan: Plan) -> np.float32:
-        """comm.p2p_volume, remembered per micro-batch size."""
-        if plan.mbs not in self._volumes:
-            self._volumes[plan.mbs] = comm.p2p_volume(plan, self.model)
-        return self._volumes[plan.mbs]
-
     def _schedule_all(self, prepared: list[_Prepared], progress=None) -> list[list[np.ndarray]]:
         """Stage end times of every split of every plan; one schedule run per (pp, m), each
         distinct pipeline (stage times and end sends) scheduled once.
@@ -679,13 +672,13 @@ class Fasop2024Estimator:
         ends = np.array([c.ends + [-np.inf] * (width - len(c.ends)) for c in chosen])
         # each stage's DP all-reduce: one of two values per plan, by the stage's bus
         pairs = np.array([self._dp_table(c.plan, c.layout)[c.split.reported[0]] for c in chosen], dtype=f32)
-        shared = np.array([st.shared + (False,) * (width - len(st.shared)) for st in stage_rows])[stages_of]
+        shared = _bus_rows(stage_rows, width).astype(bool)[stages_of]
         dp_costs = np.where(shared, pairs[:, 1:], pairs[:, :1])
         totals = ends.astype(f32) + dp_costs
         slowest = totals.argmax(axis=1)  # the first of the latest
         rows = np.arange(len(chosen))
         steps = totals[rows, slowest] + np.array([layout.embedding_s for layout in layout_rows], dtype=f32)[layout_of]
-        limits = np.array([layout.limits + (np.inf,) * (width - len(layout.limits)) for layout in layout_rows])
+        limits = _gathered(layout_rows, width)[1]
         memory = estimate_memory_many(
             [c.plan for c in chosen], self.model, self.cluster,
             np.array([c.split.reported + (0,) * (width - len(c.split.reported)) for c in chosen], dtype=np.intp),

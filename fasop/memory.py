@@ -146,8 +146,19 @@ class _ElementTables:
 
 
 def table_key(plan: Plan) -> tuple[int, int, int, int]:
-    """What a plan's element tables depend on: (micro-batch, tp, pp, micro-batches in flight)."""
-    return plan.mbs, plan.tp, plan.pp, plan.pp if plan.num_microbatches > plan.pp else plan.num_microbatches
+    """What a plan's element tables depend on (elements_key)."""
+    return elements_key(plan.mbs, plan.tp, plan.pp, plan.num_microbatches)
+
+
+def elements_key(mbs: int, tp: int, pp: int, m: int) -> tuple[int, int, int, int]:
+    """(micro-batch, tp, pp, micro-batches in flight) of m micro-batches on pp stages."""
+    return mbs, tp, pp, pp if m > pp else m
+
+
+def zero_bytes_per_param(dp):
+    """ZeRO's bytes per parameter on a GPU: the replicated part and the sharded part / dp (an int
+    or an int array)."""
+    return ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // dp
 
 
 MAX_ELEMENT_TABLES = 4096
@@ -182,7 +193,7 @@ def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: Clust
     params, act = tables.params[at], tables.act[at]
     factor = cluster.memory_overhead_factor
     stage_bytes = BYTES_PER_PARAM * params + act
-    sharded = np.array([ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // p.dp for p in plans])
+    sharded = zero_bytes_per_param(np.array([p.dp for p in plans]))
     zero_bytes = sharded[:, None] * params + act
     oom, zero_oom = factor * stage_bytes > limits, zero_bytes > limits
     last = partitions.shape[1] - 1
@@ -215,5 +226,5 @@ def rounded(values: np.ndarray, digits: int = 4) -> list[float]:
 
 
 def _float32(values: np.ndarray) -> np.ndarray:
-    # FASOP reports float32 GiB rounded to 4 decimals (the rounding: Python's round, per value)
+    # FASOP reports float32 GiB rounded to 4 decimals (then `rounded`)
     return values.astype(np.float32).astype(float)
