@@ -202,6 +202,211 @@ static void run_1f1b(sched_t *s)
 #undef BRE
 }
 
+/* ------------------------------------------------------------------------ traced 1F1B */
+
+/* One pipeline's 1F1B run that also records which event set each value, so that the chain of
+ * events that sets stage 0's end (its critical path) can be read back. Every event of the
+ * recurrences is (the latest of its inputs) + its duration, and rounding is monotone, so for
+ * any chain of events the float sum of its durations, added in chain order from 0.0, is at most
+ * the run's value at its last event, for whatever durations the run is given (the events and
+ * their inputs depend only on pp, m and which sends are 0). Summed with another candidate
+ * split's durations, a critical path is thus an exact lower bound on that split's stage-0 end,
+ * equal to it when the split's own critical path is the same chain: what lets a plan's
+ * candidate splits that tie with the best but for rounding be ruled out without scheduling
+ * them. */
+
+typedef struct {
+    double v;
+    int32_t id; /* the event that set v (0: none, v is 0.0) */
+} ev_t;
+
+typedef struct {
+    int pp, m;
+    ev_t *grid;              /* 6 * pp * m */
+    int *flags;              /* 3 * pp */
+    double *dur;             /* 4 * pp: F, B, SF, SB of each stage */
+    double *other;           /* 4 * pp: another pipeline's, for path_sum */
+    double *ends;            /* pp: each stage's last backward end */
+    int32_t *pred, *code;    /* event k: the event its value came from, its duration (index into dur) */
+    int32_t events;          /* events so far (event 0: none) */
+    int32_t *path, length;   /* the critical path: duration indices, first event first */
+} trace_t;
+
+static int trace_init(trace_t *s, int max_pp, int64_t max_cells)
+{
+    const size_t events = 4 * (size_t)max_cells + 2;
+    s->grid = malloc(6 * (size_t)max_cells * sizeof(ev_t));
+    s->flags = malloc(3 * (size_t)max_pp * sizeof(int));
+    s->dur = malloc(4 * (size_t)max_pp * sizeof(double));
+    s->other = malloc(4 * (size_t)max_pp * sizeof(double));
+    s->ends = malloc((size_t)max_pp * sizeof(double));
+    s->pred = malloc(events * sizeof(int32_t));
+    s->code = malloc(events * sizeof(int32_t));
+    s->path = malloc(events * sizeof(int32_t));
+    return (s->grid && s->flags && s->dur && s->other && s->ends && s->pred && s->code && s->path) ? 0 : -1;
+}
+
+static void trace_free(trace_t *s)
+{
+    free(s->grid);
+    free(s->flags);
+    free(s->dur);
+    free(s->other);
+    free(s->ends);
+    free(s->pred);
+    free(s->code);
+    free(s->path);
+}
+
+/* t = max(a, b) (a unless b is later), then + dur[code] as a new event when add */
+static inline void traced_maxadd(trace_t *s, ev_t *t, const ev_t *a, const ev_t *b, int code, int add)
+{
+    /* selected without branches: which input is later is as good as random */
+    const double av = a->v, bv = b->v;
+    const int later = bv > av;
+    const double v = later ? bv : av;
+    const int32_t id = later ? b->id : a->id;
+    if (add) {
+        const int32_t k = s->events++;
+        s->pred[k] = id;
+        s->code[k] = code;
+        t->v = v + s->dur[code];
+        t->id = k;
+    } else {
+        t->v = v;
+        t->id = id;
+    }
+}
+
+/* run_1f1b's recurrences, the same operations in the same order, on one pipeline (s->dur), with
+ * every event recorded; then s->ends and the critical path of stage 0's end. */
+static void run_traced(trace_t *s)
+{
+    const int pp = s->pp, m = s->m;
+    const size_t size = (size_t)pp * (size_t)m;
+    ev_t *grid = s->grid;
+    ev_t *fce = grid, *fse = grid + size, *frs = grid + 2 * size;
+    ev_t *bce = grid + 3 * size, *bse = grid + 4 * size, *brs = grid + 5 * size;
+    const ev_t zero = {0.0, 0};
+    int *warm = s->flags, *sf = s->flags + pp, *sb = s->flags + 2 * pp;
+#define AT(a, i, j) a[(size_t)(j) * (size_t)pp + (size_t)(i)]
+#define FRE(i, j) ((i) == 0 ? &zero : &AT(fse, (i) - 1, j))
+#define BRE(i, j) ((i) == pp - 1 ? &zero : &AT(bse, (i) + 1, j))
+    s->events = 1;
+    if (poison) {
+        const ev_t big = {1e300, 0};
+        for (size_t c = 0; c < 6 * size; c++) grid[c] = big;
+    }
+    for (size_t c = 0; c < size; c++) frs[c] = zero;
+    for (int j = 0; j < m; j++) {
+        AT(fse, pp - 1, j) = zero;
+        AT(bse, 0, j) = zero;
+    }
+    for (int i = 0; i < pp; i++) AT(bce, i, m - 1) = AT(bse, i, m - 1) = AT(brs, i, 0) = AT(brs, i, m - 1) = zero;
+    for (int i = 0; i < pp; i++) {
+        warm[i] = (pp - i - 1 < m) ? pp - i - 1 : m;
+        sf[i] = s->dur[2 * pp + i] != 0.0;
+        sb[i] = s->dur[3 * pp + i] != 0.0;
+    }
+    /* warm-up forwards */
+    for (int j = 0; j < m; j++) {
+        ev_t received = zero;
+        for (int i = 0; i < pp && j < warm[i]; i++) {
+            ev_t fc;
+            if (j == 0) traced_maxadd(s, &fc, &received, &zero, i, 1);
+            else traced_maxadd(s, &fc, &AT(fse, i, j - 1), &received, i, 1);
+            AT(fce, i, j) = fc;
+            if (i > 0 && j < warm[i] - 1) AT(frs, i, j + 1) = fc;
+            if (i < pp - 1) {
+                traced_maxadd(s, &received, &fc, j == 0 ? &zero : &AT(frs, i + 1, j), 2 * pp + i, sf[i]);
+                AT(fse, i, j) = received;
+            }
+        }
+    }
+    /* steady state */
+    int steady = 0;
+    for (int j = 0; j < m; j++) {
+        while (steady < pp && j + warm[steady] > m - 1) steady++;
+        for (int i = steady; i < pp; i++) {
+            const int f = j + warm[i];
+            ev_t fc;
+            if (j == 0) traced_maxadd(s, &fc, f == 0 ? &zero : &AT(fse, i, f - 1), FRE(i, f), i, 1);
+            else if (i == 0) traced_maxadd(s, &fc, &AT(bce, 0, j - 1), &zero, 0, 1);
+            else traced_maxadd(s, &fc, &AT(bse, i, j - 1), FRE(i, f), i, 1);
+            AT(fce, i, f) = fc;
+            if (i < pp - 1) {
+                AT(brs, i, j) = fc;
+                traced_maxadd(s, &AT(fse, i, f), &fc, (j == 0 && f == 0) ? &zero : &AT(frs, i + 1, f), 2 * pp + i,
+                              sf[i]);
+            }
+        }
+        ev_t received = zero;
+        for (int i = pp - 1; i >= steady; i--) {
+            const int g = j + warm[i];
+            ev_t early, bc;
+            traced_maxadd(s, &early, i == 0 ? &zero : &AT(fse, i, g), &AT(fce, i, g), 0, 0);
+            traced_maxadd(s, &bc, &early, &received, pp + i, 1);
+            AT(bce, i, j) = bc;
+            if (i > 0) {
+                if (g + 1 < m) AT(frs, i, g + 1) = bc;
+                else if (j + 1 < m) AT(brs, i, j + 1) = bc;
+                traced_maxadd(s, &received, &bc, &AT(brs, i - 1, j), 3 * pp + i, sb[i]);
+                AT(bse, i, j) = received;
+            } else if (j == m - 1 - warm[0] && j + 1 < m) {
+                AT(brs, 0, j + 1) = bc;
+            }
+        }
+    }
+    /* cool-down backwards */
+    int draining = 0;
+    for (int j = 0; j < m; j++) {
+        const int prev = (j == 0) ? m - 1 : j - 1;
+        while (draining < pp && j >= m - warm[draining]) draining++;
+        for (int i = draining - 1; i >= 0; i--) {
+            ev_t early, bc;
+            traced_maxadd(s, &early, &AT(bce, i, prev), &AT(bse, i, prev), 0, 0);
+            traced_maxadd(s, &bc, &early, BRE(i, j), pp + i, 1);
+            AT(bce, i, j) = bc;
+            if (j < m - 1) AT(brs, i, j + 1) = bc;
+            if (i > 0) traced_maxadd(s, &AT(bse, i, j), &bc, &AT(brs, i - 1, j), 3 * pp + i, sb[i]);
+        }
+    }
+    for (int i = 0; i < pp; i++) s->ends[i] = AT(bce, i, m - 1).v;
+    /* stage 0's critical path, read back from its end */
+    int32_t length = 0;
+    for (int32_t k = AT(bce, 0, m - 1).id; k; k = s->pred[k]) s->path[length++] = s->code[k];
+    for (int32_t a = 0, b = length - 1; a < b; a++, b--) {
+        const int32_t c = s->path[a];
+        s->path[a] = s->path[b];
+        s->path[b] = c;
+    }
+    s->length = length;
+#undef AT
+#undef FRE
+#undef BRE
+}
+
+/* The durations of one pipeline, as load_lane's: F = t/3, B = 2t/3, stage 0's forward send sf,
+ * the last stage's backward send sb. */
+static void load_durations(double *dur, int pp, const double *t, double sf, double sb)
+{
+    for (int i = 0; i < pp; i++) {
+        dur[i] = t[i] / 3.0;
+        dur[pp + i] = 2.0 * t[i] / 3.0;
+        dur[2 * pp + i] = (i == 0) ? sf : 0.0;
+        dur[3 * pp + i] = (i == pp - 1) ? sb : 0.0;
+    }
+}
+
+/* The sum of the durations `dur` along the critical path of the latest traced run, in its order
+ * (a lower bound on the stage-0 end of the pipeline of those durations, see above). */
+static double path_sum(const trace_t *s, const double *dur)
+{
+    double x = 0.0;
+    for (int32_t k = 0; k < s->length; k++) x += dur[s->path[k]];
+    return x;
+}
+
 /* ---------------------------------------------------------------------------- min-max */
 
 /* Stage time tables: plane p, entry [a, b] = seconds of layers a..b-1 (b > a), as
@@ -338,20 +543,14 @@ static double lower_bound(const double *t, int pp, int m, double sf, double sb)
     return (chain > own ? chain : own) * (1.0 - 1e-9);
 }
 
-/* One candidate split of a plan: its counts, stage times and bound. */
+/* One candidate split of a plan: its counts, stage times, a lower bound on its stage-0 end and
+ * its index among the plan's candidates (the first of equal ends wins). */
 typedef struct {
     int64_t *counts;  /* pp */
     double *times;    /* pp */
     double bound;
-    int index;
+    int index, scheduled;
 } split_t;
-
-static int by_bound(const void *a, const void *b)
-{
-    const split_t *x = a, *y = b;
-    if (x->bound != y->bound) return x->bound < y->bound ? -1 : 1;
-    return x->index - y->index;
-}
 
 /* Loads lane l of s->dur with the pipeline of stage times t: F = t/3, B = 2t/3 (numpy's
  * comp / 3 and 2 * comp / 3), stage 0's forward send sf, the last stage's backward send sb. */
@@ -576,25 +775,31 @@ typedef struct {
     double *times, *ends;
 } rows_t;
 
-/* An encoder-decoder plan's candidate splits, sorted by their bounds, and how far their
- * scheduling has come. */
+/* An encoder-decoder plan's candidate splits and the best found so far. */
 typedef struct {
     split_t *splits;
-    int count, next;  /* splits[next] is the next to schedule */
+    int count, next;  /* schedule_candidates: splits (sorted by bound) from next on are left */
     double best;      /* the lowest stage-0 end so far (of splits[best_index]) */
     int best_index;   /* -1 before the first */
     rows_t out;
 } candidates_t;
 
-/* Is a split of c left that may still win? Once the best end found is below a split's bound,
- * that split and every later one (sorted by bound) end later. */
+static int by_bound(const void *a, const void *b)
+{
+    const split_t *x = a, *y = b;
+    if (x->bound != y->bound) return x->bound < y->bound ? -1 : 1;
+    return x->index - y->index;
+}
+
+/* Is a split of c left that may still win (schedule_candidates)? Once the best end found is
+ * below a split's bound, that split and every later one (sorted by bound) end later. */
 static inline int has_next(const candidates_t *c)
 {
     return c->next < c->count && (c->best_index < 0 || c->splits[c->next].bound <= c->best);
 }
 
-/* The candidate splits of an encoder-decoder plan into c (rows from count_rows, time_rows),
- * sorted by bound; 0, -1 when out of memory, -2 when it has none. */
+/* The candidate splits of an encoder-decoder plan into c (rows from count_rows, time_rows), with
+ * their lower bounds; 0, -1 when out of memory, -2 when it has none. */
 static int encoder_decoder_candidates(candidates_t *c, minmax_t *w, const tables_t *t, int pp, int m, int n_enc,
                                       int n_dec, const int64_t *planes, const double *comm, double *extra,
                                       int64_t *spare, int64_t *count_rows, double *time_rows)
@@ -609,12 +814,83 @@ static int encoder_decoder_candidates(candidates_t *c, minmax_t *w, const tables
     for (int q = 0; q < count; q++) {
         times_of(t, pp, planes, c->splits[q].counts, c->splits[q].times);
         c->splits[q].bound = lower_bound(c->splits[q].times, pp, m, sf, sb);
+        c->splits[q].scheduled = 0;
     }
-    qsort(c->splits, (size_t)count, sizeof(split_t), by_bound);
     c->count = count;
-    c->next = 0;
     c->best_index = -1;
     return 0;
+}
+
+/* Which scheduler a plan's candidates get. schedule_candidates runs LANES splits (of one plan
+ * or several) at a time, ~3.5 times cheaper per split than a traced run, but only path bounds
+ * rule out the splits that tie with the best but for rounding (T5 plans of many stages have up
+ * to 13 of them, benchmarks/split_ties.py). A plan goes to schedule_traced when at least
+ * TRACE_CONTENDERS of its splits have bounds within TRACE_WINDOW (relative) of the least:
+ * measured with benchmarks/bench_kernel.py, fasop_plans takes 0.61x the time of scheduling every
+ * plan by lanes on t5 a10=8 and 0.83x on t5 a100=1,a10=7 (0.61-0.65x, 0.83-0.86x for 5 to 9
+ * contenders and windows of 0.5 % to 5 %; 0.70x and 0.98x when every plan is traced). Either
+ * way the choice is the same. */
+#define TRACE_WINDOW 0.02
+#define TRACE_CONTENDERS 6
+static int trace_contenders = TRACE_CONTENDERS; /* _set_trace_contenders (tests) */
+
+/* How many of c's splits have a bound within TRACE_WINDOW of the least. */
+static int contenders(const candidates_t *c)
+{
+    double least = c->splits[0].bound;
+    for (int q = 1; q < c->count; q++) if (c->splits[q].bound < least) least = c->splits[q].bound;
+    int n = 0;
+    for (int q = 0; q < c->count; q++) n += c->splits[q].bound <= least * (1.0 + TRACE_WINDOW);
+    return n;
+}
+
+/* Schedules an encoder-decoder plan's candidate splits one at a time with traced runs, each
+ * time the split of least bound (the first of equals) among those that may still win: a bound
+ * below the best end found, or equal to it with a lower index (the first of equal ends wins).
+ * After each run, every split left takes the larger of its bound and its sum along that run's
+ * critical path (path_sum: exact, so splits that tie with the best but for rounding are ruled
+ * out once a run's chain is theirs). When no split may win, the best found is the split with
+ * the lowest stage-0 end, the first of equals, of all of them: the same choice as scheduling
+ * every split. Writes the plan's rows; returns the number of runs. */
+static long schedule_traced(trace_t *tr, candidates_t *c, double sf, double sb)
+{
+    const int pp = tr->pp;
+    long runs = 0;
+    for (;;) {
+        int pick = -1;
+        for (int q = 0; q < c->count; q++) {
+            const split_t *x = &c->splits[q];
+            if (x->scheduled) continue;
+            if (c->best_index >= 0 && (x->bound > c->best ||
+                                       (x->bound == c->best && x->index > c->splits[c->best_index].index)))
+                continue;
+            if (pick < 0 || x->bound < c->splits[pick].bound ||
+                (x->bound == c->splits[pick].bound && x->index < c->splits[pick].index))
+                pick = q;
+        }
+        if (pick < 0) return runs;
+        split_t *split = &c->splits[pick];
+        split->scheduled = 1;
+        load_durations(tr->dur, pp, split->times, sf, sb);
+        run_traced(tr);
+        runs++;
+        const double e0 = tr->ends[0];
+        if (c->best_index < 0 || e0 < c->best || (e0 == c->best && split->index < c->splits[c->best_index].index)) {
+            c->best = e0;
+            c->best_index = pick;
+            memcpy(c->out.reported, split->counts, (size_t)pp * sizeof(int64_t));
+            memcpy(c->out.scheduled, split->counts, (size_t)pp * sizeof(int64_t));
+            memcpy(c->out.times, split->times, (size_t)pp * sizeof(double));
+            memcpy(c->out.ends, tr->ends, (size_t)pp * sizeof(double));
+        }
+        for (int q = 0; q < c->count; q++) {
+            split_t *x = &c->splits[q];
+            if (x->scheduled || x->bound > c->best) continue;  /* out already: the best only falls */
+            load_durations(tr->other, pp, x->times, sf, sb);
+            const double bound = path_sum(tr, tr->other);
+            if (bound > x->bound) x->bound = bound;
+        }
+    }
 }
 
 /* Schedules the candidates of R encoder-decoder plans (of one pp and m), each plan's in order
@@ -693,7 +969,8 @@ PyDoc_STRVAR(fasop_plans_doc,
 "decoder of n_dec. Writes each plan's chosen split (reported and scheduled counts, int64), its\n"
 "stage compute seconds and stage ends (float64): of the candidate splits, the one with the\n"
 "lowest stage-0 end, the first of equals; one stage: m x its time, in float32. Returns the\n"
-"number of splits scheduled (others were proved slower by a lower bound).");
+"number of splits scheduled (others were proved to end later, or no earlier with a later index,\n"
+"by a lower bound: a chain of the 1F1B events, or a critical path of another split's run).");
 
 static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
 {
@@ -708,6 +985,7 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
     sched_t s = {0};
     minmax_t w = {0};
     shape_t *order = NULL;
+    trace_t tr = {0};
     split_t *splits = NULL;
     candidates_t *candidates = NULL;
     Py_ssize_t *runs = NULL;
@@ -764,7 +1042,7 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
     time_rows = malloc(slots * (size_t)most * (size_t)most * sizeof(double));
     extra = malloc((size_t)most * sizeof(double));
     if (!splits || !candidates || !runs || !count_rows || !time_rows || !extra || sched_init(&s, most, most_cells) < 0 ||
-        minmax_init(&w, most) < 0) {
+        minmax_init(&w, most) < 0 || (n_dec > 0 && trace_init(&tr, most, most_cells) < 0)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -795,19 +1073,29 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
             }
             continue;
         }
-        if (n_dec > 0) {  /* every plan's candidates, then all of them scheduled together */
+        if (n_dec > 0) {  /* each plan's candidate splits, scheduled until none may win */
+            tr.pp = pp;
+            tr.m = m;
+            Py_ssize_t laned = 0;  /* plans left to schedule_candidates */
             for (Py_ssize_t r = r0; r < r1 && !failed; r++) {
-                const Py_ssize_t k = order[r].index, q = r - r0;
-                candidates_t *c = &candidates[q];
-                c->splits = splits + q * most;
+                const Py_ssize_t k = order[r].index;
+                candidates_t *c = &candidates[laned];
+                c->splits = splits + laned * most;
                 c->out = ROWS(k);
-                runs[q] = k;
                 const int done = encoder_decoder_candidates(c, &w, &t, pp, m, n_enc, n_dec, wh + k * S, cm + k * S,
-                                                            extra, spare, count_rows + (size_t)q * most * most,
-                                                            time_rows + (size_t)q * most * most);
-                if (done < 0) failed = done == -1 ? 1 : 2;
+                                                            extra, spare, count_rows + (size_t)laned * most * most,
+                                                            time_rows + (size_t)laned * most * most);
+                if (done < 0) {
+                    failed = done == -1 ? 1 : 2;
+                } else if (contenders(c) >= trace_contenders) {
+                    scheduled_count += schedule_traced(&tr, c, cm[k * S], cm[k * S + pp - 2]);
+                } else {
+                    qsort(c->splits, (size_t)c->count, sizeof(split_t), by_bound);
+                    c->next = 0;
+                    runs[laned++] = k;
+                }
             }
-            if (!failed) scheduled_count += schedule_candidates(&s, candidates, r1 - r0, cm, S, runs);
+            if (!failed) scheduled_count += schedule_candidates(&s, candidates, laned, cm, S, runs);
             continue;
         }
         /* one segment: the min-max split of the whole list, then LANES plans scheduled at a time */
@@ -848,6 +1136,7 @@ done:
     free(time_rows);
     free(extra);
     sched_free(&s);
+    trace_free(&tr);
     minmax_free(&w);
     PyBuffer_Release(&table);
     PyBuffer_Release(&which);
@@ -1139,6 +1428,69 @@ static PyObject *py_set_poison(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(one_f_one_b_traced_doc,
+"one_f_one_b_traced(durations, pp, m, ends) -> list[int]\n\n"
+"One pipeline's 1F1B run as one_f_one_b's (durations: its 4 pp rows F, B, SF, SB; ends: pp\n"
+"float64, written) that also returns the critical path of stage 0's end: the indices into\n"
+"durations of the events of the chain that sets it, first first. Summed in that order from\n"
+"0.0, any durations' entries on the path are at most the stage-0 end of a run on those\n"
+"durations (the same pp, m and zero sends), and equal to it for these.");
+
+static PyObject *py_one_f_one_b_traced(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer durations, ends;
+    int pp, m;
+    if (!PyArg_ParseTuple(args, "y*iiw*", &durations, &pp, &m, &ends)) return NULL;
+    PyObject *result = NULL;
+    trace_t tr = {0};
+    if (pp < 1 || m < 1) {
+        PyErr_SetString(PyExc_ValueError, "one_f_one_b_traced: pp and m must be >= 1");
+        goto done;
+    }
+    if (check_buffer(&durations, 4 * (Py_ssize_t)pp, sizeof(double), "durations") < 0 ||
+        check_buffer(&ends, pp, sizeof(double), "ends") < 0)
+        goto done;
+    if (trace_init(&tr, pp, (int64_t)pp * m) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    tr.pp = pp;
+    tr.m = m;
+    memcpy(tr.dur, durations.buf, 4 * (size_t)pp * sizeof(double));
+    run_traced(&tr);
+    memcpy(ends.buf, tr.ends, (size_t)pp * sizeof(double));
+    result = PyList_New(tr.length);
+    for (int32_t k = 0; result && k < tr.length; k++) {
+        PyObject *code = PyLong_FromLong(tr.path[k]);
+        if (!code) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, k, code);
+    }
+done:
+    trace_free(&tr);
+    PyBuffer_Release(&durations);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
+PyDoc_STRVAR(set_trace_contenders_doc,
+"_set_trace_contenders(n) -> int\n\n"
+"Tests only: fasop_plans schedules an encoder-decoder plan's splits by traced runs when n of\n"
+"them have bounds near the least (1: every plan; more than pp: none). Returns the previous n.");
+
+static PyObject *py_set_trace_contenders(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int n;
+    if (!PyArg_ParseTuple(args, "i", &n)) return NULL;
+    const int previous = trace_contenders;
+    trace_contenders = n;
+    return PyLong_FromLong(previous);
+}
+
 static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
     {"minmax", py_minmax, METH_VARARGS, minmax_doc},
@@ -1146,7 +1498,9 @@ static PyMethodDef methods[] = {
     {"fasop_finish", py_fasop_finish, METH_VARARGS, fasop_finish_doc},
     {"row_tuples", py_row_tuples, METH_VARARGS, row_tuples_doc},
     {"objects", py_objects, METH_VARARGS, objects_doc},
+    {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
     {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
+    {"_set_trace_contenders", py_set_trace_contenders, METH_VARARGS, set_trace_contenders_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1156,7 +1510,7 @@ static struct PyModuleDef module = {
 };
 
 /* The interface version fasop/native.py expects (native.API): bump with every signature change. */
-#define API 2
+#define API 3
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-API = 2
+API = 3
 """The kernels' interface version (_fasop_native.API): bumped with every change of a signature."""
 
 kernels: ModuleType | None = None

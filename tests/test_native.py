@@ -81,6 +81,41 @@ def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
         native.kernels._set_poison(False)
 
 
+@compiled
+@pytest.mark.parametrize("seed", range(30))
+def test_traced_run_is_the_recurrences_and_its_critical_path_a_bound(seed):
+    """one_f_one_b_traced (fasop_plans' traced runs): its ends are the recurrences', bit for bit;
+    the durations along its critical path, summed in path order, give its stage-0 end exactly;
+    and for other durations with the same zero sends (the same events) that sum is at most their
+    stage-0 end: the exact lower bound fasop_plans rules splits out by. Poisoned cells too."""
+    rng = np.random.default_rng(seed)
+    pp, m = int(rng.integers(1, 13)), int(rng.integers(1, 21))
+    for poisoned in (False, True):
+        native.kernels._set_poison(poisoned)
+        try:
+            for coarse in (False, True):
+                for sends in ("ends", "none", "anywhere"):
+                    fwd, bwd, sf, sb = _pipelines(rng, pp, 1, coarse, sends)
+                    durations = np.concatenate([fwd, bwd, sf, sb])[:, 0].copy()
+                    ends = np.empty(pp)
+                    path = native.kernels.one_f_one_b_traced(durations, pp, m, ends)
+                    assert np.array_equal(ends, one_f_one_b_reference(fwd, bwd, sf, sb, m)[:, 0]), (pp, m)
+                    total = 0.0
+                    for k in path:
+                        total += durations[k]
+                    assert total == ends[0]
+                    for _ in range(10):  # other pipelines of the same events
+                        o_fwd, o_bwd, _, _ = _pipelines(rng, pp, 1, coarse, "none")
+                        o_sf, o_sb = (np.where(x > 0, rng.uniform(0.01, 0.3, x.shape), 0.0) for x in (sf, sb))
+                        other = np.concatenate([o_fwd, o_bwd, o_sf, o_sb])[:, 0].copy()
+                        total = 0.0
+                        for k in path:
+                            total += other[k]
+                        assert total <= one_f_one_b_reference(o_fwd, o_bwd, o_sf, o_sb, m)[0, 0]
+        finally:
+            native.kernels._set_poison(False)
+
+
 # ----------------------------------------------------------------------------- min-max
 class _Costs:
     """Stage costs from a table, as compute.LayerCosts: stage(a, b) = table[a, b] (0 if empty)."""
@@ -169,6 +204,45 @@ def test_fasop_estimates_are_the_same_both_ways(seed, encoder_decoder, monkeypat
     assert ours == theirs
     assert any(e.memory.is_oom for e in ours) == bool(seed % 2)
     assert any(e.plan.pp == 1 for e in ours) and any(len(set(e.stage_node_types)) > 1 for e in ours)
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("contenders", [1, 1000], ids=["every-plan-traced", "none-traced"])
+def test_encoder_decoder_choices_are_the_same_by_either_scheduler(seed, contenders, monkeypatch):
+    """fasop_plans schedules an encoder-decoder plan's candidate splits by lanes, or one at a time
+    with traced runs and critical-path bounds (when many splits tie, _native.c's TRACE_CONTENDERS):
+    with every plan sent one way, then the other, every estimate is the Python path's."""
+    model, cluster, types = _world(seed, True, memory_gib=1000.0)
+    nodes = (types["x"], types["y"], types["x"], types["y"])
+    combos = degree_list(nodes, tp_degrees=(1, 2), global_batch_size=16, num_transformer_layers=10)
+    candidates = list(plans(all_placements(nodes), combos, global_batch_size=16))
+    previous = native.kernels._set_trace_contenders(contenders)
+    try:
+        ours = Fasop2024Estimator(model, cluster, nodes).estimate_many(candidates)
+    finally:
+        native.kernels._set_trace_contenders(previous)
+    monkeypatch.setattr(native, "kernels", None)
+    assert ours == Fasop2024Estimator(model, cluster, nodes).estimate_many(candidates)
+
+
+@compiled
+@pytest.mark.parametrize("nodes", ["a10=8", "a100=1,a10=7"])
+def test_t5_experiments_are_the_same_by_either_scheduler(tmp_path, capsys, nodes):
+    """FASOP's T5 experiments (many plans whose splits tie but for rounding): the same CSV with
+    every plan's splits scheduled by lanes, by traced runs, and as fasop_plans chooses."""
+    argv = ["search", "--model", "t5", "--cluster", "fasop-paper", "--nodes", nodes, "--heterogeneous",
+            "--placements", "cyclic", "--partitioner", "fasop-minmax", "--no-progress"]
+    written = []
+    for contenders in (None, 1, 1000):
+        previous = native.kernels._set_trace_contenders(contenders) if contenders else None
+        try:
+            assert main(argv + ["--out", str(tmp_path / f"{contenders}.csv")]) == 0
+        finally:
+            if previous is not None:
+                native.kernels._set_trace_contenders(previous)
+        written.append((tmp_path / f"{contenders}.csv").read_bytes())
+    assert written[0] == written[1] == written[2]
 
 
 @compiled
