@@ -12,8 +12,12 @@ values as the kernel):
   with their pipeline cells (stages x micro-batches, what a schedule run costs);
 - the least work: one split per plan (its cells);
 - of the scheduled splits that lose, how many end within 1e-12 (relative) of the winner: splits
-  that tie with it in exact arithmetic and differ only by rounding (no bound can rule those out:
-  which one FASOP keeps is decided by the last bits of their schedules);
+  that tie with it in exact arithmetic and differ only by rounding (no bound of the stage times
+  alone can rule those out: which one FASOP keeps is decided by the last bits of their schedules);
+- what critical paths leave: scheduling one split at a time, each time the one of least bound
+  among those that may still win, every split left also bounded by the float sum of its
+  durations along each run's critical path (exact: float addition is monotone), as the kernel's
+  traced scheduler does for plans with many near-equal bounds (`schedule_traced`);
 - the (pp, micro-batches) groups with the most scheduled cells.
 
     python benchmarks/split_ties.py [--nodes a10=8 a100=1,a10=7]
@@ -33,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from fasop.enumerate import cyclic_placements, degree_list, plans  # noqa: E402
 from fasop.estimate import Fasop2024Estimator  # noqa: E402
-from fasop.schedule import one_f_one_b, steady_weights  # noqa: E402
+from fasop.schedule import _program, one_f_one_b, steady_weights  # noqa: E402
 from fasop.search import parse_nodes  # noqa: E402
 from fasop.specs import load_cluster, load_model  # noqa: E402
 
@@ -47,6 +51,39 @@ def kernel_bound(times: np.ndarray, m: int, first: float, last: float) -> float:
     own[-1] += last
     chain = times.sum() + first + last + (steady_weights(pp, m) * times).max()
     return max(chain, own.max()) * (1 - 1e-9)
+
+
+def by_critical_paths(rows: list[np.ndarray], bounds: list[float], m: int, first: float, last: float
+                      ) -> tuple[int, int]:
+    """(the chosen split, the number scheduled) when splits are scheduled one at a time, each time
+    the one of least bound (the first of equals) that may still win, every split left then also
+    bounded by its durations summed along the run's critical path (`_Program.chain`)."""
+    pp = len(rows[0])
+    program = _program(pp, m)
+
+    def durations(t: np.ndarray) -> list[float]:
+        sends = [0.0] * (2 * pp)
+        sends[0], sends[-1] = first, last
+        return [*(t / 3), *(2 * t / 3), *sends]
+
+    bounds, left, best, chosen, runs = list(bounds), set(range(len(rows))), np.inf, -1, 0
+    while True:
+        open_ = [k for k in left if bounds[k] < best or (bounds[k] == best and k < chosen)]
+        if not open_:
+            return chosen, runs
+        k = min(open_, key=lambda q: (bounds[q], q))
+        left.discard(k)
+        d = durations(rows[k])
+        values = program.values(d) if program.compiles else program.run(np.array(d)[:, None])[:, 0].tolist()
+        end, runs = values[program.outputs[0]], runs + 1
+        if end < best or (end == best and k < chosen):
+            best, chosen = end, k
+        path = program.chain(values, int(program.outputs[0]))
+        for q in left:
+            other, total = durations(rows[q]), 0.0
+            for row in path:
+                total += other[row]
+            bounds[q] = max(bounds[q], total)
 
 
 def analyse(model_name: str, nodes: str) -> None:
@@ -85,7 +122,11 @@ def analyse(model_name: str, nodes: str) -> None:
             count["ties"] += ends[k] != best and abs(ends[k] - best) <= 1e-12 * best
             count["exact ties"] += ends[k] == best
         count["exact ties"] -= 1  # the winner
+        traced = by_critical_paths(rows, bounds, m, sends[0], sends[-1])
+        assert traced[0] == int(np.argmin(ends)), "the critical-path bounds lost the winner"
         cells = plan.pp * m
+        count["traced"] += traced[1]
+        count["traced cells"] += traced[1] * cells
         count["plans"] += 1
         count["candidates"] += len(rows)
         count["scheduled"] += scheduled
@@ -98,8 +139,9 @@ def analyse(model_name: str, nodes: str) -> None:
           f"splits, {count['scheduled']} scheduled (lower bound), "
           f"{count['ties'] + count['exact ties']} of the losers among them end within 1e-12 of the winner "
           f"({count['exact ties']} exactly equal)")
+    print(f"  with critical-path bounds: {count['traced']} scheduled")
     print(f"  pipeline cells: all candidates {count['candidate cells']:,}, scheduled {count['scheduled cells']:,}, "
-          f"one split per plan {count['least cells']:,}")
+          f"with critical-path bounds {count['traced cells']:,}, one split per plan {count['least cells']:,}")
     top = sorted(groups.items(), key=lambda item: -item[1][0])[:5]
     print("  most scheduled cells: " + "; ".join(f"pp {pp}, m {m}: {cells:,} ({n} plans)"
                                               for (pp, m), (cells, n) in top))
