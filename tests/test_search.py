@@ -8,6 +8,7 @@ times); the FASOP experiments load the shipped specs, as the reproduction tests 
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 
@@ -16,6 +17,7 @@ import pytest
 
 from fasop.cli import main
 from fasop.enumerate import all_placements, count_orders, grouped_placements
+from fasop.errors import FasopError
 from fasop.estimate import Fasop2024Estimator
 from fasop.partition import bottleneck_split, optimal
 from fasop.plan import Plan
@@ -155,6 +157,24 @@ def test_top_k_is_the_head_of_the_full_ranking(top):
     assert [(e.plan.key(), e.partition, e.step_time_s) for e in kept.estimates] == \
         [(e.plan.key(), e.partition, e.step_time_s) for e in head]
     assert kept.num_pruned > 0 and kept.num_estimated < full.num_estimated
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_search_pauses_the_cyclic_collector_and_leaves_it_as_it_was(enabled):
+    """The collector is paused while a search runs (seen from its progress callback) and left
+    as it was found afterwards, when the search ends and when it fails."""
+    model, cluster, types = _world(3)
+    seen = []
+    (gc.enable if enabled else gc.disable)()
+    try:
+        search(model, cluster, _inventory(types, x=1, y=1), heterogeneous=True,
+               progress=lambda done, total: seen.append(gc.isenabled()))
+        assert seen and not any(seen) and gc.isenabled() == enabled
+        with pytest.raises(FasopError):
+            search(model, cluster, _inventory(types, x=1, y=1), heterogeneous=False)
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()
 
 
 def test_top_k_keeps_only_fitting_plans():
