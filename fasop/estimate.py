@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
 import numpy as np
 
@@ -124,10 +125,13 @@ class _Combos:
         self.shape, self.context, self.pace = (np.zeros(0, dtype=np.intp) for _ in range(3))
         self.volume = np.zeros(0, dtype=f32)
 
+    KEY = attrgetter("tp", "dp", "pp", "mbs", "global_batch_size")
+    """A plan's combination."""
+
     def of(self, plans: Sequence[Plan]) -> np.ndarray:
         """The row of each plan, adding the rows of new combinations."""
         rows = self.rows
-        keys = [(p.tp, p.dp, p.pp, p.mbs, p.global_batch_size) for p in plans]
+        keys = list(map(self.KEY, plans))
         try:
             return np.array([rows[key] for key in keys], dtype=np.intp)
         except KeyError:
@@ -184,7 +188,8 @@ class _Chunk:
         # stage types: the layout's own, or by the order of the node types' paces
         mixed = np.array([layout.stages is None for layout in layout_list])[self.layout_of]
         first, stage_of = _first_of((self.layout_of * (len(combos.paces) + 1) + mixed * combos.pace[rows]).tolist())
-        stage_list = [estimator._stages(layout_list[self.layout_of[k]], plans[k].tp, plans[k].mbs) for k in first]
+        layout_of = self.layout_of.tolist()
+        stage_list = [estimator._stages(layout_list[layout_of[k]], plans[k].tp, plans[k].mbs) for k in first]
         first, same = _first_of([id(st) for st in stage_list])  # layouts of one placement share their Stages
         stage_list, stage_of = [stage_list[k] for k in first], same[stage_of]
         self.stages = [stage_list[k] for k in stage_of.tolist()]

@@ -20,7 +20,7 @@ import numpy as np
 
 from fasop import comm
 from fasop.memory import limit_nodes
-from fasop.plan import Plan, stage_node_indices, trusted
+from fasop.plan import Plan, stage_node_indices, trusted_many
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
@@ -85,7 +85,7 @@ class Layouts:
         self._names: tuple[str, ...] = ()
         self._placement: tuple[NodeType, ...] | None = None
         self._shapes: dict[Shape, None] = {}  # every (tp, dp, pp) expected or asked, in order
-        self._stages: dict[tuple[int, ...], Stages] = {}  # uniform stage types by kind codes, this placement's names
+        self._stages: dict[tuple[int, ...], tuple] = {}  # uniform (Stages, stage nodes) by kind codes, this placement's names
 
     def expect(self, shapes: Iterable[Shape]) -> None:
         """The (tp, dp, pp) that plans will have: the layouts of all of them are made together
@@ -144,24 +144,28 @@ class Layouts:
         at = np.array(links.first_stage[:-1])[:, None] + columns
         rows = Rows(p2p_bandwidths=p2p_rows, limits=np.where(columns < pps[:, None],
                                                              memory[np.minimum(at, len(memory) - 1)], np.inf))
-        layouts = []
+        stage_nodes, stage_types, sends, limit_rows = [], [], [], []
         for k, (tp, dp, pp) in enumerate(shapes):
             first, stage = links.first_link[k], links.first_stage[k]
             if uniform[k]:  # every stage on nodes of one type; shapes with the same stage types share one Stages
                 key = tuple(firsts[stage:stage + pp])
                 if key not in self._stages:
-                    self._stages[key] = Stages(tuple(self._kinds[c] for c in key))
-                stages = self._stages[key]
-                stage_nodes = tuple((t,) for t in stages.types)
+                    types = tuple(self._kinds[c] for c in key)
+                    self._stages[key] = (Stages(types), tuple((t,) for t in types))
+                stages, nodes = self._stages[key]
             else:
                 stages = None
-                stage_nodes = tuple(tuple({placement[q].name: placement[q] for q in nodes}.values())
-                                    for nodes in stage_node_indices(tp * dp, pp, m))
-            layouts.append(trusted(
-                Layout, stage_nodes=stage_nodes, p2p_bandwidths=bandwidths[first:first + pp - 1], dp_ring=rings[k],
-                embedding_s=syncs[k], limits=tuple(limits[stage:stage + pp]), stages=stages, by_pace={}, dp_table=[],
-                rows=(rows, k)))
-        return layouts
+                nodes = tuple(tuple({placement[q].name: placement[q] for q in indices}.values())
+                              for indices in stage_node_indices(tp * dp, pp, m))
+            stage_types.append(stages)
+            stage_nodes.append(nodes)
+            sends.append(bandwidths[first:first + pp - 1])
+            limit_rows.append(tuple(limits[stage:stage + pp]))
+        n = len(shapes)
+        return trusted_many(Layout, n, stage_nodes=stage_nodes, p2p_bandwidths=sends, dp_ring=list(rings),
+                            embedding_s=list(syncs), limits=limit_rows, stages=stage_types,
+                            by_pace=[{} for _ in range(n)], dp_table=[[] for _ in range(n)],
+                            rows=[(rows, k) for k in range(n)])
 
 
 @dataclass(frozen=True)
