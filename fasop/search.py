@@ -214,17 +214,22 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
                 seen.add(key)
             yield index, plan
 
-    chunks = _chunks(unique(candidates), BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK)
+    chunks = _chunks(candidates if placements == "cyclic" else unique(candidates),  # cyclic: FASOP's, no dedupe
+                     BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK)
     report = progress or (lambda done, n: None)
     for done, results in _estimate_chunks(chunks, estimator,
                                           (model, cluster, tuple(inventory), partitioner, partition_budget),
                                           top, kept.values, workers, accounted):
-        for index, estimate in results:
-            if estimate is None:
-                stats["pruned"] += 1
-                continue
-            stats["oom"] += estimate.memory.is_oom
-            kept.add(index, estimate)
+        if top is None:  # every plan estimated and kept
+            kept.extend(results)
+            stats["oom"] += sum(estimate.memory.is_oom for _, estimate in results)
+        else:
+            for index, estimate in results:
+                if estimate is None:
+                    stats["pruned"] += 1
+                    continue
+                stats["oom"] += estimate.memory.is_oom
+                kept.add(index, estimate)
         report(done, total)
     report(total, total)
     if tree is not None:
@@ -244,14 +249,17 @@ class _Kept:
         self.items: list = []
 
     def add(self, index: int, estimate: Estimate) -> None:
-        if self.top is None:
-            self.items.append((estimate.step_time_s, index, estimate))
-        elif not estimate.memory.is_oom:
+        """With `top`: kept if it fits and is among the K fastest so far."""
+        if not estimate.memory.is_oom:
             item = (-estimate.step_time_s, -index, estimate)
             if len(self.items) < self.top:
                 heapq.heappush(self.items, item)
             elif item[:2] > self.items[0][:2]:
                 heapq.heapreplace(self.items, item)
+
+    def extend(self, results: Sequence[tuple[int, Estimate]]) -> None:
+        """Without `top`: every (index, estimate) kept."""
+        self.items.extend([(estimate.step_time_s, index, estimate) for index, estimate in results])
 
     def threshold(self) -> float:
         """The K-th kept step time (with `top`; inf until K plans are kept, and without)."""
