@@ -340,6 +340,10 @@ def test_kernels_reject_buffers_of_the_wrong_size():
     """A caller's mistake is a ValueError, not a read past a buffer."""
     with pytest.raises(ValueError, match="ends"):
         native.kernels.one_f_one_b(np.zeros((3, 8)), 2, 4, np.empty((3, 3)))
+    with pytest.raises(ValueError, match="durations"):
+        native.kernels.one_f_one_b_traced(np.zeros(7), 2, 4, np.empty(2))
+    with pytest.raises(ValueError, match="ends"):
+        native.kernels.one_f_one_b_traced(np.zeros(8), 2, 4, np.empty(3))
     with pytest.raises(ValueError, match="plane index"):
         native.kernels.minmax(np.zeros((1, 3, 3)), 3, np.array([0, 5]), np.zeros(2), 2, 2, np.empty(2, np.int64),
                               np.empty(2, np.int64))
