@@ -832,6 +832,7 @@ static int encoder_decoder_candidates(candidates_t *c, minmax_t *w, const tables
  * way the choice is the same. */
 #define TRACE_WINDOW 0.02
 #define TRACE_CONTENDERS 6
+#define TRACE_MAX_CELLS ((INT32_MAX - 2) / 4) /* event ids are int32: larger runs go by lanes */
 static int trace_contenders = TRACE_CONTENDERS; /* _set_trace_contenders (tests) */
 
 /* How many of c's splits have a bound within TRACE_WINDOW of the least. */
@@ -1042,7 +1043,8 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
     time_rows = malloc(slots * (size_t)most * (size_t)most * sizeof(double));
     extra = malloc((size_t)most * sizeof(double));
     if (!splits || !candidates || !runs || !count_rows || !time_rows || !extra || sched_init(&s, most, most_cells) < 0 ||
-        minmax_init(&w, most) < 0 || (n_dec > 0 && trace_init(&tr, most, most_cells) < 0)) {
+        minmax_init(&w, most) < 0 ||
+        (n_dec > 0 && most_cells <= TRACE_MAX_CELLS && trace_init(&tr, most, most_cells) < 0)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1087,7 +1089,7 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
                                                             time_rows + (size_t)laned * most * most);
                 if (done < 0) {
                     failed = done == -1 ? 1 : 2;
-                } else if (contenders(c) >= trace_contenders) {
+                } else if (tr.grid && contenders(c) >= trace_contenders) {
                     scheduled_count += schedule_traced(&tr, c, cm[k * S], cm[k * S + pp - 2]);
                 } else {
                     qsort(c->splits, (size_t)c->count, sizeof(split_t), by_bound);
@@ -1451,6 +1453,10 @@ static PyObject *py_one_f_one_b_traced(PyObject *self, PyObject *args)
     if (check_buffer(&durations, 4 * (Py_ssize_t)pp, sizeof(double), "durations") < 0 ||
         check_buffer(&ends, pp, sizeof(double), "ends") < 0)
         goto done;
+    if ((int64_t)pp * m > TRACE_MAX_CELLS) {
+        PyErr_SetString(PyExc_ValueError, "one_f_one_b_traced: too many events for int32 ids");
+        goto done;
+    }
     if (trace_init(&tr, pp, (int64_t)pp * m) < 0) {
         PyErr_NoMemory();
         goto done;
