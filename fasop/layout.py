@@ -85,7 +85,7 @@ class Layouts:
         self._names: tuple[str, ...] = ()
         self._placement: tuple[NodeType, ...] | None = None
         self._shapes: dict[Shape, None] = {}  # every (tp, dp, pp) expected or asked, in order
-        self._stages: dict[tuple[int, ...], tuple] = {}  # uniform (Stages, stage nodes) by kind codes, this placement's names
+        self._stages: dict[tuple[int, ...], tuple] = {}  # (Stages, stage nodes) of uniform stages, by kind codes
 
     def expect(self, shapes: Iterable[Shape]) -> None:
         """The (tp, dp, pp) that plans will have: the layouts of all of them are made together

@@ -136,7 +136,7 @@ def _collector_paused(function: Callable) -> Callable:
     never form cycles and that reference counting frees; the collector's passes over them took
     9 % of a search of t5 on a10=8 with FASOP's choices, 4 % on a100=1,a10=7 and 3 % of bert on
     a10=4 (medians of 100 alternated searches with the collector on and off). The cyclic garbage
-    a search leaves, its estimator's caches, is 300-600 objects whatever its size (measured up
+    a search leaves, its estimator's caches, is about 300-600 objects whatever its size (measured up
     to 127 million candidates) and is collected once the collector runs again."""
     @functools.wraps(function)
     def paused(*args, **kwargs):
@@ -206,12 +206,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     def unique(candidates: Iterator[tuple[int, Plan]]) -> Iterator[tuple[int, Plan]]:
         """(enumeration index, plan), skipping plans equivalent to one already yielded."""
         for index, plan in candidates:
-            if placements != "cyclic":
-                key = _signature_key(estimator, plan)
-                if key in seen:
-                    stats["duplicates"] += 1
-                    continue
-                seen.add(key)
+            key = _signature_key(estimator, plan)
+            if key in seen:
+                stats["duplicates"] += 1
+                continue
+            seen.add(key)
             yield index, plan
 
     chunks = _chunks(candidates if placements == "cyclic" else unique(candidates),  # cyclic: FASOP's, no dedupe
