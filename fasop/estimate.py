@@ -132,23 +132,25 @@ class _Combos:
         """The row of each plan, adding the rows of new combinations."""
         rows = self.rows
         keys = list(map(self.KEY, plans))
-        try:
-            return np.array([rows[key] for key in keys], dtype=np.intp)
-        except KeyError:
-            pass
+        found = list(map(rows.get, keys))
+        if None not in found:
+            return np.array(found, dtype=np.intp)
         e, contexts, shapes = self.estimator, self.contexts, self.shapes
         new = [key for key in dict.fromkeys(keys) if key not in rows]
         rows.update(zip(new, range(len(rows), len(rows) + len(new))))
+        context = []
         for tp, _, _, mbs, _ in new:
-            if (tp, mbs) not in contexts:
-                contexts[(tp, mbs)] = len(contexts)
+            number = contexts.get((tp, mbs))
+            if number is None:
+                number = contexts[(tp, mbs)] = len(contexts)
                 # the order of the node types' paces matters only where stages span several types
                 pace = e._pace(tp, mbs)[0] if len(e.node_types) > 1 else ()
                 self._pace_of.append(self.paces.setdefault(pace, len(self.paces)))
-        tp, dp, pp, mbs, batch = (np.array(column, dtype=np.int64) for column in zip(*new))
+            context.append(number)
+        context = np.array(context, dtype=np.intp)
+        tp, dp, pp, mbs, batch = np.array(new, dtype=np.int64).T
         m = batch // (dp * mbs)
         volume = comm.p2p_volume_of(mbs, e.model)
-        context = np.array([contexts[key[0], key[3]] for key in new], dtype=np.intp)
         self.memory_keys += map(elements_key, mbs.tolist(), tp.tolist(), pp.tolist(), m.tolist())
         added = (pp, m, volume, zero_bytes_per_param(dp),
                  np.array([shapes.setdefault(key[:3], len(shapes)) for key in new], dtype=np.intp), context,
@@ -156,7 +158,7 @@ class _Combos:
         self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace = (
             np.concatenate([old, values]) for old, values in zip(
                 (self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace), added))
-        return np.array([rows[key] for key in keys], dtype=np.intp)
+        return np.array(list(map(rows.__getitem__, keys)), dtype=np.intp)
 
 
 class _Chunk:

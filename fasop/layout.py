@@ -136,14 +136,8 @@ class Layouts:
         uniform = np.minimum.reduceat((codes == codes[:, :1]).all(axis=1), links.first_stage[:-1]).tolist()
         memory = self._memory[links.limits]
         firsts, limits = codes[:, 0].tolist(), memory.tolist()
-        # the padded rows: entry c of shape k's row is its link (stage) first + c, while c < pp - 1 (pp)
-        pps = np.array([pp for _, _, pp in shapes])
-        columns = np.arange(pps.max())
-        at = np.array(links.first_link[:-1])[:, None] + columns
-        p2p_rows = np.where(columns < pps[:, None] - 1, bandwidths[np.minimum(at, len(bandwidths) - 1)], f32(1.0))
-        at = np.array(links.first_stage[:-1])[:, None] + columns
-        rows = Rows(p2p_bandwidths=p2p_rows, limits=np.where(columns < pps[:, None],
-                                                             memory[np.minimum(at, len(memory) - 1)], np.inf))
+        rows = Rows(p2p_bandwidths=np.where(links.send_columns, bandwidths[links.sends_at], f32(1.0)),
+                    limits=np.where(links.stage_columns, memory[links.stages_at], np.inf))
         stage_nodes, stage_types, sends, limit_rows = [], [], [], []
         for k, (tp, dp, pp) in enumerate(shapes):
             first, stage = links.first_link[k], links.first_stage[k]
@@ -191,6 +185,14 @@ class ShapeLinks:
     replicas: np.ndarray
     """Per shape: min(dp, GPUs per node), and its tp (`lanes`): the embedding sync's sharing."""
     lanes: np.ndarray
+    sends_at: np.ndarray
+    """The padded rows of Layouts (layout.Rows), a row per shape and a column per stage of the
+    deepest: the link of each stage boundary (first link + column, clipped to the last), where
+    `send_columns` (column < pp - 1); and each stage's limit node entry (`stages_at`), where
+    `stage_columns` (column < pp)."""
+    send_columns: np.ndarray
+    stages_at: np.ndarray
+    stage_columns: np.ndarray
 
 
 @lru_cache(maxsize=256)
@@ -200,6 +202,9 @@ def shape_links(shapes: tuple[Shape, ...], gpus_per_node: int, num_nodes: int, t
     width = max(map(len, stage_rows))
     counts = [pp + 1 for _, _, pp in shapes]
     first_link = np.cumsum([0] + counts)
+    first_stage = np.cumsum([0] + [pp for _, _, pp in shapes])
+    pps = np.array([pp for _, _, pp in shapes])
+    columns = np.arange(pps.max())
     return ShapeLinks(
         intra=_stacked([p[0] for p in positions]), inter=_stacked([p[1] for p in positions]),
         tp=np.repeat(np.array([tp for tp, _, _ in shapes], dtype=f32), counts),
@@ -207,10 +212,14 @@ def shape_links(shapes: tuple[Shape, ...], gpus_per_node: int, num_nodes: int, t
         first_link=first_link.tolist(),
         stages=np.array([row + (row[0],) * (width - len(row)) for row in stage_rows], dtype=np.intp),
         limits=np.array([q for _, _, pp in shapes for q in limit_nodes(pp, num_nodes)], dtype=np.intp),
-        first_stage=np.cumsum([0] + [pp for _, _, pp in shapes]).tolist(),
+        first_stage=first_stage.tolist(),
         rings=first_link[:-1] + np.array([pp - 1 for _, _, pp in shapes]),
         syncs=first_link[:-1] + np.array([pp for _, _, pp in shapes]),
-        replicas=np.array([min(dp, gpus_per_node) for _, dp, _ in shapes]), lanes=np.array([tp for tp, _, _ in shapes]))
+        replicas=np.array([min(dp, gpus_per_node) for _, dp, _ in shapes]), lanes=np.array([tp for tp, _, _ in shapes]),
+        sends_at=np.minimum(first_link[:-1, None] + columns, first_link[-1] - 1),
+        send_columns=columns < pps[:, None] - 1,
+        stages_at=np.minimum(first_stage[:-1, None] + columns, first_stage[-1] - 1),
+        stage_columns=columns < pps[:, None])
 
 
 def _stacked(blocks: list[np.ndarray]) -> np.ndarray:
