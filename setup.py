@@ -8,4 +8,4 @@ run from the repository root)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("_fasop_native", ["fasop/_native.c"], optional=True)])
+setup(ext_modules=[Extension("_fasop_native", ["fasop/_native.c"], depends=["fasop/_one_f_one_b.h"], optional=True)])

@@ -40,6 +40,7 @@ static inline double mx(double a, double b) { return b > a ? b : a; }
  * alone, and the compiler turns the lane loops into vector instructions. */
 #define LANES 4
 typedef struct { double v[LANES]; } lanes_t;
+_Static_assert(sizeof(lanes_t) == LANES * sizeof(double), "lanes_t is read as an array of doubles");
 
 /* Does any lane of x differ from +0.0? Durations are >= 0 and never -0.0, so adding one that
  * is 0 in every lane leaves every value as it is: such additions are skipped. */
@@ -89,118 +90,21 @@ static void sched_free(sched_t *s)
     free(s->ends);
 }
 
-/* The recurrences of fasop.schedule._run on the LANES pipelines of s->dur, into s->ends (each
- * stage's last backward end), in _run's order with three liberties that change no value: a
- * receive end is read from the matching send end (fre[i][j] = fse[i-1][j] and bre[i][j] =
- * bse[i+1][j] are always set together; the first stage receives no forward and the last no
- * backward: 0.0), a maximum of three is taken in another order (max is exact), and sends that
- * are 0 are not added. */
-/* Set by _set_poison (tests only): run_1f1b fills the cells it does not zero with 1e300. */
+/* Set by _set_poison (tests only): the 1F1B runs (run_1f1b, run_traced) fill the cells they do
+ * not zero with 1e300. */
 static int poison = 0;
 
-static void run_1f1b(sched_t *s)
-{
-    const int pp = s->pp, m = s->m;
-    const size_t size = (size_t)pp * (size_t)m;
-    lanes_t *grid = s->grid;
-    lanes_t *fce = grid, *fse = grid + size, *frs = grid + 2 * size;
-    lanes_t *bce = grid + 3 * size, *bse = grid + 4 * size, *brs = grid + 5 * size;
-    const lanes_t *F = s->dur, *B = s->dur + pp, *SF = s->dur + 2 * pp, *SB = s->dur + 3 * pp;
-    const lanes_t zero = {{0.0}};
-    int *warm = s->flags, *sf = s->flags + pp, *sb = s->flags + 2 * pp;
-#define AT(a, i, j) a[(size_t)(j) * (size_t)pp + (size_t)(i)]
-    /* fasop.schedule._run's arrays start as zeros, and some cells are read before they are
-     * written: all of frs, fse's last stage, bse's first, the last micro-batch of bce, bse and
-     * brs (read at j - 1 = -1) and brs's first. Those are zeroed; every other cell is written
-     * before it is read (with poison set, _set_poison, they start as 1e300 and the tests still
-     * pass: the whole suite did, run so). */
-    if (poison) {
-        const lanes_t big = {{1e300, 1e300, 1e300, 1e300}};
-        for (size_t c = 0; c < 6 * size; c++) grid[c] = big;
-    }
-    memset(frs, 0, size * sizeof(lanes_t));
-    for (int j = 0; j < m; j++) {
-        AT(fse, pp - 1, j) = zero;
-        AT(bse, 0, j) = zero;
-    }
-    for (int i = 0; i < pp; i++) AT(bce, i, m - 1) = AT(bse, i, m - 1) = AT(brs, i, 0) = AT(brs, i, m - 1) = zero;
-#define FRE(i, j) ((i) == 0 ? &zero : &AT(fse, (i) - 1, j))
-#define BRE(i, j) ((i) == pp - 1 ? &zero : &AT(bse, (i) + 1, j))
-    for (int i = 0; i < pp; i++) {
-        warm[i] = (pp - i - 1 < m) ? pp - i - 1 : m;
-        sf[i] = any(&SF[i]);
-        sb[i] = any(&SB[i]);
-    }
-    /* warm[i] does not grow with i: the stages with j < warm[i] (warm-up, cool-down) come
-     * first, those with j + warm[i] <= m - 1 (steady state) last; the loops visit just them. */
-
-    /* warm-up forwards */
-    for (int j = 0; j < m; j++) {
-        lanes_t received = zero;  /* fre[i][j]: the previous stage's send end, just computed */
-        for (int i = 0; i < pp && j < warm[i]; i++) {
-            lanes_t fc;
-            if (j == 0) maxadd(&fc, &received, &zero, &F[i], 1);  /* 0.0 + F at stage 0 */
-            else maxadd(&fc, &AT(fse, i, j - 1), &received, &F[i], 1);
-            AT(fce, i, j) = fc;
-            if (i > 0 && j < warm[i] - 1) AT(frs, i, j + 1) = fc;
-            if (i < pp - 1) {
-                maxadd(&received, &fc, j == 0 ? &zero : &AT(frs, i + 1, j), &SF[i], sf[i]);
-                AT(fse, i, j) = received;
-            }
-        }
-    }
-    /* steady state: one forward, then one backward */
-    int steady = 0;  /* the first stage with j + warm[i] <= m - 1 */
-    for (int j = 0; j < m; j++) {
-        while (steady < pp && j + warm[steady] > m - 1) steady++;
-        for (int i = steady; i < pp; i++) {
-            const int f = j + warm[i];
-            lanes_t fc;
-            if (j == 0) maxadd(&fc, f == 0 ? &zero : &AT(fse, i, f - 1), FRE(i, f), &F[i], 1);
-            else if (i == 0) maxadd(&fc, &AT(bce, 0, j - 1), &zero, &F[0], 1);
-            else maxadd(&fc, &AT(bse, i, j - 1), FRE(i, f), &F[i], 1);
-            AT(fce, i, f) = fc;
-            if (i < pp - 1) {
-                AT(brs, i, j) = fc;
-                maxadd(&AT(fse, i, f), &fc, (j == 0 && f == 0) ? &zero : &AT(frs, i + 1, f), &SF[i], sf[i]);
-            }
-        }
-        lanes_t received = zero;  /* bre[i][j]: the next stage's send end, just computed */
-        for (int i = pp - 1; i >= steady; i--) {
-            const int g = j + warm[i];
-            lanes_t early, bc;
-            maxadd(&early, i == 0 ? &zero : &AT(fse, i, g), &AT(fce, i, g), &zero, 0);
-            maxadd(&bc, &early, &received, &B[i], 1);
-            AT(bce, i, j) = bc;
-            if (i > 0) {
-                if (g + 1 < m) AT(frs, i, g + 1) = bc;
-                else if (j + 1 < m) AT(brs, i, j + 1) = bc;
-                maxadd(&received, &bc, &AT(brs, i - 1, j), &SB[i], sb[i]);
-                AT(bse, i, j) = received;
-            } else if (j == m - 1 - warm[0] && j + 1 < m) {
-                AT(brs, 0, j + 1) = bc;
-            }
-        }
-    }
-    /* cool-down backwards (index j-1 wraps to m-1 at j = 0, as Python's -1 does) */
-    int draining = 0;  /* stages 0..draining-1 have j >= m - warm[i] */
-    for (int j = 0; j < m; j++) {
-        const int prev = (j == 0) ? m - 1 : j - 1;
-        while (draining < pp && j >= m - warm[draining]) draining++;
-        for (int i = draining - 1; i >= 0; i--) {
-            lanes_t early, bc;
-            maxadd(&early, &AT(bce, i, prev), &AT(bse, i, prev), &zero, 0);
-            maxadd(&bc, &early, BRE(i, j), &B[i], 1);
-            AT(bce, i, j) = bc;
-            if (j < m - 1) AT(brs, i, j + 1) = bc;
-            if (i > 0) maxadd(&AT(bse, i, j), &bc, &AT(brs, i - 1, j), &SB[i], sb[i]);
-        }
-    }
-    for (int i = 0; i < pp; i++) s->ends[i] = AT(bce, i, m - 1);
-#undef AT
-#undef FRE
-#undef BRE
-}
+/* run_1f1b: the recurrences of fasop.schedule._run (_one_f_one_b.h) on the LANES pipelines of
+ * s->dur, into s->ends. */
+#define ONE_F_ONE_B_NAME run_1f1b
+#define ONE_F_ONE_B_STATE sched_t
+#define CELL lanes_t
+#define MAXADD(t, a, b, row, add) maxadd(t, a, b, &s->dur[row], add)
+#define ONE_F_ONE_B_SENDS(row) any(&s->dur[row])
+#define ONE_F_ONE_B_END(cell) (cell)
+#define ONE_F_ONE_B_ZERO {{0.0}}
+#define ONE_F_ONE_B_BIG {{1e300, 1e300, 1e300, 1e300}}
+#include "_one_f_one_b.h"
 
 /* ------------------------------------------------------------------------ traced 1F1B */
 
@@ -278,123 +182,46 @@ static inline void traced_maxadd(trace_t *s, ev_t *t, const ev_t *a, const ev_t 
     }
 }
 
-/* run_1f1b's recurrences, the same operations in the same order, on one pipeline (s->dur), with
- * every event recorded; then s->ends and the critical path of stage 0's end. */
+/* run_1f1b's recurrences (_one_f_one_b.h), the same operations in the same order, on one
+ * pipeline, every event recorded. */
+#define ONE_F_ONE_B_NAME traced_recurrences
+#define ONE_F_ONE_B_STATE trace_t
+#define CELL ev_t
+#define MAXADD(t, a, b, row, add) traced_maxadd(s, t, a, b, row, add)
+#define ONE_F_ONE_B_SENDS(row) (s->dur[row] != 0.0)
+#define ONE_F_ONE_B_END(cell) ((cell).v)
+#define ONE_F_ONE_B_ZERO {0.0, 0}
+#define ONE_F_ONE_B_BIG {1e300, 0}
+#include "_one_f_one_b.h"
+
+/* A traced run of s->dur: s->ends, and the critical path of stage 0's end. */
 static void run_traced(trace_t *s)
 {
-    const int pp = s->pp, m = s->m;
-    const size_t size = (size_t)pp * (size_t)m;
-    ev_t *grid = s->grid;
-    ev_t *fce = grid, *fse = grid + size, *frs = grid + 2 * size;
-    ev_t *bce = grid + 3 * size, *bse = grid + 4 * size, *brs = grid + 5 * size;
-    const ev_t zero = {0.0, 0};
-    int *warm = s->flags, *sf = s->flags + pp, *sb = s->flags + 2 * pp;
-#define AT(a, i, j) a[(size_t)(j) * (size_t)pp + (size_t)(i)]
-#define FRE(i, j) ((i) == 0 ? &zero : &AT(fse, (i) - 1, j))
-#define BRE(i, j) ((i) == pp - 1 ? &zero : &AT(bse, (i) + 1, j))
     s->events = 1;
-    if (poison) {
-        const ev_t big = {1e300, 0};
-        for (size_t c = 0; c < 6 * size; c++) grid[c] = big;
-    }
-    for (size_t c = 0; c < size; c++) frs[c] = zero;
-    for (int j = 0; j < m; j++) {
-        AT(fse, pp - 1, j) = zero;
-        AT(bse, 0, j) = zero;
-    }
-    for (int i = 0; i < pp; i++) AT(bce, i, m - 1) = AT(bse, i, m - 1) = AT(brs, i, 0) = AT(brs, i, m - 1) = zero;
-    for (int i = 0; i < pp; i++) {
-        warm[i] = (pp - i - 1 < m) ? pp - i - 1 : m;
-        sf[i] = s->dur[2 * pp + i] != 0.0;
-        sb[i] = s->dur[3 * pp + i] != 0.0;
-    }
-    /* warm-up forwards */
-    for (int j = 0; j < m; j++) {
-        ev_t received = zero;
-        for (int i = 0; i < pp && j < warm[i]; i++) {
-            ev_t fc;
-            if (j == 0) traced_maxadd(s, &fc, &received, &zero, i, 1);
-            else traced_maxadd(s, &fc, &AT(fse, i, j - 1), &received, i, 1);
-            AT(fce, i, j) = fc;
-            if (i > 0 && j < warm[i] - 1) AT(frs, i, j + 1) = fc;
-            if (i < pp - 1) {
-                traced_maxadd(s, &received, &fc, j == 0 ? &zero : &AT(frs, i + 1, j), 2 * pp + i, sf[i]);
-                AT(fse, i, j) = received;
-            }
-        }
-    }
-    /* steady state */
-    int steady = 0;
-    for (int j = 0; j < m; j++) {
-        while (steady < pp && j + warm[steady] > m - 1) steady++;
-        for (int i = steady; i < pp; i++) {
-            const int f = j + warm[i];
-            ev_t fc;
-            if (j == 0) traced_maxadd(s, &fc, f == 0 ? &zero : &AT(fse, i, f - 1), FRE(i, f), i, 1);
-            else if (i == 0) traced_maxadd(s, &fc, &AT(bce, 0, j - 1), &zero, 0, 1);
-            else traced_maxadd(s, &fc, &AT(bse, i, j - 1), FRE(i, f), i, 1);
-            AT(fce, i, f) = fc;
-            if (i < pp - 1) {
-                AT(brs, i, j) = fc;
-                traced_maxadd(s, &AT(fse, i, f), &fc, (j == 0 && f == 0) ? &zero : &AT(frs, i + 1, f), 2 * pp + i,
-                              sf[i]);
-            }
-        }
-        ev_t received = zero;
-        for (int i = pp - 1; i >= steady; i--) {
-            const int g = j + warm[i];
-            ev_t early, bc;
-            traced_maxadd(s, &early, i == 0 ? &zero : &AT(fse, i, g), &AT(fce, i, g), 0, 0);
-            traced_maxadd(s, &bc, &early, &received, pp + i, 1);
-            AT(bce, i, j) = bc;
-            if (i > 0) {
-                if (g + 1 < m) AT(frs, i, g + 1) = bc;
-                else if (j + 1 < m) AT(brs, i, j + 1) = bc;
-                traced_maxadd(s, &received, &bc, &AT(brs, i - 1, j), 3 * pp + i, sb[i]);
-                AT(bse, i, j) = received;
-            } else if (j == m - 1 - warm[0] && j + 1 < m) {
-                AT(brs, 0, j + 1) = bc;
-            }
-        }
-    }
-    /* cool-down backwards */
-    int draining = 0;
-    for (int j = 0; j < m; j++) {
-        const int prev = (j == 0) ? m - 1 : j - 1;
-        while (draining < pp && j >= m - warm[draining]) draining++;
-        for (int i = draining - 1; i >= 0; i--) {
-            ev_t early, bc;
-            traced_maxadd(s, &early, &AT(bce, i, prev), &AT(bse, i, prev), 0, 0);
-            traced_maxadd(s, &bc, &early, BRE(i, j), pp + i, 1);
-            AT(bce, i, j) = bc;
-            if (j < m - 1) AT(brs, i, j + 1) = bc;
-            if (i > 0) traced_maxadd(s, &AT(bse, i, j), &bc, &AT(brs, i - 1, j), 3 * pp + i, sb[i]);
-        }
-    }
-    for (int i = 0; i < pp; i++) s->ends[i] = AT(bce, i, m - 1).v;
+    traced_recurrences(s);
     /* stage 0's critical path, read back from its end */
+    const size_t size = (size_t)s->pp * (size_t)s->m;
+    const ev_t *end = &s->grid[3 * size + (size_t)(s->m - 1) * (size_t)s->pp];  /* bce[0][m - 1] */
     int32_t length = 0;
-    for (int32_t k = AT(bce, 0, m - 1).id; k; k = s->pred[k]) s->path[length++] = s->code[k];
+    for (int32_t k = end->id; k; k = s->pred[k]) s->path[length++] = s->code[k];
     for (int32_t a = 0, b = length - 1; a < b; a++, b--) {
         const int32_t c = s->path[a];
         s->path[a] = s->path[b];
         s->path[b] = c;
     }
     s->length = length;
-#undef AT
-#undef FRE
-#undef BRE
 }
 
-/* The durations of one pipeline, as load_lane's: F = t/3, B = 2t/3, stage 0's forward send sf,
- * the last stage's backward send sb. */
-static void load_durations(double *dur, int pp, const double *t, double sf, double sb)
+/* The 4 pp durations (F, B, SF, SB of each stage) of the pipeline of stage times t: F = t/3,
+ * B = 2t/3 (numpy's comp / 3 and 2 * comp / 3), stage 0's forward send sf, the last stage's
+ * backward send sb; every `stride`-th entry of dur (one lane of a run, or a plain row). */
+static void load_durations(double *dur, Py_ssize_t stride, int pp, const double *t, double sf, double sb)
 {
     for (int i = 0; i < pp; i++) {
-        dur[i] = t[i] / 3.0;
-        dur[pp + i] = 2.0 * t[i] / 3.0;
-        dur[2 * pp + i] = (i == 0) ? sf : 0.0;
-        dur[3 * pp + i] = (i == pp - 1) ? sb : 0.0;
+        dur[i * stride] = t[i] / 3.0;
+        dur[(pp + i) * stride] = 2.0 * t[i] / 3.0;
+        dur[(2 * pp + i) * stride] = (i == 0) ? sf : 0.0;
+        dur[(3 * pp + i) * stride] = (i == pp - 1) ? sb : 0.0;
     }
 }
 
@@ -552,17 +379,10 @@ typedef struct {
     int index, scheduled;
 } split_t;
 
-/* Loads lane l of s->dur with the pipeline of stage times t: F = t/3, B = 2t/3 (numpy's
- * comp / 3 and 2 * comp / 3), stage 0's forward send sf, the last stage's backward send sb. */
+/* Loads lane l of s->dur with the pipeline of stage times t (load_durations). */
 static void load_lane(sched_t *s, int l, const double *t, double sf, double sb)
 {
-    const int pp = s->pp;
-    for (int i = 0; i < pp; i++) {
-        s->dur[i].v[l] = t[i] / 3.0;
-        s->dur[pp + i].v[l] = 2.0 * t[i] / 3.0;
-        s->dur[2 * pp + i].v[l] = (i == 0) ? sf : 0.0;
-        s->dur[3 * pp + i].v[l] = (i == pp - 1) ? sb : 0.0;
-    }
+    load_durations((double *)s->dur + l, LANES, s->pp, t, sf, sb);  /* lanes_t: LANES doubles, no padding */
 }
 
 /* Stage times of counts over planes which (layers from 0), as compute.stage_times. */
@@ -872,7 +692,7 @@ static long schedule_traced(trace_t *tr, candidates_t *c, double sf, double sb)
         if (pick < 0) return runs;
         split_t *split = &c->splits[pick];
         split->scheduled = 1;
-        load_durations(tr->dur, pp, split->times, sf, sb);
+        load_durations(tr->dur, 1, pp, split->times, sf, sb);
         run_traced(tr);
         runs++;
         const double e0 = tr->ends[0];
@@ -887,7 +707,7 @@ static long schedule_traced(trace_t *tr, candidates_t *c, double sf, double sb)
         for (int q = 0; q < c->count; q++) {
             split_t *x = &c->splits[q];
             if (x->scheduled || x->bound > c->best) continue;  /* out already: the best only falls */
-            load_durations(tr->other, pp, x->times, sf, sb);
+            load_durations(tr->other, 1, pp, x->times, sf, sb);
             const double bound = path_sum(tr, tr->other);
             if (bound > x->bound) x->bound = bound;
         }
