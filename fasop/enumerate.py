@@ -61,21 +61,24 @@ def all_placements(nodes: Sequence[NodeType]) -> Iterator[tuple[NodeType, ...]]:
     kinds = list(dict.fromkeys(n.name for n in nodes))
     by_name = {n.name: n for n in nodes}
     left = [sum(n.name == t for n in nodes) for t in kinds]
-    order: list[NodeType] = []
+    yield from _orders(kinds, by_name, left, [], len(nodes))
 
-    def extend(remaining: int) -> Iterator[tuple[NodeType, ...]]:
-        if remaining == 0:
-            yield tuple(order)
-            return
-        for i, name in enumerate(kinds):
-            if left[i]:
-                left[i] -= 1
-                order.append(by_name[name])
-                yield from extend(remaining - 1)
-                order.pop()
-                left[i] += 1
 
-    yield from extend(len(nodes))
+def _orders(kinds: list[str], by_name: dict[str, NodeType], left: list[int], order: list[NodeType],
+            remaining: int) -> Iterator[tuple[NodeType, ...]]:
+    """all_placements' orders that extend `order` by `remaining` more nodes, `left[i]` of type
+    kinds[i]. (A module function, not a closure calling itself: that would be a reference cycle,
+    left for the cyclic collector at the end of every search.)"""
+    if remaining == 0:
+        yield tuple(order)
+        return
+    for i, name in enumerate(kinds):
+        if left[i]:
+            left[i] -= 1
+            order.append(by_name[name])
+            yield from _orders(kinds, by_name, left, order, remaining - 1)
+            order.pop()
+            left[i] += 1
 
 
 def grouped_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:

@@ -113,8 +113,7 @@ class _Combos:
     its (tp, micro-batch) and, with several node types, the order of their paces at that
     (tp, micro-batch) (`Fasop2024Estimator._pace`)."""
 
-    def __init__(self, estimator: "Fasop2024Estimator"):
-        self.estimator = estimator
+    def __init__(self):
         self.rows: dict[tuple[int, int, int, int, int], int] = {}
         self.shapes: dict[tuple[int, int, int], int] = {}
         self.contexts: dict[tuple[int, int], int] = {}
@@ -128,14 +127,16 @@ class _Combos:
     KEY = attrgetter("tp", "dp", "pp", "mbs", "global_batch_size")
     """A plan's combination."""
 
-    def of(self, plans: Sequence[Plan]) -> np.ndarray:
-        """The row of each plan, adding the rows of new combinations."""
+    def of(self, plans: Sequence[Plan], e: "Fasop2024Estimator") -> np.ndarray:
+        """The row of each plan of `e`'s (whose combinations these are), adding the rows of new
+        combinations. (`e` is passed, not kept: a reference back would make the estimator a
+        cycle, left for the cyclic collector instead of freed when its search ends.)"""
         rows = self.rows
         keys = list(map(self.KEY, plans))
         found = list(map(rows.get, keys))
         if None not in found:
             return np.array(found, dtype=np.intp)
-        e, contexts, shapes = self.estimator, self.contexts, self.shapes
+        contexts, shapes = self.contexts, self.shapes
         new = [key for key in dict.fromkeys(keys) if key not in rows]
         rows.update(zip(new, range(len(rows), len(rows) + len(new))))
         context = []
@@ -172,7 +173,7 @@ class _Chunk:
 
     def __init__(self, estimator: "Fasop2024Estimator", plans: Sequence[Plan]):
         combos = estimator.combos
-        rows = combos.of(plans)
+        rows = combos.of(plans, estimator)
         places: dict[int, int] = {}
         place_of = np.array([places.setdefault(id(p.placement), len(places)) for p in plans], dtype=np.intp)
         # layouts: one per (placement, shape), looked up in order of placement
@@ -287,7 +288,7 @@ class Fasop2024Estimator:
         self._latest: dict = {}
         self.layouts = Layouts(model, cluster)
         self._paces: dict[tuple[int, int], tuple] = {}
-        self.combos = _Combos(self)
+        self.combos = _Combos()
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.node_types = tuple({n.name: n for n in inventory}.values())
