@@ -11,10 +11,12 @@
  * ONE_F_ONE_B_ZERO and ONE_F_ONE_B_BIG are a CELL of 0.0 (all bytes 0) and of 1e300 (poisoned
  * cells).
  *
- * _run's order, with three liberties that change no value: a receive end is read from the
+ * _run's order, with two liberties that change no value: a receive end is read from the
  * matching send end (fre[i][j] = fse[i-1][j] and bre[i][j] = bse[i+1][j] are always set
- * together; the first stage receives no forward and the last no backward: 0.0), a maximum of
- * three is taken in another order (max is exact), and sends that are 0 are not added. */
+ * together; the first stage receives no forward and the last no backward: 0.0), and sends that
+ * are 0 are not added. Every maximum names its inputs in _run's order, the first of equals
+ * winning: so a traced run's chain (the latest input of each event, the first of equals) is
+ * the one fasop.schedule.critical_path reads from _run's events, ties included. */
 
 static void ONE_F_ONE_B_NAME(ONE_F_ONE_B_STATE *s)
 {
@@ -86,8 +88,8 @@ static void ONE_F_ONE_B_NAME(ONE_F_ONE_B_STATE *s)
         for (int i = pp - 1; i >= steady; i--) {
             const int g = j + warm[i];
             CELL early, bc;
-            MAXADD(&early, i == 0 ? &zero : &AT(fse, i, g), &AT(fce, i, g), 0, 0);
-            MAXADD(&bc, &early, &received, pp + i, 1);
+            MAXADD(&early, i == 0 ? &zero : &AT(fse, i, g), &received, 0, 0);
+            MAXADD(&bc, &early, &AT(fce, i, g), pp + i, 1);
             AT(bce, i, j) = bc;
             if (i > 0) {
                 if (g + 1 < m) AT(frs, i, g + 1) = bc;
@@ -106,8 +108,8 @@ static void ONE_F_ONE_B_NAME(ONE_F_ONE_B_STATE *s)
         while (draining < pp && j >= m - warm[draining]) draining++;
         for (int i = draining - 1; i >= 0; i--) {
             CELL early, bc;
-            MAXADD(&early, &AT(bce, i, prev), &AT(bse, i, prev), 0, 0);
-            MAXADD(&bc, &early, BRE(i, j), pp + i, 1);
+            MAXADD(&early, &AT(bce, i, prev), BRE(i, j), 0, 0);
+            MAXADD(&bc, &early, &AT(bse, i, prev), pp + i, 1);
             AT(bce, i, j) = bc;
             if (j < m - 1) AT(brs, i, j + 1) = bc;
             if (i > 0) MAXADD(&AT(bse, i, j), &bc, &AT(brs, i - 1, j), 3 * pp + i, sb[i]);

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-API = 3
-"""The kernels' interface version (_fasop_native.API): bumped with every change of a signature."""
+API = 4
+"""The kernels' interface version (_fasop_native.API): bumped with every change of a signature or
+of what a call returns."""
 
 kernels: ModuleType | None = None
 if not os.environ.get("FASOP_PURE_PYTHON"):

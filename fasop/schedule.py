@@ -17,6 +17,12 @@ maximum, exact, then one addition), so the values are bit for bit those of `_run
 For one pipeline or a few (the optimal partitioner's seeds and critical paths), the same events
 also run as compiled straight-line Python on floats (`_Program.values`), ~0.1 us per event; the
 critical path (`critical_path`, a cut for the partitioner) backtracks those values.
+
+With the compiled kernels (fasop/_native.c) neither is traced nor compiled: `one_f_one_b` runs
+the recurrences in C, and `critical_path` reads the chain from a traced C run (the same events,
+each maximum naming its inputs in `_run`'s order, so the same chain through ties). Compiling a
+(pp, m) program costs ~15 us per event, which on the optimal partitioner's deep pipelines made
+most of a `fasop search`'s time (1.1 s of t5 on a10=8's 2.1 s).
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ SCALAR_PER_LEVEL = 35
 """`one_f_one_b` runs the compiled straight-line code once per pipeline while pipelines x events
 < this x levels (one event in Python takes ~0.1 us, one numpy step per level ~3.5 us), else one
 numpy step per level for the whole batch."""
+
+TRACED_MAX_CELLS = (2**31 - 3) // 4
+"""The most pp x m cells of a compiled traced run (its event ids are int32); critical paths of
+larger schedules come from the traced program."""
 
 FLOAT_PIPELINES = 3
 """Untraced schedules (reuse=False) of at most this many pipelines run one pipeline at a time on
@@ -123,28 +133,45 @@ def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
 
     Where an event waits for several, the chain follows the first of the latest (in the order the
     recurrences name them); weights and const add up the chain's durations in event order, so
-    they are bit for bit those of `critical_path_reference`.
+    they are bit for bit those of `critical_path_reference`. The chain comes from the compiled
+    kernels' traced run when they are built, else from the traced program.
     """
     pp, batch = comp.shape
-    program = _program(pp, num_microbatches)
     rows = _rows(comp / 3, 2 * comp / 3, send_fwd, send_bwd)
     ends, weights, const = np.empty(batch), np.zeros((pp, batch)), np.zeros(batch)
-    third, two_thirds = 1 / 3, 2 / 3
+    if native.kernels is not None and pp * num_microbatches <= TRACED_MAX_CELLS:
+        # the compiled traced run: the same events, values and chain (the first of equal inputs in
+        # _run's order), without a program to trace and compile per (pp, m)
+        stage_ends = np.empty(pp)
+        for col, durations in enumerate(rows):
+            chain = native.kernels.one_f_one_b_traced(np.array(durations), pp, num_microbatches, stage_ends)
+            ends[col] = stage_ends[0]
+            weights[:, col], const[col] = _chain_sums(chain, durations, pp)
+        return ends, weights, const
+    program = _program(pp, num_microbatches)
     for col, durations in enumerate(rows):
         values = program.values(durations) if program.compiles else \
             program.run(np.array(durations)[:, None])[:, 0].tolist()
         ends[col] = values[program.outputs[0]]
-        w, c = [0.0] * pp, 0.0
-        for row in program.chain(values, int(program.outputs[0])):
-            kind, stage = divmod(row, pp)
-            if kind == 0:
-                w[stage] += third
-            elif kind == 1:
-                w[stage] += two_thirds
-            else:
-                c += durations[row]
-        weights[:, col], const[col] = w, c
+        weights[:, col], const[col] = _chain_sums(program.chain(values, int(program.outputs[0])), durations, pp)
     return ends, weights, const
+
+
+def _chain_sums(chain: list[int], durations: list[float], pp: int) -> tuple[list[float], float]:
+    """(weights, const) of a chain of events (their duration rows, first event first): 1/3 of a
+    stage's time per forward, 2/3 per backward, the sends' seconds; added in chain order. (Sends
+    of 0 seconds, events of _run that the compiled run skips, add 0.0: no change.)"""
+    w, c = [0.0] * pp, 0.0
+    third, two_thirds = 1 / 3, 2 / 3
+    for row in chain:
+        kind, stage = divmod(row, pp)
+        if kind == 0:
+            w[stage] += third
+        elif kind == 1:
+            w[stage] += two_thirds
+        else:
+            c += durations[row]
+    return w, c
 
 
 def critical_path_reference(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
