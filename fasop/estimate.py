@@ -20,6 +20,7 @@ micro-batch counts go through one vectorised schedule run.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -139,22 +140,19 @@ class _Combos:
         contexts, shapes = self.contexts, self.shapes
         new = [key for key in dict.fromkeys(keys) if key not in rows]
         rows.update(zip(new, range(len(rows), len(rows) + len(new))))
-        context = []
-        for tp, _, _, mbs, _ in new:
-            number = contexts.get((tp, mbs))
-            if number is None:
-                number = contexts[(tp, mbs)] = len(contexts)
+        tp, dp, pp, mbs, batch = np.fromiter(itertools.chain.from_iterable(new), np.int64, 5 * len(new)).reshape(-1, 5).T
+        tps, mbss = tp.tolist(), mbs.tolist()
+        for key in dict.fromkeys(zip(tps, mbss)):  # new (tp, micro-batch)
+            if key not in contexts:
+                contexts[key] = len(contexts)
                 # the order of the node types' paces matters only where stages span several types
-                pace = e._pace(tp, mbs)[0] if len(e.node_types) > 1 else ()
+                pace = e._pace(*key)[0] if len(e.node_types) > 1 else ()
                 self._pace_of.append(self.paces.setdefault(pace, len(self.paces)))
-            context.append(number)
-        context = np.array(context, dtype=np.intp)
-        tp, dp, pp, mbs, batch = np.array(new, dtype=np.int64).T
+        context = np.fromiter(map(contexts.__getitem__, zip(tps, mbss)), np.intp, len(new))
         m = batch // (dp * mbs)
-        volume = comm.p2p_volume_of(mbs, e.model)
-        self.memory_keys += map(elements_key, mbs.tolist(), tp.tolist(), pp.tolist(), m.tolist())
-        added = (pp, m, volume, zero_bytes_per_param(dp),
-                 np.array([shapes.setdefault(key[:3], len(shapes)) for key in new], dtype=np.intp), context,
+        self.memory_keys += map(elements_key, mbss, tps, pp.tolist(), m.tolist())
+        shape = np.fromiter((shapes.setdefault(key[:3], len(shapes)) for key in new), np.intp, len(new))
+        added = (pp, m, comm.p2p_volume_of(mbs, e.model), zero_bytes_per_param(dp), shape, context,
                  np.array(self._pace_of, dtype=np.intp)[context])
         self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace = (
             np.concatenate([old, values]) for old, values in zip(
