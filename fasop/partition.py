@@ -619,7 +619,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
                 if found is None:
                     break
                 lbs, chains, rest = found
-                order = np.argsort(lbs, kind="stable").tolist()
+                order = lbs.argsort(kind="stable").tolist()
                 lbs = lbs.tolist()
                 if hopeless(lbs[order[0]]):
                     break
