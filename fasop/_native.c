@@ -23,6 +23,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -394,6 +395,119 @@ static void times_of(const tables_t *t, int pp, const int64_t *which, const int6
         first += counts[i];
     }
 }
+
+/* ----------------------------------------------------------- the optimal partitioner's tables */
+
+/* fasop.partition's dynamic programmes over (stage k, first layer a) on stage times
+ * times[k][a][b] (layers a..b-1 on stage k; inf where b <= a or they do not fit), n stages of
+ * size = layers + 1 entries: the same float operations per entry as its numpy code (one
+ * product, one sum or maximum), minima taken exactly, so the same bits. */
+
+#define T3(k, a, b) times[((size_t)(k) * (size_t)size + (size_t)(a)) * (size_t)size + (size_t)(b)]
+
+/* partition._weighted: w x t; w == 1: t; w == 0: 0 where t is finite (0 x inf would be nan). */
+static inline double weighted_time(double t, double w)
+{
+    if (w == 1.0) return t;
+    if (w > 0.0) return t * w;
+    return isfinite(t) ? 0.0 : INFINITY;
+}
+
+/* partition.completion: table[k][a] = least over the splits of layers a.. into stages k.. of the
+ * sum (largest: the largest) of weights[i] x stage time; table (n + 1) x size. */
+static void completion_table(const double *times, int n, Py_ssize_t size, const double *weights, int largest,
+                             double *table)
+{
+    for (Py_ssize_t q = 0; q < (Py_ssize_t)(n + 1) * size; q++) table[q] = INFINITY;
+    table[(size_t)n * (size_t)size + (size_t)(size - 1)] = 0.0;
+    for (int k = n - 1; k >= 0; k--) {
+        const double w = weights[k], *next = table + (size_t)(k + 1) * (size_t)size;
+        double *row = table + (size_t)k * (size_t)size;
+        for (Py_ssize_t a = 0; a < size; a++) {
+            double least = INFINITY;
+            for (Py_ssize_t b = 0; b < size; b++) {
+                const double x = weighted_time(T3(k, a, b), w);
+                const double v = largest ? mx(x, next[b]) : x + next[b];
+                if (v < least) least = v;
+            }
+            row[a] = least;
+        }
+    }
+}
+
+/* partition.capped_completion: table[j][k][a] = least sum of stage times over the splits of
+ * layers a.. into stages k.. whose every weights[i] x stage time is at most caps[j]; table
+ * J x (n + 1) x size. */
+static void capped_table(const double *times, int n, Py_ssize_t size, const double *weights, const double *caps,
+                         Py_ssize_t J, double *table)
+{
+    const size_t plane = (size_t)(n + 1) * (size_t)size;
+    for (size_t q = 0; q < (size_t)J * plane; q++) table[q] = INFINITY;
+    for (Py_ssize_t j = 0; j < J; j++) table[(size_t)j * plane + (size_t)n * (size_t)size + (size_t)(size - 1)] = 0.0;
+    for (int k = n - 1; k >= 0; k--) {
+        const double w = weights[k];
+        for (Py_ssize_t a = 0; a < size; a++) {
+            for (Py_ssize_t j = 0; j < J; j++) {
+                const double cap = caps[j], *next = table + (size_t)j * plane + (size_t)(k + 1) * (size_t)size;
+                double least = INFINITY;
+                for (Py_ssize_t b = 0; b < size; b++) {
+                    const double t = T3(k, a, b);
+                    if (!(weighted_time(t, w) <= cap)) continue;  /* numpy: inf there */
+                    const double v = t + next[b];
+                    if (v < least) least = v;
+                }
+                table[(size_t)j * plane + (size_t)k * (size_t)size + (size_t)a] = least;
+            }
+        }
+    }
+}
+
+/* partition.bottleneck_split: a split minimising the largest stage time, among the suffixes of
+ * the same largest the one of least sum, then the first stop; counts (n) written, 0 when no
+ * split fits. most, sum: (n + 1) x size scratch; stop: n x size. */
+static int bottleneck_counts(const double *times, int n, Py_ssize_t size, double *most, double *sum, int64_t *stop,
+                             int64_t *counts)
+{
+    for (Py_ssize_t q = 0; q < (Py_ssize_t)(n + 1) * size; q++) most[q] = sum[q] = INFINITY;
+    for (Py_ssize_t q = 0; q < (Py_ssize_t)n * size; q++) stop[q] = 0;
+    most[(size_t)n * (size_t)size + (size_t)(size - 1)] = sum[(size_t)n * (size_t)size + (size_t)(size - 1)] = 0.0;
+    for (int k = n - 1; k >= 0; k--) {
+        const double *next_most = most + (size_t)(k + 1) * (size_t)size, *next_sum = sum + (size_t)(k + 1) * (size_t)size;
+        for (Py_ssize_t a = 0; a < size; a++) {
+            double lowest = INFINITY;
+            for (Py_ssize_t b = 0; b < size; b++) {
+                const double x = mx(T3(k, a, b), next_most[b]);
+                if (x < lowest) lowest = x;
+            }
+            if (!isfinite(lowest)) continue;
+            /* numpy's argmin of (total where the largest is lowest, else inf): the first least */
+            Py_ssize_t best = 0;
+            double least = INFINITY;
+            for (Py_ssize_t b = 0; b < size; b++) {
+                const double t = T3(k, a, b);
+                if (mx(t, next_most[b]) != lowest) continue;
+                const double total = t + next_sum[b];
+                if (total < least) {
+                    least = total;
+                    best = b;
+                }
+            }
+            most[(size_t)k * (size_t)size + (size_t)a] = mx(T3(k, a, best), next_most[best]);
+            sum[(size_t)k * (size_t)size + (size_t)a] = T3(k, a, best) + next_sum[best];
+            stop[(size_t)k * (size_t)size + (size_t)a] = best;
+        }
+    }
+    if (!isfinite(most[0])) return 0;
+    int64_t first = 0;
+    for (int k = 0; k < n; k++) {
+        const int64_t next = stop[(size_t)k * (size_t)size + (size_t)first];
+        counts[k] = next - first;
+        first = next;
+    }
+    return 1;
+}
+
+#undef T3
 
 /* ------------------------------------------------------------------------------ Python */
 
@@ -1317,6 +1431,118 @@ static PyObject *py_set_trace_contenders(PyObject *self, PyObject *args)
     return PyLong_FromLong(previous);
 }
 
+PyDoc_STRVAR(completion_doc,
+"completion(times, n, size, weights, largest, table)\n\n"
+"fasop.partition.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
+"weights float64 n, largest 0 or 1; table: writable float64 (n + 1) x size.");
+
+static PyObject *py_completion(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer times, weights, table;
+    int n, largest;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*iny*pw*", &times, &n, &size, &weights, &largest, &table)) return NULL;
+    PyObject *result = NULL;
+    if (n < 1 || size < 1) {
+        PyErr_SetString(PyExc_ValueError, "completion: n and size must be >= 1");
+        goto done;
+    }
+    if (check_buffer(&times, (Py_ssize_t)n * size * size, sizeof(double), "times") < 0 ||
+        check_buffer(&weights, n, sizeof(double), "weights") < 0 ||
+        check_buffer(&table, (Py_ssize_t)(n + 1) * size, sizeof(double), "table") < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    completion_table(times.buf, n, size, weights.buf, largest, table.buf);
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&weights);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+PyDoc_STRVAR(capped_completion_doc,
+"capped_completion(times, n, size, weights, caps, table)\n\n"
+"fasop.partition.capped_completion's table: times and weights as for completion, caps float64 J;\n"
+"table: writable float64 J x (n + 1) x size.");
+
+static PyObject *py_capped_completion(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer times, weights, caps, table;
+    int n;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*iny*y*w*", &times, &n, &size, &weights, &caps, &table)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t J = caps.len / (Py_ssize_t)sizeof(double);
+    if (n < 1 || size < 1) {
+        PyErr_SetString(PyExc_ValueError, "capped_completion: n and size must be >= 1");
+        goto done;
+    }
+    if (check_buffer(&times, (Py_ssize_t)n * size * size, sizeof(double), "times") < 0 ||
+        check_buffer(&weights, n, sizeof(double), "weights") < 0 ||
+        check_buffer(&caps, J, sizeof(double), "caps") < 0 ||
+        check_buffer(&table, J * (n + 1) * size, sizeof(double), "table") < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    capped_table(times.buf, n, size, weights.buf, caps.buf, J, table.buf);
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&weights);
+    PyBuffer_Release(&caps);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+PyDoc_STRVAR(bottleneck_split_doc,
+"bottleneck_split(times, n, size, counts) -> bool\n\n"
+"fasop.partition.bottleneck_split: times as for completion; counts: writable int64 n, the\n"
+"split's layers per stage. False (counts unset) when no split fits.");
+
+static PyObject *py_bottleneck_split(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer times, counts;
+    int n;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*inw*", &times, &n, &size, &counts)) return NULL;
+    PyObject *result = NULL;
+    double *most = NULL, *sum = NULL;
+    int64_t *stop = NULL;
+    if (n < 1 || size < 1) {
+        PyErr_SetString(PyExc_ValueError, "bottleneck_split: n and size must be >= 1");
+        goto done;
+    }
+    if (check_buffer(&times, (Py_ssize_t)n * size * size, sizeof(double), "times") < 0 ||
+        check_buffer(&counts, n, sizeof(int64_t), "counts") < 0)
+        goto done;
+    most = malloc((size_t)(n + 1) * (size_t)size * sizeof(double));
+    sum = malloc((size_t)(n + 1) * (size_t)size * sizeof(double));
+    stop = malloc((size_t)n * (size_t)size * sizeof(int64_t));
+    if (!most || !sum || !stop) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int found;
+    Py_BEGIN_ALLOW_THREADS
+    found = bottleneck_counts(times.buf, n, size, most, sum, stop, counts.buf);
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(found);
+done:
+    free(most);
+    free(sum);
+    free(stop);
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&counts);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
     {"minmax", py_minmax, METH_VARARGS, minmax_doc},
@@ -1325,6 +1551,9 @@ static PyMethodDef methods[] = {
     {"row_tuples", py_row_tuples, METH_VARARGS, row_tuples_doc},
     {"objects", py_objects, METH_VARARGS, objects_doc},
     {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
+    {"completion", py_completion, METH_VARARGS, completion_doc},
+    {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
+    {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
     {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
     {"_set_trace_contenders", py_set_trace_contenders, METH_VARARGS, set_trace_contenders_doc},
     {NULL, NULL, 0, NULL},
@@ -1336,8 +1565,9 @@ static struct PyModuleDef module = {
 };
 
 /* The interface version fasop/native.py expects (native.API): bump with every change of a signature
- * or of what a call returns (4: a traced run's chain takes the first of equal inputs in _run's order). */
-#define API 4
+ * or of what a call returns (4: a traced run's chain takes the first of equal inputs in _run's order;
+ * 5: the partitioner's tables). */
+#define API 5
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {

@@ -18,6 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
+from fasop import native
+
 
 class StageCosts(Protocol):
     def stage(self, first: int, stop: int) -> float:
@@ -365,6 +367,12 @@ def capped_completion(times: np.ndarray, weights: np.ndarray, caps: np.ndarray) 
     """table[j, k, l] = least sum of stage times over the splits of layers l.. into stages k..
     whose every weights[i] t_i <= caps[j]; times as in `optimal`."""
     n, size, _ = times.shape
+    if native.kernels is not None:  # the same operations per entry in C (no (caps, size, size) temporaries)
+        table = np.empty((len(caps), n + 1, size))
+        native.kernels.capped_completion(np.ascontiguousarray(times, dtype=float), n, size,
+                                         np.ascontiguousarray(weights, dtype=float),
+                                         np.ascontiguousarray(caps, dtype=float), table)
+        return table
     table = np.full((len(caps), n + 1, size), np.inf)
     table[:, n, size - 1] = 0.0
     for k in range(n - 1, -1, -1):
@@ -394,6 +402,11 @@ def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False) ->
     """table[k, l] = least, over the splits of layers l.. into stages k.., of the sum (or with
     `largest` the largest) of weights[i] x stage time; times as in `optimal`."""
     n, size, _ = times.shape
+    if native.kernels is not None:  # the same operations per entry in C
+        table = np.empty((n + 1, size))
+        native.kernels.completion(np.ascontiguousarray(times, dtype=float), n, size,
+                                  np.ascontiguousarray(weights, dtype=float), largest, table)
+        return table
     table = np.full((n + 1, size), np.inf)
     table[n, size - 1] = 0.0
     for k in range(n - 1, -1, -1):
@@ -411,6 +424,10 @@ def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
     heuristic tie-break, not the least sum overall). None when no split fits. A seed for
     `optimal`; times as there."""
     n, size, _ = times.shape
+    if native.kernels is not None:  # the same operations and choices in C
+        counts = np.empty(n, dtype=np.int64)
+        found = native.kernels.bottleneck_split(np.ascontiguousarray(times, dtype=float), n, size, counts)
+        return tuple(counts.tolist()) if found else None
     last = size - 1
     best = np.full((n + 1, size, 2), np.inf)  # (max, sum) of stages k.. covering layers l..
     best[n, last] = 0.0

@@ -96,3 +96,42 @@ def test_optimal_respects_memory_and_falls_back(seed):
         best = _brute_force(greedy, plan, respect_memory=False)
         assert got.memory.is_oom
     assert got.step_time_s == pytest.approx(best, rel=1e-12)
+
+
+def _stage_times(rng, n: int, layers: int, coarse: bool) -> np.ndarray:
+    """times[k, a, b] as `optimal` reads them: layers a..b-1 on stage k, inf where b <= a and
+    where a run does not fit (at random); on a coarse grid, many ties."""
+    size = layers + 1
+    t = rng.integers(1, 4, (n, size, size)).astype(float) if coarse else rng.uniform(0.1, 2.0, (n, size, size))
+    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    t = np.where(b > a, t * (b - a), np.inf)
+    t[rng.random(t.shape) < 0.15] = np.inf
+    return t
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_partition_tables_are_the_same_compiled_and_in_numpy(seed, monkeypatch):
+    """completion (sums and largest, stage weights 0, 1 and others), capped_completion and
+    bottleneck_split in C (fasop/_native.c) give numpy's tables and split to the bit, ties and
+    infeasible runs included."""
+    from fasop import native, partition
+
+    if native.kernels is None:
+        pytest.skip("the compiled kernels were not built")
+    rng = np.random.default_rng(seed)
+    n, layers = int(rng.integers(1, 6)), int(rng.integers(1, 14))
+    times = _stage_times(rng, n, layers, coarse=seed % 2 == 0)
+    weights = [np.ones(n), np.zeros(n), rng.choice([0.0, 1.0, 2.5, 1 / 3], n)]
+    finite = times[np.isfinite(times)]
+    caps = np.append(np.sort(rng.choice(finite, 5) if len(finite) else np.ones(5)), np.inf)  # stage times: ties at a cap
+
+    def tables():
+        return ([partition.completion(times, w, largest) for w in weights for largest in (False, True)],
+                [partition.capped_completion(times, w, caps) for w in weights], partition.bottleneck_split(times))
+
+    compiled = tables()
+    monkeypatch.setattr(native, "kernels", None)
+    numpy_ = tables()
+    for ours, theirs in zip(compiled[0] + compiled[1], numpy_[0] + numpy_[1]):
+        assert ours.shape == theirs.shape and np.array_equal(ours, theirs)
+    assert compiled[2] == numpy_[2]
