@@ -1431,6 +1431,18 @@ static PyObject *py_set_trace_contenders(PyObject *self, PyObject *args)
     return PyLong_FromLong(previous);
 }
 
+/* The stage-time array (n x size x size float64) and, when given, the stage weights (n) of the
+ * partitioner's tables; n, size >= 1. */
+static int check_stage_times(const Py_buffer *times, int n, Py_ssize_t size, const Py_buffer *weights, const char *name)
+{
+    if (n < 1 || size < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: n and size must be >= 1", name);
+        return -1;
+    }
+    if (check_buffer(times, (Py_ssize_t)n * size * size, sizeof(double), "times") < 0) return -1;
+    return weights ? check_buffer(weights, n, sizeof(double), "weights") : 0;
+}
+
 PyDoc_STRVAR(completion_doc,
 "completion(times, n, size, weights, largest, table)\n\n"
 "fasop.partition.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
@@ -1444,12 +1456,7 @@ static PyObject *py_completion(PyObject *self, PyObject *args)
     Py_ssize_t size;
     if (!PyArg_ParseTuple(args, "y*iny*pw*", &times, &n, &size, &weights, &largest, &table)) return NULL;
     PyObject *result = NULL;
-    if (n < 1 || size < 1) {
-        PyErr_SetString(PyExc_ValueError, "completion: n and size must be >= 1");
-        goto done;
-    }
-    if (check_buffer(&times, (Py_ssize_t)n * size * size, sizeof(double), "times") < 0 ||
-        check_buffer(&weights, n, sizeof(double), "weights") < 0 ||
+    if (check_stage_times(&times, n, size, &weights, "completion") < 0 ||
         check_buffer(&table, (Py_ssize_t)(n + 1) * size, sizeof(double), "table") < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
@@ -1478,12 +1485,7 @@ static PyObject *py_capped_completion(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*iny*y*w*", &times, &n, &size, &weights, &caps, &table)) return NULL;
     PyObject *result = NULL;
     const Py_ssize_t J = caps.len / (Py_ssize_t)sizeof(double);
-    if (n < 1 || size < 1) {
-        PyErr_SetString(PyExc_ValueError, "capped_completion: n and size must be >= 1");
-        goto done;
-    }
-    if (check_buffer(&times, (Py_ssize_t)n * size * size, sizeof(double), "times") < 0 ||
-        check_buffer(&weights, n, sizeof(double), "weights") < 0 ||
+    if (check_stage_times(&times, n, size, &weights, "capped_completion") < 0 ||
         check_buffer(&caps, J, sizeof(double), "caps") < 0 ||
         check_buffer(&table, J * (n + 1) * size, sizeof(double), "table") < 0)
         goto done;
@@ -1515,11 +1517,7 @@ static PyObject *py_bottleneck_split(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     double *most = NULL, *sum = NULL;
     int64_t *stop = NULL;
-    if (n < 1 || size < 1) {
-        PyErr_SetString(PyExc_ValueError, "bottleneck_split: n and size must be >= 1");
-        goto done;
-    }
-    if (check_buffer(&times, (Py_ssize_t)n * size * size, sizeof(double), "times") < 0 ||
+    if (check_stage_times(&times, n, size, NULL, "bottleneck_split") < 0 ||
         check_buffer(&counts, n, sizeof(int64_t), "counts") < 0)
         goto done;
     most = malloc((size_t)(n + 1) * (size_t)size * sizeof(double));
