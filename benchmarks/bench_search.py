@@ -2,9 +2,10 @@
 peak memory, on FASOP's six experiments and the 64-node, 4-type inventory.
 
 In-process: in a fresh interpreter per (experiment, configuration), the specs are loaded, then
-`fasop.search.search(...)` is timed alone (time.perf_counter), --runs + 1 times: the first
-search of the process ("first": what one `fasop search` pays, its caches cold) and the median
-of the others (the process's caches warm: profile tables, element tables, kernels' tables);
+`fasop.search.search(...)` is timed alone (time.perf_counter), 1 + --warmup + --runs times: the
+first search of the process ("first": what one `fasop search` pays, its caches cold), for
+FASOP's choices --warmup early ones (the caches warm, the interpreter still specializing the
+functions a search calls once: WARMUP) and the median of the last --runs ("warm");
 candidates/s = plans enumerated / seconds (plans skipped as equivalent or pruned count, as
 they were ruled out). Configurations:
 - `fasop`: FASOP's choices (cyclic placements, fasop-minmax), every plan estimated;
@@ -27,7 +28,7 @@ another version, e.g. `git worktree add /tmp/base <commit>`, its kernels built t
 alternating with this one, and the ratio of medians is printed.
 
     python benchmarks/bench_search.py [--runs 3] [--json PATH] [--workers 2] [--order-trees 0|1|2]
-                                      [--baseline PATH] [--rounds 3] [--rounds-only]
+                                      [--baseline PATH] [--rounds 3] [--warmup 8] [--rounds-only]
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ CONFIGS = {"fasop": {"placements": "cyclic", "partitioner": "fasop-minmax"},
 
 _CHILD = r"""
 import json, sys, time
-tree, model_name, cluster_name, nodes, config, runs, workers = sys.argv[1:8]
+tree, model_name, cluster_name, nodes, config, runs, workers, warmup = sys.argv[1:9]
 sys.path.insert(0, tree)
 import fasop
 assert fasop.__file__.startswith(tree), fasop.__file__
@@ -77,68 +78,86 @@ model = load_model(f"{tree}/model_specs/{model_name}.yaml")
 cluster = load_cluster(f"{tree}/cluster_specs/{cluster_name}.yaml")
 inventory = parse_nodes(nodes, cluster)
 times = []
-for _ in range(int(runs) + 1):
+for _ in range(1 + int(warmup) + int(runs)):
     start = time.perf_counter()
     result = search(model, cluster, inventory, heterogeneous=True, workers=int(workers), **kwargs)
     times.append(time.perf_counter() - start)
 best = result.best_fitting
-print(json.dumps({"first_s": times[0], "runs_s": times[1:], "candidates": result.num_candidates,
-                  "estimated": result.num_estimated, "best_step_s": None if best is None else best.step_time_s,
+print(json.dumps({"first_s": times[0], "warmup_s": times[1:1 + int(warmup)], "runs_s": times[1 + int(warmup):],
+                  "candidates": result.num_candidates, "estimated": result.num_estimated, "best_step_s": None if best is None else best.step_time_s,
                   "kernels": __import__("fasop.native").native.kernels is not None}))
 """
-"""One configuration in a fresh interpreter on a given source tree: the first search, then --runs more."""
+"""One configuration in a fresh interpreter on a given source tree: the first search, `warmup` more
+(timed apart), then --runs more."""
+
+WARMUP = 8
+"""Searches run after a process's first before the timed ones of FASOP's choices (--warmup).
+Python 3.11 specializes ("quickens") a function's bytecode at its 8th call, and some of a
+search's functions run once a search (Fasop2024Estimator._estimate_minmax_compiled goes from 23
+to 200 specialized instructions at the 8th search, `dis.dis(..., adaptive=True)`): searches 2 to
+8 of a process are neither cold nor warm, and measured up to ~1.5x slower than later ones
+(gpt2xl on a10=8: 1.4-1.5 ms for the 2nd, ~0.9 ms from the 10th). They are timed and reported
+apart ("early"), the first search too."""
 
 
-def in_child(tree: Path, model_name: str, cluster_name: str, nodes: str, config: dict, runs: int, workers: int) -> dict:
+def in_child(tree: Path, model_name: str, cluster_name: str, nodes: str, config: dict, runs: int, workers: int,
+             warmup: int = 0) -> dict:
     done = subprocess.run([sys.executable, "-c", _CHILD, str(tree), model_name, cluster_name, nodes, json.dumps(config),
-                           str(runs), str(workers)], capture_output=True, text=True, cwd=tempfile.gettempdir())
+                           str(runs), str(workers), str(warmup)], capture_output=True, text=True,
+                          cwd=tempfile.gettempdir())
     if done.returncode != 0:
         sys.exit(f"bench_search: measuring {model_name} {nodes} on {tree} failed: {done.stderr.strip()[-800:]}")
     return json.loads(done.stdout)
 
 
 def in_process(model_name: str, cluster_name: str, nodes: str, extra: list[str], runs: int,
-               workers: int) -> dict:
+               workers: int, warmup: int) -> dict:
     out = {}
     for config, kwargs in CONFIGS.items():
         kwargs = dict(kwargs)
         if "--placements" in extra:
             kwargs.setdefault("placements", extra[extra.index("--placements") + 1])
-        row = in_child(REPO, model_name, cluster_name, nodes, kwargs, runs, workers)
+        # warm-up for FASOP's choices (milliseconds a search); the others take seconds, their
+        # per-search overhead a small part of it
+        row = in_child(REPO, model_name, cluster_name, nodes, kwargs, runs, workers, warmup if config == "fasop" else 0)
         median = statistics.median(row["runs_s"])
         out[config] = row | {"median_s": median, "candidates_per_s": row["candidates"] / median,
                              "first_candidates_per_s": row["candidates"] / row["first_s"]}
     return out
 
 
-def interleaved(trees: dict[str, Path], runs: int, rounds: int) -> dict:
+def interleaved(trees: dict[str, Path], runs: int, rounds: int, warmup: int) -> dict:
     """FASOP's choices on the six FASOP experiments, `rounds` rounds, each running every
-    experiment on every tree in a fresh interpreter (the first search, then `runs` more): a slow
-    spell of a shared machine then falls on every experiment and tree alike rather than on one.
-    Per tree and experiment: every warm search's seconds and every first search's."""
+    experiment on every tree in a fresh interpreter (the first search, `warmup` early ones, then
+    `runs` more): a slow spell of a shared machine then falls on every experiment and tree alike
+    rather than on one. Per tree and experiment: every warm search's seconds, every early one's
+    and every first search's."""
     out: dict = {label: {} for label in trees}
     for r in range(rounds):
         for name, model, cluster, nodes, _extra in EXPERIMENTS:
             order = list(trees.items())
             for label, tree in order if r % 2 == 0 else order[::-1]:  # each tree first in every other round
-                row = in_child(tree, model, cluster, nodes, CONFIGS["fasop"], runs, 1)
-                entry = out[label].setdefault(name, {"candidates": row["candidates"], "runs_s": [], "first_s": [],
-                                                     "kernels": row["kernels"]})
+                row = in_child(tree, model, cluster, nodes, CONFIGS["fasop"], runs, 1, warmup)
+                entry = out[label].setdefault(name, {"candidates": row["candidates"], "runs_s": [], "warmup_s": [],
+                                                     "first_s": [], "kernels": row["kernels"]})
                 entry["runs_s"] += row["runs_s"]
+                entry["warmup_s"] += row["warmup_s"]
                 entry["first_s"].append(row["first_s"])
     return out
 
 
-def print_interleaved(result: dict, runs: int, rounds: int) -> None:
+def print_interleaved(result: dict, runs: int, rounds: int, warmup: int) -> None:
     labels = list(result)
-    print(f"FASOP's choices, {rounds} interleaved rounds of {runs} searches (candidates/s: median of all, "
-          f"best, median of the first searches of the processes)")
+    print(f"FASOP's choices, {rounds} interleaved rounds, each process timing its first search, {warmup} early ones "
+          f"and {runs} warm ones (candidates/s: median of the warm searches, best, median of the early, median of "
+          f"the first)")
     for name, *_ in EXPERIMENTS:
         cells = []
         for label in labels:
             e = result[label][name]
             n, median = e["candidates"], statistics.median(e["runs_s"])
-            cells.append(f"{label}: {n / median:8,.0f}/s (best {n / min(e['runs_s']):7,.0f}, first "
+            early = f"{n / statistics.median(e['warmup_s']):7,.0f}" if e["warmup_s"] else "      -"
+            cells.append(f"{label}: {n / median:8,.0f}/s (best {n / min(e['runs_s']):7,.0f}, early {early}, first "
                          f"{n / statistics.median(e['first_s']):7,.0f})")
         if len(labels) == 2:
             a, b = (statistics.median(result[label][name]["runs_s"]) for label in labels)
@@ -205,13 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--order-trees", type=int, default=1, metavar="N",
                         help="how many of the all-orders inventories to run (0-2; default %(default)s: "
                              "the 3-type one; the 4-type one takes ~2 minutes a run)")
+    parser.add_argument("--warmup", type=int, default=WARMUP, metavar="N",
+                        help="searches after a process's first before the timed ones of FASOP's choices, timed apart "
+                             "(default %(default)s: Python specializes a function's bytecode at its 8th call)")
     parser.add_argument("--rounds-only", action="store_true",
                         help="measure only the interleaved rounds of FASOP's choices (e.g. many of them, with "
                              "--baseline)")
     args = parser.parse_args(argv)
     if args.rounds_only:
         trees_measured = {"this": REPO} | ({"baseline": args.baseline} if args.baseline else {})
-        print_interleaved(interleaved(trees_measured, args.runs, args.rounds), args.runs, args.rounds)
+        print_interleaved(interleaved(trees_measured, args.runs, args.rounds, args.warmup), args.runs, args.rounds,
+                          args.warmup)
         return 0
     trees = []
     for name, nodes in ORDER_TREES[:args.order_trees]:
@@ -222,11 +245,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{tree['whole_process']['peak_rss_mib']:5.0f} MiB | best {tree['best']} {tree['best_step_s']:.4f} s",
               flush=True)
     trees_measured = {"this": REPO} | ({"baseline": args.baseline} if args.baseline else {})
-    fasop_choices = interleaved(trees_measured, args.runs, args.rounds)
-    print_interleaved(fasop_choices, args.runs, args.rounds)
+    fasop_choices = interleaved(trees_measured, args.runs, args.rounds, args.warmup)
+    print_interleaved(fasop_choices, args.runs, args.rounds, args.warmup)
     rows = []
     for name, model, cluster, nodes, extra in EXPERIMENTS + [BIG]:
-        row = {"experiment": name, "in_process": in_process(model, cluster, nodes, extra, args.runs, args.workers),
+        row = {"experiment": name, "in_process": in_process(model, cluster, nodes, extra, args.runs, args.workers,
+                                                            args.warmup),
                "whole_process": whole_process(model, cluster, nodes, extra, args.runs, args.workers)}
         rows.append(row)
         ip, wp = row["in_process"], row["whole_process"]
@@ -245,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(measured {big['median_s']:.1f} s) with peak RSS < 2048 MiB (measured {big['peak_rss_mib']:.0f} MiB); "
           f"workers={args.workers}, medians of {args.runs} runs")
     if args.json:
-        Path(args.json).write_text(json.dumps({"python": sys.version.split()[0], "runs": args.runs,
+        Path(args.json).write_text(json.dumps({"python": sys.version.split()[0], "runs": args.runs, "warmup": args.warmup,
                                                "baseline": None if args.baseline is None else str(args.baseline),
                                                "workers": args.workers, "rows": rows, "order_trees": trees,
                                                "fasop_choices_interleaved": fasop_choices},
