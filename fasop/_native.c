@@ -437,7 +437,8 @@ static void completion_table(const double *times, int n, Py_ssize_t size, const 
 
 /* partition.capped_completion: table[j][k][a] = least sum of stage times over the splits of
  * layers a.. into stages k.. whose every weights[i] x stage time is at most caps[j]; table
- * J x (n + 1) x size. */
+ * J x (n + 1) x size. Each entry's weighted time is compared with every cap in turn (minima are
+ * exact: the order they are taken in changes no bit). */
 static void capped_table(const double *times, int n, Py_ssize_t size, const double *weights, const double *caps,
                          Py_ssize_t J, double *table)
 {
@@ -447,16 +448,15 @@ static void capped_table(const double *times, int n, Py_ssize_t size, const doub
     for (int k = n - 1; k >= 0; k--) {
         const double w = weights[k];
         for (Py_ssize_t a = 0; a < size; a++) {
-            for (Py_ssize_t j = 0; j < J; j++) {
-                const double cap = caps[j], *next = table + (size_t)j * plane + (size_t)(k + 1) * (size_t)size;
-                double least = INFINITY;
-                for (Py_ssize_t b = 0; b < size; b++) {
-                    const double t = T3(k, a, b);
-                    if (!(weighted_time(t, w) <= cap)) continue;  /* numpy: inf there */
-                    const double v = t + next[b];
-                    if (v < least) least = v;
+            double *least = table + (size_t)k * (size_t)size + (size_t)a;  /* + j * plane: cap j's, from inf */
+            for (Py_ssize_t b = 0; b < size; b++) {
+                const double t = T3(k, a, b), x = weighted_time(t, w);
+                const double *next = table + (size_t)(k + 1) * (size_t)size + (size_t)b;
+                for (Py_ssize_t j = 0; j < J; j++) {
+                    if (!(x <= caps[j])) continue;  /* numpy: inf there */
+                    const double v = t + next[(size_t)j * plane];
+                    if (v < least[(size_t)j * plane]) least[(size_t)j * plane] = v;
                 }
-                table[(size_t)j * plane + (size_t)k * (size_t)size + (size_t)a] = least;
             }
         }
     }
@@ -531,6 +531,16 @@ static int check_planes(const tables_t *t, const int64_t *which, Py_ssize_t coun
     return 0;
 }
 
+/* The pipeline shape of a 1F1B entry point: pp, m >= 1. */
+static int check_pipeline(int pp, int m, const char *name)
+{
+    if (pp < 1 || m < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: pp and m must be >= 1", name);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(one_f_one_b_doc,
 "one_f_one_b(durations, pp, m, ends)\n\n"
 "FASOP's 1F1B recurrences for n pipelines of pp stages and m micro-batches. durations: float64,\n"
@@ -545,10 +555,7 @@ static PyObject *py_one_f_one_b(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*iiw*", &durations, &pp, &m, &ends)) return NULL;
     PyObject *result = NULL;
     sched_t s = {0};
-    if (pp < 1 || m < 1) {
-        PyErr_SetString(PyExc_ValueError, "one_f_one_b: pp and m must be >= 1");
-        goto done;
-    }
+    if (check_pipeline(pp, m, "one_f_one_b") < 0) goto done;
     const Py_ssize_t row = 4 * (Py_ssize_t)pp;
     const Py_ssize_t n = durations.len / (row * (Py_ssize_t)sizeof(double));
     if (check_buffer(&durations, n * row, sizeof(double), "durations") < 0 ||
@@ -1370,7 +1377,8 @@ PyDoc_STRVAR(one_f_one_b_traced_doc,
 "float64, written) that also returns the critical path of stage 0's end: the indices into\n"
 "durations of the events of the chain that sets it, first first. Summed in that order from\n"
 "0.0, any durations' entries on the path are at most the stage-0 end of a run on those\n"
-"durations (the same pp, m and zero sends), and equal to it for these.");
+"durations (the same pp, m and zero sends), and equal to it for these. ValueError past\n"
+"TRACE_MAX_CELLS pp x m cells (event ids are int32).");
 
 static PyObject *py_one_f_one_b_traced(PyObject *self, PyObject *args)
 {
@@ -1380,10 +1388,7 @@ static PyObject *py_one_f_one_b_traced(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*iiw*", &durations, &pp, &m, &ends)) return NULL;
     PyObject *result = NULL;
     trace_t tr = {0};
-    if (pp < 1 || m < 1) {
-        PyErr_SetString(PyExc_ValueError, "one_f_one_b_traced: pp and m must be >= 1");
-        goto done;
-    }
+    if (check_pipeline(pp, m, "one_f_one_b_traced") < 0) goto done;
     if (check_buffer(&durations, 4 * (Py_ssize_t)pp, sizeof(double), "durations") < 0 ||
         check_buffer(&ends, pp, sizeof(double), "ends") < 0)
         goto done;
@@ -1564,13 +1569,14 @@ static struct PyModuleDef module = {
 
 /* The interface version fasop/native.py expects (native.API): bump with every change of a signature
  * or of what a call returns (4: a traced run's chain takes the first of equal inputs in _run's order;
- * 5: the partitioner's tables). */
-#define API 5
+ * 5: the partitioner's tables; 6: TRACE_MAX_CELLS, one_f_one_b_traced's limit, exported). */
+#define API 6
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "API", API) < 0) {
+    if (m && (PyModule_AddIntConstant(m, "API", API) < 0 ||
+              PyModule_AddIntConstant(m, "TRACE_MAX_CELLS", TRACE_MAX_CELLS) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

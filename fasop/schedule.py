@@ -41,10 +41,6 @@ SCALAR_PER_LEVEL = 35
 < this x levels (one event in Python takes ~0.1 us, one numpy step per level ~3.5 us), else one
 numpy step per level for the whole batch."""
 
-TRACED_MAX_CELLS = (2**31 - 3) // 4
-"""The most pp x m cells of a compiled traced run (its event ids are int32); critical paths of
-larger schedules come from the traced program."""
-
 FLOAT_PIPELINES = 3
 """Untraced schedules (reuse=False) of at most this many pipelines run one pipeline at a time on
 Python floats (~0.2 us per event) rather than on arrays of the batch (~2 us per event, nearly
@@ -90,7 +86,7 @@ def _compiled(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: 
               num_microbatches: int) -> np.ndarray:
     """`one_f_one_b` by the compiled recurrences (fasop/_native.c)."""
     pp, batch = fwd.shape
-    durations = np.ascontiguousarray(np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0).T, dtype=float)
+    durations = _durations(fwd, bwd, send_fwd, send_bwd)
     ends = np.empty((batch, pp))
     native.kernels.one_f_one_b(durations, pp, num_microbatches, ends)
     return ends.T
@@ -110,9 +106,15 @@ class _Nothing:
 _NOTHING = _Nothing()
 
 
+def _durations(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray) -> np.ndarray:
+    """Per pipeline, its durations as one C-contiguous float64 row: the 4 pp rows F, B, SF, SB
+    (`_Program`'s order, and the compiled kernels')."""
+    return np.ascontiguousarray(np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0).T, dtype=float)
+
+
 def _rows(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray) -> list[list[float]]:
-    """Per pipeline, its durations as one list: the 4 pp rows F, B, SF, SB (`_Program`'s order)."""
-    return np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0).T.tolist()
+    """`_durations` as lists of floats."""
+    return _durations(fwd, bwd, send_fwd, send_bwd).tolist()
 
 
 def one_f_one_b_reference(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
@@ -137,19 +139,19 @@ def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
     kernels' traced run when they are built, else from the traced program.
     """
     pp, batch = comp.shape
-    rows = _rows(comp / 3, 2 * comp / 3, send_fwd, send_bwd)
+    rows = _durations(comp / 3, 2 * comp / 3, send_fwd, send_bwd)
     ends, weights, const = np.empty(batch), np.zeros((pp, batch)), np.zeros(batch)
-    if native.kernels is not None and pp * num_microbatches <= TRACED_MAX_CELLS:
+    if native.kernels is not None and pp * num_microbatches <= native.kernels.TRACE_MAX_CELLS:
         # the compiled traced run: the same events, values and chain (the first of equal inputs in
         # _run's order), without a program to trace and compile per (pp, m)
         stage_ends = np.empty(pp)
         for col, durations in enumerate(rows):
-            chain = native.kernels.one_f_one_b_traced(np.array(durations), pp, num_microbatches, stage_ends)
+            chain = native.kernels.one_f_one_b_traced(durations, pp, num_microbatches, stage_ends)
             ends[col] = stage_ends[0]
-            weights[:, col], const[col] = _chain_sums(chain, durations, pp)
+            weights[:, col], const[col] = _chain_sums(chain, durations.tolist(), pp)
         return ends, weights, const
-    program = _program(pp, num_microbatches)
-    for col, durations in enumerate(rows):
+    program = _program(pp, num_microbatches)  # no kernels, or more cells than their int32 event ids cover
+    for col, durations in enumerate(rows.tolist()):
         values = program.values(durations) if program.compiles else \
             program.run(np.array(durations)[:, None])[:, 0].tolist()
         ends[col] = values[program.outputs[0]]
