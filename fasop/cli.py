@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how many of the fastest plans that fit to print (default %(default)s)")
     _add_execution(s)
     _add_pareto_parser(sub, PLACEMENTS, PARTITIONERS, DEFAULT_ITERATIONS)
+    from fasop.cli_plan import add_plan_parsers
+
+    add_plan_parsers(sub)
     return parser
 
 
@@ -95,6 +98,10 @@ def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimat
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command in ("export", "explain", "plot"):
+            from fasop.cli_plan import run_plan_command
+
+            return run_plan_command(args)
         return _pareto(args) if args.command == "pareto" else _search(args)
     except FasopError as exc:
         print(f"fasop: error: {exc}", file=sys.stderr)
