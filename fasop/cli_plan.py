@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fasop.errors import FasopError
 
-COMMANDS = ("export",)
+COMMANDS = ("export", "explain")
 
 
 def _positive(text: str) -> int:
@@ -43,6 +43,14 @@ def add_plan_parsers(sub) -> None:
     _add_row_args(e)
     e.add_argument("--target", choices=TARGETS, required=True)
     e.add_argument("--out", help="write the text to this file (default: standard output)")
+    x = sub.add_parser("explain", help="why one plan is as fast as it is: per-stage time and memory",
+                       description="Estimate one plan of a results CSV again with its own layer split and "
+                       "break it down: per stage GPU, nodes, layers, compute, p2p, idle time, memory by part "
+                       "against capacity; the whole plan's bubble, all-reduces, step time, throughput, cost.")
+    _add_row_args(x)
+    x.add_argument("--json", action="store_true", help="one JSON object (SI units: seconds, bytes, FLOP)")
+    x.add_argument("--peak-tflops", metavar="GPU=TFLOPS[,GPU=TFLOPS...]",
+                   help="dense 16-bit peak of each GPU type, for the model FLOPs utilisation (e.g. A100=312)")
 
 
 def row_plan(args: argparse.Namespace):
@@ -70,6 +78,8 @@ def row_plan(args: argparse.Namespace):
 def run_plan_command(args: argparse.Namespace) -> int:
     if args.command == "export":
         return _export(args)
+    if args.command == "explain":
+        return _explain(args)
     raise AssertionError(args.command)
 
 
@@ -90,3 +100,48 @@ def _export(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(result.text)
     return 0
+
+
+def _peaks(text: str | None) -> dict[str, float]:
+    """`A100=312,A10=125` -> FLOP/s per GPU type."""
+    peaks = {}
+    for item in (text or "").split(","):
+        if not item:
+            continue
+        gpu, _, value = item.partition("=")
+        try:
+            tflops = float(value)
+        except ValueError:
+            tflops = 0.0
+        if not gpu or not 0 < tflops < float("inf"):
+            raise FasopError(f"--peak-tflops: expected GPU=TFLOPS with TFLOPS > 0, got {item!r}")
+        peaks[gpu] = tflops * 1e12
+    return peaks
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import json
+
+    from fasop.estimate import Fasop2024Estimator
+    from fasop.explain import explain, render
+
+    peaks = _peaks(args.peak_tflops)
+    rp, model, cluster = row_plan(args)
+    estimator = Fasop2024Estimator(model, cluster, inventory_of(rp), partitioner="optimal")
+    x = explain(rp, model, cluster, estimator, peak_flop_per_s=peaks)
+    if args.json:
+        print(json.dumps(x.to_dict(), indent=1, allow_nan=False))
+    else:
+        sys.stdout.write(render(x))
+    return 0
+
+
+def inventory_of(rp) -> tuple:
+    """The row's inventory in the order of its num_nodes_<type> columns (the order of the search's
+    --nodes), else the plan's nodes."""
+    by_name = {n.name: n for n in rp.plan.placement}
+    counts = [(c[len("num_nodes_"):], rp.row[c]) for c in rp.row if c.startswith("num_nodes_")]
+    inventory = tuple(by_name[name] for name, n in counts if name in by_name and n.isdigit()
+                      for _ in range(int(n)))
+    return inventory if sorted(n.name for n in inventory) == sorted(n.name for n in rp.plan.placement) \
+        else rp.plan.placement

@@ -1,0 +1,250 @@
+"""Why a plan is as fast as it is: `fasop explain`'s breakdown of one plan.
+
+The plan (from a results row, rowplan.RowPlan) is estimated again with the row's own layer split
+(`estimate_split`), then broken down:
+
+- per stage: its pace-setting GPU type and nodes, its layers by name, fwd+bwd seconds of one
+  micro-batch, the p2p seconds of one micro-batch to the next stage, its busy time in the 1F1B
+  pipeline (m x compute + the sends its schedule charges), its idle time (end - busy), and its
+  memory by part against its GPU memory limit;
+- the whole plan: pipeline time = stage 0's end = its compute + sends + idle; bubble fraction
+  = idle stage-time / (pp x pipeline time); step time = the last stage to finish its DP
+  all-reduce + the embedding all-reduce (MODEL.md §5, §7); throughput, model FLOPs, dollars.
+
+Memory parts follow the 18 bytes a parameter of memory.BYTES_PER_PARAM: 16-bit weights (2),
+fp32 gradients (4) and fp32 master weights + Adam moments (12, the optimizer), as Megatron-LM
+counts them (theoretical_memory_usage.py, 01_megatron_lm.md §1.7); with the optimizer sharded
+(ZeRO) the optimizer's 12 become 12 // dp, as memory.zero_bytes_per_param.
+Model FLOPs: Narayanan et al. 2021, Eq. 3 without recompute: per transformer layer and token
+3 x (24 h^2 + 4 s h), per head and token 3 x 2 h V.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from fasop.export import settings_of
+from fasop.memory import (BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PER_PARAM, stage_elements, stage_limits,
+                          zero_bytes_per_param)
+from fasop.rowplan import RowPlan, finite, stage_layer_names
+from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
+
+WEIGHT_BYTES, GRADIENT_BYTES = 2, 4
+OPTIMIZER_BYTES = ZERO_SHARDED_BYTES_PER_PARAM
+assert WEIGHT_BYTES + GRADIENT_BYTES + OPTIMIZER_BYTES == BYTES_PER_PARAM
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageBreakdown:
+    stage: int
+    gpu: str
+    node_type: str
+    nodes: tuple[int, ...]
+    layers: str
+    compute_s: float
+    """Fwd+bwd seconds of one micro-batch."""
+    send_s: float
+    """Seconds to send one micro-batch's activations to the next stage (0 on the last)."""
+    busy_s: float
+    """m x compute + the sends the schedule charges to this stage."""
+    sends_charged_s: float
+    idle_s: float
+    end_s: float
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    memory_bytes: float
+    """The stage's estimate: the sum of the four parts."""
+    overhead_factor: float
+    limit_bytes: float
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.limit_bytes - self.overhead_factor * self.memory_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Explanation:
+    where: str
+    model: str
+    cluster: str
+    plan_key: str
+    num_microbatches: int
+    global_batch_size: int
+    sequence_length: int
+    stages: tuple[StageBreakdown, ...]
+    pipeline_time_s: float
+    bubble_fraction: float
+    last_stage: int
+    """The stage whose end + DP all-reduce is latest: it sets the step time."""
+    dp_allreduce_s: float
+    """That stage's gradient all-reduce over data parallelism."""
+    embedding_allreduce_s: float
+    step_time_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    model_flop_per_step: float
+    gpus: dict[str, int]
+    """GPUs of each type the plan uses."""
+    mfu: float | None
+    """Model FLOP/s over the summed peaks of the plan's GPUs; None where no peak is known."""
+    usd_per_hour: float
+    usd_per_step: float
+    usd_per_million_tokens: float
+    zero_stage: int
+    row_step_time_s: float | None
+    """The CSV's step time, to compare with the re-estimate."""
+    fits: bool
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        for s, stage in zip(out["stages"], self.stages):
+            s["headroom_bytes"] = stage.headroom_bytes
+            s["nodes"] = list(stage.nodes)
+        return out
+
+
+def estimate_split(estimator, plan, partition: tuple[int, ...]):
+    """The estimate of `plan` with its layers split as `partition` (layer-list entries per stage),
+    not as the estimator's partitioner would split them: the estimator's `estimate_split` where
+    it has one; else its estimate, which must then have that split."""
+    method = getattr(estimator, "estimate_split", None)
+    if method is not None:
+        return method(plan, partition)
+    return _fasop2024_split(estimator, plan, partition)
+
+
+def _fasop2024_split(e, plan, partition):
+    from fasop.estimate import _Prepared
+    from fasop.partition import Split
+
+    prepared = _Prepared(plan, e.stage_types(plan), e._stage_costs(plan), e.p2p(plan), [Split(partition, partition)],
+                         layout=e.layout(plan))
+    return e._finish(prepared, e._schedule_all([prepared])[0])
+
+
+def model_flop_per_sample(model: ModelSpec) -> float:
+    """Fwd+bwd FLOPs of one sample (Narayanan et al. 2021, Eq. 3, no recompute)."""
+    h, s, v = model.hidden_size, model.sequence_length, model.vocab_size
+    per_token = sum(24 * h * h + 4 * s * h for k in model.layer_kinds if k in TRANSFORMER_KINDS)
+    per_token += sum(2 * h * v for k in model.layer_kinds if k == "head")
+    return 3.0 * per_token * s
+
+
+def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
+            peak_flop_per_s: dict[str, float] | None = None) -> Explanation:
+    plan = rp.plan
+    e = estimate_split(estimator, plan, rp.partition)
+    m = plan.num_microbatches
+    zero = settings_of(rp).zero_stage
+    names = stage_layer_names(model, rp.partition)
+    limits = stage_limits(plan)
+    sends = _charged_sends(e.p2p_s, plan.pp, m)
+    stages, start = [], 0
+    for i, n in enumerate(rp.partition):
+        params, act = stage_elements(plan, model, model.layer_kinds[start:start + n])
+        optimizer = (zero_bytes_per_param(plan.dp) - WEIGHT_BYTES - GRADIENT_BYTES if zero else OPTIMIZER_BYTES) * params
+        busy = m * e.stage_compute_s[i] + sends[i]
+        stages.append(StageBreakdown(
+            stage=i, gpu=e.stage_node_types[i].gpu, node_type=e.stage_node_types[i].name,
+            nodes=plan.stage_node_indices[i], layers=names[i], compute_s=e.stage_compute_s[i],
+            send_s=e.p2p_s[i] if i < plan.pp - 1 else 0.0, busy_s=busy, sends_charged_s=sends[i],
+            idle_s=e.stage_end_s[i] - busy, end_s=e.stage_end_s[i],
+            weights_bytes=WEIGHT_BYTES * params, gradients_bytes=GRADIENT_BYTES * params, optimizer_bytes=optimizer,
+            activations_bytes=act, memory_bytes=(e.memory.stage_zero_bytes if zero else e.memory.stage_bytes)[i],
+            overhead_factor=1.0 if zero else cluster.memory_overhead_factor, limit_bytes=limits[i]))
+        start += n
+    busy_total = sum(s.busy_s for s in stages)
+    # the stage whose end + its DP all-reduce + the embedding all-reduce is the step time (the
+    # estimate keeps the all-reduce of that stage only; stages differ in it only by their bus)
+    rest = e.dp_allreduce_s + e.embedding_allreduce_s
+    last = min(range(plan.pp), key=lambda i: (abs(e.stage_end_s[i] + rest - e.step_time_s), i))
+    samples_per_s = plan.global_batch_size / e.step_time_s
+    flop = model_flop_per_sample(model) * plan.global_batch_size
+    gpus: dict[str, int] = {}
+    for node in plan.placement:
+        gpus[node.gpu] = gpus.get(node.gpu, 0) + node.gpus_per_node
+    peaks = peak_flop_per_s or {}
+    mfu = (flop / e.step_time_s / sum(peaks[g] * n for g, n in gpus.items())
+           if gpus and all(g in peaks for g in gpus) else None)
+    usd_per_hour = finite(rp.row.get("usd_per_hour", "")) or estimator.usd_per_s * 3600
+    usd_per_step = usd_per_hour / 3600 * e.step_time_s
+    tokens = plan.global_batch_size * model.sequence_length
+    return Explanation(
+        where=rp.where, model=model.name, cluster=cluster.path, plan_key=plan.key(), num_microbatches=m,
+        global_batch_size=plan.global_batch_size, sequence_length=model.sequence_length, stages=tuple(stages),
+        pipeline_time_s=e.pipeline_time_s, bubble_fraction=1 - busy_total / (plan.pp * e.pipeline_time_s),
+        last_stage=last, dp_allreduce_s=e.dp_allreduce_s, embedding_allreduce_s=e.embedding_allreduce_s,
+        step_time_s=e.step_time_s, samples_per_s=samples_per_s, tokens_per_s=samples_per_s * model.sequence_length,
+        model_flop_per_step=flop, gpus=gpus, mfu=mfu, usd_per_hour=usd_per_hour, usd_per_step=usd_per_step,
+        usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
+        row_step_time_s=finite(rp.row.get("step_time_s", "")),
+        fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom))
+
+
+def _charged_sends(p2p_s: tuple[float, ...], pp: int, m: int) -> list[float]:
+    """Seconds of sends the 1F1B schedule charges to each stage (FASOP's p2p-ends-only, MODEL.md
+    §5: stage 0's m forward sends and the last stage's m backward sends)."""
+    out = [0.0] * pp
+    if pp > 1:
+        out[0] += m * p2p_s[0]
+        out[-1] += m * p2p_s[-1]
+    return out
+
+
+# ---------------------------------------------------------------------------- text
+def render(x: Explanation) -> str:
+    """The explanation as a report: a time table, a memory table and the whole plan's lines."""
+    ms = 1e3
+    head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
+            f"plan {x.plan_key}: {x.num_microbatches} micro-batches a step per replica, global batch "
+            f"{x.global_batch_size}, sequence {x.sequence_length}", ""]
+    time_rows = [("stage", "gpu", "nodes", "layers", "fwd+bwd/mb ms", "send/mb ms", "busy ms", "idle ms", "end ms")]
+    time_rows += [(str(s.stage), s.gpu, _span(s.nodes), s.layers, f"{s.compute_s * ms:.3f}",
+                   f"{s.send_s * ms:.3f}" if s.send_s else "-", f"{s.busy_s * ms:.2f}", f"{s.idle_s * ms:.2f}",
+                   f"{s.end_s * ms:.2f}") for s in x.stages]
+    memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
+    mem_rows = [("stage", "weights", "gradients", "optimizer", "activations", "total", f"x{x.stages[0].overhead_factor:.2f}", "limit",
+                 "headroom")]
+    mem_rows += [(str(s.stage), *(f"{v / GIB:.2f}" for v in (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes,
+                                                             s.activations_bytes, s.memory_bytes)),
+                  f"{s.overhead_factor * s.memory_bytes / GIB:.2f}", f"{s.limit_bytes / GIB:.2f}",
+                  f"{s.headroom_bytes / GIB:.2f}" + ("" if s.headroom_bytes >= 0 else " OOM")) for s in x.stages]
+    s0 = x.stages[0]
+    last = x.stages[x.last_stage]
+    throughput = f"{x.samples_per_s:,.2f} samples/s, {x.tokens_per_s:,.0f} tokens/s"
+    flops = f"model {x.model_flop_per_step / 1e15:,.3f} PFLOP a step = {x.model_flop_per_step / x.step_time_s / 1e12:,.1f} TFLOP/s"
+    gpus = " + ".join(f"{n} {g}" for g, n in x.gpus.items())
+    mfu = (f"MFU {x.mfu:.1%} of the peaks of {gpus}" if x.mfu is not None else
+           f"MFU unknown (no peak FLOP/s for {gpus}; give --peak-tflops GPU=TFLOPS,...)")
+    lines = head + _table(time_rows, left=(1, 2, 3))
+    lines += ["busy: m x fwd+bwd + the sends the schedule charges the stage (FASOP: stage 0's forward and the "
+              "last stage's backward sends); idle: end - busy", "", memory_title] + _table(mem_rows, left=()) + [""]
+    lines += [f"pipeline  {x.pipeline_time_s * ms:.2f} ms (stage 0's end) = compute {x.num_microbatches} x "
+              f"{s0.compute_s * ms:.3f} + sends {s0.sends_charged_s * ms:.2f} + idle {s0.idle_s * ms:.2f} ms; "
+              f"bubble {x.bubble_fraction:.1%} of the stages' time",
+              f"step      {x.step_time_s * ms:.2f} ms = stage {last.stage}'s end {last.end_s * ms:.2f} + DP all-reduce "
+              f"{x.dp_allreduce_s * ms:.2f} + embedding all-reduce {x.embedding_allreduce_s * ms:.2f} ms",
+              f"rate      {throughput}; {flops}; {mfu}",
+              f"cost      ${x.usd_per_step:.5f} a step (${x.usd_per_hour:,.2f}/h), "
+              f"${x.usd_per_million_tokens:,.4f} per million tokens"]
+    if not x.fits:
+        lines.append("memory    does not fit: a stage's estimate x overhead exceeds its limit")
+    if x.row_step_time_s is not None and x.row_step_time_s != x.step_time_s:
+        lines.append(f"note      the CSV says step_time_s {x.row_step_time_s!r}; re-estimated with its split: "
+                     f"{x.step_time_s!r} (a CSV of another fasop version or estimator, or FASOP's min-max "
+                     "partitioner, whose schedule can differ from the split it reports)")
+    return "\n".join(lines) + "\n"
+
+
+def _span(values) -> str:
+    values = list(values)
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def _table(rows: list[tuple[str, ...]], left: tuple[int, ...]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in rows]
