@@ -9,7 +9,8 @@ from pathlib import Path
 
 from fasop.errors import FasopError
 
-COMMANDS = ("export", "explain")
+COMMANDS = ("export", "explain", "plot")
+DEFAULT_TOP = 8
 
 
 def _positive(text: str) -> int:
@@ -49,6 +50,7 @@ def add_plan_parsers(sub) -> None:
                        "against capacity; the whole plan's bubble, all-reduces, step time, throughput, cost.")
     _add_row_args(x)
     x.add_argument("--json", action="store_true", help="one JSON object (SI units: seconds, bytes, FLOP)")
+    _add_plot_parser(sub)
     x.add_argument("--peak-tflops", metavar="GPU=TFLOPS[,GPU=TFLOPS...]",
                    help="dense 16-bit peak of each GPU type, for the model FLOPs utilisation (e.g. A100=312)")
 
@@ -80,6 +82,8 @@ def run_plan_command(args: argparse.Namespace) -> int:
         return _export(args)
     if args.command == "explain":
         return _explain(args)
+    if args.command == "plot":
+        return _plot(args)
     raise AssertionError(args.command)
 
 
@@ -145,3 +149,100 @@ def inventory_of(rp) -> tuple:
                       for _ in range(int(n)))
     return inventory if sorted(n.name for n in inventory) == sorted(n.name for n in rp.plan.placement) \
         else rp.plan.placement
+
+
+# ---------------------------------------------------------------------------- fasop plot
+def _add_plot_parser(sub) -> None:
+    p = sub.add_parser("plot", help="figures of a results CSV: a plan's pipeline timeline, step-time breakdown of "
+                       "the top plans, per-stage memory; a pareto CSV's frontier",
+                       description="Write PNG and SVG figures into --out-dir: <name>_timeline (the simulated 1F1B "
+                       "pipeline of the chosen plan), <name>_breakdown (step time of the top plans by part), "
+                       "<name>_memory (the chosen plan's memory per stage by part against its limit), and for a "
+                       "pareto CSV <name>_frontier. <name> is the CSV's name, with _rankN / _rowK when given.")
+    _add_row_args(p)
+    p.add_argument("--top", type=_positive, default=DEFAULT_TOP, metavar="N",
+                   help="plans in the breakdown: the N fastest that fit (a pareto CSV: frontier points) (default "
+                   "%(default)s)")
+    p.add_argument("--out-dir", default="plots", help="folder to write into (default %(default)s)")
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from fasop import plots
+    from fasop.rowplan import read_rows
+
+    rows = read_rows(args.source)
+    rp, model, cluster = row_plan(args)
+    name = Path(args.source).stem + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "")
+    where = f"{model.name} on {Path(cluster.path).stem}"
+    figures = []
+    if "composition" in rows[0]:
+        figures.append(("frontier", _frontier(rows, plots, where)))
+    x, timeline = _explained(rp, model, cluster)
+    plan = rp.plan
+    from fasop.cli import _abbreviate
+
+    label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {_abbreviate(plan.placement_name)}"
+    figures.append(("timeline", plots.timeline_figure(timeline, [f"{s.stage} {s.gpu}" for s in x.stages],
+                                                      title=f"{where}: {label}")))
+    figures.append(("breakdown", plots.breakdown_figure(_breakdown_items(rows, args, model, cluster),
+                                                        title=f"{where}: step time of the top plans")))
+    figures.append(("memory", plots.memory_figure(x.stages, title=f"{where}: memory per stage")))
+    written = []
+    for kind, fig in figures:
+        try:
+            written += plots.save_figure(fig, Path(args.out_dir) / f"{name}_{kind}")
+        except OSError as exc:
+            raise FasopError(f"--out-dir: cannot write into {args.out_dir!r}: {exc.strerror}") from None
+    print("wrote " + ", ".join(map(str, written)))
+    return 0
+
+
+def _explained(rp, model, cluster):
+    """(explain.Explanation, timeline.Timeline) of a row's plan, estimated with its split."""
+    from fasop.estimate import Fasop2024Estimator
+    from fasop.explain import estimate_split, explain
+    from fasop.timeline import timeline
+
+    estimator = Fasop2024Estimator(model, cluster, inventory_of(rp), partitioner="optimal")
+    return explain(rp, model, cluster, estimator), timeline(estimate_split(estimator, rp.plan, rp.partition))
+
+
+def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, float]]]:
+    """(label, parts) of the top plans: a search CSV's N fastest that fit, a pareto CSV's frontier."""
+    from fasop.cli import _abbreviate
+    from fasop.rowplan import plan_of_row
+
+    if "composition" in rows[0]:
+        chosen = sorted((r for r in rows if r.get("on_frontier") == "True"), key=lambda r: float(r["step_time_s"]))
+    else:
+        chosen = [r for r in rows if r.get("is_oom") != "True"]
+    items = []
+    for k, row in enumerate(chosen[:args.top], start=1):
+        rp = plan_of_row(row, f"{args.source} row {k}", model, cluster)
+        x, _ = _explained(rp, model, cluster)
+        s = x.stages[x.last_stage]
+        p = rp.plan
+        label = (row["composition"] + ": " if "composition" in row else f"#{row.get('rank', k)} ") + \
+            f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {_abbreviate(p.placement_name)}"
+        items.append((label, {"compute": s.computing_s, "p2p": s.sending_s,
+                              "bubble": s.idle_s, "DP all-reduce": x.dp_allreduce_s,
+                              "embedding all-reduce": x.embedding_allreduce_s}))
+    return items
+
+
+def _frontier(rows, plots, where: str):
+    """The frontier figure of a pareto CSV's rows."""
+    import pandas as pd
+
+    from fasop.rowplan import finite
+
+    kinds = [c[len("num_nodes_"):] for c in rows[0] if c.startswith("num_nodes_")]
+    points = pd.DataFrame({
+        "composition": [r["composition"] for r in rows], "kind": [r["cluster_kind"] for r in rows],
+        "status": [r["status"] for r in rows],
+        "train_time_h": [finite(r["train_time_h"]) for r in rows],
+        "train_cost_usd": [finite(r["train_cost_usd"]) for r in rows],
+        "on_frontier": [r["on_frontier"] == "True" for r in rows], "is_knee": [r["is_knee"] == "True" for r in rows]})
+    iterations = rows[0].get("iterations", "")
+    return plots.frontier_figure(points, kinds, title=f"{where}, {int(iterations):,} steps" if iterations.isdigit()
+                                 else where, complete=all(r.get("complete") != "False" for r in rows))

@@ -4,11 +4,12 @@ The plan (from a results row, rowplan.RowPlan) is estimated again with the row's
 (`estimate_split`), then broken down:
 
 - per stage: its pace-setting GPU type and nodes, its layers by name, fwd+bwd seconds of one
-  micro-batch, the p2p seconds of one micro-batch to the next stage, its busy time in the 1F1B
-  pipeline (m x compute + the sends its schedule charges), its idle time (end - busy), and its
-  memory by part against its GPU memory limit;
-- the whole plan: pipeline time = stage 0's end = its compute + sends + idle; bubble fraction
-  = idle stage-time / (pp x pipeline time); step time = the last stage to finish its DP
+  micro-batch, the p2p seconds of one micro-batch to the next stage; from the events of its
+  1F1B schedule (timeline.py) until its end: the time it computes, the time it only sends
+  (sends that overlap its compute are not counted again) and the time it waits (the gaps
+  between its events); and its memory by part against its GPU memory limit;
+- the whole plan: pipeline time = stage 0's end = its compute + exposed sends + waiting; bubble
+  fraction = the stages' waiting / (pp x pipeline time); step time = the last stage to finish its DP
   all-reduce + the embedding all-reduce (MODEL.md §5, §7); throughput, model FLOPs, dollars.
 
 Memory parts follow the 18 bytes a parameter of memory.BYTES_PER_PARAM: 16-bit weights (2),
@@ -29,6 +30,7 @@ from fasop.memory import (BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PER_PARAM, stage_e
                           zero_bytes_per_param)
 from fasop.rowplan import RowPlan, finite, stage_layer_names
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
+from fasop.timeline import timeline
 
 WEIGHT_BYTES, GRADIENT_BYTES = 2, 4
 OPTIMIZER_BYTES = ZERO_SHARDED_BYTES_PER_PARAM
@@ -46,10 +48,12 @@ class StageBreakdown:
     """Fwd+bwd seconds of one micro-batch."""
     send_s: float
     """Seconds to send one micro-batch's activations to the next stage (0 on the last)."""
-    busy_s: float
-    """m x compute + the sends the schedule charges to this stage."""
-    sends_charged_s: float
+    computing_s: float
+    """Its fwd and bwd events, summed (m x compute_s)."""
+    sending_s: float
+    """Its send events where they do not overlap its compute (exposed p2p)."""
     idle_s: float
+    """The gaps between its events from 0 to its end: the bubble."""
     end_s: float
     weights_bytes: float
     gradients_bytes: float
@@ -141,22 +145,22 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
     zero = settings_of(rp).zero_stage
     names = stage_layer_names(model, rp.partition)
     limits = stage_limits(plan)
-    sends = _charged_sends(e.p2p_s, plan.pp, m)
+    tl = timeline(e)
     stages, start = [], 0
     for i, n in enumerate(rp.partition):
         params, act = stage_elements(plan, model, model.layer_kinds[start:start + n])
         optimizer = (zero_bytes_per_param(plan.dp) - WEIGHT_BYTES - GRADIENT_BYTES if zero else OPTIMIZER_BYTES) * params
-        busy = m * e.stage_compute_s[i] + sends[i]
+        computing, sending, idle = _occupancy(tl, i, e.stage_end_s[i])
         stages.append(StageBreakdown(
             stage=i, gpu=e.stage_node_types[i].gpu, node_type=e.stage_node_types[i].name,
             nodes=plan.stage_node_indices[i], layers=names[i], compute_s=e.stage_compute_s[i],
-            send_s=e.p2p_s[i] if i < plan.pp - 1 else 0.0, busy_s=busy, sends_charged_s=sends[i],
-            idle_s=e.stage_end_s[i] - busy, end_s=e.stage_end_s[i],
+            send_s=e.p2p_s[i] if i < plan.pp - 1 else 0.0, computing_s=computing, sending_s=sending,
+            idle_s=idle, end_s=e.stage_end_s[i],
             weights_bytes=WEIGHT_BYTES * params, gradients_bytes=GRADIENT_BYTES * params, optimizer_bytes=optimizer,
             activations_bytes=act, memory_bytes=(e.memory.stage_zero_bytes if zero else e.memory.stage_bytes)[i],
             overhead_factor=1.0 if zero else cluster.memory_overhead_factor, limit_bytes=limits[i]))
         start += n
-    busy_total = sum(s.busy_s for s in stages)
+    idle_total = sum(s.idle_s + (e.pipeline_time_s - s.end_s) for s in stages)
     # the stage whose end + its DP all-reduce + the embedding all-reduce is the step time (the
     # estimate keeps the all-reduce of that stage only; stages differ in it only by their bus)
     rest = e.dp_allreduce_s + e.embedding_allreduce_s
@@ -175,7 +179,7 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
     return Explanation(
         where=rp.where, model=model.name, cluster=cluster.path, plan_key=plan.key(), num_microbatches=m,
         global_batch_size=plan.global_batch_size, sequence_length=model.sequence_length, stages=tuple(stages),
-        pipeline_time_s=e.pipeline_time_s, bubble_fraction=1 - busy_total / (plan.pp * e.pipeline_time_s),
+        pipeline_time_s=e.pipeline_time_s, bubble_fraction=idle_total / (plan.pp * e.pipeline_time_s),
         last_stage=last, dp_allreduce_s=e.dp_allreduce_s, embedding_allreduce_s=e.embedding_allreduce_s,
         step_time_s=e.step_time_s, samples_per_s=samples_per_s, tokens_per_s=samples_per_s * model.sequence_length,
         model_flop_per_step=flop, gpus=gpus, mfu=mfu, usd_per_hour=usd_per_hour, usd_per_step=usd_per_step,
@@ -184,14 +188,20 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
         fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom))
 
 
-def _charged_sends(p2p_s: tuple[float, ...], pp: int, m: int) -> list[float]:
-    """Seconds of sends the 1F1B schedule charges to each stage (FASOP's p2p-ends-only, MODEL.md
-    §5: stage 0's m forward sends and the last stage's m backward sends)."""
-    out = [0.0] * pp
-    if pp > 1:
-        out[0] += m * p2p_s[0]
-        out[-1] += m * p2p_s[-1]
-    return out
+def _occupancy(tl, stage: int, end: float) -> tuple[float, float, float]:
+    """(computing, sending alone, waiting) seconds of a stage from 0 to its end: the sums of its
+    compute events, of its send events outside them, and of the gaps between its events."""
+    own = sorted((ev.start, min(ev.end, end), ev.kind in ("fwd", "bwd")) for ev in tl.events
+                 if ev.stage == stage and ev.microbatch >= 0 and ev.start < end)
+    computing = sum(b - a for a, b, compute in own if compute)
+    covered, idle, reach = 0.0, 0.0, 0.0  # union of all events; gaps before each; the union's right end
+    for a, b, _ in own:
+        if a > reach:
+            idle += a - reach
+        covered += max(0.0, b - max(a, reach))
+        reach = max(reach, b)
+    idle += max(0.0, end - reach)
+    return computing, covered - computing, idle
 
 
 # ---------------------------------------------------------------------------- text
@@ -201,9 +211,11 @@ def render(x: Explanation) -> str:
     head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
             f"plan {x.plan_key}: {x.num_microbatches} micro-batches a step per replica, global batch "
             f"{x.global_batch_size}, sequence {x.sequence_length}", ""]
-    time_rows = [("stage", "gpu", "nodes", "layers", "fwd+bwd/mb ms", "send/mb ms", "busy ms", "idle ms", "end ms")]
+    time_rows = [("stage", "gpu", "nodes", "layers", "fwd+bwd/mb ms", "send/mb ms", "compute ms", "p2p ms",
+                  "idle ms", "end ms")]
     time_rows += [(str(s.stage), s.gpu, _span(s.nodes), s.layers, f"{s.compute_s * ms:.3f}",
-                   f"{s.send_s * ms:.3f}" if s.send_s else "-", f"{s.busy_s * ms:.2f}", f"{s.idle_s * ms:.2f}",
+                   f"{s.send_s * ms:.3f}" if s.send_s else "-", f"{s.computing_s * ms:.2f}", f"{s.sending_s * ms:.2f}",
+                   f"{s.idle_s * ms:.2f}",
                    f"{s.end_s * ms:.2f}") for s in x.stages]
     memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
     mem_rows = [("stage", "weights", "gradients", "optimizer", "activations", "total", f"x{x.stages[0].overhead_factor:.2f}", "limit",
@@ -220,10 +232,10 @@ def render(x: Explanation) -> str:
     mfu = (f"MFU {x.mfu:.1%} of the peaks of {gpus}" if x.mfu is not None else
            f"MFU unknown (no peak FLOP/s for {gpus}; give --peak-tflops GPU=TFLOPS,...)")
     lines = head + _table(time_rows, left=(1, 2, 3))
-    lines += ["busy: m x fwd+bwd + the sends the schedule charges the stage (FASOP: stage 0's forward and the "
-              "last stage's backward sends); idle: end - busy", "", memory_title] + _table(mem_rows, left=()) + [""]
+    lines += ["compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only (FASOP charges "
+              "stage 0's forward and the last stage's backward sends), waiting", "", memory_title] + _table(mem_rows, left=()) + [""]
     lines += [f"pipeline  {x.pipeline_time_s * ms:.2f} ms (stage 0's end) = compute {x.num_microbatches} x "
-              f"{s0.compute_s * ms:.3f} + sends {s0.sends_charged_s * ms:.2f} + idle {s0.idle_s * ms:.2f} ms; "
+              f"{s0.compute_s * ms:.3f} + p2p {s0.sending_s * ms:.2f} + idle {s0.idle_s * ms:.2f} ms; "
               f"bubble {x.bubble_fraction:.1%} of the stages' time",
               f"step      {x.step_time_s * ms:.2f} ms = stage {last.stage}'s end {last.end_s * ms:.2f} + DP all-reduce "
               f"{x.dp_allreduce_s * ms:.2f} + embedding all-reduce {x.embedding_allreduce_s * ms:.2f} ms",
