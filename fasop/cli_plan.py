@@ -126,18 +126,24 @@ def _peaks(text: str | None) -> dict[str, float]:
 def _explain(args: argparse.Namespace) -> int:
     import json
 
-    from fasop.estimate import Fasop2024Estimator
     from fasop.explain import explain, render
 
     peaks = _peaks(args.peak_tflops)
     rp, model, cluster = row_plan(args)
-    estimator = Fasop2024Estimator(model, cluster, inventory_of(rp), partitioner="optimal")
-    x = explain(rp, model, cluster, estimator, peak_flop_per_s=peaks)
+    x = explain(rp, model, cluster, estimator_for(rp, model, cluster), peak_flop_per_s=peaks)
     if args.json:
         print(json.dumps(x.to_dict(), indent=1, allow_nan=False))
     else:
         sys.stdout.write(render(x))
     return 0
+
+
+def estimator_for(rp, model, cluster):
+    """The cluster spec's estimator for the row's inventory (the optimal partitioner: a row's
+    split is given, the partitioner only names it)."""
+    from fasop.estimators import make_estimator
+
+    return make_estimator(model, cluster, inventory_of(rp), partitioner="optimal")
 
 
 def inventory_of(rp) -> tuple:
@@ -199,11 +205,10 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _explained(rp, model, cluster):
     """(explain.Explanation, timeline.Timeline) of a row's plan, estimated with its split."""
-    from fasop.estimate import Fasop2024Estimator
     from fasop.explain import estimate_split, explain
     from fasop.timeline import timeline
 
-    estimator = Fasop2024Estimator(model, cluster, inventory_of(rp), partitioner="optimal")
+    estimator = estimator_for(rp, model, cluster)
     return explain(rp, model, cluster, estimator), timeline(estimate_split(estimator, rp.plan, rp.partition))
 
 

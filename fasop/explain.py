@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fasop.errors import FasopError
 from fasop.export import settings_of
 from fasop.memory import (BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PER_PARAM, stage_elements, stage_limits,
                           zero_bytes_per_param)
@@ -113,20 +114,17 @@ class Explanation:
 def estimate_split(estimator, plan, partition: tuple[int, ...]):
     """The estimate of `plan` with its layers split as `partition` (layer-list entries per stage),
     not as the estimator's partitioner would split them: the estimator's `estimate_split` where
-    it has one; else its estimate, which must then have that split."""
+    it has one (an optional capability, estimators/__init__.py); else its estimate, which must
+    then have that split."""
     method = getattr(estimator, "estimate_split", None)
     if method is not None:
-        return method(plan, partition)
-    return _fasop2024_split(estimator, plan, partition)
-
-
-def _fasop2024_split(e, plan, partition):
-    from fasop.estimate import _Prepared
-    from fasop.partition import Split
-
-    prepared = _Prepared(plan, e.stage_types(plan), e._stage_costs(plan), e.p2p(plan), [Split(partition, partition)],
-                         layout=e.layout(plan))
-    return e._finish(prepared, e._schedule_all([prepared])[0])
+        return method(plan, tuple(partition))
+    estimate = estimator.estimate(plan)
+    if tuple(estimate.partition) != tuple(partition):
+        raise FasopError(f"the {type(estimator).__name__} estimator cannot be given a layer split: it splits "
+                         f"{plan.key()} as {'-'.join(map(str, estimate.partition))}, the row as "
+                         f"{'-'.join(map(str, partition))}")
+    return estimate
 
 
 def model_flop_per_sample(model: ModelSpec) -> float:
@@ -191,8 +189,8 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
 def _occupancy(tl, stage: int, end: float) -> tuple[float, float, float]:
     """(computing, sending alone, waiting) seconds of a stage from 0 to its end: the sums of its
     compute events, of its send events outside them, and of the gaps between its events."""
-    own = sorted((ev.start, min(ev.end, end), ev.kind in ("fwd", "bwd")) for ev in tl.events
-                 if ev.stage == stage and ev.microbatch >= 0 and ev.start < end)
+    own = sorted((ev.start_s, min(ev.end_s, end), ev.kind in ("fwd", "bwd")) for ev in tl.events
+                 if ev.stage == stage and ev.microbatch >= 0 and ev.start_s < end)
     computing = sum(b - a for a, b, compute in own if compute)
     covered, idle, reach = 0.0, 0.0, 0.0  # union of all events; gaps before each; the union's right end
     for a, b, _ in own:

@@ -169,24 +169,24 @@ def timeline_figure(tl, stage_labels: list[str], *, title: str = ""):
     ms = 1e3
     with style:
         fig, ax = plt.subplots(figsize=(WIDE_IN, 1.2 + 0.22 * tl.num_stages), layout="constrained")
-        span = max(e.end for e in tl.events) * ms
+        span = max(e.end_s for e in tl.events) * ms
         by_kind: dict[str, list] = {}
         for e in tl.events:
             by_kind.setdefault(e.kind, []).append(e)
         labelled = set()
         for kind, events in by_kind.items():
             label, color = EVENT_STYLE[kind]
-            ax.barh([e.stage for e in events], [(e.end - e.start) * ms for e in events],
-                    left=[e.start * ms for e in events], height=0.8 if kind in ("fwd", "bwd") else 0.35,
+            ax.barh([e.stage for e in events], [(e.end_s - e.start_s) * ms for e in events],
+                    left=[e.start_s * ms for e in events], height=0.8 if kind in ("fwd", "bwd") else 0.35,
                     color=color, edgecolor="white", linewidth=0.2,
                     label=None if label in labelled else label, gid=kind)
             labelled.add(label)
             for e in events:
-                if e.microbatch >= 0 and kind in ("fwd", "bwd") and (e.end - e.start) * ms >= span * LABEL_MIN_FRACTION:
-                    ax.text((e.start + e.end) / 2 * ms, e.stage, str(e.microbatch), ha="center", va="center",
+                if e.microbatch >= 0 and kind in ("fwd", "bwd") and (e.end_s - e.start_s) * ms >= span * LABEL_MIN_FRACTION:
+                    ax.text((e.start_s + e.end_s) / 2 * ms, e.stage, str(e.microbatch), ha="center", va="center",
                             fontsize=FONT_PT - 3, color="white")
         chain = [tl.events[k] for k in tl.critical]
-        ax.barh([e.stage for e in chain], [(e.end - e.start) * ms for e in chain], left=[e.start * ms for e in chain],
+        ax.barh([e.stage for e in chain], [(e.end_s - e.start_s) * ms for e in chain], left=[e.start_s * ms for e in chain],
                 height=0.86, fill=False, edgecolor=CRITICAL_COLOR, linewidth=0.9, label="critical path",
                 gid="critical")
         ax.axvline(tl.pipeline_time_s * ms, color="black", lw=0.6, ls="--")

@@ -1,16 +1,16 @@
-"""The events of an estimate's 1F1B pipeline, for its timeline (Gantt) figure.
+"""The events of an estimate's 1F1B pipeline, for its timeline (Gantt) figure and `fasop explain`.
 
-Each event is (stage, micro-batch, kind, start, end), kind one of `fwd`, `bwd`, `send_fwd`,
-`send_bwd`, with the times the estimate's schedule computed: the pipeline is FASOP's
-(schedule.py, MODEL.md §5), run on the estimate's own durations (fwd = compute/3, bwd =
-2 compute/3, the sends the estimator charges), so the last event of stage 0 ends at the
-estimate's pipeline time, bit for bit. After the pipeline, each stage's DP all-reduce and the
-embedding all-reduce (`sync` events, micro-batch -1) end at the step time.
+The events are those of `schedule.Schedule` (stage, micro-batch, kind, start_s, end_s; kind
+`fwd`, `bwd`, `send_fwd`, `send_bwd`) run on the estimate's own durations: fwd = compute/3,
+bwd = 2 compute/3 and the sends the estimator charges (FASOP's p2p-ends-only, MODEL.md §5), so
+stage 0's last event ends at the estimate's pipeline time, bit for bit. Sends of 0 seconds are
+left out. After the pipeline come the all-reduces as events of micro-batch -1: `dp_sync` after
+each stage's end and `embedding_sync` ending at the step time.
 
-The events are read from the schedule's own recurrences (`schedule._run`), run once on values
-that record each addition as an event: no second simulator. The critical path is the chain of
-events that sets stage 0's end, each event's predecessor being the input its start waited for
-(the first of the latest, as the recurrences choose).
+The critical path is the chain of events that sets stage 0's end: from its last backward, each
+event's predecessor is the input its start waited for (the first of the latest, in the order the
+recurrences name them, as schedule.critical_path chooses). It is read by running the schedule's
+own recurrences (`schedule._run`) once more on times that remember their last event.
 """
 
 from __future__ import annotations
@@ -18,17 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fasop import schedule
-
-
-@dataclass(frozen=True)
-class Event:
-    stage: int
-    microbatch: int
-    """0-based; -1 for the all-reduces after the pipeline."""
-    kind: str
-    """fwd, bwd, send_fwd, send_bwd, dp_sync or embedding_sync."""
-    start: float
-    end: float
+from fasop.schedule import Event, Schedule
 
 
 @dataclass(frozen=True)
@@ -42,77 +32,62 @@ class Timeline:
     num_microbatches: int
 
 
-class _Duration:
-    __slots__ = ("kind", "stage", "seconds")
-
-    def __init__(self, kind: str, stage: int, seconds: float):
-        self.kind, self.stage, self.seconds = kind, stage, seconds
-
-
-class _Recorder:
-    """Collects events; `value(t, k)` is a time whose last event is events[k] (-1: none)."""
-
-    def __init__(self):
-        self.events: list[list] = []  # [kind, stage, start, end, predecessor]
-
-    def zero(self) -> "_Time":
-        return _Time(0.0, -1, self)
-
-
-class _Time:
-    __slots__ = ("t", "last", "rec")
-
-    def __init__(self, t: float, last: int, rec: _Recorder):
-        self.t, self.last, self.rec = t, last, rec
-
-    def __add__(self, d: _Duration) -> "_Time":
-        end = self.t + d.seconds
-        self.rec.events.append([d.kind, d.stage, self.t, end, self.last])
-        return _Time(end, len(self.rec.events) - 1, self.rec)
-
-
-def _later(a: _Time, b: _Time) -> _Time:
-    """max as the recurrences take it (Python's max: the first of equals)."""
-    return b if b.t > a.t else a
-
-
 def timeline(estimate) -> Timeline:
-    """The pipeline events of an estimate (FASOP's schedule: p2p-ends-only sends), then the
-    all-reduces of each stage after its end."""
+    """The pipeline events of an estimate, then the all-reduces of each stage after its end."""
     pp, m = estimate.plan.pp, estimate.plan.num_microbatches
     comp = estimate.stage_compute_s
     sends_fwd, sends_bwd = [0.0] * pp, [0.0] * pp
     if pp > 1:  # p2p-ends-only (MODEL.md §5): stage 0's forward and the last stage's backward sends
         sends_fwd[0], sends_bwd[pp - 1] = estimate.p2p_s[0], estimate.p2p_s[-1]
-    rec = _Recorder()
-    durations = [[_Duration(kind, i, secs[i]) for i in range(pp)]
-                 for kind, secs in (("fwd", [c / 3 for c in comp]), ("bwd", [2 * c / 3 for c in comp]),
-                                    ("send_fwd", sends_fwd), ("send_bwd", sends_bwd))]
-    if pp == 1:  # no pipeline: m micro-batches back to back
-        t = rec.zero()
-        for _ in range(m):
-            t = t + durations[0][0]
-            t = t + durations[1][0]
-        ends = [t]
-    else:
-        ends = schedule._run(*durations, m, rec.zero(), _later)
-    counters: dict[tuple[str, int], int] = {}
-    keep, events = {}, []
-    for k, (kind, stage, start, end, _) in enumerate(rec.events):
-        if kind.startswith("send") and end == start:
-            continue  # a send of 0 seconds (middle stages under p2p-ends-only)
-        mb = counters.get((kind, stage), 0)
-        counters[(kind, stage)] = mb + 1
-        keep[k] = len(events)
-        events.append(Event(stage, mb, kind, start, end))
-    chain, k = [], ends[0].last
-    while k >= 0:
-        if k in keep:
-            chain.append(keep[k])
-        k = rec.events[k][4]
-    events += _syncs(estimate, [e.t for e in ends])
-    return Timeline(tuple(events), tuple(reversed(chain)), pipeline_time_s=ends[0].t,
-                    step_time_s=estimate.step_time_s, num_stages=pp, num_microbatches=m)
+    sched = Schedule([c / 3 for c in comp], [2 * c / 3 for c in comp], m, sends_fwd, sends_bwd)
+    events = [e for e in sched.events if e.end_s > e.start_s or e.kind in ("fwd", "bwd")]
+    index = {(e.stage, e.kind, e.microbatch): k for k, e in enumerate(events)}
+    chain = [index[key] for key in _chain(sched) if key in index]
+    ends = list(sched.stage_end_s)
+    events += _syncs(estimate, ends)
+    return Timeline(tuple(events), tuple(chain), pipeline_time_s=ends[0], step_time_s=estimate.step_time_s,
+                    num_stages=pp, num_microbatches=m)
+
+
+class _Time:
+    """A time that remembers the event it ends (`key`, `before`: the chain so far)."""
+
+    __slots__ = ("t", "chain")
+
+    def __init__(self, t: float, chain):
+        self.t, self.chain = t, chain
+
+
+class _Duration:
+    __slots__ = ("seconds", "stage", "kind", "counts")
+
+    def __init__(self, seconds: float, stage: int, kind: str, counts: dict):
+        self.seconds, self.stage, self.kind, self.counts = seconds, stage, kind, counts
+
+    def __radd__(self, start: _Time) -> _Time:
+        key = (self.stage, self.kind)
+        microbatch = self.counts.get(key, 0)  # numbered as Schedule numbers them
+        self.counts[key] = microbatch + 1
+        return _Time(start.t + self.seconds, ((self.stage, self.kind, microbatch), start.chain))
+
+
+def _later(a: _Time, b: _Time) -> _Time:
+    """max as the recurrences take it on floats (Python's max: the first of equals)."""
+    return b if b.t > a.t else a
+
+
+def _chain(sched: Schedule) -> list[tuple[int, str, int]]:
+    """(stage, kind, micro-batch) of the events on the critical path, first first."""
+    counts: dict = {}
+    durations = [[_Duration(v, i, kind, counts) for i, v in enumerate(values)]
+                 for kind, values in (("fwd", sched.fwd_s), ("bwd", sched.bwd_s), ("send_fwd", sched.send_fwd_s),
+                                      ("send_bwd", sched.send_bwd_s))]
+    end = schedule._run(*durations, sched.num_microbatches, _Time(0.0, None), _later)[0]
+    keys, link = [], end.chain
+    while link is not None:
+        keys.append(link[0])
+        link = link[1]
+    return keys[::-1]
 
 
 def _syncs(estimate, ends: list[float]) -> list[Event]:

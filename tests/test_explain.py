@@ -11,7 +11,7 @@ import pytest
 
 from fasop.cli import main
 from fasop.cli_plan import inventory_of
-from fasop.estimate import Fasop2024Estimator
+from fasop.estimators.fasop2024 import Fasop2024Estimator
 from fasop.explain import estimate_split, explain, model_flop_per_sample
 from fasop.rowplan import plan_of_row
 from fasop.specs import load_cluster, load_model

@@ -13,7 +13,7 @@ import pytest
 from fasop import plots
 from fasop.cli import main
 from fasop.cli_plan import inventory_of
-from fasop.estimate import Fasop2024Estimator
+from fasop.estimators.fasop2024 import Fasop2024Estimator
 from fasop.explain import estimate_split
 from fasop.rowplan import plan_of_row
 from fasop.schedule import critical_path
@@ -63,12 +63,12 @@ def test_timeline_events_never_overlap_on_a_stage_and_backward_follows_forward(g
         times = {(ev.stage, ev.microbatch, ev.kind): ev for ev in tl.events}
         for s in range(tl.num_stages):
             # one computation at a time per stage (FASOP's sends may overlap the stage's next compute)
-            own = sorted((ev.start, ev.end) for ev in tl.events if ev.stage == s and ev.kind in ("fwd", "bwd"))
+            own = sorted((ev.start_s, ev.end_s) for ev in tl.events if ev.stage == s and ev.kind in ("fwd", "bwd"))
             assert all(b[0] >= a[1] for a, b in zip(own, own[1:]))
             for j in range(tl.num_microbatches):
-                assert times[(s, j, "bwd")].start >= times[(s, j, "fwd")].end
+                assert times[(s, j, "bwd")].start_s >= times[(s, j, "fwd")].end_s
                 if s + 1 < tl.num_stages:  # a micro-batch reaches stage s+1 after stage s computed it
-                    assert times[(s + 1, j, "fwd")].start >= times[(s, j, "fwd")].end
+                    assert times[(s + 1, j, "fwd")].start_s >= times[(s, j, "fwd")].end_s
 
 
 def test_critical_path_is_the_schedules_own(gpt2xl):
@@ -79,8 +79,8 @@ def test_critical_path_is_the_schedules_own(gpt2xl):
         e = _estimate(model, cluster, row)
         tl = timeline(e)
         chain = [tl.events[k] for k in tl.critical]
-        assert chain[0].start == 0.0 and chain[-1].end == e.pipeline_time_s
-        assert all(b.start == a.end for a, b in zip(chain, chain[1:]))  # each waited for the one before
+        assert chain[0].start_s == 0.0 and chain[-1].end_s == e.pipeline_time_s
+        assert all(b.start_s == a.end_s for a, b in zip(chain, chain[1:]))  # each waited for the one before
         pp = e.plan.pp
         weights = np.zeros(pp)
         for ev in chain:
