@@ -10,6 +10,7 @@ from pathlib import Path
 from fasop.errors import FasopError
 
 COMMANDS = ("export", "explain", "plot")
+FIGURES = ("timeline", "breakdown", "memory", "frontier")
 DEFAULT_TOP = 8
 
 
@@ -170,29 +171,40 @@ def _add_plot_parser(sub) -> None:
                    help="plans in the breakdown: the N fastest that fit (a pareto CSV: frontier points) (default "
                    "%(default)s)")
     p.add_argument("--out-dir", default="plots", help="folder to write into (default %(default)s)")
+    p.add_argument("--figures", default=",".join(FIGURES), metavar="KIND[,KIND...]",
+                   help=f"which figures, of {', '.join(FIGURES)} (default: all; frontier only for a pareto CSV)")
 
 
 def _plot(args: argparse.Namespace) -> int:
     from fasop import plots
     from fasop.rowplan import read_rows
 
+    wanted = [k for k in args.figures.split(",") if k]
+    unknown = [k for k in wanted if k not in FIGURES]
+    if unknown or not wanted:
+        raise FasopError(f"--figures: expected some of {', '.join(FIGURES)}, got {args.figures!r}")
     rows = read_rows(args.source)
     rp, model, cluster = row_plan(args)
     name = Path(args.source).stem + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "")
     where = f"{model.name} on {Path(cluster.path).stem}"
     figures = []
-    if "composition" in rows[0]:
+    if "composition" in rows[0] and "frontier" in wanted:
         figures.append(("frontier", _frontier(rows, plots, where)))
     x, timeline = _explained(rp, model, cluster)
     plan = rp.plan
     from fasop.cli import _abbreviate
 
     label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {_abbreviate(plan.placement_name)}"
-    figures.append(("timeline", plots.timeline_figure(timeline, [f"{s.stage} {s.gpu}" for s in x.stages],
-                                                      title=f"{where}: {label}")))
-    figures.append(("breakdown", plots.breakdown_figure(_breakdown_items(rows, args, model, cluster),
-                                                        title=f"{where}: step time of the top plans")))
-    figures.append(("memory", plots.memory_figure(x.stages, title=f"{where}: memory per stage")))
+    if "timeline" in wanted:
+        figures.append(("timeline", plots.timeline_figure(timeline, [f"{s.stage} {s.gpu}" for s in x.stages],
+                                                          title=f"{where}: {label}")))
+    if "breakdown" in wanted:
+        figures.append(("breakdown", plots.breakdown_figure(_breakdown_items(rows, args, model, cluster),
+                                                            title=f"{where}: step time of the top plans")))
+    if "memory" in wanted:
+        figures.append(("memory", plots.memory_figure(x.stages, title=f"{where}: memory per stage\n{label}")))
+    if not figures:
+        raise FasopError(f"--figures: {args.figures!r}: the frontier is drawn from a pareto CSV only")
     written = []
     for kind, fig in figures:
         try:
