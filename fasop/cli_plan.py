@@ -211,6 +211,11 @@ def _plot(args: argparse.Namespace) -> int:
             written += plots.save_figure(fig, Path(args.out_dir) / f"{name}_{kind}")
         except OSError as exc:
             raise FasopError(f"--out-dir: cannot write into {args.out_dir!r}: {exc.strerror}") from None
+        except KeyboardInterrupt:
+            if not written:
+                raise
+            print(f"fasop: interrupted; wrote {', '.join(map(str, written))} only", file=sys.stderr)
+            return 130
     print("wrote " + ", ".join(map(str, written)))
     return 0
 

@@ -106,8 +106,8 @@ def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...]) -> tuple
     for n in partition:
         part = kinds[start:start + n]
         t = part.count("transformer")
-        text = ("E" if part[0] == "embedding" else "") + ("t" if t == 1 else f"t*{t}" if t else "")
-        stages.append(text + ("L" if part[-1] == "head" else ""))
+        text = ("E" if "embedding" in part else "") + ("t" if t == 1 else f"t*{t}" if t else "")
+        stages.append(text + ("L" if "head" in part else ""))  # an empty stage: "" (the grammar allows it)
         start += n
     return "|".join(stages), ""
 
@@ -193,14 +193,14 @@ def torchtitan_fqns(kinds: tuple[str, ...], partition: tuple[int, ...]) -> list[
     out, start = [], 0
     for n in partition:
         part = kinds[start:start + n]
-        first = start - 1 + (part[0] == "embedding")  # the first transformer layer's number
+        first = start - 1 + ("embedding" in part)  # the first transformer layer's number
         t = part.count("transformer")
-        pieces = ['["tok_embeddings"]'] if part[0] == "embedding" else []
+        pieces = ['["tok_embeddings"]'] if "embedding" in part else []
         if t:
             pieces.append(f'[f"layers.{{i}}" for i in range({first}, {first + t})]')
-        if part[-1] == "head":
+        if "head" in part:
             pieces.append('["norm", "lm_head"]')
-        out.append(" + ".join(pieces))
+        out.append(" + ".join(pieces) or "[]")
         start += n
     return out
 

@@ -148,16 +148,36 @@ def _style():
 
 def save_figure(fig, stem: str | Path) -> tuple[Path, Path]:
     """Write `<stem>.png` (200 dpi) and `<stem>.svg` without dates (same figure, same bytes) and
-    close the figure."""
+    close the figure. Each file is rendered in memory and renamed into place from a temporary
+    file beside it: no partial figure is left by an error or an interrupt."""
+    import io
+    import os
+    import tempfile
+
     import matplotlib.pyplot as plt
 
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
-    with plt.rc_context({"svg.hashsalt": "fasop", "svg.fonttype": "none"}):
-        fig.savefig(png, dpi=DPI, metadata={"Software": None})
-        fig.savefig(svg, metadata={"Date": None, "Creator": None})
-    plt.close(fig)
+    try:
+        for path, options in ((png, {"dpi": DPI, "metadata": {"Software": None}}),
+                              (svg, {"metadata": {"Date": None, "Creator": None}})):
+            buffer = io.BytesIO()
+            with plt.rc_context({"svg.hashsalt": "fasop", "svg.fonttype": "none"}):
+                fig.savefig(buffer, format=path.suffix[1:], **options)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            try:
+                mask = os.umask(0)
+                os.umask(mask)
+                os.chmod(tmp, 0o666 & ~mask)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(buffer.getvalue())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+    finally:
+        plt.close(fig)
     return png, svg
 
 

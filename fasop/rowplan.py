@@ -114,12 +114,7 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
         raise FasopError(f"{where}: status: {row['status']!r}, the composition has no plan that fits "
                          f"(composition {row.get('composition', '?')})")
     tp, dp, pp, mbs = (_int_cell(where, row, c) for c in ("tp", "dp", "pp", "mbs"))
-    names = row.get("node_placement", "")
-    unknown = [n for n in names.split("-") if n not in cluster.node_types]
-    if not names or unknown:
-        raise FasopError(f"{where}: node_placement: node type {unknown[0] if unknown else names!r} is not in "
-                         f"{cluster.path} (known: {', '.join(cluster.node_types)})")
-    placement = tuple(cluster.node_types[n] for n in names.split("-"))
+    placement = _placement(where, row.get("node_placement", ""), cluster)
     if len({n.gpus_per_node for n in placement}) != 1 or tp * dp * pp != sum(n.gpus_per_node for n in placement):
         raise FasopError(f"{where}: tp x dp x pp = {tp * dp * pp} does not use the {len(placement)} nodes of "
                          f"node_placement ({sum(n.gpus_per_node for n in placement)} GPUs)")
@@ -133,11 +128,37 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
     except ValueError:
         partition = ()
     stages = pp * _virtual_stages(where, row)
-    if len(partition) != stages or min(partition) < 1 or sum(partition) != len(model.layer_kinds):
-        raise FasopError(f"{where}: partition: {row.get('partition')!r} is not {stages} positive counts summing "
+    # a stage of no layers is odd but FASOP's min-max partitioner reports some (its t5 outputs)
+    if len(partition) != stages or min(partition) < 0 or sum(partition) != len(model.layer_kinds):
+        raise FasopError(f"{where}: partition: {row.get('partition')!r} is not {stages} counts >= 0 summing "
                          f"to the {len(model.layer_kinds)} entries of {model.path}'s layer list")
     plan = Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=batch, placement=placement)
     return RowPlan(plan=plan, partition=partition, row=dict(row), where=where)
+
+
+def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
+    """The node types of `node_placement`: fasop's node type names, or (FASOP's own CSVs) the
+    instance names of the cluster's node types where each names one type."""
+    by_instance: dict[str, list] = {}
+    for node in cluster.node_types.values():
+        by_instance.setdefault(node.instance, []).append(node)
+    # instance names may hold '-' and '.', node type names not: split FASOP's at known instances
+    parts, rest = [], names
+    while rest:
+        head = next((n for n in cluster.node_types if rest == n or rest.startswith(n + "-")), None)
+        if head is not None:
+            parts.append(cluster.node_types[head])
+        else:
+            head = next((i for i, nodes in by_instance.items() if len(nodes) == 1
+                         and (rest == i or rest.startswith(i + "-"))), None)
+            if head is None:
+                raise FasopError(f"{where}: node_placement: node type {rest.split('-')[0]!r} is not in "
+                                 f"{cluster.path} (known: {', '.join(cluster.node_types)})")
+            parts.append(by_instance[head][0])
+        rest = rest[len(head) + 1:]
+    if not parts:
+        raise FasopError(f"{where}: node_placement: empty")
+    return tuple(parts)
 
 
 def _virtual_stages(where: str, row: dict[str, str]) -> int:
@@ -176,7 +197,7 @@ def stage_layer_names(model: ModelSpec, partition: tuple[int, ...]) -> list[str]
             else:
                 runs += [kind] * (j - k)
             k = j
-        out.append(", ".join(runs))
+        out.append(", ".join(runs) or "(no layers)")
         start += n
     return out
 

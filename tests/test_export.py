@@ -225,7 +225,7 @@ def test_stage_layer_names():
 @pytest.mark.parametrize("cells,message", [
     ({"tp": "0"}, "x.csv rank 1: tp: expected an integer >= 1, got '0'"),
     ({"node_placement": "big-huge"}, "x.csv rank 1: node_placement: node type 'huge' is not in toy.yaml"),
-    ({"partition": "2-3-3"}, "x.csv rank 1: partition: '2-3-3' is not 4 positive counts summing to the 10"),
+    ({"partition": "2-3-3"}, "x.csv rank 1: partition: '2-3-3' is not 4 counts >= 0 summing to the 10"),
     ({"dp": "4"}, "x.csv rank 1: tp x dp x pp = 32 does not use the 4 nodes"),
 ])
 def test_bad_rows_name_the_column(cells, message):
