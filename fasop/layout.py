@@ -13,7 +13,7 @@ formulas run on arrays (the same operations, elementwise, as comm's per plan).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -55,11 +55,7 @@ class Layout:
     """memory.stage_limits: each stage's memory limit (bytes)."""
     stages: Stages | None
     """The stage types when every stage is on nodes of one type; else None, and they depend on
-    which node types are slower for the micro-batch size (`Fasop2024Estimator._stages`)."""
-    by_pace: dict = field(default_factory=dict)
-    """The Stages of a layout with mixed stages, per order of the node types' paces."""
-    dp_table: list = field(default_factory=list)
-    """[`Fasop2024Estimator._dp_table`], once made."""
+    which node types are slower for the micro-batch size (`Fasop2024Estimator.stages_of`)."""
     rows: tuple | None = None
     """(Rows, k): this layout's row in the padded matrices of the layouts made with it."""
 
@@ -158,7 +154,6 @@ class Layouts:
         n = len(shapes)
         return trusted_many(Layout, n, stage_nodes=stage_nodes, p2p_bandwidths=sends, dp_ring=list(rings),
                             embedding_s=list(syncs), limits=limit_rows, stages=stage_types,
-                            by_pace=[{} for _ in range(n)], dp_table=[[] for _ in range(n)],
                             rows=[(rows, k) for k in range(n)])
 
 
