@@ -1115,13 +1115,14 @@ static inline double mul_add(double a, double b, double c)
 
 PyDoc_STRVAR(fasop_finish_doc,
 "fasop_finish(pps, reported, ends, shared, layout_of, dp_table, embedding, limits, plane_of, params, act,\n"
-"             sharded, factor, gib, step, dp, stage_bytes, zero_bytes, flags, gibs)\n\n"
+"             sharded, param_bytes, factor, gib, step, dp, stage_bytes, zero_bytes, flags, gibs)\n\n"
 "Step time and memory of P plans with chosen splits (MODEL.md sections 7 and 8), rows of S\n"
 "stage entries: reported (int64) counts, ends (float64) stage ends, shared (uint8) stage on a\n"
 "shared bus; layout_of (int64, P): the plan's row of dp_table (float32, D x (L+1) x 2: a stage's\n"
 "DP all-reduce by stage 0's layer count, unshared and shared bus), embedding (float32, D) and\n"
 "limits (float64, D x S); plane_of (int64, P): the plan's plane of params and act (float64,\n"
-"planes of (L+1) x (L+1): elements of layers a..b-1); sharded (int64, P): 6 + 12 // dp.\n"
+"planes of (L+1) x (L+1): elements of layers a..b-1); sharded (int64, P): bytes per parameter\n"
+"with ZeRO; param_bytes: bytes per parameter without.\n"
 "Writes step (float64 P: max over stages of float32(end) + DP, + embedding, in float32),\n"
 "dp (float64 P: the DP all-reduce of the stage that ends last, the first of equals),\n"
 "stage_bytes, zero_bytes (float64 P x S), flags (uint8 P x 2: OOM, ZeRO OOM) and gibs (float64\n"
@@ -1133,9 +1134,10 @@ static PyObject *py_fasop_finish(PyObject *self, PyObject *args)
     (void)self;
     Py_buffer pps, reported, ends, shared, layout_of, dp_table, embedding, limits, plane_of, params, act, sharded;
     Py_buffer step, dp, stage_bytes, zero_bytes, flags, gibs;
-    double factor, gib;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*ddw*w*w*w*w*w*", &pps, &reported, &ends, &shared, &layout_of,
-                          &dp_table, &embedding, &limits, &plane_of, &params, &act, &sharded, &factor, &gib, &step,
+    double param_bytes, factor, gib;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*dddw*w*w*w*w*w*", &pps, &reported, &ends, &shared, &layout_of,
+                          &dp_table, &embedding, &limits, &plane_of, &params, &act, &sharded, &param_bytes, &factor,
+                          &gib, &step,
                           &dp, &stage_bytes, &zero_bytes, &flags, &gibs))
         return NULL;
     PyObject *result = NULL;
@@ -1204,7 +1206,7 @@ static PyObject *py_fasop_finish(PyObject *self, PyObject *args)
         for (int i = 0; i < pp; i++) {
             const int64_t stop = first + counts[i];
             const double pr = p_table[first * width + stop], ac = a_table[first * width + stop];
-            const double bytes = mul_add(18.0, pr, ac), zero = mul_add((double)zs[k], pr, ac);
+            const double bytes = mul_add(param_bytes, pr, ac), zero = mul_add((double)zs[k], pr, ac);
             const double limit = lim[lay[k] * S + i];
             out_bytes[k * S + i] = bytes;
             out_zero[k * S + i] = zero;
@@ -1580,7 +1582,7 @@ static struct PyModuleDef module = {
 /* The interface version fasop/native.py expects (native.API): bump with every change of a signature
  * or of what a call returns (4: a traced run's chain takes the first of equal inputs in _run's order;
  * 5: the partitioner's tables; 6: TRACE_MAX_CELLS, one_f_one_b_traced's limit, exported). */
-#define API 7
+#define API 8
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {

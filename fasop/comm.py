@@ -11,6 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from fasop import model_math
 from fasop.plan import Plan
 from fasop.specs import ClusterSpec, ModelSpec
 
@@ -131,7 +132,7 @@ def p2p_volume(plan: Plan, model: ModelSpec) -> np.float32:
 
 def p2p_volume_of(mbs, model: ModelSpec):
     """p2p_volume of micro-batch sizes (an int64 or an int64 array): the integer product, as float32."""
-    return (mbs * model.sequence_length * model.hidden_size * model.bytes_per_element).astype(f32)
+    return (model_math.p2p_elements(mbs, model.sequence_length, model.hidden_size) * model.bytes_per_element).astype(f32)
 
 
 def dp_ring_bandwidth(plan: Plan) -> np.float32:
@@ -139,8 +140,10 @@ def dp_ring_bandwidth(plan: Plan) -> np.float32:
     return f32(min(least_bandwidths(plan, dp_ring_pairs(plan))))
 
 
-def dp_allreduce_seconds(plan: Plan, params: np.float32, ring_bw: np.float32, stage_shared_bus: bool) -> np.float32:
-    """Ring all-reduce of `params` 16-bit gradients: 2(dp-1)/dp of the buffer over the ring.
+def dp_allreduce_seconds(plan: Plan, params: np.float32, ring_bw: np.float32, stage_shared_bus: bool,
+                         bytes_per_element: int) -> np.float32:
+    """Ring all-reduce of `params` gradients of `bytes_per_element` bytes (the model spec's
+    precision of what GPUs exchange): 2(dp-1)/dp of the buffer over the ring.
 
     FASOP's contention rules (MODEL.md §7): when the replicas fill a node (tp*dp >= M) the TP
     lanes share the ring's links (bw / tp); when a node holds several rings on a shared bus
@@ -154,7 +157,7 @@ def dp_allreduce_seconds(plan: Plan, params: np.float32, ring_bw: np.float32, st
         bw = bw / f32(plan.tp)
     elif plan.tp > 1 and stage_shared_bus:
         bw = bw / f32(m / plan.dp)
-    return f32(2 * (plan.dp - 1)) * params * f32(2) / (f32(plan.dp) * bw)
+    return f32(2 * (plan.dp - 1)) * params * f32(bytes_per_element) / (f32(plan.dp) * bw)
 
 
 def embedding_allreduce_seconds(plan: Plan, model: ModelSpec) -> np.float32:
@@ -166,5 +169,5 @@ def embedding_seconds(plan: Plan, model: ModelSpec, slowest: float) -> np.float3
     """The embedding sync over its slowest TP lane (`embedding_pairs`), shared by min(dp, M)
     replicas; 0 without pairs (slowest = inf)."""
     shared = slowest / min(plan.dp, plan.gpus_per_node)
-    volume = model.hidden_size * model.vocab_size * model.bytes_per_element
+    volume = model_math.embedding_sync_elements(model.hidden_size, model.vocab_size) * model.bytes_per_element
     return f32(volume / (shared * plan.tp))

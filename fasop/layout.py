@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from fasop import comm
+from fasop import comm, model_math
 from fasop.memory import limit_nodes
 from fasop.plan import Plan, stage_node_indices, trusted_many
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
@@ -126,7 +126,8 @@ class Layouts:
         bandwidths = np.minimum(intra_bw, inter_bw)
         least = np.minimum(intra, inter)
         rings = least[links.rings].astype(f32)  # comm.dp_ring_bandwidth
-        volume = self.model.hidden_size * self.model.vocab_size * self.model.bytes_per_element
+        volume = model_math.embedding_sync_elements(self.model.hidden_size, self.model.vocab_size) * \
+            self.model.bytes_per_element
         syncs = (volume / (least[links.syncs] / links.replicas * links.lanes)).astype(f32)  # comm.embedding_seconds
         codes = self._codes[links.stages]
         uniform = np.minimum.reduceat((codes == codes[:, :1]).all(axis=1), links.first_stage[:-1]).tolist()

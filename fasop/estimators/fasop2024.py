@@ -28,14 +28,14 @@ from operator import attrgetter
 
 import numpy as np
 
-from fasop import comm, native
+from fasop import comm, model_math, native
 from fasop.compute import LayerCosts, ProfileCompute, stage_times
 from fasop.errors import FasopError
 from fasop.estimators import register
 from fasop.estimate import Estimate
 from fasop.layout import Layout, Layouts, Stages
-from fasop.memory import (MemoryEstimate, elements_key, estimate_memory_many, memory_tables, rounded,
-                          stage_fit_mask, zero_bytes_per_param)
+from fasop.memory import (MemoryEstimate, ParamBytes, elements_key, estimate_memory_many, memory_tables, rounded,
+                          stage_fit_mask)
 from fasop.partition import (DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, fasop_minmax_splits,
                              fasop_minmax_splits_many, least_chain,
                              minmax_supported, optimal)
@@ -45,6 +45,12 @@ from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, split_
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
+PARAM_BYTES = ParamBytes(full=18, replicated=6, sharded=12)
+"""FASOP's bytes per parameter: 16-bit weights and gradients, 32-bit master weights and Adam's two
+moments, as FASOP counts them (18); with ZeRO, 6 kept by every replica and 12 split over dp."""
+DP_EXTRA_PARAMS_PER_LAYER = 20800
+"""dp-param-count: the gradients of a transformer layer in FASOP's DP all-reduce are 12 h^2 +
+20800 (its memory counts 12 h^2, model_math.transformer_params)."""
 RECENT_SHAPES = 16
 """Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
 the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
@@ -126,7 +132,7 @@ class _Combos:
         m = batch // (dp * mbs)
         self.memory_keys += map(elements_key, mbss, tps, pp.tolist(), m.tolist())
         shape = np.fromiter((shapes.setdefault(key[:3], len(shapes)) for key in new), np.intp, len(new))
-        added = (pp, m, comm.p2p_volume_of(mbs, e.model), zero_bytes_per_param(dp), shape, context,
+        added = (pp, m, comm.p2p_volume_of(mbs, e.model), PARAM_BYTES.zero(dp), shape, context,
                  np.array(self._pace_of, dtype=np.intp)[context])
         self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace = (
             np.concatenate([old, values]) for old, values in zip(
@@ -394,7 +400,8 @@ class Fasop2024Estimator:
         chain, busiest = floors
         pipeline = max(chain + sends, plan.num_microbatches * busiest)
         params = self._dp_params(plan, 1)
-        dp = min(float(comm.dp_allreduce_seconds(plan, params, f32(ring), shared)) for shared in buses)
+        dp = min(float(comm.dp_allreduce_seconds(plan, params, f32(ring), shared, self.model.bytes_per_element))
+                 for shared in buses)
         return (pipeline + dp + embedding) * (1 - 1e-6)
 
     def quick_bound(self, plan: Plan) -> float:
@@ -487,7 +494,7 @@ class Fasop2024Estimator:
             recent.move_to_end(key)
         else:  # stage times, those that fit, and the dynamic programmes over them
             times = np.stack([c.matrix for c in p.costs])
-            fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
+            fitting = np.where(stage_fit_mask(plan, self.model, self.cluster, param_bytes=PARAM_BYTES), times, np.inf)
             recent[key] = (times, fitting, {}, {})
             while len(recent) > RECENT_SHAPES:
                 recent.popitem(last=False)
@@ -602,7 +609,7 @@ class Fasop2024Estimator:
         stage_bytes, zero_bytes = np.empty((n, width)), np.empty((n, width))
         native.kernels.fasop_finish(c.pps, reported[inverse], ends[inverse], c.shared, c.layout_of, c.dp_table,
                                     c.embedding, c.limits, c.memory, tables.params, tables.act, c.sharded,
-                                    self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
+                                    float(PARAM_BYTES.full), self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
                                     gibs)
         # each plan's first pp entries of every row, as tuples (shared by plans of equal inputs)
         tuples = native.kernels.row_tuples
@@ -694,7 +701,7 @@ class Fasop2024Estimator:
         memory = estimate_memory_many(
             [c.plan for c in chosen], self.model, self.cluster,
             np.array([c.split.reported + (0,) * (width - len(c.split.reported)) for c in chosen], dtype=np.intp),
-            limits[layout_of])
+            limits[layout_of], param_bytes=PARAM_BYTES)
         return [Estimate(plan=c.plan, partition=c.split.reported, stage_node_types=c.stages.types,
                          stage_compute_s=tuple(c.compute), p2p_s=c.p2p, stage_end_s=tuple(c.ends),
                          pipeline_time_s=c.ends[0], dp_allreduce_s=dp, embedding_allreduce_s=float(c.layout.embedding_s),
@@ -715,7 +722,8 @@ class Fasop2024Estimator:
             params = self._dp_params_all(plan.tp)
             table = np.empty((len(params), 2), dtype=f32)
             for bus in (False, True):
-                table[:, int(bus)] = comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus)
+                table[:, int(bus)] = comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus,
+                                                               self.model.bytes_per_element)
             if len(tables) >= RECENT_FLOORS:
                 tables.clear()
             tables[key] = table
@@ -730,9 +738,9 @@ class Fasop2024Estimator:
             params, embedding_seen, sums = f32(0), False, [f32(0)]
             for kind in self.model.layer_kinds:  # _dp_params of every prefix of the layer list
                 if kind in TRANSFORMER_KINDS:
-                    params = params + f32((12 * h * h + 20800) / tp)
+                    params = params + f32((model_math.transformer_params(h) + DP_EXTRA_PARAMS_PER_LAYER) / tp)
                 elif not embedding_seen:
-                    params, embedding_seen = params + f32(h * v), True
+                    params, embedding_seen = params + f32(model_math.embedding_params(h, v)), True
                 sums.append(params)
             params_all[tp] = np.array(sums, dtype=f32)
         return params_all[tp]
