@@ -3,10 +3,10 @@
  * Each kernel computes what a Python function of fasop computes, with the same float64
  * operations in the same order, so the results are the same bits:
  *
- * - one_f_one_b: FASOP's 1F1B event recurrences (MODEL.md section 5), fasop.schedule._run.
+ * - one_f_one_b: FASOP's 1F1B event recurrences (docs/estimators.md section 5), fasop.schedule._run.
  *   Every event end is (the largest of the events it waits for) + its duration: comparisons,
  *   exact, and one IEEE double addition.
- * - minmax: FASOP's greedy min-max layer balancing (MODEL.md section 6), the moves of
+ * - minmax: FASOP's greedy min-max layer balancing (docs/estimators.md section 6), the moves of
  *   fasop.partition.minmax, on stage times read from tables of prefix sums made in Python.
  * - fasop_plans: FASOP's partitioner and schedule for a batch of plans: the min-max split(s)
  *   of each plan (for an encoder-decoder model, one per number of encoder stages,
@@ -660,7 +660,7 @@ static void middle_comm(int n, const double *comm, double *extra)
 /* The candidate splits of an encoder-decoder plan (fasop.partition.fasop_minmax_splits): per
  * number of encoder stages pe, the encoder's min-max split over stages 0..pe-1 and the
  * decoder's over pe..pp-1, both balanced on the first n_enc layers' times with local stage
- * indices for the comm term (MODEL.md section 6). Into splits[]; returns how many, or -1 when
+ * indices for the comm term (docs/estimators.md section 6). Into splits[]; returns how many, or -1 when
  * out of memory. */
 static int encoder_decoder_splits(minmax_t *w, const tables_t *t, int pp, int n_enc, int n_dec, const int64_t *which,
                                   const double *comm, double *extra, int64_t *spare, split_t *splits)
@@ -1016,7 +1016,7 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
         for (r1 = r0; r1 < P && order[r1].pp == pp && order[r1].m == m; r1++) {}
         s.pp = pp;
         s.m = m;
-        if (pp == 1) {  /* one stage: all layers, m micro-batches back to back, float32 (MODEL.md section 5) */
+        if (pp == 1) {  /* one stage: all layers, m micro-batches back to back, float32 (docs/estimators.md section 5) */
             for (Py_ssize_t r = r0; r < r1; r++) {
                 const Py_ssize_t k = order[r].index;
                 const rows_t out = ROWS(k);
@@ -1116,7 +1116,7 @@ static inline double mul_add(double a, double b, double c)
 PyDoc_STRVAR(fasop_finish_doc,
 "fasop_finish(pps, reported, ends, shared, layout_of, dp_table, embedding, limits, plane_of, params, act,\n"
 "             sharded, param_bytes, factor, gib, step, dp, stage_bytes, zero_bytes, flags, gibs)\n\n"
-"Step time and memory of P plans with chosen splits (MODEL.md sections 7 and 8), rows of S\n"
+"Step time and memory of P plans with chosen splits (docs/estimators.md sections 7 and 8), rows of S\n"
 "stage entries: reported (int64) counts, ends (float64) stage ends, shared (uint8) stage on a\n"
 "shared bus; layout_of (int64, P): the plan's row of dp_table (float32, D x (L+1) x 2: a stage's\n"
 "DP all-reduce by stage 0's layer count, unshared and shared bus), embedding (float32, D) and\n"
@@ -1186,7 +1186,7 @@ static PyObject *py_fasop_finish(PyObject *self, PyObject *args)
         const int pp = (int)pp_of[k];
         const int64_t *counts = rep + k * S;
         const float *pair = table + (lay[k] * width + counts[0]) * 2;  /* stage 0's layers */
-        /* step = max_i (float32(E_i) + DP_i) + embedding, float32 (MODEL.md section 7) */
+        /* step = max_i (float32(E_i) + DP_i) + embedding, float32 (docs/estimators.md section 7) */
         float latest = 0.0f, at_latest = 0.0f;
         for (int i = 0; i < pp; i++) {
             const float cost = pair[sh[k * S + i] ? 1 : 0];
@@ -1198,7 +1198,7 @@ static PyObject *py_fasop_finish(PyObject *self, PyObject *args)
         }
         out_step[k] = (double)(float)(latest + emb[lay[k]]);
         out_dp[k] = (double)at_latest;
-        /* memory (MODEL.md section 8): later OOM stages overwrite earlier ones */
+        /* memory (docs/estimators.md section 8): later OOM stages overwrite earlier ones */
         const double *p_table = pt + pl[k] * width * width, *a_table = at + pl[k] * width * width;
         int oom = 0, zero_oom = 0;
         double oom_gib = 0.0, zero_gib = 0.0, most = 0.0, most_zero = 0.0;

@@ -1,6 +1,6 @@
 """What a plan's estimate takes from its node placement: per (placement, tp, dp, pp), each
 stage's node types, each stage boundary's bandwidth, stage 0's DP ring, the embedding sync
-and each stage's memory limit (MODEL.md §2, §4, §7, §8).
+and each stage's memory limit (docs/estimators.md §2, §4, §7, §8).
 
 Searches ask for thousands of plans placement by placement, each placement with the same
 (tp, dp, pp) choices, so `Layouts` keeps the layouts of the latest placement and makes those of

@@ -68,7 +68,7 @@ def _elements(h: int, v: int, s: int, a: int, b: int, tp: int, pp: int, p: int,
 
 
 def fasop_limit_node(plan: Plan, stage: int) -> int:
-    """Node whose memory limit FASOP applies to a stage (MODEL.md §8, quirk kept): for pp < N
+    """Node whose memory limit FASOP applies to a stage (docs/estimators.md §8, quirk kept): for pp < N
     the last node it reads is the second-to-last of the stage's span."""
     return limit_nodes(plan.pp, len(plan.placement))[stage]
 

@@ -1,6 +1,6 @@
 """Pipeline schedules: when does every stage finish its last backward pass?
 
-`one_f_one_b` is FASOP's event-level 1F1B simulation (MODEL.md §5), written as recurrences
+`one_f_one_b` is FASOP's event-level 1F1B simulation (docs/estimators.md §5), written as recurrences
 over (stage, micro-batch) on arrays whose last axis is a batch of independent pipelines with
 the same stage count and micro-batch count — so one Python loop schedules many plans at once.
 Every event end is (max of the events it waits for) + its duration, so results are

@@ -1,4 +1,4 @@
-"""Each cost piece of the fasop-2024 estimator against cases worked out by hand (MODEL.md §2-§8).
+"""Each cost piece of the fasop-2024 estimator against cases worked out by hand (docs/estimators.md §2-§8).
 
 Fixtures are built here from small round numbers (a 4-entry model, nodes of 2 GPUs with
 bandwidths that are powers of two), so every expected value below is exact and its arithmetic is
@@ -57,7 +57,7 @@ def plan(tp: int, dp: int, pp: int, *nodes: NodeType, mbs: int = 1, gbs: int = 8
 
 # ----------------------------------------------------------------------------- specs.ScalingTable
 def test_scaling_points_and_proportional_tail():
-    """MODEL.md §3 tables: the value at the largest point <= b, then x b/last point past the end.
+    """docs/estimators.md §3 tables: the value at the largest point <= b, then x b/last point past the end.
     {1: 1, 4: 2} proportional: f(3) = 1, f(4) = 2, f(6) = 2*6/4 = 3, f(8) = 2*8/4 = 4."""
     table = ScalingTable(points=((1, (1.0,)), (4, (2.0,))), beyond="proportional")
     assert [table.factor(b) for b in (1, 2, 3, 4, 6, 8)] == [1.0, 1.0, 1.0, 2.0, 3.0, 4.0]
@@ -215,7 +215,7 @@ def schedule(fwd, bwd, send_fwd, send_bwd, m):
 
 
 def test_1f1b_two_stages_one_microbatch():
-    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences of MODEL.md §5:
+    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences (fasop.schedule._run, docs/estimators.md §5):
     stage 0 forward ends F0, its send ends F0+sf0 = fre_1; stage 1 forward ends F0+sf0+F1 and its
     backward E1 = F0+sf0+F1+B1; its send ends E1+sb1 = bre_0; stage 0's backward
     E0 = F0+sf0+F1+B1+sb1+B0. With F=(1,3), B=(2,6), sf0=0.5, sb1=0.25:
@@ -281,7 +281,7 @@ def test_minmax_counts_middle_stage_comm():
 
 
 def test_minmax_early_stop_quirk():
-    """MODEL.md §6 step 5: 6 layers, stage 1 10x slower. 3-3 (3, 30) -> 4-2 (4, 20); now the max
+    """docs/estimators.md §6, minmax-early-stop: 6 layers, stage 1 10x slower. 3-3 (3, 30) -> 4-2 (4, 20); now the max
     is the last stage holding 2 layers: stop, but (quirk) report 3-3 while scheduling 4-2."""
     split = minmax((uniform(1.0, 6), uniform(10.0, 6)), 6, ())
     assert split.scheduled == (4, 2)

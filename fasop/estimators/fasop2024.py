@@ -1,9 +1,9 @@
 """estimate(plan) -> Estimate: step time breakdown, memory, dollars.
 
-The `fasop-2024` estimator is FASOP's cost model (MODEL.md), including these named behaviours:
+The `fasop-2024` estimator is FASOP's cost model (docs/estimators.md), including these named behaviours:
 
 - `slowest-gpu-per-stage`: a stage spanning nodes of several types runs at the pace of the
-  type whose whole layer list is slowest (MODEL.md §2).
+  type whose whole layer list is slowest (docs/estimators.md §2).
 - `p2p-ends-only`: the schedule charges only stage 0's forward sends and the last stage's
   backward sends; middle-stage transfers count in the balancing only (§4, §5).
 - `dp-stage0-params`: every stage's DP all-reduce moves stage 0's parameters (§7).
@@ -281,7 +281,7 @@ class Fasop2024Estimator:
             raise FasopError(f"{model.path}: layers: --partitioner fasop-minmax balances an encoder-decoder model's "
                              f"decoder on its encoder's layers, so it needs one segment or two of equal length, got "
                              f"{' and '.join(map(str, self.segment_lengths))} entries; use --partitioner optimal")
-        # $/s of the whole inventory, summed in inventory order (FASOP: numpy sum, MODEL.md §1)
+        # $/s of the whole inventory, summed in inventory order (FASOP: numpy sum, docs/estimators.md §1)
         self.usd_per_s = float(np.sum(np.array([n.usd_per_hour for n in inventory]))) / 3600
 
     # ------------------------------------------------------------------ fwd/bwd split
@@ -376,7 +376,7 @@ class Fasop2024Estimator:
         every stage's compute, both end sends and the largest steady chain c_i t_i
         (schedule.steady_weights), and after m x the busiest stage -- each at its least over
         all splits (`floors`); plus stage 0's gradient all-reduce for one layer (the step ends
-        after stage 0's end + its all-reduce) and the embedding all-reduce (MODEL.md §5, §7).
+        after stage 0's end + its all-reduce) and the embedding all-reduce (docs/estimators.md §5, §7).
         The floors are coupled (partition.least_chain) for the optimal partitioner; they are
         not when the uncoupled ones already put the bound above `above` (all a caller with that
         threshold needs), nor for fasop-minmax, whose estimate costs less than the coupled floor."""
@@ -662,7 +662,7 @@ class Fasop2024Estimator:
     def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray,
               layout: Layout | None = None):
         """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
-        step = max_i(E_i + DP_i) + embedding (MODEL.md §7). `layout`: the plan's, if known."""
+        step = max_i(E_i + DP_i) + embedding (docs/estimators.md §7). `layout`: the plan's, if known."""
         layout = layout or self.layout(plan)
         dp_costs = self._dp_costs(plan, layout, stage_types, stage0_layers)
         totals = np.asarray(stage_end).astype(f32) + dp_costs
@@ -711,7 +711,7 @@ class Fasop2024Estimator:
 
     def dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
         """table[n, bus]: a stage's DP all-reduce (float32) when stage 0 holds n layers
-        (dp-stage0-params, MODEL.md §7), on an unshared (0) and a shared (1) bus; the same
+        (dp-stage0-params, docs/estimators.md §7), on an unshared (0) and a shared (1) bus; the same
         float32 operations as comm.dp_allreduce_seconds, on arrays. Made once per (tp, dp, GPUs
         per node, ring) and shared by the estimators of this (model, cluster), e.g. a pareto
         sweep's compositions."""
@@ -747,11 +747,11 @@ class Fasop2024Estimator:
 
     def _dp_costs(self, plan: Plan, layout: Layout, stage_types: Sequence[NodeType], stage0_layers: int) -> np.ndarray:
         """Each stage's DP all-reduce (float32) when stage 0 holds `stage0_layers` layers
-        (dp-stage0-params): it differs between stages only by their bus (MODEL.md §7)."""
+        (dp-stage0-params): it differs between stages only by their bus (docs/estimators.md §7)."""
         return self.dp_table(plan, layout)[stage0_layers, [int(t.intra_node_shared) for t in stage_types]]
 
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:
-        """dp-stage0-params: stage 0's gradient count, accumulated in float32 (MODEL.md §7):
+        """dp-stage0-params: stage 0's gradient count, accumulated in float32 (docs/estimators.md §7):
         each transformer layer (12h^2 + 20800)/tp, plus h*v (undivided) for the first
         embedding or head layer."""
         return self._dp_params_all(plan.tp)[stage0_layers]
