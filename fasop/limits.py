@@ -32,13 +32,14 @@ VOCAB_SIZE = 1 << 24
 """vocab_size <= 16,777,216 (published: <= 262,144)."""
 SEQUENCE_LENGTH = 1 << 24
 """sequence_length <= 16,777,216 tokens (long-context training: <= 1 M)."""
-GLOBAL_BATCH_SIZE = 1 << 16
-"""global_batch_size <= 65,536 samples (published: <= ~8,192). The micro-batch count sets the
+GLOBAL_BATCH_SIZE = 1 << 14
+"""global_batch_size <= 16,384 samples (published: <= ~8,192). The micro-batch count sets the
 size of every pipeline schedule (stages x micro-batches events), and the divisors of the batch
 set the number of plans."""
-LAYERS = 1024
-"""Entries in the layer list (and num_hidden_layers, num_decoder_layers) <= 1,024 (published:
-<= ~200 transformer layers). The optimal partitioner's tables grow with layers x stages."""
+LAYERS = 256
+"""Entries in the layer list (and num_hidden_layers, num_decoder_layers) <= 256 (published:
+<= 128 transformer layers). The optimal partitioner's stage-time tables take stages x
+(layers + 1)^2 floats: at 256 layers on 256 stages, 135 MB each."""
 
 # ----------------------------------------------------------------------------- cluster spec
 GPUS_PER_NODE = 1024
