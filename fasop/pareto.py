@@ -29,7 +29,8 @@ import numpy as np
 
 from fasop import limits
 from fasop.errors import FasopError
-from fasop.estimate import DEFAULT_MAX_NODES, Estimate
+from fasop.estimate import Estimate
+from fasop.partition import DEFAULT_MAX_NODES
 from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
 from fasop.workers import process_pool
 from fasop.workers import stop as _stop
