@@ -185,11 +185,15 @@ def read_bounded(path: Path, limit: int, what: str = "") -> bytes:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
     except (OSError, ValueError) as exc:
         raise SpecError(str(path), "", f"cannot read{what}: {getattr(exc, 'strerror', None) or exc}") from None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise SpecError(str(path), "", f"cannot read{what}: not a regular file")
-        data = fh.read(limit + 1)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:  # e.g. /proc/self/mem: regular, unreadable
+        raise SpecError(str(path), "", f"cannot read{what}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise SpecError(str(path), "", f"larger than fasop's limit of {limit:,} bytes (README: Limits)")
     return data
