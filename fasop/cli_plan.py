@@ -90,18 +90,16 @@ def run_plan_command(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from fasop.export import export
-    from fasop.report import write_atomic
+    from fasop.output import user_path, write_files
 
+    out = user_path(args.out, "--out")
     rp, model, _ = row_plan(args)
     result = export(rp, model, args.target)
     for warning in result.warnings:
         print(f"fasop: warning: {warning}", file=sys.stderr)
-    if args.out:
-        try:
-            write_atomic(args.out, result.text)
-        except OSError as exc:
-            raise FasopError(f"--out: cannot write {args.out!r}: {exc.strerror}") from None
-        print(f"wrote {args.out}")
+    if out is not None:
+        write_files([(out, result.text)], "--out")
+        print(f"wrote {out}")
     else:
         sys.stdout.write(result.text)
     return 0
@@ -205,17 +203,13 @@ def _plot(args: argparse.Namespace) -> int:
         figures.append(("memory", plots.memory_figure(x.stages, title=f"{where}: memory per stage\n{label}")))
     if not figures:
         raise FasopError(f"--figures: {args.figures!r}: the frontier is drawn from a pareto CSV only")
-    written = []
+    from fasop.output import write_files
+
+    files = []
     for kind, fig in figures:
-        try:
-            written += plots.save_figure(fig, Path(args.out_dir) / f"{name}_{kind}")
-        except OSError as exc:
-            raise FasopError(f"--out-dir: cannot write into {args.out_dir!r}: {exc.strerror}") from None
-        except KeyboardInterrupt:
-            if not written:
-                raise
-            print(f"fasop: interrupted; wrote {', '.join(map(str, written))} only", file=sys.stderr)
-            return 130
+        images = plots.render(fig)
+        files += [(Path(args.out_dir) / f"{name}_{kind}.{ext}", images[ext]) for ext in ("png", "svg")]
+    written = write_files(files, "--out-dir")  # all or none
     print("wrote " + ", ".join(map(str, written)))
     return 0
 
@@ -226,7 +220,8 @@ def _explained(rp, model, cluster):
     from fasop.timeline import timeline
 
     estimator = estimator_for(rp, model, cluster)
-    return explain(rp, model, cluster, estimator), timeline(estimate_split(estimator, rp.plan, rp.partition))
+    return explain(rp, model, cluster, estimator), timeline(estimate_split(estimator, rp.plan, rp.partition),
+                                                            getattr(estimator, "fwd_bwd_factor", 3.0))
 
 
 def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, float]]]:

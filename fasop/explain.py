@@ -12,10 +12,12 @@ The plan (from a results row, rowplan.RowPlan) is estimated again with the row's
   fraction = the stages' waiting / (pp x pipeline time); step time = the last stage to finish its DP
   all-reduce + the embedding all-reduce (MODEL.md §5, §7); throughput, model FLOPs, dollars.
 
-Memory parts follow the 18 bytes a parameter of memory.BYTES_PER_PARAM: 16-bit weights (2),
-fp32 gradients (4) and fp32 master weights + Adam moments (12, the optimizer), as Megatron-LM
-counts them (theoretical_memory_usage.py, 01_megatron_lm.md §1.7); with the optimizer sharded
-(ZeRO) the optimizer's 12 become 12 // dp, as memory.zero_bytes_per_param.
+Memory parts, for an estimator that states its bytes a parameter (`param_bytes`, memory.ParamBytes;
+fasop-2024: 18, as Megatron-LM counts them, theoretical_memory_usage.py, 01_megatron_lm.md §1.7):
+weights in the model's element size (2 bytes), gradients the rest of the replicated part (4:
+fp32), the optimizer the sharded part (12: fp32 master weights and Adam moments; 12 // dp with the
+optimizer sharded, ZeRO); activations as memory.stage_elements counts them. Other estimators:
+the stage's total only.
 Model FLOPs: Narayanan et al. 2021, Eq. 3 without recompute: per transformer layer and token
 3 x (24 h^2 + 4 s h), per head and token 3 x 2 h V.
 """
@@ -27,15 +29,11 @@ from pathlib import Path
 
 from fasop.errors import FasopError
 from fasop.export import settings_of
-from fasop.memory import (BYTES_PER_PARAM, ZERO_SHARDED_BYTES_PER_PARAM, stage_elements, stage_limits,
-                          zero_bytes_per_param)
+from fasop.memory import stage_elements, stage_limits
 from fasop.rowplan import RowPlan, finite, stage_layer_names
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 from fasop.timeline import timeline
 
-WEIGHT_BYTES, GRADIENT_BYTES = 2, 4
-OPTIMIZER_BYTES = ZERO_SHARDED_BYTES_PER_PARAM
-assert WEIGHT_BYTES + GRADIENT_BYTES + OPTIMIZER_BYTES == BYTES_PER_PARAM
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,10 +54,11 @@ class StageBreakdown:
     idle_s: float
     """The gaps between its events from 0 to its end: the bubble."""
     end_s: float
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
+    weights_bytes: float | None
+    gradients_bytes: float | None
+    optimizer_bytes: float | None
+    activations_bytes: float | None
+    """The parts; None where the estimator does not state its bytes a parameter."""
     memory_bytes: float
     """The stage's estimate: the sum of the four parts."""
     overhead_factor: float
@@ -143,20 +142,21 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
     zero = settings_of(rp).zero_stage
     names = stage_layer_names(model, rp.partition)
     limits = stage_limits(plan)
-    tl = timeline(e)
+    tl = timeline(e, getattr(estimator, "fwd_bwd_factor", 3.0))
     stages, start = [], 0
+    param_bytes = getattr(estimator, "param_bytes", None)
     for i, n in enumerate(rp.partition):
-        params, act = stage_elements(plan, model, model.layer_kinds[start:start + n])
-        optimizer = (zero_bytes_per_param(plan.dp) - WEIGHT_BYTES - GRADIENT_BYTES if zero else OPTIMIZER_BYTES) * params
+        parts = _memory_parts(plan, model, model.layer_kinds[start:start + n], param_bytes, zero)
         computing, sending, idle = _occupancy(tl, i, e.stage_end_s[i])
         stages.append(StageBreakdown(
             stage=i, gpu=e.stage_node_types[i].gpu, node_type=e.stage_node_types[i].name,
             nodes=plan.stage_node_indices[i], layers=names[i], compute_s=e.stage_compute_s[i],
             send_s=e.p2p_s[i] if i < plan.pp - 1 else 0.0, computing_s=computing, sending_s=sending,
             idle_s=idle, end_s=e.stage_end_s[i],
-            weights_bytes=WEIGHT_BYTES * params, gradients_bytes=GRADIENT_BYTES * params, optimizer_bytes=optimizer,
-            activations_bytes=act, memory_bytes=(e.memory.stage_zero_bytes if zero else e.memory.stage_bytes)[i],
-            overhead_factor=1.0 if zero else cluster.memory_overhead_factor, limit_bytes=limits[i]))
+            weights_bytes=parts[0], gradients_bytes=parts[1], optimizer_bytes=parts[2], activations_bytes=parts[3],
+            memory_bytes=(e.memory.stage_zero_bytes if zero else e.memory.stage_bytes)[i],
+            overhead_factor=cluster.memory_overhead_factor if param_bytes is not None and not zero else 1.0,
+            limit_bytes=limits[i]))
         start += n
     idle_total = sum(s.idle_s + (e.pipeline_time_s - s.end_s) for s in stages)
     # the stage whose end + its DP all-reduce + the embedding all-reduce is the step time (the
@@ -184,6 +184,17 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
         usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
         row_step_time_s=finite(rp.row.get("step_time_s", "")),
         fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom))
+
+
+def _memory_parts(plan, model: ModelSpec, kinds, param_bytes, zero: int) -> tuple:
+    """(weights, gradients, optimizer, activations) bytes per GPU of a stage holding `kinds`, or
+    Nones without the estimator's `param_bytes`."""
+    if param_bytes is None or param_bytes.full != param_bytes.replicated + param_bytes.sharded:
+        return (None,) * 4
+    params, act = stage_elements(plan, model, kinds)
+    weights = model.bytes_per_element
+    optimizer = param_bytes.sharded // plan.dp if zero else param_bytes.sharded
+    return weights * params, (param_bytes.replicated - weights) * params, optimizer * params, act
 
 
 def _occupancy(tl, stage: int, end: float) -> tuple[float, float, float]:
@@ -218,8 +229,9 @@ def render(x: Explanation) -> str:
     memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
     mem_rows = [("stage", "weights", "gradients", "optimizer", "activations", "total", f"x{x.stages[0].overhead_factor:.2f}", "limit",
                  "headroom")]
-    mem_rows += [(str(s.stage), *(f"{v / GIB:.2f}" for v in (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes,
-                                                             s.activations_bytes, s.memory_bytes)),
+    mem_rows += [(str(s.stage), *("-" if v is None else f"{v / GIB:.2f}"
+                                  for v in (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes,
+                                            s.activations_bytes, s.memory_bytes)),
                   f"{s.overhead_factor * s.memory_bytes / GIB:.2f}", f"{s.limit_bytes / GIB:.2f}",
                   f"{s.headroom_bytes / GIB:.2f}" + ("" if s.headroom_bytes >= 0 else " OOM")) for s in x.stages]
     s0 = x.stages[0]

@@ -10,7 +10,8 @@ runs global ranks k*G .. k*G + G - 1, so writing the nodes in the plan's order p
 the nodes the plan chose.
 
 Plan settings beyond the degrees (activation recompute, sequence parallelism, ZeRO / distributed
-optimizer, virtual stages, precision) are read from the row's columns where it has them, else
+optimizer, virtual stages, precision) are read from the row's columns where it has them (the
+analytic estimator's `recompute`, `sequence_parallel`, `zero`, `virtual_stages`, `precision`), else
 they are FASOP's: its memory estimate keeps every activation, replicates optimizer state and
 splits nothing along the sequence (MODEL.md §8).
 """
@@ -55,11 +56,12 @@ def settings_of(rp: RowPlan) -> Settings:
     recompute = row.get("recompute") or "none"
     if recompute not in RECOMPUTE:
         recompute = "full" if recompute in ("True", "true") else recompute
-    zero = int(row["zero_stage"]) if row.get("zero_stage", "").isdigit() else 0
+    zero_cell = row.get("zero") or row.get("zero_stage") or ""
+    zero = int(zero_cell) if zero_cell.isdigit() and len(zero_cell) < 3 else 0
     zero_needed = rp.flag("is_oom") is True and rp.flag("is_zero_oom") is False and zero == 0
     return Settings(recompute=recompute, sequence_parallel=bool(rp.flag("sequence_parallel")),
                     zero_stage=1 if zero_needed else zero,
-                    virtual_stages=int(row["virtual_stages"]) if row.get("virtual_stages", "").isdigit() else 1,
+                    virtual_stages=rp.virtual_stages,
                     precision=row.get("precision") or None, zero_needed=zero_needed)
 
 
@@ -128,7 +130,18 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
             f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.global_batch_size}"]
     notes = []
     counts = transformer_counts(model.layer_kinds, rp.partition)
-    chunks = p.pp * s.virtual_stages
+    chunks = len(rp.partition)  # pp, or pp x virtual stages where the row splits every chunk
+    if s.virtual_stages > 1 and chunks == p.pp:  # the row gives each rank's layers, not its chunks'
+        if len(set(counts)) == 1 and counts[0] % s.virtual_stages == 0:
+            args.append(f"--num-virtual-stages-per-pipeline-rank {s.virtual_stages}")
+        else:
+            warnings.append(f"{s.virtual_stages} virtual stages on an uneven split: the row does not say which "
+                            "layers each virtual stage holds; no virtual-pipeline flag written")
+        chunks = 1  # no layout: the split is Megatron's even one or not expressible
+        if len(set(counts)) > 1:
+            args += [f"--num-layers {sum(counts)}", '--pipeline-model-parallel-layout "' +
+                     megatron_layout(model.layer_kinds, rp.partition)[0] + '"'] \
+                if megatron_layout(model.layer_kinds, rp.partition)[0] else []
     if chunks > 1:
         layout, why = megatron_layout(model.layer_kinds, rp.partition)
         even = len(set(counts)) == 1
@@ -209,9 +222,18 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     p, s = rp.plan, settings_of(rp)
     warnings = _fit_warnings(rp, s)
     seq = model.sequence_length
-    chunks = p.pp * s.virtual_stages
+    chunks = len(rp.partition)
     fqns = torchtitan_fqns(model.layer_kinds, rp.partition) if chunks > 1 else None
-    if chunks > 1 and fqns is None:
+    per_chunk = None
+    if s.virtual_stages > 1 and chunks == p.pp:  # each rank's layers, not its chunks'
+        fqns = None
+        counts = transformer_counts(model.layer_kinds, rp.partition)
+        if len(set(counts)) == 1 and counts[0] % s.virtual_stages == 0:
+            per_chunk = counts[0] // s.virtual_stages
+        else:
+            warnings.append(f"{s.virtual_stages} virtual stages on an uneven split: the row does not say which "
+                            "layers each virtual stage holds; module_fqns_per_model_part not written")
+    if chunks > 1 and fqns is None and s.virtual_stages == 1:
         warnings.append("torchtitan cannot express this split: its models are decoder-only (tok_embeddings, "
                         "layers.i, norm, lm_head), this model's layer list is not; module_fqns_per_model_part "
                         "not written")
@@ -220,6 +242,8 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     if p.pp > 1:
         sets += [("pipeline_parallel_schedule", "Interleaved1F1B" if s.virtual_stages > 1 else "1F1B"),
                  ("num_pp_microbatches", p.num_microbatches)]
+    if per_chunk is not None:
+        sets.append(("pipeline_parallel_layers_per_stage", per_chunk))
     # FASOP's DP replicates the model and optimizer (DDP); ZeRO shards them (FSDP)
     sharded = s.zero_stage >= 1
     sets += [("data_parallel_replicate_degree", 1 if sharded else p.dp),

@@ -22,12 +22,40 @@ FRONTIER_LABELS = 12
 
 
 def pareto_figure(analysis: ParetoAnalysis, stem: str | Path, *, title: str = "") -> tuple[Path, Path]:
-    """Write `<stem>.png` (200 dpi) and `<stem>.svg`: training time (h) vs cost (USD) per
-    composition, the frontier as a staircase, the knee and the deadline/budget answers marked."""
+    """Write `<stem>.png` (200 dpi) and `<stem>.svg` (both or neither, output.write_files): the
+    figure of `render_pareto`."""
+    from fasop.output import write_files
+
+    stem = Path(stem)
+    png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
+    images = render_pareto(analysis, title=title)
+    write_files([(png, images["png"]), (svg, images["svg"])], "--out-prefix")
+    return png, svg
+
+
+def render_pareto(analysis: ParetoAnalysis, *, title: str = "") -> dict[str, bytes]:
+    """{"png": bytes (200 dpi), "svg": bytes}: training time (h) vs cost (USD) per composition,
+    the frontier as a staircase, the knee and the deadline/budget answers marked."""
     kinds = list(dict.fromkeys(name for r in analysis.results for name, n in r.composition.counts if n))
-    fig = frontier_figure(analysis.points(), kinds, title=title, complete=analysis.complete,
-                          annotate=lambda ax: _annotate(ax, analysis))
-    return save_figure(fig, stem)
+    return render(frontier_figure(analysis.points(), kinds, title=title, complete=analysis.complete,
+                                  annotate=lambda ax: _annotate(ax, analysis)))
+
+
+def render(fig) -> dict[str, bytes]:
+    """{"png": bytes (200 dpi), "svg": bytes} of a figure, without dates (the same figure gives
+    the same bytes); closes the figure."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    png, svg = io.BytesIO(), io.BytesIO()
+    try:
+        with plt.rc_context({"svg.hashsalt": "fasop", "svg.fonttype": "none"}):
+            fig.savefig(png, format="png", dpi=DPI, metadata={"Software": None})
+            fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
+    finally:
+        plt.close(fig)
+    return {"png": png.getvalue(), "svg": svg.getvalue()}
 
 
 def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool = True, annotate=None):
@@ -87,7 +115,15 @@ def _label_frontier(ax, front) -> None:
                     textcoords="offset points", fontsize=FONT_PT - 3, color="#333333", zorder=6)
 
 
+def _near(value: float, data: list[float]) -> bool:
+    """Whether a deadline or budget line at `value` fits on the chart of `data` (at most twice
+    its largest value): a line far beyond would stretch the axis over empty space, to infinity."""
+    return bool(data) and value <= 2 * max(data)
+
+
 def _usd(value: float, _pos=None) -> str:
+    if abs(value) >= 1e9:
+        return f"${value:.3g}"
     if abs(value) >= 1e6:
         return f"${value / 1e6:g}M"
     if abs(value) >= 1e3:
@@ -100,14 +136,21 @@ def _annotate(ax, analysis: ParetoAnalysis) -> None:
     marks = []
     if analysis.knee is not None:
         marks.append((analysis.knee, "knee", "*", "#d62728", 70))
-    if analysis.deadline_hours is not None:
+    fits = [r for r in analysis.results if r.status == "ok"]
+    if analysis.deadline_hours is not None and not _near(analysis.deadline_hours, [r.train_time_h for r in fits]):
+        ax.text(0.01, 0.01, f"deadline {analysis.deadline_hours:,.4g} h: off the chart", transform=ax.transAxes,
+                ha="left", va="bottom", color="#ff7f0e", fontsize=FONT_PT - 1)
+    elif analysis.deadline_hours is not None:
         ax.axhline(analysis.deadline_hours, color="#ff7f0e", lw=0.7, ls="--", zorder=1)
         ax.annotate(f"deadline {analysis.deadline_hours:,.0f} h", (1.0, analysis.deadline_hours),
                     xycoords=("axes fraction", "data"), ha="right", va="bottom", color="#ff7f0e",
                     fontsize=FONT_PT - 1)
         if analysis.deadline is not None:
             marks.append((analysis.deadline, "cheapest in deadline", "v", "#ff7f0e", 30))
-    if analysis.budget_usd is not None:
+    if analysis.budget_usd is not None and not _near(analysis.budget_usd, [r.train_cost_usd for r in fits]):
+        ax.text(0.01, 0.06, f"budget {_usd(analysis.budget_usd)}: off the chart", transform=ax.transAxes,
+                ha="left", va="bottom", color="#17becf", fontsize=FONT_PT - 1)
+    elif analysis.budget_usd is not None:
         ax.axvline(analysis.budget_usd, color="#17becf", lw=0.7, ls="--", zorder=1)
         ax.annotate(f"budget {_usd(analysis.budget_usd)}", (analysis.budget_usd, 1.0),
                     xycoords=("data", "axes fraction"), ha="left", va="top", rotation=90, color="#17becf",
@@ -144,41 +187,6 @@ def _style():
     return plt, plt.rc_context({"font.size": FONT_PT, "axes.titlesize": FONT_PT, "axes.labelsize": FONT_PT,
                                 "legend.fontsize": FONT_PT - 1, "xtick.labelsize": FONT_PT,
                                 "ytick.labelsize": FONT_PT, "svg.hashsalt": "fasop", "svg.fonttype": "none"})
-
-
-def save_figure(fig, stem: str | Path) -> tuple[Path, Path]:
-    """Write `<stem>.png` (200 dpi) and `<stem>.svg` without dates (same figure, same bytes) and
-    close the figure. Each file is rendered in memory and renamed into place from a temporary
-    file beside it: no partial figure is left by an error or an interrupt."""
-    import io
-    import os
-    import tempfile
-
-    import matplotlib.pyplot as plt
-
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
-    try:
-        for path, options in ((png, {"dpi": DPI, "metadata": {"Software": None}}),
-                              (svg, {"metadata": {"Date": None, "Creator": None}})):
-            buffer = io.BytesIO()
-            with plt.rc_context({"svg.hashsalt": "fasop", "svg.fonttype": "none"}):
-                fig.savefig(buffer, format=path.suffix[1:], **options)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            try:
-                mask = os.umask(0)
-                os.umask(mask)
-                os.chmod(tmp, 0o666 & ~mask)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(buffer.getvalue())
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-    finally:
-        plt.close(fig)
-    return png, svg
 
 
 def timeline_figure(tl, stage_labels: list[str], *, title: str = ""):
@@ -255,8 +263,9 @@ def memory_figure(stages, *, title: str = ""):
         fig, ax = plt.subplots(figsize=(max(WIDTH_IN, 0.9 + 0.28 * len(stages)), HEIGHT_IN), layout="constrained")
         x = list(range(len(stages)))
         bottom = [0.0] * len(stages)
-        for part, color in PART_STYLE:
-            heights = [getattr(s, f"{part}_bytes") / gib for s in stages]
+        parts = PART_STYLE if all(s.weights_bytes is not None for s in stages) else (("estimate", "#4e79a7"),)
+        for part, color in parts:
+            heights = [(s.memory_bytes if part == "estimate" else getattr(s, f"{part}_bytes")) / gib for s in stages]
             ax.bar(x, heights, bottom=bottom, color=color, width=0.75, label=part, gid=part)
             bottom = [a + b for a, b in zip(bottom, heights)]
         extra = [(s.overhead_factor - 1) * s.memory_bytes / gib for s in stages]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fasop.errors import FasopError
+from fasop.limits import GLOBAL_BATCH_SIZE, SHOWN_CHARS
 from fasop.plan import Plan
 from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 
@@ -28,11 +29,14 @@ TRUE, FALSE = ("True", "true", "1"), ("False", "false", "0", "")
 class RowPlan:
     plan: Plan
     partition: tuple[int, ...]
-    """Layer-list entries per stage (per virtual stage where the row has `virtual_stages` > 1)."""
+    """Layer-list entries per pipeline rank, or per virtual stage (pp x virtual_stages entries in
+    model order) where the row lists that many."""
     row: dict[str, str]
     """The CSV row as read (every cell a string)."""
     where: str
     """`<file> rank N` or `<file> row K`: names the row in messages and output headers."""
+    virtual_stages: int = 1
+    """Model chunks per pipeline rank (the `virtual_stages` column; 1 without it)."""
 
     def flag(self, column: str) -> bool | None:
         """A boolean column (`True`/`False`), or None where the row has no such cell."""
@@ -99,11 +103,11 @@ def _int_cell(path_name: str, row: dict[str, str], column: str, minimum: int = 1
     if value is None:
         raise FasopError(f"{path_name}: {column}: no such column")
     try:
-        number = int(value)
+        number = int(value) if len(value) <= 30 else None  # no int() of a 10,000-digit cell
     except ValueError:
         number = None
     if number is None or number < minimum:
-        raise FasopError(f"{path_name}: {column}: expected an integer >= {minimum}, got {value!r}")
+        raise FasopError(f"{path_name}: {column}: expected an integer >= {minimum}, got {value[:SHOWN_CHARS]!r}")
     return number
 
 
@@ -123,17 +127,21 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
         batch = m * dp * mbs
     else:  # FASOP's own CSVs: the model's global batch
         batch = model.global_batch_size
+    if batch > GLOBAL_BATCH_SIZE:  # bounds the schedule's pp x m events (limits.py)
+        raise FasopError(f"{where}: num_microbatches: global batch (micro-batches x dp x mbs) {batch:,} is past "
+                         f"fasop's limit of {GLOBAL_BATCH_SIZE:,} samples")
     try:
         partition = tuple(int(x) for x in row.get("partition", "").split("-"))
     except ValueError:
         partition = ()
-    stages = pp * _virtual_stages(where, row)
+    v = _virtual_stages(where, row)
+    stages = pp if len(partition) != pp * v else pp * v  # per rank, or per virtual stage (model chunk)
     # a stage of no layers is odd but FASOP's min-max partitioner reports some (its t5 outputs)
     if len(partition) != stages or min(partition) < 0 or sum(partition) != len(model.layer_kinds):
-        raise FasopError(f"{where}: partition: {row.get('partition')!r} is not {stages} counts >= 0 summing "
+        raise FasopError(f"{where}: partition: {row.get('partition', '')[:SHOWN_CHARS]!r} is not {stages} counts >= 0 summing "
                          f"to the {len(model.layer_kinds)} entries of {model.path}'s layer list")
     plan = Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=batch, placement=placement)
-    return RowPlan(plan=plan, partition=partition, row=dict(row), where=where)
+    return RowPlan(plan=plan, partition=partition, row=dict(row), where=where, virtual_stages=v)
 
 
 def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
@@ -164,7 +172,10 @@ def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
 def _virtual_stages(where: str, row: dict[str, str]) -> int:
     """Model chunks per pipeline rank: the `virtual_stages` column where the row has one, else 1
     (FASOP's plans). The partition then lists pp x virtual_stages counts in model order."""
-    return _int_cell(where, row, "virtual_stages") if row.get("virtual_stages") else 1
+    v = _int_cell(where, row, "virtual_stages") if row.get("virtual_stages") else 1
+    if v > 1024:
+        raise FasopError(f"{where}: virtual_stages: {v:,} is past 1,024 model chunks a rank")
+    return v
 
 
 def specs_from_name(path: str | Path) -> tuple[str | None, str | None]:

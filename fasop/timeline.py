@@ -1,8 +1,8 @@
 """The events of an estimate's 1F1B pipeline, for its timeline (Gantt) figure and `fasop explain`.
 
 The events are those of `schedule.Schedule` (stage, micro-batch, kind, start_s, end_s; kind
-`fwd`, `bwd`, `send_fwd`, `send_bwd`) run on the estimate's own durations: fwd = compute/3,
-bwd = 2 compute/3 and the sends the estimator charges (FASOP's p2p-ends-only, MODEL.md §5), so
+`fwd`, `bwd`, `send_fwd`, `send_bwd`) run on the estimate's own durations: its stage times split
+into forward and backward as the estimator splits them (schedule.split_stage_times) and the sends the estimator charges (FASOP's p2p-ends-only, MODEL.md §5), so
 stage 0's last event ends at the estimate's pipeline time, bit for bit. Sends of 0 seconds are
 left out. After the pipeline come the all-reduces as events of micro-batch -1: `dp_sync` after
 each stage's end and `embedding_sync` ending at the step time.
@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from fasop import schedule
-from fasop.schedule import Event, Schedule
+from fasop.schedule import Event, Schedule, split_stage_times
 
 
 @dataclass(frozen=True)
@@ -32,14 +34,15 @@ class Timeline:
     num_microbatches: int
 
 
-def timeline(estimate) -> Timeline:
-    """The pipeline events of an estimate, then the all-reduces of each stage after its end."""
+def timeline(estimate, fwd_bwd_factor: float = 3.0) -> Timeline:
+    """The pipeline events of an estimate, then the all-reduces of each stage after its end.
+    fwd_bwd_factor: the estimator's (fwd + bwd = factor x fwd; schedule.split_stage_times)."""
     pp, m = estimate.plan.pp, estimate.plan.num_microbatches
-    comp = estimate.stage_compute_s
+    fwd, bwd = (v.tolist() for v in split_stage_times(np.array(estimate.stage_compute_s, dtype=float), fwd_bwd_factor))
     sends_fwd, sends_bwd = [0.0] * pp, [0.0] * pp
     if pp > 1:  # p2p-ends-only (MODEL.md §5): stage 0's forward and the last stage's backward sends
         sends_fwd[0], sends_bwd[pp - 1] = estimate.p2p_s[0], estimate.p2p_s[-1]
-    sched = Schedule([c / 3 for c in comp], [2 * c / 3 for c in comp], m, sends_fwd, sends_bwd)
+    sched = Schedule(fwd, bwd, m, sends_fwd, sends_bwd)
     events = [e for e in sched.events if e.end_s > e.start_s or e.kind in ("fwd", "bwd")]
     index = {(e.stage, e.kind, e.microbatch): k for k, e in enumerate(events)}
     chain = [index[key] for key in _chain(sched) if key in index]

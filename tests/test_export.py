@@ -256,3 +256,37 @@ def test_cli_export_of_a_search_csv(tmp_path, capsys, monkeypatch, repo):
 def test_plan_dimensions_of_a_row():
     rp = row_plan(2, 2, 4, 1, 8, "big-small-small-big", "2-3-3-2")
     assert rp.plan == Plan(tp=2, dp=2, pp=4, mbs=1, global_batch_size=16, placement=(A, B, B, A))
+
+
+def test_virtual_stages():
+    """The analytic estimator's `virtual_stages` column: with a chunk per entry of the partition
+    (pp x v entries) the layout has pp x v stages (Megatron: VPP = stages / pp); with one entry
+    per rank, an even split becomes --num-virtual-stages-per-pipeline-rank, an uneven one a
+    warning."""
+    rp = row_plan(1, 4, 2, 1, 4, "big-big", "2-3-2-3", virtual_stages="2")
+    text = megatron(rp, GPT8).text
+    assert '    --pipeline-model-parallel-layout "Et|t*3|t*2|t*2L"\n' in text
+    assert parse_layout("Et|t*3|t*2|t*2L") == [["E", "t"], ["t"] * 3, ["t"] * 2, ["t", "t", "L"]]
+    assert 'p.pipeline_parallel_schedule = "Interleaved1F1B"' in torchtitan(rp, GPT8).text
+    even = row_plan(1, 4, 2, 1, 4, "big-big", "5-5", virtual_stages="2")
+    assert "    --num-virtual-stages-per-pipeline-rank 2\n" in megatron(even, GPT8).text
+    assert "p.pipeline_parallel_layers_per_stage = 2" in torchtitan(even, GPT8).text
+    uneven = megatron(row_plan(1, 4, 2, 1, 4, "big-big", "4-6", virtual_stages="2"), GPT8)
+    assert uneven.warnings == ("2 virtual stages on an uneven split: the row does not say which layers each "
+                               "virtual stage holds; no virtual-pipeline flag written",)
+    assert "virtual" not in uneven.text.split("MODEL_PARALLEL_ARGS")[1]
+
+
+def test_analytic_recipe_columns_become_flags():
+    rp = row_plan(2, 2, 4, 1, 8, "big-small-small-big", "2-3-3-2", recompute="selective", zero="1",
+                  sequence_parallel="True", precision="fp16", virtual_stages="1")
+    tail = megatron(rp, GPT8).text.split("    --pipeline-model-parallel-layout")[1]
+    assert tail == ''' "Et|t*3|t*3|tL"
+    --recompute-granularity selective
+    --sequence-parallel
+    --use-distributed-optimizer
+    --fp16
+)
+'''
+    text = torchtitan(rp, GPT8).text
+    assert "p.data_parallel_shard_degree = 2" in text and "config.activation_checkpoint = SelectiveAC.Config()" in text

@@ -42,7 +42,7 @@ def test_gantt_has_two_compute_boxes_per_stage_and_microbatch_and_ends_at_the_pi
     model, cluster, rows, _ = gpt2xl
     for row in rows[:6] + [r for r in rows if r["pp"] == "1"][:1]:
         e = _estimate(model, cluster, row)
-        tl = timeline(e)
+        tl = timeline(e, model.profile.fwd_bwd_factor)
         fig = plots.timeline_figure(tl, [str(i) for i in range(e.plan.pp)])
         ax = fig.axes[0]
         boxes = [p for p in ax.patches if p.get_gid() in ("fwd", "bwd")]
@@ -59,7 +59,7 @@ def test_gantt_has_two_compute_boxes_per_stage_and_microbatch_and_ends_at_the_pi
 def test_timeline_events_never_overlap_on_a_stage_and_backward_follows_forward(gpt2xl):
     model, cluster, rows, _ = gpt2xl
     for row in rows[:10]:
-        tl = timeline(_estimate(model, cluster, row))
+        tl = timeline(_estimate(model, cluster, row), model.profile.fwd_bwd_factor)
         times = {(ev.stage, ev.microbatch, ev.kind): ev for ev in tl.events}
         for s in range(tl.num_stages):
             # one computation at a time per stage (FASOP's sends may overlap the stage's next compute)
@@ -72,23 +72,25 @@ def test_timeline_events_never_overlap_on_a_stage_and_backward_follows_forward(g
 
 
 def test_critical_path_is_the_schedules_own(gpt2xl):
-    """The chain the figure outlines adds up (1/3 of a stage's time per forward, 2/3 per backward,
-    plus its sends) to stage 0's end, with the weights of schedule.critical_path."""
+    """The chain the figure outlines adds up (1/k of a stage's time per forward, (k-1)/k per
+    backward, k = the profile's fwd_bwd_factor, plus its sends) to stage 0's end, with the
+    weights of schedule.critical_path."""
     model, cluster, rows, _ = gpt2xl
     for row in [r for r in rows if int(r["pp"]) > 1][:8]:
         e = _estimate(model, cluster, row)
-        tl = timeline(e)
+        tl = timeline(e, model.profile.fwd_bwd_factor)
         chain = [tl.events[k] for k in tl.critical]
         assert chain[0].start_s == 0.0 and chain[-1].end_s == e.pipeline_time_s
         assert all(b.start_s == a.end_s for a, b in zip(chain, chain[1:]))  # each waited for the one before
         pp = e.plan.pp
+        k = model.profile.fwd_bwd_factor
         weights = np.zeros(pp)
         for ev in chain:
-            weights[ev.stage] += {"fwd": 1 / 3, "bwd": 2 / 3}.get(ev.kind, 0.0)
+            weights[ev.stage] += {"fwd": 1 / k, "bwd": (k - 1) / k}.get(ev.kind, 0.0)
         comp = np.array(e.stage_compute_s)[:, None]
         sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
         sends_fwd[0], sends_bwd[-1] = e.p2p_s[0], e.p2p_s[-1]
-        _, expected, _ = critical_path(comp, sends_fwd, sends_bwd, e.plan.num_microbatches)
+        _, expected, _ = critical_path(comp, sends_fwd, sends_bwd, e.plan.num_microbatches, fwd_bwd_factor=k)
         np.testing.assert_allclose(weights, expected[:, 0], rtol=1e-12)
 
 
