@@ -25,8 +25,8 @@ def _positive(text: str) -> int:
 
 
 def _add_row_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="source", required=True, metavar="CSV",
-                        help="a CSV written by fasop search or fasop pareto")
+    parser.add_argument("--from", dest="source", metavar="CSV",
+                        help="a CSV written by fasop search or fasop pareto (or give the plan by flags: --placement ...)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--rank", type=_positive, metavar="N",
                        help="the plan whose rank column is N (default 1; a pareto CSV: its knee)")
@@ -34,6 +34,12 @@ def _add_row_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="name in model_specs/ or path (default: from a default CSV name "
                         "<model>_<cluster>_...csv)")
     parser.add_argument("--cluster", help="name in cluster_specs/ or path (default: from the CSV name)")
+    flags = parser.add_argument_group("the plan by flags, instead of --from (with --model and --cluster)")
+    flags.add_argument("--placement", metavar="TYPE-TYPE-...", help="node types in rank order, e.g. a100-a10-a10-a10")
+    for degree in ("tp", "dp", "pp", "mbs"):
+        flags.add_argument(f"--{degree}", type=_positive, default=1, help="default 1")
+    flags.add_argument("--partition", metavar="N-N-...",
+                       help="layer-list entries per stage (default: the split the estimator chooses)")
 
 
 def add_plan_parsers(sub) -> None:
@@ -57,10 +63,16 @@ def add_plan_parsers(sub) -> None:
 
 
 def row_plan(args: argparse.Namespace):
-    """(RowPlan, model, cluster) of the row the arguments choose."""
+    """(RowPlan, model, cluster, rows) of the row the arguments choose: from --from, or a row
+    made of the plan flags (then rows = [it])."""
     from fasop.rowplan import pick_row, plan_of_row, read_rows, specs_from_name
     from fasop.specs import load_cluster, load_model
 
+    if (args.source is None) == (args.placement is None):
+        raise FasopError("--from: give a results CSV, or the plan by flags (--placement ... with --model and "
+                         "--cluster), not both")
+    if args.source is None:
+        return _flag_plan(args)
     guessed_model, guessed_cluster = specs_from_name(args.source)
     for flag, given, guess in (("--model", args.model, guessed_model), ("--cluster", args.cluster, guessed_cluster)):
         if given is None and guess is None:
@@ -75,7 +87,33 @@ def row_plan(args: argparse.Namespace):
             raise
         raise FasopError(f"{exc} (guessed from the name {Path(args.source).name}; give --model and --cluster)") \
             from None
-    return plan_of_row(row, where, model, cluster), model, cluster
+    return plan_of_row(row, where, model, cluster), model, cluster, rows
+
+
+def _flag_plan(args: argparse.Namespace):
+    """The plan of --placement/--tp/--dp/--pp/--mbs[/--partition] for the model's global batch;
+    without --partition, split as the cluster's estimator (optimal partitioner) splits it."""
+    from fasop.rowplan import plan_of_row
+    from fasop.specs import load_cluster, load_model
+
+    if args.model is None or args.cluster is None:
+        raise FasopError(f"{'--model' if args.model is None else '--cluster'}: required with the plan by flags")
+    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    batch, layers = model.global_batch_size, len(model.layer_kinds)
+    if batch % (args.dp * args.mbs):
+        raise FasopError(f"--mbs: dp {args.dp} x mbs {args.mbs} does not divide the global batch {batch} of {model.path}")
+    if args.pp > layers:
+        raise FasopError(f"--pp: {args.pp} stages for the {layers} entries of {model.path}'s layer list")
+    row = {"tp": str(args.tp), "dp": str(args.dp), "pp": str(args.pp), "mbs": str(args.mbs),
+           "node_placement": args.placement, "num_microbatches": str(batch // (args.dp * args.mbs)),
+           "partition": args.partition or "-".join([str(layers)] + ["0"] * (args.pp - 1))}
+    where = "the plan of the flags"
+    rp = plan_of_row(row, where, model, cluster)  # checks the degrees against the nodes
+    if args.partition is None:
+        estimator = estimator_for(rp, model, cluster)
+        row["partition"] = "-".join(map(str, estimator.estimate(rp.plan).partition))
+        rp = plan_of_row(row, where, model, cluster)
+    return rp, model, cluster, [row]
 
 
 def run_plan_command(args: argparse.Namespace) -> int:
@@ -93,7 +131,7 @@ def _export(args: argparse.Namespace) -> int:
     from fasop.output import user_path, write_files
 
     out = user_path(args.out, "--out")
-    rp, model, _ = row_plan(args)
+    rp, model, _, _ = row_plan(args)
     result = export(rp, model, args.target)
     for warning in result.warnings:
         print(f"fasop: warning: {warning}", file=sys.stderr)
@@ -128,7 +166,7 @@ def _explain(args: argparse.Namespace) -> int:
     from fasop.explain import explain, render
 
     peaks = _peaks(args.peak_tflops)
-    rp, model, cluster = row_plan(args)
+    rp, model, cluster, _ = row_plan(args)
     x = explain(rp, model, cluster, estimator_for(rp, model, cluster), peak_flop_per_s=peaks)
     if args.json:
         print(json.dumps(x.to_dict(), indent=1, allow_nan=False))
@@ -142,7 +180,11 @@ def estimator_for(rp, model, cluster):
     split is given, the partitioner only names it)."""
     from fasop.estimators import make_estimator
 
-    return make_estimator(model, cluster, inventory_of(rp), partitioner="optimal")
+    estimator = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal")
+    if rp.plan.tp not in estimator.tp_degrees():
+        raise FasopError(f"{rp.where}: tp: {rp.plan.tp} is not a degree the {cluster.estimator} estimator can score "
+                         f"on these GPUs (it can: {', '.join(map(str, estimator.tp_degrees()))})")
+    return estimator
 
 
 def inventory_of(rp) -> tuple:
@@ -175,15 +217,16 @@ def _add_plot_parser(sub) -> None:
 
 def _plot(args: argparse.Namespace) -> int:
     from fasop import plots
-    from fasop.rowplan import read_rows
 
     wanted = [k for k in args.figures.split(",") if k]
     unknown = [k for k in wanted if k not in FIGURES]
     if unknown or not wanted:
         raise FasopError(f"--figures: expected some of {', '.join(FIGURES)}, got {args.figures!r}")
-    rows = read_rows(args.source)
-    rp, model, cluster = row_plan(args)
-    name = Path(args.source).stem + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "")
+    rp, model, cluster, rows = row_plan(args)
+    from fasop.output import safe_name
+
+    name = (Path(args.source).stem if args.source else safe_name(f"{model.name}_{rp.plan.key().replace('@', '_')}")) \
+        + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "")
     where = f"{model.name} on {Path(cluster.path).stem}"
     figures = []
     if "composition" in rows[0] and "frontier" in wanted:
@@ -235,7 +278,7 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
         chosen = [r for r in rows if r.get("is_oom") != "True"]
     items = []
     for k, row in enumerate(chosen[:args.top], start=1):
-        rp = plan_of_row(row, f"{args.source} row {k}", model, cluster)
+        rp = plan_of_row(row, f"{args.source} row {k}" if args.source else "the plan of the flags", model, cluster)
         x, _ = _explained(rp, model, cluster)
         s = x.stages[x.last_stage]
         p = rp.plan

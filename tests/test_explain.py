@@ -142,3 +142,42 @@ def test_fasops_own_rows_are_reestimated_to_the_bit(repo, name):
                 assert any(s.reported != s.scheduled for s in minmax.prepare(rp.plan).splits)
                 assert minmax.estimate(rp.plan).step_time_s == float(row["step_time_s"])
     assert other == {"bert": 41, "gpt2xl": 0, "t5": 0}[name]
+
+
+def test_plan_by_flags_is_the_rows_plan(searched, capsys):
+    """`fasop explain --placement ... --tp --dp --pp --mbs` without --partition: the split the
+    estimator chooses, i.e. the search's row for that plan; with --partition: that split."""
+    model, _, rows, _ = searched
+    row = rows[0]
+    flags = ["--model", model.name, "--cluster", "fasop-paper", "--placement", row["node_placement"],
+             "--tp", row["tp"], "--dp", row["dp"], "--pp", row["pp"], "--mbs", row["mbs"], "--json"]
+    assert main(["explain"] + flags) == 0
+    x = json.loads(capsys.readouterr().out)
+    assert x["step_time_s"] == float(row["step_time_s"])
+    assert main(["explain"] + flags + ["--partition", row["partition"]]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == float(row["step_time_s"])
+    assert main(["explain"] + flags + ["--tp", "8"]) == 2
+    assert "tp" in capsys.readouterr().err
+    assert main(["explain", "--model", model.name, "--placement", row["node_placement"]]) == 2
+    assert capsys.readouterr().err == "fasop: error: --cluster: required with the plan by flags\n"
+
+
+def test_explain_of_a_pareto_csv_defaults_to_its_knee(tmp_path, capsys, monkeypatch, repo):
+    monkeypatch.chdir(repo)
+    prefix = tmp_path / "g"
+    assert main(["pareto", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto", "--max-nodes", "a100=1,a10=2",
+                 "--out-prefix", str(prefix), "--no-progress", "--workers", "1"]) == 0
+    capsys.readouterr()
+    csv_path = tmp_path / "g_pareto.csv"
+    rows = list(csv.DictReader(open(csv_path)))
+    knee = next(r for r in rows if r["is_knee"] == "True")
+    args = ["--from", str(csv_path), "--model", "gpt2xl", "--cluster", "fasop-paper-pareto"]
+    assert main(["explain", *args, "--json"]) == 0
+    x = json.loads(capsys.readouterr().out)
+    assert x["step_time_s"] == float(knee["step_time_s"]) and "(the knee)" in x["where"]
+    assert main(["explain", *args, "--rank", "1"]) == 2
+    assert "rows have rank 1 (a pareto CSV ranks plans per composition)" in capsys.readouterr().err
+    oom = [k for k, r in enumerate(rows, start=1) if r["status"] != "ok"]
+    if oom:
+        assert main(["explain", *args, "--row", str(oom[0])]) == 2
+        assert "has no plan that fits" in capsys.readouterr().err
