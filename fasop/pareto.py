@@ -27,10 +27,13 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from fasop import limits
 from fasop.errors import FasopError
 from fasop.estimate import Estimate
 from fasop.partition import DEFAULT_MAX_NODES
-from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, process_pool, search
+from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
+from fasop.workers import process_pool
+from fasop.workers import stop as _stop
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
 if TYPE_CHECKING:
@@ -162,6 +165,9 @@ def compositions(max_nodes: Mapping[str, int], min_nodes: Mapping[str, int] | No
         raise FasopError(f"--min-nodes: above --max-nodes for {', '.join(above)}")
     names = list(max_nodes)
     ranges = [range(min_nodes.get(t, 0), max_nodes[t] + 1) for t in names]
+    if math.prod(len(r) for r in ranges) > limits.COMPOSITIONS + 1:
+        raise FasopError(f"--max-nodes: {math.prod(len(r) for r in ranges):,} compositions, more than fasop's ceiling "
+                         f"of {limits.COMPOSITIONS:,} (README: Limits): lower --max-nodes or raise --min-nodes")
     found = tuple(Composition(counts=tuple(zip(names, counts)))
                   for counts in itertools.product(*ranges) if sum(counts) > 0)
     if not found:
@@ -276,18 +282,6 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
         _stop(pool)
 
 
-def _stop(pool) -> None:
-    """Stop a ProcessPoolExecutor now: cancel what has not started and end the workers (a
-    composition can take minutes; Ctrl-C should not wait for it)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join()
-
-
 @dataclass(frozen=True)
 class _SweepJob:
     """One composition's search, as `sweep` runs it (picklable, for worker processes)."""
@@ -316,10 +310,7 @@ _SWEEP: dict = {}
 
 
 def _init_sweep_worker(job: _SweepJob) -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _SWEEP["job"] = job
+    _SWEEP["job"] = job  # (workers.process_pool: Ctrl-C is the parent's to handle)
 
 
 def _sweep_worker(comp: Composition) -> CompositionResult:
