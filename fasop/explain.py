@@ -93,7 +93,8 @@ class Explanation:
     gpus: dict[str, int]
     """GPUs of each type the plan uses."""
     mfu: float | None
-    """Model FLOP/s over the summed peaks of the plan's GPUs; None where no peak is known."""
+    """Model FLOP/s over the summed peaks of the plan's GPUs (--peak-tflops, else the hardware
+    catalog's dense peak); None where a GPU's peak is unknown."""
     usd_per_hour: float
     usd_per_step: float
     usd_per_million_tokens: float
@@ -168,7 +169,7 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
     gpus: dict[str, int] = {}
     for node in plan.placement:
         gpus[node.gpu] = gpus.get(node.gpu, 0) + node.gpus_per_node
-    peaks = peak_flop_per_s or {}
+    peaks = catalog_peaks(gpus, rp.row.get("precision") or "bf16") | (peak_flop_per_s or {})
     mfu = (flop / e.step_time_s / sum(peaks[g] * n for g, n in gpus.items())
            if gpus and all(g in peaks for g in gpus) else None)
     usd_per_hour = finite(rp.row.get("usd_per_hour", "")) or estimator.usd_per_s * 3600
@@ -184,6 +185,25 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
         usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
         row_step_time_s=finite(rp.row.get("step_time_s", "")),
         fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom))
+
+
+def catalog_peaks(gpus, precision: str) -> dict[str, float]:
+    """Dense peak FLOP/s of each GPU type the hardware catalog knows (fasop.catalog, where it
+    exists), in `precision`, else its 16-bit peak."""
+    try:
+        from fasop.catalog import find_gpu
+    except ImportError:
+        return {}
+    out = {}
+    for name in gpus:
+        try:
+            peaks = find_gpu(name).peak_flops
+        except FasopError:
+            continue
+        peak = peaks.get(precision) or peaks.get("bf16") or peaks.get("fp16")
+        if peak:
+            out[name] = peak
+    return out
 
 
 def _memory_parts(plan, model: ModelSpec, kinds, param_bytes, zero: int) -> tuple:
@@ -240,7 +260,7 @@ def render(x: Explanation) -> str:
     flops = f"model {x.model_flop_per_step / 1e15:,.3f} PFLOP a step = {x.model_flop_per_step / x.step_time_s / 1e12:,.1f} TFLOP/s"
     gpus = " + ".join(f"{n} {g}" for g, n in x.gpus.items())
     mfu = (f"MFU {x.mfu:.1%} of the peaks of {gpus}" if x.mfu is not None else
-           f"MFU unknown (no peak FLOP/s for {gpus}; give --peak-tflops GPU=TFLOPS,...)")
+           f"MFU unknown (no peak FLOP/s for {gpus} in the catalog; give --peak-tflops GPU=TFLOPS,...)")
     lines = head + _table(time_rows, left=(1, 2, 3))
     lines += ["compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only (FASOP charges "
               "stage 0's forward and the last stage's backward sends), waiting", "", memory_title] + _table(mem_rows, left=()) + [""]
