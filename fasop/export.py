@@ -125,40 +125,10 @@ def transformer_counts(kinds: tuple[str, ...], partition: tuple[int, ...]) -> li
 
 def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     p, s = rp.plan, settings_of(rp)
-    warnings = _fit_warnings(rp, s)
+    warnings, notes = _fit_warnings(rp, s), []
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.global_batch_size}"]
-    notes = []
-    counts = transformer_counts(model.layer_kinds, rp.partition)
-    chunks = len(rp.partition)  # pp, or pp x virtual stages where the row splits every chunk
-    if s.virtual_stages > 1 and chunks == p.pp:  # the row gives each rank's layers, not its chunks'
-        if len(set(counts)) == 1 and counts[0] % s.virtual_stages == 0:
-            args.append(f"--num-virtual-stages-per-pipeline-rank {s.virtual_stages}")
-        else:
-            warnings.append(f"{s.virtual_stages} virtual stages on an uneven split: the row does not say which "
-                            "layers each virtual stage holds; no virtual-pipeline flag written")
-        chunks = 1  # no layout: the split is Megatron's even one or not expressible
-        if len(set(counts)) > 1:
-            args += [f"--num-layers {sum(counts)}", '--pipeline-model-parallel-layout "' +
-                     megatron_layout(model.layer_kinds, rp.partition)[0] + '"'] \
-                if megatron_layout(model.layer_kinds, rp.partition)[0] else []
-    if chunks > 1:
-        layout, why = megatron_layout(model.layer_kinds, rp.partition)
-        even = len(set(counts)) == 1
-        if layout is None:
-            warnings.append(f"Megatron-LM cannot express this split: --pipeline-model-parallel-layout has no "
-                            f"place for {why}; pass the stages' layers by hand (FASOP's Megatron fork: "
-                            f"--balance {'-'.join(map(str, rp.partition))}, layer-list entries per stage)")
-        elif even and s.virtual_stages == 1:
-            notes.append(f"# even split ({counts[0]} transformer layers a stage): Megatron's default, no layout")
-        else:
-            args += [f"--num-layers {sum(counts)}", f'--pipeline-model-parallel-layout "{layout}"']
-            notes.append("# --pipeline-model-parallel-layout needs Megatron-Core >= 0.13; E = embedding, "
-                         "t = transformer layer, L = head and loss, | between stages")
-            middle = counts[1:-1]
-            if s.virtual_stages == 1 and len(set(middle)) <= 1:
-                notes.append(f"# Megatron-Core < 0.13: --decoder-first-pipeline-num-layers {counts[0]} "
-                             f"--decoder-last-pipeline-num-layers {counts[-1]} instead of the layout")
+    args += _megatron_split(rp, model, s, warnings, notes)
     args += _megatron_settings(p.tp, s, warnings)
     if s.precision is None:
         notes.append("# 16-bit training as profiled: add --bf16 or --fp16")
@@ -168,6 +138,36 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     lines = _header(rp, model, "megatron") + [f"# warning: {w}" for w in warnings] + notes + ["MODEL_PARALLEL_ARGS=("]
     lines += [f"    {a}" for a in args] + [")"]
     return Export("\n".join(lines) + "\n", tuple(warnings))
+
+
+def _megatron_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str], notes: list[str]) -> list[str]:
+    """The flags of the layer split: none for Megatron's even default, else the layout string
+    (a stage per entry of the partition: per rank, or per model chunk with virtual stages)."""
+    pp, partition = rp.plan.pp, rp.partition
+    counts = transformer_counts(model.layer_kinds, partition)
+    even = len(set(counts)) == 1
+    if s.virtual_stages > 1 and len(partition) == pp:  # the row gives each rank's layers, not its chunks'
+        if even and counts[0] % s.virtual_stages == 0:
+            return [f"--num-virtual-stages-per-pipeline-rank {s.virtual_stages}"]
+        warnings.append(f"{s.virtual_stages} virtual stages on an uneven split: the row does not say which "
+                        "layers each virtual stage holds; no virtual-pipeline flag written")
+    if len(partition) == 1:
+        return []
+    layout, why = megatron_layout(model.layer_kinds, partition)
+    if layout is None:
+        warnings.append(f"Megatron-LM cannot express this split: --pipeline-model-parallel-layout has no "
+                        f"place for {why}; pass the stages' layers by hand (FASOP's Megatron fork: "
+                        f"--balance {'-'.join(map(str, partition))}, layer-list entries per stage)")
+        return []
+    if even and len(partition) == pp:
+        notes.append(f"# even split ({counts[0]} transformer layers a stage): Megatron's default, no layout")
+        return []
+    notes.append("# --pipeline-model-parallel-layout needs Megatron-Core >= 0.13; E = embedding, "
+                 "t = transformer layer, L = head and loss, | between stages")
+    if len(partition) == pp and len(set(counts[1:-1])) <= 1:
+        notes.append(f"# Megatron-Core < 0.13: --decoder-first-pipeline-num-layers {counts[0]} "
+                     f"--decoder-last-pipeline-num-layers {counts[-1]} instead of the layout")
+    return [f"--num-layers {sum(counts)}", f'--pipeline-model-parallel-layout "{layout}"']
 
 
 def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
@@ -218,25 +218,71 @@ def torchtitan_fqns(kinds: tuple[str, ...], partition: tuple[int, ...]) -> list[
     return out
 
 
+AC_CONFIGS = {"none": ("None", "every activation kept"), "full": ("FullAC.Config()", "full recompute"),
+              "selective": ("SelectiveAC.Config()", "selective recompute")}
+"""torchtitan's activation checkpointing at its HEAD (torchtitan/distributed/activation_checkpoint.py)."""
+
+
 def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     p, s = rp.plan, settings_of(rp)
     warnings = _fit_warnings(rp, s)
     seq = model.sequence_length
-    chunks = len(rp.partition)
-    fqns = torchtitan_fqns(model.layer_kinds, rp.partition) if chunks > 1 else None
-    per_chunk = None
-    if s.virtual_stages > 1 and chunks == p.pp:  # each rank's layers, not its chunks'
-        fqns = None
-        counts = transformer_counts(model.layer_kinds, rp.partition)
+    fqns, per_chunk = _torchtitan_split(rp, model, s, warnings)
+    sets = _torchtitan_parallelism(rp, s, per_chunk, warnings)
+    training = [("num_tokens_per_microbatch_per_dp_rank", p.mbs * seq, f"micro-batch {p.mbs} x sequence {seq}"),
+                ("num_tokens_per_train_step", p.global_batch_size * seq,
+                 f"global batch {p.global_batch_size} x sequence {seq}")]
+    ac = AC_CONFIGS.get(s.recompute)
+    if ac is None:
+        warnings.append(f"recompute {s.recompute!r}: no torchtitan activation-checkpoint mode known; not written")
+    lines = _header(rp, model, "torchtitan") + [f"# warning: {w}" for w in warnings]
+    lines += ["# torchtitan after its config refactor (#2386, 2026-02): a recipe function, run with",
+              "#   torchrun ... -m torchtitan.train --module <your module> --config <your function>",
+              f"# with NGPU = {p.num_gpus} and the nodes in the order of `fasop export --target hostfile`.",
+              "", "", "def fasop_plan(config):",
+              '    """Apply the fasop plan to a torchtitan Trainer.Config: e.g.',
+              '    `def my_run(): return fasop_plan(llama3_8b())`."""']
+    if s.recompute in ("full", "selective"):
+        lines.append("    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC")
+        lines.append("")
+    lines.append("    p = config.parallelism")
+    lines += [f"    p.{key} = {_py(value)}" for key, value in sets]
+    if fqns is not None:
+        lines += ["    p.module_fqns_per_model_part = ["] + [f"        {part}," for part in fqns] + ["    ]"]
+    lines += [f"    config.training.{key} = {value}  # {why}" for key, value, why in training]
+    if ac is not None:
+        lines.append(f"    config.activation_checkpoint = {ac[0]}  # {ac[1]}")
+    lines += ["    return config", "", "",
+              "# The same as --parallelism.* overrides (frozen but still honoured; enable_sequence_parallel,",
+              "# module_fqns_per_model_part and activation_checkpoint only in the recipe):",
+              " ".join(f"--parallelism.{key} {_py(value)}" for key, value in sets if not isinstance(value, bool)),
+              " ".join(f"--training.{key} {value}" for key, value, _ in training)]
+    return Export("\n".join(lines) + "\n", tuple(warnings))
+
+
+def _torchtitan_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str]):
+    """(module_fqns_per_model_part expressions or None, layers per virtual stage or None)."""
+    partition = rp.partition
+    if s.virtual_stages > 1 and len(partition) == rp.plan.pp:  # each rank's layers, not its chunks'
+        counts = transformer_counts(model.layer_kinds, partition)
         if len(set(counts)) == 1 and counts[0] % s.virtual_stages == 0:
-            per_chunk = counts[0] // s.virtual_stages
-        else:
-            warnings.append(f"{s.virtual_stages} virtual stages on an uneven split: the row does not say which "
-                            "layers each virtual stage holds; module_fqns_per_model_part not written")
-    if chunks > 1 and fqns is None and s.virtual_stages == 1:
+            return None, counts[0] // s.virtual_stages
+        warnings.append(f"{s.virtual_stages} virtual stages on an uneven split: the row does not say which "
+                        "layers each virtual stage holds; module_fqns_per_model_part not written")
+        return None, None
+    if len(partition) == 1:
+        return None, None
+    fqns = torchtitan_fqns(model.layer_kinds, partition)
+    if fqns is None:
         warnings.append("torchtitan cannot express this split: its models are decoder-only (tok_embeddings, "
                         "layers.i, norm, lm_head), this model's layer list is not; module_fqns_per_model_part "
                         "not written")
+    return fqns, None
+
+
+def _torchtitan_parallelism(rp: RowPlan, s: Settings, per_chunk: int | None, warnings: list[str]) -> list[tuple]:
+    """(ParallelismConfig key, value) pairs of the plan."""
+    p = rp.plan
     sets = [("tensor_parallel_degree", p.tp), ("enable_sequence_parallel", s.sequence_parallel and p.tp > 1),
             ("pipeline_parallel_degree", p.pp)]
     if p.pp > 1:
@@ -251,35 +297,7 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     if sharded and s.zero_stage < 3:
         warnings.append(f"ZeRO stage {s.zero_stage}: torchtitan shards with FSDP (parameters too, like stage 3); "
                         "written as data_parallel_shard_degree")
-    training = [("num_tokens_per_microbatch_per_dp_rank", p.mbs * seq, f"micro-batch {p.mbs} x sequence {seq}"),
-                ("num_tokens_per_train_step", p.global_batch_size * seq,
-                 f"global batch {p.global_batch_size} x sequence {seq}")]
-    ac = {"none": ("None", "every activation kept"), "full": ("FullAC.Config()", "full recompute"),
-          "selective": ("SelectiveAC.Config()", "selective recompute")}.get(s.recompute)
-    if ac is None:
-        warnings.append(f"recompute {s.recompute!r}: no torchtitan activation-checkpoint mode known; not written")
-    lines = _header(rp, model, "torchtitan") + [f"# warning: {w}" for w in warnings]
-    lines += ["# torchtitan after its config refactor (#2386, 2026-02): a recipe function, run with",
-              "#   torchrun ... -m torchtitan.train --module <your module> --config <your function>",
-              f"# with NGPU = {p.num_gpus} and the nodes in the order of `fasop export --target hostfile`.",
-              "", "", "def fasop_plan(config):",
-              '    """Apply the fasop plan to a torchtitan Trainer.Config: e.g.',
-              '    `def my_run(): return fasop_plan(llama3_8b())`."""',
-              "    p = config.parallelism"]
-    lines += [f"    p.{key} = {_py(value)}" for key, value in sets]
-    if fqns is not None:
-        lines.append("    p.module_fqns_per_model_part = [")
-        lines += [f"        {part}," for part in fqns]
-        lines.append("    ]")
-    lines += [f"    config.training.{key} = {value}  # {why}" for key, value, why in training]
-    if ac is not None:
-        lines.append(f"    config.activation_checkpoint = {ac[0]}  # {ac[1]}")
-    lines += ["    return config", "", "",
-              "# The same as --parallelism.* overrides (frozen but still honoured; enable_sequence_parallel,",
-              "# module_fqns_per_model_part and activation_checkpoint only in the recipe):"]
-    lines.append(" ".join(f"--parallelism.{key} {_py(value)}" for key, value in sets if not isinstance(value, bool)))
-    lines.append(" ".join(f"--training.{key} {value}" for key, value, _ in training))
-    return Export("\n".join(lines) + "\n", tuple(warnings))
+    return sets
 
 
 def _py(value) -> str:
