@@ -17,7 +17,7 @@ from fasop.compute import ProfileCompute
 from fasop.enumerate import cyclic_placements, degrees, divisors
 from fasop.estimators.fasop2024 import PARAM_BYTES
 from fasop.memory import estimate_memory, fasop_limit_node, stage_elements
-from fasop.partition import minmax, minmax_reference
+from fasop.estimators.fasop2024_minmax import minmax, minmax_reference
 from fasop.plan import Plan
 from fasop.schedule import one_f_one_b
 from fasop.specs import ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
@@ -215,7 +215,7 @@ def schedule(fwd, bwd, send_fwd, send_bwd, m):
 
 
 def test_1f1b_two_stages_one_microbatch():
-    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences (fasop.schedule._run, docs/estimators.md §5):
+    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences (fasop.recurrences.run, docs/estimators.md §5):
     stage 0 forward ends F0, its send ends F0+sf0 = fre_1; stage 1 forward ends F0+sf0+F1 and its
     backward E1 = F0+sf0+F1+B1; its send ends E1+sb1 = bre_0; stage 0's backward
     E0 = F0+sf0+F1+B1+sb1+B0. With F=(1,3), B=(2,6), sf0=0.5, sb1=0.25:
@@ -335,7 +335,7 @@ def test_minmax_many_moves_as_the_reference(seed, monkeypatch):
     split must be minmax_reference's. 200 problems drawn from 3 layer counts (so groups form),
     1 to 9 stages (more stages than layers goes one by one), stage costs from a pool of 4 that
     cover more layers than balanced (as the encoder of an encoder-decoder), ties included."""
-    import fasop.partition as partition
+    import fasop.estimators.fasop2024_minmax as partition
 
     monkeypatch.setattr(partition, "LOCKSTEP_MIN", 1 + seed % 3)  # lockstep for nearly every group
     rng = np.random.default_rng(seed)
@@ -357,7 +357,7 @@ def test_fasop_minmax_splits_many_equals_one_by_one(seed, monkeypatch):
     """fasop_minmax_splits_many solves the min-max problems of many requests together (repeats
     once); each request's splits must be fasop_minmax_splits's: one or two segments (encoder-
     decoder), one to twelve stages, requests repeated."""
-    import fasop.partition as partition
+    import fasop.estimators.fasop2024_minmax as partition
 
     monkeypatch.setattr(partition, "LOCKSTEP_MIN", 2)
     rng = np.random.default_rng(seed)

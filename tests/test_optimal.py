@@ -9,7 +9,8 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.estimators.fasop2024 import PARAM_BYTES, Fasop2024Estimator, _Prepared
+from fasop.estimators.fasop2024 import PARAM_BYTES, Fasop2024Estimator
+from fasop.estimators.fasop2024_batch import Prepared
 from fasop.memory import stage_fits
 from fasop.partition import Split
 from fasop.plan import Plan
@@ -56,7 +57,7 @@ def _brute_force(est: Fasop2024Estimator, plan: Plan, respect_memory: bool) -> f
                                       for i in range(plan.pp)):
             continue
         splits.append(Split(counts, counts))
-    probe = _Prepared(plan, p.stage_types, p.costs, p.p2p, splits)
+    probe = Prepared(plan, p.stage_types, p.costs, p.p2p, splits)
     ends = est._schedule_all([probe])[0]
     return min(float(est._step(plan, p.stage_types, s.reported[0], e)[0]) for s, e in zip(splits, ends))
 
