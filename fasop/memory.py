@@ -67,42 +67,20 @@ def _elements(h: int, v: int, s: int, a: int, b: int, tp: int, pp: int, p: int,
     return params, act
 
 
-def fasop_limit_node(plan: Plan, stage: int) -> int:
-    """Node whose memory limit FASOP applies to a stage (docs/estimators.md §8, quirk kept): for pp < N
-    the last node it reads is the second-to-last of the stage's span."""
-    return limit_nodes(plan.pp, len(plan.placement))[stage]
-
-
-@lru_cache(maxsize=4096)
-def limit_nodes(pp: int, n: int) -> tuple[int, ...]:
-    """`fasop_limit_node` of each of pp stages on n nodes. pp > n: the node holding the stage's
-    first rank, stage * n // pp; that is FASOP's stage // (pp // n) where n divides pp (FASOP
-    reads past the last node otherwise). pp = n: node i. pp < n: FASOP's reading of the span."""
-    if pp >= n:
-        return tuple(stage * n // pp for stage in range(pp))
-    span = n // pp
-    return tuple(max(stage * span, (stage + 1) * span - 2) for stage in range(pp))
-
-
-def stage_limits(plan: Plan) -> tuple[float, ...]:
-    """The memory limit (bytes) applied to each stage (`fasop_limit_node`)."""
-    return tuple(plan.placement[q].memory_limit_bytes for q in limit_nodes(plan.pp, len(plan.placement)))
-
-
-def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, stage: int, kinds: Sequence[str], *,
+def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, kinds: Sequence[str], limit: float, *,
                param_bytes: ParamBytes) -> bool:
-    """Does a stage holding layers of `kinds` stay under its memory limit (without ZeRO)?"""
+    """Does a stage holding layers of `kinds` stay under its memory limit `limit` (bytes; without ZeRO)?"""
     params, act = stage_elements(plan, model, kinds)
-    limit = stage_limits(plan)[stage]
     return not cluster.memory_overhead_factor * (param_bytes.full * params + act) > limit
 
 
-def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec, *, param_bytes: ParamBytes) -> np.ndarray:
-    """mask[i, a, b]: do layers a..b-1 fit on stage i (without ZeRO)? Shape (pp, L+1, L+1); the
-    same sums and test as `estimate_memory`."""
+def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec, limits: Sequence[float], *,
+                   param_bytes: ParamBytes) -> np.ndarray:
+    """mask[i, a, b]: do layers a..b-1 fit on stage i under limits[i] (bytes; without ZeRO)?
+    Shape (pp, L+1, L+1); the same sums and test as `estimate_memory`."""
     params, act = element_tables(plan, model)
     need = cluster.memory_overhead_factor * (param_bytes.full * params + act)
-    limits = np.array(stage_limits(plan))
+    limits = np.array(limits)
     return ~(need[None, :, :] > limits[:, None, None])
 
 
@@ -169,10 +147,8 @@ def memory_tables(model: ModelSpec) -> _ElementTables:
 
 
 def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
-                    limits: tuple[float, ...] | None = None, *, param_bytes: ParamBytes) -> MemoryEstimate:
-    """Per-stage bytes of a split and the OOM flags. limits: stage_limits(plan), if the caller
-    has them."""
-    limits = stage_limits(plan) if limits is None else limits
+                    limits: Sequence[float], *, param_bytes: ParamBytes) -> MemoryEstimate:
+    """Per-stage bytes of a split and the OOM flags; limits: each stage's memory limit (bytes)."""
     return estimate_memory_many([plan], model, cluster, np.array([partition]), np.array([limits]),
                                 param_bytes=param_bytes)[0]
 

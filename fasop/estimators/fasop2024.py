@@ -26,14 +26,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from fasop import comm, model_math, native
+from fasop import model_math, native
+from fasop.estimators import fasop2024_comm
 from fasop.compute import LayerCosts, ProfileCompute
 from fasop.errors import FasopError
 from fasop.estimate import Estimate
 from fasop.estimators import register
 from fasop.estimators.fasop2024_batch import Chosen, Chunk, Combos, Prepared, bus_rows, gathered, rows_of
 from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, fasop_minmax_splits_many, minmax_supported
-from fasop.layout import Layout, Layouts, Stages
+from fasop.estimators.fasop2024_layout import Layout, Layouts, Stages
 from fasop.memory import MemoryEstimate, ParamBytes, estimate_memory_many, memory_tables, rounded, stage_fit_mask
 from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain, optimal
 from fasop.plan import Plan, trusted_many
@@ -135,8 +136,8 @@ class Fasop2024Estimator:
         return self.layouts.of(plan)
 
     def p2p(self, plan: Plan) -> tuple[float, ...]:
-        """comm.p2p_seconds of the plan."""
-        return self._of_plan(plan, "p2p", lambda: comm.p2p_seconds(plan, self.model, self.cluster,
+        """fasop2024_comm.p2p_seconds of the plan."""
+        return self._of_plan(plan, "p2p", lambda: fasop2024_comm.p2p_seconds(plan, self.model, self.cluster,
                                                                     self.layout(plan).p2p_bandwidths))
 
     def stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
@@ -207,7 +208,7 @@ class Fasop2024Estimator:
         chain, busiest = floors
         pipeline = max(chain + sends, plan.num_microbatches * busiest)
         params = self._dp_params(plan, 1)
-        dp = min(float(comm.dp_allreduce_seconds(plan, params, f32(ring), shared, self.model.bytes_per_element))
+        dp = min(float(fasop2024_comm.dp_allreduce_seconds(plan, params, f32(ring), shared, self.model.bytes_per_element))
                  for shared in buses)
         return (pipeline + dp + embedding) * (1 - 1e-6)
 
@@ -301,7 +302,8 @@ class Fasop2024Estimator:
             recent.move_to_end(key)
         else:  # stage times, those that fit, and the dynamic programmes over them
             times = np.stack([c.matrix for c in p.costs])
-            fitting = np.where(stage_fit_mask(plan, self.model, self.cluster, param_bytes=PARAM_BYTES), times, np.inf)
+            fits = stage_fit_mask(plan, self.model, self.cluster, layout.limits, param_bytes=PARAM_BYTES)
+            fitting = np.where(fits, times, np.inf)
             recent[key] = (times, fitting, {}, {})
             while len(recent) > RECENT_SHAPES:
                 recent.popitem(last=False)
@@ -519,7 +521,7 @@ class Fasop2024Estimator:
     def dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
         """table[n, bus]: a stage's DP all-reduce (float32) when stage 0 holds n layers
         (dp-stage0-params, docs/estimators.md §7), on an unshared (0) and a shared (1) bus; the same
-        float32 operations as comm.dp_allreduce_seconds, on arrays. Made once per (tp, dp, GPUs
+        float32 operations as fasop2024_comm.dp_allreduce_seconds, on arrays. Made once per (tp, dp, GPUs
         per node, ring) and shared by the estimators of this (model, cluster), e.g. a pareto
         sweep's compositions."""
         tables = self._shared.setdefault("dp tables", {})
@@ -529,7 +531,7 @@ class Fasop2024Estimator:
             params = self._dp_params_all(plan.tp)
             table = np.empty((len(params), 2), dtype=f32)
             for bus in (False, True):
-                table[:, int(bus)] = comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus,
+                table[:, int(bus)] = fasop2024_comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus,
                                                                self.model.bytes_per_element)
             if len(tables) >= RECENT_FLOORS:
                 tables.clear()

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fasop import comm
+from fasop.estimators import fasop2024_comm
 from fasop.compute import LayerCosts, stage_times
-from fasop.layout import Layout, Stages
+from fasop.estimators.fasop2024_layout import Layout, Stages
 from fasop.memory import elements_key, memory_tables
 from fasop.partition import Split
 from fasop.plan import Plan
@@ -102,7 +102,7 @@ class Combos:
         m = batch // (dp * mbs)
         self.memory_keys += map(elements_key, mbss, tps, pp.tolist(), m.tolist())
         shape = np.fromiter((shapes.setdefault(key[:3], len(shapes)) for key in new), np.intp, len(new))
-        added = (pp, m, comm.p2p_volume_of(mbs, e.model), e.param_bytes.zero(dp), shape, context,
+        added = (pp, m, fasop2024_comm.p2p_volume_of(mbs, e.model), e.param_bytes.zero(dp), shape, context,
                  np.array(self._pace_of, dtype=np.intp)[context])
         self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace = (
             np.concatenate([old, values]) for old, values in zip(
@@ -154,7 +154,7 @@ class Chunk:
         code = {g: k for k, g in enumerate(gpus)}
         codes = np.array([[code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_list])
         self.which = planes[combos.context[rows][:, None], codes[stage_of]]
-        # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
+        # fasop2024_comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
         bandwidths, limits = gathered(layout_list, width)
         self.p2p = (combos.volume[rows][:, None] / bandwidths[self.layout_of]).astype(float)
         # what the step time and memory read: per stage, its bus; per layout, its DP all-reduce
