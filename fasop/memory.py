@@ -18,7 +18,7 @@ from fasop import model_math
 from fasop.compute import run_sums
 from fasop.plan import Plan
 from fasop.recent import recent
-from fasop.specs import GIB, ClusterSpec, ModelSpec
+from fasop.specs import ClusterSpec, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -146,43 +146,6 @@ def memory_tables(model: ModelSpec) -> _ElementTables:
     return recent(_TABLES, (model,), lambda: _ElementTables(model))
 
 
-def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
-                    limits: Sequence[float], *, param_bytes: ParamBytes) -> MemoryEstimate:
-    """Per-stage bytes of a split and the OOM flags; limits: each stage's memory limit (bytes)."""
-    return estimate_memory_many([plan], model, cluster, np.array([partition]), np.array([limits]),
-                                param_bytes=param_bytes)[0]
-
-
-def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: ClusterSpec, partitions: np.ndarray,
-                         limits: np.ndarray, *, param_bytes: ParamBytes) -> list[MemoryEstimate]:
-    """`estimate_memory` of many plans' splits: partitions and limits (bytes) a row per plan, a
-    column per stage; rows of plans with fewer stages padded with stages of no layer and an
-    infinite limit. Per stage: bytes = param_bytes.full x params + activations, with ZeRO
-    param_bytes.zero(dp) x params + activations; a stage is OOM when overhead x bytes exceeds
-    its limit, and the reported peak is then overhead x the last OOM stage's bytes."""
-    tables = memory_tables(model)
-    edges = np.zeros((len(partitions), partitions.shape[1] + 1), dtype=np.intp)
-    np.cumsum(partitions, axis=1, out=edges[:, 1:])
-    at = (tables.of(plans)[:, None], edges[:, :-1], edges[:, 1:])
-    params, act = tables.params[at], tables.act[at]
-    factor = cluster.memory_overhead_factor
-    stage_bytes = param_bytes.full * params + act
-    sharded = param_bytes.zero(np.array([p.dp for p in plans]))
-    zero_bytes = sharded[:, None] * params + act
-    oom, zero_oom = factor * stage_bytes > limits, zero_bytes > limits
-    last = partitions.shape[1] - 1
-    rows = np.arange(len(partitions))
-    oom_gib = np.where(oom.any(axis=1), factor * stage_bytes[rows, last - oom[:, ::-1].argmax(axis=1)] / GIB,
-                       stage_bytes.max(axis=1) / GIB)
-    zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
-                        zero_bytes.max(axis=1) / GIB)
-    return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
-                           oom_gpumem_gib=g, is_zero_oom=zo, zero_oom_gpumem_gib=zg)
-            for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.any(axis=1).tolist(),
-                                             rounded(_float32(oom_gib)), zero_oom.any(axis=1).tolist(),
-                                             rounded(_float32(zero_gib)))]
-
-
 def rounded(values: np.ndarray, digits: int = 4) -> list[float]:
     """[round(v, digits) for v in values] (Python's round: the decimal value of v rounded half to
     even, then the nearest float), on the array: where v x 10^digits is below 2^30 and at least
@@ -197,8 +160,3 @@ def rounded(values: np.ndarray, digits: int = 4) -> list[float]:
     for k in np.flatnonzero(~clear).tolist():
         out[k] = round(float(values[k]), digits)
     return out
-
-
-def _float32(values: np.ndarray) -> np.ndarray:
-    # FASOP reports float32 GiB rounded to 4 decimals (then `rounded`)
-    return values.astype(np.float32).astype(float)

@@ -17,7 +17,8 @@ from fasop.compute import ProfileCompute
 from fasop.enumerate import cyclic_placements, degrees, divisors
 from fasop.estimators.fasop2024 import PARAM_BYTES
 from fasop.estimators.fasop2024_layout import fasop_limit_node, stage_limits
-from fasop.memory import estimate_memory, stage_elements
+from fasop.estimators.fasop2024_memory import estimate_memory
+from fasop.memory import stage_elements
 from fasop.estimators.fasop2024_minmax import minmax, minmax_reference
 from fasop.plan import Plan
 from fasop.schedule import one_f_one_b

@@ -35,7 +35,8 @@ from fasop.estimators import register
 from fasop.estimators.fasop2024_batch import Chosen, Chunk, Combos, Prepared, bus_rows, gathered, rows_of
 from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, fasop_minmax_splits_many, minmax_supported
 from fasop.estimators.fasop2024_layout import Layout, Layouts, Stages
-from fasop.memory import MemoryEstimate, ParamBytes, estimate_memory_many, memory_tables, rounded, stage_fit_mask
+from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many
+from fasop.memory import MemoryEstimate, memory_tables, rounded, stage_fit_mask
 from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain, optimal
 from fasop.plan import Plan, trusted_many
 from fasop.recent import recent
@@ -43,9 +44,6 @@ from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, split_
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
-PARAM_BYTES = ParamBytes(full=18, replicated=6, sharded=12)
-"""FASOP's bytes per parameter: 16-bit weights and gradients, 32-bit master weights and Adam's two
-moments, as FASOP counts them (18); with ZeRO, 6 kept by every replica and 12 split over dp."""
 DP_EXTRA_PARAMS_PER_LAYER = 20800
 """dp-param-count: the gradients of a transformer layer in FASOP's DP all-reduce are 12 h^2 +
 20800 (its memory counts 12 h^2, model_math.transformer_params)."""
