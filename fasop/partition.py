@@ -39,12 +39,36 @@ def boundaries(counts: Sequence[int]) -> list[int]:
     return edges
 
 
-Bound = Callable[[int, float, object, np.ndarray, dict], tuple[np.ndarray, np.ndarray]]
+class Rest:
+    """What every search-tree node at stage k starting at one layer shares: its feasible stops
+    (where stage k may end), their stage times `t`, and the least completions after each stop --
+    the stages after k need at least `sum` seconds in all, with a largest stage of at least `max`
+    and a largest weighted stage (weight `stage_weights[i]`) of at least `wmax`; `capped` and
+    `below` (None, or partition.capped_completion's rows) bound the sum and the largest weighted
+    stage together. A bound keeps what it derives from these once per node with `memo`."""
+
+    __slots__ = ("stops", "t", "times", "sum", "max", "wmax", "capped", "below", "extra", "cuts", "_memo")
+
+    def __init__(self, stops: np.ndarray, t: np.ndarray, sum: np.ndarray, max: np.ndarray, wmax: np.ndarray,
+                 capped: np.ndarray | None, below: np.ndarray | None, extra: np.ndarray | None):
+        self.stops, self.t, self.times = stops, t, t.tolist()
+        self.sum, self.max, self.wmax, self.capped, self.below, self.extra = sum, max, wmax, capped, below, extra
+        self.cuts: tuple[int, np.ndarray | None] = (0, None)
+        """(cuts known, this node's share of them): kept up to date by `optimal`."""
+        self._memo = None
+
+    def memo(self, make: Callable[[], tuple]) -> tuple:
+        """make(), once per node: what a bound derives from the node's choices alone."""
+        if self._memo is None:
+            self._memo = make()
+        return self._memo
+
+
+Bound = Callable[[int, float, object, np.ndarray, Rest], tuple[np.ndarray, np.ndarray]]
 """bound(k, before, chain, t, rest) -> (lower bounds, new chains), vectorised over candidate
 times t of stage k: stages < k take `before` seconds in all, `chain` is the caller's running
-state (None at the first stage; then the row of new chains of the choice taken), and the stages
-after k need at least rest["sum"] seconds in all, with a largest stage of at least rest["max"]
-and a largest weighted stage (weight `stage_weights[i]`) of at least rest["wmax"]."""
+state (None at the first stage; then the row of new chains of the choice taken), and `rest`
+(a `Rest`) says what the stages after k need at least."""
 Evaluate = Callable[[list[tuple[int, ...]]], Sequence[float]]
 """evaluate(splits) -> the objective of each split."""
 Cut = Callable[[tuple[int, ...]], tuple[np.ndarray, float]]
@@ -260,38 +284,37 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     cut_tables = np.zeros((0, n + 1, size))
     best: list = [np.inf, ()]
     pending: list[tuple[int, ...]] = []
-    nodes: dict[tuple[int, int], dict] = {}
+    nodes: dict[tuple[int, int], Rest | None] = {}
 
-    def children(k: int, first: int) -> dict | None:
+    def children(k: int, first: int) -> Rest | None:
         """What every node at stage k starting at layer `first` shares: its feasible stops, their
-        stage times, the least completions after them (the `rest` given to `bound`, which may
-        keep its own per-node arrays in it) and, at stage 0, extra(stop). None: no child."""
+        stage times, the least completions after them (the `Rest` given to `bound`) and, at
+        stage 0, extra(stop). None: no child."""
         key = (k, first)
         if key not in nodes:
             stops = np.arange(first + 1, num_layers + 1 if k == n - 1 else num_layers - (n - k - 1) + 1)
             t = times[k, first, stops]
             ok = np.isfinite(t) & np.isfinite(least_sum[k + 1, stops])
             stops, t = stops[ok], t[ok]
-            nodes[key] = None if not len(stops) else {
-                "stops": stops, "t": t, "times": t.tolist(), "sum": least_sum[k + 1, stops],
-                "max": least_max[k + 1, stops], "wmax": least_wmax[k + 1, stops],
-                "capped": None if capped is None else capped[:, k + 1, stops], "below": below,
-                "extra": np.array([extra(int(s)) for s in stops]) if k == 0 else None, "cuts": (0, None)}
+            nodes[key] = None if not len(stops) else Rest(
+                stops, t, least_sum[k + 1, stops], least_max[k + 1, stops], least_wmax[k + 1, stops],
+                None if capped is None else capped[:, k + 1, stops], below,
+                np.array([extra(int(s)) for s in stops]) if k == 0 else None)
         return nodes[key]
 
     def child_bounds(k: int, first: int, counts: tuple, before: float, chain, dots: np.ndarray) -> tuple | None:
-        """(bounds of the children, their chains, the shared dict) of a node; None: no child.
+        """(bounds of the children, their chains, their Rest) of a node; None: no child.
         dots: cut_w . stage times of stages < k, one per cut."""
         rest = children(k, first)
         if rest is None:
             return None
-        lb, chains = bound(k, before, chain, rest["t"], rest)
+        lb, chains = bound(k, before, chain, rest.t, rest)
         if len(cut_c):
-            if rest["cuts"][0] != len(cut_c):  # this node's share of the cuts, for the cuts known now
-                rest["cuts"] = (len(cut_c), cut_w[:, k, None] * rest["t"][None, :] + cut_tables[:, k + 1, rest["stops"]]
-                                + cut_c[:, None])
-            lb = np.maximum(lb, (dots[:, None] + rest["cuts"][1]).max(axis=0))
-        return lb + (rest["extra"] if k == 0 else extra(counts[0])), chains, rest
+            if rest.cuts[0] != len(cut_c):  # this node's share of the cuts, for the cuts known now
+                rest.cuts = (len(cut_c), cut_w[:, k, None] * rest.t[None, :] + cut_tables[:, k + 1, rest.stops]
+                             + cut_c[:, None])
+            lb = np.maximum(lb, (dots[:, None] + rest.cuts[1]).max(axis=0))
+        return lb + (rest.extra if k == 0 else extra(counts[0])), chains, rest
 
     def known_dots(counts: tuple) -> np.ndarray:
         edges = boundaries(counts)
@@ -382,8 +405,8 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
                 lbs = lbs.tolist()
                 if hopeless(lbs[order[0]]):
                     break
-                family = _Family(k, first, counts, before, chains, dots, len(cut_c), order, lbs, rest["stops"],
-                                 rest["times"])
+                family = _Family(k, first, counts, before, chains, dots, len(cut_c), order, lbs, rest.stops,
+                                 rest.times)
                 if len(order) > 1 and not hopeless(lbs[order[1]]):
                     opened += 1
                     heapq.heappush(heap, (lbs[order[1]], opened, family, 1))

@@ -331,22 +331,22 @@ def steady_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: fl
     return np.maximum(np.where(m > warm, m - 1 - warm / k, 0.0), (k - 1) * (m - 1) / k)
 
 
-def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *, num_stages: int,
+def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_stages: int,
                       num_microbatches: int, send_first: float, send_last: float,
                       weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds on stage 0's end time (of `one_f_one_b`) over pipelines whose stages < k take
     `before` seconds in all, stage k takes t (an array of choices), and the stages after k sum to
-    at least rest["sum"] with a largest stage of at least rest["max"] and a largest
-    steady_weights-weighted stage of at least rest["wmax"]. Each term is a chain of events that
-    must run one after another:
+    at least rest.sum with a largest stage of at least rest.max and a largest
+    steady_weights-weighted stage of at least rest.wmax (`rest`: a partition.Rest). Each term is
+    a chain of events that must run one after another:
 
     - micro-batch 0 forward through every stage and back: all stage times + the two sends;
     - stage i: micro-batch 0 reaches it (the stages before it), it runs m forwards and m
       backwards, the last gradient drains back through the stages before it: sum_{j<i} t_j +
       m t_i (+ the sends on that way); `chain` carries the largest such term over stages < k;
-    - the slowest stage after k likewise: everything before it + m x rest["max"];
+    - the slowest stage after k likewise: everything before it + m x rest.max;
     - every stage's steady chain (`steady_weights`): all stage times + sends + c_i t_i; with
-      rest["capped"] and rest["below"] (partition.capped_completion) the rest's sum and its
+      rest.capped and rest.below (partition.capped_completion) the rest's sum and its
       largest c_i t_i are bounded together rather than each at its least.
     `chain` carries (largest own chain, largest c_i t_i) over stages < k (None at the start).
     `weights`: steady_weights(pp, m, ...) of the stage times' split.
@@ -354,25 +354,26 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *
     """
     m, pp = num_microbatches, num_stages
     own_before, steady_before = (0.0, 0.0) if chain is None else chain
-    shared = rest.get("_1f1b")
-    if shared is None:  # what every node with these choices shares (rest is the partitioner's per-node cache)
+
+    def shared() -> tuple:
+        """What every node with these choices shares (once per `rest`, its memo)."""
         c = weights[k]
         steady = c * t
         sends = send_first + send_last
-        everything = t + rest["sum"] + sends  # + before: micro-batch 0 through every stage and back
+        everything = t + rest.sum + sends  # + before: micro-batch 0 through every stage and back
         busy = m * t + ((send_first if k > 0 else 0.0) + (send_last if k == pp - 1 else 0.0))  # + before: own chain
-        chain = everything + np.maximum(steady, rest["wmax"])
-        if rest.get("capped") is not None:
+        chain = everything + np.maximum(steady, rest.wmax)
+        if rest.capped is not None:
             # the rest's sum and its largest weighted stage together: a rest whose largest lies in
             # (below[j], cap j] sums to at least capped[j] (partition.capped_completion)
-            largest = np.maximum(np.maximum(steady[None, :], rest["below"][:, None]), rest["wmax"][None, :])
-            chain = np.maximum(chain, t + sends + (rest["capped"] + largest).min(axis=0))
+            largest = np.maximum(np.maximum(steady[None, :], rest.below[:, None]), rest.wmax[None, :])
+            chain = np.maximum(chain, t + sends + (rest.capped + largest).min(axis=0))
         terms = np.maximum(chain, busy)
         if k < pp - 1:  # the slowest later stage's own chain
-            terms = np.maximum(terms, t + send_first + m * rest["max"])
-        shared = rest["_1f1b"] = (steady, everything, busy, terms, float(np.maximum(steady, rest["wmax"]).min()),
-                                  float(terms.min()))
-    steady, everything, busy, terms, least_steady, least_terms = shared
+            terms = np.maximum(terms, t + send_first + m * rest.max)
+        return steady, everything, busy, terms, float(np.maximum(steady, rest.wmax).min()), float(terms.min())
+
+    steady, everything, busy, terms, least_steady, least_terms = rest.memo(shared)
     if steady_before > least_steady:  # an earlier stage's steady chain is the longer for some choices
         terms = np.maximum(terms, everything + steady_before)
     bounds = before + terms

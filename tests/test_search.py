@@ -319,7 +319,7 @@ def test_budget_exhausted_is_reported_and_never_worse_than_the_seeds():
                 for e in edges]
 
     def bound(k, before, chain, t, rest):
-        return before + t + rest["sum"], np.zeros((len(t), 1))
+        return before + t + rest.sum, np.zeros((len(t), 1))
 
     def cut(split):
         return np.ones(n), 0.0
