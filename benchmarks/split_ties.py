@@ -49,7 +49,7 @@ def kernel_bound(times: np.ndarray, m: int, first: float, last: float) -> float:
     own = before + m * times
     own[1:] += first
     own[-1] += last
-    chain = times.sum() + first + last + (steady_weights(pp, m) * times).max()
+    chain = times.sum() + first + last + (steady_weights(pp, m, fwd_bwd_factor=3.0) * times).max()
     return max(chain, own.max()) * (1 - 1e-9)
 
 

@@ -1,6 +1,6 @@
 """What a plan's estimate takes from its node placement: per (placement, tp, dp, pp), each
 stage's node types, each stage boundary's bandwidth, stage 0's DP ring, the embedding sync
-and each stage's memory limit (MODEL.md §2, §4, §7, §8).
+and each stage's memory limit (docs/estimators.md §2, §4, §7, §8).
 
 Searches ask for thousands of plans placement by placement, each placement with the same
 (tp, dp, pp) choices, so `Layouts` keeps the layouts of the latest placement and makes those of
@@ -13,12 +13,12 @@ formulas run on arrays (the same operations, elementwise, as comm's per plan).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from fasop import comm
+from fasop import comm, model_math
 from fasop.memory import limit_nodes
 from fasop.plan import Plan, stage_node_indices, trusted_many
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
@@ -55,11 +55,7 @@ class Layout:
     """memory.stage_limits: each stage's memory limit (bytes)."""
     stages: Stages | None
     """The stage types when every stage is on nodes of one type; else None, and they depend on
-    which node types are slower for the micro-batch size (`Fasop2024Estimator._stages`)."""
-    by_pace: dict = field(default_factory=dict)
-    """The Stages of a layout with mixed stages, per order of the node types' paces."""
-    dp_table: list = field(default_factory=list)
-    """[`Fasop2024Estimator._dp_table`], once made."""
+    which node types are slower for the micro-batch size (`Fasop2024Estimator.stages_of`)."""
     rows: tuple | None = None
     """(Rows, k): this layout's row in the padded matrices of the layouts made with it."""
 
@@ -130,7 +126,8 @@ class Layouts:
         bandwidths = np.minimum(intra_bw, inter_bw)
         least = np.minimum(intra, inter)
         rings = least[links.rings].astype(f32)  # comm.dp_ring_bandwidth
-        volume = self.model.hidden_size * self.model.vocab_size * self.model.bytes_per_element
+        volume = model_math.embedding_sync_elements(self.model.hidden_size, self.model.vocab_size) * \
+            self.model.bytes_per_element
         syncs = (volume / (least[links.syncs] / links.replicas * links.lanes)).astype(f32)  # comm.embedding_seconds
         codes = self._codes[links.stages]
         uniform = np.minimum.reduceat((codes == codes[:, :1]).all(axis=1), links.first_stage[:-1]).tolist()
@@ -158,7 +155,6 @@ class Layouts:
         n = len(shapes)
         return trusted_many(Layout, n, stage_nodes=stage_nodes, p2p_bandwidths=sends, dp_ring=list(rings),
                             embedding_s=list(syncs), limits=limit_rows, stages=stage_types,
-                            by_pace=[{} for _ in range(n)], dp_table=[[] for _ in range(n)],
                             rows=[(rows, k) for k in range(n)])
 
 

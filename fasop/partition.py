@@ -1,6 +1,6 @@
 """Layers -> pipeline stages. Contiguous splits of the layer list, one count per stage.
 
-`fasop-minmax` is FASOP's greedy balancing (MODEL.md §6), reproduced move for move, quirks
+`fasop-minmax` is FASOP's greedy balancing (docs/estimators.md §6), reproduced move for move, quirks
 included; `fasop_minmax_splits_many` balances the plans of a search chunk together, many greedy
 runs moving in lockstep on arrays, move for move the same. A partitioner returns *candidate
 splits*; the estimator schedules each and keeps the one with the lowest pipeline time (FASOP
@@ -38,7 +38,7 @@ class Split:
     """Layers per stage: what the plan runs, what is reported and memory-checked."""
     scheduled: tuple[int, ...]
     """Layers per stage whose compute times are scheduled (differs from `reported` only by
-    FASOP's early-stop quirk, MODEL.md §6 step 5)."""
+    FASOP's early-stop quirk, docs/estimators.md §6, minmax-early-stop)."""
 
 
 def boundaries(counts: Sequence[int]) -> list[int]:
@@ -55,7 +55,7 @@ def minmax(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, .
 
     Balancing time of stage i = compute + (middle stages only) comm[i-1]. Start from an even
     split (remainder to the last stage, then 0, 1, ...); repeatedly move one layer from the
-    slowest stage to the fastest while the maximum drops (MODEL.md §6, steps 1-6).
+    slowest stage to the fastest while the maximum drops (docs/estimators.md §6, steps 1-6).
     The moves of `minmax_reference`, with the stage edges and the earlier splits kept up to date
     rather than rebuilt per move (the end stages add +0.0 in place of no comm: the same value).
     Cached: plans that differ only elsewhere (placement, DP degree) share their splits.
@@ -101,7 +101,7 @@ def minmax(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, .
 
 
 def minmax_reference(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, ...]) -> Split:
-    """`minmax` written as MODEL.md §6 reads, step by step: the definition it is tested against."""
+    """`minmax` written as docs/estimators.md §6 states it, step by step: the definition it is tested against."""
     n = len(stages)
     counts = [num_layers // n] * n
     for i in range(num_layers % n):
@@ -151,7 +151,7 @@ def fasop_minmax_splits(stages: tuple[StageCosts, ...], segment_lengths: Sequenc
     encoder stages pe (1 <= pe < min(pp, encoder entries), decoder stages pp-pe < decoder
     entries), the concatenation of a min-max split of the encoder over stages 0..pe-1 and one of
     the decoder over stages pe..pp-1 — both balanced on the encoder's layer times and with
-    local stage indices for the comm term, as FASOP does (MODEL.md §6, T5).
+    local stage indices for the comm term, as FASOP does (docs/estimators.md §6, T5).
     """
     problems = _minmax_problems(stages, segment_lengths, comm)
     return _joined(stages, segment_lengths, [minmax(*problem) for problem in problems])

@@ -1,6 +1,6 @@
 """Pipeline schedules: when does every stage finish its last backward pass?
 
-`one_f_one_b` is FASOP's event-level 1F1B simulation (MODEL.md §5), written as recurrences
+`one_f_one_b` is FASOP's event-level 1F1B simulation (docs/estimators.md §5), written as recurrences
 over (stage, micro-batch) on arrays whose last axis is a batch of independent pipelines with
 the same stage count and micro-batch count — so one Python loop schedules many plans at once.
 Every event end is (max of the events it waits for) + its duration, so results are
@@ -244,9 +244,15 @@ def one_f_one_b_reference(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray
                          np.zeros(fwd.shape[1]), np.maximum))
 
 
-def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
-                  num_microbatches: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`one_f_one_b` (fwd = comp/3, bwd = 2 comp/3) that also returns, for each pipeline of the
+def split_stage_times(comp: np.ndarray, fwd_bwd_factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of stage times `comp` (forward + backward) whose whole is
+    `fwd_bwd_factor` x the forward: comp / k and (k - 1) comp / k."""
+    return comp / fwd_bwd_factor, (fwd_bwd_factor - 1) * comp / fwd_bwd_factor
+
+
+def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray, num_microbatches: int, *,
+                  fwd_bwd_factor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`one_f_one_b` (fwd, bwd = split_stage_times(comp, fwd_bwd_factor)) that also returns, for each pipeline of the
     batch, the chain of events that sets stage 0's end: (E_0, weights, const) with E_0 =
     weights . comp + const, weights of shape (pp, batch). As every chain is a path of the same
     dependency graph whatever the stage times, weights . comp' + const <= E_0(comp') for every
@@ -258,7 +264,7 @@ def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
     kernels' traced run when they are built, else from the traced program.
     """
     pp, batch = comp.shape
-    rows = _durations(comp / 3, 2 * comp / 3, send_fwd, send_bwd)
+    rows = _durations(*split_stage_times(comp, fwd_bwd_factor), send_fwd, send_bwd)
     ends, weights, const = np.empty(batch), np.zeros((pp, batch)), np.zeros(batch)
     if native.kernels is not None and pp * num_microbatches <= native.kernels.TRACE_MAX_CELLS:
         # the compiled traced run: the same events, values and chain (the first of equal inputs in
@@ -267,23 +273,25 @@ def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
         for col, durations in enumerate(rows):
             chain = native.kernels.one_f_one_b_traced(durations, pp, num_microbatches, stage_ends)
             ends[col] = stage_ends[0]
-            weights[:, col], const[col] = _chain_sums(chain, durations.tolist(), pp)
+            weights[:, col], const[col] = _chain_sums(chain, durations.tolist(), pp, fwd_bwd_factor)
         return ends, weights, const
     program = _program(pp, num_microbatches)  # no kernels, or more cells than their int32 event ids cover
     for col, durations in enumerate(rows.tolist()):
         values = program.values(durations) if program.compiles else \
             program.run(np.array(durations)[:, None])[:, 0].tolist()
         ends[col] = values[program.outputs[0]]
-        weights[:, col], const[col] = _chain_sums(program.chain(values, int(program.outputs[0])), durations, pp)
+        weights[:, col], const[col] = _chain_sums(program.chain(values, int(program.outputs[0])), durations, pp,
+                                                  fwd_bwd_factor)
     return ends, weights, const
 
 
-def _chain_sums(chain: list[int], durations: list[float], pp: int) -> tuple[list[float], float]:
-    """(weights, const) of a chain of events (their duration rows, first event first): 1/3 of a
-    stage's time per forward, 2/3 per backward, the sends' seconds; added in chain order. (Sends
-    of 0 seconds, events of _run that the compiled run skips, add 0.0: no change.)"""
+def _chain_sums(chain: list[int], durations: list[float], pp: int, k: float) -> tuple[list[float], float]:
+    """(weights, const) of a chain of events (their duration rows, first event first): 1/k of a
+    stage's time per forward, (k - 1)/k per backward (k: the fwd_bwd_factor), the sends'
+    seconds; added in chain order. (Sends of 0 seconds, events of _run that the compiled run
+    skips, add 0.0: no change.)"""
     w, c = [0.0] * pp, 0.0
-    third, two_thirds = 1 / 3, 2 / 3
+    third, two_thirds = 1 / k, (k - 1) / k
     for row in chain:
         kind, stage = divmod(row, pp)
         if kind == 0:
@@ -295,8 +303,8 @@ def _chain_sums(chain: list[int], durations: list[float], pp: int) -> tuple[list
     return w, c
 
 
-def critical_path_reference(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
-                            num_microbatches: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def critical_path_reference(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray, num_microbatches: int, *,
+                            fwd_bwd_factor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`critical_path` computed by running the recurrences on augmented arrays (time, weights,
     const) event by event: the definition it is tested against."""
     pp, batch = comp.shape
@@ -307,8 +315,9 @@ def critical_path_reference(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np
         return np.concatenate([times[None, :], weight, const[None, :]], axis=0)
 
     zeros = np.zeros(batch)
-    fwd = [augment(comp[i] / 3, unit[i] / 3 * np.ones(batch), zeros) for i in range(pp)]
-    bwd = [augment(2 * comp[i] / 3, unit[i] * 2 / 3 * np.ones(batch), zeros) for i in range(pp)]
+    k = fwd_bwd_factor
+    fwd = [augment(comp[i] / k, unit[i] / k * np.ones(batch), zeros) for i in range(pp)]
+    bwd = [augment((k - 1) * comp[i] / k, unit[i] * (k - 1) / k * np.ones(batch), zeros) for i in range(pp)]
     sf = [augment(send_fwd[i], np.zeros((pp, batch)), send_fwd[i]) for i in range(pp)]
     sb = [augment(send_bwd[i], np.zeros((pp, batch)), send_bwd[i]) for i in range(pp)]
 
@@ -399,9 +408,10 @@ def _run(F: list, B: list, SF: list, SB: list, m: int, zero, mx) -> list:
     return [bce[i][m - 1] for i in range(pp)]
 
 
-def steady_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
+def steady_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
     """c_i with stage 0's end >= (all stage times + both end sends) + c_i t_i for every stage i:
-    the larger of two chains of events that run one after another (f = t/3, b = 2t/3).
+    the larger of two chains of events that run one after another, stage times t split as
+    f = t/k, b = (k - 1) t/k (k: the fwd_bwd_factor; k = 3 below).
 
     - Steady: micro-batch 0 forward to stage i (f_j, j < i, and f_i), on through the later
       stages and back (t_j, j > i, and the sends), then stage i's first backward b_i; after it
@@ -412,14 +422,14 @@ def steady_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
       backwards in a row, the last gradient drains back: sum_j t_j + sends + (m-1) 2 t_i / 3.
       Valid for every stage; the larger where w_i >= m - 1 (short pipelines of few micro-batches).
     """
-    m, pp = num_microbatches, num_stages
+    m, pp, k = num_microbatches, num_stages, fwd_bwd_factor
     warm = np.minimum(pp - 1 - np.arange(pp), m)
-    return np.maximum(np.where(m > warm, m - 1 - warm / 3, 0.0), 2 * (m - 1) / 3)
+    return np.maximum(np.where(m > warm, m - 1 - warm / k, 0.0), (k - 1) * (m - 1) / k)
 
 
 def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *, num_stages: int,
                       num_microbatches: int, send_first: float, send_last: float,
-                      weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds on stage 0's end time (of `one_f_one_b`) over pipelines whose stages < k take
     `before` seconds in all, stage k takes t (an array of choices), and the stages after k sum to
     at least rest["sum"] with a largest stage of at least rest["max"] and a largest
@@ -435,14 +445,14 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest: dict, *
       rest["capped"] and rest["below"] (partition.capped_completion) the rest's sum and its
       largest c_i t_i are bounded together rather than each at its least.
     `chain` carries (largest own chain, largest c_i t_i) over stages < k (None at the start).
-    `weights`: steady_weights(pp, m), if the caller has it already.
+    `weights`: steady_weights(pp, m, ...) of the stage times' split.
     Returns (bounds, chains including stage k, one row per choice of t).
     """
     m, pp = num_microbatches, num_stages
     own_before, steady_before = (0.0, 0.0) if chain is None else chain
     shared = rest.get("_1f1b")
     if shared is None:  # what every node with these choices shares (rest is the partitioner's per-node cache)
-        c = (steady_weights(pp, m) if weights is None else weights)[k]
+        c = weights[k]
         steady = c * t
         sends = send_first + send_last
         everything = t + rest["sum"] + sends  # + before: micro-batch 0 through every stage and back

@@ -110,6 +110,8 @@ class ModelSpec:
     global_batch_size: int
     tie_word_embeddings: bool
     bytes_per_element: int
+    """Bytes of one activation or gradient element that GPUs exchange: pipeline sends, the DP
+    gradient all-reduce and the tied-embedding sync (memory has its own bytes per parameter)."""
     layer_kinds: tuple[str, ...]
     """Kind of every entry of the layer list, in pipeline order."""
     layer_segments: tuple[str, ...]

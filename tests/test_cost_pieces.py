@@ -1,4 +1,4 @@
-"""Each cost piece of the fasop-2024 estimator against cases worked out by hand (MODEL.md §2-§8).
+"""Each cost piece of the fasop-2024 estimator against cases worked out by hand (docs/estimators.md §2-§8).
 
 Fixtures are built here from small round numbers (a 4-entry model, nodes of 2 GPUs with
 bandwidths that are powers of two), so every expected value below is exact and its arithmetic is
@@ -15,6 +15,7 @@ import pytest
 from fasop import comm
 from fasop.compute import ProfileCompute
 from fasop.enumerate import cyclic_placements, degrees, divisors
+from fasop.estimators.fasop2024 import PARAM_BYTES
 from fasop.memory import estimate_memory, fasop_limit_node, stage_elements
 from fasop.partition import minmax, minmax_reference
 from fasop.plan import Plan
@@ -56,7 +57,7 @@ def plan(tp: int, dp: int, pp: int, *nodes: NodeType, mbs: int = 1, gbs: int = 8
 
 # ----------------------------------------------------------------------------- specs.ScalingTable
 def test_scaling_points_and_proportional_tail():
-    """MODEL.md §3 tables: the value at the largest point <= b, then x b/last point past the end.
+    """docs/estimators.md §3 tables: the value at the largest point <= b, then x b/last point past the end.
     {1: 1, 4: 2} proportional: f(3) = 1, f(4) = 2, f(6) = 2*6/4 = 3, f(8) = 2*8/4 = 4."""
     table = ScalingTable(points=((1, (1.0,)), (4, (2.0,))), beyond="proportional")
     assert [table.factor(b) for b in (1, 2, 3, 4, 6, 8)] == [1.0, 1.0, 1.0, 2.0, 3.0, 4.0]
@@ -167,12 +168,12 @@ def test_dp_ring_bandwidth_is_slowest_hop():
 def test_dp_ring_moves_2_dp_minus_1_over_dp_of_the_buffer(dp, expected):
     """Ring all-reduce of P=100 16-bit gradients (200 bytes) at 100 B/s: 2(dp-1)/dp x 200/100:
     dp=2 -> 1 x 2 = 2.0 s, dp=4 -> 1.5 x 2 = 3.0 s, dp=8 -> 1.75 x 2 = 3.5 s (tp=1, tp*dp >= M)."""
-    cost = comm.dp_allreduce_seconds(plan(1, dp, 1, node()), f32(100), f32(100), False)
+    cost = comm.dp_allreduce_seconds(plan(1, dp, 1, node()), f32(100), f32(100), False, 2)
     assert cost == pytest.approx(expected, rel=1e-6)
 
 
 def test_dp_allreduce_single_replica_is_free():
-    assert comm.dp_allreduce_seconds(plan(1, 1, 4, node(), node()), f32(100), f32(100), True) == 0.0
+    assert comm.dp_allreduce_seconds(plan(1, 1, 4, node(), node()), f32(100), f32(100), True, 2) == 0.0
 
 
 def test_dp_allreduce_contention_divisions():
@@ -180,11 +181,11 @@ def test_dp_allreduce_contention_divisions():
     2*1*100*2/(2*50) = 4.0 s. tp*dp < M with tp > 1 on a shared bus: M=8 tp=2 dp=2 ->
     bw 100/(8/2) = 25 -> 8.0 s; not shared -> 2.0 s; tp=1 never divides -> 2.0 s."""
     params, bw = f32(100), f32(100)
-    assert comm.dp_allreduce_seconds(plan(2, 2, 1, node()), params, bw, False) == pytest.approx(4.0, rel=1e-6)
+    assert comm.dp_allreduce_seconds(plan(2, 2, 1, node()), params, bw, False, 2) == pytest.approx(4.0, rel=1e-6)
     wide = node(gpus=8)
-    assert comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, True) == pytest.approx(8.0, rel=1e-6)
-    assert comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, False) == pytest.approx(2.0, rel=1e-6)
-    assert comm.dp_allreduce_seconds(plan(1, 2, 1, wide), params, bw, True) == pytest.approx(2.0, rel=1e-6)
+    assert comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, True, 2) == pytest.approx(8.0, rel=1e-6)
+    assert comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, False, 2) == pytest.approx(2.0, rel=1e-6)
+    assert comm.dp_allreduce_seconds(plan(1, 2, 1, wide), params, bw, True, 2) == pytest.approx(2.0, rel=1e-6)
 
 
 # ----------------------------------------------------------------------------- comm: embedding
@@ -214,7 +215,7 @@ def schedule(fwd, bwd, send_fwd, send_bwd, m):
 
 
 def test_1f1b_two_stages_one_microbatch():
-    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences of MODEL.md §5:
+    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences (fasop.schedule._run, docs/estimators.md §5):
     stage 0 forward ends F0, its send ends F0+sf0 = fre_1; stage 1 forward ends F0+sf0+F1 and its
     backward E1 = F0+sf0+F1+B1; its send ends E1+sb1 = bre_0; stage 0's backward
     E0 = F0+sf0+F1+B1+sb1+B0. With F=(1,3), B=(2,6), sf0=0.5, sb1=0.25:
@@ -280,7 +281,7 @@ def test_minmax_counts_middle_stage_comm():
 
 
 def test_minmax_early_stop_quirk():
-    """MODEL.md §6 step 5: 6 layers, stage 1 10x slower. 3-3 (3, 30) -> 4-2 (4, 20); now the max
+    """docs/estimators.md §6, minmax-early-stop: 6 layers, stage 1 10x slower. 3-3 (3, 30) -> 4-2 (4, 20); now the max
     is the last stage holding 2 layers: stop, but (quirk) report 3-3 while scheduling 4-2."""
     split = minmax((uniform(1.0, 6), uniform(10.0, 6)), 6, ())
     assert split.scheduled == (4, 2)
@@ -459,7 +460,7 @@ def test_estimate_memory_oom_threshold(limit, is_oom, is_zero_oom):
     16128 + 2880 = 19008; ZeRO (6 + 12//2)*896 + act -> 13376 and 13632. OOM when
     1.25 x bytes > limit; ZeRO OOM when ZeRO bytes > limit (§8)."""
     n = node(memory_bytes=limit)
-    memory = estimate_memory(plan(1, 2, 2, n, n), model(), CLUSTER, (2, 2))
+    memory = estimate_memory(plan(1, 2, 2, n, n), model(), CLUSTER, (2, 2), param_bytes=PARAM_BYTES)
     assert memory.stage_bytes == (18752.0, 19008.0)
     assert memory.stage_zero_bytes == (13376.0, 13632.0)
     assert (memory.is_oom, memory.is_zero_oom) == (is_oom, is_zero_oom)

@@ -273,7 +273,7 @@ def test_steady_weights_bound_the_schedule():
         sf, sb = np.zeros((pp, 1)), np.zeros((pp, 1))
         sf[0], sb[-1] = rng.uniform(0, 0.3), rng.uniform(0, 0.3)
         end = one_f_one_b(t / 3, 2 * t / 3, sf, sb, m)[0, 0]
-        floor = t.sum() + sf[0, 0] + sb[-1, 0] + (steady_weights(pp, m) * t[:, 0]).max()
+        floor = t.sum() + sf[0, 0] + sb[-1, 0] + (steady_weights(pp, m, fwd_bwd_factor=3.0) * t[:, 0]).max()
         assert floor <= end * (1 + 1e-12)
 
 
@@ -409,7 +409,7 @@ def test_critical_path_is_bit_identical_to_the_augmented_recurrences(pp, m):
     for t in (rng.uniform(0.1, 1.0, (pp, 5)), np.round(rng.uniform(1, 2, (pp, 5)) * 4) / 4):
         sf, sb = np.zeros_like(t), np.zeros_like(t)
         sf[0], sb[-1] = rng.uniform(0, 0.3, 5), rng.uniform(0, 0.3, 5)
-        ours, reference = critical_path(t, sf, sb, m), critical_path_reference(t, sf, sb, m)
+        ours, reference = critical_path(t, sf, sb, m, fwd_bwd_factor=3.0), critical_path_reference(t, sf, sb, m, fwd_bwd_factor=3.0)
         for a, b in zip(ours, reference):
             assert np.array_equal(a, b)
         end, weights, const = ours
@@ -430,7 +430,7 @@ def test_critical_paths_take_the_same_chain_through_ties(kernels):
         t = rng.integers(1, 4, (pp, 2)).astype(float) * 3
         sf, sb = np.zeros_like(t), np.zeros_like(t)
         sf[0], sb[-1] = rng.integers(0, 3, 2), rng.integers(0, 3, 2)
-        for a, b in zip(critical_path(t, sf, sb, m), critical_path_reference(t, sf, sb, m)):
+        for a, b in zip(critical_path(t, sf, sb, m, fwd_bwd_factor=3.0), critical_path_reference(t, sf, sb, m, fwd_bwd_factor=3.0)):
             assert np.array_equal(a, b), (pp, m, t.T.tolist(), sf[0], sb[-1])
 
 
@@ -451,7 +451,7 @@ def test_large_schedules_are_not_compiled_and_give_the_same_bits(monkeypatch, ke
                 assert not schedule._program(pp, m).compiles
                 assert np.array_equal(schedule.one_f_one_b(t / 3, 2 * t / 3, sf, sb, m),
                                       schedule.one_f_one_b_reference(t / 3, 2 * t / 3, sf, sb, m))
-                for a, b in zip(schedule.critical_path(t, sf, sb, m), schedule.critical_path_reference(t, sf, sb, m)):
+                for a, b in zip(schedule.critical_path(t, sf, sb, m, fwd_bwd_factor=3.0), schedule.critical_path_reference(t, sf, sb, m, fwd_bwd_factor=3.0)):
                     assert np.array_equal(a, b)
     finally:
         schedule._program.cache_clear()  # programs traced under the patched limit

@@ -201,7 +201,7 @@ def test_dp_cost_per_stage(example):
         elif not seen_embedding:
             params, seen_embedding = params + f32(h * v), True
     ring = comm.dp_ring_bandwidth(plan)
-    costs = [float(comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared)) for t in estimate.stage_node_types]
+    costs = [float(comm.dp_allreduce_seconds(plan, params, ring, t.intra_node_shared, 2)) for t in estimate.stage_node_types]
     assert costs == [close(c) for c in example.values["dp_cost"]]
     assert estimate.dp_allreduce_s == close(example.values["dp_column"])
 

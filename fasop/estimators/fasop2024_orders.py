@@ -32,7 +32,6 @@ from fasop import comm
 from fasop.memory import fasop_limit_node
 from fasop.partition import _weighted, chain_floor, least_completions, steady_caps
 from fasop.plan import Plan
-from fasop.schedule import steady_weights
 from fasop.specs import NodeType
 
 if TYPE_CHECKING:
@@ -182,7 +181,7 @@ class _Floors:
         self.matrices = matrices = [c.matrix for c in costs]
         self.totals = [c.total for c in costs]
         pp, m = shape.pp, shape.num_microbatches
-        self.weights = steady_weights(pp, m) if pp > 1 else np.zeros(1)
+        self.weights = estimator.steady_weights(pp, m) if pp > 1 else np.zeros(1)
         least = least_completions(np.broadcast_to(np.min(matrices, axis=0), (pp,) + matrices[0].shape),
                                   self.weights)[2]
         self.least_steady = least
