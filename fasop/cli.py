@@ -430,7 +430,8 @@ def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str
         if analysis.knee is None and len(analysis.frontier) < 3:
             print("knee: none (fewer than 3 frontier points)")
         elif analysis.knee is None:
-            print("knee: none (the frontier's times or costs are all equal: no trade-off to balance)")
+            print("knee: none (the frontier's times or costs differ by less than one part in a billion: "
+                  "no trade-off to balance)")
     fits = [rows[i] for i, r in enumerate(analysis.results) if r.status == "ok"]
     if analysis.deadline_hours is not None:
         nearest = min((r["train_time_h"] for r in fits), default=None)

@@ -10,7 +10,7 @@ The plan (from a results row, rowplan.RowPlan) is estimated again with the row's
   between its events); and its memory by part against its GPU memory limit;
 - the whole plan: pipeline time = stage 0's end = its compute + exposed sends + waiting; bubble
   fraction = the stages' waiting / (pp x pipeline time); step time = the last stage to finish its DP
-  all-reduce + the embedding all-reduce (MODEL.md §5, §7); throughput, model FLOPs, dollars.
+  all-reduce + the embedding all-reduce (docs/estimators.md §5, §7); throughput, model FLOPs, dollars.
 
 Memory parts, for an estimator that states its bytes a parameter (`param_bytes`, memory.ParamBytes;
 fasop-2024: 18, as Megatron-LM counts them, theoretical_memory_usage.py, 01_megatron_lm.md §1.7):
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from fasop.errors import FasopError
 from fasop.export import settings_of
-from fasop.memory import stage_elements, stage_limits
+from fasop.memory import stage_elements
 from fasop.rowplan import RowPlan, finite, stage_layer_names
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 from fasop.timeline import timeline
@@ -142,7 +142,7 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
     m = plan.num_microbatches
     zero = settings_of(rp).zero_stage
     names = stage_layer_names(model, rp.partition)
-    limits = stage_limits(plan)
+    limits = _stage_limits(estimator, plan, e)
     tl = timeline(e, getattr(estimator, "fwd_bwd_factor", 3.0))
     stages, start = [], 0
     param_bytes = getattr(estimator, "param_bytes", None)
@@ -204,6 +204,15 @@ def catalog_peaks(gpus, precision: str) -> dict[str, float]:
         if peak:
             out[name] = peak
     return out
+
+
+def _stage_limits(estimator, plan, e) -> tuple[float, ...]:
+    """Each stage's memory limit (bytes) as the estimator applies it: its layout's (fasop-2024:
+    FASOP's node lookup), else the memory of the node type that sets the stage's pace."""
+    layout = getattr(estimator, "layout", None)
+    if layout is not None:
+        return tuple(layout(plan).limits)
+    return tuple(t.memory_limit_bytes for t in e.stage_node_types)
 
 
 def _memory_parts(plan, model: ModelSpec, kinds, param_bytes, zero: int) -> tuple:

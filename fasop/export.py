@@ -13,7 +13,7 @@ Plan settings beyond the degrees (activation recompute, sequence parallelism, Ze
 optimizer, virtual stages, precision) are read from the row's columns where it has them (the
 analytic estimator's `recompute`, `sequence_parallel`, `zero`, `virtual_stages`, `precision`), else
 they are FASOP's: its memory estimate keeps every activation, replicates optimizer state and
-splits nothing along the sequence (MODEL.md §8).
+splits nothing along the sequence (docs/estimators.md §8).
 """
 
 from __future__ import annotations

@@ -45,6 +45,9 @@ Progress = Callable[[int, int], None]
 """progress(done, total) over compositions."""
 
 TIME, COST = "train_time_h", "train_cost_usd"
+FLAT = 1e-9
+"""A frontier whose times (or costs) span less than this fraction of their size has no knee:
+the differences are floating-point rounding, and a knee chosen by them would be noise."""
 
 
 # ---------------------------------------------------------------------------- frontier
@@ -89,7 +92,8 @@ def pareto_front(table: pd.DataFrame, senses: Mapping[str, Sense], *,
 
 
 def knee_position(times: Sequence[float], costs: Sequence[float]) -> int | None:
-    """Index (into the given frontier points) of the knee, or None with fewer than 3 points.
+    """Index (into the given frontier points) of the knee, or None with fewer than 3 points, or
+    when the times or the costs are flat (span within FLAT of their size: rounding, no trade-off).
 
     Normalise time and cost to [0, 1] between the frontier's extremes, so the fastest point sits
     at (0, 1) and the cheapest at (1, 0); the knee maximises 1 - t' - c', the distance (x sqrt 2)
@@ -99,7 +103,7 @@ def knee_position(times: Sequence[float], costs: Sequence[float]) -> int | None:
         return None
     t, c = np.asarray(times, dtype=float), np.asarray(costs, dtype=float)
     t_span, c_span = t.max() - t.min(), c.max() - c.min()
-    if t_span <= 0 or c_span <= 0:
+    if t_span <= FLAT * abs(t).max() or c_span <= FLAT * abs(c).max():
         return None
     gain = 1.0 - (t - t.min()) / t_span - (c - c.min()) / c_span
     best = max(gain)

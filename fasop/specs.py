@@ -142,7 +142,7 @@ def spec_folders(folder: str) -> tuple[Path, ...]:
 
 def shipped_specs(folder: str) -> list[Path]:
     """The shipped specs of `folder` (`model_specs` or `cluster_specs`), by name."""
-    return sorted((_REPO_ROOT / folder).glob("*.yaml"))
+    return sorted((_REPO_ROOT / folder).glob("*.yaml"), key=lambda p: p.stem)
 
 
 def resolve(name_or_path: str, folder: str) -> Path:

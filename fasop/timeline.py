@@ -2,15 +2,16 @@
 
 The events are those of `schedule.Schedule` (stage, micro-batch, kind, start_s, end_s; kind
 `fwd`, `bwd`, `send_fwd`, `send_bwd`) run on the estimate's own durations: its stage times split
-into forward and backward as the estimator splits them (schedule.split_stage_times) and the sends the estimator charges (FASOP's p2p-ends-only, MODEL.md §5), so
-stage 0's last event ends at the estimate's pipeline time, bit for bit. Sends of 0 seconds are
-left out. After the pipeline come the all-reduces as events of micro-batch -1: `dp_sync` after
-each stage's end and `embedding_sync` ending at the step time.
+into forward and backward as the estimator splits them (schedule.split_stage_times) and the
+sends it charges (FASOP's p2p-ends-only, docs/estimators.md §5), so stage 0's last event ends at
+the estimate's pipeline time, bit for bit. Sends of 0 seconds are left out. After the pipeline
+come the all-reduces as events of micro-batch -1: `dp_sync` after each stage's end and
+`embedding_sync` ending at the step time.
 
 The critical path is the chain of events that sets stage 0's end: from its last backward, each
 event's predecessor is the input its start waited for (the first of the latest, in the order the
 recurrences name them, as schedule.critical_path chooses). It is read by running the schedule's
-own recurrences (`schedule._run`) once more on times that remember their last event.
+own recurrences (`recurrences.run`) once more on times that remember their last event.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fasop import schedule
+from fasop import recurrences
 from fasop.schedule import Event, Schedule, split_stage_times
 
 
@@ -40,7 +41,7 @@ def timeline(estimate, fwd_bwd_factor: float = 3.0) -> Timeline:
     pp, m = estimate.plan.pp, estimate.plan.num_microbatches
     fwd, bwd = (v.tolist() for v in split_stage_times(np.array(estimate.stage_compute_s, dtype=float), fwd_bwd_factor))
     sends_fwd, sends_bwd = [0.0] * pp, [0.0] * pp
-    if pp > 1:  # p2p-ends-only (MODEL.md §5): stage 0's forward and the last stage's backward sends
+    if pp > 1:  # p2p-ends-only (docs/estimators.md §5): stage 0's forward, the last stage's backward sends
         sends_fwd[0], sends_bwd[pp - 1] = estimate.p2p_s[0], estimate.p2p_s[-1]
     sched = Schedule(fwd, bwd, m, sends_fwd, sends_bwd)
     events = [e for e in sched.events if e.end_s > e.start_s or e.kind in ("fwd", "bwd")]
@@ -85,7 +86,7 @@ def _chain(sched: Schedule) -> list[tuple[int, str, int]]:
     durations = [[_Duration(v, i, kind, counts) for i, v in enumerate(values)]
                  for kind, values in (("fwd", sched.fwd_s), ("bwd", sched.bwd_s), ("send_fwd", sched.send_fwd_s),
                                       ("send_bwd", sched.send_bwd_s))]
-    end = schedule._run(*durations, sched.num_microbatches, _Time(0.0, None), _later)[0]
+    end = recurrences.run(*durations, sched.num_microbatches, _Time(0.0, None), _later)[0]
     keys, link = [], end.chain
     while link is not None:
         keys.append(link[0])
@@ -96,7 +97,7 @@ def _chain(sched: Schedule) -> list[tuple[int, str, int]]:
 def _syncs(estimate, ends: list[float]) -> list[Event]:
     """The DP all-reduce after each stage's end and the embedding all-reduce before the step's
     end, on the first and last stages. The estimate keeps the DP all-reduce of the stage that sets
-    the step time; stages differ in it only by their bus (MODEL.md §7), so it is drawn on the
+    the step time; stages differ in it only by their bus (docs/estimators.md §7), so it is drawn on the
     stages of that stage's bus only."""
     out = []
     dp, emb = estimate.dp_allreduce_s, estimate.embedding_allreduce_s

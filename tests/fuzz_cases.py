@@ -225,9 +225,12 @@ def flag_cases(rng: random.Random) -> list[dict]:
 def output_cases() -> list[dict]:
     """Hostile output targets: empty, folders, links, devices, names from hostile spec names."""
     cases = []
+    # devices are made inside the case's folder (fuzz_worker: a null device where allowed): never
+    # /dev/null itself, which a regression run as root would replace with a regular file
     for out in ("", "dir/", "results/", ".", "..", "/", "sub/dir/out.csv", "x" * 300 + ".csv", "link.csv",
-                "dangling.csv", "/dev/null", "/dev/full", "fifo.csv", "folder"):
-        special = {"link.csv": "link", "dangling.csv": "dangling", "fifo.csv": "fifo", "folder": "dir"}
+                "dangling.csv", "device.csv", "fifo.csv", "folder"):
+        special = {"link.csv": "link", "dangling.csv": "dangling", "fifo.csv": "fifo", "folder": "dir",
+                   "device.csv": "device"}
         expect = "any" if out == "sub/dir/out.csv" else "fail"
         cases.append(_case("output:search", _with_flag(SEARCH, "--out", out), expect,
                            special={out: special[out]} if out in special else {}))

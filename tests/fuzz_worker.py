@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import signal
+import stat
 import sys
 import time
 import traceback
@@ -46,6 +47,11 @@ def _make_special(path: Path, kind: str) -> None:
         path.mkdir()
     elif kind in ("devzero", "devnull"):
         path.symlink_to(f"/dev/{kind[3:]}")
+    elif kind == "device":  # a null device (root only), else a link to /dev/null (which only root could replace)
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except OSError:
+            path.symlink_to("/dev/null")
     elif kind == "link":
         (path.parent / "target.csv").write_text("keep\n")
         path.symlink_to("target.csv")

@@ -126,7 +126,7 @@ def test_one_stage_has_no_bubble(searched):
 def test_fasops_own_rows_are_reestimated_to_the_bit(repo, name):
     """FASOP's own output CSVs (tests/data, instance names in node_placement, no rank column): each
     row re-estimated with its reported split gives its step time bit for bit, except where FASOP
-    scheduled another split than it reports (its min-max early stop, MODEL.md §6 step 5: BERT's 41
+    scheduled another split than it reports (its min-max early stop, docs/estimators.md §6 step 5: BERT's 41
     of 445 rows), whose time FASOP's min-max estimate gives instead."""
     from fasop.estimators import make_estimator
 
