@@ -268,14 +268,15 @@ def _explained(rp, model, cluster):
 
 
 def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, float]]]:
-    """(label, parts) of the top plans: a search CSV's N fastest that fit, a pareto CSV's frontier."""
+    """(label, parts) of the top plans: a search CSV's N fastest that fit (none fits: its N
+    fastest), a pareto CSV's frontier."""
     from fasop.cli import _abbreviate
     from fasop.rowplan import plan_of_row
 
     if "composition" in rows[0]:
         chosen = sorted((r for r in rows if r.get("on_frontier") == "True"), key=lambda r: float(r["step_time_s"]))
     else:
-        chosen = [r for r in rows if r.get("is_oom") != "True"]
+        chosen = [r for r in rows if r.get("is_oom") != "True"] or rows  # none fits: the fastest, marked OOM
     items = []
     for k, row in enumerate(chosen[:args.top], start=1):
         rp = plan_of_row(row, f"{args.source} row {k}" if args.source else "the plan of the flags", model, cluster)
@@ -283,7 +284,8 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
         s = x.stages[x.last_stage]
         p = rp.plan
         label = (row["composition"] + ": " if "composition" in row else f"#{row.get('rank', k)} ") + \
-            f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {_abbreviate(p.placement_name)}"
+            f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {_abbreviate(p.placement_name)}" + \
+            (" (OOM)" if row.get("is_oom") == "True" else "")
         items.append((label, {"compute": s.computing_s, "p2p": s.sending_s,
                               "bubble": s.idle_s, "DP all-reduce": x.dp_allreduce_s,
                               "embedding all-reduce": x.embedding_allreduce_s}))

@@ -148,3 +148,28 @@ def test_memory_figure_stacks_the_parts_to_the_stage_memory(gpt2xl):
             tops[i] = max(tops.get(i, 0.0), p.get_y() + p.get_height())
     for s in x.stages:
         assert tops[s.stage] == pytest.approx(s.memory_bytes / 2**30, rel=1e-9)
+
+
+def test_cli_plot_of_a_pareto_csv(tmp_path, capsys, monkeypatch, repo):
+    """A pareto CSV: the frontier (points labelled by composition), and the knee's timeline,
+    memory and the frontier plans' breakdown; --figures picks some."""
+    monkeypatch.chdir(repo)
+    prefix = tmp_path / "gpt2xl_fasop-paper-pareto"
+    assert main(["pareto", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto", "--max-nodes", "a100=1,a10=2",
+                 "--out-prefix", str(prefix), "--no-progress", "--workers", "1"]) == 0
+    source = tmp_path / "gpt2xl_fasop-paper-pareto_pareto.csv"
+    out = tmp_path / "figures"
+    assert main(["plot", "--from", str(source), "--out-dir", str(out)]) == 0
+    stem = "gpt2xl_fasop-paper-pareto_pareto"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{stem}_{k}.{x}" for k in ("frontier", "timeline", "breakdown", "memory") for x in ("png", "svg"))
+    frontier = ET.parse(out / f"{stem}_frontier.svg").getroot()
+    texts = "".join(frontier.itertext())
+    for row in csv.DictReader(open(source)):
+        if row["on_frontier"] == "True":
+            assert row["composition"] in texts
+    capsys.readouterr()
+    assert main(["plot", "--from", str(source), "--out-dir", str(tmp_path / "f2"), "--figures", "frontier"]) == 0
+    assert sorted(p.name for p in (tmp_path / "f2").iterdir()) == [f"{stem}_frontier.png", f"{stem}_frontier.svg"]
+    assert main(["plot", "--from", str(source), "--out-dir", str(tmp_path / "f3"), "--figures", "gantt"]) == 2
+    assert capsys.readouterr().err.startswith("fasop: error: --figures: expected some of timeline")
