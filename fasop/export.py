@@ -236,9 +236,15 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     if ac is None:
         warnings.append(f"recompute {s.recompute!r}: no torchtitan activation-checkpoint mode known; not written")
     lines = _header(rp, model, "torchtitan") + [f"# warning: {w}" for w in warnings]
+    local = p.mbs * p.num_microbatches if p.pp > 1 else p.mbs  # one pipeline pass, or a step's accumulation
     lines += ["# torchtitan after its config refactor (#2386, 2026-02): a recipe function, run with",
               "#   torchrun ... -m torchtitan.train --module <your module> --config <your function>",
               f"# with NGPU = {p.num_gpus} and the nodes in the order of `fasop export --target hostfile`.",
+              "# Key names as at torchtitan's 2026-08 HEAD; before #4121 (2026-08-20) the batch keys were",
+              f"#   training.local_batch_size = {local}, training.global_batch_size = {p.global_batch_size}, "
+              f"training.seq_len = {seq}" + (f", parallelism.pipeline_parallel_microbatch_size = {p.mbs}"
+                                             if p.pp > 1 else ""),
+              "#   (no num_pp_microbatches); before #2937 (2026-04) the head's module is `output`, not `lm_head`.",
               "", "", "def fasop_plan(config):",
               '    """Apply the fasop plan to a torchtitan Trainer.Config: e.g.',
               '    `def my_run(): return fasop_plan(llama3_8b())`."""']
