@@ -49,7 +49,9 @@ def add_plan_parsers(sub) -> None:
                        description="Turn one plan of a results CSV into Megatron-LM arguments, a torchtitan "
                        "recipe, or the node order with a torchrun command per node.")
     _add_row_args(e)
-    e.add_argument("--target", choices=TARGETS, required=True)
+    e.add_argument("--target", choices=TARGETS, required=True,
+                   help="megatron: Megatron-LM arguments (layout string for an uneven split); torchtitan: a recipe "
+                   "function and --parallelism overrides; hostfile: node order, ranks and a torchrun line per node")
     e.add_argument("--out", help="write the text to this file (default: standard output)")
     x = sub.add_parser("explain", help="why one plan is as fast as it is: per-stage time and memory",
                        description="Estimate one plan of a results CSV again with its own layer split and "
