@@ -110,7 +110,8 @@ class _ElementTables:
         """The plane of each `table_key`, adding the planes of new ones."""
         new = [key for key in dict.fromkeys(keys) if key not in self.planes]
         if new:
-            if len(self.planes) + len(new) > MAX_ELEMENT_TABLES:  # bounded: start over
+            most = min(MAX_ELEMENT_TABLES, MAX_ELEMENT_BYTES // (2 * 8 * self.params.shape[-1] ** 2))
+            if len(self.planes) + len(new) > most:  # bounded: start over
                 self.__init__(self.model)
                 new = list(dict.fromkeys(keys))
             m = self.model
@@ -137,7 +138,9 @@ def elements_key(mbs: int, tp: int, pp: int, m: int) -> tuple[int, int, int, int
 
 
 MAX_ELEMENT_TABLES = 4096
-"""Planes kept per model before they start over (2 x 8 (L+1)^2 bytes each)."""
+"""Planes kept per model before they start over (2 x 8 (L+1)^2 bytes each) ..."""
+MAX_ELEMENT_BYTES = 1 << 28
+"""... or fewer, so that they take at most 256 MiB (a long layer list: limits.LAYERS)."""
 _TABLES: dict[tuple, tuple] = {}
 
 

@@ -51,6 +51,9 @@ RECENT_SHAPES = 16
 """Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
 the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
 under other placements usually come together)."""
+RECENT_BYTES = 1 << 28
+"""... and fewer when their stage-time tables (stages x (layers + 1)^2 floats each) pass 256 MiB
+together: a long layer list on many stages (limits.LAYERS) stays within memory."""
 RECENT_FLOORS = 65536
 """Least-completion floors (three numbers per stage GPU types, tp, micro-batch, pp, m) kept for
 the plan bounds."""
@@ -303,7 +306,7 @@ class Fasop2024Estimator:
             fits = stage_fit_mask(plan, self.model, self.cluster, layout.limits, param_bytes=PARAM_BYTES)
             fitting = np.where(fits, times, np.inf)
             recent[key] = (times, fitting, {}, {})
-            while len(recent) > RECENT_SHAPES:
+            while len(recent) > max(1, min(RECENT_SHAPES, RECENT_BYTES // (2 * times.nbytes))):  # (times, fitting)
                 recent.popitem(last=False)
         times, fitting, tables, oom_tables = recent[key]
         dp_by_stage0: dict[int, np.ndarray] = {}
