@@ -16,6 +16,8 @@ API (the names other modules use):
   what it understands and ignores the rest.
 - Optional capabilities, looked up with `getattr(estimator, NAME, None)`:
   - `expect_shapes(shapes)`: a hint, the (tp, dp, pp) plans will have (search calls it once).
+  - `schedule_of(estimate) -> schedule.Schedule`: the estimate's pipeline as a 1F1B timeline
+    (events with start and end times, in-flight micro-batches), for plots and explanations.
   - `prefix_bounds(shape, kinds) -> PrefixBounds`: what `--placements all --top K` needs to
     search node orders too many to list by branch and bound over order prefixes
     (orders.OrderSearch). An estimator without it gets its orders listed, up to
