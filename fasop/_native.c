@@ -3,14 +3,14 @@
  * Each kernel computes what a Python function of fasop computes, with the same float64
  * operations in the same order, so the results are the same bits:
  *
- * - one_f_one_b: FASOP's 1F1B event recurrences (docs/estimators.md section 5), fasop.schedule._run.
+ * - one_f_one_b: FASOP's 1F1B event recurrences (docs/estimators.md section 5), fasop.recurrences.run.
  *   Every event end is (the largest of the events it waits for) + its duration: comparisons,
  *   exact, and one IEEE double addition.
  * - minmax: FASOP's greedy min-max layer balancing (docs/estimators.md section 6), the moves of
- *   fasop.partition.minmax, on stage times read from tables of prefix sums made in Python.
+ *   fasop.estimators.fasop2024_minmax.minmax, on stage times read from tables of prefix sums made in Python.
  * - fasop_plans: FASOP's partitioner and schedule for a batch of plans: the min-max split(s)
  *   of each plan (for an encoder-decoder model, one per number of encoder stages,
- *   fasop.partition.fasop_minmax_splits), each split's stage times (fasop.compute.stage_times),
+ *   fasop.estimators.fasop2024_minmax.fasop_minmax_splits), each split's stage times (fasop.compute.stage_times),
  *   and the 1F1B stage ends of the split with the lowest pipeline time (the first of equals),
  *   as fasop.estimate schedules and picks them.
  *
@@ -96,7 +96,7 @@ static void sched_free(sched_t *s)
  * not zero with 1e300. */
 static int poison = 0;
 
-/* run_1f1b: the recurrences of fasop.schedule._run (_one_f_one_b.h) on the LANES pipelines of
+/* run_1f1b: the recurrences of fasop.recurrences.run (_one_f_one_b.h) on the LANES pipelines of
  * s->dur, into s->ends. */
 #define ONE_F_ONE_B_NAME run_1f1b
 #define ONE_F_ONE_B_STATE sched_t
@@ -278,7 +278,7 @@ static void minmax_free(minmax_t *w)
     free(w->current);
 }
 
-/* fasop.partition.minmax: n stages on planes which[0..n-1], L layers, balancing time of stage
+/* fasop.estimators.fasop2024_minmax.minmax: n stages on planes which[0..n-1], L layers, balancing time of stage
  * i = its compute + extra[i] (comm of the middle stages, 0.0 at the ends). Writes the reported
  * and scheduled counts; -1 when out of memory. */
 static int run_minmax(minmax_t *w, const tables_t *t, int n, int L, const int64_t *which, const double *extra,
@@ -657,7 +657,7 @@ static void middle_comm(int n, const double *comm, double *extra)
     extra[n - 1] = 0.0;
 }
 
-/* The candidate splits of an encoder-decoder plan (fasop.partition.fasop_minmax_splits): per
+/* The candidate splits of an encoder-decoder plan (fasop.estimators.fasop2024_minmax.fasop_minmax_splits): per
  * number of encoder stages pe, the encoder's min-max split over stages 0..pe-1 and the
  * decoder's over pe..pp-1, both balanced on the first n_enc layers' times with local stage
  * indices for the comm term (docs/estimators.md section 6). Into splits[]; returns how many, or -1 when

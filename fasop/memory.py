@@ -18,7 +18,7 @@ from fasop import model_math
 from fasop.compute import run_sums
 from fasop.plan import Plan
 from fasop.recent import recent
-from fasop.specs import GIB, ClusterSpec, ModelSpec
+from fasop.specs import ClusterSpec, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -67,42 +67,20 @@ def _elements(h: int, v: int, s: int, a: int, b: int, tp: int, pp: int, p: int,
     return params, act
 
 
-def fasop_limit_node(plan: Plan, stage: int) -> int:
-    """Node whose memory limit FASOP applies to a stage (docs/estimators.md §8, quirk kept): for pp < N
-    the last node it reads is the second-to-last of the stage's span."""
-    return limit_nodes(plan.pp, len(plan.placement))[stage]
-
-
-@lru_cache(maxsize=4096)
-def limit_nodes(pp: int, n: int) -> tuple[int, ...]:
-    """`fasop_limit_node` of each of pp stages on n nodes. pp > n: the node holding the stage's
-    first rank, stage * n // pp; that is FASOP's stage // (pp // n) where n divides pp (FASOP
-    reads past the last node otherwise). pp = n: node i. pp < n: FASOP's reading of the span."""
-    if pp >= n:
-        return tuple(stage * n // pp for stage in range(pp))
-    span = n // pp
-    return tuple(max(stage * span, (stage + 1) * span - 2) for stage in range(pp))
-
-
-def stage_limits(plan: Plan) -> tuple[float, ...]:
-    """The memory limit (bytes) applied to each stage (`fasop_limit_node`)."""
-    return tuple(plan.placement[q].memory_limit_bytes for q in limit_nodes(plan.pp, len(plan.placement)))
-
-
-def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, stage: int, kinds: Sequence[str], *,
+def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, kinds: Sequence[str], limit: float, *,
                param_bytes: ParamBytes) -> bool:
-    """Does a stage holding layers of `kinds` stay under its memory limit (without ZeRO)?"""
+    """Does a stage holding layers of `kinds` stay under its memory limit `limit` (bytes; without ZeRO)?"""
     params, act = stage_elements(plan, model, kinds)
-    limit = stage_limits(plan)[stage]
     return not cluster.memory_overhead_factor * (param_bytes.full * params + act) > limit
 
 
-def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec, *, param_bytes: ParamBytes) -> np.ndarray:
-    """mask[i, a, b]: do layers a..b-1 fit on stage i (without ZeRO)? Shape (pp, L+1, L+1); the
-    same sums and test as `estimate_memory`."""
+def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec, limits: Sequence[float], *,
+                   param_bytes: ParamBytes) -> np.ndarray:
+    """mask[i, a, b]: do layers a..b-1 fit on stage i under limits[i] (bytes; without ZeRO)?
+    Shape (pp, L+1, L+1); the same sums and test as `estimate_memory`."""
     params, act = element_tables(plan, model)
     need = cluster.memory_overhead_factor * (param_bytes.full * params + act)
-    limits = np.array(stage_limits(plan))
+    limits = np.array(limits)
     return ~(need[None, :, :] > limits[:, None, None])
 
 
@@ -171,45 +149,6 @@ def memory_tables(model: ModelSpec) -> _ElementTables:
     return recent(_TABLES, (model,), lambda: _ElementTables(model))
 
 
-def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
-                    limits: tuple[float, ...] | None = None, *, param_bytes: ParamBytes) -> MemoryEstimate:
-    """Per-stage bytes of a split and the OOM flags. limits: stage_limits(plan), if the caller
-    has them."""
-    limits = stage_limits(plan) if limits is None else limits
-    return estimate_memory_many([plan], model, cluster, np.array([partition]), np.array([limits]),
-                                param_bytes=param_bytes)[0]
-
-
-def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: ClusterSpec, partitions: np.ndarray,
-                         limits: np.ndarray, *, param_bytes: ParamBytes) -> list[MemoryEstimate]:
-    """`estimate_memory` of many plans' splits: partitions and limits (bytes) a row per plan, a
-    column per stage; rows of plans with fewer stages padded with stages of no layer and an
-    infinite limit. Per stage: bytes = param_bytes.full x params + activations, with ZeRO
-    param_bytes.zero(dp) x params + activations; a stage is OOM when overhead x bytes exceeds
-    its limit, and the reported peak is then overhead x the last OOM stage's bytes."""
-    tables = memory_tables(model)
-    edges = np.zeros((len(partitions), partitions.shape[1] + 1), dtype=np.intp)
-    np.cumsum(partitions, axis=1, out=edges[:, 1:])
-    at = (tables.of(plans)[:, None], edges[:, :-1], edges[:, 1:])
-    params, act = tables.params[at], tables.act[at]
-    factor = cluster.memory_overhead_factor
-    stage_bytes = param_bytes.full * params + act
-    sharded = param_bytes.zero(np.array([p.dp for p in plans]))
-    zero_bytes = sharded[:, None] * params + act
-    oom, zero_oom = factor * stage_bytes > limits, zero_bytes > limits
-    last = partitions.shape[1] - 1
-    rows = np.arange(len(partitions))
-    oom_gib = np.where(oom.any(axis=1), factor * stage_bytes[rows, last - oom[:, ::-1].argmax(axis=1)] / GIB,
-                       stage_bytes.max(axis=1) / GIB)
-    zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
-                        zero_bytes.max(axis=1) / GIB)
-    return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
-                           oom_gpumem_gib=g, is_zero_oom=zo, zero_oom_gpumem_gib=zg)
-            for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.any(axis=1).tolist(),
-                                             rounded(_float32(oom_gib)), zero_oom.any(axis=1).tolist(),
-                                             rounded(_float32(zero_gib)))]
-
-
 def rounded(values: np.ndarray, digits: int = 4) -> list[float]:
     """[round(v, digits) for v in values] (Python's round: the decimal value of v rounded half to
     even, then the nearest float), on the array: where v x 10^digits is below 2^30 and at least
@@ -224,8 +163,3 @@ def rounded(values: np.ndarray, digits: int = 4) -> list[float]:
     for k in np.flatnonzero(~clear).tolist():
         out[k] = round(float(values[k]), digits)
     return out
-
-
-def _float32(values: np.ndarray) -> np.ndarray:
-    # FASOP reports float32 GiB rounded to 4 decimals (then `rounded`)
-    return values.astype(np.float32).astype(float)

@@ -8,7 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fasop import comm, model_math
+from fasop import model_math
+from fasop.estimators import fasop2024_comm
 from fasop.memory import stage_elements
 from tests.test_cost_pieces import model, node, plan
 
@@ -44,7 +45,7 @@ def test_bytes_per_element_scales_every_transfer_alike(bytes_per_element):
     base, other = model(), dataclasses.replace(model(), bytes_per_element=bytes_per_element)
     p = plan(1, 2, 2, node(), node())
     ratio = bytes_per_element / 2
-    assert comm.p2p_volume(p, other) == comm.p2p_volume(p, base) * ratio == 1 * 4 * 8 * bytes_per_element
-    assert comm.embedding_seconds(p, other, 100.0) == comm.embedding_seconds(p, base, 100.0) * ratio
-    dp = [comm.dp_allreduce_seconds(p, f32(1000), f32(100), False, b.bytes_per_element) for b in (base, other)]
+    assert fasop2024_comm.p2p_volume(p, other) == fasop2024_comm.p2p_volume(p, base) * ratio == 1 * 4 * 8 * bytes_per_element
+    assert fasop2024_comm.embedding_seconds(p, other, 100.0) == fasop2024_comm.embedding_seconds(p, base, 100.0) * ratio
+    dp = [fasop2024_comm.dp_allreduce_seconds(p, f32(1000), f32(100), False, b.bytes_per_element) for b in (base, other)]
     assert dp[1] == dp[0] * ratio
