@@ -334,6 +334,9 @@ class _Reader:
             raise self.error(key, f"must be {names}, got {show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
             raise self.error(key, f"must be finite, got {show(value)}")
+        if isinstance(value, str) and not (len(value) <= limits.TEXT_CHARS and value.isprintable()):
+            raise self.error(key, f"must be printable text of at most {limits.TEXT_CHARS:,} characters, "
+                             f"got {show(value)}")
         if check is not None and not check(value):
             raise self.error(key, f"must be {why}, got {show(value)}")
         return value
