@@ -90,3 +90,29 @@ def test_long_or_unprintable_text_in_a_spec(folder, capsys):
     assert "printable text of at most 1,000 characters" in refused(capsys, search())
     (folder / "model.yaml").write_text(MODEL.replace("name: tiny", 'name: "a\\tb"'))
     assert "printable text" in refused(capsys, search())
+
+
+@pytest.mark.parametrize("counts", [(1,), (3,), (2, 2), (1, 3, 2), (2, 1, 1, 2), (4, 1)])
+def test_all_placements_is_every_distinct_order_in_lexicographic_order(counts):
+    """The iterative enumeration (constant stack: 1,024 nodes overflowed the recursive one) lists
+    the multiset permutations of the type indices exactly once each, in lexicographic order."""
+    import itertools
+
+    from fasop.enumerate import all_placements, count_orders
+    from fasop.specs import NodeType
+
+    types = [NodeType(name=f"t{k}", instance="x", gpu="G", gpus_per_node=1, memory_limit_bytes=1.0,
+                      intra_node_bytes_per_s=1.0, inter_node_bytes_per_s=1.0, intra_node_shared=False,
+                      usd_per_hour=1.0, spot_usd_per_hour=None) for k in range(len(counts))]
+    nodes = [t for t, c in zip(types, counts) for _ in range(c)]
+    got = [tuple(types.index(n) for n in order) for order in all_placements(nodes)]
+    expected = sorted(set(itertools.permutations([types.index(n) for n in nodes])))
+    assert got == expected and len(got) == count_orders(nodes)
+
+
+def test_all_placements_of_a_thousand_nodes(folder):
+    from fasop.enumerate import all_placements
+    from fasop.specs import load_cluster
+
+    a10 = load_cluster("cluster.yaml").node_types["a10"]
+    assert next(all_placements([a10] * 1024)) == (a10,) * 1024
