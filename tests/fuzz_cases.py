@@ -99,6 +99,8 @@ def encoding_cases(rng: random.Random) -> list[dict]:
             "merge": data + b"base: {a: 1}\nother:\n  <<: {a: 2}\n",
             "huge": data + b"#" + b"x" * (1 << 21) + b"\n",
             "long-line": data + b"notes: '" + b"y" * 500_000 + b"'\n",
+            "near-limit-keys": data + "".join(f"k{i}: {i}\n" for i in range(19_000)).encode(),  # ~245 KiB
+            "near-limit-list": data + b"x: [" + b",".join([b"1"] * 120_000) + b"]\n",
             "tag": data + b"bad: !!python/name:os.system\n", "tabs": data.replace(b"  ", b"\t", 3),
             "unicode-key": data + "ключ: 1\n".encode(), "newline-key": data + b'"a\\nb": 1\n',
         }
