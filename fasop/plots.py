@@ -174,6 +174,9 @@ EVENT_STYLE = {
 PART_STYLE = (("weights", "#4e79a7"), ("gradients", "#59a14f"), ("optimizer", "#edc948"),
               ("activations", "#f28e2b"))
 CRITICAL_COLOR = "#d62728"
+TIMELINE_MAX_BOXES = 20_000
+"""A timeline of more compute boxes (2 x stages x micro-batches) is not drawn: unreadable, and
+matplotlib takes ~1 kB and ~50 us a box (a 16-stage pipeline of 16,384 micro-batches: GBs)."""
 LABEL_MIN_FRACTION = 1 / 90
 """A box gets its micro-batch number when it is at least this fraction of the time axis wide."""
 
