@@ -240,6 +240,9 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
                    help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing)")
     _add_execution(p, "search the compositions in N processes, a composition per process (same output for any N; "
                    "default: the CPU cores available, here %(default)s)", default_workers=available_cores())
+    from fasop.cli_sweep import add_sweep_arguments
+
+    add_sweep_arguments(p)
 
 
 def _import(*modules: str) -> None:
@@ -260,6 +263,12 @@ def _pareto(args: argparse.Namespace) -> int:
     max_nodes = pareto.parse_node_limits(args.max_nodes, cluster, "--max-nodes")
     min_nodes = pareto.parse_node_limits(args.min_nodes, cluster, "--min-nodes") if args.min_nodes else {}
     comps = pareto.compositions(max_nodes, min_nodes)
+    from fasop.cli_sweep import buyer_limits, progress_lines, run_sweep
+    from fasop.limits import within
+
+    limits = buyer_limits(args)
+    all_comps = len(comps)
+    comps, left_out = within(comps, limits, cluster, pareto.node_prices(cluster, max_nodes, spot=args.spot)[0])
     iterations = (pareto.iterations_for_tokens(args.tokens, global_batch_size=model.global_batch_size,
                                                sequence_length=model.sequence_length)
                   if args.tokens else args.iterations or DEFAULT_ITERATIONS)
@@ -268,21 +277,16 @@ def _pareto(args: argparse.Namespace) -> int:
         print(f"note: --spot: {cluster.path} has no spot_usd_per_hour for {', '.join(on_demand)}; "
               "on-demand price used", file=sys.stderr)
     prefix = Path(args.out_prefix) if args.out_prefix else Path("results") / f"{model.name}_{Path(cluster.path).stem}"
-    done, interrupted, loader = [], False, None
-    with _progress_bar(args.no_progress, "compositions") as progress:
-        try:
-            for result in pareto.sweep(model, cluster, comps, placements=args.placements,
-                                       partitioner=args.partitioner, iterations=iterations, spot=args.spot,
-                                       top=1, workers=args.workers,
-                                       partition_budget=args.partition_budget, progress=progress):
-                done.append(result)
-                if loader is None and args.workers > 1:
-                    # this process only waits for the workers (started by now): load the plotting
-                    # libraries meanwhile
-                    loader = threading.Thread(target=_import, args=("pandas", "fasop.plots"), daemon=True)
-                    loader.start()
-        except KeyboardInterrupt:
-            interrupted = True
+    if args.workers > 1 or args.executor == "ray":  # this process mostly waits: load the plotting libraries meanwhile
+        threading.Thread(target=_import, args=("pandas", "fasop.plots"), daemon=True).start()
+    with progress_lines(args.no_progress, "compositions", "composition") as progress:
+        done, interrupted, counts = run_sweep(args, model, cluster, comps, iterations,
+                                              prefix.with_name(prefix.name + "_pareto.checkpoint"), progress)
+    if left_out:
+        print(f"note: {all_comps - len(comps):,} of {all_comps:,} compositions outside the limits were not searched ("
+              + ", ".join(f"{flag}: {n:,}" for flag, n in left_out.items()) + ")", file=sys.stderr)
+    if counts["resumed"]:
+        print(f"note: --resume: {counts['resumed']:,} compositions taken from the checkpoint", file=sys.stderr)
     if interrupted and not done:
         print("fasop: interrupted before any composition finished; nothing written", file=sys.stderr)
         return 130
@@ -297,7 +301,7 @@ def _pareto(args: argparse.Namespace) -> int:
     _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
     if interrupted:
         print(f"fasop: interrupted after {len(done)} of {len(comps)} compositions; wrote {csv_path} "
-              "(complete=False), no plots", file=sys.stderr)
+              "(complete=False), no plots; rerun with --resume to continue", file=sys.stderr)
         return 130
     from fasop.plots import pareto_figure
 
@@ -318,7 +322,9 @@ def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str
                   total: int) -> None:
     statuses = [r.status for r in analysis.results]
     print(f"{model_name} on {cluster_name}: {len(statuses)} of {total} compositions, {iterations:,} steps; "
-          f"{statuses.count('oom')} with no plan that fits, {statuses.count('no_plan')} with no valid plan")
+          f"{statuses.count('oom')} with no plan that fits, {statuses.count('no_plan')} with no valid plan"
+          + (f", {statuses.count('pruned')} pruned (proved off the frontier, not searched in full)"
+             if 'pruned' in statuses else ""))
     if not analysis.frontier:
         print("frontier: empty (no composition has a plan that fits in GPU memory)")
     else:
