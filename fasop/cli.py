@@ -55,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="layer split: optimal (default) = lowest estimated step time that fits, by branch and "
                    "bound; fasop-minmax = FASOP's greedy balancing")
     s.add_argument("--top", type=_positive_int, metavar="K",
-                   help="keep only the K fastest plans that fit in memory (default: every plan); plans a lower "
-                   "bound proves slower are skipped")
+                   help="keep only the K fastest plans that fit in memory (default: every plan, or the "
+                   "5 fastest past 10,000 plans); plans a lower bound proves slower are skipped")
+    s.add_argument("--every-plan", action="store_true",
+                   help="estimate and write every plan however many (no automatic --top)")
     s.add_argument("--iterations", type=_positive_int, default=DEFAULT_ITERATIONS,
                    help=f"training steps for train_cost_usd and train_time_h (default {DEFAULT_ITERATIONS:,})")
     s.add_argument("--out", help="CSV to write (default results/<model>_<cluster>_<nodes>.csv)")
@@ -117,9 +119,12 @@ def _search(args: argparse.Namespace) -> int:
     inventory = parse_nodes(args.nodes, cluster)
     out = Path(args.out) if args.out else Path("results") / (
         f"{model.name}_{Path(cluster.path).stem}_{args.nodes.replace('=', 'x').replace(',', '-')}.csv")
-    with _progress_bar(args.no_progress, "estimating") as progress:
+    top, auto_note = _auto_top(args, model, cluster, inventory)
+    from fasop.cli_sweep import progress_lines
+
+    with progress_lines(args.no_progress, "estimating", "plan") as progress:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
-                        partitioner=args.partitioner, iterations=args.iterations, top=args.top,
+                        partitioner=args.partitioner, iterations=args.iterations, top=top,
                         workers=args.workers, partition_budget=args.partition_budget, progress=progress)
     columns, rows = search_rows(result, model.sequence_length)
     try:
@@ -127,8 +132,29 @@ def _search(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise FasopError(f"--out: cannot write {str(out)!r}: {exc.strerror}") from None
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
+    if auto_note:
+        print(auto_note)
     print(f"wrote {out}")
     return 0
+
+
+def _auto_top(args: argparse.Namespace, model, cluster, inventory) -> tuple[int | None, str]:
+    """(--top to search with, a note): without --top, past AUTO_TOP_PLANS plans (and within the
+    orders that may be listed) only the AUTO_TOP fastest that fit are kept, found exactly."""
+    from fasop.search import AUTO_TOP, AUTO_TOP_PLANS, MAX_ORDERS, check_strategies, plan_count
+
+    if args.top is not None or args.every_plan:
+        return args.top, ""
+    check_strategies(args.placements, args.partitioner, args.iterations)
+    types = {n.name for n in inventory}
+    if len(types) > 1 and not args.heterogeneous:
+        return None, ""  # search says why
+    plans, orders = plan_count(model, cluster, inventory, placements=args.placements, partitioner=args.partitioner)
+    if plans <= AUTO_TOP_PLANS or orders > MAX_ORDERS:
+        return None, ""
+    return AUTO_TOP, (f"note: {plans:,} plans, more than {AUTO_TOP_PLANS:,}: kept the {AUTO_TOP} fastest that fit, "
+                      f"found exactly by branch and bound (--top K for another K, --every-plan to estimate and "
+                      "write every plan)")
 
 
 class _progress_bar:

@@ -19,8 +19,8 @@ Covering is transitive and a frontier point is never covered, so the frontier, i
 the deadline and budget answers (points of the frontier; README, 'fasop pareto') are those of
 the exhaustive sweep; the rows of compositions searched in full are the same, byte for byte.
 
-Order: compositions are visited cheapest bound point first, which finds the cheap frontier points
-(and their cut-offs) early. They are searched in *rounds* of ROUND_SIZE compositions, and round r
+Order: compositions of fewer node types first, fastest bound first (`visiting_order`), which finds
+frontier points (and tight cut-offs) early. They are searched in *rounds* of ROUND_SIZE compositions, and round r
 is formed from what rounds 0..r-2 found: round r+1 is formed while round r runs, so workers do not
 wait, and which compositions are pruned depends only on the inputs, never on the number of workers,
 the executor or the order results arrive in. Same inputs, same bytes.
@@ -99,9 +99,14 @@ def bounds(job: _SweepJob, comps: Sequence[Composition]) -> list[tuple[float, fl
     return out
 
 
-def visiting_order(limits: Sequence[tuple[float, float]]) -> list[int]:
-    """Cheapest bound point first (bound x $/h), then the faster, then composition order."""
-    return sorted(range(len(limits)), key=lambda i: (limits[i][0] * limits[i][1], limits[i][0], i))
+def visiting_order(comps: Sequence[Composition], limits: Sequence[tuple[float, float]]) -> list[int]:
+    """Fewest node types first, then the fastest bound, then composition order. A composition of
+    one type has a bound close to its best plan (quick_bound takes each stage at the fastest
+    type's pace) and is often on the frontier itself; its points then cut mixed compositions
+    off early. (mixed-64, gpt2xl-scaled, up to 4 nodes a type, one process: 4.8 s against 27 s
+    for the cheapest bound point first.)"""
+    kinds = [sum(1 for _, n in c.counts if n) for c in comps]
+    return sorted(range(len(comps)), key=lambda i: (kinds[i], limits[i][0], i))
 
 
 def pruned_sweep(job: _SweepJob, comps: Sequence[Composition], executor, *, prune: bool = True,
@@ -118,7 +123,7 @@ def pruned_sweep(job: _SweepJob, comps: Sequence[Composition], executor, *, prun
     done = dict(done or {})
     iterations = job.options["iterations"]
     limits = bounds(job, comps) if prune else [(0.0, 0.0)] * len(comps)
-    pending = deque(visiting_order(limits) if prune else range(len(comps)))
+    pending = deque(visiting_order(comps, limits) if prune else range(len(comps)))
     size = round_size if prune else max(1, len(comps))
     found = Found(iterations)
     rounds: list[dict[int, tuple[float, CompositionResult | None]]] = []

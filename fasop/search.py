@@ -132,6 +132,25 @@ def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterato
     return all_placements(inventory), count_orders(inventory)
 
 
+AUTO_TOP = 5
+"""`fasop search` without --top on more than AUTO_TOP_PLANS plans keeps the AUTO_TOP fastest that
+fit (found exactly, by branch and bound), and says so; --every-plan lists them all."""
+AUTO_TOP_PLANS = 10_000
+"""Plans past which `fasop search` without --top keeps only the AUTO_TOP fastest: estimating
+every plan of 8 nodes of 4 types (2,520 orders, 186,480 plans) took over 20 minutes and 600 MB."""
+
+
+def plan_count(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, placements: str,
+               partitioner: str) -> tuple[int, int]:
+    """(plans, distinct node orders) a search of `inventory` enumerates (0 plans when no degree
+    combination is valid); cheap: nothing is estimated."""
+    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner)
+    combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=model.global_batch_size,
+                         num_transformer_layers=model.num_transformer_layers)
+    num_orders = count_orders(inventory) if placements == "all" else placements_of(inventory, placements)[1]
+    return num_orders * len(combos), num_orders
+
+
 def _collector_paused(function: Callable) -> Callable:
     """`function` with Python's cyclic garbage collector paused while it runs (then enabled again
     if it was). A search makes thousands of small objects (plans, estimates, their tuples) that
@@ -183,15 +202,20 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     if not combos:
         raise FasopError(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
+    if cutoff < float("inf") and top is None:
+        raise ValueError("search: a cutoff needs top")
+    orders, num_orders = placements_of(inventory, placements)
+    total = num_orders * len(combos)
+    every = len(combos)
+    if cutoff < float("inf"):  # degrees whose quick bound (any placement) is above the cutoff: none of their plans
+        gbs = model.global_batch_size
+        combos = [(tp, dp, pp, mbs) for tp, dp, pp, mbs in combos if estimator.quick_bound(
+            Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=tuple(inventory))) <= cutoff]
     expect_shapes = getattr(estimator, "expect_shapes", None)
     if expect_shapes is not None:
         expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
-    orders, num_orders = placements_of(inventory, placements)
-    total = num_orders * len(combos)
-    if cutoff < float("inf") and top is None:
-        raise ValueError("search: a cutoff needs top")
     kept = _Kept(top, cutoff)
-    stats = {"duplicates": 0, "pruned": 0, "oom": 0}
+    stats = {"duplicates": 0, "pruned": num_orders * (every - len(combos)), "oom": 0}
     max_orders = MAX_ORDERS if max_orders is None else max_orders
     tree_capable = getattr(estimator, "prefix_bounds", None) is not None
     by_prefix = placements == "all" and (num_orders > max_orders or (

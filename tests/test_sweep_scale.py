@@ -280,3 +280,95 @@ def test_a_dead_worker_process_is_replaced(tmp_path, capsys, monkeypatch):
     assert main(_argv(prefix, "a100=2,a10=3", "--round-size", "2", "--workers", "2")) == 0
     assert flag.exists()
     assert prefix.with_name("bert_pareto.csv").read_bytes() == want
+
+
+# ============================================================================ fasop search defaults
+def test_search_default_keeps_the_exact_best_plans_past_the_plan_limit(tmp_path, capsys, monkeypatch):
+    """Past AUTO_TOP_PLANS plans, `fasop search` without --top keeps the AUTO_TOP fastest that
+    fit, found by branch and bound over node orders, and says so: they are the fastest fitting
+    rows of --every-plan (the exhaustive search), in the same order, cell for cell but the rank."""
+    import fasop.search as search_module
+
+    base = ["search", "--model", "gpt2xl-scaled", "--cluster", "mixed-64", "--nodes", "h100=1,a100_80gb=1,l4=2",
+            "--heterogeneous", "--no-progress"]
+    monkeypatch.setattr(search_module, "AUTO_TOP_PLANS", 100)
+    monkeypatch.setattr(search_module, "TREE_ORDERS", 3)  # 12 orders: by the order tree
+    assert main(base + ["--out", str(tmp_path / "auto.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "more than 100: kept the 5 fastest that fit, found exactly by branch and bound" in out
+    assert main(base + ["--every-plan", "--out", str(tmp_path / "all.csv")]) == 0
+    assert "kept the" not in capsys.readouterr().out
+
+    def rows(name):
+        import csv
+
+        with open(tmp_path / name, newline="") as fh:
+            return [{k: v for k, v in r.items() if k != "rank"} for r in csv.DictReader(fh)]
+
+    every = [r for r in rows("all.csv") if r["is_oom"] == "False"]
+    assert len(every) > 5 and rows("auto.csv") == every[:5]
+    monkeypatch.setattr(search_module, "AUTO_TOP_PLANS", 10**9)  # under the limit: every plan, as before
+    assert main(base + ["--out", str(tmp_path / "under.csv")]) == 0
+    assert (tmp_path / "under.csv").read_bytes() == (tmp_path / "all.csv").read_bytes()
+
+
+def test_progress_lines_without_a_terminal(tmp_path, capsys, monkeypatch):
+    """stderr not a terminal (a log file, CI): progress lines every PROGRESS_EVERY_S seconds
+    and at the end, one line each."""
+    import fasop.cli_sweep
+
+    monkeypatch.setattr(fasop.cli_sweep, "PROGRESS_EVERY_S", 0.0)
+    prefix = tmp_path / "bert"
+    assert main([a for a in _argv(prefix, "a100=1,a10=2", "--workers", "1") if a != "--no-progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in err] == [f"fasop: compositions: {k} of 5 compositions" for k in range(1, 6)]
+
+
+# ============================================================================ Ray
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray instance for this module's Ray tests (2 CPUs), shut down after them. Ray is an
+    optional extra (pip install 'fasop[ray]', ~240 MB), not in the test extra: without it these
+    tests are skipped."""
+    ray = pytest.importorskip("ray", reason="Ray not installed (optional extra fasop[ray]); Ray executor untested")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_executor_writes_the_bytes_of_the_local_one(tmp_path, capsys, local_ray):
+    want = _full_bytes(tmp_path)
+    prefix = tmp_path / "ray" / "bert"
+    assert main(_argv(prefix, "a100=2,a10=3", "--round-size", "2", "--executor", "ray")) == 0
+    assert prefix.with_name("bert_pareto.csv").read_bytes() == want
+
+
+class _DiesOnce:
+    """A sweep job whose worker process dies the first time it is given composition `label`."""
+
+    def __init__(self, job, label: str, flag: str):
+        self.job, self.label, self.flag, self.options = job, label, flag, job.options
+
+    def __call__(self, comp, cutoff=math.inf):
+        if comp.label == self.label and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            os._exit(1)
+        return self.job(comp, cutoff)
+
+
+def test_ray_retries_the_composition_of_a_dead_worker(tmp_path, local_ray):
+    from ray import cloudpickle
+
+    from fasop.executors import RayExecutor
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    model, cluster = load_model("bert"), load_cluster("fasop-paper")
+    comps = compositions({"a100": 1, "a10": 2})
+    job = sweep_job(model, cluster, comps, placements="cyclic", partitioner="optimal", iterations=ITERATIONS,
+                    spot=False, top=1, partition_budget=1000)
+    flag = tmp_path / "died"
+    executor = RayExecutor(_DiesOnce(job, "1xa100+1xa10", str(flag)), None)
+    got = dict(pruned_sweep(job, comps, executor, prune=False))
+    want = dict(pruned_sweep(job, comps, SerialExecutor(job), prune=False))
+    assert flag.exists()
+    assert [got[i].best.step_time_s for i in range(len(comps))] == [want[i].best.step_time_s for i in range(len(comps))]
