@@ -290,7 +290,7 @@ def _pareto(args: argparse.Namespace) -> int:
     min_nodes = pareto.parse_node_limits(args.min_nodes, cluster, "--min-nodes") if args.min_nodes else {}
     comps = pareto.compositions(max_nodes, min_nodes)
     from fasop.cli_sweep import buyer_limits, progress_lines, run_sweep
-    from fasop.limits import within
+    from fasop.buyer import within
 
     limits = buyer_limits(args)
     all_comps = len(comps)

@@ -46,7 +46,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def buyer_limits(args: argparse.Namespace):
-    from fasop.limits import BuyerLimits
+    from fasop.buyer import BuyerLimits
 
     if args.max_gpus is not None and args.max_gpus < 1:
         raise FasopError(f"--max-gpus: must be >= 1, got {args.max_gpus}")

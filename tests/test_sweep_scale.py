@@ -29,7 +29,7 @@ from conftest import REPO
 from fasop.cli import main
 from fasop.errors import FasopError
 from fasop.executors import PoolExecutor, SerialExecutor
-from fasop.limits import BuyerLimits, within
+from fasop.buyer import BuyerLimits, within
 from fasop.pareto import analyse, compositions, sweep_job
 from fasop.pruning import Found, pruned_sweep
 from fasop.report import csv_text, pareto_rows
