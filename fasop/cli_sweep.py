@@ -1,18 +1,14 @@
 """`fasop pareto`'s sweep options and driver: pruning, buyer limits, checkpoint and resume,
-executor (local processes or Ray), progress lines. cli.py registers the options and calls
-`run_sweep`; the library parts are fasop.pruning, fasop.limits, fasop.checkpoint, fasop.executors."""
+executor (local processes or Ray). cli.py registers the options and calls
+`run_sweep`; the library parts are fasop.pruning, fasop.buyer, fasop.checkpoint, fasop.executors."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from fasop.errors import FasopError
-
-PROGRESS_EVERY_S = 5.0
-"""Seconds between progress lines on stderr when it is not a terminal (a log file, a CI job)."""
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,10 +50,11 @@ def buyer_limits(args: argparse.Namespace):
                        min_gpu_memory_gib=args.min_gpu_memory_gib, min_total_memory_gib=args.min_total_memory_gib)
 
 
-def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, checkpoint_path: Path,
-              progress) -> tuple[list, bool, dict]:
-    """Sweep `comps` as the options say: (results in composition order, interrupted?, counts
-    {"pruned": n, "resumed": n}). The checkpoint is removed once the sweep is complete."""
+def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, workers: int, checkpoint_path: Path,
+              progress) -> tuple[list, KeyboardInterrupt | None, dict]:
+    """Sweep `comps` as the options say: (results in composition order, the interrupt (Ctrl-C or
+    SIGTERM) that stopped it or None, counts {"pruned": n, "resumed": n}). The checkpoint is
+    removed once the sweep is complete."""
     from fasop import pareto
     from fasop.checkpoint import Checkpoint, fingerprint
     from fasop.executors import make_executor
@@ -72,49 +69,16 @@ def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, 
                             resume=args.resume)
     if args.resume and not checkpoint.resumed:
         print(f"note: --resume: no checkpoint at {checkpoint_path}; starting from the beginning", file=sys.stderr)
-    executor = make_executor(job, args.executor, args.workers, args.ray_address)
-    results, interrupted = {}, False
+    executor = make_executor(job, args.executor, workers, args.ray_address)
+    results, interrupted = {}, None
     try:
         for index, result in pruned_sweep(job, comps, executor, prune=prune, round_size=args.round_size,
                                           done=checkpoint.done, record=checkpoint.record, progress=progress):
             results[index] = result
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (workers.sigterm_as_interrupt)
+        interrupted = exc
     finally:
         checkpoint.close(remove=len(results) == len(comps))
     counts = {"pruned": sum(r.status == "pruned" for r in results.values()),
               "resumed": len(checkpoint.done) if checkpoint.resumed else 0}
     return [results[i] for i in sorted(results)], interrupted, counts
-
-
-class progress_lines:
-    """progress(done, total) for a sweep: a tqdm bar on a terminal, else a line on stderr every
-    PROGRESS_EVERY_S seconds (and at the end), so that a log shows the sweep is alive."""
-
-    def __init__(self, disabled: bool, label: str, unit: str):
-        self.disabled, self.label, self.unit = disabled, label, unit
-        self.bar, self.start, self.last = None, time.monotonic(), time.monotonic()
-
-    def __enter__(self):
-        if self.disabled:
-            return None
-        return self.update
-
-    def update(self, done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            if self.bar is None:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=total, desc=self.label, unit=self.unit, leave=False, file=sys.stderr)
-            self.bar.update(done - self.bar.n)
-            return
-        now = time.monotonic()
-        if now - self.last >= PROGRESS_EVERY_S or done == total:
-            self.last = now
-            print(f"fasop: {self.label}: {done:,} of {total:,} {self.unit}s, {now - self.start:,.0f} s",
-                  file=sys.stderr, flush=True)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.close()
-        return False

@@ -24,7 +24,7 @@ def divisors(n: int) -> list[int]:
 
 def degrees(*, num_nodes: int, gpus_per_node: int, tp_degrees: Sequence[int], global_batch_size: int,
             num_transformer_layers: int) -> Iterator[tuple[int, int, int, int]]:
-    """(tp, dp, pp, mbs) in FASOP's order (MODEL.md §2).
+    """(tp, dp, pp, mbs) in FASOP's order (docs/estimators.md §2).
 
     tp: the covered degrees that divide the GPUs per node; dp: divisors of W/tp (W GPUs in all);
     pp = W/(tp*dp), at most the number of transformer layers; dp divides the global batch;
@@ -41,7 +41,7 @@ def degrees(*, num_nodes: int, gpus_per_node: int, tp_degrees: Sequence[int], gl
 
 
 def cyclic_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:
-    """FASOP's placements: the cyclic rotations list[r:] + list[:r] (MODEL.md §2); one if all alike."""
+    """FASOP's placements: the cyclic rotations list[r:] + list[:r] (docs/estimators.md §2); one if all alike."""
     nodes = tuple(nodes)
     if len({n.name for n in nodes}) == 1:
         return [nodes]

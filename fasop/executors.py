@@ -19,8 +19,9 @@ from collections import deque
 from collections.abc import Sequence
 
 from fasop.errors import FasopError
-from fasop.pareto import Composition, CompositionResult, _init_sweep_worker, _Interrupted, _stop, _SweepJob, _sweep_worker
-from fasop.search import process_pool
+from fasop.pareto import Composition, CompositionResult, _init_sweep_worker, _Interrupted, _SweepJob, _sweep_worker
+from fasop.workers import process_pool
+from fasop.workers import stop as _stop
 
 Task = tuple[int, Composition, float]
 """(composition index, composition, cutoff step time; inf: none)."""

@@ -17,8 +17,22 @@ MIXED_STYLE = {"marker": "D", "color": "#7f7f7f"}
 
 
 def pareto_figure(analysis: ParetoAnalysis, stem: str | Path, *, title: str = "") -> tuple[Path, Path]:
-    """Write `<stem>.png` (200 dpi) and `<stem>.svg`: training time (h) vs cost (USD) per
-    composition, the frontier as a staircase, the knee and the deadline/budget answers marked."""
+    """Write `<stem>.png` (200 dpi) and `<stem>.svg` (both or neither, output.write_files): the
+    figure of `render_pareto`."""
+    from fasop.output import write_files
+
+    stem = Path(stem)
+    png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
+    images = render_pareto(analysis, title=title)
+    write_files([(png, images["png"]), (svg, images["svg"])], "--out-prefix")
+    return png, svg
+
+
+def render_pareto(analysis: ParetoAnalysis, *, title: str = "") -> dict[str, bytes]:
+    """{"png": bytes (200 dpi), "svg": bytes}: training time (h) vs cost (USD) per composition,
+    the frontier as a staircase, the knee and the deadline/budget answers marked."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,13 +75,17 @@ def pareto_figure(analysis: ParetoAnalysis, stem: str | Path, *, title: str = ""
         if not analysis.complete:
             ax.text(0.99, 0.99, "incomplete sweep", transform=ax.transAxes, ha="right", va="top", color="red")
         ax.legend(loc="upper right", frameon=False, handlelength=1.2, borderaxespad=0.2)
-        stem = Path(stem)
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
-        fig.savefig(png, dpi=DPI, metadata={"Software": None})
-        fig.savefig(svg, metadata={"Date": None, "Creator": None})
+        png, svg = io.BytesIO(), io.BytesIO()
+        fig.savefig(png, format="png", dpi=DPI, metadata={"Software": None})
+        fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
         plt.close(fig)
-    return png, svg
+    return {"png": png.getvalue(), "svg": svg.getvalue()}
+
+
+def _near(value: float, data: list[float]) -> bool:
+    """Whether a deadline or budget line at `value` fits on the chart of `data` (at most twice
+    its largest value): a line far beyond would stretch the axis over empty space, to infinity."""
+    return bool(data) and value <= 2 * max(data)
 
 
 CHAR_W, LABEL_H = 0.0145, 0.045
@@ -96,6 +114,8 @@ def _label_frontier(ax, front) -> None:
 
 
 def _usd(value: float, _pos=None) -> str:
+    if abs(value) >= 1e9:
+        return f"${value:.3g}"
     if abs(value) >= 1e6:
         return f"${value / 1e6:g}M"
     if abs(value) >= 1e3:
@@ -108,14 +128,21 @@ def _annotate(ax, analysis: ParetoAnalysis) -> None:
     marks = []
     if analysis.knee is not None:
         marks.append((analysis.knee, "knee", "*", "#d62728", 70))
-    if analysis.deadline_hours is not None:
+    fits = [r for r in analysis.results if r.status == "ok"]
+    if analysis.deadline_hours is not None and not _near(analysis.deadline_hours, [r.train_time_h for r in fits]):
+        ax.text(0.01, 0.01, f"deadline {analysis.deadline_hours:,.4g} h: off the chart", transform=ax.transAxes,
+                ha="left", va="bottom", color="#ff7f0e", fontsize=FONT_PT - 1)
+    elif analysis.deadline_hours is not None:
         ax.axhline(analysis.deadline_hours, color="#ff7f0e", lw=0.7, ls="--", zorder=1)
         ax.annotate(f"deadline {analysis.deadline_hours:,.0f} h", (1.0, analysis.deadline_hours),
                     xycoords=("axes fraction", "data"), ha="right", va="bottom", color="#ff7f0e",
                     fontsize=FONT_PT - 1)
         if analysis.deadline is not None:
             marks.append((analysis.deadline, "cheapest in deadline", "v", "#ff7f0e", 30))
-    if analysis.budget_usd is not None:
+    if analysis.budget_usd is not None and not _near(analysis.budget_usd, [r.train_cost_usd for r in fits]):
+        ax.text(0.01, 0.06, f"budget {_usd(analysis.budget_usd)}: off the chart", transform=ax.transAxes,
+                ha="left", va="bottom", color="#17becf", fontsize=FONT_PT - 1)
+    elif analysis.budget_usd is not None:
         ax.axvline(analysis.budget_usd, color="#17becf", lw=0.7, ls="--", zorder=1)
         ax.annotate(f"budget {_usd(analysis.budget_usd)}", (analysis.budget_usd, 1.0),
                     xycoords=("data", "axes fraction"), ha="left", va="top", rotation=90, color="#17becf",

@@ -312,18 +312,6 @@ def test_search_default_keeps_the_exact_best_plans_past_the_plan_limit(tmp_path,
     assert (tmp_path / "under.csv").read_bytes() == (tmp_path / "all.csv").read_bytes()
 
 
-def test_progress_lines_without_a_terminal(tmp_path, capsys, monkeypatch):
-    """stderr not a terminal (a log file, CI): progress lines every PROGRESS_EVERY_S seconds
-    and at the end, one line each."""
-    import fasop.cli_sweep
-
-    monkeypatch.setattr(fasop.cli_sweep, "PROGRESS_EVERY_S", 0.0)
-    prefix = tmp_path / "bert"
-    assert main([a for a in _argv(prefix, "a100=1,a10=2", "--workers", "1") if a != "--no-progress"]) == 0
-    err = capsys.readouterr().err.splitlines()
-    assert [line.split(",")[0] for line in err] == [f"fasop: compositions: {k} of 5 compositions" for k in range(1, 6)]
-
-
 # ============================================================================ Ray
 @pytest.fixture(scope="module")
 def local_ray():
