@@ -20,6 +20,9 @@ YAML_DEPTH = 32
 YAML_ALIASES = 0
 """YAML anchors and aliases are refused: specs do not need them, and an alias bomb ("billion
 laughs") turns 2 KB of text into gigabytes."""
+TEXT_CHARS = 1000
+"""A text value of a spec (a name, a path, a kind) is printable and at most 1,000 characters: it
+ends up in file names, titles and one-line messages."""
 SHOWN_CHARS = 60
 """An offending value is shown in an error message cut to this many characters."""
 

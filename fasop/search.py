@@ -16,6 +16,7 @@ import gc
 import hashlib
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -138,6 +139,10 @@ def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterato
         orders = cyclic_placements(inventory)
         return iter(orders), len(orders)
     if strategy == "grouped":
+        kinds = len({n.name for n in inventory})
+        if math.factorial(kinds) > MAX_ORDERS:  # k! orders of k types, listed
+            raise FasopError(f"--placements grouped: {kinds} node types have {math.factorial(kinds):.2g} orders, more "
+                             f"than {MAX_ORDERS:,}: use --placements cyclic, or fewer node types")
         orders = grouped_placements(inventory)
         return iter(orders), len(orders)
     return all_placements(inventory), count_orders(inventory)

@@ -245,10 +245,29 @@ def output_cases() -> list[dict]:
     return cases
 
 
+def combination_cases(rng: random.Random, count: int = 150) -> list[dict]:
+    """Two to four values of one spec replaced at once, some lines re-indented: interactions
+    between values that are each valid alone (a batch and a layer count, a price and a count)."""
+    cases = []
+    for _ in range(count):
+        which, text = rng.choice((("model", MODEL), ("cluster", CLUSTER)))
+        leaves = _leaves(text)
+        for start, end in sorted(rng.sample(leaves, rng.randint(2, 4)), reverse=True):
+            text = text[:start] + rng.choice(HOSTILE_VALUES[:40]) + text[end:]
+        if rng.random() < 0.3:
+            lines = text.splitlines(keepends=True)
+            i = rng.randrange(len(lines))
+            lines[i] = rng.choice(("", " ", "  ", "- ")) + lines[i]
+            text = "".join(lines)
+        argv = SEARCH if rng.random() < 0.85 else PARETO
+        cases.append(_case(f"combination:{which}", list(argv), **{which: text}))
+    return cases
+
+
 def all_cases() -> list[dict]:
     rng = random.Random(SEED)
     cases = (value_cases(rng) + deletion_cases(rng) + encoding_cases(rng) + profile_cases(rng) + flag_cases(rng)
-             + output_cases())
+             + output_cases() + combination_cases(rng))
     for number, case in enumerate(cases):
         case["id"] = number
     return cases

@@ -121,3 +121,27 @@ def test_workers_above_the_cores_are_clamped_with_a_note():
     assert clamp_workers(cores) == (cores, None)
     workers, note = clamp_workers(10**20)
     assert workers == cores and note.startswith("note: --workers 1e+20: ") and f"using {cores}" in note
+
+
+WATCHDOG_ONLY = """
+import os, sys, time
+from fasop import workers
+parent = os.getpid()
+child = os.fork()
+if child == 0:
+    sys.platform = "darwin"  # no PR_SET_PDEATHSIG: the watchdog thread alone
+    workers._die_with(parent)
+    time.sleep(60)
+    os._exit(0)
+print(child, flush=True)
+os._exit(0)  # the parent dies, its child is left to the watchdog
+"""
+
+
+def test_the_watchdog_alone_ends_an_orphaned_worker(tmp_path):
+    """Where the kernel's parent-death signal is missing (macOS), the watchdog thread exits a
+    worker within WATCHDOG_S of its parent's death."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", WATCHDOG_ONLY], env=env, capture_output=True, text=True, timeout=30)
+    child = int(out.stdout.split()[0])
+    assert _gone_within([child], 5)
