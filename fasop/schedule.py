@@ -315,15 +315,15 @@ def critical_path_reference(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np
 def steady_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
     """c_i with stage 0's end >= (all stage times + both end sends) + c_i t_i for every stage i:
     the larger of two chains of events that run one after another, stage times t split as
-    f = t/k, b = (k - 1) t/k (k: the fwd_bwd_factor; k = 3 below).
+    f = t/k, b = (k - 1) t/k (k: the fwd_bwd_factor).
 
     - Steady: micro-batch 0 forward to stage i (f_j, j < i, and f_i), on through the later
       stages and back (t_j, j > i, and the sends), then stage i's first backward b_i; after it
       stage i still runs m-1 backwards and m-1-w_i forwards (w_i = min(pp-i-1, m) warm-up
       forwards), and the last gradient drains back (b_j, j < i): sum_j t_j + sends +
-      (m - 1 - w_i/3) t_i. Valid when m > w_i.
+      (m - 1 - w_i/k) t_i. Valid when m > w_i.
     - Backwards: micro-batch 0 forward through every stage and back to stage i, stage i's m
-      backwards in a row, the last gradient drains back: sum_j t_j + sends + (m-1) 2 t_i / 3.
+      backwards in a row, the last gradient drains back: sum_j t_j + sends + (m-1) (k-1) t_i / k.
       Valid for every stage; the larger where w_i >= m - 1 (short pipelines of few micro-batches).
     """
     m, pp, k = num_microbatches, num_stages, fwd_bwd_factor

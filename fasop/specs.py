@@ -135,14 +135,21 @@ def _product(factors: tuple[float, ...]) -> float:
 
 
 # ----------------------------------------------------------------------------- file helpers
+def _shipped_folder(folder: str) -> Path:
+    """The shipped `folder`: in the source tree (a clone, an editable install), else the copy an
+    installed wheel carries as fasop/shipped/<folder> (pyproject.toml)."""
+    source = _REPO_ROOT / folder
+    return source if source.is_dir() else Path(__file__).resolve().parent / "shipped" / folder
+
+
 def spec_folders(folder: str) -> tuple[Path, ...]:
-    """Where spec names are looked up: ./folder first, then the shipped folder (source tree)."""
-    return (Path.cwd() / folder, _REPO_ROOT / folder)
+    """Where spec names are looked up: ./folder first, then the shipped folder."""
+    return (Path.cwd() / folder, _shipped_folder(folder))
 
 
 def shipped_specs(folder: str) -> list[Path]:
     """The shipped specs of `folder` (`model_specs` or `cluster_specs`), by name."""
-    return sorted((_REPO_ROOT / folder).glob("*.yaml"), key=lambda p: p.stem)
+    return sorted(_shipped_folder(folder).glob("*.yaml"), key=lambda p: p.stem)
 
 
 def resolve(name_or_path: str, folder: str) -> Path:
@@ -327,6 +334,9 @@ class _Reader:
             raise self.error(key, f"must be {names}, got {show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
             raise self.error(key, f"must be finite, got {show(value)}")
+        if isinstance(value, str) and not (len(value) <= limits.TEXT_CHARS and value.isprintable()):
+            raise self.error(key, f"must be printable text of at most {limits.TEXT_CHARS:,} characters, "
+                             f"got {show(value)}")
         if check is not None and not check(value):
             raise self.error(key, f"must be {why}, got {show(value)}")
         return value

@@ -99,6 +99,8 @@ def encoding_cases(rng: random.Random) -> list[dict]:
             "merge": data + b"base: {a: 1}\nother:\n  <<: {a: 2}\n",
             "huge": data + b"#" + b"x" * (1 << 21) + b"\n",
             "long-line": data + b"notes: '" + b"y" * 500_000 + b"'\n",
+            "near-limit-keys": data + "".join(f"k{i}: {i}\n" for i in range(19_000)).encode(),  # ~245 KiB
+            "near-limit-list": data + b"x: [" + b",".join([b"1"] * 120_000) + b"]\n",
             "tag": data + b"bad: !!python/name:os.system\n", "tabs": data.replace(b"  ", b"\t", 3),
             "unicode-key": data + "ключ: 1\n".encode(), "newline-key": data + b'"a\\nb": 1\n',
         }
@@ -164,7 +166,9 @@ def profile_cases(rng: random.Random) -> list[dict]:
             at = rng.randrange(len(data))
             cases.append(_case("profile:bytes", list(SEARCH), profile=data[:at] + bad + data[at:]))
     cases.append(_case("profile:huge-field", list(SEARCH), "fail", profile=PROFILE + '"' + "z" * 300_000 + '",1,0,1\n'))
-    cases.append(_case("profile:huge-file", list(SEARCH), "fail", profile=PROFILE + "#" * (17 << 20) + "\n"))
+    cases.append(_case("profile:huge-file", list(SEARCH), "fail", profile=PROFILE + "#" * (5 << 20) + "\n"))
+    many = [f"G{g},{tp},{i},0.001" for g in range(1200) for tp in range(1, 50) for i in range(4)]  # 3.6 MiB
+    cases.append(_case("profile:near-limit", list(SEARCH), "fail", profile="\n".join([header, *many]) + "\n"))
     cases.append(_case("profile:empty", list(SEARCH), "fail", profile=""))
     cases.append(_case("profile:header-only", list(SEARCH), "fail", profile=header + "\n"))
     return cases
@@ -245,10 +249,29 @@ def output_cases() -> list[dict]:
     return cases
 
 
+def combination_cases(rng: random.Random, count: int = 150) -> list[dict]:
+    """Two to four values of one spec replaced at once, some lines re-indented: interactions
+    between values that are each valid alone (a batch and a layer count, a price and a count)."""
+    cases = []
+    for _ in range(count):
+        which, text = rng.choice((("model", MODEL), ("cluster", CLUSTER)))
+        leaves = _leaves(text)
+        for start, end in sorted(rng.sample(leaves, rng.randint(2, 4)), reverse=True):
+            text = text[:start] + rng.choice(HOSTILE_VALUES[:40]) + text[end:]
+        if rng.random() < 0.3:
+            lines = text.splitlines(keepends=True)
+            i = rng.randrange(len(lines))
+            lines[i] = rng.choice(("", " ", "  ", "- ")) + lines[i]
+            text = "".join(lines)
+        argv = SEARCH if rng.random() < 0.85 else PARETO
+        cases.append(_case(f"combination:{which}", list(argv), **{which: text}))
+    return cases
+
+
 def all_cases() -> list[dict]:
     rng = random.Random(SEED)
     cases = (value_cases(rng) + deletion_cases(rng) + encoding_cases(rng) + profile_cases(rng) + flag_cases(rng)
-             + output_cases())
+             + output_cases() + combination_cases(rng))
     for number, case in enumerate(cases):
         case["id"] = number
     return cases

@@ -43,7 +43,7 @@ def test_there_are_enough_cases_in_every_family():
     assert len(cases) >= 1000
     families = {c["family"].split(":")[0] for c in cases}
     assert families >= {"value", "delete", "bytes", "truncate", "structure", "duplicate", "filetype", "profile",
-                        "flag", "output"}
+                        "flag", "output", "combination"}
     assert [c["argv"] for c in cases] == [c["argv"] for c in all_cases()]  # seeded: the same every time
 
 

@@ -24,7 +24,8 @@ from fasop.workers import available_cores, clamp_workers
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
 
 PARETO = [sys.executable, "-m", "fasop", "pareto", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto",
-          "--max-nodes", "a100=12,a10=12", "--workers", "2", "--out-prefix", "sweep", "--no-progress"]
+          "--max-nodes", "a100=12,a10=12", "--workers", "2", "--out-prefix", "sweep", "--no-progress",
+          "--exhaustive"]  # every composition searched: pruned, the sweep takes ~5 s, too short to signal half-way
 SEARCH = [sys.executable, "-m", "fasop", "search", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto",
           "--nodes", "a100=4,a10=6", "--heterogeneous", "--placements", "all", "--workers", "2", "--out", "s.csv",
           "--no-progress"]
@@ -86,7 +87,8 @@ def test_sigterm_during_pareto_writes_the_finished_part_and_exits_143(tmp_path):
     assert 1 <= len(rows) < 168
     assert {row["complete"] for row in rows} == {"False"}
     assert not (tmp_path / "sweep_pareto.png").exists()  # no plots of a partial sweep
-    assert [p.name for p in tmp_path.iterdir()] == ["sweep_pareto.csv"]  # no temporary file
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "sweep_pareto.checkpoint", "sweep_pareto.csv"]  # no temporary file; the checkpoint --resume continues from
 
 
 @pytest.mark.skipif(available_cores() < 2, reason="needs 2 cores for 2 workers")
@@ -119,3 +121,27 @@ def test_workers_above_the_cores_are_clamped_with_a_note():
     assert clamp_workers(cores) == (cores, None)
     workers, note = clamp_workers(10**20)
     assert workers == cores and note.startswith("note: --workers 1e+20: ") and f"using {cores}" in note
+
+
+WATCHDOG_ONLY = """
+import os, sys, time
+from fasop import workers
+parent = os.getpid()
+child = os.fork()
+if child == 0:
+    sys.platform = "darwin"  # no PR_SET_PDEATHSIG: the watchdog thread alone
+    workers._die_with(parent)
+    time.sleep(60)
+    os._exit(0)
+print(child, flush=True)
+os._exit(0)  # the parent dies, its child is left to the watchdog
+"""
+
+
+def test_the_watchdog_alone_ends_an_orphaned_worker(tmp_path):
+    """Where the kernel's parent-death signal is missing (macOS), the watchdog thread exits a
+    worker within WATCHDOG_S of its parent's death."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", WATCHDOG_ONLY], env=env, capture_output=True, text=True, timeout=30)
+    child = int(out.stdout.split()[0])
+    assert _gone_within([child], 5)

@@ -40,7 +40,8 @@ from fasop.memory import MemoryEstimate, memory_tables, rounded, stage_fit_mask
 from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain, optimal
 from fasop.plan import Plan, trusted_many
 from fasop.recent import recent
-from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, split_stage_times, steady_weights
+from fasop.schedule import (Schedule, critical_path, one_f_one_b, one_f_one_b_bound, split_stage_times,
+                            steady_weights)
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
@@ -108,6 +109,19 @@ class Fasop2024Estimator:
     def tp_degrees(self) -> tuple[int, ...]:
         """The TP degrees profiled for every GPU type of the inventory."""
         return tuple(self.compute.tp_degrees(self.gpus))
+
+    def schedule_of(self, estimate: Estimate) -> Schedule:
+        """The 1F1B timeline of an estimate's pipeline as this model schedules it: each stage's
+        compute split by `split`, only stage 0's forward and the last stage's backward sends
+        (p2p-ends-only). Its stage ends are the estimate's, bit for bit, for pp > 1 (one stage:
+        the estimate's end is FASOP's float32 product m x compute, the timeline's the float64 sum)."""
+        comp = np.array(estimate.stage_compute_s)
+        fwd, bwd = self.split(comp)
+        pp = len(comp)
+        send_fwd, send_bwd = np.zeros(pp), np.zeros(pp)
+        if pp > 1:
+            send_fwd[0], send_bwd[pp - 1] = estimate.p2p_s[0], estimate.p2p_s[-1]
+        return Schedule(fwd, bwd, estimate.plan.num_microbatches, send_fwd, send_bwd)
 
     def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]):
         """The fold over node positions that orders.OrderSearch bounds prefixes with
