@@ -149,7 +149,8 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
     zero = settings_of(rp).zero_stage
     names = stage_layer_names(model, rp.partition)
     limits = _stage_limits(estimator, plan, e)
-    tl = timeline(e, getattr(estimator, "fwd_bwd_factor", 3.0))
+    schedule_of = getattr(estimator, "schedule_of", None)  # the estimator's own pipeline, where it has one
+    tl = timeline(e, getattr(estimator, "fwd_bwd_factor", 3.0), schedule_of(e) if schedule_of else None)
     by_stage: dict[int, list] = {}
     for ev in tl.events:
         by_stage.setdefault(ev.stage, []).append(ev)

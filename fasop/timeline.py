@@ -35,15 +35,13 @@ class Timeline:
     num_microbatches: int
 
 
-def timeline(estimate, fwd_bwd_factor: float = 3.0) -> Timeline:
+def timeline(estimate, fwd_bwd_factor: float = 3.0, schedule: Schedule | None = None) -> Timeline:
     """The pipeline events of an estimate, then the all-reduces of each stage after its end.
-    fwd_bwd_factor: the estimator's (fwd + bwd = factor x fwd; schedule.split_stage_times)."""
+    schedule: the estimator's own (its optional `schedule_of(estimate)`); without it, FASOP's:
+    stage times split by fwd_bwd_factor (fwd + bwd = factor x fwd; schedule.split_stage_times),
+    p2p-ends-only sends."""
     pp, m = estimate.plan.pp, estimate.plan.num_microbatches
-    fwd, bwd = (v.tolist() for v in split_stage_times(np.array(estimate.stage_compute_s, dtype=float), fwd_bwd_factor))
-    sends_fwd, sends_bwd = [0.0] * pp, [0.0] * pp
-    if pp > 1:  # p2p-ends-only (docs/estimators.md §5): stage 0's forward, the last stage's backward sends
-        sends_fwd[0], sends_bwd[pp - 1] = estimate.p2p_s[0], estimate.p2p_s[-1]
-    sched = Schedule(fwd, bwd, m, sends_fwd, sends_bwd)
+    sched = schedule or _fasop_schedule(estimate, fwd_bwd_factor)
     events = [e for e in sched.events if e.end_s > e.start_s or e.kind in ("fwd", "bwd")]
     index = {(e.stage, e.kind, e.microbatch): k for k, e in enumerate(events)}
     chain = [index[key] for key in _chain(sched) if key in index]
@@ -51,6 +49,15 @@ def timeline(estimate, fwd_bwd_factor: float = 3.0) -> Timeline:
     events += _syncs(estimate, ends)
     return Timeline(tuple(events), tuple(chain), pipeline_time_s=ends[0], step_time_s=estimate.step_time_s,
                     num_stages=pp, num_microbatches=m)
+
+
+def _fasop_schedule(estimate, fwd_bwd_factor: float) -> Schedule:
+    pp = estimate.plan.pp
+    fwd, bwd = (v.tolist() for v in split_stage_times(np.array(estimate.stage_compute_s, dtype=float), fwd_bwd_factor))
+    sends_fwd, sends_bwd = [0.0] * pp, [0.0] * pp
+    if pp > 1:  # p2p-ends-only (docs/estimators.md §5): stage 0's forward, the last stage's backward sends
+        sends_fwd[0], sends_bwd[pp - 1] = estimate.p2p_s[0], estimate.p2p_s[-1]
+    return Schedule(fwd, bwd, estimate.plan.num_microbatches, sends_fwd, sends_bwd)
 
 
 class _Time:

@@ -173,3 +173,13 @@ def test_cli_plot_of_a_pareto_csv(tmp_path, capsys, monkeypatch, repo):
     assert sorted(p.name for p in (tmp_path / "f2").iterdir()) == [f"{stem}_frontier.png", f"{stem}_frontier.svg"]
     assert main(["plot", "--from", str(source), "--out-dir", str(tmp_path / "f3"), "--figures", "gantt"]) == 2
     assert capsys.readouterr().err.startswith("fasop: error: --figures: expected some of timeline")
+
+
+def test_the_estimators_schedule_is_the_timelines(gpt2xl):
+    """fasop-2024's schedule_of(estimate) and the timeline's own FASOP schedule give the same events."""
+    model, cluster, rows, _ = gpt2xl
+    for row in rows[:4]:
+        rp = plan_of_row(row, "row", model, cluster)
+        estimator = Fasop2024Estimator(model, cluster, inventory_of(rp), partitioner="optimal")
+        e = estimate_split(estimator, rp.plan, rp.partition)
+        assert timeline(e, model.profile.fwd_bwd_factor) == timeline(e, schedule=estimator.schedule_of(e))
