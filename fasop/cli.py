@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_execution(s)
     _add_pareto_parser(sub, PLACEMENTS, PARTITIONERS, DEFAULT_ITERATIONS)
     _add_list_parser(sub)
+    from fasop.cli_plan import add_plan_parsers
+
+    add_plan_parsers(sub)
     return parser
 
 
@@ -167,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with sigterm_as_interrupt():
             args = build_parser().parse_args(argv)
+            if args.command in ("export", "explain", "plot"):
+                from fasop.cli_plan import run_plan_command
+
+                return run_plan_command(args)
             return commands[args.command](args)
     except FasopError as exc:
         print(f"fasop: error: {_one_line(exc)}", file=sys.stderr)

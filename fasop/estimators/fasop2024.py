@@ -410,6 +410,14 @@ class Fasop2024Estimator:
     def estimate(self, plan: Plan) -> Estimate:
         return self.estimate_many([plan])[0]
 
+    def estimate_split(self, plan: Plan, partition: tuple[int, ...]) -> Estimate:
+        """The estimate of `plan` with its layers split as `partition` (layer-list entries per
+        stage) rather than by the partitioner: the same schedule, step time and memory as a
+        split the partitioner chose (`fasop explain`, `fasop plot`)."""
+        prepared = Prepared(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan),
+                            [Split(tuple(partition), tuple(partition))], layout=self.layout(plan))
+        return self._finish(prepared, self._schedule_all([prepared])[0])
+
     def _estimate_minmax_compiled(self, plans: Sequence[Plan]) -> list[Estimate]:
         """`estimate_many` with fasop-minmax by the compiled kernels: every plan's candidate
         splits, their schedules and the choice among them (native.kernels.fasop_plans), then
