@@ -18,7 +18,7 @@ import yaml
 from fasop.errors import SpecError
 
 GIB = 2**30
-ESTIMATORS = ("fasop-2024",)
+ESTIMATORS = ("fasop-2024", "analytic")
 LAYER_KINDS = ("embedding", "transformer", "encoder", "decoder", "head")
 TRANSFORMER_KINDS = ("transformer", "encoder", "decoder")
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -47,13 +47,15 @@ class NodeType:
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
     path: str
-    estimator: Literal["fasop-2024"]
+    estimator: Literal["fasop-2024", "analytic"]
     """Which estimator variant scores plans on this cluster (see README, 'Estimator variants')."""
     node_types: dict[str, NodeType]
     p2p_inter_node_divisor: float
     p2p_intra_node_divisor: float
     memory_overhead_factor: float
     """A stage is out of memory when factor x estimated bytes exceeds the limit."""
+    analytic: Any = None
+    """The `analytic` estimator's physical constants (catalog.AnalyticParams), for its clusters."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,7 +220,11 @@ _NODE_TYPE_KEYS = ("instance", "gpu", "gpus_per_node", "memory_limit_gib", "intr
 
 def load_cluster(name_or_path: str) -> ClusterSpec:
     path = resolve(name_or_path, "cluster_specs")
-    top = _Reader(path, _read_yaml(path), "", _CLUSTER_KEYS)
+    data = _read_yaml(path)
+    if data.get("estimator") == "analytic":
+        from fasop.catalog import load_catalog_cluster  # catalog.py reads YAML through this module
+        return load_catalog_cluster(path, data)
+    top = _Reader(path, data, "", _CLUSTER_KEYS)
     estimator = top.get("estimator", str, check=lambda v: v in ESTIMATORS, why=f"one of {ESTIMATORS}")
     links = top.sub("links", _LINKS_KEYS)
     inter_div = links.positive("p2p_inter_node_divisor")
@@ -379,3 +385,10 @@ def _profile_csv(file: Path, num_layers: int) -> dict[tuple[str, int], tuple[flo
     if not table:
         raise SpecError(str(file), "", "profile is empty")
     return {key: tuple(per_layer[i] for i in range(num_layers)) for key, per_layer in sorted(table.items())}
+
+
+# ----------------------------------------------------------------------------- shared readers
+# The other spec loaders (catalog.py: GPU catalog and catalog clusters; hf_config.py: models
+# from HuggingFace config.json) read YAML through these, so that this stays the one YAML module.
+read_yaml = _read_yaml
+Reader = _Reader
