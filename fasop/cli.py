@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how many of the fastest plans that fit to print (default %(default)s)")
     _add_execution(s)
     _add_pareto_parser(sub, PLACEMENTS, PARTITIONERS, DEFAULT_ITERATIONS)
+    from fasop import cli_validate
+    cli_validate.add_parser(sub)
     return parser
 
 
@@ -95,6 +97,9 @@ def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimat
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "validate":
+            from fasop import cli_validate
+            return cli_validate.run(args)
         return _pareto(args) if args.command == "pareto" else _search(args)
     except FasopError as exc:
         print(f"fasop: error: {exc}", file=sys.stderr)

@@ -108,7 +108,10 @@ class ModelSpec:
     """Kind of every entry of the layer list, in pipeline order."""
     layer_segments: tuple[str, ...]
     """Segment of every entry (`encoder`/`decoder` for encoder-decoder models, else `model`)."""
-    profile: Profile
+    profile: Profile | None = None
+    """Profiled per-layer times (None: a model from a HuggingFace config, scored analytically)."""
+    architecture: Any = None
+    """The full shape (architecture.Architecture) for the analytic estimator; None for FASOP's specs."""
 
     @property
     def num_transformer_layers(self) -> int:
@@ -273,8 +276,16 @@ _TRAINING_KEYS = ("sequence_length", "global_batch_size", "bytes_per_element")
 
 
 def load_model(name_or_path: str) -> ModelSpec:
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".json" or candidate.is_dir():
+        from fasop.hf_config import load_config_json  # hf_config.py reads YAML through this module
+        return load_config_json(candidate)
     path = resolve(name_or_path, "model_specs")
-    top = _Reader(path, _read_yaml(path), "", _MODEL_KEYS)
+    data = _read_yaml(path)
+    if "hf_config" in data:
+        from fasop.hf_config import load_hf_spec
+        return load_hf_spec(path, data)
+    top = _Reader(path, data, "", _MODEL_KEYS)
     name = top.get("name", str)
     arch = top.sub("architecture", _ARCHITECTURE_KEYS)
     hidden = arch.positive("hidden_size", int)
@@ -392,3 +403,4 @@ def _profile_csv(file: Path, num_layers: int) -> dict[tuple[str, int], tuple[flo
 # from HuggingFace config.json) read YAML through these, so that this stays the one YAML module.
 read_yaml = _read_yaml
 Reader = _Reader
+read_profile = _profile
