@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from fasop.enumerate import cyclic_placements, degree_list, plans  # noqa: E402
-from fasop.estimate import Fasop2024Estimator  # noqa: E402
+from fasop.estimators.fasop2024 import Fasop2024Estimator  # noqa: E402
 from fasop.schedule import _program, one_f_one_b, steady_weights  # noqa: E402
 from fasop.search import parse_nodes  # noqa: E402
 from fasop.specs import load_cluster, load_model  # noqa: E402

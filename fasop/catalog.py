@@ -180,8 +180,9 @@ def load_catalog_cluster(path: Path, data: dict) -> ClusterSpec:
         raise types_reader.error("", "at least one node type is required")
     top.done()
     # FASOP's link divisors and memory factor do not apply: neutral values (1.0)
-    return ClusterSpec(path=str(path), estimator="analytic", node_types=node_types, p2p_inter_node_divisor=1.0,
-                       p2p_intra_node_divisor=1.0, memory_overhead_factor=1.0, analytic=params)
+    return ClusterSpec(path=str(path), estimator=str(data.get("estimator")), node_types=node_types,
+                       p2p_inter_node_divisor=1.0, p2p_intra_node_divisor=1.0, memory_overhead_factor=1.0,
+                       analytic=params)
 
 
 def _catalog_node(r: Reader, name: str, path: Path) -> NodeType:

@@ -35,7 +35,7 @@ _non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fasop.estimate import PARTITIONERS
+    from fasop.partition import PARTITIONERS
     from fasop.search import DEFAULT_ITERATIONS, PLACEMENTS
 
     parser = argparse.ArgumentParser(prog="fasop", description="Plan and price Transformer training on "
@@ -85,7 +85,7 @@ def available_cores() -> int:
 def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimate in N processes (same output as 1; "
                    "default %(default)s)", default_workers: int = 1) -> None:
     """How the search runs: processes, partitioner budget, progress bar (search and pareto)."""
-    from fasop.estimate import DEFAULT_MAX_NODES
+    from fasop.partition import DEFAULT_MAX_NODES
 
     parser.add_argument("--workers", type=_positive_int, default=default_workers, metavar="N", help=workers_help)
     parser.add_argument("--partition-budget", type=_positive_int, default=DEFAULT_MAX_NODES, metavar="NODES",

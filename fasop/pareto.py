@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from fasop.errors import FasopError
-from fasop.estimate import DEFAULT_MAX_NODES, Estimate
+from fasop.estimate import Estimate
+from fasop.partition import DEFAULT_MAX_NODES
 from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, process_pool, search
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 

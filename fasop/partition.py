@@ -20,6 +20,12 @@ import numpy as np
 
 from fasop import native
 
+PARTITIONERS = ("fasop-minmax", "optimal")
+"""How a plan's layers are split into stages: FASOP's min-max heuristic, or the exact optimum."""
+DEFAULT_MAX_NODES = 400
+"""Branch-and-bound budget per plan of the `optimal` partitioner; past it the best split found
+is kept and reported as not proven (`partition_proven_optimal`)."""
+
 
 class StageCosts(Protocol):
     def stage(self, first: int, stop: int) -> float:

@@ -28,7 +28,9 @@ most of a `fasop search`'s time (1.1 s of t5 on a10=8's 2.1 s).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Literal
 
 import numpy as np
 
@@ -80,6 +82,123 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd
         ends = [[values[k] for k in outputs] for values in map(program.values, _rows(fwd, bwd, send_fwd, send_bwd))]
         return np.array(ends).T.reshape(pp, batch)
     return program.run(np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0))[program.outputs]
+
+
+# ---------------------------------------------------------------------------- one pipeline as an object
+EventKind = Literal["fwd", "bwd", "send_fwd", "send_bwd"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a 1F1B schedule: a stage's forward or backward compute of one micro-batch,
+    or its send of that micro-batch's activations forward (`send_fwd`, to stage + 1) or
+    gradients backward (`send_bwd`, to stage - 1)."""
+
+    stage: int
+    microbatch: int
+    kind: EventKind
+    start_s: float
+    end_s: float
+
+
+class Schedule:
+    """The 1F1B schedule of one pipeline: per-stage durations in; stage end times, every
+    event's start and end (a timeline), micro-batches in flight per stage, and lower bounds out.
+
+    fwd_s[i], bwd_s[i]: stage i's forward and backward seconds for one micro-batch;
+    send_fwd_s[i] / send_bwd_s[i]: its seconds sending a micro-batch forward / backward (default
+    0; only sends that exist, i < pp - 1 forward and i > 0 backward, are events). The values are
+    those of `one_f_one_b` (the same recurrences, the same float operations, bit for bit)."""
+
+    def __init__(self, fwd_s, bwd_s, num_microbatches: int, send_fwd_s=None, send_bwd_s=None):
+        self.fwd_s, self.bwd_s = tuple(map(float, fwd_s)), tuple(map(float, bwd_s))
+        pp = len(self.fwd_s)
+        if pp < 1 or len(self.bwd_s) != pp or num_microbatches < 1:
+            raise ValueError(f"Schedule: need pp >= 1 stages of fwd and bwd and m >= 1, got {pp}, "
+                             f"{len(self.bwd_s)}, {num_microbatches}")
+        self.send_fwd_s = tuple(map(float, send_fwd_s)) if send_fwd_s is not None else (0.0,) * pp
+        self.send_bwd_s = tuple(map(float, send_bwd_s)) if send_bwd_s is not None else (0.0,) * pp
+        self.num_stages, self.num_microbatches = pp, num_microbatches
+
+    def _columns(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.array(v, dtype=float)[:, None] for v in (self.fwd_s, self.bwd_s, self.send_fwd_s,
+                                                                 self.send_bwd_s))
+
+    @cached_property
+    def stage_end_s(self) -> tuple[float, ...]:
+        """When each stage ends its last backward (`one_f_one_b`)."""
+        return tuple(one_f_one_b(*self._columns(), self.num_microbatches, reuse=False)[:, 0].tolist())
+
+    @property
+    def pipeline_time_s(self) -> float:
+        """Stage 0's end: the pipeline's time."""
+        return self.stage_end_s[0]
+
+    @cached_property
+    def events(self) -> tuple[Event, ...]:
+        """Every event, in the order the recurrences compute them (`_run` on floats)."""
+        pp, m = self.num_stages, self.num_microbatches
+        recorded: list[Event] = []
+        counts: dict[tuple[int, str], int] = {}
+
+        def timed(kind: str, values: tuple[float, ...]) -> list["_Timed"]:
+            return [_Timed(value, stage, kind, recorded, counts) for stage, value in enumerate(values)]
+
+        _run(timed("fwd", self.fwd_s), timed("bwd", self.bwd_s), timed("send_fwd", self.send_fwd_s),
+             timed("send_bwd", self.send_bwd_s), m, 0.0, max)
+        return tuple(recorded)
+
+    def stage_events(self, stage: int) -> tuple[Event, ...]:
+        """Stage `stage`'s events by start time (computes, then sends, at equal starts)."""
+        order = {"fwd": 0, "bwd": 0, "send_fwd": 1, "send_bwd": 1}
+        return tuple(sorted((e for e in self.events if e.stage == stage),
+                            key=lambda e: (e.start_s, order[e.kind], e.end_s)))
+
+    @cached_property
+    def in_flight(self) -> tuple[int, ...]:
+        """Per stage, the most micro-batches at once whose forward has started and whose backward
+        has not ended (the activations it holds): w_i + 1 = min(pp - i, m) for 1F1B."""
+        most = []
+        for stage in range(self.num_stages):
+            held = peak = 0
+            for e in self.stage_events(stage):
+                if e.kind == "fwd":
+                    held += 1
+                    peak = max(peak, held)
+                elif e.kind == "bwd":
+                    held -= 1
+            most.append(peak)
+        return tuple(most)
+
+    @cached_property
+    def lower_bound_s(self) -> float:
+        """A pipeline time the schedule never beats, from its durations alone: the larger of
+        micro-batch 0's round trip (every forward, backward and send) and, per stage, what
+        reaches it, its m forwards and m backwards, and the way its last gradient drains back."""
+        f, b, sf, sb, m = self.fwd_s, self.bwd_s, self.send_fwd_s, self.send_bwd_s, self.num_microbatches
+        pp = self.num_stages
+        trip = sum(f) + sum(b) + sum(sf[:pp - 1]) + sum(sb[1:])
+        busy = max(sum(f[j] + sf[j] + b[j] + sb[j + 1] for j in range(i)) + m * (f[i] + b[i]) for i in range(pp))
+        return max(trip, busy)
+
+
+class _Timed:
+    """A duration that records the event it ends: `start + it` is start + its seconds, as a
+    float (the same addition), and appends (stage, micro-batch, kind, start, end) to `recorded`
+    (micro-batches count up per stage and kind: the recurrences take them in order)."""
+
+    __slots__ = ("seconds", "stage", "kind", "recorded", "counts")
+
+    def __init__(self, seconds: float, stage: int, kind: str, recorded: list, counts: dict):
+        self.seconds, self.stage, self.kind, self.recorded, self.counts = seconds, stage, kind, recorded, counts
+
+    def __radd__(self, start: float) -> float:
+        end = start + self.seconds
+        key = (self.stage, self.kind)
+        microbatch = self.counts.get(key, 0)
+        self.counts[key] = microbatch + 1
+        self.recorded.append(Event(self.stage, microbatch, self.kind, start, end))
+        return end
 
 
 def _compiled(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,

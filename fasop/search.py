@@ -2,7 +2,7 @@
 
 The search streams: plans are generated lazily, estimated in chunks, and only what is kept is
 held in memory. With `top=K` only the K fastest plans that fit in memory are kept, and a plan
-whose lower bound (`Fasop2024Estimator.lower_bound`) is already slower than the K-th kept plan
+whose lower bound (the estimator's `lower_bound`) is already slower than the K-th kept plan
 is never partitioned or scheduled: pruning is exact, the kept set is the same as without it.
 With `workers=N` chunks are estimated in N processes; results are merged in enumeration order,
 so the output is the same, byte for byte, whatever N.
@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 from fasop.enumerate import all_placements, count_orders, cyclic_placements, degree_list, grouped_placements, plans
 from fasop.errors import FasopError
-from fasop.estimate import DEFAULT_MAX_NODES, PARTITIONERS, Estimate, Fasop2024Estimator
+from fasop.estimate import Estimate
+from fasop.estimators import Estimator, make_estimator
 from fasop.orders import OrderSearch
+from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS
 from fasop.plan import Plan
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
@@ -170,20 +172,28 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     types = list(dict.fromkeys(n.name for n in inventory))
     if len(types) > 1 and not heterogeneous:
         raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
-    estimator = Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)
-    tp_degrees = estimator.compute.tp_degrees(estimator.gpus)
+    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner, partition_budget=partition_budget)
+    tp_degrees = estimator.tp_degrees()
     combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
                          num_transformer_layers=model.num_transformer_layers)
     if not combos:
         raise FasopError(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
-    estimator.expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
+    expect_shapes = getattr(estimator, "expect_shapes", None)
+    if expect_shapes is not None:
+        expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
     orders, num_orders = placements_of(inventory, placements)
     total = num_orders * len(combos)
     kept = _Kept(top)
     stats = {"duplicates": 0, "pruned": 0, "oom": 0}
     max_orders = MAX_ORDERS if max_orders is None else max_orders
-    by_prefix = placements == "all" and (num_orders > max_orders or (top is not None and num_orders > TREE_ORDERS))
+    tree_capable = getattr(estimator, "prefix_bounds", None) is not None
+    by_prefix = placements == "all" and (num_orders > max_orders or (
+        top is not None and num_orders > TREE_ORDERS and tree_capable))
+    if by_prefix and not tree_capable:
+        raise FasopError(f"--placements all: {num_orders:,} distinct node orders (more than {max_orders:,}), too many "
+                         f"to list, and estimator {cluster.estimator!r} ({cluster.path}) has no bounds over node order "
+                         "prefixes to search them by branch and bound; use --placements grouped or cyclic")
     if placements == "all" and num_orders > MAX_TREE_ORDERS:
         raise FasopError(f"--placements all: {num_orders:.2g} distinct node orders, more than the exact search "
                          f"over orders takes on ({MAX_TREE_ORDERS:.0e}); use --placements grouped (each type's "
@@ -201,6 +211,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
         candidates = enumerate(plans(orders, combos, global_batch_size=model.global_batch_size))
         accounted = None
     seen: set[bytes] = set()  # 16-byte digests of signatures: bounded memory per unique pipeline
+    asked: set[bytes] = set()  # the same, of the plans this process asked about (estimate_chunk)
 
     def unique(candidates: Iterator[tuple[int, Plan]]) -> Iterator[tuple[int, Plan]]:
         """(enumeration index, plan), skipping plans equivalent to one already yielded."""
@@ -217,7 +228,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     report = progress or (lambda done, n: None)
     for done, results in _estimate_chunks(chunks, estimator,
                                           (model, cluster, tuple(inventory), partitioner, partition_budget),
-                                          top, kept.values, workers, accounted):
+                                          top, kept.values, workers, accounted, asked):
         if top is None:  # every plan estimated and kept
             kept.extend(results)
             stats["oom"] += sum(estimate.memory.is_oom for _, estimate in results)
@@ -278,15 +289,16 @@ def _chunks(items: Iterator, size: int) -> Iterator[list]:
         yield chunk
 
 
-def estimate_chunk(estimator: Fasop2024Estimator, chunk: list[tuple[int, Plan]], top: int | None,
-                   kept: Sequence[float]) -> list[tuple[int, Estimate | None]]:
+def estimate_chunk(estimator: Estimator, chunk: list[tuple[int, Plan]], top: int | None,
+                   kept: Sequence[float], asked: set[bytes]) -> list[tuple[int, Estimate | None]]:
     """Estimates of a chunk of (index, plan). Without `top`, every plan's. With `top`, given the
     step times of the plans kept so far (`kept`, ascending), None for a plan that cannot enter
     the K fastest that fit: its lower bound, or its optimal-partitioner search cut off at the
     K-th step time, says so. Plans go in order of their lower bounds and the cut-off tightens as
     they do; a plan's estimate never depends on the cut-off and ties at it are kept for _Kept to
     break by index, so the kept set is the same however the plans are split into chunks and
-    processes (Fasop2024Estimator.estimate_below)."""
+    processes (the estimator's `estimate_below`). `asked`: digests of the signatures this
+    process has asked about (updated)."""
     if top is None:
         return list(zip((i for i, _ in chunk), estimator.estimate_many([p for _, p in chunk])))
     values = sorted(kept)[:top]
@@ -298,7 +310,7 @@ def estimate_chunk(estimator: Fasop2024Estimator, chunk: list[tuple[int, Plan]],
         if quick[k] > threshold or (threshold < float("inf") and estimator.lower_bound(plan, threshold) > threshold):
             results[index] = None
             continue
-        if top == 1 and not _first_of_its_kind(estimator, plan):
+        if top == 1 and not _first_of_its_kind(estimator, plan, asked):
             # an equivalent pipeline (FASOP's cyclic placements repeat them) was estimated here
             # before, with a lower index: this one ties with it and loses the tie
             results[index] = None
@@ -311,25 +323,25 @@ def estimate_chunk(estimator: Fasop2024Estimator, chunk: list[tuple[int, Plan]],
     return [(index, results[index]) for index, _ in chunk]
 
 
-def _signature_key(estimator: Fasop2024Estimator, plan: Plan) -> bytes:
+def _signature_key(estimator: Estimator, plan: Plan) -> bytes:
     """16-byte digest of the plan's signature: bounded memory per unique pipeline."""
     return hashlib.blake2b(repr(estimator.signature(plan)).encode(), digest_size=16).digest()
 
 
-def _first_of_its_kind(estimator: Fasop2024Estimator, plan: Plan) -> bool:
+def _first_of_its_kind(estimator: Estimator, plan: Plan, asked: set[bytes]) -> bool:
     """False when this process has already asked `estimator` about a plan with the same
-    signature (plans of a chunk are asked in index order among equals, chunks in order)."""
-    seen = estimator.__dict__.setdefault("_asked", set())
+    signature (`asked`: their digests; plans of a chunk are asked in index order among equals,
+    chunks in order)."""
     key = _signature_key(estimator, plan)
-    if key in seen:
+    if key in asked:
         return False
-    seen.add(key)
+    asked.add(key)
     return True
 
 
-def _estimate_chunks(chunks: Iterator[list], estimator: Fasop2024Estimator, spec: tuple, top: int | None,
-                     kept: Callable[[], list[float]], workers: int,
-                     accounted: Callable[[], int] | None = None) -> Iterator[tuple[int, list]]:
+def _estimate_chunks(chunks: Iterator[list], estimator: Estimator, spec: tuple, top: int | None,
+                     kept: Callable[[], list[float]], workers: int, accounted: Callable[[], int] | None,
+                     asked: set[bytes]) -> Iterator[tuple[int, list]]:
     """(plans enumerated or ruled out so far, results) per chunk, in chunk order. accounted():
     that count when the chunk was made (default: the chunk's last index + 1)."""
     def done(chunk: list) -> int:
@@ -337,7 +349,7 @@ def _estimate_chunks(chunks: Iterator[list], estimator: Fasop2024Estimator, spec
 
     if workers == 1:
         for chunk in chunks:
-            yield done(chunk), estimate_chunk(estimator, chunk, top, kept())
+            yield done(chunk), estimate_chunk(estimator, chunk, top, kept(), asked)
         return
     with process_pool(workers, _init_worker, spec) as pool:
         window: list = []
@@ -366,9 +378,11 @@ _WORKER: dict = {}
 def _init_worker(model: ModelSpec, cluster: ClusterSpec, inventory: tuple, partitioner: str,
                  partition_budget: int | None) -> None:
     gc.enable()  # forked from a search, whose collector is paused (_collector_paused): workers live on
-    _WORKER["estimator"] = Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)
+    _WORKER["estimator"] = make_estimator(model, cluster, inventory, partitioner=partitioner,
+                                          partition_budget=partition_budget)
+    _WORKER["asked"] = set()
 
 
 def _worker_chunk(chunk: list[tuple[int, Plan]], top: int | None,
                   kept: list[float]) -> list[tuple[int, Estimate | None]]:
-    return estimate_chunk(_WORKER["estimator"], chunk, top, kept)
+    return estimate_chunk(_WORKER["estimator"], chunk, top, kept, _WORKER["asked"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +19,12 @@ import yaml
 from fasop.errors import SpecError
 
 GIB = 2**30
-ESTIMATORS = ("fasop-2024", "analytic")
+_ESTIMATOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""The `estimator` key's form; which names exist is the estimator registry's business
+(estimators.make_estimator refuses an unknown one, naming this file and key)."""
+CATALOG_ESTIMATORS = ("analytic",)
+"""Estimators whose cluster specs name catalog GPUs (cluster_specs/catalog/, read by catalog.py)
+instead of giving each node type's memory and links."""
 LAYER_KINDS = ("embedding", "transformer", "encoder", "decoder", "head")
 TRANSFORMER_KINDS = ("transformer", "encoder", "decoder")
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +53,9 @@ class NodeType:
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
     path: str
-    estimator: Literal["fasop-2024", "analytic"]
-    """Which estimator variant scores plans on this cluster (see README, 'Estimator variants')."""
+    estimator: str
+    """Which registered estimator scores plans on this cluster (estimators.make_estimator;
+    README, 'Estimator variants'), e.g. `fasop-2024`."""
     node_types: dict[str, NodeType]
     p2p_inter_node_divisor: float
     p2p_intra_node_divisor: float
@@ -224,11 +231,12 @@ _NODE_TYPE_KEYS = ("instance", "gpu", "gpus_per_node", "memory_limit_gib", "intr
 def load_cluster(name_or_path: str) -> ClusterSpec:
     path = resolve(name_or_path, "cluster_specs")
     data = _read_yaml(path)
-    if data.get("estimator") == "analytic":
+    if data.get("estimator") in CATALOG_ESTIMATORS:
         from fasop.catalog import load_catalog_cluster  # catalog.py reads YAML through this module
         return load_catalog_cluster(path, data)
     top = _Reader(path, data, "", _CLUSTER_KEYS)
-    estimator = top.get("estimator", str, check=lambda v: v in ESTIMATORS, why=f"one of {ESTIMATORS}")
+    estimator = top.get("estimator", str, check=_ESTIMATOR_NAME.fullmatch,
+                        why="an estimator name (letters, digits, '-', '_', '.'), e.g. fasop-2024")
     links = top.sub("links", _LINKS_KEYS)
     inter_div = links.positive("p2p_inter_node_divisor")
     intra_div = links.positive("p2p_intra_node_divisor")

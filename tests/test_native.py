@@ -16,7 +16,7 @@ import pytest
 from fasop import native
 from fasop.cli import main
 from fasop.enumerate import all_placements, degree_list, plans
-from fasop.estimate import Fasop2024Estimator
+from fasop.estimators.fasop2024 import Fasop2024Estimator
 from fasop.partition import minmax_reference
 from fasop.schedule import one_f_one_b_reference
 from fasop.specs import GIB, ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
@@ -276,7 +276,7 @@ def test_plans_of_equal_kernel_inputs_are_scheduled_once_and_estimated_alike(mon
     sends, pp and micro-batches (pp = 1, stages spanning the A100's node alike): the chunk runs
     the kernels once for each such group, and every plan's estimate is the Python path's."""
     from fasop.enumerate import cyclic_placements
-    from fasop.estimate import _Chunk
+    from fasop.estimators.fasop2024 import _Chunk
     from fasop.search import parse_nodes
     from fasop.specs import load_cluster, load_model
 

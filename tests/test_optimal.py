@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.estimate import Fasop2024Estimator, _Prepared
+from fasop.estimators.fasop2024 import Fasop2024Estimator, _Prepared
 from fasop.memory import stage_fits
 from fasop.partition import Split
 from fasop.plan import Plan

@@ -17,8 +17,8 @@ import pytest
 from fasop.cli import main
 from fasop.enumerate import all_placements, degree_list
 from fasop.errors import FasopError
-from fasop.estimate import Fasop2024Estimator
-from fasop.orders import OrderSearch, _Floors, _Folds
+from fasop.estimators.fasop2024 import Fasop2024Estimator
+from fasop.orders import OrderSearch
 from fasop.partition import least_chain, least_completions
 from fasop.plan import Plan
 from fasop import search as search_module
@@ -75,15 +75,15 @@ def _check_prefix_bounds(model, cluster, inventory, combos) -> int:
     checked = 0
     for tp, dp, pp, mbs in combos:
         shape = Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=inventory)
-        folds, floors = _Folds.of(shape, model), _Floors(estimator, shape, tree.kinds)
+        prefixes = estimator.prefix_bounds(shape, tree.kinds)
         steps = {order: estimator.estimate(Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs,
                                                 placement=order)).step_time_s for order in orders}
         for order in orders:
-            state, left = folds.empty(), list(tree.counts)
+            state, left = prefixes.start(), list(tree.counts)
             for q, node in enumerate(order):
-                state = tree._extend(folds, state, q, node)
+                state = prefixes.extend(state, q, node)
                 left[tree.kinds.index(node)] -= 1
-                bound = tree._bound(folds, floors, state, q + 1, tuple(left))
+                bound = prefixes.bound(state, q + 1, tuple(left))
                 least = min(step for other, step in steps.items() if other[:q + 1] == order[:q + 1])
                 assert bound <= least, (tp, dp, pp, mbs, order[:q + 1])
                 checked += 1

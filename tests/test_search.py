@@ -18,7 +18,7 @@ import pytest
 from fasop.cli import main
 from fasop.enumerate import all_placements, count_orders, grouped_placements
 from fasop.errors import FasopError
-from fasop.estimate import Fasop2024Estimator
+from fasop.estimators.fasop2024 import Fasop2024Estimator
 from fasop.partition import bottleneck_split, optimal
 from fasop.plan import Plan
 from fasop.schedule import one_f_one_b, steady_weights

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import DATA
 from fasop import comm
-from fasop.estimate import Fasop2024Estimator
+from fasop.estimators.fasop2024 import Fasop2024Estimator
 from fasop.plan import Plan
 from fasop.specs import GIB, TRANSFORMER_KINDS, load_cluster, load_model
 

@@ -1,0 +1,126 @@
+"""The estimator seam: what search, orders and pareto may ask of an estimator, and the registry
+that picks one by the cluster spec's `estimator` key.
+
+An estimator scores plans of one (model, cluster, inventory). Adding one is writing one module
+that defines a class (or factory) taking `(model, cluster, inventory, **options)` and decorating
+it with `@register("name")`; a cluster spec with `estimator: name` then uses it. The registered
+names: `names()`. `fasop-2024` (fasop/estimators/fasop2024.py) is FASOP's model.
+
+API (the names other modules use):
+
+- `Estimator` -- the protocol below; search.py, orders.py and pareto.py call nothing else.
+- `register(name)` -- decorator; a name registered twice is an error.
+- `make_estimator(model, cluster, inventory, **options)` -- the estimator named by
+  `cluster.estimator`; an unknown name raises SpecError naming the cluster file, the key and
+  the value. `options` are the search's: `partitioner`, `partition_budget`; an estimator takes
+  what it understands and ignores the rest.
+- Optional capabilities, looked up with `getattr(estimator, NAME, None)`:
+  - `expect_shapes(shapes)`: a hint, the (tp, dp, pp) plans will have (search calls it once).
+  - `prefix_bounds(shape, kinds) -> PrefixBounds`: what `--placements all --top K` needs to
+    search node orders too many to list by branch and bound over order prefixes
+    (orders.OrderSearch). An estimator without it gets its orders listed, up to
+    search.MAX_ORDERS; past that the search is refused with a one-line error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+from fasop.errors import SpecError
+from fasop.estimate import Estimate
+from fasop.plan import Plan
+from fasop.specs import ClusterSpec, ModelSpec, NodeType
+
+Progress = Callable[[int, int], None]
+
+
+@runtime_checkable
+class Estimator(Protocol):
+    """What a search may ask of an estimator of one (model, cluster, inventory)."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    inventory: tuple[NodeType, ...]
+    usd_per_s: float
+    """Price of the whole inventory, dollars per second."""
+
+    def tp_degrees(self) -> tuple[int, ...]:
+        """The tensor-parallel degrees this estimator can score on the inventory's GPUs."""
+
+    def signature(self, plan: Plan) -> Hashable:
+        """Everything of `plan` its estimate depends on: plans with equal signatures get equal
+        estimates (up to the placement's name), so a search estimates only the first."""
+
+    def quick_bound(self, plan: Plan) -> float:
+        """A cheap step time no split or placement of `plan`'s degrees beats (may ignore the
+        placement); at most `estimate(plan).step_time_s`."""
+
+    def lower_bound(self, plan: Plan, above: float = float("inf")) -> float:
+        """A step time `plan` never beats, at most its estimate's; once it is above `above` it
+        may stop tightening."""
+
+    def estimate(self, plan: Plan) -> Estimate:
+        """The plan's estimate."""
+
+    def estimate_many(self, plans: Sequence[Plan], progress: Progress | None = None) -> list[Estimate]:
+        """`estimate` of each plan, in order; progress(done, total) if given."""
+
+    def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
+        """`estimate(plan)` if it fits in memory with a step time of at most `cutoff`, else None;
+        the estimate must not depend on the cutoff."""
+
+
+class PrefixBounds(Protocol):
+    """An estimator's view of one plan shape (degrees and micro-batch; placement: the inventory
+    in its own order) as a fold over node positions, for orders.OrderSearch.
+
+    A *state* summarises a prefix of a node order. It must be hashable, and two prefixes of the
+    same length with equal states and equal node counts left must give, completion by
+    completion, plans with equal signatures (the search skips the later one's subtree)."""
+
+    def start(self) -> Hashable:
+        """The state of the empty prefix."""
+
+    def extend(self, state: Hashable, position: int, node: NodeType) -> Hashable:
+        """The state after placing `node` at `position` (= the prefix's length)."""
+
+    def bound(self, state: Hashable, placed: int, left: tuple[int, ...]) -> float:
+        """A step time no completion of the prefix beats; `left`: nodes left per kind (in the
+        order of the `kinds` given to `prefix_bounds`)."""
+
+
+_REGISTRY: dict[str, Callable[..., Estimator]] = {}
+
+
+def register(name: str) -> Callable:
+    """Class or factory decorator: `@register("my-model")` makes it the estimator of cluster
+    specs with `estimator: my-model`. It is called as `(model, cluster, inventory, **options)`."""
+    def add(factory: Callable[..., Estimator]) -> Callable[..., Estimator]:
+        if name in _REGISTRY and _REGISTRY[name] is not factory:
+            raise ValueError(f"estimator {name!r} is registered already")
+        _REGISTRY[name] = factory
+        return factory
+    return add
+
+
+def unregister(name: str) -> None:
+    """Remove a registered estimator (tests that register their own clean up with this)."""
+    _REGISTRY.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """The registered estimator names, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def make_estimator(model: ModelSpec, cluster: ClusterSpec, inventory: Iterable[NodeType], **options) -> Estimator:
+    """The estimator the cluster spec names (its `estimator` key), for this model and inventory."""
+    factory = _REGISTRY.get(cluster.estimator)
+    if factory is None:
+        raise SpecError(cluster.path, "estimator", f"unknown estimator {cluster.estimator!r} "
+                                                   f"(known: {', '.join(names())})")
+    return factory(model, cluster, tuple(inventory), **options)
+
+
+from fasop.estimators import fasop2024  # noqa: E402,F401  (registers fasop-2024)

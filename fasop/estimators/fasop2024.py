@@ -1,0 +1,750 @@
+"""estimate(plan) -> Estimate: step time breakdown, memory, dollars.
+
+The `fasop-2024` estimator is FASOP's cost model (MODEL.md), including these named behaviours:
+
+- `slowest-gpu-per-stage`: a stage spanning nodes of several types runs at the pace of the
+  type whose whole layer list is slowest (MODEL.md §2).
+- `p2p-ends-only`: the schedule charges only stage 0's forward sends and the last stage's
+  backward sends; middle-stage transfers count in the balancing only (§4, §5).
+- `dp-stage0-params`: every stage's DP all-reduce moves stage 0's parameters (§7).
+- `encoder-costs-twice`: an encoder-decoder model's decoder stages are balanced on the encoder's
+  layer times (§6, in partition.py).
+- `memory-limit-lookup`: the memory limit of a stage spanning several nodes is read from the
+  second-to-last node of its span (§8, in memory.py).
+- `float32`: p2p, DP and embedding all-reduce and the step time are float32, operation by
+  operation, as FASOP computes them; stage sums and the schedule are float64.
+
+Plans are estimated in batches: all candidate splits of all plans with the same stage and
+micro-batch counts go through one vectorised schedule run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from operator import attrgetter
+
+import numpy as np
+
+from fasop import comm, native
+from fasop.compute import LayerCosts, ProfileCompute, stage_times
+from fasop.errors import FasopError
+from fasop.estimators import register
+from fasop.estimate import Estimate
+from fasop.layout import Layout, Layouts, Stages
+from fasop.memory import (MemoryEstimate, elements_key, estimate_memory_many, memory_tables, rounded,
+                          stage_fit_mask, zero_bytes_per_param)
+from fasop.partition import (DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, fasop_minmax_splits,
+                             fasop_minmax_splits_many, least_chain,
+                             minmax_supported, optimal)
+from fasop.plan import Plan, trusted_many
+from fasop.recent import recent
+from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
+from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
+
+f32 = np.float32
+RECENT_SHAPES = 16
+"""Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
+the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
+under other placements usually come together)."""
+RECENT_FLOORS = 65536
+"""Least-completion floors (three numbers per stage GPU types, tp, micro-batch, pp, m) kept for
+the plan bounds."""
+
+
+class _Chosen:
+    """A plan with its split chosen and scheduled: what `_finish_many` makes an estimate of."""
+
+    __slots__ = ("plan", "layout", "stages", "p2p", "split", "ends", "compute", "proven")
+
+    def __init__(self, plan: Plan, layout: "Layout", stages: "Stages", p2p: tuple[float, ...], split: Split,
+                 ends: list[float], compute: Sequence[float], proven: bool = False):
+        self.plan, self.layout, self.stages, self.p2p, self.split = plan, layout, stages, p2p, split
+        self.ends, self.compute, self.proven = ends, compute, proven
+        """ends: each stage's end; compute: each stage's fwd+bwd seconds per micro-batch."""
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    plan: Plan
+    stage_types: tuple[NodeType, ...]
+    costs: tuple[LayerCosts, ...]
+    p2p: tuple[float, ...]
+    splits: list[Split]
+    proven: bool = False
+    layout: Layout | None = None
+    """The plan's layout (what `_finish` needs of it again), when known."""
+
+    def stage_compute(self, counts: Sequence[int]) -> list[float]:
+        return stage_times(self.costs, counts)
+
+
+class _Combos:
+    """What a plan's estimate takes from its (tp, dp, pp, mbs, global batch) alone, one row per
+    combination met by an estimator: its stages, micro-batches, p2p volume, ZeRO bytes per
+    parameter, its element tables' key (memory.elements_key), and indices of its shape (tp, dp, pp),
+    its (tp, micro-batch) and, with several node types, the order of their paces at that
+    (tp, micro-batch) (`Fasop2024Estimator._pace`)."""
+
+    def __init__(self):
+        self.rows: dict[tuple[int, int, int, int, int], int] = {}
+        self.shapes: dict[tuple[int, int, int], int] = {}
+        self.contexts: dict[tuple[int, int], int] = {}
+        self.paces: dict[tuple, int] = {}
+        self.memory_keys: list[tuple[int, int, int, int]] = []
+        self._pace_of: list[int] = []  # per context
+        self.pp, self.m, self.sharded = (np.zeros(0, dtype=np.int64) for _ in range(3))
+        self.shape, self.context, self.pace = (np.zeros(0, dtype=np.intp) for _ in range(3))
+        self.volume = np.zeros(0, dtype=f32)
+
+    KEY = attrgetter("tp", "dp", "pp", "mbs", "global_batch_size")
+    """A plan's combination."""
+
+    def of(self, plans: Sequence[Plan], e: "Fasop2024Estimator") -> np.ndarray:
+        """The row of each plan of `e`'s (whose combinations these are), adding the rows of new
+        combinations. (`e` is passed, not kept: a reference back would make the estimator a
+        cycle, left for the cyclic collector instead of freed when its search ends.)"""
+        rows = self.rows
+        keys = list(map(self.KEY, plans))
+        found = list(map(rows.get, keys))
+        if None not in found:
+            return np.array(found, dtype=np.intp)
+        contexts, shapes = self.contexts, self.shapes
+        new = [key for key in dict.fromkeys(keys) if key not in rows]
+        rows.update(zip(new, range(len(rows), len(rows) + len(new))))
+        tp, dp, pp, mbs, batch = np.fromiter(itertools.chain.from_iterable(new), np.int64, 5 * len(new)).reshape(-1, 5).T
+        tps, mbss = tp.tolist(), mbs.tolist()
+        for key in dict.fromkeys(zip(tps, mbss)):  # new (tp, micro-batch)
+            if key not in contexts:
+                contexts[key] = len(contexts)
+                # the order of the node types' paces matters only where stages span several types
+                pace = e._pace(*key)[0] if len(e.node_types) > 1 else ()
+                self._pace_of.append(self.paces.setdefault(pace, len(self.paces)))
+        context = np.fromiter(map(contexts.__getitem__, zip(tps, mbss)), np.intp, len(new))
+        m = batch // (dp * mbs)
+        self.memory_keys += map(elements_key, mbss, tps, pp.tolist(), m.tolist())
+        shape = np.fromiter((shapes.setdefault(key[:3], len(shapes)) for key in new), np.intp, len(new))
+        added = (pp, m, comm.p2p_volume_of(mbs, e.model), zero_bytes_per_param(dp), shape, context,
+                 np.array(self._pace_of, dtype=np.intp)[context])
+        self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace = (
+            np.concatenate([old, values]) for old, values in zip(
+                (self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace), added))
+        return np.array(list(map(rows.__getitem__, keys)), dtype=np.intp)
+
+
+class _Chunk:
+    """A chunk of plans as the compiled kernels read them. What each plan shares with others --
+    its combination of degrees (`_Combos`), its layout (placement, tp, dp, pp), its stage types
+    -- is found once per group of plans that share it, and the arrays hold each shared item
+    once, indexed per plan. Plans of different placements whose kernel inputs are equal (the
+    same stage time planes, sends, pp and micro-batches: FASOP's rotations that leave the same
+    node types under every stage) are partitioned and scheduled once: `unique` (the rows of
+    `which`, `p2p`, `pps`, `ms` to run) and `inverse` (each plan's among them)."""
+
+    def __init__(self, estimator: "Fasop2024Estimator", plans: Sequence[Plan]):
+        combos = estimator.combos
+        rows = combos.of(plans, estimator)
+        places: dict[int, int] = {}
+        place_of = np.array([places.setdefault(id(p.placement), len(places)) for p in plans], dtype=np.intp)
+        # layouts: one per (placement, shape), looked up in order of placement
+        first, group_of = _first_of((place_of * len(combos.shapes) + combos.shape[rows]).tolist())
+        layouts: dict[int, int] = {}
+        layout_list, first_plan, group_layout = [], [], []
+        for k in first:
+            layout = estimator.layouts.of(plans[k])
+            if id(layout) not in layouts:
+                layouts[id(layout)] = len(layout_list)
+                layout_list.append(layout)
+                first_plan.append(plans[k])
+            group_layout.append(layouts[id(layout)])
+        self.layout_of = np.array(group_layout, dtype=np.int64)[group_of]
+        # stage types: the layout's own, or by the order of the node types' paces
+        mixed = np.array([layout.stages is None for layout in layout_list])[self.layout_of]
+        first, stage_of = _first_of((self.layout_of * (len(combos.paces) + 1) + mixed * combos.pace[rows]).tolist())
+        layout_of = self.layout_of.tolist()
+        stage_list = [estimator._stages(layout_list[layout_of[k]], plans[k].tp, plans[k].mbs) for k in first]
+        first, same = _first_of([id(st) for st in stage_list])  # layouts of one placement share their Stages
+        stage_list, stage_of = [stage_list[k] for k in first], same[stage_of]
+        self.stages = [stage_list[k] for k in stage_of.tolist()]
+        self.pps, self.ms, self.sharded = combos.pp[rows], combos.m[rows], combos.sharded[rows]
+        self.width = width = int(self.pps.max())
+        # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
+        gpus = estimator.gpus
+        contexts = list(combos.contexts)
+        planes = np.array(estimator.compute.planes([(g, tp, mbs) for tp, mbs in contexts for g in gpus]),
+                          dtype=np.int64).reshape(len(contexts), len(gpus))
+        code = {g: k for k, g in enumerate(gpus)}
+        codes = np.array([[code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_list])
+        self.which = planes[combos.context[rows][:, None], codes[stage_of]]
+        # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
+        bandwidths, limits = _gathered(layout_list, width)
+        self.p2p = (combos.volume[rows][:, None] / bandwidths[self.layout_of]).astype(float)
+        # what the step time and memory read: per stage, its bus; per layout, its DP all-reduce
+        # by stage 0's layers, its embedding sync and stage memory limits
+        self.shared = _bus_rows(stage_list, width)[stage_of]
+        self.dp_table = np.array([estimator._dp_table(plan, layout) for plan, layout in zip(first_plan, layout_list)])
+        self.embedding = np.array([layout.embedding_s for layout in layout_list], dtype=f32)
+        self.limits = limits
+        # the element table plane of each plan (memory), found per combination
+        self.memory = memory_tables(estimator.model).of_keys(combos.memory_keys).astype(np.int64)[rows]
+        # plans with equal kernel inputs (by the bytes of their rows; only plans of different
+        # placements can have them)
+        if len(places) > 1:
+            inputs = np.concatenate([self.which, self.p2p.view(np.int64), self.pps[:, None], self.ms[:, None]], axis=1)
+            first, self.inverse = _first_of(inputs.view(np.dtype((np.void, inputs.shape[1] * 8))).ravel().tolist())
+            self.unique = np.array(first, dtype=np.intp)
+        else:
+            self.unique = self.inverse = np.arange(len(plans))
+
+
+def _gathered(layouts: Sequence[Layout], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(p2p bandwidths, memory limits) of each layout as rows of `width` entries, padded with
+    1.0 and inf: gathered from the padded matrices of the layouts made together (layout.Rows),
+    one fancy index per such set, consecutive layouts of one set at a time."""
+    bandwidths, limits = np.ones((len(layouts), width), dtype=f32), np.full((len(layouts), width), np.inf)
+    start = 0
+    while start < len(layouts):
+        matrices = layouts[start].rows[0]
+        stop = start + 1
+        while stop < len(layouts) and layouts[stop].rows[0] is matrices:
+            stop += 1
+        at = [layout.rows[1] for layout in layouts[start:stop]]
+        w = min(width, matrices.limits.shape[1])
+        bandwidths[start:stop, :w] = matrices.p2p_bandwidths[at, :w]
+        limits[start:stop, :w] = matrices.limits[at, :w]
+        start = stop
+    return bandwidths, limits
+
+
+def _first_of(keys: list) -> tuple[list[int], np.ndarray]:
+    """(the index of the first plan of each distinct key, in order of appearance; for each key,
+    the number of its distinct key in that order)."""
+    index: dict = {}
+    first: list[int] = []
+    of = []
+    for k, key in enumerate(keys):
+        number = index.get(key)
+        if number is None:
+            number = index[key] = len(first)
+            first.append(k)
+        of.append(number)
+    return first, np.array(of, dtype=np.intp)
+
+
+def _rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
+    """(the distinct items in order of first appearance, the index of each item among them);
+    distinct by `key` (default: the same object)."""
+    first, of = _first_of([key(item) for item in items])
+    return [items[k] for k in first], of
+
+
+def _bus_rows(stages: Sequence[Stages], width: int) -> np.ndarray:
+    """Each Stages' shared-bus flags as a row of `width` (padded with False), uint8."""
+    return np.array([st.shared + (False,) * (width - len(st.shared)) for st in stages], dtype=np.uint8)
+
+
+class Fasop2024Estimator:
+    """FASOP's estimator for one (model, cluster, inventory)."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType],
+                 partitioner: str = "fasop-minmax", max_nodes: int | None = DEFAULT_MAX_NODES):
+        if partitioner not in PARTITIONERS:
+            raise ValueError(f"unknown partitioner {partitioner!r}")
+        self.model, self.cluster, self.partitioner = model, cluster, partitioner
+        self.max_nodes = max_nodes
+        """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
+        self._shared = _shared_cache(model, cluster)
+        self._latest_plan: Plan | None = None
+        self._latest: dict = {}
+        self.layouts = Layouts(model, cluster)
+        self._paces: dict[tuple[int, int], tuple] = {}
+        self.combos = _Combos()
+        self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
+        self.inventory = tuple(inventory)
+        self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
+        self.node_types = tuple({n.name: n for n in inventory}.values())
+        self.compute = ProfileCompute.of(model)
+        self.compute.check_gpus(self.gpus)
+        self.segment_lengths = [model.layer_segments.count(s) for s in model.segments]
+        if partitioner == "fasop-minmax" and not minmax_supported(self.segment_lengths):
+            raise FasopError(f"{model.path}: layers: --partitioner fasop-minmax balances an encoder-decoder model's "
+                             f"decoder on its encoder's layers, so it needs one segment or two of equal length, got "
+                             f"{' and '.join(map(str, self.segment_lengths))} entries; use --partitioner optimal")
+        # $/s of the whole inventory, summed in inventory order (FASOP: numpy sum, MODEL.md §1)
+        self.usd_per_s = float(np.sum(np.array([n.usd_per_hour for n in inventory]))) / 3600
+
+    # ------------------------------------------------------------------ the seam's optional capabilities
+    def tp_degrees(self) -> tuple[int, ...]:
+        """The TP degrees profiled for every GPU type of the inventory."""
+        return tuple(self.compute.tp_degrees(self.gpus))
+
+    def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]):
+        """The fold over node positions that orders.OrderSearch bounds prefixes with
+        (fasop2024_orders.FasopPrefixBounds)."""
+        from fasop.estimators.fasop2024_orders import FasopPrefixBounds
+
+        return FasopPrefixBounds(self, shape, kinds)
+
+    # ------------------------------------------------------------------ per plan, before scheduling
+    def _of_plan(self, plan: Plan, what: str, compute):
+        """compute(), remembered for the latest plan object: a search asks for a plan's stage
+        types and sends several times in a row (bounds, signature, estimate)."""
+        if self._latest_plan is not plan:
+            self._latest_plan, self._latest = plan, {}
+        if what not in self._latest:
+            self._latest[what] = compute()
+        return self._latest[what]
+
+    def expect_shapes(self, shapes: Iterable[tuple[int, int, int]]) -> None:
+        """The (tp, dp, pp) that plans will have: the layouts of all of them are made together
+        when a placement is first asked about (layout.Layouts)."""
+        self.layouts.expect(shapes)
+
+    def layout(self, plan: Plan) -> Layout:
+        """What the plan's estimate takes from its placement apart from the micro-batch size,
+        remembered for the plans of the latest placement (they differ in degrees and micro-batch)."""
+        return self.layouts.of(plan)
+
+    def p2p(self, plan: Plan) -> tuple[float, ...]:
+        """comm.p2p_seconds of the plan."""
+        return self._of_plan(plan, "p2p", lambda: comm.p2p_seconds(plan, self.model, self.cluster,
+                                                                    self.layout(plan).p2p_bandwidths))
+
+    def stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
+        """slowest-gpu-per-stage: of the node types holding a stage, the slowest over the layer list."""
+        return self._stages(self.layout(plan), plan.tp, plan.mbs).types
+
+    def _stages(self, layout: Layout, tp: int, mbs: int) -> Stages:
+        """slowest-gpu-per-stage: of the node types holding a stage, the one whose GPUs take
+        longest over the whole layer list (the first in node order of equals)."""
+        if layout.stages is not None:
+            return layout.stages
+        order, pace = self._pace(tp, mbs)
+        if order not in layout.by_pace:
+            layout.by_pace[order] = Stages(tuple(nodes[0] if len(nodes) == 1 else max(nodes, key=lambda n: pace[n.name])
+                                                  for nodes in layout.stage_nodes))
+        return layout.by_pace[order]
+
+    def _pace(self, tp: int, mbs: int) -> tuple[tuple[int, ...], dict[str, int]]:
+        """(key, pace): pace[node type name] = the rank of its GPUs' time over the whole layer
+        list among the inventory's types (equal times, equal ranks); key: the ranks in
+        inventory order, so micro-batch sizes that order the types alike share a key."""
+        if (tp, mbs) not in self._paces:
+            totals = {n.name: self._costs_by(tp, mbs)[n.gpu].total for n in self.node_types}
+            levels = sorted(set(totals.values()))
+            pace = {name: levels.index(total) for name, total in totals.items()}
+            self._paces[(tp, mbs)] = (tuple(pace.values()), pace)
+        return self._paces[(tp, mbs)]
+
+    def signature(self, plan: Plan) -> tuple:
+        """Everything of `plan` the estimate depends on: two plans with equal signatures get the
+        same estimate (up to the placement's name), so a search estimates only the first.
+        The placement enters only through the stage GPU types, the boundary links, stage 0's DP
+        ring, the embedding link and the per-stage memory limits."""
+        return (plan.tp, plan.dp, plan.pp, plan.mbs, tuple(t.name for t in self.stage_types(plan)),
+                self.p2p(plan), float(self.layout(plan).dp_ring), float(self.layout(plan).embedding_s),
+                self.layout(plan).limits)
+
+    def lower_bound(self, plan: Plan, above: float = np.inf) -> float:
+        """A step time no split of `plan` beats, whatever the partitioner: stage 0 finishes after
+        every stage's compute, both end sends and the largest steady chain c_i t_i
+        (schedule.steady_weights), and after m x the busiest stage -- each at its least over
+        all splits (`floors`); plus stage 0's gradient all-reduce for one layer (the step ends
+        after stage 0's end + its all-reduce) and the embedding all-reduce (MODEL.md §5, §7).
+        The floors are coupled (partition.least_chain) for the optimal partitioner; they are
+        not when the uncoupled ones already put the bound above `above` (all a caller with that
+        threshold needs), nor for fasop-minmax, whose estimate costs less than the coupled floor."""
+        types = self.stage_types(plan)
+        p2p = self.p2p(plan)
+        gpus = tuple(t.gpu for t in types)
+        rest = ((p2p[0] + p2p[-1]) if plan.pp > 1 else 0.0, self.layout(plan).dp_ring,
+                {types[0].intra_node_shared}, float(self.layout(plan).embedding_s))
+        cheap = self.bound(plan, self.floors(plan, gpus, coupled=False), *rest)
+        if cheap > above or self.partitioner != "optimal":  # the coupled floor pays where an estimate is a search
+            return cheap
+        return self.bound(plan, self.floors(plan, gpus), *rest)
+
+    def bound(self, plan: Plan, floors: tuple[float, float], sends: float, ring: float, buses: set[bool],
+              embedding: float) -> float:
+        """`lower_bound` from what it depends on, each at most its true value: `floors` (least
+        stage times + largest steady chain, least busiest stage, over all splits), the two end
+        sends, stage 0's DP all-reduce over the cheaper of the `buses` stage 0 may have, with
+        its ring at `ring` bytes/s (at least the true bandwidth), the embedding all-reduce.
+        orders.py bounds partial node orders so."""
+        chain, busiest = floors
+        pipeline = max(chain + sends, plan.num_microbatches * busiest)
+        params = self._dp_params(plan, 1)
+        dp = min(float(comm.dp_allreduce_seconds(plan, params, f32(ring), shared)) for shared in buses)
+        return (pipeline + dp + embedding) * (1 - 1e-6)
+
+    def quick_bound(self, plan: Plan) -> float:
+        """A weaker `lower_bound` that ignores the placement: every stage costs, layer run by
+        layer run, the least over the inventory's GPU types; no sends, no all-reduce."""
+        chain, busiest = self.floors(plan, None, coupled=False)
+        return max(chain, plan.num_microbatches * busiest) * (1 - 1e-6)
+
+    def floors(self, plan: Plan, stage_gpus: tuple[str, ...] | None, coupled: bool = True) -> tuple[float, float]:
+        """partition.least_chain (least stage times + largest steady chain, least busiest
+        stage, over all splits) with these stage GPU types (None: every stage at the least,
+        layer run by layer run, of the inventory's types). Cached: many plans share them, also
+        across the estimators of one (model, cluster), e.g. the compositions of a pareto sweep."""
+        m = plan.num_microbatches
+        key = (stage_gpus or ("least of",) + self.gpus, plan.tp, plan.mbs, plan.pp, m, coupled)
+        floors = self._shared.setdefault("floor", OrderedDict())
+        if key in floors:
+            floors.move_to_end(key)
+        else:
+            costs = [self.compute.layer_costs(g, plan.tp, plan.mbs).matrix for g in stage_gpus or self.gpus]
+            matrices = np.stack(costs) if stage_gpus else np.broadcast_to(np.min(costs, axis=0),
+                                                                          (plan.pp,) + costs[0].shape)
+            floors[key] = least_chain(matrices, steady_weights(plan.pp, m) if plan.pp > 1 else None, coupled)
+            if len(floors) > RECENT_FLOORS:
+                floors.popitem(last=False)
+        return floors[key]
+
+    def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
+        """`estimate(plan)` if it fits in memory with a step time of at most `cutoff`, else None.
+        The optimal partitioner's search stops early once it knows its result is above the
+        cutoff, so a plan that cannot get there costs less; the estimate itself never depends on
+        the cutoff."""
+        if self.partitioner != "optimal" or plan.pp == 1 or cutoff == np.inf:
+            estimate = self.estimate(plan)
+        else:
+            prepared = self.prepare(plan, cutoff=cutoff)
+            if prepared is None:
+                return None
+            estimate = self._finish(prepared, self._schedule_all([prepared])[0])
+        return None if estimate.memory.is_oom or not estimate.step_time_s <= cutoff else estimate
+
+    def _stage_costs(self, plan: Plan) -> tuple[LayerCosts, ...]:
+        by_gpu = self._costs_by(plan.tp, plan.mbs)
+        return tuple(by_gpu[g] for g in self._stages(self.layout(plan), plan.tp, plan.mbs).gpus)
+
+    def _costs_by(self, tp: int, mbs: int) -> dict[str, LayerCosts]:
+        """LayerCosts of each of the inventory's GPU types at (tp, mbs)."""
+        if (tp, mbs) not in self._costs_by_gpu:
+            self._costs_by_gpu[(tp, mbs)] = {g: self.compute.layer_costs(g, tp, mbs) for g in self.gpus}
+        return self._costs_by_gpu[(tp, mbs)]
+
+    def prepare_many(self, plans: Sequence[Plan]) -> list[_Prepared]:
+        """`prepare(plan)` of each plan; with fasop-minmax the min-max splits of all of them are
+        computed together (partition.fasop_minmax_splits_many: the same splits)."""
+        if self.partitioner != "fasop-minmax":
+            return [self.prepare(plan) for plan in plans]
+        pieces = [(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan), self.layout(plan))
+                  for plan in plans]
+        splits = fasop_minmax_splits_many([(costs, self.segment_lengths, p2p) for _, _, costs, p2p, _ in pieces])
+        return [_Prepared(plan, types, costs, p2p, list(s), layout=layout)
+                for (plan, types, costs, p2p, layout), s in zip(pieces, splits)]
+
+    def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
+        types, costs, p2p = self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)
+        # FASOP's splits (the optimal partitioner's seeds, where FASOP's greedy applies; one stage: the one split)
+        greedy = plan.pp == 1 or minmax_supported(self.segment_lengths)
+        splits = fasop_minmax_splits(costs, self.segment_lengths, p2p) if greedy else []
+        prepared = _Prepared(plan, types, costs, p2p, splits, layout=self.layout(plan))
+        if self.partitioner != "optimal":
+            return prepared
+        if plan.pp == 1:  # one split only
+            return replace(prepared, proven=True)
+        found = self._optimal_split(prepared, cutoff)
+        return None if found is None else replace(prepared, splits=[Split(found.split, found.split)],
+                                                  proven=found.proven)
+
+    def _optimal_split(self, p: _Prepared, cutoff: float = np.inf) -> Found | None:
+        """The split with the lowest estimated step time among those that fit in memory (or among
+        all splits when none fits), by exact branch and bound with cuts (partition.optimal).
+        With a finite cutoff: None unless a fitting split is at most the cutoff."""
+        plan = p.plan
+        pp, m, send_first, send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
+        layout = self.layout(plan)
+        embedding = float(layout.embedding_s)
+        sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
+        sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
+        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, layout.limits)
+        recent = self._shared.setdefault("splits", OrderedDict())  # a few MB each: the latest only
+        if key in recent:
+            recent.move_to_end(key)
+        else:  # stage times, those that fit, and the dynamic programmes over them
+            times = np.stack([c.matrix for c in p.costs])
+            fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
+            recent[key] = (times, fitting, {}, {})
+            while len(recent) > RECENT_SHAPES:
+                recent.popitem(last=False)
+        times, fitting, tables, oom_tables = recent[key]
+        dp_by_stage0: dict[int, np.ndarray] = {}
+
+        def dp_costs(stage0_layers: int) -> np.ndarray:
+            """Each stage's DP all-reduce (float32), as `_step` computes it."""
+            if stage0_layers not in dp_by_stage0:
+                dp_by_stage0[stage0_layers] = self._dp_costs(plan, layout, p.stage_types, stage0_layers)
+            return dp_by_stage0[stage0_layers]
+
+        extras: dict[int, float] = {}
+
+        def extra(stage0_layers: int) -> float:
+            """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
+            if stage0_layers not in extras:
+                extras[stage0_layers] = float(dp_costs(stage0_layers)[0]) + embedding
+            return extras[stage0_layers]
+
+        stages = np.arange(pp)
+
+        def stage_compute(splits: list[tuple[int, ...]]) -> np.ndarray:
+            """(pp, splits) compute seconds per stage: the entries of `times`, the same sums as
+            _Prepared.stage_compute."""
+            edges = np.zeros((len(splits), pp + 1), dtype=np.intp)
+            np.cumsum(splits, axis=1, out=edges[:, 1:])
+            return times[stages, edges[:, :-1], edges[:, 1:]].T
+
+        def evaluate(splits: list[tuple[int, ...]]) -> list[float]:
+            """`_step` for many splits at once: the same float32 operations, so the same values."""
+            comp = stage_compute(splits)
+            ones = np.ones(len(splits))
+            ends = one_f_one_b(comp / 3, 2 * comp / 3, sends_fwd * ones, sends_bwd * ones, m).astype(f32)
+            dp = np.stack([dp_costs(c[0]) for c in splits], axis=1)
+            return ((ends + dp).max(axis=0) + f32(embedding)).tolist()
+
+        def cut(split: tuple[int, ...]) -> tuple[np.ndarray, float]:
+            _, weights, const = critical_path(stage_compute([split]), sends_fwd, sends_bwd, m)
+            return weights[:, 0], float(const[0])
+
+        weights = steady_weights(pp, m)
+
+        def bound(k, before, chain, t, rest):
+            return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
+                                     send_first=send_first, send_last=send_last)
+
+        seeds = [s.reported for s in p.splits]
+        budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
+                  "max_nodes": self.max_nodes, "stage_weights": weights}
+        if cutoff < np.inf:
+            # The search stops early once it knows its result is above the cutoff; otherwise its
+            # result is the one without cutoff, so a plan's estimate never depends on the cutoff
+            # (top-K runs equal full runs, any --workers).
+            found = optimal(fitting, above=cutoff, tables=tables, **budget)
+            return None if found is None or not found.objective <= cutoff else found
+        found = optimal(fitting, tables=tables, **budget)
+        if found is None:  # nothing fits: the fastest split, flagged OOM
+            found = optimal(times, tables=oom_tables, **budget)
+        return found
+
+    # ------------------------------------------------------------------ batch
+    def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
+        """Estimates in the order of `plans`. progress(done, total), if given, is called as
+        plans are partitioned and as schedule batches complete."""
+        report = progress or (lambda done, total: None)
+        total = 2 * len(plans)
+        if not plans:
+            return []
+        if self.partitioner == "fasop-minmax" and native.kernels is not None:
+            estimates = self._estimate_minmax_compiled(plans)
+            report(total, total)
+            return estimates
+        if self.partitioner == "fasop-minmax":
+            prepared = self.prepare_many(plans)
+            report(len(plans), total)
+        else:
+            prepared = []
+            for k, plan in enumerate(plans, start=1):
+                prepared.append(self.prepare(plan))
+                if k % 64 == 0 or k == len(plans):
+                    report(k, total)
+        ends = self._schedule_all(prepared, lambda share: report(len(plans) + share, total))
+        estimates = self._finish_many([self._chosen(p, e) for p, e in zip(prepared, ends)])
+        report(total, total)
+        return estimates
+
+    def estimate(self, plan: Plan) -> Estimate:
+        return self.estimate_many([plan])[0]
+
+    def _estimate_minmax_compiled(self, plans: Sequence[Plan]) -> list[Estimate]:
+        """`estimate_many` with fasop-minmax by the compiled kernels: every plan's candidate
+        splits, their schedules and the choice among them (native.kernels.fasop_plans), then
+        step time and memory (fasop_finish): the values of prepare_many + _schedule_all +
+        _finish_many (tests compare them)."""
+        c = _Chunk(self, plans)
+        n, width = len(plans), c.width
+        # the distinct kernel inputs: their splits and schedules
+        u, inverse = c.unique, c.inverse
+        k = len(u)
+        table = self.compute.table
+        reported, scheduled = np.empty((k, width), np.int64), np.empty((k, width), np.int64)
+        times, ends = np.empty((k, width)), np.empty((k, width))
+        halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
+        pps = c.pps[u]
+        native.kernels.fasop_plans(table, table.shape[1], np.ascontiguousarray(c.which[u]),
+                                   np.ascontiguousarray(c.p2p[u]), pps, c.ms[u], halves[0], halves[1],
+                                   reported, scheduled, times, ends)
+        tables = memory_tables(self.model)
+        step, dp, flags, gibs = np.empty(n), np.empty(n), np.empty((n, 2), np.uint8), np.empty((n, 2))
+        stage_bytes, zero_bytes = np.empty((n, width)), np.empty((n, width))
+        native.kernels.fasop_finish(c.pps, reported[inverse], ends[inverse], c.shared, c.layout_of, c.dp_table,
+                                    c.embedding, c.limits, c.memory, tables.params, tables.act, c.sharded,
+                                    self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
+                                    gibs)
+        # each plan's first pp entries of every row, as tuples (shared by plans of equal inputs)
+        tuples = native.kernels.row_tuples
+        of = inverse.tolist()
+        rep, comp, end = ([rows[i] for i in of] for rows in (tuples(reported, pps, True), tuples(times, pps, False),
+                                                            tuples(ends, pps, False)))
+        bytes_, zero = tuples(stage_bytes, c.pps, False), tuples(zero_bytes, c.pps, False)
+        sends = tuples(c.p2p, c.pps - 1, False)
+        memory = trusted_many(MemoryEstimate, n, stage_bytes=bytes_, stage_zero_bytes=zero,
+                              is_oom=flags[:, 0].astype(bool).tolist(), oom_gpumem_gib=rounded(gibs[:, 0]),
+                              is_zero_oom=flags[:, 1].astype(bool).tolist(), zero_oom_gpumem_gib=rounded(gibs[:, 1]))
+        return trusted_many(
+            Estimate, n, plan=list(plans), partition=rep, stage_node_types=[st.types for st in c.stages],
+            stage_compute_s=comp, p2p_s=sends, stage_end_s=end, pipeline_time_s=[e[0] for e in end],
+            dp_allreduce_s=dp.tolist(), embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(),
+            step_time_s=step.tolist(), memory=memory, usd_per_step=(self.usd_per_s * step).tolist(),
+            partitioner=self.partitioner, partition_proven_optimal=False)
+
+    def _schedule_all(self, prepared: list[_Prepared], progress=None) -> list[list[np.ndarray]]:
+        """Stage end times of every split of every plan; one schedule run per (pp, m), each
+        distinct pipeline (stage times and end sends) scheduled once.
+        progress(plans_done), if given, is called after each schedule run."""
+        groups: dict[tuple[int, int], dict[tuple, list[tuple[int, int]]]] = defaultdict(dict)
+        ends: list[list] = [[None] * len(p.splits) for p in prepared]
+        for k, p in enumerate(prepared):
+            for s, split in enumerate(p.splits):
+                comp = p.stage_compute(split.scheduled)
+                if p.plan.pp == 1:  # no pipeline: m micro-batches back to back
+                    ends[k][s] = np.array([float(f32(p.plan.num_microbatches * comp[0]))])
+                else:  # p2p-ends-only: stage 0's forward and the last stage's backward sends
+                    pipeline = (tuple(comp), p.p2p[0], p.p2p[-1])
+                    groups[(p.plan.pp, p.plan.num_microbatches)].setdefault(pipeline, []).append((k, s))
+        done_plans: set[int] = set()
+        for (pp, m), pipelines in groups.items():
+            comp = np.array([c for c, _, _ in pipelines], dtype=float).T
+            send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
+            send_fwd[0] = [first for _, first, _ in pipelines]
+            send_bwd[pp - 1] = [last for _, _, last in pipelines]
+            stage_ends = one_f_one_b(comp / 3, 2 * comp / 3, send_fwd, send_bwd, m,
+                                     reuse=self.partitioner == "optimal")
+            for col, members in enumerate(pipelines.values()):
+                for k, s in members:
+                    ends[k][s] = stage_ends[:, col]
+                    done_plans.add(k)
+            if progress:
+                progress(len(done_plans))
+        return ends
+
+    # ------------------------------------------------------------------ per plan, after scheduling
+    def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray,
+              layout: Layout | None = None):
+        """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
+        step = max_i(E_i + DP_i) + embedding (MODEL.md §7). `layout`: the plan's, if known."""
+        layout = layout or self.layout(plan)
+        dp_costs = self._dp_costs(plan, layout, stage_types, stage0_layers)
+        totals = np.asarray(stage_end).astype(f32) + dp_costs
+        slowest = int(totals.argmax())  # the first of the latest
+        return totals[slowest] + layout.embedding_s, dp_costs, slowest, layout.embedding_s
+
+    def _finish(self, p: _Prepared, split_ends: list[np.ndarray]) -> Estimate:
+        """The estimate of the split with the lowest pipeline time (the first of equals)."""
+        return self._finish_many([self._chosen(p, split_ends)])[0]
+
+    def _chosen(self, p: _Prepared, split_ends: list[np.ndarray]) -> "_Chosen":
+        """The split of `p` with the lowest pipeline time (the first of equals)."""
+        best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))
+        layout = p.layout or self.layout(p.plan)
+        return _Chosen(p.plan, layout, self._stages(layout, p.plan.tp, p.plan.mbs), p.p2p, p.splits[best],
+                       np.asarray(split_ends[best], dtype=float).tolist(), p.stage_compute(p.splits[best].scheduled),
+                       p.proven)
+
+    def _finish_many(self, chosen: Sequence["_Chosen"]) -> list[Estimate]:
+        """Estimates of chosen splits: step time (`_step`'s float32 operations), memory and
+        dollars, on arrays with a row per plan and a column per stage (rows of shorter
+        pipelines padded with stages that end at -inf and fit in any memory)."""
+        width = max(c.plan.pp for c in chosen)
+        layout_rows, layout_of = _rows_of([c.layout for c in chosen])
+        stage_rows, stages_of = _rows_of([c.stages for c in chosen])
+        ends = np.array([c.ends + [-np.inf] * (width - len(c.ends)) for c in chosen])
+        # each stage's DP all-reduce: one of two values per plan, by the stage's bus
+        pairs = np.array([self._dp_table(c.plan, c.layout)[c.split.reported[0]] for c in chosen], dtype=f32)
+        shared = _bus_rows(stage_rows, width).astype(bool)[stages_of]
+        dp_costs = np.where(shared, pairs[:, 1:], pairs[:, :1])
+        totals = ends.astype(f32) + dp_costs
+        slowest = totals.argmax(axis=1)  # the first of the latest
+        rows = np.arange(len(chosen))
+        steps = totals[rows, slowest] + np.array([layout.embedding_s for layout in layout_rows], dtype=f32)[layout_of]
+        limits = _gathered(layout_rows, width)[1]
+        memory = estimate_memory_many(
+            [c.plan for c in chosen], self.model, self.cluster,
+            np.array([c.split.reported + (0,) * (width - len(c.split.reported)) for c in chosen], dtype=np.intp),
+            limits[layout_of])
+        return [Estimate(plan=c.plan, partition=c.split.reported, stage_node_types=c.stages.types,
+                         stage_compute_s=tuple(c.compute), p2p_s=c.p2p, stage_end_s=tuple(c.ends),
+                         pipeline_time_s=c.ends[0], dp_allreduce_s=dp, embedding_allreduce_s=float(c.layout.embedding_s),
+                         step_time_s=step, memory=mem, usd_per_step=self.usd_per_s * step, partitioner=self.partitioner,
+                         partition_proven_optimal=c.proven)
+                for c, dp, step, mem in zip(chosen, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
+
+    def _dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
+        """table[n, bus]: a stage's DP all-reduce (float32) when stage 0 holds n layers
+        (dp-stage0-params, MODEL.md §7), on an unshared (0) and a shared (1) bus; the same
+        float32 operations as comm.dp_allreduce_seconds, on arrays. Remembered by the layout (its
+        tp, dp, ring)."""
+        if not layout.dp_table:
+            # shared by the estimators of this (model, cluster), e.g. a pareto sweep's compositions
+            tables = self._shared.setdefault("dp tables", {})
+            key = (plan.tp, plan.dp, plan.gpus_per_node, float(layout.dp_ring))
+            if key not in tables:
+                params = self._dp_params_all(plan.tp)
+                table = np.empty((len(params), 2), dtype=f32)
+                for bus in (False, True):
+                    table[:, int(bus)] = comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus)
+                if len(tables) >= RECENT_FLOORS:
+                    tables.clear()
+                tables[key] = table
+            layout.dp_table.append(tables[key])
+        return layout.dp_table[0]
+
+    def _dp_params_all(self, tp: int) -> np.ndarray:
+        """`_dp_params` for every number of layers on stage 0 (0..L), float32: the same sum,
+        each prefix of it."""
+        params_all = self._shared.setdefault("dp params", {})
+        if tp not in params_all:
+            h, v = self.model.hidden_size, self.model.vocab_size
+            params, embedding_seen, sums = f32(0), False, [f32(0)]
+            for kind in self.model.layer_kinds:  # _dp_params of every prefix of the layer list
+                if kind in TRANSFORMER_KINDS:
+                    params = params + f32((12 * h * h + 20800) / tp)
+                elif not embedding_seen:
+                    params, embedding_seen = params + f32(h * v), True
+                sums.append(params)
+            params_all[tp] = np.array(sums, dtype=f32)
+        return params_all[tp]
+
+    def _dp_costs(self, plan: Plan, layout: Layout, stage_types: Sequence[NodeType], stage0_layers: int) -> np.ndarray:
+        """Each stage's DP all-reduce (float32) when stage 0 holds `stage0_layers` layers
+        (dp-stage0-params): it differs between stages only by their bus (MODEL.md §7)."""
+        return self._dp_table(plan, layout)[stage0_layers, [int(t.intra_node_shared) for t in stage_types]]
+
+    def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:
+        """dp-stage0-params: stage 0's gradient count, accumulated in float32 (MODEL.md §7):
+        each transformer layer (12h^2 + 20800)/tp, plus h*v (undivided) for the first
+        embedding or head layer."""
+        return self._dp_params_all(plan.tp)[stage0_layers]
+
+
+_SHARED: dict[tuple, tuple] = {}
+
+
+def _shared_cache(model: ModelSpec, cluster: ClusterSpec) -> dict:
+    """A cache for what depends only on (model, cluster) and a plan's shape -- least completions,
+    stage-time tables -- shared by every estimator of that pair in this process (a pareto sweep
+    makes one per composition). Its parts are bounded (RECENT_SHAPES, RECENT_FLOORS), and only
+    the latest few (model, cluster) pairs are kept."""
+    return recent(_SHARED, (model, cluster), dict)
+
+
+@register("fasop-2024")
+def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, partitioner: str = "fasop-minmax",
+         partition_budget: int | None = DEFAULT_MAX_NODES, **_ignored) -> Fasop2024Estimator:
+    """FASOP's estimator with the search's options: `partitioner` and `partition_budget` (the
+    optimal partitioner's search-tree nodes per plan)."""
+    return Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)
