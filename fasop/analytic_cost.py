@@ -37,6 +37,7 @@ min(p - i, m) at stage i under 1F1B, x (1 + (p - 1)/(p v)) interleaved (Korthika
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from fasop import analytic_layers as L
@@ -234,12 +235,14 @@ def zero3_gather_s(w: Workload, params: float, link: Link) -> float:
     return 2 * gather_s(params * WEIGHT_BYTES, w.dp, link) * (1 - w.params.dp_overlap)
 
 
-def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]) -> Step:
-    """The step time of `counts[i]` layers on stage i (embedding on the first, head on the last)."""
+def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...],
+         times: tuple[tuple[float, float] | None, ...] | None = None) -> Step:
+    """The step time of `counts[i]` layers on stage i (embedding on the first, head on the last);
+    `times[i]`, when given, replaces stage i's analytic (fwd, bwd) seconds of one layer."""
     p, v = w.pp, w.recipe.virtual_stages
     fwd, bwd, params = [], [], []
     for i, (hw, n) in enumerate(zip(stages, counts)):
-        f, bk = layer_s(w, hw.gpu, hw.tp_link)
+        f, bk = times[i] if times and times[i] else layer_s(w, hw.gpu, hw.tp_link)
         f, bk = n * f, n * bk
         if i == 0:
             ef, eb = embedding_s(w, hw.gpu, hw.tp_link)
@@ -286,48 +289,39 @@ def _optimizer_s(w: Workload, params: float, gpu: GpuType) -> float:
 
 
 # ----------------------------------------------------------------------------- layer split
-def split_layers(w: Workload, stages: tuple[StageHardware, ...]) -> tuple[int, ...] | None:
+def split_layers(w: Workload, stages: tuple[StageHardware, ...],
+                 times: tuple[tuple[float, float], ...] | None = None) -> tuple[int, ...] | None:
     """Layers per stage minimising the slowest stage's fwd+bwd time (embedding and head counted
     on the first and last stage), each stage at most the layers that fit its memory; None when
-    no split fits. Exact for identical layers: binary search on the bottleneck over the finite
-    set of candidate stage times."""
+    no split fits. Exact for identical layers: from the continuous optimum, the stage whose next
+    layer raises the bottleneck least takes it, until all layers are placed. `times`: each
+    stage's (fwd, bwd) per layer when not the analytic ones (a profile's)."""
     p, total = w.pp, w.arch.num_layers
     if total < p:
         return None
     per, extra, cap = [], [], []
     for i, hw in enumerate(stages):
-        f, b = layer_s(w, hw.gpu, hw.tp_link)
-        per.append(f + b)
-        e = 0.0
-        if i == 0:
-            e += sum(embedding_s(w, hw.gpu, hw.tp_link))
-        if i == p - 1:
-            e += sum(head_s(w, hw.gpu))
+        per.append(sum(times[i]) if times and times[i] else sum(layer_s(w, hw.gpu, hw.tp_link)))
+        e = sum(embedding_s(w, hw.gpu, hw.tp_link)) if i == 0 else 0.0
+        e += sum(head_s(w, hw.gpu)) if i == p - 1 else 0.0
         extra.append(e)
         cap.append(_max_layers(w, i, hw.memory_limit_bytes, total - (p - 1)))
-    if any(c < 1 for c in cap) or sum(cap) < total:
+    if min(cap) < 1 or sum(cap) < total:
         return None
-    candidates = sorted({per[i] * n + extra[i] for i in range(p) for n in range(1, cap[i] + 1)})
-    lo, hi = 0, len(candidates) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if sum(_fits_within(candidates[mid], per[i], extra[i], cap[i]) for i in range(p)) >= total:
-            hi = mid
-        else:
-            lo = mid + 1
-    limit = candidates[lo]
-    counts = [_fits_within(limit, per[i], extra[i], cap[i]) for i in range(p)]
-    surplus = sum(counts) - total
-    for i in sorted(range(p), key=lambda i: (per[i] * counts[i] + extra[i], i)):
-        take = min(surplus, counts[i] - 1)
-        counts[i] -= take
-        surplus -= take
+    rate = sum(1 / t for t in per)
+    level = (total + sum(e / t for e, t in zip(extra, per))) / rate
+    counts = [max(1, min(cap[i], int((level - extra[i]) / per[i]))) for i in range(p)]
+    while sum(counts) > total:  # rounding up to one layer a stage can overshoot: drop from the fastest
+        i = min((k for k in range(p) if counts[k] > 1), key=lambda k: (per[k] * counts[k] + extra[k], k))
+        counts[i] -= 1
+    heap = [(per[i] * (counts[i] + 1) + extra[i], i) for i in range(p) if counts[i] < cap[i]]
+    heapq.heapify(heap)
+    for _ in range(total - sum(counts)):
+        _, i = heapq.heappop(heap)
+        counts[i] += 1
+        if counts[i] < cap[i]:
+            heapq.heappush(heap, (per[i] * (counts[i] + 1) + extra[i], i))
     return tuple(counts)
-
-
-def _fits_within(limit: float, per: float, extra: float, cap: int) -> int:
-    n = int((limit - extra) / per * (1 + 1e-12)) if limit >= extra else 0
-    return max(0, min(cap, n))
 
 
 def _max_layers(w: Workload, stage: int, limit: float, most: int) -> int:

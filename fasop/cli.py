@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--show", type=_non_negative_int, default=DEFAULT_SHOWN,
                    help="how many of the fastest plans that fit to print (default %(default)s)")
     _add_execution(s)
+    from fasop import cli_recipes
+    cli_recipes.add_flags(s)
     _add_pareto_parser(sub, PLACEMENTS, PARTITIONERS, DEFAULT_ITERATIONS)
     from fasop import cli_validate
     cli_validate.add_parser(sub)
@@ -113,25 +115,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from fasop import cli_recipes
     from fasop.report import csv_text, search_rows, write_atomic
     from fasop.search import parse_nodes, search
     from fasop.specs import load_cluster, load_model
 
     model = load_model(args.model)
     cluster = load_cluster(args.cluster)
+    recipe = cli_recipes.options(args, cluster)
     inventory = parse_nodes(args.nodes, cluster)
     out = Path(args.out) if args.out else Path("results") / (
         f"{model.name}_{Path(cluster.path).stem}_{args.nodes.replace('=', 'x').replace(',', '-')}.csv")
     with _progress_bar(args.no_progress, "estimating") as progress:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
                         partitioner=args.partitioner, iterations=args.iterations, top=args.top,
-                        workers=args.workers, partition_budget=args.partition_budget, progress=progress)
+                        workers=args.workers, partition_budget=args.partition_budget, progress=progress,
+                        estimator_options=recipe)
     columns, rows = search_rows(result, model.sequence_length)
     try:
         write_atomic(out, csv_text(columns, rows))
     except OSError as exc:
         raise FasopError(f"--out: cannot write {str(out)!r}: {exc.strerror}") from None
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
+    if cli_recipes.misfit_line(result):
+        print(cli_recipes.misfit_line(result))
     print(f"wrote {out}")
     return 0
 
@@ -245,6 +252,8 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
                    help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing)")
     _add_execution(p, "search the compositions in N processes, a composition per process (same output for any N; "
                    "default: the CPU cores available, here %(default)s)", default_workers=available_cores())
+    from fasop import cli_recipes
+    cli_recipes.add_flags(p)
 
 
 def _import(*modules: str) -> None:
@@ -262,6 +271,8 @@ def _pareto(args: argparse.Namespace) -> int:
     _check_positive("--budget-usd", args.budget_usd)
     model = load_model(args.model)
     cluster = load_cluster(args.cluster)
+    from fasop import cli_recipes
+    recipe = cli_recipes.options(args, cluster)
     max_nodes = pareto.parse_node_limits(args.max_nodes, cluster, "--max-nodes")
     min_nodes = pareto.parse_node_limits(args.min_nodes, cluster, "--min-nodes") if args.min_nodes else {}
     comps = pareto.compositions(max_nodes, min_nodes)
@@ -279,7 +290,8 @@ def _pareto(args: argparse.Namespace) -> int:
             for result in pareto.sweep(model, cluster, comps, placements=args.placements,
                                        partitioner=args.partitioner, iterations=iterations, spot=args.spot,
                                        top=1, workers=args.workers,
-                                       partition_budget=args.partition_budget, progress=progress):
+                                       partition_budget=args.partition_budget, progress=progress,
+                                       estimator_options=recipe):
                 done.append(result)
                 if loader is None and args.workers > 1:
                     # this process only waits for the workers (started by now): load the plotting

@@ -222,7 +222,7 @@ class CompositionResult:
 def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str = "cyclic",
           partitioner: str = "fasop-minmax", iterations: int = DEFAULT_ITERATIONS, spot: bool = False,
           top: int | None = None, workers: int = 1, partition_budget: int | None = DEFAULT_MAX_NODES,
-          progress: Progress | None = None) -> Iterator[CompositionResult]:
+          progress: Progress | None = None, estimator_options: dict | None = None) -> Iterator[CompositionResult]:
     """Search every composition (heterogeneous plans allowed) and yield its result, in order.
 
     top=1 keeps only each composition's fastest plan that fits, which is all the frontier needs,
@@ -241,7 +241,8 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
     prices, _ = node_prices(cluster, names, spot=spot)
     job = _SweepJob(model, cluster, prices, {"placements": placements, "partitioner": partitioner,
                                              "iterations": iterations, "top": top,
-                                             "partition_budget": partition_budget}, spot)
+                                             "partition_budget": partition_budget,
+                                             "estimator_options": dict(estimator_options or {})}, spot)
     if workers == 1 or len(comps) < 2:
         for done, comp in enumerate(comps, start=1):
             yield job(comp)

@@ -1,0 +1,222 @@
+"""The `analytic` estimator: any Transformer (HuggingFace config) on any catalog GPU, no profile.
+
+Registered as `analytic` and chosen by a cluster spec with `estimator: analytic` (aws.yaml,
+gcp.yaml). Every number comes from fasop/analytic_cost.py (the formulas and their citations are
+in its docstring and fasop/analytic_layers.py's); this module maps fasop's Plan onto it:
+
+- For each plan it scores every recipe the search allows (`recompute`, `zero`,
+  `sequence_parallel`, `virtual_stages`, `precision`; the CLI flags of the same names) and
+  keeps the fastest that fits in memory, else the one closest to fitting; the CSV shows the
+  chosen values. Sequence parallelism applies only with tp > 1, ZeRO only with dp > 1,
+  interleaving only with pp > 1 when pp x v divides the layers and pp divides the micro-batches.
+- The layer split balances stages of different GPUs (analytic_cost.split_layers), each stage at
+  most the layers its memory holds.
+- A profile (model spec `profile:`) for a stage's (GPU type, tp) replaces the analytic layer
+  times of that stage: forward = the profiled first transformer entry x its micro-batch scaling,
+  backward = (fwd_bwd_factor - 1) x forward; `compute_source` says analytic, profile or mixed.
+- Memory: the per-stage total (weights, gradients, optimizer, activations, framework overhead)
+  against the stage's GPU memory; a plan that does not fit names why: weights, activations, both.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fasop import analytic_cost as C
+from fasop.analytic_layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
+from fasop.catalog import canonical, find_gpu
+from fasop.errors import FasopError
+from fasop.estimate import Estimate
+from fasop.estimators import register
+from fasop.memory import MemoryEstimate
+from fasop.plan import Plan
+from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
+
+DEFAULTS = {"recompute": ("selective",), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
+            "precision": ("bf16",)}
+"""What a search tries when not told: Megatron-LM's usual recipe (selective recompute, the
+distributed optimizer, sequence parallelism with tp > 1), no interleaving, bf16."""
+COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
+           "stage_memory_gib", "stage_memory_limit_gib")
+"""Extra CSV columns of this estimator's plans (report.py appends them after the common ones)."""
+
+
+@dataclass(frozen=True)
+class _Scored:
+    recipe: Recipe
+    counts: tuple[int, ...]
+    fits: bool
+    step: C.Step
+    memory: tuple[C.MemoryParts, ...]
+    excess: float
+    """Largest stage memory / limit (> 1: does not fit)."""
+
+
+class AnalyticEstimator:
+    """The analytic estimator of one (model, cluster, inventory) and the allowed recipes."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], recipes: dict):
+        if model.architecture is None:
+            raise FasopError(f"{model.path}: the analytic estimator needs the model's architecture: use a "
+                             "HuggingFace config (hf_config: in the spec, or --model path/to/config.json)")
+        self.model, self.cluster, self.inventory = model, cluster, tuple(inventory)
+        self.arch, self.params = model.architecture, cluster.analytic
+        self.usd_per_s = sum(n.usd_per_hour for n in self.inventory) / 3600
+        self.gpus = {n.name: find_gpu(n.gpu, cluster.path) for n in self.inventory}
+        self.recipes = recipes
+        self._bounds: dict = {}
+
+    # ------------------------------------------------------------------ protocol
+    def tp_degrees(self) -> tuple[int, ...]:
+        """Powers of two up to a node's GPUs dividing the heads, KV heads and FFN width."""
+        g = min(n.gpus_per_node for n in self.inventory)
+        a = self.arch
+        return tuple(t for t in (1, 2, 4, 8, 16, 32) if t <= g and not a.num_attention_heads % t
+                     and not a.num_kv_heads % t and not a.ffn_hidden_size % t)
+
+    def signature(self, plan: Plan):
+        stages = self._stages(plan)
+        return plan.tp, plan.dp, plan.pp, plan.mbs, tuple(
+            (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes) for hw in stages)
+
+    def quick_bound(self, plan: Plan) -> float:
+        """m x (all layers on the inventory's fastest GPU, fastest link, cheapest recipe) / pp."""
+        if self.model.profile is not None:  # profiled layers may be faster than the analytic floor
+            return 0.0
+        key = (plan.tp, plan.mbs)
+        if key not in self._bounds:
+            self._bounds[key] = min(self._layer_floor(plan, gpu) for gpu in self.gpus.values())
+        return plan.num_microbatches * self.arch.num_layers * self._bounds[key] / plan.pp
+
+    def lower_bound(self, plan: Plan, above: float = float("inf")) -> float:
+        return self.quick_bound(plan)
+
+    def estimate(self, plan: Plan) -> Estimate:
+        stages = self._stages(plan)
+        times = self._profiled(plan, stages)
+        best = min((self._score(plan, stages, r, times) for r in self._recipes(plan)),
+                   key=lambda s: (not s.fits, s.step.step_s if s.fits else s.excess))
+        return self._estimate(plan, stages, best, times)
+
+    def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
+        out = []
+        for i, plan in enumerate(plans):
+            out.append(self.estimate(plan))
+            if progress is not None:
+                progress(i + 1, len(plans))
+        return out
+
+    def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
+        if self.lower_bound(plan) > cutoff:
+            return None
+        e = self.estimate(plan)
+        return None if e.memory.is_oom or not e.step_time_s <= cutoff else e
+
+    # ------------------------------------------------------------------ pieces
+    def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
+        gpus = tuple(self.gpus[n.name] for n in plan.placement)
+        return C.stage_hardware(plan.tp, plan.dp, plan.pp, plan.placement, gpus, self.params)
+
+    def _recipes(self, plan: Plan):
+        r = self.recipes
+        sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
+        zero = [z for z in r["zero"] if plan.dp > 1 or z == 0] or [0]
+        m = plan.num_microbatches
+        vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not self.arch.num_layers % (plan.pp * v)
+                                                           and not m % plan.pp)] or [1]
+        for rc, s, z, v, p in itertools.product(r["recompute"], sp, zero, vs, r["precision"]):
+            yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p)
+
+    def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
+        return C.Workload(arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp,
+                          pp=plan.pp, num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params)
+
+    def _score(self, plan: Plan, stages, recipe: Recipe, times) -> _Scored:
+        w = self._workload(plan, recipe)
+        counts = C.split_layers(w, stages, times)
+        fits = counts is not None
+        if counts is None:
+            n, p = self.arch.num_layers, plan.pp
+            counts = tuple(n // p + (i < n % p) for i in range(p))
+        memory = tuple(C.stage_memory(w, n, i) for i, n in enumerate(counts))
+        excess = max(m.total / hw.memory_limit_bytes for m, hw in zip(memory, stages))
+        return _Scored(recipe, counts, fits and excess <= 1, C.step(w, stages, counts, times), memory, excess)
+
+    def _layer_floor(self, plan: Plan, gpu) -> float:
+        fast = C.Link(max(g.intra_node_bytes_per_s for g in self.gpus.values()), 0.0)
+        cheapest = Recipe(recompute="none", sequence_parallel=plan.tp > 1,
+                          precision="fp8" if "fp8" in self.recipes["precision"] else self.recipes["precision"][0])
+        f, b = C.layer_s(self._workload(plan, cheapest), gpu, fast)
+        return f + b
+
+    def _profiled(self, plan: Plan, stages) -> tuple | None:
+        """Per-stage (fwd, bwd) of one layer from the model's profile, None where not profiled."""
+        profile = self.model.profile
+        if profile is None:
+            return None
+        first = next(i for i, k in enumerate(self.model.layer_kinds) if k in TRANSFORMER_KINDS)
+        names = {canonical(g): g for g, _ in profile.forward_s}
+        out = []
+        for hw in stages:
+            name = names.get(canonical(hw.gpu.name))
+            forward = profile.forward_s.get((name, plan.tp)) if name else None
+            if forward is None:
+                out.append(None)
+                continue
+            f = forward[first] * profile.scaling[(name, self.model.layer_kinds[first])].factor(plan.mbs)
+            out.append((f, (profile.fwd_bwd_factor - 1) * f))
+        return tuple(out) if any(out) else None
+
+    def _estimate(self, plan: Plan, stages, s: _Scored, times) -> Estimate:
+        step, counts = s.step, s.counts
+        entries = list(counts)
+        entries[0] += 1
+        entries[-1] += 1
+        totals = tuple(m.total for m in s.memory)
+        misfits = [m.misfit(hw.memory_limit_bytes) for m, hw in zip(s.memory, stages)]
+        misfit = next((x for x in misfits if x == "both"), next((x for x in misfits if x), ""))
+        oom = bool(misfit) or not s.fits
+        memory = MemoryEstimate(stage_bytes=totals, stage_zero_bytes=totals, is_oom=oom,
+                                oom_gpumem_gib=max(totals) / GIB, is_zero_oom=oom, zero_oom_gpumem_gib=max(totals) / GIB)
+        source = "analytic" if times is None else "profile" if all(times) else "mixed"
+        r = s.recipe
+        extra = (("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
+                 ("virtual_stages", r.virtual_stages), ("precision", r.precision), ("compute_source", source),
+                 ("misfit", misfit or ("activations" if oom else "")),
+                 ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
+                 ("stage_memory_limit_gib", "-".join(f"{hw.memory_limit_bytes / GIB:.2f}" for hw in stages)))
+        return Estimate(plan=plan, partition=tuple(entries), stage_node_types=self._pacing_nodes(plan, stages),
+                        stage_compute_s=tuple(f + b for f, b in zip(step.stage_fwd_s, step.stage_bwd_s)),
+                        p2p_s=step.p2p_s[:plan.pp - 1], stage_end_s=step.stage_end_s, pipeline_time_s=step.pipeline_s,
+                        dp_allreduce_s=max(step.dp_s), embedding_allreduce_s=step.embedding_sync_s,
+                        step_time_s=step.step_s, memory=memory, usd_per_step=self.usd_per_s * step.step_s,
+                        partitioner="balanced", extra_columns=extra)
+
+    def _pacing_nodes(self, plan: Plan, stages) -> tuple[NodeType, ...]:
+        return tuple(next(plan.placement[k] for k in span if self.gpus[plan.placement[k].name] is hw.gpu)
+                     for span, hw in zip(plan.stage_node_indices, stages))
+
+
+def parse_recipes(options: dict) -> dict:
+    """The allowed recipe values from the search options (defaults: DEFAULTS), checked."""
+    out = {}
+    for key, default in DEFAULTS.items():
+        values = tuple(dict.fromkeys(options.get(key) or default))
+        allowed = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "sequence_parallel": (False, True),
+                   "precision": PRECISIONS}.get(key)
+        bad = [v for v in values if (allowed is not None and v not in allowed)
+               or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))]
+        if bad:
+            raise FasopError(f"--{key.replace('_', '-')}: {bad[0]!r} is not one of "
+                             f"{', '.join(map(str, allowed or ('integers >= 1',)))}")
+        out[key] = values
+    return out
+
+
+@register("analytic")
+def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], **options) -> AnalyticEstimator:
+    """The analytic estimator; options `recompute`, `zero`, `sequence_parallel`, `virtual_stages`,
+    `precision`: tuples of allowed values (DEFAULTS when absent); the others are ignored."""
+    return AnalyticEstimator(model, cluster, inventory, parse_recipes(options))
