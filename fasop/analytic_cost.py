@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from functools import lru_cache
 
 from fasop import analytic_layers as L
 from fasop.architecture import Architecture
@@ -60,8 +61,11 @@ class Link:
     latency_s: float
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Workload:
+    """Compared and hashed by identity: the per-layer functions below are cached on it, and an
+    estimator reuses one Workload per (degrees, micro-batch, recipe)."""
+
     arch: Architecture
     seq: int
     mbs: int
@@ -140,6 +144,7 @@ def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: floa
             + moved / (gpu.memory_bytes_per_s * w.params.memory_bandwidth_efficiency))
 
 
+@lru_cache(maxsize=1 << 16)
 def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included."""
     a, b, s, t, r = w.arch, w.mbs, w.seq, w.tp, w.recipe
@@ -162,6 +167,7 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     return fwd + tp_comm, bwd
 
 
+@lru_cache(maxsize=1 << 16)
 def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     """Lookup (write b·s·h) and the vocab-parallel all-reduce; backward scatters into the table."""
     a, b, s = w.arch, w.mbs, w.seq
@@ -170,6 +176,7 @@ def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]
     return fwd, 2 * _kernel_s(w, gpu, 0.0, 0.0, moved)
 
 
+@lru_cache(maxsize=1 << 16)
 def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     """Logits matmul (at the 16-bit peak: the output layer stays in bf16 under FP8) and the loss."""
     a, b, s, t = w.arch, w.mbs, w.seq, w.tp
@@ -182,6 +189,7 @@ def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- memory
+@lru_cache(maxsize=1 << 16)
 def stage_params(w: Workload, layers: int, first: bool, last: bool) -> float:
     """Parameters one GPU of a stage holds (its 1/tp share)."""
     a = w.arch
@@ -201,6 +209,7 @@ def in_flight(w: Workload, stage: int) -> float:
     return k * (1 + (w.pp - 1) / (w.pp * v)) if v > 1 else k
 
 
+@lru_cache(maxsize=1 << 16)
 def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
     a, r, d = w.arch, w.recipe, w.dp
     first, last = stage == 0, stage == w.pp - 1
@@ -305,7 +314,7 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
         e = sum(embedding_s(w, hw.gpu, hw.tp_link)) if i == 0 else 0.0
         e += sum(head_s(w, hw.gpu)) if i == p - 1 else 0.0
         extra.append(e)
-        cap.append(_max_layers(w, i, hw.memory_limit_bytes, total - (p - 1)))
+        cap.append(max_layers(w, i, hw.memory_limit_bytes, total - (p - 1)))
     if min(cap) < 1 or sum(cap) < total:
         return None
     rate = sum(1 / t for t in per)
@@ -324,7 +333,8 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
     return tuple(counts)
 
 
-def _max_layers(w: Workload, stage: int, limit: float, most: int) -> int:
+@lru_cache(maxsize=1 << 16)
+def max_layers(w: Workload, stage: int, limit: float, most: int) -> int:
     """Most layers stage `stage` can hold within `limit` bytes (memory is linear in layers)."""
     base = stage_memory(w, 0, stage).total
     one = stage_memory(w, 1, stage).total - base
@@ -334,30 +344,36 @@ def _max_layers(w: Workload, stage: int, limit: float, most: int) -> int:
 
 
 # ----------------------------------------------------------------------------- links of a plan
-def stage_hardware(tp: int, dp: int, pp: int, nodes: tuple, gpus: tuple[GpuType, ...],
-                   params: AnalyticParams) -> tuple[StageHardware, ...]:
+def stage_hardware(tp: int, dp: int, pp: int, nodes, gpus, params: AnalyticParams) -> tuple[StageHardware, ...]:
     """Each stage's GPU and links for Megatron's rank order (rank = t + tp·d + tp·dp·stage; node k
     holds ranks kG .. kG + G - 1). `nodes[k]` is node k's NodeType, `gpus[k]` its catalog GPU.
     A stage spanning GPU types runs at its slowest GPU and its groups on its slowest links. A
     group inside a node uses the GPU link; across nodes, a GPU's share of the node's network:
     the G GPUs of a node send at once, split over the min(G, group block) ranks crossing it."""
     g = nodes[0].gpus_per_node
+    return tuple(one_stage(tp, dp, pp, i, g, nodes, gpus, params) for i in range(pp))
+
+
+def stage_span(tp: int, dp: int, pp: int, i: int, g: int) -> tuple[int, int, int]:
+    """(first node, last node, first node of the next stage -- the last node for the last stage)."""
     block = tp * dp
+    first, last = i * block // g, ((i + 1) * block - 1) // g
+    return first, last, (i + 1) * block // g if i + 1 < pp else last
+
+
+def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: AnalyticParams) -> StageHardware:
+    """Stage i of stage_hardware; reads nodes[k], gpus[k] only for k in stage_span (G GPUs a node)."""
     eff = params.link_efficiency
+    first, last, after = stage_span(tp, dp, pp, i, g)
+    ks = range(first, last + 1)
     intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * eff[gpus[k].intra_node_link] for k in ks),
                             params.intra_node_latency_s)
     inter = lambda ks, share: Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
                                    params.inter_node_latency_s)
-    out = []
-    for i in range(pp):
-        ks = range(i * block // g, ((i + 1) * block - 1) // g + 1)
-        gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
-        tp_link = intra(ks) if tp <= g else inter(ks, g)
-        dp_link = intra(ks) if len(ks) == 1 else inter(ks, min(tp, g))
-        nxt = None
-        if i + 1 < pp:
-            a, b = ((i + 1) * block - 1) // g, (i + 1) * block // g
-            nxt = intra((a,)) if a == b else inter((a, b), min(g, block))
-        out.append(StageHardware(gpu=gpu, tp_link=tp_link, dp_link=dp_link, next_link=nxt,
-                                 memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks)))
-    return tuple(out)
+    gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
+    nxt = None
+    if i + 1 < pp:
+        nxt = intra((last,)) if last == after else inter((last, after), min(g, tp * dp))
+    return StageHardware(gpu=gpu, tp_link=intra(ks) if tp <= g else inter(ks, g),
+                         dp_link=intra(ks) if len(ks) == 1 else inter(ks, min(tp, g)), next_link=nxt,
+                         memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks))

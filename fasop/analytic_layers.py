@@ -38,6 +38,7 @@ With f = 4h, g = a, ad = h and dropout these are exactly 10, 24 and 5 of Table 2
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from fasop.architecture import Architecture
@@ -77,6 +78,7 @@ class Recipe:
 
 
 # ----------------------------------------------------------------------------- parameters
+@lru_cache(maxsize=256)
 def layer_params(a: Architecture) -> int:
     """Parameters of one Transformer layer (all TP ranks together)."""
     h, f = a.hidden_size, a.ffn_hidden_size

@@ -28,8 +28,10 @@ _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_
               "price_date", "price_source", "memory_gib")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class GpuType:
+    """One catalog GPU (compared and hashed by identity: the catalog loads each once)."""
+
     name: str
     peak_flops: dict[str, float]
     """Dense tensor-core peak per precision (`bf16`, `fp16`, `fp8`), FLOP/s; a missing key: no such unit."""
@@ -53,9 +55,10 @@ class GpuType:
         raise AssertionError(f"{self.name} has no 16-bit peak")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class AnalyticParams:
-    """Physical constants of the analytic estimator (cluster_specs/catalog/analytic.yaml)."""
+    """Physical constants of the analytic estimator (cluster_specs/catalog/analytic.yaml);
+    compared and hashed by identity, so that the cost model can cache on them."""
 
     memory_bandwidth_efficiency: float
     link_efficiency: dict[str, float]

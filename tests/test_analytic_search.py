@@ -74,3 +74,19 @@ def test_pareto_runs_on_the_catalog(tmp_path):
     rows = _rows(tmp_path / "p_pareto.csv")
     assert any(r["on_frontier"] == "True" for r in rows)
     assert all(r["compute_source"] in ("analytic", "") for r in rows)
+
+
+def test_order_tree_finds_the_listed_top_k():
+    """--top K over 126 node orders goes through the analytic prefix bounds (orders.OrderSearch);
+    its K step times are the K fastest fitting ones of the full listing."""
+    from fasop.search import parse_nodes, search
+    from fasop.specs import load_cluster, load_model
+
+    model, cluster = load_model("qwen2.5-7b"), load_cluster("aws")
+    inventory = parse_nodes("p5=5,g6=4", cluster)
+    options = {"recompute": ("selective", "full"), "zero": (1,)}
+    tree = search(model, cluster, inventory, heterogeneous=True, top=4, estimator_options=options)
+    listed = search(model, cluster, inventory, heterogeneous=True, estimator_options=options)
+    assert tree.num_pruned > 0
+    assert [e.step_time_s for e in tree.estimates] == \
+        sorted(e.step_time_s for e in listed.estimates if not e.memory.is_oom)[:4]

@@ -67,6 +67,8 @@ class AnalyticEstimator:
         self.gpus = {n.name: find_gpu(n.gpu, cluster.path) for n in self.inventory}
         self.recipes = recipes
         self._bounds: dict = {}
+        self._workloads: dict = {}
+        self._recipe_lists: dict = {}
 
     # ------------------------------------------------------------------ protocol
     def tp_degrees(self) -> tuple[int, ...]:
@@ -82,23 +84,61 @@ class AnalyticEstimator:
             (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes) for hw in stages)
 
     def quick_bound(self, plan: Plan) -> float:
-        """m x (all layers on the inventory's fastest GPU, fastest link, cheapest recipe) / pp."""
+        """(m + (p - 1)/v) x all layers on the inventory's fastest GPU (fastest link, cheapest
+        allowed recipe) / p: the 1F1B step of p equal stages never beats that (analytic_cost.step:
+        m x max + (sum - max)/v >= (m + (p - 1)/v) x mean)."""
         if self.model.profile is not None:  # profiled layers may be faster than the analytic floor
             return 0.0
-        key = (plan.tp, plan.mbs)
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs)
         if key not in self._bounds:
-            self._bounds[key] = min(self._layer_floor(plan, gpu) for gpu in self.gpus.values())
-        return plan.num_microbatches * self.arch.num_layers * self._bounds[key] / plan.pp
+            fast = C.Link(float("inf"), 0.0)
+            self._bounds[key] = min(sum(C.layer_s(self._workload(plan, r), gpu, fast))
+                                    for r in self._possible(plan) for gpu in self.gpus.values())
+        v = max(r.virtual_stages for r in self._recipes(plan))
+        return (plan.num_microbatches + (plan.pp - 1) / v) * self.arch.num_layers * self._bounds[key] / plan.pp
 
     def lower_bound(self, plan: Plan, above: float = float("inf")) -> float:
         return self.quick_bound(plan)
 
     def estimate(self, plan: Plan) -> Estimate:
+        return self._best(plan, float("inf"))
+
+    def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
+        if self.lower_bound(plan) > cutoff:
+            return None
+        e = self._best(plan, cutoff)
+        return None if e is None or e.memory.is_oom or not e.step_time_s <= cutoff else e
+
+    def _best(self, plan: Plan, cutoff: float) -> Estimate | None:
+        """The fastest allowed recipe that fits, else (cutoff infinite) the closest to fitting.
+        Recipes are tried by their lower bound (the plan's own stages' layer times, the split's
+        continuous relaxation, no transfers: AnalyticPrefixBounds' formula); one whose bound
+        exceeds the best step found, or the cutoff, cannot win and ends the search. With a finite cutoff, None when none fits below it."""
         stages = self._stages(plan)
-        times = self._profiled(plan, stages)
-        best = min((self._score(plan, stages, r, times) for r in self._recipes(plan)),
-                   key=lambda s: (not s.fits, s.step.step_s if s.fits else s.excess))
-        return self._estimate(plan, stages, best, times)
+        profiled = self._profiled(plan, stages)
+        tried = []
+        limits = [hw.memory_limit_bytes for hw in stages]
+        recipes = [r for r in self._possible(plan) if self._room(plan, r, limits)] or self._recipes(plan)
+        for recipe in recipes:
+            w = self._workload(plan, recipe)
+            times = self._layer_times(w, stages, profiled)
+            taus = [f + b for f, b in times]
+            v, n = recipe.virtual_stages, self.arch.num_layers
+            bound = (plan.num_microbatches - 1 / v) * n / sum(1 / t for t in taus) + n * min(taus) / v
+            tried.append((bound, len(tried), w, times))
+        tried.sort(key=lambda t: t[:2])
+        best = closest = None
+        for bound, _, w, times in tried:
+            if bound > cutoff or (best is not None and bound > best.step.step_s):
+                break
+            scored = self._score(plan, stages, w, times)
+            if scored.fits:
+                if best is None or scored.step.step_s < best.step.step_s:
+                    best = scored
+            elif best is None and (closest is None or scored.excess < closest.excess):
+                closest = scored
+        chosen = best or (closest if cutoff == float("inf") else None)
+        return None if chosen is None else self._estimate(plan, stages, chosen, profiled)
 
     def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
         out = []
@@ -108,18 +148,35 @@ class AnalyticEstimator:
                 progress(i + 1, len(plans))
         return out
 
-    def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
-        if self.lower_bound(plan) > cutoff:
-            return None
-        e = self.estimate(plan)
-        return None if e.memory.is_oom or not e.step_time_s <= cutoff else e
+    def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]) -> "AnalyticPrefixBounds":
+        """The fold over node orders that lets `--placements all --top K` search many nodes."""
+        return AnalyticPrefixBounds(self, shape)
 
     # ------------------------------------------------------------------ pieces
     def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
         gpus = tuple(self.gpus[n.name] for n in plan.placement)
         return C.stage_hardware(plan.tp, plan.dp, plan.pp, plan.placement, gpus, self.params)
 
-    def _recipes(self, plan: Plan):
+    def _recipes(self, plan: Plan) -> list[Recipe]:
+        key = (plan.tp, plan.dp, plan.pp, plan.num_microbatches)
+        if key not in self._recipe_lists:
+            self._recipe_lists[key] = list(self._recipes_of(plan))
+        return self._recipe_lists[key]
+
+    def _possible(self, plan: Plan) -> list[Recipe]:
+        """The recipes whose memory could hold the model on pp stages of the inventory's largest
+        GPU (a necessary condition for any placement: analytic_cost.split_layers' capacity test);
+        all of them when none can (the plan does not fit whatever the recipe)."""
+        key = ("possible", plan.tp, plan.dp, plan.pp, plan.num_microbatches)
+        if key not in self._recipe_lists:
+            roomiest = max(n.memory_limit_bytes for n in self.inventory)
+            n = self.arch.num_layers
+            fits = [r for r in self._recipes(plan)
+                    if sum(C.max_layers(self._workload(plan, r), i, roomiest, n) for i in range(plan.pp)) >= n]
+            self._recipe_lists[key] = fits or self._recipes(plan)
+        return self._recipe_lists[key]
+
+    def _recipes_of(self, plan: Plan):
         r = self.recipes
         sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
         zero = [z for z in r["zero"] if plan.dp > 1 or z == 0] or [0]
@@ -130,11 +187,27 @@ class AnalyticEstimator:
             yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p)
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
-        return C.Workload(arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp,
-                          pp=plan.pp, num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params)
+        """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.global_batch_size, recipe)
+        w = self._workloads.get(key)
+        if w is None:
+            w = self._workloads[key] = C.Workload(
+                arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
+                num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params)
+        return w
 
-    def _score(self, plan: Plan, stages, recipe: Recipe, times) -> _Scored:
-        w = self._workload(plan, recipe)
+    def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
+        """Whether this plan's stages can hold all layers under `recipe` (split_layers' test)."""
+        w, n = self._workload(plan, recipe), self.arch.num_layers
+        caps = [C.max_layers(w, i, limit, n) for i, limit in enumerate(limits)]
+        return min(caps) >= 1 and sum(caps) >= n
+
+    def _layer_times(self, w: C.Workload, stages, profiled) -> tuple[tuple[float, float], ...]:
+        """Each stage's (fwd, bwd) of one layer: the profile's where it has one, else analytic."""
+        return tuple(profiled[i] if profiled and profiled[i] else C.layer_s(w, hw.gpu, hw.tp_link)
+                     for i, hw in enumerate(stages))
+
+    def _score(self, plan: Plan, stages, w: C.Workload, times) -> _Scored:
         counts = C.split_layers(w, stages, times)
         fits = counts is not None
         if counts is None:
@@ -142,14 +215,7 @@ class AnalyticEstimator:
             counts = tuple(n // p + (i < n % p) for i in range(p))
         memory = tuple(C.stage_memory(w, n, i) for i, n in enumerate(counts))
         excess = max(m.total / hw.memory_limit_bytes for m, hw in zip(memory, stages))
-        return _Scored(recipe, counts, fits and excess <= 1, C.step(w, stages, counts, times), memory, excess)
-
-    def _layer_floor(self, plan: Plan, gpu) -> float:
-        fast = C.Link(max(g.intra_node_bytes_per_s for g in self.gpus.values()), 0.0)
-        cheapest = Recipe(recompute="none", sequence_parallel=plan.tp > 1,
-                          precision="fp8" if "fp8" in self.recipes["precision"] else self.recipes["precision"][0])
-        f, b = C.layer_s(self._workload(plan, cheapest), gpu, fast)
-        return f + b
+        return _Scored(w.recipe, counts, fits and excess <= 1, C.step(w, stages, counts, times), memory, excess)
 
     def _profiled(self, plan: Plan, stages) -> tuple | None:
         """Per-stage (fwd, bwd) of one layer from the model's profile, None where not profiled."""
@@ -180,7 +246,7 @@ class AnalyticEstimator:
         oom = bool(misfit) or not s.fits
         memory = MemoryEstimate(stage_bytes=totals, stage_zero_bytes=totals, is_oom=oom,
                                 oom_gpumem_gib=max(totals) / GIB, is_zero_oom=oom, zero_oom_gpumem_gib=max(totals) / GIB)
-        source = "analytic" if times is None else "profile" if all(times) else "mixed"
+        source = "analytic" if not times else "profile" if all(times) else "mixed"
         r = s.recipe
         extra = (("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision), ("compute_source", source),
@@ -220,3 +286,68 @@ def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], 
     """The analytic estimator; options `recompute`, `zero`, `sequence_parallel`, `virtual_stages`,
     `precision`: tuples of allowed values (DEFAULTS when absent); the others are ignored."""
     return AnalyticEstimator(model, cluster, inventory, parse_recipes(options))
+
+
+class AnalyticPrefixBounds:
+    """orders.OrderSearch's fold over node positions for the analytic estimator.
+
+    State: the signatures of the stages already determined (their span and the next stage's
+    first node placed) and the nodes placed since the first undetermined stage's first node;
+    equal states with equal nodes left complete into plans of equal signatures. Bound: each
+    determined stage at its own fastest layer time over the allowed recipes, every other stage
+    at the fastest any GPU reaches; a split's slowest stage is at least L / sum(1/tau_i) (the
+    continuous relaxation) and the stages sum to at least L x min tau, so the step is at least
+    (m - 1/v) x L / sum(1/tau_i) + L x min tau / v (analytic_cost.step; v the largest allowed)."""
+
+    def __init__(self, estimator: AnalyticEstimator, shape: Plan):
+        self.e, self.shape = estimator, shape
+        self.g = shape.placement[0].gpus_per_node
+        self.v = max(r.virtual_stages for r in estimator._recipes(shape))
+        self.workloads = [estimator._workload(shape, r) for r in estimator._possible(shape)]
+        self._tau: dict = {}
+        self.fastest = min(self._layer(gpu, C.Link(float("inf"), 0.0)) for gpu in estimator.gpus.values())
+
+    def _layer(self, gpu, link: C.Link) -> float:
+        key = (gpu.name, link)
+        if key not in self._tau:
+            self._tau[key] = min(sum(C.layer_s(w, gpu, link)) for w in self.workloads)
+        return self._tau[key]
+
+    def start(self):
+        return (), ()
+
+    def extend(self, state, position: int, node: NodeType):
+        done, tail = state
+        tail = tail + (node,)
+        sh, p = self.shape, self.shape.pp
+        while len(done) < p:
+            s = len(done)
+            first, last, after = C.stage_span(sh.tp, sh.dp, p, s, self.g)
+            if max(last, after) > position:
+                break
+            nodes = _Window(tail, first)
+            gpus = _Window(tuple(self.e.gpus[n.name] for n in tail), first)
+            hw = C.one_stage(sh.tp, sh.dp, p, s, self.g, nodes, gpus, self.e.params)
+            done = done + ((hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes),)
+            start = C.stage_span(sh.tp, sh.dp, p, s + 1, self.g)[0] if s + 1 < p else position + 1
+            tail = tail[start - first:]
+        return done, tuple(tail)
+
+    def bound(self, state, placed: int, left) -> float:
+        if self.e.model.profile is not None:  # profiled layers may be faster than the analytic floor
+            return 0.0
+        done = state[0]
+        gpus = {g.name: g for g in self.e.gpus.values()}
+        taus = [self._layer(gpus[sig[0]], sig[1]) for sig in done] + [self.fastest] * (self.shape.pp - len(done))
+        n, m, v = self.e.arch.num_layers, self.shape.num_microbatches, self.v
+        return (m - 1 / v) * n / sum(1 / t for t in taus) + n * min(taus) / v
+
+
+class _Window:
+    """items[k - offset] as [k]: the nodes of a prefix from a given node index on."""
+
+    def __init__(self, items, offset: int):
+        self.items, self.offset = items, offset
+
+    def __getitem__(self, k: int):
+        return self.items[k - self.offset]
