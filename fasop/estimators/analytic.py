@@ -122,9 +122,9 @@ class AnalyticEstimator:
         for recipe in recipes:
             w = self._workload(plan, recipe)
             times = self._layer_times(w, stages, profiled)
-            taus = [f + b for f, b in times]
-            v, n = recipe.virtual_stages, self.arch.num_layers
-            bound = (plan.num_microbatches - 1 / v) * n / sum(1 / t for t in taus) + n * min(taus) / v
+            ends = (sum(C.embedding_s(w, stages[0].gpu, stages[0].tp_link)), sum(C.head_s(w, stages[-1].gpu)))
+            bound = pipeline_floor(plan.num_microbatches, recipe.virtual_stages, self.arch.num_layers,
+                                   [f + b for f, b in times], ends)
             tried.append((bound, len(tried), w, times))
         tried.sort(key=lambda t: t[:2])
         best = closest = None
@@ -296,8 +296,8 @@ class AnalyticPrefixBounds:
     equal states with equal nodes left complete into plans of equal signatures. Bound: each
     determined stage at its own fastest layer time over the allowed recipes, every other stage
     at the fastest any GPU reaches; a split's slowest stage is at least L / sum(1/tau_i) (the
-    continuous relaxation) and the stages sum to at least L x min tau, so the step is at least
-    (m - 1/v) x L / sum(1/tau_i) + L x min tau / v (analytic_cost.step; v the largest allowed)."""
+    continuous relaxation) and the stages sum to at least L x min tau; with the embedding and
+    head at their fastest on the end stages (pipeline_floor; v the largest allowed)."""
 
     def __init__(self, estimator: AnalyticEstimator, shape: Plan):
         self.e, self.shape = estimator, shape
@@ -305,7 +305,10 @@ class AnalyticPrefixBounds:
         self.v = max(r.virtual_stages for r in estimator._recipes(shape))
         self.workloads = [estimator._workload(shape, r) for r in estimator._possible(shape)]
         self._tau: dict = {}
-        self.fastest = min(self._layer(gpu, C.Link(float("inf"), 0.0)) for gpu in estimator.gpus.values())
+        free = C.Link(float("inf"), 0.0)
+        self.fastest = min(self._layer(gpu, free) for gpu in estimator.gpus.values())
+        self.ends = (min(sum(C.embedding_s(w, gpu, free)) for w in self.workloads for gpu in estimator.gpus.values()),
+                     min(sum(C.head_s(w, gpu)) for w in self.workloads for gpu in estimator.gpus.values()))
 
     def _layer(self, gpu, link: C.Link) -> float:
         key = (gpu.name, link)
@@ -339,8 +342,17 @@ class AnalyticPrefixBounds:
         done = state[0]
         gpus = {g.name: g for g in self.e.gpus.values()}
         taus = [self._layer(gpus[sig[0]], sig[1]) for sig in done] + [self.fastest] * (self.shape.pp - len(done))
-        n, m, v = self.e.arch.num_layers, self.shape.num_microbatches, self.v
-        return (m - 1 / v) * n / sum(1 / t for t in taus) + n * min(taus) / v
+        return pipeline_floor(self.shape.num_microbatches, self.v, self.e.arch.num_layers, taus, self.ends)
+
+
+def pipeline_floor(m: int, v: int, layers: int, taus: list[float], ends: tuple[float, float]) -> float:
+    """A step time no split of `layers` identical layers over stages of per-layer times `taus`
+    beats, the first stage also running the embedding (ends[0]) and the last the head (ends[1]):
+    the slowest stage is at least the split's continuous relaxation T = (L + e0/tau0 + e1/tau1) /
+    sum(1/tau_i), the stages sum to at least L x min tau + e0 + e1, and analytic_cost.step is
+    m x max + (sum - max)/v = (m - 1/v) x max + sum / v."""
+    level = (layers + ends[0] / taus[0] + ends[1] / taus[-1]) / sum(1 / t for t in taus)
+    return (m - 1 / v) * level + (layers * min(taus) + ends[0] + ends[1]) / v
 
 
 class _Window:
