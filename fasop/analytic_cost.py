@@ -249,20 +249,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     """The step time of `counts[i]` layers on stage i (embedding on the first, head on the last);
     `times[i]`, when given, replaces stage i's analytic (fwd, bwd) seconds of one layer."""
     p, v = w.pp, w.recipe.virtual_stages
-    fwd, bwd, params = [], [], []
-    for i, (hw, n) in enumerate(zip(stages, counts)):
-        f, bk = times[i] if times and times[i] else layer_s(w, hw.gpu, hw.tp_link)
-        f, bk = n * f, n * bk
-        if i == 0:
-            ef, eb = embedding_s(w, hw.gpu, hw.tp_link)
-            f, bk = f + ef, bk + eb
-        if i == p - 1:
-            hf, hb = head_s(w, hw.gpu)
-            f, bk = f + hf, bk + hb
-        params.append(stage_params(w, n, i == 0, i == p - 1))
-        g = zero3_gather_s(w, params[-1], hw.dp_link)
-        fwd.append(f + g / 2)
-        bwd.append(bk + g / 2)
+    fwd, bwd, params = _stage_times(w, stages, counts, times)
     size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES / w.tp
     links = [hw.next_link for hw in stages[:-1]]
     if v > 1 and p > 1:
@@ -289,6 +276,26 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     return Step(stage_fwd_s=tuple(fwd), stage_bwd_s=tuple(bwd), p2p_s=p2p, pipeline_s=pipeline,
                 stage_end_s=tuple(ends), dp_s=dp, embedding_sync_s=emb, optimizer_s=opt,
                 step_s=done + emb + opt)
+
+
+def _stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[float], list[float]]:
+    """Each stage's forward and backward seconds of one micro-batch, and its parameters per GPU."""
+    p = w.pp
+    fwd, bwd, params = [], [], []
+    for i, (hw, n) in enumerate(zip(stages, counts)):
+        f, bk = times[i] if times and times[i] else layer_s(w, hw.gpu, hw.tp_link)
+        f, bk = n * f, n * bk
+        if i == 0:
+            ef, eb = embedding_s(w, hw.gpu, hw.tp_link)
+            f, bk = f + ef, bk + eb
+        if i == p - 1:
+            hf, hb = head_s(w, hw.gpu)
+            f, bk = f + hf, bk + hb
+        params.append(stage_params(w, n, i == 0, i == p - 1))
+        g = zero3_gather_s(w, params[-1], hw.dp_link)
+        fwd.append(f + g / 2)
+        bwd.append(bk + g / 2)
+    return fwd, bwd, params
 
 
 def _optimizer_s(w: Workload, params: float, gpu: GpuType) -> float:
