@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from fasop import limits
 from fasop.errors import SpecError
 from fasop.specs import GIB, ClusterSpec, NodeType, Reader, read_yaml
 
@@ -106,12 +107,12 @@ def _gpu(r: Reader, name: str) -> GpuType:
     gpu = GpuType(
         name=name,
         peak_flops={p: float(v) * 1e12 for p, v in peaks.items() if v is not None},
-        memory_bytes=float(r.positive("memory_gib")) * GIB,
-        memory_bytes_per_s=float(r.positive("memory_gbyte_per_s")) * 1e9,
-        intra_node_bytes_per_s=float(r.positive("intra_node_gbyte_per_s")) * 1e9,
+        memory_bytes=float(r.positive("memory_gib", high=limits.MEMORY_GIB)) * GIB,
+        memory_bytes_per_s=float(r.positive("memory_gbyte_per_s", high=limits.GBIT_PER_S[1])) * 1e9,
+        intra_node_bytes_per_s=float(r.positive("intra_node_gbyte_per_s", high=limits.GBIT_PER_S[1])) * 1e9,
         intra_node_link=r.get("intra_node_link", str, check=lambda v: v in LINKS, why=f"one of {LINKS}"),
         matmul_efficiency=float(r.get("matmul_efficiency", (int, float), check=lambda v: 0 < v <= 1, why="in (0, 1]")),
-        reference_inter_node_bytes_per_s=float(r.positive("reference_inter_node_gbit_per_s")) * 1e9 / 8,
+        reference_inter_node_bytes_per_s=float(r.positive("reference_inter_node_gbit_per_s", high=limits.GBIT_PER_S[1])) * 1e9 / 8,
     )
     r.done()
     return gpu
@@ -196,17 +197,18 @@ def _catalog_node(r: Reader, name: str, path: Path) -> NodeType:
         raise r.error("gpu", f"unknown GPU type {gpu_name!r} (catalog: "
                       f"{', '.join(g.name for g in load_gpus().values())})") from None
     spot = r.get("spot_usd_per_hour", (int, float, type(None)), None, lambda v: v is None or v >= 0, ">= 0")
-    memory = r.get("memory_gib", (int, float), None, lambda v: v > 0, "> 0")
+    memory = r.get("memory_gib", (int, float), None, lambda v: 0 < v <= limits.MEMORY_GIB, f"in (0, {limits.MEMORY_GIB}]")
     r.get("price_date", (str, datetime.date))
     r.get("price_source", str)
     node = NodeType(
         name=name, instance=r.get("instance", str), gpu=gpu.name,
-        gpus_per_node=r.positive("gpus_per_node", int),
+        gpus_per_node=r.positive("gpus_per_node", int, high=limits.GPUS_PER_NODE),
         memory_limit_bytes=float(memory) * GIB if memory is not None else gpu.memory_bytes,
         intra_node_bytes_per_s=gpu.intra_node_bytes_per_s,
-        inter_node_bytes_per_s=float(r.positive("inter_node_gbit_per_s")) * 1e9 / 8,
+        inter_node_bytes_per_s=float(r.positive("inter_node_gbit_per_s", high=limits.GBIT_PER_S[1])) * 1e9 / 8,
         intra_node_shared=gpu.intra_node_link == "pcie",
-        usd_per_hour=float(r.get("usd_per_hour", (int, float), check=lambda v: v >= 0, why=">= 0")),
+        usd_per_hour=float(r.get("usd_per_hour", (int, float), check=lambda v: 0 <= v <= limits.USD_PER_HOUR,
+                                 why=f"in [0, {limits.USD_PER_HOUR:g}]")),
         spot_usd_per_hour=None if spot is None else float(spot),
     )
     r.done()

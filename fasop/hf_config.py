@@ -29,9 +29,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fasop import limits
 from fasop.architecture import Architecture
 from fasop.errors import SpecError
-from fasop.specs import ModelSpec, Reader, read_profile
+from fasop.specs import ModelSpec, Reader, decode_utf8, read_bounded, read_profile
 
 FAMILIES = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2")
 DEFAULT_SEQUENCE_LENGTH = 4096
@@ -41,6 +42,16 @@ DEFAULT_GLOBAL_BATCH_SIZE = 256
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
 _MULTIMODAL_KEYS = ("text_config", "vision_config", "audio_config", "vision_tower", "mm_projector_type")
 _SPEC_KEYS = ("name", "hf_config", "training", "profile")
+_CEILINGS = {key: high for keys, high in (
+    (("n_layer", "num_hidden_layers", "num_layers", "num_decoder_layers"), limits.LAYERS),
+    (("n_embd", "hidden_size", "d_model", "head_dim", "d_kv"), limits.HIDDEN_SIZE),
+    (("n_head", "num_attention_heads", "num_key_value_heads", "num_heads"), limits.ATTENTION_HEADS),
+    (("vocab_size",), limits.VOCAB_SIZE),
+    (("n_positions", "max_position_embeddings"), limits.SEQUENCE_LENGTH * 64))
+    for key in keys}
+"""limits.py's ceilings for config.json keys (the FFN width: 64 x the hidden ceiling)."""
+CONFIG_BYTES = 1 << 20
+"""A config.json is at most 1 MiB (real ones: ~1-5 KB)."""
 
 
 def architecture_from_config(cfg: dict, where: str) -> Architecture:
@@ -76,8 +87,9 @@ class _Keys:
             if default is ...:
                 raise SpecError(self.where, key, "missing required key")
             return default
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise SpecError(self.where, key, f"must be an integer >= 1, got {value!r}")
+        high = _CEILINGS.get(key, limits.HIDDEN_SIZE * 64)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+            raise SpecError(self.where, key, f"must be an integer in [1, {high:,}], got {str(value)[:60]!r}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -135,21 +147,21 @@ def _llama(k: _Keys, family: str) -> Architecture:
 
 # ----------------------------------------------------------------------------- model specs
 def read_config(path: Path) -> dict:
+    text = decode_utf8(path, read_bounded(path, CONFIG_BYTES, " config.json"))
     try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise SpecError(str(path), "", f"cannot read: {exc.strerror}") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError(str(path), "", f"malformed JSON at line {exc.lineno}: {exc.msg}") from None
-    except UnicodeDecodeError:
-        raise SpecError(str(path), "", "not a UTF-8 text file") from None
+    except RecursionError:
+        raise SpecError(str(path), "", "JSON nested too deeply") from None
 
 
 def load_config_json(path: Path) -> ModelSpec:
     """`--model path/to/config.json` or a folder holding one, with the default training settings."""
-    file = path / "config.json" if path.is_dir() else path
-    if not file.is_file():
-        raise SpecError(str(file), "", "no such file" if not path.is_dir() else "folder holds no config.json")
+    folder = path.is_dir()
+    file = path / "config.json" if folder else path
+    if folder and not file.is_file():
+        raise SpecError(str(path), "", "folder holds no config.json")
     arch = architecture_from_config(read_config(file), str(file))
     seq = min(DEFAULT_SEQUENCE_LENGTH, arch.max_positions or DEFAULT_SEQUENCE_LENGTH)
     name = file.parent.name if file.name == "config.json" else file.stem
@@ -168,8 +180,8 @@ def load_hf_spec(path: Path, data: dict) -> ModelSpec:
     else:
         arch = architecture_from_config(source, f"{path}: hf_config")
     train = top.sub("training", ("sequence_length", "global_batch_size"))
-    seq = train.positive("sequence_length", int)
-    gbs = train.positive("global_batch_size", int)
+    seq = train.positive("sequence_length", int, high=limits.SEQUENCE_LENGTH)
+    gbs = train.positive("global_batch_size", int, high=limits.GLOBAL_BATCH_SIZE)
     train.done()
     spec = model_spec(arch, path=str(path), name=name, sequence_length=seq, global_batch_size=gbs)
     if "profile" in top.data:

@@ -18,6 +18,7 @@ cluster_specs/catalog/analytic.yaml. Error = (predicted - measured) / measured.
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import math
 from dataclasses import dataclass, replace
@@ -27,8 +28,9 @@ from fasop import analytic_cost as C
 from fasop.analytic_layers import RECOMPUTES, Recipe
 from fasop.architecture import gpt_architecture
 from fasop.catalog import AnalyticParams, GpuType, canonical, default_params, load_gpus
+from fasop import limits
 from fasop.errors import FasopError
-from fasop.specs import GIB, NodeType
+from fasop.specs import GIB, NodeType, decode_utf8, read_bounded
 
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "vocab_size", "gpu", "num_gpus",
             "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter")
@@ -41,6 +43,13 @@ OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
                "distributed_optimizer", "virtual_pp", "precision", "picked")
 MAX_VIRTUAL = 8
+CEILINGS = {"num_layers": limits.LAYERS, "hidden_size": limits.HIDDEN_SIZE, "num_attention_heads": limits.ATTENTION_HEADS,
+            "num_kv_heads": limits.ATTENTION_HEADS, "seq_len": limits.SEQUENCE_LENGTH, "vocab_size": limits.VOCAB_SIZE,
+            "ffn_hidden_size": 64 * limits.HIDDEN_SIZE, "global_batch_size": limits.GLOBAL_BATCH_SIZE,
+            "gpus_per_node": limits.GPUS_PER_NODE, "micro_batch_size": limits.GLOBAL_BATCH_SIZE, "virtual_pp": 64}
+"""limits.py's ceilings per integer column (others, GPU counts and degrees: limits.GPUS)."""
+MAX_BYTES = 16 << 20
+"""A runs CSV is at most 16 MiB (as a profile CSV, limits.PROFILE_BYTES)."""
 
 
 @dataclass(frozen=True)
@@ -75,14 +84,12 @@ class Report:
 
 
 def read_rows(path: Path) -> list[Row]:
+    text = decode_utf8(path, read_bounded(path, MAX_BYTES, " runs CSV"))
     try:
-        with open(path, newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            rows = [Row(i, r) for i, r in enumerate(reader, start=2)]
-    except OSError as exc:
-        raise FasopError(f"{path}: cannot read: {exc.strerror}") from None
-    except (UnicodeDecodeError, csv.Error) as exc:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = reader.fieldnames or []
+        rows = [Row(i, r) for i, r in enumerate(reader, start=2)]
+    except csv.Error as exc:
         raise FasopError(f"{path}: not a readable CSV file: {exc}") from None
     missing = [c for c in REQUIRED if c not in header]
     if missing:
@@ -115,11 +122,14 @@ class _Cells:
                 raise self.error(column, "empty required cell")
             return default
         try:
-            value = int(text)
+            value = int(text) if len(text) <= 20 else None
         except ValueError:
-            raise self.error(column, f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise self.error(column, f"expected an integer >= {low}, got {text!r}")
+            value = None
+        if value is None:
+            raise self.error(column, f"expected an integer, got {text[:60]!r}")
+        high = CEILINGS.get(column, limits.GPUS)
+        if not low <= value <= high:
+            raise self.error(column, f"expected an integer in [{low}, {high:,}], got {text!r}")
         return value
 
     def flag(self, column: str, default=None) -> bool | None:
