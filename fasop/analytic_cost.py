@@ -7,7 +7,8 @@ Time of a layer: matmul FLOPs / (peak of the precision x matmul efficiency) + by
 (memory bandwidth x efficiency), where the bytes are the elementwise kernels' and, with
 `gemm_traffic` (Calculon's `processing_mode: no_overlap`, systems/a100_80g.json), the matmuls'
 own operands too: a matmul's loads are not hidden behind its arithmetic. FP8 runs the weight matmuls at the FP8 peak and the attention core at the 16-bit one
-(Transformer Engine). Backward = 2 x forward, plus adding each micro-batch's weight gradients
+(Transformer Engine); a fused (FlashAttention) attention core runs at `fused_attention_efficiency`
+of the 16-bit peak instead of the matmul efficiency. Backward = 2 x forward, plus adding each micro-batch's weight gradients
 into the gradient buffer (read + write it: 2 x gradient bytes per parameter); full recompute adds
 a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5).
 
@@ -154,7 +155,12 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, fused)
     if w.params.gemm_traffic:
         moved += L.layer_gemm_bytes(a, b, s, t, ACT_BYTES)
-    fwd = _kernel_s(w, gpu, linear, core, moved)
+    if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
+        precision = "bf16" if r.precision == "fp8" else r.precision
+        rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * w.params.fused_attention_efficiency
+        fwd = _kernel_s(w, gpu, linear, 0.0, moved) + core / rate
+    else:
+        fwd = _kernel_s(w, gpu, linear, core, moved)
     tp_comm = 2 * all_reduce_s(b * s * a.hidden_size * ACT_BYTES, t, tp_link)
     accumulate = 2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
     bwd = 2 * fwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate)

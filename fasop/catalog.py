@@ -23,7 +23,8 @@ CATALOG_DIR = Path(__file__).resolve().parent.parent / "cluster_specs" / "catalo
 LINKS = ("nvlink", "xgmi", "pcie")
 _GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_gbyte_per_s",
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s")
-_PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "gemm_traffic",
+_PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
+               "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes")
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
@@ -67,6 +68,8 @@ class AnalyticParams:
     intra_node_latency_s: float
     inter_node_latency_s: float
     fused_attention: bool
+    fused_attention_efficiency: float
+    """Share of the 16-bit peak a fused attention kernel reaches (forward and backward)."""
     gemm_traffic: bool
     """Charge a matmul's operand bytes on top of its FLOPs (Calculon's `no_overlap` processing mode)."""
     dp_overlap: float
@@ -137,6 +140,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
                        lambda v: isinstance(v, (int, float)) and v >= 0, ">= 0")
     fused = get("fused_attention", bool, None, "")
     traffic = get("gemm_traffic", bool, None, "")
+    attention = get("fused_attention_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
     overlap = get("dp_overlap", (int, float), share, "in [0, 1]")
     overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
     grad = _mapping(r, "gradient_reduce_bytes", ("bf16", "fp16", "fp8"), base is None,
@@ -149,6 +153,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         inter_node_latency_s=float(latency.get("inter_node", base.inter_node_latency_s if base else 0)),
         fused_attention=fused if fused is not None else base.fused_attention,
         gemm_traffic=traffic if traffic is not None else base.gemm_traffic,
+        fused_attention_efficiency=float(attention) if attention is not None else base.fused_attention_efficiency,
         dp_overlap=float(overlap) if overlap is not None else base.dp_overlap,
         framework_overhead_bytes=float(overhead) * GIB if overhead is not None else base.framework_overhead_bytes,
         gradient_reduce_bytes={**(base.gradient_reduce_bytes if base else {}), **grad},
