@@ -61,7 +61,8 @@ def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, 
     from fasop.pruning import pruned_sweep
 
     job = pareto.sweep_job(model, cluster, comps, placements=args.placements, partitioner=args.partitioner,
-                           iterations=iterations, spot=args.spot, top=1, partition_budget=args.partition_budget)
+                           iterations=iterations, spot=args.spot, top=1, partition_budget=args.partition_budget,
+                           estimator_options=getattr(args, "estimator_options", None))
     if args.round_size < 1:
         raise FasopError(f"--round-size: must be >= 1, got {args.round_size}")
     prune = not args.exhaustive

@@ -35,3 +35,7 @@ class Estimate:
     """The partitioner that chose `partition`."""
     partition_proven_optimal: bool = False
     """True when the `optimal` partitioner proved no split of this plan is faster."""
+    extra_columns: tuple[tuple[str, object], ...] = ()
+    """(column, value) pairs an estimator adds to the CSV after the common columns, the same
+    columns for every plan it scores (the analytic estimator's recipe, compute_source, misfit);
+    empty for fasop-2024, whose CSVs keep their bytes."""

@@ -54,7 +54,7 @@ COLUMN_DOCS = {
 def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], list[dict]]:
     """(columns, rows) for a search result, fastest first."""
     type_names = list(dict.fromkeys(n.name for n in result.inventory))
-    columns = list(SEARCH_COLUMNS) + [f"num_nodes_{t}" for t in type_names]
+    columns = list(SEARCH_COLUMNS) + [f"num_nodes_{t}" for t in type_names] + extra_columns(result.estimates)
     counts = {f"num_nodes_{t}": sum(n.name == t for n in result.inventory) for t in type_names}
     rows = []
     for rank, e in enumerate(result.estimates, start=1):
@@ -83,7 +83,12 @@ def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float
         "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * sequence_length,
         "usd_per_hour": usd_per_hour, "iterations": iterations,
         "train_time_h": e.step_time_s * iterations / 3600,
-    }
+    } | dict(e.extra_columns)
+
+
+def extra_columns(estimates: Iterable[Estimate]) -> list[str]:
+    """The estimator's own columns (Estimate.extra_columns), from the first estimate that has any."""
+    return next(([name for name, _ in e.extra_columns] for e in estimates if e.extra_columns), [])
 
 
 def csv_text(columns: Sequence[str], rows: Iterable[dict]) -> str:
@@ -128,7 +133,9 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
     """(columns, rows) for `fasop pareto`: one row per composition, in composition order, with its
     fastest plan that fits (plan cells empty when none fits). Dollar columns use the composition's
     price on the chosen basis; `rank` is the plan's rank within its composition's search."""
-    columns = list(SEARCH_COLUMNS) + [f"num_nodes_{t}" for t in type_names] + list(PARETO_EXTRA_COLUMNS)
+    bests = [r.best for r in analysis.results if r.best is not None]
+    columns = (list(SEARCH_COLUMNS) + [f"num_nodes_{t}" for t in type_names] + list(PARETO_EXTRA_COLUMNS)
+               + extra_columns(bests))
     rows = []
     for i, r in enumerate(analysis.results):
         counts = dict(r.composition.counts)
