@@ -86,9 +86,11 @@ def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimat
     from fasop.partition import DEFAULT_MAX_NODES
 
     parser.add_argument("--workers", type=_positive_int, default=default_workers, metavar="N", help=workers_help)
-    parser.add_argument("--partition-budget", type=_positive_int, default=DEFAULT_MAX_NODES, metavar="NODES",
-                        help="search-tree nodes the optimal partitioner may visit per plan before it keeps the best "
-                        "split found; more proves more splits optimal, and takes longer (default %(default)s)")
+    parser.add_argument("--partition-budget", type=_positive_int, metavar="NODES",
+                        help="cap the optimal partitioner's effort: search-tree nodes per plan, past which it keeps "
+                        "the best split found and reports its gap to the best bound (partition_gap_pct). Default: "
+                        f"no cap, every split proven optimal ({DEFAULT_MAX_NODES} nodes of branch and bound, then a "
+                        "MILP certificate for what is left)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

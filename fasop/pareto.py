@@ -29,7 +29,6 @@ import numpy as np
 
 from fasop.errors import FasopError
 from fasop.estimate import Estimate
-from fasop.partition import DEFAULT_MAX_NODES
 from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, process_pool, search
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
@@ -221,7 +220,7 @@ class CompositionResult:
 
 def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str = "cyclic",
           partitioner: str = "fasop-minmax", iterations: int = DEFAULT_ITERATIONS, spot: bool = False,
-          top: int | None = None, workers: int = 1, partition_budget: int | None = DEFAULT_MAX_NODES,
+          top: int | None = None, workers: int = 1, partition_budget: int | None = None,
           progress: Progress | None = None) -> Iterator[CompositionResult]:
     """Search every composition (heterogeneous plans allowed) and yield its result, in order.
 

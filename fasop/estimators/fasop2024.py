@@ -41,7 +41,8 @@ from fasop.partition import (DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, faso
                              minmax_supported, optimal)
 from fasop.plan import Plan, trusted_many
 from fasop.recent import recent
-from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, steady_weights
+from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains, steady_weights
+from fasop.split_milp import certify
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
@@ -57,12 +58,12 @@ the plan bounds."""
 class _Chosen:
     """A plan with its split chosen and scheduled: what `_finish_many` makes an estimate of."""
 
-    __slots__ = ("plan", "layout", "stages", "p2p", "split", "ends", "compute", "proven")
+    __slots__ = ("plan", "layout", "stages", "p2p", "split", "ends", "compute", "proven", "gap_pct")
 
     def __init__(self, plan: Plan, layout: "Layout", stages: "Stages", p2p: tuple[float, ...], split: Split,
-                 ends: list[float], compute: Sequence[float], proven: bool = False):
+                 ends: list[float], compute: Sequence[float], proven: bool = False, gap_pct: float = 0.0):
         self.plan, self.layout, self.stages, self.p2p, self.split = plan, layout, stages, p2p, split
-        self.ends, self.compute, self.proven = ends, compute, proven
+        self.ends, self.compute, self.proven, self.gap_pct = ends, compute, proven, gap_pct
         """ends: each stage's end; compute: each stage's fwd+bwd seconds per micro-batch."""
 
 
@@ -74,6 +75,8 @@ class _Prepared:
     p2p: tuple[float, ...]
     splits: list[Split]
     proven: bool = False
+    gap_pct: float = 0.0
+    """The optimal partitioner's gap (Estimate.partition_gap_pct)."""
     layout: Layout | None = None
     """The plan's layout (what `_finish` needs of it again), when known."""
 
@@ -254,7 +257,8 @@ class Fasop2024Estimator:
             raise ValueError(f"unknown partitioner {partitioner!r}")
         self.model, self.cluster, self.partitioner = model, cluster, partitioner
         self.max_nodes = max_nodes
-        """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
+        """Search-tree nodes the `optimal` partitioner may visit per plan; None: every split
+        proven (DEFAULT_MAX_NODES, then what is left by a MILP certificate, split_milp)."""
         self._shared = _shared_cache(model, cluster)
         self._latest_plan: Plan | None = None
         self._latest: dict = {}
@@ -451,7 +455,7 @@ class Fasop2024Estimator:
             return replace(prepared, proven=True)
         found = self._optimal_split(prepared, cutoff)
         return None if found is None else replace(prepared, splits=[Split(found.split, found.split)],
-                                                  proven=found.proven)
+                                                  proven=found.proven, gap_pct=_gap_pct(found))
 
     def _optimal_split(self, p: _Prepared, cutoff: float = np.inf) -> Found | None:
         """The split with the lowest estimated step time among those that fit in memory (or among
@@ -517,16 +521,35 @@ class Fasop2024Estimator:
             return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
                                      send_first=send_first, send_last=send_last)
 
+        def certified(found: Found | None) -> Found | None:
+            """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
+            proven: by the branch and bound again, now only that no split is faster by more than
+            its margin (many splits of equal time: layers moved between stages of one GPU type),
+            then by the MILP (split_milp.certify)."""
+            if found is None or found.proven or self.max_nodes is not None:
+                return found
+            settled = optimal(fitting, tables=tables, **(budget | {"seeds": [found.split]}), settle=True)
+            if settled.objective < found.objective:
+                found = settled
+            if settled.proven:
+                return Found(found.split, found.objective, True, found.objective)
+            table = self._dp_table(plan, layout)[:, [int(t.intra_node_shared) for t in p.stage_types]]
+            sure = certify(fitting, lambda t: stage_chains(t, sends_fwd[:, 0], sends_bwd[:, 0], m),
+                           table.astype(float) + embedding, lambda split: evaluate([split])[0], found.split,
+                           found.objective)
+            return Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound))
+
         seeds = [s.reported for s in p.splits]
         budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
-                  "max_nodes": self.max_nodes, "stage_weights": weights}
+                  "max_nodes": DEFAULT_MAX_NODES if self.max_nodes is None else self.max_nodes,
+                  "stage_weights": weights}
         if cutoff < np.inf:
             # The search stops early once it knows its result is above the cutoff; otherwise its
             # result is the one without cutoff, so a plan's estimate never depends on the cutoff
             # (top-K runs equal full runs, any --workers).
-            found = optimal(fitting, above=cutoff, tables=tables, **budget)
+            found = certified(optimal(fitting, above=cutoff, tables=tables, **budget))
             return None if found is None or not found.objective <= cutoff else found
-        found = optimal(fitting, tables=tables, **budget)
+        found = certified(optimal(fitting, tables=tables, **budget))
         if found is None:  # nothing fits: the fastest split, flagged OOM
             found = optimal(times, tables=oom_tables, **budget)
         return found
@@ -653,7 +676,7 @@ class Fasop2024Estimator:
         layout = p.layout or self.layout(p.plan)
         return _Chosen(p.plan, layout, self._stages(layout, p.plan.tp, p.plan.mbs), p.p2p, p.splits[best],
                        np.asarray(split_ends[best], dtype=float).tolist(), p.stage_compute(p.splits[best].scheduled),
-                       p.proven)
+                       p.proven, p.gap_pct)
 
     def _finish_many(self, chosen: Sequence["_Chosen"]) -> list[Estimate]:
         """Estimates of chosen splits: step time (`_step`'s float32 operations), memory and
@@ -680,7 +703,7 @@ class Fasop2024Estimator:
                          stage_compute_s=tuple(c.compute), p2p_s=c.p2p, stage_end_s=tuple(c.ends),
                          pipeline_time_s=c.ends[0], dp_allreduce_s=dp, embedding_allreduce_s=float(c.layout.embedding_s),
                          step_time_s=step, memory=mem, usd_per_step=self.usd_per_s * step, partitioner=self.partitioner,
-                         partition_proven_optimal=c.proven)
+                         partition_proven_optimal=c.proven, partition_gap_pct=c.gap_pct)
                 for c, dp, step, mem in zip(chosen, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
 
     def _dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
@@ -731,6 +754,14 @@ class Fasop2024Estimator:
         return self._dp_params_all(plan.tp)[stage0_layers]
 
 
+def _gap_pct(found: Found) -> float:
+    """Estimate.partition_gap_pct of a search's result: 0 when proven, else how far below its
+    objective its best bound lies, in percent (rounded to 4 significant digits)."""
+    if found.proven or not found.objective > 0 or not np.isfinite(found.objective):
+        return 0.0
+    return float(f"{max(0.0, 100 * (found.objective - max(found.bound, 0.0)) / found.objective):.4g}")
+
+
 _SHARED: dict[tuple, tuple] = {}
 
 
@@ -744,7 +775,7 @@ def _shared_cache(model: ModelSpec, cluster: ClusterSpec) -> dict:
 
 @register("fasop-2024")
 def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, partitioner: str = "fasop-minmax",
-         partition_budget: int | None = DEFAULT_MAX_NODES, **_ignored) -> Fasop2024Estimator:
+         partition_budget: int | None = None, **_ignored) -> Fasop2024Estimator:
     """FASOP's estimator with the search's options: `partitioner` and `partition_budget` (the
-    optimal partitioner's search-tree nodes per plan)."""
+    optimal partitioner's search-tree nodes per plan; None: every split proven optimal)."""
     return Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)
