@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from fasop.enumerate import cyclic_placements, degree_list, plans  # noqa: E402
 from fasop.estimators.fasop2024 import Fasop2024Estimator  # noqa: E402
-from fasop.schedule import _program, one_f_one_b, steady_weights  # noqa: E402
+from fasop.recurrences import program as _program  # noqa: E402
+from fasop.schedule import one_f_one_b, steady_weights  # noqa: E402
 from fasop.search import parse_nodes  # noqa: E402
 from fasop.specs import load_cluster, load_model  # noqa: E402
 
@@ -49,7 +50,7 @@ def kernel_bound(times: np.ndarray, m: int, first: float, last: float) -> float:
     own = before + m * times
     own[1:] += first
     own[-1] += last
-    chain = times.sum() + first + last + (steady_weights(pp, m) * times).max()
+    chain = times.sum() + first + last + (steady_weights(pp, m, fwd_bwd_factor=3.0) * times).max()
     return max(chain, own.max()) * (1 - 1e-9)
 
 
@@ -57,7 +58,7 @@ def by_critical_paths(rows: list[np.ndarray], bounds: list[float], m: int, first
                       ) -> tuple[int, int]:
     """(the chosen split, the number scheduled) when splits are scheduled one at a time, each time
     the one of least bound (the first of equals) that may still win, every split left then also
-    bounded by its durations summed along the run's critical path (`_Program.chain`)."""
+    bounded by its durations summed along the run's critical path (`recurrences.Program.chain`)."""
     pp = len(rows[0])
     program = _program(pp, m)
 

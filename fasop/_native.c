@@ -3,19 +3,19 @@
  * Each kernel computes what a Python function of fasop computes, with the same float64
  * operations in the same order, so the results are the same bits:
  *
- * - one_f_one_b: FASOP's 1F1B event recurrences (MODEL.md section 5), fasop.schedule._run.
+ * - one_f_one_b: FASOP's 1F1B event recurrences (docs/estimators.md section 5), fasop.recurrences.run.
  *   Every event end is (the largest of the events it waits for) + its duration: comparisons,
  *   exact, and one IEEE double addition.
- * - minmax: FASOP's greedy min-max layer balancing (MODEL.md section 6), the moves of
- *   fasop.partition.minmax, on stage times read from tables of prefix sums made in Python.
+ * - minmax: FASOP's greedy min-max layer balancing (docs/estimators.md section 6), the moves of
+ *   fasop.estimators.fasop2024_minmax.minmax, on stage times read from tables of prefix sums made in Python.
  * - fasop_plans: FASOP's partitioner and schedule for a batch of plans: the min-max split(s)
  *   of each plan (for an encoder-decoder model, one per number of encoder stages,
- *   fasop.partition.fasop_minmax_splits), each split's stage times (fasop.compute.stage_times),
+ *   fasop.estimators.fasop2024_minmax.fasop_minmax_splits), each split's stage times (fasop.compute.stage_times),
  *   and the 1F1B stage ends of the split with the lowest pipeline time (the first of equals),
  *   as fasop.estimate schedules and picks them.
  *
- * The only arithmetic beyond max and + is F = t / 3 and B = 2 * t / 3, written as numpy
- * writes it, and the lower bounds that let fasop_plans skip splits that cannot win (they only
+ * The only arithmetic beyond max and + is F = t / k and B = (k - 1) * t / k (k: the model's
+ * fwd_bwd_factor), written as numpy writes it, and the lower bounds that let fasop_plans skip splits that cannot win (they only
  * decide what is skipped, never a value).
  *
  * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
@@ -67,6 +67,7 @@ typedef struct {
     int *flags;     /* 3 * pp */
     lanes_t *dur;   /* 4 * pp rows: F, B, SF, SB of each stage */
     lanes_t *ends;  /* pp */
+    double k;       /* fwd_bwd_factor of the stage times loaded (load_lane) */
 } sched_t;
 
 /* Scratch for pipelines of up to max_pp stages and max_cells = pp x m; set s->pp, s->m before
@@ -95,7 +96,7 @@ static void sched_free(sched_t *s)
  * not zero with 1e300. */
 static int poison = 0;
 
-/* run_1f1b: the recurrences of fasop.schedule._run (_one_f_one_b.h) on the LANES pipelines of
+/* run_1f1b: the recurrences of fasop.recurrences.run (_one_f_one_b.h) on the LANES pipelines of
  * s->dur, into s->ends. */
 #define ONE_F_ONE_B_NAME run_1f1b
 #define ONE_F_ONE_B_STATE sched_t
@@ -135,6 +136,7 @@ typedef struct {
     int32_t *pred, *code;    /* event k: the event its value came from, its duration (index into dur) */
     int32_t events;          /* events so far (event 0: none) */
     int32_t *path, length;   /* the critical path: duration indices, first event first */
+    double k;                /* fwd_bwd_factor of the stage times loaded (schedule_traced) */
 } trace_t;
 
 static int trace_init(trace_t *s, int max_pp, int64_t max_cells)
@@ -213,14 +215,15 @@ static void run_traced(trace_t *s)
     s->length = length;
 }
 
-/* The 4 pp durations (F, B, SF, SB of each stage) of the pipeline of stage times t: F = t/3,
- * B = 2t/3 (numpy's comp / 3 and 2 * comp / 3), stage 0's forward send sf, the last stage's
- * backward send sb; every `stride`-th entry of dur (one lane of a run, or a plain row). */
-static void load_durations(double *dur, Py_ssize_t stride, int pp, const double *t, double sf, double sb)
+/* The 4 pp durations (F, B, SF, SB of each stage) of the pipeline of stage times t split by
+ * the factor k: F = t/k, B = (k - 1) t/k (numpy's comp / k and (k - 1) * comp / k,
+ * schedule.split_stage_times), stage 0's forward send sf, the last stage's backward send sb;
+ * every `stride`-th entry of dur (one lane of a run, or a plain row). */
+static void load_durations(double *dur, Py_ssize_t stride, int pp, const double *t, double sf, double sb, double k)
 {
     for (int i = 0; i < pp; i++) {
-        dur[i * stride] = t[i] / 3.0;
-        dur[(pp + i) * stride] = 2.0 * t[i] / 3.0;
+        dur[i * stride] = t[i] / k;
+        dur[(pp + i) * stride] = (k - 1.0) * t[i] / k;
         dur[(2 * pp + i) * stride] = (i == 0) ? sf : 0.0;
         dur[(3 * pp + i) * stride] = (i == pp - 1) ? sb : 0.0;
     }
@@ -275,7 +278,7 @@ static void minmax_free(minmax_t *w)
     free(w->current);
 }
 
-/* fasop.partition.minmax: n stages on planes which[0..n-1], L layers, balancing time of stage
+/* fasop.estimators.fasop2024_minmax.minmax: n stages on planes which[0..n-1], L layers, balancing time of stage
  * i = its compute + extra[i] (comm of the middle stages, 0.0 at the ends). Writes the reported
  * and scheduled counts; -1 when out of memory. */
 static int run_minmax(minmax_t *w, const tables_t *t, int n, int L, const int64_t *which, const double *extra,
@@ -355,13 +358,13 @@ static int run_minmax(minmax_t *w, const tables_t *t, int n, int L, const int64_
  * c_i t_i of schedule.steady_weights; stage i's own m forwards and backwards after the stages
  * before it. Reduced by a relative 1e-9, more than the rounding of any chain of fewer than
  * 10^6 events: below the computed end time, not only below the exact one. */
-static double lower_bound(const double *t, int pp, int m, double sf, double sb)
+static double lower_bound(const double *t, int pp, int m, double sf, double sb, double k)
 {
     double total = 0.0, steady = 0.0, own = 0.0;
     for (int i = 0; i < pp; i++) {
         const int w = (pp - i - 1 < m) ? pp - i - 1 : m;
-        double c = 2.0 * (m - 1) / 3.0;
-        if (m > w && m - 1 - w / 3.0 > c) c = m - 1 - w / 3.0;
+        double c = (k - 1.0) * (m - 1) / k;
+        if (m > w && m - 1 - w / k > c) c = m - 1 - w / k;
         if (c * t[i] > steady) steady = c * t[i];
         const double busy = total + m * t[i] + (i > 0 ? sf : 0.0) + (i == pp - 1 ? sb : 0.0);
         if (busy > own) own = busy;
@@ -383,7 +386,7 @@ typedef struct {
 /* Loads lane l of s->dur with the pipeline of stage times t (load_durations). */
 static void load_lane(sched_t *s, int l, const double *t, double sf, double sb)
 {
-    load_durations((double *)s->dur + l, LANES, s->pp, t, sf, sb);  /* lanes_t: LANES doubles, no padding */
+    load_durations((double *)s->dur + l, LANES, s->pp, t, sf, sb, s->k);  /* lanes_t: LANES doubles, no padding */
 }
 
 /* Stage times of counts over planes which (layers from 0), as compute.stage_times. */
@@ -654,10 +657,10 @@ static void middle_comm(int n, const double *comm, double *extra)
     extra[n - 1] = 0.0;
 }
 
-/* The candidate splits of an encoder-decoder plan (fasop.partition.fasop_minmax_splits): per
+/* The candidate splits of an encoder-decoder plan (fasop.estimators.fasop2024_minmax.fasop_minmax_splits): per
  * number of encoder stages pe, the encoder's min-max split over stages 0..pe-1 and the
  * decoder's over pe..pp-1, both balanced on the first n_enc layers' times with local stage
- * indices for the comm term (MODEL.md section 6). Into splits[]; returns how many, or -1 when
+ * indices for the comm term (docs/estimators.md section 6). Into splits[]; returns how many, or -1 when
  * out of memory. */
 static int encoder_decoder_splits(minmax_t *w, const tables_t *t, int pp, int n_enc, int n_dec, const int64_t *which,
                                   const double *comm, double *extra, int64_t *spare, split_t *splits)
@@ -743,7 +746,7 @@ static inline int has_next(const candidates_t *c)
  * their lower bounds; 0, -1 when out of memory, -2 when it has none. */
 static int encoder_decoder_candidates(candidates_t *c, minmax_t *w, const tables_t *t, int pp, int m, int n_enc,
                                       int n_dec, const int64_t *planes, const double *comm, double *extra,
-                                      int64_t *spare, int64_t *count_rows, double *time_rows)
+                                      int64_t *spare, int64_t *count_rows, double *time_rows, double k)
 {
     const double sf = comm[0], sb = comm[pp - 2];
     for (int q = 0; q < pp; q++) {
@@ -754,7 +757,7 @@ static int encoder_decoder_candidates(candidates_t *c, minmax_t *w, const tables
     if (count <= 0) return count < 0 ? -1 : -2;
     for (int q = 0; q < count; q++) {
         times_of(t, pp, planes, c->splits[q].counts, c->splits[q].times);
-        c->splits[q].bound = lower_bound(c->splits[q].times, pp, m, sf, sb);
+        c->splits[q].bound = lower_bound(c->splits[q].times, pp, m, sf, sb, k);
         c->splits[q].scheduled = 0;
     }
     c->count = count;
@@ -813,7 +816,7 @@ static long schedule_traced(trace_t *tr, candidates_t *c, double sf, double sb)
         if (pick < 0) return runs;
         split_t *split = &c->splits[pick];
         split->scheduled = 1;
-        load_durations(tr->dur, 1, pp, split->times, sf, sb);
+        load_durations(tr->dur, 1, pp, split->times, sf, sb, tr->k);
         run_traced(tr);
         runs++;
         const double e0 = tr->ends[0];
@@ -828,7 +831,7 @@ static long schedule_traced(trace_t *tr, candidates_t *c, double sf, double sb)
         for (int q = 0; q < c->count; q++) {
             split_t *x = &c->splits[q];
             if (x->scheduled || x->bound > c->best) continue;  /* out already: the best only falls */
-            load_durations(tr->other, 1, pp, x->times, sf, sb);
+            load_durations(tr->other, 1, pp, x->times, sf, sb, tr->k);
             const double bound = path_sum(tr, tr->other);
             if (bound > x->bound) x->bound = bound;
         }
@@ -903,12 +906,13 @@ static long schedule_candidates(sched_t *s, candidates_t *plans, Py_ssize_t R, c
 }
 
 PyDoc_STRVAR(fasop_plans_doc,
-"fasop_plans(table, width, which, comm, pps, ms, n_enc, n_dec, reported, scheduled, times, ends) -> int\n\n"
+"fasop_plans(table, width, which, comm, pps, ms, n_enc, n_dec, k, reported, scheduled, times, ends) -> int\n\n"
 "FASOP's partitioner and 1F1B schedule for P plans. Rows of S >= every pp entries, the first pp\n"
 "of a plan's row used: which (int64): the stage time plane of each stage (table, width as for\n"
 "minmax); comm (float64): p2p seconds per stage boundary (pp-1); pps, ms (int64, P): stages and\n"
 "micro-batches. The layer list has n_enc entries (n_dec = 0), or an encoder of n_enc and a\n"
-"decoder of n_dec. Writes each plan's chosen split (reported and scheduled counts, int64), its\n"
+"decoder of n_dec. A stage time t is scheduled as forward t / k and backward (k - 1) t / k.\n"
+"Writes each plan's chosen split (reported and scheduled counts, int64), its\n"
 "stage compute seconds and stage ends (float64): of the candidate splits, the one with the\n"
 "lowest stage-0 end, the first of equals; one stage: m x its time, in float32. Returns the\n"
 "number of splits scheduled (others were proved to end later, or no earlier with a later index,\n"
@@ -920,8 +924,9 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
     Py_buffer table, which, comm, pps, ms, reported, scheduled, times, ends;
     Py_ssize_t width;
     int n_enc, n_dec;
-    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*iiw*w*w*w*", &table, &width, &which, &comm, &pps, &ms, &n_enc, &n_dec,
-                          &reported, &scheduled, &times, &ends))
+    double k_factor;
+    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*iidw*w*w*w*", &table, &width, &which, &comm, &pps, &ms, &n_enc, &n_dec,
+                          &k_factor, &reported, &scheduled, &times, &ends))
         return NULL;
     PyObject *result = NULL;
     sched_t s = {0};
@@ -989,6 +994,11 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
+    if (!(k_factor >= 1.0) || !isfinite(k_factor)) {
+        PyErr_SetString(PyExc_ValueError, "fasop_plans: need a finite fwd_bwd_factor k >= 1");
+        goto done;
+    }
+    s.k = tr.k = k_factor;
     int64_t *spare = count_rows + slots * (size_t)most * (size_t)most;
     const double *cm = comm.buf;
     int64_t *rep = reported.buf, *sch = scheduled.buf;
@@ -1006,7 +1016,7 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
         for (r1 = r0; r1 < P && order[r1].pp == pp && order[r1].m == m; r1++) {}
         s.pp = pp;
         s.m = m;
-        if (pp == 1) {  /* one stage: all layers, m micro-batches back to back, float32 (MODEL.md section 5) */
+        if (pp == 1) {  /* one stage: all layers, m micro-batches back to back, float32 (docs/estimators.md section 5) */
             for (Py_ssize_t r = r0; r < r1; r++) {
                 const Py_ssize_t k = order[r].index;
                 const rows_t out = ROWS(k);
@@ -1027,7 +1037,7 @@ static PyObject *py_fasop_plans(PyObject *self, PyObject *args)
                 c->out = ROWS(k);
                 const int done = encoder_decoder_candidates(c, &w, &t, pp, m, n_enc, n_dec, wh + k * S, cm + k * S,
                                                             extra, spare, count_rows + (size_t)laned * most * most,
-                                                            time_rows + (size_t)laned * most * most);
+                                                            time_rows + (size_t)laned * most * most, k_factor);
                 if (done < 0) {
                     failed = done == -1 ? 1 : 2;
                 } else if (tr.grid && contenders(c) >= trace_contenders) {
@@ -1105,13 +1115,14 @@ static inline double mul_add(double a, double b, double c)
 
 PyDoc_STRVAR(fasop_finish_doc,
 "fasop_finish(pps, reported, ends, shared, layout_of, dp_table, embedding, limits, plane_of, params, act,\n"
-"             sharded, factor, gib, step, dp, stage_bytes, zero_bytes, flags, gibs)\n\n"
-"Step time and memory of P plans with chosen splits (MODEL.md sections 7 and 8), rows of S\n"
+"             sharded, param_bytes, factor, gib, step, dp, stage_bytes, zero_bytes, flags, gibs)\n\n"
+"Step time and memory of P plans with chosen splits (docs/estimators.md sections 7 and 8), rows of S\n"
 "stage entries: reported (int64) counts, ends (float64) stage ends, shared (uint8) stage on a\n"
 "shared bus; layout_of (int64, P): the plan's row of dp_table (float32, D x (L+1) x 2: a stage's\n"
 "DP all-reduce by stage 0's layer count, unshared and shared bus), embedding (float32, D) and\n"
 "limits (float64, D x S); plane_of (int64, P): the plan's plane of params and act (float64,\n"
-"planes of (L+1) x (L+1): elements of layers a..b-1); sharded (int64, P): 6 + 12 // dp.\n"
+"planes of (L+1) x (L+1): elements of layers a..b-1); sharded (int64, P): bytes per parameter\n"
+"with ZeRO; param_bytes: bytes per parameter without.\n"
 "Writes step (float64 P: max over stages of float32(end) + DP, + embedding, in float32),\n"
 "dp (float64 P: the DP all-reduce of the stage that ends last, the first of equals),\n"
 "stage_bytes, zero_bytes (float64 P x S), flags (uint8 P x 2: OOM, ZeRO OOM) and gibs (float64\n"
@@ -1123,9 +1134,10 @@ static PyObject *py_fasop_finish(PyObject *self, PyObject *args)
     (void)self;
     Py_buffer pps, reported, ends, shared, layout_of, dp_table, embedding, limits, plane_of, params, act, sharded;
     Py_buffer step, dp, stage_bytes, zero_bytes, flags, gibs;
-    double factor, gib;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*ddw*w*w*w*w*w*", &pps, &reported, &ends, &shared, &layout_of,
-                          &dp_table, &embedding, &limits, &plane_of, &params, &act, &sharded, &factor, &gib, &step,
+    double param_bytes, factor, gib;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*dddw*w*w*w*w*w*", &pps, &reported, &ends, &shared, &layout_of,
+                          &dp_table, &embedding, &limits, &plane_of, &params, &act, &sharded, &param_bytes, &factor,
+                          &gib, &step,
                           &dp, &stage_bytes, &zero_bytes, &flags, &gibs))
         return NULL;
     PyObject *result = NULL;
@@ -1174,7 +1186,7 @@ static PyObject *py_fasop_finish(PyObject *self, PyObject *args)
         const int pp = (int)pp_of[k];
         const int64_t *counts = rep + k * S;
         const float *pair = table + (lay[k] * width + counts[0]) * 2;  /* stage 0's layers */
-        /* step = max_i (float32(E_i) + DP_i) + embedding, float32 (MODEL.md section 7) */
+        /* step = max_i (float32(E_i) + DP_i) + embedding, float32 (docs/estimators.md section 7) */
         float latest = 0.0f, at_latest = 0.0f;
         for (int i = 0; i < pp; i++) {
             const float cost = pair[sh[k * S + i] ? 1 : 0];
@@ -1186,7 +1198,7 @@ static PyObject *py_fasop_finish(PyObject *self, PyObject *args)
         }
         out_step[k] = (double)(float)(latest + emb[lay[k]]);
         out_dp[k] = (double)at_latest;
-        /* memory (MODEL.md section 8): later OOM stages overwrite earlier ones */
+        /* memory (docs/estimators.md section 8): later OOM stages overwrite earlier ones */
         const double *p_table = pt + pl[k] * width * width, *a_table = at + pl[k] * width * width;
         int oom = 0, zero_oom = 0;
         double oom_gib = 0.0, zero_gib = 0.0, most = 0.0, most_zero = 0.0;
@@ -1194,7 +1206,7 @@ static PyObject *py_fasop_finish(PyObject *self, PyObject *args)
         for (int i = 0; i < pp; i++) {
             const int64_t stop = first + counts[i];
             const double pr = p_table[first * width + stop], ac = a_table[first * width + stop];
-            const double bytes = mul_add(18.0, pr, ac), zero = mul_add((double)zs[k], pr, ac);
+            const double bytes = mul_add(param_bytes, pr, ac), zero = mul_add((double)zs[k], pr, ac);
             const double limit = lim[lay[k] * S + i];
             out_bytes[k * S + i] = bytes;
             out_zero[k * S + i] = zero;
@@ -1570,7 +1582,7 @@ static struct PyModuleDef module = {
 /* The interface version fasop/native.py expects (native.API): bump with every change of a signature
  * or of what a call returns (4: a traced run's chain takes the first of equal inputs in _run's order;
  * 5: the partitioner's tables; 6: TRACE_MAX_CELLS, one_f_one_b_traced's limit, exported). */
-#define API 6
+#define API 8
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {

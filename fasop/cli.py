@@ -1,6 +1,7 @@
 """Command line: parse, call the library, write results/ and print a summary.
 
-Exit status: 0 success, 2 bad input (one line on stderr), 130 interrupted.
+Exit status: 0 success, 2 bad input (one line on stderr), 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM), 141 stdout closed early.
 """
 
 from __future__ import annotations
@@ -10,22 +11,46 @@ import importlib
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
+from fasop import __version__, limits
 from fasop.errors import FasopError
+from fasop.workers import available_cores
 
 DEFAULT_SHOWN = 5
+PROGRESS_S = 5.0
+"""Without a terminal, a progress line on stderr every this many seconds (none for shorter runs)."""
 
 
-def _int_at_least(minimum: int, what: str):
-    """An argparse type: an integer >= minimum, else `expected <what>, got '<text>'`."""
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (`fasop search: error: ...`), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _one_line(text: str, limit: int = 2000) -> str:
+    """`text` as one printable line of at most `limit` characters."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
+def _int_at_least(minimum: int, what: str, maximum: int | None = None):
+    """An argparse type: an integer from minimum to maximum, else `expected <what>, got '<text>'`."""
     def parse(text: str) -> int:
+        digits = text.strip().lstrip("+-0")
         try:
-            value = int(text)
+            value = int(text) if len(digits) <= 30 else None  # no int() of a 10,000-digit number
         except ValueError:
             value = None
+        if value is None and len(digits) > 30 and text.strip().lstrip("+").isdigit():
+            value = 10**30
         if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {what}, got {_one_line(repr(text), 80)}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"at most {maximum:,}, fasop's ceiling (README: Limits), "
+                                             f"got {_one_line(text, 40)}")
         return value
     return parse
 
@@ -38,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fasop.partition import PARTITIONERS
     from fasop.search import DEFAULT_ITERATIONS, PLACEMENTS
 
-    parser = argparse.ArgumentParser(prog="fasop", description="Plan and price Transformer training on "
-                                     "heterogeneous GPU clusters.")
+    parser = _Parser(prog="fasop", description="Plan and price Transformer training on "
+                     "heterogeneous GPU clusters.")
+    parser.add_argument("--version", action="version", version=f"fasop {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search", help="rank every parallelisation plan for one inventory of nodes",
                        description="Enumerate tp/dp/pp/micro-batch/placement plans for the given nodes, "
@@ -54,30 +80,71 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--partitioner", choices=PARTITIONERS, default="optimal",
                    help="layer split: optimal (default) = lowest estimated step time that fits, by branch and "
                    "bound; fasop-minmax = FASOP's greedy balancing")
-    s.add_argument("--top", type=_positive_int, metavar="K",
+    s.add_argument("--top", type=_int_at_least(1, "a positive integer", limits.TOP), metavar="K",
                    help="keep only the K fastest plans that fit in memory (default: every plan); plans a lower "
                    "bound proves slower are skipped")
-    s.add_argument("--iterations", type=_positive_int, default=DEFAULT_ITERATIONS,
-                   help=f"training steps for train_cost_usd and train_time_h (default {DEFAULT_ITERATIONS:,})")
+    _add_length(s, DEFAULT_ITERATIONS)
     s.add_argument("--out", help="CSV to write (default results/<model>_<cluster>_<nodes>.csv)")
     s.add_argument("--show", type=_non_negative_int, default=DEFAULT_SHOWN,
                    help="how many of the fastest plans that fit to print (default %(default)s)")
     _add_execution(s)
     _add_pareto_parser(sub, PLACEMENTS, PARTITIONERS, DEFAULT_ITERATIONS)
+    _add_list_parser(sub)
+    from fasop.cli_plan import add_plan_parsers
+
+    add_plan_parsers(sub)
     return parser
+
+
+def _add_length(parser: argparse.ArgumentParser, default_iterations: int) -> None:
+    """--tokens or --iterations: how long the training run is (search and pareto)."""
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--tokens", type=_int_at_least(1, "a positive integer", limits.TOKENS),
+                        help="training tokens; iterations = ceil(tokens / (global batch x sequence length))")
+    length.add_argument("--iterations", type=_int_at_least(1, "a positive integer", limits.ITERATIONS),
+                        help=f"training steps for train_cost_usd and train_time_h (default {default_iterations:,})")
+
+
+def _add_list_parser(sub) -> None:
+    p = sub.add_parser("list", help="the shipped model or cluster specs, one line each",
+                       description="List the specs fasop ships (usable by name with --model / --cluster).")
+    p.add_argument("what", choices=("models", "clusters"))
+
+
+def _list(args: argparse.Namespace) -> int:
+    from fasop.listing import spec_lines
+
+    for line in spec_lines(args.what):
+        print(line)
+    return 0
+
+
+def _iterations(args: argparse.Namespace, model) -> int:
+    from fasop.pareto import iterations_for_tokens
+    from fasop.search import DEFAULT_ITERATIONS
+
+    if not args.tokens:
+        return args.iterations or DEFAULT_ITERATIONS
+    iterations = iterations_for_tokens(args.tokens, global_batch_size=model.global_batch_size,
+                                       sequence_length=model.sequence_length)
+    if iterations > limits.ITERATIONS:
+        raise FasopError(f"--tokens: {iterations:.3g} iterations, more than fasop's ceiling of "
+                         f"{limits.ITERATIONS:.0e} (README: Limits)")
+    return iterations
+
+
+def _workers(requested: int) -> int:
+    from fasop.workers import clamp_workers
+
+    workers, note = clamp_workers(requested)
+    if note:
+        print(note, file=sys.stderr)
+    return workers
 
 
 def _add_specs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="name in model_specs/ or path to a model YAML")
     parser.add_argument("--cluster", required=True, help="name in cluster_specs/ or path to a cluster YAML")
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (the scheduler's affinity where the OS has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
 
 
 def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimate in N processes (same output as 1; "
@@ -86,62 +153,78 @@ def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimat
     from fasop.partition import DEFAULT_MAX_NODES
 
     parser.add_argument("--workers", type=_positive_int, default=default_workers, metavar="N", help=workers_help)
-    parser.add_argument("--partition-budget", type=_positive_int, metavar="NODES",
+    parser.add_argument("--partition-budget", type=_int_at_least(1, "a positive integer", limits.PARTITION_BUDGET),
+                        metavar="NODES",
                         help="cap the optimal partitioner's effort: search-tree nodes per plan, past which it keeps "
                         "the best split found and reports its gap to the best bound (partition_gap_pct). Default: "
-                        f"no cap, every split proven optimal ({DEFAULT_MAX_NODES} nodes of branch and bound, then a "
-                        "MILP certificate for what is left)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+                        f"no cap, every split proven optimal where it can be ({DEFAULT_MAX_NODES} nodes of branch and "
+                        "bound, then again proving only what is faster, then a MILP certificate for small programs)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress "
+                        f"lines (otherwise, every {PROGRESS_S:g} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from fasop.workers import exit_status, sigterm_as_interrupt
+
+    commands = {"search": _search, "pareto": _pareto, "list": _list}
     try:
-        return _pareto(args) if args.command == "pareto" else _search(args)
+        with sigterm_as_interrupt():
+            args = build_parser().parse_args(argv)
+            if args.command in ("export", "explain", "plot"):
+                from fasop.cli_plan import run_plan_command
+
+                return run_plan_command(args)
+            return commands[args.command](args)
     except FasopError as exc:
-        print(f"fasop: error: {exc}", file=sys.stderr)
+        print(f"fasop: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("fasop: interrupted; nothing written", file=sys.stderr)
-        return 130
+        return exit_status(exc)
     except BrokenPipeError:  # e.g. `fasop search ... | head`: files are written, stdout was closed early
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
 
 
 def _search(args: argparse.Namespace) -> int:
+    from fasop.output import check_target, safe_name, user_path
     from fasop.report import csv_text, search_rows, write_atomic
     from fasop.search import parse_nodes, search
     from fasop.specs import load_cluster, load_model
 
+    out = user_path(args.out, "--out")
     model = load_model(args.model)
     cluster = load_cluster(args.cluster)
     inventory = parse_nodes(args.nodes, cluster)
-    out = Path(args.out) if args.out else Path("results") / (
-        f"{model.name}_{Path(cluster.path).stem}_{args.nodes.replace('=', 'x').replace(',', '-')}.csv")
-    with _progress_bar(args.no_progress, "estimating") as progress:
+    iterations = _iterations(args, model)
+    if out is None:
+        nodes = "-".join(f"{n.name}x{sum(m.name == n.name for m in inventory)}" for n in
+                         {n.name: n for n in inventory}.values())
+        out = Path("results") / f"{safe_name(f'{model.name}_{Path(cluster.path).stem}_{nodes}')}.csv"
+    check_target(out, "--out")  # before the work, not after
+    with _progress_bar(args.no_progress, "estimating", "plans") as progress:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
-                        partitioner=args.partitioner, iterations=args.iterations, top=args.top,
-                        workers=args.workers, partition_budget=args.partition_budget, progress=progress)
+                        partitioner=args.partitioner, iterations=iterations, top=args.top,
+                        workers=_workers(args.workers), partition_budget=args.partition_budget, progress=progress)
     columns, rows = search_rows(result, model.sequence_length)
-    try:
-        write_atomic(out, csv_text(columns, rows))
-    except OSError as exc:
-        raise FasopError(f"--out: cannot write {str(out)!r}: {exc.strerror}") from None
+    write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     print(f"wrote {out}")
     return 0
 
 
 class _progress_bar:
-    """tqdm on stderr, shown only on a terminal; yields a progress(done, total) callback."""
+    """Progress on stderr: tqdm on a terminal; otherwise a line every PROGRESS_S seconds (none
+    for a run that ends sooner). Yields a progress(done, total) callback."""
 
-    def __init__(self, disabled: bool, label: str):
-        self.disabled, self.label, self.bar = disabled, label, None
+    def __init__(self, disabled: bool, label: str, unit: str = "plans"):
+        self.disabled, self.label, self.unit, self.bar = disabled, label, unit, None
 
     def __enter__(self):
-        if self.disabled or not sys.stderr.isatty():
+        if self.disabled:
             return None
+        if not sys.stderr.isatty():
+            return self._lines()
         from tqdm import tqdm
 
         def update(done: int, total: int) -> None:
@@ -155,6 +238,19 @@ class _progress_bar:
         if self.bar is not None:
             self.bar.close()
         return False
+
+    def _lines(self):
+        start = last = time.monotonic()
+
+        def update(done: int, total: int) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last >= PROGRESS_S and done < total:
+                last = now
+                print(f"fasop: {self.label}: {done:,} of {total:,} {self.unit} ({100 * done / max(total, 1):.0f} %, "
+                      f"{now - start:,.0f} s)", file=sys.stderr, flush=True)
+
+        return update
 
 
 def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster_name: str) -> None:
@@ -215,6 +311,8 @@ def _check_positive(flag: str, value: float | None) -> None:
     before the sweep, so no work is done."""
     if value is not None and not 0 < value < float("inf"):
         raise FasopError(f"{flag}: must be a positive number, got {value:g}")
+    if value is not None and value > limits.HOURS_OR_USD:
+        raise FasopError(f"{flag}: at most {limits.HOURS_OR_USD:g}, fasop's ceiling (README: Limits), got {value:g}")
 
 
 def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -> None:
@@ -226,11 +324,7 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
     p.add_argument("--max-nodes", required=True, metavar="TYPE=N[,TYPE=N...]",
                    help="most nodes of each type, e.g. a100=8,a10=8 (this order is the node order of a composition)")
     p.add_argument("--min-nodes", metavar="TYPE=N[,TYPE=N...]", help="fewest nodes of each type (default 0)")
-    length = p.add_mutually_exclusive_group()
-    length.add_argument("--tokens", type=_positive_int,
-                        help="training tokens; iterations = ceil(tokens / (global batch x sequence length))")
-    length.add_argument("--iterations", type=_positive_int,
-                        help=f"training steps (default {default_iterations:,})")
+    _add_length(p, default_iterations)
     p.add_argument("--deadline-hours", type=float, help="report the cheapest plan finishing within H hours")
     p.add_argument("--budget-usd", type=float, help="report the fastest plan costing at most B USD")
     p.add_argument("--spot", action="store_true", help="price nodes at spot_usd_per_hour where the spec has one")
@@ -251,67 +345,68 @@ def _import(*modules: str) -> None:
 
 def _pareto(args: argparse.Namespace) -> int:
     from fasop import pareto
-    from fasop.report import csv_text, pareto_rows, write_atomic
-    from fasop.search import DEFAULT_ITERATIONS
+    from fasop.output import check_target, safe_name, user_path, write_files
+    from fasop.report import csv_text, pareto_rows
     from fasop.specs import load_cluster, load_model
+    from fasop.workers import exit_status
 
     _check_positive("--deadline-hours", args.deadline_hours)
     _check_positive("--budget-usd", args.budget_usd)
+    user_prefix = user_path(args.out_prefix, "--out-prefix")
     model = load_model(args.model)
     cluster = load_cluster(args.cluster)
     max_nodes = pareto.parse_node_limits(args.max_nodes, cluster, "--max-nodes")
     min_nodes = pareto.parse_node_limits(args.min_nodes, cluster, "--min-nodes") if args.min_nodes else {}
     comps = pareto.compositions(max_nodes, min_nodes)
-    iterations = (pareto.iterations_for_tokens(args.tokens, global_batch_size=model.global_batch_size,
-                                               sequence_length=model.sequence_length)
-                  if args.tokens else args.iterations or DEFAULT_ITERATIONS)
+    iterations = _iterations(args, model)
+    workers = _workers(args.workers)
     _, on_demand = pareto.node_prices(cluster, max_nodes, spot=args.spot)
     if on_demand:
         print(f"note: --spot: {cluster.path} has no spot_usd_per_hour for {', '.join(on_demand)}; "
               "on-demand price used", file=sys.stderr)
-    prefix = Path(args.out_prefix) if args.out_prefix else Path("results") / f"{model.name}_{Path(cluster.path).stem}"
-    done, interrupted, loader = [], False, None
-    with _progress_bar(args.no_progress, "compositions") as progress:
+    prefix = user_prefix or Path("results") / safe_name(f"{model.name}_{Path(cluster.path).stem}")
+    csv_path, stem = prefix.with_name(prefix.name + "_pareto.csv"), prefix.with_name(prefix.name + "_pareto")
+    png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
+    for path in (csv_path, png, svg):
+        check_target(path, "--out-prefix")  # before the work, not after
+    done, interrupted, loader = [], None, None
+    with _progress_bar(args.no_progress, "compositions", "compositions") as progress:
         try:
             for result in pareto.sweep(model, cluster, comps, placements=args.placements,
                                        partitioner=args.partitioner, iterations=iterations, spot=args.spot,
-                                       top=1, workers=args.workers,
+                                       top=1, workers=workers,
                                        partition_budget=args.partition_budget, progress=progress):
                 done.append(result)
-                if loader is None and args.workers > 1:
+                if loader is None and workers > 1:
                     # this process only waits for the workers (started by now): load the plotting
                     # libraries meanwhile
                     loader = threading.Thread(target=_import, args=("pandas", "fasop.plots"), daemon=True)
                     loader.start()
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM
+            interrupted = exc
     if interrupted and not done:
         print("fasop: interrupted before any composition finished; nothing written", file=sys.stderr)
-        return 130
+        return exit_status(interrupted)
     analysis = pareto.analyse(done, deadline_hours=args.deadline_hours, budget_usd=args.budget_usd,
                               complete=not interrupted)
-    csv_path = prefix.with_name(prefix.name + "_pareto.csv")
     columns, rows = pareto_rows(analysis, model.sequence_length, list(max_nodes), spot=args.spot)
-    try:
-        write_atomic(csv_path, csv_text(columns, rows))
-    except OSError as exc:
-        raise FasopError(f"--out-prefix: cannot write {str(csv_path)!r}: {exc.strerror}") from None
-    _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
+    table = csv_text(columns, rows)
     if interrupted:
+        write_files([(csv_path, table)], "--out-prefix")
+        _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
         print(f"fasop: interrupted after {len(done)} of {len(comps)} compositions; wrote {csv_path} "
               "(complete=False), no plots", file=sys.stderr)
-        return 130
-    from fasop.plots import pareto_figure
+        return exit_status(interrupted)
+    from fasop.plots import render_pareto
 
-    stem = prefix.with_name(prefix.name + "_pareto")
     try:
-        png, svg = pareto_figure(analysis, stem,
-                                 title=f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps")
-    except OSError as exc:
-        raise FasopError(f"--out-prefix: cannot write {str(stem)!r}.png/.svg: {exc.strerror}") from None
-    except KeyboardInterrupt:
+        images = render_pareto(analysis, title=f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps")
+    except KeyboardInterrupt as exc:
+        write_files([(csv_path, table)], "--out-prefix")
         print(f"fasop: interrupted while plotting; wrote {csv_path}, no plots", file=sys.stderr)
-        return 130
+        return exit_status(exc)
+    write_files([(csv_path, table), (png, images["png"]), (svg, images["svg"])], "--out-prefix")  # all or none
+    _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
     print(f"wrote {csv_path}, {png}, {svg}")
     return 0
 
@@ -334,8 +429,11 @@ def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str
         for row in table:
             cells = [c.rjust(w) if k in (1, 2, 3, 4, 6, 7) else c.ljust(w) for k, (c, w) in enumerate(zip(row, widths))]
             print("  " + "  ".join(cells).rstrip())
-        if analysis.knee is None:
+        if analysis.knee is None and len(analysis.frontier) < 3:
             print("knee: none (fewer than 3 frontier points)")
+        elif analysis.knee is None:
+            print("knee: none (the frontier's times or costs differ by less than one part in a billion: "
+                  "no trade-off to balance)")
     fits = [rows[i] for i, r in enumerate(analysis.results) if r.status == "ok"]
     if analysis.deadline_hours is not None:
         nearest = min((r["train_time_h"] for r in fits), default=None)

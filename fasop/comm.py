@@ -1,8 +1,7 @@
-"""Communication over the link hierarchy: pipeline p2p, data-parallel ring and embedding sync.
-
-Bandwidths in bytes/s, volumes in bytes, times in seconds. The fasop-2024 estimator computes
-these in float32, operation by operation, as FASOP does (MODEL.md §4, §7); the order of the
-operations below is part of that contract.
+"""Which ranks talk to which: the rank pairs of each pipeline boundary, of stage 0's
+data-parallel ring and of the tied-embedding sync, the node positions they read, and the least
+intra- and inter-node bandwidth over a set of pairs. Geometry only: how long a transfer takes
+is an estimator's rule (fasop-2024's: estimators/fasop2024_comm.py).
 """
 
 from __future__ import annotations
@@ -12,9 +11,8 @@ from functools import lru_cache
 import numpy as np
 
 from fasop.plan import Plan
-from fasop.specs import ClusterSpec, ModelSpec
+from fasop.specs import ModelSpec
 
-f32 = np.float32
 
 
 def p2p_pairs(plan: Plan, boundary: int) -> list[tuple[int, int]]:
@@ -23,13 +21,13 @@ def p2p_pairs(plan: Plan, boundary: int) -> list[tuple[int, int]]:
 
 
 def dp_ring_pairs(plan: Plan) -> list[tuple[int, int]]:
-    """The hops of stage 0's data-parallel ring for TP lane tp-1 (MODEL.md §7)."""
+    """The hops of stage 0's data-parallel ring for TP lane tp-1 (docs/estimators.md §7)."""
     return _ring_pairs(plan.tp, plan.dp)
 
 
 def embedding_pairs(plan: Plan, model: ModelSpec) -> list[tuple[int, int]]:
     """The TP lanes of replica dp-1 between stage 0 and stage pp-1 that sync the tied word
-    embedding (MODEL.md §7); none when the model has no embedding tied to a head on another stage."""
+    embedding (docs/estimators.md §7); none when the model has no embedding tied to a head on another stage."""
     return _sync_pairs(plan.tp, plan.dp, plan.pp) if embedding_tied(model) else []
 
 
@@ -89,82 +87,3 @@ def least_bandwidths(plan: Plan, pairs: list[tuple[int, int]]) -> tuple[float, f
             inter = min(inter, plan.placement[node_a].inter_node_bytes_per_s,
                         plan.placement[node_b].inter_node_bytes_per_s)
     return intra, inter
-
-
-def p2p_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec,
-                bandwidths: tuple[np.float32, ...] | None = None) -> tuple[float, ...]:
-    """Activation transfer time across each stage boundary j -> j+1 (MODEL.md §4): volume b*s*h
-    elements over the boundary's `p2p_bandwidths` (pass them if you have them: they do not depend
-    on the micro-batch size)."""
-    if bandwidths is None:
-        bandwidths = p2p_bandwidths(plan, cluster)
-    # one float32 division per boundary, on an array
-    return tuple((p2p_volume(plan, model) / np.array(bandwidths, dtype=f32)).tolist())
-
-
-def p2p_bandwidths(plan: Plan, cluster: ClusterSpec) -> tuple[np.float32, ...]:
-    """Bandwidth of each stage boundary j -> j+1 (MODEL.md §4), from `least_bandwidths` of its pairs."""
-    return tuple(boundary_bandwidth(plan, cluster, *least_bandwidths(plan, p2p_pairs(plan, j)))
-                 for j in range(plan.pp - 1))
-
-
-def boundary_bandwidth(plan: Plan, cluster: ClusterSpec, intra: float, inter: float) -> np.float32:
-    """A boundary's bandwidth (MODEL.md §4). Each TP lane of each replica sends to its peer in the
-    next stage; an inter-node pair gets min(inter)/dp/tp/divisor (the replicas and lanes share the
-    NICs), an intra-node pair intra/divisor; the boundary waits for its slowest pair. The least
-    of these float32 quotients is the quotient of the least bandwidth (they are monotone), so
-    `least_bandwidths` is all it needs; inf where the pairs have none of a kind."""
-    intra_bw = f32(intra) / f32(cluster.p2p_intra_node_divisor)
-    inter_bw = f32(inter) / f32(plan.dp) / f32(plan.tp) / f32(cluster.p2p_inter_node_divisor)
-    return min(intra_bw, inter_bw)
-
-
-def p2p_boundary_seconds(plan: Plan, model: ModelSpec, cluster: ClusterSpec, intra: float, inter: float) -> float:
-    """One boundary's transfer time from `least_bandwidths` of its pairs (0 when both are inf)."""
-    return float(p2p_volume(plan, model) / boundary_bandwidth(plan, cluster, intra, inter))
-
-
-def p2p_volume(plan: Plan, model: ModelSpec) -> np.float32:
-    """Bytes one micro-batch's activations take across a boundary: b*s*h elements, float32."""
-    return p2p_volume_of(np.int64(plan.mbs), model)
-
-
-def p2p_volume_of(mbs, model: ModelSpec):
-    """p2p_volume of micro-batch sizes (an int64 or an int64 array): the integer product, as float32."""
-    return (mbs * model.sequence_length * model.hidden_size * model.bytes_per_element).astype(f32)
-
-
-def dp_ring_bandwidth(plan: Plan) -> np.float32:
-    """Slowest hop of stage 0's data-parallel ring for TP lane tp-1 (MODEL.md §7)."""
-    return f32(min(least_bandwidths(plan, dp_ring_pairs(plan))))
-
-
-def dp_allreduce_seconds(plan: Plan, params: np.float32, ring_bw: np.float32, stage_shared_bus: bool) -> np.float32:
-    """Ring all-reduce of `params` 16-bit gradients: 2(dp-1)/dp of the buffer over the ring.
-
-    FASOP's contention rules (MODEL.md §7): when the replicas fill a node (tp*dp >= M) the TP
-    lanes share the ring's links (bw / tp); when a node holds several rings on a shared bus
-    (PCIe, tp > 1) they share it (bw / (M/dp)).
-    """
-    if plan.dp == 1:
-        return f32(0.0)
-    m = plan.gpus_per_node
-    bw = ring_bw
-    if plan.tp * plan.dp >= m:
-        bw = bw / f32(plan.tp)
-    elif plan.tp > 1 and stage_shared_bus:
-        bw = bw / f32(m / plan.dp)
-    return f32(2 * (plan.dp - 1)) * params * f32(2) / (f32(plan.dp) * bw)
-
-
-def embedding_allreduce_seconds(plan: Plan, model: ModelSpec) -> np.float32:
-    """Sync of the tied word embedding between the first and the last stage (MODEL.md §7)."""
-    return embedding_seconds(plan, model, min(least_bandwidths(plan, embedding_pairs(plan, model))))
-
-
-def embedding_seconds(plan: Plan, model: ModelSpec, slowest: float) -> np.float32:
-    """The embedding sync over its slowest TP lane (`embedding_pairs`), shared by min(dp, M)
-    replicas; 0 without pairs (slowest = inf)."""
-    shared = slowest / min(plan.dp, plan.gpus_per_node)
-    volume = model.hidden_size * model.vocab_size * model.bytes_per_element
-    return f32(volume / (shared * plan.tp))

@@ -1,8 +1,11 @@
-"""Per-layer compute time from profiles, and the sum of any contiguous run of layers.
+"""Per-layer compute time, and the sum of any contiguous run of layers.
 
-A *compute source* answers: how long does layer l take, forward and backward, for one
-micro-batch of size b on one GPU of type g at tensor-parallel degree tp? The profile source
-(FASOP, MODEL.md §3) answers fwd_bwd_factor x profiled forward time x micro-batch scaling.
+A *compute source* (`ComputeSource`) answers: how long does layer l take, forward and backward
+separately, for one micro-batch of size b on one GPU of type g at tensor-parallel degree tp
+(`layer_times`)? The profile source (`ProfileCompute`) reads a model's measured forward times:
+a layer's forward + backward is the spec's `fwd_bwd_factor` x its profiled forward time x the
+micro-batch scaling of its kind (`layer_costs`), of which the forward is the declared share
+1 / fwd_bwd_factor (the profile holds forward times) and the backward the rest.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 import functools
 import operator
 from functools import cached_property, lru_cache
+from typing import Protocol
 
 import numpy as np
 
@@ -37,6 +41,17 @@ class LayerCosts:
         out = run_sums(np.array(self.seconds))
         out[~_above_diagonal(len(self.seconds) + 1)] = np.inf
         return out
+
+    @staticmethod
+    def make_matrices(costs: Sequence["LayerCosts"]) -> None:
+        """Makes the `matrix` of each of `costs` that has none yet, all at once: one cumulative
+        sum over all of them, the same sums as one by one."""
+        unmade = [c for c in costs if "matrix" not in c.__dict__]
+        if unmade:
+            matrices = run_sums(np.array([c.seconds for c in unmade]))
+            matrices[:, ~_above_diagonal(matrices.shape[-1])] = np.inf
+            for c, matrix in zip(unmade, matrices):
+                c.__dict__["matrix"] = matrix  # what the cached_property would hold
 
     @cached_property
     def run_sums(self) -> list[list[float]]:
@@ -81,8 +96,27 @@ def stage_times(stages: Sequence[LayerCosts], counts: Sequence[int]) -> list[flo
     return times
 
 
+@dataclass(frozen=True)
+class LayerTimes:
+    """Seconds of every layer of the layer list for one micro-batch on one GPU, forward and
+    backward apart."""
+
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]
+
+
+class ComputeSource(Protocol):
+    """Where per-layer compute times come from (a profile, or FLOPs against a GPU's peak)."""
+
+    def tp_degrees(self, gpus: tuple[str, ...]) -> tuple[int, ...]:
+        """The tensor-parallel degrees it has times for on every one of `gpus`."""
+
+    def layer_times(self, gpu: str, tp: int, mbs: int) -> LayerTimes:
+        """Each layer's forward and backward seconds for a micro-batch of `mbs` on one `gpu` at `tp`."""
+
+
 class ProfileCompute:
-    """Compute source backed by a model's measured profile."""
+    """Compute source backed by a model's measured profile (forward times per layer)."""
 
     def __init__(self, model: ModelSpec):
         self.model = model
@@ -99,12 +133,7 @@ class ProfileCompute:
         new = [key for key in dict.fromkeys(keys) if key not in self._planes]
         if new:
             costs = [self.layer_costs(*key) for key in new]
-            unmade = [c for c in costs if "matrix" not in c.__dict__]
-            if unmade:
-                matrices = run_sums(np.array([c.seconds for c in unmade]))
-                matrices[:, ~_above_diagonal(matrices.shape[-1])] = np.inf
-                for c, matrix in zip(unmade, matrices):
-                    c.__dict__["matrix"] = matrix
+            LayerCosts.make_matrices(costs)
             self._planes.update({key: len(self._planes) + k for k, key in enumerate(new)})
             self.table = np.concatenate([self.table] + [c.matrix[None] for c in costs])
         return [self._planes[key] for key in keys]
@@ -125,13 +154,27 @@ class ProfileCompute:
                              f"(profiled: {sorted({g for g, _ in self.model.profile.forward_s})})")
 
     def layer_costs(self, gpu: str, tp: int, mbs: int) -> LayerCosts:
+        """Each layer's forward + backward seconds (fwd_bwd_factor x profiled forward x scaling)."""
         return self._costs(gpu, tp, mbs)
+
+    @property
+    def forward_share(self) -> float:
+        """The forward's share of a layer's forward + backward: the profile holds forward times,
+        and forward + backward is fwd_bwd_factor x them."""
+        return 1 / self.model.profile.fwd_bwd_factor
+
+    def layer_times(self, gpu: str, tp: int, mbs: int) -> LayerTimes:
+        """`layer_costs` split by the forward share: forward = fwd+bwd / fwd_bwd_factor, backward
+        the rest, (fwd_bwd_factor - 1) x forward."""
+        k = self.model.profile.fwd_bwd_factor
+        seconds = self.layer_costs(gpu, tp, mbs).seconds
+        return LayerTimes(forward_s=tuple(t / k for t in seconds), backward_s=tuple((k - 1) * t / k for t in seconds))
 
     def _layer_costs(self, gpu: str, tp: int, mbs: int) -> LayerCosts:
         profile = self.model.profile
         forward = profile.forward_s[(gpu, tp)]
         factors = {kind: profile.scaling[(gpu, kind)].factor(mbs) for kind in set(self.model.layer_kinds)}
-        # MODEL.md §3: fwd+bwd = 3 x forward, scaled by the micro-batch factor of the layer kind.
+        # fwd+bwd = fwd_bwd_factor x the profiled forward, scaled by the micro-batch factor of the layer kind
         seconds = tuple(profile.fwd_bwd_factor * f * factors[kind] for f, kind in zip(forward, self.model.layer_kinds))
         return LayerCosts(seconds=seconds)
 

@@ -24,7 +24,7 @@ def divisors(n: int) -> list[int]:
 
 def degrees(*, num_nodes: int, gpus_per_node: int, tp_degrees: Sequence[int], global_batch_size: int,
             num_transformer_layers: int) -> Iterator[tuple[int, int, int, int]]:
-    """(tp, dp, pp, mbs) in FASOP's order (MODEL.md §2).
+    """(tp, dp, pp, mbs) in FASOP's order (docs/estimators.md §2).
 
     tp: the covered degrees that divide the GPUs per node; dp: divisors of W/tp (W GPUs in all);
     pp = W/(tp*dp), at most the number of transformer layers; dp divides the global batch;
@@ -41,7 +41,7 @@ def degrees(*, num_nodes: int, gpus_per_node: int, tp_degrees: Sequence[int], gl
 
 
 def cyclic_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:
-    """FASOP's placements: the cyclic rotations list[r:] + list[:r] (MODEL.md §2); one if all alike."""
+    """FASOP's placements: the cyclic rotations list[r:] + list[:r] (docs/estimators.md §2); one if all alike."""
     nodes = tuple(nodes)
     if len({n.name for n in nodes}) == 1:
         return [nodes]
@@ -57,28 +57,23 @@ def count_orders(nodes: Sequence[NodeType]) -> int:
 def all_placements(nodes: Sequence[NodeType]) -> Iterator[tuple[NodeType, ...]]:
     """Every distinct order of the node types along the pipeline (multiset permutations), lazily,
     in lexicographic order of each type's first appearance in `nodes` (so `nodes` itself is
-    first when its types come in blocks)."""
+    first when its types come in blocks). Iterative (the next permutation of the type indices),
+    so any number of nodes takes constant stack."""
     kinds = list(dict.fromkeys(n.name for n in nodes))
-    by_name = {n.name: n for n in nodes}
-    left = [sum(n.name == t for n in nodes) for t in kinds]
-    yield from _orders(kinds, by_name, left, [], len(nodes))
-
-
-def _orders(kinds: list[str], by_name: dict[str, NodeType], left: list[int], order: list[NodeType],
-            remaining: int) -> Iterator[tuple[NodeType, ...]]:
-    """all_placements' orders that extend `order` by `remaining` more nodes, `left[i]` of type
-    kinds[i]. (A module function, not a closure calling itself: that would be a reference cycle,
-    left for the cyclic collector at the end of every search.)"""
-    if remaining == 0:
-        yield tuple(order)
-        return
-    for i, name in enumerate(kinds):
-        if left[i]:
-            left[i] -= 1
-            order.append(by_name[name])
-            yield from _orders(kinds, by_name, left, order, remaining - 1)
-            order.pop()
-            left[i] += 1
+    types = [next(n for n in nodes if n.name == kind) for kind in kinds]
+    seq = sorted(kinds.index(n.name) for n in nodes)
+    while True:
+        yield tuple(types[k] for k in seq)
+        i = len(seq) - 2
+        while i >= 0 and seq[i] >= seq[i + 1]:
+            i -= 1
+        if i < 0:
+            return
+        j = len(seq) - 1
+        while seq[j] <= seq[i]:
+            j -= 1
+        seq[i], seq[j] = seq[j], seq[i]
+        seq[i + 1:] = reversed(seq[i + 1:])
 
 
 def grouped_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:

@@ -1,12 +1,9 @@
-"""Per-stage peak GPU memory and the fit check (FASOP's formulas, MODEL.md §8).
+"""Per-stage peak GPU memory and the fit check.
 
-Parameters and activations are counted in elements per GPU, as FASOP counts them:
-- transformer layer: 12 h^2 / tp parameters; activations s b p h (10 + 24/tp + 5 a s / (h tp))
-  (Korthikanti et al. 2022, Table 2, with p micro-batches in flight),
-- embedding: h v / tp parameters; activations s b h pp p / tp (FASOP's expression),
-- head: h v / tp parameters; activations 4 s b h / tp + 4 s b v / tp,
-where p = min(pp, m) micro-batches are in flight. Bytes = 18 x params + activations for
-mixed-precision Adam; with ZeRO the optimiser state is split over dp: (6 + 12 // dp) x params.
+Per GPU, a stage holds its layers' parameters / tp and activations (model_math.layer_params,
+model_math.activation_bytes) with p = min(pp, m) micro-batches in flight. Its bytes are
+`param_bytes.full` x parameters + activations; with ZeRO the optimiser state is split over dp:
+`param_bytes.zero(dp)` x parameters + activations (`ParamBytes`: the estimator's accounting).
 """
 
 from __future__ import annotations
@@ -17,15 +14,27 @@ from functools import lru_cache
 
 import numpy as np
 
+from fasop import model_math
 from fasop.compute import run_sums
 from fasop.plan import Plan
 from fasop.recent import recent
-from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
+from fasop.specs import ClusterSpec, ModelSpec
 
-BYTES_PER_PARAM = 18
-"""fp16 weights and gradients + fp32 master weights and Adam moments, FASOP's count (§8)."""
-ZERO_REPLICATED_BYTES_PER_PARAM = 6
-ZERO_SHARDED_BYTES_PER_PARAM = 12
+
+@dataclass(frozen=True)
+class ParamBytes:
+    """Bytes one parameter takes on a GPU, weights, gradients and optimiser state together."""
+
+    full: int
+    """Without ZeRO."""
+    replicated: int
+    """With ZeRO: the part every data-parallel replica keeps..."""
+    sharded: int
+    """... and the part split over the dp replicas (integer division, as counted)."""
+
+    def zero(self, dp):
+        """With ZeRO over dp replicas (an int or an int array): replicated + sharded // dp."""
+        return self.replicated + self.sharded // dp
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,53 +62,25 @@ def _elements(h: int, v: int, s: int, a: int, b: int, tp: int, pp: int, p: int,
     the same layers with the same micro-batch and degrees."""
     params = act = 0.0
     for kind in kinds:
-        if kind == "embedding":
-            params += h * v / tp
-            act += s * b * h * pp * p / tp
-        elif kind in TRANSFORMER_KINDS:
-            params += 12 * h * h / tp
-            act += s * b * p * h * (10 + 24 / tp + 5 * a * s / (h * tp))
-        else:  # head
-            params += h * v / tp
-            act += 4 * s * b * h / tp + 4 * s * b * v / tp
+        params += model_math.layer_params(kind, h, v) / tp
+        act += model_math.activation_bytes(kind, h=h, v=v, s=s, a=a, b=b, tp=tp, pp=pp, in_flight=p)
     return params, act
 
 
-def fasop_limit_node(plan: Plan, stage: int) -> int:
-    """Node whose memory limit FASOP applies to a stage (MODEL.md §8, quirk kept): for pp < N
-    the last node it reads is the second-to-last of the stage's span."""
-    return limit_nodes(plan.pp, len(plan.placement))[stage]
-
-
-@lru_cache(maxsize=4096)
-def limit_nodes(pp: int, n: int) -> tuple[int, ...]:
-    """`fasop_limit_node` of each of pp stages on n nodes. pp > n: the node holding the stage's
-    first rank, stage * n // pp; that is FASOP's stage // (pp // n) where n divides pp (FASOP
-    reads past the last node otherwise). pp = n: node i. pp < n: FASOP's reading of the span."""
-    if pp >= n:
-        return tuple(stage * n // pp for stage in range(pp))
-    span = n // pp
-    return tuple(max(stage * span, (stage + 1) * span - 2) for stage in range(pp))
-
-
-def stage_limits(plan: Plan) -> tuple[float, ...]:
-    """The memory limit (bytes) applied to each stage (`fasop_limit_node`)."""
-    return tuple(plan.placement[q].memory_limit_bytes for q in limit_nodes(plan.pp, len(plan.placement)))
-
-
-def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, stage: int, kinds: Sequence[str]) -> bool:
-    """Does a stage holding layers of `kinds` stay under its memory limit (without ZeRO)?"""
+def stage_fits(plan: Plan, model: ModelSpec, cluster: ClusterSpec, kinds: Sequence[str], limit: float, *,
+               param_bytes: ParamBytes) -> bool:
+    """Does a stage holding layers of `kinds` stay under its memory limit `limit` (bytes; without ZeRO)?"""
     params, act = stage_elements(plan, model, kinds)
-    limit = stage_limits(plan)[stage]
-    return not cluster.memory_overhead_factor * (BYTES_PER_PARAM * params + act) > limit
+    return not cluster.memory_overhead_factor * (param_bytes.full * params + act) > limit
 
 
-def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> np.ndarray:
-    """mask[i, a, b]: do layers a..b-1 fit on stage i (without ZeRO)? Shape (pp, L+1, L+1); the
-    same sums and test as `estimate_memory`."""
+def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec, limits: Sequence[float], *,
+                   param_bytes: ParamBytes) -> np.ndarray:
+    """mask[i, a, b]: do layers a..b-1 fit on stage i under limits[i] (bytes; without ZeRO)?
+    Shape (pp, L+1, L+1); the same sums and test as `estimate_memory`."""
     params, act = element_tables(plan, model)
-    need = cluster.memory_overhead_factor * (BYTES_PER_PARAM * params + act)
-    limits = np.array(stage_limits(plan))
+    need = cluster.memory_overhead_factor * (param_bytes.full * params + act)
+    limits = np.array(limits)
     return ~(need[None, :, :] > limits[:, None, None])
 
 
@@ -129,7 +110,8 @@ class _ElementTables:
         """The plane of each `table_key`, adding the planes of new ones."""
         new = [key for key in dict.fromkeys(keys) if key not in self.planes]
         if new:
-            if len(self.planes) + len(new) > MAX_ELEMENT_TABLES:  # bounded: start over
+            most = min(MAX_ELEMENT_TABLES, MAX_ELEMENT_BYTES // (2 * 8 * self.params.shape[-1] ** 2))
+            if len(self.planes) + len(new) > most:  # bounded: start over
                 self.__init__(self.model)
                 new = list(dict.fromkeys(keys))
             m = self.model
@@ -155,58 +137,16 @@ def elements_key(mbs: int, tp: int, pp: int, m: int) -> tuple[int, int, int, int
     return mbs, tp, pp, pp if m > pp else m
 
 
-def zero_bytes_per_param(dp):
-    """ZeRO's bytes per parameter on a GPU: the replicated part and the sharded part / dp (an int
-    or an int array)."""
-    return ZERO_REPLICATED_BYTES_PER_PARAM + ZERO_SHARDED_BYTES_PER_PARAM // dp
-
-
 MAX_ELEMENT_TABLES = 4096
-"""Planes kept per model before they start over (2 x 8 (L+1)^2 bytes each)."""
+"""Planes kept per model before they start over (2 x 8 (L+1)^2 bytes each) ..."""
+MAX_ELEMENT_BYTES = 1 << 28
+"""... or fewer, so that they take at most 256 MiB (a long layer list: limits.LAYERS)."""
 _TABLES: dict[tuple, tuple] = {}
 
 
 def memory_tables(model: ModelSpec) -> _ElementTables:
     """The model's _ElementTables (those of the latest 4 models are kept)."""
     return recent(_TABLES, (model,), lambda: _ElementTables(model))
-
-
-def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
-                    limits: tuple[float, ...] | None = None) -> MemoryEstimate:
-    """Per-stage bytes of a split and the OOM flags (MODEL.md §8). limits: stage_limits(plan), if
-    the caller has them."""
-    limits = stage_limits(plan) if limits is None else limits
-    return estimate_memory_many([plan], model, cluster, np.array([partition]), np.array([limits]))[0]
-
-
-def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: ClusterSpec, partitions: np.ndarray,
-                         limits: np.ndarray) -> list[MemoryEstimate]:
-    """`estimate_memory` of many plans' splits: partitions and limits (bytes) a row per plan, a
-    column per stage; rows of plans with fewer stages padded with stages of no layer and an
-    infinite limit. Per stage: bytes = 18 x params + activations, with ZeRO (6 + 12 // dp) x
-    params + activations; a stage is OOM when overhead x bytes exceeds its limit, and the
-    reported peak is then overhead x the last OOM stage's bytes (FASOP)."""
-    tables = memory_tables(model)
-    edges = np.zeros((len(partitions), partitions.shape[1] + 1), dtype=np.intp)
-    np.cumsum(partitions, axis=1, out=edges[:, 1:])
-    at = (tables.of(plans)[:, None], edges[:, :-1], edges[:, 1:])
-    params, act = tables.params[at], tables.act[at]
-    factor = cluster.memory_overhead_factor
-    stage_bytes = BYTES_PER_PARAM * params + act
-    sharded = zero_bytes_per_param(np.array([p.dp for p in plans]))
-    zero_bytes = sharded[:, None] * params + act
-    oom, zero_oom = factor * stage_bytes > limits, zero_bytes > limits
-    last = partitions.shape[1] - 1
-    rows = np.arange(len(partitions))
-    oom_gib = np.where(oom.any(axis=1), factor * stage_bytes[rows, last - oom[:, ::-1].argmax(axis=1)] / GIB,
-                       stage_bytes.max(axis=1) / GIB)
-    zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
-                        zero_bytes.max(axis=1) / GIB)
-    return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
-                           oom_gpumem_gib=g, is_zero_oom=zo, zero_oom_gpumem_gib=zg)
-            for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.any(axis=1).tolist(),
-                                             rounded(_float32(oom_gib)), zero_oom.any(axis=1).tolist(),
-                                             rounded(_float32(zero_gib)))]
 
 
 def rounded(values: np.ndarray, digits: int = 4) -> list[float]:
@@ -223,8 +163,3 @@ def rounded(values: np.ndarray, digits: int = 4) -> list[float]:
     for k in np.flatnonzero(~clear).tolist():
         out[k] = round(float(values[k]), digits)
     return out
-
-
-def _float32(values: np.ndarray) -> np.ndarray:
-    # FASOP reports float32 GiB rounded to 4 decimals (then `rounded`)
-    return values.astype(np.float32).astype(float)

@@ -27,9 +27,12 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from fasop import limits
 from fasop.errors import FasopError
 from fasop.estimate import Estimate
-from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, process_pool, search
+from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
+from fasop.workers import process_pool
+from fasop.workers import stop as _stop
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
 if TYPE_CHECKING:
@@ -41,6 +44,9 @@ Progress = Callable[[int, int], None]
 """progress(done, total) over compositions."""
 
 TIME, COST = "train_time_h", "train_cost_usd"
+FLAT = 1e-9
+"""A frontier whose times (or costs) span less than this fraction of their size has no knee:
+the differences are floating-point rounding, and a knee chosen by them would be noise."""
 
 
 # ---------------------------------------------------------------------------- frontier
@@ -85,7 +91,8 @@ def pareto_front(table: pd.DataFrame, senses: Mapping[str, Sense], *,
 
 
 def knee_position(times: Sequence[float], costs: Sequence[float]) -> int | None:
-    """Index (into the given frontier points) of the knee, or None with fewer than 3 points.
+    """Index (into the given frontier points) of the knee, or None with fewer than 3 points, or
+    when the times or the costs are flat (span within FLAT of their size: rounding, no trade-off).
 
     Normalise time and cost to [0, 1] between the frontier's extremes, so the fastest point sits
     at (0, 1) and the cheapest at (1, 0); the knee maximises 1 - t' - c', the distance (x sqrt 2)
@@ -95,7 +102,7 @@ def knee_position(times: Sequence[float], costs: Sequence[float]) -> int | None:
         return None
     t, c = np.asarray(times, dtype=float), np.asarray(costs, dtype=float)
     t_span, c_span = t.max() - t.min(), c.max() - c.min()
-    if t_span <= 0 or c_span <= 0:
+    if t_span <= FLAT * abs(t).max() or c_span <= FLAT * abs(c).max():
         return None
     gain = 1.0 - (t - t.min()) / t_span - (c - c.min()) / c_span
     best = max(gain)
@@ -161,6 +168,9 @@ def compositions(max_nodes: Mapping[str, int], min_nodes: Mapping[str, int] | No
         raise FasopError(f"--min-nodes: above --max-nodes for {', '.join(above)}")
     names = list(max_nodes)
     ranges = [range(min_nodes.get(t, 0), max_nodes[t] + 1) for t in names]
+    if math.prod(len(r) for r in ranges) > limits.COMPOSITIONS + 1:
+        raise FasopError(f"--max-nodes: {math.prod(len(r) for r in ranges):,} compositions, more than fasop's ceiling "
+                         f"of {limits.COMPOSITIONS:,} (README: Limits): lower --max-nodes or raise --min-nodes")
     found = tuple(Composition(counts=tuple(zip(names, counts)))
                   for counts in itertools.product(*ranges) if sum(counts) > 0)
     if not found:
@@ -275,18 +285,6 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
         _stop(pool)
 
 
-def _stop(pool) -> None:
-    """Stop a ProcessPoolExecutor now: cancel what has not started and end the workers (a
-    composition can take minutes; Ctrl-C should not wait for it)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join()
-
-
 @dataclass(frozen=True)
 class _SweepJob:
     """One composition's search, as `sweep` runs it (picklable, for worker processes)."""
@@ -315,10 +313,7 @@ _SWEEP: dict = {}
 
 
 def _init_sweep_worker(job: _SweepJob) -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _SWEEP["job"] = job
+    _SWEEP["job"] = job  # (workers.process_pool: Ctrl-C is the parent's to handle)
 
 
 def _sweep_worker(comp: Composition) -> CompositionResult:

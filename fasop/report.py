@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -108,27 +107,13 @@ def csv_text(columns: Sequence[str], rows: Iterable[dict]) -> str:
     return buffer.getvalue()
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
+def write_atomic(path: str | os.PathLike, text: str, flag: str = "--out") -> Path:
     """Write `text` to `path` via a temporary file in the same folder, renamed into place:
-    readers never see a partial file, and an error or interrupt leaves no file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a results file is like any other
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    readers never see a partial file, and an error or interrupt leaves no file behind
+    (output.write_files; FasopError naming `flag` for a target it refuses or cannot write)."""
+    from fasop.output import write_files
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    return write_files([(Path(path), text)], flag)[0]
 
 
 # ---------------------------------------------------------------------------- fasop pareto

@@ -16,9 +16,11 @@ import gc
 import hashlib
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from fasop import limits
 from fasop.enumerate import all_placements, count_orders, cyclic_placements, degree_list, grouped_placements, plans
 from fasop.errors import FasopError
 from fasop.estimate import Estimate
@@ -26,7 +28,8 @@ from fasop.estimators import Estimator, make_estimator
 from fasop.orders import OrderSearch
 from fasop.partition import PARTITIONERS
 from fasop.plan import Plan
-from fasop.specs import ClusterSpec, ModelSpec, NodeType
+from fasop.specs import ClusterSpec, ModelSpec, NodeType, show
+from fasop.workers import process_pool
 
 PLACEMENTS = ("all", "cyclic", "grouped")
 """all: every distinct order of the node types, equivalent pipelines estimated once;
@@ -94,14 +97,23 @@ def parse_counts(text: str, cluster: ClusterSpec, flag: str, minimum: int = 1) -
     counts: dict[str, int] = {}
     for item in text.split(","):
         name, sep, count = (part.strip() for part in item.partition("="))
-        if not sep or not count.isdigit() or int(count) < minimum:
-            raise FasopError(f"{flag}: expected TYPE=COUNT with COUNT >= {minimum}, got {item.strip()!r}")
+        digits = count.lstrip("0") or "0"  # no int() of 10,000 digits below
+        if not sep or not (count.isascii() and count.isdigit()) or (len(digits) < 8 and int(digits) < minimum):
+            raise FasopError(f"{flag}: expected TYPE=COUNT with COUNT >= {minimum}, got {show(item.strip())}")
+        if len(digits) > 7 or int(digits) > limits.NODES:
+            raise FasopError(f"{flag}: {show(item.strip())}: at most {limits.NODES:,} nodes, fasop's ceiling "
+                             "(README: Limits)")
         if name not in cluster.node_types:
-            raise FasopError(f"{flag}: unknown node type {name!r} in {cluster.path} "
+            raise FasopError(f"{flag}: unknown node type {show(name)} in {cluster.path} "
                              f"(known: {', '.join(cluster.node_types)})")
         if name in counts:
             raise FasopError(f"{flag}: node type {name!r} given twice")
         counts[name] = int(count)
+    nodes = sum(counts.values())
+    gpus = sum(n * cluster.node_types[name].gpus_per_node for name, n in counts.items())
+    if nodes > limits.NODES or gpus > limits.GPUS:
+        raise FasopError(f"{flag}: {nodes:,} nodes with {gpus:,} GPUs in all, more than fasop's ceiling of "
+                         f"{limits.NODES:,} nodes and {limits.GPUS:,} GPUs (README: Limits)")
     return counts
 
 
@@ -127,6 +139,10 @@ def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterato
         orders = cyclic_placements(inventory)
         return iter(orders), len(orders)
     if strategy == "grouped":
+        kinds = len({n.name for n in inventory})
+        if math.factorial(kinds) > MAX_ORDERS:  # k! orders of k types, listed
+            raise FasopError(f"--placements grouped: {kinds} node types have {math.factorial(kinds):.2g} orders, more "
+                             f"than {MAX_ORDERS:,}: use --placements cyclic, or fewer node types")
         orders = grouped_placements(inventory)
         return iter(orders), len(orders)
     return all_placements(inventory), count_orders(inventory)
@@ -361,16 +377,6 @@ def _estimate_chunks(chunks: Iterator[list], estimator: Estimator, spec: tuple, 
                 yield count, future.result()
         for count, future in window:
             yield count, future.result()
-
-
-def process_pool(workers: int, initializer: Callable, initargs: tuple):
-    """A ProcessPoolExecutor of `workers` processes, forked where the OS can (the parent's
-    imports and caches come along), spawned elsewhere."""
-    import concurrent.futures as futures
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    return futures.ProcessPoolExecutor(workers, mp_context=context, initializer=initializer, initargs=initargs)
 
 
 _WORKER: dict = {}

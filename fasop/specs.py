@@ -8,7 +8,10 @@ Units are converted once, here: Gbit/s -> bytes/s, GiB -> bytes, $/h stays $/h.
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
+import stat
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
+from fasop import limits
 from fasop.errors import SpecError
 
 GIB = 2**30
@@ -106,6 +110,8 @@ class ModelSpec:
     global_batch_size: int
     tie_word_embeddings: bool
     bytes_per_element: int
+    """Bytes of one activation or gradient element that GPUs exchange: pipeline sends, the DP
+    gradient all-reduce and the tied-embedding sync (memory has its own bytes per parameter)."""
     layer_kinds: tuple[str, ...]
     """Kind of every entry of the layer list, in pipeline order."""
     layer_segments: tuple[str, ...]
@@ -129,31 +135,164 @@ def _product(factors: tuple[float, ...]) -> float:
 
 
 # ----------------------------------------------------------------------------- file helpers
+def _shipped_folder(folder: str) -> Path:
+    """The shipped `folder`: in the source tree (a clone, an editable install), else the copy an
+    installed wheel carries as fasop/shipped/<folder> (pyproject.toml)."""
+    source = _REPO_ROOT / folder
+    return source if source.is_dir() else Path(__file__).resolve().parent / "shipped" / folder
+
+
+def spec_folders(folder: str) -> tuple[Path, ...]:
+    """Where spec names are looked up: ./folder first, then the shipped folder."""
+    return (Path.cwd() / folder, _shipped_folder(folder))
+
+
+def shipped_specs(folder: str) -> list[Path]:
+    """The shipped specs of `folder` (`model_specs` or `cluster_specs`), by name."""
+    return sorted(_shipped_folder(folder).glob("*.yaml"), key=lambda p: p.stem)
+
+
 def resolve(name_or_path: str, folder: str) -> Path:
     """A spec given as a path, or as a name in `folder` (./folder first, then fasop's own)."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path("."):
-        if not candidate.is_file():
-            raise SpecError(str(candidate), "", "no such file")
-        return candidate
-    for root in (Path.cwd(), _REPO_ROOT):
-        path = root / folder / f"{name_or_path}.yaml"
-        if path.is_file():
-            return path
-    known = sorted(p.stem for p in (_REPO_ROOT / folder).glob("*.yaml"))
-    raise SpecError(name_or_path, "", f"no spec named {name_or_path!r} in {folder}/ (known: {', '.join(known)})")
+    try:
+        candidate = Path(name_or_path)
+        if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path(".") or not name_or_path:
+            if not candidate.exists():
+                raise SpecError(str(candidate), "", "no such file")
+            return candidate
+        for root in spec_folders(folder):
+            path = root / f"{name_or_path}.yaml"
+            if path.exists():
+                return path
+    except (OSError, ValueError) as exc:  # a name too long, or with a NUL byte
+        raise SpecError(show(name_or_path, quote=False), "", f"cannot use as a spec name or path: {exc}") from None
+    known = [p.stem for p in shipped_specs(folder)]
+    listing = f"known: {', '.join(known)}" if known else "no shipped specs found: give the path of a .yaml file"
+    raise SpecError(name_or_path, "", f"no spec named {name_or_path!r} in {folder}/ ({listing})")
+
+
+def show(value: Any, *, quote: bool = True) -> str:
+    """`value` for a one-line error message: its repr (a printable string unquoted when not
+    `quote`), cut to limits.SHOWN_CHARS characters."""
+    text = value if not quote and isinstance(value, str) and value.isprintable() else _repr(value)
+    if len(text) > limits.SHOWN_CHARS:
+        text = text[:limits.SHOWN_CHARS] + f"... ({len(text):,} characters)"
+    return text
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except ValueError:  # an int of more than 4,300 digits
+        return f"<an integer of about {value.bit_length() * 0.30103:,.0f} digits>"
+
+
+def read_bounded(path: Path, limit: int, what: str = "") -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; SpecError for anything else (a
+    folder, a device such as /dev/zero, a FIFO, a file too large), without reading past the limit."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
+    except (OSError, ValueError) as exc:
+        raise SpecError(str(path), "", f"cannot read{what}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SpecError(str(path), "", f"cannot read{what}: not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:  # e.g. /proc/self/mem: regular, unreadable
+        raise SpecError(str(path), "", f"cannot read{what}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise SpecError(str(path), "", f"larger than fasop's limit of {limit:,} bytes (README: Limits)")
+    return data
+
+
+def decode_utf8(path: Path, data: bytes) -> str:
+    """Strict UTF-8 (a leading byte-order mark is dropped); the first bad byte's line on error."""
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(str(path), f"line {line}", f"not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
+
+
+class _Mapping(dict):
+    """A YAML mapping that remembers the line of each key (for error messages)."""
+
+    line: int = 0
+    lines: dict
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """YAML that parses but that specs do not allow (duplicate keys, aliases, deep nesting)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter: no anchors or aliases, nesting at most limits.YAML_DEPTH,
+    duplicate and merge (`<<`) keys refused, mappings remember their keys' lines, and a scalar
+    that cannot be converted (an integer of 5,000 digits) is a YAML error, not a ValueError."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise _Refused(problem="YAML anchors and aliases (&name, *name) are not allowed in specs",
+                           problem_mark=event.start_mark)
+        self.depth += 1
+        try:
+            if self.depth > limits.YAML_DEPTH:
+                raise _Refused(problem=f"nested deeper than {limits.YAML_DEPTH} levels", problem_mark=event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError, TypeError) as exc:
+            raise _Refused(problem=f"cannot convert {show(node.value)}: {str(exc).splitlines()[0][:80]}",
+                           problem_mark=node.start_mark) from None
+
+    def construct_strict_mapping(self, node) -> _Mapping:
+        mapping = _Mapping()
+        mapping.line, mapping.lines = node.start_mark.line + 1, {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _Refused(problem="merge keys (<<) are not allowed in specs", problem_mark=key_node.start_mark)
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in mapping
+            except TypeError:
+                raise _Refused(problem="a mapping key must be a plain value", problem_mark=key_node.start_mark) from None
+            if duplicate:
+                raise _Refused(problem=f"duplicate key {show(key)} (first at line {mapping.lines[key]})",
+                               problem_mark=key_node.start_mark)
+            mapping[key] = self.construct_object(value_node, deep=True)
+            mapping.lines[key] = key_node.start_mark.line + 1
+        return mapping
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:map", _StrictLoader.construct_strict_mapping)
+_StrictLoader.add_constructor("tag:yaml.org,2002:seq", lambda loader, node: loader.construct_sequence(node, deep=True))
 
 
 def _read_yaml(path: Path) -> dict:
+    text = decode_utf8(path, read_bounded(path, limits.SPEC_BYTES))
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SpecError(str(path), "", f"cannot read: {exc.strerror}") from None
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+    except _Refused as exc:
+        raise SpecError(str(path), f"line {exc.problem_mark.line + 1}", exc.problem) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "?"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(str(path), "", f"malformed YAML at {where}: {problem}") from None
+        raise SpecError(str(path), "", f"malformed YAML at {where}: {show(problem)}") from None
+    except RecursionError:  # unreachable with the depth limit; kept as a last guard
+        raise SpecError(str(path), "", "malformed YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise SpecError(str(path), "", "top level must be a mapping")
     return data
@@ -168,16 +307,18 @@ class _Reader:
 
     def __init__(self, path: Path, data: Any, key: str, known: tuple[str, ...] = ()):
         if not isinstance(data, dict):
-            raise SpecError(str(path), key or "(top level)", f"must be a mapping, got {data!r}")
+            raise SpecError(str(path), key or "(top level)", f"must be a mapping, got {show(data)}")
         self.path, self.data, self.key, self.seen, self.known = path, data, key, set(), known
         if known:
             self._reject_unknown(known)
 
-    def _name(self, key: str) -> str:
-        return f"{self.key}.{key}" if self.key else str(key)
+    def _name(self, key: Any) -> str:
+        key = show(key, quote=False)
+        return f"{self.key}.{key}" if self.key else key
 
-    def error(self, key: str, message: str) -> SpecError:
-        return SpecError(str(self.path), self._name(key), message)
+    def error(self, key: Any, message: str) -> SpecError:
+        line = getattr(self.data, "lines", {}).get(key) if isinstance(key, (str, int)) else None
+        return SpecError(str(self.path), self._name(key), message + (f" (line {line})" if line else ""))
 
     def get(self, key: str, kind: type | tuple, default: Any = ..., check=None, why: str = "") -> Any:
         self.seen.add(key)
@@ -190,15 +331,26 @@ class _Reader:
         ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
         if not ok:
             names = " or ".join(k.__name__ for k in kinds)
-            raise self.error(key, f"must be {names}, got {value!r}")
+            raise self.error(key, f"must be {names}, got {show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise self.error(key, f"must be finite, got {value!r}")
+            raise self.error(key, f"must be finite, got {show(value)}")
+        if isinstance(value, str) and not (len(value) <= limits.TEXT_CHARS and value.isprintable()):
+            raise self.error(key, f"must be printable text of at most {limits.TEXT_CHARS:,} characters, "
+                             f"got {show(value)}")
         if check is not None and not check(value):
-            raise self.error(key, f"must be {why}, got {value!r}")
+            raise self.error(key, f"must be {why}, got {show(value)}")
         return value
 
-    def positive(self, key: str, kind=(int, float), default: Any = ...) -> Any:
-        return self.get(key, kind, default, lambda v: v > 0, "> 0")
+    def positive(self, key: str, kind=(int, float), default: Any = ..., *, high: float) -> Any:
+        return self.number(key, kind, 0, high, default, above=True)
+
+    def number(self, key: str, kind, low: float, high: float, default: Any = ..., *, above: bool = False) -> Any:
+        """A number in [low, high] (in (low, high] with `above`); `high` is a ceiling of limits.py."""
+        relation = ">" if above else ">="
+        value = self.get(key, kind, default, lambda v: v > low if above else v >= low, f"{relation} {low:g}")
+        if value is not default and value > high:
+            raise self.error(key, f"must be <= {high:,g}, fasop's ceiling (README: Limits), got {show(value)}")
+        return value
 
     def sub(self, key: str, known: tuple[str, ...] = ()) -> "_Reader":
         return _Reader(self.path, self.get(key, dict), self._name(key), known)
@@ -206,7 +358,7 @@ class _Reader:
     def _reject_unknown(self, known) -> None:
         extra = [k for k in self.data if k not in known]
         if extra:
-            raise self.error(str(extra[0]), f"unknown key (known: {', '.join(sorted(map(str, known)))})")
+            raise self.error(extra[0], f"unknown key (known: {', '.join(sorted(map(str, known)))})")
 
     def done(self) -> None:
         assert self.seen <= set(self.known or self.seen), f"{self.key}: read keys missing from known"
@@ -226,11 +378,11 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
     estimator = top.get("estimator", str, check=_ESTIMATOR_NAME.fullmatch,
                         why="an estimator name (letters, digits, '-', '_', '.'), e.g. fasop-2024")
     links = top.sub("links", _LINKS_KEYS)
-    inter_div = links.positive("p2p_inter_node_divisor")
-    intra_div = links.positive("p2p_intra_node_divisor")
+    inter_div = links.number("p2p_inter_node_divisor", (int, float), *limits.DIVISOR)
+    intra_div = links.number("p2p_intra_node_divisor", (int, float), *limits.DIVISOR)
     links.done()
     memory = top.sub("memory", ("overhead_factor",))
-    overhead = memory.get("overhead_factor", (int, float), check=lambda v: v >= 1, why=">= 1")
+    overhead = memory.number("overhead_factor", (int, float), 1, limits.OVERHEAD_FACTOR)
     memory.done()
     types_reader = top.sub("node_types")
     node_types = {}
@@ -247,17 +399,17 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
 
 
 def _node_type(r: _Reader, name: str) -> NodeType:
-    spot = r.get("spot_usd_per_hour", (int, float), None, lambda v: v >= 0, ">= 0")
+    spot = r.number("spot_usd_per_hour", (int, float), 0, limits.USD_PER_HOUR, None)
     node = NodeType(
         name=name,
         instance=r.get("instance", str),
         gpu=r.get("gpu", str),
-        gpus_per_node=r.positive("gpus_per_node", int),
-        memory_limit_bytes=float(r.positive("memory_limit_gib")) * GIB,
-        intra_node_bytes_per_s=float(r.positive("intra_node_gbit_per_s")) * 1e9 / 8,
-        inter_node_bytes_per_s=float(r.positive("inter_node_gbit_per_s")) * 1e9 / 8,
+        gpus_per_node=r.positive("gpus_per_node", int, high=limits.GPUS_PER_NODE),
+        memory_limit_bytes=float(r.positive("memory_limit_gib", high=limits.MEMORY_GIB)) * GIB,
+        intra_node_bytes_per_s=float(r.number("intra_node_gbit_per_s", (int, float), *limits.GBIT_PER_S)) * 1e9 / 8,
+        inter_node_bytes_per_s=float(r.number("inter_node_gbit_per_s", (int, float), *limits.GBIT_PER_S)) * 1e9 / 8,
         intra_node_shared=r.get("intra_node_shared", bool),
-        usd_per_hour=float(r.get("usd_per_hour", (int, float), check=lambda v: v >= 0, why=">= 0")),
+        usd_per_hour=float(r.number("usd_per_hour", (int, float), 0, limits.USD_PER_HOUR)),
         spot_usd_per_hour=None if spot is None else float(spot),
     )
     r.done()
@@ -276,16 +428,16 @@ def load_model(name_or_path: str) -> ModelSpec:
     top = _Reader(path, _read_yaml(path), "", _MODEL_KEYS)
     name = top.get("name", str)
     arch = top.sub("architecture", _ARCHITECTURE_KEYS)
-    hidden = arch.positive("hidden_size", int)
-    n_layers = arch.positive("num_hidden_layers", int)
-    n_dec = arch.get("num_decoder_layers", int, 0, lambda v: v >= 0, ">= 0")
-    heads = arch.positive("num_attention_heads", int)
-    vocab = arch.positive("vocab_size", int)
+    hidden = arch.positive("hidden_size", int, high=limits.HIDDEN_SIZE)
+    n_layers = arch.positive("num_hidden_layers", int, high=limits.LAYERS)
+    n_dec = arch.number("num_decoder_layers", int, 0, limits.LAYERS, 0)
+    heads = arch.positive("num_attention_heads", int, high=limits.ATTENTION_HEADS)
+    vocab = arch.positive("vocab_size", int, high=limits.VOCAB_SIZE)
     tie = arch.get("tie_word_embeddings", bool)
     arch.done()
     train = top.sub("training", _TRAINING_KEYS)
-    seq = train.positive("sequence_length", int)
-    gbs = train.positive("global_batch_size", int)
+    seq = train.positive("sequence_length", int, high=limits.SEQUENCE_LENGTH)
+    gbs = train.positive("global_batch_size", int, high=limits.GLOBAL_BATCH_SIZE)
     bytes_per_element = train.get("bytes_per_element", int, 2, lambda v: v in (1, 2, 4), "1, 2 or 4")
     train.done()
     kinds, segments = _layer_list(path, top.get("layers", list))
@@ -308,9 +460,11 @@ def _layer_list(path: Path, entries: list) -> tuple[tuple[str, ...], tuple[str, 
     for i, entry in enumerate(entries):
         r = _Reader(path, entry, f"layers[{i}]", ("kind", "count", "segment"))
         kind = r.get("kind", str, check=lambda v: v in LAYER_KINDS, why=f"one of {LAYER_KINDS}")
-        count = r.positive("count", int, 1)
+        count = r.positive("count", int, 1, high=limits.LAYERS)
         segment = r.get("segment", str, "model")
         r.done()
+        if len(kinds) + count > limits.LAYERS:
+            raise r.error("count", f"the layer list passes {limits.LAYERS:,} entries, fasop's ceiling (README: Limits)")
         kinds += [kind] * count
         segments += [segment] * count
     if not kinds:
@@ -323,7 +477,7 @@ def _layer_list(path: Path, entries: list) -> tuple[tuple[str, ...], tuple[str, 
 
 def _profile(path: Path, r: _Reader, kinds: tuple[str, ...]) -> Profile:
     file = path.parent / r.get("file", str)
-    factor = r.positive("fwd_bwd_factor")
+    factor = r.number("fwd_bwd_factor", (int, float), *limits.FACTOR)
     scaling_reader = r.sub("microbatch_scaling")
     r.done()
     forward = _profile_csv(file, len(kinds))
@@ -347,35 +501,60 @@ def _scaling_table(r: _Reader) -> ScalingTable:
     raw = r.get("points", dict)
     beyond = r.get("beyond", str, check=lambda v: v in ("proportional", "constant"), why="proportional or constant")
     r.done()
-    points = []
-    for b, value in sorted(raw.items(), key=lambda kv: kv[0] if isinstance(kv[0], int) else -1):
-        factors = tuple(value) if isinstance(value, list) else (value,)
-        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
-            raise r.error(f"points.{b}", "micro-batch sizes must be integers >= 1")
-        if not factors or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in factors):
-            raise r.error(f"points.{b}", f"must be a positive number or a list of them, got {value!r}")
-        points.append((b, tuple(float(f) for f in factors)))
-    if not points:
+    points = _Reader(r.path, raw, r._name("points"))
+    low, high = limits.FACTOR
+    for b, value in raw.items():
+        if not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= limits.GLOBAL_BATCH_SIZE:
+            raise points.error(b, f"micro-batch sizes must be integers from 1 to {limits.GLOBAL_BATCH_SIZE:,}")
+        factors = value if isinstance(value, list) else [value]
+        if not 1 <= len(factors) <= limits.SCALING_FACTORS or not all(
+                isinstance(f, (int, float)) and not isinstance(f, bool) and low <= f <= high for f in factors):
+            raise points.error(b, f"must be a number from {low:g} to {high:g} or a list of 1 to "
+                               f"{limits.SCALING_FACTORS} of them, got {show(value)}")
+    if not raw:
         raise r.error("points", "needs at least one entry")
-    return ScalingTable(points=tuple(points), beyond=beyond)
+    table = tuple((b, tuple(float(f) for f in (v if isinstance(v, list) else [v]))) for b, v in sorted(raw.items()))
+    return ScalingTable(points=table, beyond=beyond)
+
+
+PROFILE_COLUMNS = ("gpu", "tp", "layer_index", "seconds")
 
 
 def _profile_csv(file: Path, num_layers: int) -> dict[tuple[str, int], tuple[float, ...]]:
+    """gpu,tp,layer_index,seconds rows: exactly these columns, one row per (gpu, tp, layer_index),
+    tp and layer_index plain decimal integers, seconds within limits.LAYER_SECONDS."""
+    text = decode_utf8(file, read_bounded(file, limits.PROFILE_BYTES, " profile"))
     try:
-        with open(file, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise SpecError(str(file), "", f"cannot read profile: {exc.strerror}") from None
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise SpecError(str(file), "", f"malformed CSV: {show(str(exc))}") from None
+    if not rows or tuple(rows[0]) != PROFILE_COLUMNS:
+        raise SpecError(str(file), "line 1", f"the header must be {','.join(PROFILE_COLUMNS)}, "
+                        f"got {show(','.join(rows[0]) if rows else '', quote=False)}")
     table: dict[tuple[str, int], dict[int, float]] = {}
-    for line, row in enumerate(rows, start=2):
-        try:
-            key = (row["gpu"], int(row["tp"]))
-            index, seconds = int(row["layer_index"]), float(row["seconds"])
-        except (KeyError, TypeError, ValueError):
-            raise SpecError(str(file), f"line {line}", f"needs columns gpu,tp,layer_index,seconds; got {row}") from None
-        if not (seconds > 0 and math.isfinite(seconds)) or key[1] < 1 or not 0 <= index < num_layers:
-            raise SpecError(str(file), f"line {line}", f"out of range: tp={key[1]} layer_index={index} seconds={seconds}")
-        table.setdefault(key, {})[index] = seconds
+    low, high = limits.LAYER_SECONDS
+    for line, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue  # a blank line
+        where = f"line {line}"
+        if len(row) != len(PROFILE_COLUMNS):
+            raise SpecError(str(file), where, f"needs the {len(PROFILE_COLUMNS)} columns {','.join(PROFILE_COLUMNS)}, "
+                            f"got {len(row)} fields: {show(','.join(row), quote=False)}")
+        gpu, tp, index, seconds = (cell.strip() for cell in row)
+        if not gpu or not gpu.isprintable():
+            raise SpecError(str(file), where, f"gpu must be a name, got {show(gpu)}")
+        if not (tp.isascii() and tp.isdigit() and 1 <= int(tp) <= limits.TP_DEGREE):
+            raise SpecError(str(file), where, f"tp must be an integer from 1 to {limits.TP_DEGREE:,}, got {show(tp)}")
+        if not (index.isascii() and index.isdigit() and int(index) < num_layers):
+            raise SpecError(str(file), where, f"layer_index must be an integer from 0 to {num_layers - 1} "
+                            f"(the layer list has {num_layers} entries), got {show(index)}")
+        value = _float(seconds)
+        if value is None or not low <= value <= high:
+            raise SpecError(str(file), where, f"seconds must be a number from {low:g} to {high:g}, got {show(seconds)}")
+        per_layer = table.setdefault((gpu, int(tp)), {})
+        if int(index) in per_layer:
+            raise SpecError(str(file), where, f"a second row for gpu={gpu} tp={int(tp)} layer_index={int(index)}")
+        per_layer[int(index)] = value
     for (gpu, tp), per_layer in table.items():
         if len(per_layer) != num_layers:
             missing = [i for i in range(num_layers) if i not in per_layer]
@@ -384,3 +563,14 @@ def _profile_csv(file: Path, num_layers: int) -> dict[tuple[str, int], tuple[flo
     if not table:
         raise SpecError(str(file), "", "profile is empty")
     return {key: tuple(per_layer[i] for i in range(num_layers)) for key, per_layer in sorted(table.items())}
+
+
+def _float(text: str) -> float | None:
+    """A finite decimal number (no nan/inf, no '_' separators), else None."""
+    if not text or "_" in text or not text.isascii():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

@@ -79,6 +79,11 @@ PROFILE_ROWS = [f"{gpu},1,{layer},{seconds}" for gpu, scale in (("A100", 1), ("A
 PROFILE = "gpu,tp,layer_index,seconds\n" + "\n".join(PROFILE_ROWS) + "\n"
 
 
+def line_of(text: str, part: str) -> int:
+    """The line number (from 1) where `part` starts in `text`."""
+    return text[:text.index(part)].count("\n") + 1
+
+
 def corrupt(text: str, old: str, new: str) -> str:
     """`text` with its one occurrence of `old` replaced (fails loudly if the fixture drifts)."""
     assert text.count(old) == 1, f"fixture has {text.count(old)} occurrences of {old!r}"
@@ -184,22 +189,27 @@ def test_missing_required_key(tmp_path, capsys, which, old, key):
 def test_wrong_type(tmp_path, capsys, which, old, new, expected):
     """A string where a number belongs, and a bool where an int belongs (YAML `true` is an int
     subclass in Python: it must not pass as 1)."""
-    run = Run(tmp_path, **{which: corrupt({"cluster": CLUSTER, "model": MODEL}[which], old, new)})
-    assert fails(run, capsys, run.argv()) == f"{getattr(run, which)}: {expected}"
+    text = corrupt({"cluster": CLUSTER, "model": MODEL}[which], old, new)
+    run = Run(tmp_path, **{which: text})
+    assert fails(run, capsys, run.argv()) == f"{getattr(run, which)}: {expected} (line {line_of(text, new)})"
 
 
 @pytest.mark.parametrize("value,shown", [("0", "0"), ("-5", "-5"), ("0.0", "0.0"), (".inf", "inf")])
 def test_non_positive_or_infinite_bandwidth(tmp_path, capsys, value, shown):
     """A zero or negative bandwidth would divide by zero or give negative times."""
-    run = Run(tmp_path, cluster=corrupt(CLUSTER, "    inter_node_gbit_per_s: 40\n", f"    inter_node_gbit_per_s: {value}\n"))
+    new = f"    inter_node_gbit_per_s: {value}\n"
+    text = corrupt(CLUSTER, "    inter_node_gbit_per_s: 40\n", new)
+    run = Run(tmp_path, cluster=text)
     message = fails(run, capsys, run.argv())
     assert message.startswith(f"{run.cluster}: node_types.a10.inter_node_gbit_per_s: must be ")
-    assert message.endswith(f", got {shown}")
+    assert message.endswith(f", got {shown} (line {line_of(text, new)})")
 
 
 def test_negative_price(tmp_path, capsys):
-    run = Run(tmp_path, cluster=corrupt(CLUSTER, "    usd_per_hour: 8\n", "    usd_per_hour: -1\n"))
-    assert fails(run, capsys, run.argv()) == f"{run.cluster}: node_types.a10.usd_per_hour: must be >= 0, got -1"
+    text = corrupt(CLUSTER, "    usd_per_hour: 8\n", "    usd_per_hour: -1\n")
+    run = Run(tmp_path, cluster=text)
+    assert fails(run, capsys, run.argv()) == (f"{run.cluster}: node_types.a10.usd_per_hour: must be >= 0, got -1 "
+                                              f"(line {line_of(text, 'usd_per_hour: -1')})")
 
 
 def test_gpu_without_profile(tmp_path, capsys):
@@ -231,7 +241,7 @@ def test_profile_bad_number(tmp_path, capsys):
     run = Run(tmp_path, profile=corrupt(PROFILE, "A10,1,2,0.008\n", "A10,1,2,-0.008\n"))
     message = fails(run, capsys, run.argv())
     assert message.startswith(f"{run.profile}: line ")
-    assert "seconds=-0.008" in message
+    assert message.endswith("seconds must be a number from 1e-09 to 10000, got '-0.008'")
 
 
 # ----------------------------------------------------------------------------- command line

@@ -1,4 +1,4 @@
-"""Each cost piece of the fasop-2024 estimator against cases worked out by hand (MODEL.md §2-§8).
+"""Each cost piece of the fasop-2024 estimator against cases worked out by hand (docs/estimators.md §2-§8).
 
 Fixtures are built here from small round numbers (a 4-entry model, nodes of 2 GPUs with
 bandwidths that are powers of two), so every expected value below is exact and its arithmetic is
@@ -12,11 +12,14 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop import comm
+from fasop.estimators import fasop2024_comm
 from fasop.compute import ProfileCompute
 from fasop.enumerate import cyclic_placements, degrees, divisors
-from fasop.memory import estimate_memory, fasop_limit_node, stage_elements
-from fasop.partition import minmax, minmax_reference
+from fasop.estimators.fasop2024 import PARAM_BYTES
+from fasop.estimators.fasop2024_layout import fasop_limit_node, stage_limits
+from fasop.estimators.fasop2024_memory import estimate_memory
+from fasop.memory import stage_elements
+from fasop.estimators.fasop2024_minmax import minmax, minmax_reference
 from fasop.plan import Plan
 from fasop.schedule import one_f_one_b
 from fasop.specs import ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
@@ -56,7 +59,7 @@ def plan(tp: int, dp: int, pp: int, *nodes: NodeType, mbs: int = 1, gbs: int = 8
 
 # ----------------------------------------------------------------------------- specs.ScalingTable
 def test_scaling_points_and_proportional_tail():
-    """MODEL.md §3 tables: the value at the largest point <= b, then x b/last point past the end.
+    """docs/estimators.md §3 tables: the value at the largest point <= b, then x b/last point past the end.
     {1: 1, 4: 2} proportional: f(3) = 1, f(4) = 2, f(6) = 2*6/4 = 3, f(8) = 2*8/4 = 4."""
     table = ScalingTable(points=((1, (1.0,)), (4, (2.0,))), beyond="proportional")
     assert [table.factor(b) for b in (1, 2, 3, 4, 6, 8)] == [1.0, 1.0, 1.0, 2.0, 3.0, 4.0]
@@ -115,42 +118,42 @@ def test_stage_sum_is_sequential_left_to_right():
 # Volume per boundary = mbs * s * h * 2 bytes = 1*4*8*2 = 64 bytes.
 def test_p2p_intra_node():
     """Both stages on one node: bw = intra / 4 = 512/4 = 128 B/s -> 64/128 = 0.5 s; mbs=2 -> 1.0 s."""
-    assert comm.p2p_seconds(plan(1, 1, 2, node()), model(), CLUSTER) == (0.5,)
-    assert comm.p2p_seconds(plan(1, 1, 2, node(), mbs=2), model(), CLUSTER) == (1.0,)
+    assert fasop2024_comm.p2p_seconds(plan(1, 1, 2, node()), model(), CLUSTER) == (0.5,)
+    assert fasop2024_comm.p2p_seconds(plan(1, 1, 2, node(), mbs=2), model(), CLUSTER) == (1.0,)
 
 
 def test_p2p_inter_node_uses_slower_node_and_divisor():
     """Stages on two nodes (inter 128 and 256 B/s): bw = min(128, 256)/dp/tp/2 = 64 -> 1.0 s,
     whichever node comes first."""
     a, b = node(inter=128.0), node("b", inter=256.0)
-    assert comm.p2p_seconds(plan(1, 1, 2, node(gpus=1, inter=128.0), node("b", gpus=1, inter=256.0)),
+    assert fasop2024_comm.p2p_seconds(plan(1, 1, 2, node(gpus=1, inter=128.0), node("b", gpus=1, inter=256.0)),
                             model(), CLUSTER) == (1.0,)
-    assert comm.p2p_seconds(plan(1, 2, 2, a, b), model(), CLUSTER) == (2.0,)
-    assert comm.p2p_seconds(plan(1, 2, 2, b, a), model(), CLUSTER) == (2.0,)
+    assert fasop2024_comm.p2p_seconds(plan(1, 2, 2, a, b), model(), CLUSTER) == (2.0,)
+    assert fasop2024_comm.p2p_seconds(plan(1, 2, 2, b, a), model(), CLUSTER) == (2.0,)
 
 
 def test_p2p_inter_node_shared_by_dp_and_tp():
     """Replicas and TP lanes share the NICs: tp=1 dp=2 -> 128/2/1/2 = 32 B/s -> 2.0 s;
     tp=2 dp=1 -> 128/1/2/2 = 32 -> 2.0 s; tp=2 dp=2 on four nodes -> 128/2/2/2 = 16 -> 4.0 s."""
     n = node()
-    assert comm.p2p_seconds(plan(1, 2, 2, n, n), model(), CLUSTER) == (2.0,)
-    assert comm.p2p_seconds(plan(2, 1, 2, n, n), model(), CLUSTER) == (2.0,)
-    assert comm.p2p_seconds(plan(2, 2, 2, n, n, n, n), model(), CLUSTER) == (4.0,)
+    assert fasop2024_comm.p2p_seconds(plan(1, 2, 2, n, n), model(), CLUSTER) == (2.0,)
+    assert fasop2024_comm.p2p_seconds(plan(2, 1, 2, n, n), model(), CLUSTER) == (2.0,)
+    assert fasop2024_comm.p2p_seconds(plan(2, 2, 2, n, n, n, n), model(), CLUSTER) == (4.0,)
 
 
 def test_p2p_per_boundary():
     """pp=4 on two 2-GPU nodes: boundaries 0->1 and 2->3 inside a node (0.5 s), 1->2 across
     (128/1/1/2 = 64 B/s -> 1.0 s)."""
     n = node()
-    assert comm.p2p_seconds(plan(1, 1, 4, n, n), model(), CLUSTER) == (0.5, 1.0, 0.5)
-    assert comm.p2p_seconds(plan(1, 1, 1, n), model(), CLUSTER) == ()
+    assert fasop2024_comm.p2p_seconds(plan(1, 1, 4, n, n), model(), CLUSTER) == (0.5, 1.0, 0.5)
+    assert fasop2024_comm.p2p_seconds(plan(1, 1, 1, n), model(), CLUSTER) == ()
 
 
 def test_p2p_boundary_waits_for_slowest_pair():
     """3-GPU nodes, tp=1 dp=2: pair 0->2 is intra (128 B/s), pair 1->3 is inter
     (128/2/1/2 = 32 B/s): the boundary takes the slower, 64/32 = 2.0 s."""
     n = node(gpus=3)
-    assert comm.p2p_seconds(plan(1, 2, 2, n, n), model(), CLUSTER) == (2.0,)
+    assert fasop2024_comm.p2p_seconds(plan(1, 2, 2, n, n), model(), CLUSTER) == (2.0,)
 
 
 # ----------------------------------------------------------------------------- comm: DP ring
@@ -158,21 +161,21 @@ def test_dp_ring_bandwidth_is_slowest_hop():
     """Stage 0's ring: inside one node -> intra 512; dp=4 over two nodes hops 0-1 (intra), 1-2
     (inter), 2-3 (intra), 3-0 (inter) -> min inter of the two nodes, 128; tp=2 dp=2: lane t=1
     links ranks 1 and 3 on different nodes -> 128."""
-    assert comm.dp_ring_bandwidth(plan(1, 2, 1, node())) == 512.0
-    assert comm.dp_ring_bandwidth(plan(1, 4, 1, node(inter=256.0), node("b", inter=128.0))) == 128.0
-    assert comm.dp_ring_bandwidth(plan(2, 2, 1, node(), node())) == 128.0
+    assert fasop2024_comm.dp_ring_bandwidth(plan(1, 2, 1, node())) == 512.0
+    assert fasop2024_comm.dp_ring_bandwidth(plan(1, 4, 1, node(inter=256.0), node("b", inter=128.0))) == 128.0
+    assert fasop2024_comm.dp_ring_bandwidth(plan(2, 2, 1, node(), node())) == 128.0
 
 
 @pytest.mark.parametrize("dp,expected", [(2, 2.0), (4, 3.0), (8, 3.5)])
 def test_dp_ring_moves_2_dp_minus_1_over_dp_of_the_buffer(dp, expected):
     """Ring all-reduce of P=100 16-bit gradients (200 bytes) at 100 B/s: 2(dp-1)/dp x 200/100:
     dp=2 -> 1 x 2 = 2.0 s, dp=4 -> 1.5 x 2 = 3.0 s, dp=8 -> 1.75 x 2 = 3.5 s (tp=1, tp*dp >= M)."""
-    cost = comm.dp_allreduce_seconds(plan(1, dp, 1, node()), f32(100), f32(100), False)
+    cost = fasop2024_comm.dp_allreduce_seconds(plan(1, dp, 1, node()), f32(100), f32(100), False, 2)
     assert cost == pytest.approx(expected, rel=1e-6)
 
 
 def test_dp_allreduce_single_replica_is_free():
-    assert comm.dp_allreduce_seconds(plan(1, 1, 4, node(), node()), f32(100), f32(100), True) == 0.0
+    assert fasop2024_comm.dp_allreduce_seconds(plan(1, 1, 4, node(), node()), f32(100), f32(100), True, 2) == 0.0
 
 
 def test_dp_allreduce_contention_divisions():
@@ -180,11 +183,11 @@ def test_dp_allreduce_contention_divisions():
     2*1*100*2/(2*50) = 4.0 s. tp*dp < M with tp > 1 on a shared bus: M=8 tp=2 dp=2 ->
     bw 100/(8/2) = 25 -> 8.0 s; not shared -> 2.0 s; tp=1 never divides -> 2.0 s."""
     params, bw = f32(100), f32(100)
-    assert comm.dp_allreduce_seconds(plan(2, 2, 1, node()), params, bw, False) == pytest.approx(4.0, rel=1e-6)
+    assert fasop2024_comm.dp_allreduce_seconds(plan(2, 2, 1, node()), params, bw, False, 2) == pytest.approx(4.0, rel=1e-6)
     wide = node(gpus=8)
-    assert comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, True) == pytest.approx(8.0, rel=1e-6)
-    assert comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, False) == pytest.approx(2.0, rel=1e-6)
-    assert comm.dp_allreduce_seconds(plan(1, 2, 1, wide), params, bw, True) == pytest.approx(2.0, rel=1e-6)
+    assert fasop2024_comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, True, 2) == pytest.approx(8.0, rel=1e-6)
+    assert fasop2024_comm.dp_allreduce_seconds(plan(2, 2, 1, wide), params, bw, False, 2) == pytest.approx(2.0, rel=1e-6)
+    assert fasop2024_comm.dp_allreduce_seconds(plan(1, 2, 1, wide), params, bw, True, 2) == pytest.approx(2.0, rel=1e-6)
 
 
 # ----------------------------------------------------------------------------- comm: embedding
@@ -193,18 +196,18 @@ def test_embedding_allreduce_hand_cases():
     """Stage 0 and the last stage on one node: 256/(512/min(1,2)*1) = 0.5 s. On two nodes with
     dp=2: bw = 128/min(2, 2) = 64 -> 256/64 = 4.0 s. tp=2 dp=1: 256/(128/1 * 2) = 1.0 s."""
     n = node()
-    assert comm.embedding_allreduce_seconds(plan(1, 1, 2, n), model()) == 0.5
-    assert comm.embedding_allreduce_seconds(plan(1, 2, 2, n, n), model()) == 4.0
-    assert comm.embedding_allreduce_seconds(plan(2, 1, 2, n, n), model()) == 1.0
+    assert fasop2024_comm.embedding_allreduce_seconds(plan(1, 1, 2, n), model()) == 0.5
+    assert fasop2024_comm.embedding_allreduce_seconds(plan(1, 2, 2, n, n), model()) == 4.0
+    assert fasop2024_comm.embedding_allreduce_seconds(plan(2, 1, 2, n, n), model()) == 1.0
 
 
 def test_embedding_allreduce_only_for_a_tied_head_on_another_stage():
     """pp=1 (one stage holds both), no head (T5's layer list), untied: nothing to sync."""
     n = node()
-    assert comm.embedding_allreduce_seconds(plan(1, 2, 1, n), model()) == 0.0
+    assert fasop2024_comm.embedding_allreduce_seconds(plan(1, 2, 1, n), model()) == 0.0
     no_head = model(kinds=("embedding", "encoder", "embedding", "decoder"))
-    assert comm.embedding_allreduce_seconds(plan(1, 1, 2, n), no_head) == 0.0
-    assert comm.embedding_allreduce_seconds(plan(1, 1, 2, n), model(tie=False)) == 0.0
+    assert fasop2024_comm.embedding_allreduce_seconds(plan(1, 1, 2, n), no_head) == 0.0
+    assert fasop2024_comm.embedding_allreduce_seconds(plan(1, 1, 2, n), model(tie=False)) == 0.0
 
 
 # ----------------------------------------------------------------------------- schedule
@@ -214,7 +217,7 @@ def schedule(fwd, bwd, send_fwd, send_bwd, m):
 
 
 def test_1f1b_two_stages_one_microbatch():
-    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences of MODEL.md §5:
+    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences (fasop.recurrences.run, docs/estimators.md §5):
     stage 0 forward ends F0, its send ends F0+sf0 = fre_1; stage 1 forward ends F0+sf0+F1 and its
     backward E1 = F0+sf0+F1+B1; its send ends E1+sb1 = bre_0; stage 0's backward
     E0 = F0+sf0+F1+B1+sb1+B0. With F=(1,3), B=(2,6), sf0=0.5, sb1=0.25:
@@ -280,7 +283,7 @@ def test_minmax_counts_middle_stage_comm():
 
 
 def test_minmax_early_stop_quirk():
-    """MODEL.md §6 step 5: 6 layers, stage 1 10x slower. 3-3 (3, 30) -> 4-2 (4, 20); now the max
+    """docs/estimators.md §6, minmax-early-stop: 6 layers, stage 1 10x slower. 3-3 (3, 30) -> 4-2 (4, 20); now the max
     is the last stage holding 2 layers: stop, but (quirk) report 3-3 while scheduling 4-2."""
     split = minmax((uniform(1.0, 6), uniform(10.0, 6)), 6, ())
     assert split.scheduled == (4, 2)
@@ -334,7 +337,7 @@ def test_minmax_many_moves_as_the_reference(seed, monkeypatch):
     split must be minmax_reference's. 200 problems drawn from 3 layer counts (so groups form),
     1 to 9 stages (more stages than layers goes one by one), stage costs from a pool of 4 that
     cover more layers than balanced (as the encoder of an encoder-decoder), ties included."""
-    import fasop.partition as partition
+    import fasop.estimators.fasop2024_minmax as partition
 
     monkeypatch.setattr(partition, "LOCKSTEP_MIN", 1 + seed % 3)  # lockstep for nearly every group
     rng = np.random.default_rng(seed)
@@ -356,7 +359,7 @@ def test_fasop_minmax_splits_many_equals_one_by_one(seed, monkeypatch):
     """fasop_minmax_splits_many solves the min-max problems of many requests together (repeats
     once); each request's splits must be fasop_minmax_splits's: one or two segments (encoder-
     decoder), one to twelve stages, requests repeated."""
-    import fasop.partition as partition
+    import fasop.estimators.fasop2024_minmax as partition
 
     monkeypatch.setattr(partition, "LOCKSTEP_MIN", 2)
     rng = np.random.default_rng(seed)
@@ -459,7 +462,8 @@ def test_estimate_memory_oom_threshold(limit, is_oom, is_zero_oom):
     16128 + 2880 = 19008; ZeRO (6 + 12//2)*896 + act -> 13376 and 13632. OOM when
     1.25 x bytes > limit; ZeRO OOM when ZeRO bytes > limit (§8)."""
     n = node(memory_bytes=limit)
-    memory = estimate_memory(plan(1, 2, 2, n, n), model(), CLUSTER, (2, 2))
+    p = plan(1, 2, 2, n, n)
+    memory = estimate_memory(p, model(), CLUSTER, (2, 2), stage_limits(p), param_bytes=PARAM_BYTES)
     assert memory.stage_bytes == (18752.0, 19008.0)
     assert memory.stage_zero_bytes == (13376.0, 13632.0)
     assert (memory.is_oom, memory.is_zero_oom) == (is_oom, is_zero_oom)

@@ -17,7 +17,7 @@ from fasop import native
 from fasop.cli import main
 from fasop.enumerate import all_placements, degree_list, plans
 from fasop.estimators.fasop2024 import Fasop2024Estimator
-from fasop.partition import minmax_reference
+from fasop.estimators.fasop2024_minmax import minmax_reference
 from fasop.schedule import one_f_one_b_reference
 from fasop.specs import GIB, ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
 
@@ -65,7 +65,7 @@ def test_one_f_one_b_kernel_is_the_recurrences(seed):
 @pytest.mark.parametrize("pp", [1, 2, 3, 5, 8, 13])
 def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
     """The kernel zeroes only the cells of its arrays that the recurrences read before they
-    write them (fasop.schedule._run starts from arrays of zeros). With the other cells poisoned
+    write them (fasop.recurrences.run starts from arrays of zeros). With the other cells poisoned
     (1e300 at the start of every run) the ends are still the recurrences', for every m from 1 to
     3 pp + 2 (warm-up longer and shorter than the batch), all sends present."""
     rng = np.random.default_rng(pp)
@@ -276,7 +276,7 @@ def test_plans_of_equal_kernel_inputs_are_scheduled_once_and_estimated_alike(mon
     sends, pp and micro-batches (pp = 1, stages spanning the A100's node alike): the chunk runs
     the kernels once for each such group, and every plan's estimate is the Python path's."""
     from fasop.enumerate import cyclic_placements
-    from fasop.estimators.fasop2024 import _Chunk
+    from fasop.estimators.fasop2024_batch import Chunk
     from fasop.search import parse_nodes
     from fasop.specs import load_cluster, load_model
 
@@ -286,7 +286,7 @@ def test_plans_of_equal_kernel_inputs_are_scheduled_once_and_estimated_alike(mon
     combos = degree_list(nodes, tp_degrees=estimator.compute.tp_degrees(estimator.gpus),
                          global_batch_size=model.global_batch_size, num_transformer_layers=model.num_transformer_layers)
     candidates = list(plans(cyclic_placements(nodes), combos, global_batch_size=model.global_batch_size))
-    chunk = _Chunk(estimator, candidates)
+    chunk = Chunk(estimator, candidates)
     assert len(set(chunk.unique.tolist())) < len(candidates) // 2 + len(candidates) // 4  # 356 plans: 239 runs
     assert (chunk.which[chunk.unique][chunk.inverse] == chunk.which).all()
     assert (chunk.p2p[chunk.unique][chunk.inverse] == chunk.p2p).all()

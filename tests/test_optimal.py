@@ -9,7 +9,9 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.estimators.fasop2024 import Fasop2024Estimator, _Prepared
+from fasop.estimators.fasop2024 import PARAM_BYTES, Fasop2024Estimator
+from fasop.estimators.fasop2024_batch import Prepared
+from fasop.estimators.fasop2024_layout import stage_limits
 from fasop.memory import stage_fits
 from fasop.partition import Split
 from fasop.plan import Plan
@@ -51,11 +53,13 @@ def _brute_force(est: Fasop2024Estimator, plan: Plan, respect_memory: bool) -> f
     for cuts in itertools.combinations(range(1, n), plan.pp - 1):
         counts = tuple(b - a for a, b in zip((0,) + cuts, cuts + (n,)))
         edges = (0,) + cuts + (n,)
-        if respect_memory and not all(stage_fits(plan, est.model, est.cluster, i, est.model.layer_kinds[edges[i]:edges[i + 1]])
+        if respect_memory and not all(stage_fits(plan, est.model, est.cluster, est.model.layer_kinds[edges[i]:edges[i + 1]],
+                                                      stage_limits(plan)[i],
+                                                      param_bytes=PARAM_BYTES)
                                       for i in range(plan.pp)):
             continue
         splits.append(Split(counts, counts))
-    probe = _Prepared(plan, p.stage_types, p.costs, p.p2p, splits)
+    probe = Prepared(plan, p.stage_types, p.costs, p.p2p, splits)
     ends = est._schedule_all([probe])[0]
     return min(float(est._step(plan, p.stage_types, s.reported[0], e)[0]) for s, e in zip(splits, ends))
 

@@ -62,3 +62,31 @@ def test_timeline_matches_the_recurrences_and_holds_its_invariants(seed):
                 assert by[(i, "send_bwd", j)].end_s <= by[(i - 1, "bwd", j)].start_s
         assert s.in_flight[i] == min(pp - i, m)
     assert s.lower_bound_s <= s.pipeline_time_s
+
+
+@pytest.mark.parametrize("nodes", ["a10=4", "a100=1,a10=3"])
+def test_fasop_estimates_replay_as_timelines(nodes):
+    """The fasop-2024 estimator's `schedule_of` rebuilds each estimate's pipeline as a Schedule
+    whose stage ends are the estimate's, bit for bit (pp > 1), and whose events fill each stage's
+    compute time m times over."""
+    from fasop.search import parse_nodes, search
+    from fasop.estimators import make_estimator
+    from fasop.specs import load_cluster, load_model
+
+    model, cluster = load_model("bert"), load_cluster("fasop-paper")
+    inventory = parse_nodes(nodes, cluster)
+    result = search(model, cluster, inventory, heterogeneous=True, placements="cyclic", partitioner="fasop-minmax")
+    estimator = make_estimator(model, cluster, inventory, partitioner="fasop-minmax")
+    checked = 0
+    for e in result.estimates:
+        timeline = estimator.schedule_of(e)
+        if e.plan.pp > 1:
+            assert timeline.stage_end_s == e.stage_end_s
+            checked += 1
+        else:
+            assert timeline.pipeline_time_s == pytest.approx(e.pipeline_time_s, rel=1e-6)
+        m = e.plan.num_microbatches
+        for i, comp in enumerate(e.stage_compute_s):
+            busy = sum(ev.end_s - ev.start_s for ev in timeline.stage_events(i) if ev.kind in ("fwd", "bwd"))
+            assert busy == pytest.approx(m * comp, rel=1e-9)
+    assert checked > 10

@@ -273,7 +273,7 @@ def test_steady_weights_bound_the_schedule():
         sf, sb = np.zeros((pp, 1)), np.zeros((pp, 1))
         sf[0], sb[-1] = rng.uniform(0, 0.3), rng.uniform(0, 0.3)
         end = one_f_one_b(t / 3, 2 * t / 3, sf, sb, m)[0, 0]
-        floor = t.sum() + sf[0, 0] + sb[-1, 0] + (steady_weights(pp, m) * t[:, 0]).max()
+        floor = t.sum() + sf[0, 0] + sb[-1, 0] + (steady_weights(pp, m, fwd_bwd_factor=3.0) * t[:, 0]).max()
         assert floor <= end * (1 + 1e-12)
 
 
@@ -319,7 +319,7 @@ def test_budget_exhausted_is_reported_and_never_worse_than_the_seeds():
                 for e in edges]
 
     def bound(k, before, chain, t, rest):
-        return before + t + rest["sum"], np.zeros((len(t), 1))
+        return before + t + rest.sum, np.zeros((len(t), 1))
 
     def cut(split):
         return np.ones(n), 0.0
@@ -409,7 +409,7 @@ def test_critical_path_is_bit_identical_to_the_augmented_recurrences(pp, m):
     for t in (rng.uniform(0.1, 1.0, (pp, 5)), np.round(rng.uniform(1, 2, (pp, 5)) * 4) / 4):
         sf, sb = np.zeros_like(t), np.zeros_like(t)
         sf[0], sb[-1] = rng.uniform(0, 0.3, 5), rng.uniform(0, 0.3, 5)
-        ours, reference = critical_path(t, sf, sb, m), critical_path_reference(t, sf, sb, m)
+        ours, reference = critical_path(t, sf, sb, m, fwd_bwd_factor=3.0), critical_path_reference(t, sf, sb, m, fwd_bwd_factor=3.0)
         for a, b in zip(ours, reference):
             assert np.array_equal(a, b)
         end, weights, const = ours
@@ -430,17 +430,18 @@ def test_critical_paths_take_the_same_chain_through_ties(kernels):
         t = rng.integers(1, 4, (pp, 2)).astype(float) * 3
         sf, sb = np.zeros_like(t), np.zeros_like(t)
         sf[0], sb[-1] = rng.integers(0, 3, 2), rng.integers(0, 3, 2)
-        for a, b in zip(critical_path(t, sf, sb, m), critical_path_reference(t, sf, sb, m)):
+        for a, b in zip(critical_path(t, sf, sb, m, fwd_bwd_factor=3.0), critical_path_reference(t, sf, sb, m, fwd_bwd_factor=3.0)):
             assert np.array_equal(a, b), (pp, m, t.T.tolist(), sf[0], sb[-1])
 
 
 def test_large_schedules_are_not_compiled_and_give_the_same_bits(monkeypatch, kernels):
     """Past COMPILE_EVENTS a schedule runs level by level even for one pipeline, critical paths
     included: the same bits as the recurrences."""
+    import fasop.recurrences as recurrences
     import fasop.schedule as schedule
 
-    monkeypatch.setattr(schedule, "COMPILE_EVENTS", 10)
-    schedule._program.cache_clear()
+    monkeypatch.setattr(recurrences, "COMPILE_EVENTS", 10)
+    recurrences.program.cache_clear()
     try:
         rng = np.random.default_rng(3)
         for pp, m in [(2, 40), (8, 9), (24, 8)]:
@@ -448,13 +449,13 @@ def test_large_schedules_are_not_compiled_and_give_the_same_bits(monkeypatch, ke
                 t = np.round(rng.uniform(1, 2, (pp, batch)) * 4) / 4
                 sf, sb = np.zeros_like(t), np.zeros_like(t)
                 sf[0], sb[-1] = 0.1, 0.2
-                assert not schedule._program(pp, m).compiles
+                assert not recurrences.program(pp, m).compiles
                 assert np.array_equal(schedule.one_f_one_b(t / 3, 2 * t / 3, sf, sb, m),
                                       schedule.one_f_one_b_reference(t / 3, 2 * t / 3, sf, sb, m))
-                for a, b in zip(schedule.critical_path(t, sf, sb, m), schedule.critical_path_reference(t, sf, sb, m)):
+                for a, b in zip(schedule.critical_path(t, sf, sb, m, fwd_bwd_factor=3.0), schedule.critical_path_reference(t, sf, sb, m, fwd_bwd_factor=3.0)):
                     assert np.array_equal(a, b)
     finally:
-        schedule._program.cache_clear()  # programs traced under the patched limit
+        recurrences.program.cache_clear()  # programs traced under the patched limit
 
 
 def test_partition_budget_trades_time_for_proofs(tmp_path, capsys):

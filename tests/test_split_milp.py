@@ -61,7 +61,7 @@ def _case(seed: int):
         return float((ends + table[split[0]]).max())
 
     def chains(t):
-        return stage_chains(t, sends_fwd[:, 0], sends_bwd[:, 0], m)
+        return stage_chains(t, sends_fwd[:, 0], sends_bwd[:, 0], m, fwd_bwd_factor=3.0)
 
     def fits(split) -> bool:
         return bool(np.isfinite(stage_times(split)).all()) and all(
@@ -96,13 +96,13 @@ def test_settle_and_budget_bounds_are_true_bounds(seed):
     fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
     if not np.isfinite(brute):
         return
-    weights = steady_weights(pp, m)
+    weights = steady_weights(pp, m, fwd_bwd_factor=3.0)
 
     def evaluate(splits):
         return [objective(s) for s in splits]
 
     def cut(split):
-        _, w, const = critical_path(stage_times(split)[:, None], sends_fwd, sends_bwd, m)
+        _, w, const = critical_path(stage_times(split)[:, None], sends_fwd, sends_bwd, m, fwd_bwd_factor=3.0)
         return w[:, 0], float(const[0])
 
     def bound(k, before, chain, t, rest):
@@ -140,7 +140,7 @@ def test_stage_chains_are_paths_of_the_event_graph(seed):
     pp, m = int(rng.integers(1, 7)), int(rng.integers(1, 12))
     t = rng.uniform(0.1, 1, pp)
     sf, sb = rng.uniform(0, 0.1, pp), rng.uniform(0, 0.1, pp)
-    ends, weights, const = stage_chains(t, sf, sb, m)
+    ends, weights, const = stage_chains(t, sf, sb, m, fwd_bwd_factor=3.0)
     simulated = one_f_one_b(t[:, None] / 3, 2 * t[:, None] / 3, sf[:, None], sb[:, None], m)[:, 0]
     assert np.allclose(ends, simulated, rtol=1e-12)
     assert np.allclose(weights @ t + const, ends, rtol=1e-9)

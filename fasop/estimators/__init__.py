@@ -16,10 +16,29 @@ API (the names other modules use):
   what it understands and ignores the rest.
 - Optional capabilities, looked up with `getattr(estimator, NAME, None)`:
   - `expect_shapes(shapes)`: a hint, the (tp, dp, pp) plans will have (search calls it once).
+  - `schedule_of(estimate) -> schedule.Schedule`: the estimate's pipeline as a 1F1B timeline
+    (events with start and end times, in-flight micro-batches), for plots and explanations.
   - `prefix_bounds(shape, kinds) -> PrefixBounds`: what `--placements all --top K` needs to
     search node orders too many to list by branch and bound over order prefixes
     (orders.OrderSearch). An estimator without it gets its orders listed, up to
     search.MAX_ORDERS; past that the search is refused with a one-line error.
+  - `estimate_split(plan, partition) -> Estimate`: the estimate with the given layer split
+    (layer-list entries per stage), for `fasop explain` / `fasop plot` of a results row; without
+    it they accept only rows whose split is the one `estimate(plan)` chooses.
+
+What an estimator may build on, below this package (none of it FASOP-specific):
+- `fasop.estimate.Estimate`: the result type (fields may be added with defaults).
+- `fasop.model_math`: per-layer parameters, activation bytes, p2p and embedding-sync elements.
+- `fasop.compute.ComputeSource` / `LayerTimes`: per-layer forward and backward seconds apart
+  (`ProfileCompute` reads a model's profile).
+- `fasop.schedule.Schedule(fwd_s, bwd_s, m, send_fwd_s, send_bwd_s)`: one 1F1B pipeline --
+  `stage_end_s`, `pipeline_time_s`, `events` (Event: stage, microbatch, kind in fwd / bwd /
+  send_fwd / send_bwd, start_s, end_s), `stage_events(i)`, `in_flight`, `lower_bound_s`;
+  `one_f_one_b` schedules a batch of pipelines at once.
+- `fasop.comm`: rank pairs of boundaries, DP rings and embedding syncs; least bandwidths.
+- `fasop.memory`: `ParamBytes`, `stage_elements`, `stage_fits`, `stage_fit_mask`.
+- `fasop.partition.optimal`: exact split search over any bound / evaluate / cut callables.
+FASOP-2024's own rules live in `fasop/estimators/fasop2024*.py` (docs/estimators.md).
 """
 
 from __future__ import annotations

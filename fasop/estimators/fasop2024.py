@@ -1,9 +1,9 @@
 """estimate(plan) -> Estimate: step time breakdown, memory, dollars.
 
-The `fasop-2024` estimator is FASOP's cost model (MODEL.md), including these named behaviours:
+The `fasop-2024` estimator is FASOP's cost model (docs/estimators.md), including these named behaviours:
 
 - `slowest-gpu-per-stage`: a stage spanning nodes of several types runs at the pace of the
-  type whose whole layer list is slowest (MODEL.md §2).
+  type whose whole layer list is slowest (docs/estimators.md §2).
 - `p2p-ends-only`: the schedule charges only stage 0's forward sends and the last stage's
   backward sends; middle-stage transfers count in the balancing only (§4, §5).
 - `dp-stage0-params`: every stage's DP all-reduce moves stage 0's parameters (§7).
@@ -20,232 +20,45 @@ micro-batch counts go through one vectorised schedule run.
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from operator import attrgetter
+from dataclasses import replace
 
 import numpy as np
 
-from fasop import comm, native
-from fasop.compute import LayerCosts, ProfileCompute, stage_times
+from fasop import model_math, native
+from fasop.estimators import fasop2024_comm
+from fasop.compute import LayerCosts, ProfileCompute
 from fasop.errors import FasopError
-from fasop.estimators import register
 from fasop.estimate import Estimate
-from fasop.layout import Layout, Layouts, Stages
-from fasop.memory import (MemoryEstimate, elements_key, estimate_memory_many, memory_tables, rounded,
-                          stage_fit_mask, zero_bytes_per_param)
-from fasop.partition import (DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, fasop_minmax_splits,
-                             fasop_minmax_splits_many, least_chain,
-                             minmax_supported, optimal)
+from fasop.estimators import register
+from fasop.estimators.fasop2024_batch import Chosen, Chunk, Combos, Prepared, bus_rows, gathered, rows_of
+from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, fasop_minmax_splits_many, minmax_supported
+from fasop.estimators.fasop2024_layout import Layout, Layouts, Stages
+from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many
+from fasop.memory import MemoryEstimate, memory_tables, rounded, stage_fit_mask
+from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain, optimal
 from fasop.plan import Plan, trusted_many
 from fasop.recent import recent
-from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains, steady_weights
+from fasop.schedule import (Schedule, critical_path, one_f_one_b, one_f_one_b_bound, split_stage_times,
+                            stage_chains, steady_weights)
 from fasop.split_milp import certify
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
+DP_EXTRA_PARAMS_PER_LAYER = 20800
+"""dp-param-count: the gradients of a transformer layer in FASOP's DP all-reduce are 12 h^2 +
+20800 (its memory counts 12 h^2, model_math.transformer_params)."""
 RECENT_SHAPES = 16
 """Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
 the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
 under other placements usually come together)."""
+RECENT_BYTES = 1 << 28
+"""... and fewer when their stage-time tables (stages x (layers + 1)^2 floats each) pass 256 MiB
+together: a long layer list on many stages (limits.LAYERS) stays within memory."""
 RECENT_FLOORS = 65536
 """Least-completion floors (three numbers per stage GPU types, tp, micro-batch, pp, m) kept for
 the plan bounds."""
-
-
-class _Chosen:
-    """A plan with its split chosen and scheduled: what `_finish_many` makes an estimate of."""
-
-    __slots__ = ("plan", "layout", "stages", "p2p", "split", "ends", "compute", "proven", "gap_pct")
-
-    def __init__(self, plan: Plan, layout: "Layout", stages: "Stages", p2p: tuple[float, ...], split: Split,
-                 ends: list[float], compute: Sequence[float], proven: bool = False, gap_pct: float = 0.0):
-        self.plan, self.layout, self.stages, self.p2p, self.split = plan, layout, stages, p2p, split
-        self.ends, self.compute, self.proven, self.gap_pct = ends, compute, proven, gap_pct
-        """ends: each stage's end; compute: each stage's fwd+bwd seconds per micro-batch."""
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    plan: Plan
-    stage_types: tuple[NodeType, ...]
-    costs: tuple[LayerCosts, ...]
-    p2p: tuple[float, ...]
-    splits: list[Split]
-    proven: bool = False
-    gap_pct: float = 0.0
-    """The optimal partitioner's gap (Estimate.partition_gap_pct)."""
-    layout: Layout | None = None
-    """The plan's layout (what `_finish` needs of it again), when known."""
-
-    def stage_compute(self, counts: Sequence[int]) -> list[float]:
-        return stage_times(self.costs, counts)
-
-
-class _Combos:
-    """What a plan's estimate takes from its (tp, dp, pp, mbs, global batch) alone, one row per
-    combination met by an estimator: its stages, micro-batches, p2p volume, ZeRO bytes per
-    parameter, its element tables' key (memory.elements_key), and indices of its shape (tp, dp, pp),
-    its (tp, micro-batch) and, with several node types, the order of their paces at that
-    (tp, micro-batch) (`Fasop2024Estimator._pace`)."""
-
-    def __init__(self):
-        self.rows: dict[tuple[int, int, int, int, int], int] = {}
-        self.shapes: dict[tuple[int, int, int], int] = {}
-        self.contexts: dict[tuple[int, int], int] = {}
-        self.paces: dict[tuple, int] = {}
-        self.memory_keys: list[tuple[int, int, int, int]] = []
-        self._pace_of: list[int] = []  # per context
-        self.pp, self.m, self.sharded = (np.zeros(0, dtype=np.int64) for _ in range(3))
-        self.shape, self.context, self.pace = (np.zeros(0, dtype=np.intp) for _ in range(3))
-        self.volume = np.zeros(0, dtype=f32)
-
-    KEY = attrgetter("tp", "dp", "pp", "mbs", "global_batch_size")
-    """A plan's combination."""
-
-    def of(self, plans: Sequence[Plan], e: "Fasop2024Estimator") -> np.ndarray:
-        """The row of each plan of `e`'s (whose combinations these are), adding the rows of new
-        combinations. (`e` is passed, not kept: a reference back would make the estimator a
-        cycle, left for the cyclic collector instead of freed when its search ends.)"""
-        rows = self.rows
-        keys = list(map(self.KEY, plans))
-        found = list(map(rows.get, keys))
-        if None not in found:
-            return np.array(found, dtype=np.intp)
-        contexts, shapes = self.contexts, self.shapes
-        new = [key for key in dict.fromkeys(keys) if key not in rows]
-        rows.update(zip(new, range(len(rows), len(rows) + len(new))))
-        tp, dp, pp, mbs, batch = np.fromiter(itertools.chain.from_iterable(new), np.int64, 5 * len(new)).reshape(-1, 5).T
-        tps, mbss = tp.tolist(), mbs.tolist()
-        for key in dict.fromkeys(zip(tps, mbss)):  # new (tp, micro-batch)
-            if key not in contexts:
-                contexts[key] = len(contexts)
-                # the order of the node types' paces matters only where stages span several types
-                pace = e._pace(*key)[0] if len(e.node_types) > 1 else ()
-                self._pace_of.append(self.paces.setdefault(pace, len(self.paces)))
-        context = np.fromiter(map(contexts.__getitem__, zip(tps, mbss)), np.intp, len(new))
-        m = batch // (dp * mbs)
-        self.memory_keys += map(elements_key, mbss, tps, pp.tolist(), m.tolist())
-        shape = np.fromiter((shapes.setdefault(key[:3], len(shapes)) for key in new), np.intp, len(new))
-        added = (pp, m, comm.p2p_volume_of(mbs, e.model), zero_bytes_per_param(dp), shape, context,
-                 np.array(self._pace_of, dtype=np.intp)[context])
-        self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace = (
-            np.concatenate([old, values]) for old, values in zip(
-                (self.pp, self.m, self.volume, self.sharded, self.shape, self.context, self.pace), added))
-        return np.array(list(map(rows.__getitem__, keys)), dtype=np.intp)
-
-
-class _Chunk:
-    """A chunk of plans as the compiled kernels read them. What each plan shares with others --
-    its combination of degrees (`_Combos`), its layout (placement, tp, dp, pp), its stage types
-    -- is found once per group of plans that share it, and the arrays hold each shared item
-    once, indexed per plan. Plans of different placements whose kernel inputs are equal (the
-    same stage time planes, sends, pp and micro-batches: FASOP's rotations that leave the same
-    node types under every stage) are partitioned and scheduled once: `unique` (the rows of
-    `which`, `p2p`, `pps`, `ms` to run) and `inverse` (each plan's among them)."""
-
-    def __init__(self, estimator: "Fasop2024Estimator", plans: Sequence[Plan]):
-        combos = estimator.combos
-        rows = combos.of(plans, estimator)
-        places: dict[int, int] = {}
-        place_of = np.array([places.setdefault(id(p.placement), len(places)) for p in plans], dtype=np.intp)
-        # layouts: one per (placement, shape), looked up in order of placement
-        first, group_of = _first_of((place_of * len(combos.shapes) + combos.shape[rows]).tolist())
-        layouts: dict[int, int] = {}
-        layout_list, first_plan, group_layout = [], [], []
-        for k in first:
-            layout = estimator.layouts.of(plans[k])
-            if id(layout) not in layouts:
-                layouts[id(layout)] = len(layout_list)
-                layout_list.append(layout)
-                first_plan.append(plans[k])
-            group_layout.append(layouts[id(layout)])
-        self.layout_of = np.array(group_layout, dtype=np.int64)[group_of]
-        # stage types: the layout's own, or by the order of the node types' paces
-        mixed = np.array([layout.stages is None for layout in layout_list])[self.layout_of]
-        first, stage_of = _first_of((self.layout_of * (len(combos.paces) + 1) + mixed * combos.pace[rows]).tolist())
-        layout_of = self.layout_of.tolist()
-        stage_list = [estimator._stages(layout_list[layout_of[k]], plans[k].tp, plans[k].mbs) for k in first]
-        first, same = _first_of([id(st) for st in stage_list])  # layouts of one placement share their Stages
-        stage_list, stage_of = [stage_list[k] for k in first], same[stage_of]
-        self.stages = [stage_list[k] for k in stage_of.tolist()]
-        self.pps, self.ms, self.sharded = combos.pp[rows], combos.m[rows], combos.sharded[rows]
-        self.width = width = int(self.pps.max())
-        # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
-        gpus = estimator.gpus
-        contexts = list(combos.contexts)
-        planes = np.array(estimator.compute.planes([(g, tp, mbs) for tp, mbs in contexts for g in gpus]),
-                          dtype=np.int64).reshape(len(contexts), len(gpus))
-        code = {g: k for k, g in enumerate(gpus)}
-        codes = np.array([[code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_list])
-        self.which = planes[combos.context[rows][:, None], codes[stage_of]]
-        # comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
-        bandwidths, limits = _gathered(layout_list, width)
-        self.p2p = (combos.volume[rows][:, None] / bandwidths[self.layout_of]).astype(float)
-        # what the step time and memory read: per stage, its bus; per layout, its DP all-reduce
-        # by stage 0's layers, its embedding sync and stage memory limits
-        self.shared = _bus_rows(stage_list, width)[stage_of]
-        self.dp_table = np.array([estimator._dp_table(plan, layout) for plan, layout in zip(first_plan, layout_list)])
-        self.embedding = np.array([layout.embedding_s for layout in layout_list], dtype=f32)
-        self.limits = limits
-        # the element table plane of each plan (memory), found per combination
-        self.memory = memory_tables(estimator.model).of_keys(combos.memory_keys).astype(np.int64)[rows]
-        # plans with equal kernel inputs (by the bytes of their rows; only plans of different
-        # placements can have them)
-        if len(places) > 1:
-            inputs = np.concatenate([self.which, self.p2p.view(np.int64), self.pps[:, None], self.ms[:, None]], axis=1)
-            first, self.inverse = _first_of(inputs.view(np.dtype((np.void, inputs.shape[1] * 8))).ravel().tolist())
-            self.unique = np.array(first, dtype=np.intp)
-        else:
-            self.unique = self.inverse = np.arange(len(plans))
-
-
-def _gathered(layouts: Sequence[Layout], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """(p2p bandwidths, memory limits) of each layout as rows of `width` entries, padded with
-    1.0 and inf: gathered from the padded matrices of the layouts made together (layout.Rows),
-    one fancy index per such set, consecutive layouts of one set at a time."""
-    bandwidths, limits = np.ones((len(layouts), width), dtype=f32), np.full((len(layouts), width), np.inf)
-    start = 0
-    while start < len(layouts):
-        matrices = layouts[start].rows[0]
-        stop = start + 1
-        while stop < len(layouts) and layouts[stop].rows[0] is matrices:
-            stop += 1
-        at = [layout.rows[1] for layout in layouts[start:stop]]
-        w = min(width, matrices.limits.shape[1])
-        bandwidths[start:stop, :w] = matrices.p2p_bandwidths[at, :w]
-        limits[start:stop, :w] = matrices.limits[at, :w]
-        start = stop
-    return bandwidths, limits
-
-
-def _first_of(keys: list) -> tuple[list[int], np.ndarray]:
-    """(the index of the first plan of each distinct key, in order of appearance; for each key,
-    the number of its distinct key in that order)."""
-    index: dict = {}
-    first: list[int] = []
-    of = []
-    for k, key in enumerate(keys):
-        number = index.get(key)
-        if number is None:
-            number = index[key] = len(first)
-            first.append(k)
-        of.append(number)
-    return first, np.array(of, dtype=np.intp)
-
-
-def _rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
-    """(the distinct items in order of first appearance, the index of each item among them);
-    distinct by `key` (default: the same object)."""
-    first, of = _first_of([key(item) for item in items])
-    return [items[k] for k in first], of
-
-
-def _bus_rows(stages: Sequence[Stages], width: int) -> np.ndarray:
-    """Each Stages' shared-bus flags as a row of `width` (padded with False), uint8."""
-    return np.array([st.shared + (False,) * (width - len(st.shared)) for st in stages], dtype=np.uint8)
 
 
 class Fasop2024Estimator:
@@ -258,31 +71,60 @@ class Fasop2024Estimator:
         self.model, self.cluster, self.partitioner = model, cluster, partitioner
         self.max_nodes = max_nodes
         """Search-tree nodes the `optimal` partitioner may visit per plan; None: every split
-        proven (DEFAULT_MAX_NODES, then what is left by a MILP certificate, split_milp)."""
+        proven where it can be (DEFAULT_MAX_NODES, then `_optimal_split`'s certificate)."""
+        """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
         self._shared = _shared_cache(model, cluster)
         self._latest_plan: Plan | None = None
         self._latest: dict = {}
         self.layouts = Layouts(model, cluster)
         self._paces: dict[tuple[int, int], tuple] = {}
-        self.combos = _Combos()
+        self._by_pace: dict[tuple[int, tuple], tuple[Layout, Stages]] = {}
+        """stages_of's Stages of layouts with mixed stages, by (layout, order of the paces)."""
+        self.combos = Combos()
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.inventory = tuple(inventory)
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.node_types = tuple({n.name: n for n in inventory}.values())
         self.compute = ProfileCompute.of(model)
+        self.param_bytes = PARAM_BYTES
+        self.fwd_bwd_factor = model.profile.fwd_bwd_factor
         self.compute.check_gpus(self.gpus)
         self.segment_lengths = [model.layer_segments.count(s) for s in model.segments]
         if partitioner == "fasop-minmax" and not minmax_supported(self.segment_lengths):
             raise FasopError(f"{model.path}: layers: --partitioner fasop-minmax balances an encoder-decoder model's "
                              f"decoder on its encoder's layers, so it needs one segment or two of equal length, got "
                              f"{' and '.join(map(str, self.segment_lengths))} entries; use --partitioner optimal")
-        # $/s of the whole inventory, summed in inventory order (FASOP: numpy sum, MODEL.md §1)
+        # $/s of the whole inventory, summed in inventory order (FASOP: numpy sum, docs/estimators.md §1)
         self.usd_per_s = float(np.sum(np.array([n.usd_per_hour for n in inventory]))) / 3600
+
+    # ------------------------------------------------------------------ fwd/bwd split
+    def split(self, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """fwd-bwd-split-of-stage-sums: the schedule's (forward, backward) seconds of each stage
+        are its summed fwd+bwd time / fwd_bwd_factor and (fwd_bwd_factor - 1) x it / the factor
+        (the profile's fwd+bwd is fwd_bwd_factor x the forward), split after the layers are summed."""
+        return split_stage_times(comp, self.fwd_bwd_factor)
+
+    def steady_weights(self, pp: int, m: int) -> np.ndarray:
+        """schedule.steady_weights of this split."""
+        return steady_weights(pp, m, fwd_bwd_factor=self.fwd_bwd_factor)
 
     # ------------------------------------------------------------------ the seam's optional capabilities
     def tp_degrees(self) -> tuple[int, ...]:
         """The TP degrees profiled for every GPU type of the inventory."""
         return tuple(self.compute.tp_degrees(self.gpus))
+
+    def schedule_of(self, estimate: Estimate) -> Schedule:
+        """The 1F1B timeline of an estimate's pipeline as this model schedules it: each stage's
+        compute split by `split`, only stage 0's forward and the last stage's backward sends
+        (p2p-ends-only). Its stage ends are the estimate's, bit for bit, for pp > 1 (one stage:
+        the estimate's end is FASOP's float32 product m x compute, the timeline's the float64 sum)."""
+        comp = np.array(estimate.stage_compute_s)
+        fwd, bwd = self.split(comp)
+        pp = len(comp)
+        send_fwd, send_bwd = np.zeros(pp), np.zeros(pp)
+        if pp > 1:
+            send_fwd[0], send_bwd[pp - 1] = estimate.p2p_s[0], estimate.p2p_s[-1]
+        return Schedule(fwd, bwd, estimate.plan.num_microbatches, send_fwd, send_bwd)
 
     def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]):
         """The fold over node positions that orders.OrderSearch bounds prefixes with
@@ -312,26 +154,30 @@ class Fasop2024Estimator:
         return self.layouts.of(plan)
 
     def p2p(self, plan: Plan) -> tuple[float, ...]:
-        """comm.p2p_seconds of the plan."""
-        return self._of_plan(plan, "p2p", lambda: comm.p2p_seconds(plan, self.model, self.cluster,
+        """fasop2024_comm.p2p_seconds of the plan."""
+        return self._of_plan(plan, "p2p", lambda: fasop2024_comm.p2p_seconds(plan, self.model, self.cluster,
                                                                     self.layout(plan).p2p_bandwidths))
 
     def stage_types(self, plan: Plan) -> tuple[NodeType, ...]:
         """slowest-gpu-per-stage: of the node types holding a stage, the slowest over the layer list."""
-        return self._stages(self.layout(plan), plan.tp, plan.mbs).types
+        return self.stages_of(self.layout(plan), plan.tp, plan.mbs).types
 
-    def _stages(self, layout: Layout, tp: int, mbs: int) -> Stages:
+    def stages_of(self, layout: Layout, tp: int, mbs: int) -> Stages:
         """slowest-gpu-per-stage: of the node types holding a stage, the one whose GPUs take
         longest over the whole layer list (the first in node order of equals)."""
         if layout.stages is not None:
             return layout.stages
-        order, pace = self._pace(tp, mbs)
-        if order not in layout.by_pace:
-            layout.by_pace[order] = Stages(tuple(nodes[0] if len(nodes) == 1 else max(nodes, key=lambda n: pace[n.name])
-                                                  for nodes in layout.stage_nodes))
-        return layout.by_pace[order]
+        order, pace = self.pace(tp, mbs)
+        key = (id(layout), order)
+        known = self._by_pace.get(key)
+        if known is None or known[0] is not layout:  # (the layout is kept with its Stages: ids stay theirs)
+            if len(self._by_pace) >= RECENT_FLOORS:
+                self._by_pace.clear()
+            known = self._by_pace[key] = (layout, Stages(tuple(
+                nodes[0] if len(nodes) == 1 else max(nodes, key=lambda n: pace[n.name]) for nodes in layout.stage_nodes)))
+        return known[1]
 
-    def _pace(self, tp: int, mbs: int) -> tuple[tuple[int, ...], dict[str, int]]:
+    def pace(self, tp: int, mbs: int) -> tuple[tuple[int, ...], dict[str, int]]:
         """(key, pace): pace[node type name] = the rank of its GPUs' time over the whole layer
         list among the inventory's types (equal times, equal ranks); key: the ranks in
         inventory order, so micro-batch sizes that order the types alike share a key."""
@@ -356,7 +202,7 @@ class Fasop2024Estimator:
         every stage's compute, both end sends and the largest steady chain c_i t_i
         (schedule.steady_weights), and after m x the busiest stage -- each at its least over
         all splits (`floors`); plus stage 0's gradient all-reduce for one layer (the step ends
-        after stage 0's end + its all-reduce) and the embedding all-reduce (MODEL.md §5, §7).
+        after stage 0's end + its all-reduce) and the embedding all-reduce (docs/estimators.md §5, §7).
         The floors are coupled (partition.least_chain) for the optimal partitioner; they are
         not when the uncoupled ones already put the bound above `above` (all a caller with that
         threshold needs), nor for fasop-minmax, whose estimate costs less than the coupled floor."""
@@ -380,7 +226,8 @@ class Fasop2024Estimator:
         chain, busiest = floors
         pipeline = max(chain + sends, plan.num_microbatches * busiest)
         params = self._dp_params(plan, 1)
-        dp = min(float(comm.dp_allreduce_seconds(plan, params, f32(ring), shared)) for shared in buses)
+        dp = min(float(fasop2024_comm.dp_allreduce_seconds(plan, params, f32(ring), shared, self.model.bytes_per_element))
+                 for shared in buses)
         return (pipeline + dp + embedding) * (1 - 1e-6)
 
     def quick_bound(self, plan: Plan) -> float:
@@ -403,7 +250,7 @@ class Fasop2024Estimator:
             costs = [self.compute.layer_costs(g, plan.tp, plan.mbs).matrix for g in stage_gpus or self.gpus]
             matrices = np.stack(costs) if stage_gpus else np.broadcast_to(np.min(costs, axis=0),
                                                                           (plan.pp,) + costs[0].shape)
-            floors[key] = least_chain(matrices, steady_weights(plan.pp, m) if plan.pp > 1 else None, coupled)
+            floors[key] = least_chain(matrices, self.steady_weights(plan.pp, m) if plan.pp > 1 else None, coupled)
             if len(floors) > RECENT_FLOORS:
                 floors.popitem(last=False)
         return floors[key]
@@ -424,7 +271,7 @@ class Fasop2024Estimator:
 
     def _stage_costs(self, plan: Plan) -> tuple[LayerCosts, ...]:
         by_gpu = self._costs_by(plan.tp, plan.mbs)
-        return tuple(by_gpu[g] for g in self._stages(self.layout(plan), plan.tp, plan.mbs).gpus)
+        return tuple(by_gpu[g] for g in self.stages_of(self.layout(plan), plan.tp, plan.mbs).gpus)
 
     def _costs_by(self, tp: int, mbs: int) -> dict[str, LayerCosts]:
         """LayerCosts of each of the inventory's GPU types at (tp, mbs)."""
@@ -432,23 +279,23 @@ class Fasop2024Estimator:
             self._costs_by_gpu[(tp, mbs)] = {g: self.compute.layer_costs(g, tp, mbs) for g in self.gpus}
         return self._costs_by_gpu[(tp, mbs)]
 
-    def prepare_many(self, plans: Sequence[Plan]) -> list[_Prepared]:
+    def prepare_many(self, plans: Sequence[Plan]) -> list[Prepared]:
         """`prepare(plan)` of each plan; with fasop-minmax the min-max splits of all of them are
-        computed together (partition.fasop_minmax_splits_many: the same splits)."""
+        computed together (fasop2024_minmax.fasop_minmax_splits_many: the same splits)."""
         if self.partitioner != "fasop-minmax":
             return [self.prepare(plan) for plan in plans]
         pieces = [(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan), self.layout(plan))
                   for plan in plans]
         splits = fasop_minmax_splits_many([(costs, self.segment_lengths, p2p) for _, _, costs, p2p, _ in pieces])
-        return [_Prepared(plan, types, costs, p2p, list(s), layout=layout)
+        return [Prepared(plan, types, costs, p2p, list(s), layout=layout)
                 for (plan, types, costs, p2p, layout), s in zip(pieces, splits)]
 
-    def prepare(self, plan: Plan, cutoff: float = np.inf) -> _Prepared | None:
+    def prepare(self, plan: Plan, cutoff: float = np.inf) -> Prepared | None:
         types, costs, p2p = self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)
         # FASOP's splits (the optimal partitioner's seeds, where FASOP's greedy applies; one stage: the one split)
         greedy = plan.pp == 1 or minmax_supported(self.segment_lengths)
         splits = fasop_minmax_splits(costs, self.segment_lengths, p2p) if greedy else []
-        prepared = _Prepared(plan, types, costs, p2p, splits, layout=self.layout(plan))
+        prepared = Prepared(plan, types, costs, p2p, splits, layout=self.layout(plan))
         if self.partitioner != "optimal":
             return prepared
         if plan.pp == 1:  # one split only
@@ -457,7 +304,7 @@ class Fasop2024Estimator:
         return None if found is None else replace(prepared, splits=[Split(found.split, found.split)],
                                                   proven=found.proven, gap_pct=_gap_pct(found))
 
-    def _optimal_split(self, p: _Prepared, cutoff: float = np.inf) -> Found | None:
+    def _optimal_split(self, p: Prepared, cutoff: float = np.inf) -> Found | None:
         """The split with the lowest estimated step time among those that fit in memory (or among
         all splits when none fits), by exact branch and bound with cuts (partition.optimal).
         With a finite cutoff: None unless a fitting split is at most the cutoff."""
@@ -473,9 +320,10 @@ class Fasop2024Estimator:
             recent.move_to_end(key)
         else:  # stage times, those that fit, and the dynamic programmes over them
             times = np.stack([c.matrix for c in p.costs])
-            fitting = np.where(stage_fit_mask(plan, self.model, self.cluster), times, np.inf)
+            fits = stage_fit_mask(plan, self.model, self.cluster, layout.limits, param_bytes=PARAM_BYTES)
+            fitting = np.where(fits, times, np.inf)
             recent[key] = (times, fitting, {}, {})
-            while len(recent) > RECENT_SHAPES:
+            while len(recent) > max(1, min(RECENT_SHAPES, RECENT_BYTES // (2 * times.nbytes))):  # (times, fitting)
                 recent.popitem(last=False)
         times, fitting, tables, oom_tables = recent[key]
         dp_by_stage0: dict[int, np.ndarray] = {}
@@ -498,7 +346,7 @@ class Fasop2024Estimator:
 
         def stage_compute(splits: list[tuple[int, ...]]) -> np.ndarray:
             """(pp, splits) compute seconds per stage: the entries of `times`, the same sums as
-            _Prepared.stage_compute."""
+            Prepared.stage_compute."""
             edges = np.zeros((len(splits), pp + 1), dtype=np.intp)
             np.cumsum(splits, axis=1, out=edges[:, 1:])
             return times[stages, edges[:, :-1], edges[:, 1:]].T
@@ -507,15 +355,16 @@ class Fasop2024Estimator:
             """`_step` for many splits at once: the same float32 operations, so the same values."""
             comp = stage_compute(splits)
             ones = np.ones(len(splits))
-            ends = one_f_one_b(comp / 3, 2 * comp / 3, sends_fwd * ones, sends_bwd * ones, m).astype(f32)
+            ends = one_f_one_b(*self.split(comp), sends_fwd * ones, sends_bwd * ones, m).astype(f32)
             dp = np.stack([dp_costs(c[0]) for c in splits], axis=1)
             return ((ends + dp).max(axis=0) + f32(embedding)).tolist()
 
         def cut(split: tuple[int, ...]) -> tuple[np.ndarray, float]:
-            _, weights, const = critical_path(stage_compute([split]), sends_fwd, sends_bwd, m)
+            _, weights, const = critical_path(stage_compute([split]), sends_fwd, sends_bwd, m,
+                                              fwd_bwd_factor=self.fwd_bwd_factor)
             return weights[:, 0], float(const[0])
 
-        weights = steady_weights(pp, m)
+        weights = self.steady_weights(pp, m)
 
         def bound(k, before, chain, t, rest):
             return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
@@ -525,7 +374,7 @@ class Fasop2024Estimator:
             """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
             proven: by the branch and bound again, now only that no split is faster by more than
             its margin (many splits of equal time: layers moved between stages of one GPU type),
-            then by the MILP (split_milp.certify)."""
+            then by the MILP (split_milp.certify, on programs small enough)."""
             if found is None or found.proven or self.max_nodes is not None:
                 return found
             settled = optimal(fitting, tables=tables, **(budget | {"seeds": [found.split]}), settle=True)
@@ -533,8 +382,9 @@ class Fasop2024Estimator:
                 found = settled
             if settled.proven:
                 return Found(found.split, found.objective, True, found.objective)
-            table = self._dp_table(plan, layout)[:, [int(t.intra_node_shared) for t in p.stage_types]]
-            sure = certify(fitting, lambda t: stage_chains(t, sends_fwd[:, 0], sends_bwd[:, 0], m),
+            table = self.dp_table(plan, layout)[:, [int(t.intra_node_shared) for t in p.stage_types]]
+            sure = certify(fitting, lambda t: stage_chains(t, sends_fwd[:, 0], sends_bwd[:, 0], m,
+                                                           fwd_bwd_factor=self.fwd_bwd_factor),
                            table.astype(float) + embedding, lambda split: evaluate([split])[0], found.split,
                            found.objective)
             return Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound))
@@ -583,12 +433,20 @@ class Fasop2024Estimator:
     def estimate(self, plan: Plan) -> Estimate:
         return self.estimate_many([plan])[0]
 
+    def estimate_split(self, plan: Plan, partition: tuple[int, ...]) -> Estimate:
+        """The estimate of `plan` with its layers split as `partition` (layer-list entries per
+        stage) rather than by the partitioner: the same schedule, step time and memory as a
+        split the partitioner chose (`fasop explain`, `fasop plot`)."""
+        prepared = Prepared(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan),
+                            [Split(tuple(partition), tuple(partition))], layout=self.layout(plan))
+        return self._finish(prepared, self._schedule_all([prepared])[0])
+
     def _estimate_minmax_compiled(self, plans: Sequence[Plan]) -> list[Estimate]:
         """`estimate_many` with fasop-minmax by the compiled kernels: every plan's candidate
         splits, their schedules and the choice among them (native.kernels.fasop_plans), then
         step time and memory (fasop_finish): the values of prepare_many + _schedule_all +
         _finish_many (tests compare them)."""
-        c = _Chunk(self, plans)
+        c = Chunk(self, plans)
         n, width = len(plans), c.width
         # the distinct kernel inputs: their splits and schedules
         u, inverse = c.unique, c.inverse
@@ -600,13 +458,13 @@ class Fasop2024Estimator:
         pps = c.pps[u]
         native.kernels.fasop_plans(table, table.shape[1], np.ascontiguousarray(c.which[u]),
                                    np.ascontiguousarray(c.p2p[u]), pps, c.ms[u], halves[0], halves[1],
-                                   reported, scheduled, times, ends)
+                                   self.fwd_bwd_factor, reported, scheduled, times, ends)
         tables = memory_tables(self.model)
         step, dp, flags, gibs = np.empty(n), np.empty(n), np.empty((n, 2), np.uint8), np.empty((n, 2))
         stage_bytes, zero_bytes = np.empty((n, width)), np.empty((n, width))
         native.kernels.fasop_finish(c.pps, reported[inverse], ends[inverse], c.shared, c.layout_of, c.dp_table,
                                     c.embedding, c.limits, c.memory, tables.params, tables.act, c.sharded,
-                                    self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
+                                    float(PARAM_BYTES.full), self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
                                     gibs)
         # each plan's first pp entries of every row, as tuples (shared by plans of equal inputs)
         tuples = native.kernels.row_tuples
@@ -625,7 +483,7 @@ class Fasop2024Estimator:
             step_time_s=step.tolist(), memory=memory, usd_per_step=(self.usd_per_s * step).tolist(),
             partitioner=self.partitioner, partition_proven_optimal=False)
 
-    def _schedule_all(self, prepared: list[_Prepared], progress=None) -> list[list[np.ndarray]]:
+    def _schedule_all(self, prepared: list[Prepared], progress=None) -> list[list[np.ndarray]]:
         """Stage end times of every split of every plan; one schedule run per (pp, m), each
         distinct pipeline (stage times and end sends) scheduled once.
         progress(plans_done), if given, is called after each schedule run."""
@@ -645,7 +503,7 @@ class Fasop2024Estimator:
             send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
             send_fwd[0] = [first for _, first, _ in pipelines]
             send_bwd[pp - 1] = [last for _, _, last in pipelines]
-            stage_ends = one_f_one_b(comp / 3, 2 * comp / 3, send_fwd, send_bwd, m,
+            stage_ends = one_f_one_b(*self.split(comp), send_fwd, send_bwd, m,
                                      reuse=self.partitioner == "optimal")
             for col, members in enumerate(pipelines.values()):
                 for k, s in members:
@@ -659,46 +517,46 @@ class Fasop2024Estimator:
     def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray,
               layout: Layout | None = None):
         """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
-        step = max_i(E_i + DP_i) + embedding (MODEL.md §7). `layout`: the plan's, if known."""
+        step = max_i(E_i + DP_i) + embedding (docs/estimators.md §7). `layout`: the plan's, if known."""
         layout = layout or self.layout(plan)
         dp_costs = self._dp_costs(plan, layout, stage_types, stage0_layers)
         totals = np.asarray(stage_end).astype(f32) + dp_costs
         slowest = int(totals.argmax())  # the first of the latest
         return totals[slowest] + layout.embedding_s, dp_costs, slowest, layout.embedding_s
 
-    def _finish(self, p: _Prepared, split_ends: list[np.ndarray]) -> Estimate:
+    def _finish(self, p: Prepared, split_ends: list[np.ndarray]) -> Estimate:
         """The estimate of the split with the lowest pipeline time (the first of equals)."""
         return self._finish_many([self._chosen(p, split_ends)])[0]
 
-    def _chosen(self, p: _Prepared, split_ends: list[np.ndarray]) -> "_Chosen":
+    def _chosen(self, p: Prepared, split_ends: list[np.ndarray]) -> "Chosen":
         """The split of `p` with the lowest pipeline time (the first of equals)."""
         best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))
         layout = p.layout or self.layout(p.plan)
-        return _Chosen(p.plan, layout, self._stages(layout, p.plan.tp, p.plan.mbs), p.p2p, p.splits[best],
+        return Chosen(p.plan, layout, self.stages_of(layout, p.plan.tp, p.plan.mbs), p.p2p, p.splits[best],
                        np.asarray(split_ends[best], dtype=float).tolist(), p.stage_compute(p.splits[best].scheduled),
                        p.proven, p.gap_pct)
 
-    def _finish_many(self, chosen: Sequence["_Chosen"]) -> list[Estimate]:
+    def _finish_many(self, chosen: Sequence["Chosen"]) -> list[Estimate]:
         """Estimates of chosen splits: step time (`_step`'s float32 operations), memory and
         dollars, on arrays with a row per plan and a column per stage (rows of shorter
         pipelines padded with stages that end at -inf and fit in any memory)."""
         width = max(c.plan.pp for c in chosen)
-        layout_rows, layout_of = _rows_of([c.layout for c in chosen])
-        stage_rows, stages_of = _rows_of([c.stages for c in chosen])
+        layout_rows, layout_of = rows_of([c.layout for c in chosen])
+        stage_rows, stages_of = rows_of([c.stages for c in chosen])
         ends = np.array([c.ends + [-np.inf] * (width - len(c.ends)) for c in chosen])
         # each stage's DP all-reduce: one of two values per plan, by the stage's bus
-        pairs = np.array([self._dp_table(c.plan, c.layout)[c.split.reported[0]] for c in chosen], dtype=f32)
-        shared = _bus_rows(stage_rows, width).astype(bool)[stages_of]
+        pairs = np.array([self.dp_table(c.plan, c.layout)[c.split.reported[0]] for c in chosen], dtype=f32)
+        shared = bus_rows(stage_rows, width).astype(bool)[stages_of]
         dp_costs = np.where(shared, pairs[:, 1:], pairs[:, :1])
         totals = ends.astype(f32) + dp_costs
         slowest = totals.argmax(axis=1)  # the first of the latest
         rows = np.arange(len(chosen))
         steps = totals[rows, slowest] + np.array([layout.embedding_s for layout in layout_rows], dtype=f32)[layout_of]
-        limits = _gathered(layout_rows, width)[1]
+        limits = gathered(layout_rows, width)[1]
         memory = estimate_memory_many(
             [c.plan for c in chosen], self.model, self.cluster,
             np.array([c.split.reported + (0,) * (width - len(c.split.reported)) for c in chosen], dtype=np.intp),
-            limits[layout_of])
+            limits[layout_of], param_bytes=PARAM_BYTES)
         return [Estimate(plan=c.plan, partition=c.split.reported, stage_node_types=c.stages.types,
                          stage_compute_s=tuple(c.compute), p2p_s=c.p2p, stage_end_s=tuple(c.ends),
                          pipeline_time_s=c.ends[0], dp_allreduce_s=dp, embedding_allreduce_s=float(c.layout.embedding_s),
@@ -706,25 +564,25 @@ class Fasop2024Estimator:
                          partition_proven_optimal=c.proven, partition_gap_pct=c.gap_pct)
                 for c, dp, step, mem in zip(chosen, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
 
-    def _dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
+    def dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
         """table[n, bus]: a stage's DP all-reduce (float32) when stage 0 holds n layers
-        (dp-stage0-params, MODEL.md §7), on an unshared (0) and a shared (1) bus; the same
-        float32 operations as comm.dp_allreduce_seconds, on arrays. Remembered by the layout (its
-        tp, dp, ring)."""
-        if not layout.dp_table:
-            # shared by the estimators of this (model, cluster), e.g. a pareto sweep's compositions
-            tables = self._shared.setdefault("dp tables", {})
-            key = (plan.tp, plan.dp, plan.gpus_per_node, float(layout.dp_ring))
-            if key not in tables:
-                params = self._dp_params_all(plan.tp)
-                table = np.empty((len(params), 2), dtype=f32)
-                for bus in (False, True):
-                    table[:, int(bus)] = comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus)
-                if len(tables) >= RECENT_FLOORS:
-                    tables.clear()
-                tables[key] = table
-            layout.dp_table.append(tables[key])
-        return layout.dp_table[0]
+        (dp-stage0-params, docs/estimators.md §7), on an unshared (0) and a shared (1) bus; the same
+        float32 operations as fasop2024_comm.dp_allreduce_seconds, on arrays. Made once per (tp, dp, GPUs
+        per node, ring) and shared by the estimators of this (model, cluster), e.g. a pareto
+        sweep's compositions."""
+        tables = self._shared.setdefault("dp tables", {})
+        key = (plan.tp, plan.dp, plan.gpus_per_node, float(layout.dp_ring))
+        table = tables.get(key)
+        if table is None:
+            params = self._dp_params_all(plan.tp)
+            table = np.empty((len(params), 2), dtype=f32)
+            for bus in (False, True):
+                table[:, int(bus)] = fasop2024_comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus,
+                                                               self.model.bytes_per_element)
+            if len(tables) >= RECENT_FLOORS:
+                tables.clear()
+            tables[key] = table
+        return table
 
     def _dp_params_all(self, tp: int) -> np.ndarray:
         """`_dp_params` for every number of layers on stage 0 (0..L), float32: the same sum,
@@ -735,31 +593,23 @@ class Fasop2024Estimator:
             params, embedding_seen, sums = f32(0), False, [f32(0)]
             for kind in self.model.layer_kinds:  # _dp_params of every prefix of the layer list
                 if kind in TRANSFORMER_KINDS:
-                    params = params + f32((12 * h * h + 20800) / tp)
+                    params = params + f32((model_math.transformer_params(h) + DP_EXTRA_PARAMS_PER_LAYER) / tp)
                 elif not embedding_seen:
-                    params, embedding_seen = params + f32(h * v), True
+                    params, embedding_seen = params + f32(model_math.embedding_params(h, v)), True
                 sums.append(params)
             params_all[tp] = np.array(sums, dtype=f32)
         return params_all[tp]
 
     def _dp_costs(self, plan: Plan, layout: Layout, stage_types: Sequence[NodeType], stage0_layers: int) -> np.ndarray:
         """Each stage's DP all-reduce (float32) when stage 0 holds `stage0_layers` layers
-        (dp-stage0-params): it differs between stages only by their bus (MODEL.md §7)."""
-        return self._dp_table(plan, layout)[stage0_layers, [int(t.intra_node_shared) for t in stage_types]]
+        (dp-stage0-params): it differs between stages only by their bus (docs/estimators.md §7)."""
+        return self.dp_table(plan, layout)[stage0_layers, [int(t.intra_node_shared) for t in stage_types]]
 
     def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:
-        """dp-stage0-params: stage 0's gradient count, accumulated in float32 (MODEL.md §7):
+        """dp-stage0-params: stage 0's gradient count, accumulated in float32 (docs/estimators.md §7):
         each transformer layer (12h^2 + 20800)/tp, plus h*v (undivided) for the first
         embedding or head layer."""
         return self._dp_params_all(plan.tp)[stage0_layers]
-
-
-def _gap_pct(found: Found) -> float:
-    """Estimate.partition_gap_pct of a search's result: 0 when proven, else how far below its
-    objective its best bound lies, in percent (rounded to 4 significant digits)."""
-    if found.proven or not found.objective > 0 or not np.isfinite(found.objective):
-        return 0.0
-    return float(f"{max(0.0, 100 * (found.objective - max(found.bound, 0.0)) / found.objective):.4g}")
 
 
 _SHARED: dict[tuple, tuple] = {}
@@ -773,9 +623,17 @@ def _shared_cache(model: ModelSpec, cluster: ClusterSpec) -> dict:
     return recent(_SHARED, (model, cluster), dict)
 
 
+def _gap_pct(found: Found) -> float:
+    """Estimate.partition_gap_pct of a search's result: 0 when proven, else how far below its
+    objective its best bound lies, in percent (4 significant digits)."""
+    if found.proven or not found.objective > 0 or not np.isfinite(found.objective):
+        return 0.0
+    return float(f"{max(0.0, 100 * (found.objective - max(found.bound, 0.0)) / found.objective):.4g}")
+
+
 @register("fasop-2024")
 def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, partitioner: str = "fasop-minmax",
          partition_budget: int | None = None, **_ignored) -> Fasop2024Estimator:
     """FASOP's estimator with the search's options: `partitioner` and `partition_budget` (the
-    optimal partitioner's search-tree nodes per plan; None: every split proven optimal)."""
+    optimal partitioner's search-tree nodes per plan)."""
     return Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)

@@ -8,7 +8,7 @@ A plan's FASOP-2024 estimate depends on its node order only through its signatur
 - a boundary's send time, stage 0's DP ring and the embedding link: functions of the least
   intra-node bandwidth over the node positions whose rank pairs share a node and the least
   inter-node bandwidth over the positions of the pairs that do not (`comm.least_bandwidths`);
-- a stage's memory limit: the type at one position (`memory.fasop_limit_node`).
+- a stage's memory limit: the type at one position (`fasop2024_layout.fasop_limit_node`).
 
 A prefix's *state* is these folds over its placed positions. Its bound is
 `Fasop2024Estimator.lower_bound` relaxed over the unplaced positions: the pipeline floors come
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fasop import comm
-from fasop.memory import fasop_limit_node
+from fasop.estimators import fasop2024_comm
+from fasop.estimators.fasop2024_layout import fasop_limit_node
 from fasop.partition import _weighted, chain_floor, least_completions, steady_caps
 from fasop.plan import Plan
-from fasop.schedule import steady_weights
 from fasop.specs import NodeType
 
 if TYPE_CHECKING:
@@ -150,10 +150,10 @@ class FasopPrefixBounds:
         model, cluster = self.estimator.model, self.estimator.cluster
         sends = 0.0
         if pp > 1:
-            sends = (comm.p2p_boundary_seconds(shape, model, cluster, *link(0))
-                     + comm.p2p_boundary_seconds(shape, model, cluster, *link(pp - 2)))
+            sends = (fasop2024_comm.p2p_boundary_seconds(shape, model, cluster, *link(0))
+                     + fasop2024_comm.p2p_boundary_seconds(shape, model, cluster, *link(pp - 2)))
         ring = min(link(pp - 1))
-        embedding = float(comm.embedding_seconds(shape, model, min(link(pp))))
+        embedding = float(fasop2024_comm.embedding_seconds(shape, model, min(link(pp))))
         return self.estimator.bound(shape, floors.of(state[:pp], placed, left), sends, ring,
                                     {k.intra_node_shared for k in stage0}, embedding)
 
@@ -182,7 +182,7 @@ class _Floors:
         self.matrices = matrices = [c.matrix for c in costs]
         self.totals = [c.total for c in costs]
         pp, m = shape.pp, shape.num_microbatches
-        self.weights = steady_weights(pp, m) if pp > 1 else np.zeros(1)
+        self.weights = estimator.steady_weights(pp, m) if pp > 1 else np.zeros(1)
         least = least_completions(np.broadcast_to(np.min(matrices, axis=0), (pp,) + matrices[0].shape),
                                   self.weights)[2]
         self.least_steady = least

@@ -1,11 +1,11 @@
-"""What a plan's estimate takes from its node placement: per (placement, tp, dp, pp), each
+"""FASOP-2024's view of a node placement: what a plan's estimate takes from it: per (placement, tp, dp, pp), each
 stage's node types, each stage boundary's bandwidth, stage 0's DP ring, the embedding sync
-and each stage's memory limit (MODEL.md §2, §4, §7, §8).
+and each stage's memory limit (docs/estimators.md §2, §4, §7, §8).
 
 Searches ask for thousands of plans placement by placement, each placement with the same
 (tp, dp, pp) choices, so `Layouts` keeps the layouts of the latest placement and makes those of
 a new one all at once: which node positions every link and stage reads depends only on the
-degrees (`comm.link_positions`, `plan.stage_node_indices`, `memory.limit_nodes`), so each link's
+degrees (`comm.link_positions`, `plan.stage_node_indices`, `limit_nodes`), so each link's
 least bandwidths are one fancy index over the placement's node arrays, and FASOP's float32
 formulas run on arrays (the same operations, elementwise, as comm's per plan).
 """
@@ -13,13 +13,12 @@ formulas run on arrays (the same operations, elementwise, as comm's per plan).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from fasop import comm
-from fasop.memory import limit_nodes
+from fasop import comm, model_math
 from fasop.plan import Plan, stage_node_indices, trusted_many
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
@@ -46,20 +45,16 @@ class Layout:
     stage_nodes: tuple[tuple[NodeType, ...], ...]
     """The distinct node types holding each stage, in node order."""
     p2p_bandwidths: np.ndarray
-    """comm.p2p_bandwidths: each stage boundary's (float32)."""
+    """fasop2024_comm.p2p_bandwidths: each stage boundary's (float32)."""
     dp_ring: np.float32
-    """comm.dp_ring_bandwidth: the slowest hop of stage 0's DP ring."""
+    """fasop2024_comm.dp_ring_bandwidth: the slowest hop of stage 0's DP ring."""
     embedding_s: np.float32
-    """comm.embedding_allreduce_seconds."""
+    """fasop2024_comm.embedding_allreduce_seconds."""
     limits: tuple[float, ...]
-    """memory.stage_limits: each stage's memory limit (bytes)."""
+    """stage_limits: each stage's memory limit (bytes)."""
     stages: Stages | None
     """The stage types when every stage is on nodes of one type; else None, and they depend on
-    which node types are slower for the micro-batch size (`Fasop2024Estimator._stages`)."""
-    by_pace: dict = field(default_factory=dict)
-    """The Stages of a layout with mixed stages, per order of the node types' paces."""
-    dp_table: list = field(default_factory=list)
-    """[`Fasop2024Estimator._dp_table`], once made."""
+    which node types are slower for the micro-batch size (`Fasop2024Estimator.stages_of`)."""
     rows: tuple | None = None
     """(Rows, k): this layout's row in the padded matrices of the layouts made with it."""
 
@@ -124,14 +119,15 @@ class Layouts:
         m, cluster = placement[0].gpus_per_node, self.cluster
         links = shape_links(shapes, m, len(placement), self._tied)
         intra, inter = self._intra[links.intra].min(axis=1), self._inter[links.inter].min(axis=1)
-        # comm.boundary_bandwidth, per link; only the stage boundaries' are read
+        # fasop2024_comm.boundary_bandwidth, per link; only the stage boundaries' are read
         intra_bw = intra.astype(f32) / f32(cluster.p2p_intra_node_divisor)
         inter_bw = inter.astype(f32) / links.dp / links.tp / f32(cluster.p2p_inter_node_divisor)
         bandwidths = np.minimum(intra_bw, inter_bw)
         least = np.minimum(intra, inter)
-        rings = least[links.rings].astype(f32)  # comm.dp_ring_bandwidth
-        volume = self.model.hidden_size * self.model.vocab_size * self.model.bytes_per_element
-        syncs = (volume / (least[links.syncs] / links.replicas * links.lanes)).astype(f32)  # comm.embedding_seconds
+        rings = least[links.rings].astype(f32)  # fasop2024_comm.dp_ring_bandwidth
+        volume = model_math.embedding_sync_elements(self.model.hidden_size, self.model.vocab_size) * \
+            self.model.bytes_per_element
+        syncs = (volume / (least[links.syncs] / links.replicas * links.lanes)).astype(f32)  # fasop2024_comm.embedding_seconds
         codes = self._codes[links.stages]
         uniform = np.minimum.reduceat((codes == codes[:, :1]).all(axis=1), links.first_stage[:-1]).tolist()
         memory = self._memory[links.limits]
@@ -158,7 +154,6 @@ class Layouts:
         n = len(shapes)
         return trusted_many(Layout, n, stage_nodes=stage_nodes, p2p_bandwidths=sends, dp_ring=list(rings),
                             embedding_s=list(syncs), limits=limit_rows, stages=stage_types,
-                            by_pace=[{} for _ in range(n)], dp_table=[[] for _ in range(n)],
                             rows=[(rows, k) for k in range(n)])
 
 
@@ -168,7 +163,7 @@ class ShapeLinks:
     per shape its pp - 1 stage boundaries, stage 0's DP ring and the embedding sync
     (comm.link_positions; intra and inter padded with -1, which reads a node array's final inf),
     and its pp stages (plan.stage_node_indices, rows padded with their first node; the memory
-    limit node, memory.limit_nodes)."""
+    limit node, limit_nodes)."""
 
     intra: np.ndarray
     inter: np.ndarray
@@ -230,3 +225,25 @@ def _stacked(blocks: list[np.ndarray]) -> np.ndarray:
         out[row:row + len(b), :b.shape[1]] = b
         row += len(b)
     return out
+
+
+def fasop_limit_node(plan: Plan, stage: int) -> int:
+    """Node whose memory limit FASOP applies to a stage (docs/estimators.md §8, quirk kept): for pp < N
+    the last node it reads is the second-to-last of the stage's span."""
+    return limit_nodes(plan.pp, len(plan.placement))[stage]
+
+
+@lru_cache(maxsize=4096)
+def limit_nodes(pp: int, n: int) -> tuple[int, ...]:
+    """`fasop_limit_node` of each of pp stages on n nodes. pp > n: the node holding the stage's
+    first rank, stage * n // pp; that is FASOP's stage // (pp // n) where n divides pp (FASOP
+    reads past the last node otherwise). pp = n: node i. pp < n: FASOP's reading of the span."""
+    if pp >= n:
+        return tuple(stage * n // pp for stage in range(pp))
+    span = n // pp
+    return tuple(max(stage * span, (stage + 1) * span - 2) for stage in range(pp))
+
+
+def stage_limits(plan: Plan) -> tuple[float, ...]:
+    """The memory limit (bytes) applied to each stage (`fasop_limit_node`)."""
+    return tuple(plan.placement[q].memory_limit_bytes for q in limit_nodes(plan.pp, len(plan.placement)))

@@ -1,0 +1,61 @@
+"""FASOP-2024's memory report (docs/estimators.md §8): per-stage bytes of a chosen split with
+FASOP's bytes per parameter, the OOM flags, and the peak it reports -- the overhead factor x the
+*last* out-of-memory stage's bytes when one is, else the largest stage's, in GiB as float32
+rounded to 4 decimals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fasop.memory import MemoryEstimate, ParamBytes, memory_tables, rounded
+from fasop.plan import Plan
+from fasop.specs import GIB, ClusterSpec, ModelSpec
+
+PARAM_BYTES = ParamBytes(full=18, replicated=6, sharded=12)
+"""FASOP's bytes per parameter: 16-bit weights and gradients, 32-bit master weights and Adam's two
+moments, as FASOP counts them (18); with ZeRO, 6 kept by every replica and 12 split over dp."""
+
+
+def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
+                    limits: Sequence[float], *, param_bytes: ParamBytes) -> MemoryEstimate:
+    """Per-stage bytes of a split and the OOM flags; limits: each stage's memory limit (bytes)."""
+    return estimate_memory_many([plan], model, cluster, np.array([partition]), np.array([limits]),
+                                param_bytes=param_bytes)[0]
+
+
+def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: ClusterSpec, partitions: np.ndarray,
+                         limits: np.ndarray, *, param_bytes: ParamBytes) -> list[MemoryEstimate]:
+    """`estimate_memory` of many plans' splits: partitions and limits (bytes) a row per plan, a
+    column per stage; rows of plans with fewer stages padded with stages of no layer and an
+    infinite limit. Per stage: bytes = param_bytes.full x params + activations, with ZeRO
+    param_bytes.zero(dp) x params + activations; a stage is OOM when overhead x bytes exceeds
+    its limit, and the reported peak is then overhead x the last OOM stage's bytes."""
+    tables = memory_tables(model)
+    edges = np.zeros((len(partitions), partitions.shape[1] + 1), dtype=np.intp)
+    np.cumsum(partitions, axis=1, out=edges[:, 1:])
+    at = (tables.of(plans)[:, None], edges[:, :-1], edges[:, 1:])
+    params, act = tables.params[at], tables.act[at]
+    factor = cluster.memory_overhead_factor
+    stage_bytes = param_bytes.full * params + act
+    sharded = param_bytes.zero(np.array([p.dp for p in plans]))
+    zero_bytes = sharded[:, None] * params + act
+    oom, zero_oom = factor * stage_bytes > limits, zero_bytes > limits
+    last = partitions.shape[1] - 1
+    rows = np.arange(len(partitions))
+    oom_gib = np.where(oom.any(axis=1), factor * stage_bytes[rows, last - oom[:, ::-1].argmax(axis=1)] / GIB,
+                       stage_bytes.max(axis=1) / GIB)
+    zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
+                        zero_bytes.max(axis=1) / GIB)
+    return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
+                           oom_gpumem_gib=g, is_zero_oom=zo, zero_oom_gpumem_gib=zg)
+            for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.any(axis=1).tolist(),
+                                             rounded(_float32(oom_gib)), zero_oom.any(axis=1).tolist(),
+                                             rounded(_float32(zero_gib)))]
+
+
+def _float32(values: np.ndarray) -> np.ndarray:
+    # FASOP reports float32 GiB rounded to 4 decimals (then `rounded`)
+    return values.astype(np.float32).astype(float)

@@ -1,0 +1,301 @@
+"""Why a plan is as fast as it is: `fasop explain`'s breakdown of one plan.
+
+The plan (from a results row, rowplan.RowPlan) is estimated again with the row's own layer split
+(`estimate_split`), then broken down:
+
+- per stage: its pace-setting GPU type and nodes, its layers by name, fwd+bwd seconds of one
+  micro-batch, the p2p seconds of one micro-batch to the next stage; from the events of its
+  1F1B schedule (timeline.py) until its end: the time it computes, the time it only sends
+  (sends that overlap its compute are not counted again) and the time it waits (the gaps
+  between its events); and its memory by part against its GPU memory limit;
+- the whole plan: pipeline time = stage 0's end = its compute + exposed sends + waiting; bubble
+  fraction = the stages' waiting / (pp x pipeline time); step time = the last stage to finish its DP
+  all-reduce + the embedding all-reduce (docs/estimators.md §5, §7); throughput, model FLOPs, dollars.
+
+Memory parts, for an estimator that states its bytes a parameter (`param_bytes`, memory.ParamBytes;
+fasop-2024: 18, as Megatron-LM counts them, theoretical_memory_usage.py, 01_megatron_lm.md §1.7):
+weights in the model's element size (2 bytes), gradients the rest of the replicated part (4:
+fp32), the optimizer the sharded part (12: fp32 master weights and Adam moments; 12 // dp with the
+optimizer sharded, ZeRO); activations as memory.stage_elements counts them. Other estimators:
+the stage's total only.
+Model FLOPs: Narayanan et al. 2021, Eq. 3 without recompute: per transformer layer and token
+3 x (24 h^2 + 4 s h), per head and token 3 x 2 h V.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from fasop.errors import FasopError
+from fasop.export import settings_of
+from fasop.memory import stage_elements
+from fasop.rowplan import RowPlan, finite, stage_layer_names
+from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
+from fasop.timeline import timeline
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageBreakdown:
+    stage: int
+    gpu: str
+    node_type: str
+    nodes: tuple[int, ...]
+    layers: str
+    compute_s: float
+    """Fwd+bwd seconds of one micro-batch."""
+    send_s: float
+    """Seconds to send one micro-batch's activations to the next stage (0 on the last)."""
+    computing_s: float
+    """Its fwd and bwd events, summed (m x compute_s)."""
+    sending_s: float
+    """Its send events where they do not overlap its compute (exposed p2p)."""
+    idle_s: float
+    """The gaps between its events from 0 to its end: the bubble."""
+    end_s: float
+    weights_bytes: float | None
+    gradients_bytes: float | None
+    optimizer_bytes: float | None
+    activations_bytes: float | None
+    """The parts; None where the estimator does not state its bytes a parameter."""
+    memory_bytes: float
+    """The stage's estimate: the sum of the four parts."""
+    overhead_factor: float
+    limit_bytes: float
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.limit_bytes - self.overhead_factor * self.memory_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Explanation:
+    where: str
+    model: str
+    cluster: str
+    plan_key: str
+    num_microbatches: int
+    global_batch_size: int
+    sequence_length: int
+    stages: tuple[StageBreakdown, ...]
+    pipeline_time_s: float
+    bubble_fraction: float
+    last_stage: int
+    """The stage whose end + DP all-reduce is latest: it sets the step time."""
+    dp_allreduce_s: float
+    """That stage's gradient all-reduce over data parallelism."""
+    embedding_allreduce_s: float
+    step_time_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    model_flop_per_step: float
+    gpus: dict[str, int]
+    """GPUs of each type the plan uses."""
+    mfu: float | None
+    """Model FLOP/s over the summed peaks of the plan's GPUs (--peak-tflops, else the hardware
+    catalog's dense peak); None where a GPU's peak is unknown."""
+    usd_per_hour: float
+    usd_per_step: float
+    usd_per_million_tokens: float
+    zero_stage: int
+    row_step_time_s: float | None
+    """The CSV's step time, to compare with the re-estimate."""
+    fits: bool
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        for s, stage in zip(out["stages"], self.stages):
+            s["headroom_bytes"] = stage.headroom_bytes
+            s["nodes"] = list(stage.nodes)
+        return out
+
+
+def estimate_split(estimator, plan, partition: tuple[int, ...]):
+    """The estimate of `plan` with its layers split as `partition` (layer-list entries per stage),
+    not as the estimator's partitioner would split them: the estimator's `estimate_split` where
+    it has one (an optional capability, estimators/__init__.py); else its estimate, which must
+    then have that split."""
+    method = getattr(estimator, "estimate_split", None)
+    if method is not None:
+        return method(plan, tuple(partition))
+    estimate = estimator.estimate(plan)
+    if tuple(estimate.partition) != tuple(partition):
+        raise FasopError(f"the {type(estimator).__name__} estimator cannot be given a layer split: it splits "
+                         f"{plan.key()} as {'-'.join(map(str, estimate.partition))}, the row as "
+                         f"{'-'.join(map(str, partition))}")
+    return estimate
+
+
+def model_flop_per_sample(model: ModelSpec) -> float:
+    """Fwd+bwd FLOPs of one sample (Narayanan et al. 2021, Eq. 3, no recompute)."""
+    h, s, v = model.hidden_size, model.sequence_length, model.vocab_size
+    per_token = sum(24 * h * h + 4 * s * h for k in model.layer_kinds if k in TRANSFORMER_KINDS)
+    per_token += sum(2 * h * v for k in model.layer_kinds if k == "head")
+    return 3.0 * per_token * s
+
+
+def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
+            peak_flop_per_s: dict[str, float] | None = None) -> Explanation:
+    plan = rp.plan
+    e = estimate_split(estimator, plan, rp.partition)
+    m = plan.num_microbatches
+    zero = settings_of(rp).zero_stage
+    names = stage_layer_names(model, rp.partition)
+    limits = _stage_limits(estimator, plan, e)
+    tl = timeline(e, getattr(estimator, "fwd_bwd_factor", 3.0))
+    stages, start = [], 0
+    param_bytes = getattr(estimator, "param_bytes", None)
+    for i, n in enumerate(rp.partition):
+        parts = _memory_parts(plan, model, model.layer_kinds[start:start + n], param_bytes, zero)
+        computing, sending, idle = _occupancy(tl, i, e.stage_end_s[i])
+        stages.append(StageBreakdown(
+            stage=i, gpu=e.stage_node_types[i].gpu, node_type=e.stage_node_types[i].name,
+            nodes=plan.stage_node_indices[i], layers=names[i], compute_s=e.stage_compute_s[i],
+            send_s=e.p2p_s[i] if i < plan.pp - 1 else 0.0, computing_s=computing, sending_s=sending,
+            idle_s=idle, end_s=e.stage_end_s[i],
+            weights_bytes=parts[0], gradients_bytes=parts[1], optimizer_bytes=parts[2], activations_bytes=parts[3],
+            memory_bytes=(e.memory.stage_zero_bytes if zero else e.memory.stage_bytes)[i],
+            overhead_factor=cluster.memory_overhead_factor if param_bytes is not None and not zero else 1.0,
+            limit_bytes=limits[i]))
+        start += n
+    idle_total = sum(s.idle_s + (e.pipeline_time_s - s.end_s) for s in stages)
+    # the stage whose end + its DP all-reduce + the embedding all-reduce is the step time (the
+    # estimate keeps the all-reduce of that stage only; stages differ in it only by their bus)
+    rest = e.dp_allreduce_s + e.embedding_allreduce_s
+    last = min(range(plan.pp), key=lambda i: (abs(e.stage_end_s[i] + rest - e.step_time_s), i))
+    samples_per_s = plan.global_batch_size / e.step_time_s
+    flop = model_flop_per_sample(model) * plan.global_batch_size
+    gpus: dict[str, int] = {}
+    for node in plan.placement:
+        gpus[node.gpu] = gpus.get(node.gpu, 0) + node.gpus_per_node
+    peaks = catalog_peaks(gpus, rp.row.get("precision") or "bf16") | (peak_flop_per_s or {})
+    mfu = (flop / e.step_time_s / sum(peaks[g] * n for g, n in gpus.items())
+           if gpus and all(g in peaks for g in gpus) else None)
+    usd_per_hour = finite(rp.row.get("usd_per_hour", "")) or estimator.usd_per_s * 3600
+    usd_per_step = usd_per_hour / 3600 * e.step_time_s
+    tokens = plan.global_batch_size * model.sequence_length
+    return Explanation(
+        where=rp.where, model=model.name, cluster=cluster.path, plan_key=plan.key(), num_microbatches=m,
+        global_batch_size=plan.global_batch_size, sequence_length=model.sequence_length, stages=tuple(stages),
+        pipeline_time_s=e.pipeline_time_s, bubble_fraction=idle_total / (plan.pp * e.pipeline_time_s),
+        last_stage=last, dp_allreduce_s=e.dp_allreduce_s, embedding_allreduce_s=e.embedding_allreduce_s,
+        step_time_s=e.step_time_s, samples_per_s=samples_per_s, tokens_per_s=samples_per_s * model.sequence_length,
+        model_flop_per_step=flop, gpus=gpus, mfu=mfu, usd_per_hour=usd_per_hour, usd_per_step=usd_per_step,
+        usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
+        row_step_time_s=finite(rp.row.get("step_time_s", "")),
+        fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom))
+
+
+def catalog_peaks(gpus, precision: str) -> dict[str, float]:
+    """Dense peak FLOP/s of each GPU type the hardware catalog knows (fasop.catalog, where it
+    exists), in `precision`, else its 16-bit peak."""
+    try:
+        from fasop.catalog import find_gpu
+    except ImportError:
+        return {}
+    out = {}
+    for name in gpus:
+        try:
+            peaks = find_gpu(name).peak_flops
+        except FasopError:
+            continue
+        peak = peaks.get(precision) or peaks.get("bf16") or peaks.get("fp16")
+        if peak:
+            out[name] = peak
+    return out
+
+
+def _stage_limits(estimator, plan, e) -> tuple[float, ...]:
+    """Each stage's memory limit (bytes) as the estimator applies it: its layout's (fasop-2024:
+    FASOP's node lookup), else the memory of the node type that sets the stage's pace."""
+    layout = getattr(estimator, "layout", None)
+    if layout is not None:
+        return tuple(layout(plan).limits)
+    return tuple(t.memory_limit_bytes for t in e.stage_node_types)
+
+
+def _memory_parts(plan, model: ModelSpec, kinds, param_bytes, zero: int) -> tuple:
+    """(weights, gradients, optimizer, activations) bytes per GPU of a stage holding `kinds`, or
+    Nones without the estimator's `param_bytes`."""
+    if param_bytes is None or param_bytes.full != param_bytes.replicated + param_bytes.sharded:
+        return (None,) * 4
+    params, act = stage_elements(plan, model, kinds)
+    weights = model.bytes_per_element
+    optimizer = param_bytes.sharded // plan.dp if zero else param_bytes.sharded
+    return weights * params, (param_bytes.replicated - weights) * params, optimizer * params, act
+
+
+def _occupancy(tl, stage: int, end: float) -> tuple[float, float, float]:
+    """(computing, sending alone, waiting) seconds of a stage from 0 to its end: the sums of its
+    compute events, of its send events outside them, and of the gaps between its events."""
+    own = sorted((ev.start_s, min(ev.end_s, end), ev.kind in ("fwd", "bwd")) for ev in tl.events
+                 if ev.stage == stage and ev.microbatch >= 0 and ev.start_s < end)
+    computing = sum(b - a for a, b, compute in own if compute)
+    covered, idle, reach = 0.0, 0.0, 0.0  # union of all events; gaps before each; the union's right end
+    for a, b, _ in own:
+        if a > reach:
+            idle += a - reach
+        covered += max(0.0, b - max(a, reach))
+        reach = max(reach, b)
+    idle += max(0.0, end - reach)
+    return computing, covered - computing, idle
+
+
+# ---------------------------------------------------------------------------- text
+def render(x: Explanation) -> str:
+    """The explanation as a report: a time table, a memory table and the whole plan's lines."""
+    ms = 1e3
+    head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
+            f"plan {x.plan_key}: {x.num_microbatches} micro-batches a step per replica, global batch "
+            f"{x.global_batch_size}, sequence {x.sequence_length}", ""]
+    time_rows = [("stage", "gpu", "nodes", "layers", "fwd+bwd/mb ms", "send/mb ms", "compute ms", "p2p ms",
+                  "idle ms", "end ms")]
+    time_rows += [(str(s.stage), s.gpu, _span(s.nodes), s.layers, f"{s.compute_s * ms:.3f}",
+                   f"{s.send_s * ms:.3f}" if s.send_s else "-", f"{s.computing_s * ms:.2f}", f"{s.sending_s * ms:.2f}",
+                   f"{s.idle_s * ms:.2f}",
+                   f"{s.end_s * ms:.2f}") for s in x.stages]
+    memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
+    mem_rows = [("stage", "weights", "gradients", "optimizer", "activations", "total", f"x{x.stages[0].overhead_factor:.2f}", "limit",
+                 "headroom")]
+    mem_rows += [(str(s.stage), *("-" if v is None else f"{v / GIB:.2f}"
+                                  for v in (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes,
+                                            s.activations_bytes, s.memory_bytes)),
+                  f"{s.overhead_factor * s.memory_bytes / GIB:.2f}", f"{s.limit_bytes / GIB:.2f}",
+                  f"{s.headroom_bytes / GIB:.2f}" + ("" if s.headroom_bytes >= 0 else " OOM")) for s in x.stages]
+    s0 = x.stages[0]
+    last = x.stages[x.last_stage]
+    throughput = f"{x.samples_per_s:,.2f} samples/s, {x.tokens_per_s:,.0f} tokens/s"
+    flops = f"model {x.model_flop_per_step / 1e15:,.3f} PFLOP a step = {x.model_flop_per_step / x.step_time_s / 1e12:,.1f} TFLOP/s"
+    gpus = " + ".join(f"{n} {g}" for g, n in x.gpus.items())
+    mfu = (f"MFU {x.mfu:.1%} of the peaks of {gpus}" if x.mfu is not None else
+           f"MFU unknown (no peak FLOP/s for {gpus} in the catalog; give --peak-tflops GPU=TFLOPS,...)")
+    lines = head + _table(time_rows, left=(1, 2, 3))
+    lines += ["compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only (FASOP charges "
+              "stage 0's forward and the last stage's backward sends), waiting", "", memory_title] + _table(mem_rows, left=()) + [""]
+    lines += [f"pipeline  {x.pipeline_time_s * ms:.2f} ms (stage 0's end) = compute {x.num_microbatches} x "
+              f"{s0.compute_s * ms:.3f} + p2p {s0.sending_s * ms:.2f} + idle {s0.idle_s * ms:.2f} ms; "
+              f"bubble {x.bubble_fraction:.1%} of the stages' time",
+              f"step      {x.step_time_s * ms:.2f} ms = stage {last.stage}'s end {last.end_s * ms:.2f} + DP all-reduce "
+              f"{x.dp_allreduce_s * ms:.2f} + embedding all-reduce {x.embedding_allreduce_s * ms:.2f} ms",
+              f"rate      {throughput}; {flops}; {mfu}",
+              f"cost      ${x.usd_per_step:.5f} a step (${x.usd_per_hour:,.2f}/h), "
+              f"${x.usd_per_million_tokens:,.4f} per million tokens"]
+    if not x.fits:
+        lines.append("memory    does not fit: a stage's estimate x overhead exceeds its limit")
+    if x.row_step_time_s is not None and x.row_step_time_s != x.step_time_s:
+        lines.append(f"note      the CSV says step_time_s {x.row_step_time_s!r}; re-estimated with its split: "
+                     f"{x.step_time_s!r} (a CSV of another fasop version or estimator, or FASOP's min-max "
+                     "partitioner, whose schedule can differ from the split it reports)")
+    return "\n".join(lines) + "\n"
+
+
+def _span(values) -> str:
+    values = list(values)
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def _table(rows: list[tuple[str, ...]], left: tuple[int, ...]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in rows]

@@ -1,0 +1,94 @@
+"""Every ceiling on what fasop reads, in one place, with the reason for each (README, "Limits").
+
+A value from a spec file, a profile CSV or a flag is checked against these before any arithmetic
+(specs.py for files, cli.py / search.py / pareto.py for flags): inside them, every later
+computation is bounded in time and memory; outside, one line says which value to change. Each
+ceiling sits far above anything a real training run uses (the reason given under it), so no
+real input meets one.
+"""
+
+from __future__ import annotations
+
+# ----------------------------------------------------------------------------- files
+SPEC_BYTES = 256 << 10
+"""A spec (YAML) file is at most 256 KiB: the shipped ones are under 6 KB. Read with this cap, so
+`/dev/zero` or a huge file is refused, never read whole; parsing YAML takes ~10 us a byte here
+(1 MiB: 9-24 s on a loaded 2-core machine; 256 KiB: a few seconds)."""
+PROFILE_BYTES = 16 << 20
+"""A profile CSV is at most 16 MiB (the shipped ones are under 20 KB; 16 MiB holds ~400,000 rows)."""
+YAML_DEPTH = 32
+"""Nesting of YAML collections: specs nest 5 deep; a deep document would exhaust the parser's recursion."""
+YAML_ALIASES = 0
+"""YAML anchors and aliases are refused: specs do not need them, and an alias bomb ("billion
+laughs") turns 2 KB of text into gigabytes."""
+TEXT_CHARS = 1000
+"""A text value of a spec (a name, a path, a kind) is printable and at most 1,000 characters: it
+ends up in file names, titles and one-line messages."""
+SHOWN_CHARS = 60
+"""An offending value is shown in an error message cut to this many characters."""
+
+# ----------------------------------------------------------------------------- model spec
+HIDDEN_SIZE = 1 << 20
+"""hidden_size <= 1,048,576 (the largest published models: ~25,600)."""
+ATTENTION_HEADS = 1 << 16
+"""num_attention_heads <= 65,536 (published: <= 128)."""
+VOCAB_SIZE = 1 << 24
+"""vocab_size <= 16,777,216 (published: <= 262,144)."""
+SEQUENCE_LENGTH = 1 << 24
+"""sequence_length <= 16,777,216 tokens (long-context training: <= 1 M)."""
+GLOBAL_BATCH_SIZE = 1 << 14
+"""global_batch_size <= 16,384 samples (published: <= ~8,192). The micro-batch count sets the
+size of every pipeline schedule (stages x micro-batches events), and the divisors of the batch
+set the number of plans."""
+LAYERS = 256
+"""Entries in the layer list (and num_hidden_layers, num_decoder_layers) <= 256 (published:
+<= 128 transformer layers). The optimal partitioner's stage-time tables take stages x
+(layers + 1)^2 floats: at 256 layers on 256 stages, 135 MB each."""
+
+# ----------------------------------------------------------------------------- cluster spec
+GPUS_PER_NODE = 1024
+"""gpus_per_node <= 1,024 (a node is 4-8 GPUs; an NVLink rack 72)."""
+MEMORY_GIB = 1 << 20
+"""memory_limit_gib <= 1,048,576 GiB per GPU (today's largest: 192 GiB)."""
+GBIT_PER_S = (1e-3, 1e7)
+"""Bandwidths between 1 Mbit/s and 10 Pbit/s (NVLink 5: 14.4 Tbit/s); below, a step would take years."""
+USD_PER_HOUR = 1e6
+"""A node costs <= $1,000,000 an hour (the dearest cloud nodes: ~$100)."""
+DIVISOR = (1e-3, 1e3)
+"""p2p_*_divisor between 0.001 and 1,000 (FASOP's: 1.05 and 3.5)."""
+OVERHEAD_FACTOR = 100.0
+"""memory.overhead_factor between 1 and 100 (FASOP's: 1.10)."""
+
+# ----------------------------------------------------------------------------- profiles
+LAYER_SECONDS = (1e-9, 1e4)
+"""A profiled per-layer forward time between 1 ns and 10,000 s (a kernel launch alone takes ~5 us);
+a subnormal time like 1e-320 would make rates overflow to infinity."""
+FACTOR = (1e-6, 1e6)
+"""fwd_bwd_factor and micro-batch scaling factors between 1e-6 and 1e6 (FASOP's: 1 to 3)."""
+SCALING_FACTORS = 16
+"""At most 16 factors in one micro-batch scaling point (their product is the factor)."""
+TP_DEGREE = GPUS_PER_NODE
+"""A profiled tensor-parallel degree is at most the GPUs a node may have."""
+
+# ----------------------------------------------------------------------------- flags
+NODES = 1024
+"""An inventory (--nodes, or one --max-nodes composition) has at most 1,024 nodes."""
+GPUS = 1 << 16
+"""... and at most 65,536 GPUs in all: plans per inventory grow with the divisors of this."""
+COMPOSITIONS = 10_000
+"""`fasop pareto` searches at most 10,000 compositions (product of (max - min + 1) over the
+types); each is a full search (~0.1-1 s for the shipped models)."""
+ITERATIONS = 10**15
+"""--iterations (or --tokens / (batch x sequence)) <= 1e15 training steps: costs stay exact in a float."""
+TOKENS = 10**21
+"""--tokens <= 1e21 (the largest training runs: ~3e13 tokens)."""
+TOP = 10**6
+"""--top <= 1,000,000 plans kept."""
+PARTITION_BUDGET = 10**6
+"""--partition-budget <= 1,000,000 search-tree nodes per plan (default 400): the budget is spent
+per plan, so time grows with it."""
+WORKERS = 256
+"""--workers above the available CPU cores is lowered to them (with a note); a process per core is
+the most that helps."""
+HOURS_OR_USD = 1e15
+"""--deadline-hours and --budget-usd: positive, finite, at most 1e15."""

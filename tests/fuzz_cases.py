@@ -1,0 +1,275 @@
+"""Seeded hostile inputs for fasop's command line (tests/test_fuzz.py runs them).
+
+A case is a folder of files (a cluster spec, a model spec, a profile CSV, maybe odd files) and an
+argv; `expect` is "fail" where the input is certainly invalid (exit 2 required) and "any" where it
+may be valid (exit 0 with a well-formed result, or exit 2 with one line). Families, as the
+issue lists them: every value of both specs replaced by hostile values; lines (keys) deleted;
+broken encodings and structures; mutated profile CSVs; hostile flag values (search and pareto);
+hostile output paths. Same seed, same cases, in the same order.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from test_bad_input import CLUSTER, MODEL, PROFILE
+
+SEED = 18
+SEARCH = ["search", "--model", "model.yaml", "--cluster", "cluster.yaml", "--nodes", "a10=2", "--out", "out.csv",
+          "--no-progress"]
+PARETO = ["pareto", "--model", "model.yaml", "--cluster", "cluster.yaml", "--max-nodes", "a100=1,a10=2",
+          "--out-prefix", "p", "--no-progress", "--workers", "1"]
+
+HOSTILE_VALUES = [
+    "0", "-1", "-0.0", "1", "2", "3", "1.5", "4.0", "1.0e-320", "5.0e-324", "1.0e+308", "1.0e+309", ".inf",
+    "-.inf", ".nan", "257", "1025", "16385", "65536", "99999999999999999999", "-99999999999999999999",
+    "1" + "0" * 30, "1" + "0" * 5000, "0x10", "0o17", "1_000", "1e6", "true", "false", "null", "~", "''", "'x'",
+    "[]", "{}", "[1, 2]", "{a: 1}", "[[[[[[1]]]]]]", "'../../escape'", "/tmp/fasop-fuzz-escape",
+    "!!binary aGVsbG8=", "!!python/object/apply:os.system ['true']", "!!set {a}", "!!timestamp 2001-12-14",
+    "2001-99-99", "!custom 1", "&anchor 1", "*anchor", '"\\0\\n\\x1b[31m"', "'" + "x" * 100_000 + "'",
+    "A100", "a10", "proportional",
+]
+"""YAML scalars and structures that may replace any value of a spec."""
+
+_KEY_VALUE = re.compile(r"(?P<key>[A-Za-z_0-9]+): (?P<value>[^,{}\[\]\n#][^,{}\n#]*?)(?=\s*(,|}|#|$))", re.M)
+
+
+def _leaves(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every scalar value in `text` (block and flow mappings)."""
+    return [(m.start("value"), m.end("value")) for m in _KEY_VALUE.finditer(text)]
+
+
+def _case(family: str, argv: list[str], expect: str = "any", model: str | bytes = MODEL,
+          cluster: str | bytes = CLUSTER, profile: str | bytes = PROFILE, **extra) -> dict:
+    files = {"model.yaml": model, "cluster.yaml": cluster, "tiny.profile.csv": profile}
+    files.update(extra.pop("files", {}))
+    return {"family": family, "argv": argv, "expect": expect, "files": files, **extra}
+
+
+def value_cases(rng: random.Random, per_leaf: int = 12) -> list[dict]:
+    """Every value of the model and cluster specs replaced by `per_leaf` hostile values."""
+    cases = []
+    for which, text in (("model", MODEL), ("cluster", CLUSTER)):
+        for start, end in _leaves(text):
+            for value in rng.sample(HOSTILE_VALUES, per_leaf):
+                mutated = text[:start] + value + text[end:]
+                argv = SEARCH if rng.random() < 0.9 else PARETO
+                cases.append(_case(f"value:{which}", list(argv), **{which: mutated}))
+    return cases
+
+
+def deletion_cases(rng: random.Random) -> list[dict]:
+    """Each line of each spec deleted (a key, or a parent key whose children then move up)."""
+    cases = []
+    for which, text in (("model", MODEL), ("cluster", CLUSTER)):
+        lines = text.splitlines(keepends=True)
+        for i in range(len(lines)):
+            cases.append(_case(f"delete:{which}", list(SEARCH), **{which: "".join(lines[:i] + lines[i + 1:])}))
+        for start, end in _leaves(text):  # a flow or block key with its value
+            line_start = text.rfind("\n", 0, start) + 1
+            key_start = text.rfind(" ", line_start, start - 2) + 1 if "{" in text[line_start:start] else line_start
+            cases.append(_case(f"delete:{which}", list(SEARCH), **{which: text[:key_start] + text[end:]}))
+    return cases
+
+
+def encoding_cases(rng: random.Random) -> list[dict]:
+    """Broken bytes and structures: bad UTF-8, NULs, truncation, deep nesting, aliases, duplicate
+    and merge keys, oversized files, odd file types."""
+    cases = []
+    for which, text in (("model", MODEL), ("cluster", CLUSTER)):
+        data = text.encode()
+        for bad in (b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\x00", b"\x1b", b"\t", b"\xef\xbb\xbf", b"\r", b"\x85"):
+            for _ in range(4):
+                at = rng.randrange(len(data))
+                cases.append(_case(f"bytes:{which}", list(SEARCH), **{which: data[:at] + bad + data[at:]}))
+        for _ in range(15):
+            at = rng.randrange(len(data))
+            cases.append(_case(f"truncate:{which}", list(SEARCH), **{which: data[:at]}))
+        lines = text.splitlines(keepends=True)
+        for _ in range(10):  # a line repeated: a duplicate key (or a duplicate list item)
+            i = rng.randrange(len(lines))
+            cases.append(_case(f"duplicate:{which}", list(SEARCH), **{which: "".join(lines[:i + 1] + lines[i:])}))
+        structures = {
+            "utf16": text.encode("utf-16"), "bom": b"\xef\xbb\xbf" + data, "crlf": data.replace(b"\n", b"\r\n"),
+            "empty": b"", "comment": b"# nothing\n", "list": b"- 1\n- 2\n", "scalar": b"42\n",
+            "deep-flow": b"a: " + b"[" * 50_000 + b"]" * 50_000 + b"\n",
+            "deep-block": "".join(" " * i + f"k{i}:\n" for i in range(200)).encode(),
+            "alias-bomb": _alias_bomb(), "anchor": data + b"extra: &x 1\nmore: *x\n",
+            "merge": data + b"base: {a: 1}\nother:\n  <<: {a: 2}\n",
+            "huge": data + b"#" + b"x" * (1 << 21) + b"\n",
+            "long-line": data + b"notes: '" + b"y" * 500_000 + b"'\n",
+            "near-limit-keys": data + "".join(f"k{i}: {i}\n" for i in range(19_000)).encode(),  # ~245 KiB
+            "near-limit-list": data + b"x: [" + b",".join([b"1"] * 120_000) + b"]\n",
+            "tag": data + b"bad: !!python/name:os.system\n", "tabs": data.replace(b"  ", b"\t", 3),
+            "unicode-key": data + "ключ: 1\n".encode(), "newline-key": data + b'"a\\nb": 1\n',
+        }
+        for name, content in structures.items():
+            cases.append(_case(f"structure:{which}:{name}", list(SEARCH), "fail" if name not in ("bom", "crlf")
+                               else "any", **{which: content}))
+        for kind in ("fifo", "dir", "devzero", "missing", "devnull"):
+            argv = [a if a != f"{which}.yaml" else f"odd.{which}.yaml" for a in SEARCH]
+            cases.append(_case(f"filetype:{which}:{kind}", argv, "fail", special={f"odd.{which}.yaml": kind}))
+    for kind in ("fifo", "dir", "devzero", "missing"):
+        model = MODEL.replace("file: tiny.profile.csv", "file: odd.profile.csv")
+        cases.append(_case(f"filetype:profile:{kind}", list(SEARCH), "fail", model=model,
+                           special={"odd.profile.csv": kind}))
+    return cases
+
+
+def _alias_bomb() -> bytes:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+PROFILE_CELLS = {
+    "gpu": ["", " ", "A10\x00", "a10", "H100", "A10 ", "x" * 300],
+    "tp": ["0", "-1", "²", "٣", "1.0", "1e3", "2", "99999999999999999999", "", "1025", "0x1"],
+    "layer_index": ["-1", "4", "99999999999", "1.5", "", "٣", "3 ", "0"],
+    "seconds": ["nan", "inf", "-inf", "1e-320", "-1", "0", "1e308", "abc", "", "1_0", " 0.1 ", "1e-10", "10001",
+                "0x1p-3", "٣", "1e4"],
+}
+
+
+def profile_cases(rng: random.Random) -> list[dict]:
+    """Profile CSVs mutated: cells replaced, rows dropped or repeated (same or other time),
+    columns added or removed, headers changed, broken bytes."""
+    header, *rows = PROFILE.splitlines()
+    cases = []
+    for column, values in PROFILE_CELLS.items():
+        k = header.split(",").index(column)
+        for value in values:
+            for _ in range(2):
+                i = rng.randrange(len(rows))
+                cells = rows[i].split(",")
+                cells[k] = f'"{value}"' if "," in value or '"' in value else value
+                mutated = rows[:i] + [",".join(cells)] + rows[i + 1:]
+                cases.append(_case(f"profile:cell:{column}", list(SEARCH), profile="\n".join([header, *mutated]) + "\n"))
+    for i in range(len(rows)):
+        cases.append(_case("profile:drop", list(SEARCH), "fail", profile="\n".join([header, *rows[:i], *rows[i + 1:]]) + "\n"))
+        gpu, tp, layer, seconds = rows[i].split(",")
+        for twin in (rows[i], f"{gpu},{tp},{layer},{float(seconds) * 2}"):
+            cases.append(_case("profile:repeat", list(SEARCH), "fail",
+                               profile="\n".join([header, *rows, twin]) + "\n"))
+        cases.append(_case("profile:extra-field", list(SEARCH), "fail",
+                           profile="\n".join([header, *rows[:i], rows[i] + ",1", *rows[i + 1:]]) + "\n"))
+        cases.append(_case("profile:short-row", list(SEARCH), "fail",
+                           profile="\n".join([header, *rows[:i], rows[i].rsplit(",", 1)[0], *rows[i + 1:]]) + "\n"))
+    for new_header in ("gpu,tp,layer_index", "gpu,tp,layer_index,seconds,extra", "GPU,TP,LAYER_INDEX,SECONDS",
+                       "seconds,layer_index,tp,gpu", "", "gpu;tp;layer_index;seconds", "\ufeffgpu,tp,layer_index,seconds"):
+        cases.append(_case("profile:header", list(SEARCH), "any" if new_header.startswith("\ufeff") else "fail",
+                           profile="\n".join([new_header, *rows]) + "\n"))
+    data = PROFILE.encode()
+    for bad in (b"\xff", b"\x00", b'"', b"\r", b"\n\n", b",,", b'"\n"'):
+        for _ in range(3):
+            at = rng.randrange(len(data))
+            cases.append(_case("profile:bytes", list(SEARCH), profile=data[:at] + bad + data[at:]))
+    cases.append(_case("profile:huge-field", list(SEARCH), "fail", profile=PROFILE + '"' + "z" * 300_000 + '",1,0,1\n'))
+    cases.append(_case("profile:huge-file", list(SEARCH), "fail", profile=PROFILE + "#" * (17 << 20) + "\n"))
+    cases.append(_case("profile:empty", list(SEARCH), "fail", profile=""))
+    cases.append(_case("profile:header-only", list(SEARCH), "fail", profile=header + "\n"))
+    return cases
+
+
+SEARCH_FLAGS = {
+    "--nodes": ["a10=²", "a10=٣", "a10=99999999999999999999", "a10=" + "9" * 5000, "a10=10000000000", "a10=1025",
+                "a10=1024", "a10=0", "a10=-1", "a10", "=", ",", "", "a10=1,a10=1", "A10=2", " a10 = 2 ",
+                "a100=1,a10=1", "a10=2,", "a10=1.5", "a10=+2", "a10=0002", "h100=1", "a10=2\x1b[31m", "a10=1e3"],
+    "--workers": ["0", "-1", "2", "1000", "99999999999999999999", "x", "1e3", "٣", "1_0", " 2 ", "+3"],
+    "--top": ["0", "-1", "1", "1000001", "99999999999999999999", "x", "1" + "0" * 5000],
+    "--iterations": ["0", "1", "1000000000000001", "99999999999999999999", "x", "-5"],
+    "--tokens": ["0", "1", "1000000000000000000001", "99999999999999999999", "x"],
+    "--partition-budget": ["0", "1", "1000001", "100000000000000000000", "x", str(2**63)],
+    "--show": ["-1", "0", "1000000000000000000000000", "x"],
+    "--placements": ["all", "grouped", "cyclic", "none", ""],
+    "--partitioner": ["optimal", "fasop-minmax", "best", ""],
+    "--model": ["", "nope", "../../etc/passwd", "/dev/zero", "/", "x" * 5000, "model.yml", "."],
+    "--cluster": ["", "nope", "/dev/null", "/proc/self/mem", "x" * 300 + ".yaml"],
+}
+PARETO_FLAGS = {
+    "--max-nodes": ["a10=100000", "a10=99999999999999999999", "a10=1025", "a100=200,a10=200", "a10=0", "a100=0,a10=0",
+                    "a10=2,a100=x", "a10=²", "", "a100=1,a10=2,a100=1", "a100=100,a10=99"],
+    "--min-nodes": ["a10=3", "a10=-1", "h100=1", "a10=99999999999999999999", "a100=1"],
+    "--deadline-hours": ["nan", "inf", "-1", "0", "1e308", "1e300", "1e15", "1e16", "1e-300", "x", "5e-324", "1"],
+    "--budget-usd": ["nan", "-inf", "-1", "0", "1e308", "1e300", "1e-300", "x", "100"],
+    "--tokens": ["0", "1", "1000000000000000000000", "99999999999999999999999"],
+    "--workers": ["0", "2", "1000", "99999999999999999999"],
+    "--out-prefix": ["", "dir/", ".", "..", "/", "a/b/c", "x" * 5000],
+}
+
+
+def _with_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    argv = list(argv)
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    return argv
+
+
+def flag_cases(rng: random.Random) -> list[dict]:
+    """Hostile values of every flag of `fasop search` and `fasop pareto`, one at a time, and
+    a few pairs."""
+    cases = [_case(f"flag:search:{flag}", _with_flag(SEARCH, flag, value)) for flag, values in SEARCH_FLAGS.items()
+             for value in values]
+    cases += [_case(f"flag:pareto:{flag}", _with_flag(PARETO, flag, value)) for flag, values in PARETO_FLAGS.items()
+              for value in values]
+    flags = list(SEARCH_FLAGS)
+    for _ in range(40):
+        first, second = rng.sample(flags, 2)
+        argv = _with_flag(_with_flag(SEARCH, first, rng.choice(SEARCH_FLAGS[first])), second,
+                          rng.choice(SEARCH_FLAGS[second]))
+        cases.append(_case("flag:search:pair", argv))
+    return cases
+
+
+def output_cases() -> list[dict]:
+    """Hostile output targets: empty, folders, links, devices, names from hostile spec names."""
+    cases = []
+    # devices are made inside the case's folder (fuzz_worker: a null device where allowed): never
+    # /dev/null itself, which a regression run as root would replace with a regular file
+    for out in ("", "dir/", "results/", ".", "..", "/", "sub/dir/out.csv", "x" * 300 + ".csv", "link.csv",
+                "dangling.csv", "device.csv", "fifo.csv", "folder"):
+        special = {"link.csv": "link", "dangling.csv": "dangling", "fifo.csv": "fifo", "folder": "dir",
+                   "device.csv": "device"}
+        expect = "any" if out == "sub/dir/out.csv" else "fail"
+        cases.append(_case("output:search", _with_flag(SEARCH, "--out", out), expect,
+                           special={out: special[out]} if out in special else {}))
+    for name in ("../../escape", "/tmp/fasop-fuzz-abs", "..", ".", "a/b", "-rf", "nul\\0", "x" * 400, "'  '",
+                 "../results/../../up", "~root", "$HOME", "con", "ё"):
+        model = MODEL.replace("name: tiny", f"name: {name!r}" if name.startswith(("'", "~", "$", "-", ".", "/"))
+                              else f"name: '{name}'")
+        argv = [a for a in SEARCH if a not in ("--out", "out.csv")]
+        cases.append(_case("output:spec-name", argv, model=model, inside="results"))
+        pareto = [a for a in PARETO if a not in ("--out-prefix", "p")]
+        cases.append(_case("output:spec-name:pareto", pareto, model=model, inside="results"))
+    return cases
+
+
+def combination_cases(rng: random.Random, count: int = 150) -> list[dict]:
+    """Two to four values of one spec replaced at once, some lines re-indented: interactions
+    between values that are each valid alone (a batch and a layer count, a price and a count)."""
+    cases = []
+    for _ in range(count):
+        which, text = rng.choice((("model", MODEL), ("cluster", CLUSTER)))
+        leaves = _leaves(text)
+        for start, end in sorted(rng.sample(leaves, rng.randint(2, 4)), reverse=True):
+            text = text[:start] + rng.choice(HOSTILE_VALUES[:40]) + text[end:]
+        if rng.random() < 0.3:
+            lines = text.splitlines(keepends=True)
+            i = rng.randrange(len(lines))
+            lines[i] = rng.choice(("", " ", "  ", "- ")) + lines[i]
+            text = "".join(lines)
+        argv = SEARCH if rng.random() < 0.85 else PARETO
+        cases.append(_case(f"combination:{which}", list(argv), **{which: text}))
+    return cases
+
+
+def all_cases() -> list[dict]:
+    rng = random.Random(SEED)
+    cases = (value_cases(rng) + deletion_cases(rng) + encoding_cases(rng) + profile_cases(rng) + flag_cases(rng)
+             + output_cases() + combination_cases(rng))
+    for number, case in enumerate(cases):
+        case["id"] = number
+    return cases

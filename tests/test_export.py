@@ -1,0 +1,292 @@
+"""fasop export: Megatron-LM arguments, torchtitan recipe and node-rank table of hand-made plans.
+
+Expected texts are written by hand from the plan (not produced by the code and pasted); the
+layout string is parsed back by an independent parser following Megatron-Core's grammar
+(01_megatron_lm.md §1.4); the rank table is checked against the plan's own rank grid."""
+
+from __future__ import annotations
+
+import re
+import types
+
+import pytest
+
+from fasop.cli import main
+from fasop.export import hostfile, megatron, megatron_layout, node_table, torchtitan
+from fasop.plan import Plan
+from fasop.rowplan import RowPlan, plan_of_row, stage_layer_names
+from fasop.specs import ClusterSpec, ModelSpec, NodeType, Profile
+
+
+def node(name: str, gpus: int = 4) -> NodeType:
+    return NodeType(name=name, instance=name, gpu=name.upper(), gpus_per_node=gpus, memory_limit_bytes=40 * 2**30,
+                    intra_node_bytes_per_s=1e11, inter_node_bytes_per_s=5e9, intra_node_shared=False,
+                    usd_per_hour=1.0, spot_usd_per_hour=None)
+
+
+A, B = node("big"), node("small")
+CLUSTER = ClusterSpec(path="toy.yaml", estimator="fasop-2024", node_types={"big": A, "small": B},
+                      p2p_inter_node_divisor=1.0, p2p_intra_node_divisor=1.0, memory_overhead_factor=1.0)
+
+
+def model(kinds: tuple[str, ...], segments: tuple[str, ...] | None = None) -> ModelSpec:
+    return ModelSpec(path="toy-model.yaml", name="toy", hidden_size=64, num_attention_heads=4, vocab_size=1000,
+                     sequence_length=128, global_batch_size=32, tie_word_embeddings=False, bytes_per_element=2,
+                     layer_kinds=kinds, layer_segments=segments or ("model",) * len(kinds),
+                     profile=Profile(forward_s={}, fwd_bwd_factor=3.0, scaling={}))
+
+
+GPT8 = model(("embedding",) + ("transformer",) * 8 + ("head",))  # 10 entries
+T5 = model(("embedding",) + ("encoder",) * 2 + ("embedding",) + ("decoder",) * 2,
+           ("encoder",) * 3 + ("decoder",) * 3)
+
+
+def row_plan(tp, dp, pp, mbs, m, placement, partition, **extra) -> RowPlan:
+    row = {"tp": str(tp), "dp": str(dp), "pp": str(pp), "mbs": str(mbs), "num_microbatches": str(m),
+           "node_placement": placement, "partition": partition, "is_oom": "False", "is_zero_oom": "False"} | extra
+    return plan_of_row(row, "x.csv rank 1", GPT8 if extra.pop("model", None) is None else T5, CLUSTER)
+
+
+HEADER = "# fasop export --target {t}: x.csv rank 1\n"
+
+
+def test_megatron_uneven_split_heterogeneous_order():
+    # pp 4 over 4 nodes (tp 2, dp 2 per stage); stages hold E+1, 3, 3, 1+L transformer layers
+    rp = row_plan(2, 2, 4, 1, 8, "big-small-small-big", "2-3-3-2")
+    assert megatron(rp, GPT8).text == HEADER.format(t="megatron") + """\
+# toy: tp 2, dp 2, pp 4, micro-batch 1, 8 micro-batches per step, global batch 16; nodes in order big-small-small-big
+# layer-list entries per stage: 2-3-3-2
+# --pipeline-model-parallel-layout needs Megatron-Core >= 0.13; E = embedding, t = transformer layer, L = head and loss, | between stages
+# Megatron-Core < 0.13: --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1 instead of the layout
+# 16-bit training as profiled: add --bf16 or --fp16
+# as FASOP estimates: no activation recompute, no sequence parallelism, optimizer state replicated over data parallelism
+MODEL_PARALLEL_ARGS=(
+    --tensor-model-parallel-size 2
+    --pipeline-model-parallel-size 4
+    --micro-batch-size 1
+    --global-batch-size 16
+    --num-layers 8
+    --pipeline-model-parallel-layout "Et|t*3|t*3|tL"
+)
+"""
+
+
+def test_megatron_even_split_needs_no_layout_and_settings_columns_become_flags():
+    rp = row_plan(4, 1, 2, 2, 4, "big-big", "5-5", recompute="full", sequence_parallel="True", zero_stage="1",
+                  precision="bf16")
+    text = megatron(rp, GPT8).text
+    assert "# even split (4 transformer layers a stage): Megatron's default, no layout\n" in text
+    assert text.endswith("""MODEL_PARALLEL_ARGS=(
+    --tensor-model-parallel-size 4
+    --pipeline-model-parallel-size 2
+    --micro-batch-size 2
+    --global-batch-size 8
+    --recompute-granularity full
+    --recompute-method uniform
+    --recompute-num-layers 1
+    --sequence-parallel
+    --use-distributed-optimizer
+    --bf16
+)
+""")
+    assert "layout" not in text.split("MODEL_PARALLEL_ARGS")[1]
+
+
+def test_megatron_data_parallel_only():
+    rp = row_plan(1, 8, 1, 4, 1, "big-small", "10")
+    assert megatron(rp, GPT8).text.endswith("""    --tensor-model-parallel-size 1
+    --pipeline-model-parallel-size 1
+    --micro-batch-size 4
+    --global-batch-size 32
+)
+""")
+
+
+def test_megatron_shards_the_optimizer_when_the_plan_fits_only_so():
+    rp = row_plan(1, 2, 4, 1, 4, "big-big", "1-3-3-3", is_oom="True", is_zero_oom="False")
+    out = megatron(rp, GPT8)
+    assert "    --use-distributed-optimizer\n" in out.text
+    assert any("only with the optimizer state sharded" in w for w in out.warnings)
+
+
+def test_megatron_warns_on_an_encoder_decoder_split():
+    rp = plan_of_row({"tp": "1", "dp": "2", "pp": "4", "mbs": "1", "num_microbatches": "4",
+                      "node_placement": "big-small", "partition": "1-2-1-2"}, "t5.csv rank 1", T5, CLUSTER)
+    out = megatron(rp, T5)
+    assert "layout" not in out.text.split("MODEL_PARALLEL_ARGS")[1]
+    assert out.warnings == ("Megatron-LM cannot express this split: --pipeline-model-parallel-layout has no place "
+                            "for decoder and encoder layers; pass the stages' layers by hand (FASOP's Megatron fork: "
+                            "--balance 1-2-1-2, layer-list entries per stage)",)
+    assert torchtitan(rp, T5).warnings[0].startswith("torchtitan cannot express this split")
+
+
+# ------------------------------------------------------------------ the layout grammar
+def parse_layout(layout: str) -> list[list[str]]:
+    """Megatron-Core's parser (pipeline_parallel_layer_layout.py, as quoted in 01_megatron_lm.md
+    §1.4): commas removed, `(X)*n` then `c*n` expanded, split at '|', one symbol per layer."""
+    layout = layout.replace(",", "")
+    layout = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
+    layout = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
+    stages = [list(stage) for stage in layout.split("|")]
+    flat = [c for stage in stages for c in stage]
+    assert set(flat) <= set("ELtm"), flat
+    assert flat[0] == "E" and flat.count("E") == 1, "E first and once"
+    assert flat[-1] == "L" and flat.count("L") == 1, "L last and once"
+    return stages
+
+
+@pytest.mark.parametrize("partition", [(2, 3, 3, 2), (1, 8, 1), (9, 1), (1, 1, 1, 1, 1, 1, 1, 1, 1, 1), (10,),
+                                       (4, 1, 1, 4)])
+def test_layout_parses_back_to_the_split(partition):
+    layout, _ = megatron_layout(GPT8.layer_kinds, partition)
+    stages = parse_layout(layout)
+    assert len(stages) == len(partition)
+    assert sum(stage.count("t") for stage in stages) == 8  # t count = --num-layers
+    start = 0
+    for stage, n in zip(stages, partition):  # each stage holds exactly its entries of the layer list
+        symbols = {"embedding": "E", "transformer": "t", "head": "L"}
+        assert stage == [symbols[k] for k in GPT8.layer_kinds[start:start + n]]
+        start += n
+
+
+def test_layout_of_stages_without_transformer_layers():
+    assert megatron_layout(GPT8.layer_kinds, (1, 8, 1)) == ("E|t*8|L", "")
+
+
+# ------------------------------------------------------------------ torchtitan
+def test_torchtitan_recipe_runs_and_sets_the_split():
+    rp = row_plan(2, 2, 4, 1, 8, "big-small-small-big", "2-3-3-2")
+    text = torchtitan(rp, GPT8).text
+    namespace: dict = {}
+    exec(text.split("# The same as")[0], namespace)  # the recipe is valid Python
+    config = types.SimpleNamespace(parallelism=types.SimpleNamespace(), training=types.SimpleNamespace())
+    out = namespace["fasop_plan"](config)
+    p = out.parallelism
+    assert (p.tensor_parallel_degree, p.pipeline_parallel_degree, p.num_pp_microbatches) == (2, 4, 8)
+    assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree) == (2, 1)
+    assert p.enable_sequence_parallel is False and out.activation_checkpoint is None
+    assert p.module_fqns_per_model_part == [["tok_embeddings", "layers.0"], ["layers.1", "layers.2", "layers.3"],
+                                            ["layers.4", "layers.5", "layers.6"], ["layers.7", "norm", "lm_head"]]
+    # tokens: micro-batch 1 x 128; a step: 8 micro-batches x dp 2 x 128
+    assert out.training.num_tokens_per_microbatch_per_dp_rank == 128
+    assert out.training.num_tokens_per_train_step == 2048
+    assert text.endswith("--parallelism.tensor_parallel_degree 2 --parallelism.pipeline_parallel_degree 4 "
+                         '--parallelism.pipeline_parallel_schedule "1F1B" --parallelism.num_pp_microbatches 8 '
+                         "--parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 1\n"
+                         "--training.num_tokens_per_microbatch_per_dp_rank 128 "
+                         "--training.num_tokens_per_train_step 2048\n")
+
+
+# ------------------------------------------------------------------ node-rank table
+def test_hostfile_text():
+    rp = row_plan(1, 2, 4, 1, 8, "small-big", "2-3-3-2")  # 8 GPUs: two stages a node
+    assert hostfile(rp).text == """\
+# fasop export --target hostfile: x.csv rank 1
+# tp 1, dp 2, pp 4: stage s runs global ranks s*2 .. s*2+1 (Megatron-LM's tp-dp-pp order and torchtitan's mesh:
+# tensor-parallel fastest, pipeline slowest). Start node k on a machine of its node_type; use
+# torchrun's static rendezvous (--node_rank), not --rdzv-backend c10d, which assigns node ranks itself.
+node_rank  node_type  gpus  global_ranks  stages
+0          small      4     0-3           0-1
+1          big        4     4-7           2-3
+
+# one command per node (MASTER_ADDR: the host of node 0):
+torchrun --nnodes 2 --node_rank 0 --nproc_per_node 4 --master_addr $MASTER_ADDR --master_port 29500 $TRAIN_SCRIPT  # node 0: small
+torchrun --nnodes 2 --node_rank 1 --nproc_per_node 4 --master_addr $MASTER_ADDR --master_port 29500 $TRAIN_SCRIPT  # node 1: big
+"""
+
+
+@pytest.mark.parametrize("tp,dp,pp,placement", [
+    (2, 2, 4, "big-small-small-big"), (4, 2, 2, "small-big-big-small"), (1, 2, 8, "big-small-big-small"),
+    (2, 8, 1, "small-small-big-big"), (1, 8, 2, "big-small-small-big"), (4, 4, 1, "big-big-big-small")])
+def test_every_rank_of_stage_s_is_on_a_node_the_plan_gives_stage_s(tp, dp, pp, placement):
+    names = placement.split("-")
+    partition = "-".join(["1"] * (pp - 1) + [str(10 - pp + 1)])
+    rp = row_plan(tp, dp, pp, 1, 4, placement, partition)
+    table = node_table(rp)
+    on = {r: (k, name) for k, name, _, ranks, _ in table for r in ranks}
+    assert sorted(on) == list(range(16))
+    for s in range(pp):
+        for d in range(dp):
+            for t in range(tp):
+                rank = t + tp * (d + dp * s)  # Megatron-LM's tp-cp-ep-dp-pp grid (cp = ep = 1)
+                k, name = on[rank]
+                assert k in rp.plan.stage_node_indices[s] and name == names[k]
+                assert s in table[k][4]
+
+
+def test_stage_layer_names():
+    assert stage_layer_names(GPT8, (2, 3, 3, 2)) == ["embedding, blocks 0", "blocks 1-3", "blocks 4-6",
+                                                     "blocks 7, head"]
+    assert stage_layer_names(T5, (2, 2, 2)) == ["embedding, encoder blocks 0", "encoder blocks 1, embedding",
+                                                "decoder blocks 0-1"]
+
+
+# ------------------------------------------------------------------ rows and the command line
+@pytest.mark.parametrize("cells,message", [
+    ({"tp": "0"}, "x.csv rank 1: tp: expected an integer >= 1, got '0'"),
+    ({"node_placement": "big-huge"}, "x.csv rank 1: node_placement: node type 'huge' is not in toy.yaml"),
+    ({"partition": "2-3-3"}, "x.csv rank 1: partition: '2-3-3' is not 4 counts >= 0 summing to the 10"),
+    ({"dp": "4"}, "x.csv rank 1: tp x dp x pp = 32 does not use the 4 nodes"),
+])
+def test_bad_rows_name_the_column(cells, message):
+    row = {"tp": "2", "dp": "2", "pp": "4", "mbs": "1", "num_microbatches": "8",
+           "node_placement": "big-small-small-big", "partition": "2-3-3-2"} | cells
+    with pytest.raises(Exception) as err:
+        plan_of_row(row, "x.csv rank 1", GPT8, CLUSTER)
+    assert str(err.value).startswith(message)
+
+
+def test_cli_export_of_a_search_csv(tmp_path, capsys, monkeypatch, repo):
+    monkeypatch.chdir(repo)
+    csv = tmp_path / "bert_fasop-paper_a100x1-a10x1.csv"
+    assert main(["search", "--model", "bert", "--cluster", "fasop-paper", "--nodes", "a100=1,a10=1",
+                 "--heterogeneous", "--out", str(csv), "--show", "0", "--no-progress"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "args.sh"
+    assert main(["export", "--from", str(csv), "--rank", "1", "--target", "megatron", "--out", str(out)]) == 0
+    text = out.read_text()
+    row = __import__("csv").DictReader(open(csv)).__next__()
+    assert f"    --pipeline-model-parallel-size {row['pp']}\n" in text
+    assert main(["export", "--from", str(csv), "--rank", "999", "--target", "hostfile"]) == 2
+    assert capsys.readouterr().err == f"fasop: error: {csv}: rank: no row has rank 999\n"
+    assert main(["export", "--from", str(tmp_path / "plans.csv"), "--target", "hostfile"]) == 2
+    assert "--model: required" in capsys.readouterr().err
+
+
+def test_plan_dimensions_of_a_row():
+    rp = row_plan(2, 2, 4, 1, 8, "big-small-small-big", "2-3-3-2")
+    assert rp.plan == Plan(tp=2, dp=2, pp=4, mbs=1, global_batch_size=16, placement=(A, B, B, A))
+
+
+def test_virtual_stages():
+    """The analytic estimator's `virtual_stages` column: with a chunk per entry of the partition
+    (pp x v entries) the layout has pp x v stages (Megatron: VPP = stages / pp); with one entry
+    per rank, an even split becomes --num-virtual-stages-per-pipeline-rank, an uneven one a
+    warning."""
+    rp = row_plan(1, 4, 2, 1, 4, "big-big", "2-3-2-3", virtual_stages="2")
+    text = megatron(rp, GPT8).text
+    assert '    --pipeline-model-parallel-layout "Et|t*3|t*2|t*2L"\n' in text
+    assert parse_layout("Et|t*3|t*2|t*2L") == [["E", "t"], ["t"] * 3, ["t"] * 2, ["t", "t", "L"]]
+    assert 'p.pipeline_parallel_schedule = "Interleaved1F1B"' in torchtitan(rp, GPT8).text
+    even = row_plan(1, 4, 2, 1, 4, "big-big", "5-5", virtual_stages="2")
+    assert "    --num-virtual-stages-per-pipeline-rank 2\n" in megatron(even, GPT8).text
+    assert "p.pipeline_parallel_layers_per_stage = 2" in torchtitan(even, GPT8).text
+    uneven = megatron(row_plan(1, 4, 2, 1, 4, "big-big", "4-6", virtual_stages="2"), GPT8)
+    assert uneven.warnings == ("2 virtual stages on an uneven split: the row does not say which layers each "
+                               "virtual stage holds; no virtual-pipeline flag written",)
+    assert "virtual" not in uneven.text.split("MODEL_PARALLEL_ARGS")[1]
+
+
+def test_analytic_recipe_columns_become_flags():
+    rp = row_plan(2, 2, 4, 1, 8, "big-small-small-big", "2-3-3-2", recompute="selective", zero="1",
+                  sequence_parallel="True", precision="fp16", virtual_stages="1")
+    tail = megatron(rp, GPT8).text.split("    --pipeline-model-parallel-layout")[1]
+    assert tail == ''' "Et|t*3|t*3|tL"
+    --recompute-granularity selective
+    --sequence-parallel
+    --use-distributed-optimizer
+    --fp16
+)
+'''
+    text = torchtitan(rp, GPT8).text
+    assert "p.data_parallel_shard_degree = 2" in text and "config.activation_checkpoint = SelectiveAC.Config()" in text

@@ -1,0 +1,179 @@
+"""Where results go (fasop/output.py): inside the chosen folder, never through a link or onto a
+device, all files of a result or none, clear errors for names that cannot be files."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from fasop.cli import main
+from fasop.errors import FasopError
+from fasop.output import safe_name, write_files
+from test_bad_input import CLUSTER, MODEL, PROFILE
+
+
+@pytest.fixture
+def specs(tmp_path, monkeypatch):
+    """The tiny specs in a fresh folder, which is the working directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "model.yaml").write_text(MODEL)
+    (tmp_path / "tiny.profile.csv").write_text(PROFILE)
+    return tmp_path
+
+
+def search(*extra: str) -> list[str]:
+    return ["search", "--model", "model.yaml", "--cluster", "cluster.yaml", "--nodes", "a10=2", "--no-progress",
+            *extra]
+
+
+def pareto(*extra: str) -> list[str]:
+    return ["pareto", "--model", "model.yaml", "--cluster", "cluster.yaml", "--max-nodes", "a100=1,a10=1",
+            "--workers", "1", "--no-progress", *extra]
+
+
+def error_of(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fasop: error: ") and err.count("\n") == 1, err
+    return err.removeprefix("fasop: error: ").rstrip("\n")
+
+
+def files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
+
+
+@pytest.mark.parametrize("name,written", [
+    ("../../escape", "results/_.._escape_cluster_a10x2.csv"),
+    ("/tmp/fasop-absolute", "results/_tmp_fasop-absolute_cluster_a10x2.csv"),
+    ("..", "results/_cluster_a10x2.csv"),
+    ("a/b\\c:d", "results/a_b_c_d_cluster_a10x2.csv"),
+])
+def test_a_spec_name_cannot_lead_the_output_out_of_results(specs, capsys, name, written):
+    (specs / "model.yaml").write_text(MODEL.replace("name: tiny", f"name: '{name}'"))
+    before = set(files(specs))
+    assert main(search()) == 0
+    assert sorted(set(files(specs)) - before) == [written]
+
+
+@pytest.mark.parametrize("text", ["../x", "/", ".", "..", "", "-", "a" * 500, "ключ"])
+def test_safe_name_is_one_plain_file_name(text):
+    name = safe_name(text)
+    assert name and "/" not in name and not name.startswith((".", "-")) and len(name) <= 100
+    assert name not in (".", "..")
+
+
+def test_a_symlink_at_the_target_is_refused_and_left_alone(specs, capsys):
+    (specs / "target.csv").write_text("keep\n")
+    (specs / "link.csv").symlink_to("target.csv")
+    message = error_of(capsys, search("--out", "link.csv"))
+    assert message == "--out: cannot write 'link.csv': a symbolic link (fasop does not write through links)"
+    assert (specs / "link.csv").is_symlink() and (specs / "target.csv").read_text() == "keep\n"
+
+
+def test_a_dangling_symlink_is_refused_too(specs, capsys):
+    (specs / "link.csv").symlink_to("nowhere.csv")
+    assert "a symbolic link" in error_of(capsys, search("--out", "link.csv"))
+    assert not (specs / "nowhere.csv").exists()
+
+
+def _device(folder: Path) -> str:
+    """A character device to aim --out at: a null device made in `folder` when running as root
+    (never /dev/null itself, which a regression run as root would replace), else /dev/null
+    (which only root could replace)."""
+    try:
+        os.mknod(folder / "device", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        return "device"
+    except (OSError, AttributeError):
+        return "/dev/null"
+
+
+def test_a_device_is_never_replaced(specs, capsys):
+    device = _device(specs)
+    message = error_of(capsys, search("--out", device))
+    assert message == f"--out: cannot write '{device}': not a regular file (a device, FIFO or socket)"
+    assert Path(device).is_char_device()
+
+
+def test_a_fifo_is_refused_without_blocking(specs, capsys):
+    os.mkfifo(specs / "pipe.csv")
+    assert "not a regular file" in error_of(capsys, search("--out", "pipe.csv"))
+
+
+def test_a_folder_is_refused(specs, capsys):
+    (specs / "folder").mkdir()
+    assert error_of(capsys, search("--out", "folder")) == "--out: cannot write 'folder': Is a directory"
+
+
+@pytest.mark.parametrize("out,message", [
+    ("", "--out: empty file name"),
+    ("   ", "--out: empty file name"),
+    ("newdir/", "--out: 'newdir/' names a folder; give a file name inside it"),
+    (".", "--out: '.' names a folder; give a file name inside it"),
+    ("a/..", "--out: 'a/..' names a folder; give a file name inside it"),
+])
+def test_names_that_cannot_be_files(specs, capsys, out, message):
+    assert error_of(capsys, search("--out", out)) == message
+    assert not (specs / "newdir").exists() and not (specs / "results").exists()
+
+
+@pytest.mark.parametrize("prefix", ["", "dir/", "."])
+def test_out_prefix_that_cannot_be_a_name(specs, capsys, prefix):
+    assert error_of(capsys, pareto("--out-prefix", prefix)).startswith("--out-prefix: ")
+    assert files(specs) == ["cluster.yaml", "model.yaml", "tiny.profile.csv"]
+
+
+def test_a_missing_parent_folder_is_created(specs, capsys):
+    """README: a missing folder of --out / --out-prefix is created (as mkdir -p)."""
+    assert main(search("--out", "new/deeper/plans.csv")) == 0
+    assert (specs / "new" / "deeper" / "plans.csv").is_file()
+
+
+def test_the_target_is_checked_before_the_work(specs, capsys, monkeypatch):
+    """A refused --out costs no search: the library is never called."""
+    import fasop.search
+
+    monkeypatch.setattr(fasop.search, "search", lambda *a, **k: pytest.fail("searched"))
+    (specs / "link.csv").symlink_to("x.csv")
+    error_of(capsys, search("--out", "link.csv"))
+
+
+def test_pareto_writes_csv_png_and_svg_or_none(specs, capsys):
+    """All or none: when the SVG cannot be written (its name is taken by a folder), neither the
+    CSV nor the PNG is left behind; with the way clear, all three are written."""
+    (specs / "p_pareto.svg").mkdir()
+    assert "p_pareto.svg" in error_of(capsys, pareto("--out-prefix", "p"))
+    assert files(specs) == ["cluster.yaml", "model.yaml", "tiny.profile.csv"]
+    (specs / "p_pareto.svg").rmdir()
+    assert main(pareto("--out-prefix", "p")) == 0
+    assert {"p_pareto.csv", "p_pareto.png", "p_pareto.svg"} <= set(files(specs))
+
+
+def test_write_files_leaves_nothing_when_a_rename_fails(tmp_path, monkeypatch):
+    """A failure between the renames: the ones already renamed are removed, no temporary file."""
+    real = os.replace
+    calls = []
+
+    def failing_second(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_second)
+    with pytest.raises(FasopError, match="No space left on device"):
+        write_files([(tmp_path / "a.csv", "a\n"), (tmp_path / "b.png", b"b")], "--out-prefix")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_files_is_atomic_and_keeps_the_umask(tmp_path):
+    (tmp_path / "a.csv").write_text("old\n")
+    write_files([(tmp_path / "a.csv", "new\n")], "--out")
+    assert (tmp_path / "a.csv").read_text() == "new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.csv"]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "a.csv").stat().st_mode & 0o777 == 0o666 & ~mask

@@ -1,0 +1,145 @@
+"""Signals and worker processes (fasop/workers.py): SIGTERM behaves like Ctrl-C (the finished
+part written, marked incomplete, exit 143), and no worker outlives its parent, even on kill -9.
+
+These run `python -m fasop` in a subprocess on the shipped gpt2xl spec, long enough (a pareto
+sweep over 168 compositions takes ~40 s on 2 cores) to be signalled half-way. Linux only: they
+read /proc for the worker processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from fasop.workers import available_cores, clamp_workers
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+
+PARETO = [sys.executable, "-m", "fasop", "pareto", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto",
+          "--max-nodes", "a100=12,a10=12", "--workers", "2", "--out-prefix", "sweep", "--no-progress"]
+SEARCH = [sys.executable, "-m", "fasop", "search", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto",
+          "--nodes", "a100=4,a10=6", "--heterogeneous", "--placements", "all", "--workers", "2", "--out", "s.csv",
+          "--no-progress"]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped by init, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _start(argv: list[str], cwd: Path) -> tuple[subprocess.Popen, list[int]]:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(workers := _children(proc.pid)) < 2:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.1)
+    return proc, workers
+
+
+def _gone_within(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.skipif(available_cores() < 2, reason="needs 2 cores for 2 workers")
+def test_sigterm_during_pareto_writes_the_finished_part_and_exits_143(tmp_path):
+    proc, workers = _start(PARETO, tmp_path)
+    time.sleep(8)  # some compositions finished, most not
+    assert proc.poll() is None, "the sweep ended before the signal: make it longer"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert _gone_within(workers, 5)
+    assert "interrupted after" in err and "Traceback" not in err
+    with open(tmp_path / "sweep_pareto.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert 1 <= len(rows) < 168
+    assert {row["complete"] for row in rows} == {"False"}
+    assert not (tmp_path / "sweep_pareto.png").exists()  # no plots of a partial sweep
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep_pareto.csv"]  # no temporary file
+
+
+@pytest.mark.skipif(available_cores() < 2, reason="needs 2 cores for 2 workers")
+def test_sigterm_during_search_stops_the_workers_and_writes_nothing(tmp_path):
+    proc, workers = _start(SEARCH, tmp_path)
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.strip() == "fasop: interrupted; nothing written"
+    assert _gone_within(workers, 5)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(available_cores() < 2, reason="needs 2 cores for 2 workers")
+@pytest.mark.parametrize("argv", [PARETO, SEARCH], ids=["pareto", "search"])
+def test_kill_9_of_the_parent_takes_the_workers_with_it(tmp_path, argv):
+    """PR_SET_PDEATHSIG (and the watchdog thread where it is missing): no worker left after 5 s."""
+    proc, workers = _start(argv, tmp_path)
+    time.sleep(1)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert _gone_within(workers, 5), [pid for pid in workers if _alive(pid)]
+
+
+def test_workers_above_the_cores_are_clamped_with_a_note():
+    cores = available_cores()
+    assert clamp_workers(1) == (1, None)
+    assert clamp_workers(cores) == (cores, None)
+    workers, note = clamp_workers(10**20)
+    assert workers == cores and note.startswith("note: --workers 1e+20: ") and f"using {cores}" in note
+
+
+WATCHDOG_ONLY = """
+import os, sys, time
+from fasop import workers
+parent = os.getpid()
+child = os.fork()
+if child == 0:
+    sys.platform = "darwin"  # no PR_SET_PDEATHSIG: the watchdog thread alone
+    workers._die_with(parent)
+    time.sleep(60)
+    os._exit(0)
+print(child, flush=True)
+os._exit(0)  # the parent dies, its child is left to the watchdog
+"""
+
+
+def test_the_watchdog_alone_ends_an_orphaned_worker(tmp_path):
+    """Where the kernel's parent-death signal is missing (macOS), the watchdog thread exits a
+    worker within WATCHDOG_S of its parent's death."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", WATCHDOG_ONLY], env=env, capture_output=True, text=True, timeout=30)
+    child = int(out.stdout.split()[0])
+    assert _gone_within([child], 5)
