@@ -34,18 +34,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
 
 MARGIN = 1e-6
 """Relative: a split is proven optimal when no split is faster by more than this (the branch and
 bound's margin, partition.optimal; step times are float32-rounded)."""
 MAX_ROUNDS = 20
 """Row-generation rounds (programs solved) per certificate before it gives up."""
-MAX_BINARIES = 400
+MAX_BINARIES = 200
 """The certificate is tried only on programs of at most this many binaries ((stages - 1) x
-layers): measured on FASOP's experiments, bert's (26 layers, up to 16 stages) take 0.1-1 s each,
-gpt2xl's 16-stage ones (750) often minutes, past any budget a search can afford per plan."""
+layers). Measured on FASOP's experiments (2 shared cores): bert's (26 layers) up to 8 stages
+(182) take ~0.1-0.2 s each; gpt2xl's 8-stage ones (350) ~1.3 s per program solved, its
+16-stage ones (750) seconds to minutes -- past what a search can afford per plan."""
 NODE_LIMIT = 2000
 """HiGHS branch-and-bound nodes per program before the certificate gives up (a deterministic
 limit: a time limit would make the output depend on the machine)."""
@@ -237,6 +236,9 @@ class _Program:
     def solve(self, cap: float, node_limit: int | None) -> tuple[str, tuple[int, ...], float]:
         """(status, split, least M) of the program with M <= cap: "optimal" (the split and its M),
         "infeasible", or "limit" (the node limit; least M: the solver's bound)."""
+        from scipy.optimize import Bounds, LinearConstraint, milp  # imported here: ~0.3 s, only where needed
+        from scipy.sparse import coo_matrix
+
         rows = self.fixed + self.paths
         data, ri, ci = [], [], []
         for r, (coef, _, _) in enumerate(rows):
@@ -262,11 +264,9 @@ class _Program:
                           bounds=Bounds(lower, upper), options=options)
         if result.status == 2:
             return "infeasible", (), np.inf
-        if result.status == 1:  # a limit
-            least = getattr(result, "mip_dual_bound", None)
+        if result.status != 0 or result.x is None:  # a limit, or HiGHS gave up (e.g. "Solve error"): unproven
+            least = getattr(result, "mip_dual_bound", None) if result.status == 1 else None
             return "limit", (), float(least) if least is not None and np.isfinite(least) else -np.inf
-        if result.status != 0 or result.x is None:
-            raise RuntimeError(f"certify: HiGHS: {result.message}")
         y = np.round(result.x[: self.t0]).reshape(self.pp - 1, self.num_layers)
         edges = [0] + [int(row.sum()) for row in y] + [self.num_layers]
         least = getattr(result, "mip_dual_bound", None)
