@@ -354,7 +354,7 @@ def steady_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: fl
 
 def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_stages: int,
                       num_microbatches: int, send_first: float, send_last: float,
-                      weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                      weights: np.ndarray, round_trips: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds on stage 0's end time (of `one_f_one_b`) over pipelines whose stages < k take
     `before` seconds in all, stage k takes t (an array of choices), and the stages after k sum to
     at least rest.sum with a largest stage of at least rest.max and a largest
@@ -378,7 +378,8 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
       end on this chain through an early stage.
     `chain` carries (largest own chain, largest c_i t_i, largest a_i t_i - sum_{j<i} t_j + sends)
     over stages < k (None at the start).
-    `weights`: steady_weights(pp, m, ...) of the stage times' split.
+    `weights`: steady_weights(pp, m, ...) of the stage times' split. round_trips=False leaves the
+    two round trips out (the bounds, and so the search's order, of earlier releases).
     Returns (bounds, chains including stage k, one row per choice of t).
     """
     m, pp = num_microbatches, num_stages
@@ -401,7 +402,7 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
         if k < pp - 1:  # the slowest later stage's own chain
             terms = np.maximum(terms, t + send_first + m * rest.max)
         twice = 2 * (t + rest.sum)  # + 2 before: every stage time twice
-        a = round_trip_weights(pp, m)[k]
+        a = round_trip_weights(pp, m)[k] if round_trips else -1.0
         trips = np.full_like(t, -np.inf)
         if a >= 0:  # stage k's two round trips (+ before - before)
             trips = a * t + ((send_first if k > 0 else 0.0) + (send_last if k < pp - 1 else 0.0))

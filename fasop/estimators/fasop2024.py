@@ -366,9 +366,14 @@ class Fasop2024Estimator:
 
         weights = self.steady_weights(pp, m)
 
-        def bound(k, before, chain, t, rest):
+        def bound(k, before, chain, t, rest, round_trips=False):
             return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
-                                     send_first=send_first, send_last=send_last)
+                                     send_first=send_first, send_last=send_last, round_trips=round_trips)
+
+        def tight(k, before, chain, t, rest):
+            """`bound` with the two round trips: tighter, but it changes the search's order, and within
+            a budget the split found; used only to prove (the settle pass below)."""
+            return bound(k, before, chain, t, rest, True)
 
         def certified(found: Found | None) -> Found | None:
             """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
@@ -377,7 +382,7 @@ class Fasop2024Estimator:
             then by the MILP (split_milp.certify, on programs small enough)."""
             if found is None or found.proven or self.max_nodes is not None:
                 return found
-            settled = optimal(fitting, tables=tables, **(budget | {"seeds": [found.split]}), settle=True)
+            settled = optimal(fitting, tables=tables, **(budget | {"seeds": [found.split], "bound": tight}), settle=True)
             if settled.objective < found.objective:
                 found = settled
             if settled.proven:
