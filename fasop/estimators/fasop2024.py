@@ -49,6 +49,8 @@ f32 = np.float32
 DP_EXTRA_PARAMS_PER_LAYER = 20800
 """dp-param-count: the gradients of a transformer layer in FASOP's DP all-reduce are 12 h^2 +
 20800 (its memory counts 12 h^2, model_math.transformer_params)."""
+SETTLE_NODES = 400
+"""Search-tree nodes of the settle pass (`_optimal_split`'s certificate) per unproven plan."""
 RECENT_SHAPES = 16
 """Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
 the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
@@ -382,7 +384,8 @@ class Fasop2024Estimator:
             then by the MILP (split_milp.certify, on programs small enough)."""
             if found is None or found.proven or self.max_nodes is not None:
                 return found
-            settled = optimal(fitting, tables=tables, **(budget | {"seeds": [found.split], "bound": tight}), settle=True)
+            settled = optimal(fitting, tables=tables, settle=True,
+                              **(budget | {"seeds": [found.split], "bound": tight, "max_nodes": SETTLE_NODES}))
             if settled.objective < found.objective:
                 found = settled
             if settled.proven:
