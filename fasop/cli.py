@@ -81,8 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="layer split: optimal (default) = lowest estimated step time that fits, by branch and "
                    "bound; fasop-minmax = FASOP's greedy balancing")
     s.add_argument("--top", type=_int_at_least(1, "a positive integer", limits.TOP), metavar="K",
-                   help="keep only the K fastest plans that fit in memory (default: every plan); plans a lower "
-                   "bound proves slower are skipped")
+                   help="keep only the K fastest plans that fit in memory (default: every plan, or the "
+                   "5 fastest past 10,000 plans); plans a lower bound proves slower are skipped")
+    s.add_argument("--every-plan", action="store_true",
+                   help="estimate and write every plan however many (no automatic --top)")
     _add_length(s, DEFAULT_ITERATIONS)
     s.add_argument("--out", help="CSV to write (default results/<model>_<cluster>_<nodes>.csv)")
     s.add_argument("--show", type=_non_negative_int, default=DEFAULT_SHOWN,
@@ -202,15 +204,36 @@ def _search(args: argparse.Namespace) -> int:
                          {n.name: n for n in inventory}.values())
         out = Path("results") / f"{safe_name(f'{model.name}_{Path(cluster.path).stem}_{nodes}')}.csv"
     check_target(out, "--out")  # before the work, not after
+    top, auto_note = _auto_top(args, model, cluster, inventory)
     with _progress_bar(args.no_progress, "estimating", "plans") as progress:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
-                        partitioner=args.partitioner, iterations=iterations, top=args.top,
+                        partitioner=args.partitioner, iterations=iterations, top=top,
                         workers=_workers(args.workers), partition_budget=args.partition_budget, progress=progress)
     columns, rows = search_rows(result, model.sequence_length)
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
+    if auto_note:
+        print(auto_note)
     print(f"wrote {out}")
     return 0
+
+
+def _auto_top(args: argparse.Namespace, model, cluster, inventory) -> tuple[int | None, str]:
+    """(--top to search with, a note): without --top, past AUTO_TOP_PLANS plans (and within the
+    orders that may be listed) only the AUTO_TOP fastest that fit are kept, found exactly."""
+    from fasop.search import AUTO_TOP, AUTO_TOP_PLANS, MAX_ORDERS, check_strategies, plan_count
+
+    if args.top is not None or args.every_plan:
+        return args.top, ""
+    check_strategies(args.placements, args.partitioner, 1)
+    if len({n.name for n in inventory}) > 1 and not args.heterogeneous:
+        return None, ""  # search says why
+    plans, orders = plan_count(model, cluster, inventory, placements=args.placements, partitioner=args.partitioner)
+    if plans <= AUTO_TOP_PLANS or orders > MAX_ORDERS:
+        return None, ""
+    return AUTO_TOP, (f"note: {plans:,} plans, more than {AUTO_TOP_PLANS:,}: kept the {AUTO_TOP} fastest that fit, "
+                      f"found exactly by branch and bound (--top K for another K, --every-plan to estimate and "
+                      "write every plan)")
 
 
 class _progress_bar:
@@ -336,6 +359,9 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
                    help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing)")
     _add_execution(p, "search the compositions in N processes, a composition per process (same output for any N; "
                    "default: the CPU cores available, here %(default)s)", default_workers=available_cores())
+    from fasop.cli_sweep import add_sweep_arguments
+
+    add_sweep_arguments(p)
 
 
 def _import(*modules: str) -> None:
@@ -358,6 +384,11 @@ def _pareto(args: argparse.Namespace) -> int:
     max_nodes = pareto.parse_node_limits(args.max_nodes, cluster, "--max-nodes")
     min_nodes = pareto.parse_node_limits(args.min_nodes, cluster, "--min-nodes") if args.min_nodes else {}
     comps = pareto.compositions(max_nodes, min_nodes)
+    from fasop.buyer import within
+    from fasop.cli_sweep import buyer_limits, run_sweep
+
+    all_comps = len(comps)
+    comps, left_out = within(comps, buyer_limits(args), cluster, pareto.node_prices(cluster, max_nodes, spot=args.spot)[0])
     iterations = _iterations(args, model)
     workers = _workers(args.workers)
     _, on_demand = pareto.node_prices(cluster, max_nodes, spot=args.spot)
@@ -369,21 +400,16 @@ def _pareto(args: argparse.Namespace) -> int:
     png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
     for path in (csv_path, png, svg):
         check_target(path, "--out-prefix")  # before the work, not after
-    done, interrupted, loader = [], None, None
+    if workers > 1 or args.executor == "ray":  # this process mostly waits: load the plotting libraries meanwhile
+        threading.Thread(target=_import, args=("pandas", "fasop.plots"), daemon=True).start()
     with _progress_bar(args.no_progress, "compositions", "compositions") as progress:
-        try:
-            for result in pareto.sweep(model, cluster, comps, placements=args.placements,
-                                       partitioner=args.partitioner, iterations=iterations, spot=args.spot,
-                                       top=1, workers=workers,
-                                       partition_budget=args.partition_budget, progress=progress):
-                done.append(result)
-                if loader is None and workers > 1:
-                    # this process only waits for the workers (started by now): load the plotting
-                    # libraries meanwhile
-                    loader = threading.Thread(target=_import, args=("pandas", "fasop.plots"), daemon=True)
-                    loader.start()
-        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM
-            interrupted = exc
+        done, interrupted, counts = run_sweep(args, model, cluster, comps, iterations, workers,
+                                              prefix.with_name(prefix.name + "_pareto.checkpoint"), progress)
+    if left_out:
+        print(f"note: {all_comps - len(comps):,} of {all_comps:,} compositions outside the limits were not searched ("
+              + ", ".join(f"{flag}: {n:,}" for flag, n in left_out.items()) + ")", file=sys.stderr)
+    if counts["resumed"]:
+        print(f"note: --resume: {counts['resumed']:,} compositions taken from the checkpoint", file=sys.stderr)
     if interrupted and not done:
         print("fasop: interrupted before any composition finished; nothing written", file=sys.stderr)
         return exit_status(interrupted)
@@ -395,7 +421,7 @@ def _pareto(args: argparse.Namespace) -> int:
         write_files([(csv_path, table)], "--out-prefix")
         _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
         print(f"fasop: interrupted after {len(done)} of {len(comps)} compositions; wrote {csv_path} "
-              "(complete=False), no plots", file=sys.stderr)
+              "(complete=False), no plots; rerun with --resume to continue", file=sys.stderr)
         return exit_status(interrupted)
     from fasop.plots import render_pareto
 
@@ -415,7 +441,9 @@ def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str
                   total: int) -> None:
     statuses = [r.status for r in analysis.results]
     print(f"{model_name} on {cluster_name}: {len(statuses)} of {total} compositions, {iterations:,} steps; "
-          f"{statuses.count('oom')} with no plan that fits, {statuses.count('no_plan')} with no valid plan")
+          f"{statuses.count('oom')} with no plan that fits, {statuses.count('no_plan')} with no valid plan"
+          + (f", {statuses.count('pruned')} pruned (proved off the frontier, not searched in full)"
+             if 'pruned' in statuses else ""))
     if not analysis.frontier:
         print("frontier: empty (no composition has a plan that fits in GPU memory)")
     else:

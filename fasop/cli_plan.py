@@ -238,7 +238,11 @@ def _plot(args: argparse.Namespace) -> int:
     from fasop.cli import _abbreviate
 
     label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {_abbreviate(plan.placement_name)}"
-    if "timeline" in wanted:
+    boxes = 2 * plan.pp * plan.num_microbatches
+    if "timeline" in wanted and boxes > plots.TIMELINE_MAX_BOXES:
+        print(f"fasop: note: no timeline: {plan.pp} stages x {plan.num_microbatches:,} micro-batches are {boxes:,} "
+              f"boxes, past the {plots.TIMELINE_MAX_BOXES:,} a legible chart holds", file=sys.stderr)
+    elif "timeline" in wanted:
         figures.append(("timeline", plots.timeline_figure(timeline, [f"{s.stage} {s.gpu}" for s in x.stages],
                                                           title=f"{where}: {label}")))
     if "breakdown" in wanted:
@@ -261,12 +265,9 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _explained(rp, model, cluster):
     """(explain.Explanation, timeline.Timeline) of a row's plan, estimated with its split."""
-    from fasop.explain import estimate_split, explain
-    from fasop.timeline import timeline
+    from fasop.explain import explain_with_timeline
 
-    estimator = estimator_for(rp, model, cluster)
-    return explain(rp, model, cluster, estimator), timeline(estimate_split(estimator, rp.plan, rp.partition),
-                                                            getattr(estimator, "fwd_bwd_factor", 3.0))
+    return explain_with_timeline(rp, model, cluster, estimator_for(rp, model, cluster))
 
 
 def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, float]]]:

@@ -137,6 +137,12 @@ def model_flop_per_sample(model: ModelSpec) -> float:
 
 def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
             peak_flop_per_s: dict[str, float] | None = None) -> Explanation:
+    return explain_with_timeline(rp, model, cluster, estimator, peak_flop_per_s=peak_flop_per_s)[0]
+
+
+def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
+                          peak_flop_per_s: dict[str, float] | None = None):
+    """(Explanation, timeline.Timeline) of the row's plan: the breakdown and the events it sums."""
     plan = rp.plan
     e = estimate_split(estimator, plan, rp.partition)
     m = plan.num_microbatches
@@ -144,11 +150,14 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
     names = stage_layer_names(model, rp.partition)
     limits = _stage_limits(estimator, plan, e)
     tl = timeline(e, getattr(estimator, "fwd_bwd_factor", 3.0))
+    by_stage: dict[int, list] = {}
+    for ev in tl.events:
+        by_stage.setdefault(ev.stage, []).append(ev)
     stages, start = [], 0
     param_bytes = getattr(estimator, "param_bytes", None)
     for i, n in enumerate(rp.partition):
         parts = _memory_parts(plan, model, model.layer_kinds[start:start + n], param_bytes, zero)
-        computing, sending, idle = _occupancy(tl, i, e.stage_end_s[i])
+        computing, sending, idle = _occupancy(by_stage.get(i, []), e.stage_end_s[i])
         stages.append(StageBreakdown(
             stage=i, gpu=e.stage_node_types[i].gpu, node_type=e.stage_node_types[i].name,
             nodes=plan.stage_node_indices[i], layers=names[i], compute_s=e.stage_compute_s[i],
@@ -184,7 +193,7 @@ def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
         model_flop_per_step=flop, gpus=gpus, mfu=mfu, usd_per_hour=usd_per_hour, usd_per_step=usd_per_step,
         usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
         row_step_time_s=finite(rp.row.get("step_time_s", "")),
-        fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom))
+        fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom)), tl
 
 
 def catalog_peaks(gpus, precision: str) -> dict[str, float]:
@@ -226,11 +235,11 @@ def _memory_parts(plan, model: ModelSpec, kinds, param_bytes, zero: int) -> tupl
     return weights * params, (param_bytes.replicated - weights) * params, optimizer * params, act
 
 
-def _occupancy(tl, stage: int, end: float) -> tuple[float, float, float]:
+def _occupancy(events, end: float) -> tuple[float, float, float]:
     """(computing, sending alone, waiting) seconds of a stage from 0 to its end: the sums of its
     compute events, of its send events outside them, and of the gaps between its events."""
-    own = sorted((ev.start_s, min(ev.end_s, end), ev.kind in ("fwd", "bwd")) for ev in tl.events
-                 if ev.stage == stage and ev.microbatch >= 0 and ev.start_s < end)
+    own = sorted((ev.start_s, min(ev.end_s, end), ev.kind in ("fwd", "bwd")) for ev in events
+                 if ev.microbatch >= 0 and ev.start_s < end)
     computing = sum(b - a for a, b, compute in own if compute)
     covered, idle, reach = 0.0, 0.0, 0.0  # union of all events; gaps before each; the union's right end
     for a, b, _ in own:

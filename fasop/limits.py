@@ -14,8 +14,10 @@ SPEC_BYTES = 256 << 10
 """A spec (YAML) file is at most 256 KiB: the shipped ones are under 6 KB. Read with this cap, so
 `/dev/zero` or a huge file is refused, never read whole; parsing YAML takes ~10 us a byte here
 (1 MiB: 9-24 s on a loaded 2-core machine; 256 KiB: a few seconds)."""
-PROFILE_BYTES = 16 << 20
-"""A profile CSV is at most 16 MiB (the shipped ones are under 20 KB; 16 MiB holds ~400,000 rows)."""
+PROFILE_BYTES = 4 << 20
+"""A profile CSV is at most 4 MiB, ~130,000 rows (the shipped ones are under 20 KB; 256 layers x
+20 GPU types x 8 TP degrees is 41,000 rows). Checking takes ~0.8 us a byte here (7.7 MB: 5.8 s
+on a loaded 2-core machine)."""
 YAML_DEPTH = 32
 """Nesting of YAML collections: specs nest 5 deep; a deep document would exhaust the parser's recursion."""
 YAML_ALIASES = 0

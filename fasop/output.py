@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import stat
 import tempfile
 from collections.abc import Sequence
@@ -76,17 +78,33 @@ def write_files(files: Sequence[tuple[Path, str | bytes]], flag: str) -> list[Pa
                 raise FasopError(f"{flag}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
         for tmp, path in temps:
             check_target(path, flag)  # again: made in the meantime?
-        for i, (tmp, path) in enumerate(temps):
-            try:
-                os.replace(tmp, path)
-            except OSError as exc:
-                for done_tmp, done in temps[:i]:  # undo: none of the result rather than part of it
-                    Path(done).unlink(missing_ok=True)
-                raise FasopError(f"{flag}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
+        with _signals_held():  # Ctrl-C or SIGTERM between two renames would leave part of the result
+            for i, (tmp, path) in enumerate(temps):
+                try:
+                    os.replace(tmp, path)
+                except OSError as exc:
+                    for done_tmp, done in temps[:i]:  # undo: none of the result rather than part of it
+                        Path(done).unlink(missing_ok=True)
+                    raise FasopError(f"{flag}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
     finally:
         for tmp, _ in temps:
             Path(tmp).unlink(missing_ok=True)
     return [path for path, _ in files]
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM held back (delivered on leaving) where the OS can, in this thread."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask (Windows)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _write_temp(path: Path, content: str | bytes) -> str:

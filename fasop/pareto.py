@@ -29,7 +29,10 @@ import numpy as np
 
 from fasop import limits
 from fasop.errors import FasopError
+from fasop.enumerate import degree_list
 from fasop.estimate import Estimate
+from fasop.estimators import make_estimator
+from fasop.plan import Plan
 from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
 from fasop.workers import process_pool
 from fasop.workers import stop as _stop
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 Sense = Literal["min", "max"]
-Status = Literal["ok", "oom", "no_plan"]
+Status = Literal["ok", "oom", "no_plan", "pruned"]
 Progress = Callable[[int, int], None]
 """progress(done, total) over compositions."""
 
@@ -209,6 +212,9 @@ class CompositionResult:
     """Price of the composition per hour on the chosen basis (on-demand or spot)."""
     iterations: int
     no_plan_reason: str = ""
+    step_time_bound_s: float | None = None
+    """Set when the composition was pruned (fasop.pruning): no plan of it that fits in memory is
+    faster than this, which puts it behind a frontier point; its search was skipped or cut off."""
 
     @property
     def best(self) -> Estimate | None:
@@ -217,15 +223,27 @@ class CompositionResult:
 
     @property
     def status(self) -> Status:
+        if self.step_time_bound_s is not None:
+            return "pruned"
         return "no_plan" if self.search is None else ("oom" if self.best is None else "ok")
 
     @property
     def train_time_h(self) -> float:
-        return math.nan if self.best is None else self.best.step_time_s * self.iterations / 3600
+        return math.nan if self.best is None else train_time_h(self.best.step_time_s, self.iterations)
 
     @property
     def train_cost_usd(self) -> float:
-        return self.usd_per_hour * self.train_time_h
+        return train_cost_usd(self.usd_per_hour, self.train_time_h)
+
+
+def train_time_h(step_time_s: float, iterations: int) -> float:
+    """step time x iterations / 3600 (the one place it is computed: pruning relies on it)."""
+    return step_time_s * iterations / 3600
+
+
+def train_cost_usd(usd_per_hour: float, time_h: float) -> float:
+    """$/h x hours (the one place it is computed: pruning relies on it)."""
+    return usd_per_hour * time_h
 
 
 def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str = "cyclic",
@@ -240,17 +258,10 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
     results are the same whatever the number. A generator, so a caller interrupted half-way
     keeps the compositions already yielded (the worker processes are then stopped).
     """
-    check_strategies(placements, partitioner, iterations)
     if workers < 1:
         raise FasopError(f"--workers: must be >= 1, got {workers}")
-    names = list(dict.fromkeys(name for c in comps for name, _ in c.counts))
-    gpus = {name: cluster.node_types[name].gpus_per_node for name in names}
-    if len(set(gpus.values())) > 1:
-        raise FasopError(f"--max-nodes: node types must have the same gpus_per_node, got {gpus}")
-    prices, _ = node_prices(cluster, names, spot=spot)
-    job = _SweepJob(model, cluster, prices, {"placements": placements, "partitioner": partitioner,
-                                             "iterations": iterations, "top": top,
-                                             "partition_budget": partition_budget}, spot)
+    job = sweep_job(model, cluster, comps, placements=placements, partitioner=partitioner, iterations=iterations,
+                    spot=spot, top=top, partition_budget=partition_budget)
     if workers == 1 or len(comps) < 2:
         for done, comp in enumerate(comps, start=1):
             yield job(comp)
@@ -285,6 +296,21 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
         _stop(pool)
 
 
+def sweep_job(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str,
+              partitioner: str, iterations: int, spot: bool, top: int | None,
+              partition_budget: int | None) -> _SweepJob:
+    """One composition's search as `sweep` runs it, after checking the options (one-line errors)."""
+    check_strategies(placements, partitioner, iterations)
+    names = list(dict.fromkeys(name for c in comps for name, _ in c.counts))
+    gpus = {name: cluster.node_types[name].gpus_per_node for name in names}
+    if len(set(gpus.values())) > 1:
+        raise FasopError(f"--max-nodes: node types must have the same gpus_per_node, got {gpus}")
+    prices, _ = node_prices(cluster, names, spot=spot)
+    return _SweepJob(model, cluster, prices, {"placements": placements, "partitioner": partitioner,
+                                              "iterations": iterations, "top": top,
+                                              "partition_budget": partition_budget}, spot)
+
+
 @dataclass(frozen=True)
 class _SweepJob:
     """One composition's search, as `sweep` runs it (picklable, for worker processes)."""
@@ -295,18 +321,44 @@ class _SweepJob:
     options: Mapping
     spot: bool
 
-    def __call__(self, comp: Composition) -> CompositionResult:
-        # left to right from 0 (not Python's sum, which compensates its rounding from Python 3.12 on)
-        usd_per_hour = float(functools.reduce(operator.add, (self.prices[name] * n for name, n in comp.counts), 0))
+    def __call__(self, comp: Composition, cutoff: float = math.inf) -> CompositionResult:
+        """The composition's search; with a cutoff (and top), only plans of at most that step
+        time: none that fits means the composition is pruned with the cutoff as its bound."""
+        usd_per_hour = self.spot_usd_per_hour(comp)
         iterations = self.options["iterations"]
+        extra = {"cutoff": cutoff} if cutoff < math.inf else {}
         try:
-            result = search(self.model, self.cluster, comp.inventory(self.cluster), heterogeneous=True, **self.options)
+            result = search(self.model, self.cluster, comp.inventory(self.cluster), heterogeneous=True,
+                            **self.options, **extra)
         except FasopError as exc:  # e.g. no (tp, dp, pp) fits the batch and layer count
             return CompositionResult(composition=comp, search=None, usd_per_hour=usd_per_hour,
                                      iterations=iterations, no_plan_reason=str(exc))
         if not self.spot:
             usd_per_hour = result.usd_per_hour  # the estimator's own sum: FASOP's rounding
+        if extra and result.best_fitting is None:
+            return CompositionResult(composition=comp, search=None, usd_per_hour=usd_per_hour, iterations=iterations,
+                                     step_time_bound_s=cutoff)
         return CompositionResult(composition=comp, search=result, usd_per_hour=usd_per_hour, iterations=iterations)
+
+    def spot_usd_per_hour(self, comp: Composition) -> float:
+        """The composition's $/h summed from the per-type prices (the price on the spot basis)."""
+        # left to right from 0 (not Python's sum, which compensates its rounding from Python 3.12 on)
+        return float(functools.reduce(operator.add, (self.prices[name] * n for name, n in comp.counts), 0))
+
+    def quick_bound(self, comp: Composition) -> tuple[float, float]:
+        """(step time no plan of the composition beats, its $/h as __call__ prices it): the least
+        of the estimator's quick_bound over the composition's degree combinations (quick_bound
+        holds for every placement and split of a plan's degrees). FasopError when the
+        estimator cannot be made; inf when no combination is valid."""
+        inventory = comp.inventory(self.cluster)
+        estimator = make_estimator(self.model, self.cluster, inventory, partitioner=self.options["partitioner"],
+                                   partition_budget=self.options["partition_budget"])
+        combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=self.model.global_batch_size,
+                             num_transformer_layers=self.model.num_transformer_layers)
+        gbs = self.model.global_batch_size
+        bound = min((estimator.quick_bound(Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=inventory))
+                     for tp, dp, pp, mbs in combos), default=math.inf)
+        return bound, self.spot_usd_per_hour(comp) if self.spot else estimator.usd_per_s * 3600
 
 
 _SWEEP: dict = {}
@@ -316,9 +368,9 @@ def _init_sweep_worker(job: _SweepJob) -> None:
     _SWEEP["job"] = job  # (workers.process_pool: Ctrl-C is the parent's to handle)
 
 
-def _sweep_worker(comp: Composition) -> CompositionResult:
+def _sweep_worker(comp: Composition, cutoff: float = math.inf) -> CompositionResult:
     try:
-        return _SWEEP["job"](comp)
+        return _SWEEP["job"](comp, cutoff)
     except KeyboardInterrupt:  # not from Ctrl-C (ignored here): pass it on as the parent would see it
         raise _Interrupted from None
 

@@ -83,6 +83,10 @@ def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool
             ax.scatter(front["train_cost_usd"], front["train_time_h"], s=14, facecolors="none",
                        edgecolors="black", linewidths=0.8, zorder=4)
             _label_frontier(ax, front)
+        pruned = int((points["status"] == "pruned").sum())
+        if pruned:  # no time or cost of their own: not drawn, but counted
+            ax.text(0.01, 0.01, f"{pruned:,} compositions pruned (off the frontier), not drawn",
+                    transform=ax.transAxes, ha="left", va="bottom", color="#7f7f7f", fontsize=FONT_PT - 2)
         if annotate is not None:
             annotate(ax)
         else:
@@ -119,6 +123,31 @@ def _near(value: float, data: list[float]) -> bool:
     """Whether a deadline or budget line at `value` fits on the chart of `data` (at most twice
     its largest value): a line far beyond would stretch the axis over empty space, to infinity."""
     return bool(data) and value <= 2 * max(data)
+
+
+CHAR_W, LABEL_H = 0.0145, 0.045
+"""Size of a frontier label's character and line, as fractions of the axes (5-pt type on a
+one-column figure), to keep labels from overlapping."""
+
+
+def _label_frontier(ax, front) -> None:
+    """Frontier points' compositions in small type beside them, the fastest first; a label that
+    would overlap one already placed is left out. Labels lean towards the middle of the axes."""
+    ax.autoscale_view()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    boxes: list[tuple[float, float, float, float]] = []
+    for r in front.sort_values(["train_time_h", "train_cost_usd"]).itertuples(index=False):
+        x, y = (r.train_cost_usd - x0) / ((x1 - x0) or 1), (r.train_time_h - y0) / ((y1 - y0) or 1)
+        right = x > 0.55
+        width = CHAR_W * len(r.composition)
+        box = (x - width - 0.02 if right else x + 0.01, y + 0.005, x - 0.01 if right else x + width + 0.02,
+               y + LABEL_H)
+        if any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes):
+            continue
+        boxes.append(box)
+        ax.annotate(r.composition, (r.train_cost_usd, r.train_time_h), xytext=(-4 if right else 4, 4),
+                    textcoords="offset points", fontsize=FONT_PT - 3, color="#333333", zorder=6,
+                    ha="right" if right else "left", va="bottom")
 
 
 def _usd(value: float, _pos=None) -> str:
@@ -174,6 +203,9 @@ EVENT_STYLE = {
 PART_STYLE = (("weights", "#4e79a7"), ("gradients", "#59a14f"), ("optimizer", "#edc948"),
               ("activations", "#f28e2b"))
 CRITICAL_COLOR = "#d62728"
+TIMELINE_MAX_BOXES = 20_000
+"""A timeline of more compute boxes (2 x stages x micro-batches) is not drawn: unreadable, and
+matplotlib takes ~1 kB and ~50 us a box (a 16-stage pipeline of 16,384 micro-batches: GBs)."""
 LABEL_MIN_FRACTION = 1 / 90
 """A box gets its micro-batch number when it is at least this fraction of the time axis wide."""
 

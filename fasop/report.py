@@ -118,17 +118,20 @@ def write_atomic(path: str | os.PathLike, text: str, flag: str = "--out") -> Pat
 
 # ---------------------------------------------------------------------------- fasop pareto
 PARETO_EXTRA_COLUMNS = ("composition", "cluster_kind", "status", "num_candidates",
-                        "price_basis", "on_frontier", "is_knee", "complete")
+                        "price_basis", "on_frontier", "is_knee", "complete", "step_time_bound_s")
 """Columns of `fasop pareto` output after SEARCH_COLUMNS and the `num_nodes_<type>` columns."""
 
 PARETO_COLUMN_DOCS = {
     "composition": "node counts, e.g. 8xa100+3xa10", "cluster_kind": "the node type if all alike, else mixed",
-    "status": "ok: some plan fits in memory; oom: none fits (plan cells empty); no_plan: no valid plan",
+    "status": "ok: some plan fits in memory; oom: none fits (plan cells empty); no_plan: no valid plan; "
+              "pruned: proved off the frontier without a full search (plan cells empty, see step_time_bound_s)",
     "num_candidates": "plans enumerated for this composition (placements x degrees x micro-batch sizes)",
     "price_basis": "on-demand or spot (spot where the spec has a spot price)",
     "on_frontier": "non-dominated over (train_time_h, train_cost_usd)",
     "is_knee": "the frontier's knee (README.md, 'fasop pareto')",
     "complete": "False in every row when the sweep was interrupted: rows cover only finished compositions",
+    "step_time_bound_s": "pruned rows: no plan of the composition that fits is faster, which puts its time and cost "
+                         "behind a frontier point (empty in other rows)",
 }
 
 
@@ -153,11 +156,12 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
                 row["usd_per_step"] = r.usd_per_hour / 3600 * best.step_time_s
         row |= {f"num_nodes_{t}": counts.get(t, 0) for t in type_names}
         row |= {"num_nodes": r.composition.num_nodes, "usd_per_hour": r.usd_per_hour, "iterations": r.iterations,
-                "is_oom": "" if r.status == "no_plan" else r.status == "oom",
+                "is_oom": "" if r.status in ("no_plan", "pruned") else r.status == "oom",
                 "composition": r.composition.label, "cluster_kind": r.composition.kind, "status": r.status,
-                "num_candidates": 0 if r.search is None else r.search.num_candidates,
+                "num_candidates": "" if r.status == "pruned" else 0 if r.search is None else r.search.num_candidates,
                 "price_basis": "spot" if spot else "on-demand",
                 "on_frontier": analysis.on_frontier[i], "is_knee": i == analysis.knee,
-                "complete": analysis.complete}
+                "complete": analysis.complete,
+                "step_time_bound_s": "" if r.step_time_bound_s is None else r.step_time_bound_s}
         rows.append(row)
     return columns, rows

@@ -148,6 +148,25 @@ def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterato
     return all_placements(inventory), count_orders(inventory)
 
 
+AUTO_TOP = 5
+"""`fasop search` without --top on more than AUTO_TOP_PLANS plans keeps the AUTO_TOP fastest that
+fit (found exactly, by branch and bound), and says so; --every-plan lists them all."""
+AUTO_TOP_PLANS = 10_000
+"""Plans past which `fasop search` without --top keeps only the AUTO_TOP fastest: estimating
+every plan of 8 nodes of 4 types (2,520 orders, 186,480 plans) took over 20 minutes and 600 MB."""
+
+
+def plan_count(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, placements: str,
+               partitioner: str) -> tuple[int, int]:
+    """(plans, distinct node orders) a search of `inventory` enumerates (0 plans when no degree
+    combination is valid); cheap: nothing is estimated."""
+    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner)
+    combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=model.global_batch_size,
+                         num_transformer_layers=model.num_transformer_layers)
+    num_orders = count_orders(inventory) if placements == "all" else placements_of(inventory, placements)[1]
+    return num_orders * len(combos), num_orders
+
+
 def _collector_paused(function: Callable) -> Callable:
     """`function` with Python's cyclic garbage collector paused while it runs (then enabled again
     if it was). A search makes thousands of small objects (plans, estimates, their tuples) that
@@ -171,11 +190,15 @@ def _collector_paused(function: Callable) -> Callable:
 def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, heterogeneous: bool = False,
            placements: str = "all", partitioner: str = "optimal", iterations: int = DEFAULT_ITERATIONS,
            top: int | None = None, workers: int = 1, partition_budget: int | None = None,
-           progress: Progress | None = None, max_orders: int | None = None) -> SearchResult:
+           progress: Progress | None = None, max_orders: int | None = None,
+           cutoff: float = float("inf")) -> SearchResult:
     """Estimate the plans for `inventory` and rank them by step time (see the module doc).
+    cutoff (with `top`): keep only plans of at most this step time; the plans kept are the K
+    fastest that fit among those, found with the cutoff as the pruning threshold from the start
+    (fasop.pareto gives a composition the step time past which it cannot reach the frontier).
     partition_budget: search-tree nodes the optimal partitioner may visit per plan, past which it
-    keeps the best split found and reports its gap (None: every split proven optimal, by branch
-    and bound and then a MILP certificate, split_milp). max_orders (default MAX_ORDERS): past this
+    keeps the best split found and reports its gap (None: every split proven optimal where it can
+    be, by branch and bound and then a MILP certificate, split_milp). max_orders (default MAX_ORDERS): past this
     many distinct node orders, `placements="all"` needs `top`. With `top`, past max_orders or
     TREE_ORDERS orders, the orders are searched by branch and bound (orders.OrderSearch)
     instead of listed."""
@@ -196,13 +219,20 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     if not combos:
         raise FasopError(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
+    if cutoff < float("inf") and top is None:
+        raise ValueError("search: a cutoff needs top")
+    orders, num_orders = placements_of(inventory, placements)
+    total = num_orders * len(combos)
+    every = len(combos)
+    if cutoff < float("inf"):  # degrees whose quick bound (any placement) is above the cutoff: none of their plans
+        gbs = model.global_batch_size
+        combos = [(tp, dp, pp, mbs) for tp, dp, pp, mbs in combos if estimator.quick_bound(
+            Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=tuple(inventory))) <= cutoff]
     expect_shapes = getattr(estimator, "expect_shapes", None)
     if expect_shapes is not None:
         expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
-    orders, num_orders = placements_of(inventory, placements)
-    total = num_orders * len(combos)
-    kept = _Kept(top)
-    stats = {"duplicates": 0, "pruned": 0, "oom": 0}
+    kept = _Kept(top, cutoff)
+    stats = {"duplicates": 0, "pruned": num_orders * (every - len(combos)), "oom": 0}
     max_orders = MAX_ORDERS if max_orders is None else max_orders
     tree_capable = getattr(estimator, "prefix_bounds", None) is not None
     by_prefix = placements == "all" and (num_orders > max_orders or (
@@ -245,7 +275,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     report = progress or (lambda done, n: None)
     for done, results in _estimate_chunks(chunks, estimator,
                                           (model, cluster, tuple(inventory), partitioner, partition_budget),
-                                          top, kept.values, workers, accounted, asked):
+                                          top, kept.values, workers, accounted, asked, cutoff):
         if top is None:  # every plan estimated and kept
             kept.extend(results)
             stats["oom"] += sum(estimate.memory.is_oom for _, estimate in results)
@@ -270,8 +300,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
 class _Kept:
     """Every estimate, or the K fastest that fit (a max-heap on (step time, index))."""
 
-    def __init__(self, top: int | None):
-        self.top = top
+    def __init__(self, top: int | None, cutoff: float = float("inf")):
+        self.top, self.cutoff = top, cutoff
         self.items: list = []
 
     def add(self, index: int, estimate: Estimate) -> None:
@@ -288,8 +318,8 @@ class _Kept:
         self.items.extend([(estimate.step_time_s, index, estimate) for index, estimate in results])
 
     def threshold(self) -> float:
-        """The K-th kept step time (with `top`; inf until K plans are kept, and without)."""
-        return -self.items[0][0] if self.top is not None and len(self.items) >= self.top else float("inf")
+        """The K-th kept step time (with `top`; the cutoff until K plans are kept; inf without)."""
+        return -self.items[0][0] if self.top is not None and len(self.items) >= self.top else self.cutoff
 
     def values(self) -> list[float]:
         """Step times of the kept plans (with `top`; empty without)."""
@@ -307,7 +337,8 @@ def _chunks(items: Iterator, size: int) -> Iterator[list]:
 
 
 def estimate_chunk(estimator: Estimator, chunk: list[tuple[int, Plan]], top: int | None,
-                   kept: Sequence[float], asked: set[bytes]) -> list[tuple[int, Estimate | None]]:
+                   kept: Sequence[float], asked: set[bytes],
+                   cutoff: float = float("inf")) -> list[tuple[int, Estimate | None]]:
     """Estimates of a chunk of (index, plan). Without `top`, every plan's. With `top`, given the
     step times of the plans kept so far (`kept`, ascending), None for a plan that cannot enter
     the K fastest that fit: its lower bound, or its optimal-partitioner search cut off at the
@@ -315,7 +346,7 @@ def estimate_chunk(estimator: Estimator, chunk: list[tuple[int, Plan]], top: int
     they do; a plan's estimate never depends on the cut-off and ties at it are kept for _Kept to
     break by index, so the kept set is the same however the plans are split into chunks and
     processes (the estimator's `estimate_below`). `asked`: digests of the signatures this
-    process has asked about (updated)."""
+    process has asked about (updated). `cutoff`: the threshold until K plans are kept."""
     if top is None:
         return list(zip((i for i, _ in chunk), estimator.estimate_many([p for _, p in chunk])))
     values = sorted(kept)[:top]
@@ -323,7 +354,7 @@ def estimate_chunk(estimator: Estimator, chunk: list[tuple[int, Plan]], top: int
     results: dict[int, Estimate | None] = {}
     for k in sorted(range(len(chunk)), key=lambda k: (quick[k], k)):  # promising plans first
         index, plan = chunk[k]
-        threshold = values[top - 1] if len(values) >= top else float("inf")
+        threshold = values[top - 1] if len(values) >= top else cutoff
         if quick[k] > threshold or (threshold < float("inf") and estimator.lower_bound(plan, threshold) > threshold):
             results[index] = None
             continue
@@ -358,7 +389,7 @@ def _first_of_its_kind(estimator: Estimator, plan: Plan, asked: set[bytes]) -> b
 
 def _estimate_chunks(chunks: Iterator[list], estimator: Estimator, spec: tuple, top: int | None,
                      kept: Callable[[], list[float]], workers: int, accounted: Callable[[], int] | None,
-                     asked: set[bytes]) -> Iterator[tuple[int, list]]:
+                     asked: set[bytes], cutoff: float = float("inf")) -> Iterator[tuple[int, list]]:
     """(plans enumerated or ruled out so far, results) per chunk, in chunk order. accounted():
     that count when the chunk was made (default: the chunk's last index + 1)."""
     def done(chunk: list) -> int:
@@ -366,12 +397,12 @@ def _estimate_chunks(chunks: Iterator[list], estimator: Estimator, spec: tuple, 
 
     if workers == 1:
         for chunk in chunks:
-            yield done(chunk), estimate_chunk(estimator, chunk, top, kept(), asked)
+            yield done(chunk), estimate_chunk(estimator, chunk, top, kept(), asked, cutoff)
         return
     with process_pool(workers, _init_worker, spec) as pool:
         window: list = []
         for chunk in chunks:  # at most 2 chunks per worker in flight: bounded memory
-            window.append((done(chunk), pool.submit(_worker_chunk, chunk, top, kept())))
+            window.append((done(chunk), pool.submit(_worker_chunk, chunk, top, kept(), cutoff)))
             if len(window) >= 2 * workers:
                 count, future = window.pop(0)
                 yield count, future.result()
@@ -391,5 +422,5 @@ def _init_worker(model: ModelSpec, cluster: ClusterSpec, inventory: tuple, parti
 
 
 def _worker_chunk(chunk: list[tuple[int, Plan]], top: int | None,
-                  kept: list[float]) -> list[tuple[int, Estimate | None]]:
-    return estimate_chunk(_WORKER["estimator"], chunk, top, kept, _WORKER["asked"])
+                  kept: list[float], cutoff: float = float("inf")) -> list[tuple[int, Estimate | None]]:
+    return estimate_chunk(_WORKER["estimator"], chunk, top, kept, _WORKER["asked"], cutoff)

@@ -166,7 +166,9 @@ def profile_cases(rng: random.Random) -> list[dict]:
             at = rng.randrange(len(data))
             cases.append(_case("profile:bytes", list(SEARCH), profile=data[:at] + bad + data[at:]))
     cases.append(_case("profile:huge-field", list(SEARCH), "fail", profile=PROFILE + '"' + "z" * 300_000 + '",1,0,1\n'))
-    cases.append(_case("profile:huge-file", list(SEARCH), "fail", profile=PROFILE + "#" * (17 << 20) + "\n"))
+    cases.append(_case("profile:huge-file", list(SEARCH), "fail", profile=PROFILE + "#" * (5 << 20) + "\n"))
+    many = [f"G{g},{tp},{i},0.001" for g in range(1200) for tp in range(1, 50) for i in range(4)]  # 3.6 MiB
+    cases.append(_case("profile:near-limit", list(SEARCH), "fail", profile="\n".join([header, *many]) + "\n"))
     cases.append(_case("profile:empty", list(SEARCH), "fail", profile=""))
     cases.append(_case("profile:header-only", list(SEARCH), "fail", profile=header + "\n"))
     return cases

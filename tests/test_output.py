@@ -177,3 +177,31 @@ def test_write_files_is_atomic_and_keeps_the_umask(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert (tmp_path / "a.csv").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_a_signal_during_the_renames_waits_until_all_are_done(tmp_path):
+    """SIGTERM arriving while the files of a result are renamed into place is held until the
+    last rename: the result is whole (the signal is then handled as usual)."""
+    import signal
+
+    import fasop.output as output
+
+    real, seen = os.replace, []
+
+    def replace_and_signal(src, dst):
+        real(src, dst)
+        seen.append(Path(dst).name)
+        if len(seen) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_term(signum, frame):
+        seen.append("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        output.os.replace = replace_and_signal
+        write_files([(tmp_path / "a.csv", "a\n"), (tmp_path / "a.png", b"png"), (tmp_path / "a.svg", b"svg")], "--x")
+    finally:
+        output.os.replace = real
+        signal.signal(signal.SIGTERM, previous)
+    assert seen == ["a.csv", "a.png", "a.svg", "SIGTERM"]

@@ -487,7 +487,8 @@ def _interrupt_after(monkeypatch, k: int) -> list[int]:
 
 def test_cli_interrupted_sweep_keeps_a_valid_partial_csv(in_tmp, capsys, monkeypatch):
     """Interrupted after 2 of 5 compositions: exit 130, a CSV of those 2 (same columns and plan
-    cells as a full run, complete=False in every row), no plots, no stray files."""
+    cells as a full run, complete=False in every row), no plots, no stray files: only the
+    checkpoint that --resume continues from (tests/test_sweep_scale.py)."""
     full = in_tmp / "full" / "bert"
     assert main(_pareto_argv(full)) == 0
     capsys.readouterr()
@@ -498,7 +499,8 @@ def test_cli_interrupted_sweep_keeps_a_valid_partial_csv(in_tmp, capsys, monkeyp
     captured = capsys.readouterr()
     assert "interrupted after 2 of 5 compositions" in captured.err
     csv_path, png, svg = _outputs(prefix)
-    assert [p.name for p in prefix.parent.iterdir()] == [csv_path.name]  # no plots, no temp file
+    assert sorted(p.name for p in prefix.parent.iterdir()) == [
+        "bert_pareto.checkpoint", csv_path.name]  # no plots, no temp file
     with open(csv_path, newline="") as fh:
         header = next(csv.reader(fh))
     with open(_outputs(full)[0], newline="") as fh:

@@ -24,7 +24,8 @@ from fasop.workers import available_cores, clamp_workers
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
 
 PARETO = [sys.executable, "-m", "fasop", "pareto", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto",
-          "--max-nodes", "a100=12,a10=12", "--workers", "2", "--out-prefix", "sweep", "--no-progress"]
+          "--max-nodes", "a100=12,a10=12", "--workers", "2", "--out-prefix", "sweep", "--no-progress",
+          "--exhaustive"]  # every composition searched: pruned, the sweep takes ~5 s, too short to signal half-way
 SEARCH = [sys.executable, "-m", "fasop", "search", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto",
           "--nodes", "a100=4,a10=6", "--heterogeneous", "--placements", "all", "--workers", "2", "--out", "s.csv",
           "--no-progress"]
@@ -86,7 +87,8 @@ def test_sigterm_during_pareto_writes_the_finished_part_and_exits_143(tmp_path):
     assert 1 <= len(rows) < 168
     assert {row["complete"] for row in rows} == {"False"}
     assert not (tmp_path / "sweep_pareto.png").exists()  # no plots of a partial sweep
-    assert [p.name for p in tmp_path.iterdir()] == ["sweep_pareto.csv"]  # no temporary file
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "sweep_pareto.checkpoint", "sweep_pareto.csv"]  # no temporary file; the checkpoint --resume continues from
 
 
 @pytest.mark.skipif(available_cores() < 2, reason="needs 2 cores for 2 workers")
