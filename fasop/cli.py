@@ -90,11 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--show", type=_non_negative_int, default=DEFAULT_SHOWN,
                    help="how many of the fastest plans that fit to print (default %(default)s)")
     _add_execution(s)
+    from fasop import cli_recipes
+    cli_recipes.add_flags(s)
     _add_pareto_parser(sub, PLACEMENTS, PARTITIONERS, DEFAULT_ITERATIONS)
     _add_list_parser(sub)
     from fasop.cli_plan import add_plan_parsers
 
     add_plan_parsers(sub)
+    from fasop import cli_validate
+    cli_validate.add_parser(sub)
     return parser
 
 
@@ -156,9 +160,11 @@ def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimat
 
     parser.add_argument("--workers", type=_positive_int, default=default_workers, metavar="N", help=workers_help)
     parser.add_argument("--partition-budget", type=_int_at_least(1, "a positive integer", limits.PARTITION_BUDGET),
-                        default=DEFAULT_MAX_NODES, metavar="NODES",
-                        help="search-tree nodes the optimal partitioner may visit per plan before it keeps the best "
-                        "split found; more proves more splits optimal, and takes longer (default %(default)s)")
+                        metavar="NODES",
+                        help="cap the optimal partitioner's effort: search-tree nodes per plan, past which it keeps "
+                        "the best split found and reports its gap to the best bound (partition_gap_pct). Default: "
+                        f"no cap, every split proven optimal where it can be ({DEFAULT_MAX_NODES} nodes of branch and "
+                        "bound, then again proving only what is faster, then a MILP certificate for small programs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress "
                         f"lines (otherwise, every {PROGRESS_S:g} s)")
 
@@ -166,7 +172,7 @@ def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimat
 def main(argv: list[str] | None = None) -> int:
     from fasop.workers import exit_status, sigterm_as_interrupt
 
-    commands = {"search": _search, "pareto": _pareto, "list": _list}
+    commands = {"search": _search, "pareto": _pareto, "list": _list, "validate": _validate}
     try:
         with sigterm_as_interrupt():
             args = build_parser().parse_args(argv)
@@ -186,7 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         return 141
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from fasop import cli_validate
+    return cli_validate.run(args)
+
+
 def _search(args: argparse.Namespace) -> int:
+    from fasop import cli_recipes
     from fasop.output import check_target, safe_name, user_path
     from fasop.report import csv_text, search_rows, write_atomic
     from fasop.search import parse_nodes, search
@@ -195,6 +207,7 @@ def _search(args: argparse.Namespace) -> int:
     out = user_path(args.out, "--out")
     model = load_model(args.model)
     cluster = load_cluster(args.cluster)
+    recipe = cli_recipes.options(args, cluster)
     inventory = parse_nodes(args.nodes, cluster)
     iterations = _iterations(args, model)
     if out is None:
@@ -206,12 +219,15 @@ def _search(args: argparse.Namespace) -> int:
     with _progress_bar(args.no_progress, "estimating", "plans") as progress:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
                         partitioner=args.partitioner, iterations=iterations, top=top,
-                        workers=_workers(args.workers), partition_budget=args.partition_budget, progress=progress)
+                        workers=_workers(args.workers), partition_budget=args.partition_budget, progress=progress,
+                        estimator_options=recipe)
     columns, rows = search_rows(result, model.sequence_length)
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     if auto_note:
         print(auto_note)
+    if cli_recipes.misfit_line(result):
+        print(cli_recipes.misfit_line(result))
     print(f"wrote {out}")
     return 0
 
@@ -360,6 +376,8 @@ def _add_pareto_parser(sub, placements, partitioners, default_iterations: int) -
     from fasop.cli_sweep import add_sweep_arguments
 
     add_sweep_arguments(p)
+    from fasop import cli_recipes
+    cli_recipes.add_flags(p)
 
 
 def _import(*modules: str) -> None:
@@ -379,6 +397,8 @@ def _pareto(args: argparse.Namespace) -> int:
     user_prefix = user_path(args.out_prefix, "--out-prefix")
     model = load_model(args.model)
     cluster = load_cluster(args.cluster)
+    from fasop import cli_recipes
+    args.estimator_options = cli_recipes.options(args, cluster)  # read by cli_sweep.run_sweep
     max_nodes = pareto.parse_node_limits(args.max_nodes, cluster, "--max-nodes")
     min_nodes = pareto.parse_node_limits(args.min_nodes, cluster, "--min-nodes") if args.min_nodes else {}
     comps = pareto.compositions(max_nodes, min_nodes)

@@ -35,7 +35,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
                      "uninterrupted run)")
     run.add_argument("--executor", choices=EXECUTORS, default="local",
                      help="local: --workers processes on this machine (default); ray: tasks on a Ray cluster "
-                     "(pip install 'fasop[ray]'; README, 'Running on a Ray cluster')")
+                     "(pip install 'fasop[ray]'; README, 'Catalog scale')")
     run.add_argument("--ray-address", metavar="ADDRESS",
                      help="Ray cluster to use with --executor ray, e.g. ray://head:10001 or auto "
                      "(default: $RAY_ADDRESS, else a Ray instance started on this machine)")
@@ -61,7 +61,8 @@ def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, 
     from fasop.pruning import pruned_sweep
 
     job = pareto.sweep_job(model, cluster, comps, placements=args.placements, partitioner=args.partitioner,
-                           iterations=iterations, spot=args.spot, top=1, partition_budget=args.partition_budget)
+                           iterations=iterations, spot=args.spot, top=1, partition_budget=args.partition_budget,
+                           estimator_options=getattr(args, "estimator_options", None))
     if args.round_size < 1:
         raise FasopError(f"--round-size: must be >= 1, got {args.round_size}")
     prune = not args.exhaustive

@@ -26,9 +26,12 @@ def spec_lines(what: str) -> list[str]:
 
 def _model(path: str) -> str:
     m = load_model(path)
-    gpus = sorted({gpu for gpu, _ in m.profile.forward_s})
+    if m.profile is None:
+        source = "no profile (analytic estimator, HuggingFace config)"
+    else:
+        source = "profiled on " + ", ".join(sorted({gpu for gpu, _ in m.profile.forward_s}))
     return (f"{m.num_transformer_layers} layers, hidden {m.hidden_size:,}, {m.num_attention_heads} heads, "
-            f"batch {m.global_batch_size:,} x {m.sequence_length:,} tokens; profiled on {', '.join(gpus)}")
+            f"batch {m.global_batch_size:,} x {m.sequence_length:,} tokens; {source}")
 
 
 def _cluster(path: str) -> str:

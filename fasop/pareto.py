@@ -32,7 +32,6 @@ from fasop.errors import FasopError
 from fasop.enumerate import degree_list
 from fasop.estimate import Estimate
 from fasop.estimators import make_estimator
-from fasop.partition import DEFAULT_MAX_NODES
 from fasop.plan import Plan
 from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
 from fasop.workers import process_pool
@@ -249,8 +248,8 @@ def train_cost_usd(usd_per_hour: float, time_h: float) -> float:
 
 def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str = "cyclic",
           partitioner: str = "fasop-minmax", iterations: int = DEFAULT_ITERATIONS, spot: bool = False,
-          top: int | None = None, workers: int = 1, partition_budget: int | None = DEFAULT_MAX_NODES,
-          progress: Progress | None = None) -> Iterator[CompositionResult]:
+          top: int | None = None, workers: int = 1, partition_budget: int | None = None,
+          progress: Progress | None = None, estimator_options: dict | None = None) -> Iterator[CompositionResult]:
     """Search every composition (heterogeneous plans allowed) and yield its result, in order.
 
     top=1 keeps only each composition's fastest plan that fits, which is all the frontier needs,
@@ -262,7 +261,7 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
     if workers < 1:
         raise FasopError(f"--workers: must be >= 1, got {workers}")
     job = sweep_job(model, cluster, comps, placements=placements, partitioner=partitioner, iterations=iterations,
-                    spot=spot, top=top, partition_budget=partition_budget)
+                    spot=spot, top=top, partition_budget=partition_budget, estimator_options=estimator_options)
     if workers == 1 or len(comps) < 2:
         for done, comp in enumerate(comps, start=1):
             yield job(comp)
@@ -299,17 +298,20 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
 
 def sweep_job(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str,
               partitioner: str, iterations: int, spot: bool, top: int | None,
-              partition_budget: int | None) -> _SweepJob:
-    """One composition's search as `sweep` runs it, after checking the options (one-line errors)."""
+              partition_budget: int | None, estimator_options: dict | None = None) -> _SweepJob:
+    """One composition's search as `sweep` runs it, after checking the options (one-line errors);
+    estimator_options (the analytic estimator's recipes) go to every search, when given."""
     check_strategies(placements, partitioner, iterations)
     names = list(dict.fromkeys(name for c in comps for name, _ in c.counts))
     gpus = {name: cluster.node_types[name].gpus_per_node for name in names}
     if len(set(gpus.values())) > 1:
         raise FasopError(f"--max-nodes: node types must have the same gpus_per_node, got {gpus}")
     prices, _ = node_prices(cluster, names, spot=spot)
-    return _SweepJob(model, cluster, prices, {"placements": placements, "partitioner": partitioner,
-                                              "iterations": iterations, "top": top,
-                                              "partition_budget": partition_budget}, spot)
+    options = {"placements": placements, "partitioner": partitioner, "iterations": iterations, "top": top,
+               "partition_budget": partition_budget}
+    if estimator_options:
+        options["estimator_options"] = dict(estimator_options)
+    return _SweepJob(model, cluster, prices, options, spot)
 
 
 @dataclass(frozen=True)
@@ -353,7 +355,8 @@ class _SweepJob:
         estimator cannot be made; inf when no combination is valid."""
         inventory = comp.inventory(self.cluster)
         estimator = make_estimator(self.model, self.cluster, inventory, partitioner=self.options["partitioner"],
-                                   partition_budget=self.options["partition_budget"])
+                                   partition_budget=self.options["partition_budget"],
+                                   **self.options.get("estimator_options", {}))
         combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=self.model.global_batch_size,
                              num_transformer_layers=self.model.num_transformer_layers)
         gbs = self.model.global_batch_size

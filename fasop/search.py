@@ -26,7 +26,7 @@ from fasop.errors import FasopError
 from fasop.estimate import Estimate
 from fasop.estimators import Estimator, make_estimator
 from fasop.orders import OrderSearch
-from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS
+from fasop.partition import PARTITIONERS
 from fasop.plan import Plan
 from fasop.specs import ClusterSpec, ModelSpec, NodeType, show
 from fasop.workers import process_pool
@@ -78,6 +78,9 @@ class SearchResult:
     num_estimated_oom: int = 0
     """Estimated plans that do not fit in memory (without `top`; with it they count as pruned)."""
     top: int | None = None
+    misfits: tuple[tuple[str, int], ...] = ()
+    """Estimated plans that do not fit in memory, by the reason their estimator gives (the
+    analytic one: weights, activations, both); empty for estimators that give none."""
 
     @property
     def num_oom(self) -> int:
@@ -189,18 +192,20 @@ def _collector_paused(function: Callable) -> Callable:
 @_collector_paused
 def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, heterogeneous: bool = False,
            placements: str = "all", partitioner: str = "optimal", iterations: int = DEFAULT_ITERATIONS,
-           top: int | None = None, workers: int = 1, partition_budget: int | None = DEFAULT_MAX_NODES,
+           top: int | None = None, workers: int = 1, partition_budget: int | None = None,
            progress: Progress | None = None, max_orders: int | None = None,
-           cutoff: float = float("inf")) -> SearchResult:
+           cutoff: float = float("inf"), estimator_options: dict | None = None) -> SearchResult:
     """Estimate the plans for `inventory` and rank them by step time (see the module doc).
     cutoff (with `top`): keep only plans of at most this step time; the plans kept are the K
     fastest that fit among those, found with the cutoff as the pruning threshold from the start
     (fasop.pareto gives a composition the step time past which it cannot reach the frontier).
-    partition_budget: search-tree nodes the optimal partitioner may visit per plan (None: no
-    limit, every split proven optimal, possibly slow). max_orders (default MAX_ORDERS): past this
+    partition_budget: search-tree nodes the optimal partitioner may visit per plan, past which it
+    keeps the best split found and reports its gap (None: every split proven optimal where it can
+    be, by branch and bound and then a MILP certificate, split_milp). max_orders (default MAX_ORDERS): past this
     many distinct node orders, `placements="all"` needs `top`. With `top`, past max_orders or
     TREE_ORDERS orders, the orders are searched by branch and bound (orders.OrderSearch)
-    instead of listed."""
+    instead of listed. estimator_options: passed to the estimator (the analytic one's allowed
+    recipes: recompute, zero, sequence_parallel, virtual_stages, precision)."""
     check_strategies(placements, partitioner, iterations)
     if top is not None and top < 1:
         raise FasopError(f"--top: must be >= 1, got {top}")
@@ -211,7 +216,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     types = list(dict.fromkeys(n.name for n in inventory))
     if len(types) > 1 and not heterogeneous:
         raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
-    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner, partition_budget=partition_budget)
+    options = dict(estimator_options or {})
+    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner, partition_budget=partition_budget,
+                               **options)
     tp_degrees = estimator.tp_degrees()
     combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
                          num_transformer_layers=model.num_transformer_layers)
@@ -232,6 +239,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
         expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
     kept = _Kept(top, cutoff)
     stats = {"duplicates": 0, "pruned": num_orders * (every - len(combos)), "oom": 0}
+    misfits: dict[str, int] = {}  # estimated plans that do not fit, by the estimator's reason (if it gives one)
     max_orders = MAX_ORDERS if max_orders is None else max_orders
     tree_capable = getattr(estimator, "prefix_bounds", None) is not None
     by_prefix = placements == "all" and (num_orders > max_orders or (
@@ -273,17 +281,19 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
                      BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK)
     report = progress or (lambda done, n: None)
     for done, results in _estimate_chunks(chunks, estimator,
-                                          (model, cluster, tuple(inventory), partitioner, partition_budget),
+                                          (model, cluster, tuple(inventory), partitioner, partition_budget, options),
                                           top, kept.values, workers, accounted, asked, cutoff):
         if top is None:  # every plan estimated and kept
             kept.extend(results)
             stats["oom"] += sum(estimate.memory.is_oom for _, estimate in results)
+            _count_misfits(misfits, (estimate for _, estimate in results))
         else:
             for index, estimate in results:
                 if estimate is None:
                     stats["pruned"] += 1
                     continue
                 stats["oom"] += estimate.memory.is_oom
+                _count_misfits(misfits, (estimate,))
                 kept.add(index, estimate)
         report(done, total)
     report(total, total)
@@ -293,7 +303,14 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     return SearchResult(estimates=kept.ranked(), inventory=tuple(inventory), iterations=iterations,
                         usd_per_hour=estimator.usd_per_s * 3600, num_candidates=total,
                         num_duplicates=stats["duplicates"], num_pruned=stats["pruned"],
-                        num_estimated_oom=stats["oom"], top=top)
+                        num_estimated_oom=stats["oom"], top=top, misfits=tuple(sorted(misfits.items())))
+
+
+def _count_misfits(counts: dict[str, int], estimates) -> None:
+    for estimate in estimates:
+        reason = dict(estimate.extra_columns).get("misfit") if estimate.memory.is_oom else None
+        if reason:
+            counts[reason] = counts.get(reason, 0) + 1
 
 
 class _Kept:
@@ -413,10 +430,10 @@ _WORKER: dict = {}
 
 
 def _init_worker(model: ModelSpec, cluster: ClusterSpec, inventory: tuple, partitioner: str,
-                 partition_budget: int | None) -> None:
+                 partition_budget: int | None, options: dict) -> None:
     gc.enable()  # forked from a search, whose collector is paused (_collector_paused): workers live on
     _WORKER["estimator"] = make_estimator(model, cluster, inventory, partitioner=partitioner,
-                                          partition_budget=partition_budget)
+                                          partition_budget=partition_budget, **options)
     _WORKER["asked"] = set()
 
 

@@ -26,6 +26,9 @@ GIB = 2**30
 _ESTIMATOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """The `estimator` key's form; which names exist is the estimator registry's business
 (estimators.make_estimator refuses an unknown one, naming this file and key)."""
+CATALOG_ESTIMATORS = ("analytic",)
+"""Estimators whose cluster specs name catalog GPUs (cluster_specs/catalog/, read by catalog.py)
+instead of giving each node type's memory and links."""
 LAYER_KINDS = ("embedding", "transformer", "encoder", "decoder", "head")
 TRANSFORMER_KINDS = ("transformer", "encoder", "decoder")
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +65,8 @@ class ClusterSpec:
     p2p_intra_node_divisor: float
     memory_overhead_factor: float
     """A stage is out of memory when factor x estimated bytes exceeds the limit."""
+    analytic: Any = None
+    """The `analytic` estimator's physical constants (catalog.AnalyticParams), for its clusters."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +121,10 @@ class ModelSpec:
     """Kind of every entry of the layer list, in pipeline order."""
     layer_segments: tuple[str, ...]
     """Segment of every entry (`encoder`/`decoder` for encoder-decoder models, else `model`)."""
-    profile: Profile
+    profile: Profile | None = None
+    """Profiled per-layer times (None: a model from a HuggingFace config, scored analytically)."""
+    architecture: Any = None
+    """The full shape (architecture.Architecture) for the analytic estimator; None for FASOP's specs."""
 
     @property
     def num_transformer_layers(self) -> int:
@@ -374,7 +382,11 @@ _NODE_TYPE_KEYS = ("instance", "gpu", "gpus_per_node", "memory_limit_gib", "intr
 
 def load_cluster(name_or_path: str) -> ClusterSpec:
     path = resolve(name_or_path, "cluster_specs")
-    top = _Reader(path, _read_yaml(path), "", _CLUSTER_KEYS)
+    data = _read_yaml(path)
+    if data.get("estimator") in CATALOG_ESTIMATORS:
+        from fasop.catalog import load_catalog_cluster  # catalog.py reads YAML through this module
+        return load_catalog_cluster(path, data)
+    top = _Reader(path, data, "", _CLUSTER_KEYS)
     estimator = top.get("estimator", str, check=_ESTIMATOR_NAME.fullmatch,
                         why="an estimator name (letters, digits, '-', '_', '.'), e.g. fasop-2024")
     links = top.sub("links", _LINKS_KEYS)
@@ -423,9 +435,24 @@ _ARCHITECTURE_KEYS = ("hidden_size", "num_hidden_layers", "num_decoder_layers", 
 _TRAINING_KEYS = ("sequence_length", "global_batch_size", "bytes_per_element")
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: not a folder
+        return False
+
+
 def load_model(name_or_path: str) -> ModelSpec:
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".json" or _is_dir(candidate):
+        from fasop.hf_config import load_config_json  # hf_config.py reads YAML through this module
+        return load_config_json(candidate)
     path = resolve(name_or_path, "model_specs")
-    top = _Reader(path, _read_yaml(path), "", _MODEL_KEYS)
+    data = _read_yaml(path)
+    if "hf_config" in data:
+        from fasop.hf_config import load_hf_spec
+        return load_hf_spec(path, data)
+    top = _Reader(path, data, "", _MODEL_KEYS)
     name = top.get("name", str)
     arch = top.sub("architecture", _ARCHITECTURE_KEYS)
     hidden = arch.positive("hidden_size", int, high=limits.HIDDEN_SIZE)
@@ -574,3 +601,11 @@ def _float(text: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
+
+
+# ----------------------------------------------------------------------------- shared readers
+# The other spec loaders (catalog.py: GPU catalog and catalog clusters; hf_config.py: models
+# from HuggingFace config.json) read YAML through these, so that this stays the one YAML module.
+read_yaml = _read_yaml
+Reader = _Reader
+read_profile = _profile

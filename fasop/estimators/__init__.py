@@ -143,3 +143,4 @@ def make_estimator(model: ModelSpec, cluster: ClusterSpec, inventory: Iterable[N
 
 
 from fasop.estimators import fasop2024  # noqa: E402,F401  (registers fasop-2024)
+from fasop.estimators import analytic  # noqa: E402,F401  (registers analytic)

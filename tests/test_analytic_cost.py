@@ -1,0 +1,105 @@
+"""The analytic cost model's closed forms and invariants (fasop/analytic_cost.py, analytic_layers.py)."""
+
+import dataclasses
+
+import pytest
+
+from fasop import analytic_cost as C
+from fasop.analytic_layers import Recipe, attention_core_flops, layer_linear_flops, total_params
+from fasop.architecture import gpt_architecture
+from fasop.catalog import default_params, find_gpu
+from fasop.specs import load_model
+
+PARAMS = default_params()
+ARCH = gpt_architecture(num_layers=8, hidden_size=1024, num_attention_heads=16, vocab_size=32000, max_positions=1024)
+LINK = C.Link(100e9, 0.0)
+
+
+def test_ring_collectives():
+    """Ring all-reduce moves 2(n-1)/n of the buffer per rank; RS and AG half of that; one rank: free."""
+    assert C.all_reduce_s(8e9, 4, LINK) == pytest.approx(2 * 3 / 4 * 8e9 / 100e9)
+    assert C.gather_s(8e9, 4, LINK) == pytest.approx(3 / 4 * 8e9 / 100e9)
+    assert C.all_reduce_s(8e9, 1, LINK) == 0.0
+    assert C.all_reduce_s(0, 4, C.Link(1e9, 1e-5)) == pytest.approx(6e-5)  # 2(n-1) latencies
+
+
+def test_flops_per_layer_match_narayanan():
+    """Forward FLOPs of a GPT layer: 24bsh^2 + 4bs^2h (Narayanan et al. 2021, Eq. 3 derivation)."""
+    b, s, h = 2, 1024, 1024
+    assert layer_linear_flops(ARCH, b, s, 1) == 24 * b * s * h * h
+    assert attention_core_flops(ARCH, b, s, 1, 1.0) == 4 * b * s * s * h
+    assert layer_linear_flops(ARCH, b, s, 4) == 24 * b * s * h * h / 4
+
+
+def test_shipped_models_have_their_published_sizes():
+    """Parameter counts of the shipped HF configs: Llama 3 8B / 70B / 405B, Qwen2.5-7B."""
+    sizes = {"llama-3-8b": 8.03e9, "llama-3-70b": 70.55e9, "llama-3.1-405b": 405.85e9, "qwen2.5-7b": 7.62e9}
+    for name, n in sizes.items():
+        assert total_params(load_model(name).architecture) == pytest.approx(n, rel=2e-3), name
+
+
+def _uniform(pp, m, virtual=1):
+    gpu = find_gpu("H100-SXM")
+    fast = C.Link(1e30, 0.0)  # p2p and the interleaved wrap cost nothing: only compute and the bubble
+    hw = C.StageHardware(gpu=gpu, tp_link=LINK, dp_link=fast, next_link=fast, memory_limit_bytes=1e15)
+    stages = tuple(dataclasses.replace(hw, next_link=None if i == pp - 1 else hw.next_link) for i in range(pp))
+    w = C.Workload(arch=ARCH, seq=1024, mbs=1, tp=1, dp=1, pp=pp, num_microbatches=m,
+                   recipe=Recipe(virtual_stages=virtual), params=PARAMS)
+    return w, stages
+
+
+def test_one_stage_has_no_bubble_and_the_pipeline_bubble_is_p_minus_1():
+    """1 stage: m cycles; p equal stages: (m + p - 1) cycles; interleaved: (m + (p - 1)/v).
+    A vocabulary of 8 makes the embedding and head negligible, so the stages are equal."""
+    w, stages = _uniform(1, 8)
+    one = C.step(w, stages, (8,))
+    assert one.pipeline_s == pytest.approx(8 * (one.stage_fwd_s[0] + one.stage_bwd_s[0]))
+    arch = dataclasses.replace(ARCH, vocab_size=8, tied_embeddings=False, max_positions=0)
+    for virtual in (1, 2):
+        w, stages = _uniform(4, 8, virtual)
+        w = dataclasses.replace(w, arch=arch)
+        cycle = 2 * sum(C.layer_s(w, stages[0].gpu, LINK))
+        step = C.step(w, stages, (2, 2, 2, 2))
+        assert step.pipeline_s == pytest.approx((8 + 3 / virtual) * cycle, rel=1e-2)
+
+
+def test_more_bandwidth_or_memory_speed_is_never_slower():
+    w, stages = _uniform(4, 8)
+    base = C.step(w, stages, (2, 2, 2, 2)).step_s
+    faster_links = tuple(dataclasses.replace(hw, tp_link=C.Link(200e9, 0.0), dp_link=C.Link(200e9, 0.0))
+                         for hw in stages)
+    assert C.step(w, faster_links, (2, 2, 2, 2)).step_s <= base
+    quick = dataclasses.replace(stages[0].gpu, memory_bytes_per_s=2 * stages[0].gpu.memory_bytes_per_s)
+    assert C.step(w, tuple(dataclasses.replace(hw, gpu=quick) for hw in stages), (2, 2, 2, 2)).step_s < base
+
+
+def test_recompute_costs_time_and_saves_memory():
+    w, stages = _uniform(2, 8)
+    times, memory = {}, {}
+    for mode in ("none", "selective", "full"):
+        wm = dataclasses.replace(w, recipe=Recipe(recompute=mode), params=dataclasses.replace(PARAMS, fused_attention=False))
+        times[mode] = C.step(wm, stages, (4, 4)).step_s
+        memory[mode] = C.stage_memory(wm, 4, 0).activations
+    assert times["none"] < times["selective"] < times["full"]
+    assert memory["none"] > memory["selective"] > memory["full"]
+
+
+def test_split_is_the_best_min_max_split():
+    """On stages of different speeds (one GPU at half speed, the head on it), the split minimises
+    the slowest stage among all splits (brute force); it respects each stage's memory."""
+    w, stages = _uniform(2, 8)
+    w = dataclasses.replace(w, arch=dataclasses.replace(ARCH, num_layers=30))
+    slow = dataclasses.replace(stages[1].gpu, peak_flops={k: v / 2 for k, v in stages[1].gpu.peak_flops.items()},
+                               memory_bytes_per_s=stages[1].gpu.memory_bytes_per_s / 2)
+    pair = (stages[0], dataclasses.replace(stages[1], gpu=slow))
+
+    def slowest(counts):
+        step = C.step(w, pair, counts)
+        return max(f + b for f, b in zip(step.stage_fwd_s, step.stage_bwd_s))
+    counts = C.split_layers(w, pair)
+    assert sum(counts) == 30 and counts[0] > counts[1]
+    assert slowest(counts) == pytest.approx(min(slowest((n, 30 - n)) for n in range(1, 30)))
+    tight = dataclasses.replace(pair[0], memory_limit_bytes=C.stage_memory(w, 5, 0).total)
+    counts = C.split_layers(w, (tight, pair[1]))
+    assert counts[0] <= 5 and sum(counts) == 30
+    assert C.split_layers(w, (dataclasses.replace(tight, memory_limit_bytes=1.0), pair[1])) is None

@@ -1,0 +1,79 @@
+"""The hardware catalog and the catalog clusters (cluster_specs/catalog/, aws.yaml, gcp.yaml)."""
+
+from pathlib import Path
+
+import pytest
+
+from fasop.catalog import canonical, find_gpu, load_gpus
+from fasop.errors import SpecError
+from fasop.specs import load_cluster
+
+REPO = Path(__file__).resolve().parent.parent
+ISSUE_GPUS = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "L4", "L40S", "A10",
+              "A10G", "T4", "V100-SXM2", "MI300X")
+
+
+def test_the_catalog_holds_exactly_the_named_gpus():
+    assert sorted(g.name for g in load_gpus().values()) == sorted(ISSUE_GPUS)
+
+
+@pytest.mark.parametrize("spelling", ["h100-sxm", "H100 SXM", "h100_sxm", "H100SXM"])
+def test_lookup_ignores_case_dashes_underscores_spaces(spelling):
+    assert find_gpu(spelling).name == "H100-SXM"
+
+
+def test_unknown_gpu_names_the_catalog():
+    with pytest.raises(SpecError, match="unknown GPU type 'H300'.*H100-SXM"):
+        find_gpu("H300")
+
+
+def test_every_number_in_the_catalog_has_a_source_comment():
+    for path in (REPO / "cluster_specs" / "catalog").glob("*.yaml"):
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            body = line.split("#")[0]
+            if any(ch.isdigit() for ch in body.split(":", 1)[-1]) and ":" in body:
+                assert "#" in line, f"{path.name}:{n}: {line!r} has no source comment"
+
+
+def test_peaks_and_units():
+    h100 = find_gpu("H100-SXM")
+    assert h100.peak_flops == {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}
+    assert h100.matmul_flops("bf16") == pytest.approx(794.5e12, rel=1e-3)  # MAMF
+    assert find_gpu("T4").matmul_flops("bf16") == find_gpu("T4").matmul_flops("fp16")  # no BF16: fp16 peak
+    assert find_gpu("A100-SXM4-80GB").matmul_flops("fp8") == find_gpu("A100-SXM4-80GB").matmul_flops("bf16")
+    assert h100.intra_node_bytes_per_s == 450e9
+
+
+@pytest.mark.parametrize("name, types", [
+    ("aws", ("p5", "p5en", "p4d", "p4de", "g5", "g6", "g6e", "p6-b200")),
+    ("gcp", ("a3-highgpu-8g", "a2-ultragpu-8g")),
+])
+def test_catalog_clusters(name, types):
+    cluster = load_cluster(name)
+    assert cluster.estimator == "analytic" and tuple(cluster.node_types) == types
+    text = (REPO / "cluster_specs" / f"{name}.yaml").read_text()
+    assert text.count("price_date:") == text.count("price_source:") == len(types)
+    for node in cluster.node_types.values():
+        gpu = find_gpu(node.gpu)
+        assert node.memory_limit_bytes == gpu.memory_bytes and node.usd_per_hour > 0
+        assert node.intra_node_shared == (gpu.intra_node_link == "pcie")
+    assert canonical(cluster.node_types[types[0]].gpu) in load_gpus()
+
+
+def test_a_catalog_cluster_with_an_unknown_gpu_is_refused(tmp_path):
+    text = (REPO / "cluster_specs" / "gcp.yaml").read_text().replace("gpu: H100-SXM", "gpu: H300")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=r"node_types\.a3-highgpu-8g\.gpu: unknown GPU type 'H300'"):
+        load_cluster(str(path))
+
+
+def test_analytic_overrides_in_a_cluster(tmp_path):
+    text = (REPO / "cluster_specs" / "gcp.yaml").read_text() + "analytic:\n  dp_overlap: 0.5\n"
+    path = tmp_path / "over.yaml"
+    path.write_text(text)
+    params = load_cluster(str(path)).analytic
+    assert params.dp_overlap == 0.5 and params.link_efficiency["network"] == 0.9
+    path.write_text(text.replace("dp_overlap: 0.5", "dp_overlap: 2"))
+    with pytest.raises(SpecError, match=r"analytic\.dp_overlap: must be in \[0, 1\], got 2"):
+        load_cluster(str(path))

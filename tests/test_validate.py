@@ -1,0 +1,92 @@
+"""`fasop validate`: the analytic estimator against Narayanan et al. 2021 (SC'21) Table 1.
+
+tests/data/megatron_sc21.csv is shared/reference/published/megatron_sc21_table1.csv in the
+validate schema: the ten GPT shapes (1.7B-1T) on 32-3072 A100-80GB, fp16, full recompute;
+measured_seconds_per_iter is the table's implied seconds per iteration. Megatron-LM of 2021 had
+no sequence parallelism, no distributed optimizer and no FlashAttention (0 in those columns); the
+micro-batch and interleaving are not in the table (empty: fasop picks the fastest).
+Acceptance bar (issue 16): MAPE <= 10 %, max |error| <= 20 %.
+"""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from fasop.cli import main
+
+DATA = Path(__file__).resolve().parent / "data" / "megatron_sc21.csv"
+
+
+def _rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_sc21_table_1_within_the_bar(tmp_path, capsys):
+    out = tmp_path / "v.csv"
+    assert main(["validate", str(DATA), "--out", str(out), "--max-mape", "10"]) == 0
+    rows = _rows(out)
+    assert len(rows) == 10
+    errors = [abs(float(r["error_pct"])) for r in rows]
+    assert sum(errors) / len(errors) <= 10 and max(errors) <= 20
+    text = capsys.readouterr().out
+    assert "time: MAPE" in text and "micro_batch_size=" in text  # what fasop picked is said
+    assert all(r["picked"].startswith("micro_batch_size=") for r in rows)
+    assert all(r["recompute"] == "full" and r["sequence_parallel"] == "0" for r in rows)  # given, kept
+
+
+def test_max_mape_exit_1(tmp_path, capsys):
+    assert main(["validate", str(DATA), "--max-mape", "0.5"]) == 1
+    assert "is above --max-mape 0.5 %" in capsys.readouterr().out
+
+
+def _write(tmp_path, rows, header=None):
+    path = tmp_path / "runs.csv"
+    header = header or list(rows[0])
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=header)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+ROW = {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "seq_len": 4096, "vocab_size": 128256,
+       "gpu": "h100 sxm", "num_gpus": 16, "tp": 2, "pp": 2, "dp": 4, "global_batch_size": 64,
+       "measured_seconds_per_iter": 10.0, "ffn_hidden_size": 14336, "num_kv_heads": 8, "gated_mlp": 1,
+       "measured_peak_mem_gib": 40}
+
+
+def test_empty_cells_are_picked_and_memory_compared(tmp_path, capsys):
+    path = _write(tmp_path, [ROW])
+    assert main(["validate", str(path), "--out", str(tmp_path / "o.csv")]) == 0
+    row = _rows(tmp_path / "o.csv")[0]
+    for column in ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp"):
+        assert f"{column}=" in row["picked"] and row[column] != ""
+    assert row["fits"] == "True" and float(row["predicted_peak_mem_gib"]) < 79.11
+    assert "memory: MAPE" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"tp": "x"}, "line 2: tp: expected an integer, got 'x'"),
+    ({"num_gpus": 32}, "line 2: num_gpus: tp x pp x dp = 16, not 32"),
+    ({"gpu": "H300"}, "line 2: gpu: unknown GPU type 'H300'"),
+    ({"recompute": "some"}, "line 2: recompute: expected one of none, selective, full, got 'some'"),
+    ({"measured_seconds_per_iter": "-1"}, "line 2: measured_seconds_per_iter: expected a positive number"),
+    ({"measured_seconds_per_iter": ""}, "line 2: measured_seconds_per_iter: empty required cell"),
+])
+def test_a_malformed_row_is_one_line_exit_2(tmp_path, capsys, change, message):
+    path = _write(tmp_path, [ROW | change], list(ROW) + [k for k in change if k not in ROW])
+    assert main(["validate", str(path), "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fasop: error: {path}: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_header_errors(tmp_path, capsys):
+    path = _write(tmp_path, [{k: v for k, v in ROW.items() if k != "tp"}])
+    assert main(["validate", str(path)]) == 2
+    assert "header: missing required column 'tp'" in capsys.readouterr().err
+    path = _write(tmp_path, [ROW | {"colour": "red"}])
+    assert main(["validate", str(path)]) == 2
+    assert "header: unknown column 'colour'" in capsys.readouterr().err
