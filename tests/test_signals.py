@@ -75,7 +75,14 @@ def _gone_within(pids: list[int], seconds: float) -> bool:
 @pytest.mark.skipif(available_cores() < 2, reason="needs 2 cores for 2 workers")
 def test_sigterm_during_pareto_writes_the_finished_part_and_exits_143(tmp_path):
     proc, workers = _start(PARETO, tmp_path)
-    time.sleep(8)  # some compositions finished, most not
+    checkpoint = tmp_path / "sweep_pareto.checkpoint"
+    deadline = time.monotonic() + 120
+    # signalled once a composition is finished (the checkpoint's header and one record), not
+    # after a fixed sleep: a faster machine would finish the sweep before it
+    while not (checkpoint.exists() and checkpoint.read_text().count("\n") >= 2):
+        assert proc.poll() is None, "the sweep ended before the signal: make it longer"
+        assert time.monotonic() < deadline, "no composition finished in 120 s"
+        time.sleep(0.05)
     assert proc.poll() is None, "the sweep ended before the signal: make it longer"
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
