@@ -62,6 +62,6 @@ def within(comps: Sequence[Composition], limits: BuyerLimits, cluster: ClusterSp
         else:
             kept.append(comp)
     if not kept:
-        raise FasopError("--max-nodes: no composition within the limits "
-                         + ", ".join(f"{flag} (leaves out {n})" for flag, n in left_out.items()))
+        raise FasopError(f"{next(iter(left_out))}: no composition within --max-nodes is inside the limits ("
+                         + ", ".join(f"{flag} leaves out {n}" for flag, n in left_out.items()) + ")")
     return tuple(kept), left_out

@@ -160,9 +160,11 @@ def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimat
 
     parser.add_argument("--workers", type=_positive_int, default=default_workers, metavar="N", help=workers_help)
     parser.add_argument("--partition-budget", type=_int_at_least(1, "a positive integer", limits.PARTITION_BUDGET),
-                        default=DEFAULT_MAX_NODES, metavar="NODES",
-                        help="search-tree nodes the optimal partitioner may visit per plan before it keeps the best "
-                        "split found; more proves more splits optimal, and takes longer (default %(default)s)")
+                        metavar="NODES",
+                        help="cap the optimal partitioner's effort: search-tree nodes per plan, past which it keeps "
+                        "the best split found and reports its gap to the best bound (partition_gap_pct). Default: "
+                        f"no cap, every split proven optimal where it can be ({DEFAULT_MAX_NODES} nodes of branch and "
+                        "bound, then again proving only what is faster, then a MILP certificate for small programs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress "
                         f"lines (otherwise, every {PROGRESS_S:g} s)")
 

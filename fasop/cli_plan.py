@@ -191,11 +191,13 @@ def estimator_for(rp, model, cluster):
 
 def inventory_of(rp) -> tuple:
     """The row's inventory in the order of its num_nodes_<type> columns (the order of the search's
-    --nodes), else the plan's nodes."""
+    --nodes), where they count the plan's nodes; else the plan's nodes."""
     by_name = {n.name: n for n in rp.plan.placement}
     counts = [(c[len("num_nodes_"):], rp.row[c]) for c in rp.row if c.startswith("num_nodes_")]
-    inventory = tuple(by_name[name] for name, n in counts if name in by_name and n.isdigit()
-                      for _ in range(int(n)))
+    counts = [(name, int(n)) for name, n in counts if name in by_name and n.isdigit() and len(n) < 7]
+    if sum(n for _, n in counts) != len(rp.plan.placement):  # checked before the list is made
+        return rp.plan.placement
+    inventory = tuple(by_name[name] for name, n in counts for _ in range(n))
     return inventory if sorted(n.name for n in inventory) == sorted(n.name for n in rp.plan.placement) \
         else rp.plan.placement
 

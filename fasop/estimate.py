@@ -34,7 +34,12 @@ class Estimate:
     partitioner: str = "fasop-minmax"
     """The partitioner that chose `partition`."""
     partition_proven_optimal: bool = False
-    """True when the `optimal` partitioner proved no split of this plan is faster."""
+    """True when the `optimal` partitioner proved no split of this plan is faster (by more than its
+    margin, 1e-6 of the step time)."""
+    partition_gap_pct: float = 0.0
+    """`optimal` partitioner: 100 x (step time - the least any split could take) / step time,
+    from the best bound when its search stopped at its budget or the certificate did not close;
+    0 when proven."""
     extra_columns: tuple[tuple[str, object], ...] = ()
     """(column, value) pairs an estimator adds to the CSV after the common columns, the same
     columns for every plan it scores (the analytic estimator's recipe, compute_source, misfit);

@@ -32,7 +32,6 @@ from fasop.errors import FasopError
 from fasop.enumerate import degree_list
 from fasop.estimate import Estimate
 from fasop.estimators import make_estimator
-from fasop.partition import DEFAULT_MAX_NODES
 from fasop.plan import Plan
 from fasop.search import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
 from fasop.workers import process_pool
@@ -249,7 +248,7 @@ def train_cost_usd(usd_per_hour: float, time_h: float) -> float:
 
 def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], *, placements: str = "cyclic",
           partitioner: str = "fasop-minmax", iterations: int = DEFAULT_ITERATIONS, spot: bool = False,
-          top: int | None = None, workers: int = 1, partition_budget: int | None = DEFAULT_MAX_NODES,
+          top: int | None = None, workers: int = 1, partition_budget: int | None = None,
           progress: Progress | None = None, estimator_options: dict | None = None) -> Iterator[CompositionResult]:
     """Search every composition (heterogeneous plans allowed) and yield its result, in order.
 

@@ -83,6 +83,9 @@ class Found:
     proven: bool
     """True when the search finished: no split is better. False when it stopped at its budget
     (the split is then the best one found, never worse than the seeds)."""
+    bound: float = -np.inf
+    """No split has a lower objective (the lowest bound of the nodes left open; the objective
+    itself when proven)."""
 
 
 def least_completions(times: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, float, float]:
@@ -220,7 +223,7 @@ def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
             max_cuts: int = 2, max_nodes: int | None = None, above: float = np.inf,
-            stage_weights: np.ndarray | None = None, tables: dict | None = None) -> Found | None:
+            stage_weights: np.ndarray | None = None, tables: dict | None = None, settle: bool = False) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 
     times[k, a, b]: compute seconds of layers a..b-1 on stage k, inf where b <= a or they do
@@ -248,6 +251,12 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
 
     `tables`: a dict the caller passes to every search over the same `times` (and stage
     weights): the dynamic programmes computed by one are reused by the next. It changes no result.
+
+    `settle`: only prove that no split is faster by more than `margin` than the best seed (or a
+    split found faster than it): nodes whose bound is within the margin of the best are dropped
+    too, so the many splits of (nearly) equal objective -- e.g. layers moved between stages of
+    one GPU type -- are not searched for the lexicographically smallest. proven=True then means
+    optimal within the margin; the split is the best seed unless a faster one was found.
     """
     shared = {} if tables is None else tables
     known: dict = {}
@@ -346,6 +355,8 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
                 cut_tables = np.concatenate([cut_tables, completion(times, w)[None]], axis=0)
 
     def hopeless(value: float) -> bool:
+        if settle:
+            return value >= best[0] * (1 - margin)
         return value * (1 - margin) > best[0]
 
     def beyond(value: float) -> bool:
@@ -354,7 +365,8 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     root = child_bounds(0, 0, (), 0.0, None, np.zeros(0))
     if root is None:
         return None
-    if beyond(float(root[0].min())):  # every split is above: nothing to search
+    least = float(root[0].min())  # no split is below the root's least child bound
+    if beyond(least):  # every split is above: nothing to search
         return Found((), np.inf, True)
     if "balanced" not in shared:
         shared["balanced"] = bottleneck_split(times)
@@ -373,8 +385,10 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     root_family = _Family(-1, 0, (), 0.0, [None], np.zeros(0), 0, [0], [0.0], [0], [0.0])
     heap: list = [(0.0, 0, root_family, 0)]
     proven = True
+    floor = -np.inf  # the lowest bound of an open node when the search stopped
     while heap:
         lb, _, family, position = heapq.heappop(heap)
+        floor = max(lb, least)
         if hopeless(lb):
             break  # every open node is: proven
         if beyond(lb) and best[0] > above and not any(v <= above for v in evaluate(pending)):
@@ -415,7 +429,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
             proven = False
             break
     flush()
-    return Found(best[1], best[0], proven)
+    return Found(best[1], best[0], proven, best[0] if proven else min(floor, best[0]))
 
 
 class _Budget(Exception):

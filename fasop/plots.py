@@ -17,8 +17,6 @@ KIND_STYLE = ({"marker": "o", "color": "#1f77b4"}, {"marker": "s", "color": "#2c
 """Homogeneous node types in --max-nodes order, each its own marker and colour (a ninth type
 and beyond reuse them: a legend that long is unreadable anyway); mixed compositions use MIXED_STYLE."""
 MIXED_STYLE = {"marker": "D", "color": "#7f7f7f"}
-FRONTIER_LABELS = 12
-"""Frontier points labelled with their composition, at most (evenly spread, the knee always)."""
 
 
 def pareto_figure(analysis: ParetoAnalysis, stem: str | Path, *, title: str = "") -> tuple[Path, Path]:
@@ -106,17 +104,6 @@ def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool
             ax.text(0.99, 0.99, "incomplete sweep", transform=ax.transAxes, ha="right", va="top", color="red")
         ax.legend(loc="upper right", frameon=False, handlelength=1.2, borderaxespad=0.2)
     return fig
-
-
-def _label_frontier(ax, front) -> None:
-    """Each frontier point's composition in small type (at most FRONTIER_LABELS, spread evenly)."""
-    n = len(front)
-    chosen = sorted({round(k * (n - 1) / (FRONTIER_LABELS - 1)) for k in range(FRONTIER_LABELS)}) if n > FRONTIER_LABELS \
-        else range(n)
-    for k in chosen:
-        row = front.iloc[k]
-        ax.annotate(str(row["composition"]), (row["train_cost_usd"], row["train_time_h"]), xytext=(3, 2),
-                    textcoords="offset points", fontsize=FONT_PT - 3, color="#333333", zorder=6)
 
 
 def _near(value: float, data: list[float]) -> bool:

@@ -44,7 +44,10 @@ COLUMN_DOCS = {
     "num_microbatches": "micro-batches per step per replica",
     "stage_gpu_types": "GPU type that sets each stage's pace, joined by '-'",
     "partition_method": "partitioner that chose the split: optimal or fasop-minmax",
-    "partition_proven_optimal": "True when the optimal partitioner proved no split of this plan is faster",
+    "partition_proven_optimal": "True when the optimal partitioner proved no split of this plan is faster "
+                                "(by more than 1e-6 of its step time)",
+    "partition_gap_pct": "optimal partitioner only: how much faster, in percent of step_time_s, a split of this "
+                         "plan could still be, from the best lower bound (0 when proven)",
     "samples_per_s": "global batch / step time", "tokens_per_s": "samples_per_s x sequence length",
     "usd_per_hour": "price of the inventory per hour", "iterations": "training steps",
     "train_time_h": "step_time_s x iterations / 3600",
@@ -54,13 +57,23 @@ COLUMN_DOCS = {
 def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], list[dict]]:
     """(columns, rows) for a search result, fastest first."""
     type_names = list(dict.fromkeys(n.name for n in result.inventory))
-    columns = list(SEARCH_COLUMNS) + [f"num_nodes_{t}" for t in type_names] + extra_columns(result.estimates)
+    columns = (with_gap(SEARCH_COLUMNS, result.estimates) + [f"num_nodes_{t}" for t in type_names]
+               + extra_columns(result.estimates))
     counts = {f"num_nodes_{t}": sum(n.name == t for n in result.inventory) for t in type_names}
     rows = []
     for rank, e in enumerate(result.estimates, start=1):
         rows.append(estimate_row(e, rank=rank, iterations=result.iterations, usd_per_hour=result.usd_per_hour,
                                  sequence_length=sequence_length) | counts)
     return columns, rows
+
+
+def with_gap(columns: Sequence[str], estimates: Iterable[Estimate | None]) -> list[str]:
+    """`columns` with `partition_gap_pct` after `partition_proven_optimal` when an estimate's split
+    is the optimal partitioner's (FASOP's choices keep FASOP's columns, byte for byte)."""
+    columns = list(columns)
+    if any(e is not None and e.partitioner == "optimal" for e in estimates):
+        columns.insert(columns.index("partition_proven_optimal") + 1, "partition_gap_pct")
+    return columns
 
 
 def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float, sequence_length: int) -> dict:
@@ -83,7 +96,7 @@ def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float
         "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * sequence_length,
         "usd_per_hour": usd_per_hour, "iterations": iterations,
         "train_time_h": e.step_time_s * iterations / 3600,
-    } | dict(e.extra_columns)
+    } | ({"partition_gap_pct": e.partition_gap_pct} if e.partitioner == "optimal" else {}) | dict(e.extra_columns)
 
 
 def extra_columns(estimates: Iterable[Estimate]) -> list[str]:
@@ -134,7 +147,7 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
     fastest plan that fits (plan cells empty when none fits). Dollar columns use the composition's
     price on the chosen basis; `rank` is the plan's rank within its composition's search."""
     bests = [r.best for r in analysis.results if r.best is not None]
-    columns = (list(SEARCH_COLUMNS) + [f"num_nodes_{t}" for t in type_names] + list(PARETO_EXTRA_COLUMNS)
+    columns = (with_gap(SEARCH_COLUMNS, bests) + [f"num_nodes_{t}" for t in type_names] + list(PARETO_EXTRA_COLUMNS)
                + extra_columns(bests))
     rows = []
     for i, r in enumerate(analysis.results):

@@ -269,6 +269,27 @@ def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray, 
     return ends, weights, const
 
 
+def stage_chains(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray, num_microbatches: int, *,
+                 fwd_bwd_factor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For one pipeline (comp, send_fwd, send_bwd of shape (pp,); fwd, bwd = split_stage_times):
+    (ends, weights, const) with ends[i] = weights[i] . comp + const[i] the end of stage i along
+    its critical chain of events (as `critical_path` for stage 0, for every stage). The graph is
+    the same whatever the times, so weights[i] . comp' + const[i] <= stage i's end under any
+    other comp': the paths the MILP certificate (split_milp) adds as rows."""
+    pp = len(comp)
+    comp = np.asarray(comp, dtype=float)[:, None]
+    rows = _durations(*split_stage_times(comp, fwd_bwd_factor), np.asarray(send_fwd, dtype=float)[:, None],
+                      np.asarray(send_bwd, dtype=float)[:, None])[0]
+    program = program_of(pp, num_microbatches)
+    values = program.run(rows[:, None])[:, 0].tolist()
+    durations = rows.tolist()
+    ends, weights, const = np.empty(pp), np.zeros((pp, pp)), np.zeros(pp)
+    for i, out in enumerate(program.outputs.tolist()):
+        ends[i] = values[out]
+        weights[i], const[i] = _chain_sums(program.chain(values, out), durations, pp, fwd_bwd_factor)
+    return ends, weights, const
+
+
 def _chain_sums(chain: list[int], durations: list[float], pp: int, k: float) -> tuple[list[float], float]:
     """(weights, const) of a chain of events (their duration rows, first event first): 1/k of a
     stage's time per forward, (k - 1)/k per backward (k: the fwd_bwd_factor), the sends'
@@ -333,7 +354,7 @@ def steady_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: fl
 
 def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_stages: int,
                       num_microbatches: int, send_first: float, send_last: float,
-                      weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                      weights: np.ndarray, round_trips: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds on stage 0's end time (of `one_f_one_b`) over pipelines whose stages < k take
     `before` seconds in all, stage k takes t (an array of choices), and the stages after k sum to
     at least rest.sum with a largest stage of at least rest.max and a largest
@@ -348,12 +369,21 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
     - every stage's steady chain (`steady_weights`): all stage times + sends + c_i t_i; with
       rest.capped and rest.below (partition.capped_completion) the rest's sum and its
       largest c_i t_i are bounded together rather than each at its least.
-    `chain` carries (largest own chain, largest c_i t_i) over stages < k (None at the start).
-    `weights`: steady_weights(pp, m, ...) of the stage times' split.
+    - stage i's two round trips (`round_trip_weights`): micro-batch 0 reaches stage i, goes on
+      through the later stages and back; stage i runs its steady forwards and backwards up to
+      its last forward; micro-batch m-1 goes through the later stages and back; stage i's last
+      backward; the gradient drains back: sum_{j<i} t_j + 2 sum_{j>i} t_j + (m - w_i) t_i (+ the
+      sends), i.e. 2 (all stage times) + a_i t_i - sum_{j<i} t_j with a_i = m - w_i - 2 >= 0,
+      whatever the forward/backward split. The balanced splits of a homogeneous pipeline often
+      end on this chain through an early stage.
+    `chain` carries (largest own chain, largest c_i t_i, largest a_i t_i - sum_{j<i} t_j + sends)
+    over stages < k (None at the start).
+    `weights`: steady_weights(pp, m, ...) of the stage times' split. round_trips=False leaves the
+    two round trips out (the bounds, and so the search's order, of earlier releases).
     Returns (bounds, chains including stage k, one row per choice of t).
     """
     m, pp = num_microbatches, num_stages
-    own_before, steady_before = (0.0, 0.0) if chain is None else chain
+    own_before, steady_before, trips_before = (0.0, 0.0, -np.inf) if chain is None else chain
 
     def shared() -> tuple:
         """What every node with these choices shares (once per `rest`, its memo)."""
@@ -371,25 +401,48 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
         terms = np.maximum(chain, busy)
         if k < pp - 1:  # the slowest later stage's own chain
             terms = np.maximum(terms, t + send_first + m * rest.max)
-        return steady, everything, busy, terms, float(np.maximum(steady, rest.wmax).min()), float(terms.min())
+        twice = 2 * (t + rest.sum)  # + 2 before: every stage time twice
+        a = round_trip_weights(pp, m)[k] if round_trips else -1.0
+        trips = np.full_like(t, -np.inf)
+        if a >= 0:  # stage k's two round trips (+ before - before)
+            trips = a * t + ((send_first if k > 0 else 0.0) + (send_last if k < pp - 1 else 0.0))
+            terms = np.maximum(terms, twice + trips)
+        return (steady, everything, busy, terms, float(np.maximum(steady, rest.wmax).min()), float(terms.min()),
+                twice, trips)
 
-    steady, everything, busy, terms, least_steady, least_terms = rest.memo(shared)
+    steady, everything, busy, terms, least_steady, least_terms, twice, trips = rest.memo(shared)
     if steady_before > least_steady:  # an earlier stage's steady chain is the longer for some choices
         terms = np.maximum(terms, everything + steady_before)
     bounds = before + terms
+    if trips_before > -np.inf:  # an earlier stage's two round trips
+        bounds = np.maximum(bounds, 2 * before + twice + trips_before)
     if own_before > before + least_terms:  # an earlier stage's own chain is the longer for some choices
         bounds = np.maximum(bounds, own_before)
-    return bounds, _Chains(before, busy, own_before, steady, steady_before)
+    return bounds, _Chains(before, busy, own_before, steady, steady_before, trips - before, trips_before)
 
 
 class _Chains:
-    """The `chain` of each choice of one_f_one_b_bound: (largest own chain, largest c_i t_i)."""
+    """The `chain` of each choice of one_f_one_b_bound: (largest own chain, largest c_i t_i,
+    largest a_i t_i - sum_{j<i} t_j + sends)."""
 
-    __slots__ = ("before", "busy", "own_before", "steady", "steady_before")
+    __slots__ = ("before", "busy", "own_before", "steady", "steady_before", "trips", "trips_before")
 
-    def __init__(self, before: float, busy: np.ndarray, own_before: float, steady: np.ndarray, steady_before: float):
+    def __init__(self, before: float, busy: np.ndarray, own_before: float, steady: np.ndarray, steady_before: float,
+                 trips: np.ndarray, trips_before: float):
         self.before, self.busy, self.own_before = before, busy, own_before
         self.steady, self.steady_before = steady, steady_before
+        self.trips, self.trips_before = trips, trips_before
 
-    def __getitem__(self, i: int) -> tuple[float, float]:
-        return max(self.own_before, self.before + float(self.busy[i])), max(self.steady_before, float(self.steady[i]))
+    def __getitem__(self, i: int) -> tuple[float, float, float]:
+        return (max(self.own_before, self.before + float(self.busy[i])), max(self.steady_before, float(self.steady[i])),
+                max(self.trips_before, float(self.trips[i])))
+
+
+def round_trip_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
+    """a_i = m - w_i - 2 (w_i = min(pp-i-1, m) warm-up forwards), -1 where negative: stage 0's
+    end >= sends + 2 (all stage times) + a_i t_i - sum_{j<i} t_j for every stage with a_i >= 0
+    (`one_f_one_b_bound`, the two round trips). Stage i's steady part between micro-batch 0's
+    backward and micro-batch m-1's forward is m-1-w_i forwards and m-2-w_i backwards."""
+    warm = np.minimum(num_stages - 1 - np.arange(num_stages), num_microbatches)
+    a = num_microbatches - warm - 2.0
+    return np.where(a >= 0, a, -1.0)

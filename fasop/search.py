@@ -26,7 +26,7 @@ from fasop.errors import FasopError
 from fasop.estimate import Estimate
 from fasop.estimators import Estimator, make_estimator
 from fasop.orders import OrderSearch
-from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS
+from fasop.partition import PARTITIONERS
 from fasop.plan import Plan
 from fasop.specs import ClusterSpec, ModelSpec, NodeType, show
 from fasop.workers import process_pool
@@ -192,15 +192,16 @@ def _collector_paused(function: Callable) -> Callable:
 @_collector_paused
 def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, heterogeneous: bool = False,
            placements: str = "all", partitioner: str = "optimal", iterations: int = DEFAULT_ITERATIONS,
-           top: int | None = None, workers: int = 1, partition_budget: int | None = DEFAULT_MAX_NODES,
+           top: int | None = None, workers: int = 1, partition_budget: int | None = None,
            progress: Progress | None = None, max_orders: int | None = None,
            cutoff: float = float("inf"), estimator_options: dict | None = None) -> SearchResult:
     """Estimate the plans for `inventory` and rank them by step time (see the module doc).
     cutoff (with `top`): keep only plans of at most this step time; the plans kept are the K
     fastest that fit among those, found with the cutoff as the pruning threshold from the start
     (fasop.pareto gives a composition the step time past which it cannot reach the frontier).
-    partition_budget: search-tree nodes the optimal partitioner may visit per plan (None: no
-    limit, every split proven optimal, possibly slow). max_orders (default MAX_ORDERS): past this
+    partition_budget: search-tree nodes the optimal partitioner may visit per plan, past which it
+    keeps the best split found and reports its gap (None: every split proven optimal where it can
+    be, by branch and bound and then a MILP certificate, split_milp). max_orders (default MAX_ORDERS): past this
     many distinct node orders, `placements="all"` needs `top`. With `top`, past max_orders or
     TREE_ORDERS orders, the orders are searched by branch and bound (orders.OrderSearch)
     instead of listed. estimator_options: passed to the estimator (the analytic one's allowed

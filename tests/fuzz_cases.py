@@ -268,10 +268,80 @@ def combination_cases(rng: random.Random, count: int = 150) -> list[dict]:
     return cases
 
 
+def _results_csv() -> str:
+    """The CSV `fasop search` writes for the fixture (a10=2), made once."""
+    import contextlib
+    import io
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from fasop.cli import main
+
+    with tempfile.TemporaryDirectory() as folder:
+        for name, text in (("model.yaml", MODEL), ("cluster.yaml", CLUSTER), ("tiny.profile.csv", PROFILE)):
+            (Path(folder) / name).write_text(text)
+        here = os.getcwd()
+        os.chdir(folder)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert main(list(SEARCH)) == 0
+            return (Path(folder) / "out.csv").read_text()
+        finally:
+            os.chdir(here)
+
+
+PLAN_FLAGS = {
+    "--rank": ["0", "-1", "2", "99999999999999999999", "x"],
+    "--row": ["0", "1", "3", "4", "99999999999999999999"],
+    "--tp": ["0", "3", "99999999999999999999"], "--dp": ["0", "7", "99999999999999999999"],
+    "--pp": ["0", "2", "5", "99999999999999999999"], "--mbs": ["0", "3", "99999999999999999999"],
+    "--partition": ["", "1-1", "4", "2-2", "0-4", "-", "5-99999999999999999999", "1-1-1-1-1-1-1-1-1"],
+    "--placement": ["", "a10", "a10-a10", "a10-h100", "-", "a10--a10", "a10-" * 2000 + "a10"],
+    "--peak-tflops": ["A10=nan", "A10=inf", "A10=-1", "A10=0", "A10", "=1", "A10=1e308", "A10=125"],
+    "--top": ["0", "1", "99999999999999999999"], "--figures": ["", "timeline", "bogus", ","],
+    "--out-dir": ["", "figs", "figs/", "out.csv", "r.csv", "a/b/c"], "--out": ["", "x/", "out.csv", "e.txt", "r.csv"],
+}
+RESULT_CELLS = ["", "nan", "inf", "-1", "0", "1e308", "99999999999999999999", "x", "a10-h100", "1-1-1", "True"]
+
+
+def plan_cases(rng: random.Random) -> list[dict]:
+    """`fasop explain`, `export` and `plot` on a results CSV: hostile flags, and the CSV's
+    cells replaced by hostile values (a CSV is a file users edit, too)."""
+    results = _results_csv()
+    base = {"explain": ["explain", "--from", "r.csv", "--model", "model.yaml", "--cluster", "cluster.yaml"],
+            "export": ["export", "--from", "r.csv", "--model", "model.yaml", "--cluster", "cluster.yaml",
+                       "--target", "megatron", "--out", "e.txt"],
+            "plot": ["plot", "--from", "r.csv", "--model", "model.yaml", "--cluster", "cluster.yaml",
+                     "--out-dir", "figs", "--figures", "timeline"]}
+    by_flags = ["--placement", "a10-a10", "--tp", "1", "--dp", "2", "--pp", "2", "--mbs", "1"]
+    cases = []
+    for command, argv in base.items():
+        cases.append(_case(f"plan:{command}:valid", list(argv), files={"r.csv": results}))
+        for flag, values in PLAN_FLAGS.items():
+            for value in values:
+                if command != "explain" and flag == "--peak-tflops" or command != "plot" and flag in (
+                        "--top", "--figures", "--out-dir") or command != "export" and flag == "--out":
+                    continue
+                start = argv if flag in ("--rank", "--row", "--peak-tflops", "--top", "--figures", "--out-dir", "--out") \
+                    else [a for a in argv[:1]] + argv[3:] + by_flags
+                cases.append(_case(f"plan:{command}:{flag}", _with_flag(start, flag, value), files={"r.csv": results}))
+    header, *rows = results.splitlines()
+    for _ in range(60):
+        cells = [row.split(",") for row in rows]
+        i, k = rng.randrange(len(cells)), rng.randrange(len(cells[0]))
+        cells[i][k] = rng.choice(RESULT_CELLS)
+        command = rng.choice(list(base))
+        text = "\n".join([header] + [",".join(c) for c in cells]) + "\n"
+        cases.append(_case(f"plan:{command}:csv-cell", _with_flag(base[command], "--row", str(i + 1)),
+                           files={"r.csv": text}))
+    return cases
+
+
 def all_cases() -> list[dict]:
     rng = random.Random(SEED)
     cases = (value_cases(rng) + deletion_cases(rng) + encoding_cases(rng) + profile_cases(rng) + flag_cases(rng)
-             + output_cases() + combination_cases(rng))
+             + output_cases() + combination_cases(rng) + plan_cases(rng))
     for number, case in enumerate(cases):
         case["id"] = number
     return cases

@@ -91,7 +91,7 @@ def run_case(case: dict, base: Path, fasop_main) -> dict:
     elapsed = time.monotonic() - start
     new = sorted(_files(work) - before)
     return {"id": case["id"], "family": case["family"], "expect": case["expect"], "argv": case["argv"][:12],
-            "status": status, "stderr": err.getvalue()[-3000:], "error": error[-3000:], "seconds": elapsed,
+            "status": status, "stderr": err.getvalue()[-3000:], "stdout_chars": len(out.getvalue()), "error": error[-3000:], "seconds": elapsed,
             "new": new, "outside": sorted(p.name for p in case_dir.iterdir() if p.name != "work"),
             "link_target": (work / "target.csv").read_text() if (work / "target.csv").exists() else None,
             "inside": case.get("inside")}

@@ -181,3 +181,19 @@ def test_explain_of_a_pareto_csv_defaults_to_its_knee(tmp_path, capsys, monkeypa
     if oom:
         assert main(["explain", *args, "--row", str(oom[0])]) == 2
         assert "has no plan that fits" in capsys.readouterr().err
+
+
+def test_hostile_inventory_counts_do_not_make_an_inventory(searched, tmp_path, capsys):
+    """A num_nodes_<type> cell of 10^20 (a hand-edited CSV) is not expanded into an inventory:
+    the row's own nodes are used."""
+    model, _, rows, _ = searched
+    row = dict(rows[0])
+    column = next(c for c in row if c.startswith("num_nodes_"))
+    row[column] = "99999999999999999999"
+    path = tmp_path / "edited.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    assert main(["explain", "--from", str(path), "--model", model.name, "--cluster", "fasop-paper", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == float(rows[0]["step_time_s"])

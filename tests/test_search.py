@@ -224,7 +224,7 @@ def test_a_cut_off_never_changes_a_plans_estimate():
     deep = [e for e in full.estimates if e.plan.pp >= 8 and not e.memory.is_oom][::7]
     assert any(not e.partition_proven_optimal for e in deep)
     for e in deep:
-        est = Fasop2024Estimator(model, cluster, nodes, "optimal")
+        est = Fasop2024Estimator(model, cluster, nodes, "optimal", None)  # the search's default: no budget cap
         for factor in (0.97, 1 - 1e-9, 1.0, 1 + 1e-9, 1.03):
             below = est.estimate_below(e.plan, e.step_time_s * factor)
             if e.step_time_s <= e.step_time_s * factor:

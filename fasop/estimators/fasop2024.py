@@ -41,13 +41,16 @@ from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least
 from fasop.plan import Plan, trusted_many
 from fasop.recent import recent
 from fasop.schedule import (Schedule, critical_path, one_f_one_b, one_f_one_b_bound, split_stage_times,
-                            steady_weights)
+                            stage_chains, steady_weights)
+from fasop.split_milp import certify
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
 DP_EXTRA_PARAMS_PER_LAYER = 20800
 """dp-param-count: the gradients of a transformer layer in FASOP's DP all-reduce are 12 h^2 +
 20800 (its memory counts 12 h^2, model_math.transformer_params)."""
+SETTLE_NODES = 400
+"""Search-tree nodes of the settle pass (`_optimal_split`'s certificate) per unproven plan."""
 RECENT_SHAPES = 16
 """Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
 the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
@@ -69,6 +72,8 @@ class Fasop2024Estimator:
             raise ValueError(f"unknown partitioner {partitioner!r}")
         self.model, self.cluster, self.partitioner = model, cluster, partitioner
         self.max_nodes = max_nodes
+        """Search-tree nodes the `optimal` partitioner may visit per plan; None: every split
+        proven where it can be (DEFAULT_MAX_NODES, then `_optimal_split`'s certificate)."""
         """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
         self._shared = _shared_cache(model, cluster)
         self._latest_plan: Plan | None = None
@@ -299,7 +304,7 @@ class Fasop2024Estimator:
             return replace(prepared, proven=True)
         found = self._optimal_split(prepared, cutoff)
         return None if found is None else replace(prepared, splits=[Split(found.split, found.split)],
-                                                  proven=found.proven)
+                                                  proven=found.proven, gap_pct=_gap_pct(found))
 
     def _optimal_split(self, p: Prepared, cutoff: float = np.inf) -> Found | None:
         """The split with the lowest estimated step time among those that fit in memory (or among
@@ -363,20 +368,46 @@ class Fasop2024Estimator:
 
         weights = self.steady_weights(pp, m)
 
-        def bound(k, before, chain, t, rest):
+        def bound(k, before, chain, t, rest, round_trips=False):
             return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
-                                     send_first=send_first, send_last=send_last)
+                                     send_first=send_first, send_last=send_last, round_trips=round_trips)
+
+        def tight(k, before, chain, t, rest):
+            """`bound` with the two round trips: tighter, but it changes the search's order, and within
+            a budget the split found; used only to prove (the settle pass below)."""
+            return bound(k, before, chain, t, rest, True)
+
+        def certified(found: Found | None) -> Found | None:
+            """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
+            proven: by the branch and bound again, now only that no split is faster by more than
+            its margin (many splits of equal time: layers moved between stages of one GPU type),
+            then by the MILP (split_milp.certify, on programs small enough)."""
+            if found is None or found.proven or self.max_nodes is not None:
+                return found
+            settled = optimal(fitting, tables=tables, settle=True,
+                              **(budget | {"seeds": [found.split], "bound": tight, "max_nodes": SETTLE_NODES}))
+            if settled.objective < found.objective:
+                found = settled
+            if settled.proven:
+                return Found(found.split, found.objective, True, found.objective)
+            table = self.dp_table(plan, layout)[:, [int(t.intra_node_shared) for t in p.stage_types]]
+            sure = certify(fitting, lambda t: stage_chains(t, sends_fwd[:, 0], sends_bwd[:, 0], m,
+                                                           fwd_bwd_factor=self.fwd_bwd_factor),
+                           table.astype(float) + embedding, lambda split: evaluate([split])[0], found.split,
+                           found.objective)
+            return Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound))
 
         seeds = [s.reported for s in p.splits]
         budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
-                  "max_nodes": self.max_nodes, "stage_weights": weights}
+                  "max_nodes": DEFAULT_MAX_NODES if self.max_nodes is None else self.max_nodes,
+                  "stage_weights": weights}
         if cutoff < np.inf:
             # The search stops early once it knows its result is above the cutoff; otherwise its
             # result is the one without cutoff, so a plan's estimate never depends on the cutoff
             # (top-K runs equal full runs, any --workers).
-            found = optimal(fitting, above=cutoff, tables=tables, **budget)
+            found = certified(optimal(fitting, above=cutoff, tables=tables, **budget))
             return None if found is None or not found.objective <= cutoff else found
-        found = optimal(fitting, tables=tables, **budget)
+        found = certified(optimal(fitting, tables=tables, **budget))
         if found is None:  # nothing fits: the fastest split, flagged OOM
             found = optimal(times, tables=oom_tables, **budget)
         return found
@@ -511,7 +542,7 @@ class Fasop2024Estimator:
         layout = p.layout or self.layout(p.plan)
         return Chosen(p.plan, layout, self.stages_of(layout, p.plan.tp, p.plan.mbs), p.p2p, p.splits[best],
                        np.asarray(split_ends[best], dtype=float).tolist(), p.stage_compute(p.splits[best].scheduled),
-                       p.proven)
+                       p.proven, p.gap_pct)
 
     def _finish_many(self, chosen: Sequence["Chosen"]) -> list[Estimate]:
         """Estimates of chosen splits: step time (`_step`'s float32 operations), memory and
@@ -538,7 +569,7 @@ class Fasop2024Estimator:
                          stage_compute_s=tuple(c.compute), p2p_s=c.p2p, stage_end_s=tuple(c.ends),
                          pipeline_time_s=c.ends[0], dp_allreduce_s=dp, embedding_allreduce_s=float(c.layout.embedding_s),
                          step_time_s=step, memory=mem, usd_per_step=self.usd_per_s * step, partitioner=self.partitioner,
-                         partition_proven_optimal=c.proven)
+                         partition_proven_optimal=c.proven, partition_gap_pct=c.gap_pct)
                 for c, dp, step, mem in zip(chosen, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
 
     def dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
@@ -600,9 +631,17 @@ def _shared_cache(model: ModelSpec, cluster: ClusterSpec) -> dict:
     return recent(_SHARED, (model, cluster), dict)
 
 
+def _gap_pct(found: Found) -> float:
+    """Estimate.partition_gap_pct of a search's result: 0 when proven, else how far below its
+    objective its best bound lies, in percent (4 significant digits)."""
+    if found.proven or not found.objective > 0 or not np.isfinite(found.objective):
+        return 0.0
+    return float(f"{max(0.0, 100 * (found.objective - max(found.bound, 0.0)) / found.objective):.4g}")
+
+
 @register("fasop-2024")
 def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, partitioner: str = "fasop-minmax",
-         partition_budget: int | None = DEFAULT_MAX_NODES, **_ignored) -> Fasop2024Estimator:
+         partition_budget: int | None = None, **_ignored) -> Fasop2024Estimator:
     """FASOP's estimator with the search's options: `partitioner` and `partition_budget` (the
     optimal partitioner's search-tree nodes per plan)."""
     return Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)

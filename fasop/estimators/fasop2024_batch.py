@@ -33,12 +33,12 @@ f32 = np.float32
 class Chosen:
     """A plan with its split chosen and scheduled: what `_finish_many` makes an estimate of."""
 
-    __slots__ = ("plan", "layout", "stages", "p2p", "split", "ends", "compute", "proven")
+    __slots__ = ("plan", "layout", "stages", "p2p", "split", "ends", "compute", "proven", "gap_pct")
 
     def __init__(self, plan: Plan, layout: "Layout", stages: "Stages", p2p: tuple[float, ...], split: Split,
-                 ends: list[float], compute: Sequence[float], proven: bool = False):
+                 ends: list[float], compute: Sequence[float], proven: bool = False, gap_pct: float = 0.0):
         self.plan, self.layout, self.stages, self.p2p, self.split = plan, layout, stages, p2p, split
-        self.ends, self.compute, self.proven = ends, compute, proven
+        self.ends, self.compute, self.proven, self.gap_pct = ends, compute, proven, gap_pct
         """ends: each stage's end; compute: each stage's fwd+bwd seconds per micro-batch."""
 
 
@@ -50,6 +50,8 @@ class Prepared:
     p2p: tuple[float, ...]
     splits: list[Split]
     proven: bool = False
+    gap_pct: float = 0.0
+    """The optimal partitioner's gap (Estimate.partition_gap_pct)."""
     layout: Layout | None = None
     """The plan's layout (what `_finish` needs of it again), when known."""
 

@@ -1,0 +1,149 @@
+"""Proven-optimal layer splits: the MILP certificate (fasop/split_milp.py), the branch and bound's
+settle mode and its two-round-trip bound (partition.optimal, schedule.one_f_one_b_bound).
+
+What is protected here, on generated small cases (<= 12 layers, <= 4 stages, random
+heterogeneous stage speeds, memory caps and end sends, FASOP's float32 step time with a DP
+all-reduce that grows with stage 0's layers):
+- the certificate's split is the brute-force optimum over all contiguous splits that fit, and its
+  value is the event simulation's (one_f_one_b) time of the split it returns;
+- it is proven, from any starting split (or none), and a budget-capped search reports a gap that
+  is a true bound (no split is faster than step x (1 - gap));
+- the two-round-trip chain (schedule.round_trip_weights) never exceeds the simulated stage 0 end;
+- stage_chains gives every stage's end as a path of the event graph (weights . t + const).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from fasop.partition import optimal
+from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, round_trip_weights, stage_chains, \
+    steady_weights
+from fasop.split_milp import MARGIN, certify
+
+f32 = np.float32
+
+
+def _case(seed: int):
+    """(times, extra, objective, chains, brute) of a random pipeline: per-layer seconds per stage
+    (a stage's GPU speed x a layer's work), memory caps as a most-layers-per-stage limit, end
+    sends, a float32 DP all-reduce by stage 0's layers, a bus per stage."""
+    rng = np.random.default_rng(seed)
+    pp = int(rng.integers(2, 5))
+    layers = int(rng.integers(pp + 1, 13))
+    m = int(rng.integers(1, 9))
+    work = rng.uniform(0.5, 2.0, layers)
+    speed = rng.uniform(0.5, 2.0, pp)
+    layer_s = speed[:, None] * work[None, :]
+    size = layers + 1
+    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    sums = np.concatenate([np.zeros((pp, 1)), np.cumsum(layer_s, axis=1)], axis=1)
+    times = np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf)
+    caps = rng.integers(max(2, -(-layers // pp)), layers + 1, pp)  # each stage holds at most caps[k] layers
+    fitting = np.where((b - a)[None] <= caps[:, None, None], times, np.inf)
+    sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
+    sends_fwd[0], sends_bwd[pp - 1] = rng.uniform(0, 0.3, 2)
+    dp = np.concatenate([[0.0], np.cumsum(rng.uniform(0, 0.2, layers))]).astype(f32)  # by stage 0's layers
+    bus = rng.integers(0, 2, pp)
+    table = np.stack([dp, (dp * f32(1.5)).astype(f32)], axis=1)[:, bus]  # (L+1, pp) float32
+    extra = table.astype(float)
+
+    def stage_times(split):
+        edges = np.concatenate([[0], np.cumsum(split)])
+        return times[np.arange(pp), edges[:-1], edges[1:]]
+
+    def objective(split) -> float:
+        comp = stage_times(split)[:, None]
+        ends = one_f_one_b(comp / 3, 2 * comp / 3, sends_fwd, sends_bwd, m)[:, 0].astype(f32)
+        return float((ends + table[split[0]]).max())
+
+    def chains(t):
+        return stage_chains(t, sends_fwd[:, 0], sends_bwd[:, 0], m, fwd_bwd_factor=3.0)
+
+    def fits(split) -> bool:
+        return bool(np.isfinite(stage_times(split)).all()) and all(
+            c <= caps[k] for k, c in enumerate(split))
+
+    splits = [tuple(y - x for x, y in zip((0,) + cuts, cuts + (layers,)))
+              for cuts in itertools.combinations(range(1, layers), pp - 1)]
+    brute = min((objective(s) for s in splits if fits(s)), default=np.inf)
+    return fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_certificate_equals_brute_force_and_the_simulation(seed):
+    fitting, extra, objective, chains, brute, _ = _case(seed)
+    start = None
+    for best in ((), start):  # from no split, then from a poor one
+        found = certify(fitting, chains, extra, objective, best or (), objective(best) if best else np.inf)
+        assert found.proven
+        if not np.isfinite(brute):
+            assert found.split == ()
+            return
+        assert found.objective == objective(found.split)  # the value is the simulation's, of its split
+        assert found.objective <= brute * (1 + MARGIN) and found.objective >= brute
+        assert found.objective == pytest.approx(brute, rel=MARGIN)
+        start = tuple(found.split[::-1]) if np.isfinite(objective(found.split[::-1])) else found.split
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_settle_and_budget_bounds_are_true_bounds(seed):
+    """partition.optimal with a tiny budget: its gap bound is below every split's objective; in
+    settle mode from its split it proves optimality within the margin."""
+    fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
+    if not np.isfinite(brute):
+        return
+    weights = steady_weights(pp, m, fwd_bwd_factor=3.0)
+
+    def evaluate(splits):
+        return [objective(s) for s in splits]
+
+    def cut(split):
+        _, w, const = critical_path(stage_times(split)[:, None], sends_fwd, sends_bwd, m, fwd_bwd_factor=3.0)
+        return w[:, 0], float(const[0])
+
+    def bound(k, before, chain, t, rest):
+        return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
+                                 send_first=float(sends_fwd[0, 0]), send_last=float(sends_bwd[pp - 1, 0]))
+
+    kwargs = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": lambda n: float(extra[n, 0]),
+              "stage_weights": weights}
+    exact = optimal(fitting, **kwargs)
+    assert exact.proven and exact.objective == pytest.approx(brute, rel=1e-12)
+    capped = optimal(fitting, max_nodes=2, **kwargs)
+    assert capped.bound <= brute * (1 + MARGIN)  # float32 step times: bounds are good to their rounding
+    settled = optimal(fitting, settle=True, **(kwargs | {"seeds": [capped.split]}))
+    assert settled.proven and settled.objective <= brute * (1 + MARGIN)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_round_trip_chain_is_a_lower_bound(seed):
+    rng = np.random.default_rng(seed)
+    pp, m = int(rng.integers(2, 10)), int(rng.integers(1, 40))
+    t = rng.uniform(0.01, 1, pp) ** 3
+    sf, sb = np.zeros(pp), np.zeros(pp)
+    sf[0], sb[-1] = rng.uniform(0, 0.1, 2)
+    end = one_f_one_b(t[:, None] / 3, 2 * t[:, None] / 3, sf[:, None], sb[:, None], m)[0, 0]
+    a = round_trip_weights(pp, m)
+    for i in range(pp):
+        if a[i] >= 0:
+            sends = (sf[0] if i > 0 else 0.0) + (sb[-1] if i < pp - 1 else 0.0)
+            assert 2 * t.sum() + a[i] * t[i] - t[:i].sum() + sends <= end * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_stage_chains_are_paths_of_the_event_graph(seed):
+    rng = np.random.default_rng(seed)
+    pp, m = int(rng.integers(1, 7)), int(rng.integers(1, 12))
+    t = rng.uniform(0.1, 1, pp)
+    sf, sb = rng.uniform(0, 0.1, pp), rng.uniform(0, 0.1, pp)
+    ends, weights, const = stage_chains(t, sf, sb, m, fwd_bwd_factor=3.0)
+    simulated = one_f_one_b(t[:, None] / 3, 2 * t[:, None] / 3, sf[:, None], sb[:, None], m)[:, 0]
+    assert np.allclose(ends, simulated, rtol=1e-12)
+    assert np.allclose(weights @ t + const, ends, rtol=1e-9)
+    other = rng.uniform(0.1, 1, pp)  # a path under other times is at most their ends
+    later = one_f_one_b(other[:, None] / 3, 2 * other[:, None] / 3, sf[:, None], sb[:, None], m)[:, 0]
+    assert np.all(weights @ other + const <= later * (1 + 1e-9))
