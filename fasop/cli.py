@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_parsers(sub)
     from fasop import cli_validate
     cli_validate.add_parser(sub)
+    from fasop import cli_prices
+    cli_prices.add_parser(sub)
     return parser
 
 
@@ -172,7 +174,7 @@ def _add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimat
 def main(argv: list[str] | None = None) -> int:
     from fasop.workers import exit_status, sigterm_as_interrupt
 
-    commands = {"search": _search, "pareto": _pareto, "list": _list, "validate": _validate}
+    commands = {"search": _search, "pareto": _pareto, "list": _list, "validate": _validate, "prices": _prices}
     try:
         with sigterm_as_interrupt():
             args = build_parser().parse_args(argv)
@@ -195,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from fasop import cli_validate
     return cli_validate.run(args)
+
+
+def _prices(args: argparse.Namespace) -> int:
+    from fasop import cli_prices
+    return cli_prices.run(args)
 
 
 def _search(args: argparse.Namespace) -> int:

@@ -18,6 +18,9 @@ PROFILE_BYTES = 4 << 20
 """A profile CSV is at most 4 MiB, ~130,000 rows (the shipped ones are under 20 KB; 256 layers x
 20 GPU types x 8 TP degrees is 41,000 rows). Checking takes ~0.8 us a byte here (7.7 MB: 5.8 s
 on a loaded 2-core machine)."""
+VMS_CSV_BYTES = 64 << 20
+"""A SkyPilot vms.csv (`fasop prices --from`) is at most 64 MiB (the catalog's largest, GCP's,
+is a few MB); it is read whole, so a larger file is refused rather than held in memory."""
 YAML_DEPTH = 32
 """Nesting of YAML collections: specs nest 5 deep; a deep document would exhaust the parser's recursion."""
 YAML_ALIASES = 0
