@@ -206,3 +206,34 @@ def test_other_bad_input_is_one_line_exit_2(files, tmp_path, capsys, monkeypatch
     assert files["spec.yaml"].read_text() == SPEC
     monkeypatch.setattr(limits, "VMS_CSV_BYTES", 100)
     assert "larger than fasop's limit of 100 bytes" in _error(capsys, ["prices", "--cluster", spec, "--from", csv])
+
+
+FASOP_SPEC = """\
+estimator: fasop-2024
+links:
+  p2p_inter_node_divisor: 1.05
+  p2p_intra_node_divisor: 3.5
+memory:
+  overhead_factor: 1.10
+node_types:
+  a100:
+    instance: p4d.24xlarge       # a comment
+    gpu: A100
+    gpus_per_node: 4
+    memory_limit_gib: 39.59
+    intra_node_gbit_per_s: 1840
+    inter_node_gbit_per_s: 40
+    intra_node_shared: false
+    usd_per_hour: 32.7726        # the paper's price
+"""
+
+
+def test_a_fasop_2024_cluster_gets_prices_without_date_or_source_keys(files, tmp_path, capsys):
+    spec, out = tmp_path / "fasop.yaml", tmp_path / "fasop-priced.yaml"
+    spec.write_text(FASOP_SPEC)
+    assert main(["prices", "--cluster", str(spec), "--from", str(files["aws.csv"]), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "price_date" not in text and "price_source" not in text  # keys a fasop-2024 spec does not know
+    node = load_cluster(str(out)).node_types["a100"]
+    assert (node.usd_per_hour, node.spot_usd_per_hour) == (20.0, 8.75)  # us-west-2, as above
+    assert text.startswith(FASOP_SPEC.split("    usd_per_hour")[0])
