@@ -76,7 +76,10 @@ class PoolExecutor:
         from concurrent.futures.process import BrokenProcessPool
 
         done, _ = futures.wait(self.running, return_when=futures.FIRST_COMPLETED)
-        future = min(done, key=lambda f: self.running[f][0])
+        # finished compositions before an interruption or a lost worker among the same done
+        # futures: a worker interrupted on its second task has finished its first, keep that one
+        finished = [f for f in done if f.exception() is None]
+        future = min(finished or done, key=lambda f: self.running[f][0])
         task = self.running.pop(future)
         try:
             return task[0], future.result()

@@ -172,11 +172,13 @@ def pruned_sweep(job: _SweepJob, comps: Sequence[Composition], executor, *, prun
             i, result = executor.next_result()
             r = next(k for k in range(complete, len(rounds)) if i in rounds[k])
             cutoff = rounds[r][i][0]
-            if record is not None:
-                record(i, cutoff, result)
             rounds[r][i] = (cutoff, _Yielded(result))
             settled += 1
             yield i, result
+            # recorded once the caller holds it: an interrupt in between leaves a composition
+            # that --resume searches again (same bytes), never one on disk but not in the CSV
+            if record is not None:
+                record(i, cutoff, result)
             report(settled, len(comps))
     finally:
         executor.close()
