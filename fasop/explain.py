@@ -9,15 +9,21 @@ The plan (from a results row, rowplan.RowPlan) is estimated again with the row's
   (sends that overlap its compute are not counted again) and the time it waits (the gaps
   between its events); and its memory by part against its GPU memory limit;
 - the whole plan: pipeline time = stage 0's end = its compute + exposed sends + waiting; bubble
-  fraction = the stages' waiting / (pp x pipeline time); step time = the last stage to finish its DP
-  all-reduce + the embedding all-reduce (docs/estimators.md §5, §7); throughput, model FLOPs, dollars.
+  fraction = the stages' waiting / (pp x pipeline time); step time = the terms the estimator states
+  (Estimate.step_parts; analytic: the latest stage end + its DP sync not overlapped + embedding
+  all-reduce + optimizer step), else the last stage to finish its DP all-reduce + the embedding
+  all-reduce (fasop-2024, docs/estimators.md §5, §7); throughput, model FLOPs, dollars.
+- the timeline is the estimator's own schedule (`schedule_of`); where it is a simulation of a
+  closed form (analytic) and ends elsewhere, the stage rows are the timeline's and a note gives
+  both; where the estimator cannot draw it (interleaved plans), no timeline and a note.
 
 Memory parts, for an estimator that states its bytes a parameter (`param_bytes`, memory.ParamBytes;
 fasop-2024: 18, as Megatron-LM counts them, theoretical_memory_usage.py, 01_megatron_lm.md §1.7):
 weights in the model's element size (2 bytes), gradients the rest of the replicated part (4:
 fp32), the optimizer the sharded part (12: fp32 master weights and Adam moments; 12 // dp with the
 optimizer sharded, ZeRO); activations as memory.stage_elements counts them. Other estimators:
-the stage's total only.
+their own parts (Estimate.stage_memory_parts; analytic: weights, gradients, optimizer,
+activations and the framework overhead, analytic_cost.MemoryParts), else the stage's total only.
 Model FLOPs: Narayanan et al. 2021, Eq. 3 without recompute: per transformer layer and token
 3 x (24 h^2 + 4 s h), per head and token 3 x 2 h V.
 """
