@@ -312,9 +312,10 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
         label = (row["composition"] + ": " if "composition" in row else f"#{row.get('rank', k)} ") + \
             f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {_abbreviate(p.placement_name)}" + \
             (" (OOM)" if row.get("is_oom") == "True" else "")
-        items.append((label, {"compute": s.computing_s, "p2p": s.sending_s,
-                              "bubble": s.idle_s, "DP all-reduce": x.dp_allreduce_s,
-                              "embedding all-reduce": x.embedding_allreduce_s}))
+        drawn = x.bubble_fraction == x.bubble_fraction  # nan: no timeline to split the pipeline
+        pipeline = ({"compute": s.computing_s, "p2p": s.sending_s, "bubble": s.idle_s} if drawn
+                    else {"pipeline": x.step_parts[0][1]})
+        items.append((label, pipeline | dict(x.step_parts[1:])))
     return items
 
 
