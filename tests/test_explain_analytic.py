@@ -142,3 +142,14 @@ def test_explain_text_of_an_analytic_row(searched, capsys):
     text = capsys.readouterr().out
     assert "overhead" in text and "optimizer step" in text and "DP sync not overlapped" in text
     assert "each boundary's sends" in text
+
+
+def test_plot_of_a_plain_analytic_row_draws_its_timeline(searched, tmp_path):
+    _, _, rows, path = searched
+    k, _ = _plain(rows)[0]
+    assert main(["plot", "--from", str(path), "--model", "llama-3-8b", "--cluster", "aws", "--row", str(k),
+                 "--out-dir", str(tmp_path)]) == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert {f"llama_row{k}_{f}.{e}" for f in ("timeline", "breakdown", "memory") for e in ("png", "svg")} <= set(written)
+    svg = (tmp_path / f"llama_row{k}_breakdown.svg").read_text()
+    assert "optimizer step" in svg and "DP sync not overlapped" in svg
