@@ -182,11 +182,30 @@ def estimator_for(rp, model, cluster):
     split is given, the partitioner only names it)."""
     from fasop.estimators import make_estimator
 
-    estimator = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal")
+    estimator = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal", **recipe_of(rp))
     if rp.plan.tp not in estimator.tp_degrees():
         raise FasopError(f"{rp.where}: tp: {rp.plan.tp} is not a degree the {cluster.estimator} estimator can score "
                          f"on these GPUs (it can: {', '.join(map(str, estimator.tp_degrees()))})")
     return estimator
+
+
+RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": lambda v: v == "True",
+                  "virtual_stages": int, "precision": str}
+"""The recipe columns of a results row (the analytic estimator's) and how to read each cell."""
+
+
+def recipe_of(rp) -> dict:
+    """The row's recipe as estimator options (each a one-value tuple), for the columns it has:
+    the plan is re-estimated as it was scored, not with the search's default recipe."""
+    out = {}
+    for column, read in RECIPE_COLUMNS.items():
+        cell = rp.row.get(column, "")
+        if cell:
+            try:
+                out[column] = (read(cell),)
+            except ValueError:
+                raise FasopError(f"{rp.where}: {column}: {cell!r} is not a {column.replace('_', ' ')} value") from None
+    return out
 
 
 def inventory_of(rp) -> tuple:
@@ -241,7 +260,9 @@ def _plot(args: argparse.Namespace) -> int:
 
     label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {_abbreviate(plan.placement_name)}"
     boxes = 2 * plan.pp * plan.num_microbatches
-    if "timeline" in wanted and boxes > plots.TIMELINE_MAX_BOXES:
+    if "timeline" in wanted and timeline is None:
+        print(f"fasop: note: no timeline: {x.schedule_note}", file=sys.stderr)
+    elif "timeline" in wanted and boxes > plots.TIMELINE_MAX_BOXES:
         print(f"fasop: note: no timeline: {plan.pp} stages x {plan.num_microbatches:,} micro-batches are {boxes:,} "
               f"boxes, past the {plots.TIMELINE_MAX_BOXES:,} a legible chart holds", file=sys.stderr)
     elif "timeline" in wanted:
@@ -291,9 +312,10 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
         label = (row["composition"] + ": " if "composition" in row else f"#{row.get('rank', k)} ") + \
             f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {_abbreviate(p.placement_name)}" + \
             (" (OOM)" if row.get("is_oom") == "True" else "")
-        items.append((label, {"compute": s.computing_s, "p2p": s.sending_s,
-                              "bubble": s.idle_s, "DP all-reduce": x.dp_allreduce_s,
-                              "embedding all-reduce": x.embedding_allreduce_s}))
+        drawn = x.bubble_fraction == x.bubble_fraction  # nan: no timeline to split the pipeline
+        pipeline = ({"compute": s.computing_s, "p2p": s.sending_s, "bubble": s.idle_s} if drawn
+                    else {"pipeline": x.step_parts[0][1]})
+        items.append((label, pipeline | dict(x.step_parts[1:])))
     return items
 
 

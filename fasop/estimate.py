@@ -44,3 +44,12 @@ class Estimate:
     """(column, value) pairs an estimator adds to the CSV after the common columns, the same
     columns for every plan it scores (the analytic estimator's recipe, compute_source, misfit);
     empty for fasop-2024, whose CSVs keep their bytes."""
+    stage_memory_parts: tuple[tuple[tuple[str, float], ...], ...] = ()
+    """Per stage, (part, bytes per GPU) pairs that sum to its memory (the analytic estimator:
+    weights, gradients, optimizer, activations, overhead); empty where the estimator does not
+    state them (fasop-2024: explain derives them from its `param_bytes`). Not a CSV column."""
+    step_parts: tuple[tuple[str, float], ...] = ()
+    """The step time as (term, seconds) pairs that add up to it, the first the end of the stage
+    that sets it (the analytic estimator: that stage's end, its DP sync not hidden behind compute,
+    the embedding all-reduce, the optimizer step); empty where the step is the latest stage end
+    + DP all-reduce + embedding all-reduce (fasop-2024). Not a CSV column."""

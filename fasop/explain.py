@@ -9,15 +9,21 @@ The plan (from a results row, rowplan.RowPlan) is estimated again with the row's
   (sends that overlap its compute are not counted again) and the time it waits (the gaps
   between its events); and its memory by part against its GPU memory limit;
 - the whole plan: pipeline time = stage 0's end = its compute + exposed sends + waiting; bubble
-  fraction = the stages' waiting / (pp x pipeline time); step time = the last stage to finish its DP
-  all-reduce + the embedding all-reduce (docs/estimators.md §5, §7); throughput, model FLOPs, dollars.
+  fraction = the stages' waiting / (pp x pipeline time); step time = the terms the estimator states
+  (Estimate.step_parts; analytic: the latest stage end + its DP sync not overlapped + embedding
+  all-reduce + optimizer step), else the last stage to finish its DP all-reduce + the embedding
+  all-reduce (fasop-2024, docs/estimators.md §5, §7); throughput, model FLOPs, dollars.
+- the timeline is the estimator's own schedule (`schedule_of`); where it is a simulation of a
+  closed form (analytic) and ends elsewhere, the stage rows are the timeline's and a note gives
+  both; where the estimator cannot draw it (interleaved plans), no timeline and a note.
 
 Memory parts, for an estimator that states its bytes a parameter (`param_bytes`, memory.ParamBytes;
 fasop-2024: 18, as Megatron-LM counts them, theoretical_memory_usage.py, 01_megatron_lm.md §1.7):
 weights in the model's element size (2 bytes), gradients the rest of the replicated part (4:
 fp32), the optimizer the sharded part (12: fp32 master weights and Adam moments; 12 // dp with the
 optimizer sharded, ZeRO); activations as memory.stage_elements counts them. Other estimators:
-the stage's total only.
+their own parts (Estimate.stage_memory_parts; analytic: weights, gradients, optimizer,
+activations and the framework overhead, analytic_cost.MemoryParts), else the stage's total only.
 Model FLOPs: Narayanan et al. 2021, Eq. 3 without recompute: per transformer layer and token
 3 x (24 h^2 + 4 s h), per head and token 3 x 2 h V.
 """
@@ -59,8 +65,11 @@ class StageBreakdown:
     optimizer_bytes: float | None
     activations_bytes: float | None
     """The parts; None where the estimator does not state its bytes a parameter."""
+    overhead_bytes: float | None
+    """The framework's fixed bytes (CUDA context, allocator; the analytic estimator); None where
+    the estimator counts none."""
     memory_bytes: float
-    """The stage's estimate: the sum of the four parts."""
+    """The stage's estimate: the sum of the parts."""
     overhead_factor: float
     limit_bytes: float
 
@@ -86,7 +95,12 @@ class Explanation:
     dp_allreduce_s: float
     """That stage's gradient all-reduce over data parallelism."""
     embedding_allreduce_s: float
+    step_parts: tuple[tuple[str, float], ...]
+    """The step time as terms that add up to it, the first the end of the stage that sets it
+    (the estimator's `step_parts`, else that stage's end, DP and embedding all-reduces)."""
     step_time_s: float
+    schedule_note: str
+    """Why the timeline is not the estimator's own schedule or differs from its pipeline time; ''."""
     samples_per_s: float
     tokens_per_s: float
     model_flop_per_step: float
@@ -149,31 +163,30 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
     zero = settings_of(rp).zero_stage
     names = stage_layer_names(model, rp.partition)
     limits = _stage_limits(estimator, plan, e)
-    schedule_of = getattr(estimator, "schedule_of", None)  # the estimator's own pipeline, where it has one
-    tl = timeline(e, getattr(estimator, "fwd_bwd_factor", 3.0), schedule_of(e) if schedule_of else None)
+    tl, note = _timeline(estimator, e)
+    ends = tl.stage_end_s if tl and note else e.stage_end_s  # the ends the events reach
     by_stage: dict[int, list] = {}
-    for ev in tl.events:
+    for ev in (tl.events if tl else ()):
         by_stage.setdefault(ev.stage, []).append(ev)
     stages, start = [], 0
     param_bytes = getattr(estimator, "param_bytes", None)
     for i, n in enumerate(rp.partition):
-        parts = _memory_parts(plan, model, model.layer_kinds[start:start + n], param_bytes, zero)
-        computing, sending, idle = _occupancy(by_stage.get(i, []), e.stage_end_s[i])
+        parts = (tuple(v for _, v in e.stage_memory_parts[i]) if e.stage_memory_parts else
+                 _memory_parts(plan, model, model.layer_kinds[start:start + n], param_bytes, zero) + (None,))
+        computing, sending, idle = _occupancy(by_stage.get(i, []), ends[i]) if tl else (0.0, 0.0, 0.0)
         stages.append(StageBreakdown(
             stage=i, gpu=e.stage_node_types[i].gpu, node_type=e.stage_node_types[i].name,
             nodes=plan.stage_node_indices[i], layers=names[i], compute_s=e.stage_compute_s[i],
             send_s=e.p2p_s[i] if i < plan.pp - 1 else 0.0, computing_s=computing, sending_s=sending,
-            idle_s=idle, end_s=e.stage_end_s[i],
+            idle_s=idle, end_s=ends[i],
             weights_bytes=parts[0], gradients_bytes=parts[1], optimizer_bytes=parts[2], activations_bytes=parts[3],
-            memory_bytes=(e.memory.stage_zero_bytes if zero else e.memory.stage_bytes)[i],
+            overhead_bytes=parts[4], memory_bytes=(e.memory.stage_zero_bytes if zero else e.memory.stage_bytes)[i],
             overhead_factor=cluster.memory_overhead_factor if param_bytes is not None and not zero else 1.0,
             limit_bytes=limits[i]))
         start += n
-    idle_total = sum(s.idle_s + (e.pipeline_time_s - s.end_s) for s in stages)
-    # the stage whose end + its DP all-reduce + the embedding all-reduce is the step time (the
-    # estimate keeps the all-reduce of that stage only; stages differ in it only by their bus)
-    rest = e.dp_allreduce_s + e.embedding_allreduce_s
-    last = min(range(plan.pp), key=lambda i: (abs(e.stage_end_s[i] + rest - e.step_time_s), i))
+    drawn = ends[0]
+    idle_total = sum(s.idle_s + (drawn - s.end_s) for s in stages)
+    last, step_parts = _step_parts(e)
     samples_per_s = plan.global_batch_size / e.step_time_s
     flop = model_flop_per_sample(model) * plan.global_batch_size
     gpus: dict[str, int] = {}
@@ -188,13 +201,43 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
     return Explanation(
         where=rp.where, model=model.name, cluster=cluster.path, plan_key=plan.key(), num_microbatches=m,
         global_batch_size=plan.global_batch_size, sequence_length=model.sequence_length, stages=tuple(stages),
-        pipeline_time_s=e.pipeline_time_s, bubble_fraction=idle_total / (plan.pp * e.pipeline_time_s),
+        pipeline_time_s=e.pipeline_time_s, bubble_fraction=idle_total / (plan.pp * drawn) if tl else float("nan"),
         last_stage=last, dp_allreduce_s=e.dp_allreduce_s, embedding_allreduce_s=e.embedding_allreduce_s,
-        step_time_s=e.step_time_s, samples_per_s=samples_per_s, tokens_per_s=samples_per_s * model.sequence_length,
+        step_parts=step_parts, step_time_s=e.step_time_s, schedule_note=note, samples_per_s=samples_per_s, tokens_per_s=samples_per_s * model.sequence_length,
         model_flop_per_step=flop, gpus=gpus, mfu=mfu, usd_per_hour=usd_per_hour, usd_per_step=usd_per_step,
         usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
         row_step_time_s=finite(rp.row.get("step_time_s", "")),
         fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom)), tl
+
+
+def _timeline(estimator, e):
+    """(timeline or None, note): the estimator's own schedule (its optional `schedule_of`), else
+    FASOP's; None with the reason when the estimator refuses to draw it (interleaved plans)."""
+    schedule_of = getattr(estimator, "schedule_of", None)  # the estimator's own pipeline, where it has one
+    try:
+        schedule = schedule_of(e) if schedule_of else None
+    except FasopError as exc:
+        return None, str(exc)
+    tl = timeline(e, getattr(estimator, "fwd_bwd_factor", 3.0), schedule)
+    note = ""
+    if abs(tl.pipeline_time_s - e.pipeline_time_s) > 1e-9 * e.pipeline_time_s:
+        note = (f"the simulated 1F1B schedule (the timeline, these stage ends) ends at {tl.pipeline_time_s * 1e3:.2f} "
+                f"ms; the estimator's pipeline time is {e.pipeline_time_s * 1e3:.2f} ms (its closed form)")
+    return tl, note
+
+
+def _step_parts(e) -> tuple[int, tuple[tuple[str, float], ...]]:
+    """(the stage that sets the step time, the step's terms that add up to it): the estimator's
+    `step_parts` where it states them; else (fasop-2024) the stage whose end + DP all-reduce +
+    embedding all-reduce is the step time (the estimate keeps the all-reduce of that stage only;
+    stages differ in it only by their bus)."""
+    if e.step_parts:
+        return int(e.step_parts[0][0].split()[1].split("'")[0]), tuple(e.step_parts)
+    pp = len(e.stage_end_s)
+    rest = e.dp_allreduce_s + e.embedding_allreduce_s
+    last = min(range(pp), key=lambda i: (abs(e.stage_end_s[i] + rest - e.step_time_s), i))
+    return last, ((f"stage {last}'s end", e.stage_end_s[last]), ("DP all-reduce", e.dp_allreduce_s),
+                  ("embedding all-reduce", e.embedding_allreduce_s))
 
 
 def catalog_peaks(gpus, precision: str) -> dict[str, float]:
@@ -266,11 +309,13 @@ def render(x: Explanation) -> str:
                    f"{s.idle_s * ms:.2f}",
                    f"{s.end_s * ms:.2f}") for s in x.stages]
     memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
-    mem_rows = [("stage", "weights", "gradients", "optimizer", "activations", "total", f"x{x.stages[0].overhead_factor:.2f}", "limit",
+    overhead = any(s.overhead_bytes is not None for s in x.stages)
+    mem_rows = [("stage", "weights", "gradients", "optimizer", "activations", *(("overhead",) if overhead else ()), "total", f"x{x.stages[0].overhead_factor:.2f}", "limit",
                  "headroom")]
     mem_rows += [(str(s.stage), *("-" if v is None else f"{v / GIB:.2f}"
                                   for v in (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes,
-                                            s.activations_bytes, s.memory_bytes)),
+                                            s.activations_bytes, *((s.overhead_bytes,) if overhead else ()),
+                                            s.memory_bytes)),
                   f"{s.overhead_factor * s.memory_bytes / GIB:.2f}", f"{s.limit_bytes / GIB:.2f}",
                   f"{s.headroom_bytes / GIB:.2f}" + ("" if s.headroom_bytes >= 0 else " OOM")) for s in x.stages]
     s0 = x.stages[0]
@@ -281,16 +326,21 @@ def render(x: Explanation) -> str:
     mfu = (f"MFU {x.mfu:.1%} of the peaks of {gpus}" if x.mfu is not None else
            f"MFU unknown (no peak FLOP/s for {gpus} in the catalog; give --peak-tflops GPU=TFLOPS,...)")
     lines = head + _table(time_rows, left=(1, 2, 3))
-    lines += ["compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only (FASOP charges "
-              "stage 0's forward and the last stage's backward sends), waiting", "", memory_title] + _table(mem_rows, left=()) + [""]
-    lines += [f"pipeline  {x.pipeline_time_s * ms:.2f} ms (stage 0's end) = compute {x.num_microbatches} x "
-              f"{s0.compute_s * ms:.3f} + p2p {s0.sending_s * ms:.2f} + idle {s0.idle_s * ms:.2f} ms; "
-              f"bubble {x.bubble_fraction:.1%} of the stages' time",
-              f"step      {x.step_time_s * ms:.2f} ms = stage {last.stage}'s end {last.end_s * ms:.2f} + DP all-reduce "
-              f"{x.dp_allreduce_s * ms:.2f} + embedding all-reduce {x.embedding_allreduce_s * ms:.2f} ms",
+    lines += ["compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only ("
+              + ("each boundary's sends, forward and backward" if len(x.step_parts) > 3 else
+                 "FASOP charges stage 0's forward and the last stage's backward sends") + "), waiting", "", memory_title] + _table(mem_rows, left=()) + [""]
+    pipeline = (f"pipeline  {s0.end_s * ms:.2f} ms (stage 0's end) = compute {x.num_microbatches} x "
+                f"{s0.compute_s * ms:.3f} + p2p {s0.sending_s * ms:.2f} + idle {s0.idle_s * ms:.2f} ms; "
+                f"bubble {x.bubble_fraction:.1%} of the stages' time")
+    if x.bubble_fraction != x.bubble_fraction:  # nan: no timeline (schedule_note says why)
+        pipeline = f"pipeline  {x.pipeline_time_s * ms:.2f} ms (the estimator's; no timeline to break it down)"
+    lines += [pipeline,
+              f"step      {x.step_time_s * ms:.2f} ms = " + " + ".join(f"{k} {v * ms:.2f}" for k, v in x.step_parts) + " ms",
               f"rate      {throughput}; {flops}; {mfu}",
               f"cost      ${x.usd_per_step:.5f} a step (${x.usd_per_hour:,.2f}/h), "
               f"${x.usd_per_million_tokens:,.4f} per million tokens"]
+    if x.schedule_note:
+        lines.append(f"timeline  {x.schedule_note}")
     if not x.fits:
         lines.append("memory    does not fit: a stage's estimate x overhead exceeds its limit")
     if x.row_step_time_s is not None and x.row_step_time_s != x.step_time_s:

@@ -252,10 +252,14 @@ def timeline_figure(tl, stage_labels: list[str], *, title: str = ""):
 
 def breakdown_figure(items: list[tuple[str, dict[str, float]]], *, title: str = ""):
     """Step-time breakdown bars, one per plan (fastest on top): items are (label, {part: seconds})
-    with parts compute, p2p, bubble, DP all-reduce, embedding all-reduce, summing to the step."""
+    with parts compute, p2p, bubble (or pipeline, undrawn), then the step's other terms (fasop-2024:
+    DP all-reduce, embedding all-reduce; analytic: DP sync not overlapped, embedding all-reduce,
+    optimizer step), summing to the step."""
     plt, style = _style()
-    colors = {"compute": "#4e79a7", "p2p": "#9c9c9c", "bubble": "#e15759", "DP all-reduce": "#b07aa1",
-              "embedding all-reduce": "#9c755f"}
+    colors = {"compute": "#4e79a7", "p2p": "#9c9c9c", "bubble": "#e15759", "pipeline": "#76b7b2",
+              "DP all-reduce": "#b07aa1", "DP sync not overlapped": "#b07aa1", "embedding all-reduce": "#9c755f",
+              "optimizer step": "#edc948"}
+    colors = {part: color for part, color in colors.items() if any(part in parts for _, parts in items)}
     with style:
         fig, ax = plt.subplots(figsize=(WIDE_IN, 1.0 + 0.24 * len(items)), layout="constrained")
         left = [0.0] * len(items)
@@ -287,6 +291,10 @@ def memory_figure(stages, *, title: str = ""):
             heights = [(s.memory_bytes if part == "estimate" else getattr(s, f"{part}_bytes")) / gib for s in stages]
             ax.bar(x, heights, bottom=bottom, color=color, width=0.75, label=part, gid=part)
             bottom = [a + b for a, b in zip(bottom, heights)]
+        fixed = [(getattr(s, "overhead_bytes", None) or 0.0) / gib for s in stages]
+        if any(fixed) and parts is PART_STYLE:  # the framework's fixed bytes (analytic), part of the estimate
+            ax.bar(x, fixed, bottom=bottom, color="#bab0ac", width=0.75, label="framework", gid="framework")
+            bottom = [a + b for a, b in zip(bottom, fixed)]
         extra = [(s.overhead_factor - 1) * s.memory_bytes / gib for s in stages]
         if any(extra):
             ax.bar(x, extra, bottom=bottom, color="white", edgecolor="#7f7f7f", hatch="////", width=0.75,

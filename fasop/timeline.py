@@ -33,6 +33,8 @@ class Timeline:
     step_time_s: float
     num_stages: int
     num_microbatches: int
+    stage_end_s: tuple[float, ...] = ()
+    """Each stage's last pipeline event's end in this schedule."""
 
 
 def timeline(estimate, fwd_bwd_factor: float = 3.0, schedule: Schedule | None = None) -> Timeline:
@@ -48,7 +50,7 @@ def timeline(estimate, fwd_bwd_factor: float = 3.0, schedule: Schedule | None = 
     ends = list(sched.stage_end_s)
     events += _syncs(estimate, ends)
     return Timeline(tuple(events), tuple(chain), pipeline_time_s=ends[0], step_time_s=estimate.step_time_s,
-                    num_stages=pp, num_microbatches=m)
+                    num_stages=pp, num_microbatches=m, stage_end_s=tuple(ends))
 
 
 def _fasop_schedule(estimate, fwd_bwd_factor: float) -> Schedule:

@@ -32,12 +32,15 @@ from fasop.estimate import Estimate
 from fasop.estimators import register
 from fasop.memory import MemoryEstimate
 from fasop.plan import Plan
+from fasop.schedule import Schedule
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 DEFAULTS = {"recompute": ("selective",), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
             "precision": ("bf16",)}
 """What a search tries when not told: Megatron-LM's usual recipe (selective recompute, the
 distributed optimizer, sequence parallelism with tp > 1), no interleaving, bf16."""
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
+"""analytic_cost.MemoryParts' fields, in the order explain shows them."""
 COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
            "stage_memory_gib", "stage_memory_limit_gib")
 """Extra CSV columns of this estimator's plans (report.py appends them after the common ones)."""
@@ -258,7 +261,44 @@ class AnalyticEstimator:
                         p2p_s=step.p2p_s[:plan.pp - 1], stage_end_s=step.stage_end_s, pipeline_time_s=step.pipeline_s,
                         dp_allreduce_s=max(step.dp_s), embedding_allreduce_s=step.embedding_sync_s,
                         step_time_s=step.step_s, memory=memory, usd_per_step=self.usd_per_s * step.step_s,
-                        partitioner="balanced", extra_columns=extra)
+                        partitioner="balanced", extra_columns=extra,
+                        stage_memory_parts=tuple(tuple((k, getattr(m, k)) for k in MEMORY_PARTS) for m in s.memory),
+                        step_parts=self._step_parts(step))
+
+    def _step_parts(self, step: C.Step) -> tuple[tuple[str, float], ...]:
+        """analytic_cost.step's sum: the latest (stage end + its DP sync not overlapped), the
+        embedding all-reduce, the optimizer step; the first of equal stages, as max picks it."""
+        hidden = 1 - self.params.dp_overlap
+        done = [e + hidden * d for e, d in zip(step.stage_end_s, step.dp_s)]
+        k = done.index(max(done))
+        return ((f"stage {k}'s end", step.stage_end_s[k]), ("DP sync not overlapped", hidden * step.dp_s[k]),
+                ("embedding all-reduce", step.embedding_sync_s), ("optimizer step", step.optimizer_s))
+
+    def schedule_of(self, estimate: Estimate) -> Schedule:
+        """The 1F1B timeline of an estimate's pipeline: each stage's forward and backward of one
+        micro-batch and its real sends (forward to stage i + 1 and backward to stage i - 1 at the
+        boundary's p2p time). analytic_cost.step's pipeline is a closed form (m x the slowest
+        stage's cycle + the others' once); this simulation can end earlier or later: explain
+        states both. Interleaved plans (virtual_stages > 1) are refused: Schedule runs plain
+        1F1B only, and a plain picture of an interleaved plan would be wrong."""
+        v = dict(estimate.extra_columns).get("virtual_stages", 1)
+        if v != 1:
+            raise FasopError(f"{estimate.plan.key()}: virtual_stages {v}: the interleaved 1F1B timeline is not "
+                             "drawn yet (fasop.schedule.Schedule runs plain 1F1B only)")
+        plan = estimate.plan
+        stages = self._stages(plan)
+        r = dict(estimate.extra_columns)
+        recipe = Recipe(recompute=r["recompute"], sequence_parallel=r["sequence_parallel"], zero=r["zero"],
+                        virtual_stages=1, precision=r["precision"])
+        w = self._workload(plan, recipe)
+        counts = list(estimate.partition)
+        counts[0] -= 1
+        counts[-1] -= 1
+        fwd, bwd, _ = C._stage_times(w, stages, counts, self._layer_times(w, stages, self._profiled(plan, stages)))
+        p2p = list(estimate.p2p_s)
+        send_fwd = p2p + [0.0]
+        send_bwd = [0.0] + p2p
+        return Schedule(fwd, bwd, plan.num_microbatches, send_fwd, send_bwd)
 
     def _pacing_nodes(self, plan: Plan, stages) -> tuple[NodeType, ...]:
         return tuple(next(plan.placement[k] for k in span if self.gpus[plan.placement[k].name] is hw.gpu)

@@ -1,0 +1,155 @@
+"""fasop explain / plot on the analytic estimator's rows (llama-3-8b on AWS p5 + g6): the
+timeline is the analytic estimator's own 1F1B schedule with each boundary's sends, the step
+time's terms add up, memory parts sum to the stage memory, the row's recipe is re-estimated."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from fasop.cli import main
+from fasop.cli_plan import estimator_for
+from fasop.errors import FasopError
+from fasop.explain import explain_with_timeline
+from fasop.rowplan import plan_of_row
+from fasop.specs import GIB, load_cluster, load_model
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    out = tmp_path_factory.mktemp("explain_analytic") / "llama.csv"
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=1,g6=1", "--heterogeneous",
+                 "--recompute", "selective,full", "--zero", "0,1", "--virtual-stages", "1,2",
+                 "--out", str(out), "--show", "0", "--no-progress"]) == 0
+    model, cluster = load_model("llama-3-8b"), load_cluster("aws")
+    return model, cluster, list(csv.DictReader(open(out))), out
+
+
+def _explained(model, cluster, row, k):
+    rp = plan_of_row(row, f"row {k}", model, cluster)
+    return (rp, *explain_with_timeline(rp, model, cluster, estimator_for(rp, model, cluster)))
+
+
+def _plain(rows, fits=True, pp_min=2):
+    """Rows of non-interleaved plans with pp >= pp_min (that fit, if asked)."""
+    return [(k, r) for k, r in enumerate(rows, 1) if r["virtual_stages"] == "1" and int(r["pp"]) >= pp_min
+            and (r["is_oom"] == "False" or not fits)]
+
+
+def test_rows_reestimate_with_their_own_recipe(searched):
+    model, cluster, rows, _ = searched
+    chosen = _plain(rows)[:6] + [(k, r) for k, r in enumerate(rows, 1) if r["recompute"] == "full"][:3] \
+        + [(k, r) for k, r in enumerate(rows, 1) if r["zero"] == "0"][:3]
+    assert any(r["recompute"] == "full" for _, r in chosen) and any(r["zero"] == "0" for _, r in chosen)
+    for k, row in chosen:
+        _, x, _ = _explained(model, cluster, row, k)
+        assert x.step_time_s == float(row["step_time_s"])  # the row's recipe, not the default one
+        assert x.pipeline_time_s == float(row["pipeline_time_s"])
+
+
+def test_the_default_recipe_would_give_another_step_time(searched):
+    """The test above can fail: a full-recompute row under the default (selective) recipe differs."""
+    from fasop.estimators import make_estimator
+    from fasop.cli_plan import inventory_of
+
+    model, cluster, rows, _ = searched
+    k, row = next((k, r) for k, r in enumerate(rows, 1) if r["recompute"] == "full" and r["is_oom"] == "False")
+    rp = plan_of_row(row, f"row {k}", model, cluster)
+    default = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal")
+    try:
+        x, _ = explain_with_timeline(rp, model, cluster, default)
+    except FasopError as exc:  # the default recipe splits the layers otherwise: not this row's plan
+        assert "cannot be given a layer split" in str(exc)
+    else:
+        assert x.step_time_s != float(row["step_time_s"])
+
+
+def test_step_time_is_the_sum_of_its_parts(searched):
+    model, cluster, rows, _ = searched
+    for k, row in _plain(rows, fits=False, pp_min=1)[:12]:
+        _, x, _ = _explained(model, cluster, row, k)
+        names = [name for name, _ in x.step_parts]
+        assert names[1:] == ["DP sync not overlapped", "embedding all-reduce", "optimizer step"]
+        assert sum(v for _, v in x.step_parts) == pytest.approx(x.step_time_s, rel=1e-12)
+        assert all(v >= 0 for _, v in x.step_parts)
+        assert x.step_parts[0][0] == f"stage {x.last_stage}'s end"
+        # the stage setting the step ends with the pipeline's closed form (stage 0) or earlier
+        assert x.step_parts[0][1] <= x.pipeline_time_s + 1e-12
+
+
+def test_stage_time_is_compute_plus_p2p_plus_idle_on_the_timeline(searched):
+    model, cluster, rows, _ = searched
+    for k, row in _plain(rows)[:8]:
+        rp, x, tl = _explained(model, cluster, row, k)
+        m, pp = x.num_microbatches, rp.plan.pp
+        for s in x.stages:
+            assert s.computing_s == pytest.approx(m * s.compute_s, rel=1e-9)
+            assert s.computing_s + s.sending_s + s.idle_s == pytest.approx(s.end_s, rel=1e-9)
+            assert s.sending_s >= 0 and s.idle_s >= 0
+        # the Gantt: pp x m x 2 compute boxes; its pipeline's right edge = stage 0's end
+        boxes = [e for e in tl.events if e.kind in ("fwd", "bwd")]
+        assert len(boxes) == pp * m * 2
+        assert max(e.end_s for e in tl.events if e.microbatch >= 0) == pytest.approx(tl.pipeline_time_s, rel=1e-12)
+        assert x.stages[0].end_s == pytest.approx(tl.pipeline_time_s, rel=1e-9)
+        # every boundary's sends are events (not FASOP's ends-only), each the boundary's p2p time
+        for i in range(pp - 1):
+            fwd = [e.end_s - e.start_s for e in tl.events if e.kind == "send_fwd" and e.stage == i]
+            bwd = [e.end_s - e.start_s for e in tl.events if e.kind == "send_bwd" and e.stage == i + 1]
+            assert len(fwd) == len(bwd) == m
+            assert fwd == pytest.approx([x.stages[i].send_s] * m, rel=1e-12)
+            assert bwd == pytest.approx([x.stages[i].send_s] * m, rel=1e-12)
+        # the simulated schedule and the estimator's closed form agree within 2 %, a stated gap otherwise
+        assert tl.pipeline_time_s == pytest.approx(x.pipeline_time_s, rel=0.02)
+        assert (x.schedule_note != "") == (abs(tl.pipeline_time_s - x.pipeline_time_s) > 1e-9 * x.pipeline_time_s)
+
+
+def test_memory_parts_sum_to_the_stage_memory_and_the_csv(searched):
+    model, cluster, rows, _ = searched
+    for k, row in _plain(rows, fits=False, pp_min=1)[:12]:
+        _, x, _ = _explained(model, cluster, row, k)
+        csv_gib = [float(v) for v in row["stage_memory_gib"].split("-")]
+        limits = [float(v) for v in row["stage_memory_limit_gib"].split("-")]
+        for s, gib, limit in zip(x.stages, csv_gib, limits):
+            parts = (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes, s.activations_bytes, s.overhead_bytes)
+            assert all(p is not None and p >= 0 for p in parts)
+            assert sum(parts) == pytest.approx(s.memory_bytes, rel=1e-12)
+            assert s.memory_bytes / GIB == pytest.approx(gib, abs=0.005)  # the CSV rounds to 0.01 GiB
+            assert s.limit_bytes / GIB == pytest.approx(limit, abs=0.005)
+            # ZeRO-1 shards the optimizer over dp: 12 bytes a parameter / dp against 2 for weights
+            zero = int(row["zero"])
+            dp = int(row["dp"])
+            assert s.optimizer_bytes == pytest.approx(s.weights_bytes * 6 / (dp if zero >= 1 else 1), rel=1e-9)
+
+
+def test_interleaved_rows_are_explained_without_a_wrong_timeline(searched, tmp_path):
+    model, cluster, rows, path = searched
+    k, row = next((k, r) for k, r in enumerate(rows, 1) if r["virtual_stages"] == "2")
+    _, x, tl = _explained(model, cluster, row, k)
+    assert tl is None and "interleaved" in x.schedule_note
+    assert x.step_time_s == float(row["step_time_s"])
+    assert sum(v for _, v in x.step_parts) == pytest.approx(x.step_time_s, rel=1e-12)
+    assert main(["plot", "--from", str(path), "--model", "llama-3-8b", "--cluster", "aws", "--row", str(k),
+                 "--out-dir", str(tmp_path)]) == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written and not any("timeline" in n for n in written)
+
+
+def test_explain_text_of_an_analytic_row(searched, capsys):
+    model, cluster, rows, path = searched
+    k, _ = _plain(rows)[0]
+    assert main(["explain", "--from", str(path), "--model", "llama-3-8b", "--cluster", "aws", "--row", str(k)]) == 0
+    text = capsys.readouterr().out
+    assert "overhead" in text and "optimizer step" in text and "DP sync not overlapped" in text
+    assert "each boundary's sends" in text
+
+
+def test_plot_of_a_plain_analytic_row_draws_its_timeline(searched, tmp_path):
+    _, _, rows, path = searched
+    k, _ = _plain(rows)[0]
+    assert main(["plot", "--from", str(path), "--model", "llama-3-8b", "--cluster", "aws", "--row", str(k),
+                 "--out-dir", str(tmp_path)]) == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert {f"llama_row{k}_{f}.{e}" for f in ("timeline", "breakdown", "memory") for e in ("png", "svg")} <= set(written)
+    svg = (tmp_path / f"llama_row{k}_breakdown.svg").read_text()
+    assert "optimizer step" in svg and "DP sync not overlapped" in svg
