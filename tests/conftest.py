@@ -27,3 +27,16 @@ def kernels(request, monkeypatch):
     elif native.kernels is None:
         pytest.skip("the compiled kernels were not built (no C compiler at install time)")
     return request.param
+
+
+@pytest.fixture
+def tiny_specs(tmp_path, monkeypatch) -> Path:
+    """The tiny cluster, model and profile of tests/test_bad_input.py in a fresh folder, which
+    is the working directory."""
+    from test_bad_input import CLUSTER, MODEL, PROFILE
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "model.yaml").write_text(MODEL)
+    (tmp_path / "tiny.profile.csv").write_text(PROFILE)
+    return tmp_path

@@ -10,7 +10,7 @@ import pytest
 
 from fasop import limits
 from fasop.cli import main
-from test_bad_input import CLUSTER, MODEL, PROFILE
+from test_bad_input import CLUSTER, MODEL
 
 NODE = """\
   t{i}:
@@ -23,15 +23,6 @@ NODE = """\
     intra_node_shared: true
     usd_per_hour: {price}
 """
-
-
-@pytest.fixture
-def folder(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    (tmp_path / "model.yaml").write_text(MODEL)
-    (tmp_path / "tiny.profile.csv").write_text(PROFILE)
-    return tmp_path
 
 
 def refused(capsys, argv: list[str]) -> str:
@@ -50,12 +41,12 @@ def search(*extra: str, nodes: str = "a10=2") -> list[str]:
 
 @pytest.mark.parametrize("nodes", ["a10=10000000000", "a10=99999999999999999999", "a10=" + "9" * 5000,
                                    f"a10={limits.NODES + 1}", f"a100={limits.NODES},a10=1"])
-def test_node_counts_past_the_ceiling(folder, capsys, nodes):
+def test_node_counts_past_the_ceiling(tiny_specs, capsys, nodes):
     assert f"{limits.NODES:,}" in refused(capsys, search("--heterogeneous", nodes=nodes))
 
 
-def test_gpus_past_the_ceiling(folder, capsys):
-    (folder / "cluster.yaml").write_text(CLUSTER.replace("gpus_per_node: 2", "gpus_per_node: 1024"))
+def test_gpus_past_the_ceiling(tiny_specs, capsys):
+    (tiny_specs / "cluster.yaml").write_text(CLUSTER.replace("gpus_per_node: 2", "gpus_per_node: 1024"))
     assert f"{limits.GPUS:,} GPUs" in refused(capsys, search(nodes="a10=65"))
 
 
@@ -64,31 +55,31 @@ def test_gpus_past_the_ceiling(folder, capsys):
                                      ("count: 2}", "count: 1000000000}"),
                                      ("hidden_size: 64", "hidden_size: 1000000000000000000000000000000"),
                                      ("sequence_length: 16", "sequence_length: 1000000000000000000000000000000")])
-def test_spec_numbers_past_the_ceiling(folder, capsys, old, new):
-    (folder / "model.yaml").write_text(MODEL.replace(old, new))
+def test_spec_numbers_past_the_ceiling(tiny_specs, capsys, old, new):
+    (tiny_specs / "model.yaml").write_text(MODEL.replace(old, new))
     assert "fasop's ceiling (README: Limits)" in refused(capsys, search())
 
 
-def test_compositions_past_the_ceiling(folder, capsys):
+def test_compositions_past_the_ceiling(tiny_specs, capsys):
     argv = ["pareto", "--model", "model.yaml", "--cluster", "cluster.yaml", "--max-nodes", "a100=200,a10=200",
             "--workers", "1", "--no-progress"]
     assert "compositions, more than fasop's ceiling of 10,000" in refused(capsys, argv)
 
 
-def test_grouped_orders_of_many_types_are_refused(folder, capsys):
+def test_grouped_orders_of_many_types_are_refused(tiny_specs, capsys):
     """k node types have k! grouped orders: 10 types, 3.6 million, listed, would not end."""
     types = "".join(NODE.format(i=i, price=i + 1) for i in range(10))
-    (folder / "cluster.yaml").write_text(CLUSTER + types)
-    (folder / "model.yaml").write_text(MODEL.replace("global_batch_size: 4", "global_batch_size: 20"))  # dp = 20
+    (tiny_specs / "cluster.yaml").write_text(CLUSTER + types)
+    (tiny_specs / "model.yaml").write_text(MODEL.replace("global_batch_size: 4", "global_batch_size: 20"))  # dp = 20
     nodes = ",".join(f"t{i}=1" for i in range(10))
     message = refused(capsys, search("--heterogeneous", "--placements", "grouped", nodes=nodes))
     assert "--placements grouped: 10 node types have 3.6e+06 orders" in message
 
 
-def test_long_or_unprintable_text_in_a_spec(folder, capsys):
-    (folder / "model.yaml").write_text(MODEL.replace("name: tiny", "name: '" + "x" * 5000 + "'"))
+def test_long_or_unprintable_text_in_a_spec(tiny_specs, capsys):
+    (tiny_specs / "model.yaml").write_text(MODEL.replace("name: tiny", "name: '" + "x" * 5000 + "'"))
     assert "printable text of at most 1,000 characters" in refused(capsys, search())
-    (folder / "model.yaml").write_text(MODEL.replace("name: tiny", 'name: "a\\tb"'))
+    (tiny_specs / "model.yaml").write_text(MODEL.replace("name: tiny", 'name: "a\\tb"'))
     assert "printable text" in refused(capsys, search())
 
 
@@ -110,7 +101,7 @@ def test_all_placements_is_every_distinct_order_in_lexicographic_order(counts):
     assert got == expected and len(got) == count_orders(nodes)
 
 
-def test_all_placements_of_a_thousand_nodes(folder):
+def test_all_placements_of_a_thousand_nodes(tiny_specs):
     from fasop.enumerate import all_placements
     from fasop.specs import load_cluster
 

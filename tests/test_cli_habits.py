@@ -14,16 +14,7 @@ from conftest import REPO
 from fasop import __version__, cli, limits, specs
 from fasop.cli import main
 from fasop.pareto import knee_position
-from test_bad_input import CLUSTER, MODEL, PROFILE
-
-
-@pytest.fixture
-def folder(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    (tmp_path / "model.yaml").write_text(MODEL)
-    (tmp_path / "tiny.profile.csv").write_text(PROFILE)
-    return tmp_path
+from test_bad_input import MODEL
 
 
 SEARCH = ["search", "--model", "model.yaml", "--cluster", "cluster.yaml", "--nodes", "a10=2", "--out", "s.csv",
@@ -58,16 +49,16 @@ def test_list_without_shipped_specs_says_so(capsys, monkeypatch, tmp_path):
     assert "no shipped specs found: give the path of a .yaml file" in capsys.readouterr().err
 
 
-def test_tokens_on_search_sets_the_iterations(folder, capsys):
+def test_tokens_on_search_sets_the_iterations(tiny_specs, capsys):
     """iterations = ceil(tokens / (global batch x sequence length)) = ceil(1000 / (4 x 16)) = 16."""
     assert main(SEARCH + ["--tokens", "1000"]) == 0
-    with open(folder / "s.csv", newline="") as fh:
+    with open(tiny_specs / "s.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert {row["iterations"] for row in rows} == {"16"}
     assert [int(row["rank"]) for row in rows] == list(range(1, len(rows) + 1))
 
 
-def test_tokens_and_iterations_exclude_each_other_in_one_line(folder, capsys):
+def test_tokens_and_iterations_exclude_each_other_in_one_line(tiny_specs, capsys):
     with pytest.raises(SystemExit) as exc:
         main(SEARCH + ["--tokens", "1000", "--iterations", "5"])
     assert exc.value.code == 2
@@ -78,7 +69,7 @@ def test_tokens_and_iterations_exclude_each_other_in_one_line(folder, capsys):
 @pytest.mark.parametrize("flag,value,ceiling", [("--iterations", "1000000000000001", limits.ITERATIONS),
                                                 ("--partition-budget", "100000000000000000000", limits.PARTITION_BUDGET),
                                                 ("--top", "1" + "0" * 5000, limits.TOP)])
-def test_flags_past_a_ceiling_are_one_line(folder, capsys, flag, value, ceiling):
+def test_flags_past_a_ceiling_are_one_line(tiny_specs, capsys, flag, value, ceiling):
     with pytest.raises(SystemExit) as exc:
         main(SEARCH + [flag, value])
     assert exc.value.code == 2
@@ -86,7 +77,7 @@ def test_flags_past_a_ceiling_are_one_line(folder, capsys, flag, value, ceiling)
     assert err.count("\n") == 1 and f"at most {ceiling:,}, fasop's ceiling" in err and len(err) < 300
 
 
-def test_progress_lines_without_a_terminal(folder, capsys, monkeypatch):
+def test_progress_lines_without_a_terminal(tiny_specs, capsys, monkeypatch):
     """stderr is not a terminal here (captured): lines, every PROGRESS_S seconds (0 here)."""
     monkeypatch.setattr(cli, "PROGRESS_S", 0.0)
     assert main(PARETO) == 0
@@ -96,7 +87,7 @@ def test_progress_lines_without_a_terminal(folder, capsys, monkeypatch):
     assert capsys.readouterr().err == ""
 
 
-def test_no_progress_lines_for_a_short_run(folder, capsys):
+def test_no_progress_lines_for_a_short_run(tiny_specs, capsys):
     assert main(PARETO) == 0  # well under PROGRESS_S
     assert capsys.readouterr().err == ""
 
@@ -111,7 +102,7 @@ def test_knee_needs_a_trade_off():
 
 @pytest.mark.parametrize("extra", [["--deadline-hours", "1e15", "--budget-usd", "1e15"],
                                    ["--deadline-hours", "1e-300", "--budget-usd", "1e-300"]])
-def test_chart_axes_stay_finite_with_extreme_deadline_and_budget(folder, capsys, monkeypatch, extra):
+def test_chart_axes_stay_finite_with_extreme_deadline_and_budget(tiny_specs, capsys, monkeypatch, extra):
     import matplotlib.pyplot as plt
 
     limits_seen = []
@@ -127,12 +118,12 @@ def test_chart_axes_stay_finite_with_extreme_deadline_and_budget(folder, capsys,
     (x0, x1, y0, y1), = limits_seen
     assert all(math.isfinite(v) for v in (x0, x1, y0, y1)) and x1 < 1e6 and y1 < 1e6
     if extra[1] == "1e15":
-        assert "off the chart" in (folder / "p_pareto.svg").read_text()
+        assert "off the chart" in (tiny_specs / "p_pareto.svg").read_text()
 
 
-def test_an_error_message_is_one_printable_line(folder, capsys):
+def test_an_error_message_is_one_printable_line(tiny_specs, capsys):
     """A key with a newline and an escape sequence in it is shown escaped, on one line."""
-    (folder / "model.yaml").write_text(MODEL + '"evil\\n\\x1b[31mkey": 1\n')
+    (tiny_specs / "model.yaml").write_text(MODEL + '"evil\\n\\x1b[31mkey": 1\n')
     assert main(SEARCH) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err

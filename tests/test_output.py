@@ -12,17 +12,7 @@ import pytest
 from fasop.cli import main
 from fasop.errors import FasopError
 from fasop.output import safe_name, write_files
-from test_bad_input import CLUSTER, MODEL, PROFILE
-
-
-@pytest.fixture
-def specs(tmp_path, monkeypatch):
-    """The tiny specs in a fresh folder, which is the working directory."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    (tmp_path / "model.yaml").write_text(MODEL)
-    (tmp_path / "tiny.profile.csv").write_text(PROFILE)
-    return tmp_path
+from test_bad_input import MODEL
 
 
 def search(*extra: str) -> list[str]:
@@ -52,11 +42,11 @@ def files(folder: Path) -> list[str]:
     ("..", "results/_cluster_a10x2.csv"),
     ("a/b\\c:d", "results/a_b_c_d_cluster_a10x2.csv"),
 ])
-def test_a_spec_name_cannot_lead_the_output_out_of_results(specs, capsys, name, written):
-    (specs / "model.yaml").write_text(MODEL.replace("name: tiny", f"name: '{name}'"))
-    before = set(files(specs))
+def test_a_spec_name_cannot_lead_the_output_out_of_results(tiny_specs, capsys, name, written):
+    (tiny_specs / "model.yaml").write_text(MODEL.replace("name: tiny", f"name: '{name}'"))
+    before = set(files(tiny_specs))
     assert main(search()) == 0
-    assert sorted(set(files(specs)) - before) == [written]
+    assert sorted(set(files(tiny_specs)) - before) == [written]
 
 
 @pytest.mark.parametrize("text", ["../x", "/", ".", "..", "", "-", "a" * 500, "ключ"])
@@ -66,18 +56,18 @@ def test_safe_name_is_one_plain_file_name(text):
     assert name not in (".", "..")
 
 
-def test_a_symlink_at_the_target_is_refused_and_left_alone(specs, capsys):
-    (specs / "target.csv").write_text("keep\n")
-    (specs / "link.csv").symlink_to("target.csv")
+def test_a_symlink_at_the_target_is_refused_and_left_alone(tiny_specs, capsys):
+    (tiny_specs / "target.csv").write_text("keep\n")
+    (tiny_specs / "link.csv").symlink_to("target.csv")
     message = error_of(capsys, search("--out", "link.csv"))
     assert message == "--out: cannot write 'link.csv': a symbolic link (fasop does not write through links)"
-    assert (specs / "link.csv").is_symlink() and (specs / "target.csv").read_text() == "keep\n"
+    assert (tiny_specs / "link.csv").is_symlink() and (tiny_specs / "target.csv").read_text() == "keep\n"
 
 
-def test_a_dangling_symlink_is_refused_too(specs, capsys):
-    (specs / "link.csv").symlink_to("nowhere.csv")
+def test_a_dangling_symlink_is_refused_too(tiny_specs, capsys):
+    (tiny_specs / "link.csv").symlink_to("nowhere.csv")
     assert "a symbolic link" in error_of(capsys, search("--out", "link.csv"))
-    assert not (specs / "nowhere.csv").exists()
+    assert not (tiny_specs / "nowhere.csv").exists()
 
 
 def _device(folder: Path) -> str:
@@ -91,20 +81,20 @@ def _device(folder: Path) -> str:
         return "/dev/null"
 
 
-def test_a_device_is_never_replaced(specs, capsys):
-    device = _device(specs)
+def test_a_device_is_never_replaced(tiny_specs, capsys):
+    device = _device(tiny_specs)
     message = error_of(capsys, search("--out", device))
     assert message == f"--out: cannot write '{device}': not a regular file (a device, FIFO or socket)"
     assert Path(device).is_char_device()
 
 
-def test_a_fifo_is_refused_without_blocking(specs, capsys):
-    os.mkfifo(specs / "pipe.csv")
+def test_a_fifo_is_refused_without_blocking(tiny_specs, capsys):
+    os.mkfifo(tiny_specs / "pipe.csv")
     assert "not a regular file" in error_of(capsys, search("--out", "pipe.csv"))
 
 
-def test_a_folder_is_refused(specs, capsys):
-    (specs / "folder").mkdir()
+def test_a_folder_is_refused(tiny_specs, capsys):
+    (tiny_specs / "folder").mkdir()
     assert error_of(capsys, search("--out", "folder")) == "--out: cannot write 'folder': Is a directory"
 
 
@@ -115,41 +105,41 @@ def test_a_folder_is_refused(specs, capsys):
     (".", "--out: '.' names a folder; give a file name inside it"),
     ("a/..", "--out: 'a/..' names a folder; give a file name inside it"),
 ])
-def test_names_that_cannot_be_files(specs, capsys, out, message):
+def test_names_that_cannot_be_files(tiny_specs, capsys, out, message):
     assert error_of(capsys, search("--out", out)) == message
-    assert not (specs / "newdir").exists() and not (specs / "results").exists()
+    assert not (tiny_specs / "newdir").exists() and not (tiny_specs / "results").exists()
 
 
 @pytest.mark.parametrize("prefix", ["", "dir/", "."])
-def test_out_prefix_that_cannot_be_a_name(specs, capsys, prefix):
+def test_out_prefix_that_cannot_be_a_name(tiny_specs, capsys, prefix):
     assert error_of(capsys, pareto("--out-prefix", prefix)).startswith("--out-prefix: ")
-    assert files(specs) == ["cluster.yaml", "model.yaml", "tiny.profile.csv"]
+    assert files(tiny_specs) == ["cluster.yaml", "model.yaml", "tiny.profile.csv"]
 
 
-def test_a_missing_parent_folder_is_created(specs, capsys):
+def test_a_missing_parent_folder_is_created(tiny_specs, capsys):
     """README: a missing folder of --out / --out-prefix is created (as mkdir -p)."""
     assert main(search("--out", "new/deeper/plans.csv")) == 0
-    assert (specs / "new" / "deeper" / "plans.csv").is_file()
+    assert (tiny_specs / "new" / "deeper" / "plans.csv").is_file()
 
 
-def test_the_target_is_checked_before_the_work(specs, capsys, monkeypatch):
+def test_the_target_is_checked_before_the_work(tiny_specs, capsys, monkeypatch):
     """A refused --out costs no search: the library is never called."""
     import fasop.search
 
     monkeypatch.setattr(fasop.search, "search", lambda *a, **k: pytest.fail("searched"))
-    (specs / "link.csv").symlink_to("x.csv")
+    (tiny_specs / "link.csv").symlink_to("x.csv")
     error_of(capsys, search("--out", "link.csv"))
 
 
-def test_pareto_writes_csv_png_and_svg_or_none(specs, capsys):
+def test_pareto_writes_csv_png_and_svg_or_none(tiny_specs, capsys):
     """All or none: when the SVG cannot be written (its name is taken by a folder), neither the
     CSV nor the PNG is left behind; with the way clear, all three are written."""
-    (specs / "p_pareto.svg").mkdir()
+    (tiny_specs / "p_pareto.svg").mkdir()
     assert "p_pareto.svg" in error_of(capsys, pareto("--out-prefix", "p"))
-    assert files(specs) == ["cluster.yaml", "model.yaml", "tiny.profile.csv"]
-    (specs / "p_pareto.svg").rmdir()
+    assert files(tiny_specs) == ["cluster.yaml", "model.yaml", "tiny.profile.csv"]
+    (tiny_specs / "p_pareto.svg").rmdir()
     assert main(pareto("--out-prefix", "p")) == 0
-    assert {"p_pareto.csv", "p_pareto.png", "p_pareto.svg"} <= set(files(specs))
+    assert {"p_pareto.csv", "p_pareto.png", "p_pareto.svg"} <= set(files(tiny_specs))
 
 
 def test_write_files_leaves_nothing_when_a_rename_fails(tmp_path, monkeypatch):
