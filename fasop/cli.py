@@ -428,8 +428,8 @@ def _pareto(args: argparse.Namespace) -> int:
     if workers > 1 or args.executor == "ray":  # this process mostly waits: load the plotting libraries meanwhile
         threading.Thread(target=_import, args=("pandas", "fasop.plots"), daemon=True).start()
     with _progress_bar(args.no_progress, "compositions", "compositions") as progress:
-        done, interrupted, counts = run_sweep(args, model, cluster, comps, iterations, workers,
-                                              prefix.with_name(prefix.name + "_pareto.checkpoint"), progress)
+        checkpoint = prefix.with_name(prefix.name + "_pareto.checkpoint")
+        done, interrupted, counts = run_sweep(args, model, cluster, comps, iterations, workers, checkpoint, progress)
     if left_out:
         print(f"note: {all_comps - len(comps):,} of {all_comps:,} compositions outside the limits were not searched ("
               + ", ".join(f"{flag}: {n:,}" for flag, n in left_out.items()) + ")", file=sys.stderr)
@@ -454,9 +454,11 @@ def _pareto(args: argparse.Namespace) -> int:
         images = render_pareto(analysis, title=f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps")
     except KeyboardInterrupt as exc:
         write_files([(csv_path, table)], "--out-prefix")
+        checkpoint.unlink(missing_ok=True)  # the sweep is complete and on disk
         print(f"fasop: interrupted while plotting; wrote {csv_path}, no plots", file=sys.stderr)
         return exit_status(exc)
     write_files([(csv_path, table), (png, images["png"]), (svg, images["svg"])], "--out-prefix")  # all or none
+    checkpoint.unlink(missing_ok=True)  # only now: a kill before the write leaves the sweep to --resume
     _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
     print(f"wrote {csv_path}, {png}, {svg}")
     return 0

@@ -53,8 +53,8 @@ def buyer_limits(args: argparse.Namespace):
 def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, workers: int, checkpoint_path: Path,
               progress) -> tuple[list, KeyboardInterrupt | None, dict]:
     """Sweep `comps` as the options say: (results in composition order, the interrupt (Ctrl-C or
-    SIGTERM) that stopped it or None, counts {"pruned": n, "resumed": n}). The checkpoint is
-    removed once the sweep is complete."""
+    SIGTERM) that stopped it or None, counts {"pruned": n, "resumed": n}). The checkpoint stays:
+    the caller removes it once a complete sweep's result is on disk."""
     from fasop import pareto
     from fasop.checkpoint import Checkpoint, fingerprint
     from fasop.executors import make_executor
@@ -79,7 +79,7 @@ def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, 
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (workers.sigterm_as_interrupt)
         interrupted = exc
     finally:
-        checkpoint.close(remove=len(results) == len(comps))
+        checkpoint.close()  # removed by the caller once the complete result is written
     counts = {"pruned": sum(r.status == "pruned" for r in results.values()),
               "resumed": len(checkpoint.done) if checkpoint.resumed else 0}
     return [results[i] for i in sorted(results)], interrupted, counts
