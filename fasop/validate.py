@@ -229,7 +229,7 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, stages, fixed):
         "recompute": list(RECOMPUTES),
         "sequence_parallel": [False, True] if tp > 1 else [False],
         "distributed_optimizer": [False, True] if dp > 1 else [False],
-        "virtual_pp": [v for v in range(1, MAX_VIRTUAL + 1) if arch.num_layers % (pp * v) == 0] if pp > 1 else [1],
+        "virtual_pp": [1] + [v for v in range(2, MAX_VIRTUAL + 1) if arch.num_layers % (pp * v) == 0] if pp > 1 else [1],
     }
     options |= {k: [v] for k, v in fixed.items()}
     best = None
