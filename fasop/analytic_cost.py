@@ -53,6 +53,8 @@ ADAM_BYTES = 12
 ADAM_STEP_BYTES = 30
 """Read fp32 grad, master, m, v (16) + write master, m, v (12) + write the 16-bit weight (2)."""
 ACT_BYTES = 2
+FLASH_BACKWARD_MATMULS = 5
+"""FlashAttention's backward: QK^T recomputed, then dV, dP, dQ, dK -- 5 matmuls to the forward's 2."""
 
 
 @dataclass(frozen=True)
@@ -153,17 +155,27 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     linear = L.layer_linear_flops(a, b, s, t)
     core = L.attention_core_flops(a, b, s, t, 0.5 if fused else 1.0)
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, fused)
-    if w.params.gemm_traffic:
-        moved += L.layer_gemm_bytes(a, b, s, t, ACT_BYTES)
+    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, ACT_BYTES) if w.params.gemm_traffic else 0.0
+    if r.precision == "fp8":
+        moved += L.fp8_cast_elements(a, b, s, t) * w.params.fp8_cast_bytes
+    if w.params.gemm_overlap:   # roofline: the operands stream while the tensor cores work
+        fwd = max(_kernel_s(w, gpu, linear, 0.0, 0.0), _kernel_s(w, gpu, 0.0, 0.0, gemm_bytes))
+        fwd += _kernel_s(w, gpu, 0.0, 0.0, moved)
+    else:
+        fwd = _kernel_s(w, gpu, linear, 0.0, moved + gemm_bytes)
+    core_bwd_extra = 0.0
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.precision == "fp8" else r.precision
         rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * w.params.fused_attention_efficiency
-        fwd = _kernel_s(w, gpu, linear, 0.0, moved) + core / rate
+        fwd += core / rate
+        # its backward recomputes the scores QK^T: 5 matmuls to the forward's 2 (Dao et al. 2022, Alg. 4)
+        core_bwd_extra = (FLASH_BACKWARD_MATMULS - 2 * 2) / 2 * core / rate
     else:
-        fwd = _kernel_s(w, gpu, linear, core, moved)
-    tp_comm = 2 * all_reduce_s(b * s * a.hidden_size * ACT_BYTES, t, tp_link)
-    accumulate = 2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
-    bwd = 2 * fwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate)
+        fwd += _kernel_s(w, gpu, 0.0, core, 0.0)
+    tp_comm = 2 * all_reduce_s(b * s * a.hidden_size * ACT_BYTES, t, tp_link) * (1 - w.params.tp_overlap)
+    accumulate = 0.0 if w.params.gradient_accumulation_fusion else \
+        2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
+    bwd = 2 * fwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     if r.recompute == "full":
         bwd += fwd + tp_comm
     elif r.recompute == "selective" and not fused:

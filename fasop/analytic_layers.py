@@ -158,6 +158,14 @@ def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:
     return e * (inputs + weights + outputs)
 
 
+def fp8_cast_elements(a: Architecture, b: int, s: int, t: int) -> float:
+    """Elements an FP8 run casts per layer forward on one TP rank: the inputs of the QKV, O, MLP up
+    and MLP down matmuls (Transformer Engine casts each to FP8, with a transposed copy for the
+    weight-gradient matmul; the backward casts the output gradients the same way)."""
+    up_in, down_in = a.hidden_size, a.ffn_hidden_size / t
+    return b * s * (a.hidden_size + a.q_width / t + up_in + down_in)
+
+
 def head_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:
     """Bytes of the logits matmul: input b·s·h, the h x V/t weight, b·s·V/t logits."""
     return e * (b * s * a.hidden_size + a.hidden_size * a.vocab_size / t + b * s * a.vocab_size / t)

@@ -25,7 +25,8 @@ _GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_g
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s")
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
-               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes")
+               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
+               "gemm_overlap", "fp8_cast_bytes", "tp_overlap")
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
 
@@ -75,6 +76,15 @@ class AnalyticParams:
     dp_overlap: float
     framework_overhead_bytes: float
     gradient_reduce_bytes: dict[str, int]
+    gradient_accumulation_fusion: bool = False
+    """The weight-gradient matmul adds into the fp32 main gradient in its epilogue (Megatron-LM
+    `--gradient-accumulation-fusion`): no separate read-modify-write pass over the gradients."""
+    gemm_overlap: bool = False
+    """A matmul takes max(FLOPs time, operand bytes time) (a roofline) instead of their sum."""
+    fp8_cast_bytes: float = 0.0
+    """Bytes moved per matmul-input element an FP8 run casts (read 16-bit, write FP8 and its transpose)."""
+    tp_overlap: float = 0.0
+    """Share of the tensor-parallel collectives hidden behind the layer's matmuls."""
 
 
 def canonical(name: str) -> str:
@@ -145,6 +155,10 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
     grad = _mapping(r, "gradient_reduce_bytes", ("bf16", "fp16", "fp8"), base is None,
                     lambda v: v in (2, 4) and not isinstance(v, bool), "2 or 4")
+    fusion = get("gradient_accumulation_fusion", bool, None, "")
+    roofline = get("gemm_overlap", bool, None, "")
+    cast = get("fp8_cast_bytes", (int, float), lambda v: v >= 0, ">= 0")
+    tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
     r.done()
     new = AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
@@ -157,6 +171,10 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         dp_overlap=float(overlap) if overlap is not None else base.dp_overlap,
         framework_overhead_bytes=float(overhead) * GIB if overhead is not None else base.framework_overhead_bytes,
         gradient_reduce_bytes={**(base.gradient_reduce_bytes if base else {}), **grad},
+        gradient_accumulation_fusion=fusion if fusion is not None else base.gradient_accumulation_fusion,
+        gemm_overlap=roofline if roofline is not None else base.gemm_overlap,
+        fp8_cast_bytes=float(cast) if cast is not None else base.fp8_cast_bytes,
+        tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
     )
     return new
 

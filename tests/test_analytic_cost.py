@@ -103,3 +103,43 @@ def test_split_is_the_best_min_max_split():
     counts = C.split_layers(w, (tight, pair[1]))
     assert counts[0] <= 5 and sum(counts) == 30
     assert C.split_layers(w, (dataclasses.replace(tight, memory_limit_bytes=1.0), pair[1])) is None
+
+
+def _layer(params, precision="bf16", recompute="none"):
+    w = C.Workload(arch=ARCH, seq=1024, mbs=2, tp=1, dp=1, pp=1, num_microbatches=1,
+                   recipe=Recipe(precision=precision, recompute=recompute), params=params)
+    return C.layer_s(w, find_gpu("H100-SXM"), LINK)
+
+
+def test_gradient_accumulation_fusion_drops_the_read_modify_write_of_the_main_grads():
+    """Unfused, each micro-batch's backward reads and writes the fp32 gradient buffer: 2 x 4 bytes
+    a parameter at the memory bandwidth; fused into the matmul epilogue it costs nothing more."""
+    gpu = find_gpu("H100-SXM")
+    fused = dataclasses.replace(PARAMS, gradient_accumulation_fusion=True)
+    unfused = dataclasses.replace(PARAMS, gradient_accumulation_fusion=False)
+    f1, b1 = _layer(fused)
+    f0, b0 = _layer(unfused)
+    rmw = 2 * 4 * (12 * 1024 ** 2 + 13 * 1024) / (gpu.memory_bytes_per_s * PARAMS.memory_bandwidth_efficiency)
+    assert f0 == f1 and b0 - b1 == pytest.approx(rmw)
+
+
+def test_flash_attention_backward_recomputes_the_scores():
+    """A fused attention core's backward is 5 matmuls to the forward's 2: 2.5 x its forward time,
+    where an unfused core's backward is 2 x (FlashAttention, Dao et al. 2022)."""
+    gpu = find_gpu("H100-SXM")
+    core = attention_core_flops(ARCH, 2, 1024, 1, 0.5)
+    rate = gpu.peak_flops["bf16"] * PARAMS.fused_attention_efficiency
+    fused = dataclasses.replace(PARAMS, gradient_accumulation_fusion=True)  # no accumulate term
+    f, b = _layer(fused)    # tp = 1: no TP collectives either
+    assert b - 2 * f == pytest.approx(0.5 * core / rate)
+    f, b = _layer(dataclasses.replace(fused, fused_attention=False))
+    assert b == pytest.approx(2 * f)
+
+
+def test_fp8_casts_cost_bandwidth():
+    """FP8 moves fp8_cast_bytes per cast matmul-input element on top of the 16-bit run's bytes, so
+    it never reaches 2x: with casts free it is faster than with casts charged."""
+    free = dataclasses.replace(PARAMS, fp8_cast_bytes=0.0)
+    assert _layer(free, "fp8")[0] < _layer(PARAMS, "fp8")[0] < _layer(PARAMS, "bf16")[0]
+    f16, f8 = _layer(PARAMS, "bf16")[0], _layer(PARAMS, "fp8")[0]
+    assert f16 / f8 < 2
