@@ -155,14 +155,11 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     linear = L.layer_linear_flops(a, b, s, t)
     core = L.attention_core_flops(a, b, s, t, 0.5 if fused else 1.0)
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, fused)
-    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, ACT_BYTES) if w.params.gemm_traffic else 0.0
+    operand = 1 if r.precision == "fp8" else ACT_BYTES    # FP8 matmuls read FP8 inputs and weights
+    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, ACT_BYTES, operand) if w.params.gemm_traffic else 0.0
     if r.precision == "fp8":
         moved += L.fp8_cast_elements(a, b, s, t) * w.params.fp8_cast_bytes
-    if w.params.gemm_overlap:   # roofline: the operands stream while the tensor cores work
-        fwd = max(_kernel_s(w, gpu, linear, 0.0, 0.0), _kernel_s(w, gpu, 0.0, 0.0, gemm_bytes))
-        fwd += _kernel_s(w, gpu, 0.0, 0.0, moved)
-    else:
-        fwd = _kernel_s(w, gpu, linear, 0.0, moved + gemm_bytes)
+    fwd = _kernel_s(w, gpu, linear, 0.0, moved + gemm_bytes)
     core_bwd_extra = 0.0
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.precision == "fp8" else r.precision
@@ -172,17 +169,31 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
         core_bwd_extra = (FLASH_BACKWARD_MATMULS - 2 * 2) / 2 * core / rate
     else:
         fwd += _kernel_s(w, gpu, 0.0, core, 0.0)
-    tp_comm = 2 * all_reduce_s(b * s * a.hidden_size * ACT_BYTES, t, tp_link) * (1 - w.params.tp_overlap)
+    tp_comm, tp_fwd = tp_collectives_s(w, tp_link)
     accumulate = 0.0 if w.params.gradient_accumulation_fusion else \
         2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
     bwd = 2 * fwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     if r.recompute == "full":
-        bwd += fwd + tp_comm
+        bwd += fwd + tp_fwd
     elif r.recompute == "selective" and not fused:
         softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, False)
                    - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, True))
         bwd += _kernel_s(w, gpu, 0.0, core, softmax)
-    return fwd + tp_comm, bwd
+    return fwd + tp_fwd, bwd
+
+
+def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
+    """(backward, forward) seconds of one layer's tensor-parallel collectives, less the overlapped
+    share: two all-reduces of b·s·h 16-bit values each way (with SP, reduce-scatter + all-gather).
+    An FP8 run with SP all-gathers the matmul inputs already cast to FP8 (Transformer Engine gathers
+    the FP8 tensor): in the forward, one byte an element for the two all-gathers."""
+    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES
+    bwd = 2 * all_reduce_s(size, w.tp, tp_link)
+    fwd = bwd
+    if w.recipe.sequence_parallel and w.recipe.precision == "fp8":
+        fwd = 2 * (gather_s(size, w.tp, tp_link) + gather_s(size / ACT_BYTES, w.tp, tp_link))
+    hidden = 1 - w.params.tp_overlap
+    return bwd * hidden, fwd * hidden
 
 
 @lru_cache(maxsize=1 << 16)
@@ -391,7 +402,7 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     eff = params.link_efficiency
     first, last, after = stage_span(tp, dp, pp, i, g)
     ks = range(first, last + 1)
-    intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * eff[gpus[k].intra_node_link] for k in ks),
+    intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
                             params.intra_node_latency_s)
     inter = lambda ks, share: Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
                                    params.inter_node_latency_s)

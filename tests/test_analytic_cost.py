@@ -143,3 +143,32 @@ def test_fp8_casts_cost_bandwidth():
     assert _layer(free, "fp8")[0] < _layer(PARAMS, "fp8")[0] < _layer(PARAMS, "bf16")[0]
     f16, f8 = _layer(PARAMS, "bf16")[0], _layer(PARAMS, "fp8")[0]
     assert f16 / f8 < 2
+
+
+def test_fp8_with_sp_all_gathers_one_byte_elements_in_the_forward():
+    """With SP the forward's two all-gathers carry the FP8-cast inputs (1 byte an element), its two
+    reduce-scatters 16-bit outputs: 3/4 of the 16-bit volume; the backward's stay 16-bit."""
+    link = C.Link(100e9, 0.0)
+    def tp(precision):
+        w = C.Workload(arch=ARCH, seq=1024, mbs=2, tp=4, dp=1, pp=1, num_microbatches=1,
+                       recipe=Recipe(precision=precision, sequence_parallel=True), params=PARAMS)
+        return C.tp_collectives_s(w, link)
+    bwd16, fwd16 = tp("bf16")
+    bwd8, fwd8 = tp("fp8")
+    assert fwd16 == bwd16 == bwd8 == pytest.approx(2 * C.all_reduce_s(2 * 1024 * 1024 * 2, 4, link))
+    assert fwd8 == pytest.approx(0.75 * fwd16)
+    hidden = dataclasses.replace(PARAMS, tp_overlap=0.25)
+    w = C.Workload(arch=ARCH, seq=1024, mbs=2, tp=4, dp=1, pp=1, num_microbatches=1, recipe=Recipe(), params=hidden)
+    assert C.tp_collectives_s(w, link)[0] == pytest.approx(0.75 * bwd16)
+
+
+def test_measured_fp8_and_nvlink_shares_of_the_h100():
+    """The catalog's H100 reaches its measured FP8 share (not its BF16 one) and NCCL's NVLink4 share."""
+    gpu = find_gpu("H100-SXM")
+    assert gpu.matmul_flops("fp8") == pytest.approx(1979e12 * 0.70)
+    assert gpu.matmul_flops("bf16") == pytest.approx(989e12 * 0.803)
+    hw = C.stage_hardware(8, 1, 1, [type("N", (), {"gpus_per_node": 8, "inter_node_bytes_per_s": 1e9,
+                                                   "memory_limit_bytes": 1e12})()], [gpu], PARAMS)
+    assert hw[0].tp_link.bytes_per_s == pytest.approx(450e9 * 0.82)
+    a100 = find_gpu("A100-SXM4-80GB")
+    assert a100.matmul_flops("fp8") == a100.matmul_flops("bf16")  # no FP8 units: the 16-bit rate
