@@ -79,6 +79,11 @@ class Report:
         return 100 * max(abs(p.error) for p in self.predictions)
 
     @property
+    def mean_signed_error(self) -> float:
+        """Mean of (predicted - measured) / measured, %: the estimator's lean (negative: fast)."""
+        return 100 * sum(p.error for p in self.predictions) / len(self.predictions)
+
+    @property
     def memory_errors(self) -> list[float]:
         return [p.mem_error for p in self.predictions if p.mem_error is not None]
 

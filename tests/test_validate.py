@@ -32,6 +32,8 @@ def test_sc21_table_1_within_the_bar(tmp_path, capsys):
     assert sum(errors) / len(errors) <= 10 and max(errors) <= 20
     text = capsys.readouterr().out
     assert "time: MAPE" in text and "micro_batch_size=" in text  # what fasop picked is said
+    signed = sum(float(r["error_pct"]) for r in rows) / len(rows)
+    assert f"mean signed {signed:+.1f} %" in text  # the estimator's lean, fast (-) or slow (+)
     assert all(r["picked"].startswith("micro_batch_size=") for r in rows)
     assert all(r["recompute"] == "full" and r["sequence_parallel"] == "0" for r in rows)  # given, kept
 
