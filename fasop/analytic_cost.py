@@ -3,14 +3,15 @@
 Pure functions over a :class:`Workload` (model shape, batch, degrees, recipe, physical constants)
 and one :class:`StageHardware` per pipeline stage (its GPU and the links its groups use).
 
-Time of a layer: matmul FLOPs / (peak of the precision x matmul efficiency) + bytes moved /
-(memory bandwidth x efficiency), where the bytes are the elementwise kernels' and, with
-`gemm_traffic` (Calculon's `processing_mode: no_overlap`, systems/a100_80g.json), the matmuls'
-own operands too: a matmul's loads are not hidden behind its arithmetic. FP8 runs the weight matmuls at the FP8 peak and the attention core at the 16-bit one
-(Transformer Engine); a fused (FlashAttention) attention core runs at `fused_attention_efficiency`
-of the 16-bit peak instead of the matmul efficiency. Backward = 2 x forward, plus adding each micro-batch's weight gradients
-into the gradient buffer (read + write it: 2 x gradient bytes per parameter); full recompute adds
-a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5).
+Time of a layer (docs/estimators.md §A1): matmul FLOPs / (peak of the precision x matmul
+efficiency) + bytes moved / (memory bandwidth x efficiency), the bytes being the elementwise
+kernels', FP8's casts and, with `gemm_traffic` (Calculon's `processing_mode: no_overlap`), the
+matmuls' own operands (1 byte an input or weight element in FP8). FP8 runs the weight matmuls at
+the FP8 peak x the GPU's FP8 efficiency, the attention core in 16 bits (Transformer Engine); a
+fused (FlashAttention) core runs at `fused_attention_efficiency` of the 16-bit peak. Backward =
+2 x forward, + half the fused core's time (FlashAttention recomputes QK^T), + adding the weight
+gradients into the fp32 buffer unless `gradient_accumulation_fusion` does it in the matmul; full
+recompute adds a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5).
 
 Collectives are rings (Calculon's `all_reduce: [2, -1]`): all-reduce 2(n-1)/n x size / bandwidth
 + 2(n-1) latencies, reduce-scatter and all-gather half of that each. Tensor parallelism costs
@@ -165,8 +166,8 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
         precision = "bf16" if r.precision == "fp8" else r.precision
         rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * w.params.fused_attention_efficiency
         fwd += core / rate
-        # its backward recomputes the scores QK^T: 5 matmuls to the forward's 2 (Dao et al. 2022, Alg. 4)
-        core_bwd_extra = (FLASH_BACKWARD_MATMULS - 2 * 2) / 2 * core / rate
+        # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
+        core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * (core / rate) / 2
     else:
         fwd += _kernel_s(w, gpu, 0.0, core, 0.0)
     tp_comm, tp_fwd = tp_collectives_s(w, tp_link)
