@@ -121,6 +121,8 @@ class Step:
     pipeline_s: float
     stage_end_s: tuple[float, ...]
     dp_s: tuple[float, ...]
+    dp_exposed_s: tuple[float, ...]
+    """The part of each stage's DP sync the step waits for (dp_exposed_s)."""
     embedding_sync_s: float
     optimizer_s: float
     step_s: float
@@ -266,6 +268,19 @@ def dp_sync_s(w: Workload, params: float, link: Link) -> float:
     return gather_s(grad, w.dp, link) + gather_s(params * WEIGHT_BYTES, w.dp, link)
 
 
+def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
+    """The part of a stage's DP sync (`sync` s) the step waits for: (1 - dp_overlap) of it; with
+    `overlap_grad_reduce` (gradient buckets reduced during the backward: PyTorch DDP, FSDP,
+    Megatron-Core --overlap-grad-reduce) only what the stage's last micro-batch backward (`bwd`),
+    and for a sharded optimizer's weight all-gather the next step's first forward (`fwd`), cannot
+    cover."""
+    flat = (1 - w.params.dp_overlap) * sync
+    if not w.params.overlap_grad_reduce:
+        return flat
+    cover = bwd + (fwd if w.recipe.zero >= 1 else 0.0)
+    return min(flat, max(0.0, sync - cover))
+
+
 def zero3_gather_s(w: Workload, params: float, link: Link) -> float:
     """ZeRO-3 gathers the stage's weights before its forward and again before its backward,
     every micro-batch; the part not hidden behind compute (1 - dp_overlap) adds to the stage."""
@@ -297,14 +312,15 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
         ends.append(pipeline - back)
         back += (bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v
     dp = tuple(dp_sync_s(w, params[i], stages[i].dp_link) for i in range(p))
-    done = max(e + (1 - w.params.dp_overlap) * d for e, d in zip(ends, dp))
+    exposed = tuple(dp_exposed_s(w, d, f, bk) for d, f, bk in zip(dp, fwd, bwd))
+    done = max(e + x for e, x in zip(ends, exposed))
     emb = 0.0
     if w.arch.tied_embeddings and p > 1:
         table = w.arch.vocab_size * w.arch.hidden_size / w.tp * w.params.gradient_reduce_bytes[w.recipe.precision]
         emb = all_reduce_s(table, 2, stages[0].next_link)
     opt = max(_optimizer_s(w, params[i], stages[i].gpu) for i in range(p))
     return Step(stage_fwd_s=tuple(fwd), stage_bwd_s=tuple(bwd), p2p_s=p2p, pipeline_s=pipeline,
-                stage_end_s=tuple(ends), dp_s=dp, embedding_sync_s=emb, optimizer_s=opt,
+                stage_end_s=tuple(ends), dp_s=dp, dp_exposed_s=exposed, embedding_sync_s=emb, optimizer_s=opt,
                 step_s=done + emb + opt)
 
 

@@ -27,7 +27,7 @@ _GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_g
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
-               "fp8_cast_bytes", "tp_overlap")
+               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce")
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
 
@@ -91,6 +91,9 @@ class AnalyticParams:
     `--gradient-accumulation-fusion`): no separate read-modify-write pass over the gradients."""
     fp8_cast_bytes: float = 0.0
     """Bytes moved per matmul-input element an FP8 run casts (read 16-bit, write FP8 and its transpose)."""
+    overlap_grad_reduce: bool = False
+    """DP gradient buckets are reduced during the backward: a stage's DP sync waits only for what
+    its last micro-batch's backward (and next forward, for the weight all-gather) cannot cover."""
     tp_overlap: float = 0.0
     """Share of the tensor-parallel collectives hidden behind the layer's matmuls."""
 
@@ -168,6 +171,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     fusion = get("gradient_accumulation_fusion", bool, None, "")
     cast = get("fp8_cast_bytes", (int, float), lambda v: v >= 0, ">= 0")
     tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
+    grad_overlap = get("overlap_grad_reduce", bool, None, "")
     r.done()
     new = AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
@@ -183,6 +187,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         gradient_accumulation_fusion=fusion if fusion is not None else base.gradient_accumulation_fusion,
         fp8_cast_bytes=float(cast) if cast is not None else base.fp8_cast_bytes,
         tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
+        overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,
     )
     return new
 

@@ -172,3 +172,17 @@ def test_measured_fp8_and_nvlink_shares_of_the_h100():
     assert hw[0].tp_link.bytes_per_s == pytest.approx(450e9 * 0.82)
     a100 = find_gpu("A100-SXM4-80GB")
     assert a100.matmul_flops("fp8") == a100.matmul_flops("bf16")  # no FP8 units: the 16-bit rate
+
+
+def test_overlapped_gradient_reduction_waits_only_for_what_the_backward_cannot_hide():
+    """Without overlap the step waits for (1 - dp_overlap) of a stage's DP sync; with
+    overlap_grad_reduce only for what its last backward (+ the next forward under a sharded
+    optimizer, for the weight all-gather) cannot cover."""
+    on = dataclasses.replace(PARAMS, overlap_grad_reduce=True, dp_overlap=0.0)
+    off = dataclasses.replace(PARAMS, overlap_grad_reduce=False, dp_overlap=0.25)
+    w = lambda params, zero: C.Workload(arch=ARCH, seq=1024, mbs=1, tp=1, dp=4, pp=1, num_microbatches=4,
+                                        recipe=Recipe(zero=zero), params=params)
+    assert C.dp_exposed_s(w(off, 0), 2.0, 0.5, 1.0) == pytest.approx(1.5)
+    assert C.dp_exposed_s(w(on, 0), 2.0, 0.5, 1.0) == pytest.approx(1.0)     # 2 - backward 1
+    assert C.dp_exposed_s(w(on, 1), 2.0, 0.5, 1.0) == pytest.approx(0.5)     # 2 - (1 + forward 0.5)
+    assert C.dp_exposed_s(w(on, 0), 0.8, 0.5, 1.0) == 0.0                    # fully hidden

@@ -4,7 +4,8 @@ tests/data/megatron_sc21.csv is shared/reference/published/megatron_sc21_table1.
 validate schema: the ten GPT shapes (1.7B-1T) on 32-3072 A100-80GB, fp16, full recompute;
 measured_seconds_per_iter is the table's implied seconds per iteration. Megatron-LM of 2021 had
 no sequence parallelism, no distributed optimizer and no FlashAttention (0 in those columns); the
-micro-batch and interleaving are not in the table (empty: fasop picks the fastest).
+micro-batch and interleaving are not in the table (empty: fasop picks the fastest). Its gradient
+all-reduce ran after the backward (overlap_grad_reduce 0).
 Acceptance bar (issue 16): MAPE <= 10 %, max |error| <= 20 %.
 """
 
