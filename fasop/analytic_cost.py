@@ -166,7 +166,7 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     core_bwd_extra = 0.0
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.precision == "fp8" else r.precision
-        rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * w.params.fused_attention_efficiency
+        rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * gpu.attention_share(w.params)
         fwd += core / rate
         # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
         core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * (core / rate) / 2

@@ -23,7 +23,7 @@ CATALOG_DIR = Path(__file__).resolve().parent.parent / "cluster_specs" / "catalo
 LINKS = ("nvlink", "xgmi", "pcie")
 _GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_gbyte_per_s",
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
-             "intra_node_efficiency", "fp8_matmul_efficiency")
+             "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency")
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -55,8 +55,15 @@ class GpuType:
     """Share of the intra-node link NCCL achieves on this GPU, where measured; None: the link
     kind's `link_efficiency` (analytic.yaml)."""
 
+    fused_attention_efficiency: float | None = None
+    """Share of the 16-bit peak a fused attention kernel reaches on this GPU, where measured; None:
+    analytic.yaml's `fused_attention_efficiency`."""
+
     def intra_node_share(self, params: "AnalyticParams") -> float:
         return self.intra_node_efficiency or params.link_efficiency[self.intra_node_link]
+
+    def attention_share(self, params: "AnalyticParams") -> float:
+        return self.fused_attention_efficiency or params.fused_attention_efficiency
 
     def matmul_flops(self, precision: str) -> float:
         """Achievable matmul FLOP/s in `precision`; fp8 without FP8 units runs at the 16-bit peak,
@@ -138,6 +145,8 @@ def _gpu(r: Reader, name: str) -> GpuType:
         matmul_efficiency=float(r.get("matmul_efficiency", (int, float), check=lambda v: 0 < v <= 1, why="in (0, 1]")),
         reference_inter_node_bytes_per_s=float(r.positive("reference_inter_node_gbit_per_s", high=limits.GBIT_PER_S[1])) * 1e9 / 8,
         fp8_matmul_efficiency=r.get("fp8_matmul_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
+        fused_attention_efficiency=r.get("fused_attention_efficiency", (int, float), None, lambda v: 0 < v <= 1,
+                                         "in (0, 1]"),
         intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
     )
     r.done()

@@ -128,7 +128,7 @@ def test_flash_attention_backward_recomputes_the_scores():
     where an unfused core's backward is 2 x (FlashAttention, Dao et al. 2022)."""
     gpu = find_gpu("H100-SXM")
     core = attention_core_flops(ARCH, 2, 1024, 1, 0.5)
-    rate = gpu.peak_flops["bf16"] * PARAMS.fused_attention_efficiency
+    rate = gpu.peak_flops["bf16"] * gpu.attention_share(PARAMS)    # H100: its measured FA-2 share
     fused = dataclasses.replace(PARAMS, gradient_accumulation_fusion=True)  # no accumulate term
     f, b = _layer(fused)    # tp = 1: no TP collectives either
     assert b - 2 * f == pytest.approx(0.5 * core / rate)
@@ -172,6 +172,7 @@ def test_measured_fp8_and_nvlink_shares_of_the_h100():
     assert hw[0].tp_link.bytes_per_s == pytest.approx(450e9 * 0.82)
     a100 = find_gpu("A100-SXM4-80GB")
     assert a100.matmul_flops("fp8") == a100.matmul_flops("bf16")  # no FP8 units: the 16-bit rate
+    assert gpu.attention_share(PARAMS) == 0.33 and a100.attention_share(PARAMS) == PARAMS.fused_attention_efficiency
 
 
 def test_overlapped_gradient_reduction_waits_only_for_what_the_backward_cannot_hide():
