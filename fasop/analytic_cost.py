@@ -18,7 +18,8 @@ Collectives are rings (Calculon's `all_reduce: [2, -1]`): all-reduce 2(n-1)/n x 
 two all-reduces per layer forward and two backward (Megatron-LM; with sequence parallelism each
 becomes reduce-scatter + all-gather of the same volume, Korthikanti et al. 2022 §4.2.2), plus two
 in a recomputed forward. Pipeline p2p sends b·s·h 16-bit values split over the TP group
-(Narayanan et al. 2021 §4.1 scatter/gather).
+(Narayanan et al. 2021 §4.1 scatter/gather); without SP the receiving stage then all-gathers the
+full activation over its TP group before its first layer runs (with SP the sequence shards stay split).
 
 Pipeline (1F1B, interleaved with v chunks per rank; Narayanan et al. 2021 §2.2): each stage's
 cycle c_i = F_i + B_i + v x (its in and out transfers); the step is
@@ -299,7 +300,12 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     links = [hw.next_link for hw in stages[:-1]]
     if v > 1 and p > 1:
         links.append(stages[-1].next_link or stages[-1].dp_link)   # the wrap to stage 0
-    p2p = tuple(p2p_s(size, link) for link in links)
+    regather = 0.0
+    if w.tp > 1 and not w.recipe.sequence_parallel:
+        # scatter/gather (Narayanan et al. 2021 §4.1): each TP rank sends 1/tp of the activation,
+        # the receiving stage all-gathers it over its TP group before the next layer can start
+        regather = gather_s(size * w.tp, w.tp, stages[0].tp_link)
+    p2p = tuple(p2p_s(size, link) + regather for link in links)
     cycles = []
     for i in range(p):
         out_s = p2p[i] if i < len(p2p) else 0.0
