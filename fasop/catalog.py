@@ -11,7 +11,7 @@ TFLOP/s -> FLOP/s, GB/s -> bytes/s, Gbit/s -> bytes/s, GiB -> bytes. YAML is rea
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,7 +23,10 @@ CATALOG_DIR = Path(__file__).resolve().parent.parent / "cluster_specs" / "catalo
 LINKS = ("nvlink", "xgmi", "pcie")
 _GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_gbyte_per_s",
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
-             "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency")
+             "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
+             "validate_software")
+VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
+"""analytic.yaml switches a GPU's `validate_software` may set for `fasop validate` rows."""
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -58,6 +61,11 @@ class GpuType:
     fused_attention_efficiency: float | None = None
     """Share of the 16-bit peak a fused attention kernel reaches on this GPU, where measured; None:
     analytic.yaml's `fused_attention_efficiency`."""
+
+    validate_software: dict[str, bool] = field(default_factory=dict)
+    """What `fasop validate` assumes for a row that does not state `fused_attention` or
+    `overlap_grad_reduce`: the software the published training runs on this GPU had; a missing
+    key: analytic.yaml's value. Search and pareto do not read it."""
 
     def intra_node_share(self, params: "AnalyticParams") -> float:
         return self.intra_node_efficiency or params.link_efficiency[self.intra_node_link]
@@ -148,9 +156,20 @@ def _gpu(r: Reader, name: str) -> GpuType:
         fused_attention_efficiency=r.get("fused_attention_efficiency", (int, float), None, lambda v: 0 < v <= 1,
                                          "in (0, 1]"),
         intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
+        validate_software=_validate_software(r),
     )
     r.done()
     return gpu
+
+
+def _validate_software(r: Reader) -> dict[str, bool]:
+    if "validate_software" not in r.data:
+        r.seen.add("validate_software")
+        return {}
+    sub = r.sub("validate_software", VALIDATE_SOFTWARE)
+    values = {k: sub.get(k, bool) for k in VALIDATE_SOFTWARE if k in sub.data}
+    sub.done()
+    return values
 
 
 # ----------------------------------------------------------------------------- physical constants

@@ -29,7 +29,7 @@ from pathlib import Path
 from fasop import analytic_cost as C
 from fasop.analytic_layers import RECOMPUTES, Recipe
 from fasop.architecture import gpt_architecture
-from fasop.catalog import AnalyticParams, GpuType, canonical, default_params, load_gpus
+from fasop.catalog import VALIDATE_SOFTWARE, AnalyticParams, GpuType, canonical, default_params, load_gpus
 from fasop import limits
 from fasop.errors import FasopError
 from fasop.specs import GIB, NodeType, decode_utf8, read_bounded
@@ -193,8 +193,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     if gpu is None:
         known = ", ".join(x.name for x in load_gpus().values())
         raise c.error("gpu", f"unknown GPU type {c.text('gpu')!r} (catalog: {known})")
-    params = replace(base, fused_attention=c.flag("fused_attention", base.fused_attention),
-                     overlap_grad_reduce=c.flag("overlap_grad_reduce", base.overlap_grad_reduce))
+    software = {k: c.flag(k, gpu.validate_software.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
+    params = replace(base, **software)
     g = c.int("gpus_per_node", 8)
     precision = c.choice("precision", ("bf16", "fp16", "fp8"), "bf16")
     stages = _hardware(gpu, g, tp, dp, pp, params)

@@ -84,3 +84,17 @@ def test_analytic_overrides_in_a_cluster(tmp_path):
     path.write_text(text.replace("dp_overlap: 0.5", "tp_overlap: 1.5"))
     with pytest.raises(SpecError, match=r"analytic\.tp_overlap: must be in \[0, 1\], got 1.5"):
         load_cluster(str(path))
+
+
+def test_validate_software_is_read_and_checked(tmp_path):
+    """A GPU's `validate_software` names only analytic.yaml switches a validate row may state."""
+    assert load_gpus()[canonical("A100-SXM4-80GB")].validate_software == {"fused_attention": False,
+                                                                          "overlap_grad_reduce": False}
+    assert load_gpus()[canonical("H100-SXM")].validate_software.get("fused_attention", True)
+    text = (REPO / "cluster_specs" / "catalog" / "gpus.yaml").read_text()
+    bad = text.replace("    fused_attention: false    # FlashAttention(-2)", "    colour: false    # FlashAttention(-2)")
+    assert bad != text
+    path = tmp_path / "gpus.yaml"
+    path.write_text(bad)
+    with pytest.raises(SpecError, match=r"V100-SXM2\.validate_software\.colour: unknown key"):
+        load_gpus(str(path))
