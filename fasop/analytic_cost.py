@@ -6,8 +6,9 @@ and one :class:`StageHardware` per pipeline stage (its GPU and the links its gro
 Time of a layer (docs/estimators.md §A1): matmul FLOPs / (peak of the precision x matmul
 efficiency) + bytes moved / (memory bandwidth x efficiency), the bytes being the elementwise
 kernels', FP8's casts and, with `gemm_traffic` (Calculon's `processing_mode: no_overlap`), the
-matmuls' own operands (1 byte an input or weight element in FP8). FP8 runs the weight matmuls at
-the FP8 peak x the GPU's FP8 efficiency, the attention core in 16 bits (Transformer Engine); a
+matmuls' own operands (1 byte an input or weight element in FP8). Each weight matmul also loses
+its wave quantization: its output tiles (`matmul_tile`) run in whole waves over the GPU's SMs.
+FP8 runs the weight matmuls at the FP8 peak x the GPU's FP8 efficiency, the attention core in 16 bits (Transformer Engine); a
 fused (FlashAttention) core runs at `fused_attention_efficiency` of the 16-bit peak. Backward =
 2 x forward, + half the fused core's time (FlashAttention recomputes QK^T), + adding the weight
 gradients into the fp32 buffer unless `gradient_accumulation_fusion` does it in the matmul; full
@@ -144,6 +145,19 @@ def p2p_s(size: float, link: Link) -> float:
 
 
 # ----------------------------------------------------------------------------- per-layer times
+def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's weight matmuls at the precision's achievable rate,
+    each slowed by its wave efficiency (backward: input-gradient and weight-gradient matmuls)."""
+    rate, tile = gpu.matmul_flops(w.recipe.precision), w.params.matmul_tile
+    q = lambda m, n: L.wave_efficiency(m, n, gpu.streaming_multiprocessors, tile)
+    fwd = bwd = 0.0
+    for m, n, k in L.layer_gemm_shapes(w.arch, w.mbs, w.seq, w.tp):
+        flops = 2 * m * n * k
+        fwd += flops / (rate * q(m, n))
+        bwd += flops / (rate * q(m, k)) + flops / (rate * q(k, n))
+    return fwd, bwd
+
+
 def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: float) -> float:
     p = w.recipe.precision
     core_precision = "bf16" if p == "fp8" else p
@@ -156,14 +170,14 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included."""
     a, b, s, t, r = w.arch, w.mbs, w.seq, w.tp, w.recipe
     fused = w.params.fused_attention
-    linear = L.layer_linear_flops(a, b, s, t)
+    linear_fwd, linear_bwd = linear_s(w, gpu)
     core = L.attention_core_flops(a, b, s, t, 0.5 if fused else 1.0)
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, fused)
     operand = 1 if r.precision == "fp8" else ACT_BYTES    # FP8 matmuls read FP8 inputs and weights
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, ACT_BYTES, operand) if w.params.gemm_traffic else 0.0
     if r.precision == "fp8":
         moved += L.fp8_cast_elements(a, b, s, t) * w.params.fp8_cast_bytes
-    fwd = _kernel_s(w, gpu, linear, 0.0, moved + gemm_bytes)
+    fwd = _kernel_s(w, gpu, 0.0, 0.0, moved + gemm_bytes)
     core_bwd_extra = 0.0
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.precision == "fp8" else r.precision
@@ -176,7 +190,8 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     tp_comm, tp_fwd = tp_collectives_s(w, tp_link)
     accumulate = 0.0 if w.params.gradient_accumulation_fusion else \
         2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
-    bwd = 2 * fwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
+    bwd = 2 * fwd + linear_bwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
+    fwd += linear_fwd
     if r.recompute == "full":
         bwd += fwd + tp_fwd
     elif r.recompute == "selective" and not fused:

@@ -37,6 +37,7 @@ With f = 4h, g = a, ad = h and dropout these are exactly 10, 24 and 5 of Table 2
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -118,6 +119,30 @@ def layer_linear_flops(a: Architecture, b: int, s: int, t: int) -> float:
     projections = 2 * b * s * h * (a.q_width + 2 * a.kv_width) + 2 * b * s * a.q_width * h
     mlp = 2 * b * s * h * f * (3 if a.gated_mlp else 2)
     return (projections + mlp) / t
+
+
+def layer_gemm_shapes(a: Architecture, b: int, s: int, t: int) -> tuple[tuple[int, int, int], ...]:
+    """(m, n, k) of one layer's forward weight matmuls on one TP rank -- output m x n, reduction k:
+    QKV, O, MLP up (+ gate), MLP down. Their FLOPs, 2mnk each, sum to layer_linear_flops. The
+    backward runs each as m x k (input gradient, reduction n) and k x n (weight gradient, reduction m)."""
+    h, f, bs = a.hidden_size, a.ffn_hidden_size, b * s
+    up = 2 if a.gated_mlp else 1
+    return ((bs, (a.q_width + 2 * a.kv_width) / t, h), (bs, h, a.q_width / t),
+            (bs, up * f / t, h), (bs, h, f / t))
+
+
+def wave_efficiency(m: float, n: float, sms: int, tile: tuple[int, int]) -> float:
+    """Share of a GPU's tile slots an m x n matmul output keeps busy: its tiles run in whole waves
+    over the `sms` SMs, the last wave partly idle, edge tiles partly empty (NVIDIA, "Matrix
+    Multiplication Background User's Guide": tile and wave quantization). The better of the two
+    tile orientations (cuBLAS picks among tile shapes). 1 without an SM count or with a 1 x 1 tile."""
+    if not sms or tile == (1, 1):
+        return 1.0
+    best = 0.0
+    for r, c in (tile, tile[::-1]):
+        tiles = math.ceil(m / r) * math.ceil(n / c)
+        best = max(best, m * n / (math.ceil(tiles / sms) * sms * r * c))
+    return best
 
 
 def attention_core_flops(a: Architecture, b: int, s: int, t: int, causal_fraction: float) -> float:

@@ -24,13 +24,13 @@ LINKS = ("nvlink", "xgmi", "pcie")
 _GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_gbyte_per_s",
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
-             "validate_software")
+             "validate_software", "streaming_multiprocessors")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
-"""analytic.yaml switches a GPU's `validate_software` may set for `fasop validate` rows."""
+"""analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
-               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce")
+               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile")
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
 
@@ -62,10 +62,12 @@ class GpuType:
     """Share of the 16-bit peak a fused attention kernel reaches on this GPU, where measured; None:
     analytic.yaml's `fused_attention_efficiency`."""
 
-    validate_software: dict[str, bool] = field(default_factory=dict)
+    streaming_multiprocessors: int = 0
+    """SMs (CUs) that run a matmul's output tiles in waves; 0: unknown (no wave quantization)."""
+    validate_software: dict[str, bool | float] = field(default_factory=dict)
     """What `fasop validate` assumes for a row that does not state `fused_attention` or
-    `overlap_grad_reduce`: the software the published training runs on this GPU had; a missing
-    key: analytic.yaml's value. Search and pareto do not read it."""
+    `overlap_grad_reduce`, and its `tp_overlap`: the software the published training runs on this
+    GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
 
     def intra_node_share(self, params: "AnalyticParams") -> float:
         return self.intra_node_efficiency or params.link_efficiency[self.intra_node_link]
@@ -111,6 +113,9 @@ class AnalyticParams:
     its last micro-batch's backward (and next forward, for the weight all-gather) cannot cover."""
     tp_overlap: float = 0.0
     """Share of the tensor-parallel collectives hidden behind the layer's matmuls."""
+    matmul_tile: tuple[int, int] = (1, 1)
+    """Output tile (rows, columns) one SM computes at a time; a matmul runs in whole waves of
+    tiles over the GPU's SMs (wave quantization). (1, 1): none."""
 
 
 def canonical(name: str) -> str:
@@ -157,6 +162,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
                                          "in (0, 1]"),
         intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
         validate_software=_validate_software(r),
+        streaming_multiprocessors=r.get("streaming_multiprocessors", int, 0, lambda v: 1 <= v <= 4096, "in [1, 4096]"),
     )
     r.done()
     return gpu
@@ -166,8 +172,10 @@ def _validate_software(r: Reader) -> dict[str, bool]:
     if "validate_software" not in r.data:
         r.seen.add("validate_software")
         return {}
-    sub = r.sub("validate_software", VALIDATE_SOFTWARE)
+    sub = r.sub("validate_software", VALIDATE_SOFTWARE + ("tp_overlap",))
     values = {k: sub.get(k, bool) for k in VALIDATE_SOFTWARE if k in sub.data}
+    if "tp_overlap" in sub.data:
+        values["tp_overlap"] = float(sub.get("tp_overlap", (int, float), check=lambda v: 0 <= v <= 1, why="in [0, 1]"))
     sub.done()
     return values
 
@@ -200,6 +208,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     cast = get("fp8_cast_bytes", (int, float), lambda v: v >= 0, ">= 0")
     tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
     grad_overlap = get("overlap_grad_reduce", bool, None, "")
+    tile = get("matmul_tile", list, lambda v: len(v) == 2 and all(type(x) is int and 1 <= x <= 1024 for x in v),
+               "[rows, columns]: two integers in [1, 1024]")
     r.done()
     new = AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
@@ -216,6 +226,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         fp8_cast_bytes=float(cast) if cast is not None else base.fp8_cast_bytes,
         tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
         overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,
+        matmul_tile=tuple(tile) if tile is not None else base.matmul_tile,
     )
     return new
 

@@ -194,7 +194,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
         known = ", ".join(x.name for x in load_gpus().values())
         raise c.error("gpu", f"unknown GPU type {c.text('gpu')!r} (catalog: {known})")
     software = {k: c.flag(k, gpu.validate_software.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
-    params = replace(base, **software)
+    params = replace(base, **software, tp_overlap=gpu.validate_software.get("tp_overlap", base.tp_overlap))
     g = c.int("gpus_per_node", 8)
     precision = c.choice("precision", ("bf16", "fp16", "fp8"), "bf16")
     stages = _hardware(gpu, g, tp, dp, pp, params)

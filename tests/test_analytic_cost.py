@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from fasop import analytic_cost as C
-from fasop.analytic_layers import Recipe, attention_core_flops, layer_linear_flops, total_params
+from fasop.analytic_layers import Recipe, attention_core_flops, layer_linear_flops, total_params, wave_efficiency
 from fasop.architecture import gpt_architecture
 from fasop.catalog import default_params, find_gpu
 from fasop.specs import load_model
@@ -187,3 +187,31 @@ def test_overlapped_gradient_reduction_waits_only_for_what_the_backward_cannot_h
     assert C.dp_exposed_s(w(on, 0), 2.0, 0.5, 1.0) == pytest.approx(1.0)     # 2 - backward 1
     assert C.dp_exposed_s(w(on, 1), 2.0, 0.5, 1.0) == pytest.approx(0.5)     # 2 - (1 + forward 0.5)
     assert C.dp_exposed_s(w(on, 0), 0.8, 0.5, 1.0) == 0.0                    # fully hidden
+
+
+def test_wave_quantization_by_hand():
+    """A100 (108 SMs), 128 x 256 tiles: a 2048 x 9600 output is 16 x 38 = 608 tiles (or 8 x 75 =
+    600 the other way), 6 waves of 108 slots: 2048 * 9600 / (6 * 108 * 128 * 256) = 0.9259; one
+    full wave (13824 x 256 = 108 tiles) loses nothing; a GPU without an SM count, nothing."""
+    a100, tile = find_gpu("A100-SXM4-80GB"), (128, 256)
+    assert a100.streaming_multiprocessors == 108 and PARAMS.matmul_tile == tile
+    sms = a100.streaming_multiprocessors
+    assert wave_efficiency(2048, 9600, sms, tile) == pytest.approx(2048 * 9600 / (6 * 108 * 128 * 256))
+    assert wave_efficiency(13824, 256, sms, tile) == 1.0
+    assert wave_efficiency(2048, 9600, sms, (1, 1)) == 1.0
+    assert wave_efficiency(2048, 9600, 0, tile) == 1.0
+
+
+def test_without_wave_quantization_the_matmuls_are_their_flops_at_the_achievable_rate():
+    """Tile (1, 1): forward = layer_linear_flops / rate, backward = 2 x forward; with tiles, never faster."""
+    gpu = find_gpu("H100-SXM")
+    off = dataclasses.replace(PARAMS, matmul_tile=(1, 1))
+    for params in (off, PARAMS):
+        w = C.Workload(arch=ARCH, seq=1024, mbs=3, tp=2, dp=1, pp=1, num_microbatches=1, recipe=Recipe(),
+                       params=params)
+        f, b = C.linear_s(w, gpu)
+        exact = layer_linear_flops(ARCH, 3, 1024, 2) / gpu.matmul_flops("bf16")
+        if params is off:
+            assert f == pytest.approx(exact) and b == pytest.approx(2 * exact)
+        else:
+            assert f >= exact * (1 - 1e-12) and b >= 2 * exact * (1 - 1e-12)
