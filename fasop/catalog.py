@@ -27,6 +27,8 @@ _GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_g
              "validate_software", "streaming_multiprocessors")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
+VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
+"""Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -65,8 +67,8 @@ class GpuType:
     streaming_multiprocessors: int = 0
     """SMs (CUs) that run a matmul's output tiles in waves; 0: unknown (no wave quantization)."""
     validate_software: dict[str, bool | float] = field(default_factory=dict)
-    """What `fasop validate` assumes for a row that does not state `fused_attention` or
-    `overlap_grad_reduce`, and its `tp_overlap`: the software the published training runs on this
+    """What `fasop validate` assumes for a row that does not state `fused_attention`,
+    `overlap_grad_reduce` or `sequence_parallel`, and its `tp_overlap`: the software the published training runs on this
     GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
 
     def intra_node_share(self, params: "AnalyticParams") -> float:
@@ -172,8 +174,8 @@ def _validate_software(r: Reader) -> dict[str, bool]:
     if "validate_software" not in r.data:
         r.seen.add("validate_software")
         return {}
-    sub = r.sub("validate_software", VALIDATE_SOFTWARE + ("tp_overlap",))
-    values = {k: sub.get(k, bool) for k in VALIDATE_SOFTWARE if k in sub.data}
+    sub = r.sub("validate_software", VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE + ("tp_overlap",))
+    values = {k: sub.get(k, bool) for k in VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE if k in sub.data}
     if "tp_overlap" in sub.data:
         values["tp_overlap"] = float(sub.get("tp_overlap", (int, float), check=lambda v: 0 <= v <= 1, why="in [0, 1]"))
     sub.done()

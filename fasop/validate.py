@@ -29,7 +29,7 @@ from pathlib import Path
 from fasop import analytic_cost as C
 from fasop.analytic_layers import RECOMPUTES, Recipe
 from fasop.architecture import gpt_architecture
-from fasop.catalog import VALIDATE_SOFTWARE, AnalyticParams, GpuType, canonical, default_params, load_gpus
+from fasop.catalog import VALIDATE_PLAN_SOFTWARE, VALIDATE_SOFTWARE, AnalyticParams, GpuType, canonical, default_params, load_gpus
 from fasop import limits
 from fasop.errors import FasopError
 from fasop.specs import GIB, NodeType, decode_utf8, read_bounded
@@ -203,6 +203,9 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
                                 ("sequence_parallel", c.flag("sequence_parallel")),
                                 ("distributed_optimizer", c.flag("distributed_optimizer")),
                                 ("virtual_pp", c.int("virtual_pp"))) if v is not None}
+    assumed = {k: gpu.validate_software[k] for k in VALIDATE_PLAN_SOFTWARE
+               if k not in fixed and k in gpu.validate_software}   # what this GPU's published runs had
+    fixed |= assumed
     best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, stages, fixed)
     if best is None:
         raise c.error("micro_batch_size", "no micro-batch size / virtual_pp divides the batch and the layers")
@@ -214,8 +217,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
            "predicted_peak_mem_gib": peak / GIB,
            "mem_error_pct": "" if mem is None else 100 * (peak / GIB - mem) / mem, "fits": fits,
            **{k: int(v) if isinstance(v, bool) else v for k, v in choice.items()}, "precision": precision,
-           "picked": " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in choice.items()
-                              if k not in fixed)}
+           "picked": " ".join([f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in choice.items()
+                               if k not in fixed] + [f"{k}={int(v)} (catalog)" for k, v in assumed.items()])}
     return Prediction(row=out, error=(step - measured) / measured,
                       mem_error=None if mem is None else (peak / GIB - mem) / mem)
 

@@ -75,6 +75,16 @@ def test_sc21_table_1_schema_only_conversion_within_the_bar(tmp_path):
     assert [round(p.error, 9) for p in report.predictions] == [round(p.error, 9) for p in shipped.predictions]
 
 
+def test_sc21_table_1_with_empty_plan_cells_within_the_bar(tmp_path):
+    """Sequence parallelism and the distributed optimizer left empty: the optimizer is picked, SP is
+    the catalog's A100 value (0: the published runs predate it), and the bar still holds."""
+    from fasop.validate import validate
+    report = validate(_schema_only(PUBLISHED, tmp_path, ""))
+    assert report.mape <= 10 and report.max_error <= 20
+    for p in report.predictions:
+        assert "sequence_parallel=0 (catalog)" in p.row["picked"] and "distributed_optimizer=" in p.row["picked"]
+
+
 def test_max_mape_exit_1(tmp_path, capsys):
     assert main(["validate", str(DATA), "--max-mape", "0.5"]) == 1
     assert "is above --max-mape 0.5 %" in capsys.readouterr().out
