@@ -63,7 +63,7 @@ def add_length(parser: argparse.ArgumentParser, default_iterations: int) -> None
 
 
 def iterations_of(args: argparse.Namespace, model) -> int:
-    from fasop.pareto import iterations_for_tokens
+    from fasop.sweep import iterations_for_tokens
     from fasop.search import DEFAULT_ITERATIONS
 
     if not args.tokens:

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from fasop.output import check_target, safe_name, user_path
     from fasop.report import csv_text, pareto_rows
     from fasop.specs import load_cluster, load_model
+    from fasop.sweep import node_prices
     from fasop.workers import exit_status
 
     _check_positive("--deadline-hours", args.deadline_hours)
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     max_nodes, all_comps, comps, left_out = _compositions(args, cluster)
     iterations = iterations_of(args, model)
     workers = workers_of(args.workers)
-    _, on_demand = pareto.node_prices(cluster, max_nodes, spot=args.spot)
+    _, on_demand = node_prices(cluster, max_nodes, spot=args.spot)
     if on_demand:
         print(f"note: --spot: {cluster.path} has no spot_usd_per_hour for {', '.join(on_demand)}; "
               "on-demand price used", file=sys.stderr)
@@ -132,14 +133,14 @@ def run(args: argparse.Namespace) -> int:
 def _compositions(args: argparse.Namespace, cluster) -> tuple[dict[str, int], int, tuple, dict[str, int]]:
     """(--max-nodes limits, how many compositions they allow, those inside the buyer's limits,
     {limit flag: compositions it left out})."""
-    from fasop import pareto
+    from fasop import sweep
     from fasop.buyer import within
     from fasop.cli_sweep import buyer_limits
 
-    max_nodes = pareto.parse_node_limits(args.max_nodes, cluster, "--max-nodes")
-    min_nodes = pareto.parse_node_limits(args.min_nodes, cluster, "--min-nodes") if args.min_nodes else {}
-    comps = pareto.compositions(max_nodes, min_nodes)
-    kept, left_out = within(comps, buyer_limits(args), cluster, pareto.node_prices(cluster, max_nodes, spot=args.spot)[0])
+    max_nodes = sweep.parse_node_limits(args.max_nodes, cluster, "--max-nodes")
+    min_nodes = sweep.parse_node_limits(args.min_nodes, cluster, "--min-nodes") if args.min_nodes else {}
+    comps = sweep.compositions(max_nodes, min_nodes)
+    kept, left_out = within(comps, buyer_limits(args), cluster, sweep.node_prices(cluster, max_nodes, spot=args.spot)[0])
     return max_nodes, len(comps), kept, left_out
 
 

@@ -56,12 +56,12 @@ def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, 
     SIGTERM) that stopped it or None, counts {"pruned": n, "resumed": n}). estimator_options: the
     recipes given for the analytic estimator (cli_recipes.options). The checkpoint stays:
     the caller removes it once a complete sweep's result is on disk."""
-    from fasop import pareto
+    from fasop import sweep
     from fasop.checkpoint import Checkpoint, fingerprint
     from fasop.executors import make_executor
     from fasop.pruning import pruned_sweep
 
-    job = pareto.sweep_job(model, cluster, comps, placements=args.placements, partitioner=args.partitioner,
+    job = sweep.sweep_job(model, cluster, comps, placements=args.placements, partitioner=args.partitioner,
                            iterations=iterations, spot=args.spot, top=1, partition_budget=args.partition_budget,
                            estimator_options=estimator_options)
     if args.round_size < 1:
