@@ -3,8 +3,8 @@
 One module per subcommand: cli_search.py, cli_pareto.py (with cli_sweep.py), cli_plan.py
 (export, explain, plot), cli_validate.py, cli_prices.py; what they share is cli_args.py.
 
-Exit status: 0 success, 2 bad input (one line on stderr), 130 interrupted (Ctrl-C), 143
-terminated (SIGTERM), 141 stdout closed early.
+Exit status: 0 success, 1 `fasop validate --max-mape` exceeded, 2 bad input (one line on
+stderr), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141 stdout closed early.
 """
 
 from __future__ import annotations
