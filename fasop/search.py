@@ -239,8 +239,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
         report(done, total)
     report(total, total)
     if tree is not None:
-        tally.duplicates += tree.duplicates
-        tally.pruned += tree.pruned
+        tally.add_tree(tree)
     return SearchResult(estimates=kept.ranked(), inventory=tuple(inventory), iterations=iterations,
                         usd_per_hour=estimator.usd_per_s * 3600, num_candidates=total,
                         num_duplicates=tally.duplicates, num_pruned=tally.pruned,
@@ -336,6 +335,11 @@ class _Tally:
             self.oom += estimate.memory.is_oom
             self._count_misfits((estimate,))
             kept.add(index, estimate)
+
+    def add_tree(self, tree: OrderSearch) -> None:
+        """What the order tree skipped: prefixes equivalent to earlier ones, and pruned plans."""
+        self.duplicates += tree.duplicates
+        self.pruned += tree.pruned
 
     def _count_misfits(self, estimates) -> None:
         for estimate in estimates:

@@ -27,10 +27,11 @@ _ESTIMATOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class _Mapping(dict):
-    """A YAML mapping that remembers the line of each key (for error messages)."""
+    """A YAML mapping that remembers its line and the line of each key (for error messages)."""
 
-    line: int = 0
-    lines: dict
+    def __init__(self, line: int):
+        super().__init__()
+        self.line, self.lines = line, {}
 
 
 class _Refused(yaml.MarkedYAMLError):
@@ -67,8 +68,7 @@ class _StrictLoader(yaml.SafeLoader):
                            problem_mark=node.start_mark) from None
 
     def construct_strict_mapping(self, node) -> _Mapping:
-        mapping = _Mapping()
-        mapping.line, mapping.lines = node.start_mark.line + 1, {}
+        mapping = _Mapping(node.start_mark.line + 1)
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise _Refused(problem="merge keys (<<) are not allowed in specs", problem_mark=key_node.start_mark)
