@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from fasop.errors import FasopError
-from fasop.sweep import Composition, CompositionResult, init_sweep_worker, Interrupted, SweepJob, sweep_worker
+from fasop.sweep import Composition, CompositionResult, Interrupted, SweepJob, init_sweep_worker, sweep_worker
 from fasop.workers import process_pool
 from fasop.workers import stop as _stop
 
