@@ -18,13 +18,15 @@ from typing import Any
 from fasop import limits
 from fasop.errors import SpecError
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+SOURCE_TREE = Path(__file__).resolve().parent.parent
+"""The source tree whose cluster_specs/ and model_specs/ are the shipped specs when fasop runs from
+a clone or an editable install (else the copies under fasop/shipped/)."""
 
 
 def _shipped_folder(folder: str) -> Path:
     """The shipped `folder`: in the source tree (a clone, an editable install), else the copy an
     installed wheel carries as fasop/shipped/<folder> (pyproject.toml)."""
-    source = _REPO_ROOT / folder
+    source = SOURCE_TREE / folder
     return source if source.is_dir() else Path(__file__).resolve().parent / "shipped" / folder
 
 

@@ -41,7 +41,7 @@ def test_list_names_every_shipped_spec_in_one_line_each(capsys, what, folder_nam
 
 def test_list_without_shipped_specs_says_so(capsys, monkeypatch, tmp_path):
     """Installed without the spec folders: a sentence, not an empty list."""
-    monkeypatch.setattr(spec_files, "_REPO_ROOT", tmp_path)
+    monkeypatch.setattr(spec_files, "SOURCE_TREE", tmp_path)
     assert main(["list", "models"]) == 0
     assert capsys.readouterr().out.startswith("no shipped models found")
     monkeypatch.chdir(tmp_path)
