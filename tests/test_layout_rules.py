@@ -318,3 +318,47 @@ def test_the_frozen_cache_scanner_finds_a_planted_one():
             "@dataclass(frozen=True)\nclass V:\n    x: int\n    @cached_property\n    def y(self):\n        return 1\n"
             "@dataclass\nclass W:\n    @cached_property\n    def y(self):\n        return 1\n")
     assert frozen_caches(code) == ["V.y"]
+
+
+# ------------------------------------------------------------------------- boundaries
+BOUNDARIES = {"yaml": re.compile(r"fasop/specs\.py"), "matplotlib": re.compile(r"fasop/plots\.py"),
+              "argparse": re.compile(r"fasop/cli(_[a-z]+)?\.py")}
+"""Which module may import each boundary library: the one spec reader, the one plotting module,
+the command line."""
+
+
+def boundary_crossings(text: str, path: str) -> list[str]:
+    """Imports of a boundary library outside its module, and print() outside the command line
+    (the library never prints), anywhere in the module (functions included)."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        for name in names:
+            top = name.split(".")[0]
+            if top in BOUNDARIES and not BOUNDARIES[top].fullmatch(path):
+                found.append(f"imports {top}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print" \
+                and not BOUNDARIES["argparse"].fullmatch(path):
+            found.append("prints")
+    return found
+
+
+def test_boundary_libraries_stay_in_their_modules():
+    found = [f"{_rel(p)}: {c}" for p in _sources("*.py")
+             for c in boundary_crossings(p.read_text(encoding="utf-8"), _rel(p))]
+    assert found == []
+
+
+@pytest.mark.parametrize("code, path, allowed, what", [
+    ("import yaml\n", "fasop/catalog.py", "fasop/specs.py", "imports yaml"),
+    ("def f():\n    import matplotlib.pyplot as plt\n", "fasop/explain.py", "fasop/plots.py", "imports matplotlib"),
+    ("from argparse import Namespace\n", "fasop/search.py", "fasop/cli_search.py", "imports argparse"),
+    ("def f(x):\n    print(x)\n", "fasop/search.py", "fasop/cli.py", "prints"),
+])
+def test_the_boundary_scanner_finds_a_planted_crossing(code, path, allowed, what):
+    assert boundary_crossings(code, path) == [what]
+    assert boundary_crossings(code, allowed) == []
