@@ -8,11 +8,13 @@ One CSV row is one measured run. Columns (exact names):
             gpus_per_node (8), precision (bf16), micro_batch_size, recompute (none/selective/full),
             sequence_parallel (0/1), distributed_optimizer (0/1), virtual_pp,
             measured_peak_mem_gib, fused_attention and overlap_grad_reduce (0/1: software the run
-            had, FlashAttention and gradient reduction during the backward; the catalog default,
-            analytic.yaml)
+            had, FlashAttention and gradient reduction during the backward; empty: the GPU's
+            `validate_software` in gpus.yaml -- what its published runs had -- else analytic.yaml)
 An empty plan cell (micro_batch_size, recompute, sequence_parallel, distributed_optimizer,
 virtual_pp) means "the fastest value that fits in memory": every allowed value is estimated and
-the row reports what was picked. The GPU comes from the catalog (cluster_specs/catalog/gpus.yaml),
+the row reports what was picked -- except a cell the GPU's `validate_software` fixes (A100:
+sequence_parallel 0), reported as "(catalog)". The TP overlap is the GPU's `validate_software`
+tp_overlap where it has one (H100/H200: NeMo's recipes). The GPU comes from the catalog (cluster_specs/catalog/gpus.yaml),
 with its vendor reference node's network between nodes; the physical constants from
 cluster_specs/catalog/analytic.yaml. Error = (predicted - measured) / measured.
 """
