@@ -9,7 +9,8 @@ One CSV row is one measured run. Columns (exact names):
             sequence_parallel (0/1), distributed_optimizer (0/1), virtual_pp,
             measured_peak_mem_gib, fused_attention and overlap_grad_reduce (0/1: software the run
             had, FlashAttention and gradient reduction during the backward; empty: the GPU's
-            `validate_software` in gpus.yaml -- what its published runs had -- else analytic.yaml)
+            `validate_software` in gpus.yaml -- what its published runs had -- else analytic.yaml),
+            tp_overlap (share of the TP collectives hidden behind the matmuls, same defaults)
 An empty plan cell (micro_batch_size, recompute, sequence_parallel, distributed_optimizer,
 virtual_pp) means "the fastest value that fits in memory": every allowed value is estimated and
 the row reports what was picked -- except a cell the GPU's `validate_software` fixes (A100:
@@ -40,7 +41,7 @@ REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "voca
             "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter")
 OPTIONAL = ("name", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "gpus_per_node", "precision",
             "micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp",
-            "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce")
+            "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce", "tp_overlap")
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
 OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter",
                "predicted_seconds_per_iter", "error_pct", "measured_peak_mem_gib", "predicted_peak_mem_gib",
@@ -163,6 +164,18 @@ class _Cells:
             raise self.error(column, f"expected a positive number, got {text!r}")
         return value
 
+    def share(self, column: str, default: float) -> float:
+        text = self.text(column)
+        if not text:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 <= value <= 1:
+            raise self.error(column, f"expected a share in [0, 1], got {text!r}")
+        return value
+
     def choice(self, column: str, allowed: tuple[str, ...], default=None) -> str | None:
         text = self.text(column).lower()
         if not text:
@@ -196,7 +209,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
         known = ", ".join(x.name for x in load_gpus().values())
         raise c.error("gpu", f"unknown GPU type {c.text('gpu')!r} (catalog: {known})")
     software = {k: c.flag(k, gpu.validate_software.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
-    params = replace(base, **software, tp_overlap=gpu.validate_software.get("tp_overlap", base.tp_overlap))
+    tp_overlap = c.share("tp_overlap", gpu.validate_software.get("tp_overlap", base.tp_overlap))
+    params = replace(base, **software, tp_overlap=tp_overlap)
     g = c.int("gpus_per_node", 8)
     precision = c.choice("precision", ("bf16", "fp16", "fp8"), "bf16")
     stages = _hardware(gpu, g, tp, dp, pp, params)

@@ -123,6 +123,7 @@ def test_empty_cells_are_picked_and_memory_compared(tmp_path, capsys):
     ({"recompute": "some"}, "line 2: recompute: expected one of none, selective, full, got 'some'"),
     ({"measured_seconds_per_iter": "-1"}, "line 2: measured_seconds_per_iter: expected a positive number"),
     ({"measured_seconds_per_iter": ""}, "line 2: measured_seconds_per_iter: empty required cell"),
+    ({"tp_overlap": "1.5"}, "line 2: tp_overlap: expected a share in [0, 1], got '1.5'"),
 ])
 def test_a_malformed_row_is_one_line_exit_2(tmp_path, capsys, change, message):
     path = _write(tmp_path, [ROW | change], list(ROW) + [k for k in change if k not in ROW])
@@ -139,3 +140,14 @@ def test_header_errors(tmp_path, capsys):
     path = _write(tmp_path, [ROW | {"colour": "red"}])
     assert main(["validate", str(path)]) == 2
     assert "header: unknown column 'colour'" in capsys.readouterr().err
+
+
+def test_a_row_may_state_its_tp_overlap(tmp_path):
+    """An H100 row without tp_overlap gets the catalog's 0.5 (NeMo recipes); stating 0 or 1 changes
+    only the TP collectives' share: no overlap is slower, full overlap faster."""
+    from fasop.validate import validate
+    plan = {"micro_batch_size": 1, "recompute": "none", "sequence_parallel": 1, "distributed_optimizer": 1,
+            "virtual_pp": 1}
+    rows = [ROW | plan | {"name": str(v), "tp_overlap": v} for v in ("", "0", "0.5", "1")]
+    times = [p.row["predicted_seconds_per_iter"] for p in validate(_write(tmp_path, rows)).predictions]
+    assert times[0] == times[2] and times[1] > times[2] > times[3]
