@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 MAX_SUBSET_KINDS = 8
 """Kinds up to which a stage's pace is bounded per set of node kinds (2^k sets); past it every
 unfixed stage takes the least pace of any kind set."""
+CACHE_ENTRIES = 1 << 16
+"""Cached arrays per plan shape, of fixed-stage prefixes and of the rest (then started again)."""
 
 
 class AnalyticPrefixBounds:
@@ -62,117 +64,155 @@ class AnalyticPrefixBounds:
         self.ws = [estimator._workload(shape, r) for r in self.recipes]
         self.v = np.array([float(r.virtual_stages) for r in self.recipes])
         self.kind_of = {k.name: i for i, k in enumerate(self.kinds)}
+        self.gpus = [estimator.gpus[k.name] for k in self.kinds]
         self.size = shape.mbs * estimator.model.sequence_length * estimator.arch.hidden_size * C.ACT_BYTES / shape.tp
         block = shape.tp * shape.dp
         self.per_stage = block // self.g if block % self.g == 0 else 0
         """Nodes each stage spans (0: not a whole number)."""
         self.per_node = self.g // block if self.g % block == 0 else 0
         """Stages each node holds (0: not a whole number)."""
+        keys = {(x.matmul_flops("bf16"), x.memory_bytes_per_s): x for x in self.gpus}
+        self.symmetric = self.per_stage > 1 and all(keys[k] is x for k, x in zip(
+            ((x.matmul_flops("bf16"), x.memory_bytes_per_s) for x in self.gpus), self.gpus))
+        """Whether a stage's hardware is the same for any order of its nodes before the last:
+        stages span nodes, and no two GPUs tie as the slowest (one_stage takes the first)."""
         self._rho = self._kind_paces()
         self._caps = self._kind_caps()
         self._p2p_best = self._best_p2p()
         self._ends = self._best_ends()
+        self._sigs: list = []  # stage hardware by id (states hold ids: cheap to hash)
+        self._sig_ids: dict = {}
+        self._hardware: dict = {}
+        self._cache: dict = {}
         self._fixed: dict = {}
-        self._columns: dict = {}
 
     # ------------------------------------------------------------------ fold
     def start(self):
         return (), ()
 
     def extend(self, state, position: int, node: NodeType):
+        """State: (ids of the fixed stages' hardware, kind indices of the nodes placed since)."""
         done, tail = state
-        tail = tail + (node,)
+        tail = tail + (self.kind_of[node.name],)
         sh, p = self.shape, self.p
         while len(done) < p:
             s = len(done)
             first, last, after = C.stage_span(sh.tp, sh.dp, p, s, self.g)
             if max(last, after) > position:
                 break
-            nodes = _Window(tail, first)
-            gpus = _Window(tuple(self.e.gpus[n.name] for n in tail), first)
-            hw = C.one_stage(sh.tp, sh.dp, p, s, self.g, nodes, gpus, self.e.params)
-            done = done + ((hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes),)
+            done = done + (self._stage_id(s, tail[:max(last, after) - first + 1], first),)
             start = C.stage_span(sh.tp, sh.dp, p, s + 1, self.g)[0] if s + 1 < p else position + 1
             tail = tail[start - first:]
-        return done, tuple(tail)
+        if self.symmetric and len(done) < p and len(tail) > 1:
+            # a stage's hardware depends on its nodes before its last one only through minima
+            # (analytic_cost.one_stage): their order does not matter, so the state sorts them
+            first, last, _ = C.stage_span(sh.tp, sh.dp, p, len(done), self.g)
+            inner = last - first
+            tail = tuple(sorted(tail[:inner])) + tail[inner:]
+        return done, tail
+
+    def _stage_id(self, s: int, kinds: tuple[int, ...], first: int) -> int:
+        """The id of stage s's hardware on nodes of these kinds from node `first` on."""
+        key = (s, kinds)
+        got = self._hardware.get(key)
+        if got is None:
+            nodes = _Window(tuple(self.kinds[k] for k in kinds), first)
+            gpus = _Window(tuple(self.gpus[k] for k in kinds), first)
+            sh = self.shape
+            hw = C.one_stage(sh.tp, sh.dp, self.p, s, self.g, nodes, gpus, self.e.params)
+            sig = (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes)
+            got = self._sig_ids.get(sig)
+            if got is None:
+                got = self._sig_ids[sig] = len(self._sigs)
+                self._sigs.append((hw, sig))
+            self._hardware[key] = got
+        return got
 
     # ------------------------------------------------------------------ bound
     def bound(self, state, placed: int, left) -> float:
+        return self.bound_hinted(state, placed, left, None, float("inf"))[0]
+
+    def bound_hinted(self, state, placed: int, left, hint, threshold: float):
+        """(bound, hint for the prefix's children). `hint`: the recipes (rows) whose floor the
+        parent prefix left at most its threshold, None for all; rows above `threshold` (which
+        never grows) cannot give a completion among the kept plans and are dropped."""
         if self.e.model.profile is not None:  # profiled layers may be faster than the analytic floor
-            return 0.0
+            return 0.0, None
+        rows = np.arange(len(self.ws)) if hint is None else hint
         done, tail = state
-        tau, extra, cap = self._fixed_columns(done)
+        tau, extra, cap = (a[rows] for a in self._fixed_columns(done))
         d = len(done)
         if d < self.p:
-            paces = self._paces(d, tail, left)  # (R, p - d), ascending
-            caps = np.sort(self._open_caps(tail, left)[:, d:], axis=1)[:, ::-1]  # descending
-            first_in = self._p2p_of(done[-1][3]) if d else None
-            e_open = self._open_extra(d, first_in)
+            paces = self._paces(d, tail, left)[rows]
+            caps = self._open_caps(d, tail, left)[rows]
+            e_open = self._open_extra(d, done[-1] if d else None)[rows]
             tau = np.concatenate([tau, paces], axis=1)
             extra = np.concatenate([extra, np.repeat(e_open[:, None], self.p - d, axis=1)], axis=1)
             cap = np.concatenate([cap, caps], axis=1)
-        return float(self._floor(tau, extra, cap).min())
+        floors = self._floor(tau, extra, cap, rows)
+        return float(floors.min()), rows[floors <= threshold]
 
-    def _floor(self, tau: np.ndarray, extra: np.ndarray, cap: np.ndarray) -> np.ndarray:
-        """Per recipe: (m - 1/v) x the L-th slot (or the largest e + tau) + (L cheapest + sum e) / v."""
+    def _floor(self, tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Per recipe row: (m - 1/v) x the L-th slot (or the largest e + tau) + (L cheapest + sum e) / v."""
+        n, v = len(rows), self.v[rows]
         k = np.arange(1, int(cap.max(initial=0)) + 1, dtype=float)
-        if not len(k):
-            return np.full(len(self.ws), np.inf)
+        if not len(k) or cap.shape[1] * len(k) < self.L:
+            return np.full(n, np.inf)
         open_slot = k[None, None, :] <= cap[:, :, None]
-        slots = np.where(open_slot, extra[:, :, None] + tau[:, :, None] * k[None, None, :], np.inf)
-        flat = slots.reshape(len(self.ws), -1)
-        if flat.shape[1] < self.L:
-            return np.full(len(self.ws), np.inf)
-        level = np.partition(flat, self.L - 1, axis=1)[:, self.L - 1]
+        slots = np.where(open_slot, extra[:, :, None] + tau[:, :, None] * k[None, None, :], np.inf).reshape(n, -1)
+        level = np.partition(slots, self.L - 1, axis=1)[:, self.L - 1]
         level = np.maximum(level, (extra + tau).max(axis=1))
         level = np.where(cap.min(axis=1) < 1, np.inf, level)  # a stage holds no layer: nothing fits
-        costs = np.where(open_slot, tau[:, :, None], np.inf).reshape(len(self.ws), -1)
-        cheapest = np.partition(costs, self.L - 1, axis=1)[:, :self.L].sum(axis=1)
-        total = cheapest + extra.sum(axis=1)
+        costs = np.where(open_slot, tau[:, :, None], np.inf).reshape(n, -1)
+        total = np.partition(costs, self.L - 1, axis=1)[:, :self.L].sum(axis=1) + extra.sum(axis=1)
         finite = np.where(np.isinf(level), 0.0, level)
-        return np.where(np.isinf(level), np.inf, (self.m - 1 / self.v) * finite + total / self.v)
+        return np.where(np.isinf(level), np.inf, (self.m - 1 / v) * finite + total / v)
 
-    # ------------------------------------------------------------------ placed stages
+    # ------------------------------------------------------------------ fixed stages
     def _fixed_columns(self, done) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tau, e, cap) per recipe (rows) and placed stage (columns)."""
-        got = self._columns.get(done)
+        """(tau, e, cap) per recipe (rows) and fixed stage (columns)."""
+        got = self._fixed.get(done)
         if got is None:
             if not done:
                 empty = np.zeros((len(self.ws), 0))
                 got = (empty, empty, empty)
             else:
-                tau, extra, cap = self._fixed_columns(done[:-1])
-                prev = done[-2][3] if len(done) > 1 else None
-                t, e, c = self._stage(len(done) - 1, done[-1], prev)
-                got = (np.column_stack([tau, t]), np.column_stack([extra, e]), np.column_stack([cap, c]))
-            if len(self._columns) > 1 << 16:
-                self._columns.clear()
-            self._columns[done] = got
+                columns = self._fixed_columns(done[:-1])
+                got = tuple(np.column_stack([a, b]) for a, b in
+                            zip(columns, self._stage(len(done) - 1, done[-1], done[-2] if len(done) > 1 else None)))
+            if len(self._fixed) > CACHE_ENTRIES:
+                self._fixed.clear()
+            self._fixed[done] = got
         return got
 
-    def _stage(self, i: int, sig, prev_link) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A placed stage's (tau, e, cap) per recipe; `prev_link`: the link from stage i - 1."""
-        key = (i, sig, prev_link)
-        got = self._fixed.get(key)
+    def _stage(self, i: int, sig: int, prev: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A fixed stage's (tau, e, cap) per recipe; `prev`: stage i - 1's hardware id."""
+        key = ("stage", i, sig, prev)
+        got = self._cache.get(key)
         if got is None:
-            name, tp_link, dp_link, next_link, limit = sig
-            gpu = next(gp for gp in self.e.gpus.values() if gp.name == name)
+            hw = self._sigs[sig][0]
+            prev_link = None if prev is None else self._sigs[prev][0].next_link
             first, last = i == 0, i == self.p - 1
             tau, extra, cap = [], [], []
             for w, v in zip(self.ws, self.v):
-                tau.append(sum(C.layer_s(w, gpu, tp_link)) + _gather_per_layer(w, dp_link))
-                e = C.zero3_gather_s(w, C.stage_params(w, 0, first, last), dp_link)
-                e += sum(C.embedding_s(w, gpu, tp_link)) if first else 0.0
-                e += sum(C.head_s(w, gpu)) if last else 0.0
-                out = next_link if not last else (dp_link if v > 1 and self.p > 1 else None)
-                into = prev_link if not first else None
-                e += v * (self._p2p_of(out) + self._p2p_of(into))
+                tau.append(sum(C.layer_s(w, hw.gpu, hw.tp_link)) + _gather_per_layer(w, hw.dp_link))
+                e = C.zero3_gather_s(w, C.stage_params(w, 0, first, last), hw.dp_link)
+                e += sum(C.embedding_s(w, hw.gpu, hw.tp_link)) if first else 0.0
+                e += sum(C.head_s(w, hw.gpu)) if last else 0.0
+                out = hw.next_link if not last else (hw.dp_link if v > 1 and self.p > 1 else None)
+                e += v * (self._p2p_of(out) + self._p2p_of(prev_link))
                 if first and v > 1 and self.p > 1:
-                    e += v * self._p2p_best[-1]  # the wrap from the last stage, not placed yet
+                    e += v * self._p2p_best[-1]  # the wrap from the last stage, not fixed yet
                 extra.append(e)
-                cap.append(C.max_layers(w, i, limit, self.most))
-            got = self._fixed[key] = (np.array(tau), np.array(extra), np.array(cap, dtype=float))
+                cap.append(C.max_layers(w, i, hw.memory_limit_bytes, self.most))
+            got = (np.array(tau), np.array(extra), np.array(cap, dtype=float))
+            self._remember(key, got)
         return got
+
+    def _remember(self, key, value) -> None:
+        if len(self._cache) > CACHE_ENTRIES:
+            self._cache.clear()
+        self._cache[key] = value
 
     def _p2p_of(self, link) -> float:
         return 0.0 if link is None else C.p2p_s(self.size, link)
@@ -180,34 +220,50 @@ class AnalyticPrefixBounds:
     # ------------------------------------------------------------------ open stages
     def _paces(self, d: int, tail, left) -> np.ndarray:
         """(R, p - d) paces no unfixed stages of a completion beat, ascending (module doc)."""
-        pool = [self.kind_of[n.name] for n in tail] + [k for k, n in enumerate(left) for _ in range(n)]
-        rho = np.array([self._rho[k] for k in pool]).T  # (R, nodes)
-        open_stages = self.p - d
-        if self.per_stage:  # stage j (by pace) is no faster than the slowest of the j-th fastest block
-            return np.sort(rho, axis=1)[:, self.per_stage - 1::self.per_stage]
-        if self.per_node:  # the tail node's unfixed stages, then per_node on each node left
-            counts = [self.per_node] * len(pool)
-            if tail:
-                counts[0] = open_stages - self.per_node * (len(pool) - 1)
-            return np.sort(np.repeat(rho, counts, axis=1), axis=1)
-        return np.repeat(rho.min(axis=1, keepdims=True), open_stages, axis=1)
+        key = ("paces", d, tail, left)
+        got = self._cache.get(key)
+        if got is None:
+            pool = list(tail) + [k for k, n in enumerate(left) for _ in range(n)]
+            rho = np.array([self._rho[k] for k in pool]).T  # (R, nodes)
+            if self.per_stage:  # stage j (by pace) is no faster than the slowest of the j-th fastest block
+                got = np.sort(rho, axis=1)[:, self.per_stage - 1::self.per_stage]
+            elif self.per_node:  # the tail node's unfixed stages, then per_node on each node left
+                counts = [self.per_node] * len(pool)
+                if tail:
+                    counts[0] = self.p - d - self.per_node * (len(pool) - 1)
+                got = np.sort(np.repeat(rho, counts, axis=1), axis=1)
+            else:
+                got = np.repeat(rho.min(axis=1, keepdims=True), self.p - d, axis=1)
+            self._remember(key, got)
+        return got
 
-    def _open_caps(self, tail, left) -> np.ndarray:
-        """(R, p) caps per position of the roomiest kind an unfixed stage can be made of."""
-        kinds = {self.kind_of[n.name] for n in tail} | {k for k, n in enumerate(left) if n}
-        return np.max([self._caps[k] for k in kinds], axis=0)
+    def _open_caps(self, d: int, tail, left) -> np.ndarray:
+        """(R, p - d) caps of positions d.., each of the roomiest kind an unfixed stage can be
+        made of, descending (the fastest paces pair with the largest caps)."""
+        kinds = tuple(sorted(set(tail) | {k for k, n in enumerate(left) if n}))
+        key = ("caps", d, kinds)
+        got = self._cache.get(key)
+        if got is None:
+            got = np.sort(np.max([self._caps[k][:, d:] for k in kinds], axis=0), axis=1)[:, ::-1]
+            self._remember(key, got)
+        return got
 
-    def _open_extra(self, d: int, first_in: float | None) -> np.ndarray:
+    def _open_extra(self, d: int, prev: int | None) -> np.ndarray:
         """Per recipe, the least e of the unfixed positions d..p-1 (p2p at the best links a
-        completion can have there; `first_in`: the placed link into position d)."""
-        wrap = np.where(self.v > 1, self._p2p_best[-1], 0.0) if self.p > 1 else np.zeros(len(self.ws))
-        best = np.full(len(self.ws), np.inf)
-        for i in range(d, self.p):
-            into = first_in if i == d and first_in is not None else self._p2p_best[i - 1] if i else wrap
-            out = self._p2p_best[i] if i < self.p - 1 else wrap
-            e = self.v * (into + out) + (self._ends[0] if i == 0 else 0.0) + (self._ends[1] if i == self.p - 1 else 0.0)
-            best = np.minimum(best, e)
-        return best
+        completion can have there; `prev`: the fixed stage d - 1's hardware id)."""
+        key = ("extra", d, prev)
+        got = self._cache.get(key)
+        if got is None:
+            first_in = None if prev is None else self._p2p_of(self._sigs[prev][0].next_link)
+            wrap = np.where(self.v > 1, self._p2p_best[-1], 0.0) if self.p > 1 else np.zeros(len(self.ws))
+            got = np.full(len(self.ws), np.inf)
+            for i in range(d, self.p):
+                into = first_in if i == d and first_in is not None else self._p2p_best[i - 1] if i else wrap
+                out = self._p2p_best[i] if i < self.p - 1 else wrap
+                e = self.v * (into + out) + (self._ends[0] if i == 0 else 0.0) + (self._ends[1] if i == self.p - 1 else 0.0)
+                got = np.minimum(got, e)
+            self._remember(key, got)
+        return got
 
     # ------------------------------------------------------------------ per kind, once
     def _kind_paces(self) -> list[np.ndarray]:
