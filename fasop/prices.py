@@ -19,17 +19,28 @@ import csv
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fasop import limits
-from fasop.errors import FasopError
-from fasop.specs import CATALOG_ESTIMATORS, ClusterSpec, decode_utf8, read_bounded, show
+from fasop.errors import FasopError, SpecError
+from fasop.specs import CATALOG_ESTIMATORS, ClusterSpec, NodeType, decode_utf8, read_bounded, show
 
 REQUIRED = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "AvailabilityZone", "Price", "SpotPrice")
 PRICE_KEYS = ("usd_per_hour", "spot_usd_per_hour", "price_date", "price_source")
 _DATE = re.compile(r"\d{4}-\d{2}(-\d{2})?")
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._/@()+-]*")
+
+
+def at_spot(inventory: tuple[NodeType, ...], cluster: ClusterSpec) -> tuple[NodeType, ...]:
+    """The inventory with each node priced at its type's spot_usd_per_hour (`fasop search --spot`:
+    every cost column then charges spot). A node type without a spot price is refused, naming
+    them all: a plan priced half spot, half on-demand would be neither."""
+    missing = list(dict.fromkeys(n.name for n in inventory if n.spot_usd_per_hour is None))
+    if missing:
+        raise SpecError(cluster.path, "spot_usd_per_hour", f"none for {', '.join(missing)}: --spot needs a spot "
+                        "price for every node type (fasop prices --from vms.csv fills them)")
+    return tuple(replace(n, usd_per_hour=n.spot_usd_per_hour) for n in inventory)
 
 
 @dataclass(frozen=True)
