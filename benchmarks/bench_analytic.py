@@ -13,14 +13,19 @@ second (plans enumerated, from the summary line, / median seconds); target: medi
 p5=2,g6=4` instead. With --baseline REV the same command also runs from that git revision
 (extracted with `git archive`), runs alternated so that both see the same load, and the ratio
 of medians and whether both wrote the same CSV are printed. A run past --timeout is reported.
+With --check-listing it also runs the search once with --every-plan (every order listed, every
+plan estimated: use it on fewer nodes) and says whether the 10 fastest fitting rows of that
+listing are the --top 10 rows (all columns but the rank).
 
     python benchmarks/bench_analytic.py [--runs 3] [--placements all|grouped|cyclic]
-        [--nodes p5=8,p4de=8] [--pareto] [--baseline REV] [--timeout S]
+        [--nodes p5=8,p4de=8] [--pareto] [--baseline REV] [--check-listing] [--timeout S]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import os
 import re
 import statistics
@@ -56,6 +61,20 @@ def run_once(argv: list[str], root: Path, out: Path, timeout: float) -> tuple[fl
     return seconds, count, (out / "p_pareto.csv").read_bytes()
 
 
+def same_as_listing(argv: list[str], top_csv: bytes, timeout: float) -> bool:
+    """Whether the exhaustive listing (--every-plan) has these rows as its 10 fastest that fit."""
+    listing = [a for a in argv if a not in ("--top", "10")] + ["--every-plan"]
+    with tempfile.TemporaryDirectory() as tmp:
+        seconds, _, text = run_once(listing, REPO, Path(tmp), timeout)
+    if seconds is None:
+        print(f"the listing took more than {timeout:g} s")
+        return False
+    rows = lambda data: [{k: v for k, v in r.items() if k != "rank"}  # noqa: E731
+                         for r in csv.DictReader(io.StringIO(data.decode()))]
+    fitting = [r for r in rows(text) if r["is_oom"] == "False"][:10]
+    return fitting == rows(top_csv)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -63,6 +82,8 @@ def main() -> int:
     parser.add_argument("--nodes", default="p5=8,p4de=8")
     parser.add_argument("--pareto", action="store_true", help="time the llama-3-8b Pareto sweep instead")
     parser.add_argument("--baseline", help="a git revision to time alike (runs alternated)")
+    parser.add_argument("--check-listing", action="store_true",
+                        help="compare the --top 10 rows with the exhaustive listing's 10 fastest that fit")
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
     argv = PARETO if args.pareto else SEARCH + ["--nodes", args.nodes, "--placements", args.placements]
@@ -96,6 +117,8 @@ def main() -> int:
     if args.baseline:
         ratio = statistics.median(times["baseline"]) / statistics.median(times["this tree"])
         print(f"baseline {args.baseline} / this tree: {ratio:.2f}x; same CSV: {csvs['baseline'] == csvs['this tree']}")
+    if args.check_listing and not args.pareto:
+        print(f"--top 10 rows = the exhaustive listing's 10 fastest that fit: {same_as_listing(argv, next(iter(csvs['this tree'])), args.timeout)}")
     median = statistics.median(times["this tree"])
     print(f"target: median <= {TARGET_S:.0f} s: {'met' if median <= TARGET_S else 'MISSED'}")
     return 0 if median <= TARGET_S else 1
