@@ -51,6 +51,8 @@ class Offer:
     zone: str
     usd_per_hour: float | None
     spot_usd_per_hour: float | None
+    gpus_unpriced: bool = False
+    """A GCP host row that names no accelerator (SkyPilot's a2/a3 rows): its GPUs' price is unknown."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +127,8 @@ def _offer(path: Path, line: int, row: dict, accelerators: dict) -> Offer | None
     spot = _price(path, line, "SpotPrice", row.get("SpotPrice"))
     zone = (row.get("AvailabilityZone") or "").strip()
     name = (row.get("AcceleratorName") or "").strip()
+    if accelerators and not name:  # GCP host row, GPUs not named: host + ? is no price
+        return Offer((row.get("Region") or "").strip(), zone, None, None, gpus_unpriced=True)
     if accelerators and name:  # GCP: the host row's price excludes its GPUs
         found = accelerators.get((name, _count(row.get("AcceleratorCount")), zone))
         if found is None:
@@ -173,6 +177,9 @@ def _node_price(node, offers: list[Offer], region: str | None) -> NodePrice:
     notes = []
     if not chosen:
         notes.append(f"no row in region {region!r} (regions: {', '.join(sorted(by_region))}): prices unchanged")
+    elif all(o.gpus_unpriced for o in chosen):
+        notes.append("its host rows name no accelerator, so the GPUs' rows cannot be added (a GCP GPU VM is "
+                     "priced host + accelerator): prices unchanged")
     else:
         if price is None:
             notes.append("empty Price in every zone: usd_per_hour unchanged")
