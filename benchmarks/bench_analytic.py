@@ -63,7 +63,8 @@ def run_once(argv: list[str], root: Path, out: Path, timeout: float) -> tuple[fl
 
 def same_as_listing(argv: list[str], top_csv: bytes, timeout: float) -> bool:
     """Whether the exhaustive listing (--every-plan) has these rows as its 10 fastest that fit."""
-    listing = [a for a in argv if a not in ("--top", "10")] + ["--every-plan"]
+    k = argv.index("--top")
+    listing = argv[:k] + argv[k + 2:] + ["--every-plan"]
     with tempfile.TemporaryDirectory() as tmp:
         seconds, _, text = run_once(listing, REPO, Path(tmp), timeout)
     if seconds is None:
