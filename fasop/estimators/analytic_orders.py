@@ -71,20 +71,18 @@ class AnalyticPrefixBounds:
         """Nodes each stage spans (0: not a whole number)."""
         self.per_node = self.g // block if self.g % block == 0 else 0
         """Stages each node holds (0: not a whole number)."""
-        keys = {(x.matmul_flops("bf16"), x.memory_bytes_per_s): x for x in self.gpus}
-        self.symmetric = self.per_stage > 1 and all(keys[k] is x for k, x in zip(
-            ((x.matmul_flops("bf16"), x.memory_bytes_per_s) for x in self.gpus), self.gpus))
-        """Whether a stage's hardware is the same for any order of its nodes before the last:
-        stages span nodes, and no two GPUs tie as the slowest (one_stage takes the first)."""
-        self._rho = self._kind_paces()
-        self._caps = self._kind_caps()
-        self._p2p_best = self._best_p2p()
-        self._ends = self._best_ends()
         self._sigs: list = []  # stage hardware by id (states hold ids: cheap to hash)
         self._sig_ids: dict = {}
         self._hardware: dict = {}
         self._cache: dict = {}
         self._fixed: dict = {}
+        self.symmetric = self.per_stage > 2 and self._order_free()
+        """Whether a stage's hardware is the same for any order of its nodes before the last
+        (one_stage takes minima over them; a tie between two GPUs as the slowest would not be)."""
+        self._rho = self._kind_paces()
+        self._caps = self._kind_caps()
+        self._p2p_best = self._best_p2p()
+        self._ends = self._best_ends()
 
     # ------------------------------------------------------------------ fold
     def start(self):
@@ -127,6 +125,17 @@ class AnalyticPrefixBounds:
                 self._sigs.append((hw, sig))
             self._hardware[key] = got
         return got
+
+    def _order_free(self) -> bool:
+        """Whether swapping two of stage 0's first nodes never changes its hardware, whatever its
+        last node and the next stage's first (one_stage's result, pair by pair of kinds)."""
+        first, last, after = C.stage_span(self.shape.tp, self.shape.dp, self.p, 0, self.g)
+        n = len(self.kinds)
+        for a, b, c in itertools.product(range(n), repeat=3):
+            rest = (a,) * (last - first - 2) + (c,) * (max(last, after) - last + 1)
+            if self._stage_id(0, (a, b) + rest, first) != self._stage_id(0, (b, a) + rest, first):
+                return False
+        return True
 
     # ------------------------------------------------------------------ bound
     def bound(self, state, placed: int, left) -> float:
@@ -268,35 +277,32 @@ class AnalyticPrefixBounds:
     # ------------------------------------------------------------------ per kind, once
     def _kind_paces(self) -> list[np.ndarray]:
         """Per kind, rho per recipe: the least pace of any set of kinds holding it (each set's
-        stage on its slowest GPU and least links, as analytic_cost.one_stage), so a stage is
-        never faster than rho of any of its nodes' kinds."""
+        stage as analytic_cost.one_stage builds it), so a stage is never faster than rho of any
+        of its nodes' kinds."""
         n = len(self.kinds)
         if n > MAX_SUBSET_KINDS:
             return [np.min([self._set_pace((k,)) for k in range(n)], axis=0)] * n
         sets = [s for r in range(1, n + 1) for s in itertools.combinations(range(n), r)]
         pace = {s: self._set_pace(s) for s in sets}
-        return [np.min([pace[s] for s in sets if k in s], axis=0) for k in range(n)]
+        return [np.min([pace[s] for s in sets if k in s and np.isfinite(pace[s]).all()] or [pace[(k,)]], axis=0)
+                for k in range(n)]
 
     def _set_pace(self, kinds: tuple[int, ...]) -> np.ndarray:
-        """Per recipe, the fwd + bwd of one layer (ZeRO-3 gathers included) of a stage whose nodes
-        are of these kinds; the least over equally slow GPUs and over the DP links it may use."""
-        nodes = [self.kinds[k] for k in kinds]
-        gpus = [self.e.gpus[n.name] for n in nodes]
-        sh, params = self.shape, self.e.params
-        eff = params.link_efficiency
-        key = min((x.matmul_flops("bf16"), x.memory_bytes_per_s) for x in gpus)
-        slowest = [x for x in gpus if (x.matmul_flops("bf16"), x.memory_bytes_per_s) == key]
-        intra = C.Link(min(x.intra_node_bytes_per_s * eff[x.intra_node_link] for x in gpus), params.intra_node_latency_s)
-
-        def inter(share: int) -> C.Link:
-            return C.Link(min(n.inter_node_bytes_per_s for n in nodes) / share * eff["network"],
-                          params.inter_node_latency_s)
-        block = sh.tp * sh.dp
-        tp_link = intra if sh.tp <= self.g else inter(self.g)
-        dp_links = [intra] if self.per_node else [inter(min(sh.tp, self.g))] if block > self.g else \
-            [intra, inter(min(sh.tp, self.g))]
-        return np.array([min(sum(C.layer_s(w, gpu, tp_link)) + _gather_per_layer(w, link)
-                             for gpu in slowest for link in dp_links) for w in self.ws])
+        """Per recipe, the least fwd + bwd of one layer (ZeRO-3 gathers included) of a stage whose
+        nodes are of these kinds, over the stage positions whose span holds them all (inf if none):
+        analytic_cost.one_stage on the span filled with them, so the links are the cost model's."""
+        best = np.full(len(self.ws), np.inf)
+        seen = set()
+        for i in range(self.p):
+            first, last, after = C.stage_span(self.shape.tp, self.shape.dp, self.p, i, self.g)
+            if last - first + 1 < len(kinds) or (last - first, i == 0) in seen:
+                continue
+            seen.add((last - first, i == 0))
+            fill = tuple(kinds[(k - first) % len(kinds)] for k in range(first, max(last, after) + 1))
+            hw = self._sigs[self._stage_id(i, fill, first)][0]
+            best = np.minimum(best, [sum(C.layer_s(w, hw.gpu, hw.tp_link)) + _gather_per_layer(w, hw.dp_link)
+                                     for w in self.ws])
+        return best
 
     def _kind_caps(self) -> list[np.ndarray]:
         """Per kind: (R, p) most layers each position holds within its memory limit."""
@@ -304,22 +310,18 @@ class AnalyticPrefixBounds:
                           for w in self.ws], dtype=float) for kind in self.kinds]
 
     def _best_p2p(self) -> list[float]:
-        """Per boundary i -> i + 1 (and last: the interleaved wrap), the least p2p time any
-        completion's link there gives."""
-        params, eff = self.e.params, self.e.params.link_efficiency
-        intra = max(self.e.gpus[k.name].intra_node_bytes_per_s * eff[self.e.gpus[k.name].intra_node_link]
-                    for k in self.kinds)
-        fastest = max(k.inter_node_bytes_per_s for k in self.kinds)
-        sh = self.shape
+        """Per boundary i -> i + 1 (and last: the interleaved wrap, over the last stage's DP link),
+        the least p2p time of any pair of kinds on either side (analytic_cost.one_stage's links)."""
         out = []
+        n = len(self.kinds)
         for i in range(self.p):
-            _, last, after = C.stage_span(sh.tp, sh.dp, self.p, i, self.g)
-            same = last == after and i < self.p - 1
-            share = min(self.g, sh.tp * sh.dp) if i < self.p - 1 else min(sh.tp, self.g)
-            inter = C.Link(fastest / share * eff["network"], params.inter_node_latency_s)
-            best = C.p2p_s(self.size, C.Link(intra, params.intra_node_latency_s))
-            out.append(best if same or i == self.p - 1 and self.per_node else
-                       min(best, C.p2p_s(self.size, inter)))
+            first, last, after = C.stage_span(self.shape.tp, self.shape.dp, self.p, i, self.g)
+            times = []
+            for a, b in itertools.product(range(n), repeat=2):
+                fill = tuple(a if k <= last else b for k in range(first, max(last, after) + 1))
+                hw = self._sigs[self._stage_id(i, fill, first)][0]
+                times.append(self._p2p_of(hw.next_link if i < self.p - 1 else hw.dp_link))
+            out.append(min(times))
         return out
 
     def _best_ends(self) -> tuple[np.ndarray, np.ndarray]:
