@@ -157,6 +157,11 @@ class AnalyticEstimator:
         (fasop/estimators/analytic_orders.py)."""
         return AnalyticPrefixBounds(self, shape, kinds)
 
+    def workloads(self, shape: Plan) -> list[tuple[Recipe, C.Workload]]:
+        """The recipes a plan of `shape`'s degrees could fit with on some placement (`_possible`),
+        each with its Workload: what the order bounds score."""
+        return [(r, self._workload(shape, r)) for r in self._possible(shape)]
+
     # ------------------------------------------------------------------ pieces
     def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
         gpus = tuple(self.gpus[n.name] for n in plan.placement)

@@ -6,7 +6,7 @@ limit), and stage i's hardware is fixed once the nodes of stage i and the first 
 i + 1 are placed. A prefix's *state* is those stages' hardware and the nodes placed since.
 
 Its *bound*, a step time no completion that fits in memory beats, is the least over the recipes
-that could fit (`AnalyticEstimator._possible`) of (analytic_cost.step, 1F1B, v chunks):
+that could fit (`AnalyticEstimator.workloads`) of (analytic_cost.step, 1F1B, v chunks):
 
     pipeline = m x max_i c_i + (sum_i c_i - max_i c_i) / v = (m - 1/v) x max_i c_i + sum_i c_i / v
     c_i      = n_i x tau_i + e_i
@@ -60,8 +60,8 @@ class AnalyticPrefixBounds:
         self.g = shape.placement[0].gpus_per_node
         self.p, self.m, self.L = shape.pp, shape.num_microbatches, estimator.arch.num_layers
         self.most = self.L - (self.p - 1)
-        self.recipes = estimator._possible(shape)
-        self.ws = [estimator._workload(shape, r) for r in self.recipes]
+        pairs = estimator.workloads(shape)
+        self.recipes, self.ws = [r for r, _ in pairs], [w for _, w in pairs]
         self.v = np.array([float(r.virtual_stages) for r in self.recipes])
         self.kind_of = {k.name: i for i, k in enumerate(self.kinds)}
         self.gpus = [estimator.gpus[k.name] for k in self.kinds]
