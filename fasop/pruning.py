@@ -127,11 +127,17 @@ def pruned_sweep(job: SweepJob, comps: Sequence[Composition], executor, *, prune
     size = round_size if prune else max(1, len(comps))
     found = Found(iterations)
     rounds: list[dict[int, tuple[float, CompositionResult | None]]] = []
-    settled = complete = 0  # compositions settled; rounds 0..complete-1 are all in
+    settled = complete = known = 0  # compositions settled; rounds 0..complete-1 are all in, 0..known-1 in `found`
     report = progress or (lambda n, total: None)
 
     def form() -> Iterator[tuple[int, CompositionResult]]:
         """Round len(rounds), from what rounds 0..len(rounds)-2 found; pruned ones are yielded."""
+        nonlocal known
+        while known < len(rounds) - 1:  # exactly rounds 0..r-2, however many more have arrived
+            assert known < complete, "a round is formed before the round two earlier is in"
+            for i, (_, result) in sorted(rounds[known].items()):
+                found.add(i, result.result)
+            known += 1
         batch: dict[int, tuple[float, CompositionResult | None]] = {}
         while pending and len(batch) < size:
             i = pending.popleft()
@@ -161,9 +167,7 @@ def pruned_sweep(job: SweepJob, comps: Sequence[Composition], executor, *, prune
                         yield i, result
                         report(settled, len(comps))
             while complete < len(rounds) and all(isinstance(v[1], _Yielded) for v in rounds[complete].values()):
-                for i, (_, result) in sorted(rounds[complete].items()):
-                    found.add(i, result.result)
-                complete += 1
+                complete += 1  # its results join `found` when round complete+2 is formed, not before
             if complete == len(rounds):
                 if not pending:
                     return

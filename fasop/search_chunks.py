@@ -35,8 +35,9 @@ def estimate_chunk(estimator: Estimator, chunk: list[tuple[int, Plan]], top: int
     K-th step time, says so. Plans go in order of their lower bounds and the cut-off tightens as
     they do; a plan's estimate never depends on the cut-off and ties at it are kept for the
     search's kept set to break by index, so that set is the same however the plans are split into
-    chunks and processes (the estimator's `estimate_below`). `asked`: digests of the signatures this
-    process has asked about (updated). `cutoff`: the threshold until K plans are kept."""
+    chunks and processes (the estimator's `estimate_below`). `asked`: digests of the signatures
+    asked about so far (updated): the whole search's in one process, the chunk's own in a worker.
+    `cutoff`: the threshold until K plans are kept."""
     if top is None:
         return list(zip((i for i, _ in chunk), estimator.estimate_many([p for _, p in chunk])))
     values = sorted(kept)[:top]
@@ -67,9 +68,8 @@ def signature_key(estimator: Estimator, plan: Plan) -> bytes:
 
 
 def _first_of_its_kind(estimator: Estimator, plan: Plan, asked: set[bytes]) -> bool:
-    """False when this process has already asked `estimator` about a plan with the same
-    signature (`asked`: their digests; plans of a chunk are asked in index order among equals,
-    chunks in order)."""
+    """False when `estimator` was already asked about a plan with the same signature (`asked`:
+    their digests; plans of a chunk are asked in index order among equals, chunks in order)."""
     key = signature_key(estimator, plan)
     if key in asked:
         return False
@@ -108,9 +108,10 @@ def _init_worker(model: ModelSpec, cluster: ClusterSpec, inventory: tuple, parti
     gc.enable()  # forked from a search, whose collector is paused (search._collector_paused): workers live on
     _WORKER["estimator"] = make_estimator(model, cluster, inventory, partitioner=partitioner,
                                           partition_budget=partition_budget, **options)
-    _WORKER["asked"] = set()
 
 
 def _worker_chunk(chunk: list[tuple[int, Plan]], top: int | None,
                   kept: list[float], cutoff: float = float("inf")) -> list[tuple[int, Estimate | None]]:
-    return estimate_chunk(_WORKER["estimator"], chunk, top, kept, _WORKER["asked"], cutoff)
+    # the chunk's own memo of signatures, not the process's: which process ran which chunks
+    # before is the scheduler's choice, and the counts in the summary must not depend on it
+    return estimate_chunk(_WORKER["estimator"], chunk, top, kept, set(), cutoff)
