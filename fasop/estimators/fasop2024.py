@@ -35,7 +35,8 @@ from fasop.estimators import register
 from fasop.estimators.fasop2024_batch import Chosen, Chunk, Combos, Prepared, bus_rows, gathered, rows_of
 from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, fasop_minmax_splits_many, minmax_supported
 from fasop.estimators.fasop2024_layout import Layout, Layouts, Stages
-from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many
+from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many, memory_arrays
+from fasop.estimators.fasop2024_plans import plan_splits
 from fasop.memory import MemoryEstimate, memory_tables, rounded, stage_fit_mask
 from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain, optimal
 from fasop.plan import Plan, trusted_many
@@ -420,8 +421,8 @@ class Fasop2024Estimator:
         total = 2 * len(plans)
         if not plans:
             return []
-        if self.partitioner == "fasop-minmax" and native.kernels is not None:
-            estimates = self._estimate_minmax_compiled(plans)
+        if self.partitioner == "fasop-minmax":
+            estimates = self._estimate_minmax_batched(plans)
             report(total, total)
             return estimates
         if self.partitioner == "fasop-minmax":
@@ -449,47 +450,36 @@ class Fasop2024Estimator:
                             [Split(tuple(partition), tuple(partition))], layout=self.layout(plan))
         return self._finish(prepared, self._schedule_all([prepared])[0])
 
-    def _estimate_minmax_compiled(self, plans: Sequence[Plan]) -> list[Estimate]:
-        """`estimate_many` with fasop-minmax by the compiled kernels: every plan's candidate
-        splits, their schedules and the choice among them (native.kernels.fasop_plans), then
-        step time and memory (fasop_finish): the values of prepare_many + _schedule_all +
-        _finish_many (tests compare them)."""
+    def _estimate_minmax_batched(self, plans: Sequence[Plan]) -> list[Estimate]:
+        """`estimate_many` with fasop-minmax, on arrays a row per plan (fasop2024_batch.Chunk):
+        every plan's candidate splits, their schedules and the choice among them
+        (fasop2024_plans.plan_splits), then step time and memory. Plans of equal inputs (see
+        Chunk) are partitioned and scheduled once."""
         c = Chunk(self, plans)
-        n, width = len(plans), c.width
-        # the distinct kernel inputs: their splits and schedules
         u, inverse = c.unique, c.inverse
-        k = len(u)
-        table = self.compute.table
-        reported, scheduled = np.empty((k, width), np.int64), np.empty((k, width), np.int64)
-        times, ends = np.empty((k, width)), np.empty((k, width))
-        halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
-        pps = c.pps[u]
-        native.kernels.fasop_plans(table, table.shape[1], np.ascontiguousarray(c.which[u]),
-                                   np.ascontiguousarray(c.p2p[u]), pps, c.ms[u], halves[0], halves[1],
-                                   self.fwd_bwd_factor, reported, scheduled, times, ends)
+        reported, _, times, ends = (rows[inverse] for rows in plan_splits(
+            self.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], self.segment_lengths, self.fwd_bwd_factor))
+        n = len(plans)
+        pps = c.pps.tolist()
+        stages = np.arange(c.width) < c.pps[:, None]
+        step, dp = step_times(np.where(stages, ends, -np.inf), c.shared.astype(bool),
+                              c.dp_table[c.layout_of, reported[:, 0]], c.embedding[c.layout_of])
+        step = step.astype(float)
         tables = memory_tables(self.model)
-        step, dp, flags, gibs = np.empty(n), np.empty(n), np.empty((n, 2), np.uint8), np.empty((n, 2))
-        stage_bytes, zero_bytes = np.empty((n, width)), np.empty((n, width))
-        native.kernels.fasop_finish(c.pps, reported[inverse], ends[inverse], c.shared, c.layout_of, c.dp_table,
-                                    c.embedding, c.limits, c.memory, tables.params, tables.act, c.sharded,
-                                    float(PARAM_BYTES.full), self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
-                                    gibs)
-        # each plan's first pp entries of every row, as tuples (shared by plans of equal inputs)
-        tuples = native.kernels.row_tuples
-        of = inverse.tolist()
-        rep, comp, end = ([rows[i] for i in of] for rows in (tuples(reported, pps, True), tuples(times, pps, False),
-                                                            tuples(ends, pps, False)))
-        bytes_, zero = tuples(stage_bytes, c.pps, False), tuples(zero_bytes, c.pps, False)
-        sends = tuples(c.p2p, c.pps - 1, False)
-        memory = trusted_many(MemoryEstimate, n, stage_bytes=bytes_, stage_zero_bytes=zero,
-                              is_oom=flags[:, 0].astype(bool).tolist(), oom_gpumem_gib=rounded(gibs[:, 0]),
-                              is_zero_oom=flags[:, 1].astype(bool).tolist(), zero_oom_gpumem_gib=rounded(gibs[:, 1]))
+        stage_bytes, zero_bytes, oom, oom_gib, zero_oom, zero_gib = memory_arrays(
+            tables.params, tables.act, c.memory, reported, c.limits[c.layout_of], c.sharded,
+            self.cluster.memory_overhead_factor, PARAM_BYTES.full)
+        memory = trusted_many(MemoryEstimate, n, stage_bytes=_heads(stage_bytes, pps),
+                              stage_zero_bytes=_heads(zero_bytes, pps), is_oom=oom.tolist(), oom_gpumem_gib=oom_gib,
+                              is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
+        end = _heads(ends, pps)
         return trusted_many(
-            Estimate, n, plan=list(plans), partition=rep, stage_node_types=[st.types for st in c.stages],
-            stage_compute_s=comp, p2p_s=sends, stage_end_s=end, pipeline_time_s=[e[0] for e in end],
-            dp_allreduce_s=dp.tolist(), embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(),
-            step_time_s=step.tolist(), memory=memory, usd_per_step=(self.usd_per_s * step).tolist(),
-            partitioner=self.partitioner, partition_proven_optimal=False)
+            Estimate, n, plan=list(plans), partition=_heads(reported, pps), stage_node_types=[st.types for st in c.stages],
+            stage_compute_s=_heads(times, pps), p2p_s=_heads(c.p2p, [p - 1 for p in pps]), stage_end_s=end,
+            pipeline_time_s=[e[0] for e in end], dp_allreduce_s=dp.tolist(),
+            embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(), step_time_s=step.tolist(),
+            memory=memory, usd_per_step=(self.usd_per_s * step).tolist(), partitioner=self.partitioner,
+            partition_proven_optimal=False)
 
     def _schedule_all(self, prepared: list[Prepared], progress=None) -> list[list[np.ndarray]]:
         """Stage end times of every split of every plan; one schedule run per (pp, m), each
@@ -629,6 +619,24 @@ def _shared_cache(model: ModelSpec, cluster: ClusterSpec) -> dict:
     makes one per composition). Its parts are bounded (RECENT_SHAPES, RECENT_FLOORS), and only
     the latest few (model, cluster) pairs are kept."""
     return recent(_SHARED, (model, cluster), dict)
+
+
+def _heads(rows: np.ndarray, counts: list[int]) -> list[tuple]:
+    """The first counts[k] entries of row k of `rows`, as a tuple of Python numbers per row."""
+    return [tuple(row[:n]) for row, n in zip(rows.tolist(), counts)]
+
+
+def step_times(ends: np.ndarray, shared: np.ndarray, dp_pairs: np.ndarray, embedding: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(step time, DP all-reduce of the stage that ends last) of plans a row each, float32:
+    step = max_i(E_i + DP_i) + embedding (docs/estimators.md §7), the first of the latest
+    stages. ends: stage ends (-inf past a plan's stages); shared: the stage is on a shared bus;
+    dp_pairs: a stage's DP all-reduce on an unshared and a shared bus (dp-stage0-params)."""
+    dp_costs = np.where(shared, dp_pairs[:, 1:], dp_pairs[:, :1])
+    totals = ends.astype(f32) + dp_costs
+    slowest = totals.argmax(axis=1)
+    rows = np.arange(len(ends))
+    return totals[rows, slowest] + embedding, dp_costs[rows, slowest]
 
 
 def _gap_pct(found: Found) -> float:

@@ -1,0 +1,187 @@
+"""FASOP-2024's partitioner and schedule for a chunk of plans, on arrays (docs/estimators.md §5,
+§6): every plan's candidate splits by the greedy min-max (for an encoder-decoder model one per
+number of encoder stages), their stage times, their 1F1B runs, and the split with the lowest
+stage-0 end (the first of equals).
+
+Plans come as rows of plain arrays (`fasop2024_batch.Chunk`): `which` (the stage-time table
+plane of each stage), `comm` (p2p seconds per stage boundary), `pps`, `ms`; the rows are S wide
+and a plan uses its first pp entries. The schedule runs on the generic 1F1B recurrences
+(`schedule.one_f_one_b`, compiled where built); everything FASOP-specific is here: the split of a
+stage time t into forward t / k and backward (k - 1) t / k, the ends-only p2p
+(`p2p-ends-only`), the one-stage float32 product, the encoder-decoder candidates balanced on
+the encoder's layers (`encoder-costs-twice`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from fasop.schedule import one_f_one_b, split_stage_times
+
+f32 = np.float32
+
+
+def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(reported, scheduled) counts of FASOP's greedy min-max balancing of `num_layers` layers
+    over n <= num_layers stages, one problem per row, every row moving in lockstep: stage i
+    of row r takes its times from plane which[r, i] of `table` (entry [a, b]: layers a..b-1)
+    plus extra[r, i] (the comm term: 0.0 at the ends). The moves of
+    fasop2024_minmax.minmax (docs/estimators.md §6): maxima and first-of-equals indices
+    (argmax, argmin) are exact, so every row moves and stops as it does."""
+    count, n = which.shape
+    start = [num_layers // n] * n
+    for i in range(num_layers % n):
+        start[i - 1] += 1
+    counts = np.tile(np.array(start, dtype=np.int64), (count, 1))
+    rows = np.arange(count)
+    last = np.full(count, 1e6)
+    moved = np.zeros(count, dtype=bool)
+    previous = np.zeros((count, 2), dtype=np.intp)
+    history: list[np.ndarray] = []  # the counts before each move made so far, one row per problem
+    reported = np.zeros((count, n), dtype=np.int64)
+    scheduled = np.zeros((count, n), dtype=np.int64)
+    edges = np.zeros((count, n + 1), dtype=np.intp)
+    while len(rows):
+        np.cumsum(counts, axis=1, out=edges[: len(rows), 1:])
+        e = edges[: len(rows)]
+        current = table[which, e[:, :-1], e[:, 1:]] + extra
+        mx = current.max(axis=1)
+        stop = moved & (mx > last)
+        tied = moved & (mx == last)
+        if tied.any() and history:  # steps 2/3: the maximum stayed and these counts were seen before
+            seen = np.zeros(len(rows), dtype=bool)
+            for before in history:
+                seen |= (before[rows] == counts).all(axis=1)
+            stop |= tied & seen
+        local = np.arange(len(rows))
+        if stop.any():  # undo the last move and stop
+            undone = counts.copy()
+            undone[local, previous[:, 0]] += 1
+            undone[local, previous[:, 1]] -= 1
+            reported[rows[stop]] = scheduled[rows[stop]] = undone[stop]
+        last = mx
+        imax, imin = current.argmax(axis=1), current.argmin(axis=1)
+        at_max = counts[local, imax]
+        quirk = ~stop & ((imax == 0) | (imax == n - 1)) & (at_max == 2)
+        if quirk.any():  # step 5 quirk: report a changed split, schedule the unchanged one
+            changed = counts.copy()
+            changed[local, imax] += 1
+            changed[local, imin] -= 1
+            scheduled[rows[quirk]] = counts[quirk]
+            reported[rows[quirk]] = np.where(moved[:, None], changed, counts)[quirk]
+        single = ~stop & ~quirk & (at_max <= 1)
+        reported[rows[single]] = scheduled[rows[single]] = counts[single]
+        go = ~(stop | quirk | single)
+        history.append(np.zeros_like(reported))
+        history[-1][rows] = counts
+        counts, imax, imin = counts[go], imax[go], imin[go]  # move one layer from the slowest to the fastest
+        moving = np.arange(len(counts))
+        counts[moving, imax] -= 1
+        counts[moving, imin] += 1
+        previous = np.stack([imax, imin], axis=1)
+        rows, last, which, extra = rows[go], last[go], which[go], extra[go]
+        moved = np.ones(len(rows), dtype=bool)
+    return reported, scheduled
+
+
+def middle_extra(comm: np.ndarray, n: int) -> np.ndarray:
+    """The comm terms of a min-max problem of n stages: comm[:, i - 1] on each middle stage i,
+    0.0 on the end stages (docs/estimators.md §6)."""
+    extra = np.zeros((len(comm), n))
+    if n > 2:
+        extra[:, 1:n - 1] = comm[:, :n - 2]
+    return extra
+
+
+def stage_times(table: np.ndarray, which: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Seconds of each stage's layers (counts[..., i] layers from the end of stage i - 1) on its
+    plane: the entries of `table` (compute.stage_times; 0.0 for no layer, where `table` is inf)."""
+    edges = np.zeros(counts.shape[:-1] + (counts.shape[-1] + 1,), dtype=np.intp)
+    np.cumsum(counts, axis=-1, out=edges[..., 1:])
+    return np.where(counts > 0, table[which, edges[..., :-1], edges[..., 1:]], 0.0)
+
+
+def schedule_ends(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarray, m: int, k: float) -> np.ndarray:
+    """Stage ends (rows x pp) of 1F1B pipelines of stage times `times` (rows x pp, pp > 1),
+    forward t / k and backward (k - 1) t / k (fwd-bwd-split-of-stage-sums), with only stage 0's
+    forward send and the last stage's backward send (p2p-ends-only)."""
+    comp = times.T
+    send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
+    send_fwd[0], send_bwd[-1] = first_send, last_send
+    return one_f_one_b(*split_stage_times(comp, k), send_fwd, send_bwd, m).T
+
+
+def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray, ms: np.ndarray,
+                segment_lengths: Sequence[int], k: float) -> tuple[np.ndarray, ...]:
+    """(reported, scheduled, times, ends), rows of S like `which`: each plan's chosen split
+    (the reported and the scheduled counts), its stage times and its 1F1B stage ends; entries
+    past a plan's pp are 0. One stage: every layer, its end m x its time in float32."""
+    count, width = which.shape
+    layers = sum(segment_lengths)
+    reported, scheduled = np.zeros((count, width), np.int64), np.zeros((count, width), np.int64)
+    times, ends = np.zeros((count, width)), np.zeros((count, width))
+    for pp in np.unique(pps).tolist():
+        rows = np.flatnonzero(pps == pp)
+        if pp == 1:  # no pipeline: m micro-batches back to back, float32
+            reported[rows, 0] = scheduled[rows, 0] = layers
+            times[rows, 0] = table[which[rows, 0], 0, layers]
+            ends[rows, 0] = (ms[rows] * times[rows, 0]).astype(f32)
+            continue
+        w, c = which[rows, :pp], comm[rows, :pp - 1]
+        if len(segment_lengths) == 1:
+            rep, sch = minmax_rows(table, w, middle_extra(c, pp), layers)
+            t = stage_times(table, w, sch)
+            e = _ends_by_m(t, c, ms[rows], k)
+        else:
+            rep, t, e = _encoder_decoder(table, w, c, ms[rows], segment_lengths, k)
+            sch = rep
+        reported[rows, :pp], scheduled[rows, :pp], times[rows, :pp], ends[rows, :pp] = rep, sch, t, e
+    return reported, scheduled, times, ends
+
+
+def _ends_by_m(times: np.ndarray, comm: np.ndarray, ms: np.ndarray, k: float) -> np.ndarray:
+    """schedule_ends of each row, the rows of one micro-batch count scheduled together."""
+    ends = np.empty_like(times)
+    for m in np.unique(ms).tolist():
+        at = np.flatnonzero(ms == m)
+        ends[at] = schedule_ends(times[at], comm[at, 0], comm[at, -1], m, k)
+    return ends
+
+
+def _encoder_decoder(table: np.ndarray, which: np.ndarray, comm: np.ndarray, ms: np.ndarray,
+                     segment_lengths: Sequence[int], k: float) -> tuple[np.ndarray, ...]:
+    """(counts, times, ends) of the chosen split of plans of pp stages (rows of `which`) whose
+    layer list is an encoder and a decoder of equal length: per number of encoder stages pe,
+    the encoder's min-max split over stages 0..pe-1 and the decoder's over pe..pp-1, both
+    balanced on the encoder's layers with local stage indices for the comm term
+    (encoder-costs-twice, docs/estimators.md §6); the candidate with the lowest stage-0 end
+    wins, the first of equals."""
+    n_enc, n_dec = segment_lengths
+    count, pp = which.shape
+    cuts = [pe for pe in range(1, min(pp, n_enc)) if pp - pe <= n_dec - 1]
+    if not cuts:
+        raise ValueError(f"fasop-minmax: no encoder-decoder split of {n_enc}+{n_dec} layers over {pp} stages")
+    halves: dict[int, list[tuple[int, int]]] = defaultdict(list)  # stages -> (candidate, offset)
+    for q, pe in enumerate(cuts):
+        halves[pe].append((q, 0))
+        halves[pp - pe].append((q, pe))
+    counts = np.zeros((count, len(cuts), pp), dtype=np.int64)
+    for n, members in halves.items():  # every half of n stages of every plan, balanced together
+        planes = np.concatenate([which[:, at:at + n] for _, at in members])
+        rep, _ = minmax_rows(table, planes, middle_extra(np.tile(comm, (len(members), 1)), n), n_enc)
+        for j, (q, at) in enumerate(members):
+            counts[:, q, at:at + n] = rep[j * count:(j + 1) * count]
+    times = stage_times(table, which[:, None, :], counts)
+    ends = np.empty_like(times)
+    for m in np.unique(ms).tolist():
+        at = np.flatnonzero(ms == m)
+        candidates = times[at].reshape(-1, pp)
+        sends = np.repeat(comm[at], len(cuts), axis=0)
+        ends[at] = schedule_ends(candidates, sends[:, 0], sends[:, -1], m, k).reshape(len(at), len(cuts), pp)
+    best = ends[:, :, 0].argmin(axis=1)  # the first of equals
+    rows = np.arange(count)
+    return counts[rows, best], times[rows, best], ends[rows, best]
