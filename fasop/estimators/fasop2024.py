@@ -26,25 +26,25 @@ from dataclasses import replace
 
 import numpy as np
 
-from fasop import model_math, native
+from fasop import model_math
 from fasop.estimators import fasop2024_comm
 from fasop.compute import LayerCosts, ProfileCompute
 from fasop.errors import FasopError
 from fasop.estimate import Estimate
 from fasop.estimators import register
 from fasop.estimators.fasop2024_batch import Chosen, Chunk, Combos, Prepared, bus_rows, gathered, rows_of
-from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, fasop_minmax_splits_many, minmax_supported
+from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, minmax_supported
 from fasop.estimators.fasop2024_layout import Layout, Layouts, Stages
 from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many, memory_arrays
 from fasop.estimators.fasop2024_plans import plan_splits
-from fasop.memory import MemoryEstimate, memory_tables, rounded, stage_fit_mask
+from fasop.memory import MemoryEstimate, memory_tables, stage_fit_mask
 from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain, optimal
 from fasop.plan import Plan, trusted_many
 from fasop.recent import recent
 from fasop.schedule import (Schedule, critical_path, one_f_one_b, one_f_one_b_bound, split_stage_times,
                             stage_chains, steady_weights)
 from fasop.split_milp import certify
-from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
+from fasop.specs import TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
 DP_EXTRA_PARAMS_PER_LAYER = 20800
@@ -282,17 +282,6 @@ class Fasop2024Estimator:
             self._costs_by_gpu[(tp, mbs)] = {g: self.compute.layer_costs(g, tp, mbs) for g in self.gpus}
         return self._costs_by_gpu[(tp, mbs)]
 
-    def prepare_many(self, plans: Sequence[Plan]) -> list[Prepared]:
-        """`prepare(plan)` of each plan; with fasop-minmax the min-max splits of all of them are
-        computed together (fasop2024_minmax.fasop_minmax_splits_many: the same splits)."""
-        if self.partitioner != "fasop-minmax":
-            return [self.prepare(plan) for plan in plans]
-        pieces = [(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan), self.layout(plan))
-                  for plan in plans]
-        splits = fasop_minmax_splits_many([(costs, self.segment_lengths, p2p) for _, _, costs, p2p, _ in pieces])
-        return [Prepared(plan, types, costs, p2p, list(s), layout=layout)
-                for (plan, types, costs, p2p, layout), s in zip(pieces, splits)]
-
     def prepare(self, plan: Plan, cutoff: float = np.inf) -> Prepared | None:
         types, costs, p2p = self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)
         # FASOP's splits (the optimal partitioner's seeds, where FASOP's greedy applies; one stage: the one split)
@@ -425,15 +414,11 @@ class Fasop2024Estimator:
             estimates = self._estimate_minmax_batched(plans)
             report(total, total)
             return estimates
-        if self.partitioner == "fasop-minmax":
-            prepared = self.prepare_many(plans)
-            report(len(plans), total)
-        else:
-            prepared = []
-            for k, plan in enumerate(plans, start=1):
-                prepared.append(self.prepare(plan))
-                if k % 64 == 0 or k == len(plans):
-                    report(k, total)
+        prepared = []
+        for k, plan in enumerate(plans, start=1):
+            prepared.append(self.prepare(plan))
+            if k % 64 == 0 or k == len(plans):
+                report(k, total)
         ends = self._schedule_all(prepared, lambda share: report(len(plans) + share, total))
         estimates = self._finish_many([self._chosen(p, e) for p, e in zip(prepared, ends)])
         report(total, total)

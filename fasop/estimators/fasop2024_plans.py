@@ -31,7 +31,18 @@ def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_lay
     of row r takes its times from plane which[r, i] of `table` (entry [a, b]: layers a..b-1)
     plus extra[r, i] (the comm term: 0.0 at the ends). The moves of
     fasop2024_minmax.minmax (docs/estimators.md §6): maxima and first-of-equals indices
-    (argmax, argmin) are exact, so every row moves and stops as it does."""
+    (argmax, argmin) are exact, so every row moves and stops as it does. Equal rows (plans
+    that differ only where the partitioner does not look) are balanced once."""
+    keys = np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1)
+    _, first, inverse = np.unique(np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
+                                  return_index=True, return_inverse=True)
+    reported, scheduled = _lockstep(table, which[first], extra[first], num_layers)
+    return reported[inverse], scheduled[inverse]
+
+
+def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """`minmax_rows` of every row."""
     count, n = which.shape
     start = [num_layers // n] * n
     for i in range(num_layers % n):
@@ -115,6 +126,36 @@ def schedule_ends(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarr
     return one_f_one_b(*split_stage_times(comp, k), send_fwd, send_bwd, m).T
 
 
+class _Problems:
+    """Min-max problems (minmax_rows) collected by stage count and solved together: one
+    lockstep run per stage count for a whole chunk."""
+
+    def __init__(self, table: np.ndarray, num_layers: int):
+        self.table, self.num_layers = table, num_layers
+        self.parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        self.solved: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def add(self, which: np.ndarray, extra: np.ndarray) -> tuple[int, int]:
+        """A ticket for the (reported, scheduled) counts of these rows, once `solve`d."""
+        n = which.shape[1]
+        self.parts[n].append((which, extra))
+        return n, len(self.parts[n]) - 1
+
+    def solve(self) -> None:
+        for n, parts in self.parts.items():
+            sizes = np.cumsum([len(w) for w, _ in parts])[:-1]
+            if n == 1:  # one stage takes every layer
+                counts = np.full((int(sum(len(w) for w, _ in parts)), 1), self.num_layers, dtype=np.int64)
+                reported = scheduled = counts
+            else:
+                reported, scheduled = minmax_rows(self.table, np.concatenate([w for w, _ in parts]),
+                                                  np.concatenate([x for _, x in parts]), self.num_layers)
+            self.solved[n] = list(zip(np.split(reported, sizes), np.split(scheduled, sizes)))
+
+    def __getitem__(self, ticket: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        return self.solved[ticket[0]][ticket[1]]
+
+
 def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray, ms: np.ndarray,
                 segment_lengths: Sequence[int], k: float) -> tuple[np.ndarray, ...]:
     """(reported, scheduled, times, ends), rows of S like `which`: each plan's chosen split
@@ -124,6 +165,8 @@ def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.
     layers = sum(segment_lengths)
     reported, scheduled = np.zeros((count, width), np.int64), np.zeros((count, width), np.int64)
     times, ends = np.zeros((count, width)), np.zeros((count, width))
+    problems = _Problems(table, segment_lengths[0])
+    groups = []
     for pp in np.unique(pps).tolist():
         rows = np.flatnonzero(pps == pp)
         if pp == 1:  # no pipeline: m micro-batches back to back, float32
@@ -133,11 +176,18 @@ def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.
             continue
         w, c = which[rows, :pp], comm[rows, :pp - 1]
         if len(segment_lengths) == 1:
-            rep, sch = minmax_rows(table, w, middle_extra(c, pp), layers)
+            groups.append((rows, w, c, problems.add(w, middle_extra(c, pp))))
+        else:
+            groups.append((rows, w, c, _encoder_decoder_problems(problems, w, c, segment_lengths)))
+    problems.solve()
+    for rows, w, c, tickets in groups:
+        pp = w.shape[1]
+        if len(segment_lengths) == 1:
+            rep, sch = problems[tickets]
             t = stage_times(table, w, sch)
             e = _ends_by_m(t, c, ms[rows], k)
         else:
-            rep, t, e = _encoder_decoder(table, w, c, ms[rows], segment_lengths, k)
+            rep, t, e = _encoder_decoder(problems, tickets, table, w, c, ms[rows], k)
             sch = rep
         reported[rows, :pp], scheduled[rows, :pp], times[rows, :pp], ends[rows, :pp] = rep, sch, t, e
     return reported, scheduled, times, ends
@@ -152,36 +202,37 @@ def _ends_by_m(times: np.ndarray, comm: np.ndarray, ms: np.ndarray, k: float) ->
     return ends
 
 
-def _encoder_decoder(table: np.ndarray, which: np.ndarray, comm: np.ndarray, ms: np.ndarray,
-                     segment_lengths: Sequence[int], k: float) -> tuple[np.ndarray, ...]:
-    """(counts, times, ends) of the chosen split of plans of pp stages (rows of `which`) whose
-    layer list is an encoder and a decoder of equal length: per number of encoder stages pe,
-    the encoder's min-max split over stages 0..pe-1 and the decoder's over pe..pp-1, both
-    balanced on the encoder's layers with local stage indices for the comm term
-    (encoder-costs-twice, docs/estimators.md §6); the candidate with the lowest stage-0 end
-    wins, the first of equals."""
+def _encoder_decoder_problems(problems: _Problems, which: np.ndarray, comm: np.ndarray,
+                              segment_lengths: Sequence[int]) -> list[tuple[int, tuple, tuple]]:
+    """The candidate splits of plans of pp stages (rows of `which`) whose layer list is an
+    encoder and a decoder of equal length, as min-max problems: per number of encoder stages
+    pe, the encoder's split over stages 0..pe-1 and the decoder's over pe..pp-1, both balanced
+    on the encoder's layers with local stage indices for the comm term (encoder-costs-twice,
+    docs/estimators.md §6). (pe, encoder ticket, decoder ticket) per candidate."""
     n_enc, n_dec = segment_lengths
-    count, pp = which.shape
+    pp = which.shape[1]
     cuts = [pe for pe in range(1, min(pp, n_enc)) if pp - pe <= n_dec - 1]
     if not cuts:
         raise ValueError(f"fasop-minmax: no encoder-decoder split of {n_enc}+{n_dec} layers over {pp} stages")
-    halves: dict[int, list[tuple[int, int]]] = defaultdict(list)  # stages -> (candidate, offset)
-    for q, pe in enumerate(cuts):
-        halves[pe].append((q, 0))
-        halves[pp - pe].append((q, pe))
-    counts = np.zeros((count, len(cuts), pp), dtype=np.int64)
-    for n, members in halves.items():  # every half of n stages of every plan, balanced together
-        planes = np.concatenate([which[:, at:at + n] for _, at in members])
-        rep, _ = minmax_rows(table, planes, middle_extra(np.tile(comm, (len(members), 1)), n), n_enc)
-        for j, (q, at) in enumerate(members):
-            counts[:, q, at:at + n] = rep[j * count:(j + 1) * count]
+    return [(pe, problems.add(which[:, :pe], middle_extra(comm, pe)),
+             problems.add(which[:, pe:], middle_extra(comm, pp - pe))) for pe in cuts]
+
+
+def _encoder_decoder(problems: _Problems, tickets: list[tuple[int, tuple, tuple]], table: np.ndarray,
+                     which: np.ndarray, comm: np.ndarray, ms: np.ndarray, k: float) -> tuple[np.ndarray, ...]:
+    """(counts, times, ends) of the chosen split of each plan: of its candidates
+    (_encoder_decoder_problems, solved), the one with the lowest stage-0 end, the first of equals."""
+    count, pp = which.shape
+    counts = np.zeros((count, len(tickets), pp), dtype=np.int64)
+    for q, (pe, encoder, decoder) in enumerate(tickets):
+        counts[:, q, :pe], counts[:, q, pe:] = problems[encoder][0], problems[decoder][0]
     times = stage_times(table, which[:, None, :], counts)
     ends = np.empty_like(times)
     for m in np.unique(ms).tolist():
         at = np.flatnonzero(ms == m)
         candidates = times[at].reshape(-1, pp)
-        sends = np.repeat(comm[at], len(cuts), axis=0)
-        ends[at] = schedule_ends(candidates, sends[:, 0], sends[:, -1], m, k).reshape(len(at), len(cuts), pp)
+        sends = np.repeat(comm[at], len(tickets), axis=0)
+        ends[at] = schedule_ends(candidates, sends[:, 0], sends[:, -1], m, k).reshape(len(at), len(tickets), pp)
     best = ends[:, :, 0].argmin(axis=1)  # the first of equals
     rows = np.arange(count)
     return counts[rows, best], times[rows, best], ends[rows, best]
