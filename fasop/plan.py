@@ -30,7 +30,12 @@ def trusted_many(cls, n: int, **columns) -> list:
     where columns[f] is a list (of n items), else columns[f] itself."""
     names = tuple(columns)
     lists = [c if isinstance(c, list) else [c] * n for c in columns.values()]
-    return [trusted(cls, **dict(zip(names, values))) for values in zip(*lists)] if lists else []
+    new, made = object.__new__, []
+    for values in zip(*lists) if lists else ():
+        obj = new(cls)
+        obj.__dict__.update(zip(names, values))
+        made.append(obj)
+    return made
 
 
 @dataclass(frozen=True, kw_only=True)

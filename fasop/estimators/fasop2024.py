@@ -443,7 +443,8 @@ class Fasop2024Estimator:
         c = Chunk(self, plans)
         u, inverse = c.unique, c.inverse
         reported, _, times, ends = (rows[inverse] for rows in plan_splits(
-            self.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], self.segment_lengths, self.fwd_bwd_factor))
+            self.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], self.segment_lengths, self.fwd_bwd_factor,
+            self._shared.setdefault(("min-max", self.compute), {})))
         n = len(plans)
         pps = c.pps.tolist()
         stages = np.arange(c.width) < c.pps[:, None]

@@ -24,20 +24,39 @@ from fasop.schedule import one_f_one_b, split_stage_times
 f32 = np.float32
 
 
-def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
-                ) -> tuple[np.ndarray, np.ndarray]:
+def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int,
+                known: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(reported, scheduled) counts of FASOP's greedy min-max balancing of `num_layers` layers
     over n <= num_layers stages, one problem per row, every row moving in lockstep: stage i
     of row r takes its times from plane which[r, i] of `table` (entry [a, b]: layers a..b-1)
     plus extra[r, i] (the comm term: 0.0 at the ends). The moves of
     fasop2024_minmax.minmax (docs/estimators.md §6): maxima and first-of-equals indices
     (argmax, argmin) are exact, so every row moves and stops as it does. Equal rows (plans
-    that differ only where the partitioner does not look) are balanced once."""
-    keys = np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1)
-    _, first, inverse = np.unique(np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
-                                  return_index=True, return_inverse=True)
-    reported, scheduled = _lockstep(table, which[first], extra[first], num_layers)
-    return reported[inverse], scheduled[inverse]
+    that differ only where the partitioner does not look) are balanced once; `known`, if
+    given, keeps the results of earlier calls on the same table and layer count, by row."""
+    count, n = which.shape
+    keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
+    distinct, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
+                                         return_index=True, return_inverse=True)
+    if known is None:
+        reported, scheduled = _lockstep(table, which[first], extra[first], num_layers)
+        return reported[inverse], scheduled[inverse]
+    names = distinct.tolist()
+    found = list(map(known.get, names))
+    missing = [k for k, f in enumerate(found) if f is None]
+    if missing:
+        if len(known) > MINMAX_KNOWN:
+            known.clear()
+        at = first[missing]
+        reported, scheduled = _lockstep(table, which[at], extra[at], num_layers)
+        for k, row in zip(missing, np.concatenate([reported, scheduled], axis=1)):
+            found[k] = known[names[k]] = row
+    both = np.stack(found)[inverse]
+    return both[:, :n], both[:, n:]
+
+
+MINMAX_KNOWN = 1 << 18
+"""Min-max results a `known` dict keeps (a few hundred bytes each) before it starts over."""
 
 
 def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
@@ -130,8 +149,8 @@ class _Problems:
     """Min-max problems (minmax_rows) collected by stage count and solved together: one
     lockstep run per stage count for a whole chunk."""
 
-    def __init__(self, table: np.ndarray, num_layers: int):
-        self.table, self.num_layers = table, num_layers
+    def __init__(self, table: np.ndarray, num_layers: int, known: dict | None = None):
+        self.table, self.num_layers, self.known = table, num_layers, known
         self.parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         self.solved: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
 
@@ -148,8 +167,9 @@ class _Problems:
                 counts = np.full((int(sum(len(w) for w, _ in parts)), 1), self.num_layers, dtype=np.int64)
                 reported = scheduled = counts
             else:
+                known = None if self.known is None else self.known.setdefault((n, self.num_layers), {})
                 reported, scheduled = minmax_rows(self.table, np.concatenate([w for w, _ in parts]),
-                                                  np.concatenate([x for _, x in parts]), self.num_layers)
+                                                  np.concatenate([x for _, x in parts]), self.num_layers, known)
             self.solved[n] = list(zip(np.split(reported, sizes), np.split(scheduled, sizes)))
 
     def __getitem__(self, ticket: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -157,15 +177,16 @@ class _Problems:
 
 
 def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray, ms: np.ndarray,
-                segment_lengths: Sequence[int], k: float) -> tuple[np.ndarray, ...]:
+                segment_lengths: Sequence[int], k: float, known: dict | None = None) -> tuple[np.ndarray, ...]:
     """(reported, scheduled, times, ends), rows of S like `which`: each plan's chosen split
     (the reported and the scheduled counts), its stage times and its 1F1B stage ends; entries
-    past a plan's pp are 0. One stage: every layer, its end m x its time in float32."""
+    past a plan's pp are 0. One stage: every layer, its end m x its time in float32. `known`:
+    min-max results of earlier calls on the same table (minmax_rows), if kept."""
     count, width = which.shape
     layers = sum(segment_lengths)
     reported, scheduled = np.zeros((count, width), np.int64), np.zeros((count, width), np.int64)
     times, ends = np.zeros((count, width)), np.zeros((count, width))
-    problems = _Problems(table, segment_lengths[0])
+    problems = _Problems(table, segment_lengths[0], known)
     groups = []
     for pp in np.unique(pps).tolist():
         rows = np.flatnonzero(pps == pp)
@@ -227,12 +248,50 @@ def _encoder_decoder(problems: _Problems, tickets: list[tuple[int, tuple, tuple]
     for q, (pe, encoder, decoder) in enumerate(tickets):
         counts[:, q, :pe], counts[:, q, pe:] = problems[encoder][0], problems[decoder][0]
     times = stage_times(table, which[:, None, :], counts)
-    ends = np.empty_like(times)
+    ends = np.full_like(times, np.inf)
     for m in np.unique(ms).tolist():
         at = np.flatnonzero(ms == m)
-        candidates = times[at].reshape(-1, pp)
-        sends = np.repeat(comm[at], len(tickets), axis=0)
-        ends[at] = schedule_ends(candidates, sends[:, 0], sends[:, -1], m, k).reshape(len(at), len(tickets), pp)
+        ends[at] = _least_ends(times[at], comm[at, 0], comm[at, -1], m, k)
     best = ends[:, :, 0].argmin(axis=1)  # the first of equals
     rows = np.arange(count)
     return counts[rows, best], times[rows, best], ends[rows, best]
+
+
+def _least_ends(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarray, m: int, k: float) -> np.ndarray:
+    """Stage ends of the candidate splits (times: plans x candidates x pp) that may have the
+    lowest stage-0 end of their plan, inf for the others: first each plan's candidate of least
+    `end_bounds`, then those whose bound is at most the stage-0 end it got (any other ends
+    later, so it is neither the least nor tied with it)."""
+    count, candidates, pp = times.shape
+    bounds = end_bounds(times.reshape(-1, pp), np.repeat(first_send, candidates), np.repeat(last_send, candidates),
+                        m, k).reshape(count, candidates)
+    ends = np.full_like(times, np.inf)
+    rows = np.arange(count)
+    lead = bounds.argmin(axis=1)
+    ends[rows, lead] = schedule_ends(times[rows, lead], first_send, last_send, m, k)
+    rest = bounds <= ends[rows, lead, 0][:, None]
+    rest[rows, lead] = False
+    plan, split = np.nonzero(rest)
+    if len(plan):
+        ends[plan, split] = schedule_ends(times[plan, split], first_send[plan], last_send[plan], m, k)
+    return ends
+
+
+def end_bounds(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarray, m: int, k: float) -> np.ndarray:
+    """A lower bound on the stage-0 end of each 1F1B pipeline of schedule_ends (rows of stage
+    times, pp > 1): the larger of two chains of events that run one after another -- every
+    stage's time, both sends and the largest steady chain c_i t_i (schedule.steady_weights);
+    and per stage i, the stages before it, its own m forwards and backwards, and the sends
+    that reach or leave it -- less a relative 1e-9, more than the rounding of any chain of
+    fewer than 10^6 events."""
+    pp = times.shape[1]
+    w = np.minimum(pp - np.arange(pp) - 1, m)
+    c = np.full(pp, (k - 1.0) * (m - 1) / k)
+    c = np.where((m > w) & (m - 1 - w / k > c), m - 1 - w / k, c)
+    before = np.zeros_like(times)
+    np.cumsum(times[:, :-1], axis=1, out=before[:, 1:])
+    busy = before + m * times
+    busy[:, 1:] += first_send[:, None]
+    busy[:, -1] += last_send
+    chain = times.sum(axis=1) + first_send + last_send + np.maximum((c * times).max(axis=1), 0.0)
+    return np.maximum(chain, busy.max(axis=1)) * (1 - 1e-9)
