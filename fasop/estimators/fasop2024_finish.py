@@ -37,7 +37,6 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict) 
     reported, _, times, ends = (rows[inverse] for rows in plan_splits(
         e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], e.segment_lengths, e.fwd_bwd_factor, known))
     n = len(plans)
-    pps = c.pps.tolist()
     stages = np.arange(c.width) < c.pps[:, None]
     step, dp = step_times(np.where(stages, ends, -np.inf), c.shared.astype(bool),
                           c.dp_table[c.layout_of, reported[:, 0]], c.embedding[c.layout_of])
@@ -46,22 +45,28 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict) 
     stage_bytes, zero_bytes, oom, oom_gib, zero_oom, zero_gib = memory_arrays(
         tables.params, tables.act, c.memory, reported, c.limits[c.layout_of], c.sharded,
         e.cluster.memory_overhead_factor, PARAM_BYTES.full)
-    memory = trusted_many(MemoryEstimate, n, stage_bytes=_heads(stage_bytes, pps),
-                          stage_zero_bytes=_heads(zero_bytes, pps), is_oom=oom.tolist(), oom_gpumem_gib=oom_gib,
+    memory = trusted_many(MemoryEstimate, n, stage_bytes=_heads(stage_bytes, c.pps),
+                          stage_zero_bytes=_heads(zero_bytes, c.pps), is_oom=oom.tolist(), oom_gpumem_gib=oom_gib,
                           is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
-    end = _heads(ends, pps)
+    end = _heads(ends, c.pps)
     return trusted_many(
-        Estimate, n, plan=list(plans), partition=_heads(reported, pps), stage_node_types=[st.types for st in c.stages],
-        stage_compute_s=_heads(times, pps), p2p_s=_heads(c.p2p, [p - 1 for p in pps]), stage_end_s=end,
+        Estimate, n, plan=list(plans), partition=_heads(reported, c.pps), stage_node_types=[st.types for st in c.stages],
+        stage_compute_s=_heads(times, c.pps), p2p_s=_heads(c.p2p, c.pps - 1), stage_end_s=end,
         pipeline_time_s=[e[0] for e in end], dp_allreduce_s=dp.tolist(),
         embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(), step_time_s=step.tolist(),
         memory=memory, usd_per_step=(e.usd_per_s * step).tolist(), partitioner=e.partitioner,
         partition_proven_optimal=False)
 
 
-def _heads(rows: np.ndarray, counts: list[int]) -> list[tuple]:
-    """The first counts[k] entries of row k of `rows`, as a tuple of Python numbers per row."""
-    return [tuple(row[:n]) for row, n in zip(rows.tolist(), counts)]
+def _heads(rows: np.ndarray, counts: np.ndarray) -> list[tuple]:
+    """The first counts[k] entries of row k of `rows`, as a tuple of Python numbers per row
+    (the rows of one count sliced together)."""
+    out: list = [None] * len(rows)
+    for count in np.unique(counts).tolist():
+        at = np.flatnonzero(counts == count)
+        for k, row in zip(at.tolist(), map(tuple, rows[at, :count].tolist())):
+            out[k] = row
+    return out
 
 
 def schedule_all(e: "Fasop2024Estimator", prepared: list[Prepared], progress=None) -> list[list[np.ndarray]]:

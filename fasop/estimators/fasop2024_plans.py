@@ -36,12 +36,10 @@ def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_lay
     given, keeps the results of earlier calls on the same table and layer count, by row."""
     count, n = which.shape
     keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
-    distinct, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
-                                         return_index=True, return_inverse=True)
+    names, first, inverse = _distinct(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist())
     if known is None:
         reported, scheduled = _lockstep(table, which[first], extra[first], num_layers)
         return reported[inverse], scheduled[inverse]
-    names = distinct.tolist()
     found = list(map(known.get, names))
     missing = [k for k, f in enumerate(found) if f is None]
     if missing:
@@ -59,6 +57,21 @@ MINMAX_KNOWN = 1 << 18
 """Min-max results a `known` dict keeps (a few hundred bytes each) before it starts over."""
 
 
+def _distinct(keys: list) -> tuple[list, np.ndarray, np.ndarray]:
+    """(the distinct keys in order of first appearance, the index of each one's first
+    appearance, for each key the number of its distinct key)."""
+    index: dict = {}
+    first: list[int] = []
+    inverse = []
+    for k, key in enumerate(keys):
+        number = index.get(key)
+        if number is None:
+            number = index[key] = len(first)
+            first.append(k)
+        inverse.append(number)
+    return list(index), np.array(first, dtype=np.intp), np.array(inverse, dtype=np.intp)
+
+
 def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
               ) -> tuple[np.ndarray, np.ndarray]:
     """`minmax_rows` of every row."""
@@ -70,7 +83,7 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layer
     rows = np.arange(count)
     last = np.full(count, 1e6)
     moved = np.zeros(count, dtype=bool)
-    previous = np.zeros((count, 2), dtype=np.intp)
+    previous_max = previous_min = np.zeros(count, dtype=np.intp)
     history: list[np.ndarray] = []  # the counts before each move made so far, one row per problem
     reported = np.zeros((count, n), dtype=np.int64)
     scheduled = np.zeros((count, n), dtype=np.int64)
@@ -90,8 +103,8 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layer
         local = np.arange(len(rows))
         if stop.any():  # undo the last move and stop
             undone = counts.copy()
-            undone[local, previous[:, 0]] += 1
-            undone[local, previous[:, 1]] -= 1
+            undone[local, previous_max] += 1
+            undone[local, previous_min] -= 1
             reported[rows[stop]] = scheduled[rows[stop]] = undone[stop]
         last = mx
         imax, imin = current.argmax(axis=1), current.argmin(axis=1)
@@ -112,7 +125,7 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layer
         moving = np.arange(len(counts))
         counts[moving, imax] -= 1
         counts[moving, imin] += 1
-        previous = np.stack([imax, imin], axis=1)
+        previous_max, previous_min = imax, imin
         rows, last, which, extra = rows[go], last[go], which[go], extra[go]
         moved = np.ones(len(rows), dtype=bool)
     return reported, scheduled
