@@ -6,6 +6,7 @@ choices), each a fresh interpreter, with
 - `all`: every kernel the build has;
 - `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_traced) in Python
   (schedule.py reads `native.kernels` as None);
+- `no-traced`: only one_f_one_b_traced in Python (schedule.critical_path's traced program);
 - `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
   Python (partition.py reads None);
 - `python`: no kernel (FASOP_PURE_PYTHON=1);
@@ -55,12 +56,16 @@ assert fasop.__file__.startswith(tree), fasop.__file__
 import fasop.partition, fasop.schedule
 if "1f1b" in off:
     fasop.schedule.native = types.SimpleNamespace(kernels=None)
+if "traced" in off:
+    kernels = fasop.schedule.native.kernels
+    fasop.schedule.native = types.SimpleNamespace(kernels=types.SimpleNamespace(
+        one_f_one_b=kernels.one_f_one_b, TRACE_MAX_CELLS=0))
 if "tables" in off:
     fasop.partition.native = types.SimpleNamespace(kernels=None)
 from fasop.cli import main
 sys.exit(main(sys.argv[3:]))
 """
-VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-tables": "tables", "python": ""}
+VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-traced": "traced", "no-tables": "tables", "python": ""}
 
 
 def run(tree: Path, off: str, argv: list[str], out: Path, pure: bool) -> float:
@@ -83,9 +88,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline", type=Path, help="another checkout, its kernels built")
     parser.add_argument("--only", help="only commands whose name contains this")
+    parser.add_argument("--variants", help="comma-separated variants (default: all of them)")
     args = parser.parse_args()
-    variants = [(name, REPO, off, name == "python") for name, off in VARIANTS.items()]
-    if args.baseline:
+    chosen = args.variants.split(",") if args.variants else list(VARIANTS) + ["baseline"]
+    variants = [(name, REPO, off, name == "python") for name, off in VARIANTS.items() if name in chosen]
+    if args.baseline and "baseline" in chosen:
         variants.append(("baseline", args.baseline.resolve(), "", False))
     print(f"whole-process seconds, medians of {args.runs} (ratio to `all`)")
     with tempfile.TemporaryDirectory() as tmp:
