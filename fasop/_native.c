@@ -7,7 +7,8 @@
  * - one_f_one_b: the 1F1B event recurrences over given forward, backward and send durations
  *   (fasop.recurrences.run, docs/estimators.md section 5), many pipelines of one (pp, m) at once.
  *   Every event end is (the largest of the events it waits for) + its duration: comparisons,
- *   exact, and one IEEE double addition.
+ *   exact, and one IEEE double addition. one_f_one_b_many: the same for pipelines of mixed
+ *   (pp, m) in one call.
  * - one_f_one_b_traced: one pipeline's run that also returns the critical path of stage 0's end
  *   (fasop.schedule.critical_path).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
@@ -384,6 +385,97 @@ done:
     return result;
 }
 
+/* Pipelines of one_f_one_b_many, ordered by stage count, then micro-batch count, then index. */
+typedef struct {
+    int64_t pp, m;
+    Py_ssize_t index;
+} shape_t;
+
+static int by_shape(const void *a, const void *b)
+{
+    const shape_t *x = a, *y = b;
+    if (x->pp != y->pp) return x->pp < y->pp ? -1 : 1;
+    if (x->m != y->m) return x->m < y->m ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+PyDoc_STRVAR(one_f_one_b_many_doc,
+"one_f_one_b_many(durations, width, pps, ms, ends)\n\n"
+"one_f_one_b for n pipelines of their own stage and micro-batch counts: pps, ms int64 n (1 <=\n"
+"pp <= width, m >= 1); durations float64, n rows of 4 blocks of width entries (F, B, SF, SB of\n"
+"each stage, the first pp of each block read); ends: writable float64 n x width, the first pp\n"
+"entries of each row written. Pipelines of equal (pp, m) run together, LANES at a time.");
+
+static PyObject *py_one_f_one_b_many(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer durations, pps, ms, ends;
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "y*ny*y*w*", &durations, &width, &pps, &ms, &ends)) return NULL;
+    PyObject *result = NULL;
+    sched_t s = {0};
+    shape_t *order = NULL;
+    const Py_ssize_t n = pps.len / (Py_ssize_t)sizeof(int64_t);
+    if (width < 1 || check_buffer(&pps, n, sizeof(int64_t), "pps") < 0 ||
+        check_buffer(&ms, n, sizeof(int64_t), "ms") < 0 ||
+        check_buffer(&durations, n * 4 * width, sizeof(double), "durations") < 0 ||
+        check_buffer(&ends, n * width, sizeof(double), "ends") < 0) {
+        if (width < 1 && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "one_f_one_b_many: width must be >= 1");
+        goto done;
+    }
+    const int64_t *pp_of = pps.buf, *m_of = ms.buf;
+    int64_t most_pp = 1, most_cells = 1;
+    order = malloc((size_t)(n ? n : 1) * sizeof(shape_t));
+    if (!order) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (pp_of[k] < 1 || pp_of[k] > width || m_of[k] < 1 || m_of[k] > (int64_t)1 << 30) {
+            PyErr_SetString(PyExc_ValueError, "one_f_one_b_many: need 1 <= pp <= width and 1 <= m <= 2^30");
+            goto done;
+        }
+        if (pp_of[k] > most_pp) most_pp = pp_of[k];
+        if (pp_of[k] * m_of[k] > most_cells) most_cells = pp_of[k] * m_of[k];
+        order[k] = (shape_t){pp_of[k], m_of[k], k};
+    }
+    qsort(order, (size_t)n, sizeof(shape_t), by_shape);
+    if (sched_init(&s, (int)most_pp, most_cells) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const double *d = durations.buf;
+    double *out = ends.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r0 = 0, r1; r0 < n; r0 = r1) {
+        const int pp = (int)order[r0].pp, m = (int)order[r0].m;
+        for (r1 = r0; r1 < n && order[r1].pp == pp && order[r1].m == m; r1++) {}
+        s.pp = pp;
+        s.m = m;
+        for (Py_ssize_t q0 = r0; q0 < r1; q0 += LANES) {
+            for (int l = 0; l < LANES; l++) {  /* lanes past the group's last pipeline repeat it, unread */
+                const double *row = d + order[q0 + l < r1 ? q0 + l : r1 - 1].index * 4 * width;
+                for (int b = 0; b < 4; b++)
+                    for (int i = 0; i < pp; i++) s.dur[b * pp + i].v[l] = row[b * width + i];
+            }
+            run_1f1b(&s);
+            for (int l = 0; l < LANES && q0 + l < r1; l++)
+                for (int i = 0; i < pp; i++) out[order[q0 + l].index * width + i] = s.ends[i].v[l];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    free(order);
+    sched_free(&s);
+    PyBuffer_Release(&durations);
+    PyBuffer_Release(&pps);
+    PyBuffer_Release(&ms);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
 PyDoc_STRVAR(set_poison_doc,
 "_set_poison(flag) -> None\n\n"
 "Tests only: with flag true, the 1F1B recurrences start every cell they do not zero as 1e300,\n"
@@ -560,6 +652,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
+    {"one_f_one_b_many", py_one_f_one_b_many, METH_VARARGS, one_f_one_b_many_doc},
     {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
     {"completion", py_completion, METH_VARARGS, completion_doc},
     {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
@@ -575,7 +668,7 @@ static struct PyModuleDef module = {
 
 /* The interface version fasop/native.py expects (native.API): bump with every change of a signature
  * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
- * step time and memory moved to fasop/estimators/fasop2024_plans.py). */
+ * step time and memory moved to fasop/estimators/fasop2024_plans.py; one_f_one_b_many). */
 #define API 9
 
 PyMODINIT_FUNC PyInit__fasop_native(void)

@@ -62,6 +62,29 @@ def test_one_f_one_b_kernel_is_the_recurrences(seed):
 
 
 @compiled
+@pytest.mark.parametrize("seed", range(10))
+def test_one_f_one_b_many_is_the_recurrences_per_pipeline(seed):
+    """one_f_one_b_many: pipelines of their own (pp, m) in one call, rows padded to a width;
+    each row's first pp ends are the recurrences' on its first pp entries of each block, bit
+    for bit, and the rest of its row is left as it was."""
+    from fasop.recurrences import run
+
+    rng = np.random.default_rng(seed)
+    n, width = int(rng.integers(1, 40)), int(rng.integers(1, 10))
+    pps, ms = rng.integers(1, width + 1, n), rng.integers(1, 20, n)
+    durations = rng.uniform(0, 1, (n, 4 * width))
+    if seed % 2:  # times on a coarse grid: ties
+        durations = np.round(durations * 4) / 4
+    durations[:, 2 * width:] *= rng.uniform(size=(n, 2 * width)) < 0.3  # some sends 0
+    ends = np.full((n, width), -1.0)
+    native.kernels.one_f_one_b_many(durations, width, pps.astype(np.int64), ms.astype(np.int64), ends)
+    for row, pp, m, end in zip(durations, pps.tolist(), ms.tolist(), ends):
+        blocks = [row[b * width:b * width + pp].tolist() for b in range(4)]
+        assert end[:pp].tolist() == run(*blocks, m, 0.0, max)
+        assert (end[pp:] == -1.0).all()
+
+
+@compiled
 @pytest.mark.parametrize("pp", [1, 2, 3, 5, 8, 13])
 def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
     """The kernel zeroes only the cells of its arrays that the recurrences read before they
@@ -84,10 +107,10 @@ def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
 @compiled
 @pytest.mark.parametrize("seed", range(30))
 def test_traced_run_is_the_recurrences_and_its_critical_path_a_bound(seed):
-    """one_f_one_b_traced (fasop_plans' traced runs): its ends are the recurrences', bit for bit;
+    """one_f_one_b_traced (the optimal partitioner's cuts): its ends are the recurrences', bit for bit;
     the durations along its critical path, summed in path order, give its stage-0 end exactly;
     and for other durations with the same zero sends (the same events) that sum is at most their
-    stage-0 end: the exact lower bound fasop_plans rules splits out by. Poisoned cells too."""
+    stage-0 end: an exact lower bound (schedule.critical_path). Poisoned cells too."""
     rng = np.random.default_rng(seed)
     pp, m = int(rng.integers(1, 13)), int(rng.integers(1, 21))
     for poisoned in (False, True):
@@ -228,3 +251,7 @@ def test_kernels_reject_buffers_of_the_wrong_size():
         native.kernels.one_f_one_b_traced(np.zeros(7), 2, 4, np.empty(2))
     with pytest.raises(ValueError, match="ends"):
         native.kernels.one_f_one_b_traced(np.zeros(8), 2, 4, np.empty(3))
+    with pytest.raises(ValueError, match="pp <= width"):
+        native.kernels.one_f_one_b_many(np.zeros((1, 8)), 2, np.array([3]), np.array([4]), np.empty((1, 2)))
+    with pytest.raises(ValueError, match="durations"):
+        native.kernels.one_f_one_b_many(np.zeros((1, 7)), 2, np.array([2]), np.array([4]), np.empty((1, 2)))

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fasop import native
 from fasop.schedule import one_f_one_b, split_stage_times
 
 f32 = np.float32
@@ -36,20 +37,24 @@ def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_lay
     given, keeps the results of earlier calls on the same table and layer count, by row."""
     count, n = which.shape
     keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
-    names, first, inverse = _distinct(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist())
+    names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
     if known is None:
+        _, first, inverse = _distinct(names)
         reported, scheduled = _lockstep(table, which[first], extra[first], num_layers)
         return reported[inverse], scheduled[inverse]
     found = list(map(known.get, names))
-    missing = [k for k, f in enumerate(found) if f is None]
-    if missing:
+    if None in found:
+        missing = [k for k, f in enumerate(found) if f is None]
+        distinct, first, inverse = _distinct([names[k] for k in missing])
         if len(known) > MINMAX_KNOWN:
             known.clear()
-        at = first[missing]
+        at = np.array(missing, dtype=np.intp)[first]
         reported, scheduled = _lockstep(table, which[at], extra[at], num_layers)
-        for k, row in zip(missing, np.concatenate([reported, scheduled], axis=1)):
-            found[k] = known[names[k]] = row
-    both = np.stack(found)[inverse]
+        solved = list(map(tuple, np.concatenate([reported, scheduled], axis=1).tolist()))
+        known.update(zip(distinct, solved))
+        for k, j in zip(missing, inverse.tolist()):
+            found[k] = solved[j]
+    both = np.array(found, dtype=np.int64).reshape(count, 2 * n)
     return both[:, :n], both[:, n:]
 
 
@@ -148,14 +153,34 @@ def stage_times(table: np.ndarray, which: np.ndarray, counts: np.ndarray) -> np.
     return np.where(counts > 0, table[which, edges[..., :-1], edges[..., 1:]], 0.0)
 
 
-def schedule_ends(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarray, m: int, k: float) -> np.ndarray:
-    """Stage ends (rows x pp) of 1F1B pipelines of stage times `times` (rows x pp, pp > 1),
-    forward t / k and backward (k - 1) t / k (fwd-bwd-split-of-stage-sums), with only stage 0's
-    forward send and the last stage's backward send (p2p-ends-only)."""
-    comp = times.T
-    send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
-    send_fwd[0], send_bwd[-1] = first_send, last_send
-    return one_f_one_b(*split_stage_times(comp, k), send_fwd, send_bwd, m).T
+def schedule_ends(times: np.ndarray, pps: np.ndarray, ms: np.ndarray, first_send: np.ndarray,
+                  last_send: np.ndarray, k: float) -> np.ndarray:
+    """Stage ends of 1F1B pipelines of their own stage and micro-batch counts (rows of `times`,
+    padded past each pp; pp > 1), forward t / k and backward (k - 1) t / k
+    (fwd-bwd-split-of-stage-sums), with only stage 0's forward send and the last stage's
+    backward send (p2p-ends-only): the generic recurrences, compiled (one_f_one_b_many) or
+    schedule.one_f_one_b's. Entries past a pipeline's pp are 0."""
+    count, width = times.shape
+    ends = np.zeros((count, width))
+    if count == 0:
+        return ends
+    if native.kernels is None:
+        shapes = pps * (int(ms.max()) + 1) + ms
+        for shape in np.unique(shapes).tolist():
+            at = np.flatnonzero(shapes == shape)
+            pp, m = int(pps[at[0]]), int(ms[at[0]])
+            comp = times[at, :pp].T
+            send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
+            send_fwd[0], send_bwd[-1] = first_send[at], last_send[at]
+            ends[at, :pp] = one_f_one_b(*split_stage_times(comp, k), send_fwd, send_bwd, m).T
+        return ends
+    durations = np.zeros((count, 4 * width))  # per pipeline F, B, SF, SB of each stage (blocks of width)
+    np.divide(times, k, out=durations[:, :width])
+    np.divide((k - 1) * times, k, out=durations[:, width:2 * width])
+    durations[:, 2 * width] = first_send
+    durations[np.arange(count), 3 * width + pps - 1] = last_send
+    native.kernels.one_f_one_b_many(durations, width, pps.astype(np.int64), ms.astype(np.int64), ends)
+    return ends
 
 
 class _Problems:
@@ -165,7 +190,7 @@ class _Problems:
     def __init__(self, table: np.ndarray, num_layers: int, known: dict | None = None):
         self.table, self.num_layers, self.known = table, num_layers, known
         self.parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
-        self.solved: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.solved: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
 
     def add(self, which: np.ndarray, extra: np.ndarray) -> tuple[int, int]:
         """A ticket for the (reported, scheduled) counts of these rows, once `solve`d."""
@@ -175,18 +200,19 @@ class _Problems:
 
     def solve(self) -> None:
         for n, parts in self.parts.items():
-            sizes = np.cumsum([len(w) for w, _ in parts])[:-1]
+            starts = np.cumsum([0] + [len(w) for w, _ in parts]).tolist()
             if n == 1:  # one stage takes every layer
-                counts = np.full((int(sum(len(w) for w, _ in parts)), 1), self.num_layers, dtype=np.int64)
-                reported = scheduled = counts
+                reported = scheduled = np.full((starts[-1], 1), self.num_layers, dtype=np.int64)
             else:
                 known = None if self.known is None else self.known.setdefault((n, self.num_layers), {})
                 reported, scheduled = minmax_rows(self.table, np.concatenate([w for w, _ in parts]),
                                                   np.concatenate([x for _, x in parts]), self.num_layers, known)
-            self.solved[n] = list(zip(np.split(reported, sizes), np.split(scheduled, sizes)))
+            self.solved[n] = (reported, scheduled, starts)
 
     def __getitem__(self, ticket: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        return self.solved[ticket[0]][ticket[1]]
+        reported, scheduled, starts = self.solved[ticket[0]]
+        at = slice(starts[ticket[1]], starts[ticket[1] + 1])
+        return reported[at], scheduled[at]
 
 
 def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray, ms: np.ndarray,
@@ -214,26 +240,18 @@ def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.
         else:
             groups.append((rows, w, c, _encoder_decoder_problems(problems, w, c, segment_lengths)))
     problems.solve()
+    if len(segment_lengths) == 2:
+        for (rows, *_), (rep, t, e) in zip(groups, _encoder_decoder(problems, groups, table, ms, width, k)):
+            pp = rep.shape[1]
+            reported[rows, :pp], scheduled[rows, :pp], times[rows, :pp], ends[rows, :pp] = rep, rep, t, e
+        return reported, scheduled, times, ends
     for rows, w, c, tickets in groups:
         pp = w.shape[1]
-        if len(segment_lengths) == 1:
-            rep, sch = problems[tickets]
-            t = stage_times(table, w, sch)
-            e = _ends_by_m(t, c, ms[rows], k)
-        else:
-            rep, t, e = _encoder_decoder(problems, tickets, table, w, c, ms[rows], k)
-            sch = rep
-        reported[rows, :pp], scheduled[rows, :pp], times[rows, :pp], ends[rows, :pp] = rep, sch, t, e
+        reported[rows, :pp], scheduled[rows, :pp] = problems[tickets]
+        times[rows, :pp] = stage_times(table, w, scheduled[rows, :pp])
+    multi = np.flatnonzero(pps > 1)
+    ends[multi] = schedule_ends(times[multi], pps[multi], ms[multi], comm[multi, 0], comm[multi, pps[multi] - 2], k)
     return reported, scheduled, times, ends
-
-
-def _ends_by_m(times: np.ndarray, comm: np.ndarray, ms: np.ndarray, k: float) -> np.ndarray:
-    """schedule_ends of each row, the rows of one micro-batch count scheduled together."""
-    ends = np.empty_like(times)
-    for m in np.unique(ms).tolist():
-        at = np.flatnonzero(ms == m)
-        ends[at] = schedule_ends(times[at], comm[at, 0], comm[at, -1], m, k)
-    return ends
 
 
 def _encoder_decoder_problems(problems: _Problems, which: np.ndarray, comm: np.ndarray,
@@ -252,54 +270,69 @@ def _encoder_decoder_problems(problems: _Problems, which: np.ndarray, comm: np.n
              problems.add(which[:, pe:], middle_extra(comm, pp - pe))) for pe in cuts]
 
 
-def _encoder_decoder(problems: _Problems, tickets: list[tuple[int, tuple, tuple]], table: np.ndarray,
-                     which: np.ndarray, comm: np.ndarray, ms: np.ndarray, k: float) -> tuple[np.ndarray, ...]:
-    """(counts, times, ends) of the chosen split of each plan: of its candidates
-    (_encoder_decoder_problems, solved), the one with the lowest stage-0 end, the first of equals."""
-    count, pp = which.shape
-    counts = np.zeros((count, len(tickets), pp), dtype=np.int64)
-    for q, (pe, encoder, decoder) in enumerate(tickets):
-        counts[:, q, :pe], counts[:, q, pe:] = problems[encoder][0], problems[decoder][0]
-    times = stage_times(table, which[:, None, :], counts)
-    ends = np.full_like(times, np.inf)
-    for m in np.unique(ms).tolist():
-        at = np.flatnonzero(ms == m)
-        ends[at] = _least_ends(times[at], comm[at, 0], comm[at, -1], m, k)
-    best = ends[:, :, 0].argmin(axis=1)  # the first of equals
-    rows = np.arange(count)
-    return counts[rows, best], times[rows, best], ends[rows, best]
+def _encoder_decoder(problems: _Problems, groups: list, table: np.ndarray, ms: np.ndarray, width: int,
+                     k: float) -> list[tuple[np.ndarray, ...]]:
+    """(counts, times, ends) of the chosen split of each plan of each group (rows of one pp):
+    of its candidates (_encoder_decoder_problems, solved), the one with the lowest stage-0 end,
+    the first of equals. Scheduled in two calls for all groups: each plan's candidate of least
+    bound (`end_bounds`), then those whose bound is at most the stage-0 end it got (any other
+    ends later, so it is neither the least nor tied with it)."""
+    found = []
+    for rows, which, comm, tickets in groups:
+        count, pp = which.shape
+        counts = np.zeros((count, len(tickets), pp), dtype=np.int64)
+        for q, (pe, encoder, decoder) in enumerate(tickets):
+            counts[:, q, :pe], counts[:, q, pe:] = problems[encoder][0], problems[decoder][0]
+        times = stage_times(table, which[:, None, :], counts)
+        c = len(tickets)
+        bounds = end_bounds(times.reshape(-1, pp), np.repeat(comm[:, 0], c), np.repeat(comm[:, -1], c),
+                            np.repeat(ms[rows], c), k).reshape(count, c)
+        found.append((rows, comm, counts, times, bounds, np.full_like(times, np.inf)))
+    lead = [(np.arange(len(rows)), bounds.argmin(axis=1)) for rows, _, _, _, bounds, _ in found]
+    _schedule_candidates(found, lead, ms, width, k)
+    rest = []
+    for (rows, _, _, _, bounds, ends), (plan, split) in zip(found, lead):
+        more = bounds <= ends[plan, split, 0][:, None]
+        more[plan, split] = False
+        rest.append(np.nonzero(more))
+    _schedule_candidates(found, rest, ms, width, k)
+    chosen = []
+    for rows, _, counts, times, _, ends in found:
+        best, at = ends[:, :, 0].argmin(axis=1), np.arange(len(rows))  # the first of equals
+        chosen.append((counts[at, best], times[at, best], ends[at, best]))
+    return chosen
 
 
-def _least_ends(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarray, m: int, k: float) -> np.ndarray:
-    """Stage ends of the candidate splits (times: plans x candidates x pp) that may have the
-    lowest stage-0 end of their plan, inf for the others: first each plan's candidate of least
-    `end_bounds`, then those whose bound is at most the stage-0 end it got (any other ends
-    later, so it is neither the least nor tied with it)."""
-    count, candidates, pp = times.shape
-    bounds = end_bounds(times.reshape(-1, pp), np.repeat(first_send, candidates), np.repeat(last_send, candidates),
-                        m, k).reshape(count, candidates)
-    ends = np.full_like(times, np.inf)
-    rows = np.arange(count)
-    lead = bounds.argmin(axis=1)
-    ends[rows, lead] = schedule_ends(times[rows, lead], first_send, last_send, m, k)
-    rest = bounds <= ends[rows, lead, 0][:, None]
-    rest[rows, lead] = False
-    plan, split = np.nonzero(rest)
-    if len(plan):
-        ends[plan, split] = schedule_ends(times[plan, split], first_send[plan], last_send[plan], m, k)
-    return ends
+def _schedule_candidates(found: list, picks: list[tuple[np.ndarray, np.ndarray]], ms: np.ndarray, width: int,
+                         k: float) -> None:
+    """Schedules the (plan, candidate) picks of every group together (schedule_ends), into the
+    groups' ends."""
+    parts = []
+    for (rows, comm, _, times, _, _), (plan, split) in zip(found, picks):
+        pp = times.shape[2]
+        padded = np.zeros((len(plan), width))
+        padded[:, :pp] = times[plan, split]
+        parts.append((padded, np.full(len(plan), pp), ms[rows][plan], comm[plan, 0], comm[plan, -1]))
+    ends = schedule_ends(*(np.concatenate(column) for column in zip(*parts)), k)
+    start = 0
+    for (_, _, _, times, _, group_ends), (plan, split) in zip(found, picks):
+        pp = times.shape[2]
+        group_ends[plan, split] = ends[start:start + len(plan), :pp]
+        start += len(plan)
 
 
-def end_bounds(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarray, m: int, k: float) -> np.ndarray:
+def end_bounds(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarray, m: np.ndarray, k: float
+               ) -> np.ndarray:
     """A lower bound on the stage-0 end of each 1F1B pipeline of schedule_ends (rows of stage
     times, pp > 1): the larger of two chains of events that run one after another -- every
     stage's time, both sends and the largest steady chain c_i t_i (schedule.steady_weights);
     and per stage i, the stages before it, its own m forwards and backwards, and the sends
     that reach or leave it -- less a relative 1e-9, more than the rounding of any chain of
-    fewer than 10^6 events."""
+    fewer than 10^6 events. m: each pipeline's micro-batches."""
     pp = times.shape[1]
+    m = np.asarray(m, dtype=float)[:, None]
     w = np.minimum(pp - np.arange(pp) - 1, m)
-    c = np.full(pp, (k - 1.0) * (m - 1) / k)
+    c = np.broadcast_to((k - 1.0) * (m - 1) / k, w.shape)
     c = np.where((m > w) & (m - 1 - w / k > c), m - 1 - w / k, c)
     before = np.zeros_like(times)
     np.cumsum(times[:, :-1], axis=1, out=before[:, 1:])
