@@ -4,8 +4,8 @@ them, and `fasop pareto` on FASOP's Pareto experiment (defaults with --workers 1
 choices), each a fresh interpreter, with
 
 - `all`: every kernel the build has;
-- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_traced) in Python
-  (schedule.py reads `native.kernels` as None);
+- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many, one_f_one_b_traced) in
+  Python (schedule.py and fasop2024_plans.py read `native.kernels` as None);
 - `no-traced`: only one_f_one_b_traced in Python (schedule.critical_path's traced program);
 - `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
   Python (partition.py reads None);
@@ -55,7 +55,8 @@ import fasop
 assert fasop.__file__.startswith(tree), fasop.__file__
 import fasop.partition, fasop.schedule
 if "1f1b" in off:
-    fasop.schedule.native = types.SimpleNamespace(kernels=None)
+    import fasop.estimators.fasop2024_plans as plans
+    fasop.schedule.native = plans.native = types.SimpleNamespace(kernels=None)
 if "traced" in off:
     kernels = fasop.schedule.native.kernels
     fasop.schedule.native = types.SimpleNamespace(kernels=types.SimpleNamespace(
