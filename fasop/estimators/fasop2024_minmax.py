@@ -28,8 +28,9 @@ def minmax(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, .
     Balancing time of stage i = compute + (middle stages only) comm[i-1]. Start from an even
     split (remainder to the last stage, then 0, 1, ...); repeatedly move one layer from the
     slowest stage to the fastest while the maximum drops (docs/estimators.md §6, steps 1-6).
-    The moves of `minmax_reference`, with the stage edges and the earlier splits kept up to date
-    rather than rebuilt per move (the end stages add +0.0 in place of no comm: the same value).
+    The stage edges and the earlier splits are kept up to date rather than rebuilt per move (the
+    end stages add +0.0 in place of no comm: the same value). The reference of the min-max: the
+    tests' oracle for fasop2024_plans.minmax_rows, which moves a chunk's problems in lockstep.
     Cached: plans that differ only elsewhere (placement, DP degree) share their splits.
     """
     n = len(stages)
@@ -70,45 +71,6 @@ def minmax(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, .
             edges[e] += shift
         for i in range(lo, hi + 1):  # only stages between moved edges change
             current[i] = stage[i](edges[i], edges[i + 1]) + extra[i]
-
-
-def minmax_reference(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, ...]) -> Split:
-    """`minmax` written as docs/estimators.md §6 states it, step by step: the definition it is tested against."""
-    n = len(stages)
-    counts = [num_layers // n] * n
-    for i in range(num_layers % n):
-        counts[i - 1] += 1
-    edges = boundaries(counts)
-
-    def time_of(i: int) -> float:
-        t = stages[i].stage(edges[i], edges[i + 1])
-        return t + comm[i - 1] if 0 < i < n - 1 else t
-
-    current = [time_of(i) for i in range(n)]
-    last, moved, history, previous = 1e6, False, [tuple(counts)], (0, 0)
-    while True:
-        mx = max(current)
-        if moved and (mx > last or (mx == last and tuple(counts) in history[:-1])):
-            counts[previous[0]] += 1  # steps 2/3: undo the last move and stop
-            counts[previous[1]] -= 1
-            return Split(tuple(counts), tuple(counts))
-        last = mx
-        imax, imin = current.index(mx), current.index(min(current))
-        if imax in (0, n - 1) and counts[imax] == 2:
-            scheduled = tuple(counts)
-            if moved:  # step 5 quirk: report a changed split, schedule the unchanged one
-                counts[imax] += 1
-                counts[imin] -= 1
-            return Split(tuple(counts), scheduled)
-        if counts[imax] <= 1:
-            return Split(tuple(counts), tuple(counts))
-        counts[imax] -= 1
-        counts[imin] += 1
-        moved, previous = True, (imax, imin)
-        history.append(tuple(counts))
-        edges = boundaries(counts)
-        for i in range(min(imax, imin), max(imax, imin) + 1):  # only stages between moved edges change
-            current[i] = time_of(i)
 
 
 Problem = tuple[tuple[StageCosts, ...], int, tuple[float, ...]]
