@@ -54,10 +54,11 @@ for _ in range(int(extra)):
 
 def count(tree: Path, model: str, cluster: str, nodes: str, extra: int) -> int:
     """Instructions of the whole child process (callgrind's 'Collected')."""
-    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
-                           _CHILD, str(tree), model, cluster, nodes, str(extra)],
-                          capture_output=True, text=True, cwd=tempfile.gettempdir(),
-                          env={"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"})
+    with tempfile.TemporaryDirectory() as scratch:  # callgrind's profile, not read
+        done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/callgrind.out",
+                               sys.executable, "-c", _CHILD, str(tree), model, cluster, nodes, str(extra)],
+                              capture_output=True, text=True, cwd=scratch,
+                              env={"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"})
     found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
     if done.returncode != 0 or not found:
         sys.exit(f"bench_instructions: {model} {nodes} on {tree} failed: {done.stderr.strip()[-600:]}")

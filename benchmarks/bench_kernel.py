@@ -8,8 +8,9 @@ modules) and called on the same inputs, alternating which goes first; medians of
 
 - `one_f_one_b`: 64 random pipelines per (stages, micro-batches), nanoseconds per pipeline cell
   of a 4-lane run (what the schedule costs per stage and micro-batch);
-- `fasop_plans`: the inputs the search passes it on each FASOP experiment (captured from one
-  search with the current tree's fasop), microseconds a call.
+- `one_f_one_b_many` on the inputs a search with FASOP's choices passes it on each FASOP
+  experiment (captured from one search with the current tree's fasop), microseconds per
+  experiment (all its calls); skipped when a build has no such kernel (before API 9).
 
 Each line also says whether the two builds wrote the same outputs (they must: a kernel change
 may change time, never values).
@@ -90,7 +91,7 @@ def experiments(builds: list, calls: int) -> None:
     from fasop.specs import load_cluster, load_model
 
     if native.kernels is None:
-        print("fasop_plans: skipped (this tree's fasop runs without its kernels)")
+        print("experiments: skipped (this tree's fasop runs without its kernels)")
         return
     kernels, captured = native.kernels, []
 
@@ -98,11 +99,14 @@ def experiments(builds: list, calls: int) -> None:
         def __getattr__(self, name):
             return getattr(kernels, name)
 
-        def fasop_plans(self, *args):
+        def one_f_one_b_many(self, *args):
             captured.append([a.copy() if isinstance(a, np.ndarray) else a for a in args])
-            return kernels.fasop_plans(*args)
+            return kernels.one_f_one_b_many(*args)
 
-    print("fasop_plans: us a call, the inputs of each FASOP experiment's search")
+    if not all(hasattr(build, "one_f_one_b_many") for build in builds):
+        print("one_f_one_b_many: skipped (a build has no such kernel)")
+        return
+    print("one_f_one_b_many: us per search, the calls of each FASOP experiment's search")
     native.kernels = Capture()
     try:
         for name, model_name, cluster_name, nodes, _ in EXPERIMENTS:
@@ -111,16 +115,22 @@ def experiments(builds: list, calls: int) -> None:
             captured.clear()
             search(model, cluster, parse_nodes(nodes, cluster), heterogeneous=True, placements="cyclic",
                    partitioner="fasop-minmax")
-            for args in captured:  # one call per chunk of plans
-                outs = []
-                for build in builds:
-                    mine = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-                    build.fasop_plans(*mine)
-                    outs.append(mine[-4:])
-                same = all(np.array_equal(x, y) for out in outs[1:] for x, y in zip(outs[0], out))
-                seconds = timed(builds, lambda b: b.fasop_plans(*args), calls)
-                print(f"  {name:22s} {len(args[4]):4d} plans: {seconds[0] * 1e6:8.1f} vs {seconds[1] * 1e6:8.1f} us"
-                      f"  ratio {seconds[1] / seconds[0]:.3f}  same outputs: {same}")
+            inputs = list(captured)
+            outs = []
+            for build in builds:
+                mine = [[a.copy() if isinstance(a, np.ndarray) else a for a in args] for args in inputs]
+                for args in mine:
+                    build.one_f_one_b_many(*args)
+                outs.append([args[-1] for args in mine])
+            same = all(np.array_equal(x, y) for out in outs[1:] for x, y in zip(outs[0], out))
+
+            def every(build):
+                for args in inputs:
+                    build.one_f_one_b_many(*args)
+
+            seconds = timed(builds, every, calls)
+            print(f"  {name:22s} {len(inputs):4d} calls: {seconds[0] * 1e6:8.1f} vs {seconds[1] * 1e6:8.1f} us"
+                  f"  ratio {seconds[1] / seconds[0]:.3f}  same outputs: {same}")
     finally:
         native.kernels = kernels
 

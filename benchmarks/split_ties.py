@@ -2,13 +2,13 @@
 
 With fasop-minmax, a T5 plan of pp stages has up to pp - 1 candidate splits (one per number of
 encoder stages); FASOP schedules every one and keeps the one whose stage 0 ends first (the first
-of equals). The compiled kernel (`fasop_plans` in fasop/_native.c) schedules them in order of a
-lower bound and stops once the best end found is below the next bound; this script counts, per
+of equals). fasop (`fasop2024_plans._least_ends`) schedules each plan's split of least lower
+bound, then only those whose bound is at most the stage-0 end it got; this script counts, per
 FASOP experiment with an encoder-decoder model, with the Python schedule (`one_f_one_b`, the same
 values as the kernel):
 
 - candidate splits, and those the bound leaves to schedule when they are scheduled one at a
-  time in order of their bounds (the kernel runs 4 at a time, so it may schedule a few more),
+  time in order of their bounds (fasop's two passes may schedule a few more),
   with their pipeline cells (stages x micro-batches, what a schedule run costs);
 - the least work: one split per plan (its cells);
 - of the scheduled splits that lose, how many end within 1e-12 (relative) of the winner: splits
@@ -16,8 +16,8 @@ values as the kernel):
   alone can rule those out: which one FASOP keeps is decided by the last bits of their schedules);
 - what critical paths leave: scheduling one split at a time, each time the one of least bound
   among those that may still win, every split left also bounded by the float sum of its
-  durations along each run's critical path (exact: float addition is monotone), as the kernel's
-  traced scheduler does for plans with many near-equal bounds (`schedule_traced`);
+  durations along each run's critical path (exact: float addition is monotone), as a traced
+  scheduler could (fasop's compiled one did until the FASOP rules left C);
 - the (pp, micro-batches) groups with the most scheduled cells.
 
     python benchmarks/split_ties.py [--nodes a10=8 a100=1,a10=7]
@@ -44,7 +44,7 @@ from fasop.specs import load_cluster, load_model  # noqa: E402
 
 
 def kernel_bound(times: np.ndarray, m: int, first: float, last: float) -> float:
-    """The kernel's lower bound on stage 0's end (`lower_bound` in fasop/_native.c)."""
+    """The lower bound on stage 0's end that fasop schedules candidates by (`fasop2024_plans.end_bounds`)."""
     pp = len(times)
     before = np.concatenate([[0.0], np.cumsum(times)[:-1]])
     own = before + m * times
@@ -105,7 +105,7 @@ def analyse(model_name: str, nodes: str) -> None:
         m, sends = plan.num_microbatches, prepared.p2p
         rows = [np.array(prepared.stage_compute(split.scheduled)) for split in prepared.splits]
         key = (tuple(map(tuple, rows)), sends[0], sends[-1], m)
-        if key in seen:  # the kernel schedules plans of equal inputs once
+        if key in seen:  # fasop schedules plans of equal inputs once
             continue
         seen.add(key)
         comp = np.array(rows).T

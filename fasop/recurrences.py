@@ -29,26 +29,32 @@ numpy step per level for the whole batch."""
 
 
 def run(F: list, B: list, SF: list, SB: list, m: int, zero, mx) -> list:
-    """The 1F1B recurrences over any values supporting + and mx (arrays, augmented arrays)."""
+    """The 1F1B recurrences over any values supporting + and mx (arrays, augmented arrays):
+    each stage's last backward end. The events in this order: the warm-up forwards, then per
+    micro-batch one forward and one backward of every stage, then the cool-down backwards."""
     pp = len(F)
-
-    def grid():
-        return [[zero] * m for _ in range(pp)]
-
-    fce, fse, fre, frs = grid(), grid(), grid(), grid()
-    bce, bse, bre, brs = grid(), grid(), grid(), grid()
+    # per stage and micro-batch: forward compute end, forward send end, forward received, ready to
+    # receive the next forward; the same for backwards
+    grids = tuple([[zero] * m for _ in range(pp)] for _ in range(8))
     warm = [min(pp - i - 1, m) for i in range(pp)]
+    _warm_up(grids, F, SF, m, warm, zero, mx)
+    _steady(grids, F, B, SF, SB, m, warm, zero, mx)
+    _cool_down(grids, B, SB, m, warm, mx)
+    bce = grids[4]
+    return [bce[i][m - 1] for i in range(pp)]
 
-    def forward_send(i: int, j: int, end_compute, first: bool) -> None:
-        # sends start when the compute ends and the next stage is ready to receive
-        end = end_compute + SF[i] if first else mx(end_compute, frs[i + 1][j]) + SF[i]
-        fse[i][j] = fre[i + 1][j] = end
 
-    def backward_send(i: int, j: int) -> None:
-        end = mx(bce[i][j], brs[i - 1][j]) + SB[i]
-        bse[i][j] = bre[i - 1][j] = end
+def _backward_send(grids: tuple, SB: list, i: int, j: int, mx) -> None:
+    """Stage i's backward send of micro-batch j: when its compute ends and stage i - 1 is ready."""
+    bce, bse, bre, brs = grids[4:]
+    bse[i][j] = bre[i - 1][j] = mx(bce[i][j], brs[i - 1][j]) + SB[i]
 
-    # warm-up forwards
+
+def _warm_up(grids: tuple, F: list, SF: list, m: int, warm: list[int], zero, mx) -> None:
+    """Stage i's first warm[i] forwards, and their sends (a send starts when the compute ends and
+    the next stage is ready to receive)."""
+    fce, fse, fre, frs = grids[:4]
+    pp = len(F)
     for j in range(m):
         for i in range(pp):
             if j >= warm[i]:
@@ -61,9 +67,15 @@ def run(F: list, B: list, SF: list, SB: list, m: int, zero, mx) -> list:
             if i > 0 and j < warm[i] - 1:
                 frs[i][j + 1] = fce[i][j]
             if i < pp - 1:
-                forward_send(i, j, fce[i][j], j == 0)
+                end = fce[i][j] + SF[i] if j == 0 else mx(fce[i][j], frs[i + 1][j]) + SF[i]
+                fse[i][j] = fre[i + 1][j] = end
 
-    # steady state: one forward, then one backward
+
+def _steady(grids: tuple, F: list, B: list, SF: list, SB: list, m: int, warm: list[int], zero, mx) -> None:
+    """The steady state: per micro-batch j, every stage's next forward, then (last stage first)
+    every stage's backward of j."""
+    fce, fse, fre, frs, bce, bse, bre, brs = grids
+    pp = len(F)
     for j in range(m):
         for i in range(pp):
             f = j + warm[i]
@@ -89,13 +101,16 @@ def run(F: list, B: list, SF: list, SB: list, m: int, zero, mx) -> list:
                     frs[i][g + 1] = bce[i][j]
                 elif j + 1 < m:
                     brs[i][j + 1] = bce[i][j]
-                backward_send(i, j)
+                _backward_send(grids, SB, i, j, mx)
             elif j == m - 1 - warm[0] and j + 1 < m:
                 brs[0][j + 1] = bce[0][j]
 
-    # cool-down backwards (index j-1 wraps to m-1 at j = 0, as in FASOP)
+
+def _cool_down(grids: tuple, B: list, SB: list, m: int, warm: list[int], mx) -> None:
+    """The backwards left after the steady state (index j-1 wraps to m-1 at j = 0, as in FASOP)."""
+    bce, bse, bre, brs = grids[4:]
     for j in range(m):
-        for i in range(pp - 1, -1, -1):
+        for i in range(len(B) - 1, -1, -1):
             if j < m - warm[i]:
                 continue
             start = mx(mx(bce[i][j - 1], bre[i][j]), bse[i][j - 1])
@@ -103,9 +118,7 @@ def run(F: list, B: list, SF: list, SB: list, m: int, zero, mx) -> list:
             if j < m - 1:
                 brs[i][j + 1] = bce[i][j]
             if i > 0:
-                backward_send(i, j)
-
-    return [bce[i][m - 1] for i in range(pp)]
+                _backward_send(grids, SB, i, j, mx)
 
 
 class Program:

@@ -19,7 +19,7 @@ from fasop.estimators.fasop2024 import PARAM_BYTES
 from fasop.estimators.fasop2024_layout import fasop_limit_node, stage_limits
 from fasop.estimators.fasop2024_memory import estimate_memory
 from fasop.memory import stage_elements
-from fasop.estimators.fasop2024_minmax import minmax, minmax_reference
+from fasop.estimators.fasop2024_minmax import minmax
 from fasop.plan import Plan
 from fasop.schedule import one_f_one_b
 from fasop.specs import ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
@@ -290,25 +290,6 @@ def test_minmax_early_stop_quirk():
     assert split.reported == (3, 3)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_minmax_moves_as_the_reference(seed):
-    """minmax keeps its edges and history up to date instead of rebuilding them; its splits
-    (reported and scheduled) must be minmax_reference's for any stage costs and comm -- ties
-    included (per-layer times on a coarse grid tie often), one to eight stages."""
-    from fasop.compute import ProfileCompute
-
-    rng = np.random.default_rng(seed)
-    n_layers = int(rng.integers(2, 30))
-    n_stages = min(int(rng.integers(1, 9)), n_layers)
-    coarse = seed % 2 == 0
-    stages = tuple(ProfileCompute(model(kinds=("transformer",) * n_layers, fwd_bwd_factor=1.0, forward=tuple(
-        float(x) for x in (np.round(rng.uniform(1, 3, n_layers) * 2) / 2 if coarse else rng.uniform(0.5, 3.0, n_layers))
-    ))).layer_costs("G", 1, 1) for _ in range(n_stages))
-    comm_times = tuple(float(x) for x in (np.round(rng.uniform(0, 2, max(n_stages - 2, 0)) * 2) / 2 if coarse
-                                           else rng.uniform(0, 2.0, max(n_stages - 2, 0))))
-    assert minmax(stages, n_layers, comm_times) == minmax_reference(stages, n_layers, comm_times)
-
-
 def _random_costs(rng: np.random.Generator, n_layers: int, coarse: bool):
     """Stage costs of n_layers layers: per-layer times on a coarse grid (ties) or not."""
     forward = np.round(rng.uniform(1, 3, n_layers) * 2) / 2 if coarse else rng.uniform(0.5, 3.0, n_layers)
@@ -332,48 +313,71 @@ def test_stage_times_are_the_stage_sums(seed):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_minmax_many_moves_as_the_reference(seed, monkeypatch):
-    """minmax_many moves problems of one (stage count, layer count) in lockstep on arrays; each
-    split must be minmax_reference's. 200 problems drawn from 3 layer counts (so groups form),
-    1 to 9 stages (more stages than layers goes one by one), stage costs from a pool of 4 that
-    cover more layers than balanced (as the encoder of an encoder-decoder), ties included."""
-    import fasop.estimators.fasop2024_minmax as partition
+def test_minmax_rows_move_as_the_reference(seed):
+    """fasop2024_plans.minmax_rows moves problems of one stage count in lockstep on arrays; each
+    split must be minmax's (one problem at a time). 200 problems drawn from 3 layer counts, 1 to 9 stages (at
+    most the layers), stage costs from a pool of 4 that cover more layers than balanced (as the
+    encoder of an encoder-decoder), ties included, repeats included."""
+    from fasop.estimators.fasop2024_plans import middle_extra, minmax_rows
 
-    monkeypatch.setattr(partition, "LOCKSTEP_MIN", 1 + seed % 3)  # lockstep for nearly every group
     rng = np.random.default_rng(seed)
     coarse = seed % 2 == 0
     pool = [_random_costs(rng, 40, coarse) for _ in range(4)]
-    problems = []
-    for _ in range(200):
-        n_layers = int(rng.choice([3, 12, 24]))
-        n_stages = int(rng.integers(1, 10))
-        stages = tuple(pool[int(k)] for k in rng.integers(0, len(pool), n_stages))
-        comm_times = rng.uniform(0, 2, max(n_stages - 2, 0))
-        comm_times = np.round(comm_times * 2) / 2 if coarse else comm_times
-        problems.append((stages, n_layers, tuple(float(x) for x in comm_times)))
-    assert partition.minmax_many(problems) == [minmax_reference(*problem) for problem in problems]
+    table = np.stack([c.matrix for c in pool])
+    for n_layers in (3, 12, 24):
+        n_stages = int(rng.integers(1, min(9, n_layers) + 1))
+        which = rng.integers(0, len(pool), (200, n_stages))
+        comm = rng.uniform(0, 2, (200, max(n_stages - 1, 1)))
+        comm = np.round(comm * 2) / 2 if coarse else comm
+        reported, scheduled = minmax_rows(table, which, middle_extra(comm, n_stages), n_layers)
+        for k in range(200):
+            expected = minmax(tuple(pool[int(i)] for i in which[k]), n_layers,
+                                        tuple(comm[k, :max(n_stages - 2, 0)].tolist()))
+            assert (tuple(reported[k].tolist()), tuple(scheduled[k].tolist())) == (expected.reported,
+                                                                                  expected.scheduled)
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_fasop_minmax_splits_many_equals_one_by_one(seed, monkeypatch):
-    """fasop_minmax_splits_many solves the min-max problems of many requests together (repeats
-    once); each request's splits must be fasop_minmax_splits's: one or two segments (encoder-
-    decoder), one to twelve stages, requests repeated."""
-    import fasop.estimators.fasop2024_minmax as partition
+def test_plan_splits_choose_among_fasop_minmax_splits(seed):
+    """fasop2024_plans.plan_splits balances and schedules a chunk of plans on arrays; each plan's
+    choice must be that of fasop_minmax_splits one plan at a time, scheduled one split at a time
+    (schedule.Schedule, forward t/3 and backward 2t/3, sends at the ends only): the candidate
+    with the lowest stage-0 end, the first of equals. One or two segments (encoder-decoder),
+    one to twelve stages."""
+    from fasop.estimators.fasop2024_minmax import fasop_minmax_splits
+    from fasop.estimators.fasop2024_plans import plan_splits
+    from fasop.schedule import Schedule
 
-    monkeypatch.setattr(partition, "LOCKSTEP_MIN", 2)
     rng = np.random.default_rng(seed)
     pool = [_random_costs(rng, 24, seed % 2 == 0) for _ in range(3)]
-    requests = []
-    for _ in range(60):
-        lengths = [int(rng.choice([6, 12]))] * int(rng.integers(1, 3))
-        n_stages = int(rng.integers(1, 13))
-        stages = tuple(pool[int(k)] for k in rng.integers(0, len(pool), n_stages))
-        comm_times = tuple(float(x) for x in rng.uniform(0, 2, max(n_stages - 1, 0)))
-        requests.append((stages, lengths, comm_times))
-    requests += requests[:10]
-    expected = [partition.fasop_minmax_splits(*request) for request in requests]
-    assert partition.fasop_minmax_splits_many(requests) == expected
+    table = np.stack([c.matrix for c in pool])
+    for lengths in ([12], [6, 6], [12, 12]):
+        pps = rng.integers(1, min(12, sum(lengths) // 2) + 1, 40)
+        if len(lengths) == 2:
+            pps = np.maximum(pps, 2)
+        ms = rng.integers(1, 9, 40)
+        which, comm = rng.integers(0, 3, (40, 12)), rng.uniform(0, 0.5, (40, 12))
+        reported, scheduled, times, ends = plan_splits(table, which, comm, pps, ms, lengths, 3.0)
+        for k in range(40):
+            pp, m = int(pps[k]), int(ms[k])
+            stages = tuple(pool[int(i)] for i in which[k, :pp])
+            candidates = fasop_minmax_splits(stages, lengths, tuple(comm[k, :pp - 1].tolist()))
+            best = None
+            for split in candidates:
+                t = np.array([s.stage(a, b) for s, a, b in zip(stages, np.cumsum((0,) + split.scheduled),
+                                                                 np.cumsum(split.scheduled))])
+                sf, sb = np.zeros(pp), np.zeros(pp)
+                if pp > 1:
+                    sf[0], sb[-1] = comm[k, 0], comm[k, pp - 2]
+                    end = Schedule(t / 3.0, 2.0 * t / 3.0, m, sf, sb).stage_end_s
+                else:
+                    end = (float(np.float32(m * t[0])),)
+                if best is None or end[0] < best[1][0]:
+                    best = (split, end, t)
+            split, end, t = best
+            assert tuple(reported[k, :pp].tolist()) == split.reported
+            assert tuple(scheduled[k, :pp].tolist()) == split.scheduled
+            assert tuple(ends[k, :pp].tolist()) == end and tuple(times[k, :pp].tolist()) == tuple(t.tolist())
 
 
 @pytest.mark.parametrize("seed", range(20))

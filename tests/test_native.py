@@ -1,6 +1,7 @@
 """The compiled kernels (fasop/_native.c) against fasop's own Python loops, bit for bit.
 
-The kernels must give the same values as the Python code they replace, to the last bit: FASOP's
+The kernels are generic (1F1B recurrences over given durations, the partitioner's tables) and
+must give the same values as the Python code they replace, to the last bit: FASOP's
 encoder-decoder choices and the ranking turn on last-ulp ties. Every test here compares the two
 on random inputs built in code (ties included: times on a coarse grid), or runs an estimate both
 ways (the `kernels` fixture: compiled, then native.kernels = None).
@@ -17,7 +18,6 @@ from fasop import native
 from fasop.cli import main
 from fasop.enumerate import all_placements, degree_list, plans
 from fasop.estimators.fasop2024 import Fasop2024Estimator
-from fasop.estimators.fasop2024_minmax import minmax_reference
 from fasop.schedule import one_f_one_b_reference
 from fasop.specs import GIB, ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
 
@@ -62,6 +62,29 @@ def test_one_f_one_b_kernel_is_the_recurrences(seed):
 
 
 @compiled
+@pytest.mark.parametrize("seed", range(10))
+def test_one_f_one_b_many_is_the_recurrences_per_pipeline(seed):
+    """one_f_one_b_many: pipelines of their own (pp, m) in one call, rows padded to a width;
+    each row's first pp ends are the recurrences' on its first pp entries of each block, bit
+    for bit, and the rest of its row is left as it was."""
+    from fasop.recurrences import run
+
+    rng = np.random.default_rng(seed)
+    n, width = int(rng.integers(1, 40)), int(rng.integers(1, 10))
+    pps, ms = rng.integers(1, width + 1, n), rng.integers(1, 20, n)
+    durations = rng.uniform(0, 1, (n, 4 * width))
+    if seed % 2:  # times on a coarse grid: ties
+        durations = np.round(durations * 4) / 4
+    durations[:, 2 * width:] *= rng.uniform(size=(n, 2 * width)) < 0.3  # some sends 0
+    ends = np.full((n, width), -1.0)
+    native.kernels.one_f_one_b_many(durations, width, pps.astype(np.int64), ms.astype(np.int64), ends)
+    for row, pp, m, end in zip(durations, pps.tolist(), ms.tolist(), ends):
+        blocks = [row[b * width:b * width + pp].tolist() for b in range(4)]
+        assert end[:pp].tolist() == run(*blocks, m, 0.0, max)
+        assert (end[pp:] == -1.0).all()
+
+
+@compiled
 @pytest.mark.parametrize("pp", [1, 2, 3, 5, 8, 13])
 def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
     """The kernel zeroes only the cells of its arrays that the recurrences read before they
@@ -84,10 +107,10 @@ def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
 @compiled
 @pytest.mark.parametrize("seed", range(30))
 def test_traced_run_is_the_recurrences_and_its_critical_path_a_bound(seed):
-    """one_f_one_b_traced (fasop_plans' traced runs): its ends are the recurrences', bit for bit;
+    """one_f_one_b_traced (the optimal partitioner's cuts): its ends are the recurrences', bit for bit;
     the durations along its critical path, summed in path order, give its stage-0 end exactly;
     and for other durations with the same zero sends (the same events) that sum is at most their
-    stage-0 end: the exact lower bound fasop_plans rules splits out by. Poisoned cells too."""
+    stage-0 end: an exact lower bound (schedule.critical_path). Poisoned cells too."""
     rng = np.random.default_rng(seed)
     pp, m = int(rng.integers(1, 13)), int(rng.integers(1, 21))
     for poisoned in (False, True):
@@ -114,43 +137,6 @@ def test_traced_run_is_the_recurrences_and_its_critical_path_a_bound(seed):
                         assert total <= one_f_one_b_reference(o_fwd, o_bwd, o_sf, o_sb, m)[0, 0]
         finally:
             native.kernels._set_poison(False)
-
-
-# ----------------------------------------------------------------------------- min-max
-class _Costs:
-    """Stage costs from a table, as compute.LayerCosts: stage(a, b) = table[a, b] (0 if empty)."""
-
-    def __init__(self, matrix: np.ndarray):
-        self.matrix = matrix
-
-    def stage(self, first: int, stop: int) -> float:
-        return float(self.matrix[first, stop]) if stop > first else 0.0
-
-
-@compiled
-@pytest.mark.parametrize("seed", range(40))
-def test_minmax_kernel_moves_as_the_reference(seed):
-    """FASOP's greedy balancing, move for move: 1..9 stages over 2..14 layers (more stages than
-    layers too), stages on 3 tables of random or coarse per-layer times, random comm terms."""
-    from fasop.compute import run_sums
-
-    rng = np.random.default_rng(seed)
-    layers, n = int(rng.integers(2, 15)), int(rng.integers(1, 10))
-    coarse = seed % 2 == 0
-    tables = []
-    for _ in range(3):
-        seconds = np.round(rng.uniform(1, 3, layers) * 2) / 2 if coarse else rng.uniform(0.5, 3.0, layers)
-        tables.append(run_sums(seconds))
-    which = rng.integers(0, 3, n)
-    comm = tuple(float(c) for c in (np.zeros(max(n - 2, 0)) if coarse else rng.uniform(0, 2.0, max(n - 2, 0))))
-    extra = np.zeros(n)
-    if n > 2:
-        extra[1:n - 1] = comm
-    reported, scheduled = np.empty(n, np.int64), np.empty(n, np.int64)
-    table = np.ascontiguousarray(np.stack(tables))
-    native.kernels.minmax(table, layers + 1, which.astype(np.int64), extra, n, layers, reported, scheduled)
-    expected = minmax_reference(tuple(_Costs(tables[k]) for k in which), layers, comm)
-    assert (tuple(reported.tolist()), tuple(scheduled.tolist())) == (expected.reported, expected.scheduled)
 
 
 # ----------------------------------------------------------------------------- whole estimates
@@ -190,10 +176,9 @@ def _world(seed: int, encoder_decoder: bool, memory_gib: float):
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("encoder_decoder", [False, True], ids=["decoder", "encoder-decoder"])
 def test_fasop_estimates_are_the_same_both_ways(seed, encoder_decoder, monkeypatch):
-    """estimate_many with fasop-minmax: the compiled path (partition, schedule, choice among an
-    encoder-decoder model's splits, step time, memory in the kernels) gives every field of every
-    estimate as the Python path does, on every plan of 4 nodes in every order (stages spanning
-    nodes of both types, OOM plans, pp = 1 included)."""
+    """estimate_many with fasop-minmax, its schedules by the compiled recurrences or the Python
+    ones, gives every field of every estimate alike, on every plan of 4 nodes in every order
+    (stages spanning nodes of both types, OOM plans, pp = 1 included)."""
     model, cluster, types = _world(seed, encoder_decoder, memory_gib=0.05 if seed % 2 else 1000.0)
     nodes = (types["x"], types["y"], types["x"], types["y"])
     combos = degree_list(nodes, tp_degrees=(1, 2), global_batch_size=16, num_transformer_layers=10)
@@ -204,45 +189,6 @@ def test_fasop_estimates_are_the_same_both_ways(seed, encoder_decoder, monkeypat
     assert ours == theirs
     assert any(e.memory.is_oom for e in ours) == bool(seed % 2)
     assert any(e.plan.pp == 1 for e in ours) and any(len(set(e.stage_node_types)) > 1 for e in ours)
-
-
-@compiled
-@pytest.mark.parametrize("seed", range(8))
-@pytest.mark.parametrize("contenders", [1, 1000], ids=["every-plan-traced", "none-traced"])
-def test_encoder_decoder_choices_are_the_same_by_either_scheduler(seed, contenders, monkeypatch):
-    """fasop_plans schedules an encoder-decoder plan's candidate splits by lanes, or one at a time
-    with traced runs and critical-path bounds (when many splits tie, _native.c's TRACE_CONTENDERS):
-    with every plan sent one way, then the other, every estimate is the Python path's."""
-    model, cluster, types = _world(seed, True, memory_gib=1000.0)
-    nodes = (types["x"], types["y"], types["x"], types["y"])
-    combos = degree_list(nodes, tp_degrees=(1, 2), global_batch_size=16, num_transformer_layers=10)
-    candidates = list(plans(all_placements(nodes), combos, global_batch_size=16))
-    previous = native.kernels._set_trace_contenders(contenders)
-    try:
-        ours = Fasop2024Estimator(model, cluster, nodes).estimate_many(candidates)
-    finally:
-        native.kernels._set_trace_contenders(previous)
-    monkeypatch.setattr(native, "kernels", None)
-    assert ours == Fasop2024Estimator(model, cluster, nodes).estimate_many(candidates)
-
-
-@compiled
-@pytest.mark.parametrize("nodes", ["a10=8", "a100=1,a10=7"])
-def test_t5_experiments_are_the_same_by_either_scheduler(tmp_path, capsys, nodes):
-    """FASOP's T5 experiments (many plans whose splits tie but for rounding): the same CSV with
-    every plan's splits scheduled by lanes, by traced runs, and as fasop_plans chooses."""
-    argv = ["search", "--model", "t5", "--cluster", "fasop-paper", "--nodes", nodes, "--heterogeneous",
-            "--placements", "cyclic", "--partitioner", "fasop-minmax", "--no-progress"]
-    written = []
-    for contenders in (None, 1, 1000):
-        previous = native.kernels._set_trace_contenders(contenders) if contenders else None
-        try:
-            assert main(argv + ["--out", str(tmp_path / f"{contenders}.csv")]) == 0
-        finally:
-            if previous is not None:
-                native.kernels._set_trace_contenders(previous)
-        written.append((tmp_path / f"{contenders}.csv").read_bytes())
-    assert written[0] == written[1] == written[2]
 
 
 @compiled
@@ -273,8 +219,9 @@ def test_optimal_partitioner_gives_the_same_bytes_both_ways(tmp_path, capsys, mo
 @compiled
 def test_plans_of_equal_kernel_inputs_are_scheduled_once_and_estimated_alike(monkeypatch, repo):
     """FASOP's rotations of one A100 among A10 nodes give some plans the same stage planes,
-    sends, pp and micro-batches (pp = 1, stages spanning the A100's node alike): the chunk runs
-    the kernels once for each such group, and every plan's estimate is the Python path's."""
+    sends, pp and micro-batches (pp = 1, stages spanning the A100's node alike): the chunk
+    partitions and schedules once for each such group, and every plan's estimate is the one
+    with the Python recurrences."""
     from fasop.enumerate import cyclic_placements
     from fasop.estimators.fasop2024_batch import Chunk
     from fasop.search import parse_nodes
@@ -296,46 +243,6 @@ def test_plans_of_equal_kernel_inputs_are_scheduled_once_and_estimated_alike(mon
 
 
 @compiled
-def test_objects_are_the_trusted_instances(monkeypatch):
-    """plan.trusted_many (kernel `objects`): the instances plan.trusted makes, from list columns
-    and constants alike (a tuple is a constant), frozen; the Python fallback makes the same."""
-    import dataclasses
-
-    from fasop.plan import Plan, trusted, trusted_many
-
-    node = _node("x", "gx", np.random.default_rng(0), False, 1.0)
-    placement = (node, node)
-    made = trusted_many(Plan, 3, tp=[1, 2, 1], dp=[2, 1, 1], pp=[1, 1, 2], mbs=4, global_batch_size=8,
-                        placement=placement)
-    expected = [trusted(Plan, tp=tp, dp=dp, pp=pp, mbs=4, global_batch_size=8, placement=placement)
-                for tp, dp, pp in [(1, 2, 1), (2, 1, 1), (1, 1, 2)]]
-    assert made == expected and [hash(p) for p in made] == [hash(p) for p in expected]
-    assert made[2] == Plan(tp=1, dp=1, pp=2, mbs=4, global_batch_size=8, placement=placement)
-    assert made[0].placement is placement and made[0].num_gpus == 2
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        made[0].tp = 3
-    assert trusted_many(Plan, 0, tp=[], dp=[], pp=[], mbs=1, global_batch_size=8, placement=placement) == []
-    with pytest.raises(ValueError, match="length"):
-        native.kernels.objects(Plan, ("tp", "dp"), ([1, 2], [1]), 2)
-    monkeypatch.setattr(native, "kernels", None)
-    assert trusted_many(Plan, 3, tp=[1, 2, 1], dp=[2, 1, 1], pp=[1, 1, 2], mbs=4, global_batch_size=8,
-                        placement=placement) == expected
-
-
-@compiled
-def test_row_tuples_are_the_rows_first_entries():
-    rng = np.random.default_rng(0)
-    floats, ints = rng.uniform(size=(7, 5)), rng.integers(-9, 9, (7, 5))
-    counts = np.array([0, 1, 5, 2, 3, 4, 5], dtype=np.int64)
-    assert native.kernels.row_tuples(floats, counts, False) == [tuple(r[:n].tolist()) for r, n in zip(floats, counts)]
-    assert native.kernels.row_tuples(ints, counts, True) == [tuple(r[:n].tolist()) for r, n in zip(ints, counts)]
-    import gc
-    assert not any(gc.is_tracked(row) for row in native.kernels.row_tuples(floats, counts, False))  # numbers only
-    with pytest.raises(ValueError, match="count out of range"):
-        native.kernels.row_tuples(floats, counts + 1, False)
-
-
-@compiled
 def test_kernels_reject_buffers_of_the_wrong_size():
     """A caller's mistake is a ValueError, not a read past a buffer."""
     with pytest.raises(ValueError, match="ends"):
@@ -344,6 +251,7 @@ def test_kernels_reject_buffers_of_the_wrong_size():
         native.kernels.one_f_one_b_traced(np.zeros(7), 2, 4, np.empty(2))
     with pytest.raises(ValueError, match="ends"):
         native.kernels.one_f_one_b_traced(np.zeros(8), 2, 4, np.empty(3))
-    with pytest.raises(ValueError, match="plane index"):
-        native.kernels.minmax(np.zeros((1, 3, 3)), 3, np.array([0, 5]), np.zeros(2), 2, 2, np.empty(2, np.int64),
-                              np.empty(2, np.int64))
+    with pytest.raises(ValueError, match="pp <= width"):
+        native.kernels.one_f_one_b_many(np.zeros((1, 8)), 2, np.array([3]), np.array([4]), np.empty((1, 2)))
+    with pytest.raises(ValueError, match="durations"):
+        native.kernels.one_f_one_b_many(np.zeros((1, 7)), 2, np.array([2]), np.array([4]), np.empty((1, 2)))

@@ -20,44 +20,30 @@ micro-batch counts go through one vectorised schedule run.
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from fasop import model_math, native
-from fasop.estimators import fasop2024_comm
+from fasop.estimators import fasop2024_comm, fasop2024_dp
 from fasop.compute import LayerCosts, ProfileCompute
 from fasop.errors import FasopError
 from fasop.estimate import Estimate
 from fasop.estimators import register
-from fasop.estimators.fasop2024_batch import Chosen, Chunk, Combos, Prepared, bus_rows, gathered, rows_of
-from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, fasop_minmax_splits_many, minmax_supported
+from fasop.estimators.fasop2024_batch import Combos, Prepared
+from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, minmax_supported
 from fasop.estimators.fasop2024_layout import Layout, Layouts, Stages
-from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many
-from fasop.memory import MemoryEstimate, memory_tables, rounded, stage_fit_mask
-from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain, optimal
-from fasop.plan import Plan, trusted_many
+from fasop.estimators.fasop2024_memory import PARAM_BYTES
+from fasop.estimators.fasop2024_finish import chosen_split, estimate_chunk, finish_many, schedule_all
+from fasop.estimators.fasop2024_optimal import optimal_split
+from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain
+from fasop.plan import Plan
 from fasop.recent import recent
-from fasop.schedule import (Schedule, critical_path, one_f_one_b, one_f_one_b_bound, split_stage_times,
-                            stage_chains, steady_weights)
-from fasop.split_milp import certify
-from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
+from fasop.schedule import Schedule, split_stage_times, steady_weights
+from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
-DP_EXTRA_PARAMS_PER_LAYER = 20800
-"""dp-param-count: the gradients of a transformer layer in FASOP's DP all-reduce are 12 h^2 +
-20800 (its memory counts 12 h^2, model_math.transformer_params)."""
-SETTLE_NODES = 400
-"""Search-tree nodes of the settle pass (`_optimal_split`'s certificate) per unproven plan."""
-RECENT_SHAPES = 16
-"""Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
-the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
-under other placements usually come together)."""
-RECENT_BYTES = 1 << 28
-"""... and fewer when their stage-time tables (stages x (layers + 1)^2 floats each) pass 256 MiB
-together: a long layer list on many stages (limits.LAYERS) stays within memory."""
 RECENT_FLOORS = 65536
 """Least-completion floors (three numbers per stage GPU types, tp, micro-batch, pp, m) kept for
 the plan bounds."""
@@ -74,7 +60,6 @@ class Fasop2024Estimator:
         self.max_nodes = max_nodes
         """Search-tree nodes the `optimal` partitioner may visit per plan; None: every split
         proven where it can be (DEFAULT_MAX_NODES, then `_optimal_split`'s certificate)."""
-        """Search-tree nodes the `optimal` partitioner may visit per plan (None: no limit)."""
         self._shared = _shared_cache(model, cluster)
         self._latest_plan: Plan | None = None
         self._latest: dict = {}
@@ -227,7 +212,7 @@ class Fasop2024Estimator:
         orders.py bounds partial node orders so."""
         chain, busiest = floors
         pipeline = max(chain + sends, plan.num_microbatches * busiest)
-        params = self._dp_params(plan, 1)
+        params = fasop2024_dp.dp_params(self._shared, self.model, plan.tp)[1]
         dp = min(float(fasop2024_comm.dp_allreduce_seconds(plan, params, f32(ring), shared, self.model.bytes_per_element))
                  for shared in buses)
         return (pipeline + dp + embedding) * (1 - 1e-6)
@@ -281,17 +266,6 @@ class Fasop2024Estimator:
             self._costs_by_gpu[(tp, mbs)] = {g: self.compute.layer_costs(g, tp, mbs) for g in self.gpus}
         return self._costs_by_gpu[(tp, mbs)]
 
-    def prepare_many(self, plans: Sequence[Plan]) -> list[Prepared]:
-        """`prepare(plan)` of each plan; with fasop-minmax the min-max splits of all of them are
-        computed together (fasop2024_minmax.fasop_minmax_splits_many: the same splits)."""
-        if self.partitioner != "fasop-minmax":
-            return [self.prepare(plan) for plan in plans]
-        pieces = [(plan, self.stage_types(plan), self._stage_costs(plan), self.p2p(plan), self.layout(plan))
-                  for plan in plans]
-        splits = fasop_minmax_splits_many([(costs, self.segment_lengths, p2p) for _, _, costs, p2p, _ in pieces])
-        return [Prepared(plan, types, costs, p2p, list(s), layout=layout)
-                for (plan, types, costs, p2p, layout), s in zip(pieces, splits)]
-
     def prepare(self, plan: Plan, cutoff: float = np.inf) -> Prepared | None:
         types, costs, p2p = self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)
         # FASOP's splits (the optimal partitioner's seeds, where FASOP's greedy applies; one stage: the one split)
@@ -307,110 +281,8 @@ class Fasop2024Estimator:
                                                   proven=found.proven, gap_pct=_gap_pct(found))
 
     def _optimal_split(self, p: Prepared, cutoff: float = np.inf) -> Found | None:
-        """The split with the lowest estimated step time among those that fit in memory (or among
-        all splits when none fits), by exact branch and bound with cuts (partition.optimal).
-        With a finite cutoff: None unless a fitting split is at most the cutoff."""
-        plan = p.plan
-        pp, m, send_first, send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
-        layout = self.layout(plan)
-        embedding = float(layout.embedding_s)
-        sends_fwd, sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
-        sends_fwd[0], sends_bwd[pp - 1] = send_first, send_last  # p2p-ends-only
-        key = (tuple(t.gpu for t in p.stage_types), plan.tp, plan.mbs, pp, m, layout.limits)
-        recent = self._shared.setdefault("splits", OrderedDict())  # a few MB each: the latest only
-        if key in recent:
-            recent.move_to_end(key)
-        else:  # stage times, those that fit, and the dynamic programmes over them
-            times = np.stack([c.matrix for c in p.costs])
-            fits = stage_fit_mask(plan, self.model, self.cluster, layout.limits, param_bytes=PARAM_BYTES)
-            fitting = np.where(fits, times, np.inf)
-            recent[key] = (times, fitting, {}, {})
-            while len(recent) > max(1, min(RECENT_SHAPES, RECENT_BYTES // (2 * times.nbytes))):  # (times, fitting)
-                recent.popitem(last=False)
-        times, fitting, tables, oom_tables = recent[key]
-        dp_by_stage0: dict[int, np.ndarray] = {}
-
-        def dp_costs(stage0_layers: int) -> np.ndarray:
-            """Each stage's DP all-reduce (float32), as `_step` computes it."""
-            if stage0_layers not in dp_by_stage0:
-                dp_by_stage0[stage0_layers] = self._dp_costs(plan, layout, p.stage_types, stage0_layers)
-            return dp_by_stage0[stage0_layers]
-
-        extras: dict[int, float] = {}
-
-        def extra(stage0_layers: int) -> float:
-            """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
-            if stage0_layers not in extras:
-                extras[stage0_layers] = float(dp_costs(stage0_layers)[0]) + embedding
-            return extras[stage0_layers]
-
-        stages = np.arange(pp)
-
-        def stage_compute(splits: list[tuple[int, ...]]) -> np.ndarray:
-            """(pp, splits) compute seconds per stage: the entries of `times`, the same sums as
-            Prepared.stage_compute."""
-            edges = np.zeros((len(splits), pp + 1), dtype=np.intp)
-            np.cumsum(splits, axis=1, out=edges[:, 1:])
-            return times[stages, edges[:, :-1], edges[:, 1:]].T
-
-        def evaluate(splits: list[tuple[int, ...]]) -> list[float]:
-            """`_step` for many splits at once: the same float32 operations, so the same values."""
-            comp = stage_compute(splits)
-            ones = np.ones(len(splits))
-            ends = one_f_one_b(*self.split(comp), sends_fwd * ones, sends_bwd * ones, m).astype(f32)
-            dp = np.stack([dp_costs(c[0]) for c in splits], axis=1)
-            return ((ends + dp).max(axis=0) + f32(embedding)).tolist()
-
-        def cut(split: tuple[int, ...]) -> tuple[np.ndarray, float]:
-            _, weights, const = critical_path(stage_compute([split]), sends_fwd, sends_bwd, m,
-                                              fwd_bwd_factor=self.fwd_bwd_factor)
-            return weights[:, 0], float(const[0])
-
-        weights = self.steady_weights(pp, m)
-
-        def bound(k, before, chain, t, rest, round_trips=False):
-            return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
-                                     send_first=send_first, send_last=send_last, round_trips=round_trips)
-
-        def tight(k, before, chain, t, rest):
-            """`bound` with the two round trips: tighter, but it changes the search's order, and within
-            a budget the split found; used only to prove (the settle pass below)."""
-            return bound(k, before, chain, t, rest, True)
-
-        def certified(found: Found | None) -> Found | None:
-            """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
-            proven: by the branch and bound again, now only that no split is faster by more than
-            its margin (many splits of equal time: layers moved between stages of one GPU type),
-            then by the MILP (split_milp.certify, on programs small enough)."""
-            if found is None or found.proven or self.max_nodes is not None:
-                return found
-            settled = optimal(fitting, tables=tables, settle=True,
-                              **(budget | {"seeds": [found.split], "bound": tight, "max_nodes": SETTLE_NODES}))
-            if settled.objective < found.objective:
-                found = settled
-            if settled.proven:
-                return Found(found.split, found.objective, True, found.objective)
-            table = self.dp_table(plan, layout)[:, [int(t.intra_node_shared) for t in p.stage_types]]
-            sure = certify(fitting, lambda t: stage_chains(t, sends_fwd[:, 0], sends_bwd[:, 0], m,
-                                                           fwd_bwd_factor=self.fwd_bwd_factor),
-                           table.astype(float) + embedding, lambda split: evaluate([split])[0], found.split,
-                           found.objective)
-            return Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound))
-
-        seeds = [s.reported for s in p.splits]
-        budget = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": extra, "seeds": seeds,
-                  "max_nodes": DEFAULT_MAX_NODES if self.max_nodes is None else self.max_nodes,
-                  "stage_weights": weights}
-        if cutoff < np.inf:
-            # The search stops early once it knows its result is above the cutoff; otherwise its
-            # result is the one without cutoff, so a plan's estimate never depends on the cutoff
-            # (top-K runs equal full runs, any --workers).
-            found = certified(optimal(fitting, above=cutoff, tables=tables, **budget))
-            return None if found is None or not found.objective <= cutoff else found
-        found = certified(optimal(fitting, tables=tables, **budget))
-        if found is None:  # nothing fits: the fastest split, flagged OOM
-            found = optimal(times, tables=oom_tables, **budget)
-        return found
+        """fasop2024_optimal.optimal_split of `p`, its stage-time tables shared by this (model, cluster)."""
+        return optimal_split(self, p, self._shared.setdefault("splits", OrderedDict()), cutoff)
 
     # ------------------------------------------------------------------ batch
     def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
@@ -420,21 +292,17 @@ class Fasop2024Estimator:
         total = 2 * len(plans)
         if not plans:
             return []
-        if self.partitioner == "fasop-minmax" and native.kernels is not None:
-            estimates = self._estimate_minmax_compiled(plans)
+        if self.partitioner == "fasop-minmax":
+            estimates = estimate_chunk(self, plans, self._shared.setdefault(("min-max", self.compute), {}))
             report(total, total)
             return estimates
-        if self.partitioner == "fasop-minmax":
-            prepared = self.prepare_many(plans)
-            report(len(plans), total)
-        else:
-            prepared = []
-            for k, plan in enumerate(plans, start=1):
-                prepared.append(self.prepare(plan))
-                if k % 64 == 0 or k == len(plans):
-                    report(k, total)
+        prepared = []
+        for k, plan in enumerate(plans, start=1):
+            prepared.append(self.prepare(plan))
+            if k % 64 == 0 or k == len(plans):
+                report(k, total)
         ends = self._schedule_all(prepared, lambda share: report(len(plans) + share, total))
-        estimates = self._finish_many([self._chosen(p, e) for p, e in zip(prepared, ends)])
+        estimates = finish_many(self, [chosen_split(self, p, e) for p, e in zip(prepared, ends)])
         report(total, total)
         return estimates
 
@@ -449,175 +317,32 @@ class Fasop2024Estimator:
                             [Split(tuple(partition), tuple(partition))], layout=self.layout(plan))
         return self._finish(prepared, self._schedule_all([prepared])[0])
 
-    def _estimate_minmax_compiled(self, plans: Sequence[Plan]) -> list[Estimate]:
-        """`estimate_many` with fasop-minmax by the compiled kernels: every plan's candidate
-        splits, their schedules and the choice among them (native.kernels.fasop_plans), then
-        step time and memory (fasop_finish): the values of prepare_many + _schedule_all +
-        _finish_many (tests compare them)."""
-        c = Chunk(self, plans)
-        n, width = len(plans), c.width
-        # the distinct kernel inputs: their splits and schedules
-        u, inverse = c.unique, c.inverse
-        k = len(u)
-        table = self.compute.table
-        reported, scheduled = np.empty((k, width), np.int64), np.empty((k, width), np.int64)
-        times, ends = np.empty((k, width)), np.empty((k, width))
-        halves = self.segment_lengths if len(self.segment_lengths) == 2 else (self.segment_lengths[0], 0)
-        pps = c.pps[u]
-        native.kernels.fasop_plans(table, table.shape[1], np.ascontiguousarray(c.which[u]),
-                                   np.ascontiguousarray(c.p2p[u]), pps, c.ms[u], halves[0], halves[1],
-                                   self.fwd_bwd_factor, reported, scheduled, times, ends)
-        tables = memory_tables(self.model)
-        step, dp, flags, gibs = np.empty(n), np.empty(n), np.empty((n, 2), np.uint8), np.empty((n, 2))
-        stage_bytes, zero_bytes = np.empty((n, width)), np.empty((n, width))
-        native.kernels.fasop_finish(c.pps, reported[inverse], ends[inverse], c.shared, c.layout_of, c.dp_table,
-                                    c.embedding, c.limits, c.memory, tables.params, tables.act, c.sharded,
-                                    float(PARAM_BYTES.full), self.cluster.memory_overhead_factor, GIB, step, dp, stage_bytes, zero_bytes, flags,
-                                    gibs)
-        # each plan's first pp entries of every row, as tuples (shared by plans of equal inputs)
-        tuples = native.kernels.row_tuples
-        of = inverse.tolist()
-        rep, comp, end = ([rows[i] for i in of] for rows in (tuples(reported, pps, True), tuples(times, pps, False),
-                                                            tuples(ends, pps, False)))
-        bytes_, zero = tuples(stage_bytes, c.pps, False), tuples(zero_bytes, c.pps, False)
-        sends = tuples(c.p2p, c.pps - 1, False)
-        memory = trusted_many(MemoryEstimate, n, stage_bytes=bytes_, stage_zero_bytes=zero,
-                              is_oom=flags[:, 0].astype(bool).tolist(), oom_gpumem_gib=rounded(gibs[:, 0]),
-                              is_zero_oom=flags[:, 1].astype(bool).tolist(), zero_oom_gpumem_gib=rounded(gibs[:, 1]))
-        return trusted_many(
-            Estimate, n, plan=list(plans), partition=rep, stage_node_types=[st.types for st in c.stages],
-            stage_compute_s=comp, p2p_s=sends, stage_end_s=end, pipeline_time_s=[e[0] for e in end],
-            dp_allreduce_s=dp.tolist(), embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(),
-            step_time_s=step.tolist(), memory=memory, usd_per_step=(self.usd_per_s * step).tolist(),
-            partitioner=self.partitioner, partition_proven_optimal=False)
-
-    def _schedule_all(self, prepared: list[Prepared], progress=None) -> list[list[np.ndarray]]:
-        """Stage end times of every split of every plan; one schedule run per (pp, m), each
-        distinct pipeline (stage times and end sends) scheduled once.
-        progress(plans_done), if given, is called after each schedule run."""
-        groups: dict[tuple[int, int], dict[tuple, list[tuple[int, int]]]] = defaultdict(dict)
-        ends: list[list] = [[None] * len(p.splits) for p in prepared]
-        for k, p in enumerate(prepared):
-            for s, split in enumerate(p.splits):
-                comp = p.stage_compute(split.scheduled)
-                if p.plan.pp == 1:  # no pipeline: m micro-batches back to back
-                    ends[k][s] = np.array([float(f32(p.plan.num_microbatches * comp[0]))])
-                else:  # p2p-ends-only: stage 0's forward and the last stage's backward sends
-                    pipeline = (tuple(comp), p.p2p[0], p.p2p[-1])
-                    groups[(p.plan.pp, p.plan.num_microbatches)].setdefault(pipeline, []).append((k, s))
-        done_plans: set[int] = set()
-        for (pp, m), pipelines in groups.items():
-            comp = np.array([c for c, _, _ in pipelines], dtype=float).T
-            send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
-            send_fwd[0] = [first for _, first, _ in pipelines]
-            send_bwd[pp - 1] = [last for _, _, last in pipelines]
-            stage_ends = one_f_one_b(*self.split(comp), send_fwd, send_bwd, m,
-                                     reuse=self.partitioner == "optimal")
-            for col, members in enumerate(pipelines.values()):
-                for k, s in members:
-                    ends[k][s] = stage_ends[:, col]
-                    done_plans.add(k)
-            if progress:
-                progress(len(done_plans))
-        return ends
-
     # ------------------------------------------------------------------ per plan, after scheduling
     def _step(self, plan: Plan, stage_types: Sequence[NodeType], stage0_layers: int, stage_end: np.ndarray,
               layout: Layout | None = None):
         """(step time, DP cost per stage, index of the stage that ends last, embedding cost), float32:
         step = max_i(E_i + DP_i) + embedding (docs/estimators.md §7). `layout`: the plan's, if known."""
         layout = layout or self.layout(plan)
-        dp_costs = self._dp_costs(plan, layout, stage_types, stage0_layers)
+        dp_costs = self.dp_costs(plan, layout, stage_types, stage0_layers)
         totals = np.asarray(stage_end).astype(f32) + dp_costs
         slowest = int(totals.argmax())  # the first of the latest
         return totals[slowest] + layout.embedding_s, dp_costs, slowest, layout.embedding_s
 
+    def _schedule_all(self, prepared: list[Prepared], progress=None) -> list[list[np.ndarray]]:
+        return schedule_all(self, prepared, progress)
+
     def _finish(self, p: Prepared, split_ends: list[np.ndarray]) -> Estimate:
         """The estimate of the split with the lowest pipeline time (the first of equals)."""
-        return self._finish_many([self._chosen(p, split_ends)])[0]
-
-    def _chosen(self, p: Prepared, split_ends: list[np.ndarray]) -> "Chosen":
-        """The split of `p` with the lowest pipeline time (the first of equals)."""
-        best = min(range(len(split_ends)), key=lambda s: (split_ends[s][0], s))
-        layout = p.layout or self.layout(p.plan)
-        return Chosen(p.plan, layout, self.stages_of(layout, p.plan.tp, p.plan.mbs), p.p2p, p.splits[best],
-                       np.asarray(split_ends[best], dtype=float).tolist(), p.stage_compute(p.splits[best].scheduled),
-                       p.proven, p.gap_pct)
-
-    def _finish_many(self, chosen: Sequence["Chosen"]) -> list[Estimate]:
-        """Estimates of chosen splits: step time (`_step`'s float32 operations), memory and
-        dollars, on arrays with a row per plan and a column per stage (rows of shorter
-        pipelines padded with stages that end at -inf and fit in any memory)."""
-        width = max(c.plan.pp for c in chosen)
-        layout_rows, layout_of = rows_of([c.layout for c in chosen])
-        stage_rows, stages_of = rows_of([c.stages for c in chosen])
-        ends = np.array([c.ends + [-np.inf] * (width - len(c.ends)) for c in chosen])
-        # each stage's DP all-reduce: one of two values per plan, by the stage's bus
-        pairs = np.array([self.dp_table(c.plan, c.layout)[c.split.reported[0]] for c in chosen], dtype=f32)
-        shared = bus_rows(stage_rows, width).astype(bool)[stages_of]
-        dp_costs = np.where(shared, pairs[:, 1:], pairs[:, :1])
-        totals = ends.astype(f32) + dp_costs
-        slowest = totals.argmax(axis=1)  # the first of the latest
-        rows = np.arange(len(chosen))
-        steps = totals[rows, slowest] + np.array([layout.embedding_s for layout in layout_rows], dtype=f32)[layout_of]
-        limits = gathered(layout_rows, width)[1]
-        memory = estimate_memory_many(
-            [c.plan for c in chosen], self.model, self.cluster,
-            np.array([c.split.reported + (0,) * (width - len(c.split.reported)) for c in chosen], dtype=np.intp),
-            limits[layout_of], param_bytes=PARAM_BYTES)
-        return [Estimate(plan=c.plan, partition=c.split.reported, stage_node_types=c.stages.types,
-                         stage_compute_s=tuple(c.compute), p2p_s=c.p2p, stage_end_s=tuple(c.ends),
-                         pipeline_time_s=c.ends[0], dp_allreduce_s=dp, embedding_allreduce_s=float(c.layout.embedding_s),
-                         step_time_s=step, memory=mem, usd_per_step=self.usd_per_s * step, partitioner=self.partitioner,
-                         partition_proven_optimal=c.proven, partition_gap_pct=c.gap_pct)
-                for c, dp, step, mem in zip(chosen, dp_costs[rows, slowest].tolist(), steps.tolist(), memory)]
+        return finish_many(self, [chosen_split(self, p, split_ends)])[0]
 
     def dp_table(self, plan: Plan, layout: Layout) -> np.ndarray:
-        """table[n, bus]: a stage's DP all-reduce (float32) when stage 0 holds n layers
-        (dp-stage0-params, docs/estimators.md §7), on an unshared (0) and a shared (1) bus; the same
-        float32 operations as fasop2024_comm.dp_allreduce_seconds, on arrays. Made once per (tp, dp, GPUs
-        per node, ring) and shared by the estimators of this (model, cluster), e.g. a pareto
-        sweep's compositions."""
-        tables = self._shared.setdefault("dp tables", {})
-        key = (plan.tp, plan.dp, plan.gpus_per_node, float(layout.dp_ring))
-        table = tables.get(key)
-        if table is None:
-            params = self._dp_params_all(plan.tp)
-            table = np.empty((len(params), 2), dtype=f32)
-            for bus in (False, True):
-                table[:, int(bus)] = fasop2024_comm.dp_allreduce_seconds(plan, params, layout.dp_ring, bus,
-                                                               self.model.bytes_per_element)
-            if len(tables) >= RECENT_FLOORS:
-                tables.clear()
-            tables[key] = table
-        return table
+        """fasop2024_dp.dp_table: a stage's DP all-reduce by stage 0's layers and the stage's bus."""
+        return fasop2024_dp.dp_table(self._shared, self.model, plan, layout)
 
-    def _dp_params_all(self, tp: int) -> np.ndarray:
-        """`_dp_params` for every number of layers on stage 0 (0..L), float32: the same sum,
-        each prefix of it."""
-        params_all = self._shared.setdefault("dp params", {})
-        if tp not in params_all:
-            h, v = self.model.hidden_size, self.model.vocab_size
-            params, embedding_seen, sums = f32(0), False, [f32(0)]
-            for kind in self.model.layer_kinds:  # _dp_params of every prefix of the layer list
-                if kind in TRANSFORMER_KINDS:
-                    params = params + f32((model_math.transformer_params(h) + DP_EXTRA_PARAMS_PER_LAYER) / tp)
-                elif not embedding_seen:
-                    params, embedding_seen = params + f32(model_math.embedding_params(h, v)), True
-                sums.append(params)
-            params_all[tp] = np.array(sums, dtype=f32)
-        return params_all[tp]
-
-    def _dp_costs(self, plan: Plan, layout: Layout, stage_types: Sequence[NodeType], stage0_layers: int) -> np.ndarray:
+    def dp_costs(self, plan: Plan, layout: Layout, stage_types: Sequence[NodeType], stage0_layers: int) -> np.ndarray:
         """Each stage's DP all-reduce (float32) when stage 0 holds `stage0_layers` layers
         (dp-stage0-params): it differs between stages only by their bus (docs/estimators.md §7)."""
         return self.dp_table(plan, layout)[stage0_layers, [int(t.intra_node_shared) for t in stage_types]]
-
-    def _dp_params(self, plan: Plan, stage0_layers: int) -> np.float32:
-        """dp-stage0-params: stage 0's gradient count, accumulated in float32 (docs/estimators.md §7):
-        each transformer layer (12h^2 + 20800)/tp, plus h*v (undivided) for the first
-        embedding or head layer."""
-        return self._dp_params_all(plan.tp)[stage0_layers]
 
 
 _SHARED: dict[tuple, tuple] = {}

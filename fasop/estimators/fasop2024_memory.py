@@ -34,13 +34,28 @@ def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: Clust
     param_bytes.zero(dp) x params + activations; a stage is OOM when overhead x bytes exceeds
     its limit, and the reported peak is then overhead x the last OOM stage's bytes."""
     tables = memory_tables(model)
+    planes = tables.of(plans)  # (first: it may add planes)
+    sharded = param_bytes.zero(np.array([p.dp for p in plans]))
+    stage_bytes, zero_bytes, oom, oom_gib, zero_oom, zero_gib = memory_arrays(
+        tables.params, tables.act, planes, partitions, limits, sharded, cluster.memory_overhead_factor,
+        param_bytes.full)
+    return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
+                           oom_gpumem_gib=g, is_zero_oom=zo, zero_oom_gpumem_gib=zg)
+            for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.tolist(),
+                                             oom_gib, zero_oom.tolist(), zero_gib)]
+
+
+def memory_arrays(params: np.ndarray, act: np.ndarray, planes: np.ndarray, partitions: np.ndarray,
+                  limits: np.ndarray, sharded: np.ndarray, factor: float, full: int) -> tuple:
+    """`estimate_memory_many` on arrays: (stage bytes, ZeRO stage bytes, OOM, peak GiB, ZeRO
+    OOM, ZeRO peak GiB), a row per plan. params, act: element tables (planes of [a, b] = layers
+    a..b-1, memory.memory_tables), the plan's plane; sharded: its bytes per parameter with ZeRO;
+    full: without. The GiB are float32 rounded to 4 decimals, as lists."""
     edges = np.zeros((len(partitions), partitions.shape[1] + 1), dtype=np.intp)
     np.cumsum(partitions, axis=1, out=edges[:, 1:])
-    at = (tables.of(plans)[:, None], edges[:, :-1], edges[:, 1:])
-    params, act = tables.params[at], tables.act[at]
-    factor = cluster.memory_overhead_factor
-    stage_bytes = param_bytes.full * params + act
-    sharded = param_bytes.zero(np.array([p.dp for p in plans]))
+    at = (np.asarray(planes)[:, None], edges[:, :-1], edges[:, 1:])
+    params, act = params[at], act[at]
+    stage_bytes = full * params + act
     zero_bytes = sharded[:, None] * params + act
     oom, zero_oom = factor * stage_bytes > limits, zero_bytes > limits
     last = partitions.shape[1] - 1
@@ -49,11 +64,8 @@ def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: Clust
                        stage_bytes.max(axis=1) / GIB)
     zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
                         zero_bytes.max(axis=1) / GIB)
-    return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
-                           oom_gpumem_gib=g, is_zero_oom=zo, zero_oom_gpumem_gib=zg)
-            for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.any(axis=1).tolist(),
-                                             rounded(_float32(oom_gib)), zero_oom.any(axis=1).tolist(),
-                                             rounded(_float32(zero_gib)))]
+    return (stage_bytes, zero_bytes, oom.any(axis=1), rounded(_float32(oom_gib)), zero_oom.any(axis=1),
+            rounded(_float32(zero_gib)))
 
 
 def _float32(values: np.ndarray) -> np.ndarray:

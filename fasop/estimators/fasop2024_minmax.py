@@ -1,19 +1,17 @@
 """FASOP-2024's greedy min-max partitioner (`fasop-minmax`, docs/estimators.md §6), reproduced
-move for move, quirks included (minmax-early-stop, encoder-costs-twice);
-`fasop_minmax_splits_many` balances the plans of a search chunk together, many greedy runs
-moving in lockstep on arrays, move for move the same. It returns *candidate splits*; the
+move for move, quirks included (minmax-early-stop, encoder-costs-twice), one plan at a time
+(a search chunk's plans are balanced together on arrays by fasop2024_plans.minmax_rows, move
+for move the same). It returns *candidate splits*; the
 estimator schedules each and keeps the one with the lowest pipeline time (FASOP does this
 across encoder/decoder splits of T5).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Protocol
 
-import numpy as np
 
 from fasop.partition import Split, boundaries
 
@@ -30,8 +28,9 @@ def minmax(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, .
     Balancing time of stage i = compute + (middle stages only) comm[i-1]. Start from an even
     split (remainder to the last stage, then 0, 1, ...); repeatedly move one layer from the
     slowest stage to the fastest while the maximum drops (docs/estimators.md §6, steps 1-6).
-    The moves of `minmax_reference`, with the stage edges and the earlier splits kept up to date
-    rather than rebuilt per move (the end stages add +0.0 in place of no comm: the same value).
+    The stage edges and the earlier splits are kept up to date rather than rebuilt per move (the
+    end stages add +0.0 in place of no comm: the same value). The reference of the min-max: the
+    tests' oracle for fasop2024_plans.minmax_rows, which moves a chunk's problems in lockstep.
     Cached: plans that differ only elsewhere (placement, DP degree) share their splits.
     """
     n = len(stages)
@@ -74,45 +73,6 @@ def minmax(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, .
             current[i] = stage[i](edges[i], edges[i + 1]) + extra[i]
 
 
-def minmax_reference(stages: tuple[StageCosts, ...], num_layers: int, comm: tuple[float, ...]) -> Split:
-    """`minmax` written as docs/estimators.md §6 states it, step by step: the definition it is tested against."""
-    n = len(stages)
-    counts = [num_layers // n] * n
-    for i in range(num_layers % n):
-        counts[i - 1] += 1
-    edges = boundaries(counts)
-
-    def time_of(i: int) -> float:
-        t = stages[i].stage(edges[i], edges[i + 1])
-        return t + comm[i - 1] if 0 < i < n - 1 else t
-
-    current = [time_of(i) for i in range(n)]
-    last, moved, history, previous = 1e6, False, [tuple(counts)], (0, 0)
-    while True:
-        mx = max(current)
-        if moved and (mx > last or (mx == last and tuple(counts) in history[:-1])):
-            counts[previous[0]] += 1  # steps 2/3: undo the last move and stop
-            counts[previous[1]] -= 1
-            return Split(tuple(counts), tuple(counts))
-        last = mx
-        imax, imin = current.index(mx), current.index(min(current))
-        if imax in (0, n - 1) and counts[imax] == 2:
-            scheduled = tuple(counts)
-            if moved:  # step 5 quirk: report a changed split, schedule the unchanged one
-                counts[imax] += 1
-                counts[imin] -= 1
-            return Split(tuple(counts), scheduled)
-        if counts[imax] <= 1:
-            return Split(tuple(counts), tuple(counts))
-        counts[imax] -= 1
-        counts[imin] += 1
-        moved, previous = True, (imax, imin)
-        history.append(tuple(counts))
-        edges = boundaries(counts)
-        for i in range(min(imax, imin), max(imax, imin) + 1):  # only stages between moved edges change
-            current[i] = time_of(i)
-
-
 Problem = tuple[tuple[StageCosts, ...], int, tuple[float, ...]]
 """The arguments of `minmax`: (stages, num_layers, comm)."""
 
@@ -129,22 +89,6 @@ def fasop_minmax_splits(stages: tuple[StageCosts, ...], segment_lengths: Sequenc
     """
     problems = _minmax_problems(stages, segment_lengths, comm)
     return _joined(stages, segment_lengths, [minmax(*problem) for problem in problems])
-
-
-def fasop_minmax_splits_many(requests: Sequence[tuple[tuple[StageCosts, ...], Sequence[int], tuple[float, ...]]]
-                             ) -> list[list[Split]]:
-    """`fasop_minmax_splits(*request)` of each request, the min-max problems of all of them
-    solved together (`minmax_many`), each distinct one once: requests repeat (plans that differ
-    only in what the partitioner does not see) and so do their problems."""
-    distinct: dict[tuple, int] = {}
-    order = [distinct.setdefault((stages, tuple(lengths), comm), len(distinct)) for stages, lengths, comm in requests]
-    index: dict[Problem, int] = {}
-    positions = [[index.setdefault(problem, len(index)) for problem in _minmax_problems(*request)]
-                 for request in distinct]
-    solved = minmax_many(list(index))
-    splits = [_joined(stages, lengths, [solved[k] for k in where])
-              for (stages, lengths, _), where in zip(distinct, positions)]
-    return [splits[k] for k in order]
 
 
 def minmax_supported(segment_lengths: Sequence[int]) -> bool:
@@ -184,94 +128,3 @@ def _joined(stages: tuple[StageCosts, ...], segment_lengths: Sequence[int], spli
         return splits
     return [Split(enc.reported + dec.reported, enc.reported + dec.reported)
             for enc, dec in zip(splits[::2], splits[1::2])]
-
-
-LOCKSTEP_MIN = 48
-"""`minmax_many` moves problems of one (stage count, layer count) in lockstep on arrays when there
-are at least this many (measured: about as fast as one by one at ~48 problems, 2x at ~250)."""
-
-
-def minmax_many(problems: Sequence[Problem]) -> list[Split]:
-    """`minmax` of each problem. Problems with the same stage and layer counts, when there are
-    LOCKSTEP_MIN of them, make their moves in lockstep on arrays (`_minmax_lockstep`); stages
-    there must have a `matrix` of stage times (compute.LayerCosts)."""
-    results: list = [None] * len(problems)
-    by_shape: dict[tuple[int, int], list[int]] = {}
-    for k, (stages, num_layers, _) in enumerate(problems):
-        by_shape.setdefault((len(stages), num_layers), []).append(k)
-    for (n, num_layers), members in by_shape.items():
-        if len(members) < LOCKSTEP_MIN or n > num_layers:
-            splits = [minmax(*problems[k]) for k in members]
-        else:
-            splits = _minmax_lockstep([problems[k] for k in members], n, num_layers)
-        for k, split in zip(members, splits):
-            results[k] = split
-    return results
-
-
-def _minmax_lockstep(problems: Sequence[Problem], n: int, num_layers: int) -> list[Split]:
-    """`minmax` of problems with n <= num_layers stages, one row each: every active row makes
-    its move at once. A stage's time is its entry of the stage's `matrix` + its comm (the end
-    stages + 0.0), the same float additions as `minmax`; maxima and first-of-equals indices
-    (argmax, argmin) are exact, so every row moves and stops as `minmax` does."""
-    every = list(itertools.chain.from_iterable(stages for stages, _, _ in problems))
-    objects = {s: k for k, s in enumerate(dict.fromkeys(every))}
-    table = np.stack([s.matrix[: num_layers + 1, : num_layers + 1] for s in objects])
-    which = np.fromiter(map(objects.__getitem__, every), dtype=np.intp, count=len(every)).reshape(len(problems), n)
-    extra = np.zeros((len(problems), n))
-    if n > 2:
-        extra[:, 1:n - 1] = np.fromiter(itertools.chain.from_iterable(comm[: n - 2] for _, _, comm in problems),
-                                        dtype=float, count=len(problems) * (n - 2)).reshape(len(problems), n - 2)
-    start = [num_layers // n] * n
-    for i in range(num_layers % n):
-        start[i - 1] += 1
-    counts = np.tile(np.array(start), (len(problems), 1))
-    rows = np.arange(len(problems))
-    last = np.full(len(problems), 1e6)
-    moved = np.zeros(len(problems), dtype=bool)
-    previous = np.zeros((len(problems), 2), dtype=np.intp)
-    history: list[np.ndarray] = []  # the counts before each move made so far, one row per problem
-    reported = np.zeros((len(problems), n), dtype=np.int64)
-    scheduled = np.zeros((len(problems), n), dtype=np.int64)
-    edges = np.zeros((len(problems), n + 1), dtype=np.intp)
-    while len(rows):
-        np.cumsum(counts, axis=1, out=edges[: len(rows), 1:])
-        e = edges[: len(rows)]
-        current = table[which, e[:, :-1], e[:, 1:]] + extra
-        mx = current.max(axis=1)
-        stop = moved & (mx > last)
-        tied = moved & (mx == last)
-        if tied.any() and history:  # steps 2/3: the maximum stayed and these counts were seen before
-            seen = np.zeros(len(rows), dtype=bool)
-            for before in history:
-                seen |= (before[rows] == counts).all(axis=1)
-            stop |= tied & seen
-        local = np.arange(len(rows))
-        if stop.any():  # undo the last move and stop
-            undone = counts.copy()
-            undone[local, previous[:, 0]] += 1
-            undone[local, previous[:, 1]] -= 1
-            reported[rows[stop]] = scheduled[rows[stop]] = undone[stop]
-        last = mx
-        imax, imin = current.argmax(axis=1), current.argmin(axis=1)
-        at_max = counts[local, imax]
-        quirk = ~stop & ((imax == 0) | (imax == n - 1)) & (at_max == 2)
-        if quirk.any():  # step 5 quirk: report a changed split, schedule the unchanged one
-            changed = counts.copy()
-            changed[local, imax] += 1
-            changed[local, imin] -= 1
-            scheduled[rows[quirk]] = counts[quirk]
-            reported[rows[quirk]] = np.where(moved[:, None], changed, counts)[quirk]
-        single = ~stop & ~quirk & (at_max <= 1)
-        reported[rows[single]] = scheduled[rows[single]] = counts[single]
-        go = ~(stop | quirk | single)
-        history.append(np.zeros_like(reported))
-        history[-1][rows] = counts
-        counts, imax, imin = counts[go], imax[go], imin[go]  # move one layer from the slowest to the fastest
-        moving = np.arange(len(counts))
-        counts[moving, imax] -= 1
-        counts[moving, imin] += 1
-        previous = np.stack([imax, imin], axis=1)
-        rows, last, which, extra = rows[go], last[go], which[go], extra[go]
-        moved = np.ones(len(rows), dtype=bool)
-    return [Split(tuple(r), tuple(s)) for r, s in zip(reported.tolist(), scheduled.tolist())]

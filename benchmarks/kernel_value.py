@@ -1,0 +1,118 @@
+"""What each group of compiled kernels earns, whole process: `fasop search` on FASOP's six
+experiments (FASOP's choices), `fasop search` with the defaults (optimal partitioner) on two of
+them, and `fasop pareto` on FASOP's Pareto experiment (defaults with --workers 1, and FASOP's
+choices), each a fresh interpreter, with
+
+- `all`: every kernel the build has;
+- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many, one_f_one_b_traced) in
+  Python (schedule.py and fasop2024_plans.py read `native.kernels` as None);
+- `no-traced`: only one_f_one_b_traced in Python (schedule.critical_path's traced program);
+- `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
+  Python (partition.py reads None);
+- `python`: no kernel (FASOP_PURE_PYTHON=1);
+- `baseline` (with --baseline PATH): another checkout, its own kernels.
+
+Runs alternate between the variants (each first in turn), medians of --runs; the ratio to `all`
+is what the issue's rule reads (a kernel whose Python version is within 1.5x whole-process on
+these is deleted). Every variant must write the same CSV bytes as `all` (checked).
+
+    python benchmarks/kernel_value.py [--runs 3] [--baseline /tmp/base] [--only search]
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FASOP = ["--placements", "cyclic", "--partitioner", "fasop-minmax"]
+COMMANDS = [  # (name, fasop argv without --out)
+    *[(f"search {m} {n} fasop", ["search", "--model", m, "--cluster", "fasop-paper", "--nodes", n,
+                                                    "--heterogeneous", *FASOP, "--iterations", "12500000"])
+      for m, n in [("bert", "a10=4"), ("bert", "a100=1,a10=3"), ("gpt2xl", "a10=8"), ("gpt2xl", "a100=1,a10=7"),
+                   ("t5", "a10=8"), ("t5", "a100=1,a10=7")]],
+    *[(f"search {m} {n} defaults", ["search", "--model", m, "--cluster", "fasop-paper", "--nodes", n,
+                                    "--heterogeneous"])
+      for m, n in [("t5", "a10=8"), ("t5", "a100=1,a10=7")]],
+    ("pareto gpt2xl defaults --workers 1", ["pareto", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto",
+                                            "--max-nodes", "a100=8,a10=8", "--iterations", "12500000",
+                                            "--workers", "1"]),
+    ("pareto gpt2xl fasop", ["pareto", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto", "--max-nodes",
+                             "a100=8,a10=8", "--iterations", "12500000", *FASOP]),
+]
+_CHILD = r"""
+import sys, types
+tree, off = sys.argv[1], sys.argv[2]
+sys.path.insert(0, tree)
+import fasop
+assert fasop.__file__.startswith(tree), fasop.__file__
+import fasop.partition, fasop.schedule
+if "1f1b" in off:
+    import fasop.estimators.fasop2024_plans as plans
+    fasop.schedule.native = plans.native = types.SimpleNamespace(kernels=None)
+if "traced" in off:
+    kernels = fasop.schedule.native.kernels
+    fasop.schedule.native = types.SimpleNamespace(kernels=types.SimpleNamespace(
+        one_f_one_b=kernels.one_f_one_b, TRACE_MAX_CELLS=0))
+if "tables" in off:
+    fasop.partition.native = types.SimpleNamespace(kernels=None)
+from fasop.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-traced": "traced", "no-tables": "tables", "python": ""}
+
+
+def run(tree: Path, off: str, argv: list[str], out: Path, pure: bool) -> float:
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    env.pop("FASOP_PURE_PYTHON", None)
+    if pure:
+        env["FASOP_PURE_PYTHON"] = "1"
+    target = ["--out", str(out)] if argv[0] == "search" else ["--out-prefix", str(out.with_suffix(""))]
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(tree), off or "-", *argv, *target, "--no-progress"],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"kernel_value: {argv} on {tree} ({off}) failed: {done.stderr.strip()[-600:]}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--baseline", type=Path, help="another checkout, its kernels built")
+    parser.add_argument("--only", help="only commands whose name contains this")
+    parser.add_argument("--variants", help="comma-separated variants (default: all of them)")
+    args = parser.parse_args()
+    chosen = args.variants.split(",") if args.variants else list(VARIANTS) + ["baseline"]
+    variants = [(name, REPO, off, name == "python") for name, off in VARIANTS.items() if name in chosen]
+    if args.baseline and "baseline" in chosen:
+        variants.append(("baseline", args.baseline.resolve(), "", False))
+    print(f"whole-process seconds, medians of {args.runs} (ratio to `all`)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, argv in COMMANDS:
+            if args.only and args.only not in name:
+                continue
+            times: dict[str, list[float]] = {v[0]: [] for v in variants}
+            for r in range(args.runs):
+                order = variants[r % len(variants):] + variants[:r % len(variants)]
+                for label, tree, off, pure in order:
+                    times[label].append(run(tree, off, argv, Path(tmp) / f"{label}.csv", pure))
+            csv = (lambda label: Path(tmp) / f"{label}.csv") if argv[0] == "search" else \
+                (lambda label: Path(tmp) / f"{label}_pareto.csv")
+            same = [label for label, *_ in variants[1:] if label != "baseline" and
+                    not filecmp.cmp(csv("all"), csv(label), shallow=False)]
+            medians = {label: statistics.median(t) for label, t in times.items()}
+            cells = "  ".join(f"{label} {s:6.2f} s ({s / medians['all']:.2f})" for label, s in medians.items())
+            print(f"  {name:38s} {cells}" + (f"  DIFFERENT CSV: {same}" if same else ""), flush=True)
+
+
+if __name__ == "__main__":
+    main()

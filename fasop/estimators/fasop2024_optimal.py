@@ -1,0 +1,158 @@
+"""The `optimal` partitioner on FASOP-2024's cost model: the split of a plan with the lowest
+estimated step time among those that fit in memory (or among all splits when none fits), by
+exact branch and bound with cuts (partition.optimal), its schedules the estimator's (1F1B,
+p2p-ends-only), its step time FASOP's float32 max over stages of end + DP all-reduce, +
+the embedding all-reduce (docs/estimators.md §5, §7).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fasop.estimators.fasop2024_batch import Prepared
+from fasop.estimators.fasop2024_memory import PARAM_BYTES
+from fasop.memory import stage_fit_mask
+from fasop.partition import DEFAULT_MAX_NODES, Found, optimal
+from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
+from fasop.split_milp import certify
+
+if TYPE_CHECKING:
+    from fasop.estimators.fasop2024 import Fasop2024Estimator
+
+f32 = np.float32
+SETTLE_NODES = 400
+"""Search-tree nodes of the settle pass (`SplitSearch.certified`) per unproven plan."""
+RECENT_SHAPES = 16
+"""Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
+the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
+under other placements usually come together)."""
+RECENT_BYTES = 1 << 28
+"""... and fewer when their stage-time tables (stages x (layers + 1)^2 floats each) pass 256 MiB
+together: a long layer list on many stages (limits.LAYERS) stays within memory."""
+
+
+def optimal_split(e: "Fasop2024Estimator", p: Prepared, recent: OrderedDict, cutoff: float = np.inf) -> Found | None:
+    """The split of `p` with the lowest estimated step time (SplitSearch). With a finite cutoff:
+    None unless a fitting split is at most the cutoff. `recent`: stage-time tables of the latest
+    plan shapes, kept between calls."""
+    return SplitSearch(e, p, recent).run(cutoff)
+
+
+class SplitSearch:
+    """What partition.optimal asks of one plan: evaluate splits, bound partial ones, cut."""
+
+    def __init__(self, e: "Fasop2024Estimator", p: Prepared, recent: OrderedDict):
+        plan = self.plan = p.plan
+        self.e, self.p = e, p
+        self.pp, self.m, self.send_first, self.send_last = plan.pp, plan.num_microbatches, p.p2p[0], p.p2p[-1]
+        self.layout = e.layout(plan)
+        self.embedding = float(self.layout.embedding_s)
+        self.sends_fwd, self.sends_bwd = np.zeros((self.pp, 1)), np.zeros((self.pp, 1))
+        self.sends_fwd[0], self.sends_bwd[self.pp - 1] = self.send_first, self.send_last  # p2p-ends-only
+        self.times, self.fitting, self.tables, self.oom_tables = self._tables(recent)
+        self.dp_by_stage0: dict[int, np.ndarray] = {}
+        self.extras: dict[int, float] = {}
+        self.stages = np.arange(self.pp)
+        self.weights = e.steady_weights(self.pp, self.m)
+
+    @property
+    def budget(self) -> dict:
+        """partition.optimal's callbacks and options (made per call: held here, its bound methods
+        would make a reference cycle, left to the cyclic collector)."""
+        return {"bound": self.bound, "evaluate": self.evaluate, "cut": self.cut, "extra": self.extra,
+                "seeds": [s.reported for s in self.p.splits],
+                "max_nodes": DEFAULT_MAX_NODES if self.e.max_nodes is None else self.e.max_nodes,
+                "stage_weights": self.weights}
+
+    def _tables(self, recent: OrderedDict) -> tuple:
+        """(stage times, those that fit, the dynamic programmes' tables over them, over all),
+        kept in `recent` for plans of the same shape (a few MB each: the latest only)."""
+        plan, layout = self.plan, self.layout
+        key = (tuple(t.gpu for t in self.p.stage_types), plan.tp, plan.mbs, self.pp, self.m, layout.limits)
+        if key in recent:
+            recent.move_to_end(key)
+        else:
+            times = np.stack([c.matrix for c in self.p.costs])
+            fits = stage_fit_mask(plan, self.e.model, self.e.cluster, layout.limits, param_bytes=PARAM_BYTES)
+            recent[key] = (times, np.where(fits, times, np.inf), {}, {})
+            while len(recent) > max(1, min(RECENT_SHAPES, RECENT_BYTES // (2 * times.nbytes))):  # (times, fitting)
+                recent.popitem(last=False)
+        return recent[key]
+
+    def dp_costs(self, stage0_layers: int) -> np.ndarray:
+        """Each stage's DP all-reduce (float32), as the estimate computes it."""
+        if stage0_layers not in self.dp_by_stage0:
+            self.dp_by_stage0[stage0_layers] = self.e.dp_costs(self.plan, self.layout, self.p.stage_types,
+                                                               stage0_layers)
+        return self.dp_by_stage0[stage0_layers]
+
+    def extra(self, stage0_layers: int) -> float:
+        """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
+        if stage0_layers not in self.extras:
+            self.extras[stage0_layers] = float(self.dp_costs(stage0_layers)[0]) + self.embedding
+        return self.extras[stage0_layers]
+
+    def stage_compute(self, splits: list[tuple[int, ...]]) -> np.ndarray:
+        """(pp, splits) compute seconds per stage: the entries of `times`, the same sums as
+        Prepared.stage_compute."""
+        edges = np.zeros((len(splits), self.pp + 1), dtype=np.intp)
+        np.cumsum(splits, axis=1, out=edges[:, 1:])
+        return self.times[self.stages, edges[:, :-1], edges[:, 1:]].T
+
+    def evaluate(self, splits: list[tuple[int, ...]]) -> list[float]:
+        """The step time of many splits at once: the estimate's float32 operations, so its values."""
+        comp = self.stage_compute(splits)
+        ones = np.ones(len(splits))
+        ends = one_f_one_b(*self.e.split(comp), self.sends_fwd * ones, self.sends_bwd * ones, self.m).astype(f32)
+        dp = np.stack([self.dp_costs(c[0]) for c in splits], axis=1)
+        return ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()
+
+    def cut(self, split: tuple[int, ...]) -> tuple[np.ndarray, float]:
+        _, weights, const = critical_path(self.stage_compute([split]), self.sends_fwd, self.sends_bwd, self.m,
+                                          fwd_bwd_factor=self.e.fwd_bwd_factor)
+        return weights[:, 0], float(const[0])
+
+    def bound(self, k, before, chain, t, rest, round_trips=False):
+        return one_f_one_b_bound(k, before, chain, t, rest, num_stages=self.pp, num_microbatches=self.m,
+                                 weights=self.weights, send_first=self.send_first, send_last=self.send_last,
+                                 round_trips=round_trips)
+
+    def tight(self, k, before, chain, t, rest):
+        """`bound` with the two round trips: tighter, but it changes the search's order, and within
+        a budget the split found; used only to prove (the settle pass of `certified`)."""
+        return self.bound(k, before, chain, t, rest, True)
+
+    def certified(self, found: Found | None) -> Found | None:
+        """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
+        proven: by the branch and bound again, now only that no split is faster by more than
+        its margin (many splits of equal time: layers moved between stages of one GPU type),
+        then by the MILP (split_milp.certify, on programs small enough)."""
+        if found is None or found.proven or self.e.max_nodes is not None:
+            return found
+        settled = optimal(self.fitting, tables=self.tables, settle=True,
+                          **(self.budget | {"seeds": [found.split], "bound": self.tight, "max_nodes": SETTLE_NODES}))
+        if settled.objective < found.objective:
+            found = settled
+        if settled.proven:
+            return Found(found.split, found.objective, True, found.objective)
+        table = self.e.dp_table(self.plan, self.layout)[:, [int(t.intra_node_shared) for t in self.p.stage_types]]
+        sure = certify(self.fitting, lambda t: stage_chains(t, self.sends_fwd[:, 0], self.sends_bwd[:, 0], self.m,
+                                                            fwd_bwd_factor=self.e.fwd_bwd_factor),
+                       table.astype(float) + self.embedding, lambda split: self.evaluate([split])[0], found.split,
+                       found.objective)
+        return Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound))
+
+    def run(self, cutoff: float = np.inf) -> Found | None:
+        if cutoff < np.inf:
+            # The search stops early once it knows its result is above the cutoff; otherwise its
+            # result is the one without cutoff, so a plan's estimate never depends on the cutoff
+            # (top-K runs equal full runs, any --workers).
+            found = self.certified(optimal(self.fitting, above=cutoff, tables=self.tables, **self.budget))
+            return None if found is None or not found.objective <= cutoff else found
+        found = self.certified(optimal(self.fitting, tables=self.tables, **self.budget))
+        if found is None:  # nothing fits: the fastest split, flagged OOM
+            found = optimal(self.times, tables=self.oom_tables, **self.budget)
+        return found
