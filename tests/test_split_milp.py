@@ -9,7 +9,10 @@ all-reduce that grows with stage 0's layers):
 - it is proven, from any starting split (or none), and a budget-capped search reports a gap that
   is a true bound (no split is faster than step x (1 - gap));
 - the two-round-trip chain (schedule.round_trip_weights) never exceeds the simulated stage 0 end;
-- stage_chains gives every stage's end as a path of the event graph (weights . t + const).
+- stage_chains gives every stage's end as a path of the event graph (weights . t + const);
+- partition.polish never returns a slower split, nor one that does not fit, and stops where no
+  one-layer move helps; the default search's proof (a budget-capped branch and bound, polish,
+  then the settle pass) ends on the brute-force optimum within the margin.
 """
 
 from __future__ import annotations
@@ -19,12 +22,32 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.partition import optimal
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fasop.partition import moves, optimal, polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, round_trip_weights, stage_chains, \
     steady_weights
 from fasop.split_milp import MARGIN, certify
 
 f32 = np.float32
+
+
+def _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective) -> dict:
+    """partition.optimal's callbacks for a `_case` (the estimator's, on the case's pipeline)."""
+    weights = steady_weights(pp, m, fwd_bwd_factor=3.0)
+
+    def cut(split):
+        _, w, const = critical_path(stage_times(split)[:, None], sends_fwd, sends_bwd, m, fwd_bwd_factor=3.0)
+        return w[:, 0], float(const[0])
+
+    def bound(k, before, chain, t, rest):
+        return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
+                                 send_first=float(sends_fwd[0, 0]), send_last=float(sends_bwd[pp - 1, 0]))
+
+    return {"bound": bound, "evaluate": lambda splits: [objective(s) for s in splits], "cut": cut,
+            "extra": lambda n: float(extra[n, 0]), "stage_weights": weights}
 
 
 def _case(seed: int):
@@ -96,21 +119,7 @@ def test_settle_and_budget_bounds_are_true_bounds(seed):
     fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
     if not np.isfinite(brute):
         return
-    weights = steady_weights(pp, m, fwd_bwd_factor=3.0)
-
-    def evaluate(splits):
-        return [objective(s) for s in splits]
-
-    def cut(split):
-        _, w, const = critical_path(stage_times(split)[:, None], sends_fwd, sends_bwd, m, fwd_bwd_factor=3.0)
-        return w[:, 0], float(const[0])
-
-    def bound(k, before, chain, t, rest):
-        return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
-                                 send_first=float(sends_fwd[0, 0]), send_last=float(sends_bwd[pp - 1, 0]))
-
-    kwargs = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": lambda n: float(extra[n, 0]),
-              "stage_weights": weights}
+    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
     exact = optimal(fitting, **kwargs)
     assert exact.proven and exact.objective == pytest.approx(brute, rel=1e-12)
     capped = optimal(fitting, max_nodes=2, **kwargs)
@@ -147,3 +156,39 @@ def test_stage_chains_are_paths_of_the_event_graph(seed):
     other = rng.uniform(0.1, 1, pp)  # a path under other times is at most their ends
     later = one_f_one_b(other[:, None] / 3, 2 * other[:, None] / 3, sf[:, None], sb[:, None], m)[:, 0]
     assert np.all(weights @ other + const <= later * (1 + 1e-9))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), budget=st.integers(1, 6))
+def test_polish_then_settle_is_the_brute_force_optimum(seed, budget):
+    """The default search's proof on a generated case: a branch and bound capped at `budget`
+    nodes, polish from its split, the settle pass from the polished split."""
+    fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
+    if not np.isfinite(brute):
+        return
+    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
+    capped = optimal(fitting, max_nodes=budget, **kwargs)
+    split, value = polish(capped.split, capped.objective, fitting, kwargs["evaluate"])
+    assert value <= capped.objective and value == objective(split)
+    assert np.isfinite(stage_times(split)).all() and np.isfinite(fitting[np.arange(pp), *_edges(split)]).all()
+    assert all(objective(s) >= value for s in moves(split, fitting))  # a local optimum
+    settled = optimal(fitting, settle=True, **(kwargs | {"seeds": [split]}))
+    assert settled.proven and brute <= settled.objective <= brute * (1 + MARGIN) and settled.objective <= value
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_moves_are_every_fitting_one_layer_move(seed):
+    """partition.moves: exactly the splits at one layer moved from a stage to another that fit."""
+    fitting, *_ = _case(seed)
+    pp, layers = fitting.shape[0], fitting.shape[1] - 1
+    splits = [tuple(y - x for x, y in zip((0,) + cuts, cuts + (layers,)))
+              for cuts in itertools.combinations(range(1, layers), pp - 1)]
+    for split in splits[:: max(1, len(splits) // 10)]:
+        expected = {s for s in splits if sum(abs(a - b) for a, b in zip(s, split)) == 2
+                    and np.isfinite(fitting[np.arange(pp), *_edges(s)]).all()}
+        assert set(moves(split, fitting)) == expected
+
+
+def _edges(split) -> tuple[np.ndarray, np.ndarray]:
+    edges = np.concatenate([[0], np.cumsum(split)])
+    return edges[:-1], edges[1:]

@@ -37,7 +37,7 @@ from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, fasop_minmax_
 from fasop.estimators.fasop2024_layout import Layout, Layouts, Stages
 from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many
 from fasop.memory import MemoryEstimate, memory_tables, rounded, stage_fit_mask
-from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain, optimal
+from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain, optimal, polish
 from fasop.plan import Plan, trusted_many
 from fasop.recent import recent
 from fasop.schedule import (Schedule, critical_path, one_f_one_b, one_f_one_b_bound, split_stage_times,
@@ -379,11 +379,15 @@ class Fasop2024Estimator:
 
         def certified(found: Found | None) -> Found | None:
             """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
-            proven: by the branch and bound again, now only that no split is faster by more than
-            its margin (many splits of equal time: layers moved between stages of one GPU type),
-            then by the MILP (split_milp.certify, on programs small enough)."""
+            proven: its split is polished (partition.polish: one-layer moves while they help), then
+            the branch and bound runs again, now only to prove that no split is faster by more
+            than its margin (many splits of equal time: layers moved between stages of one GPU
+            type), then the MILP (split_milp.certify, on programs small enough)."""
             if found is None or found.proven or self.max_nodes is not None:
                 return found
+            split, value = polish(found.split, found.objective, fitting, evaluate)
+            if value < found.objective:
+                found = Found(split, value, False, found.bound)
             settled = optimal(fitting, tables=tables, settle=True,
                               **(budget | {"seeds": [found.split], "bound": tight, "max_nodes": SETTLE_NODES}))
             if settled.objective < found.objective:
