@@ -126,3 +126,108 @@ def round_trip_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
     warm = np.minimum(num_stages - 1 - np.arange(num_stages), num_microbatches)
     a = num_microbatches - warm - 2.0
     return np.where(a >= 0, a, -1.0)
+
+
+# ---------------------------------------------------------------------------- the backward sweep
+def sweep_unit_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
+    """G[i, x] = sum over u = 1..x of stage i's cost of advancing the way back from micro-batch
+    u - 1 to u, in units of its stage time t_i: 1 while u <= m - 1 - w_i (a steady forward and
+    backward, F B), (k - 1)/k after (a cool-down backward); w_i = min(pp - i - 1, m) warm-up
+    forwards, k the fwd_bwd_factor. Shape (pp, m)."""
+    m, k = num_microbatches, fwd_bwd_factor
+    warm = np.minimum(num_stages - 1 - np.arange(num_stages), m)
+    u = np.arange(1, m)
+    per = np.where(u[None, :] <= (m - 1 - warm)[:, None], 1.0, (k - 1) / k)
+    return np.concatenate([np.zeros((num_stages, 1)), np.cumsum(per, axis=1)], axis=1)
+
+
+def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
+    """table[k, a, x] <= the least, over the splits of layers a.. into stages k.., of the longest
+    backward sweep through them that leaves stage k at micro-batch x (`sweep_bound`): the stage
+    times of stages k.. + their share of the advance from micro-batch 0 to x; inf where no split
+    fits. Stage by stage from the last, the least over the stage's choices of the largest over
+    where the advance enters it (a min-max relaxed to the least per x, so a lower bound); times
+    as in partition.optimal. Shape (pp + 1, layers + 1, m)."""
+    pp, size, _ = times.shape
+    m = num_microbatches
+    weights = sweep_unit_weights(pp, m, fwd_bwd_factor=fwd_bwd_factor)
+    table = np.full((pp + 1, size, m), np.inf)
+    table[pp, size - 1] = -np.inf
+    table[pp, size - 1, 0] = 0.0  # micro-batch 0's backward at the last stage
+    first = np.arange(size)[:, None]
+    for k in range(pp - 1, -1, -1):
+        # the runs of layers stage k may hold, by first layer and length (memory caps keep them short)
+        a, b = np.nonzero(np.isfinite(times[k]))
+        if not len(a):
+            continue
+        stop = np.minimum(first + np.arange(1, int((b - a).max()) + 1)[None, :], size - 1)  # [first, length]
+        t = times[k][first, stop]
+        fits = np.isfinite(t) & (stop > first)
+        t = np.where(fits, t, 0.0)[:, :, None]
+        g = weights[k][None, None, :]
+        # the sweep enters stage k at micro-batch x' <= x and advances to x there: t (G(x) - G(x')) + t
+        entering = np.maximum.accumulate(table[k + 1][stop] - t * g, axis=2)
+        table[k] = np.where(fits[:, :, None], entering + t * (g + 1.0), np.inf).min(axis=1)
+    return table
+
+
+class SweepBound:
+    """A lower bound on stage 0's end (`one_f_one_b`) over the splits below a partial one: the
+    longest backward sweep. Micro-batch 0 runs forward through every stage and back (every
+    stage time once, both end sends); on the way back the path advances from micro-batch 0 to
+    m - 1, at any stages in order from the last to the first, each step at stage i a steady F B
+    (t_i) or a cool-down B ((k - 1)/k t_i) as `sweep_unit_weights` says. Each such path is a chain
+    of events of the schedule, so its length never exceeds the simulated end.
+
+    The fixed stages 0..k are exact (`prefix`: the longest way from micro-batch x at stage k down
+    to stage 0 and micro-batch m - 1, plus their times); the free stages after k are bounded by
+    `sweep_completion`'s table; the bound is the largest over x of the two. Measured on FASOP's
+    experiments, it is what proves the splits whose critical chain advances at two stages (a
+    steady run at one, the cool-down at an earlier one) -- splits of many equal-time
+    rearrangements the other bounds leave open."""
+
+    def __init__(self, table: np.ndarray, *, fwd_bwd_factor: float, send_first: float, send_last: float):
+        """table: `sweep_completion` of the stage times (shared by the plans of one shape)."""
+        pp, _, num_microbatches = table.shape
+        pp -= 1
+        self.weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
+        self.table = table
+        self.sends = send_first + send_last
+        self.start = np.full(num_microbatches, -np.inf)
+        self.start[-1] = 0.0  # before stage 0: the sweep must have reached micro-batch m - 1
+
+    def prefix(self, k: int, before: np.ndarray | None, t: np.ndarray) -> np.ndarray:
+        """Per choice t of stage k's time, per x: the longest way from micro-batch x at stage k
+        down to stage 0 at m - 1 plus the stage times of stages 0..k (`before`: this for k - 1)."""
+        later = self.start if before is None else before
+        g = self.weights[k][None, :]
+        ahead = (later[None, :] + t[:, None] * g)[:, ::-1]
+        return np.maximum.accumulate(ahead, axis=1)[:, ::-1] - t[:, None] * g + t[:, None]
+
+    def __call__(self, k: int, before: np.ndarray | None, t: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(bounds, prefixes) of the choices t of stage k ending at layers `stops`."""
+        prefixes = self.prefix(k, before, t)
+        return (prefixes + self.table[k + 1][stops]).max(axis=1) + self.sends, prefixes
+
+
+def with_sweep(bound, sweep: SweepBound):
+    """`bound` (a partition.Bound) raised to `sweep`'s where that is higher; its chains carry the
+    sweep's prefixes along."""
+    def raised(k, before, chain, t, rest):
+        inner, prefix = (None, None) if chain is None else chain
+        bounds, chains = bound(k, before, inner, t, rest)
+        swept, prefixes = sweep(k, prefix, t, rest.stops)
+        return np.maximum(bounds, swept), _SweptChains(chains, prefixes)
+    return raised
+
+
+class _SweptChains:
+    """The chains of `with_sweep`: (the bound's chain, the sweep's prefix) per choice."""
+
+    __slots__ = ("chains", "prefixes")
+
+    def __init__(self, chains, prefixes: np.ndarray):
+        self.chains, self.prefixes = chains, prefixes
+
+    def __getitem__(self, i: int) -> tuple:
+        return self.chains[i], self.prefixes[i]

@@ -10,6 +10,8 @@ all-reduce that grows with stage 0's layers):
   is a true bound (no split is faster than step x (1 - gap));
 - the two-round-trip chain (schedule.round_trip_weights) never exceeds the simulated stage 0 end;
 - stage_chains gives every stage's end as a path of the event graph (weights . t + const);
+- the backward sweep bound (schedule_bounds.SweepBound) at every partial split is at most the
+  best completion's simulated time, and the branch and bound with it is still exact;
 - partition.polish never returns a slower split, nor one that does not fit, and stops where no
   one-layer move helps; the default search's proof (a budget-capped branch and bound, polish,
   then the settle pass) ends on the brute-force optimum within the margin.
@@ -29,6 +31,7 @@ from hypothesis import strategies as st  # noqa: E402
 from fasop.partition import moves, optimal, polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, round_trip_weights, stage_chains, \
     steady_weights
+from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
 from fasop.split_milp import MARGIN, certify
 
 f32 = np.float32
@@ -169,6 +172,9 @@ def test_polish_then_settle_is_the_brute_force_optimum(seed, budget):
     kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
     capped = optimal(fitting, max_nodes=budget, **kwargs)
     split, value = polish(capped.split, capped.objective, fitting, kwargs["evaluate"])
+    kwargs["bound"] = with_sweep(kwargs["bound"], SweepBound(
+        sweep_completion(fitting, m, fwd_bwd_factor=3.0), fwd_bwd_factor=3.0, send_first=float(sends_fwd[0, 0]),
+        send_last=float(sends_bwd[pp - 1, 0])))  # as the estimator's settle pass
     assert value <= capped.objective and value == objective(split)
     assert np.isfinite(stage_times(split)).all() and np.isfinite(fitting[np.arange(pp), *_edges(split)]).all()
     assert all(objective(s) >= value for s in moves(split, fitting))  # a local optimum
@@ -192,3 +198,32 @@ def test_moves_are_every_fitting_one_layer_move(seed):
 def _edges(split) -> tuple[np.ndarray, np.ndarray]:
     edges = np.concatenate([[0], np.cumsum(split)])
     return edges[:-1], edges[1:]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_sweep_bound_is_below_every_completion(seed):
+    """At every partial split (stages 0..k fixed), the sweep bound + stage 0's extra is at most the
+    least objective over the splits that complete it; and the branch and bound with the sweep
+    bound (no settle) still returns the brute-force optimum."""
+    fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
+    if not np.isfinite(brute):
+        return
+    sweep = SweepBound(sweep_completion(fitting, m, fwd_bwd_factor=3.0), fwd_bwd_factor=3.0,
+                       send_first=float(sends_fwd[0, 0]), send_last=float(sends_bwd[pp - 1, 0]))
+    layers = fitting.shape[1] - 1
+    splits = [tuple(y - x for x, y in zip((0,) + cuts, cuts + (layers,)))
+              for cuts in itertools.combinations(range(1, layers), pp - 1)]
+    fitting_splits = [s for s in splits if np.isfinite(fitting[np.arange(pp), *_edges(s)]).all()]
+    for split in fitting_splits:
+        times = fitting[np.arange(pp), *_edges(split)]
+        prefix = None
+        for k in range(pp):
+            bound, rows = sweep(k, prefix, np.array([times[k]]), np.array([sum(split[:k + 1])]))
+            prefix = rows[0]
+            best = min(objective(s) for s in fitting_splits if s[:k + 1] == split[:k + 1])
+            assert bound[0] + extra[split[0], 0] <= best * (1 + 1e-6)
+    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
+    kwargs["bound"] = with_sweep(kwargs["bound"], sweep)
+    exact = optimal(fitting, **kwargs)
+    assert exact.proven and exact.objective == pytest.approx(brute, rel=1e-12)

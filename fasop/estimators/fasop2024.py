@@ -42,6 +42,7 @@ from fasop.plan import Plan, trusted_many
 from fasop.recent import recent
 from fasop.schedule import (Schedule, critical_path, one_f_one_b, one_f_one_b_bound, split_stage_times,
                             stage_chains, steady_weights)
+from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
 from fasop.split_milp import certify
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
@@ -374,8 +375,15 @@ class Fasop2024Estimator:
 
         def tight(k, before, chain, t, rest):
             """`bound` with the two round trips: tighter, but it changes the search's order, and within
-            a budget the split found; used only to prove (the settle pass below)."""
+            a budget the split found; used only to prove (the settle pass below), with the sweep."""
             return bound(k, before, chain, t, rest, True)
+
+        def swept():
+            """`tight` raised to the longest backward sweep (schedule_bounds.SweepBound)."""
+            if "sweep" not in tables:
+                tables["sweep"] = sweep_completion(fitting, m, fwd_bwd_factor=self.fwd_bwd_factor)
+            return with_sweep(tight, SweepBound(tables["sweep"], fwd_bwd_factor=self.fwd_bwd_factor,
+                                                send_first=send_first, send_last=send_last))
 
         def certified(found: Found | None) -> Found | None:
             """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
@@ -389,7 +397,7 @@ class Fasop2024Estimator:
             if value < found.objective:
                 found = Found(split, value, False, found.bound)
             settled = optimal(fitting, tables=tables, settle=True,
-                              **(budget | {"seeds": [found.split], "bound": tight, "max_nodes": SETTLE_NODES}))
+                              **(budget | {"seeds": [found.split], "bound": swept(), "max_nodes": SETTLE_NODES}))
             if settled.objective < found.objective:
                 found = settled
             if settled.proven:
