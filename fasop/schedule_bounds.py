@@ -154,11 +154,12 @@ def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor
     table = np.full((pp + 1, size, m), np.inf)
     table[pp, size - 1] = -np.inf
     table[pp, size - 1, 0] = 0.0  # micro-batch 0's backward at the last stage
-    first = np.arange(size)[:, None]
     for k in range(pp - 1, -1, -1):
-        # the runs of layers stage k may hold, by first layer and length (memory caps keep them short)
+        # the runs of layers stage k may hold, by first layer (k.. with a layer left for each later
+        # stage) and length (memory caps keep them short)
         a, b = np.nonzero(np.isfinite(times[k]))
-        if not len(a):
+        first = np.arange(k, size - (pp - k))[:, None]
+        if not len(a) or not len(first):
             continue
         stop = np.minimum(first + np.arange(1, int((b - a).max()) + 1)[None, :], size - 1)  # [first, length]
         t = times[k][first, stop]
@@ -167,7 +168,7 @@ def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor
         g = weights[k][None, None, :]
         # the sweep enters stage k at micro-batch x' <= x and advances to x there: t (G(x) - G(x')) + t
         entering = np.maximum.accumulate(table[k + 1][stop] - t * g, axis=2)
-        table[k] = np.where(fits[:, :, None], entering + t * (g + 1.0), np.inf).min(axis=1)
+        table[k, first[:, 0]] = np.where(fits[:, :, None], entering + t * (g + 1.0), np.inf).min(axis=1)
     return table
 
 
