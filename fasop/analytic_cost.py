@@ -3,14 +3,15 @@
 Pure functions over a :class:`Workload` (model shape, batch, degrees, recipe, physical constants)
 and one :class:`StageHardware` per pipeline stage (its GPU and the links its groups use).
 
-Time of a layer: matmul FLOPs / (peak of the precision x matmul efficiency) + bytes moved /
-(memory bandwidth x efficiency), where the bytes are the elementwise kernels' and, with
-`gemm_traffic` (Calculon's `processing_mode: no_overlap`, systems/a100_80g.json), the matmuls'
-own operands too: a matmul's loads are not hidden behind its arithmetic. FP8 runs the weight matmuls at the FP8 peak and the attention core at the 16-bit one
-(Transformer Engine); a fused (FlashAttention) attention core runs at `fused_attention_efficiency`
-of the 16-bit peak instead of the matmul efficiency. Backward = 2 x forward, plus adding each micro-batch's weight gradients
-into the gradient buffer (read + write it: 2 x gradient bytes per parameter); full recompute adds
-a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5).
+Time of a layer (docs/estimators.md §A1): matmul FLOPs / (peak of the precision x matmul
+efficiency) + bytes moved / (memory bandwidth x efficiency), the bytes being the elementwise
+kernels', FP8's casts and, with `gemm_traffic` (Calculon's `processing_mode: no_overlap`), the
+matmuls' own operands (1 byte an input or weight element in FP8). FP8 runs the weight matmuls at
+the FP8 peak x the GPU's FP8 efficiency, the attention core in 16 bits (Transformer Engine); a
+fused (FlashAttention) core runs at `fused_attention_efficiency` of the 16-bit peak. Backward =
+2 x forward, + half the fused core's time (FlashAttention recomputes QK^T), + adding the weight
+gradients into the fp32 buffer unless `gradient_accumulation_fusion` does it in the matmul; full
+recompute adds a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5).
 
 Collectives are rings (Calculon's `all_reduce: [2, -1]`): all-reduce 2(n-1)/n x size / bandwidth
 + 2(n-1) latencies, reduce-scatter and all-gather half of that each. Tensor parallelism costs
@@ -53,6 +54,8 @@ ADAM_BYTES = 12
 ADAM_STEP_BYTES = 30
 """Read fp32 grad, master, m, v (16) + write master, m, v (12) + write the 16-bit weight (2)."""
 ACT_BYTES = 2
+FLASH_BACKWARD_MATMULS = 5
+"""FlashAttention's backward: QK^T recomputed, then dV, dP, dQ, dK -- 5 matmuls to the forward's 2."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ class Step:
     pipeline_s: float
     stage_end_s: tuple[float, ...]
     dp_s: tuple[float, ...]
+    dp_exposed_s: tuple[float, ...]
+    """The part of each stage's DP sync the step waits for (dp_exposed_s)."""
     embedding_sync_s: float
     optimizer_s: float
     step_s: float
@@ -153,24 +158,45 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     linear = L.layer_linear_flops(a, b, s, t)
     core = L.attention_core_flops(a, b, s, t, 0.5 if fused else 1.0)
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, fused)
-    if w.params.gemm_traffic:
-        moved += L.layer_gemm_bytes(a, b, s, t, ACT_BYTES)
+    operand = 1 if r.precision == "fp8" else ACT_BYTES    # FP8 matmuls read FP8 inputs and weights
+    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, ACT_BYTES, operand) if w.params.gemm_traffic else 0.0
+    if r.precision == "fp8":
+        moved += L.fp8_cast_elements(a, b, s, t) * w.params.fp8_cast_bytes
+    fwd = _kernel_s(w, gpu, linear, 0.0, moved + gemm_bytes)
+    core_bwd_extra = 0.0
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.precision == "fp8" else r.precision
-        rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * w.params.fused_attention_efficiency
-        fwd = _kernel_s(w, gpu, linear, 0.0, moved) + core / rate
+        rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * gpu.attention_share(w.params)
+        fwd += core / rate
+        # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
+        core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * (core / rate) / 2
     else:
-        fwd = _kernel_s(w, gpu, linear, core, moved)
-    tp_comm = 2 * all_reduce_s(b * s * a.hidden_size * ACT_BYTES, t, tp_link)
-    accumulate = 2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
-    bwd = 2 * fwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate)
+        fwd += _kernel_s(w, gpu, 0.0, core, 0.0)
+    tp_comm, tp_fwd = tp_collectives_s(w, tp_link)
+    accumulate = 0.0 if w.params.gradient_accumulation_fusion else \
+        2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
+    bwd = 2 * fwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     if r.recompute == "full":
-        bwd += fwd + tp_comm
+        bwd += fwd + tp_fwd
     elif r.recompute == "selective" and not fused:
         softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, False)
                    - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, True))
         bwd += _kernel_s(w, gpu, 0.0, core, softmax)
-    return fwd + tp_comm, bwd
+    return fwd + tp_fwd, bwd
+
+
+def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
+    """(backward, forward) seconds of one layer's tensor-parallel collectives, less the overlapped
+    share: two all-reduces of b·s·h 16-bit values each way (with SP, reduce-scatter + all-gather).
+    An FP8 run with SP all-gathers the matmul inputs already cast to FP8 (Transformer Engine gathers
+    the FP8 tensor): in the forward, one byte an element for the two all-gathers."""
+    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES
+    bwd = 2 * all_reduce_s(size, w.tp, tp_link)
+    fwd = bwd
+    if w.recipe.sequence_parallel and w.recipe.precision == "fp8":
+        fwd = 2 * (gather_s(size, w.tp, tp_link) + gather_s(size / ACT_BYTES, w.tp, tp_link))
+    hidden = 1 - w.params.tp_overlap
+    return bwd * hidden, fwd * hidden
 
 
 @lru_cache(maxsize=1 << 16)
@@ -242,6 +268,19 @@ def dp_sync_s(w: Workload, params: float, link: Link) -> float:
     return gather_s(grad, w.dp, link) + gather_s(params * WEIGHT_BYTES, w.dp, link)
 
 
+def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
+    """The part of a stage's DP sync (`sync` s) the step waits for: (1 - dp_overlap) of it; with
+    `overlap_grad_reduce` (gradient buckets reduced during the backward: PyTorch DDP, FSDP,
+    Megatron-Core --overlap-grad-reduce) only what the stage's last micro-batch backward (`bwd`),
+    and for a sharded optimizer's weight all-gather the next step's first forward (`fwd`), cannot
+    cover."""
+    flat = (1 - w.params.dp_overlap) * sync
+    if not w.params.overlap_grad_reduce:
+        return flat
+    cover = bwd + (fwd if w.recipe.zero >= 1 else 0.0)
+    return min(flat, max(0.0, sync - cover))
+
+
 def zero3_gather_s(w: Workload, params: float, link: Link) -> float:
     """ZeRO-3 gathers the stage's weights before its forward and again before its backward,
     every micro-batch; the part not hidden behind compute (1 - dp_overlap) adds to the stage."""
@@ -273,14 +312,15 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
         ends.append(pipeline - back)
         back += (bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v
     dp = tuple(dp_sync_s(w, params[i], stages[i].dp_link) for i in range(p))
-    done = max(e + (1 - w.params.dp_overlap) * d for e, d in zip(ends, dp))
+    exposed = tuple(dp_exposed_s(w, d, f, bk) for d, f, bk in zip(dp, fwd, bwd))
+    done = max(e + x for e, x in zip(ends, exposed))
     emb = 0.0
     if w.arch.tied_embeddings and p > 1:
         table = w.arch.vocab_size * w.arch.hidden_size / w.tp * w.params.gradient_reduce_bytes[w.recipe.precision]
         emb = all_reduce_s(table, 2, stages[0].next_link)
     opt = max(_optimizer_s(w, params[i], stages[i].gpu) for i in range(p))
     return Step(stage_fwd_s=tuple(fwd), stage_bwd_s=tuple(bwd), p2p_s=p2p, pipeline_s=pipeline,
-                stage_end_s=tuple(ends), dp_s=dp, embedding_sync_s=emb, optimizer_s=opt,
+                stage_end_s=tuple(ends), dp_s=dp, dp_exposed_s=exposed, embedding_sync_s=emb, optimizer_s=opt,
                 step_s=done + emb + opt)
 
 
@@ -379,7 +419,7 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     eff = params.link_efficiency
     first, last, after = stage_span(tp, dp, pp, i, g)
     ks = range(first, last + 1)
-    intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * eff[gpus[k].intra_node_link] for k in ks),
+    intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
                             params.intra_node_latency_s)
     inter = lambda ks, share: Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
                                    params.inter_node_latency_s)

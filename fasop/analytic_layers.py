@@ -145,17 +145,26 @@ def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: in
     return replicated / (t if sp else 1) + split / t
 
 
-def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:
+def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: float | None = None) -> float:
     """Bytes the weight matmuls of one layer's forward read and write on one TP rank: inputs,
     weights and outputs of QKV, O, the MLP's up (and gate) and down projections, and of the
-    attention core's Q, K, V reads and context write (Calculon's per-op memory traffic)."""
+    attention core's Q, K, V reads and context write (Calculon's per-op memory traffic).
+    `operand`: bytes per input and weight element when not `e` (1 for FP8 matmuls)."""
     h, f, qkv = a.hidden_size, a.ffn_hidden_size, a.q_width + 2 * a.kv_width
     up = 2 if a.gated_mlp else 1
     bs = b * s
     inputs = bs * h + bs * a.q_width / t + bs * h + bs * up * f / t + bs * qkv / t
     weights = (h * qkv + a.q_width * h + h * up * f + f * h) / t
     outputs = bs * qkv / t + bs * h + bs * up * f / t + bs * h + bs * a.q_width / t
-    return e * (inputs + weights + outputs)
+    return (e if operand is None else operand) * (inputs + weights) + e * outputs
+
+
+def fp8_cast_elements(a: Architecture, b: int, s: int, t: int) -> float:
+    """Elements an FP8 run casts per layer forward on one TP rank: the inputs of the QKV, O, MLP up
+    and MLP down matmuls (Transformer Engine casts each to FP8, with a transposed copy for the
+    weight-gradient matmul; the backward casts the output gradients the same way)."""
+    up_in, down_in = a.hidden_size, a.ffn_hidden_size / t
+    return b * s * (a.hidden_size + a.q_width / t + up_in + down_in)
 
 
 def head_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:

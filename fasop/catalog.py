@@ -22,10 +22,12 @@ from fasop.specs import GIB, ClusterSpec, NodeType, Reader, read_yaml
 CATALOG_DIR = Path(__file__).resolve().parent.parent / "cluster_specs" / "catalog"
 LINKS = ("nvlink", "xgmi", "pcie")
 _GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_gbyte_per_s",
-             "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s")
+             "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
+             "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency")
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
-               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes")
+               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
+               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce")
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
 
@@ -47,13 +49,29 @@ class GpuType:
     """Achievable share of the peak on large matmuls (measured MAMF / peak where measured)."""
     reference_inter_node_bytes_per_s: float
     """Network of the vendor's reference node, per node (used by `fasop validate`)."""
+    fp8_matmul_efficiency: float | None = None
+    """Achievable share of the FP8 peak on large matmuls, where measured; None: matmul_efficiency."""
+    intra_node_efficiency: float | None = None
+    """Share of the intra-node link NCCL achieves on this GPU, where measured; None: the link
+    kind's `link_efficiency` (analytic.yaml)."""
+
+    fused_attention_efficiency: float | None = None
+    """Share of the 16-bit peak a fused attention kernel reaches on this GPU, where measured; None:
+    analytic.yaml's `fused_attention_efficiency`."""
+
+    def intra_node_share(self, params: "AnalyticParams") -> float:
+        return self.intra_node_efficiency or params.link_efficiency[self.intra_node_link]
+
+    def attention_share(self, params: "AnalyticParams") -> float:
+        return self.fused_attention_efficiency or params.fused_attention_efficiency
 
     def matmul_flops(self, precision: str) -> float:
         """Achievable matmul FLOP/s in `precision`; fp8 without FP8 units runs at the 16-bit peak,
         bf16 without BF16 units at the fp16 peak (what a framework falls back to)."""
         for p in (precision, "bf16" if precision == "fp8" else "fp16", "fp16"):
             if p in self.peak_flops:
-                return self.peak_flops[p] * self.matmul_efficiency
+                fp8 = p == "fp8" and self.fp8_matmul_efficiency is not None
+                return self.peak_flops[p] * (self.fp8_matmul_efficiency if fp8 else self.matmul_efficiency)
         raise AssertionError(f"{self.name} has no 16-bit peak")
 
 
@@ -75,6 +93,16 @@ class AnalyticParams:
     dp_overlap: float
     framework_overhead_bytes: float
     gradient_reduce_bytes: dict[str, int]
+    gradient_accumulation_fusion: bool = False
+    """The weight-gradient matmul adds into the fp32 main gradient in its epilogue (Megatron-LM
+    `--gradient-accumulation-fusion`): no separate read-modify-write pass over the gradients."""
+    fp8_cast_bytes: float = 0.0
+    """Bytes moved per matmul-input element an FP8 run casts (read 16-bit, write FP8 and its transpose)."""
+    overlap_grad_reduce: bool = False
+    """DP gradient buckets are reduced during the backward: a stage's DP sync waits only for what
+    its last micro-batch's backward (and next forward, for the weight all-gather) cannot cover."""
+    tp_overlap: float = 0.0
+    """Share of the tensor-parallel collectives hidden behind the layer's matmuls."""
 
 
 def canonical(name: str) -> str:
@@ -116,6 +144,10 @@ def _gpu(r: Reader, name: str) -> GpuType:
         intra_node_link=r.get("intra_node_link", str, check=lambda v: v in LINKS, why=f"one of {LINKS}"),
         matmul_efficiency=float(r.get("matmul_efficiency", (int, float), check=lambda v: 0 < v <= 1, why="in (0, 1]")),
         reference_inter_node_bytes_per_s=float(r.positive("reference_inter_node_gbit_per_s", high=limits.GBIT_PER_S[1])) * 1e9 / 8,
+        fp8_matmul_efficiency=r.get("fp8_matmul_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
+        fused_attention_efficiency=r.get("fused_attention_efficiency", (int, float), None, lambda v: 0 < v <= 1,
+                                         "in (0, 1]"),
+        intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
     )
     r.done()
     return gpu
@@ -145,6 +177,10 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
     grad = _mapping(r, "gradient_reduce_bytes", ("bf16", "fp16", "fp8"), base is None,
                     lambda v: v in (2, 4) and not isinstance(v, bool), "2 or 4")
+    fusion = get("gradient_accumulation_fusion", bool, None, "")
+    cast = get("fp8_cast_bytes", (int, float), lambda v: v >= 0, ">= 0")
+    tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
+    grad_overlap = get("overlap_grad_reduce", bool, None, "")
     r.done()
     new = AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
@@ -157,6 +193,10 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         dp_overlap=float(overlap) if overlap is not None else base.dp_overlap,
         framework_overhead_bytes=float(overhead) * GIB if overhead is not None else base.framework_overhead_bytes,
         gradient_reduce_bytes={**(base.gradient_reduce_bytes if base else {}), **grad},
+        gradient_accumulation_fusion=fusion if fusion is not None else base.gradient_accumulation_fusion,
+        fp8_cast_bytes=float(cast) if cast is not None else base.fp8_cast_bytes,
+        tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
+        overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,
     )
     return new
 

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         fits = "" if row["fits"] else "  (does not fit in memory)"
         print(f"{name[:24]:<24} {row['measured_seconds_per_iter']:>11.3f} {row['predicted_seconds_per_iter']:>12.3f} "
               f"{row['error_pct']:>+7.1f}%  {row['picked'] or '-'}{fits}")
-    print(f"time: MAPE {report.mape:.1f} %, max |error| {report.max_error:.1f} % over {len(rows)} runs")
+    print(f"time: MAPE {report.mape:.1f} %, max |error| {report.max_error:.1f} %, "
+          f"mean signed {report.mean_signed_error:+.1f} % over {len(rows)} runs")
     memory = report.memory_errors
     if memory:
         print(f"memory: MAPE {100 * sum(map(abs, memory)) / len(memory):.1f} %, "

@@ -7,7 +7,9 @@ One CSV row is one measured run. Columns (exact names):
             tied_embeddings (0/1; 1, or 0 for a gated MLP as in the Llama family),
             gpus_per_node (8), precision (bf16), micro_batch_size, recompute (none/selective/full),
             sequence_parallel (0/1), distributed_optimizer (0/1), virtual_pp,
-            measured_peak_mem_gib, fused_attention (0/1; the catalog default, analytic.yaml)
+            measured_peak_mem_gib, fused_attention and overlap_grad_reduce (0/1: software the run
+            had, FlashAttention and gradient reduction during the backward; the catalog default,
+            analytic.yaml)
 An empty plan cell (micro_batch_size, recompute, sequence_parallel, distributed_optimizer,
 virtual_pp) means "the fastest value that fits in memory": every allowed value is estimated and
 the row reports what was picked. The GPU comes from the catalog (cluster_specs/catalog/gpus.yaml),
@@ -36,7 +38,7 @@ REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "voca
             "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter")
 OPTIONAL = ("name", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "gpus_per_node", "precision",
             "micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp",
-            "measured_peak_mem_gib", "fused_attention")
+            "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce")
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
 OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter",
                "predicted_seconds_per_iter", "error_pct", "measured_peak_mem_gib", "predicted_peak_mem_gib",
@@ -77,6 +79,11 @@ class Report:
     @property
     def max_error(self) -> float:
         return 100 * max(abs(p.error) for p in self.predictions)
+
+    @property
+    def mean_signed_error(self) -> float:
+        """Mean of (predicted - measured) / measured, %: the estimator's lean (negative: fast)."""
+        return 100 * sum(p.error for p in self.predictions) / len(self.predictions)
 
     @property
     def memory_errors(self) -> list[float]:
@@ -186,7 +193,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     if gpu is None:
         known = ", ".join(x.name for x in load_gpus().values())
         raise c.error("gpu", f"unknown GPU type {c.text('gpu')!r} (catalog: {known})")
-    params = replace(base, fused_attention=c.flag("fused_attention", base.fused_attention))
+    params = replace(base, fused_attention=c.flag("fused_attention", base.fused_attention),
+                     overlap_grad_reduce=c.flag("overlap_grad_reduce", base.overlap_grad_reduce))
     g = c.int("gpus_per_node", 8)
     precision = c.choice("precision", ("bf16", "fp16", "fp8"), "bf16")
     stages = _hardware(gpu, g, tp, dp, pp, params)
@@ -229,7 +237,7 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, stages, fixed):
         "recompute": list(RECOMPUTES),
         "sequence_parallel": [False, True] if tp > 1 else [False],
         "distributed_optimizer": [False, True] if dp > 1 else [False],
-        "virtual_pp": [v for v in range(1, MAX_VIRTUAL + 1) if arch.num_layers % (pp * v) == 0] if pp > 1 else [1],
+        "virtual_pp": [1] + [v for v in range(2, MAX_VIRTUAL + 1) if arch.num_layers % (pp * v) == 0] if pp > 1 else [1],
     }
     options |= {k: [v] for k, v in fixed.items()}
     best = None

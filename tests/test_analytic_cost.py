@@ -103,3 +103,87 @@ def test_split_is_the_best_min_max_split():
     counts = C.split_layers(w, (tight, pair[1]))
     assert counts[0] <= 5 and sum(counts) == 30
     assert C.split_layers(w, (dataclasses.replace(tight, memory_limit_bytes=1.0), pair[1])) is None
+
+
+def _layer(params, precision="bf16", recompute="none"):
+    w = C.Workload(arch=ARCH, seq=1024, mbs=2, tp=1, dp=1, pp=1, num_microbatches=1,
+                   recipe=Recipe(precision=precision, recompute=recompute), params=params)
+    return C.layer_s(w, find_gpu("H100-SXM"), LINK)
+
+
+def test_gradient_accumulation_fusion_drops_the_read_modify_write_of_the_main_grads():
+    """Unfused, each micro-batch's backward reads and writes the fp32 gradient buffer: 2 x 4 bytes
+    a parameter at the memory bandwidth; fused into the matmul epilogue it costs nothing more."""
+    gpu = find_gpu("H100-SXM")
+    fused = dataclasses.replace(PARAMS, gradient_accumulation_fusion=True)
+    unfused = dataclasses.replace(PARAMS, gradient_accumulation_fusion=False)
+    f1, b1 = _layer(fused)
+    f0, b0 = _layer(unfused)
+    rmw = 2 * 4 * (12 * 1024 ** 2 + 13 * 1024) / (gpu.memory_bytes_per_s * PARAMS.memory_bandwidth_efficiency)
+    assert f0 == f1 and b0 - b1 == pytest.approx(rmw)
+
+
+def test_flash_attention_backward_recomputes_the_scores():
+    """A fused attention core's backward is 5 matmuls to the forward's 2: 2.5 x its forward time,
+    where an unfused core's backward is 2 x (FlashAttention, Dao et al. 2022)."""
+    gpu = find_gpu("H100-SXM")
+    core = attention_core_flops(ARCH, 2, 1024, 1, 0.5)
+    rate = gpu.peak_flops["bf16"] * gpu.attention_share(PARAMS)    # H100: its measured FA-2 share
+    fused = dataclasses.replace(PARAMS, gradient_accumulation_fusion=True)  # no accumulate term
+    f, b = _layer(fused)    # tp = 1: no TP collectives either
+    assert b - 2 * f == pytest.approx(0.5 * core / rate)
+    f, b = _layer(dataclasses.replace(fused, fused_attention=False))
+    assert b == pytest.approx(2 * f)
+
+
+def test_fp8_casts_cost_bandwidth():
+    """FP8 moves fp8_cast_bytes per cast matmul-input element on top of the 16-bit run's bytes, so
+    it never reaches 2x: with casts free it is faster than with casts charged."""
+    free = dataclasses.replace(PARAMS, fp8_cast_bytes=0.0)
+    assert _layer(free, "fp8")[0] < _layer(PARAMS, "fp8")[0] < _layer(PARAMS, "bf16")[0]
+    f16, f8 = _layer(PARAMS, "bf16")[0], _layer(PARAMS, "fp8")[0]
+    assert f16 / f8 < 2
+
+
+def test_fp8_with_sp_all_gathers_one_byte_elements_in_the_forward():
+    """With SP the forward's two all-gathers carry the FP8-cast inputs (1 byte an element), its two
+    reduce-scatters 16-bit outputs: 3/4 of the 16-bit volume; the backward's stay 16-bit."""
+    link = C.Link(100e9, 0.0)
+    def tp(precision):
+        w = C.Workload(arch=ARCH, seq=1024, mbs=2, tp=4, dp=1, pp=1, num_microbatches=1,
+                       recipe=Recipe(precision=precision, sequence_parallel=True), params=PARAMS)
+        return C.tp_collectives_s(w, link)
+    bwd16, fwd16 = tp("bf16")
+    bwd8, fwd8 = tp("fp8")
+    assert fwd16 == bwd16 == bwd8 == pytest.approx(2 * C.all_reduce_s(2 * 1024 * 1024 * 2, 4, link))
+    assert fwd8 == pytest.approx(0.75 * fwd16)
+    hidden = dataclasses.replace(PARAMS, tp_overlap=0.25)
+    w = C.Workload(arch=ARCH, seq=1024, mbs=2, tp=4, dp=1, pp=1, num_microbatches=1, recipe=Recipe(), params=hidden)
+    assert C.tp_collectives_s(w, link)[0] == pytest.approx(0.75 * bwd16)
+
+
+def test_measured_fp8_and_nvlink_shares_of_the_h100():
+    """The catalog's H100 reaches its measured FP8 share (not its BF16 one) and NCCL's NVLink4 share."""
+    gpu = find_gpu("H100-SXM")
+    assert gpu.matmul_flops("fp8") == pytest.approx(1979e12 * 0.70)
+    assert gpu.matmul_flops("bf16") == pytest.approx(989e12 * 0.803)
+    hw = C.stage_hardware(8, 1, 1, [type("N", (), {"gpus_per_node": 8, "inter_node_bytes_per_s": 1e9,
+                                                   "memory_limit_bytes": 1e12})()], [gpu], PARAMS)
+    assert hw[0].tp_link.bytes_per_s == pytest.approx(450e9 * 0.82)
+    a100 = find_gpu("A100-SXM4-80GB")
+    assert a100.matmul_flops("fp8") == a100.matmul_flops("bf16")  # no FP8 units: the 16-bit rate
+    assert gpu.attention_share(PARAMS) == 0.33 and a100.attention_share(PARAMS) == PARAMS.fused_attention_efficiency
+
+
+def test_overlapped_gradient_reduction_waits_only_for_what_the_backward_cannot_hide():
+    """Without overlap the step waits for (1 - dp_overlap) of a stage's DP sync; with
+    overlap_grad_reduce only for what its last backward (+ the next forward under a sharded
+    optimizer, for the weight all-gather) cannot cover."""
+    on = dataclasses.replace(PARAMS, overlap_grad_reduce=True, dp_overlap=0.0)
+    off = dataclasses.replace(PARAMS, overlap_grad_reduce=False, dp_overlap=0.25)
+    w = lambda params, zero: C.Workload(arch=ARCH, seq=1024, mbs=1, tp=1, dp=4, pp=1, num_microbatches=4,
+                                        recipe=Recipe(zero=zero), params=params)
+    assert C.dp_exposed_s(w(off, 0), 2.0, 0.5, 1.0) == pytest.approx(1.5)
+    assert C.dp_exposed_s(w(on, 0), 2.0, 0.5, 1.0) == pytest.approx(1.0)     # 2 - backward 1
+    assert C.dp_exposed_s(w(on, 1), 2.0, 0.5, 1.0) == pytest.approx(0.5)     # 2 - (1 + forward 0.5)
+    assert C.dp_exposed_s(w(on, 0), 0.8, 0.5, 1.0) == 0.0                    # fully hidden

@@ -77,3 +77,10 @@ def test_analytic_overrides_in_a_cluster(tmp_path):
     path.write_text(text.replace("dp_overlap: 0.5", "dp_overlap: 2"))
     with pytest.raises(SpecError, match=r"analytic\.dp_overlap: must be in \[0, 1\], got 2"):
         load_cluster(str(path))
+    # a run that overlaps TP communication (NeMo's H100 recipes) and does not fuse gradient accumulation
+    path.write_text(text.replace("dp_overlap: 0.5", "tp_overlap: 0.5\n  gradient_accumulation_fusion: false"))
+    params = load_cluster(str(path)).analytic
+    assert params.tp_overlap == 0.5 and not params.gradient_accumulation_fusion and params.fp8_cast_bytes == 4
+    path.write_text(text.replace("dp_overlap: 0.5", "tp_overlap: 1.5"))
+    with pytest.raises(SpecError, match=r"analytic\.tp_overlap: must be in \[0, 1\], got 1.5"):
+        load_cluster(str(path))

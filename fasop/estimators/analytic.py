@@ -268,10 +268,9 @@ class AnalyticEstimator:
     def _step_parts(self, step: C.Step) -> tuple[tuple[str, float], ...]:
         """analytic_cost.step's sum: the latest (stage end + its DP sync not overlapped), the
         embedding all-reduce, the optimizer step; the first of equal stages, as max picks it."""
-        hidden = 1 - self.params.dp_overlap
-        done = [e + hidden * d for e, d in zip(step.stage_end_s, step.dp_s)]
+        done = [e + x for e, x in zip(step.stage_end_s, step.dp_exposed_s)]
         k = done.index(max(done))
-        return ((f"stage {k}'s end", step.stage_end_s[k]), ("DP sync not overlapped", hidden * step.dp_s[k]),
+        return ((f"stage {k}'s end", step.stage_end_s[k]), ("DP sync not overlapped", step.dp_exposed_s[k]),
                 ("embedding all-reduce", step.embedding_sync_s), ("optimizer step", step.optimizer_s))
 
     def schedule_of(self, estimate: Estimate) -> Schedule:
