@@ -172,9 +172,7 @@ def test_polish_then_settle_is_the_brute_force_optimum(seed, budget):
     kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
     capped = optimal(fitting, max_nodes=budget, **kwargs)
     split, value = polish(capped.split, capped.objective, fitting, kwargs["evaluate"])
-    kwargs["bound"] = with_sweep(kwargs["bound"], SweepBound(
-        sweep_completion(fitting, m, fwd_bwd_factor=3.0), fwd_bwd_factor=3.0, send_first=float(sends_fwd[0, 0]),
-        send_last=float(sends_bwd[pp - 1, 0])))  # as the estimator's settle pass
+    kwargs["bound"] = with_sweep(kwargs["bound"], _sweep(fitting, m, sends_fwd, sends_bwd))  # as the settle pass
     assert value <= capped.objective and value == objective(split)
     assert np.isfinite(stage_times(split)).all() and np.isfinite(fitting[np.arange(pp), *_edges(split)]).all()
     assert all(objective(s) >= value for s in moves(split, fitting))  # a local optimum
@@ -195,6 +193,11 @@ def test_moves_are_every_fitting_one_layer_move(seed):
         assert set(moves(split, fitting)) == expected
 
 
+def _sweep(fitting, m, sends_fwd, sends_bwd) -> SweepBound:
+    return SweepBound(sweep_completion(fitting, m, fwd_bwd_factor=3.0), num_microbatches=m, fwd_bwd_factor=3.0,
+                      send_first=float(sends_fwd[0, 0]), send_last=float(sends_bwd[-1, 0]))
+
+
 def _edges(split) -> tuple[np.ndarray, np.ndarray]:
     edges = np.concatenate([[0], np.cumsum(split)])
     return edges[:-1], edges[1:]
@@ -209,8 +212,7 @@ def test_sweep_bound_is_below_every_completion(seed):
     fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
     if not np.isfinite(brute):
         return
-    sweep = SweepBound(sweep_completion(fitting, m, fwd_bwd_factor=3.0), fwd_bwd_factor=3.0,
-                       send_first=float(sends_fwd[0, 0]), send_last=float(sends_bwd[pp - 1, 0]))
+    sweep = _sweep(fitting, m, sends_fwd, sends_bwd)
     layers = fitting.shape[1] - 1
     splits = [tuple(y - x for x, y in zip((0,) + cuts, cuts + (layers,)))
               for cuts in itertools.combinations(range(1, layers), pp - 1)]
@@ -227,3 +229,38 @@ def test_sweep_bound_is_below_every_completion(seed):
     kwargs["bound"] = with_sweep(kwargs["bound"], sweep)
     exact = optimal(fitting, **kwargs)
     assert exact.proven and exact.objective == pytest.approx(brute, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_sweep_on_points_is_below_the_simulation(seed):
+    """With many micro-batches the sweep changes stages only at `sweep_points`: along any full
+    split its value stays at most the simulated stage 0 end, and at most the sweep on every
+    micro-batch (fewer chains)."""
+    import fasop.schedule_bounds as sb
+
+    rng = np.random.default_rng(seed)
+    pp, m = int(rng.integers(2, 9)), int(rng.integers(34, 140))
+    layer_s = rng.uniform(0.5, 2.0, (pp, 1)) * rng.uniform(0.5, 2.0, (1, 3 * pp))
+    size = 3 * pp + 1
+    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    sums = np.concatenate([np.zeros((pp, 1)), np.cumsum(layer_s, axis=1)], axis=1)
+    times = np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf)
+    split = tuple(int(c) for c in rng.multinomial(2 * pp, np.ones(pp) / pp) + 1)
+    t = times[np.arange(pp), *_edges(split)]
+    sf, sb_ = np.zeros((pp, 1)), np.zeros((pp, 1))
+    sf[0], sb_[-1] = rng.uniform(0, 0.1, 2)
+    end = one_f_one_b(t[:, None] / 3, 2 * t[:, None] / 3, sf, sb_, m)[0, 0]
+
+    def along(sweep):
+        prefix = None
+        for k in range(pp):
+            bound, rows = sweep(k, prefix, np.array([t[k]]), np.array([sum(split[:k + 1])]))
+            prefix = rows[0]
+        return bound[0]
+
+    coarse = along(_sweep(times, m, sf, sb_))
+    assert len(sb.sweep_points(m)) <= sb.SWEEP_POINTS and sb.sweep_points(m)[-1] == m - 1
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sb, "SWEEP_POINTS", 10**6)
+        fine = along(_sweep(times, m, sf, sb_))
+    assert coarse <= fine * (1 + 1e-12) and fine <= end * (1 + 1e-12)

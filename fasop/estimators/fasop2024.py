@@ -387,7 +387,7 @@ class Fasop2024Estimator:
             """`tight` raised to the longest backward sweep (schedule_bounds.SweepBound)."""
             if "sweep" not in tables:
                 tables["sweep"] = sweep_completion(fitting, m, fwd_bwd_factor=self.fwd_bwd_factor)
-            return with_sweep(tight, SweepBound(tables["sweep"], fwd_bwd_factor=self.fwd_bwd_factor,
+            return with_sweep(tight, SweepBound(tables["sweep"], num_microbatches=m, fwd_bwd_factor=self.fwd_bwd_factor,
                                                 send_first=send_first, send_last=send_last))
 
         def certified(found: Found | None) -> Found | None:
