@@ -132,8 +132,8 @@ def round_trip_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
 SWEEP_POINTS = 33
 """The sweep may change stages only at this many micro-batches, evenly spread from 0 to m - 1
 (every one while m <= 33): fewer chains, so still a lower bound, and the tables stay small for
-m = 64, 128. Measured on FASOP's experiments: as many splits proven as with every micro-batch,
-the table of t5's 32-stage, 128-micro-batch plans ~4x faster."""
+m = 64, 128. Measured on t5 a100=1,a10=7 (default search): one more of its 510 splits left
+unproven than with every micro-batch, and the tables' CPU time 0.64 s -> 0.45 s."""
 
 
 def sweep_points(num_microbatches: int) -> np.ndarray:
