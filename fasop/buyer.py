@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fasop.errors import FasopError
-from fasop.pareto import Composition
+from fasop.sweep import Composition
 from fasop.specs import ClusterSpec
 
 GIB = 2**30

@@ -20,7 +20,7 @@ import pickle
 from pathlib import Path
 
 from fasop.errors import FasopError
-from fasop.pareto import CompositionResult
+from fasop.sweep import CompositionResult
 
 VERSION = 1
 

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fasop.cli_args import abbreviate
 from fasop.errors import FasopError
 
 COMMANDS = ("export", "explain", "plot")
@@ -256,9 +257,7 @@ def _plot(args: argparse.Namespace) -> int:
         figures.append(("frontier", _frontier(rows, plots, where)))
     x, timeline = _explained(rp, model, cluster)
     plan = rp.plan
-    from fasop.cli import _abbreviate
-
-    label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {_abbreviate(plan.placement_name)}"
+    label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {abbreviate(plan.placement_name)}"
     boxes = 2 * plan.pp * plan.num_microbatches
     if "timeline" in wanted and timeline is None:
         print(f"fasop: note: no timeline: {x.schedule_note}", file=sys.stderr)
@@ -296,7 +295,6 @@ def _explained(rp, model, cluster):
 def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, float]]]:
     """(label, parts) of the top plans: a search CSV's N fastest that fit (none fits: its N
     fastest), a pareto CSV's frontier."""
-    from fasop.cli import _abbreviate
     from fasop.rowplan import plan_of_row
 
     if "composition" in rows[0]:
@@ -310,7 +308,7 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
         s = x.stages[x.last_stage]
         p = rp.plan
         label = (row["composition"] + ": " if "composition" in row else f"#{row.get('rank', k)} ") + \
-            f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {_abbreviate(p.placement_name)}" + \
+            f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {abbreviate(p.placement_name)}" + \
             (" (OOM)" if row.get("is_oom") == "True" else "")
         drawn = x.bubble_fraction == x.bubble_fraction  # nan: no timeline to split the pipeline
         pipeline = ({"compute": s.computing_s, "p2p": s.sending_s, "bubble": s.idle_s} if drawn

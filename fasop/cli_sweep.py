@@ -51,18 +51,19 @@ def buyer_limits(args: argparse.Namespace):
 
 
 def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, workers: int, checkpoint_path: Path,
-              progress) -> tuple[list, KeyboardInterrupt | None, dict]:
+              progress, estimator_options: dict | None = None) -> tuple[list, KeyboardInterrupt | None, dict]:
     """Sweep `comps` as the options say: (results in composition order, the interrupt (Ctrl-C or
-    SIGTERM) that stopped it or None, counts {"pruned": n, "resumed": n}). The checkpoint stays:
+    SIGTERM) that stopped it or None, counts {"pruned": n, "resumed": n}). estimator_options: the
+    recipes given for the analytic estimator (cli_recipes.options). The checkpoint stays:
     the caller removes it once a complete sweep's result is on disk."""
-    from fasop import pareto
+    from fasop import sweep
     from fasop.checkpoint import Checkpoint, fingerprint
     from fasop.executors import make_executor
     from fasop.pruning import pruned_sweep
 
-    job = pareto.sweep_job(model, cluster, comps, placements=args.placements, partitioner=args.partitioner,
+    job = sweep.sweep_job(model, cluster, comps, placements=args.placements, partitioner=args.partitioner,
                            iterations=iterations, spot=args.spot, top=1, partition_budget=args.partition_budget,
-                           estimator_options=getattr(args, "estimator_options", None))
+                           estimator_options=estimator_options)
     if args.round_size < 1:
         raise FasopError(f"--round-size: must be >= 1, got {args.round_size}")
     prune = not args.exhaustive

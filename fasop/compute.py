@@ -24,9 +24,10 @@ from fasop.recent import recent
 from fasop.specs import ModelSpec
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class LayerCosts:
-    """Fwd+bwd seconds of every layer on one GPU type, and sums over contiguous runs."""
+    """Fwd+bwd seconds of every layer on one GPU type, and sums over contiguous runs (not frozen:
+    it caches its sums, `matrix`, `run_sums`, `total`, made on first use; equal by identity)."""
 
     seconds: tuple[float, ...]
 

@@ -6,7 +6,7 @@ Ray cluster. One small interface, so that fasop.pruning schedules the same way o
     executor.next_result()        # (index, CompositionResult) of a finished task, blocking
     executor.close()              # stop now: cancel what has not started, end the workers
 
-A task is `_SweepJob(composition, cutoff)`, a pure function of its inputs, so the results do not
+A task is `SweepJob(composition, cutoff)`, a pure function of its inputs, so the results do not
 depend on the executor, the number of workers or the order tasks finish in. A worker process
 that dies (killed, out of memory) has its compositions run again on a fresh pool, up to
 MAX_RETRIES times each; Ray retries its tasks itself (`max_retries`).
@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from fasop.errors import FasopError
-from fasop.pareto import Composition, CompositionResult, _init_sweep_worker, _Interrupted, _SweepJob, _sweep_worker
+from fasop.sweep import Composition, CompositionResult, Interrupted, SweepJob, init_sweep_worker, sweep_worker
 from fasop.workers import process_pool
 from fasop.workers import stop as _stop
 
@@ -33,7 +33,7 @@ EXECUTORS = ("local", "ray")
 class SerialExecutor:
     """Tasks run in this process when asked for a result, in composition order."""
 
-    def __init__(self, job: _SweepJob):
+    def __init__(self, job: SweepJob):
         self.job, self.queue = job, deque()
 
     @property
@@ -55,7 +55,7 @@ class PoolExecutor:
     """Tasks run in `workers` local processes, the largest compositions first (no worker is left
     with a big one at the end). A dead worker breaks the pool: a new pool runs what was left."""
 
-    def __init__(self, job: _SweepJob, workers: int):
+    def __init__(self, job: SweepJob, workers: int):
         self.job, self.workers = job, workers
         self.pool = None
         self.running: dict = {}
@@ -67,9 +67,9 @@ class PoolExecutor:
 
     def submit(self, tasks: Sequence[Task]) -> None:
         if self.pool is None:
-            self.pool = process_pool(self.workers, _init_sweep_worker, (self.job,))
+            self.pool = process_pool(self.workers, init_sweep_worker, (self.job,))
         for task in sorted(tasks, key=lambda t: (-t[1].num_nodes, t[0])):
-            self.running[self.pool.submit(_sweep_worker, task[1], task[2])] = task
+            self.running[self.pool.submit(sweep_worker, task[1], task[2])] = task
 
     def next_result(self) -> tuple[int, CompositionResult]:
         import concurrent.futures as futures
@@ -83,7 +83,7 @@ class PoolExecutor:
         task = self.running.pop(future)
         try:
             return task[0], future.result()
-        except _Interrupted:
+        except Interrupted:
             raise KeyboardInterrupt from None
         except BrokenProcessPool:
             self._restart(task)
@@ -111,7 +111,7 @@ class PoolExecutor:
         self.running = {}
 
 
-def _ray_search(job: _SweepJob, comp: Composition, cutoff: float) -> CompositionResult:
+def _ray_search(job: SweepJob, comp: Composition, cutoff: float) -> CompositionResult:
     return job(comp, cutoff)
 
 
@@ -120,7 +120,7 @@ class RayExecutor:
     else a Ray instance started for this process). Ray runs a task again when its worker dies
     (`max_retries`). fasop must be importable on every node (the same version)."""
 
-    def __init__(self, job: _SweepJob, address: str | None):
+    def __init__(self, job: SweepJob, address: str | None):
         try:
             import ray
         except ImportError:
@@ -162,7 +162,7 @@ class RayExecutor:
         self.running = {}
 
 
-def make_executor(job: _SweepJob, kind: str = "local", workers: int = 1, ray_address: str | None = None):
+def make_executor(job: SweepJob, kind: str = "local", workers: int = 1, ray_address: str | None = None):
     """The executor for --executor (local: this process when workers == 1, else a process pool)."""
     if kind not in EXECUTORS:
         raise FasopError(f"--executor: unknown executor {kind!r} (known: {', '.join(EXECUTORS)})")

@@ -211,14 +211,16 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
 
 
 def _timeline(estimator, e):
-    """(timeline or None, note): the estimator's own schedule (its optional `schedule_of`), else
-    FASOP's; None with the reason when the estimator refuses to draw it (interleaved plans)."""
+    """(timeline or None, note): the estimator's own schedule (its optional `schedule_of`); None
+    with the reason when the estimator has none or refuses to draw it (interleaved plans)."""
     schedule_of = getattr(estimator, "schedule_of", None)  # the estimator's own pipeline, where it has one
+    if schedule_of is None:
+        return None, f"the estimator ({type(estimator).__name__}) has no schedule_of to draw its pipeline"
     try:
-        schedule = schedule_of(e) if schedule_of else None
+        schedule = schedule_of(e)
     except FasopError as exc:
         return None, str(exc)
-    tl = timeline(e, getattr(estimator, "fwd_bwd_factor", 3.0), schedule)
+    tl = timeline(e, schedule)
     note = ""
     if abs(tl.pipeline_time_s - e.pipeline_time_s) > 1e-9 * e.pipeline_time_s:
         note = (f"the simulated 1F1B schedule (the timeline, these stage ends) ends at {tl.pipeline_time_s * 1e3:.2f} "

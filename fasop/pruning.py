@@ -2,7 +2,7 @@
 
 `fasop pareto` needs, per composition, only its fastest plan that fits -- and only if that plan's
 (train_time_h, train_cost_usd) is not behind a frontier point. Two exact rules use what earlier
-searches found (the frontier points *found*: fasop.pareto.train_time_h / train_cost_usd of their
+searches found (the frontier points *found*: fasop.sweep.train_time_h / train_cost_usd of their
 best plans, the very numbers analyse() compares):
 
 1. **Bound.** The least of the estimator's `quick_bound` over a composition's degree combinations
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from fasop.errors import FasopError
-from fasop.pareto import Composition, CompositionResult, _SweepJob, train_cost_usd, train_time_h
+from fasop.sweep import Composition, CompositionResult, SweepJob, train_cost_usd, train_time_h
 
 ROUND_SIZE = 16
 """Compositions searched per round (README, 'fasop pareto': pruning); rounds 0 and 1 know nothing."""
@@ -87,7 +87,7 @@ class Found:
         return best
 
 
-def bounds(job: _SweepJob, comps: Sequence[Composition]) -> list[tuple[float, float]]:
+def bounds(job: SweepJob, comps: Sequence[Composition]) -> list[tuple[float, float]]:
     """(quick bound, $/h) per composition; bound 0 where the estimator cannot be made (the search
     reports why) and inf where no plan is valid (nothing to prune: the search says so, at once)."""
     out = []
@@ -109,7 +109,7 @@ def visiting_order(comps: Sequence[Composition], limits: Sequence[tuple[float, f
     return sorted(range(len(comps)), key=lambda i: (kinds[i], limits[i][0], i))
 
 
-def pruned_sweep(job: _SweepJob, comps: Sequence[Composition], executor, *, prune: bool = True,
+def pruned_sweep(job: SweepJob, comps: Sequence[Composition], executor, *, prune: bool = True,
                  round_size: int = ROUND_SIZE, done: Mapping[int, tuple[float, CompositionResult]] | None = None,
                  record: Record | None = None,
                  progress: Progress | None = None) -> Iterator[tuple[int, CompositionResult]]:

@@ -23,35 +23,8 @@ SEARCH_COLUMNS = (
     "partition_proven_optimal", "samples_per_s", "tokens_per_s",
     "usd_per_hour", "iterations", "train_time_h",
 )
-"""Columns of `fasop search` output; `num_nodes_<type>` columns follow, one per node type."""
-
-COLUMN_DOCS = {
-    "mbs": "micro-batch size (samples)",
-    "tp": "tensor-parallel degree", "dp": "data-parallel degree", "pp": "pipeline stages",
-    "node_placement": "node type of every node in rank order, joined by '-'",
-    "partition": "layer-list entries per pipeline stage, joined by '-'",
-    "step_time_s": "estimated seconds per training step (global batch)",
-    "pipeline_time_s": "1F1B pipeline time of stage 0, seconds",
-    "dp_allreduce_s": "gradient all-reduce seconds at the stage that ends last",
-    "embedding_allreduce_s": "tied-embedding all-reduce seconds",
-    "usd_per_step": "dollars per step for the whole inventory",
-    "is_oom": "some stage exceeds its GPU memory limit",
-    "oom_gpumem_gib": "peak GiB per GPU (x overhead at the OOM stage when is_oom)",
-    "is_zero_oom": "out of memory even with ZeRO optimiser sharding",
-    "zero_oom_gpumem_gib": "peak GiB per GPU with ZeRO",
-    "train_cost_usd": "usd_per_step x iterations",
-    "rank": "1 = fastest", "num_gpus": "GPUs the plan uses", "num_nodes": "nodes in the inventory",
-    "num_microbatches": "micro-batches per step per replica",
-    "stage_gpu_types": "GPU type that sets each stage's pace, joined by '-'",
-    "partition_method": "partitioner that chose the split: optimal or fasop-minmax",
-    "partition_proven_optimal": "True when the optimal partitioner proved no split of this plan is faster "
-                                "(by more than 1e-6 of its step time)",
-    "partition_gap_pct": "optimal partitioner only: how much faster, in percent of step_time_s, a split of this "
-                         "plan could still be, from the best lower bound (0 when proven)",
-    "samples_per_s": "global batch / step time", "tokens_per_s": "samples_per_s x sequence length",
-    "usd_per_hour": "price of the inventory per hour", "iterations": "training steps",
-    "train_time_h": "step_time_s x iterations / 3600",
-}
+"""Columns of `fasop search` output; `num_nodes_<type>` columns follow, one per node type. Their
+units and meanings: README.md, "CSV columns" (tests/test_readme.py checks it against a run)."""
 
 
 def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], list[dict]]:
@@ -125,20 +98,8 @@ def write_atomic(path: str | os.PathLike, text: str, flag: str = "--out") -> Pat
 # ---------------------------------------------------------------------------- fasop pareto
 PARETO_EXTRA_COLUMNS = ("composition", "cluster_kind", "status", "num_candidates",
                         "price_basis", "on_frontier", "is_knee", "complete", "step_time_bound_s")
-"""Columns of `fasop pareto` output after SEARCH_COLUMNS and the `num_nodes_<type>` columns."""
-
-PARETO_COLUMN_DOCS = {
-    "composition": "node counts, e.g. 8xa100+3xa10", "cluster_kind": "the node type if all alike, else mixed",
-    "status": "ok: some plan fits in memory; oom: none fits (plan cells empty); no_plan: no valid plan; "
-              "pruned: proved off the frontier without a full search (plan cells empty, see step_time_bound_s)",
-    "num_candidates": "plans enumerated for this composition (placements x degrees x micro-batch sizes)",
-    "price_basis": "on-demand or spot (spot where the spec has a spot price)",
-    "on_frontier": "non-dominated over (train_time_h, train_cost_usd)",
-    "is_knee": "the frontier's knee (README.md, 'fasop pareto')",
-    "complete": "False in every row when the sweep was interrupted: rows cover only finished compositions",
-    "step_time_bound_s": "pruned rows: no plan of the composition that fits is faster, which puts its time and cost "
-                         "behind a frontier point (empty in other rows)",
-}
+"""Columns of `fasop pareto` output after SEARCH_COLUMNS and the `num_nodes_<type>` columns
+(README.md, "`fasop pareto`")."""
 
 
 def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,

@@ -10,12 +10,9 @@ so the output is the same, byte for byte, whatever N.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import gc
-import hashlib
 import heapq
-import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,8 +25,8 @@ from fasop.estimators import Estimator, make_estimator
 from fasop.orders import OrderSearch
 from fasop.partition import PARTITIONERS
 from fasop.plan import Plan
+from fasop.search_chunks import chunks, estimate_chunks, signature_key
 from fasop.specs import ClusterSpec, ModelSpec, NodeType, show
-from fasop.workers import process_pool
 
 PLACEMENTS = ("all", "cyclic", "grouped")
 """all: every distinct order of the node types, equivalent pipelines estimated once;
@@ -206,6 +203,60 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     TREE_ORDERS orders, the orders are searched by branch and bound (orders.OrderSearch)
     instead of listed. estimator_options: passed to the estimator (the analytic one's allowed
     recipes: recompute, zero, sequence_parallel, virtual_stages, precision)."""
+    _check_options(inventory, placements=placements, partitioner=partitioner, iterations=iterations, top=top,
+                   workers=workers, partition_budget=partition_budget, heterogeneous=heterogeneous)
+    options = dict(estimator_options or {})
+    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner, partition_budget=partition_budget,
+                               **options)
+    combos = _degree_combos(model, inventory, estimator)
+    if cutoff < float("inf") and top is None:
+        raise ValueError("search: a cutoff needs top")
+    orders, num_orders = placements_of(inventory, placements)
+    total = num_orders * len(combos)
+    every = len(combos)
+    if cutoff < float("inf"):  # degrees whose quick bound (any placement) is above the cutoff: none of their plans
+        combos = _within_cutoff(combos, model, inventory, estimator, cutoff)
+    expect_shapes = getattr(estimator, "expect_shapes", None)
+    if expect_shapes is not None:
+        expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
+    kept = _Kept(top, cutoff)
+    tally = _Tally(pruned=num_orders * (every - len(combos)))
+    tree, accounted = None, None
+    if _by_prefix(cluster, estimator, placements, num_orders, top, MAX_ORDERS if max_orders is None else max_orders):
+        tree = OrderSearch(estimator, inventory, combos, kept.threshold)
+        candidates: Iterator[tuple[int, Plan]] = iter(tree)
+        accounted = lambda: tree.accounted  # noqa: E731
+    else:
+        candidates = enumerate(plans(orders, combos, global_batch_size=model.global_batch_size))
+    if placements != "cyclic":  # cyclic: FASOP's, no dedupe
+        candidates = tally.unique(candidates, estimator)
+    size = BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK
+    report = progress or (lambda done, n: None)
+    spec = (model, cluster, tuple(inventory), partitioner, partition_budget, options)
+    for done, results in estimate_chunks(chunks(candidates, size), estimator, spec, top, kept.values, workers,
+                                         accounted, set(), cutoff):
+        tally.add(results, kept)
+        report(done, total)
+    report(total, total)
+    if tree is not None:
+        tally.add_tree(tree)
+    return SearchResult(estimates=kept.ranked(), inventory=tuple(inventory), iterations=iterations,
+                        usd_per_hour=estimator.usd_per_s * 3600, num_candidates=total,
+                        num_duplicates=tally.duplicates, num_pruned=tally.pruned,
+                        num_estimated_oom=tally.oom, top=top, misfits=tuple(sorted(tally.misfits.items())))
+
+
+def _within_cutoff(combos: list, model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator,
+                   cutoff: float) -> list:
+    """The degree combinations whose quick bound (which holds for any placement) is within `cutoff`."""
+    gbs = model.global_batch_size
+    return [(tp, dp, pp, mbs) for tp, dp, pp, mbs in combos if estimator.quick_bound(
+        Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=tuple(inventory))) <= cutoff]
+
+
+def _check_options(inventory: Sequence[NodeType], *, placements: str, partitioner: str, iterations: int,
+                   top: int | None, workers: int, partition_budget: int | None, heterogeneous: bool) -> None:
+    """One-line errors for search's options, in the order a user reads them."""
     check_strategies(placements, partitioner, iterations)
     if top is not None and top < 1:
         raise FasopError(f"--top: must be >= 1, got {top}")
@@ -216,31 +267,23 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     types = list(dict.fromkeys(n.name for n in inventory))
     if len(types) > 1 and not heterogeneous:
         raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
-    options = dict(estimator_options or {})
-    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner, partition_budget=partition_budget,
-                               **options)
+
+
+def _degree_combos(model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator) -> list:
+    """The valid (tp, dp, pp, mbs) of the inventory; FasopError when there is none."""
     tp_degrees = estimator.tp_degrees()
     combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
                          num_transformer_layers=model.num_transformer_layers)
     if not combos:
         raise FasopError(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
-    if cutoff < float("inf") and top is None:
-        raise ValueError("search: a cutoff needs top")
-    orders, num_orders = placements_of(inventory, placements)
-    total = num_orders * len(combos)
-    every = len(combos)
-    if cutoff < float("inf"):  # degrees whose quick bound (any placement) is above the cutoff: none of their plans
-        gbs = model.global_batch_size
-        combos = [(tp, dp, pp, mbs) for tp, dp, pp, mbs in combos if estimator.quick_bound(
-            Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=tuple(inventory))) <= cutoff]
-    expect_shapes = getattr(estimator, "expect_shapes", None)
-    if expect_shapes is not None:
-        expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
-    kept = _Kept(top, cutoff)
-    stats = {"duplicates": 0, "pruned": num_orders * (every - len(combos)), "oom": 0}
-    misfits: dict[str, int] = {}  # estimated plans that do not fit, by the estimator's reason (if it gives one)
-    max_orders = MAX_ORDERS if max_orders is None else max_orders
+    return combos
+
+
+def _by_prefix(cluster: ClusterSpec, estimator: Estimator, placements: str, num_orders: int, top: int | None,
+               max_orders: int) -> bool:
+    """Whether `--placements all` searches the node orders by branch and bound over their
+    prefixes (orders.OrderSearch) rather than listing them; one-line errors where neither can."""
     tree_capable = getattr(estimator, "prefix_bounds", None) is not None
     by_prefix = placements == "all" and (num_orders > max_orders or (
         top is not None and num_orders > TREE_ORDERS and tree_capable))
@@ -256,61 +299,53 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
         raise FasopError(f"--placements all: {num_orders:,} distinct node orders (more than {max_orders:,}), "
                          "too many plans to list: add --top K (the K fastest, found exactly by branch and bound "
                          "over node orders) or use --placements grouped or cyclic")
-    if by_prefix:
-        tree = OrderSearch(estimator, inventory, combos, kept.threshold)
-        candidates: Iterator[tuple[int, Plan]] = iter(tree)
-        accounted = lambda: tree.accounted  # noqa: E731
-    else:
-        tree = None
-        candidates = enumerate(plans(orders, combos, global_batch_size=model.global_batch_size))
-        accounted = None
-    seen: set[bytes] = set()  # 16-byte digests of signatures: bounded memory per unique pipeline
-    asked: set[bytes] = set()  # the same, of the plans this process asked about (estimate_chunk)
+    return by_prefix
 
-    def unique(candidates: Iterator[tuple[int, Plan]]) -> Iterator[tuple[int, Plan]]:
+
+class _Tally:
+    """A search's counts as its chunks come back: duplicates, pruned, out of memory, misfits by reason."""
+
+    def __init__(self, pruned: int):
+        self.duplicates, self.pruned, self.oom = 0, pruned, 0
+        self.misfits: dict[str, int] = {}  # estimated plans that do not fit, by the estimator's reason (if it gives one)
+        self.seen: set[bytes] = set()  # 16-byte digests of signatures: bounded memory per unique pipeline
+
+    def unique(self, candidates: Iterator[tuple[int, Plan]], estimator: Estimator) -> Iterator[tuple[int, Plan]]:
         """(enumeration index, plan), skipping plans equivalent to one already yielded."""
         for index, plan in candidates:
-            key = _signature_key(estimator, plan)
-            if key in seen:
-                stats["duplicates"] += 1
+            key = signature_key(estimator, plan)
+            if key in self.seen:
+                self.duplicates += 1
                 continue
-            seen.add(key)
+            self.seen.add(key)
             yield index, plan
 
-    chunks = _chunks(candidates if placements == "cyclic" else unique(candidates),  # cyclic: FASOP's, no dedupe
-                     BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK)
-    report = progress or (lambda done, n: None)
-    for done, results in _estimate_chunks(chunks, estimator,
-                                          (model, cluster, tuple(inventory), partitioner, partition_budget, options),
-                                          top, kept.values, workers, accounted, asked, cutoff):
-        if top is None:  # every plan estimated and kept
+    def add(self, results: Sequence[tuple[int, Estimate | None]], kept: _Kept) -> None:
+        """A chunk's results: every one kept (without `top`), or each that was estimated offered
+        to the K kept (None: pruned)."""
+        if kept.top is None:  # every plan estimated and kept
             kept.extend(results)
-            stats["oom"] += sum(estimate.memory.is_oom for _, estimate in results)
-            _count_misfits(misfits, (estimate for _, estimate in results))
-        else:
-            for index, estimate in results:
-                if estimate is None:
-                    stats["pruned"] += 1
-                    continue
-                stats["oom"] += estimate.memory.is_oom
-                _count_misfits(misfits, (estimate,))
-                kept.add(index, estimate)
-        report(done, total)
-    report(total, total)
-    if tree is not None:
-        stats["duplicates"] += tree.duplicates
-        stats["pruned"] += tree.pruned
-    return SearchResult(estimates=kept.ranked(), inventory=tuple(inventory), iterations=iterations,
-                        usd_per_hour=estimator.usd_per_s * 3600, num_candidates=total,
-                        num_duplicates=stats["duplicates"], num_pruned=stats["pruned"],
-                        num_estimated_oom=stats["oom"], top=top, misfits=tuple(sorted(misfits.items())))
+            self.oom += sum(estimate.memory.is_oom for _, estimate in results)
+            self._count_misfits(estimate for _, estimate in results)
+            return
+        for index, estimate in results:
+            if estimate is None:
+                self.pruned += 1
+                continue
+            self.oom += estimate.memory.is_oom
+            self._count_misfits((estimate,))
+            kept.add(index, estimate)
 
+    def add_tree(self, tree: OrderSearch) -> None:
+        """What the order tree skipped: prefixes equivalent to earlier ones, and pruned plans."""
+        self.duplicates += tree.duplicates
+        self.pruned += tree.pruned
 
-def _count_misfits(counts: dict[str, int], estimates) -> None:
-    for estimate in estimates:
-        reason = dict(estimate.extra_columns).get("misfit") if estimate.memory.is_oom else None
-        if reason:
-            counts[reason] = counts.get(reason, 0) + 1
+    def _count_misfits(self, estimates) -> None:
+        for estimate in estimates:
+            reason = dict(estimate.extra_columns).get("misfit") if estimate.memory.is_oom else None
+            if reason:
+                self.misfits[reason] = self.misfits.get(reason, 0) + 1
 
 
 class _Kept:
@@ -345,98 +380,3 @@ class _Kept:
         if self.top is None:  # (step time, index): indices differ, so estimates are never compared
             return tuple(e for _, _, e in sorted(self.items))
         return tuple(e for _, _, e in sorted(self.items, key=lambda x: (-x[0], -x[1])))
-
-
-def _chunks(items: Iterator, size: int) -> Iterator[list]:
-    while chunk := list(itertools.islice(items, size)):
-        yield chunk
-
-
-def estimate_chunk(estimator: Estimator, chunk: list[tuple[int, Plan]], top: int | None,
-                   kept: Sequence[float], asked: set[bytes],
-                   cutoff: float = float("inf")) -> list[tuple[int, Estimate | None]]:
-    """Estimates of a chunk of (index, plan). Without `top`, every plan's. With `top`, given the
-    step times of the plans kept so far (`kept`, ascending), None for a plan that cannot enter
-    the K fastest that fit: its lower bound, or its optimal-partitioner search cut off at the
-    K-th step time, says so. Plans go in order of their lower bounds and the cut-off tightens as
-    they do; a plan's estimate never depends on the cut-off and ties at it are kept for _Kept to
-    break by index, so the kept set is the same however the plans are split into chunks and
-    processes (the estimator's `estimate_below`). `asked`: digests of the signatures this
-    process has asked about (updated). `cutoff`: the threshold until K plans are kept."""
-    if top is None:
-        return list(zip((i for i, _ in chunk), estimator.estimate_many([p for _, p in chunk])))
-    values = sorted(kept)[:top]
-    quick = [estimator.quick_bound(plan) for _, plan in chunk]
-    results: dict[int, Estimate | None] = {}
-    for k in sorted(range(len(chunk)), key=lambda k: (quick[k], k)):  # promising plans first
-        index, plan = chunk[k]
-        threshold = values[top - 1] if len(values) >= top else cutoff
-        if quick[k] > threshold or (threshold < float("inf") and estimator.lower_bound(plan, threshold) > threshold):
-            results[index] = None
-            continue
-        if top == 1 and not _first_of_its_kind(estimator, plan, asked):
-            # an equivalent pipeline (FASOP's cyclic placements repeat them) was estimated here
-            # before, with a lower index: this one ties with it and loses the tie
-            results[index] = None
-            continue
-        estimate = estimator.estimate_below(plan, threshold)  # ties at the threshold: _Kept decides
-        if estimate is not None:
-            bisect.insort(values, estimate.step_time_s)
-            del values[top:]
-        results[index] = estimate
-    return [(index, results[index]) for index, _ in chunk]
-
-
-def _signature_key(estimator: Estimator, plan: Plan) -> bytes:
-    """16-byte digest of the plan's signature: bounded memory per unique pipeline."""
-    return hashlib.blake2b(repr(estimator.signature(plan)).encode(), digest_size=16).digest()
-
-
-def _first_of_its_kind(estimator: Estimator, plan: Plan, asked: set[bytes]) -> bool:
-    """False when this process has already asked `estimator` about a plan with the same
-    signature (`asked`: their digests; plans of a chunk are asked in index order among equals,
-    chunks in order)."""
-    key = _signature_key(estimator, plan)
-    if key in asked:
-        return False
-    asked.add(key)
-    return True
-
-
-def _estimate_chunks(chunks: Iterator[list], estimator: Estimator, spec: tuple, top: int | None,
-                     kept: Callable[[], list[float]], workers: int, accounted: Callable[[], int] | None,
-                     asked: set[bytes], cutoff: float = float("inf")) -> Iterator[tuple[int, list]]:
-    """(plans enumerated or ruled out so far, results) per chunk, in chunk order. accounted():
-    that count when the chunk was made (default: the chunk's last index + 1)."""
-    def done(chunk: list) -> int:
-        return chunk[-1][0] + 1 if accounted is None else accounted()
-
-    if workers == 1:
-        for chunk in chunks:
-            yield done(chunk), estimate_chunk(estimator, chunk, top, kept(), asked, cutoff)
-        return
-    with process_pool(workers, _init_worker, spec) as pool:
-        window: list = []
-        for chunk in chunks:  # at most 2 chunks per worker in flight: bounded memory
-            window.append((done(chunk), pool.submit(_worker_chunk, chunk, top, kept(), cutoff)))
-            if len(window) >= 2 * workers:
-                count, future = window.pop(0)
-                yield count, future.result()
-        for count, future in window:
-            yield count, future.result()
-
-
-_WORKER: dict = {}
-
-
-def _init_worker(model: ModelSpec, cluster: ClusterSpec, inventory: tuple, partitioner: str,
-                 partition_budget: int | None, options: dict) -> None:
-    gc.enable()  # forked from a search, whose collector is paused (_collector_paused): workers live on
-    _WORKER["estimator"] = make_estimator(model, cluster, inventory, partitioner=partitioner,
-                                          partition_budget=partition_budget, **options)
-    _WORKER["asked"] = set()
-
-
-def _worker_chunk(chunk: list[tuple[int, Plan]], top: int | None,
-                  kept: list[float], cutoff: float = float("inf")) -> list[tuple[int, Estimate | None]]:
-    return estimate_chunk(_WORKER["estimator"], chunk, top, kept, _WORKER["asked"], cutoff)

@@ -7,229 +7,31 @@ Units are converted once, here: Gbit/s -> bytes/s, GiB -> bytes, $/h stays $/h.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
-import os
-import stat
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from fasop import limits
 from fasop.errors import SpecError
+from fasop.spec_files import decode_utf8, read_bounded, read_profile_csv, resolve, shipped_specs, show  # noqa: F401
+# the spec values, re-exported: `fasop.specs` loads them and names them
+from fasop.spec_types import (CATALOG_ESTIMATORS, GIB, LAYER_KINDS, TRANSFORMER_KINDS, ClusterSpec,  # noqa: F401
+                              ModelSpec, NodeType, Profile, ScalingTable)
 
-GIB = 2**30
 _ESTIMATOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """The `estimator` key's form; which names exist is the estimator registry's business
 (estimators.make_estimator refuses an unknown one, naming this file and key)."""
-CATALOG_ESTIMATORS = ("analytic",)
-"""Estimators whose cluster specs name catalog GPUs (cluster_specs/catalog/, read by catalog.py)
-instead of giving each node type's memory and links."""
-LAYER_KINDS = ("embedding", "transformer", "encoder", "decoder", "head")
-TRANSFORMER_KINDS = ("transformer", "encoder", "decoder")
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-# ----------------------------------------------------------------------------- dataclasses
-@dataclass(frozen=True, kw_only=True)
-class NodeType:
-    name: str
-    """Key in the cluster spec, used on the command line and in `node_placement` (e.g. `a100`)."""
-    instance: str
-    """Cloud instance or machine name, for reports (e.g. `p4d.24xlarge`)."""
-    gpu: str
-    """GPU type; the key of this node's per-layer times in model profiles."""
-    gpus_per_node: int
-    memory_limit_bytes: float
-    """GPU memory usable by training, per GPU (the OOM threshold)."""
-    intra_node_bytes_per_s: float
-    inter_node_bytes_per_s: float
-    intra_node_shared: bool
-    """True when concurrent rings inside the node share one bus (PCIe), dividing its bandwidth."""
-    usd_per_hour: float
-    spot_usd_per_hour: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClusterSpec:
-    path: str
-    estimator: str
-    """Which registered estimator scores plans on this cluster (estimators.make_estimator;
-    README, 'Estimator variants'), e.g. `fasop-2024`."""
-    node_types: dict[str, NodeType]
-    p2p_inter_node_divisor: float
-    p2p_intra_node_divisor: float
-    memory_overhead_factor: float
-    """A stage is out of memory when factor x estimated bytes exceeds the limit."""
-    analytic: Any = None
-    """The `analytic` estimator's physical constants (catalog.AnalyticParams), for its clusters."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScalingTable:
-    """Micro-batch scaling of a profiled layer time: f(b) = value at the largest point <= b;
-    past the last point, `proportional` multiplies by b / last point, `constant` keeps it."""
-
-    points: tuple[tuple[int, tuple[float, ...]], ...]
-    """(micro-batch size, factors whose left-to-right product is the scale), ascending."""
-    beyond: Literal["proportional", "constant"]
-
-    def factor(self, b: int) -> float:
-        chosen = self.points[0]
-        for point in self.points:
-            if point[0] <= b:
-                chosen = point
-        value = _product(chosen[1])
-        last_b = self.points[-1][0]
-        if b > last_b and self.beyond == "proportional":
-            return value * b / last_b
-        return value
-
-
-@dataclass(frozen=True, kw_only=True)
-class Profile:
-    forward_s: dict[tuple[str, int], tuple[float, ...]]
-    """(gpu, tp) -> forward time of one sample-micro-batch per entry of the layer list, seconds."""
-    fwd_bwd_factor: float
-    scaling: dict[tuple[str, str], ScalingTable]
-    """(gpu, layer kind) -> micro-batch scaling table."""
-
-    def tp_degrees(self, gpus: tuple[str, ...]) -> tuple[int, ...]:
-        """TP degrees profiled for every one of `gpus`, ascending."""
-        sets = [{tp for (g, tp) in self.forward_s if g == gpu} for gpu in gpus]
-        return tuple(sorted(set.intersection(*sets))) if sets else ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    path: str
-    name: str
-    hidden_size: int
-    num_attention_heads: int
-    vocab_size: int
-    sequence_length: int
-    global_batch_size: int
-    tie_word_embeddings: bool
-    bytes_per_element: int
-    """Bytes of one activation or gradient element that GPUs exchange: pipeline sends, the DP
-    gradient all-reduce and the tied-embedding sync (memory has its own bytes per parameter)."""
-    layer_kinds: tuple[str, ...]
-    """Kind of every entry of the layer list, in pipeline order."""
-    layer_segments: tuple[str, ...]
-    """Segment of every entry (`encoder`/`decoder` for encoder-decoder models, else `model`)."""
-    profile: Profile | None = None
-    """Profiled per-layer times (None: a model from a HuggingFace config, scored analytically)."""
-    architecture: Any = None
-    """The full shape (architecture.Architecture) for the analytic estimator; None for FASOP's specs."""
-
-    @property
-    def num_transformer_layers(self) -> int:
-        return sum(kind in TRANSFORMER_KINDS for kind in self.layer_kinds)
-
-    @property
-    def segments(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.layer_segments))
-
-
-def _product(factors: tuple[float, ...]) -> float:
-    value = factors[0]
-    for f in factors[1:]:
-        value = value * f
-    return value
-
-
-# ----------------------------------------------------------------------------- file helpers
-def _shipped_folder(folder: str) -> Path:
-    """The shipped `folder`: in the source tree (a clone, an editable install), else the copy an
-    installed wheel carries as fasop/shipped/<folder> (pyproject.toml)."""
-    source = _REPO_ROOT / folder
-    return source if source.is_dir() else Path(__file__).resolve().parent / "shipped" / folder
-
-
-def spec_folders(folder: str) -> tuple[Path, ...]:
-    """Where spec names are looked up: ./folder first, then the shipped folder."""
-    return (Path.cwd() / folder, _shipped_folder(folder))
-
-
-def shipped_specs(folder: str) -> list[Path]:
-    """The shipped specs of `folder` (`model_specs` or `cluster_specs`), by name."""
-    return sorted(_shipped_folder(folder).glob("*.yaml"), key=lambda p: p.stem)
-
-
-def resolve(name_or_path: str, folder: str) -> Path:
-    """A spec given as a path, or as a name in `folder` (./folder first, then fasop's own)."""
-    try:
-        candidate = Path(name_or_path)
-        if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path(".") or not name_or_path:
-            if not candidate.exists():
-                raise SpecError(str(candidate), "", "no such file")
-            return candidate
-        for root in spec_folders(folder):
-            path = root / f"{name_or_path}.yaml"
-            if path.exists():
-                return path
-    except (OSError, ValueError) as exc:  # a name too long, or with a NUL byte
-        raise SpecError(show(name_or_path, quote=False), "", f"cannot use as a spec name or path: {exc}") from None
-    known = [p.stem for p in shipped_specs(folder)]
-    listing = f"known: {', '.join(known)}" if known else "no shipped specs found: give the path of a .yaml file"
-    raise SpecError(name_or_path, "", f"no spec named {name_or_path!r} in {folder}/ ({listing})")
-
-
-def show(value: Any, *, quote: bool = True) -> str:
-    """`value` for a one-line error message: its repr (a printable string unquoted when not
-    `quote`), cut to limits.SHOWN_CHARS characters."""
-    text = value if not quote and isinstance(value, str) and value.isprintable() else _repr(value)
-    if len(text) > limits.SHOWN_CHARS:
-        text = text[:limits.SHOWN_CHARS] + f"... ({len(text):,} characters)"
-    return text
-
-
-def _repr(value: Any) -> str:
-    try:
-        return repr(value)
-    except ValueError:  # an int of more than 4,300 digits
-        return f"<an integer of about {value.bit_length() * 0.30103:,.0f} digits>"
-
-
-def read_bounded(path: Path, limit: int, what: str = "") -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; SpecError for anything else (a
-    folder, a device such as /dev/zero, a FIFO, a file too large), without reading past the limit."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
-    except (OSError, ValueError) as exc:
-        raise SpecError(str(path), "", f"cannot read{what}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SpecError(str(path), "", f"cannot read{what}: not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
-    except OSError as exc:  # e.g. /proc/self/mem: regular, unreadable
-        raise SpecError(str(path), "", f"cannot read{what}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise SpecError(str(path), "", f"larger than fasop's limit of {limit:,} bytes (README: Limits)")
-    return data
-
-
-def decode_utf8(path: Path, data: bytes) -> str:
-    """Strict UTF-8 (a leading byte-order mark is dropped); the first bad byte's line on error."""
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SpecError(str(path), f"line {line}", f"not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
 
 
 class _Mapping(dict):
-    """A YAML mapping that remembers the line of each key (for error messages)."""
+    """A YAML mapping that remembers its line and the line of each key (for error messages)."""
 
-    line: int = 0
-    lines: dict
+    def __init__(self, line: int):
+        super().__init__()
+        self.line, self.lines = line, {}
 
 
 class _Refused(yaml.MarkedYAMLError):
@@ -266,8 +68,7 @@ class _StrictLoader(yaml.SafeLoader):
                            problem_mark=node.start_mark) from None
 
     def construct_strict_mapping(self, node) -> _Mapping:
-        mapping = _Mapping()
-        mapping.line, mapping.lines = node.start_mark.line + 1, {}
+        mapping = _Mapping(node.start_mark.line + 1)
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise _Refused(problem="merge keys (<<) are not allowed in specs", problem_mark=key_node.start_mark)
@@ -288,7 +89,7 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:map", _StrictLoader.construct_s
 _StrictLoader.add_constructor("tag:yaml.org,2002:seq", lambda loader, node: loader.construct_sequence(node, deep=True))
 
 
-def _read_yaml(path: Path) -> dict:
+def read_yaml(path: Path) -> dict:
     text = decode_utf8(path, read_bounded(path, limits.SPEC_BYTES))
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
@@ -306,7 +107,7 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
-class _Reader:
+class Reader:
     """Strict access to one YAML mapping: every key read once, leftovers are errors.
 
     `known`, when given, lists every key the section may hold; other keys are rejected up
@@ -320,13 +121,13 @@ class _Reader:
         if known:
             self._reject_unknown(known)
 
-    def _name(self, key: Any) -> str:
+    def qualified(self, key: Any) -> str:
         key = show(key, quote=False)
         return f"{self.key}.{key}" if self.key else key
 
     def error(self, key: Any, message: str) -> SpecError:
         line = getattr(self.data, "lines", {}).get(key) if isinstance(key, (str, int)) else None
-        return SpecError(str(self.path), self._name(key), message + (f" (line {line})" if line else ""))
+        return SpecError(str(self.path), self.qualified(key), message + (f" (line {line})" if line else ""))
 
     def get(self, key: str, kind: type | tuple, default: Any = ..., check=None, why: str = "") -> Any:
         self.seen.add(key)
@@ -360,8 +161,8 @@ class _Reader:
             raise self.error(key, f"must be <= {high:,g}, fasop's ceiling (README: Limits), got {show(value)}")
         return value
 
-    def sub(self, key: str, known: tuple[str, ...] = ()) -> "_Reader":
-        return _Reader(self.path, self.get(key, dict), self._name(key), known)
+    def sub(self, key: str, known: tuple[str, ...] = ()) -> "Reader":
+        return Reader(self.path, self.get(key, dict), self.qualified(key), known)
 
     def _reject_unknown(self, known) -> None:
         extra = [k for k in self.data if k not in known]
@@ -382,11 +183,11 @@ _NODE_TYPE_KEYS = ("instance", "gpu", "gpus_per_node", "memory_limit_gib", "intr
 
 def load_cluster(name_or_path: str) -> ClusterSpec:
     path = resolve(name_or_path, "cluster_specs")
-    data = _read_yaml(path)
+    data = read_yaml(path)
     if data.get("estimator") in CATALOG_ESTIMATORS:
         from fasop.catalog import load_catalog_cluster  # catalog.py reads YAML through this module
         return load_catalog_cluster(path, data)
-    top = _Reader(path, data, "", _CLUSTER_KEYS)
+    top = Reader(path, data, "", _CLUSTER_KEYS)
     estimator = top.get("estimator", str, check=_ESTIMATOR_NAME.fullmatch,
                         why="an estimator name (letters, digits, '-', '_', '.'), e.g. fasop-2024")
     links = top.sub("links", _LINKS_KEYS)
@@ -410,7 +211,7 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
                        memory_overhead_factor=float(overhead))
 
 
-def _node_type(r: _Reader, name: str) -> NodeType:
+def _node_type(r: Reader, name: str) -> NodeType:
     spot = r.number("spot_usd_per_hour", (int, float), 0, limits.USD_PER_HOUR, None)
     node = NodeType(
         name=name,
@@ -448,11 +249,11 @@ def load_model(name_or_path: str) -> ModelSpec:
         from fasop.hf_config import load_config_json  # hf_config.py reads YAML through this module
         return load_config_json(candidate)
     path = resolve(name_or_path, "model_specs")
-    data = _read_yaml(path)
+    data = read_yaml(path)
     if "hf_config" in data:
         from fasop.hf_config import load_hf_spec
         return load_hf_spec(path, data)
-    top = _Reader(path, data, "", _MODEL_KEYS)
+    top = Reader(path, data, "", _MODEL_KEYS)
     name = top.get("name", str)
     arch = top.sub("architecture", _ARCHITECTURE_KEYS)
     hidden = arch.positive("hidden_size", int, high=limits.HIDDEN_SIZE)
@@ -473,7 +274,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     for kind, n in expected.items():
         if counts[kind] != n:
             raise SpecError(str(path), "layers", f"has {counts[kind]} {kind} layers but architecture says {n}")
-    profile = _profile(path, top.sub("profile", ("file", "fwd_bwd_factor", "microbatch_scaling")), kinds)
+    profile = read_profile(path, top.sub("profile", ("file", "fwd_bwd_factor", "microbatch_scaling")), kinds)
     top.done()
     return ModelSpec(path=str(path), name=name, hidden_size=hidden, num_attention_heads=heads,
                      vocab_size=vocab, sequence_length=seq, global_batch_size=gbs,
@@ -485,7 +286,7 @@ def _layer_list(path: Path, entries: list) -> tuple[tuple[str, ...], tuple[str, 
     kinds: list[str] = []
     segments: list[str] = []
     for i, entry in enumerate(entries):
-        r = _Reader(path, entry, f"layers[{i}]", ("kind", "count", "segment"))
+        r = Reader(path, entry, f"layers[{i}]", ("kind", "count", "segment"))
         kind = r.get("kind", str, check=lambda v: v in LAYER_KINDS, why=f"one of {LAYER_KINDS}")
         count = r.positive("count", int, 1, high=limits.LAYERS)
         segment = r.get("segment", str, "model")
@@ -502,12 +303,12 @@ def _layer_list(path: Path, entries: list) -> tuple[tuple[str, ...], tuple[str, 
     return tuple(kinds), tuple(segments)
 
 
-def _profile(path: Path, r: _Reader, kinds: tuple[str, ...]) -> Profile:
+def read_profile(path: Path, r: Reader, kinds: tuple[str, ...]) -> Profile:
     file = path.parent / r.get("file", str)
     factor = r.number("fwd_bwd_factor", (int, float), *limits.FACTOR)
     scaling_reader = r.sub("microbatch_scaling")
     r.done()
-    forward = _profile_csv(file, len(kinds))
+    forward = read_profile_csv(file, len(kinds))
     scaling = {}
     for gpu in scaling_reader.data:
         per_gpu = scaling_reader.sub(gpu)
@@ -524,11 +325,11 @@ def _profile(path: Path, r: _Reader, kinds: tuple[str, ...]) -> Profile:
     return Profile(forward_s=forward, fwd_bwd_factor=float(factor), scaling=scaling)
 
 
-def _scaling_table(r: _Reader) -> ScalingTable:
+def _scaling_table(r: Reader) -> ScalingTable:
     raw = r.get("points", dict)
     beyond = r.get("beyond", str, check=lambda v: v in ("proportional", "constant"), why="proportional or constant")
     r.done()
-    points = _Reader(r.path, raw, r._name("points"))
+    points = Reader(r.path, raw, r.qualified("points"))
     low, high = limits.FACTOR
     for b, value in raw.items():
         if not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= limits.GLOBAL_BATCH_SIZE:
@@ -542,70 +343,3 @@ def _scaling_table(r: _Reader) -> ScalingTable:
         raise r.error("points", "needs at least one entry")
     table = tuple((b, tuple(float(f) for f in (v if isinstance(v, list) else [v]))) for b, v in sorted(raw.items()))
     return ScalingTable(points=table, beyond=beyond)
-
-
-PROFILE_COLUMNS = ("gpu", "tp", "layer_index", "seconds")
-
-
-def _profile_csv(file: Path, num_layers: int) -> dict[tuple[str, int], tuple[float, ...]]:
-    """gpu,tp,layer_index,seconds rows: exactly these columns, one row per (gpu, tp, layer_index),
-    tp and layer_index plain decimal integers, seconds within limits.LAYER_SECONDS."""
-    text = decode_utf8(file, read_bounded(file, limits.PROFILE_BYTES, " profile"))
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
-    except csv.Error as exc:
-        raise SpecError(str(file), "", f"malformed CSV: {show(str(exc))}") from None
-    if not rows or tuple(rows[0]) != PROFILE_COLUMNS:
-        raise SpecError(str(file), "line 1", f"the header must be {','.join(PROFILE_COLUMNS)}, "
-                        f"got {show(','.join(rows[0]) if rows else '', quote=False)}")
-    table: dict[tuple[str, int], dict[int, float]] = {}
-    low, high = limits.LAYER_SECONDS
-    for line, row in enumerate(rows[1:], start=2):
-        if not row:
-            continue  # a blank line
-        where = f"line {line}"
-        if len(row) != len(PROFILE_COLUMNS):
-            raise SpecError(str(file), where, f"needs the {len(PROFILE_COLUMNS)} columns {','.join(PROFILE_COLUMNS)}, "
-                            f"got {len(row)} fields: {show(','.join(row), quote=False)}")
-        gpu, tp, index, seconds = (cell.strip() for cell in row)
-        if not gpu or not gpu.isprintable():
-            raise SpecError(str(file), where, f"gpu must be a name, got {show(gpu)}")
-        if not (tp.isascii() and tp.isdigit() and 1 <= int(tp) <= limits.TP_DEGREE):
-            raise SpecError(str(file), where, f"tp must be an integer from 1 to {limits.TP_DEGREE:,}, got {show(tp)}")
-        if not (index.isascii() and index.isdigit() and int(index) < num_layers):
-            raise SpecError(str(file), where, f"layer_index must be an integer from 0 to {num_layers - 1} "
-                            f"(the layer list has {num_layers} entries), got {show(index)}")
-        value = _float(seconds)
-        if value is None or not low <= value <= high:
-            raise SpecError(str(file), where, f"seconds must be a number from {low:g} to {high:g}, got {show(seconds)}")
-        per_layer = table.setdefault((gpu, int(tp)), {})
-        if int(index) in per_layer:
-            raise SpecError(str(file), where, f"a second row for gpu={gpu} tp={int(tp)} layer_index={int(index)}")
-        per_layer[int(index)] = value
-    for (gpu, tp), per_layer in table.items():
-        if len(per_layer) != num_layers:
-            missing = [i for i in range(num_layers) if i not in per_layer]
-            raise SpecError(str(file), f"{gpu} tp={tp}", f"has {len(per_layer)} layers, the layer list has "
-                            f"{num_layers} (missing layer_index {missing[0]})")
-    if not table:
-        raise SpecError(str(file), "", "profile is empty")
-    return {key: tuple(per_layer[i] for i in range(num_layers)) for key, per_layer in sorted(table.items())}
-
-
-def _float(text: str) -> float | None:
-    """A finite decimal number (no nan/inf, no '_' separators), else None."""
-    if not text or "_" in text or not text.isascii():
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-# ----------------------------------------------------------------------------- shared readers
-# The other spec loaders (catalog.py: GPU catalog and catalog clusters; hf_config.py: models
-# from HuggingFace config.json) read YAML through these, so that this stays the one YAML module.
-read_yaml = _read_yaml
-Reader = _Reader
-read_profile = _profile

@@ -1,10 +1,9 @@
 """The events of an estimate's 1F1B pipeline, for its timeline (Gantt) figure and `fasop explain`.
 
 The events are those of `schedule.Schedule` (stage, micro-batch, kind, start_s, end_s; kind
-`fwd`, `bwd`, `send_fwd`, `send_bwd`) run on the estimate's own durations: its stage times split
-into forward and backward as the estimator splits them (schedule.split_stage_times) and the
-sends it charges (FASOP's p2p-ends-only, docs/estimators.md §5), so stage 0's last event ends at
-the estimate's pipeline time, bit for bit. Sends of 0 seconds are left out. After the pipeline
+`fwd`, `bwd`, `send_fwd`, `send_bwd`) as the estimator schedules the estimate (its
+`schedule_of(estimate)`: its own forward / backward split and the sends it charges), so stage 0's
+last event ends where the estimator's pipeline does. Sends of 0 seconds are left out. After the pipeline
 come the all-reduces as events of micro-batch -1: `dp_sync` after each stage's end and
 `embedding_sync` ending at the step time.
 
@@ -18,10 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from fasop import recurrences
-from fasop.schedule import Event, Schedule, split_stage_times
+from fasop.schedule import Event, Schedule
 
 
 @dataclass(frozen=True)
@@ -37,13 +35,11 @@ class Timeline:
     """Each stage's last pipeline event's end in this schedule."""
 
 
-def timeline(estimate, fwd_bwd_factor: float = 3.0, schedule: Schedule | None = None) -> Timeline:
+def timeline(estimate, schedule: Schedule) -> Timeline:
     """The pipeline events of an estimate, then the all-reduces of each stage after its end.
-    schedule: the estimator's own (its optional `schedule_of(estimate)`); without it, FASOP's:
-    stage times split by fwd_bwd_factor (fwd + bwd = factor x fwd; schedule.split_stage_times),
-    p2p-ends-only sends."""
+    schedule: the estimator's own (`schedule_of(estimate)`)."""
     pp, m = estimate.plan.pp, estimate.plan.num_microbatches
-    sched = schedule or _fasop_schedule(estimate, fwd_bwd_factor)
+    sched = schedule
     events = [e for e in sched.events if e.end_s > e.start_s or e.kind in ("fwd", "bwd")]
     index = {(e.stage, e.kind, e.microbatch): k for k, e in enumerate(events)}
     chain = [index[key] for key in _chain(sched) if key in index]
@@ -51,15 +47,6 @@ def timeline(estimate, fwd_bwd_factor: float = 3.0, schedule: Schedule | None = 
     events += _syncs(estimate, ends)
     return Timeline(tuple(events), tuple(chain), pipeline_time_s=ends[0], step_time_s=estimate.step_time_s,
                     num_stages=pp, num_microbatches=m, stage_end_s=tuple(ends))
-
-
-def _fasop_schedule(estimate, fwd_bwd_factor: float) -> Schedule:
-    pp = estimate.plan.pp
-    fwd, bwd = (v.tolist() for v in split_stage_times(np.array(estimate.stage_compute_s, dtype=float), fwd_bwd_factor))
-    sends_fwd, sends_bwd = [0.0] * pp, [0.0] * pp
-    if pp > 1:  # p2p-ends-only (docs/estimators.md §5): stage 0's forward, the last stage's backward sends
-        sends_fwd[0], sends_bwd[pp - 1] = estimate.p2p_s[0], estimate.p2p_s[-1]
-    return Schedule(fwd, bwd, estimate.plan.num_microbatches, sends_fwd, sends_bwd)
 
 
 class _Time:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from fasop import __version__, cli, limits, specs
+from fasop import __version__, cli_args, limits, spec_files, specs
 from fasop.cli import main
 from fasop.pareto import knee_position
 from test_bad_input import MODEL
@@ -41,7 +41,7 @@ def test_list_names_every_shipped_spec_in_one_line_each(capsys, what, folder_nam
 
 def test_list_without_shipped_specs_says_so(capsys, monkeypatch, tmp_path):
     """Installed without the spec folders: a sentence, not an empty list."""
-    monkeypatch.setattr(specs, "_REPO_ROOT", tmp_path)
+    monkeypatch.setattr(spec_files, "SOURCE_TREE", tmp_path)
     assert main(["list", "models"]) == 0
     assert capsys.readouterr().out.startswith("no shipped models found")
     monkeypatch.chdir(tmp_path)
@@ -79,7 +79,7 @@ def test_flags_past_a_ceiling_are_one_line(tiny_specs, capsys, flag, value, ceil
 
 def test_progress_lines_without_a_terminal(tiny_specs, capsys, monkeypatch):
     """stderr is not a terminal here (captured): lines, every PROGRESS_S seconds (0 here)."""
-    monkeypatch.setattr(cli, "PROGRESS_S", 0.0)
+    monkeypatch.setattr(cli_args, "PROGRESS_S", 0.0)
     assert main(PARETO) == 0
     err = capsys.readouterr().err.splitlines()
     assert err and all(line.startswith("fasop: compositions: ") and " of 8 compositions (" in line for line in err)

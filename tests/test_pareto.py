@@ -27,14 +27,14 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-import fasop.pareto
+import fasop.sweep
 from conftest import DATA, REPO
 from fasop.cli import main
 from fasop.errors import FasopError
-from fasop.pareto import (Composition, CompositionResult, analyse, cheapest_within, compositions, fastest_within,
-                          knee_position, parse_node_limits, pareto_front, sweep)
+from fasop.pareto import analyse, cheapest_within, fastest_within, knee_position, pareto_front
 from fasop.report import search_rows
 from fasop.specs import load_cluster, load_model
+from fasop.sweep import Composition, CompositionResult, compositions, parse_node_limits, sweep
 
 FASOP_CHOICES = ["--placements", "cyclic", "--partitioner", "fasop-minmax"]
 ITERATIONS = 12_500_000
@@ -471,9 +471,9 @@ def test_sweep_workers_also_run_under_spawn(monkeypatch):
 
 
 def _interrupt_after(monkeypatch, k: int) -> list[int]:
-    """Make fasop.pareto.search raise KeyboardInterrupt on its (k+1)-th call, as Ctrl-C would."""
+    """Make fasop.sweep.search raise KeyboardInterrupt on its (k+1)-th call, as Ctrl-C would."""
     calls = []
-    real = fasop.pareto.search
+    real = fasop.sweep.search
 
     def search(*args, **kwargs):
         calls.append(1)
@@ -481,7 +481,7 @@ def _interrupt_after(monkeypatch, k: int) -> list[int]:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fasop.pareto, "search", search)
+    monkeypatch.setattr(fasop.sweep, "search", search)
     return calls
 
 
@@ -559,7 +559,7 @@ def test_cli_interrupted_before_any_composition_writes_nothing(in_tmp, capsys, m
 def test_cli_bad_input(in_tmp, capsys, monkeypatch, extra, message):
     """Exit 2, one line on stderr naming the option and value, nothing on stdout, no file anywhere,
     and no sweep started (the search must not be called)."""
-    monkeypatch.setattr(fasop.pareto, "search", lambda *a, **k: pytest.fail("searched before rejecting the input"))
+    monkeypatch.setattr(fasop.sweep, "search", lambda *a, **k: pytest.fail("searched before rejecting the input"))
     prefix = in_tmp / "out" / "bert"
     argv = _pareto_argv(prefix, "a100=1,a10=2")
     if extra[0] == "--max-nodes":

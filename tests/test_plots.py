@@ -32,17 +32,18 @@ def gpt2xl(tmp_path_factory):
     return model, cluster, list(csv.DictReader(open(out))), out
 
 
-def _estimate(model, cluster, row):
+def _drawn(model, cluster, row):
+    """(estimate, timeline) of a row's plan, drawn from fasop-2024's own schedule of it."""
     rp = plan_of_row(row, "row", model, cluster)
     estimator = Fasop2024Estimator(model, cluster, inventory_of(rp), partitioner="optimal")
-    return estimate_split(estimator, rp.plan, rp.partition)
+    e = estimate_split(estimator, rp.plan, rp.partition)
+    return e, timeline(e, estimator.schedule_of(e))
 
 
 def test_gantt_has_two_compute_boxes_per_stage_and_microbatch_and_ends_at_the_pipeline_time(gpt2xl):
     model, cluster, rows, _ = gpt2xl
     for row in rows[:6] + [r for r in rows if r["pp"] == "1"][:1]:
-        e = _estimate(model, cluster, row)
-        tl = timeline(e, model.profile.fwd_bwd_factor)
+        e, tl = _drawn(model, cluster, row)
         fig = plots.timeline_figure(tl, [str(i) for i in range(e.plan.pp)])
         ax = fig.axes[0]
         boxes = [p for p in ax.patches if p.get_gid() in ("fwd", "bwd")]
@@ -59,7 +60,7 @@ def test_gantt_has_two_compute_boxes_per_stage_and_microbatch_and_ends_at_the_pi
 def test_timeline_events_never_overlap_on_a_stage_and_backward_follows_forward(gpt2xl):
     model, cluster, rows, _ = gpt2xl
     for row in rows[:10]:
-        tl = timeline(_estimate(model, cluster, row), model.profile.fwd_bwd_factor)
+        _, tl = _drawn(model, cluster, row)
         times = {(ev.stage, ev.microbatch, ev.kind): ev for ev in tl.events}
         for s in range(tl.num_stages):
             # one computation at a time per stage (FASOP's sends may overlap the stage's next compute)
@@ -77,8 +78,7 @@ def test_critical_path_is_the_schedules_own(gpt2xl):
     weights of schedule.critical_path."""
     model, cluster, rows, _ = gpt2xl
     for row in [r for r in rows if int(r["pp"]) > 1][:8]:
-        e = _estimate(model, cluster, row)
-        tl = timeline(e, model.profile.fwd_bwd_factor)
+        e, tl = _drawn(model, cluster, row)
         chain = [tl.events[k] for k in tl.critical]
         assert chain[0].start_s == 0.0 and chain[-1].end_s == e.pipeline_time_s
         assert all(b.start_s == a.end_s for a, b in zip(chain, chain[1:]))  # each waited for the one before
@@ -175,11 +175,17 @@ def test_cli_plot_of_a_pareto_csv(tmp_path, capsys, monkeypatch, repo):
     assert capsys.readouterr().err.startswith("fasop: error: --figures: expected some of timeline")
 
 
-def test_the_estimators_schedule_is_the_timelines(gpt2xl):
-    """fasop-2024's schedule_of(estimate) and the timeline's own FASOP schedule give the same events."""
+def test_fasop_2024_draws_only_the_end_stages_sends(gpt2xl):
+    """p2p-ends-only (docs/estimators.md §4): fasop-2024's timeline holds stage 0's forward sends
+    and the last stage's backward sends, no others, and stage 0 ends at the estimate's pipeline
+    time, bit for bit."""
     model, cluster, rows, _ = gpt2xl
-    for row in rows[:4]:
-        rp = plan_of_row(row, "row", model, cluster)
-        estimator = Fasop2024Estimator(model, cluster, inventory_of(rp), partitioner="optimal")
-        e = estimate_split(estimator, rp.plan, rp.partition)
-        assert timeline(e, model.profile.fwd_bwd_factor) == timeline(e, schedule=estimator.schedule_of(e))
+    chosen = [r for r in rows if int(r["pp"]) > 2][:4]
+    assert chosen
+    for row in chosen:
+        e, tl = _drawn(model, cluster, row)
+        sends = {(ev.stage, ev.kind) for ev in tl.events if ev.kind.startswith("send")}
+        assert sends == {(0, "send_fwd"), (e.plan.pp - 1, "send_bwd")}
+        assert tl.pipeline_time_s == e.pipeline_time_s
+
+

@@ -11,7 +11,7 @@ import pytest
 
 from fasop import limits
 from fasop.cli import main
-from fasop.pareto import node_prices
+from fasop.sweep import node_prices
 from fasop.specs import load_cluster
 
 AWS_CSV = """\

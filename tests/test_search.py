@@ -8,6 +8,7 @@ times); the FASOP experiments load the shipped specs, as the reproduction tests 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import math
@@ -202,8 +203,8 @@ def test_a_search_leaves_no_cyclic_garbage(kwargs):
 
 def test_top_k_keeps_only_fitting_plans():
     model, cluster, types = _world(5)
-    tight = {n: NodeType(**{**t.__dict__, "memory_limit_bytes": 0.02 * GIB}) for n, t in types.items()}
-    cluster = ClusterSpec(**{**cluster.__dict__, "node_types": tight})
+    tight = {n: dataclasses.replace(t, memory_limit_bytes=0.02 * GIB) for n, t in types.items()}
+    cluster = dataclasses.replace(cluster, node_types=tight)
     nodes = _inventory(tight, x=2, y=2)
     full = search(model, cluster, nodes, heterogeneous=True)
     assert full.num_oom > 0

@@ -24,13 +24,14 @@ import time
 
 import pytest
 
-import fasop.pareto
+import fasop.sweep
 from conftest import REPO
 from fasop.cli import main
 from fasop.errors import FasopError
 from fasop.executors import PoolExecutor, SerialExecutor
 from fasop.buyer import BuyerLimits, within
-from fasop.pareto import analyse, compositions, sweep_job
+from fasop.pareto import analyse
+from fasop.sweep import compositions, sweep_job
 from fasop.pruning import Found, pruned_sweep
 from fasop.report import csv_text, pareto_rows
 from fasop.search import search
@@ -191,7 +192,7 @@ def _full_bytes(tmp_path, extra=()):
 @pytest.mark.parametrize("k", [1, 4])
 def test_resume_after_ctrl_c_gives_the_same_bytes(tmp_path, capsys, monkeypatch, k):
     want = _full_bytes(tmp_path)
-    calls, real = [], fasop.pareto.search
+    calls, real = [], fasop.sweep.search
 
     def interrupting(*args, **kwargs):
         calls.append(1)
@@ -199,14 +200,14 @@ def test_resume_after_ctrl_c_gives_the_same_bytes(tmp_path, capsys, monkeypatch,
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fasop.pareto, "search", interrupting)
+    monkeypatch.setattr(fasop.sweep, "search", interrupting)
     prefix = tmp_path / "cut" / "bert"
     argv = _argv(prefix, "a100=2,a10=3", "--round-size", "2", "--workers", "1")
     assert main(argv) == 130
     assert "rerun with --resume" in capsys.readouterr().err
     assert main(argv) == 2  # a checkpoint is there: not overwritten without --resume
     assert "add --resume to continue it" in capsys.readouterr().err
-    monkeypatch.setattr(fasop.pareto, "search", real)
+    monkeypatch.setattr(fasop.sweep, "search", real)
     assert main(argv + ["--resume"]) == 0
     assert f"note: --resume: {k} compositions taken from the checkpoint" in capsys.readouterr().err
     assert prefix.with_name("bert_pareto.csv").read_bytes() == want
@@ -214,7 +215,7 @@ def test_resume_after_ctrl_c_gives_the_same_bytes(tmp_path, capsys, monkeypatch,
 
 
 def test_resume_refuses_a_checkpoint_of_other_inputs(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(fasop.pareto, "search", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(fasop.sweep, "search", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     prefix = tmp_path / "bert"
     checkpoint = prefix.with_name("bert_pareto.checkpoint")
     checkpoint.write_text('{"fasop_checkpoint": 1, "fingerprint": "other"}\n')
@@ -267,7 +268,7 @@ def test_a_dead_worker_process_is_replaced(tmp_path, capsys, monkeypatch):
     again on a new pool, and the output is that of an undisturbed sweep."""
     want = _full_bytes(tmp_path, ("--workers", "2"))
     flag = tmp_path / "died"
-    real = fasop.pareto.search
+    real = fasop.sweep.search
 
     def dying(*args, **kwargs):
         if not flag.exists():
@@ -275,7 +276,7 @@ def test_a_dead_worker_process_is_replaced(tmp_path, capsys, monkeypatch):
             os.kill(os.getpid(), signal.SIGKILL)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fasop.pareto, "search", dying)
+    monkeypatch.setattr(fasop.sweep, "search", dying)
     prefix = tmp_path / "dead" / "bert"
     assert main(_argv(prefix, "a100=2,a10=3", "--round-size", "2", "--workers", "2")) == 0
     assert flag.exists()
