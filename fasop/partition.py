@@ -15,8 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from fasop.partition_tables import (  # noqa: F401 -- re-exported: callers import them from here
-    CAP_RANGE, CHAIN_LEVELS, PARTITION_CAPS, _weighted, bottleneck_split, capped_completion, capped_sums, chain_floor,
-    completion, least_chain, least_completions, steady_caps)
+    CAP_RANGE, CHAIN_LEVELS, PARTITION_CAPS, bottleneck_split, capped_completion, capped_sums, chain_floor, completion,
+    least_chain, least_completions, steady_caps, weighted_times)
+
+_weighted = weighted_times
+"""Its earlier private name here, which fasop2024_orders still imports (tests/test_layout_rules.py:
+OWNERSHIP_PENDING)."""
 
 PARTITIONERS = ("fasop-minmax", "optimal")
 """How a plan's layers are split into stages: FASOP's min-max heuristic, or the exact optimum."""

@@ -70,7 +70,7 @@ def capped_completion(times: np.ndarray, weights: np.ndarray, caps: np.ndarray) 
     table = np.full((len(caps), n + 1, size), np.inf)
     table[:, n, size - 1] = 0.0
     for k in range(n - 1, -1, -1):
-        capped = np.where(_weighted(times[k], weights[k])[None] <= caps[:, None, None], times[k][None], np.inf)
+        capped = np.where(weighted_times(times[k], weights[k])[None] <= caps[:, None, None], times[k][None], np.inf)
         table[:, k] = (capped + table[:, k + 1, None, :]).min(axis=2)
     return table
 
@@ -83,7 +83,7 @@ def chain_floor(sums: np.ndarray, caps: np.ndarray, least_steady: float) -> floa
     return float(np.min(sums + below))
 
 
-def _weighted(times: np.ndarray, weight: float) -> np.ndarray:
+def weighted_times(times: np.ndarray, weight: float) -> np.ndarray:
     """weight x stage times; weight 0 keeps infeasible runs inf (0 x inf would be nan)."""
     if weight == 1:
         return times
@@ -104,7 +104,7 @@ def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False) ->
     table = np.full((n + 1, size), np.inf)
     table[n, size - 1] = 0.0
     for k in range(n - 1, -1, -1):
-        weighted = _weighted(times[k], weights[k])
+        weighted = weighted_times(times[k], weights[k])
         if largest:
             table[k] = np.maximum(weighted, table[k + 1][None, :]).min(axis=1)
         else:
