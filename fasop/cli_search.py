@@ -35,6 +35,8 @@ def add_parser(sub) -> None:
                    "5 fastest past 10,000 plans); plans a lower bound proves slower are skipped")
     s.add_argument("--every-plan", action="store_true",
                    help="estimate and write every plan however many (no automatic --top)")
+    s.add_argument("--spot", action="store_true",
+                   help="price the nodes at their spec's spot_usd_per_hour (every node type needs one)")
     add_length(s, DEFAULT_ITERATIONS)
     s.add_argument("--out", help="CSV to write (default results/<model>_<cluster>_<nodes>.csv)")
     s.add_argument("--show", type=non_negative_int, default=DEFAULT_SHOWN,
@@ -54,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     recipe = cli_recipes.options(args, cluster)
     inventory = parse_nodes(args.nodes, cluster)
+    if args.spot:
+        from fasop.prices import at_spot
+        inventory = at_spot(inventory, cluster)
     iterations = iterations_of(args, model)
     if out is None:
         nodes = "-".join(f"{n.name}x{sum(m.name == n.name for m in inventory)}" for n in
@@ -71,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     if auto_note:
         print(auto_note)
+    if args.spot:
+        print("note: --spot: costs at each node type's spot_usd_per_hour")
     if cli_recipes.misfit_line(result):
         print(cli_recipes.misfit_line(result))
     print(f"wrote {out}")

@@ -11,7 +11,10 @@ cut it. Both come from the estimator's optional `prefix_bounds` capability
    order) plans would all be skipped as equivalent by a full enumeration; here its whole
    subtree is.
 2. **Lower bounds.** No completion of a prefix beats its bound, so a prefix whose bound is above
-   the K-th kept step time has no plan among the K.
+   the K-th kept step time has no plan among the K. A PrefixBounds may also offer
+   `bound_hinted(state, placed, left, hint, threshold) -> (bound, hint)`: the hint it returns
+   goes to the prefix's children (the analytic estimator's: the recipes whose floor is still at
+   most the threshold, which only falls; the others cannot give a kept plan below).
 
 Both rules are exact, so the K plans found are those a full enumeration keeps (tests compare
 the two on random inventories and check every prefix bound against every completion). How much
@@ -63,11 +66,12 @@ class OrderSearch:
     def _orders_of(self, c: int, shape: Plan) -> Iterator[tuple[int, Plan]]:
         """Depth-first over prefixes in enumeration order (children pushed last-kind first)."""
         prefixes = self.estimator.prefix_bounds(shape, self.kinds)
+        hinted = getattr(prefixes, "bound_hinted", None)
         n, per_order = len(self.inventory), len(self.combos)
         seen: set = set()
-        stack = [((), self.counts, prefixes.start(), 0, 0.0)]
+        stack = [((), self.counts, prefixes.start(), 0, 0.0, None)]
         while stack:
-            prefix, left, state, rank, bound = stack.pop()
+            prefix, left, state, rank, bound, hint = stack.pop()
             if bound > self.threshold():  # the threshold has tightened since it was pushed
                 self.pruned += _orders(left)
                 self.accounted += _orders(left)
@@ -92,10 +96,13 @@ class OrderSearch:
                     self.accounted += size
                     continue
                 seen.add(key)
-                child_bound = prefixes.bound(child_state, len(prefix) + 1, child_left)
+                if hinted is None:
+                    child_bound, child_hint = prefixes.bound(child_state, len(prefix) + 1, child_left), None
+                else:
+                    child_bound, child_hint = hinted(child_state, len(prefix) + 1, child_left, hint, self.threshold())
                 if child_bound > self.threshold():
                     self.pruned += size
                     self.accounted += size
                     continue
-                children.append((prefix + (kind,), child_left, child_state, child_rank, child_bound))
+                children.append((prefix + (kind,), child_left, child_state, child_rank, child_bound, child_hint))
             stack.extend(reversed(children))

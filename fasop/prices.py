@@ -19,17 +19,28 @@ import csv
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fasop import limits
-from fasop.errors import FasopError
-from fasop.specs import CATALOG_ESTIMATORS, ClusterSpec, decode_utf8, read_bounded, show
+from fasop.errors import FasopError, SpecError
+from fasop.specs import CATALOG_ESTIMATORS, ClusterSpec, NodeType, decode_utf8, read_bounded, show
 
 REQUIRED = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "AvailabilityZone", "Price", "SpotPrice")
 PRICE_KEYS = ("usd_per_hour", "spot_usd_per_hour", "price_date", "price_source")
 _DATE = re.compile(r"\d{4}-\d{2}(-\d{2})?")
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._/@()+-]*")
+
+
+def at_spot(inventory: tuple[NodeType, ...], cluster: ClusterSpec) -> tuple[NodeType, ...]:
+    """The inventory with each node priced at its type's spot_usd_per_hour (`fasop search --spot`:
+    every cost column then charges spot). A node type without a spot price is refused, naming
+    them all: a plan priced half spot, half on-demand would be neither."""
+    missing = list(dict.fromkeys(n.name for n in inventory if n.spot_usd_per_hour is None))
+    if missing:
+        raise SpecError(cluster.path, "spot_usd_per_hour", f"none for {', '.join(missing)}: --spot needs a spot "
+                        "price for every node type (fasop prices --from vms.csv fills them)")
+    return tuple(replace(n, usd_per_hour=n.spot_usd_per_hour) for n in inventory)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,8 @@ class Offer:
     zone: str
     usd_per_hour: float | None
     spot_usd_per_hour: float | None
+    gpus_unpriced: bool = False
+    """A GCP host row that names no accelerator (SkyPilot's a2/a3 rows): its GPUs' price is unknown."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +127,8 @@ def _offer(path: Path, line: int, row: dict, accelerators: dict) -> Offer | None
     spot = _price(path, line, "SpotPrice", row.get("SpotPrice"))
     zone = (row.get("AvailabilityZone") or "").strip()
     name = (row.get("AcceleratorName") or "").strip()
+    if accelerators and not name:  # GCP host row, GPUs not named: host + ? is no price
+        return Offer((row.get("Region") or "").strip(), zone, None, None, gpus_unpriced=True)
     if accelerators and name:  # GCP: the host row's price excludes its GPUs
         found = accelerators.get((name, _count(row.get("AcceleratorCount")), zone))
         if found is None:
@@ -162,6 +177,9 @@ def _node_price(node, offers: list[Offer], region: str | None) -> NodePrice:
     notes = []
     if not chosen:
         notes.append(f"no row in region {region!r} (regions: {', '.join(sorted(by_region))}): prices unchanged")
+    elif all(o.gpus_unpriced for o in chosen):
+        notes.append("its host rows name no accelerator, so the GPUs' rows cannot be added (a GCP GPU VM is "
+                     "priced host + accelerator): prices unchanged")
     else:
         if price is None:
             notes.append("empty Price in every zone: usd_per_hour unchanged")

@@ -237,3 +237,13 @@ def test_a_fasop_2024_cluster_gets_prices_without_date_or_source_keys(files, tmp
     node = load_cluster(str(out)).node_types["a100"]
     assert (node.usd_per_hour, node.spot_usd_per_hour) == (20.0, 8.75)  # us-west-2, as above
     assert text.startswith(FASOP_SPEC.split("    usd_per_hour")[0])
+
+
+def test_gcp_host_rows_naming_no_accelerator_leave_the_prices(files, tmp_path):
+    """SkyPilot's real gcp/vms.csv names no accelerator on a2/a3 host rows; the host price alone
+    (9.46 of the 43.07 an a3-highgpu-8g costs) would be silently wrong, so nothing changes."""
+    path = tmp_path / "gcp-real.csv"
+    path.write_text(GCP_CSV.replace("a3-highgpu-8g,208,1872,H100,8,", "a3-highgpu-8g,208,1872,,,"))
+    got = _prices(files["gcp.yaml"], path)["a3-highgpu-8g"]
+    assert (got.usd_per_hour, got.spot_usd_per_hour) == (None, None)
+    assert "name no accelerator" in got.notes[0]

@@ -30,6 +30,7 @@ from fasop.catalog import canonical, find_gpu
 from fasop.errors import FasopError
 from fasop.estimate import Estimate
 from fasop.estimators import register
+from fasop.estimators.analytic_orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.memory import MemoryEstimate
 from fasop.plan import Plan
 from fasop.schedule import Schedule
@@ -115,7 +116,7 @@ class AnalyticEstimator:
     def _best(self, plan: Plan, cutoff: float) -> Estimate | None:
         """The fastest allowed recipe that fits, else (cutoff infinite) the closest to fitting.
         Recipes are tried by their lower bound (the plan's own stages' layer times, the split's
-        continuous relaxation, no transfers: AnalyticPrefixBounds' formula); one whose bound
+        continuous relaxation, no transfers: analytic_orders.pipeline_floor); one whose bound
         exceeds the best step found, or the cutoff, cannot win and ends the search. With a finite cutoff, None when none fits below it."""
         stages = self._stages(plan)
         profiled = self._profiled(plan, stages)
@@ -151,9 +152,15 @@ class AnalyticEstimator:
                 progress(i + 1, len(plans))
         return out
 
-    def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]) -> "AnalyticPrefixBounds":
-        """The fold over node orders that lets `--placements all --top K` search many nodes."""
-        return AnalyticPrefixBounds(self, shape)
+    def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]) -> AnalyticPrefixBounds:
+        """The fold over node orders that lets `--placements all --top K` search many nodes
+        (fasop/estimators/analytic_orders.py)."""
+        return AnalyticPrefixBounds(self, shape, kinds)
+
+    def workloads(self, shape: Plan) -> list[tuple[Recipe, C.Workload]]:
+        """The recipes a plan of `shape`'s degrees could fit with on some placement (`_possible`),
+        each with its Workload: what the order bounds score."""
+        return [(r, self._workload(shape, r)) for r in self._possible(shape)]
 
     # ------------------------------------------------------------------ pieces
     def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
@@ -325,80 +332,3 @@ def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], 
     """The analytic estimator; options `recompute`, `zero`, `sequence_parallel`, `virtual_stages`,
     `precision`: tuples of allowed values (DEFAULTS when absent); the others are ignored."""
     return AnalyticEstimator(model, cluster, inventory, parse_recipes(options))
-
-
-class AnalyticPrefixBounds:
-    """orders.OrderSearch's fold over node positions for the analytic estimator.
-
-    State: the signatures of the stages already determined (their span and the next stage's
-    first node placed) and the nodes placed since the first undetermined stage's first node;
-    equal states with equal nodes left complete into plans of equal signatures. Bound: each
-    determined stage at its own fastest layer time over the allowed recipes, every other stage
-    at the fastest any GPU reaches; a split's slowest stage is at least L / sum(1/tau_i) (the
-    continuous relaxation) and the stages sum to at least L x min tau; with the embedding and
-    head at their fastest on the end stages (pipeline_floor; v the largest allowed)."""
-
-    def __init__(self, estimator: AnalyticEstimator, shape: Plan):
-        self.e, self.shape = estimator, shape
-        self.g = shape.placement[0].gpus_per_node
-        self.v = max(r.virtual_stages for r in estimator._recipes(shape))
-        self.workloads = [estimator._workload(shape, r) for r in estimator._possible(shape)]
-        self._tau: dict = {}
-        free = C.Link(float("inf"), 0.0)
-        self.fastest = min(self._layer(gpu, free) for gpu in estimator.gpus.values())
-        self.ends = (min(sum(C.embedding_s(w, gpu, free)) for w in self.workloads for gpu in estimator.gpus.values()),
-                     min(sum(C.head_s(w, gpu)) for w in self.workloads for gpu in estimator.gpus.values()))
-
-    def _layer(self, gpu, link: C.Link) -> float:
-        key = (gpu.name, link)
-        if key not in self._tau:
-            self._tau[key] = min(sum(C.layer_s(w, gpu, link)) for w in self.workloads)
-        return self._tau[key]
-
-    def start(self):
-        return (), ()
-
-    def extend(self, state, position: int, node: NodeType):
-        done, tail = state
-        tail = tail + (node,)
-        sh, p = self.shape, self.shape.pp
-        while len(done) < p:
-            s = len(done)
-            first, last, after = C.stage_span(sh.tp, sh.dp, p, s, self.g)
-            if max(last, after) > position:
-                break
-            nodes = _Window(tail, first)
-            gpus = _Window(tuple(self.e.gpus[n.name] for n in tail), first)
-            hw = C.one_stage(sh.tp, sh.dp, p, s, self.g, nodes, gpus, self.e.params)
-            done = done + ((hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes),)
-            start = C.stage_span(sh.tp, sh.dp, p, s + 1, self.g)[0] if s + 1 < p else position + 1
-            tail = tail[start - first:]
-        return done, tuple(tail)
-
-    def bound(self, state, placed: int, left) -> float:
-        if self.e.model.profile is not None:  # profiled layers may be faster than the analytic floor
-            return 0.0
-        done = state[0]
-        gpus = {g.name: g for g in self.e.gpus.values()}
-        taus = [self._layer(gpus[sig[0]], sig[1]) for sig in done] + [self.fastest] * (self.shape.pp - len(done))
-        return pipeline_floor(self.shape.num_microbatches, self.v, self.e.arch.num_layers, taus, self.ends)
-
-
-def pipeline_floor(m: int, v: int, layers: int, taus: list[float], ends: tuple[float, float]) -> float:
-    """A step time no split of `layers` identical layers over stages of per-layer times `taus`
-    beats, the first stage also running the embedding (ends[0]) and the last the head (ends[1]):
-    the slowest stage is at least the split's continuous relaxation T = (L + e0/tau0 + e1/tau1) /
-    sum(1/tau_i), the stages sum to at least L x min tau + e0 + e1, and analytic_cost.step is
-    m x max + (sum - max)/v = (m - 1/v) x max + sum / v."""
-    level = (layers + ends[0] / taus[0] + ends[1] / taus[-1]) / sum(1 / t for t in taus)
-    return (m - 1 / v) * level + (layers * min(taus) + ends[0] + ends[1]) / v
-
-
-class _Window:
-    """items[k - offset] as [k]: the nodes of a prefix from a given node index on."""
-
-    def __init__(self, items, offset: int):
-        self.items, self.offset = items, offset
-
-    def __getitem__(self, k: int):
-        return self.items[k - self.offset]

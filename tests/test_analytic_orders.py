@@ -1,0 +1,107 @@
+"""The analytic estimator's prefix bounds (fasop/estimators/analytic_orders.py): every prefix's
+bound is at most the step time of every completion that fits, prefixes of equal states have
+completions of equal signatures, and the order tree they drive
+(`--placements all --top K`) writes the very CSV rows of the K fastest fitting plans of the full
+listing. Worlds: catalog node types with the GPUs per node cut down so that stages span nodes,
+fill one node or share a node, with memory that binds (L4) and that does not (H100, A100-80GB).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from fasop import report
+from fasop import search as search_module
+from fasop.enumerate import all_placements, degree_list
+from fasop.estimators import make_estimator
+from fasop.orders import OrderSearch
+from fasop.plan import Plan
+from fasop.search import parse_nodes, search
+from fasop.specs import load_cluster, load_model
+
+EVERY_RECIPE = {"recompute": ("none", "selective", "full"), "zero": (0, 1, 2, 3),
+                "sequence_parallel": (True, False), "virtual_stages": (1, 2)}
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+              "hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 4,
+              "num_hidden_layers": 12, "vocab_size": 32000, "max_position_embeddings": 4096,
+              "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+
+
+def _world(model: str, nodes: str, gbs: int, gpus_per_node: int | None, tmp_path=None):
+    if model == "tiny":
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(TINY_LLAMA))
+        model = str(path)
+    spec = dataclasses.replace(load_model(model), global_batch_size=gbs)
+    cluster = load_cluster("aws")
+    if gpus_per_node is not None:
+        cluster = dataclasses.replace(cluster, node_types={
+            name: dataclasses.replace(n, gpus_per_node=gpus_per_node) for name, n in cluster.node_types.items()})
+    return spec, cluster, parse_nodes(nodes, cluster)
+
+
+WORLDS = [("tiny", "p5=2,p4de=2", 64, None), ("tiny", "p5=3,g6=2", 32, 2),
+          ("llama-3-8b", "p5=2,g6=2", 64, None), ("llama-3-8b", "p5=3,g6=2", 32, 2),
+          ("qwen2.5-7b", "p5=2,g6=1,p4de=2", 32, 2), ("llama-3-8b", "p5=2,p4de=2", 64, 4)]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_prefix_bounds_never_exceed_a_fitting_completion(world, tmp_path):
+    """For every prefix of every node order and every (tp, dp, pp, mbs): the bound is at most the
+    step time of each completion whose estimate fits in memory (those are the plans --top keeps)."""
+    model, cluster, inventory = _world(*world, tmp_path)
+    estimator = make_estimator(model, cluster, inventory, **EVERY_RECIPE)
+    gbs = model.global_batch_size
+    combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=gbs,
+                         num_transformer_layers=model.num_transformer_layers)
+    tree = OrderSearch(estimator, inventory, combos, lambda: np.inf)
+    orders = list(all_placements(inventory))
+    checked = tight = merged = 0
+    for tp, dp, pp, mbs in combos:
+        prefixes = estimator.prefix_bounds(Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs,
+                                                placement=inventory), tree.kinds)
+        plan = lambda order: Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=order)  # noqa: E731
+        steps = {}
+        for order in orders:
+            e = estimator.estimate(plan(order))
+            steps[order] = np.inf if e.memory.is_oom else e.step_time_s
+        first_with: dict = {}
+        for order in orders:
+            state, left = prefixes.start(), list(tree.counts)
+            for q, node in enumerate(order):
+                state = prefixes.extend(state, q, node)
+                left[tree.kinds.index(node)] -= 1
+                bound = prefixes.bound(state, q + 1, tuple(left))
+                least = min(s for other, s in steps.items() if other[:q + 1] == order[:q + 1])
+                assert bound <= least, (tp, dp, pp, mbs, [n.name for n in order[:q + 1]], bound, least)
+                checked += 1
+                tight += least < np.inf and bound > 0.5 * least
+                # equal states: the completions' signatures are equal (the tree skips the later)
+                other = first_with.setdefault((q, state, tuple(left)), order[:q + 1])
+                if other != order[:q + 1]:
+                    merged += 1
+                    assert estimator.signature(plan(other + order[q + 1:])) == estimator.signature(plan(order))
+    assert checked > 300 and tight > checked / 10  # not vacuous: many bounds are within 2x
+    g = inventory[0].gpus_per_node
+    if any(tp * dp >= 3 * g for tp, dp, _, _ in combos):  # stages of 3+ nodes: orders of their first nodes merge
+        assert merged > 0, "no equal states"
+
+
+@pytest.mark.parametrize("world", WORLDS[:5])
+def test_order_tree_writes_the_listed_top_k_rows(world, tmp_path, monkeypatch):
+    """--placements all --top K through the order tree (forced past TREE_ORDERS) gives the CSV
+    text of the K fastest fitting plans of the exhaustive listing (every plan estimated)."""
+    model, cluster, inventory = _world(*world, tmp_path)
+    top = 15
+    listed = search(model, cluster, inventory, heterogeneous=True, estimator_options=EVERY_RECIPE)
+    monkeypatch.setattr(search_module, "TREE_ORDERS", 1)
+    tree = search(model, cluster, inventory, heterogeneous=True, top=top, estimator_options=EVERY_RECIPE)
+    assert tree.num_pruned > 0
+    fitting = tuple(e for e in listed.estimates if not e.memory.is_oom)[:top]
+    assert len(fitting) == top
+    expected = report.csv_text(*report.search_rows(dataclasses.replace(listed, estimates=fitting), model.sequence_length))
+    assert report.csv_text(*report.search_rows(tree, model.sequence_length)) == expected
