@@ -4,8 +4,11 @@ in the same invocation (a baseline against this tree).
 
 Each run is `python -m fasop ... --no-progress` in a fresh interpreter with the checkout as its
 working directory (so its own `fasop` package and compiled kernels are imported), timed with
-time.perf_counter around subprocess.run; the table reports the median of --runs runs. Unproven
-counts and step times are read from the CSV of the last run (they do not vary between runs).
+time.perf_counter around subprocess.run (wall) and by the CPU seconds the child used
+(resource.getrusage, user + system: steadier than wall on a shared machine); the table reports
+the median of --runs runs, the checkouts' runs interleaved, and each checkout's ratio to the
+first. Unproven counts and step times are read from the CSV of the last run (they do not vary
+between runs).
 
     python benchmarks/proven_splits.py [--runs 3] [--pareto] [BASELINE_CHECKOUT ...]
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,11 +37,15 @@ EXPERIMENTS = [  # (name, model, nodes, heterogeneous): FASOP's six experiments,
 PARETO = ["pareto", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto", "--max-nodes", "a100=8,a10=8"]
 
 
-def run(checkout: Path, argv: list[str], out: Path) -> float:
+def run(checkout: Path, argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "fasop", *argv, "--no-progress"], cwd=checkout, check=True,
                    stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def read(path: Path) -> list[dict]:
@@ -49,10 +57,17 @@ def key(row: dict) -> tuple:
     return row["mbs"], row["tp"], row["dp"], row["pp"], row["node_placement"]
 
 
-def measure(checkout: Path, argv: list[str], runs: int, csv_name: str, out_args) -> tuple[float, list[dict]]:
+def measure(checkouts: list[Path], argv: list[str], runs: int, csv_name: str, out_args) -> list[tuple]:
+    """Per checkout: (median wall s, median CPU s, rows of its CSV); runs interleaved."""
     with tempfile.TemporaryDirectory() as tmp:
-        times = [run(checkout, argv + out_args(Path(tmp)), Path(tmp)) for _ in range(runs)]
-        return statistics.median(times), read(Path(tmp) / csv_name)
+        dirs = [Path(tmp) / str(i) for i in range(len(checkouts))]
+        times: list[list[tuple[float, float]]] = [[] for _ in checkouts]
+        for _ in range(runs):
+            for i, checkout in enumerate(checkouts):
+                dirs[i].mkdir(exist_ok=True)
+                times[i].append(run(checkout, argv + out_args(dirs[i])))
+        return [(statistics.median(w for w, _ in ts), statistics.median(c for _, c in ts), read(d / csv_name))
+                for ts, d in zip(times, dirs)]
 
 
 def main() -> None:
@@ -63,8 +78,8 @@ def main() -> None:
     args = parser.parse_args()
     checkouts = [*args.baselines, REPO]
     print("| experiment | checkout | fitting plans | unproven | slower than the first checkout | "
-          "whole run (median s) |")
-    print("|---|---|---|---|---|---|")
+          "whole run (median wall s) | ratio | CPU (median s) | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
     jobs = [(name, ["search", "--model", model, "--cluster", "fasop-paper", "--nodes", nodes]
              + (["--heterogeneous"] if hetero else []), "out.csv", lambda d: ["--out", str(d / "out.csv")])
             for name, model, nodes, hetero in EXPERIMENTS]
@@ -72,14 +87,15 @@ def main() -> None:
         jobs.append(("gpt2xl pareto a100=8,a10=8", PARETO, "p_pareto.csv", lambda d: ["--out-prefix", str(d / "p")]))
     for name, argv, csv_name, out_args in jobs:
         first = None
-        for checkout in checkouts:
-            seconds, rows = measure(checkout, argv, args.runs, csv_name, out_args)
+        results = measure(checkouts, argv, args.runs, csv_name, out_args)
+        for checkout, (wall, cpu, rows) in zip(checkouts, results):
             fitting = [r for r in rows if r.get("is_oom", "False") == "False"]
             unproven = sum(r.get("partition_proven_optimal") == "False" for r in fitting)
             steps = {key(r): float(r["step_time_s"]) for r in fitting}
             slower = "" if first is None else sum(steps[k] > first[k] for k in steps if k in first)
             first = first or steps
-            print(f"| {name} | {checkout.name} | {len(fitting)} | {unproven} | {slower} | {seconds:.2f} |", flush=True)
+            print(f"| {name} | {checkout.name} | {len(fitting)} | {unproven} | {slower} | {wall:.2f} | "
+                  f"{wall / results[0][0]:.2f} | {cpu:.2f} | {cpu / results[0][1]:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -93,15 +93,14 @@ def add_specs(parser: argparse.ArgumentParser) -> None:
 def add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimate in N processes (same output as 1; "
                    "default %(default)s)", default_workers: int = 1) -> None:
     """How the search runs: processes, partitioner budget, progress bar (search and pareto)."""
-    from fasop.partition import DEFAULT_MAX_NODES
-
     parser.add_argument("--workers", type=positive_int, default=default_workers, metavar="N", help=workers_help)
     parser.add_argument("--partition-budget", type=int_at_least(1, "a positive integer", limits.PARTITION_BUDGET),
                         metavar="NODES",
                         help="cap the optimal partitioner's effort: search-tree nodes per plan, past which it keeps "
                         "the best split found and reports its gap to the best bound (partition_gap_pct). Default: "
-                        f"no cap, every split proven optimal where it can be ({DEFAULT_MAX_NODES} nodes of branch and "
-                        "bound, then again proving only what is faster, then a MILP certificate for small programs)")
+                        "no cap, every split proven optimal where it can be (a short exact branch and bound, a local "
+                        "search from its split, the branch and bound again proving only that nothing is faster, then a "
+                        "MILP certificate for small programs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress "
                         f"lines (otherwise, every {PROGRESS_S:g} s)")
 

@@ -1,8 +1,9 @@
 """Layers -> pipeline stages. Contiguous splits of the layer list, one count per stage.
 
-`optimal`: the split with the least estimated step time, by branch and bound over stages, and
-the dynamic programmes over (stage, first layer) its bounds and the plan bounds use. FASOP's
-greedy `fasop-minmax` is FASOP-2024's own (fasop/estimators/fasop2024_minmax.py).
+`optimal`: the split with the least estimated step time, by branch and bound over stages (the
+dynamic programmes its bounds use are in fasop/partition_tables.py); `polish`: a local search
+that gives its settle pass a better split to prove. FASOP's greedy `fasop-minmax` is
+FASOP-2024's own (fasop/estimators/fasop2024_minmax.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fasop import native
+from fasop.partition_tables import (  # noqa: F401 -- re-exported: callers import them from here
+    CAP_RANGE, CHAIN_LEVELS, PARTITION_CAPS, bottleneck_split, capped_completion, capped_sums, chain_floor, completion,
+    least_chain, least_completions, steady_caps, weighted_times)
+
+_weighted = weighted_times
+"""Its earlier private name here, which fasop2024_orders still imports (tests/test_layout_rules.py:
+OWNERSHIP_PENDING)."""
 
 PARTITIONERS = ("fasop-minmax", "optimal")
 """How a plan's layers are split into stages: FASOP's min-max heuristic, or the exact optimum."""
@@ -88,136 +95,44 @@ class Found:
     itself when proven)."""
 
 
-def least_completions(times: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, float, float]:
-    """(least sum of stage times, least largest stage time, least largest weighted stage time
-    weights[i] x t_i) over all splits; times as in `optimal` (the three minima may come from
-    different splits). Without weights the third is 0."""
-    ones = np.ones(len(times))
-    return (float(completion(times, ones)[0, 0]), float(completion(times, ones, largest=True)[0, 0]),
-            float(completion(times, ones * 0 if weights is None else weights, largest=True)[0, 0]))
+POLISH_ROUNDS = 64
+"""Most rounds of `polish` (each evaluates every one-layer move at once); measured on FASOP's
+experiments, it stops on its own after at most ~10."""
 
 
-PARTITION_CAPS, CAP_RANGE = 8, 3.0
-"""The optimal partitioner bounds a rest's sum and its largest weighted stage together on 8 caps
-from the least that largest can be to 3x it (above: the last cap's floor): measured on FASOP's
-experiments, as many splits proven optimal as 32 caps over the whole range, at a quarter of the
-cost."""
-CHAIN_LEVELS = 32
-"""Caps on the largest steady-weighted stage time at which `least_chain` solves for the least
-sum of stage times: more caps, a tighter floor, a costlier one."""
+def moves(split: tuple[int, ...], times: np.ndarray) -> list[tuple[int, ...]]:
+    """The splits that move one layer from stage i to stage j (the boundaries between them shift
+    by one; every pair i != j) and fit: times[k, a, b] finite for every stage; times as in
+    `optimal`."""
+    n = len(split)
+    i, j = np.nonzero(~np.eye(n, dtype=bool))
+    counts = np.tile(np.array(split), (len(i), 1))
+    counts[np.arange(len(i)), i] -= 1
+    counts[np.arange(len(i)), j] += 1
+    counts = counts[(counts >= 1).all(axis=1)]
+    edges = np.zeros((len(counts), n + 1), dtype=np.intp)
+    np.cumsum(counts, axis=1, out=edges[:, 1:])
+    fits = np.isfinite(times[np.arange(n), edges[:, :-1], edges[:, 1:]]).all(axis=1)
+    return [tuple(c) for c in counts[fits].tolist()]
 
 
-def least_chain(times: np.ndarray, weights: np.ndarray | None = None, coupled: bool = True) -> tuple[float, float]:
-    """(least over splits of sum_i t_i + max_i weights[i] t_i -- the chain of stage 0's end
-    time in schedule.steady_weights, without the sends --, least largest stage time); times as
-    in `optimal`. The first is found to within the grid of `steady_caps`, from below; with
-    coupled=False it is the cheaper and weaker least sum + least largest weighted stage."""
-    least_sum, least_max, least_steady = least_completions(times, weights)
-    if weights is None or not coupled:
-        return least_sum + least_steady, least_max
-    caps = steady_caps(least_steady, float(np.max(times[np.isfinite(times)], initial=0.0)) * float(weights.max()))
-    return max(chain_floor(capped_sums(times, weights, caps), caps, least_steady), least_sum + least_steady), least_max
-
-
-def steady_caps(least: float, most: float, levels: int = CHAIN_LEVELS) -> np.ndarray:
-    """`levels` caps growing geometrically from above `least` to `most` (the least and the most
-    the largest weighted stage can be), then inf."""
-    if not most > least > 0:
-        return np.array([np.inf])
-    return np.append(least * (most / least) ** (np.arange(1, levels + 1) / levels), np.inf)
-
-
-def capped_sums(times: np.ndarray, weights: np.ndarray, caps: np.ndarray) -> np.ndarray:
-    """sums[j] = least sum of stage times over the splits whose every weights[i] t_i <= caps[j]."""
-    return capped_completion(times, weights, caps)[:, 0, 0]
-
-
-def capped_completion(times: np.ndarray, weights: np.ndarray, caps: np.ndarray) -> np.ndarray:
-    """table[j, k, l] = least sum of stage times over the splits of layers l.. into stages k..
-    whose every weights[i] t_i <= caps[j]; times as in `optimal`."""
-    n, size, _ = times.shape
-    if native.kernels is not None:  # the same operations per entry in C (no (caps, size, size) temporaries)
-        table = np.empty((len(caps), n + 1, size))
-        native.kernels.capped_completion(np.ascontiguousarray(times, dtype=float), n, size,
-                                         np.ascontiguousarray(weights, dtype=float),
-                                         np.ascontiguousarray(caps, dtype=float), table)
-        return table
-    table = np.full((len(caps), n + 1, size), np.inf)
-    table[:, n, size - 1] = 0.0
-    for k in range(n - 1, -1, -1):
-        capped = np.where(_weighted(times[k], weights[k])[None] <= caps[:, None, None], times[k][None], np.inf)
-        table[:, k] = (capped + table[:, k + 1, None, :]).min(axis=2)
-    return table
-
-
-def chain_floor(sums: np.ndarray, caps: np.ndarray, least_steady: float) -> float:
-    """Least sum + largest weighted stage over splits, from `capped_sums`: a split whose largest
-    weighted stage lies in (caps[j-1], caps[j]] (at least `least_steady` for j = 0) sums to at
-    least sums[j]."""
-    below = np.maximum(np.concatenate([[0.0], caps[:-1]]), least_steady)
-    return float(np.min(sums + below))
-
-
-def _weighted(times: np.ndarray, weight: float) -> np.ndarray:
-    """weight x stage times; weight 0 keeps infeasible runs inf (0 x inf would be nan)."""
-    if weight == 1:
-        return times
-    if weight > 0:
-        return times * weight
-    return np.where(np.isfinite(times), 0.0, np.inf)
-
-
-def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False) -> np.ndarray:
-    """table[k, l] = least, over the splits of layers l.. into stages k.., of the sum (or with
-    `largest` the largest) of weights[i] x stage time; times as in `optimal`."""
-    n, size, _ = times.shape
-    if native.kernels is not None:  # the same operations per entry in C
-        table = np.empty((n + 1, size))
-        native.kernels.completion(np.ascontiguousarray(times, dtype=float), n, size,
-                                  np.ascontiguousarray(weights, dtype=float), largest, table)
-        return table
-    table = np.full((n + 1, size), np.inf)
-    table[n, size - 1] = 0.0
-    for k in range(n - 1, -1, -1):
-        weighted = _weighted(times[k], weights[k])
-        if largest:
-            table[k] = np.maximum(weighted, table[k + 1][None, :]).min(axis=1)
-        else:
-            table[k] = (weighted + table[k + 1][None, :]).min(axis=1)
-    return table
-
-
-def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
-    """A split minimising the largest stage time, by dynamic programming over (stage, first
-    layer); among the suffixes with the same largest time the one with the smaller sum (a
-    heuristic tie-break, not the least sum overall). None when no split fits. A seed for
-    `optimal`; times as there."""
-    n, size, _ = times.shape
-    if native.kernels is not None:  # the same operations and choices in C
-        counts = np.empty(n, dtype=np.int64)
-        found = native.kernels.bottleneck_split(np.ascontiguousarray(times, dtype=float), n, size, counts)
-        return tuple(counts.tolist()) if found else None
-    last = size - 1
-    best = np.full((n + 1, size, 2), np.inf)  # (max, sum) of stages k.. covering layers l..
-    best[n, last] = 0.0
-    choice = np.zeros((n, size), dtype=int)
-    rows = np.arange(size)
-    for k in range(n - 1, -1, -1):
-        mx = np.maximum(times[k], best[k + 1, None, :, 0])  # [first, stop]
-        total = times[k] + best[k + 1, None, :, 1]
-        lowest = mx.min(axis=1, keepdims=True)
-        stop = np.where(mx == lowest, total, np.inf).argmin(axis=1)  # smallest max, then sum, then stop
-        ok = np.isfinite(lowest[:, 0])
-        best[k, ok] = np.stack([mx[rows, stop], total[rows, stop]], axis=1)[ok]
-        choice[k, ok] = stop[ok]
-    if not np.isfinite(best[0, 0, 0]):
-        return None
-    counts, first = [], 0
-    for k in range(n):
-        stop = int(choice[k, first])
-        counts.append(stop - first)
-        first = stop
-    return tuple(counts)
+def polish(split: tuple[int, ...], value: float, times: np.ndarray, evaluate: Evaluate,
+           rounds: int = POLISH_ROUNDS) -> tuple[tuple[int, ...], float]:
+    """(split, objective) after a best-improvement local search from `split` (objective `value`):
+    each round evaluates every `moves` neighbour at once and goes to the lowest (ties: the
+    lexicographically smallest), while that is strictly lower. A better incumbent for the
+    branch and bound's settle pass: the optimal split of a deep pipeline is often a few layer
+    moves from the one a budget-capped search found, and the settle pass only proves what it
+    is given. Deterministic; never returns a worse split."""
+    for _ in range(rounds):
+        near = moves(split, times)
+        if not near:
+            break
+        best = min(zip(evaluate(near), near))
+        if not best[0] < value:
+            break
+        value, split = float(best[0]), best[1]
+    return split, value
 
 
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],

@@ -11,8 +11,8 @@ of the recurrences on floats (`one_f_one_b_reference`, the definition tests comp
 `Schedule` is one pipeline as an object: its events' start and end times (a timeline), its
 micro-batches in flight per stage and a lower bound. `critical_path` is the chain of events that
 sets stage 0's end, as a linear function of the stage times (a cut for the optimal
-partitioner); `steady_weights` and `one_f_one_b_bound` bound stage 0's end from stage times.
-Stage times split into forward and backward by a factor (`split_stage_times`).
+partitioner); fasop/schedule_bounds.py bounds stage 0's end from stage times (`steady_weights`,
+`one_f_one_b_bound`, re-exported here). Stage times split into forward and backward by a factor (`split_stage_times`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import numpy as np
 from fasop import native
 from fasop.recurrences import SCALAR_PER_LEVEL, run
 from fasop.recurrences import program as program_of
+from fasop.schedule_bounds import one_f_one_b_bound, round_trip_weights, steady_weights  # noqa: F401 -- re-exported
 
 FLOAT_PIPELINES = 3
 """Untraced schedules (reuse=False) of at most this many pipelines run one pipeline at a time on
@@ -331,118 +332,3 @@ def critical_path_reference(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np
 
     ends = run(fwd, bwd, sf, sb, num_microbatches, np.zeros((pp + 2, batch)), mx)
     return ends[0][0], ends[0][1:pp + 1], ends[0][pp + 1]
-
-
-def steady_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
-    """c_i with stage 0's end >= (all stage times + both end sends) + c_i t_i for every stage i:
-    the larger of two chains of events that run one after another, stage times t split as
-    f = t/k, b = (k - 1) t/k (k: the fwd_bwd_factor).
-
-    - Steady: micro-batch 0 forward to stage i (f_j, j < i, and f_i), on through the later
-      stages and back (t_j, j > i, and the sends), then stage i's first backward b_i; after it
-      stage i still runs m-1 backwards and m-1-w_i forwards (w_i = min(pp-i-1, m) warm-up
-      forwards), and the last gradient drains back (b_j, j < i): sum_j t_j + sends +
-      (m - 1 - w_i/k) t_i. Valid when m > w_i.
-    - Backwards: micro-batch 0 forward through every stage and back to stage i, stage i's m
-      backwards in a row, the last gradient drains back: sum_j t_j + sends + (m-1) (k-1) t_i / k.
-      Valid for every stage; the larger where w_i >= m - 1 (short pipelines of few micro-batches).
-    """
-    m, pp, k = num_microbatches, num_stages, fwd_bwd_factor
-    warm = np.minimum(pp - 1 - np.arange(pp), m)
-    return np.maximum(np.where(m > warm, m - 1 - warm / k, 0.0), (k - 1) * (m - 1) / k)
-
-
-def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_stages: int,
-                      num_microbatches: int, send_first: float, send_last: float,
-                      weights: np.ndarray, round_trips: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Lower bounds on stage 0's end time (of `one_f_one_b`) over pipelines whose stages < k take
-    `before` seconds in all, stage k takes t (an array of choices), and the stages after k sum to
-    at least rest.sum with a largest stage of at least rest.max and a largest
-    steady_weights-weighted stage of at least rest.wmax (`rest`: a partition.Rest). Each term is
-    a chain of events that must run one after another:
-
-    - micro-batch 0 forward through every stage and back: all stage times + the two sends;
-    - stage i: micro-batch 0 reaches it (the stages before it), it runs m forwards and m
-      backwards, the last gradient drains back through the stages before it: sum_{j<i} t_j +
-      m t_i (+ the sends on that way); `chain` carries the largest such term over stages < k;
-    - the slowest stage after k likewise: everything before it + m x rest.max;
-    - every stage's steady chain (`steady_weights`): all stage times + sends + c_i t_i; with
-      rest.capped and rest.below (partition.capped_completion) the rest's sum and its
-      largest c_i t_i are bounded together rather than each at its least.
-    - stage i's two round trips (`round_trip_weights`): micro-batch 0 reaches stage i, goes on
-      through the later stages and back; stage i runs its steady forwards and backwards up to
-      its last forward; micro-batch m-1 goes through the later stages and back; stage i's last
-      backward; the gradient drains back: sum_{j<i} t_j + 2 sum_{j>i} t_j + (m - w_i) t_i (+ the
-      sends), i.e. 2 (all stage times) + a_i t_i - sum_{j<i} t_j with a_i = m - w_i - 2 >= 0,
-      whatever the forward/backward split. The balanced splits of a homogeneous pipeline often
-      end on this chain through an early stage.
-    `chain` carries (largest own chain, largest c_i t_i, largest a_i t_i - sum_{j<i} t_j + sends)
-    over stages < k (None at the start).
-    `weights`: steady_weights(pp, m, ...) of the stage times' split. round_trips=False leaves the
-    two round trips out (the bounds, and so the search's order, of earlier releases).
-    Returns (bounds, chains including stage k, one row per choice of t).
-    """
-    m, pp = num_microbatches, num_stages
-    own_before, steady_before, trips_before = (0.0, 0.0, -np.inf) if chain is None else chain
-
-    def shared() -> tuple:
-        """What every node with these choices shares (once per `rest`, its memo)."""
-        c = weights[k]
-        steady = c * t
-        sends = send_first + send_last
-        everything = t + rest.sum + sends  # + before: micro-batch 0 through every stage and back
-        busy = m * t + ((send_first if k > 0 else 0.0) + (send_last if k == pp - 1 else 0.0))  # + before: own chain
-        chain = everything + np.maximum(steady, rest.wmax)
-        if rest.capped is not None:
-            # the rest's sum and its largest weighted stage together: a rest whose largest lies in
-            # (below[j], cap j] sums to at least capped[j] (partition.capped_completion)
-            largest = np.maximum(np.maximum(steady[None, :], rest.below[:, None]), rest.wmax[None, :])
-            chain = np.maximum(chain, t + sends + (rest.capped + largest).min(axis=0))
-        terms = np.maximum(chain, busy)
-        if k < pp - 1:  # the slowest later stage's own chain
-            terms = np.maximum(terms, t + send_first + m * rest.max)
-        twice = 2 * (t + rest.sum)  # + 2 before: every stage time twice
-        a = round_trip_weights(pp, m)[k] if round_trips else -1.0
-        trips = np.full_like(t, -np.inf)
-        if a >= 0:  # stage k's two round trips (+ before - before)
-            trips = a * t + ((send_first if k > 0 else 0.0) + (send_last if k < pp - 1 else 0.0))
-            terms = np.maximum(terms, twice + trips)
-        return (steady, everything, busy, terms, float(np.maximum(steady, rest.wmax).min()), float(terms.min()),
-                twice, trips)
-
-    steady, everything, busy, terms, least_steady, least_terms, twice, trips = rest.memo(shared)
-    if steady_before > least_steady:  # an earlier stage's steady chain is the longer for some choices
-        terms = np.maximum(terms, everything + steady_before)
-    bounds = before + terms
-    if trips_before > -np.inf:  # an earlier stage's two round trips
-        bounds = np.maximum(bounds, 2 * before + twice + trips_before)
-    if own_before > before + least_terms:  # an earlier stage's own chain is the longer for some choices
-        bounds = np.maximum(bounds, own_before)
-    return bounds, _Chains(before, busy, own_before, steady, steady_before, trips - before, trips_before)
-
-
-class _Chains:
-    """The `chain` of each choice of one_f_one_b_bound: (largest own chain, largest c_i t_i,
-    largest a_i t_i - sum_{j<i} t_j + sends)."""
-
-    __slots__ = ("before", "busy", "own_before", "steady", "steady_before", "trips", "trips_before")
-
-    def __init__(self, before: float, busy: np.ndarray, own_before: float, steady: np.ndarray, steady_before: float,
-                 trips: np.ndarray, trips_before: float):
-        self.before, self.busy, self.own_before = before, busy, own_before
-        self.steady, self.steady_before = steady, steady_before
-        self.trips, self.trips_before = trips, trips_before
-
-    def __getitem__(self, i: int) -> tuple[float, float, float]:
-        return (max(self.own_before, self.before + float(self.busy[i])), max(self.steady_before, float(self.steady[i])),
-                max(self.trips_before, float(self.trips[i])))
-
-
-def round_trip_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
-    """a_i = m - w_i - 2 (w_i = min(pp-i-1, m) warm-up forwards), -1 where negative: stage 0's
-    end >= sends + 2 (all stage times) + a_i t_i - sum_{j<i} t_j for every stage with a_i >= 0
-    (`one_f_one_b_bound`, the two round trips). Stage i's steady part between micro-batch 0's
-    backward and micro-batch m-1's forward is m-1-w_i forwards and m-2-w_i backwards."""
-    warm = np.minimum(num_stages - 1 - np.arange(num_stages), num_microbatches)
-    a = num_microbatches - warm - 2.0
-    return np.where(a >= 0, a, -1.0)

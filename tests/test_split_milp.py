@@ -9,7 +9,12 @@ all-reduce that grows with stage 0's layers):
 - it is proven, from any starting split (or none), and a budget-capped search reports a gap that
   is a true bound (no split is faster than step x (1 - gap));
 - the two-round-trip chain (schedule.round_trip_weights) never exceeds the simulated stage 0 end;
-- stage_chains gives every stage's end as a path of the event graph (weights . t + const).
+- stage_chains gives every stage's end as a path of the event graph (weights . t + const);
+- the backward sweep bound (schedule_bounds.SweepBound) at every partial split is at most the
+  best completion's simulated time, and the branch and bound with it is still exact;
+- partition.polish never returns a slower split, nor one that does not fit, and stops where no
+  one-layer move helps; the default search's proof (a budget-capped branch and bound, polish,
+  then the settle pass) ends on the brute-force optimum within the margin.
 """
 
 from __future__ import annotations
@@ -19,12 +24,33 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.partition import optimal
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fasop.partition import moves, optimal, polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, round_trip_weights, stage_chains, \
     steady_weights
+from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
 from fasop.split_milp import MARGIN, certify
 
 f32 = np.float32
+
+
+def _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective) -> dict:
+    """partition.optimal's callbacks for a `_case` (the estimator's, on the case's pipeline)."""
+    weights = steady_weights(pp, m, fwd_bwd_factor=3.0)
+
+    def cut(split):
+        _, w, const = critical_path(stage_times(split)[:, None], sends_fwd, sends_bwd, m, fwd_bwd_factor=3.0)
+        return w[:, 0], float(const[0])
+
+    def bound(k, before, chain, t, rest):
+        return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
+                                 send_first=float(sends_fwd[0, 0]), send_last=float(sends_bwd[pp - 1, 0]))
+
+    return {"bound": bound, "evaluate": lambda splits: [objective(s) for s in splits], "cut": cut,
+            "extra": lambda n: float(extra[n, 0]), "stage_weights": weights}
 
 
 def _case(seed: int):
@@ -96,21 +122,7 @@ def test_settle_and_budget_bounds_are_true_bounds(seed):
     fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
     if not np.isfinite(brute):
         return
-    weights = steady_weights(pp, m, fwd_bwd_factor=3.0)
-
-    def evaluate(splits):
-        return [objective(s) for s in splits]
-
-    def cut(split):
-        _, w, const = critical_path(stage_times(split)[:, None], sends_fwd, sends_bwd, m, fwd_bwd_factor=3.0)
-        return w[:, 0], float(const[0])
-
-    def bound(k, before, chain, t, rest):
-        return one_f_one_b_bound(k, before, chain, t, rest, num_stages=pp, num_microbatches=m, weights=weights,
-                                 send_first=float(sends_fwd[0, 0]), send_last=float(sends_bwd[pp - 1, 0]))
-
-    kwargs = {"bound": bound, "evaluate": evaluate, "cut": cut, "extra": lambda n: float(extra[n, 0]),
-              "stage_weights": weights}
+    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
     exact = optimal(fitting, **kwargs)
     assert exact.proven and exact.objective == pytest.approx(brute, rel=1e-12)
     capped = optimal(fitting, max_nodes=2, **kwargs)
@@ -147,3 +159,108 @@ def test_stage_chains_are_paths_of_the_event_graph(seed):
     other = rng.uniform(0.1, 1, pp)  # a path under other times is at most their ends
     later = one_f_one_b(other[:, None] / 3, 2 * other[:, None] / 3, sf[:, None], sb[:, None], m)[:, 0]
     assert np.all(weights @ other + const <= later * (1 + 1e-9))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), budget=st.integers(1, 6))
+def test_polish_then_settle_is_the_brute_force_optimum(seed, budget):
+    """The default search's proof on a generated case: a branch and bound capped at `budget`
+    nodes, polish from its split, the settle pass from the polished split."""
+    fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
+    if not np.isfinite(brute):
+        return
+    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
+    capped = optimal(fitting, max_nodes=budget, **kwargs)
+    split, value = polish(capped.split, capped.objective, fitting, kwargs["evaluate"])
+    kwargs["bound"] = with_sweep(kwargs["bound"], _sweep(fitting, m, sends_fwd, sends_bwd))  # as the settle pass
+    assert value <= capped.objective and value == objective(split)
+    assert np.isfinite(stage_times(split)).all() and np.isfinite(fitting[np.arange(pp), *_edges(split)]).all()
+    assert all(objective(s) >= value for s in moves(split, fitting))  # a local optimum
+    settled = optimal(fitting, settle=True, **(kwargs | {"seeds": [split]}))
+    assert settled.proven and brute <= settled.objective <= brute * (1 + MARGIN) and settled.objective <= value
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_moves_are_every_fitting_one_layer_move(seed):
+    """partition.moves: exactly the splits at one layer moved from a stage to another that fit."""
+    fitting, *_ = _case(seed)
+    pp, layers = fitting.shape[0], fitting.shape[1] - 1
+    splits = [tuple(y - x for x, y in zip((0,) + cuts, cuts + (layers,)))
+              for cuts in itertools.combinations(range(1, layers), pp - 1)]
+    for split in splits[:: max(1, len(splits) // 10)]:
+        expected = {s for s in splits if sum(abs(a - b) for a, b in zip(s, split)) == 2
+                    and np.isfinite(fitting[np.arange(pp), *_edges(s)]).all()}
+        assert set(moves(split, fitting)) == expected
+
+
+def _sweep(fitting, m, sends_fwd, sends_bwd) -> SweepBound:
+    return SweepBound(sweep_completion(fitting, m, fwd_bwd_factor=3.0), num_microbatches=m, fwd_bwd_factor=3.0,
+                      send_first=float(sends_fwd[0, 0]), send_last=float(sends_bwd[-1, 0]))
+
+
+def _edges(split) -> tuple[np.ndarray, np.ndarray]:
+    edges = np.concatenate([[0], np.cumsum(split)])
+    return edges[:-1], edges[1:]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_sweep_bound_is_below_every_completion(seed):
+    """At every partial split (stages 0..k fixed), the sweep bound + stage 0's extra is at most the
+    least objective over the splits that complete it; and the branch and bound with the sweep
+    bound (no settle) still returns the brute-force optimum."""
+    fitting, extra, objective, chains, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
+    if not np.isfinite(brute):
+        return
+    sweep = _sweep(fitting, m, sends_fwd, sends_bwd)
+    layers = fitting.shape[1] - 1
+    splits = [tuple(y - x for x, y in zip((0,) + cuts, cuts + (layers,)))
+              for cuts in itertools.combinations(range(1, layers), pp - 1)]
+    fitting_splits = [s for s in splits if np.isfinite(fitting[np.arange(pp), *_edges(s)]).all()]
+    for split in fitting_splits:
+        times = fitting[np.arange(pp), *_edges(split)]
+        prefix = None
+        for k in range(pp):
+            bound, rows = sweep(k, prefix, np.array([times[k]]), np.array([sum(split[:k + 1])]))
+            prefix = rows[0]
+            best = min(objective(s) for s in fitting_splits if s[:k + 1] == split[:k + 1])
+            assert bound[0] + extra[split[0], 0] <= best * (1 + 1e-6)
+    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
+    kwargs["bound"] = with_sweep(kwargs["bound"], sweep)
+    exact = optimal(fitting, **kwargs)
+    assert exact.proven and exact.objective == pytest.approx(brute, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_sweep_on_points_is_below_the_simulation(seed):
+    """With many micro-batches the sweep changes stages only at `sweep_points`: along any full
+    split its value stays at most the simulated stage 0 end, and at most the sweep on every
+    micro-batch (fewer chains)."""
+    import fasop.schedule_bounds as sb
+
+    rng = np.random.default_rng(seed)
+    pp, m = int(rng.integers(2, 9)), int(rng.integers(34, 140))
+    layer_s = rng.uniform(0.5, 2.0, (pp, 1)) * rng.uniform(0.5, 2.0, (1, 3 * pp))
+    size = 3 * pp + 1
+    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    sums = np.concatenate([np.zeros((pp, 1)), np.cumsum(layer_s, axis=1)], axis=1)
+    times = np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf)
+    split = tuple(int(c) for c in rng.multinomial(2 * pp, np.ones(pp) / pp) + 1)
+    t = times[np.arange(pp), *_edges(split)]
+    sf, sb_ = np.zeros((pp, 1)), np.zeros((pp, 1))
+    sf[0], sb_[-1] = rng.uniform(0, 0.1, 2)
+    end = one_f_one_b(t[:, None] / 3, 2 * t[:, None] / 3, sf, sb_, m)[0, 0]
+
+    def along(sweep):
+        prefix = None
+        for k in range(pp):
+            bound, rows = sweep(k, prefix, np.array([t[k]]), np.array([sum(split[:k + 1])]))
+            prefix = rows[0]
+        return bound[0]
+
+    coarse = along(_sweep(times, m, sf, sb_))
+    assert len(sb.sweep_points(m)) <= sb.SWEEP_POINTS and sb.sweep_points(m)[-1] == m - 1
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sb, "SWEEP_POINTS", 10**6)
+        fine = along(_sweep(times, m, sf, sb_))
+    assert coarse <= fine * (1 + 1e-12) and fine <= end * (1 + 1e-12)

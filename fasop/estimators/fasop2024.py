@@ -59,7 +59,7 @@ class Fasop2024Estimator:
         self.model, self.cluster, self.partitioner = model, cluster, partitioner
         self.max_nodes = max_nodes
         """Search-tree nodes the `optimal` partitioner may visit per plan; None: every split
-        proven where it can be (DEFAULT_MAX_NODES, then `_optimal_split`'s certificate)."""
+        proven where it can be (fasop2024_optimal.FIRST_NODES, then its certificate)."""
         self._shared = _shared_cache(model, cluster)
         self._latest_plan: Plan | None = None
         self._latest: dict = {}

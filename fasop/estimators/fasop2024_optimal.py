@@ -15,15 +15,22 @@ import numpy as np
 from fasop.estimators.fasop2024_batch import Prepared
 from fasop.estimators.fasop2024_memory import PARAM_BYTES
 from fasop.memory import stage_fit_mask
-from fasop.partition import DEFAULT_MAX_NODES, Found, optimal
+from fasop.partition import Found, optimal, polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
+from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
 from fasop.split_milp import certify
 
 if TYPE_CHECKING:
     from fasop.estimators.fasop2024 import Fasop2024Estimator
 
 f32 = np.float32
-SETTLE_NODES = 400
+FIRST_NODES = 100
+"""Without a budget (--partition-budget), search-tree nodes of the first, exact branch and bound
+per plan; a split it leaves unproven is polished and proven by the settle pass
+(`SplitSearch.certified`). Measured on gpt2xl and t5 a100=1,a10=7 (default search, with
+SETTLE_NODES 400 -> 800): unproven 54 -> 42 and 64 -> 50 at about the same CPU time, the nodes
+going to the settle pass's tighter bounds instead."""
+SETTLE_NODES = 800
 """Search-tree nodes of the settle pass (`SplitSearch.certified`) per unproven plan."""
 RECENT_SHAPES = 16
 """Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
@@ -64,7 +71,7 @@ class SplitSearch:
         would make a reference cycle, left to the cyclic collector)."""
         return {"bound": self.bound, "evaluate": self.evaluate, "cut": self.cut, "extra": self.extra,
                 "seeds": [s.reported for s in self.p.splits],
-                "max_nodes": DEFAULT_MAX_NODES if self.e.max_nodes is None else self.e.max_nodes,
+                "max_nodes": FIRST_NODES if self.e.max_nodes is None else self.e.max_nodes,
                 "stage_weights": self.weights}
 
     def _tables(self, recent: OrderedDict) -> tuple:
@@ -122,18 +129,30 @@ class SplitSearch:
 
     def tight(self, k, before, chain, t, rest):
         """`bound` with the two round trips: tighter, but it changes the search's order, and within
-        a budget the split found; used only to prove (the settle pass of `certified`)."""
+        a budget the split found; used only to prove (the settle pass of `certified`), with the sweep."""
         return self.bound(k, before, chain, t, rest, True)
+
+    def swept(self):
+        """`tight` raised to the longest backward sweep (schedule_bounds.SweepBound)."""
+        if "sweep" not in self.tables:
+            self.tables["sweep"] = sweep_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor)
+        return with_sweep(self.tight, SweepBound(self.tables["sweep"], num_microbatches=self.m,
+                                                 fwd_bwd_factor=self.e.fwd_bwd_factor,
+                                                 send_first=self.send_first, send_last=self.send_last))
 
     def certified(self, found: Found | None) -> Found | None:
         """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
-        proven: by the branch and bound again, now only that no split is faster by more than
+        proven: its split is polished (partition.polish: one-layer moves while they help), then
+        the branch and bound runs again, now only to prove that no split is faster by more than
         its margin (many splits of equal time: layers moved between stages of one GPU type),
-        then by the MILP (split_milp.certify, on programs small enough)."""
+        then the MILP (split_milp.certify, on programs small enough)."""
         if found is None or found.proven or self.e.max_nodes is not None:
             return found
+        split, value = polish(found.split, found.objective, self.fitting, self.evaluate)
+        if value < found.objective:
+            found = Found(split, value, False, found.bound)
         settled = optimal(self.fitting, tables=self.tables, settle=True,
-                          **(self.budget | {"seeds": [found.split], "bound": self.tight, "max_nodes": SETTLE_NODES}))
+                          **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": SETTLE_NODES}))
         if settled.objective < found.objective:
             found = settled
         if settled.proven:
