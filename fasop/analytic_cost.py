@@ -47,12 +47,10 @@ from functools import lru_cache
 
 from fasop import analytic_layers as L
 from fasop.architecture import Architecture
+from fasop.analytic_memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
+                                   stage_memory, stage_params)
 from fasop.catalog import AnalyticParams, GpuType
 
-WEIGHT_BYTES = 2
-"""16-bit weights (bf16/fp16; FP8 runs keep bf16 weights and cast per matmul)."""
-ADAM_BYTES = 12
-"""fp32 master weights + Adam's first and second moments."""
 ADAM_STEP_BYTES = 30
 """Read fp32 grad, master, m, v (16) + write master, m, v (12) + write the 16-bit weight (2)."""
 ACT_BYTES = 2
@@ -91,28 +89,6 @@ class StageHardware:
     next_link: Link | None
     """To the next stage (None for the last)."""
     memory_limit_bytes: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class MemoryParts:
-    weights: float
-    gradients: float
-    optimizer: float
-    activations: float
-    overhead: float
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.overhead
-
-    def misfit(self, limit: float) -> str:
-        """'' when it fits; else which part alone exceeds `limit` with the overhead: `weights`
-        (weights, gradients, optimizer), `activations`, `both`; `activations` when only their sum does."""
-        if self.total <= limit:
-            return ""
-        states = self.weights + self.gradients + self.optimizer + self.overhead > limit
-        acts = self.activations + self.overhead > limit
-        return "both" if states and acts else "weights" if states else "activations"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,45 +210,6 @@ def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
         moved += L.head_gemm_bytes(a, b, s, t, ACT_BYTES)
     fwd = _kernel_s(w, gpu, 0.0, flops, moved)
     return fwd, 2 * fwd
-
-
-# ----------------------------------------------------------------------------- memory
-@lru_cache(maxsize=1 << 16)
-def stage_params(w: Workload, layers: int, first: bool, last: bool) -> float:
-    """Parameters one GPU of a stage holds (its 1/tp share)."""
-    a = w.arch
-    n = layers * L.layer_params(a)
-    if first:
-        n += L.embedding_params(a)
-    if last:
-        shared = a.tied_embeddings and first
-        n += L.head_params(a) - (a.vocab_size * a.hidden_size if shared else 0)
-    return n / w.tp
-
-
-def in_flight(w: Workload, stage: int) -> float:
-    """Micro-batches whose activations stage `stage` holds at its peak (1F1B warm-up depth)."""
-    k = min(w.pp - stage, w.num_microbatches)
-    v = w.recipe.virtual_stages
-    return k * (1 + (w.pp - 1) / (w.pp * v)) if v > 1 else k
-
-
-@lru_cache(maxsize=1 << 16)
-def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
-    a, r, d = w.arch, w.recipe, w.dp
-    first, last = stage == 0, stage == w.pp - 1
-    n = stage_params(w, layers, first, last)
-    grad_bytes = w.params.gradient_reduce_bytes[r.precision]
-    t, b, s = w.tp, w.mbs, w.seq
-    acts = layers * L.activation_bytes(a, b, s, t, r, w.params.fused_attention) * in_flight(w, stage)
-    if first:
-        acts += L.embedding_activation_bytes(a, b, s, t, r.sequence_parallel) * in_flight(w, stage)
-    if last:
-        acts += L.head_activation_bytes(a, b, s, t)
-    return MemoryParts(weights=n * WEIGHT_BYTES / (d if r.zero >= 3 else 1),
-                       gradients=n * grad_bytes / (d if r.zero >= 2 else 1),
-                       optimizer=n * ADAM_BYTES / (d if r.zero >= 1 else 1),
-                       activations=acts, overhead=w.params.framework_overhead_bytes)
 
 
 # ----------------------------------------------------------------------------- the step
@@ -405,16 +342,6 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
         if counts[i] < cap[i]:
             heapq.heappush(heap, (per[i] * (counts[i] + 1) + extra[i], i))
     return tuple(counts)
-
-
-@lru_cache(maxsize=1 << 16)
-def max_layers(w: Workload, stage: int, limit: float, most: int) -> int:
-    """Most layers stage `stage` can hold within `limit` bytes (memory is linear in layers)."""
-    base = stage_memory(w, 0, stage).total
-    one = stage_memory(w, 1, stage).total - base
-    if base + one > limit:
-        return 0
-    return min(most, int((limit - base) / one))
 
 
 # ----------------------------------------------------------------------------- links of a plan
