@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fasop import native
+from fasop.estimators.fasop2024_batch import first_of
 from fasop.schedule import one_f_one_b, split_stage_times
 
 f32 = np.float32
@@ -64,17 +65,9 @@ MINMAX_KNOWN = 1 << 18
 
 def _distinct(keys: list) -> tuple[list, np.ndarray, np.ndarray]:
     """(the distinct keys in order of first appearance, the index of each one's first
-    appearance, for each key the number of its distinct key)."""
-    index: dict = {}
-    first: list[int] = []
-    inverse = []
-    for k, key in enumerate(keys):
-        number = index.get(key)
-        if number is None:
-            number = index[key] = len(first)
-            first.append(k)
-        inverse.append(number)
-    return list(index), np.array(first, dtype=np.intp), np.array(inverse, dtype=np.intp)
+    appearance, for each key the number of its distinct key): fasop2024_batch.first_of."""
+    first, inverse = first_of(keys)
+    return [keys[k] for k in first], np.array(first, dtype=np.intp), inverse
 
 
 def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
