@@ -97,9 +97,7 @@ def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool
         ax.set_ylabel("training time (hours)")
         ax.xaxis.set_major_formatter(FuncFormatter(_usd))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        ax.grid(True, lw=0.3, alpha=0.5)
-        if title:
-            ax.set_title(title)
+        _frame(ax, title)
         if not complete:
             ax.text(0.99, 0.99, "incomplete sweep", transform=ax.transAxes, ha="right", va="top", color="red")
         ax.legend(loc="upper right", frameon=False, handlelength=1.2, borderaxespad=0.2)
@@ -208,6 +206,13 @@ def _style():
                                 "ytick.labelsize": FONT_PT, "svg.hashsalt": "fasop", "svg.fonttype": "none"})
 
 
+def _frame(ax, title: str, axis: str = "both") -> None:
+    """The light grid every figure draws along `axis`, and the title when there is one."""
+    ax.grid(True, axis=axis, lw=0.3, alpha=0.5)
+    if title:
+        ax.set_title(title)
+
+
 def timeline_figure(tl, stage_labels: list[str], *, title: str = ""):
     """Gantt chart of a timeline.Timeline: a row per stage (stage 0 on top), forward, backward,
     p2p sends and all-reduces in their colours, micro-batch numbers on boxes wide enough, the
@@ -243,9 +248,7 @@ def timeline_figure(tl, stage_labels: list[str], *, title: str = ""):
         ax.set_xlabel(f"time within a training step (ms): pipeline {tl.pipeline_time_s * ms:,.1f} ms (dashed), "
                       f"step {tl.step_time_s * ms:,.1f} ms")
         ax.set_ylabel("pipeline stage")
-        ax.grid(True, axis="x", lw=0.3, alpha=0.5)
-        if title:
-            ax.set_title(title)
+        _frame(ax, title, axis="x")
         fig.legend(loc="outside lower center", ncol=6, frameon=False, handlelength=1.2)
     return fig
 
@@ -270,9 +273,7 @@ def breakdown_figure(items: list[tuple[str, dict[str, float]]], *, title: str = 
         ax.set_yticks(range(len(items)), [label for label, _ in items])
         ax.set_ylim(len(items) - 0.5, -0.5)
         ax.set_xlabel("step time (ms), by the stage that finishes last")
-        ax.grid(True, axis="x", lw=0.3, alpha=0.5)
-        if title:
-            ax.set_title(title)
+        _frame(ax, title, axis="x")
         fig.legend(loc="outside lower center", ncol=5, frameon=False, handlelength=1.2)
     return fig
 
@@ -306,8 +307,6 @@ def memory_figure(stages, *, title: str = ""):
                                           if len(stages) <= 12 else ""))
         ax.set_ylabel("memory per GPU (GiB)")
         ax.set_ylim(0, max(max(s.limit_bytes, s.overhead_factor * s.memory_bytes) for s in stages) / gib * 1.25)
-        ax.grid(True, axis="y", lw=0.3, alpha=0.5)
-        if title:
-            ax.set_title(title)
+        _frame(ax, title, axis="y")
         ax.legend(loc="upper left", ncol=3, frameon=False, handlelength=1.0, fontsize=FONT_PT - 2)
     return fig
