@@ -36,7 +36,6 @@ from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, minmax_suppor
 from fasop.estimators.fasop2024_layout import Layout, Layouts, Stages
 from fasop.estimators.fasop2024_memory import PARAM_BYTES
 from fasop.estimators.fasop2024_finish import chosen_split, estimate_chunk, finish_many, schedule_all
-from fasop.estimators.fasop2024_optimal import optimal_split
 from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain
 from fasop.plan import Plan
 from fasop.recent import recent
@@ -282,6 +281,8 @@ class Fasop2024Estimator:
 
     def _optimal_split(self, p: Prepared, cutoff: float = np.inf) -> Found | None:
         """fasop2024_optimal.optimal_split of `p`, its stage-time tables shared by this (model, cluster)."""
+        from fasop.estimators.fasop2024_optimal import optimal_split  # (a fasop-minmax search never imports it)
+
         return optimal_split(self, p, self._shared.setdefault("splits", OrderedDict()), cutoff)
 
     # ------------------------------------------------------------------ batch

@@ -62,7 +62,7 @@ def _heads(rows: np.ndarray, counts: np.ndarray) -> list[tuple]:
     """The first counts[k] entries of row k of `rows`, as a tuple of Python numbers per row
     (the rows of one count sliced together)."""
     out: list = [None] * len(rows)
-    for count in np.unique(counts).tolist():
+    for count in sorted(set(counts.tolist())):
         at = np.flatnonzero(counts == count)
         for k, row in zip(at.tolist(), map(tuple, rows[at, :count].tolist())):
             out[k] = row
