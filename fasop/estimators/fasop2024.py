@@ -294,7 +294,8 @@ class Fasop2024Estimator:
         if not plans:
             return []
         if self.partitioner == "fasop-minmax":
-            estimates = estimate_chunk(self, plans, self._shared.setdefault(("min-max", self.compute), {}))
+            estimates = estimate_chunk(self, plans, self._shared.setdefault(("min-max", self.compute), {}),
+                                       self._shared.setdefault(("pipelines", self.compute), {}))
             report(total, total)
             return estimates
         prepared = []

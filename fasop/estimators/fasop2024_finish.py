@@ -27,15 +27,16 @@ if TYPE_CHECKING:
 f32 = np.float32
 
 
-def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict) -> list[Estimate]:
+def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, kept: dict) -> list[Estimate]:
     """`Fasop2024Estimator.estimate_many` with fasop-minmax, on arrays a row per plan (fasop2024_batch.Chunk):
     every plan's candidate splits, their schedules and the choice among them
     (fasop2024_plans.plan_splits), then step time and memory. Plans of equal inputs (see
-    Chunk) are partitioned and scheduled once. `known`: min-max results kept (minmax_rows)."""
+    Chunk) are partitioned and scheduled once. `known`: min-max results kept (minmax_rows);
+    `kept`: pipelines' chosen splits kept (kept_splits)."""
     c = Chunk(e, plans)
     u, inverse = c.unique, c.inverse
-    reported, _, times, ends = (rows[inverse] for rows in plan_splits(
-        e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], e.segment_lengths, e.fwd_bwd_factor, known))
+    reported, times, ends = (rows[inverse] for rows in kept_splits(
+        kept, e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], e.segment_lengths, e.fwd_bwd_factor, known))
     n = len(plans)
     stages = np.arange(c.width) < c.pps[:, None]
     step, dp = step_times(np.where(stages, ends, -np.inf), c.shared.astype(bool),
@@ -56,6 +57,48 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict) 
         embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(), step_time_s=step.tolist(),
         memory=memory, usd_per_step=(e.usd_per_s * step).tolist(), partitioner=e.partitioner,
         partition_proven_optimal=False)
+
+
+KEPT_PIPELINES = 1 << 16
+"""Pipelines whose chosen split a `kept` dict holds (~3 rows of pp numbers each) before it starts over."""
+
+
+def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray, ms: np.ndarray,
+                segment_lengths: Sequence[int], k: float, known: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reported, times, ends) of plan_splits, for pipelines met before read from `kept`: a
+    pipeline is all plan_splits reads of a row (its pp, micro-batches, stage planes, sends), so
+    plans of equal pipelines get equal splits, whatever their placement, degrees or search --
+    e.g. the compositions of a pareto sweep share many (`kept` lives as long as the
+    estimators' shared cache of one model and cluster, like `known`). The rest are computed
+    together (plan_splits) and kept."""
+    count, width = which.shape
+    reported, times, ends = np.zeros((count, width), np.int64), np.zeros((count, width)), np.zeros((count, width))
+    names, missing = {}, []
+    for pp in sorted(set(pps.tolist())):
+        at = np.flatnonzero(pps == pp)
+        key = np.concatenate([ms[at, None].astype(np.int64), which[at, :pp].astype(np.int64),
+                              comm[at, :pp - 1].astype(float).view(np.int64)], axis=1)
+        names[pp] = at, key.view(np.dtype((np.void, 16 * pp))).ravel().tolist()
+        found = list(map(kept.get, names[pp][1]))
+        hits = [j for j, f in enumerate(found) if f is not None]
+        if hits:
+            rows, values = at[hits], np.array([found[j] for j in hits])
+            reported[rows, :pp], times[rows, :pp], ends[rows, :pp] = values[:, :pp], values[:, pp:2 * pp], values[:, 2 * pp:]
+        if len(hits) < len(at):
+            missing.append(np.delete(at, hits))
+    if missing:
+        rows = np.concatenate(missing)
+        r, _, t, e = plan_splits(table, which[rows], comm[rows], pps[rows], ms[rows], segment_lengths, k, known)
+        reported[rows], times[rows], ends[rows] = r, t, e
+        if len(kept) > KEPT_PIPELINES:
+            kept.clear()
+        computed = np.zeros(count, dtype=bool)
+        computed[rows] = True
+        for pp, (at, keys) in names.items():
+            new = computed[at]
+            values = np.concatenate([reported[at[new], :pp], times[at[new], :pp], ends[at[new], :pp]], axis=1)
+            kept.update(zip([keys[j] for j in np.flatnonzero(new).tolist()], values))
+    return reported, times, ends
 
 
 def _heads(rows: np.ndarray, counts: np.ndarray) -> list[tuple]:

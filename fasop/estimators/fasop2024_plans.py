@@ -233,7 +233,7 @@ def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.
         else:
             groups.append((rows, w, c, _encoder_decoder_problems(problems, w, c, segment_lengths)))
     problems.solve()
-    if len(segment_lengths) == 2:
+    if len(segment_lengths) == 2 and groups:  # (none: every plan has one stage)
         for (rows, *_), (rep, t, e) in zip(groups, _encoder_decoder(problems, groups, table, ms, width, k)):
             pp = rep.shape[1]
             reported[rows, :pp], scheduled[rows, :pp], times[rows, :pp], ends[rows, :pp] = rep, rep, t, e
