@@ -21,6 +21,7 @@ import numpy as np
 
 from fasop import native
 from fasop.estimators.fasop2024_batch import first_of
+from fasop.estimators.fasop2024_minmax import minmax
 from fasop.schedule import one_f_one_b, split_stage_times
 
 f32 = np.float32
@@ -41,7 +42,7 @@ def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_lay
     names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
     if known is None:
         _, first, inverse = _distinct(names)
-        reported, scheduled = _lockstep(table, which[first], extra[first], num_layers)
+        reported, scheduled = _solve(table, which[first], extra[first], num_layers)
         return reported[inverse], scheduled[inverse]
     found = list(map(known.get, names))
     if None in found:
@@ -50,7 +51,7 @@ def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_lay
         if len(known) > MINMAX_KNOWN:
             known.clear()
         at = np.array(missing, dtype=np.intp)[first]
-        reported, scheduled = _lockstep(table, which[at], extra[at], num_layers)
+        reported, scheduled = _solve(table, which[at], extra[at], num_layers)
         solved = list(map(tuple, np.concatenate([reported, scheduled], axis=1).tolist()))
         known.update(zip(distinct, solved))
         for k, j in zip(missing, inverse.tolist()):
@@ -68,6 +69,35 @@ def _distinct(keys: list) -> tuple[list, np.ndarray, np.ndarray]:
     appearance, for each key the number of its distinct key): fasop2024_batch.first_of."""
     first, inverse = first_of(keys)
     return [keys[k] for k in first], np.array(first, dtype=np.intp), inverse
+
+
+ONE_BY_ONE = 4
+"""Up to this many distinct problems, `minmax_rows` runs the reference (fasop2024_minmax.minmax)
+on each: a handful of rows move faster one by one in Python than in lockstep on arrays (a
+search that prunes, e.g. a pareto sweep, estimates one plan at a time)."""
+
+
+def _solve(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """`minmax_rows` of every row: one by one (the reference) for a few, in lockstep for more."""
+    if len(which) > ONE_BY_ONE:
+        return _lockstep(table, which, extra, num_layers)
+    splits = [minmax.__wrapped__(tuple(_Plane(table[w]) for w in row), num_layers, tuple(x[1:]))
+              for row, x in zip(which.tolist(), extra.tolist())]
+    return (np.array([s.reported for s in splits], dtype=np.int64).reshape(len(which), -1),
+            np.array([s.scheduled for s in splits], dtype=np.int64).reshape(len(which), -1))
+
+
+class _Plane:
+    """One plane of a stage-time table as fasop2024_minmax.minmax reads a stage's costs."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, plane: np.ndarray):
+        self.item = plane.item
+
+    def stage(self, first: int, stop: int) -> float:
+        return self.item(first, stop)
 
 
 def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
