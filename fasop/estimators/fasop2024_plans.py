@@ -124,10 +124,11 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layer
         stop = moved & (mx > last)
         tied = moved & (mx == last)
         if tied.any() and history:  # steps 2/3: the maximum stayed and these counts were seen before
-            seen = np.zeros(len(rows), dtype=bool)
+            at = np.flatnonzero(tied)  # (only where it stayed: few rows)
+            seen = np.zeros(len(at), dtype=bool)
             for before in history:
-                seen |= (before[rows] == counts).all(axis=1)
-            stop |= tied & seen
+                seen |= (before[rows[at]] == counts[at]).all(axis=1)
+            stop[at[seen]] = True
         local = np.arange(len(rows))
         if stop.any():  # undo the last move and stop
             undone = counts.copy()
