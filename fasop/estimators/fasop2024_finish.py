@@ -46,13 +46,13 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
     stage_bytes, zero_bytes, oom, oom_gib, zero_oom, zero_gib = memory_arrays(
         tables.params, tables.act, c.memory, reported, c.limits[c.layout_of], c.sharded,
         e.cluster.memory_overhead_factor, PARAM_BYTES.full)
-    memory = trusted_many(MemoryEstimate, n, stage_bytes=_heads(stage_bytes, c.pps),
-                          stage_zero_bytes=_heads(zero_bytes, c.pps), is_oom=oom.tolist(), oom_gpumem_gib=oom_gib,
-                          is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
-    end = _heads(ends, c.pps)
+    (partition,), (stage, zero, end, compute, p2p) = _heads([reported], c.pps), _heads(
+        [stage_bytes, zero_bytes, ends, times, c.p2p], c.pps, fewer=(0, 0, 0, 0, 1))
+    memory = trusted_many(MemoryEstimate, n, stage_bytes=stage, stage_zero_bytes=zero, is_oom=oom.tolist(),
+                          oom_gpumem_gib=oom_gib, is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
     return trusted_many(
-        Estimate, n, plan=list(plans), partition=_heads(reported, c.pps), stage_node_types=[st.types for st in c.stages],
-        stage_compute_s=_heads(times, c.pps), p2p_s=_heads(c.p2p, c.pps - 1), stage_end_s=end,
+        Estimate, n, plan=list(plans), partition=partition, stage_node_types=[st.types for st in c.stages],
+        stage_compute_s=compute, p2p_s=p2p, stage_end_s=end,
         pipeline_time_s=[e[0] for e in end], dp_allreduce_s=dp.tolist(),
         embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(), step_time_s=step.tolist(),
         memory=memory, usd_per_step=(e.usd_per_s * step).tolist(), partitioner=e.partitioner,
@@ -101,14 +101,19 @@ def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarr
     return reported, times, ends
 
 
-def _heads(rows: np.ndarray, counts: np.ndarray) -> list[tuple]:
-    """The first counts[k] entries of row k of `rows`, as a tuple of Python numbers per row
-    (the rows of one count sliced together)."""
-    out: list = [None] * len(rows)
+def _heads(arrays: Sequence[np.ndarray], counts: np.ndarray, fewer: Sequence[int] = (0,)) -> list[list[tuple]]:
+    """For each of `arrays` (rows of one shape and dtype), the first counts[k] - fewer[j] entries
+    of row k of array j, as a tuple of Python numbers per row: the rows of one count sliced
+    together, from all the arrays at once (a search's chunk has a handful of counts)."""
+    stacked = np.stack(arrays) if len(arrays) > 1 else arrays[0][None]
+    out: list[list] = [[None] * len(counts) for _ in arrays]
     for count in sorted(set(counts.tolist())):
         at = np.flatnonzero(counts == count)
-        for k, row in zip(at.tolist(), map(tuple, rows[at, :count].tolist())):
-            out[k] = row
+        where = at.tolist()
+        for heads, less, block in zip(out, fewer, stacked[:, at, :count].tolist()):
+            rows = map(tuple, block) if not less else (tuple(row[:count - less]) for row in block)
+            for k, row in zip(where, rows):
+                heads[k] = row
     return out
 
 
