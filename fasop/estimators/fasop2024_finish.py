@@ -35,8 +35,10 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
     `kept`: pipelines' chosen splits kept (kept_splits)."""
     c = Chunk(e, plans)
     u, inverse = c.unique, c.inverse
-    reported, times, ends = (rows[inverse] for rows in kept_splits(
-        kept, e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], e.segment_lengths, e.fwd_bwd_factor, known))
+    *rows, heads = kept_splits(kept, e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], e.segment_lengths,
+                               e.fwd_bwd_factor, known)
+    reported, times, ends = (r[inverse] for r in rows)
+    partition, compute, end = map(list, zip(*map(heads.__getitem__, inverse.tolist())))
     n = len(plans)
     stages = np.arange(c.width) < c.pps[:, None]
     step, dp = step_times(np.where(stages, ends, -np.inf), c.shared.astype(bool),
@@ -46,8 +48,7 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
     stage_bytes, zero_bytes, oom, oom_gib, zero_oom, zero_gib = memory_arrays(
         tables.params, tables.act, c.memory, reported, c.limits[c.layout_of], c.sharded,
         e.cluster.memory_overhead_factor, PARAM_BYTES.full)
-    (partition,), (stage, zero, end, compute, p2p) = _heads([reported], c.pps), _heads(
-        [stage_bytes, zero_bytes, ends, times, c.p2p], c.pps, fewer=(0, 0, 0, 0, 1))
+    stage, zero, p2p = _heads([stage_bytes, zero_bytes, c.p2p], c.pps, fewer=(0, 0, 1))
     memory = trusted_many(MemoryEstimate, n, stage_bytes=stage, stage_zero_bytes=zero, is_oom=oom.tolist(),
                           oom_gpumem_gib=oom_gib, is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
     return trusted_many(
@@ -64,15 +65,16 @@ KEPT_PIPELINES = 1 << 16
 
 
 def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray, ms: np.ndarray,
-                segment_lengths: Sequence[int], k: float, known: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(reported, times, ends) of plan_splits, for pipelines met before read from `kept`: a
-    pipeline is all plan_splits reads of a row (its pp, micro-batches, stage planes, sends), so
-    plans of equal pipelines get equal splits, whatever their placement, degrees or search --
-    e.g. the compositions of a pareto sweep share many (`kept` lives as long as the
-    estimators' shared cache of one model and cluster, like `known`). The rest are computed
-    together (plan_splits) and kept."""
+                segment_lengths: Sequence[int], k: float, known: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+    """(reported, times, ends) of plan_splits, and each row's first pp entries of the three as
+    tuples, for pipelines met before read from `kept`: a pipeline is all plan_splits reads of a
+    row (its pp, micro-batches, stage planes, sends), so plans of equal pipelines get equal
+    splits, whatever their placement, degrees or search -- e.g. the compositions of a pareto
+    sweep share many (`kept` lives as long as the estimators' shared cache of one model and
+    cluster, like `known`). The rest are computed together (plan_splits) and kept."""
     count, width = which.shape
     reported, times, ends = np.zeros((count, width), np.int64), np.zeros((count, width)), np.zeros((count, width))
+    heads: list = [None] * count
     names, missing = {}, []
     for pp in sorted(set(pps.tolist())):
         at = np.flatnonzero(pps == pp)
@@ -82,8 +84,10 @@ def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarr
         found = list(map(kept.get, names[pp][1]))
         hits = [j for j, f in enumerate(found) if f is not None]
         if hits:
-            rows, values = at[hits], np.array([found[j] for j in hits])
+            rows, values = at[hits], np.array([found[j][0] for j in hits])
             reported[rows, :pp], times[rows, :pp], ends[rows, :pp] = values[:, :pp], values[:, pp:2 * pp], values[:, 2 * pp:]
+            for j, row in zip(hits, rows.tolist()):
+                heads[row] = found[j][1]
         if len(hits) < len(at):
             missing.append(np.delete(at, hits))
     if missing:
@@ -96,12 +100,16 @@ def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarr
         computed[rows] = True
         for pp, (at, keys) in names.items():
             new = computed[at]
-            values = np.concatenate([reported[at[new], :pp], times[at[new], :pp], ends[at[new], :pp]], axis=1)
-            kept.update(zip([keys[j] for j in np.flatnonzero(new).tolist()], values))
-    return reported, times, ends
+            rows = at[new]
+            values = np.concatenate([reported[rows, :pp], times[rows, :pp], ends[rows, :pp]], axis=1)
+            entries = list(zip(values, zip(*(map(tuple, a[rows, :pp].tolist()) for a in (reported, times, ends)))))
+            kept.update(zip([keys[j] for j in np.flatnonzero(new).tolist()], entries))
+            for row, (_, tuples) in zip(rows.tolist(), entries):
+                heads[row] = tuples
+    return reported, times, ends, heads
 
 
-def _heads(arrays: Sequence[np.ndarray], counts: np.ndarray, fewer: Sequence[int] = (0,)) -> list[list[tuple]]:
+def _heads(arrays: Sequence[np.ndarray], counts: np.ndarray, fewer: Sequence[int]) -> list[list[tuple]]:
     """For each of `arrays` (rows of one shape and dtype), the first counts[k] - fewer[j] entries
     of row k of array j, as a tuple of Python numbers per row: the rows of one count sliced
     together, from all the arrays at once (a search's chunk has a handful of counts)."""
