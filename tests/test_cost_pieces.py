@@ -338,6 +338,27 @@ def test_minmax_rows_move_as_the_reference(seed):
 
 
 @pytest.mark.parametrize("seed", range(6))
+def test_minmax_many_pads_problems_of_fewer_stages(seed):
+    """fasop2024_plans.minmax_many solves sets of problems of different stage counts in one
+    lockstep run per range of counts, padding the smaller ones; each split must still be
+    minmax's. Sets of 2 to 12 stages over 24 layers, 30 problems each."""
+    from fasop.estimators.fasop2024_plans import middle_extra, minmax_many
+
+    rng = np.random.default_rng(100 + seed)
+    pool = [_random_costs(rng, 24, seed % 2 == 0) for _ in range(3)]
+    table = np.stack([c.matrix for c in pool])
+    sizes = [int(n) for n in rng.permutation(np.arange(2, 13))]
+    sets = [(rng.integers(0, len(pool), (30, n)), rng.uniform(0, 0.5, (30, n - 1))) for n in sizes]
+    solved = minmax_many(table, [(w, middle_extra(c, w.shape[1])) for w, c in sets], 24, [None] * len(sets))
+    for (which, comm), (reported, scheduled) in zip(sets, solved):
+        n = which.shape[1]
+        for k in range(len(which)):
+            expected = minmax(tuple(pool[int(i)] for i in which[k]), 24, tuple(comm[k, :max(n - 2, 0)].tolist()))
+            assert (tuple(reported[k].tolist()), tuple(scheduled[k].tolist())) == (expected.reported,
+                                                                                  expected.scheduled)
+
+
+@pytest.mark.parametrize("seed", range(6))
 def test_plan_splits_choose_among_fasop_minmax_splits(seed):
     """fasop2024_plans.plan_splits balances and schedules a chunk of plans on arrays; each plan's
     choice must be that of fasop_minmax_splits one plan at a time, scheduled one split at a time

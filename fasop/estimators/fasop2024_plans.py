@@ -37,27 +37,38 @@ def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_lay
     (argmax, argmin) are exact, so every row moves and stops as it does. Equal rows (plans
     that differ only where the partitioner does not look) are balanced once; `known`, if
     given, keeps the results of earlier calls on the same table and layer count, by row."""
-    count, n = which.shape
-    keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
-    names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
-    if known is None:
-        _, first, inverse = _distinct(names)
-        reported, scheduled = _solve(table, which[first], extra[first], num_layers)
-        return reported[inverse], scheduled[inverse]
-    found = list(map(known.get, names))
-    if None in found:
+    return minmax_many(table, [(which, extra)], num_layers, [known])[0]
+
+
+def minmax_many(table: np.ndarray, problems: Sequence[tuple[np.ndarray, np.ndarray]], num_layers: int,
+                knowns: Sequence[dict | None]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`minmax_rows` of several sets of problems (which, extra) of their own stage counts (each
+    at least 2), with their own `known`: the problems of every set not known are solved in one
+    lockstep run, those of fewer stages padded to the most (_lockstep)."""
+    pending, todo = [], []
+    for (which, extra), known in zip(problems, knowns):
+        count, n = which.shape
+        keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
+        names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
+        found = [None] * count if known is None else list(map(known.get, names))
         missing = [k for k, f in enumerate(found) if f is None]
         distinct, first, inverse = _distinct([names[k] for k in missing])
-        if len(known) > MINMAX_KNOWN:
-            known.clear()
         at = np.array(missing, dtype=np.intp)[first]
-        reported, scheduled = _solve(table, which[at], extra[at], num_layers)
-        solved = list(map(tuple, np.concatenate([reported, scheduled], axis=1).tolist()))
-        known.update(zip(distinct, solved))
+        todo.append((which[at], extra[at]))
+        pending.append((found, missing, distinct, inverse, known))
+    solved = _solve(table, todo, num_layers)
+    out = []
+    for (which, _), (found, missing, distinct, inverse, known), rows in zip(problems, pending, solved):
+        if known is not None:
+            if len(known) > MINMAX_KNOWN:
+                known.clear()
+            known.update(zip(distinct, rows))
         for k, j in zip(missing, inverse.tolist()):
-            found[k] = solved[j]
-    both = np.array(found, dtype=np.int64).reshape(count, 2 * n)
-    return both[:, :n], both[:, n:]
+            found[k] = rows[j]
+        count, n = which.shape
+        both = np.array(found, dtype=np.int64).reshape(count, 2 * n)
+        out.append((both[:, :n], both[:, n:]))
+    return out
 
 
 MINMAX_KNOWN = 1 << 18
@@ -77,15 +88,35 @@ on each: a handful of rows move faster one by one in Python than in lockstep on 
 search that prunes, e.g. a pareto sweep, estimates one plan at a time)."""
 
 
-def _solve(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """`minmax_rows` of every row: one by one (the reference) for a few, in lockstep for more."""
-    if len(which) > ONE_BY_ONE:
-        return _lockstep(table, which, extra, num_layers)
-    splits = [minmax.__wrapped__(tuple(_Plane(table[w]) for w in row), num_layers, tuple(x[1:]))
-              for row, x in zip(which.tolist(), extra.tolist())]
-    return (np.array([s.reported for s in splits], dtype=np.int64).reshape(len(which), -1),
-            np.array([s.scheduled for s in splits], dtype=np.int64).reshape(len(which), -1))
+def _solve(table: np.ndarray, problems: list[tuple[np.ndarray, np.ndarray]], num_layers: int) -> list[list[tuple]]:
+    """`minmax_many` of every row of every set (which, extra), each row's (reported + scheduled)
+    counts as one tuple: one by one (the reference) for a few rows in all, else in one lockstep
+    run per range of stage counts (3-4, 5-8, 9-16, ...), the sets of fewer stages padded."""
+    if sum(len(which) for which, _ in problems) <= ONE_BY_ONE:
+        return [[(s.reported + s.scheduled) for s in (
+            minmax.__wrapped__(tuple(_Plane(table[w]) for w in row), num_layers, tuple(x[1:]))
+            for row, x in zip(which.tolist(), extra.tolist()))] for which, extra in problems]
+    ranges: dict[int, list[int]] = defaultdict(list)  # padding at most doubles a run's width
+    for k, (which, _) in enumerate(problems):
+        ranges[(which.shape[1] - 1).bit_length()].append(k)
+    out: list = [None] * len(problems)
+    for members in ranges.values():
+        sets = [problems[k] for k in members]
+        widest, total = max(w.shape[1] for w, _ in sets), sum(len(w) for w, _ in sets)
+        which, extra = np.zeros((total, widest), dtype=np.int64), np.zeros((total, widest))
+        sizes, start = np.zeros(total, dtype=np.int64), 0
+        for w, x in sets:
+            stop = start + len(w)
+            which[start:stop, :w.shape[1]], extra[start:stop, :w.shape[1]], sizes[start:stop] = w, x, w.shape[1]
+            start = stop
+        reported, scheduled = _lockstep(table, which, extra, num_layers, sizes)
+        start = 0
+        for k, (w, _) in zip(members, sets):
+            stop, n = start + len(w), w.shape[1]
+            out[k] = list(map(tuple, np.concatenate([reported[start:stop, :n], scheduled[start:stop, :n]],
+                                                    axis=1).tolist()))
+            start = stop
+    return out
 
 
 class _Plane:
@@ -100,14 +131,17 @@ class _Plane:
         return self.item(first, stop)
 
 
-def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
+def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int, sizes: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
-    """`minmax_rows` of every row."""
+    """`minmax_rows` of every row, row r of sizes[r] stages (its first sizes[r] columns; the rest
+    padding: no layers, never a maximum or a minimum)."""
     count, n = which.shape
-    start = [num_layers // n] * n
-    for i in range(num_layers % n):
-        start[i - 1] += 1
-    counts = np.tile(np.array(start, dtype=np.int64), (count, 1))
+    stage = np.arange(n)
+    valid = stage < sizes[:, None]
+    rest = (num_layers % sizes)[:, None]  # the remainder goes to the last stage, then 0, 1, ...
+    counts = (np.where(valid, (num_layers // sizes)[:, None], 0)
+              + ((stage < rest - 1) | ((stage == sizes[:, None] - 1) & (rest >= 1)))).astype(np.int64)
+    padded = bool((sizes < n).any())
     rows = np.arange(count)
     last = np.full(count, 1e6)
     moved = np.zeros(count, dtype=bool)
@@ -120,7 +154,8 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layer
         np.cumsum(counts, axis=1, out=edges[: len(rows), 1:])
         e = edges[: len(rows)]
         current = table[which, e[:, :-1], e[:, 1:]] + extra
-        mx = current.max(axis=1)
+        high, low = (np.where(valid, current, -np.inf), np.where(valid, current, np.inf)) if padded else (current,) * 2
+        mx = high.max(axis=1)
         stop = moved & (mx > last)
         tied = moved & (mx == last)
         if tied.any() and history:  # steps 2/3: the maximum stayed and these counts were seen before
@@ -136,9 +171,9 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layer
             undone[local, previous_min] -= 1
             reported[rows[stop]] = scheduled[rows[stop]] = undone[stop]
         last = mx
-        imax, imin = current.argmax(axis=1), current.argmin(axis=1)
+        imax, imin = high.argmax(axis=1), low.argmin(axis=1)
         at_max = counts[local, imax]
-        quirk = ~stop & ((imax == 0) | (imax == n - 1)) & (at_max == 2)
+        quirk = ~stop & ((imax == 0) | (imax == sizes - 1)) & (at_max == 2)
         if quirk.any():  # step 5 quirk: report a changed split, schedule the unchanged one
             changed = counts.copy()
             changed[local, imax] += 1
@@ -155,7 +190,7 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layer
         counts[moving, imax] -= 1
         counts[moving, imin] += 1
         previous_max, previous_min = imax, imin
-        rows, last, which, extra = rows[go], last[go], which[go], extra[go]
+        rows, last, which, extra, sizes, valid = rows[go], last[go], which[go], extra[go], sizes[go], valid[go]
         moved = np.ones(len(rows), dtype=bool)
     return reported, scheduled
 
@@ -209,7 +244,7 @@ def schedule_ends(times: np.ndarray, pps: np.ndarray, ms: np.ndarray, first_send
 
 class _Problems:
     """Min-max problems (minmax_rows) collected by stage count and solved together: one
-    lockstep run per stage count for a whole chunk."""
+    lockstep run for a whole chunk (minmax_many)."""
 
     def __init__(self, table: np.ndarray, num_layers: int, known: dict | None = None):
         self.table, self.num_layers, self.known = table, num_layers, known
@@ -223,14 +258,17 @@ class _Problems:
         return n, len(self.parts[n]) - 1
 
     def solve(self) -> None:
+        sets, sizes = [], []
         for n, parts in self.parts.items():
             starts = np.cumsum([0] + [len(w) for w, _ in parts]).tolist()
             if n == 1:  # one stage takes every layer
-                reported = scheduled = np.full((starts[-1], 1), self.num_layers, dtype=np.int64)
+                reported = np.full((starts[-1], 1), self.num_layers, dtype=np.int64)
+                self.solved[n] = (reported, reported, starts)
             else:
-                known = None if self.known is None else self.known.setdefault((n, self.num_layers), {})
-                reported, scheduled = minmax_rows(self.table, np.concatenate([w for w, _ in parts]),
-                                                  np.concatenate([x for _, x in parts]), self.num_layers, known)
+                sets.append((np.concatenate([w for w, _ in parts]), np.concatenate([x for _, x in parts])))
+                sizes.append((n, starts))
+        knowns = [None if self.known is None else self.known.setdefault((n, self.num_layers), {}) for n, _ in sizes]
+        for (n, starts), (reported, scheduled) in zip(sizes, minmax_many(self.table, sets, self.num_layers, knowns)):
             self.solved[n] = (reported, scheduled, starts)
 
     def __getitem__(self, ticket: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
