@@ -314,11 +314,11 @@ def test_stage_times_are_the_stage_sums(seed):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_minmax_rows_move_as_the_reference(seed):
-    """fasop2024_plans.minmax_rows moves problems of one stage count in lockstep on arrays; each
+    """fasop2024_minmax.minmax_rows moves problems of one stage count in lockstep on arrays; each
     split must be minmax's (one problem at a time). 200 problems drawn from 3 layer counts, 1 to 9 stages (at
     most the layers), stage costs from a pool of 4 that cover more layers than balanced (as the
     encoder of an encoder-decoder), ties included, repeats included."""
-    from fasop.estimators.fasop2024_plans import middle_extra, minmax_rows
+    from fasop.estimators.fasop2024_minmax import middle_extra, minmax_rows
 
     rng = np.random.default_rng(seed)
     coarse = seed % 2 == 0
@@ -339,10 +339,10 @@ def test_minmax_rows_move_as_the_reference(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_minmax_many_pads_problems_of_fewer_stages(seed):
-    """fasop2024_plans.minmax_many solves sets of problems of different stage counts in one
+    """fasop2024_minmax.minmax_many solves sets of problems of different stage counts in one
     lockstep run per range of counts, padding the smaller ones; each split must still be
     minmax's. Sets of 2 to 12 stages over 24 layers, 30 problems each."""
-    from fasop.estimators.fasop2024_plans import middle_extra, minmax_many
+    from fasop.estimators.fasop2024_minmax import middle_extra, minmax_many
 
     rng = np.random.default_rng(100 + seed)
     pool = [_random_costs(rng, 24, seed % 2 == 0) for _ in range(3)]
