@@ -15,7 +15,6 @@ from typing import Protocol
 
 import numpy as np
 
-from fasop.estimators.fasop2024_batch import first_of
 from fasop.partition import Split, boundaries
 
 
@@ -157,36 +156,41 @@ def minmax_many(table: np.ndarray, problems: Sequence[tuple[np.ndarray, np.ndarr
         count, n = which.shape
         keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
         names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
-        found = [None] * count if known is None else list(map(known.get, names))
-        missing = [k for k, f in enumerate(found) if f is None]
-        distinct, first, inverse = _distinct([names[k] for k in missing])
-        at = np.array(missing, dtype=np.intp)[first]
-        todo.append((which[at], extra[at]))
+        found = None if known is None else list(map(known.get, names))
+        missing = list(range(count)) if found is None else [k for k, f in enumerate(found) if f is None]
+        distinct, first, inverse = _distinct(names if len(missing) == count else [names[k] for k in missing])
+        missing = np.array(missing, dtype=np.intp)
+        todo.append((which[missing[first]], extra[missing[first]]))
         pending.append((found, missing, distinct, inverse, known))
-    solved = _solve(table, todo, num_layers)
     out = []
-    for (which, _), (found, missing, distinct, inverse, known), rows in zip(problems, pending, solved):
+    for (which, _), (found, missing, distinct, inverse, known), rows in zip(problems, pending,
+                                                                            _solve(table, todo, num_layers)):
+        count, n = which.shape
+        both = np.empty((count, 2 * n), dtype=np.int64)
+        both[missing] = rows[inverse]
         if known is not None:
+            if len(missing) < count:
+                hits = [k for k, f in enumerate(found) if f is not None]
+                both[hits] = np.array([found[k] for k in hits])
             if len(known) > MINMAX_KNOWN:
                 known.clear()
             known.update(zip(distinct, rows))
-        for k, j in zip(missing, inverse.tolist()):
-            found[k] = rows[j]
-        count, n = which.shape
-        both = np.array(found, dtype=np.int64).reshape(count, 2 * n)
         out.append((both[:, :n], both[:, n:]))
     return out
 
 
 MINMAX_KNOWN = 1 << 18
-"""Min-max results a `known` dict keeps (a few hundred bytes each) before it starts over."""
+"""Min-max results a `known` dict keeps (a row of 2n counts each) before it starts over."""
 
 
 def _distinct(keys: list) -> tuple[list, np.ndarray, np.ndarray]:
     """(the distinct keys in order of first appearance, the index of each one's first
-    appearance, for each key the number of its distinct key): fasop2024_batch.first_of."""
-    first, inverse = first_of(keys)
-    return [keys[k] for k in first], np.array(first, dtype=np.intp), inverse
+    appearance, for each key the number of its distinct key)."""
+    number = {key: k for k, key in enumerate(dict.fromkeys(keys))}
+    inverse = np.fromiter(map(number.__getitem__, keys), np.intp, len(keys))
+    by_number = np.argsort(inverse, kind="stable")  # each number's appearances in order: its first leads
+    first = by_number[np.flatnonzero(np.diff(inverse[by_number], prepend=-1))]
+    return list(number), first, inverse
 
 
 ONE_BY_ONE = 4
@@ -195,14 +199,15 @@ on each: a handful of rows move faster one by one in Python than in lockstep on 
 search that prunes, e.g. a pareto sweep, estimates one plan at a time)."""
 
 
-def _solve(table: np.ndarray, problems: list[tuple[np.ndarray, np.ndarray]], num_layers: int) -> list[list[tuple]]:
-    """`minmax_many` of every row of every set (which, extra), each row's (reported + scheduled)
-    counts as one tuple: one by one (the reference) for a few rows in all, else in one lockstep
+def _solve(table: np.ndarray, problems: list[tuple[np.ndarray, np.ndarray]], num_layers: int) -> list[np.ndarray]:
+    """`minmax_many` of every row of every set (which, extra), each row's reported counts then
+    its scheduled ones: one by one (the reference) for a few rows in all, else in one lockstep
     run per range of stage counts (3-4, 5-8, 9-16, ...), the sets of fewer stages padded."""
     if sum(len(which) for which, _ in problems) <= ONE_BY_ONE:
-        return [[(s.reported + s.scheduled) for s in (
+        return [np.array([s.reported + s.scheduled for s in (
             minmax.__wrapped__(tuple(_Plane(table[w]) for w in row), num_layers, tuple(x[1:]))
-            for row, x in zip(which.tolist(), extra.tolist()))] for which, extra in problems]
+            for row, x in zip(which.tolist(), extra.tolist()))], dtype=np.int64).reshape(len(which), -1)
+            for which, extra in problems]
     ranges: dict[int, list[int]] = defaultdict(list)  # padding at most doubles a run's width
     for k, (which, _) in enumerate(problems):
         ranges[(which.shape[1] - 1).bit_length()].append(k)
@@ -220,8 +225,7 @@ def _solve(table: np.ndarray, problems: list[tuple[np.ndarray, np.ndarray]], num
         start = 0
         for k, (w, _) in zip(members, sets):
             stop, n = start + len(w), w.shape[1]
-            out[k] = list(map(tuple, np.concatenate([reported[start:stop, :n], scheduled[start:stop, :n]],
-                                                    axis=1).tolist()))
+            out[k] = np.concatenate([reported[start:stop, :n], scheduled[start:stop, :n]], axis=1)
             start = stop
     return out
 
