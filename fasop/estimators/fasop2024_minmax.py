@@ -206,7 +206,7 @@ def _solve(table: np.ndarray, problems: list[tuple[np.ndarray, np.ndarray]], num
     if sum(len(which) for which, _ in problems) <= ONE_BY_ONE:
         return [np.array([s.reported + s.scheduled for s in (
             minmax.__wrapped__(tuple(_Plane(table[w]) for w in row), num_layers, tuple(x[1:]))
-            for row, x in zip(which.tolist(), extra.tolist()))], dtype=np.int64).reshape(len(which), -1)
+            for row, x in zip(which.tolist(), extra.tolist()))], dtype=np.int64).reshape(which.shape * np.array([1, 2]))
             for which, extra in problems]
     ranges: dict[int, list[int]] = defaultdict(list)  # padding at most doubles a run's width
     for k, (which, _) in enumerate(problems):
