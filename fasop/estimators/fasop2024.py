@@ -67,6 +67,7 @@ class Fasop2024Estimator:
         self._by_pace: dict[tuple[int, tuple], tuple[Layout, Stages]] = {}
         """stages_of's Stages of layouts with mixed stages, by (layout, order of the paces)."""
         self.combos = Combos()
+        self._quick: dict[tuple[int, int, int, int], float] = {}
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.inventory = tuple(inventory)
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
@@ -218,9 +219,14 @@ class Fasop2024Estimator:
 
     def quick_bound(self, plan: Plan) -> float:
         """A weaker `lower_bound` that ignores the placement: every stage costs, layer run by
-        layer run, the least over the inventory's GPU types; no sends, no all-reduce."""
-        chain, busiest = self.floors(plan, None, coupled=False)
-        return max(chain, plan.num_microbatches * busiest) * (1 - 1e-6)
+        layer run, the least over the inventory's GPU types; no sends, no all-reduce. Kept per
+        (tp, micro-batch, pp, micro-batches): a search asks it of every plan, its placements many."""
+        key = (plan.tp, plan.mbs, plan.pp, plan.num_microbatches)
+        bound = self._quick.get(key)
+        if bound is None:
+            chain, busiest = self.floors(plan, None, coupled=False)
+            bound = self._quick[key] = max(chain, plan.num_microbatches * busiest) * (1 - 1e-6)
+        return bound
 
     def floors(self, plan: Plan, stage_gpus: tuple[str, ...] | None, coupled: bool = True) -> tuple[float, float]:
         """partition.least_chain (least stage times + largest steady chain, least busiest
