@@ -242,16 +242,22 @@ class _Plane:
         return self.item(first, stop)
 
 
+def _even_split(num_layers: int, sizes: np.ndarray, width: int) -> np.ndarray:
+    """minmax's start, a row per problem of sizes[r] stages (`width` columns, 0 past them): the
+    layers split evenly, the remainder one each to the last stage, then stages 0, 1, ..."""
+    stage = np.arange(width)
+    rest = (num_layers % sizes)[:, None]
+    return (np.where(stage < sizes[:, None], (num_layers // sizes)[:, None], 0)
+            + ((stage < rest - 1) | ((stage == sizes[:, None] - 1) & (rest >= 1)))).astype(np.int64)
+
+
 def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int, sizes: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
     """`minmax_rows` of every row, row r of sizes[r] stages (its first sizes[r] columns; the rest
     padding: no layers, never a maximum or a minimum)."""
     count, n = which.shape
-    stage = np.arange(n)
-    valid = stage < sizes[:, None]
-    rest = (num_layers % sizes)[:, None]  # the remainder goes to the last stage, then 0, 1, ...
-    counts = (np.where(valid, (num_layers // sizes)[:, None], 0)
-              + ((stage < rest - 1) | ((stage == sizes[:, None] - 1) & (rest >= 1)))).astype(np.int64)
+    valid = np.arange(n) < sizes[:, None]
+    counts = _even_split(num_layers, sizes, n)
     padded = bool((sizes < n).any())
     rows = np.arange(count)
     last = np.full(count, 1e6)
