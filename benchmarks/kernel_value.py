@@ -6,7 +6,7 @@ choices), each a fresh interpreter, with
 - `all`: every kernel the build has;
 - `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many, one_f_one_b_traced) in
   Python (schedule.py and fasop2024_plans.py read `native.kernels` as None);
-- `no-traced`: only one_f_one_b_traced in Python (schedule.critical_path's traced program);
+- `no-traced`: only one_f_one_b_traced in Python (schedule.critical_path by recurrences.trace);
 - `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
   Python (partition.py reads None);
 - `python`: no kernel (FASOP_PURE_PYTHON=1);

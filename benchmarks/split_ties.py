@@ -37,8 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from fasop.enumerate import cyclic_placements, degree_list, plans  # noqa: E402
 from fasop.estimators.fasop2024 import Fasop2024Estimator  # noqa: E402
-from fasop.recurrences import program as _program  # noqa: E402
-from fasop.schedule import one_f_one_b, steady_weights  # noqa: E402
+from fasop.schedule import Schedule, one_f_one_b, steady_weights  # noqa: E402
 from fasop.search import parse_nodes  # noqa: E402
 from fasop.specs import load_cluster, load_model  # noqa: E402
 
@@ -58,9 +57,9 @@ def by_critical_paths(rows: list[np.ndarray], bounds: list[float], m: int, first
                       ) -> tuple[int, int]:
     """(the chosen split, the number scheduled) when splits are scheduled one at a time, each time
     the one of least bound (the first of equals) that may still win, every split left then also
-    bounded by its durations summed along the run's critical path (`recurrences.Program.chain`)."""
+    bounded by its durations summed along the run's critical path (`Schedule.critical_path`)."""
     pp = len(rows[0])
-    program = _program(pp, m)
+    kinds = ("fwd", "bwd", "send_fwd", "send_bwd")
 
     def durations(t: np.ndarray) -> list[float]:
         sends = [0.0] * (2 * pp)
@@ -75,11 +74,11 @@ def by_critical_paths(rows: list[np.ndarray], bounds: list[float], m: int, first
         k = min(open_, key=lambda q: (bounds[q], q))
         left.discard(k)
         d = durations(rows[k])
-        values = program.values(d) if program.compiles else program.run(np.array(d)[:, None])[:, 0].tolist()
-        end, runs = values[program.outputs[0]], runs + 1
+        schedule = Schedule(d[:pp], d[pp:2 * pp], m, d[2 * pp:3 * pp], d[3 * pp:])
+        end, runs = schedule.pipeline_time_s, runs + 1
         if end < best or (end == best and k < chosen):
             best, chosen = end, k
-        path = program.chain(values, int(program.outputs[0]))
+        path = [kinds.index(e.kind) * pp + e.stage for e in (schedule.events[i] for i in schedule.critical_path(0))]
         for q in left:
             other, total = durations(rows[q]), 0.0
             for row in path:
