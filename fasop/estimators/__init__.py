@@ -18,6 +18,10 @@ API (the names other modules use):
   - `expect_shapes(shapes)`: a hint, the (tp, dp, pp) plans will have (search calls it once).
   - `schedule_of(estimate) -> schedule.Schedule`: the estimate's pipeline as a 1F1B timeline
     (events with start and end times, in-flight micro-batches), for plots and explanations.
+  - `parts(estimate, zero_stage=0) -> parts.EstimateParts`: what the estimate is made of -- the
+    step time as terms, each stage's memory by part against its limit, the `schedule_of`
+    timeline -- for `fasop explain` and `fasop plot` (fasop/parts.py; without it they show what
+    the Estimate states: `parts.stated_parts`).
   - `prefix_bounds(shape, kinds) -> PrefixBounds`: what `--placements all --top K` needs to
     search node orders too many to list by branch and bound over order prefixes
     (orders.OrderSearch). An estimator without it gets its orders listed, up to
