@@ -115,12 +115,9 @@ class Fasop2024Estimator:
         return Schedule(fwd, bwd, estimate.plan.num_microbatches, send_fwd, send_bwd)
 
     def parts(self, estimate: Estimate, zero_stage: int = 0) -> EstimateParts:
-        """What `estimate` is made of, for explain and plots (parts.counted_parts): the latest stage
-        end + DP all-reduce + embedding all-reduce; PARAM_BYTES memory parts against the layout's
-        limits (memory-limit-lookup), x the overhead factor without ZeRO; `schedule_of`'s timeline."""
-        factor = 1.0 if zero_stage else self.cluster.memory_overhead_factor
-        return counted_parts(estimate, self.model, self.param_bytes, self.layout(estimate.plan).limits, factor,
-                             self.schedule_of(estimate), zero_stage)
+        """For explain and plots (parts.counted_parts): fit checked x the overhead without ZeRO only."""
+        return counted_parts(estimate, self.model, self.param_bytes, self.layout(estimate.plan).limits, 1.0 if
+                             zero_stage else self.cluster.memory_overhead_factor, self.schedule_of(estimate), zero_stage)
 
     def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]):
         """The fold over node positions that orders.OrderSearch bounds prefixes with
