@@ -258,47 +258,60 @@ def _occupancy(events, end: float) -> tuple[float, float, float]:
 # ---------------------------------------------------------------------------- text
 def render(x: Explanation) -> str:
     """The explanation as a report: a time table, a memory table and the whole plan's lines."""
-    ms = 1e3
     head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
             f"plan {x.plan_key}: {x.num_microbatches} micro-batches a step per replica, global batch "
             f"{x.global_batch_size}, sequence {x.sequence_length}", ""]
-    time_rows = [("stage", "gpu", "nodes", "layers", "fwd+bwd/mb ms", "send/mb ms", "compute ms", "p2p ms",
-                  "idle ms", "end ms")]
-    time_rows += [(str(s.stage), s.gpu, _span(s.nodes), s.layers, f"{s.compute_s * ms:.3f}",
-                   f"{s.send_s * ms:.3f}" if s.send_s else "-", f"{s.computing_s * ms:.2f}", f"{s.sending_s * ms:.2f}",
-                   f"{s.idle_s * ms:.2f}",
-                   f"{s.end_s * ms:.2f}") for s in x.stages]
+    sends = ("each boundary's sends, forward and backward" if len(x.step_parts) > 3 else
+             "FASOP charges stage 0's forward and the last stage's backward sends")
     memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
+    lines = head + _time_table(x)
+    lines += [f"compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only ({sends}), waiting",
+              "", memory_title] + _memory_table(x) + [""]
+    return "\n".join(lines + _summary(x)) + "\n"
+
+
+def _time_table(x: Explanation) -> list[str]:
+    ms = 1e3
+    rows = [("stage", "gpu", "nodes", "layers", "fwd+bwd/mb ms", "send/mb ms", "compute ms", "p2p ms", "idle ms",
+             "end ms")]
+    rows += [(str(s.stage), s.gpu, _span(s.nodes), s.layers, f"{s.compute_s * ms:.3f}",
+              f"{s.send_s * ms:.3f}" if s.send_s else "-", f"{s.computing_s * ms:.2f}", f"{s.sending_s * ms:.2f}",
+              f"{s.idle_s * ms:.2f}", f"{s.end_s * ms:.2f}") for s in x.stages]
+    return _table(rows, left=(1, 2, 3))
+
+
+def _memory_table(x: Explanation) -> list[str]:
     overhead = any(s.overhead_bytes is not None for s in x.stages)
-    mem_rows = [("stage", "weights", "gradients", "optimizer", "activations", *(("overhead",) if overhead else ()), "total", f"x{x.stages[0].overhead_factor:.2f}", "limit",
-                 "headroom")]
-    mem_rows += [(str(s.stage), *("-" if v is None else f"{v / GIB:.2f}"
-                                  for v in (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes,
-                                            s.activations_bytes, *((s.overhead_bytes,) if overhead else ()),
-                                            s.memory_bytes)),
-                  f"{s.overhead_factor * s.memory_bytes / GIB:.2f}", f"{s.limit_bytes / GIB:.2f}",
-                  f"{s.headroom_bytes / GIB:.2f}" + ("" if s.headroom_bytes >= 0 else " OOM")) for s in x.stages]
+    rows = [("stage", "weights", "gradients", "optimizer", "activations", *(("overhead",) if overhead else ()),
+             "total", f"x{x.stages[0].overhead_factor:.2f}", "limit", "headroom")]
+    rows += [(str(s.stage), *("-" if v is None else f"{v / GIB:.2f}"
+                              for v in (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes,
+                                        s.activations_bytes, *((s.overhead_bytes,) if overhead else ()),
+                                        s.memory_bytes)),
+              f"{s.overhead_factor * s.memory_bytes / GIB:.2f}", f"{s.limit_bytes / GIB:.2f}",
+              f"{s.headroom_bytes / GIB:.2f}" + ("" if s.headroom_bytes >= 0 else " OOM")) for s in x.stages]
+    return _table(rows, left=())
+
+
+def _summary(x: Explanation) -> list[str]:
+    """The whole plan's lines: pipeline, step, rate, cost, and the notes that apply."""
+    ms = 1e3
     s0 = x.stages[0]
-    last = x.stages[x.last_stage]
     throughput = f"{x.samples_per_s:,.2f} samples/s, {x.tokens_per_s:,.0f} tokens/s"
     flops = f"model {x.model_flop_per_step / 1e15:,.3f} PFLOP a step = {x.model_flop_per_step / x.step_time_s / 1e12:,.1f} TFLOP/s"
     gpus = " + ".join(f"{n} {g}" for g, n in x.gpus.items())
     mfu = (f"MFU {x.mfu:.1%} of the peaks of {gpus}" if x.mfu is not None else
            f"MFU unknown (no peak FLOP/s for {gpus} in the catalog; give --peak-tflops GPU=TFLOPS,...)")
-    lines = head + _table(time_rows, left=(1, 2, 3))
-    lines += ["compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only ("
-              + ("each boundary's sends, forward and backward" if len(x.step_parts) > 3 else
-                 "FASOP charges stage 0's forward and the last stage's backward sends") + "), waiting", "", memory_title] + _table(mem_rows, left=()) + [""]
     pipeline = (f"pipeline  {s0.end_s * ms:.2f} ms (stage 0's end) = compute {x.num_microbatches} x "
                 f"{s0.compute_s * ms:.3f} + p2p {s0.sending_s * ms:.2f} + idle {s0.idle_s * ms:.2f} ms; "
                 f"bubble {x.bubble_fraction:.1%} of the stages' time")
     if x.bubble_fraction != x.bubble_fraction:  # nan: no timeline (schedule_note says why)
         pipeline = f"pipeline  {x.pipeline_time_s * ms:.2f} ms (the estimator's; no timeline to break it down)"
-    lines += [pipeline,
-              f"step      {x.step_time_s * ms:.2f} ms = " + " + ".join(f"{k} {v * ms:.2f}" for k, v in x.step_parts) + " ms",
-              f"rate      {throughput}; {flops}; {mfu}",
-              f"cost      ${x.usd_per_step:.5f} a step (${x.usd_per_hour:,.2f}/h), "
-              f"${x.usd_per_million_tokens:,.4f} per million tokens"]
+    lines = [pipeline,
+             f"step      {x.step_time_s * ms:.2f} ms = " + " + ".join(f"{k} {v * ms:.2f}" for k, v in x.step_parts) + " ms",
+             f"rate      {throughput}; {flops}; {mfu}",
+             f"cost      ${x.usd_per_step:.5f} a step (${x.usd_per_hour:,.2f}/h), "
+             f"${x.usd_per_million_tokens:,.4f} per million tokens"]
     if x.schedule_note:
         lines.append(f"timeline  {x.schedule_note}")
     if not x.fits:
@@ -307,7 +320,7 @@ def render(x: Explanation) -> str:
         lines.append(f"note      the CSV says step_time_s {x.row_step_time_s!r}; re-estimated with its split: "
                      f"{x.step_time_s!r} (a CSV of another fasop version or estimator, or FASOP's min-max "
                      "partitioner, whose schedule can differ from the split it reports)")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _span(values) -> str:

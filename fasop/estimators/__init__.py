@@ -37,8 +37,8 @@ What an estimator may build on, below this package (none of it FASOP-specific):
   (`ProfileCompute` reads a model's profile).
 - `fasop.schedule.Schedule(fwd_s, bwd_s, m, send_fwd_s, send_bwd_s)`: one 1F1B pipeline --
   `stage_end_s`, `pipeline_time_s`, `events` (Event: stage, microbatch, kind in fwd / bwd /
-  send_fwd / send_bwd, start_s, end_s), `stage_events(i)`, `in_flight`, `lower_bound_s`;
-  `one_f_one_b` schedules a batch of pipelines at once.
+  send_fwd / send_bwd, start_s, end_s), `stage_events(i)`, `critical_path(i)`, `in_flight`,
+  `lower_bound_s`; `one_f_one_b` schedules a batch of pipelines at once.
 - `fasop.comm`: rank pairs of boundaries, DP rings and embedding syncs; least bandwidths.
 - `fasop.memory`: `ParamBytes`, `stage_elements`, `stage_fits`, `stage_fit_mask`.
 - `fasop.partition.optimal`: exact split search over any bound / evaluate / cut callables.
