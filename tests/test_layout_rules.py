@@ -196,14 +196,12 @@ def test_the_citation_scanner_finds_a_planted_one():
 
 # ------------------------------------------------------------------------- ownership
 OWNERSHIP_PENDING = {
-    ("fasop/estimators/analytic.py", "reads C._stage_times"),
     ("fasop/estimators/fasop2024_orders.py", "imports fasop.partition._weighted"),
     ("fasop/compute.py", "writes c.__dict__"),
     ("fasop/plan.py", "writes obj.__dict__"),
 }
-"""Known cases, each for its module's owner to remove: analytic.py calls analytic_cost's private
-_stage_times; fasop2024_orders imports partition's private _weighted; compute.LayerCosts seeds the
-cached `matrix` of its own instances (LayerCosts.make_matrices) and plan.trusted makes frozen
+"""Known cases, each for its module's owner to remove: fasop2024_orders imports partition's
+private _weighted; compute.LayerCosts seeds the cached `matrix` of its own instances (LayerCosts.make_matrices) and plan.trusted makes frozen
 values without their __init__ (a measured speed-up, plan.py)."""
 STDLIB_PRIVATES = {"os._exit", "sys._getframe", "getattr(pool, '_processes', None)"}
 """Private names of the standard library that fasop uses knowingly (workers.py: a pool's

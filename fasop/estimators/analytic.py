@@ -307,7 +307,7 @@ class AnalyticEstimator:
         counts = list(estimate.partition)
         counts[0] -= 1
         counts[-1] -= 1
-        fwd, bwd, _ = C._stage_times(w, stages, counts, self._layer_times(w, stages, self._profiled(plan, stages)))
+        fwd, bwd, _ = C.stage_times(w, stages, counts, self._layer_times(w, stages, self._profiled(plan, stages)))
         p2p = list(estimate.p2p_s)
         send_fwd = p2p + [0.0]
         send_bwd = [0.0] + p2p
