@@ -160,8 +160,7 @@ def trace(fwd, bwd, send_fwd, send_bwd, num_microbatches: int) -> tuple[list[Tra
     order the recurrences compute them (micro-batches counted per stage and kind in that order),
     and last[i], the index of stage i's last backward."""
     events: list[TracedEvent] = []
-    counts: dict[tuple[int, str], int] = {}
-    durations = [[_Step(float(s), i, kind, events, counts) for i, s in enumerate(values)]
+    durations = [[_Step(float(s), i, kind, events) for i, s in enumerate(values)]
                  for kind, values in zip(KINDS, (fwd, bwd, send_fwd, send_bwd))]
     ends = run(*durations, num_microbatches, _At(0.0, -1), _later)
     return events, [end.event for end in ends]
@@ -193,17 +192,17 @@ def _later(a: _At, b: _At) -> _At:
 
 class _Step:
     """A duration that records the event it ends: `start + it` is start.t + its seconds (the
-    same float addition) and appends the event to `events`."""
+    same float addition) and appends the event to `events` (one _Step per stage and kind, so it
+    counts that stage's micro-batches of its kind: the recurrences take them in order)."""
 
-    __slots__ = ("seconds", "stage", "kind", "events", "counts")
+    __slots__ = ("seconds", "stage", "kind", "events", "count")
 
-    def __init__(self, seconds: float, stage: int, kind: str, events: list, counts: dict):
-        self.seconds, self.stage, self.kind, self.events, self.counts = seconds, stage, kind, events, counts
+    def __init__(self, seconds: float, stage: int, kind: str, events: list):
+        self.seconds, self.stage, self.kind, self.events, self.count = seconds, stage, kind, events, 0
 
     def __radd__(self, start: _At) -> _At:
         end = start.t + self.seconds
-        key = (self.stage, self.kind)
-        microbatch = self.counts.get(key, 0)
-        self.counts[key] = microbatch + 1
-        self.events.append((self.stage, self.kind, microbatch, start.t, end, start.event))
-        return _At(end, len(self.events) - 1)
+        events = self.events
+        events.append((self.stage, self.kind, self.count, start.t, end, start.event))
+        self.count += 1
+        return _At(end, len(events) - 1)
