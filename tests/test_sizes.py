@@ -54,3 +54,11 @@ def test_the_measure_counts_a_planted_long_function(tmp_path):
     modules, functions = sizes(package, tmp_path)
     assert functions == {"fasop/long.py:long": FUNCTION_LINES + 1, "fasop/long.py:short": 2}
     assert modules == {"fasop/long.py": FUNCTION_LINES + 5}
+
+
+if __name__ == "__main__":  # python tests/test_sizes.py: the largest modules and functions
+    modules, functions = sizes(REPO / "fasop")
+    for title, table in (("modules", modules), ("functions", functions)):
+        print(f"largest {title} (lines):")
+        for name, lines in sorted(table.items(), key=lambda kv: (-kv[1], kv[0]))[:8]:
+            print(f"  {lines:4d}  {name}")
