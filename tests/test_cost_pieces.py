@@ -318,8 +318,11 @@ def test_stage_times_are_the_stage_sums(seed):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_minmax_rows_move_as_the_reference(seed):
-    """fasop2024_minmax.minmax_rows moves problems of one stage count in lockstep on arrays; each
-    split must be minmax's (one problem at a time). 200 problems drawn from 3 layer counts, 1 to 9 stages (at
+    """Kernel against its oracle: fasop2024_minmax.minmax_rows, the batched form of FASOP's
+    min-max (every problem of a chunk moving in lockstep on arrays, as the compiled 1F1B runs
+    many pipelines at once), against minmax, its one reference (one problem at a time: the
+    hand-computed cases above state its behaviour). Each split must be minmax's. 200 problems
+    drawn from 3 layer counts, 1 to 9 stages (at
     most the layers), stage costs from a pool of 4 that cover more layers than balanced (as the
     encoder of an encoder-decoder), ties included, repeats included."""
     from fasop.estimators.fasop2024_minmax import middle_extra, minmax_rows
@@ -343,9 +346,10 @@ def test_minmax_rows_move_as_the_reference(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_minmax_many_pads_problems_of_fewer_stages(seed):
-    """fasop2024_minmax.minmax_many solves sets of problems of different stage counts in one
-    lockstep run per range of counts, padding the smaller ones; each split must still be
-    minmax's. Sets of 2 to 12 stages over 24 layers, 30 problems each."""
+    """Kernel against its oracle, as above: fasop2024_minmax.minmax_many solves sets of problems
+    of different stage counts in one lockstep run per range of counts, padding the smaller
+    ones; each split must still be minmax's. Sets of 2 to 12 stages over 24 layers, 30 problems
+    each."""
     from fasop.estimators.fasop2024_minmax import middle_extra, minmax_many
 
     rng = np.random.default_rng(100 + seed)
@@ -364,8 +368,10 @@ def test_minmax_many_pads_problems_of_fewer_stages(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_plan_splits_choose_among_fasop_minmax_splits(seed):
-    """fasop2024_plans.plan_splits balances and schedules a chunk of plans on arrays; each plan's
-    choice must be that of fasop_minmax_splits one plan at a time, scheduled one split at a time
+    """Batched path against its oracle: fasop2024_plans.plan_splits balances and schedules a
+    chunk of plans on arrays (minmax_many, then one 1F1B call for all); each plan's choice must
+    be that of the per-plan reference, fasop_minmax_splits (minmax's candidates) scheduled one
+    split at a time
     (schedule.Schedule, forward t/3 and backward 2t/3, sends at the ends only): the candidate
     with the lowest stage-0 end, the first of equals. One or two segments (encoder-decoder),
     one to twelve stages."""
