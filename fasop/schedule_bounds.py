@@ -157,15 +157,48 @@ def sweep_unit_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor
     return np.concatenate([np.zeros((num_stages, 1)), np.cumsum(per, axis=1)], axis=1)[:, sweep_points(m)]
 
 
-def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
+def sweep_unit_sends(num_microbatches: int, send_fwd: np.ndarray, send_bwd: np.ndarray) -> np.ndarray:
+    """H[i, j] = the send seconds the sweep's advance at stage i waits for, from micro-batch 0 to
+    x_j (`sweep_points`), as `sweep_unit_weights` counts the stage time: a steady step at stage i
+    (its backward, then its next forward) waits for its own backward send (send_bwd[i]), then
+    for its forward send (send_fwd[i]) or the next stage's backward send to it (send_bwd[i+1]);
+    a cool-down step for the larger of its own and the next stage's backward send
+    (recurrences.run: a send ends when both ends are ready; stage 0's backward waits for neither
+    its forward send nor its backward send).
+    send_fwd, send_bwd: seconds per stage, shape (pp,)."""
+    pp, m = len(send_fwd), num_microbatches
+    warm = np.minimum(pp - 1 - np.arange(pp), m)
+    after = np.append(np.asarray(send_bwd, dtype=float)[1:], 0.0)  # the next stage's backward send
+    own = np.where(np.arange(pp) > 0, send_bwd, 0.0)  # stage 0 sends no gradient
+    stage = np.arange(pp)
+    forward = np.where((stage > 0) & (stage < pp - 1), send_fwd, 0.0)  # the last stage sends none
+    steady = np.maximum(forward, after) + own
+    cool = np.maximum(own, after)
+    u = np.arange(1, m)
+    per = np.where(u[None, :] <= (m - 1 - warm)[:, None], steady[:, None], cool[:, None])
+    return np.concatenate([np.zeros((pp, 1)), np.cumsum(per, axis=1)], axis=1)[:, sweep_points(m)]
+
+
+def _unit_sends(pp: int, num_microbatches: int, send_fwd, send_bwd) -> np.ndarray:
+    """`sweep_unit_sends`, or zeros without sends."""
+    if send_fwd is None:
+        return np.zeros((pp, len(sweep_points(num_microbatches))))
+    return sweep_unit_sends(num_microbatches, send_fwd, send_bwd)
+
+
+def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float,
+                     send_fwd: np.ndarray | None = None, send_bwd: np.ndarray | None = None) -> np.ndarray:
     """table[k, a, x] <= the least, over the splits of layers a.. into stages k.., of the longest
     backward sweep through them that leaves stage k at micro-batch x (`sweep_bound`): the stage
     times of stages k.. + their share of the advance from micro-batch 0 to x; inf where no split
     fits. Stage by stage from the last, the least over the stage's choices of the largest over
     where the advance enters it (a min-max relaxed to the least per x, so a lower bound); times
-    as in partition.optimal. Shape (pp + 1, layers + 1, points): x at the `sweep_points`."""
+    as in partition.optimal. Shape (pp + 1, layers + 1, points): x at the `sweep_points`.
+    send_fwd, send_bwd (per stage, default none): the sends each advance waits for
+    (`sweep_unit_sends`)."""
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
+    waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
     table = np.full((pp + 1, size, weights.shape[1]), np.inf)
     table[pp, size - 1] = -np.inf
     table[pp, size - 1, 0] = 0.0  # micro-batch 0's backward at the last stage
@@ -180,10 +213,11 @@ def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor
         t = times[k][first, stop]
         fits = np.isfinite(t) & (stop > first)
         t = np.where(fits, t, 0.0)[:, :, None]
-        g = weights[k][None, None, :]
-        # the sweep enters stage k at micro-batch x' <= x and advances to x there: t (G(x) - G(x')) + t
-        entering = np.maximum.accumulate(table[k + 1][stop] - t * g, axis=2)
-        table[k, first[:, 0]] = np.where(fits[:, :, None], entering + t * (g + 1.0), np.inf).min(axis=1)
+        g, h = weights[k][None, None, :], waits[k][None, None, :]
+        # the sweep enters stage k at micro-batch x' <= x and advances to x there:
+        # t (G(x) - G(x')) + H(x) - H(x') + t
+        entering = np.maximum.accumulate(table[k + 1][stop] - t * g - h, axis=2)
+        table[k, first[:, 0]] = np.where(fits[:, :, None], entering + t * (g + 1.0) + h, np.inf).min(axis=1)
     return table
 
 
@@ -203,10 +237,13 @@ class SweepBound:
     rearrangements the other bounds leave open."""
 
     def __init__(self, table: np.ndarray, *, num_microbatches: int, fwd_bwd_factor: float, send_first: float,
-                 send_last: float):
-        """table: `sweep_completion` of the stage times (shared by the plans of one shape)."""
+                 send_last: float, send_fwd: np.ndarray | None = None, send_bwd: np.ndarray | None = None):
+        """table: `sweep_completion` of the stage times (shared by the plans of one shape), with the
+        same send_fwd, send_bwd (per stage: the sends each advance waits for, `sweep_unit_sends`)."""
+        pp = table.shape[0] - 1
         # points in reverse order (last micro-batch first), as `prefix` keeps its vectors
-        self.weights = sweep_unit_weights(table.shape[0] - 1, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)[:, ::-1]
+        self.weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)[:, ::-1]
+        self.waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)[:, ::-1]
         self.table = table[:, :, ::-1]
         self.sends = send_first + send_last
         self.start = np.full(self.weights.shape[1], -np.inf)
@@ -217,7 +254,7 @@ class SweepBound:
         micro-batch x at stage k down to stage 0 at m - 1 plus the stage times of stages 0..k
         (`before`: this for k - 1)."""
         later = self.start if before is None else before
-        g = t[:, None] * self.weights[k][None, :]
+        g = t[:, None] * self.weights[k][None, :] + self.waits[k][None, :]
         return np.maximum.accumulate(later[None, :] + g, axis=1) - g + t[:, None]
 
     def __call__(self, k: int, before: np.ndarray | None, t: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

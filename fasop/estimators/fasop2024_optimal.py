@@ -134,11 +134,13 @@ class SplitSearch:
 
     def swept(self):
         """`tight` raised to the longest backward sweep (schedule_bounds.SweepBound)."""
-        if "sweep" not in self.tables:
-            self.tables["sweep"] = sweep_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor)
-        return with_sweep(self.tight, SweepBound(self.tables["sweep"], num_microbatches=self.m,
+        sends = {"send_fwd": self.sends_fwd[:, 0], "send_bwd": self.sends_bwd[:, 0]}
+        key = ("sweep", self.send_first, self.send_last)  # the advances wait for the sends
+        if key not in self.tables:
+            self.tables[key] = sweep_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, **sends)
+        return with_sweep(self.tight, SweepBound(self.tables[key], num_microbatches=self.m,
                                                  fwd_bwd_factor=self.e.fwd_bwd_factor,
-                                                 send_first=self.send_first, send_last=self.send_last))
+                                                 send_first=self.send_first, send_last=self.send_last, **sends))
 
     def certified(self, found: Found | None) -> Found | None:
         """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
