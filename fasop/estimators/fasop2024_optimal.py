@@ -18,6 +18,7 @@ from fasop.memory import stage_fit_mask
 from fasop.partition import Found, optimal, polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
 from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
+from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
 from fasop.split_milp import certify
 
 if TYPE_CHECKING:
@@ -32,6 +33,13 @@ SETTLE_NODES 400 -> 800): unproven 54 -> 42 and 64 -> 50 at about the same CPU t
 going to the settle pass's tighter bounds instead."""
 SETTLE_NODES = 800
 """Search-tree nodes of the settle pass (`SplitSearch.certified`) per unproven plan."""
+LEG_MAX_MICROBATCHES = 4
+"""Plans of at most this many micro-batches that the settle pass leaves unproven get the legs
+pass (`SplitSearch.legged`). Measured on FASOP's experiments (default search): their chains go
+out with several micro-batches in a row and turn before the last stage, which the sweep misses;
+with more micro-batches the legs bound proved no more splits than the sweep, at ~3x its cost."""
+LEG_NODES = 300
+"""Search-tree nodes of each branch and bound of the legs pass."""
 RECENT_SHAPES = 16
 """Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
 the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
@@ -142,6 +150,38 @@ class SplitSearch:
                                                  fwd_bwd_factor=self.e.fwd_bwd_factor,
                                                  send_first=self.send_first, send_last=self.send_last, **sends))
 
+    def legs_bound(self, fitting: np.ndarray, tables: dict, legs: Legs):
+        """`tight` raised to the longest chain out and back (schedule_legs.LegBound: the backward
+        sweep, with the way out's first forwards in a row and a turn at any stage)."""
+        key = ("legs", self.send_first, self.send_last)  # the chains wait for the sends
+        if key not in tables:
+            tables[key] = leg_completion(fitting, legs)
+        return with_legs(self.tight, LegBound(tables[key], legs))
+
+    def legged(self, found: Found) -> Found:
+        """The settle pass with the legs bound from `found`; if it leaves it unproven, once per
+        layer count of the last stage (its first layer fixed: the free stages' bound then knows
+        which stages a chain that turns early leaves out), each above the best split so far.
+        Proven when every one is."""
+        legs = Legs(self.pp, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, send_fwd=self.sends_fwd[:, 0],
+                    send_bwd=self.sends_bwd[:, 0])
+        options = self.budget | {"max_nodes": LEG_NODES}
+        plain = optimal(self.fitting, tables=self.tables, settle=True, **(options | {
+            "seeds": [found.split], "bound": self.legs_bound(self.fitting, self.tables, legs)}))
+        if plain.objective < found.objective:
+            found = plain
+        if plain.proven:
+            return Found(found.split, found.objective, True, found.objective)
+        for fitting in _by_last_stage(self.fitting, found.split):
+            tables: dict = {}
+            part = optimal(fitting, tables=tables, settle=True, above=found.objective, **(options | {
+                "seeds": [found.split], "bound": self.legs_bound(fitting, tables, legs)}))
+            if part is not None and not part.proven:
+                return Found(found.split, found.objective, False, max(found.bound, plain.bound))
+            if part is not None and part.split and part.objective < found.objective:
+                found = part
+        return Found(found.split, found.objective, True, found.objective)
+
     def certified(self, found: Found | None) -> Found | None:
         """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
         proven: its split is polished (partition.polish: one-layer moves while they help), then
@@ -159,6 +199,11 @@ class SplitSearch:
             found = settled
         if settled.proven:
             return Found(found.split, found.objective, True, found.objective)
+        if self.m <= LEG_MAX_MICROBATCHES:
+            legged = self.legged(found)
+            if legged.proven:
+                return legged
+            found = legged
         table = self.e.dp_table(self.plan, self.layout)[:, [int(t.intra_node_shared) for t in self.p.stage_types]]
         sure = certify(self.fitting, lambda t: stage_chains(t, self.sends_fwd[:, 0], self.sends_bwd[:, 0], self.m,
                                                             fwd_bwd_factor=self.e.fwd_bwd_factor),
@@ -177,3 +222,18 @@ class SplitSearch:
         if found is None:  # nothing fits: the fastest split, flagged OOM
             found = optimal(self.times, tables=self.oom_tables, **self.budget)
         return found
+
+
+def _by_last_stage(fitting: np.ndarray, first: tuple[int, ...]) -> list[np.ndarray]:
+    """`fitting` once per layer count of the last stage that fits (that of the split `first`
+    first), the last stage's other runs made infeasible."""
+    pp, size, _ = fitting.shape
+    starts = [c for c in range(size - 2, 0, -1) if np.isfinite(fitting[pp - 1, c, size - 1])]
+    starts.sort(key=lambda c: c != size - 1 - first[-1])
+    found = []
+    for c in starts:
+        only = fitting.copy()
+        only[pp - 1] = np.inf
+        only[pp - 1, c, size - 1] = fitting[pp - 1, c, size - 1]
+        found.append(only)
+    return found
