@@ -8,7 +8,7 @@ memory caps, end sends, a DP all-reduce by stage 0's layers):
   fail the first test);
 - with sends on every stage (not only FASOP's end sends) it is still below the simulation;
 - the branch and bound with it returns the brute-force optimum, and so does the settle pass run
-  once per layer count of the last stage (`_by_last_stage`), as the legs pass runs it.
+  once per layer count of the last stage (`by_last_stage`), as the legs pass runs it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.estimators.fasop2024_optimal import _by_last_stage
+from fasop.estimators.fasop2024_optimal import by_last_stage
 from fasop.partition import optimal
 from fasop.schedule import one_f_one_b
 from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
@@ -94,7 +94,7 @@ def test_branch_and_bound_with_legs_is_the_brute_force_optimum(seed):
     # the legs pass's second step: the settle pass once per last stage, above the best so far
     best = max(_splits(fitting), key=objective)  # start from the slowest split
     value = objective(best)
-    for only in _by_last_stage(fitting, best):
+    for only in by_last_stage(fitting, best):
         part = optimal(only, settle=True, above=value, seeds=[best],
                        **(kwargs | {"bound": with_legs(kwargs["bound"], _legs(only, m, legs.sf, legs.sb))}))
         assert part is None or part.proven

@@ -172,7 +172,7 @@ class SplitSearch:
             found = plain
         if plain.proven:
             return Found(found.split, found.objective, True, found.objective)
-        for fitting in _by_last_stage(self.fitting, found.split):
+        for fitting in by_last_stage(self.fitting, found.split):
             tables: dict = {}
             part = optimal(fitting, tables=tables, settle=True, above=found.objective, **(options | {
                 "seeds": [found.split], "bound": self.legs_bound(fitting, tables, legs)}))
@@ -224,7 +224,7 @@ class SplitSearch:
         return found
 
 
-def _by_last_stage(fitting: np.ndarray, first: tuple[int, ...]) -> list[np.ndarray]:
+def by_last_stage(fitting: np.ndarray, first: tuple[int, ...]) -> list[np.ndarray]:
     """`fitting` once per layer count of the last stage that fits (that of the split `first`
     first), the last stage's other runs made infeasible."""
     pp, size, _ = fitting.shape
