@@ -8,7 +8,10 @@ memory caps, end sends, a DP all-reduce by stage 0's layers):
   fail the first test);
 - with sends on every stage (not only FASOP's end sends) it is still below the simulation;
 - the branch and bound with it returns the brute-force optimum, and so does the settle pass run
-  once per layer count of the last stage (`by_last_stage`), as the legs pass runs it.
+  once per layer count of the last stage (`by_last_stage`), as the legs pass runs it;
+- the backward sweep relaxed on the free first stages (schedule_bounds.ReverseSweepBound) is a
+  bound at every partial split fixed from the last stage, and the reverse settle pass
+  (SplitSearch.reverse) on the reversed problem proves the brute-force optimum.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.estimators.fasop2024_optimal import by_last_stage
+from fasop.estimators.fasop2024_optimal import by_last_stage, reversed_times
 from fasop.partition import optimal
 from fasop.schedule import one_f_one_b
+from fasop.schedule_bounds import ReverseSweepBound, sweep_prefix_completion
 from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
 from test_split_milp import _case, _edges, _kwargs
 
@@ -101,3 +105,60 @@ def test_branch_and_bound_with_legs_is_the_brute_force_optimum(seed):
         if part is not None and part.split and part.objective < value:
             best, value = part.split, part.objective
     assert brute <= value <= brute * (1 + 1e-6)
+
+
+# ------------------------------------------------------------------ the sweep from the last stage
+def _reverse(fitting, m, send_fwd, send_bwd) -> ReverseSweepBound:
+    sends = {"send_fwd": send_fwd, "send_bwd": send_bwd}
+    table = sweep_prefix_completion(fitting, m, fwd_bwd_factor=3.0, **sends)
+    return ReverseSweepBound(table, num_microbatches=m, fwd_bwd_factor=3.0, send_first=float(send_fwd[0]),
+                             send_last=float(send_bwd[-1]), **sends)
+
+
+def test_reverse_sweep_is_below_every_completion_and_reaches_the_end():
+    """schedule_bounds.ReverseSweepBound with the last stages fixed: at most the least stage 0
+    end over the splits of the free first stages; along some full splits that end exactly (a
+    bound 1 % larger would fail)."""
+    ratios = []
+    for seed in range(60):
+        fitting, _, _, _, _, (pp, m, sends_fwd, sends_bwd, _) = _case(seed)
+        bound = _reverse(fitting, m, sends_fwd[:, 0], sends_bwd[:, 0])
+        splits = _splits(fitting)
+        ends = {s: _end(fitting[np.arange(pp), *_edges(s)], m, sends_fwd[:, 0], sends_bwd[:, 0]) for s in splits}
+        for split in splits:
+            first, stop = _edges(split)
+            after = None
+            for j in range(pp - 1, -1, -1):
+                value, rows = bound(j, after, np.array([fitting[j, first[j], stop[j]]]), np.array([first[j]]))
+                after = rows[0]
+                least = min(v for s, v in ends.items() if s[j:] == split[j:])
+                assert value[0] <= least * (1 + 1e-12)
+            ratios.append(value[0] / ends[split])
+    assert max(ratios) > 1 / 1.01 and sum(r > 1 - 1e-12 for r in ratios) > len(ratios) // 4
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_reverse_settle_is_the_brute_force_optimum(seed):
+    """The reverse settle pass as SplitSearch.reverse runs it (the stages and layers reversed,
+    stage 0's extra at its least, the cuts reversed), from the slowest split: proven, the
+    brute-force optimum within the margin."""
+    fitting, extra, objective, _, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
+    if not np.isfinite(brute):
+        return
+    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
+    sweep = _reverse(fitting, m, sends_fwd[:, 0], sends_bwd[:, 0])
+    layers = fitting.shape[1] - 1
+    least = float(extra[1:layers - pp + 2, 0].min())
+    flipped = reversed_times(fitting)
+    assert np.array_equal(reversed_times(flipped), fitting)
+
+    def cut(split):
+        weights, const = kwargs["cut"](split[::-1])
+        return weights[::-1].copy(), const
+
+    start = max(_splits(fitting), key=objective)
+    found = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
+                    evaluate=lambda splits: [objective(s[::-1]) for s in splits], cut=cut, extra=lambda n: least,
+                    seeds=[start[::-1]], settle=True)
+    assert found.proven and brute <= found.objective <= brute * (1 + 1e-6)
+    assert objective(found.split[::-1]) == found.objective

@@ -17,7 +17,7 @@ from fasop.estimators.fasop2024_memory import PARAM_BYTES
 from fasop.memory import stage_fit_mask
 from fasop.partition import Found, optimal, polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
-from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
+from fasop.schedule_bounds import ReverseSweepBound, SweepBound, sweep_completion, sweep_prefix_completion, with_sweep
 from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
 from fasop.split_milp import certify
 
@@ -33,6 +33,10 @@ SETTLE_NODES 400 -> 800): unproven 54 -> 42 and 64 -> 50 at about the same CPU t
 going to the settle pass's tighter bounds instead."""
 SETTLE_NODES = 800
 """Search-tree nodes of the settle pass (`SplitSearch.certified`) per unproven plan."""
+REVERSE_NODES = 1000
+"""Search-tree nodes of the reverse settle pass (`SplitSearch.reverse`) per plan the settle pass
+leaves unproven. Measured on gpt2xl and t5 a100=1,a10=7 (default search): 500 / 1000 / 2000
+nodes leave 13 / 11 / 11 and 14 / 12 / 10 unproven, at +0.0 / +0.1 / +0.4 s of CPU."""
 LEG_MAX_MICROBATCHES = 4
 """Plans of at most this many micro-batches that the settle pass leaves unproven get the legs
 pass (`SplitSearch.legged`). Measured on FASOP's experiments (default search): their chains go
@@ -150,6 +154,34 @@ class SplitSearch:
                                                  fwd_bwd_factor=self.e.fwd_bwd_factor,
                                                  send_first=self.send_first, send_last=self.send_last, **sends))
 
+    def reverse(self, found: Found) -> Found:
+        """The settle pass from `found` over the stages in reverse order (the last stage fixed
+        first), bounded by the backward sweep relaxed on the free first stages
+        (schedule_bounds.ReverseSweepBound) and the cuts; stage 0's extra (fixed last) at its
+        least over stage 0's layer counts."""
+        pp, layers = self.pp, self.fitting.shape[1] - 1
+        sends = {"send_fwd": self.sends_fwd[:, 0], "send_bwd": self.sends_bwd[:, 0]}
+        key = ("reverse", self.send_first, self.send_last)
+        if key not in self.tables:
+            self.tables[key] = (sweep_prefix_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor,
+                                                        **sends), reversed_times(self.fitting), {})
+        table, flipped, tables = self.tables[key]
+        sweep = ReverseSweepBound(table, num_microbatches=self.m, fwd_bwd_factor=self.e.fwd_bwd_factor,
+                                  send_first=self.send_first, send_last=self.send_last, **sends)
+        least_extra = min(self.extra(n) for n in range(1, layers - pp + 2))
+
+        def cut(split):  # valid for every split: its extra is at least least_extra
+            weights, const = self.cut(split[::-1])
+            return weights[::-1].copy(), const
+
+        found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
+                          evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
+                          extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=REVERSE_NODES,
+                          tables=tables)
+        if found_r.objective < found.objective:
+            return Found(found_r.split[::-1], found_r.objective, found_r.proven, found_r.bound)
+        return Found(found.split, found.objective, found_r.proven, found_r.bound)
+
     def legs_bound(self, fitting: np.ndarray, tables: dict, legs: Legs):
         """`tight` raised to the longest chain out and back (schedule_legs.LegBound: the backward
         sweep, with the way out's first forwards in a row and a turn at any stage)."""
@@ -199,6 +231,9 @@ class SplitSearch:
             found = settled
         if settled.proven:
             return Found(found.split, found.objective, True, found.objective)
+        found = self.reverse(found)
+        if found.proven:
+            return found
         if self.m <= LEG_MAX_MICROBATCHES:
             legged = self.legged(found)
             if legged.proven:
@@ -237,3 +272,9 @@ def by_last_stage(fitting: np.ndarray, first: tuple[int, ...]) -> list[np.ndarra
         only[pp - 1, c, size - 1] = fitting[pp - 1, c, size - 1]
         found.append(only)
     return found
+
+
+def reversed_times(times: np.ndarray) -> np.ndarray:
+    """times with the stages and the layers in reverse order: reversed[k, a, b] = times[pp - 1 - k,
+    L - b, L - a] (a split s of times is s[::-1] of it)."""
+    return np.ascontiguousarray(times[::-1, ::-1, ::-1].transpose(0, 2, 1))
