@@ -37,6 +37,10 @@ REVERSE_NODES = 1000
 """Search-tree nodes of the reverse settle pass (`SplitSearch.reverse`) per plan the settle pass
 leaves unproven. Measured on gpt2xl and t5 a100=1,a10=7 (default search): 500 / 1000 / 2000
 nodes leave 13 / 11 / 11 and 14 / 12 / 10 unproven, at +0.0 / +0.1 / +0.4 s of CPU."""
+REVERSE_CUTS = 8
+"""Cuts (partition.optimal's max_cuts) of the reverse settle pass: measured as above (1000
+nodes), 2 / 4 / 8 / 16 cuts leave 12 / 8 / 7 / 7 of t5's unproven at the same CPU time (gpt2xl's
+11 throughout); the forward passes gain nothing from more."""
 LEG_MAX_MICROBATCHES = 4
 """Plans of at most this many micro-batches that the settle pass leaves unproven get the legs
 pass (`SplitSearch.legged`). Measured on FASOP's experiments (default search): their chains go
@@ -176,7 +180,7 @@ class SplitSearch:
 
         found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
                           evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
-                          extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=REVERSE_NODES,
+                          extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=REVERSE_NODES, max_cuts=REVERSE_CUTS,
                           tables=tables)
         if found_r.objective < found.objective:
             return Found(found_r.split[::-1], found_r.objective, found_r.proven, found_r.bound)
