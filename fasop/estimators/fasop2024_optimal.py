@@ -223,7 +223,10 @@ class SplitSearch:
         proven: its split is polished (partition.polish: one-layer moves while they help), then
         the branch and bound runs again, now only to prove that no split is faster by more than
         its margin (many splits of equal time: layers moved between stages of one GPU type),
-        then the MILP (split_milp.certify, on programs small enough)."""
+        with the sweep bound; then over the stages from the last one (`reverse`); then, for few
+        micro-batches, with the chains out and back (`legged`); then the MILP
+        (split_milp.certify, on programs small enough). Each step starts from the best split so
+        far and stops at the first proof."""
         if found is None or found.proven or self.e.max_nodes is not None:
             return found
         split, value = polish(found.split, found.objective, self.fitting, self.evaluate)
