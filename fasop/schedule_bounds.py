@@ -179,6 +179,22 @@ def sweep_unit_sends(num_microbatches: int, send_fwd: np.ndarray, send_bwd: np.n
     return np.concatenate([np.zeros((pp, 1)), np.cumsum(per, axis=1)], axis=1)[:, sweep_points(m)]
 
 
+def first_layers(times: np.ndarray) -> tuple[list[int], list[tuple[int, int]]]:
+    """(the longest run of layers each stage fits, [lo, hi) of the first layers stage k can
+    start at in a split that fits: the stages before it hold at least one layer each and at most
+    their longest run, and so do it and the stages after it). The completion tables are computed
+    only there: a search from stage 0 asks for nothing else (every other entry is inf or
+    unreachable). times as in partition.optimal."""
+    pp, size, _ = times.shape
+    a, b = np.triu_indices(size, k=1)
+    fits = np.isfinite(times[:, a, b])  # (pp, runs)
+    longest = [int((b - a)[row].max(initial=0)) for row in fits]
+    front = np.concatenate([[0], np.cumsum(longest)])  # most layers stages < k hold
+    back = np.concatenate([np.cumsum(longest[::-1])[::-1], [0]])  # most layers stages >= k hold
+    layers = size - 1
+    return longest, [(max(k, layers - int(back[k])), min(layers - (pp - k), int(front[k])) + 1) for k in range(pp)]
+
+
 def _unit_sends(pp: int, num_microbatches: int, send_fwd, send_bwd) -> np.ndarray:
     """`sweep_unit_sends`, or zeros without sends."""
     if send_fwd is None:
@@ -199,17 +215,17 @@ def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
     waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
+    longest, reachable = first_layers(times)
     table = np.full((pp + 1, size, weights.shape[1]), np.inf)
     table[pp, size - 1] = -np.inf
     table[pp, size - 1, 0] = 0.0  # micro-batch 0's backward at the last stage
     for k in range(pp - 1, -1, -1):
-        # the runs of layers stage k may hold, by first layer (k.. with a layer left for each later
-        # stage) and length (memory caps keep them short)
-        a, b = np.nonzero(np.isfinite(times[k]))
-        first = np.arange(k, size - (pp - k))[:, None]
-        if not len(a) or not len(first):
+        # the runs of layers stage k may hold, by first layer (where a split can start it) and
+        # length (memory caps keep them short)
+        first = np.arange(*reachable[k])[:, None]
+        if not longest[k] or not len(first):
             continue
-        stop = np.minimum(first + np.arange(1, int((b - a).max()) + 1)[None, :], size - 1)  # [first, length]
+        stop = np.minimum(first + np.arange(1, longest[k] + 1)[None, :], size - 1)  # [first, length]
         t = times[k][first, stop]
         fits = np.isfinite(t) & (stop > first)
         t = np.where(fits, t, 0.0)[:, :, None]
@@ -298,15 +314,16 @@ def sweep_prefix_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
     waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
     points = weights.shape[1]
+    longest, reachable = first_layers(times)
+    reachable.append((size - 1, size))  # the last stage stops at the last layer
     table = np.full((pp + 1, size, points), np.inf)
     table[0, 0] = -np.inf
     table[0, 0, points - 1] = 0.0  # no stage left: the sweep must have reached micro-batch m - 1
     for j in range(pp):
-        a, b = np.nonzero(np.isfinite(times[j]))
-        stop = np.arange(j + 1, size - (pp - j - 1))[:, None]
-        if not len(a) or not len(stop):
+        stop = np.arange(*reachable[j + 1])[:, None]  # where stage j can stop: where j + 1 starts
+        if not longest[j] or not len(stop):
             continue
-        first = np.maximum(stop - np.arange(1, int((b - a).max()) + 1)[None, :], 0)  # [stop, length]
+        first = np.maximum(stop - np.arange(1, longest[j] + 1)[None, :], 0)  # [stop, length]
         t = times[j][first, stop]
         fits = np.isfinite(t) & (first < stop) & np.isfinite(table[j][first]).any(axis=2)
         t = np.where(fits, t, 0.0)[:, :, None]

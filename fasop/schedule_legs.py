@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fasop.schedule_bounds import sweep_points, sweep_unit_sends, sweep_unit_weights
+from fasop.schedule_bounds import first_layers, sweep_points, sweep_unit_sends, sweep_unit_weights
 
 LEG_MICROBATCHES = 4
 """The way out may carry micro-batches 0..3 from stage to stage (a turn may still advance a
@@ -104,12 +104,12 @@ def leg_completion(times: np.ndarray, legs: Legs) -> np.ndarray:
     table = np.full((pp + 1, size, legs.y, points), np.inf)
     feasible = np.zeros((pp + 1, size), dtype=bool)
     feasible[pp, size - 1] = True
+    longest, reachable = first_layers(times)
     for k in range(pp - 1, -1, -1):
-        a, b = np.nonzero(np.isfinite(times[k]))
-        first = np.arange(k, size - (pp - k))[:, None]
-        if not len(a) or not len(first):
+        first = np.arange(*reachable[k])[:, None]  # where a split can start stage k
+        if not longest[k] or not len(first):
             continue
-        stop = np.minimum(first + np.arange(1, int((b - a).max()) + 1)[None, :], size - 1)
+        stop = np.minimum(first + np.arange(1, longest[k] + 1)[None, :], size - 1)
         t = times[k][first, stop]
         fits = np.isfinite(t) & (stop > first) & feasible[k + 1][stop]
         t = np.where(fits, t, 0.0)[:, :, None]  # (first, length, 1)

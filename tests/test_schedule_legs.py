@@ -24,7 +24,7 @@ import pytest
 from fasop.estimators.fasop2024_optimal import by_last_stage, reversed_times
 from fasop.partition import optimal
 from fasop.schedule import one_f_one_b
-from fasop.schedule_bounds import ReverseSweepBound, sweep_prefix_completion
+from fasop.schedule_bounds import ReverseSweepBound, first_layers, sweep_prefix_completion
 from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
 from test_split_milp import _case, _edges, _kwargs
 
@@ -162,3 +162,15 @@ def test_reverse_settle_is_the_brute_force_optimum(seed):
                     seeds=[start[::-1]], settle=True)
     assert found.proven and brute <= found.objective <= brute * (1 + 1e-6)
     assert objective(found.split[::-1]) == found.objective
+
+
+def test_first_layers_hold_every_fitting_split():
+    """schedule_bounds.first_layers: every stage of every split that fits starts inside its
+    range and holds at most its longest run (the completion tables are computed only there)."""
+    for seed in range(40):
+        fitting, *_ = _case(seed)
+        longest, reachable = first_layers(fitting)
+        for split in _splits(fitting):
+            first, _ = _edges(split)
+            assert all(lo <= a < hi for a, (lo, hi) in zip(first, reachable))
+            assert all(c <= most for c, most in zip(split, longest))
