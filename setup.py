@@ -6,6 +6,11 @@ The extension is the top-level module `_fasop_native`, not part of the `fasop` p
 the installed one is found even when `fasop` itself is imported from a source tree (the tests
 run from the repository root)."""
 
+import setuptools
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("_fasop_native", ["fasop/_native.c"], depends=["fasop/_one_f_one_b.h"], optional=True)])
+LICENSE = "Apache-2.0"
+license_field = ({"license_expression": LICENSE} if int(setuptools.__version__.split(".")[0]) >= 77
+                 else {"license": LICENSE})
+
+setup(ext_modules=[Extension("_fasop_native", ["fasop/_native.c"], depends=["fasop/_one_f_one_b.h"], optional=True)], **license_field)

@@ -6,11 +6,12 @@ choices), each a fresh interpreter, with
 - `all`: every kernel the build has;
 - `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many, one_f_one_b_traced) in
   Python (schedule.py and fasop2024_plans.py read `native.kernels` as None);
-- `no-traced`: only one_f_one_b_traced in Python (schedule.critical_path's traced program);
+- `no-traced`: only one_f_one_b_traced in Python (schedule.critical_path by recurrences.trace);
 - `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
   Python (partition.py reads None);
 - `python`: no kernel (FASOP_PURE_PYTHON=1);
-- `baseline` (with --baseline PATH): another checkout, its own kernels.
+- `baseline` (with --baseline PATH): another checkout, its own kernels; `baseline-python`: that
+  checkout with no kernel (FASOP_PURE_PYTHON=1), to compare the Python fallbacks.
 
 Runs alternate between the variants (each first in turn), medians of --runs; the ratio to `all`
 is what the issue's rule reads (a kernel whose Python version is within 1.5x whole-process on
@@ -91,10 +92,12 @@ def main() -> None:
     parser.add_argument("--only", help="only commands whose name contains this")
     parser.add_argument("--variants", help="comma-separated variants (default: all of them)")
     args = parser.parse_args()
-    chosen = args.variants.split(",") if args.variants else list(VARIANTS) + ["baseline"]
+    chosen = args.variants.split(",") if args.variants else list(VARIANTS) + ["baseline", "baseline-python"]
     variants = [(name, REPO, off, name == "python") for name, off in VARIANTS.items() if name in chosen]
     if args.baseline and "baseline" in chosen:
         variants.append(("baseline", args.baseline.resolve(), "", False))
+    if args.baseline and "baseline-python" in chosen:
+        variants.append(("baseline-python", args.baseline.resolve(), "", True))
     print(f"whole-process seconds, medians of {args.runs} (ratio to `all`)")
     with tempfile.TemporaryDirectory() as tmp:
         for name, argv in COMMANDS:
@@ -107,7 +110,7 @@ def main() -> None:
                     times[label].append(run(tree, off, argv, Path(tmp) / f"{label}.csv", pure))
             csv = (lambda label: Path(tmp) / f"{label}.csv") if argv[0] == "search" else \
                 (lambda label: Path(tmp) / f"{label}_pareto.csv")
-            same = [label for label, *_ in variants[1:] if label != "baseline" and
+            same = [label for label, *_ in variants[1:] if not label.startswith("baseline") and
                     not filecmp.cmp(csv("all"), csv(label), shallow=False)]
             medians = {label: statistics.median(t) for label, t in times.items()}
             cells = "  ".join(f"{label} {s:6.2f} s ({s / medians['all']:.2f})" for label, s in medians.items())

@@ -37,35 +37,34 @@ sys.path.insert(0, str(REPO))
 
 from fasop.enumerate import cyclic_placements, degree_list, plans  # noqa: E402
 from fasop.estimators.fasop2024 import Fasop2024Estimator  # noqa: E402
-from fasop.recurrences import program as _program  # noqa: E402
-from fasop.schedule import one_f_one_b, steady_weights  # noqa: E402
+from fasop.schedule import Schedule, one_f_one_b  # noqa: E402
 from fasop.search import parse_nodes  # noqa: E402
 from fasop.specs import load_cluster, load_model  # noqa: E402
 
 
-def kernel_bound(times: np.ndarray, m: int, first: float, last: float) -> float:
+def kernel_bound(estimator, times: np.ndarray, m: int, first: float, last: float) -> float:
     """The lower bound on stage 0's end that fasop schedules candidates by (`fasop2024_plans.end_bounds`)."""
     pp = len(times)
     before = np.concatenate([[0.0], np.cumsum(times)[:-1]])
     own = before + m * times
     own[1:] += first
     own[-1] += last
-    chain = times.sum() + first + last + (steady_weights(pp, m, fwd_bwd_factor=3.0) * times).max()
+    chain = times.sum() + first + last + (estimator.steady_weights(pp, m) * times).max()
     return max(chain, own.max()) * (1 - 1e-9)
 
 
-def by_critical_paths(rows: list[np.ndarray], bounds: list[float], m: int, first: float, last: float
+def by_critical_paths(estimator, rows: list[np.ndarray], bounds: list[float], m: int, first: float, last: float
                       ) -> tuple[int, int]:
     """(the chosen split, the number scheduled) when splits are scheduled one at a time, each time
     the one of least bound (the first of equals) that may still win, every split left then also
-    bounded by its durations summed along the run's critical path (`recurrences.Program.chain`)."""
+    bounded by its durations summed along the run's critical path (`Schedule.critical_path`)."""
     pp = len(rows[0])
-    program = _program(pp, m)
+    kinds = ("fwd", "bwd", "send_fwd", "send_bwd")
 
     def durations(t: np.ndarray) -> list[float]:
         sends = [0.0] * (2 * pp)
         sends[0], sends[-1] = first, last
-        return [*(t / 3), *(2 * t / 3), *sends]
+        return [*np.concatenate(estimator.split(t)), *sends]
 
     bounds, left, best, chosen, runs = list(bounds), set(range(len(rows))), np.inf, -1, 0
     while True:
@@ -75,11 +74,11 @@ def by_critical_paths(rows: list[np.ndarray], bounds: list[float], m: int, first
         k = min(open_, key=lambda q: (bounds[q], q))
         left.discard(k)
         d = durations(rows[k])
-        values = program.values(d) if program.compiles else program.run(np.array(d)[:, None])[:, 0].tolist()
-        end, runs = values[program.outputs[0]], runs + 1
+        schedule = Schedule(d[:pp], d[pp:2 * pp], m, d[2 * pp:3 * pp], d[3 * pp:])
+        end, runs = schedule.pipeline_time_s, runs + 1
         if end < best or (end == best and k < chosen):
             best, chosen = end, k
-        path = program.chain(values, int(program.outputs[0]))
+        path = [kinds.index(e.kind) * pp + e.stage for e in (schedule.events[i] for i in schedule.critical_path(0))]
         for q in left:
             other, total = durations(rows[q]), 0.0
             for row in path:
@@ -111,8 +110,8 @@ def analyse(model_name: str, nodes: str) -> None:
         comp = np.array(rows).T
         forward, backward = np.zeros_like(comp), np.zeros_like(comp)
         forward[0], backward[-1] = sends[0], sends[-1]
-        ends = one_f_one_b(comp / 3, 2 * comp / 3, forward, backward, m)[0]
-        bounds = [kernel_bound(t, m, sends[0], sends[-1]) for t in rows]
+        ends = one_f_one_b(*estimator.split(comp), forward, backward, m)[0]
+        bounds = [kernel_bound(estimator, t, m, sends[0], sends[-1]) for t in rows]
         best = ends.min()
         scheduled, found = 0, np.inf
         for k in sorted(range(len(rows)), key=lambda k: (bounds[k], k)):
@@ -123,7 +122,7 @@ def analyse(model_name: str, nodes: str) -> None:
             count["ties"] += ends[k] != best and abs(ends[k] - best) <= 1e-12 * best
             count["exact ties"] += ends[k] == best
         count["exact ties"] -= 1  # the winner
-        traced = by_critical_paths(rows, bounds, m, sends[0], sends[-1])
+        traced = by_critical_paths(estimator, rows, bounds, m, sends[0], sends[-1])
         assert traced[0] == int(np.argmin(ends)), "the critical-path bounds lost the winner"
         cells = plan.pp * m
         count["traced"] += traced[1]

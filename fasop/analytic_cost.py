@@ -247,7 +247,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     """The step time of `counts[i]` layers on stage i (embedding on the first, head on the last);
     `times[i]`, when given, replaces stage i's analytic (fwd, bwd) seconds of one layer."""
     p, v = w.pp, w.recipe.virtual_stages
-    fwd, bwd, params = _stage_times(w, stages, counts, times)
+    fwd, bwd, params = stage_times(w, stages, counts, times)
     size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES / w.tp
     links = [hw.next_link for hw in stages[:-1]]
     if v > 1 and p > 1:
@@ -282,7 +282,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
                 step_s=done + emb + opt)
 
 
-def _stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[float], list[float]]:
+def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[float], list[float]]:
     """Each stage's forward and backward seconds of one micro-batch, and its parameters per GPU."""
     p = w.pp
     fwd, bwd, params = [], [], []

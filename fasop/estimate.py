@@ -47,7 +47,7 @@ class Estimate:
     stage_memory_parts: tuple[tuple[tuple[str, float], ...], ...] = ()
     """Per stage, (part, bytes per GPU) pairs that sum to its memory (the analytic estimator:
     weights, gradients, optimizer, activations, overhead); empty where the estimator does not
-    state them (fasop-2024: explain derives them from its `param_bytes`). Not a CSV column."""
+    state them (fasop-2024: its `parts` counts them from its bytes a parameter). Not a CSV column."""
     step_parts: tuple[tuple[str, float], ...] = ()
     """The step time as (term, seconds) pairs that add up to it, the first the end of the stage
     that sets it (the analytic estimator: that stage's end, its DP sync not hidden behind compute,

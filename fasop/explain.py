@@ -9,21 +9,13 @@ The plan (from a results row, rowplan.RowPlan) is estimated again with the row's
   (sends that overlap its compute are not counted again) and the time it waits (the gaps
   between its events); and its memory by part against its GPU memory limit;
 - the whole plan: pipeline time = stage 0's end = its compute + exposed sends + waiting; bubble
-  fraction = the stages' waiting / (pp x pipeline time); step time = the terms the estimator states
-  (Estimate.step_parts; analytic: the latest stage end + its DP sync not overlapped + embedding
-  all-reduce + optimizer step), else the last stage to finish its DP all-reduce + the embedding
-  all-reduce (fasop-2024, docs/estimators.md §5, §7); throughput, model FLOPs, dollars.
-- the timeline is the estimator's own schedule (`schedule_of`); where it is a simulation of a
-  closed form (analytic) and ends elsewhere, the stage rows are the timeline's and a note gives
-  both; where the estimator cannot draw it (interleaved plans), no timeline and a note.
+  fraction = the stages' waiting / (pp x pipeline time); step time as the terms the estimator
+  states; throughput, model FLOPs, dollars.
 
-Memory parts, for an estimator that states its bytes a parameter (`param_bytes`, memory.ParamBytes;
-fasop-2024: 18, as Megatron-LM counts them, theoretical_memory_usage.py, 01_megatron_lm.md §1.7):
-weights in the model's element size (2 bytes), gradients the rest of the replicated part (4:
-fp32), the optimizer the sharded part (12: fp32 master weights and Adam moments; 12 // dp with the
-optimizer sharded, ZeRO); activations as memory.stage_elements counts them. Other estimators:
-their own parts (Estimate.stage_memory_parts; analytic: weights, gradients, optimizer,
-activations and the framework overhead, analytic_cost.MemoryParts), else the stage's total only.
+The step's terms, each stage's memory by part and limit, and the timeline are the estimator's own
+(`parts.parts_of`: its `parts`, fasop/parts.py). Where its timeline is a simulation of a closed
+form (analytic) and ends elsewhere, the stage rows are the timeline's and a note gives both;
+where the estimator cannot draw it (interleaved plans), no timeline and a note.
 Model FLOPs: Narayanan et al. 2021, Eq. 3 without recompute: per transformer layer and token
 3 x (24 h^2 + 4 s h), per head and token 3 x 2 h V.
 """
@@ -35,11 +27,10 @@ from pathlib import Path
 
 from fasop.errors import FasopError
 from fasop.export import settings_of
-from fasop.memory import stage_elements
+from fasop.parts import EstimateParts, parts_of
 from fasop.rowplan import RowPlan, finite, stage_layer_names
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 from fasop.timeline import timeline
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +81,7 @@ class Explanation:
     stages: tuple[StageBreakdown, ...]
     pipeline_time_s: float
     bubble_fraction: float
+    """The stages' waiting / (pp x pipeline time); nan (JSON: null) where there is no timeline."""
     last_stage: int
     """The stage whose end + DP all-reduce is latest: it sets the step time."""
     dp_allreduce_s: float
@@ -122,6 +114,8 @@ class Explanation:
         for s, stage in zip(out["stages"], self.stages):
             s["headroom_bytes"] = stage.headroom_bytes
             s["nodes"] = list(stage.nodes)
+        if self.bubble_fraction != self.bubble_fraction:  # nan: no timeline; JSON has no nan
+            out["bubble_fraction"] = None
         return out
 
 
@@ -161,32 +155,13 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
     e = estimate_split(estimator, plan, rp.partition)
     m = plan.num_microbatches
     zero = settings_of(rp).zero_stage
-    names = stage_layer_names(model, rp.partition)
-    limits = _stage_limits(estimator, plan, e)
-    tl, note = _timeline(estimator, e)
+    parts = parts_of(estimator, e, zero)
+    tl, note = _timeline(e, parts)
     ends = tl.stage_end_s if tl and note else e.stage_end_s  # the ends the events reach
-    by_stage: dict[int, list] = {}
-    for ev in (tl.events if tl else ()):
-        by_stage.setdefault(ev.stage, []).append(ev)
-    stages, start = [], 0
-    param_bytes = getattr(estimator, "param_bytes", None)
-    for i, n in enumerate(rp.partition):
-        parts = (tuple(v for _, v in e.stage_memory_parts[i]) if e.stage_memory_parts else
-                 _memory_parts(plan, model, model.layer_kinds[start:start + n], param_bytes, zero) + (None,))
-        computing, sending, idle = _occupancy(by_stage.get(i, []), ends[i]) if tl else (0.0, 0.0, 0.0)
-        stages.append(StageBreakdown(
-            stage=i, gpu=e.stage_node_types[i].gpu, node_type=e.stage_node_types[i].name,
-            nodes=plan.stage_node_indices[i], layers=names[i], compute_s=e.stage_compute_s[i],
-            send_s=e.p2p_s[i] if i < plan.pp - 1 else 0.0, computing_s=computing, sending_s=sending,
-            idle_s=idle, end_s=ends[i],
-            weights_bytes=parts[0], gradients_bytes=parts[1], optimizer_bytes=parts[2], activations_bytes=parts[3],
-            overhead_bytes=parts[4], memory_bytes=(e.memory.stage_zero_bytes if zero else e.memory.stage_bytes)[i],
-            overhead_factor=cluster.memory_overhead_factor if param_bytes is not None and not zero else 1.0,
-            limit_bytes=limits[i]))
-        start += n
+    stages = _stages(e, parts, stage_layer_names(model, rp.partition), tl, ends)
     drawn = ends[0]
     idle_total = sum(s.idle_s + (drawn - s.end_s) for s in stages)
-    last, step_parts = _step_parts(e)
+    last, step_parts = parts.last_stage, parts.step_parts
     samples_per_s = plan.global_batch_size / e.step_time_s
     flop = model_flop_per_sample(model) * plan.global_batch_size
     gpus: dict[str, int] = {}
@@ -210,36 +185,39 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
         fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom)), tl
 
 
-def _timeline(estimator, e):
-    """(timeline or None, note): the estimator's own schedule (its optional `schedule_of`); None
-    with the reason when the estimator has none or refuses to draw it (interleaved plans)."""
-    schedule_of = getattr(estimator, "schedule_of", None)  # the estimator's own pipeline, where it has one
-    if schedule_of is None:
-        return None, f"the estimator ({type(estimator).__name__}) has no schedule_of to draw its pipeline"
-    try:
-        schedule = schedule_of(e)
-    except FasopError as exc:
-        return None, str(exc)
-    tl = timeline(e, schedule)
+def _stages(e, parts: EstimateParts, names: list[str], tl, ends) -> list[StageBreakdown]:
+    """Each stage's breakdown: its estimate's numbers, its parts' memory and, from the timeline's
+    events (where there is one) until the stage's end, its computing, sending and waiting."""
+    plan = e.plan
+    by_stage: dict[int, list] = {}
+    for ev in (tl.events if tl else ()):
+        by_stage.setdefault(ev.stage, []).append(ev)
+    stages = []
+    for i in range(plan.pp):
+        memory = dict(parts.stage_memory_parts[i])
+        computing, sending, idle = _occupancy(by_stage.get(i, []), ends[i]) if tl else (0.0, 0.0, 0.0)
+        stages.append(StageBreakdown(
+            stage=i, gpu=e.stage_node_types[i].gpu, node_type=e.stage_node_types[i].name,
+            nodes=plan.stage_node_indices[i], layers=names[i], compute_s=e.stage_compute_s[i],
+            send_s=e.p2p_s[i] if i < plan.pp - 1 else 0.0, computing_s=computing, sending_s=sending,
+            idle_s=idle, end_s=ends[i], weights_bytes=memory.get("weights"), gradients_bytes=memory.get("gradients"),
+            optimizer_bytes=memory.get("optimizer"), activations_bytes=memory.get("activations"),
+            overhead_bytes=memory.get("overhead"), memory_bytes=parts.stage_memory_bytes[i],
+            overhead_factor=parts.memory_overhead_factor, limit_bytes=parts.memory_limits_bytes[i]))
+    return stages
+
+
+def _timeline(e, parts: EstimateParts):
+    """(timeline or None, note): the estimator's own schedule; None with the reason when the
+    estimator has none or refuses to draw it (interleaved plans)."""
+    if parts.schedule is None:
+        return None, parts.schedule_note
+    tl = timeline(e, parts.schedule)
     note = ""
     if abs(tl.pipeline_time_s - e.pipeline_time_s) > 1e-9 * e.pipeline_time_s:
         note = (f"the simulated 1F1B schedule (the timeline, these stage ends) ends at {tl.pipeline_time_s * 1e3:.2f} "
                 f"ms; the estimator's pipeline time is {e.pipeline_time_s * 1e3:.2f} ms (its closed form)")
     return tl, note
-
-
-def _step_parts(e) -> tuple[int, tuple[tuple[str, float], ...]]:
-    """(the stage that sets the step time, the step's terms that add up to it): the estimator's
-    `step_parts` where it states them; else (fasop-2024) the stage whose end + DP all-reduce +
-    embedding all-reduce is the step time (the estimate keeps the all-reduce of that stage only;
-    stages differ in it only by their bus)."""
-    if e.step_parts:
-        return int(e.step_parts[0][0].split()[1].split("'")[0]), tuple(e.step_parts)
-    pp = len(e.stage_end_s)
-    rest = e.dp_allreduce_s + e.embedding_allreduce_s
-    last = min(range(pp), key=lambda i: (abs(e.stage_end_s[i] + rest - e.step_time_s), i))
-    return last, ((f"stage {last}'s end", e.stage_end_s[last]), ("DP all-reduce", e.dp_allreduce_s),
-                  ("embedding all-reduce", e.embedding_allreduce_s))
 
 
 def catalog_peaks(gpus, precision: str) -> dict[str, float]:
@@ -261,26 +239,6 @@ def catalog_peaks(gpus, precision: str) -> dict[str, float]:
     return out
 
 
-def _stage_limits(estimator, plan, e) -> tuple[float, ...]:
-    """Each stage's memory limit (bytes) as the estimator applies it: its layout's (fasop-2024:
-    FASOP's node lookup), else the memory of the node type that sets the stage's pace."""
-    layout = getattr(estimator, "layout", None)
-    if layout is not None:
-        return tuple(layout(plan).limits)
-    return tuple(t.memory_limit_bytes for t in e.stage_node_types)
-
-
-def _memory_parts(plan, model: ModelSpec, kinds, param_bytes, zero: int) -> tuple:
-    """(weights, gradients, optimizer, activations) bytes per GPU of a stage holding `kinds`, or
-    Nones without the estimator's `param_bytes`."""
-    if param_bytes is None or param_bytes.full != param_bytes.replicated + param_bytes.sharded:
-        return (None,) * 4
-    params, act = stage_elements(plan, model, kinds)
-    weights = model.bytes_per_element
-    optimizer = param_bytes.sharded // plan.dp if zero else param_bytes.sharded
-    return weights * params, (param_bytes.replicated - weights) * params, optimizer * params, act
-
-
 def _occupancy(events, end: float) -> tuple[float, float, float]:
     """(computing, sending alone, waiting) seconds of a stage from 0 to its end: the sums of its
     compute events, of its send events outside them, and of the gaps between its events."""
@@ -300,47 +258,60 @@ def _occupancy(events, end: float) -> tuple[float, float, float]:
 # ---------------------------------------------------------------------------- text
 def render(x: Explanation) -> str:
     """The explanation as a report: a time table, a memory table and the whole plan's lines."""
-    ms = 1e3
     head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
             f"plan {x.plan_key}: {x.num_microbatches} micro-batches a step per replica, global batch "
             f"{x.global_batch_size}, sequence {x.sequence_length}", ""]
-    time_rows = [("stage", "gpu", "nodes", "layers", "fwd+bwd/mb ms", "send/mb ms", "compute ms", "p2p ms",
-                  "idle ms", "end ms")]
-    time_rows += [(str(s.stage), s.gpu, _span(s.nodes), s.layers, f"{s.compute_s * ms:.3f}",
-                   f"{s.send_s * ms:.3f}" if s.send_s else "-", f"{s.computing_s * ms:.2f}", f"{s.sending_s * ms:.2f}",
-                   f"{s.idle_s * ms:.2f}",
-                   f"{s.end_s * ms:.2f}") for s in x.stages]
+    sends = ("each boundary's sends, forward and backward" if len(x.step_parts) > 3 else
+             "FASOP charges stage 0's forward and the last stage's backward sends")
     memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
+    lines = head + _time_table(x)
+    lines += [f"compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only ({sends}), waiting",
+              "", memory_title] + _memory_table(x) + [""]
+    return "\n".join(lines + _summary(x)) + "\n"
+
+
+def _time_table(x: Explanation) -> list[str]:
+    ms = 1e3
+    rows = [("stage", "gpu", "nodes", "layers", "fwd+bwd/mb ms", "send/mb ms", "compute ms", "p2p ms", "idle ms",
+             "end ms")]
+    rows += [(str(s.stage), s.gpu, _span(s.nodes), s.layers, f"{s.compute_s * ms:.3f}",
+              f"{s.send_s * ms:.3f}" if s.send_s else "-", f"{s.computing_s * ms:.2f}", f"{s.sending_s * ms:.2f}",
+              f"{s.idle_s * ms:.2f}", f"{s.end_s * ms:.2f}") for s in x.stages]
+    return _table(rows, left=(1, 2, 3))
+
+
+def _memory_table(x: Explanation) -> list[str]:
     overhead = any(s.overhead_bytes is not None for s in x.stages)
-    mem_rows = [("stage", "weights", "gradients", "optimizer", "activations", *(("overhead",) if overhead else ()), "total", f"x{x.stages[0].overhead_factor:.2f}", "limit",
-                 "headroom")]
-    mem_rows += [(str(s.stage), *("-" if v is None else f"{v / GIB:.2f}"
-                                  for v in (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes,
-                                            s.activations_bytes, *((s.overhead_bytes,) if overhead else ()),
-                                            s.memory_bytes)),
-                  f"{s.overhead_factor * s.memory_bytes / GIB:.2f}", f"{s.limit_bytes / GIB:.2f}",
-                  f"{s.headroom_bytes / GIB:.2f}" + ("" if s.headroom_bytes >= 0 else " OOM")) for s in x.stages]
+    rows = [("stage", "weights", "gradients", "optimizer", "activations", *(("overhead",) if overhead else ()),
+             "total", f"x{x.stages[0].overhead_factor:.2f}", "limit", "headroom")]
+    rows += [(str(s.stage), *("-" if v is None else f"{v / GIB:.2f}"
+                              for v in (s.weights_bytes, s.gradients_bytes, s.optimizer_bytes,
+                                        s.activations_bytes, *((s.overhead_bytes,) if overhead else ()),
+                                        s.memory_bytes)),
+              f"{s.overhead_factor * s.memory_bytes / GIB:.2f}", f"{s.limit_bytes / GIB:.2f}",
+              f"{s.headroom_bytes / GIB:.2f}" + ("" if s.headroom_bytes >= 0 else " OOM")) for s in x.stages]
+    return _table(rows, left=())
+
+
+def _summary(x: Explanation) -> list[str]:
+    """The whole plan's lines: pipeline, step, rate, cost, and the notes that apply."""
+    ms = 1e3
     s0 = x.stages[0]
-    last = x.stages[x.last_stage]
     throughput = f"{x.samples_per_s:,.2f} samples/s, {x.tokens_per_s:,.0f} tokens/s"
     flops = f"model {x.model_flop_per_step / 1e15:,.3f} PFLOP a step = {x.model_flop_per_step / x.step_time_s / 1e12:,.1f} TFLOP/s"
     gpus = " + ".join(f"{n} {g}" for g, n in x.gpus.items())
     mfu = (f"MFU {x.mfu:.1%} of the peaks of {gpus}" if x.mfu is not None else
            f"MFU unknown (no peak FLOP/s for {gpus} in the catalog; give --peak-tflops GPU=TFLOPS,...)")
-    lines = head + _table(time_rows, left=(1, 2, 3))
-    lines += ["compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only ("
-              + ("each boundary's sends, forward and backward" if len(x.step_parts) > 3 else
-                 "FASOP charges stage 0's forward and the last stage's backward sends") + "), waiting", "", memory_title] + _table(mem_rows, left=()) + [""]
     pipeline = (f"pipeline  {s0.end_s * ms:.2f} ms (stage 0's end) = compute {x.num_microbatches} x "
                 f"{s0.compute_s * ms:.3f} + p2p {s0.sending_s * ms:.2f} + idle {s0.idle_s * ms:.2f} ms; "
                 f"bubble {x.bubble_fraction:.1%} of the stages' time")
     if x.bubble_fraction != x.bubble_fraction:  # nan: no timeline (schedule_note says why)
         pipeline = f"pipeline  {x.pipeline_time_s * ms:.2f} ms (the estimator's; no timeline to break it down)"
-    lines += [pipeline,
-              f"step      {x.step_time_s * ms:.2f} ms = " + " + ".join(f"{k} {v * ms:.2f}" for k, v in x.step_parts) + " ms",
-              f"rate      {throughput}; {flops}; {mfu}",
-              f"cost      ${x.usd_per_step:.5f} a step (${x.usd_per_hour:,.2f}/h), "
-              f"${x.usd_per_million_tokens:,.4f} per million tokens"]
+    lines = [pipeline,
+             f"step      {x.step_time_s * ms:.2f} ms = " + " + ".join(f"{k} {v * ms:.2f}" for k, v in x.step_parts) + " ms",
+             f"rate      {throughput}; {flops}; {mfu}",
+             f"cost      ${x.usd_per_step:.5f} a step (${x.usd_per_hour:,.2f}/h), "
+             f"${x.usd_per_million_tokens:,.4f} per million tokens"]
     if x.schedule_note:
         lines.append(f"timeline  {x.schedule_note}")
     if not x.fits:
@@ -349,7 +320,7 @@ def render(x: Explanation) -> str:
         lines.append(f"note      the CSV says step_time_s {x.row_step_time_s!r}; re-estimated with its split: "
                      f"{x.step_time_s!r} (a CSV of another fasop version or estimator, or FASOP's min-max "
                      "partitioner, whose schedule can differ from the split it reports)")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _span(values) -> str:

@@ -120,72 +120,95 @@ def pruned_sweep(job: SweepJob, comps: Sequence[Composition], executor, *, prune
     The executor is closed when the generator ends, also when it is stopped early."""
     if round_size < 1:
         raise FasopError(f"--round-size: must be >= 1, got {round_size}")
-    done = dict(done or {})
-    iterations = job.options["iterations"]
     limits = bounds(job, comps) if prune else [(0.0, 0.0)] * len(comps)
-    pending = deque(visiting_order(comps, limits) if prune else range(len(comps)))
-    size = round_size if prune else max(1, len(comps))
-    found = Found(iterations)
-    rounds: list[dict[int, tuple[float, CompositionResult | None]]] = []
-    settled = complete = known = 0  # compositions settled; rounds 0..complete-1 are all in, 0..known-1 in `found`
+    rounds = _Rounds(job, comps, executor, limits, round_size if prune else max(1, len(comps)), dict(done or {}),
+                     prune)
     report = progress or (lambda n, total: None)
-
-    def form() -> Iterator[tuple[int, CompositionResult]]:
-        """Round len(rounds), from what rounds 0..len(rounds)-2 found; pruned ones are yielded."""
-        nonlocal known
-        while known < len(rounds) - 1:  # exactly rounds 0..r-2, however many more have arrived
-            assert known < complete, "a round is formed before the round two earlier is in"
-            for i, (_, result) in sorted(rounds[known].items()):
-                found.add(i, result.result)
-            known += 1
-        batch: dict[int, tuple[float, CompositionResult | None]] = {}
-        while pending and len(batch) < size:
-            i = pending.popleft()
-            bound, usd_per_hour = limits[i]
-            if prune and bound < math.inf and found.covers(i, bound, usd_per_hour):
-                yield i, CompositionResult(composition=comps[i], search=None, usd_per_hour=usd_per_hour,
-                                           iterations=iterations, step_time_bound_s=bound)
-                continue
-            cutoff = found.cutoff(i, usd_per_hour) if prune and bound < math.inf else math.inf
-            earlier = done.get(i)
-            batch[i] = (cutoff, earlier[1] if earlier is not None and earlier[0] == cutoff else None)
-        rounds.append(batch)
-        executor.submit([(i, comps[i], cutoff) for i, (cutoff, result) in batch.items() if result is None])
-
     try:
-        while True:
-            while pending and len(rounds) < complete + 2:
-                for item in form():
-                    settled += 1
-                    yield item
-                    report(settled, len(comps))
-            for r in range(complete, len(rounds)):  # results taken from `done`
-                for i, (cutoff, result) in list(rounds[r].items()):
-                    if result is not None and not isinstance(result, _Yielded):
-                        rounds[r][i] = (cutoff, _Yielded(result))
-                        settled += 1
-                        yield i, result
-                        report(settled, len(comps))
-            while complete < len(rounds) and all(isinstance(v[1], _Yielded) for v in rounds[complete].values()):
-                complete += 1  # its results join `found` when round complete+2 is formed, not before
-            if complete == len(rounds):
-                if not pending:
-                    return
-                continue
-            assert executor.pending, "a round waits for a task that was never submitted"
-            i, result = executor.next_result()
-            r = next(k for k in range(complete, len(rounds)) if i in rounds[k])
-            cutoff = rounds[r][i][0]
-            rounds[r][i] = (cutoff, _Yielded(result))
-            settled += 1
+        for i, result, cutoff in rounds.settle():
             yield i, result
             # recorded once the caller holds it: an interrupt in between leaves a composition
             # that --resume searches again (same bytes), never one on disk but not in the CSV
-            if record is not None:
+            if cutoff is not None and record is not None:
                 record(i, cutoff, result)
-            report(settled, len(comps))
+            report(rounds.settled, len(comps))
     finally:
         executor.close()
+
+
+Settled = tuple[int, CompositionResult, "float | None"]
+"""(composition index, result, the cutoff it was just searched with; None: pruned or from `done`)."""
+
+
+class _Rounds:
+    """A pruned sweep's rounds: each {index: (cutoff, result: None while it runs, _Yielded once
+    handed out)}; rounds 0..complete-1 are all in, rounds 0..known-1 are in `found`."""
+
+    def __init__(self, job: SweepJob, comps: Sequence[Composition], executor, limits: list[tuple[float, float]],
+                 size: int, done: dict, prune: bool):
+        self.comps, self.executor, self.limits, self.size, self.done, self.prune = \
+            comps, executor, limits, size, done, prune
+        self.iterations = job.options["iterations"]
+        self.pending = deque(visiting_order(comps, limits) if prune else range(len(comps)))
+        self.found = Found(self.iterations)
+        self.rounds: list[dict[int, tuple[float, CompositionResult | None]]] = []
+        self.settled = self.complete = self.known = 0
+
+    def settle(self) -> Iterator[Settled]:
+        """Every composition as it settles: round r is formed once rounds 0..r-2 are all in."""
+        while True:
+            while self.pending and len(self.rounds) < self.complete + 2:
+                yield from self._form()
+            yield from self._from_done()
+            while self.complete < len(self.rounds) and \
+                    all(isinstance(v[1], _Yielded) for v in self.rounds[self.complete].values()):
+                self.complete += 1  # its results join `found` when round complete+2 is formed, not before
+            if self.complete == len(self.rounds):
+                if not self.pending:
+                    return
+                continue
+            yield self._receive()
+
+    def _form(self) -> Iterator[Settled]:
+        """Round len(rounds), from what rounds 0..len(rounds)-2 found; pruned ones are yielded."""
+        while self.known < len(self.rounds) - 1:  # exactly rounds 0..r-2, however many more have arrived
+            assert self.known < self.complete, "a round is formed before the round two earlier is in"
+            for i, (_, result) in sorted(self.rounds[self.known].items()):
+                self.found.add(i, result.result)
+            self.known += 1
+        batch: dict[int, tuple[float, CompositionResult | None]] = {}
+        while self.pending and len(batch) < self.size:
+            i = self.pending.popleft()
+            bound, usd_per_hour = self.limits[i]
+            if self.prune and bound < math.inf and self.found.covers(i, bound, usd_per_hour):
+                self.settled += 1
+                yield i, CompositionResult(composition=self.comps[i], search=None, usd_per_hour=usd_per_hour,
+                                           iterations=self.iterations, step_time_bound_s=bound), None
+                continue
+            cutoff = self.found.cutoff(i, usd_per_hour) if self.prune and bound < math.inf else math.inf
+            earlier = self.done.get(i)
+            batch[i] = (cutoff, earlier[1] if earlier is not None and earlier[0] == cutoff else None)
+        self.rounds.append(batch)
+        self.executor.submit([(i, self.comps[i], cutoff) for i, (cutoff, result) in batch.items() if result is None])
+
+    def _from_done(self) -> Iterator[Settled]:
+        """The results of rounds still open that were taken from `done`."""
+        for r in range(self.complete, len(self.rounds)):
+            for i, (cutoff, result) in list(self.rounds[r].items()):
+                if result is not None and not isinstance(result, _Yielded):
+                    self.rounds[r][i] = (cutoff, _Yielded(result))
+                    self.settled += 1
+                    yield i, result, None
+
+    def _receive(self) -> Settled:
+        """The executor's next result."""
+        assert self.executor.pending, "a round waits for a task that was never submitted"
+        i, result = self.executor.next_result()
+        r = next(k for k in range(self.complete, len(self.rounds)) if i in self.rounds[k])
+        cutoff = self.rounds[r][i][0]
+        self.rounds[r][i] = (cutoff, _Yielded(result))
+        self.settled += 1
+        return i, result, cutoff
 
 
 class _Yielded:

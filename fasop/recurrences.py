@@ -1,35 +1,33 @@
-"""The 1F1B recurrences (docs/estimators.md §5), written once: `run` over any values with +
-and a maximum (floats, arrays, augmented arrays, symbols); and `program`, the events of one
-(pp, m) traced on symbols.
+"""The 1F1B recurrences (docs/estimators.md §5), written once, and their Python evaluation: the
+fallback where the compiled kernels (fasop/_native.c) are not built, and the reference they are
+tested against.
 
-Which events wait for which depends only on (pp, m), not on the times. `program` therefore runs
-the recurrences once per (pp, m) on symbols, recording each event as (its inputs, its
-duration); events are then grouped into levels (an event's level is one more than its latest
-input's) and evaluated level by level (`Program.run`), each level one vectorised numpy step over
-all its events and all pipelines of a batch. The operations per event are the same (a maximum,
-exact, then one addition), so the values are bit for bit those of `run` on arrays, with a few
-hundred numpy steps instead of ~10 per event. For one pipeline or a few the same events also run
-as compiled straight-line Python on floats (`Program.values`), ~0.1 us per event; `Program.chain`
-backtracks a run's critical path. Compiling a (pp, m) program costs ~15 us per event.
+`run` states the recurrences over any values with + and a maximum. fasop runs it on two kinds:
+
+- `stage_ends`: each stage's end for a batch of pipelines, on numpy arrays (one column per
+  pipeline, np.maximum), or on Python floats for a few pipelines (FLOAT_PIPELINES);
+- `trace`: one pipeline on floats that remember the event they end and, for each event, the
+  event its start waited for (the first of its latest inputs, in the order `run` names them):
+  every event's start and end, and each stage's critical chain (`chain`).
+
+Every event ends at (the largest of its inputs) + its duration, one exact maximum and one float
+addition whatever the values, so both give the same bits, and so do the kernels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import cached_property, lru_cache
-
 import numpy as np
 
-COMPILE_EVENTS = 30000
-"""Schedules of more events (e.g. pp = 32, m = 128) are always evaluated level by level."""
-SCALAR_PER_LEVEL = 35
-"""`one_f_one_b` runs the compiled straight-line code once per pipeline while pipelines x events
-< this x levels (one event in Python takes ~0.1 us, one numpy step per level ~3.5 us), else one
-numpy step per level for the whole batch."""
+FLOAT_PIPELINES = 3
+"""`stage_ends` runs batches of at most this many pipelines one at a time on Python floats
+(~0.2 us per event) rather than on arrays of the batch (~2 us per event, nearly whatever the
+batch)."""
+KINDS = ("fwd", "bwd", "send_fwd", "send_bwd")
+"""The four kinds of events, in the order of the duration rows (F, B, SF, SB)."""
 
 
 def run(F: list, B: list, SF: list, SB: list, m: int, zero, mx) -> list:
-    """The 1F1B recurrences over any values supporting + and mx (arrays, augmented arrays):
+    """The 1F1B recurrences over any values supporting + and mx (floats, arrays, traced times):
     each stage's last backward end. The events in this order: the warm-up forwards, then per
     micro-batch one forward and one backward of every stage, then the cool-down backwards."""
     pp = len(F)
@@ -121,124 +119,90 @@ def _cool_down(grids: tuple, B: list, SB: list, m: int, warm: list[int], mx) -> 
                 _backward_send(grids, SB, i, j, mx)
 
 
-class Program:
-    """The 1F1B recurrences of one (pp, m) as levels of events: for each level, (input value
-    indices per input slot, duration row per event, output value index per event); and the same
-    events as straight-line Python on floats, for one pipeline at a time (`values`)."""
+def stage_ends(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
+               num_microbatches: int) -> np.ndarray:
+    """Each stage's end, shape (pp, batch), of a batch of pipelines: fwd, bwd, send_fwd,
+    send_bwd of shape (pp, batch), seconds of one micro-batch per stage (float64)."""
+    fwd, bwd, send_fwd, send_bwd = (np.asarray(x, dtype=float) for x in (fwd, bwd, send_fwd, send_bwd))
+    pp, batch = fwd.shape
+    m = num_microbatches
+    if batch <= FLOAT_PIPELINES:  # one pipeline at a time, on Python floats
+        rows = np.concatenate([fwd, bwd, send_fwd, send_bwd], axis=0).T.tolist()
+        ends = [run(d[:pp], d[pp:2 * pp], d[2 * pp:3 * pp], d[3 * pp:], m, 0.0, max) for d in rows]
+        return np.array(ends, dtype=float).T.reshape(pp, batch)
+    # on the arrays, skipping the additions of sends that are 0 in every pipeline (FASOP's middle
+    # stages: p2p-ends-only), ~20% of the operations
+    send_fwd, send_bwd = ([_NOTHING if not row.any() else row for row in rows] for rows in (send_fwd, send_bwd))
+    return np.array(run(list(fwd), list(bwd), send_fwd, send_bwd, m, np.zeros(batch), np.maximum))
 
-    def __init__(self, num_values: int, levels: list, outputs: np.ndarray, events: list):
-        self.num_values, self.levels, self.outputs = num_values, levels, outputs
-        self.events = events
-        """events[k-1] = (input value indices, duration row) of value k; value 0 is zero."""
-        self.rows = [0] + [row for _, row in events]
-        self.compiles = len(events) <= min(COMPILE_EVENTS, SCALAR_PER_LEVEL * len(levels))
-        """Compiled `values` pays: not too big to compile (~15 us per event), and quicker for one
-        pipeline than the levels (~0.1 us per event against ~3.5 us per level)."""
 
-    def run(self, durations: np.ndarray) -> np.ndarray:
-        """Every value for a batch of pipelines, level by level: durations has the 4 pp rows F, B,
-        SF, SB and a column per pipeline; the result a row per value."""
-        values = np.zeros((self.num_values, durations.shape[1]))
-        for inputs, duration, out in self.levels:
-            latest = values[inputs[0]] if inputs[0].ndim == 1 else values[inputs[0]].max(axis=1)
-            values[out] = latest + durations[duration]
+class _Nothing:
+    """A duration that is 0 in every pipeline of a batch: `values + it` is `values`, without an
+    addition. The same bits: x + 0.0 (or -0.0) is x for every x the recurrences compute (sums
+    and maxima of non-negative durations from +0.0, never -0.0)."""
+
+    __array_ufunc__ = None  # ndarray + it -> it.__radd__
+
+    def __radd__(self, values):
         return values
 
-    @cached_property
-    def values(self) -> Callable[[list[float]], list[float]]:
-        """durations (the 4 pp rows F, B, SF, SB of one pipeline) -> every value (0: zero,
-        k: event k), as floats: each event is (the largest of its inputs) + its duration, the same
-        two float operations as the level-by-level evaluation, so the same bits. Compiled
-        straight-line code: ~0.1 us per event, once compiled (~15 us per event)."""
-        lines = ["def values(d):", " v0 = 0.0"]
-        for k, (inputs, row) in enumerate(self.events, start=1):
-            latest = f"v{inputs[0]}"
-            if len(inputs) == 2:
-                latest = f"(v{inputs[0]} if v{inputs[0]} >= v{inputs[1]} else v{inputs[1]})"
-            elif len(inputs) > 2:
-                latest = "max(" + ", ".join(f"v{i}" for i in inputs) + ")"
-            lines.append(f" v{k} = {latest} + d[{row}]")
-        lines.append(" return [" + ", ".join(f"v{k}" for k in range(self.num_values)) + "]")
-        namespace: dict = {}
-        exec(compile("\n".join(lines), f"<1f1b pp={len(self.outputs)}>", "exec"), namespace)
-        return namespace["values"]
 
-    def chain(self, values: list[float], end: int) -> list[int]:
-        """Duration rows of the chain of events that sets value `end`, first event first: from
-        `end` back to zero, each event's first latest input (the order the recurrences name them,
-        as `critical_path_reference`'s comparisons choose)."""
-        rows, k = [], end
-        while k:
-            rows.append(self.rows[k])
-            inputs = self.events[k - 1][0]
-            latest = max(values[i] for i in inputs)
-            k = next(i for i in inputs if values[i] == latest)
-        rows.reverse()
-        return rows
+_NOTHING = _Nothing()
 
 
-class _Symbol:
-    """A value of the traced recurrences: index into the value table."""
-
-    __slots__ = ("index", "tape")
-
-    def __init__(self, index: int, tape: "_Tape"):
-        self.index, self.tape = index, tape
-
-    def __add__(self, duration: "_Duration") -> "_Symbol":
-        return self.tape.event((self.index,), duration.row)
+# ---------------------------------------------------------------------------- one pipeline, traced
+TracedEvent = tuple[int, str, int, float, float, int]
+"""(stage, kind, micro-batch, start, end, the index of the event whose end its start is, -1 for 0)."""
 
 
-class _Latest:
-    """The maximum of some values, before its duration is added."""
-
-    __slots__ = ("inputs", "tape")
-
-    def __init__(self, inputs: tuple, tape: "_Tape"):
-        self.inputs, self.tape = inputs, tape
-
-    def __add__(self, duration: "_Duration") -> "_Symbol":
-        return self.tape.event(self.inputs, duration.row)
-
-
-class _Duration:
-    __slots__ = ("row",)
-
-    def __init__(self, row: int):
-        self.row = row
+def trace(fwd, bwd, send_fwd, send_bwd, num_microbatches: int) -> tuple[list[TracedEvent], list[int]]:
+    """(events, last) of one pipeline (per-stage seconds; sends as in `run`): every event in the
+    order the recurrences compute them (micro-batches counted per stage and kind in that order),
+    and last[i], the index of stage i's last backward."""
+    events: list[TracedEvent] = []
+    durations = [[_Step(float(s), i, kind, events) for i, s in enumerate(values)]
+                 for kind, values in zip(KINDS, (fwd, bwd, send_fwd, send_bwd))]
+    ends = run(*durations, num_microbatches, _At(0.0, -1), _later)
+    return events, [end.event for end in ends]
 
 
-class _Tape:
-    def __init__(self):
-        self.events: list[tuple[tuple[int, ...], int]] = []  # value k+1 = event k; value 0 = zero
-
-    def event(self, inputs: tuple[int, ...], row: int) -> _Symbol:
-        self.events.append((tuple(dict.fromkeys(inputs)), row))
-        return _Symbol(len(self.events), self)
-
-    def latest(self, a, b) -> _Latest:
-        inputs = (a.inputs if isinstance(a, _Latest) else (a.index,)) + \
-                 (b.inputs if isinstance(b, _Latest) else (b.index,))
-        return _Latest(inputs, self)
+def chain(events: list[TracedEvent], last: int) -> list[int]:
+    """Indices of the events that set event `last`'s end, first event first: from it back to the
+    start, each event's start is the end of the one before."""
+    out = []
+    while last >= 0:
+        out.append(last)
+        last = events[last][5]
+    return out[::-1]
 
 
-@lru_cache(maxsize=256)
-def program(pp: int, m: int) -> Program:
-    tape = _Tape()
-    durations = [[_Duration(kind * pp + i) for i in range(pp)] for kind in range(4)]  # F, B, SF, SB
-    ends = run(*durations, m, _Symbol(0, tape), tape.latest)
-    level = [0] * (len(tape.events) + 1)
-    by_level: dict[int, list[int]] = {}
-    for k, (inputs, _) in enumerate(tape.events, start=1):
-        level[k] = 1 + max(level[i] for i in inputs)
-        by_level.setdefault(level[k], []).append(k)
-    levels = []
-    for lv in sorted(by_level):
-        members = by_level[lv]
-        arity = max(len(tape.events[k - 1][0]) for k in members)
-        slots = [np.array([tape.events[k - 1][0][min(s, len(tape.events[k - 1][0]) - 1)] for k in members])
-                 for s in range(arity)]  # short input lists repeat their last input: max unchanged
-        slots = slots if arity == 1 else [np.stack(slots, axis=1)]
-        rows = np.array([tape.events[k - 1][1] for k in members])
-        levels.append((slots, rows, np.array(members)))
-    return Program(len(tape.events) + 1, levels, np.array([e.index for e in ends]), tape.events)
+class _At:
+    """A time and the index of the event that ends at it (-1: the start, 0 s)."""
+
+    __slots__ = ("t", "event")
+
+    def __init__(self, t: float, event: int):
+        self.t, self.event = t, event
+
+
+def _later(a: _At, b: _At) -> _At:
+    """The maximum as Python's max takes it on floats: the first of equals."""
+    return b if b.t > a.t else a
+
+
+class _Step:
+    """A duration that records the event it ends: `start + it` is start.t + its seconds (the
+    same float addition) and appends the event to `events` (one _Step per stage and kind, so it
+    counts that stage's micro-batches of its kind: the recurrences take them in order)."""
+
+    __slots__ = ("seconds", "stage", "kind", "events", "count")
+
+    def __init__(self, seconds: float, stage: int, kind: str, events: list):
+        self.seconds, self.stage, self.kind, self.events, self.count = seconds, stage, kind, events, 0
+
+    def __radd__(self, start: _At) -> _At:
+        end = start.t + self.seconds
+        events = self.events
+        events.append((self.stage, self.kind, self.count, start.t, end, start.event))
+        self.count += 1
+        return _At(end, len(events) - 1)

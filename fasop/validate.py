@@ -187,23 +187,7 @@ class _Cells:
 
 def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     c = _Cells(path, row)
-    layers, hidden, heads = c.int("num_layers"), c.int("hidden_size"), c.int("num_attention_heads")
-    seq, vocab, n, tp, pp, dp = (c.int(k) for k in ("seq_len", "vocab_size", "num_gpus", "tp", "pp", "dp"))
-    gbs, measured = c.int("global_batch_size"), c.positive("measured_seconds_per_iter")
-    if tp * pp * dp != n:
-        raise c.error("num_gpus", f"tp x pp x dp = {tp * pp * dp}, not {n}")
-    if gbs % dp:
-        raise c.error("global_batch_size", f"{gbs} is not a multiple of dp = {dp}")
-    if layers < pp:
-        raise c.error("pp", f"{pp} stages for {layers} layers")
-    gated = c.flag("gated_mlp", False)
-    kv = c.int("num_kv_heads", heads)
-    if heads % tp or heads % kv or hidden % heads:
-        raise c.error("tp", f"tp = {tp}, heads = {heads}, kv heads = {kv}, hidden = {hidden}: heads must divide "
-                            "by tp and kv heads, hidden by heads")
-    arch = gpt_architecture(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
-                            ffn_hidden_size=c.int("ffn_hidden_size", 0) or 0, num_kv_heads=kv, gated_mlp=gated,
-                            tied_embeddings=c.flag("tied_embeddings", not gated), max_positions=seq)
+    arch, seq, gbs, measured, n, tp, pp, dp = _model_and_degrees(c)
     gpu = load_gpus().get(canonical(c.text("gpu")))
     if gpu is None:
         known = ", ".join(x.name for x in load_gpus().values())
@@ -237,6 +221,29 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
                                if k not in fixed] + [f"{k}={int(v)} (catalog)" for k, v in assumed.items()])}
     return Prediction(row=out, error=(step - measured) / measured,
                       mem_error=None if mem is None else (peak / GIB - mem) / mem)
+
+
+def _model_and_degrees(c: "_Cells") -> tuple:
+    """(architecture, sequence, global batch, measured seconds, GPUs, tp, pp, dp) of a row, its
+    degrees checked against the GPU count, the batch, the layers and the heads."""
+    layers, hidden, heads = c.int("num_layers"), c.int("hidden_size"), c.int("num_attention_heads")
+    seq, vocab, n, tp, pp, dp = (c.int(k) for k in ("seq_len", "vocab_size", "num_gpus", "tp", "pp", "dp"))
+    gbs, measured = c.int("global_batch_size"), c.positive("measured_seconds_per_iter")
+    if tp * pp * dp != n:
+        raise c.error("num_gpus", f"tp x pp x dp = {tp * pp * dp}, not {n}")
+    if gbs % dp:
+        raise c.error("global_batch_size", f"{gbs} is not a multiple of dp = {dp}")
+    if layers < pp:
+        raise c.error("pp", f"{pp} stages for {layers} layers")
+    gated = c.flag("gated_mlp", False)
+    kv = c.int("num_kv_heads", heads)
+    if heads % tp or heads % kv or hidden % heads:
+        raise c.error("tp", f"tp = {tp}, heads = {heads}, kv heads = {kv}, hidden = {hidden}: heads must divide "
+                            "by tp and kv heads, hidden by heads")
+    arch = gpt_architecture(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
+                            ffn_hidden_size=c.int("ffn_hidden_size", 0) or 0, num_kv_heads=kv, gated_mlp=gated,
+                            tied_embeddings=c.flag("tied_embeddings", not gated), max_positions=seq)
+    return arch, seq, gbs, measured, n, tp, pp, dp
 
 
 def _hardware(gpu: GpuType, g: int, tp: int, dp: int, pp: int, params: AnalyticParams):

@@ -299,8 +299,11 @@ def _random_costs(rng: np.random.Generator, n_layers: int, coarse: bool):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_stage_times_are_the_stage_sums(seed):
-    """compute.stage_times reads each stage's sum from run_sums directly; it must be
-    LayerCosts.stage over the stage's layers, to the bit (empty stages 0)."""
+    """compute.stage_times: each stage's seconds are its layers' seconds added left to right from
+    0.0 (the order FASOP adds them), to the bit; empty stages 0."""
+    import functools
+    import operator
+
     from fasop.compute import stage_times
 
     rng = np.random.default_rng(seed)
@@ -309,7 +312,8 @@ def test_stage_times_are_the_stage_sums(seed):
         counts = [int(c) for c in rng.integers(0, 6, int(rng.integers(1, 7)))]
         stages = [pool[int(k)] for k in rng.integers(0, len(pool), len(counts))]
         edges = np.concatenate([[0], np.cumsum(counts)])
-        assert stage_times(stages, counts) == [s.stage(int(a), int(b)) for s, a, b in zip(stages, edges, edges[1:])]
+        expected = [functools.reduce(operator.add, s.seconds[a:b], 0.0) for s, a, b in zip(stages, edges, edges[1:])]
+        assert stage_times(stages, counts) == expected
 
 
 @pytest.mark.parametrize("seed", range(12))

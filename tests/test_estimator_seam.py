@@ -12,6 +12,7 @@ GPU of each entry it holds and is out of memory past its nodes' least limit.
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,25 @@ def test_an_unknown_estimator_is_one_line_naming_file_key_and_value(spec, tmp_pa
     assert not (tmp_path / "x.csv").exists()
     with pytest.raises(SpecError):
         make_estimator(load_model("bert"), load_cluster(spec), [])
+
+
+def test_explain_shows_what_an_estimate_without_parts_states(spec, tmp_path, capsys):
+    """The toy states no `parts` and no `schedule_of`: `fasop explain` breaks its step down as
+    the Estimate's contract says (latest stage end + DP all-reduce + embedding all-reduce), shows
+    each stage's memory as a total against its node's limit, and says why there is no timeline."""
+    rows = _search(spec, tmp_path, "explained", "--nodes", "a100=1,a10=2", "--heterogeneous")
+    capsys.readouterr()
+    assert main(["explain", "--from", str(tmp_path / "explained.csv"), "--model", "bert", "--cluster", spec,
+                 "--rank", "1", "--json"]) == 0
+    x = json.loads(capsys.readouterr().out)
+    row = rows[0]
+    dp = int(row["dp"])
+    assert [k for k, _ in x["step_parts"]] == [f"stage {x['last_stage']}'s end", "DP all-reduce",
+                                                 "embedding all-reduce"]
+    assert x["step_parts"][1][1] == pytest.approx(DP_S * (dp - 1) / dp, rel=1e-12)
+    assert sum(v for _, v in x["step_parts"]) == pytest.approx(float(row["step_time_s"]), rel=1e-12)
+    assert "no schedule_of" in x["schedule_note"]
+    split = [int(k) for k in row["partition"].split("-")]
+    for s, entries in zip(x["stages"], split):
+        assert s["weights_bytes"] is None and s["overhead_factor"] == 1.0
+        assert s["memory_bytes"] == pytest.approx(entries * BYTES_PER_ENTRY / int(row["tp"]), rel=1e-12)

@@ -5,6 +5,7 @@ time's terms add up, memory parts sum to the stage memory, the row's recipe is r
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
@@ -133,6 +134,18 @@ def test_interleaved_rows_are_explained_without_a_wrong_timeline(searched, tmp_p
                  "--out-dir", str(tmp_path)]) == 0
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written and not any("timeline" in n for n in written)
+
+
+def test_json_of_a_row_without_a_timeline_has_no_bubble(searched, capsys):
+    """No timeline, no bubble fraction: `--json` writes null for it (JSON has no nan) instead of
+    failing on it."""
+    model, cluster, rows, path = searched
+    k = next(k for k, r in enumerate(rows, 1) if r["virtual_stages"] == "2")
+    capsys.readouterr()
+    assert main(["explain", "--from", str(path), "--model", "llama-3-8b", "--cluster", "aws", "--row", str(k),
+                 "--json"]) == 0
+    x = json.loads(capsys.readouterr().out)
+    assert x["bubble_fraction"] is None and "interleaved" in x["schedule_note"]
 
 
 def test_explain_text_of_an_analytic_row(searched, capsys):

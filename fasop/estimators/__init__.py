@@ -18,6 +18,10 @@ API (the names other modules use):
   - `expect_shapes(shapes)`: a hint, the (tp, dp, pp) plans will have (search calls it once).
   - `schedule_of(estimate) -> schedule.Schedule`: the estimate's pipeline as a 1F1B timeline
     (events with start and end times, in-flight micro-batches), for plots and explanations.
+  - `parts(estimate, zero_stage=0) -> parts.EstimateParts`: what the estimate is made of -- the
+    step time as terms, each stage's memory by part against its limit, the `schedule_of`
+    timeline -- for `fasop explain` and `fasop plot` (fasop/parts.py; without it they show what
+    the Estimate states: `parts.stated_parts`).
   - `prefix_bounds(shape, kinds) -> PrefixBounds`: what `--placements all --top K` needs to
     search node orders too many to list by branch and bound over order prefixes
     (orders.OrderSearch). An estimator without it gets its orders listed, up to
@@ -33,8 +37,8 @@ What an estimator may build on, below this package (none of it FASOP-specific):
   (`ProfileCompute` reads a model's profile).
 - `fasop.schedule.Schedule(fwd_s, bwd_s, m, send_fwd_s, send_bwd_s)`: one 1F1B pipeline --
   `stage_end_s`, `pipeline_time_s`, `events` (Event: stage, microbatch, kind in fwd / bwd /
-  send_fwd / send_bwd, start_s, end_s), `stage_events(i)`, `in_flight`, `lower_bound_s`;
-  `one_f_one_b` schedules a batch of pipelines at once.
+  send_fwd / send_bwd, start_s, end_s), `stage_events(i)`, `critical_path(i)`, `in_flight`,
+  `lower_bound_s`; `one_f_one_b` schedules a batch of pipelines at once.
 - `fasop.comm`: rank pairs of boundaries, DP rings and embedding syncs; least bandwidths.
 - `fasop.memory`: `ParamBytes`, `stage_elements`, `stage_fits`, `stage_fit_mask`.
 - `fasop.partition.optimal`: exact split search over any bound / evaluate / cut callables.

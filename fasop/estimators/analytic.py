@@ -33,6 +33,7 @@ from fasop.estimators import register
 from fasop.estimators.analytic_orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.memory import MemoryEstimate
 from fasop.plan import Plan
+from fasop.parts import EstimateParts, schedule_or_note, stated_parts
 from fasop.schedule import Schedule
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
@@ -280,6 +281,12 @@ class AnalyticEstimator:
         return ((f"stage {k}'s end", step.stage_end_s[k]), ("DP sync not overlapped", step.dp_exposed_s[k]),
                 ("embedding all-reduce", step.embedding_sync_s), ("optimizer step", step.optimizer_s))
 
+    def parts(self, estimate: Estimate, zero_stage: int = 0) -> EstimateParts:
+        """What `estimate` is made of, for explain and plots (parts.stated_parts): the step and
+        memory parts it was scored with (its ZeRO is its recipe's: zero_stage is not read), each
+        stage's node type's limit, and `schedule_of`'s timeline unless the plan is interleaved."""
+        return stated_parts(estimate, *schedule_or_note(self.schedule_of, estimate))
+
     def schedule_of(self, estimate: Estimate) -> Schedule:
         """The 1F1B timeline of an estimate's pipeline: each stage's forward and backward of one
         micro-batch and its real sends (forward to stage i + 1 and backward to stage i - 1 at the
@@ -300,7 +307,7 @@ class AnalyticEstimator:
         counts = list(estimate.partition)
         counts[0] -= 1
         counts[-1] -= 1
-        fwd, bwd, _ = C._stage_times(w, stages, counts, self._layer_times(w, stages, self._profiled(plan, stages)))
+        fwd, bwd, _ = C.stage_times(w, stages, counts, self._layer_times(w, stages, self._profiled(plan, stages)))
         p2p = list(estimate.p2p_s)
         send_fwd = p2p + [0.0]
         send_bwd = [0.0] + p2p

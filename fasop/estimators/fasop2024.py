@@ -38,6 +38,7 @@ from fasop.estimators.fasop2024_memory import PARAM_BYTES
 from fasop.estimators.fasop2024_finish import chosen_split, estimate_chunk, finish_many, schedule_all
 from fasop.estimators.fasop2024_optimal import optimal_split
 from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain
+from fasop.parts import EstimateParts, counted_parts
 from fasop.plan import Plan
 from fasop.recent import recent
 from fasop.schedule import Schedule, split_stage_times, steady_weights
@@ -112,6 +113,11 @@ class Fasop2024Estimator:
         if pp > 1:
             send_fwd[0], send_bwd[pp - 1] = estimate.p2p_s[0], estimate.p2p_s[-1]
         return Schedule(fwd, bwd, estimate.plan.num_microbatches, send_fwd, send_bwd)
+
+    def parts(self, estimate: Estimate, zero_stage: int = 0) -> EstimateParts:
+        """For explain and plots (parts.counted_parts): fit checked x the overhead without ZeRO only."""
+        return counted_parts(estimate, self.model, self.param_bytes, self.layout(estimate.plan).limits, 1.0 if
+                             zero_stage else self.cluster.memory_overhead_factor, self.schedule_of(estimate), zero_stage)
 
     def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]):
         """The fold over node positions that orders.OrderSearch bounds prefixes with

@@ -89,8 +89,7 @@ def schedule_all(e: "Fasop2024Estimator", prepared: list[Prepared], progress=Non
         send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
         send_fwd[0] = [first for _, first, _ in pipelines]
         send_bwd[pp - 1] = [last for _, _, last in pipelines]
-        stage_ends = one_f_one_b(*e.split(comp), send_fwd, send_bwd, m,
-                                 reuse=e.partitioner == "optimal")
+        stage_ends = one_f_one_b(*e.split(comp), send_fwd, send_bwd, m)
         for col, members in enumerate(pipelines.values()):
             for k, s in members:
                 ends[k][s] = stage_ends[:, col]
