@@ -18,9 +18,7 @@ from fasop.partition_tables import (  # noqa: F401 -- re-exported: callers impor
     CAP_RANGE, CHAIN_LEVELS, PARTITION_CAPS, bottleneck_split, capped_completion, capped_sums, chain_floor, completion,
     least_chain, least_completions, steady_caps, weighted_times)
 
-_weighted = weighted_times
-"""Its earlier private name here, which fasop2024_orders still imports (tests/test_layout_rules.py:
-OWNERSHIP_PENDING)."""
+_weighted = weighted_times  # its earlier private name, which fasop2024_orders still imports (OWNERSHIP_PENDING)
 
 PARTITIONERS = ("fasop-minmax", "optimal")
 """How a plan's layers are split into stages: FASOP's min-max heuristic, or the exact optimum."""
@@ -165,8 +163,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     one without `above`: it never depends on `above`.
 
     `tables`: a dict the caller passes to every search over the same `times` (and stage
-    weights): the dynamic programmes computed by one are reused by the next. It changes no result.
-
+    weights): the dynamic programmes computed by one are reused by the next (no result changes).
     `settle`: only prove that no split is faster by more than `margin` than the best seed (or a
     split found faster than it): nodes whose bound is within the margin of the best are dropped
     too, so the many splits of (nearly) equal objective -- e.g. layers moved between stages of
@@ -197,12 +194,9 @@ class _Search:
                  tables: dict, settle: bool):
         self.times, self.bound, self.evaluate_all, self.cut, self.extra = times, bound, evaluate, cut, extra
         self.batch, self.margin, self.max_cuts, self.above, self.settle = batch, margin, max_cuts, above, settle
-        self.shared = tables
-        self.known: dict = {}
-        self.cuts: dict = {}
-        self.n, self.size, _ = times.shape
-        self.num_layers = self.size - 1
-        n = self.n
+        self.shared, self.known, self.cuts = tables, {}, {}  # + objectives and cuts of the splits evaluated
+        n, self.size = times.shape[:2]
+        self.n, self.num_layers = n, self.size - 1
         self.least_sum, self.least_max = self.table(np.ones(n)), self.table(np.ones(n), largest=True)
         self.least_wmax = self.table(np.zeros(n) if stage_weights is None else stage_weights, largest=True)
         self.capped = self.below = None
@@ -352,7 +346,7 @@ class _Search:
         best = self.best
         return Found(best[1], best[0], proven, best[0] if proven else min(floor, best[0]))
 
-    def push(self, family: "_Family", position: int) -> None:
+    def push(self, family: "_Family", position: int) -> None:  # open the child at `position`
         self.opened += 1
         heapq.heappush(self.heap, (family.lbs[family.order[position]], self.opened, family, position))
 
