@@ -18,9 +18,7 @@ from fasop.partition_tables import (  # noqa: F401 -- re-exported: callers impor
     CAP_RANGE, CHAIN_LEVELS, PARTITION_CAPS, bottleneck_split, capped_completion, capped_sums, chain_floor, completion,
     least_chain, least_completions, steady_caps, weighted_times)
 
-_weighted = weighted_times
-"""Its earlier private name here, which fasop2024_orders still imports (tests/test_layout_rules.py:
-OWNERSHIP_PENDING)."""
+_weighted = weighted_times  # its earlier private name, which fasop2024_orders still imports (OWNERSHIP_PENDING)
 
 PARTITIONERS = ("fasop-minmax", "optimal")
 """How a plan's layers are split into stages: FASOP's min-max heuristic, or the exact optimum."""
@@ -165,186 +163,218 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     one without `above`: it never depends on `above`.
 
     `tables`: a dict the caller passes to every search over the same `times` (and stage
-    weights): the dynamic programmes computed by one are reused by the next. It changes no result.
-
+    weights): the dynamic programmes computed by one are reused by the next (no result changes).
     `settle`: only prove that no split is faster by more than `margin` than the best seed (or a
     split found faster than it): nodes whose bound is within the margin of the best are dropped
     too, so the many splits of (nearly) equal objective -- e.g. layers moved between stages of
     one GPU type -- are not searched for the lexicographically smallest. proven=True then means
     optimal within the margin; the split is the best seed unless a faster one was found.
     """
-    shared = {} if tables is None else tables
-    known: dict = {}
-    cuts: dict = {}
-    evaluate_all = evaluate
-
-    def evaluate(splits: list[tuple[int, ...]]) -> list[float]:  # noqa: F811 -- memoised
-        new = [s for s in dict.fromkeys(splits) if s not in known]
-        if new:
-            known.update(zip(new, evaluate_all(new)))
-        return [known[s] for s in splits]
-
-    def table(weights: np.ndarray, largest: bool = False) -> np.ndarray:
-        key = ("completion", weights.tobytes(), largest)
-        if key not in shared:
-            shared[key] = completion(times, weights, largest)
-        return shared[key]
-
-    n, size, _ = times.shape
-    num_layers = size - 1
-    least_sum, least_max = table(np.ones(n)), table(np.ones(n), largest=True)
-    least_wmax = table(np.zeros(n) if stage_weights is None else stage_weights, largest=True)
-    if not np.isfinite(least_sum[0, 0]):
+    search = _Search(times, bound=bound, evaluate=evaluate, cut=cut, extra=extra, batch=batch, margin=margin,
+                     max_cuts=max_cuts, above=above, stage_weights=stage_weights,
+                     tables={} if tables is None else tables, settle=settle)
+    if not np.isfinite(search.least_sum[0, 0]):
         return None
-    capped = below = None
-    if stage_weights is not None:  # least sums of the rest under caps on its largest weighted stage
-        if "capped" not in shared:
-            least = float(least_wmax[0, 0])
-            caps = steady_caps(least, CAP_RANGE * least, PARTITION_CAPS)
-            shared["capped"] = (capped_completion(times, stage_weights, caps), np.concatenate([[0.0], caps[:-1]]))
-        capped, below = shared["capped"]
-    cut_w = np.zeros((0, n))
-    cut_c = np.zeros(0)
-    cut_tables = np.zeros((0, n + 1, size))
-    best: list = [np.inf, ()]
-    pending: list[tuple[int, ...]] = []
-    nodes: dict[tuple[int, int], Rest | None] = {}
+    root = search.child_bounds(0, 0, (), 0.0, None, np.zeros(0))
+    if root is None:
+        return None
+    search.least = float(root[0].min())  # no split is below the root's least child bound
+    if search.beyond(search.least):  # every split is above: nothing to search
+        return Found((), np.inf, True)
+    search.seed(seeds)
+    return search.run(max_nodes)
 
-    def children(k: int, first: int) -> Rest | None:
+
+class _Search:
+    """The state of one `optimal` search: its tables, the splits evaluated, the cuts learned, the
+    best split found and the open nodes."""
+
+    def __init__(self, times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
+                 batch: int, margin: float, max_cuts: int, above: float, stage_weights: np.ndarray | None,
+                 tables: dict, settle: bool):
+        self.times, self.bound, self.evaluate_all, self.cut, self.extra = times, bound, evaluate, cut, extra
+        self.batch, self.margin, self.max_cuts, self.above, self.settle = batch, margin, max_cuts, above, settle
+        self.shared, self.known, self.cuts = tables, {}, {}  # + objectives and cuts of the splits evaluated
+        n, self.size = times.shape[:2]
+        self.n, self.num_layers = n, self.size - 1
+        self.least_sum, self.least_max = self.table(np.ones(n)), self.table(np.ones(n), largest=True)
+        self.least_wmax = self.table(np.zeros(n) if stage_weights is None else stage_weights, largest=True)
+        self.capped = self.below = None
+        if stage_weights is not None and np.isfinite(self.least_sum[0, 0]):
+            self.capped, self.below = self.capped_tables(stage_weights)
+        self.cut_w, self.cut_c, self.cut_tables = np.zeros((0, n)), np.zeros(0), np.zeros((0, n + 1, self.size))
+        self.best: list = [np.inf, ()]
+        self.pending: list[tuple[int, ...]] = []
+        self.nodes: dict[tuple[int, int], Rest | None] = {}
+        self.least = -np.inf
+
+    def evaluate(self, splits: list[tuple[int, ...]]) -> list[float]:
+        """The objective of each split, each evaluated once."""
+        new = [s for s in dict.fromkeys(splits) if s not in self.known]
+        if new:
+            self.known.update(zip(new, self.evaluate_all(new)))
+        return [self.known[s] for s in splits]
+
+    def table(self, weights: np.ndarray, largest: bool = False) -> np.ndarray:
+        key = ("completion", weights.tobytes(), largest)
+        if key not in self.shared:
+            self.shared[key] = completion(self.times, weights, largest)
+        return self.shared[key]
+
+    def capped_tables(self, stage_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The least sums of the rest under caps on its largest weighted stage, and each cap's floor."""
+        if "capped" not in self.shared:
+            least = float(self.least_wmax[0, 0])
+            caps = steady_caps(least, CAP_RANGE * least, PARTITION_CAPS)
+            self.shared["capped"] = (capped_completion(self.times, stage_weights, caps),
+                                     np.concatenate([[0.0], caps[:-1]]))
+        return self.shared["capped"]
+
+    def children(self, k: int, first: int) -> Rest | None:
         """What every node at stage k starting at layer `first` shares: its feasible stops, their
         stage times, the least completions after them (the `Rest` given to `bound`) and, at
         stage 0, extra(stop). None: no child."""
         key = (k, first)
-        if key not in nodes:
+        if key not in self.nodes:
+            n, num_layers = self.n, self.num_layers
             stops = np.arange(first + 1, num_layers + 1 if k == n - 1 else num_layers - (n - k - 1) + 1)
-            t = times[k, first, stops]
-            ok = np.isfinite(t) & np.isfinite(least_sum[k + 1, stops])
+            t = self.times[k, first, stops]
+            ok = np.isfinite(t) & np.isfinite(self.least_sum[k + 1, stops])
             stops, t = stops[ok], t[ok]
-            nodes[key] = None if not len(stops) else Rest(
-                stops, t, least_sum[k + 1, stops], least_max[k + 1, stops], least_wmax[k + 1, stops],
-                None if capped is None else capped[:, k + 1, stops], below,
-                np.array([extra(int(s)) for s in stops]) if k == 0 else None)
-        return nodes[key]
+            self.nodes[key] = None if not len(stops) else Rest(
+                stops, t, self.least_sum[k + 1, stops], self.least_max[k + 1, stops], self.least_wmax[k + 1, stops],
+                None if self.capped is None else self.capped[:, k + 1, stops], self.below,
+                np.array([self.extra(int(s)) for s in stops]) if k == 0 else None)
+        return self.nodes[key]
 
-    def child_bounds(k: int, first: int, counts: tuple, before: float, chain, dots: np.ndarray) -> tuple | None:
+    def child_bounds(self, k: int, first: int, counts: tuple, before: float, chain, dots: np.ndarray) -> tuple | None:
         """(bounds of the children, their chains, their Rest) of a node; None: no child.
         dots: cut_w . stage times of stages < k, one per cut."""
-        rest = children(k, first)
+        rest = self.children(k, first)
         if rest is None:
             return None
-        lb, chains = bound(k, before, chain, rest.t, rest)
+        lb, chains = self.bound(k, before, chain, rest.t, rest)
+        cut_c = self.cut_c
         if len(cut_c):
             if rest.cuts[0] != len(cut_c):  # this node's share of the cuts, for the cuts known now
-                rest.cuts = (len(cut_c), cut_w[:, k, None] * rest.t[None, :] + cut_tables[:, k + 1, rest.stops]
-                             + cut_c[:, None])
+                rest.cuts = (len(cut_c), self.cut_w[:, k, None] * rest.t[None, :]
+                             + self.cut_tables[:, k + 1, rest.stops] + cut_c[:, None])
             lb = np.maximum(lb, (dots[:, None] + rest.cuts[1]).max(axis=0))
-        return lb + (rest.extra if k == 0 else extra(counts[0])), chains, rest
+        return lb + (rest.extra if k == 0 else self.extra(counts[0])), chains, rest
 
-    def known_dots(counts: tuple) -> np.ndarray:
+    def known_dots(self, counts: tuple) -> np.ndarray:
         edges = boundaries(counts)
-        return sum((cut_w[:, i] * times[i, edges[i], edges[i + 1]] for i in range(len(counts))), np.zeros(len(cut_c)))
+        return sum((self.cut_w[:, i] * self.times[i, edges[i], edges[i + 1]] for i in range(len(counts))),
+                   np.zeros(len(self.cut_c)))
 
-    def cut_bound(k: int, first: int, counts: tuple, dots: np.ndarray) -> float:
+    def cut_bound(self, k: int, first: int, counts: tuple, dots: np.ndarray) -> float:
         """The cuts' bound on every split below a node (for cuts learned after it was opened)."""
-        if not len(cut_c):
+        if not len(self.cut_c):
             return -np.inf
-        value = (dots + cut_tables[:, k, first] + cut_c).max()
-        return float(value) + (extra(counts[0]) if k > 0 else 0.0)
+        value = (dots + self.cut_tables[:, k, first] + self.cut_c).max()
+        return float(value) + (self.extra(counts[0]) if k > 0 else 0.0)
 
-    def flush() -> None:
-        nonlocal cut_w, cut_c, cut_tables
-        if not pending:
+    def flush(self) -> None:
+        """Evaluate the pending splits; keep the best; its critical chain becomes a cut."""
+        if not self.pending:
             return
-        values = evaluate(pending)
-        value, split = min(zip(values, pending))
-        if (value, split) < (best[0], best[1]):
-            best[0], best[1] = float(value), split
-        pending.clear()
-        if len(cut_c) < max_cuts:  # the best split's critical chain becomes a cut
-            if split not in cuts:
-                cuts[split] = cut(split)
-            w, const = cuts[split]
-            if not any(np.array_equal(w, row) for row in cut_w):
-                cut_w = np.vstack([cut_w, w])
-                cut_c = np.append(cut_c, const)
-                cut_tables = np.concatenate([cut_tables, completion(times, w)[None]], axis=0)
+        values = self.evaluate(self.pending)
+        value, split = min(zip(values, self.pending))
+        if (value, split) < (self.best[0], self.best[1]):
+            self.best[0], self.best[1] = float(value), split
+        self.pending.clear()
+        if len(self.cut_c) < self.max_cuts:
+            if split not in self.cuts:
+                self.cuts[split] = self.cut(split)
+            w, const = self.cuts[split]
+            if not any(np.array_equal(w, row) for row in self.cut_w):
+                self.cut_w = np.vstack([self.cut_w, w])
+                self.cut_c = np.append(self.cut_c, const)
+                self.cut_tables = np.concatenate([self.cut_tables, completion(self.times, w)[None]], axis=0)
 
-    def hopeless(value: float) -> bool:
-        if settle:
-            return value >= best[0] * (1 - margin)
-        return value * (1 - margin) > best[0]
+    def hopeless(self, value: float) -> bool:
+        if self.settle:
+            return value >= self.best[0] * (1 - self.margin)
+        return value * (1 - self.margin) > self.best[0]
 
-    def beyond(value: float) -> bool:
-        return value * (1 - margin) > above
+    def beyond(self, value: float) -> bool:
+        return value * (1 - self.margin) > self.above
 
-    root = child_bounds(0, 0, (), 0.0, None, np.zeros(0))
-    if root is None:
-        return None
-    least = float(root[0].min())  # no split is below the root's least child bound
-    if beyond(least):  # every split is above: nothing to search
-        return Found((), np.inf, True)
-    if "balanced" not in shared:
-        shared["balanced"] = bottleneck_split(times)
-    balanced = shared["balanced"]
-    for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
-        edges = boundaries(seed)
-        if len(seed) == n and all(np.isfinite(times[i, edges[i], edges[i + 1]]) for i in range(n)):
-            pending.append(tuple(seed))
-    flush()
+    def seed(self, seeds: Sequence[tuple[int, ...]]) -> None:
+        """Evaluate the seeds that fit and the bottleneck-balanced split."""
+        if "balanced" not in self.shared:
+            self.shared["balanced"] = bottleneck_split(self.times)
+        balanced = self.shared["balanced"]
+        for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
+            edges = boundaries(seed)
+            if len(seed) == self.n and all(np.isfinite(self.times[i, edges[i], edges[i + 1]]) for i in range(self.n)):
+                self.pending.append(tuple(seed))
+        self.flush()
 
-    visited = 0
-    opened = 0
-    # Open nodes are the children of expanded nodes not yet taken. A heap entry stands for the
-    # next such child of one expanded node (its siblings in bound order): (its bound, order
-    # opened, the expanded node's _Family, position in that order). Taking it opens the next one.
-    root_family = _Family(-1, 0, (), 0.0, [None], np.zeros(0), 0, [0], [0.0], [0], [0.0])
-    heap: list = [(0.0, 0, root_family, 0)]
-    proven = True
-    floor = -np.inf  # the lowest bound of an open node when the search stopped
-    while heap:
-        lb, _, family, position = heapq.heappop(heap)
-        floor = max(lb, least)
-        if hopeless(lb):
-            break  # every open node is: proven
-        if beyond(lb) and best[0] > above and not any(v <= above for v in evaluate(pending)):
-            return Found((), np.inf, True)  # every open node is above, and nothing found is at or below
-        if position + 1 < len(family.order) and not hopeless(family.lbs[family.order[position + 1]]):
-            opened += 1
-            heapq.heappush(heap, (family.lbs[family.order[position + 1]], opened, family, position + 1))
-        k, first, counts, before, chain, dots = family.child(position, cut_w)
-        if family.num_cuts != len(cut_c):  # cuts learned since its parent was expanded: bound it again
-            dots = known_dots(counts)
-            if hopeless(max(lb, cut_bound(k, first, counts, dots))):
-                continue
-        try:
-            while True:  # dive
-                visited += 1
-                if max_nodes is not None and visited > max_nodes:
-                    raise _Budget
-                if k == n:
-                    pending.append(counts)
-                    if len(pending) >= batch:
-                        flush()
-                    break
-                found = child_bounds(k, first, counts, before, chain, dots)
-                if found is None:
-                    break
-                lbs, chains, rest = found
-                order = lbs.argsort(kind="stable").tolist()
-                lbs = lbs.tolist()
-                if hopeless(lbs[order[0]]):
-                    break
-                family = _Family(k, first, counts, before, chains, dots, len(cut_c), order, lbs, rest.stops,
-                                 rest.times)
-                if len(order) > 1 and not hopeless(lbs[order[1]]):
-                    opened += 1
-                    heapq.heappush(heap, (lbs[order[1]], opened, family, 1))
-                k, first, counts, before, chain, dots = family.child(0, cut_w)
-        except _Budget:
-            proven = False
-            break
-    flush()
-    return Found(best[1], best[0], proven, best[0] if proven else min(floor, best[0]))
+    def run(self, max_nodes: int | None) -> Found:
+        """Best-first with dives from the root, at most max_nodes nodes visited."""
+        self.visited, self.opened, self.max_nodes = 0, 0, max_nodes
+        # Open nodes are the children of expanded nodes not yet taken. A heap entry stands for the
+        # next such child of one expanded node (its siblings in bound order): (its bound, order
+        # opened, the expanded node's _Family, position in that order). Taking it opens the next one.
+        root_family = _Family(-1, 0, (), 0.0, [None], np.zeros(0), 0, [0], [0.0], [0], [0.0])
+        self.heap: list = [(0.0, 0, root_family, 0)]
+        proven = True
+        floor = -np.inf  # the lowest bound of an open node when the search stopped
+        while self.heap:
+            lb, _, family, position = heapq.heappop(self.heap)
+            floor = max(lb, self.least)
+            if self.hopeless(lb):
+                break  # every open node is: proven
+            if self.beyond(lb) and self.best[0] > self.above and not any(v <= self.above for v in
+                                                                        self.evaluate(self.pending)):
+                return Found((), np.inf, True)  # every open node is above, and nothing found is at or below
+            if position + 1 < len(family.order) and not self.hopeless(family.lbs[family.order[position + 1]]):
+                self.push(family, position + 1)
+            node = family.child(position, self.cut_w)
+            if family.num_cuts != len(self.cut_c):  # cuts learned since its parent was expanded: bound it again
+                k, first, counts, before, chain, dots = node
+                node = (k, first, counts, before, chain, self.known_dots(counts))
+                if self.hopeless(max(lb, self.cut_bound(k, first, counts, node[5]))):
+                    continue
+            try:
+                self.dive(*node)
+            except _Budget:
+                proven = False
+                break
+        self.flush()
+        best = self.best
+        return Found(best[1], best[0], proven, best[0] if proven else min(floor, best[0]))
+
+    def push(self, family: "_Family", position: int) -> None:  # open the child at `position`
+        self.opened += 1
+        heapq.heappush(self.heap, (family.lbs[family.order[position]], self.opened, family, position))
+
+    def dive(self, k: int, first: int, counts: tuple, before: float, chain, dots: np.ndarray) -> None:
+        """Follow a node down to a split, always into its lowest-bound child, its next child
+        becoming an open node. Raises _Budget past max_nodes."""
+        while True:
+            self.visited += 1
+            if self.max_nodes is not None and self.visited > self.max_nodes:
+                raise _Budget
+            if k == self.n:
+                self.pending.append(counts)
+                if len(self.pending) >= self.batch:
+                    self.flush()
+                return
+            found = self.child_bounds(k, first, counts, before, chain, dots)
+            if found is None:
+                return
+            lbs, chains, rest = found
+            order = lbs.argsort(kind="stable").tolist()
+            lbs = lbs.tolist()
+            if self.hopeless(lbs[order[0]]):
+                return
+            family = _Family(k, first, counts, before, chains, dots, len(self.cut_c), order, lbs, rest.stops,
+                             rest.times)
+            if len(order) > 1 and not self.hopeless(lbs[order[1]]):
+                self.push(family, 1)
+            k, first, counts, before, chain, dots = family.child(0, self.cut_w)
 
 
 class _Budget(Exception):

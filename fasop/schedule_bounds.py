@@ -157,33 +157,83 @@ def sweep_unit_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor
     return np.concatenate([np.zeros((num_stages, 1)), np.cumsum(per, axis=1)], axis=1)[:, sweep_points(m)]
 
 
-def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
+def sweep_unit_sends(num_microbatches: int, send_fwd: np.ndarray, send_bwd: np.ndarray) -> np.ndarray:
+    """H[i, j] = the send seconds the sweep's advance at stage i waits for, from micro-batch 0 to
+    x_j (`sweep_points`), as `sweep_unit_weights` counts the stage time: a steady step at stage i
+    (its backward, then its next forward) waits for its own backward send (send_bwd[i]), then
+    for its forward send (send_fwd[i]) or the next stage's backward send to it (send_bwd[i+1]);
+    a cool-down step for the larger of its own and the next stage's backward send
+    (recurrences.run: a send ends when both ends are ready; stage 0's backward waits for neither
+    its forward send nor its backward send).
+    send_fwd, send_bwd: seconds per stage, shape (pp,)."""
+    pp, m = len(send_fwd), num_microbatches
+    warm = np.minimum(pp - 1 - np.arange(pp), m)
+    after = np.append(np.asarray(send_bwd, dtype=float)[1:], 0.0)  # the next stage's backward send
+    own = np.where(np.arange(pp) > 0, send_bwd, 0.0)  # stage 0 sends no gradient
+    stage = np.arange(pp)
+    forward = np.where((stage > 0) & (stage < pp - 1), send_fwd, 0.0)  # the last stage sends none
+    steady = np.maximum(forward, after) + own
+    cool = np.maximum(own, after)
+    u = np.arange(1, m)
+    per = np.where(u[None, :] <= (m - 1 - warm)[:, None], steady[:, None], cool[:, None])
+    return np.concatenate([np.zeros((pp, 1)), np.cumsum(per, axis=1)], axis=1)[:, sweep_points(m)]
+
+
+def first_layers(times: np.ndarray) -> tuple[list[int], list[tuple[int, int]]]:
+    """(the longest run of layers each stage fits, [lo, hi) of the first layers stage k can
+    start at in a split that fits: the stages before it hold at least one layer each and at most
+    their longest run, and so do it and the stages after it). The completion tables are computed
+    only there: a search from stage 0 asks for nothing else (every other entry is inf or
+    unreachable). times as in partition.optimal."""
+    pp, size, _ = times.shape
+    a, b = np.triu_indices(size, k=1)
+    fits = np.isfinite(times[:, a, b])  # (pp, runs)
+    longest = [int((b - a)[row].max(initial=0)) for row in fits]
+    front = np.concatenate([[0], np.cumsum(longest)])  # most layers stages < k hold
+    back = np.concatenate([np.cumsum(longest[::-1])[::-1], [0]])  # most layers stages >= k hold
+    layers = size - 1
+    return longest, [(max(k, layers - int(back[k])), min(layers - (pp - k), int(front[k])) + 1) for k in range(pp)]
+
+
+def _unit_sends(pp: int, num_microbatches: int, send_fwd, send_bwd) -> np.ndarray:
+    """`sweep_unit_sends`, or zeros without sends."""
+    if send_fwd is None:
+        return np.zeros((pp, len(sweep_points(num_microbatches))))
+    return sweep_unit_sends(num_microbatches, send_fwd, send_bwd)
+
+
+def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float,
+                     send_fwd: np.ndarray | None = None, send_bwd: np.ndarray | None = None) -> np.ndarray:
     """table[k, a, x] <= the least, over the splits of layers a.. into stages k.., of the longest
     backward sweep through them that leaves stage k at micro-batch x (`sweep_bound`): the stage
     times of stages k.. + their share of the advance from micro-batch 0 to x; inf where no split
     fits. Stage by stage from the last, the least over the stage's choices of the largest over
     where the advance enters it (a min-max relaxed to the least per x, so a lower bound); times
-    as in partition.optimal. Shape (pp + 1, layers + 1, points): x at the `sweep_points`."""
+    as in partition.optimal. Shape (pp + 1, layers + 1, points): x at the `sweep_points`.
+    send_fwd, send_bwd (per stage, default none): the sends each advance waits for
+    (`sweep_unit_sends`)."""
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
+    waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
+    longest, reachable = first_layers(times)
     table = np.full((pp + 1, size, weights.shape[1]), np.inf)
     table[pp, size - 1] = -np.inf
     table[pp, size - 1, 0] = 0.0  # micro-batch 0's backward at the last stage
     for k in range(pp - 1, -1, -1):
-        # the runs of layers stage k may hold, by first layer (k.. with a layer left for each later
-        # stage) and length (memory caps keep them short)
-        a, b = np.nonzero(np.isfinite(times[k]))
-        first = np.arange(k, size - (pp - k))[:, None]
-        if not len(a) or not len(first):
+        # the runs of layers stage k may hold, by first layer (where a split can start it) and
+        # length (memory caps keep them short)
+        first = np.arange(*reachable[k])[:, None]
+        if not longest[k] or not len(first):
             continue
-        stop = np.minimum(first + np.arange(1, int((b - a).max()) + 1)[None, :], size - 1)  # [first, length]
+        stop = np.minimum(first + np.arange(1, longest[k] + 1)[None, :], size - 1)  # [first, length]
         t = times[k][first, stop]
         fits = np.isfinite(t) & (stop > first)
         t = np.where(fits, t, 0.0)[:, :, None]
-        g = weights[k][None, None, :]
-        # the sweep enters stage k at micro-batch x' <= x and advances to x there: t (G(x) - G(x')) + t
-        entering = np.maximum.accumulate(table[k + 1][stop] - t * g, axis=2)
-        table[k, first[:, 0]] = np.where(fits[:, :, None], entering + t * (g + 1.0), np.inf).min(axis=1)
+        g, h = weights[k][None, None, :], waits[k][None, None, :]
+        # the sweep enters stage k at micro-batch x' <= x and advances to x there:
+        # t (G(x) - G(x')) + H(x) - H(x') + t
+        entering = np.maximum.accumulate(table[k + 1][stop] - t * g - h, axis=2)
+        table[k, first[:, 0]] = np.where(fits[:, :, None], entering + t * (g + 1.0) + h, np.inf).min(axis=1)
     return table
 
 
@@ -203,10 +253,13 @@ class SweepBound:
     rearrangements the other bounds leave open."""
 
     def __init__(self, table: np.ndarray, *, num_microbatches: int, fwd_bwd_factor: float, send_first: float,
-                 send_last: float):
-        """table: `sweep_completion` of the stage times (shared by the plans of one shape)."""
+                 send_last: float, send_fwd: np.ndarray | None = None, send_bwd: np.ndarray | None = None):
+        """table: `sweep_completion` of the stage times (shared by the plans of one shape), with the
+        same send_fwd, send_bwd (per stage: the sends each advance waits for, `sweep_unit_sends`)."""
+        pp = table.shape[0] - 1
         # points in reverse order (last micro-batch first), as `prefix` keeps its vectors
-        self.weights = sweep_unit_weights(table.shape[0] - 1, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)[:, ::-1]
+        self.weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)[:, ::-1]
+        self.waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)[:, ::-1]
         self.table = table[:, :, ::-1]
         self.sends = send_first + send_last
         self.start = np.full(self.weights.shape[1], -np.inf)
@@ -217,7 +270,7 @@ class SweepBound:
         micro-batch x at stage k down to stage 0 at m - 1 plus the stage times of stages 0..k
         (`before`: this for k - 1)."""
         later = self.start if before is None else before
-        g = t[:, None] * self.weights[k][None, :]
+        g = t[:, None] * self.weights[k][None, :] + self.waits[k][None, :]
         return np.maximum.accumulate(later[None, :] + g, axis=1) - g + t[:, None]
 
     def __call__(self, k: int, before: np.ndarray | None, t: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -247,3 +300,69 @@ class _SweptChains:
 
     def __getitem__(self, i: int) -> tuple:
         return self.chains[i], self.prefixes[i]
+
+
+# ------------------------------------------------------------------ the sweep from the last stage
+def sweep_prefix_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float,
+                            send_fwd: np.ndarray, send_bwd: np.ndarray) -> np.ndarray:
+    """`sweep_completion` from the other end: table[j, b, x] <= the least, over the splits of
+    layers 0..b-1 into stages 0..j-1, of their stage times + the longest advance of the backward
+    sweep from micro-batch x (entering stage j-1) to m - 1 (leaving stage 0); inf where no split
+    fits. For a search that fixes the last stages first (`ReverseSweepBound`). Shape (pp + 1,
+    layers + 1, points)."""
+    pp, size, _ = times.shape
+    weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
+    waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
+    points = weights.shape[1]
+    longest, reachable = first_layers(times)
+    reachable.append((size - 1, size))  # the last stage stops at the last layer
+    table = np.full((pp + 1, size, points), np.inf)
+    table[0, 0] = -np.inf
+    table[0, 0, points - 1] = 0.0  # no stage left: the sweep must have reached micro-batch m - 1
+    for j in range(pp):
+        stop = np.arange(*reachable[j + 1])[:, None]  # where stage j can stop: where j + 1 starts
+        if not longest[j] or not len(stop):
+            continue
+        first = np.maximum(stop - np.arange(1, longest[j] + 1)[None, :], 0)  # [stop, length]
+        t = times[j][first, stop]
+        fits = np.isfinite(t) & (first < stop) & np.isfinite(table[j][first]).any(axis=2)
+        t = np.where(fits, t, 0.0)[:, :, None]
+        g = t * weights[j][None, None, :] + waits[j][None, None, :]
+        # enter stage j at x, advance there to x' >= x, then stages < j from x': t + g(x') - g(x) + table[j][a][x']
+        later = np.maximum.accumulate((table[j][first] + g)[:, :, ::-1], axis=2)[:, :, ::-1]
+        table[j + 1, stop[:, 0]] = np.where(fits[:, :, None], later - g + t, np.inf).min(axis=1)
+    return table
+
+
+class ReverseSweepBound:
+    """`SweepBound` for a search that fixes the stages from the last one down: the fixed stages
+    j..pp-1 exact (`suffix`: their times + the longest advance of the backward sweep from
+    micro-batch 0 at the last stage to x leaving stage j), the free stages 0..j-1 bounded by
+    `sweep_prefix_completion`'s table; the bound is the largest over x of the two, + both end
+    sends. The same chains as the sweep, relaxed on the other side: measured on FASOP's
+    experiments, it proves many of the splits whose critical chain is set by the last stages,
+    where the sweep's least over the free last stages is loose."""
+
+    def __init__(self, table: np.ndarray, *, num_microbatches: int, fwd_bwd_factor: float, send_first: float,
+                 send_last: float, send_fwd: np.ndarray, send_bwd: np.ndarray):
+        """table: `sweep_prefix_completion` of the stage times, with the same sends."""
+        pp = table.shape[0] - 1
+        self.weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
+        self.waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
+        self.table = table
+        self.sends = send_first + send_last
+        self.start = np.full(self.weights.shape[1], -np.inf)
+        self.start[0] = 0.0  # micro-batch 0's backward at the last stage
+
+    def suffix(self, j: int, after: np.ndarray | None, t: np.ndarray) -> np.ndarray:
+        """Per choice t of stage j's time, per point x: the stage times of stages j.. + the
+        longest advance from micro-batch 0 at the last stage to x leaving stage j (`after`: this
+        for stage j + 1)."""
+        later = self.start if after is None else after
+        g = t[:, None] * self.weights[j][None, :] + self.waits[j][None, :]
+        return np.maximum.accumulate(later[None, :] - g, axis=1) + g + t[:, None]
+
+    def __call__(self, j: int, after: np.ndarray | None, t: np.ndarray, firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(bounds, suffixes) of the choices t of stage j starting at layers `firsts`."""
+        suffixes = self.suffix(j, after, t)
+        return (suffixes + self.table[j][firsts]).max(axis=1) + self.sends, suffixes

@@ -17,7 +17,8 @@ from fasop.estimators.fasop2024_memory import PARAM_BYTES
 from fasop.memory import stage_fit_mask
 from fasop.partition import Found, optimal, polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
-from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
+from fasop.schedule_bounds import ReverseSweepBound, SweepBound, sweep_completion, sweep_prefix_completion, with_sweep
+from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
 from fasop.split_milp import certify
 
 if TYPE_CHECKING:
@@ -32,6 +33,22 @@ SETTLE_NODES 400 -> 800): unproven 54 -> 42 and 64 -> 50 at about the same CPU t
 going to the settle pass's tighter bounds instead."""
 SETTLE_NODES = 800
 """Search-tree nodes of the settle pass (`SplitSearch.certified`) per unproven plan."""
+REVERSE_NODES = 1000
+"""Search-tree nodes of the reverse settle pass (`SplitSearch.reverse`) per plan the settle pass
+leaves unproven. Measured on gpt2xl and t5 a100=1,a10=7 (default search): 500 / 1000 / 2000
+nodes leave 13 / 11 / 11 and 14 / 12 / 10 unproven, at +0.0 / +0.1 / +0.4 s of CPU."""
+REVERSE_CUTS = 8
+"""Cuts (partition.optimal's max_cuts) of the reverse settle pass: measured as above (1000
+nodes), 2 / 4 / 8 / 16 cuts leave 12 / 8 / 7 / 7 of t5's unproven at the same CPU time (gpt2xl's
+11 throughout); the forward passes gain nothing from more."""
+LEG_MAX_MICROBATCHES = 4
+"""Plans of at most this many micro-batches that the settle pass leaves unproven get the legs
+pass (`SplitSearch.legged`). Measured on FASOP's experiments (default search): their chains go
+out with several micro-batches in a row and turn before the last stage, which the sweep misses;
+with more micro-batches the legs bound proved no more splits than the sweep, at ~3x its cost."""
+LEG_NODES = 100
+"""Search-tree nodes of each branch and bound of the legs pass: measured as above, 50, 100 and
+300 prove the same splits (those it proves, it proves in a few nodes)."""
 RECENT_SHAPES = 16
 """Plan shapes (stage GPU types, tp, micro-batch, pp, m, memory limits) whose stage-time tables
 the optimal partitioner keeps for the next plan of the same shape (a plan and its equivalents
@@ -134,18 +151,83 @@ class SplitSearch:
 
     def swept(self):
         """`tight` raised to the longest backward sweep (schedule_bounds.SweepBound)."""
-        if "sweep" not in self.tables:
-            self.tables["sweep"] = sweep_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor)
-        return with_sweep(self.tight, SweepBound(self.tables["sweep"], num_microbatches=self.m,
+        sends = {"send_fwd": self.sends_fwd[:, 0], "send_bwd": self.sends_bwd[:, 0]}
+        key = ("sweep", self.send_first, self.send_last)  # the advances wait for the sends
+        if key not in self.tables:
+            self.tables[key] = sweep_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, **sends)
+        return with_sweep(self.tight, SweepBound(self.tables[key], num_microbatches=self.m,
                                                  fwd_bwd_factor=self.e.fwd_bwd_factor,
-                                                 send_first=self.send_first, send_last=self.send_last))
+                                                 send_first=self.send_first, send_last=self.send_last, **sends))
+
+    def reverse(self, found: Found) -> Found:
+        """The settle pass from `found` over the stages in reverse order (the last stage fixed
+        first), bounded by the backward sweep relaxed on the free first stages
+        (schedule_bounds.ReverseSweepBound) and the cuts; stage 0's extra (fixed last) at its
+        least over stage 0's layer counts."""
+        pp, layers = self.pp, self.fitting.shape[1] - 1
+        sends = {"send_fwd": self.sends_fwd[:, 0], "send_bwd": self.sends_bwd[:, 0]}
+        key = ("reverse", self.send_first, self.send_last)
+        if key not in self.tables:
+            self.tables[key] = (sweep_prefix_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor,
+                                                        **sends), reversed_times(self.fitting), {})
+        table, flipped, tables = self.tables[key]
+        sweep = ReverseSweepBound(table, num_microbatches=self.m, fwd_bwd_factor=self.e.fwd_bwd_factor,
+                                  send_first=self.send_first, send_last=self.send_last, **sends)
+        least_extra = min(self.extra(n) for n in range(1, layers - pp + 2))
+
+        def cut(split):  # valid for every split: its extra is at least least_extra
+            weights, const = self.cut(split[::-1])
+            return weights[::-1].copy(), const
+
+        found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
+                          evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
+                          extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=REVERSE_NODES, max_cuts=REVERSE_CUTS,
+                          tables=tables)
+        if found_r.objective < found.objective:
+            return Found(found_r.split[::-1], found_r.objective, found_r.proven, found_r.bound)
+        return Found(found.split, found.objective, found_r.proven, found_r.bound)
+
+    def legs_bound(self, fitting: np.ndarray, tables: dict, legs: Legs):
+        """`tight` raised to the longest chain out and back (schedule_legs.LegBound: the backward
+        sweep, with the way out's first forwards in a row and a turn at any stage)."""
+        key = ("legs", self.send_first, self.send_last)  # the chains wait for the sends
+        if key not in tables:
+            tables[key] = leg_completion(fitting, legs)
+        return with_legs(self.tight, LegBound(tables[key], legs))
+
+    def legged(self, found: Found) -> Found:
+        """The settle pass with the legs bound from `found`; if it leaves it unproven, once per
+        layer count of the last stage (its first layer fixed: the free stages' bound then knows
+        which stages a chain that turns early leaves out), each above the best split so far.
+        Proven when every one is."""
+        legs = Legs(self.pp, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, send_fwd=self.sends_fwd[:, 0],
+                    send_bwd=self.sends_bwd[:, 0])
+        options = self.budget | {"max_nodes": LEG_NODES}
+        plain = optimal(self.fitting, tables=self.tables, settle=True, **(options | {
+            "seeds": [found.split], "bound": self.legs_bound(self.fitting, self.tables, legs)}))
+        if plain.objective < found.objective:
+            found = plain
+        if plain.proven:
+            return Found(found.split, found.objective, True, found.objective)
+        for fitting in by_last_stage(self.fitting, found.split):
+            tables: dict = {}
+            part = optimal(fitting, tables=tables, settle=True, above=found.objective, **(options | {
+                "seeds": [found.split], "bound": self.legs_bound(fitting, tables, legs)}))
+            if part is not None and not part.proven:
+                return Found(found.split, found.objective, False, max(found.bound, plain.bound))
+            if part is not None and part.split and part.objective < found.objective:
+                found = part
+        return Found(found.split, found.objective, True, found.objective)
 
     def certified(self, found: Found | None) -> Found | None:
         """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
         proven: its split is polished (partition.polish: one-layer moves while they help), then
         the branch and bound runs again, now only to prove that no split is faster by more than
         its margin (many splits of equal time: layers moved between stages of one GPU type),
-        then the MILP (split_milp.certify, on programs small enough)."""
+        with the sweep bound; then over the stages from the last one (`reverse`); then, for few
+        micro-batches, with the chains out and back (`legged`); then the MILP
+        (split_milp.certify, on programs small enough). Each step starts from the best split so
+        far and stops at the first proof."""
         if found is None or found.proven or self.e.max_nodes is not None:
             return found
         split, value = polish(found.split, found.objective, self.fitting, self.evaluate)
@@ -157,6 +239,14 @@ class SplitSearch:
             found = settled
         if settled.proven:
             return Found(found.split, found.objective, True, found.objective)
+        found = self.reverse(found)
+        if found.proven:
+            return found
+        if self.m <= LEG_MAX_MICROBATCHES:
+            legged = self.legged(found)
+            if legged.proven:
+                return legged
+            found = legged
         table = self.e.dp_table(self.plan, self.layout)[:, [int(t.intra_node_shared) for t in self.p.stage_types]]
         sure = certify(self.fitting, lambda t: stage_chains(t, self.sends_fwd[:, 0], self.sends_bwd[:, 0], self.m,
                                                             fwd_bwd_factor=self.e.fwd_bwd_factor),
@@ -175,3 +265,24 @@ class SplitSearch:
         if found is None:  # nothing fits: the fastest split, flagged OOM
             found = optimal(self.times, tables=self.oom_tables, **self.budget)
         return found
+
+
+def by_last_stage(fitting: np.ndarray, first: tuple[int, ...]) -> list[np.ndarray]:
+    """`fitting` once per layer count of the last stage that fits (that of the split `first`
+    first), the last stage's other runs made infeasible."""
+    pp, size, _ = fitting.shape
+    starts = [c for c in range(size - 2, 0, -1) if np.isfinite(fitting[pp - 1, c, size - 1])]
+    starts.sort(key=lambda c: c != size - 1 - first[-1])
+    found = []
+    for c in starts:
+        only = fitting.copy()
+        only[pp - 1] = np.inf
+        only[pp - 1, c, size - 1] = fitting[pp - 1, c, size - 1]
+        found.append(only)
+    return found
+
+
+def reversed_times(times: np.ndarray) -> np.ndarray:
+    """times with the stages and the layers in reverse order: reversed[k, a, b] = times[pp - 1 - k,
+    L - b, L - a] (a split s of times is s[::-1] of it)."""
+    return np.ascontiguousarray(times[::-1, ::-1, ::-1].transpose(0, 2, 1))
