@@ -76,7 +76,8 @@ def run_sums(values: np.ndarray) -> np.ndarray:
     + values[a+1], ..."""
     values = np.asarray(values, dtype=float)
     rows = np.concatenate([np.zeros(values.shape[:-1] + (1,)), values], axis=-1)[..., None, :]
-    return np.cumsum(np.where(_above_diagonal(rows.shape[-1]), rows, 0.0), axis=-1)
+    out = np.where(_above_diagonal(rows.shape[-1]), rows, 0.0)
+    return np.cumsum(out, axis=-1, out=out)  # (in place: one large array fewer)
 
 
 @lru_cache(maxsize=64)

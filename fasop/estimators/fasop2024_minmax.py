@@ -156,7 +156,7 @@ def minmax_many(table: np.ndarray, problems: Sequence[tuple[np.ndarray, np.ndarr
         count, n = which.shape
         keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
         names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
-        found = None if known is None else list(map(known.get, names))
+        found = None if not known else list(map(known.get, names))  # (none known: none found)
         missing = list(range(count)) if found is None else [k for k, f in enumerate(found) if f is None]
         distinct, first, inverse = _distinct(names if len(missing) == count else [names[k] for k in missing])
         missing = np.array(missing, dtype=np.intp)
@@ -186,11 +186,13 @@ MINMAX_KNOWN = 1 << 18
 def _distinct(keys: list) -> tuple[list, np.ndarray, np.ndarray]:
     """(the distinct keys in order of first appearance, the index of each one's first
     appearance, for each key the number of its distinct key)."""
-    number = {key: k for k, key in enumerate(dict.fromkeys(keys))}
+    number = dict.fromkeys(keys)
+    for k, key in enumerate(number):
+        number[key] = k
     inverse = np.fromiter(map(number.__getitem__, keys), np.intp, len(keys))
-    by_number = np.argsort(inverse, kind="stable")  # each number's appearances in order: its first leads
-    first = by_number[np.flatnonzero(np.diff(inverse[by_number], prepend=-1))]
-    return list(number), first, inverse
+    rise = np.ones(len(keys), dtype=bool)  # numbered in order of appearance: a key's first
+    rise[1:] = inverse[1:] > np.maximum.accumulate(inverse)[:-1]  # appearance raises the largest so far
+    return list(number), np.flatnonzero(rise), inverse
 
 
 ONE_BY_ONE = 4
@@ -208,11 +210,8 @@ def _solve(table: np.ndarray, problems: list[tuple[np.ndarray, np.ndarray]], num
             minmax.__wrapped__(tuple(_Plane(table[w]) for w in row), num_layers, tuple(x[1:]))
             for row, x in zip(which.tolist(), extra.tolist()))], dtype=np.int64).reshape(which.shape * np.array([1, 2]))
             for which, extra in problems]
-    ranges: dict[int, list[int]] = defaultdict(list)  # padding at most doubles a run's width
-    for k, (which, _) in enumerate(problems):
-        ranges[(which.shape[1] - 1).bit_length()].append(k)
     out: list = [None] * len(problems)
-    for members in ranges.values():
+    for members in _runs(problems):
         sets = [problems[k] for k in members]
         widest, total = max(w.shape[1] for w, _ in sets), sum(len(w) for w, _ in sets)
         which, extra = np.zeros((total, widest), dtype=np.int64), np.zeros((total, widest))
@@ -228,6 +227,27 @@ def _solve(table: np.ndarray, problems: list[tuple[np.ndarray, np.ndarray]], num
             out[k] = np.concatenate([reported[start:stop, :n], scheduled[start:stop, :n]], axis=1)
             start = stop
     return out
+
+
+SMALL_RUN = 512
+"""Rows below which a range of stage counts joins the next wider one's lockstep run: a run
+costs some 30 numpy calls a move whatever its rows, padding costs only the padded entries."""
+
+
+def _runs(problems: list[tuple[np.ndarray, np.ndarray]]) -> list[list[int]]:
+    """The sets of each lockstep run: one per range of stage counts (2, 3-4, 5-8, 9-16, ...:
+    padding at most doubles a run's width), a range of fewer than SMALL_RUN rows in all joining
+    the next (a few rows move as fast padded as apart)."""
+    ranges: dict[int, list[int]] = defaultdict(list)
+    for k, (which, _) in enumerate(problems):
+        ranges[(which.shape[1] - 1).bit_length()].append(k)
+    runs, pending = [], []
+    for key in sorted(ranges):
+        pending += ranges[key]
+        if sum(len(problems[k][0]) for k in pending) >= SMALL_RUN:
+            runs.append(pending)
+            pending = []
+    return runs + [pending] * bool(pending)
 
 
 class _Plane:
@@ -254,62 +274,93 @@ def _even_split(num_layers: int, sizes: np.ndarray, width: int) -> np.ndarray:
 def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int, sizes: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
     """`minmax_rows` of every row, row r of sizes[r] stages (its first sizes[r] columns; the rest
-    padding: no layers, never a maximum or a minimum)."""
+    padding: no layers, never a maximum or a minimum). Each row's stage times are read from the
+    flat table (one index per entry); rows that stop leave the arrays."""
     count, n = which.shape
-    valid = np.arange(n) < sizes[:, None]
-    counts = _even_split(num_layers, sizes, n)
+    side = table.shape[-1]
+    flat = table.reshape(-1)
+    base = (which * (side * side)).astype(np.intp)  # each stage's plane, as a flat offset
     padded = bool((sizes < n).any())
+    if padded:  # padding: -inf for the maximum, +inf for the minimum; its (empty) stages, whose
+        valid = np.arange(n) < sizes[:, None]  # edges are both num_layers, read entry [0, 0, 1]: finite
+        base = np.where(valid, base, 1 - num_layers * (side + 1))
+        lows, highs = np.where(valid, 0.0, np.inf), np.where(valid, 0.0, -np.inf)
+    counts = _even_split(num_layers, sizes, n)
     rows = np.arange(count)
     last = np.full(count, 1e6)
-    moved = np.zeros(count, dtype=bool)
+    moved = False
     previous_max = previous_min = np.zeros(count, dtype=np.intp)
-    history: list[np.ndarray] = []  # the counts before each move made so far, one row per problem
+    history: list[np.ndarray] = []  # the counts before each move, by problem (rows that run on were set)
+    since = np.zeros(count, dtype=np.intp)  # each row's first move at its present maximum
     reported = np.zeros((count, n), dtype=np.int64)
     scheduled = np.zeros((count, n), dtype=np.int64)
     edges = np.zeros((count, n + 1), dtype=np.intp)
     while len(rows):
-        np.cumsum(counts, axis=1, out=edges[: len(rows), 1:])
-        e = edges[: len(rows)]
-        current = table[which, e[:, :-1], e[:, 1:]] + extra
-        high, low = (np.where(valid, current, -np.inf), np.where(valid, current, np.inf)) if padded else (current,) * 2
-        mx = high.max(axis=1)
-        stop = moved & (mx > last)
-        tied = moved & (mx == last)
-        if tied.any() and history:  # steps 2/3: the maximum stayed and these counts were seen before
-            at = np.flatnonzero(tied)  # (only where it stayed: few rows)
-            seen = np.zeros(len(at), dtype=bool)
-            for before in history:
-                seen |= (before[rows[at]] == counts[at]).all(axis=1)
-            stop[at[seen]] = True
         local = np.arange(len(rows))
-        if stop.any():  # undo the last move and stop
-            undone = counts.copy()
-            undone[local, previous_max] += 1
-            undone[local, previous_min] -= 1
-            reported[rows[stop]] = scheduled[rows[stop]] = undone[stop]
-        last = mx
+        e = edges[: len(rows)]
+        np.cumsum(counts, axis=1, out=e[:, 1:])
+        index = e[:, :-1] * side
+        index += e[:, 1:]
+        index += base
+        current = flat.take(index)
+        current += extra
+        high, low = (current + highs, current + lows) if padded else (current, current)
         imax, imin = high.argmax(axis=1), low.argmin(axis=1)
+        mx = high[local, imax]
+        if moved:
+            stop = mx > last
+            at = np.flatnonzero(mx == last)
+            if len(at):  # steps 2/3: the maximum stayed and these counts were seen before
+                stop[at[_seen(history[int(since[at].min()):], rows[at], counts[at])]] = True
+            since[mx != last] = len(history)
+            if stop.any():  # undo the last move and stop
+                undone = _shifted(counts[stop], previous_min[stop], previous_max[stop])
+                reported[rows[stop]] = scheduled[rows[stop]] = undone
+        else:
+            stop = np.zeros(len(rows), dtype=bool)
+        last = mx
         at_max = counts[local, imax]
-        quirk = ~stop & ((imax == 0) | (imax == sizes - 1)) & (at_max == 2)
+        quirk = ((imax == 0) | (imax == sizes - 1)) & (at_max == 2) & ~stop
         if quirk.any():  # step 5 quirk: report a changed split, schedule the unchanged one
-            changed = counts.copy()
-            changed[local, imax] += 1
-            changed[local, imin] -= 1
             scheduled[rows[quirk]] = counts[quirk]
-            reported[rows[quirk]] = np.where(moved[:, None], changed, counts)[quirk]
-        single = ~stop & ~quirk & (at_max <= 1)
-        reported[rows[single]] = scheduled[rows[single]] = counts[single]
+            reported[rows[quirk]] = _shifted(counts[quirk], imin[quirk], imax[quirk]) if moved else counts[quirk]
+        single = (at_max <= 1) & ~stop & ~quirk
+        if single.any():
+            reported[rows[single]] = scheduled[rows[single]] = counts[single]
         go = ~(stop | quirk | single)
-        history.append(np.zeros_like(reported))
-        history[-1][rows] = counts
-        counts, imax, imin = counts[go], imax[go], imin[go]  # move one layer from the slowest to the fastest
-        moving = np.arange(len(counts))
+        before = np.empty_like(reported)
+        before[rows] = counts
+        history.append(before)
+        if not go.all():
+            counts, imax, imin, rows, last, since = counts[go], imax[go], imin[go], rows[go], last[go], since[go]
+            base, extra, sizes = base[go], extra[go], sizes[go]
+            if padded:
+                highs, lows = highs[go], lows[go]
+        moving = np.arange(len(counts))  # move one layer from the slowest to the fastest
         counts[moving, imax] -= 1
         counts[moving, imin] += 1
         previous_max, previous_min = imax, imin
-        rows, last, which, extra, sizes, valid = rows[go], last[go], which[go], extra[go], sizes[go], valid[go]
-        moved = np.ones(len(rows), dtype=bool)
+        moved = True
     return reported, scheduled
+
+
+def _seen(history: list[np.ndarray], problems: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """For each of `problems` (rows of the full arrays in `history`), were its `counts` among the
+    earlier ones? (Only those since its maximum last fell: the maximum never rises, and the
+    counts of a larger maximum differ.)"""
+    seen = np.zeros(len(problems), dtype=bool)
+    for before in history:
+        seen |= (before[problems] == counts).all(axis=1)
+    return seen
+
+
+def _shifted(counts: np.ndarray, minus: np.ndarray, plus: np.ndarray) -> np.ndarray:
+    """counts (a copy of rows) with one layer taken from column minus[r] of row r and given to
+    column plus[r]: a move, or (minus and plus swapped) its undoing."""
+    where = np.arange(len(counts))
+    counts[where, minus] -= 1
+    counts[where, plus] += 1
+    return counts
 
 
 def middle_extra(comm: np.ndarray, n: int) -> np.ndarray:
