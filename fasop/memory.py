@@ -122,8 +122,9 @@ class _ElementTables:
                                             *key, (kind,)) for kind in kinds] for key in new])  # (new, kinds, 2)
             params, act = run_sums(per_kind[:, code, 0]), run_sums(per_kind[:, code, 1])
             self.planes.update({key: len(self.planes) + k for k, key in enumerate(new)})
-            self.params = np.concatenate([self.params, params])
-            self.act = np.concatenate([self.act, act])
+            if len(self.params):  # (none yet: the new planes are the tables, no copy)
+                params, act = np.concatenate([self.params, params]), np.concatenate([self.act, act])
+            self.params, self.act = params, act
         return np.array([self.planes[key] for key in keys], dtype=np.intp)
 
 
