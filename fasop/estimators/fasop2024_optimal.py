@@ -15,7 +15,8 @@ import numpy as np
 from fasop.estimators.fasop2024_batch import Prepared
 from fasop.estimators.fasop2024_memory import PARAM_BYTES
 from fasop.memory import stage_fit_mask
-from fasop.partition import Found, optimal, polish
+from fasop.partition import Found, optimal
+from fasop.partition_polish import polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
 from fasop.schedule_bounds import ReverseSweepBound, SweepBound, sweep_completion, sweep_prefix_completion, with_sweep
 from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
@@ -221,7 +222,7 @@ class SplitSearch:
 
     def certified(self, found: Found | None) -> Found | None:
         """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
-        proven: its split is polished (partition.polish: one-layer moves while they help), then
+        proven: its split is polished (partition_polish.polish: one-layer moves while they help), then
         the branch and bound runs again, now only to prove that no split is faster by more than
         its margin (many splits of equal time: layers moved between stages of one GPU type),
         with the sweep bound; then over the stages from the last one (`reverse`); then, for few
