@@ -12,8 +12,8 @@ all-reduce that grows with stage 0's layers):
 - stage_chains gives every stage's end as a path of the event graph (weights . t + const);
 - the backward sweep bound (schedule_bounds.SweepBound) at every partial split is at most the
   best completion's simulated time, and the branch and bound with it is still exact;
-- a node that fixes all but the last two stages is resolved by evaluating its splits (a bound
-  that knows nothing still proves 2- and 3-stage cases within that many nodes);
+- a node that fixes all but the last two (or three) stages is resolved by evaluating its splits
+  (a bound that knows nothing still proves small cases within that many nodes);
 - partition_polish.polish never returns a slower split, nor one that does not fit, and stops where no
   one-layer move helps; the default search's proof (a budget-capped branch and bound, polish,
   then the settle pass) ends on the brute-force optimum within the margin.
@@ -135,17 +135,23 @@ def test_settle_and_budget_bounds_are_true_bounds(seed):
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_the_last_two_stages_are_evaluated_not_bounded(seed):
-    """A node that fixes all stages but the last two is one node: its splits are evaluated. With a
-    bound that knows nothing (0) and no cuts, a 2-stage case is proven at its root alone, a
-    3-stage one within 1 + (stage 0's layer counts) nodes, on the brute-force optimum."""
+def test_the_last_stages_are_evaluated_not_bounded(seed):
+    """A node that fixes all stages but the last `last_stages` is one node: the splits below it are
+    evaluated. With a bound that knows nothing (0) and no cuts, a case of at most that many
+    stages is proven at its root alone, one of a stage more within 1 + (stage 0's layer counts)
+    nodes, on the brute-force optimum; the settle mode with it too, from any seed."""
     fitting, extra, objective, _, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
-    if not np.isfinite(brute) or pp > 3:
+    if not np.isfinite(brute):
         return
-    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective) | {
-        "bound": lambda k, before, chain, t, rest: (np.zeros(len(t)), [None] * len(t)), "max_cuts": 0}
-    found = optimal(fitting, max_nodes=1 if pp == 2 else fitting.shape[1], **kwargs)
-    assert found.proven and found.objective == pytest.approx(brute, rel=1e-12)
+    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
+    blind = kwargs | {"bound": lambda k, before, chain, t, rest: (np.zeros(len(t)), [None] * len(t)), "max_cuts": 0}
+    for last in (2, 3):
+        if pp <= last + 1:
+            found = optimal(fitting, max_nodes=1 if pp <= last else fitting.shape[1], last_stages=last, **blind)
+            assert found.proven and found.objective == pytest.approx(brute, rel=1e-12)
+        capped = optimal(fitting, max_nodes=2, **kwargs)
+        settled = optimal(fitting, settle=True, last_stages=last, **(kwargs | {"seeds": [capped.split]}))
+        assert settled.proven and brute <= settled.objective <= brute * (1 + MARGIN)
 
 
 @pytest.mark.parametrize("seed", range(300))

@@ -33,6 +33,12 @@ per plan; a split it leaves unproven is polished and proven by the settle pass
 SETTLE_NODES 400 -> 800): unproven 54 -> 42 and 64 -> 50 at about the same CPU time, the nodes
 going to the settle pass's tighter bounds instead."""
 SETTLE_NODES = 800
+SETTLE_LAST_STAGES = 3
+"""The settle passes' (forward and reverse) nodes that fix all stages but the last three are one
+node each, the splits below them evaluated (partition.optimal's `last_stages`; the first pass
+and the legs pass: 2). Measured on FASOP's experiments (default search): 2 -> 3 proves gpt2xl
+a10=8's last split (forward) and one more of t5 a100=1,a10=7's (reverse), at +0.0-0.1 s of CPU
+each; 4 costs seconds (gpt2xl a10=8 0.27 -> 1.26 s)."""
 """Search-tree nodes of the settle pass (`SplitSearch.certified`) per unproven plan."""
 REVERSE_NODES = 1000
 """Search-tree nodes of the reverse settle pass (`SplitSearch.reverse`) per plan the settle pass
@@ -183,7 +189,7 @@ class SplitSearch:
         found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
                           evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
                           extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=REVERSE_NODES, max_cuts=REVERSE_CUTS,
-                          tables=tables)
+                          last_stages=SETTLE_LAST_STAGES, tables=tables)
         if found_r.objective < found.objective:
             return Found(found_r.split[::-1], found_r.objective, found_r.proven, found_r.bound)
         return Found(found.split, found.objective, found_r.proven, found_r.bound)
@@ -234,7 +240,7 @@ class SplitSearch:
         split, value = polish(found.split, found.objective, self.fitting, self.evaluate)
         if value < found.objective:
             found = Found(split, value, False, found.bound)
-        settled = optimal(self.fitting, tables=self.tables, settle=True,
+        settled = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
                           **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": SETTLE_NODES}))
         if settled.objective < found.objective:
             found = settled
