@@ -11,6 +11,12 @@ sweep, the CSV and both plots all count):
 Medians of --runs runs, against the target (<= 10 s with the defaults) and the original
 program's 49 minutes (2,940 s) on a 2-core machine. It also checks that every configuration
 writes the same CSV on every run, and that --workers 1 writes the same CSV as the defaults.
+With --baseline-tree PATH (a source tree of another version with its kernels built, e.g. the
+previous main), each run of each configuration is followed by the same command on that tree
+(alternating which goes first), and the ratio of the medians is printed: baseline seconds /
+this tree's, 0.90 or more = within 10 %. Every process of both trees reads bytecode caches
+(PYTHONPYCACHEPREFIX in a temporary folder, filled by one untimed run per tree and
+configuration): a tree run without them would pay for compiling its modules in every process.
 
 Then the catalog-scale sweeps of issue 19, gpt2xl-scaled on mixed-64 with the defaults:
 - `h100=4,a100_80gb=4,a10g=4,l4=4` (624 compositions), this tree against the previous main
@@ -21,7 +27,7 @@ Then the catalog-scale sweeps of issue 19, gpt2xl-scaled on mixed-64 with the de
 Medians of --mixed-runs runs. The machine is shared: compare the ratio, taken in one invocation.
 
     python benchmarks/bench_pareto.py [--runs 5] [--mixed-runs 3] [--skip-paper] [--skip-mixed]
-                                      [--baseline REV] [--json PATH]
+                                      [--baseline REV] [--baseline-tree PATH] [--json PATH]
 """
 
 from __future__ import annotations
@@ -58,11 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-paper", action="store_true", help="leave out FASOP's sweep (fasop-paper-pareto)")
     parser.add_argument("--skip-mixed", action="store_true", help="leave out the mixed-64 sweeps")
     parser.add_argument("--baseline", default=BASELINE, help="git revision timed against (default %(default)s)")
+    parser.add_argument("--baseline-tree", type=Path, metavar="PATH",
+                        help="a source tree of another version (kernels built) to time FASOP's sweep against, run "
+                             "for run")
     parser.add_argument("--json", metavar="PATH", help="also write every run's time as JSON")
     args = parser.parse_args(argv)
     ok, record = True, {"python": sys.version.split()[0], "cores": len(os.sched_getaffinity(0))}
     if not args.skip_paper:
-        met, record["paper"] = paper(args.runs)
+        met, record["paper"] = paper(args.runs, args.baseline_tree)
         ok = ok and met
     if not args.skip_mixed:
         met, record["mixed"] = mixed(args.mixed_runs, args.baseline)
@@ -72,27 +81,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-def paper(runs: int) -> tuple[bool, dict]:
+def paper(runs: int, baseline: Path | None = None) -> tuple[bool, dict]:
     report, outputs = {}, {}
+    trees = {"this tree": REPO} | ({"baseline": baseline} if baseline else {})
     with tempfile.TemporaryDirectory() as tmp:
+        env = {"PYTHONDONTWRITEBYTECODE": None, "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pyc")}
         for name, flags in CONFIGS.items():
-            times, csvs = [], set()
-            for run in range(runs):
-                prefix = Path(tmp) / f"{name.replace(' ', '_')}{run}" / "gpt2xl"
-                times.append(_timed(COMMAND + ["--out-prefix", str(prefix), *flags], REPO, name))
-                csvs.add(Path(f"{prefix}_pareto.csv").read_bytes())
+            times: dict[str, list[float]] = {label: [] for label in trees}
+            csvs = set()
+            for run in range(-1, runs):  # run -1: untimed, fills the bytecode caches
+                order = list(trees.items())
+                for label, root in order if run % 2 == 0 else order[::-1]:
+                    prefix = Path(tmp) / f"{label.replace(' ', '_')}-{name.replace(' ', '_')}{run}" / "gpt2xl"
+                    seconds = _timed(COMMAND + ["--out-prefix", str(prefix), *flags], root, f"{label} {name}",
+                                     env=dict(env, PYTHONPATH=str(root)))
+                    if run >= 0:
+                        times[label].append(seconds)
+                        if label == "this tree":
+                            csvs.add(Path(f"{prefix}_pareto.csv").read_bytes())
             outputs[name] = csvs
-            median = statistics.median(times)
-            report[name] = {"runs_s": times, "median_s": median, "min_s": min(times),
+            ours = times["this tree"]
+            median = statistics.median(ours)
+            report[name] = {"runs_s": ours, "median_s": median, "min_s": min(ours),
                             "same_csv_every_run": len(csvs) == 1}
-            print(f"{name:22s} median {median:6.2f} s  min {min(times):6.2f} s  "
-                  f"vs original {ORIGINAL_S / median:6.0f}x  same CSV every run: {len(csvs) == 1}", flush=True)
+            line = (f"{name:22s} median {median:6.2f} s  min {min(ours):6.2f} s  "
+                    f"vs original {ORIGINAL_S / median:6.0f}x  same CSV every run: {len(csvs) == 1}")
+            if baseline:
+                base = statistics.median(times["baseline"])
+                report[name] |= {"baseline_runs_s": times["baseline"], "baseline_median_s": base,
+                                 "speed_vs_baseline": base / median}
+                line += f"  | baseline median {base:6.2f} s: this tree / baseline {base / median:.2f}x"
+            print(line, flush=True)
     same = outputs["defaults"] == outputs["defaults --workers 1"]
     met = report["defaults"]["median_s"] <= TARGET_S
     print(f"target: defaults <= {TARGET_S:.0f} s whole-process: {'met' if met else 'MISSED'} "
           f"({report['defaults']['median_s']:.2f} s, median of {runs}); --workers 1 writes the same CSV: {same}")
+    if baseline:
+        print(f"speed against {baseline} (baseline's median seconds / this tree's; >= 0.90: within 10 %): " +
+              ", ".join(f"{name} {r['speed_vs_baseline']:.2f}x" for name, r in report.items()))
     return met and same and all(r["same_csv_every_run"] for r in report.values()), {
-        "runs": runs, "same_csv_any_workers": same, "configs": report}
+        "runs": runs, "baseline_tree": None if baseline is None else str(baseline), "same_csv_any_workers": same,
+        "configs": report}
 
 
 def mixed(runs: int, baseline: str) -> tuple[bool, dict]:
@@ -132,9 +161,12 @@ def mixed(runs: int, baseline: str) -> tuple[bool, dict]:
 
 
 def _timed(command: list[str], cwd: Path, name: str, env: dict | None = None) -> float:
+    """Wall seconds of `python command` in `cwd`, with os.environ updated by `env` (a None value:
+    the variable unset)."""
+    env = {key: value for key, value in dict(os.environ, **(env or {})).items() if value is not None}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, *command], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, env=dict(os.environ, **(env or {})))
+                          text=True, env=env)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"bench_pareto: {name} failed: {done.stderr.strip()}")

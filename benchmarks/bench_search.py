@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -126,24 +127,69 @@ def in_process(model_name: str, cluster_name: str, nodes: str, extra: list[str],
     return out
 
 
-def interleaved(trees: dict[str, Path], runs: int, rounds: int, warmup: int) -> dict:
+def interleaved(trees: dict[str, Path], runs: int, rounds: int, warmup: int, processes: int = 0) -> dict:
     """FASOP's choices on the six FASOP experiments, `rounds` rounds, each running every
     experiment on every tree in a fresh interpreter (the first search, `warmup` early ones, then
-    `runs` more): a slow spell of a shared machine then falls on every experiment and tree alike
-    rather than on one. Per tree and experiment: every warm search's seconds, every early one's
-    and every first search's."""
+    `runs` more), then `processes` whole `fasop search` processes of it per tree (FASOP_COMMAND,
+    alternated): a slow spell of a shared machine then falls on every experiment and tree alike
+    rather than on one. Per tree and experiment: every warm search's seconds, every early one's,
+    every first search's and every whole process's."""
     out: dict = {label: {} for label in trees}
     for r in range(rounds):
         for name, model, cluster, nodes, _extra in EXPERIMENTS:
             order = list(trees.items())
-            for label, tree in order if r % 2 == 0 else order[::-1]:  # each tree first in every other round
+            order = order if r % 2 == 0 else order[::-1]  # each tree first in every other round
+            for label, tree in order:
                 row = in_child(tree, model, cluster, nodes, CONFIGS["fasop"], runs, 1, warmup)
                 entry = out[label].setdefault(name, {"candidates": row["candidates"], "runs_s": [], "warmup_s": [],
-                                                     "first_s": [], "kernels": row["kernels"]})
+                                                     "first_s": [], "process_s": [], "kernels": row["kernels"]})
                 entry["runs_s"] += row["runs_s"]
                 entry["warmup_s"] += row["warmup_s"]
                 entry["first_s"].append(row["first_s"])
+            for p in range(-1 if r == 0 else 0, processes):  # (the first, untimed, fills the bytecode caches)
+                for label, tree in order if p % 2 == 0 else order[::-1]:
+                    seconds = fasop_process(tree, model, cluster, nodes)
+                    if p >= 0:
+                        out[label][name]["process_s"].append(seconds)
     return out
+
+
+FASOP_COMMAND = ["--heterogeneous", "--placements", "cyclic", "--partitioner", "fasop-minmax", "--iterations",
+                 "12500000", "--no-progress"]
+"""`fasop search --model M --cluster C --nodes N` with these: FASOP's choices, as a user runs them."""
+
+
+BYTECODE = Path(tempfile.mkdtemp(prefix="bench_search_pyc_"))
+"""Where every whole process measured reads and writes its bytecode caches (PYTHONPYCACHEPREFIX,
+PYTHONDONTWRITEBYTECODE unset): an installed fasop has its modules compiled (pip compiles them
+at install time), and a source tree may or may not have them (a checkout run before with
+PYTHONDONTWRITEBYTECODE unset has some): compiling ~40 modules from source costs a process
+~60 ms, which would then be measured for one tree and not the other. The first process of
+each (tree, experiment) fills the caches and is not timed (`fasop_process(..., timed=False)`)."""
+
+
+def process_env(tree: Path) -> dict[str, str]:
+    """The environment of a whole process run on the source tree `tree`: its own fasop first on
+    the path, bytecode caches in BYTECODE."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    return env | {"PYTHONPATH": str(tree), "PYTHONPYCACHEPREFIX": str(BYTECODE)}
+
+
+def fasop_process(tree: Path, model: str, cluster: str, nodes: str) -> float:
+    """Wall seconds of one whole `python -m fasop search` of FASOP's choices (FASOP_COMMAND)
+    on the source tree `tree` (PYTHONPATH, run from a temporary folder, the CSV written there):
+    start-up, imports (from bytecode caches: BYTECODE), spec loading, the search, the CSV and
+    the printed table."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [sys.executable, "-m", "fasop", "search", "--model", model, "--cluster", cluster, "--nodes", nodes,
+                "--out", str(Path(tmp) / "out.csv"), *FASOP_COMMAND]
+        env = process_env(tree)
+        start = time.perf_counter()
+        done = subprocess.run(argv, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"bench_search: {' '.join(argv)} on {tree} failed: {done.stderr.strip()[-800:]}")
+    return seconds
 
 
 def print_interleaved(result: dict, runs: int, rounds: int, warmup: int) -> None:
@@ -161,8 +207,29 @@ def print_interleaved(result: dict, runs: int, rounds: int, warmup: int) -> None
                          f"{n / statistics.median(e['first_s']):7,.0f})")
         if len(labels) == 2:
             a, b = (statistics.median(result[label][name]["runs_s"]) for label in labels)
-            cells.append(f"{labels[0]} / {labels[1]}: {b / a:.1f}x")
+            cells.append(f"{labels[0]} / {labels[1]}: {b / a:.2f}x")
         print(f"  {name:22s} " + "  ".join(cells))
+    if len(labels) == 2:
+        print_ratios(result)
+
+
+def print_ratios(result: dict) -> None:
+    """The speed of this tree over the baseline's (baseline seconds / this tree's, medians; 1.00:
+    as fast, below 0.90: more than 10 % slower) per experiment: warm in-process searches, first
+    searches of a process, whole processes."""
+    this, base = result["this"], result["baseline"]
+    whole = any(e["process_s"] for e in this.values())
+    print("speed, this tree / baseline (baseline's median seconds / this tree's; >= 0.90: within 10 %)")
+    print(f"  {'experiment':22s} {'warm search':>12s} {'first search':>13s}" + (f" {'whole process':>14s}  "
+          f"(ms: this / baseline)" if whole else ""))
+    for name, *_ in EXPERIMENTS:
+        ratio = {key: statistics.median(base[name][key]) / statistics.median(this[name][key])
+                 for key in ("runs_s", "first_s") + (("process_s",) if whole else ())}
+        line = f"  {name:22s} {ratio['runs_s']:11.2f}x {ratio['first_s']:12.2f}x"
+        if whole:
+            line += (f" {ratio['process_s']:13.2f}x  ({1e3 * statistics.median(this[name]['process_s']):.0f} / "
+                     f"{1e3 * statistics.median(base[name]['process_s']):.0f})")
+        print(line)
 
 
 _WRAPPER = """
@@ -183,11 +250,14 @@ def whole_process(model: str, cluster: str, nodes: str, extra: list[str], runs: 
         argv = [sys.executable, "-m", "fasop", "search", "--model", model, "--cluster", cluster, "--nodes", nodes,
                 "--heterogeneous", "--workers", str(workers), "--out", str(Path(tmp) / "out.csv"), "--no-progress",
                 *extra]
-        for _ in range(runs):
-            done = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], cwd=REPO, capture_output=True, text=True)
+        for run in range(-1, runs):  # the first, untimed, fills the bytecode caches (BYTECODE)
+            done = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], cwd=REPO, capture_output=True, text=True,
+                                  env=process_env(REPO))
             report = json.loads(done.stdout)
             if report["rc"] != 0:
                 sys.exit(f"bench_search: {' '.join(argv)} failed: {report['stderr'].strip()}")
+            if run < 0:
+                continue
             times.append(report["seconds"])
             rss.append(report["maxrss_kib"] / 1024)  # Linux reports KiB
     return {"command": " ".join(argv[1:]), "runs_s": times, "median_s": statistics.median(times),
@@ -227,14 +297,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=WARMUP, metavar="N",
                         help="searches after a process's first before the timed ones of FASOP's choices, timed apart "
                              "(default %(default)s: Python specializes a function's bytecode at its 8th call)")
+    parser.add_argument("--processes", type=int, default=3, metavar="N",
+                        help="with --baseline: whole `fasop search` processes of FASOP's choices per experiment, "
+                             "tree and round, alternated between the trees (default %(default)s)")
     parser.add_argument("--rounds-only", action="store_true",
                         help="measure only the interleaved rounds of FASOP's choices (e.g. many of them, with "
                              "--baseline)")
     args = parser.parse_args(argv)
     if args.rounds_only:
         trees_measured = {"this": REPO} | ({"baseline": args.baseline} if args.baseline else {})
-        print_interleaved(interleaved(trees_measured, args.runs, args.rounds, args.warmup), args.runs, args.rounds,
-                          args.warmup)
+        result = interleaved(trees_measured, args.runs, args.rounds, args.warmup, args.processes if args.baseline else 0)
+        print_interleaved(result, args.runs, args.rounds, args.warmup)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"python": sys.version.split()[0], "runs": args.runs,
+                                                   "warmup": args.warmup, "rounds": args.rounds,
+                                                   "baseline": None if args.baseline is None else str(args.baseline),
+                                                   "fasop_choices_interleaved": result}, indent=2) + "\n")
         return 0
     trees = []
     for name, nodes in ORDER_TREES[:args.order_trees]:
@@ -245,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{tree['whole_process']['peak_rss_mib']:5.0f} MiB | best {tree['best']} {tree['best_step_s']:.4f} s",
               flush=True)
     trees_measured = {"this": REPO} | ({"baseline": args.baseline} if args.baseline else {})
-    fasop_choices = interleaved(trees_measured, args.runs, args.rounds, args.warmup)
+    fasop_choices = interleaved(trees_measured, args.runs, args.rounds, args.warmup, args.processes if args.baseline else 0)
     print_interleaved(fasop_choices, args.runs, args.rounds, args.warmup)
     rows = []
     for name, model, cluster, nodes, extra in EXPERIMENTS + [BIG]:

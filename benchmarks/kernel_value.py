@@ -4,16 +4,16 @@ them, and `fasop pareto` on FASOP's Pareto experiment (defaults with --workers 1
 choices), each a fresh interpreter, with
 
 - `all`: every kernel the build has;
-- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many, one_f_one_b_traced) in
-  Python (schedule.py and fasop2024_plans.py read `native.kernels` as None);
-- `no-traced`: only one_f_one_b_traced in Python (schedule.critical_path by recurrences.trace);
+- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many) in Python (schedule.py and
+  fasop2024_plans.py read `native.kernels` as None);
 - `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
   Python (partition.py reads None);
 - `python`: no kernel (FASOP_PURE_PYTHON=1);
 - `baseline` (with --baseline PATH): another checkout, its own kernels; `baseline-python`: that
   checkout with no kernel (FASOP_PURE_PYTHON=1), to compare the Python fallbacks.
 
-Runs alternate between the variants (each first in turn), medians of --runs; the ratio to `all`
+Runs alternate between the variants (each first in turn), medians of --runs (after one untimed
+run each, which fills the bytecode caches every process reads: BYTECODE); the ratio to `all`
 is what the issue's rule reads (a kernel whose Python version is within 1.5x whole-process on
 these is deleted). Every variant must write the same CSV bytes as `all` (checked).
 
@@ -58,20 +58,24 @@ import fasop.partition, fasop.schedule
 if "1f1b" in off:
     import fasop.estimators.fasop2024_plans as plans
     fasop.schedule.native = plans.native = types.SimpleNamespace(kernels=None)
-if "traced" in off:
-    kernels = fasop.schedule.native.kernels
-    fasop.schedule.native = types.SimpleNamespace(kernels=types.SimpleNamespace(
-        one_f_one_b=kernels.one_f_one_b, TRACE_MAX_CELLS=0))
 if "tables" in off:
     fasop.partition.native = types.SimpleNamespace(kernels=None)
 from fasop.cli import main
 sys.exit(main(sys.argv[3:]))
 """
-VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-traced": "traced", "no-tables": "tables", "python": ""}
+VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-tables": "tables", "python": ""}
+
+
+BYTECODE = Path(tempfile.mkdtemp(prefix="kernel_value_pyc_"))
+"""Bytecode caches of every process (PYTHONPYCACHEPREFIX, PYTHONDONTWRITEBYTECODE unset), filled by
+one untimed run per command and variant: an installed fasop has its modules compiled, and
+compiling them in every process (~60 ms) would add the same to every variant's time, diluting
+the ratios (benchmarks/README.md, bench_search.py)."""
 
 
 def run(tree: Path, off: str, argv: list[str], out: Path, pure: bool) -> float:
-    env = dict(os.environ, PYTHONHASHSEED="0")
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPYCACHEPREFIX=str(BYTECODE))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("FASOP_PURE_PYTHON", None)
     if pure:
         env["FASOP_PURE_PYTHON"] = "1"
@@ -104,10 +108,12 @@ def main() -> None:
             if args.only and args.only not in name:
                 continue
             times: dict[str, list[float]] = {v[0]: [] for v in variants}
-            for r in range(args.runs):
+            for r in range(-1, args.runs):  # run -1: untimed, fills the bytecode caches
                 order = variants[r % len(variants):] + variants[:r % len(variants)]
                 for label, tree, off, pure in order:
-                    times[label].append(run(tree, off, argv, Path(tmp) / f"{label}.csv", pure))
+                    seconds = run(tree, off, argv, Path(tmp) / f"{label}.csv", pure)
+                    if r >= 0:
+                        times[label].append(seconds)
             csv = (lambda label: Path(tmp) / f"{label}.csv") if argv[0] == "search" else \
                 (lambda label: Path(tmp) / f"{label}_pareto.csv")
             same = [label for label, *_ in variants[1:] if not label.startswith("baseline") and

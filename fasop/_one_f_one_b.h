@@ -15,8 +15,8 @@
  * matching send end (fre[i][j] = fse[i-1][j] and bre[i][j] = bse[i+1][j] are always set
  * together; the first stage receives no forward and the last no backward: 0.0), and sends that
  * are 0 are not added. Every maximum names its inputs in _run's order, the first of equals
- * winning: so a traced run's chain (the latest input of each event, the first of equals) is
- * the one fasop.schedule.critical_path reads from _run's events, ties included. */
+ * winning, as fasop.recurrences.trace's chains (the latest input of each event, the first of
+ * equals) read them. */
 
 static void ONE_F_ONE_B_NAME(ONE_F_ONE_B_STATE *s)
 {

@@ -10,6 +10,7 @@ stderr), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141 stdout closed e
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -18,19 +19,25 @@ from fasop.cli_args import Parser, one_line
 from fasop.errors import FasopError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from fasop import cli_pareto, cli_plan, cli_prices, cli_search, cli_validate
+_MODULES = {"search": "cli_search", "pareto": "cli_pareto", "list": None, "export": "cli_plan", "explain": "cli_plan",
+            "plot": "cli_plan", "validate": "cli_validate", "prices": "cli_prices"}
+"""Each subcommand's module (fasop.cli_*), in the order `fasop --help` lists them."""
 
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or with `command` only of that one (its module's): what
+    `fasop COMMAND ...` needs, without importing the other subcommands' modules."""
     parser = Parser(prog="fasop", description="Plan and price Transformer training on "
                     "heterogeneous GPU clusters.")
     parser.add_argument("--version", action="version", version=f"fasop {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    cli_search.add_parser(sub)
-    cli_pareto.add_parser(sub)
-    _add_list_parser(sub)
-    cli_plan.add_plan_parsers(sub)
-    cli_validate.add_parser(sub)
-    cli_prices.add_parser(sub)
+    for module in dict.fromkeys(_MODULES[name] for name in ([command] if command in _MODULES else _MODULES)):
+        if module is None:
+            _add_list_parser(sub)
+        elif module == "cli_plan":
+            importlib.import_module("fasop.cli_plan").add_plan_parsers(sub)
+        else:
+            importlib.import_module(f"fasop.{module}").add_parser(sub)
     return parser
 
 
@@ -49,19 +56,19 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fasop import cli_pareto, cli_prices, cli_search, cli_validate
     from fasop.workers import exit_status, sigterm_as_interrupt
 
-    commands = {"search": cli_search.run, "pareto": cli_pareto.run, "list": _list, "validate": cli_validate.run,
-                "prices": cli_prices.run}
+    argv = sys.argv[1:] if argv is None else argv
     try:
         with sigterm_as_interrupt():
-            args = build_parser().parse_args(argv)
+            args = build_parser(argv[0] if argv else None).parse_args(argv)
             if args.command in ("export", "explain", "plot"):
                 from fasop.cli_plan import run_plan_command
 
                 return run_plan_command(args)
-            return commands[args.command](args)
+            if args.command == "list":
+                return _list(args)
+            return importlib.import_module(f"fasop.{_MODULES[args.command]}").run(args)
     except FasopError as exc:
         print(f"fasop: error: {one_line(exc)}", file=sys.stderr)
         return 2

@@ -63,11 +63,12 @@ def add_length(parser: argparse.ArgumentParser, default_iterations: int) -> None
 
 
 def iterations_of(args: argparse.Namespace, model) -> int:
-    from fasop.sweep import iterations_for_tokens
     from fasop.search import DEFAULT_ITERATIONS
 
     if not args.tokens:
         return args.iterations or DEFAULT_ITERATIONS
+    from fasop.sweep import iterations_for_tokens
+
     iterations = iterations_for_tokens(args.tokens, global_batch_size=model.global_batch_size,
                                        sequence_length=model.sequence_length)
     if iterations > limits.ITERATIONS:

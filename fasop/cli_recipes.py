@@ -8,15 +8,18 @@ columns of the same names say which). Absent flags: the estimator's defaults
 from __future__ import annotations
 
 import argparse
+import importlib
 
-from fasop.analytic_layers import PRECISIONS, RECOMPUTES
 from fasop.errors import FasopError
 
 FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision")
 
 
-def _choices(allowed: tuple[str, ...]):
+def _choices(name: str):
+    """A parser of comma-separated values from fasop.analytic_layers.`name` (imported when a
+    value is given: a search without recipe flags does not import the analytic model)."""
     def parse(text: str) -> tuple[str, ...]:
+        allowed = getattr(importlib.import_module("fasop.analytic_layers"), name)
         values = tuple(v.strip().lower() for v in text.split(","))
         bad = [v for v in values if v not in allowed]
         if bad:
@@ -48,7 +51,7 @@ def _switch(text: str) -> tuple[bool, ...]:
 def add_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("training recipe (clusters with estimator: analytic; comma-separated values "
                                   "are all tried, the fastest that fits is kept per plan)")
-    g.add_argument("--recompute", type=_choices(RECOMPUTES), metavar="MODE[,MODE]",
+    g.add_argument("--recompute", type=_choices("RECOMPUTES"), metavar="MODE[,MODE]",
                    help="activation recomputation: none, selective, full (default selective)")
     g.add_argument("--zero", type=_ints(0, 3), metavar="STAGE[,STAGE]",
                    help="ZeRO stage: 0, 1 = sharded optimizer (default), 2 = + gradients, 3 = + weights")
@@ -56,7 +59,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                    help="Megatron sequence parallelism with tp > 1 (default on)")
     g.add_argument("--virtual-stages", type=_ints(1, 64), metavar="V[,V]",
                    help="model chunks per pipeline rank, interleaved 1F1B (default 1)")
-    g.add_argument("--precision", type=_choices(PRECISIONS), metavar="P[,P]",
+    g.add_argument("--precision", type=_choices("PRECISIONS"), metavar="P[,P]",
                    help="matmul precision: bf16 (default), fp16, fp8")
 
 

@@ -12,19 +12,19 @@ handled as SIGINT is, and --workers kept to the CPU cores there are.
 
 from __future__ import annotations
 
-import concurrent.futures as futures
 import contextlib
-import ctypes
-import ctypes.util
-import multiprocessing
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from fasop import limits
+
+if TYPE_CHECKING:  # imported where a pool is made: a search without one starts faster
+    import concurrent.futures as futures
 
 WATCHDOG_S = 0.5
 """How often a worker checks that its parent is alive (where PR_SET_PDEATHSIG is not available)."""
@@ -74,22 +74,30 @@ def clamp_workers(requested: int) -> tuple[int, str | None]:
     return cores, f"note: --workers {shown}: {cores} CPU core{'s' if cores > 1 else ''} available; using {cores}"
 
 
-class _Pool(futures.ProcessPoolExecutor):
+@lru_cache(maxsize=None)
+def _pool_class() -> type:
     """A ProcessPoolExecutor that, left by an exception (Ctrl-C, SIGTERM, an error), stops its
-    workers at once instead of waiting for the tasks they run."""
+    workers at once instead of waiting for the tasks they run. (Made on first use: importing
+    concurrent.futures and multiprocessing costs a process that starts no pool ~10 ms.)"""
+    import concurrent.futures
 
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            stop(self)
-            return False
-        return super().__exit__(exc_type, exc, tb)
+    class _Pool(concurrent.futures.ProcessPoolExecutor):
+        def __exit__(self, exc_type, exc, tb):
+            if exc_type is not None:
+                stop(self)
+                return False
+            return super().__exit__(exc_type, exc, tb)
+
+    return _Pool
 
 
 def process_pool(workers: int, initializer: Callable, initargs: tuple) -> futures.ProcessPoolExecutor:
     """A pool of `workers` processes, forked where the OS can (the parent's imports and caches
     come along), spawned elsewhere; each worker dies with this process (see the module doc)."""
+    import multiprocessing
+
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    return _Pool(workers, mp_context=context, initializer=_start_worker,
+    return _pool_class()(workers, mp_context=context, initializer=_start_worker,
                  initargs=(os.getpid(), initializer, initargs))
 
 
@@ -115,6 +123,9 @@ def _die_with(parent: int) -> None:
     """Exit this process when `parent` dies: the kernel's parent-death signal where there is one,
     and a watchdog thread that polls the parent's id in any case."""
     if sys.platform.startswith("linux"):
+        import ctypes
+        import ctypes.util
+
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -122,6 +133,8 @@ def _die_with(parent: int) -> None:
             pass
     if os.getppid() != parent:  # the parent died before the request took effect
         os._exit(1)
+    import threading
+
     threading.Thread(target=_watch, args=(parent,), daemon=True, name="fasop-parent-watchdog").start()
 
 

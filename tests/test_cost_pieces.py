@@ -318,11 +318,14 @@ def test_stage_times_are_the_stage_sums(seed):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_minmax_rows_move_as_the_reference(seed):
-    """fasop2024_plans.minmax_rows moves problems of one stage count in lockstep on arrays; each
-    split must be minmax's (one problem at a time). 200 problems drawn from 3 layer counts, 1 to 9 stages (at
+    """Kernel against its oracle: fasop2024_minmax.minmax_rows, the batched form of FASOP's
+    min-max (every problem of a chunk moving in lockstep on arrays, as the compiled 1F1B runs
+    many pipelines at once), against minmax, its one reference (one problem at a time: the
+    hand-computed cases above state its behaviour). Each split must be minmax's. 200 problems
+    drawn from 3 layer counts, 1 to 9 stages (at
     most the layers), stage costs from a pool of 4 that cover more layers than balanced (as the
     encoder of an encoder-decoder), ties included, repeats included."""
-    from fasop.estimators.fasop2024_plans import middle_extra, minmax_rows
+    from fasop.estimators.fasop2024_minmax import middle_extra, minmax_rows
 
     rng = np.random.default_rng(seed)
     coarse = seed % 2 == 0
@@ -342,9 +345,33 @@ def test_minmax_rows_move_as_the_reference(seed):
 
 
 @pytest.mark.parametrize("seed", range(6))
+def test_minmax_many_pads_problems_of_fewer_stages(seed):
+    """Kernel against its oracle, as above: fasop2024_minmax.minmax_many solves sets of problems
+    of different stage counts in one lockstep run per range of counts, padding the smaller
+    ones; each split must still be minmax's. Sets of 2 to 12 stages over 24 layers, 30 problems
+    each."""
+    from fasop.estimators.fasop2024_minmax import middle_extra, minmax_many
+
+    rng = np.random.default_rng(100 + seed)
+    pool = [_random_costs(rng, 24, seed % 2 == 0) for _ in range(3)]
+    table = np.stack([c.matrix for c in pool])
+    sizes = [int(n) for n in rng.permutation(np.arange(2, 13))]
+    sets = [(rng.integers(0, len(pool), (30, n)), rng.uniform(0, 0.5, (30, n - 1))) for n in sizes]
+    solved = minmax_many(table, [(w, middle_extra(c, w.shape[1])) for w, c in sets], 24, [None] * len(sets))
+    for (which, comm), (reported, scheduled) in zip(sets, solved):
+        n = which.shape[1]
+        for k in range(len(which)):
+            expected = minmax(tuple(pool[int(i)] for i in which[k]), 24, tuple(comm[k, :max(n - 2, 0)].tolist()))
+            assert (tuple(reported[k].tolist()), tuple(scheduled[k].tolist())) == (expected.reported,
+                                                                                  expected.scheduled)
+
+
+@pytest.mark.parametrize("seed", range(6))
 def test_plan_splits_choose_among_fasop_minmax_splits(seed):
-    """fasop2024_plans.plan_splits balances and schedules a chunk of plans on arrays; each plan's
-    choice must be that of fasop_minmax_splits one plan at a time, scheduled one split at a time
+    """Batched path against its oracle: fasop2024_plans.plan_splits balances and schedules a
+    chunk of plans on arrays (minmax_many, then one 1F1B call for all); each plan's choice must
+    be that of the per-plan reference, fasop_minmax_splits (minmax's candidates) scheduled one
+    split at a time
     (schedule.Schedule, forward t/3 and backward 2t/3, sends at the ends only): the candidate
     with the lowest stage-0 end, the first of equals. One or two segments (encoder-decoder),
     one to twelve stages."""

@@ -399,3 +399,31 @@ def test_partition_budget_trades_time_for_proofs(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["search", "--model", "bert", "--cluster", "fasop-paper", "--nodes", "a10=4", "--partition-budget", "0"])
     assert stop.value.code == 2
+
+
+def test_fasop_minmax_estimates_alone_equal_those_in_a_batch():
+    """fasop-minmax estimates one plan at a time where a search prunes (--top, a pareto sweep)
+    and a chunk at a time where it does not: the same numbers either way, for every plan of t5
+    (an encoder-decoder, whose one-stage plans once had no candidate splits to schedule alone)
+    and gpt2xl, whichever comes first in the process (pipelines met before are kept per model
+    and cluster: each model here is a copy under a path of its own, so its cache starts empty)."""
+    cluster = load_cluster("fasop-paper")
+    from fasop.enumerate import cyclic_placements, degree_list, plans as plan_list
+    from fasop.search import parse_nodes
+
+    for name, nodes in (("t5", "a10=2"), ("gpt2xl", "a100=1,a10=3")):
+        for alone_first in (True, False):
+            model = dataclasses.replace(load_model(name), path=f"{name}, alone first: {alone_first}")
+            inventory = parse_nodes(nodes, cluster)
+            alone, batch = (Fasop2024Estimator(model, cluster, inventory) for _ in range(2))
+            combos = degree_list(inventory, tp_degrees=alone.tp_degrees(), global_batch_size=model.global_batch_size,
+                                 num_transformer_layers=model.num_transformer_layers)
+            candidates = list(plan_list(cyclic_placements(inventory), combos, global_batch_size=model.global_batch_size))
+            assert any(p.pp == 1 for p in candidates) and any(p.pp > 1 for p in candidates)
+            if alone_first:
+                one_by_one = [alone.estimate(plan) for plan in candidates]
+                together = batch.estimate_many(candidates)
+            else:
+                together = batch.estimate_many(candidates)
+                one_by_one = [alone.estimate(plan) for plan in candidates]
+            assert one_by_one == together == batch.estimate_many(candidates)

@@ -47,6 +47,7 @@ FASOP-2024's own rules live in `fasop/estimators/fasop2024*.py` (docs/estimators
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -132,13 +133,20 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+_ON_FIRST_USE = {"analytic": "fasop.estimators.analytic"}
+"""Estimators shipped with fasop whose module is imported (and registers itself) when a cluster
+spec first names it: a process that never uses one does not pay for importing it."""
+
+
 def names() -> tuple[str, ...]:
     """The registered estimator names, sorted."""
-    return tuple(sorted(_REGISTRY))
+    return tuple(sorted(set(_REGISTRY) | set(_ON_FIRST_USE)))
 
 
 def make_estimator(model: ModelSpec, cluster: ClusterSpec, inventory: Iterable[NodeType], **options) -> Estimator:
     """The estimator the cluster spec names (its `estimator` key), for this model and inventory."""
+    if cluster.estimator not in _REGISTRY and cluster.estimator in _ON_FIRST_USE:
+        importlib.import_module(_ON_FIRST_USE[cluster.estimator])
     factory = _REGISTRY.get(cluster.estimator)
     if factory is None:
         raise SpecError(cluster.path, "estimator", f"unknown estimator {cluster.estimator!r} "
@@ -147,4 +155,3 @@ def make_estimator(model: ModelSpec, cluster: ClusterSpec, inventory: Iterable[N
 
 
 from fasop.estimators import fasop2024  # noqa: E402,F401  (registers fasop-2024)
-from fasop.estimators import analytic  # noqa: E402,F401  (registers analytic)

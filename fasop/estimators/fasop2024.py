@@ -36,7 +36,6 @@ from fasop.estimators.fasop2024_minmax import fasop_minmax_splits, minmax_suppor
 from fasop.estimators.fasop2024_layout import Layout, Layouts, Stages
 from fasop.estimators.fasop2024_memory import PARAM_BYTES
 from fasop.estimators.fasop2024_finish import chosen_split, estimate_chunk, finish_many, schedule_all
-from fasop.estimators.fasop2024_optimal import optimal_split
 from fasop.partition import DEFAULT_MAX_NODES, PARTITIONERS, Found, Split, least_chain
 from fasop.parts import EstimateParts, counted_parts
 from fasop.plan import Plan
@@ -69,6 +68,7 @@ class Fasop2024Estimator:
         self._by_pace: dict[tuple[int, tuple], tuple[Layout, Stages]] = {}
         """stages_of's Stages of layouts with mixed stages, by (layout, order of the paces)."""
         self.combos = Combos()
+        self._quick: dict[tuple[int, int, int, int], float] = {}
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.inventory = tuple(inventory)
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
@@ -225,9 +225,14 @@ class Fasop2024Estimator:
 
     def quick_bound(self, plan: Plan) -> float:
         """A weaker `lower_bound` that ignores the placement: every stage costs, layer run by
-        layer run, the least over the inventory's GPU types; no sends, no all-reduce."""
-        chain, busiest = self.floors(plan, None, coupled=False)
-        return max(chain, plan.num_microbatches * busiest) * (1 - 1e-6)
+        layer run, the least over the inventory's GPU types; no sends, no all-reduce. Kept per
+        (tp, micro-batch, pp, micro-batches): a search asks it of every plan, its placements many."""
+        key = (plan.tp, plan.mbs, plan.pp, plan.num_microbatches)
+        bound = self._quick.get(key)
+        if bound is None:
+            chain, busiest = self.floors(plan, None, coupled=False)
+            bound = self._quick[key] = max(chain, plan.num_microbatches * busiest) * (1 - 1e-6)
+        return bound
 
     def floors(self, plan: Plan, stage_gpus: tuple[str, ...] | None, coupled: bool = True) -> tuple[float, float]:
         """partition.least_chain (least stage times + largest steady chain, least busiest
@@ -288,6 +293,8 @@ class Fasop2024Estimator:
 
     def _optimal_split(self, p: Prepared, cutoff: float = np.inf) -> Found | None:
         """fasop2024_optimal.optimal_split of `p`, its stage-time tables shared by this (model, cluster)."""
+        from fasop.estimators.fasop2024_optimal import optimal_split  # (a fasop-minmax search never imports it)
+
         return optimal_split(self, p, self._shared.setdefault("splits", OrderedDict()), cutoff)
 
     # ------------------------------------------------------------------ batch
@@ -299,7 +306,8 @@ class Fasop2024Estimator:
         if not plans:
             return []
         if self.partitioner == "fasop-minmax":
-            estimates = estimate_chunk(self, plans, self._shared.setdefault(("min-max", self.compute), {}))
+            estimates = estimate_chunk(self, plans, self._shared.setdefault(("min-max", self.compute), {}),
+                                       self._shared.setdefault(("pipelines", self.compute), {}))
             report(total, total)
             return estimates
         prepared = []

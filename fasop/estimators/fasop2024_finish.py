@@ -27,15 +27,18 @@ if TYPE_CHECKING:
 f32 = np.float32
 
 
-def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict) -> list[Estimate]:
+def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, kept: dict) -> list[Estimate]:
     """`Fasop2024Estimator.estimate_many` with fasop-minmax, on arrays a row per plan (fasop2024_batch.Chunk):
     every plan's candidate splits, their schedules and the choice among them
     (fasop2024_plans.plan_splits), then step time and memory. Plans of equal inputs (see
-    Chunk) are partitioned and scheduled once. `known`: min-max results kept (minmax_rows)."""
+    Chunk) are partitioned and scheduled once. `known`: min-max results kept (minmax_rows);
+    `kept`: pipelines' chosen splits kept (kept_splits)."""
     c = Chunk(e, plans)
     u, inverse = c.unique, c.inverse
-    reported, _, times, ends = (rows[inverse] for rows in plan_splits(
-        e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], e.segment_lengths, e.fwd_bwd_factor, known))
+    *rows, heads = kept_splits(kept, e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], e.segment_lengths,
+                               e.fwd_bwd_factor, known)
+    reported, times, ends = (r[inverse] for r in rows)
+    partition, compute, end = map(list, zip(*map(heads.__getitem__, inverse.tolist())))
     n = len(plans)
     stages = np.arange(c.width) < c.pps[:, None]
     step, dp = step_times(np.where(stages, ends, -np.inf), c.shared.astype(bool),
@@ -45,27 +48,80 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict) 
     stage_bytes, zero_bytes, oom, oom_gib, zero_oom, zero_gib = memory_arrays(
         tables.params, tables.act, c.memory, reported, c.limits[c.layout_of], c.sharded,
         e.cluster.memory_overhead_factor, PARAM_BYTES.full)
-    memory = trusted_many(MemoryEstimate, n, stage_bytes=_heads(stage_bytes, c.pps),
-                          stage_zero_bytes=_heads(zero_bytes, c.pps), is_oom=oom.tolist(), oom_gpumem_gib=oom_gib,
-                          is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
-    end = _heads(ends, c.pps)
+    stage, zero, p2p = _heads([stage_bytes, zero_bytes, c.p2p], c.pps, fewer=(0, 0, 1))
+    memory = trusted_many(MemoryEstimate, n, stage_bytes=stage, stage_zero_bytes=zero, is_oom=oom.tolist(),
+                          oom_gpumem_gib=oom_gib, is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
     return trusted_many(
-        Estimate, n, plan=list(plans), partition=_heads(reported, c.pps), stage_node_types=[st.types for st in c.stages],
-        stage_compute_s=_heads(times, c.pps), p2p_s=_heads(c.p2p, c.pps - 1), stage_end_s=end,
+        Estimate, n, plan=list(plans), partition=partition, stage_node_types=[st.types for st in c.stages],
+        stage_compute_s=compute, p2p_s=p2p, stage_end_s=end,
         pipeline_time_s=[e[0] for e in end], dp_allreduce_s=dp.tolist(),
         embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(), step_time_s=step.tolist(),
         memory=memory, usd_per_step=(e.usd_per_s * step).tolist(), partitioner=e.partitioner,
         partition_proven_optimal=False)
 
 
-def _heads(rows: np.ndarray, counts: np.ndarray) -> list[tuple]:
-    """The first counts[k] entries of row k of `rows`, as a tuple of Python numbers per row
-    (the rows of one count sliced together)."""
-    out: list = [None] * len(rows)
-    for count in np.unique(counts).tolist():
+KEPT_PIPELINES = 1 << 16
+"""Pipelines whose chosen split a `kept` dict holds (~3 rows of pp numbers each) before it starts over."""
+
+
+def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray, ms: np.ndarray,
+                segment_lengths: Sequence[int], k: float, known: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+    """(reported, times, ends) of plan_splits, and each row's first pp entries of the three as
+    tuples, for pipelines met before read from `kept`: a pipeline is all plan_splits reads of a
+    row (its pp, micro-batches, stage planes, sends), so plans of equal pipelines get equal
+    splits, whatever their placement, degrees or search -- e.g. the compositions of a pareto
+    sweep share many (`kept` lives as long as the estimators' shared cache of one model and
+    cluster, like `known`). The rest are computed together (plan_splits) and kept."""
+    count, width = which.shape
+    reported, times, ends = np.zeros((count, width), np.int64), np.zeros((count, width)), np.zeros((count, width))
+    heads: list = [None] * count
+    names, missing = {}, []
+    for pp in sorted(set(pps.tolist())):
+        at = np.flatnonzero(pps == pp)
+        key = np.concatenate([ms[at, None].astype(np.int64), which[at, :pp].astype(np.int64),
+                              comm[at, :pp - 1].astype(float).view(np.int64)], axis=1)
+        names[pp] = at, key.view(np.dtype((np.void, 16 * pp))).ravel().tolist()
+        found = list(map(kept.get, names[pp][1]))
+        hits = [j for j, f in enumerate(found) if f is not None]
+        if hits:
+            rows, values = at[hits], np.array([found[j][0] for j in hits])
+            reported[rows, :pp], times[rows, :pp], ends[rows, :pp] = values[:, :pp], values[:, pp:2 * pp], values[:, 2 * pp:]
+            for j, row in zip(hits, rows.tolist()):
+                heads[row] = found[j][1]
+        if len(hits) < len(at):
+            missing.append(np.delete(at, hits))
+    if missing:
+        rows = np.concatenate(missing)
+        r, _, t, e = plan_splits(table, which[rows], comm[rows], pps[rows], ms[rows], segment_lengths, k, known)
+        reported[rows], times[rows], ends[rows] = r, t, e
+        if len(kept) > KEPT_PIPELINES:
+            kept.clear()
+        computed = np.zeros(count, dtype=bool)
+        computed[rows] = True
+        for pp, (at, keys) in names.items():
+            new = computed[at]
+            rows = at[new]
+            values = np.concatenate([reported[rows, :pp], times[rows, :pp], ends[rows, :pp]], axis=1)
+            entries = list(zip(values, zip(*(map(tuple, a[rows, :pp].tolist()) for a in (reported, times, ends)))))
+            kept.update(zip([keys[j] for j in np.flatnonzero(new).tolist()], entries))
+            for row, (_, tuples) in zip(rows.tolist(), entries):
+                heads[row] = tuples
+    return reported, times, ends, heads
+
+
+def _heads(arrays: Sequence[np.ndarray], counts: np.ndarray, fewer: Sequence[int]) -> list[list[tuple]]:
+    """For each of `arrays` (rows of one shape and dtype), the first counts[k] - fewer[j] entries
+    of row k of array j, as a tuple of Python numbers per row: the rows of one count sliced
+    together, from all the arrays at once (a search's chunk has a handful of counts)."""
+    stacked = np.stack(arrays) if len(arrays) > 1 else arrays[0][None]
+    out: list[list] = [[None] * len(counts) for _ in arrays]
+    for count in sorted(set(counts.tolist())):
         at = np.flatnonzero(counts == count)
-        for k, row in zip(at.tolist(), map(tuple, rows[at, :count].tolist())):
-            out[k] = row
+        where = at.tolist()
+        for heads, less, block in zip(out, fewer, stacked[:, at, :count].tolist()):
+            rows = map(tuple, block) if not less else (tuple(row[:count - less]) for row in block)
+            for k, row in zip(where, rows):
+                heads[k] = row
     return out
 
 

@@ -20,122 +20,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from fasop import native
-from fasop.estimators.fasop2024_batch import first_of
+from fasop.estimators.fasop2024_minmax import middle_extra, minmax_many
 from fasop.schedule import one_f_one_b, split_stage_times
 
 f32 = np.float32
-
-
-def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int,
-                known: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(reported, scheduled) counts of FASOP's greedy min-max balancing of `num_layers` layers
-    over n <= num_layers stages, one problem per row, every row moving in lockstep: stage i
-    of row r takes its times from plane which[r, i] of `table` (entry [a, b]: layers a..b-1)
-    plus extra[r, i] (the comm term: 0.0 at the ends). The moves of
-    fasop2024_minmax.minmax (docs/estimators.md §6): maxima and first-of-equals indices
-    (argmax, argmin) are exact, so every row moves and stops as it does. Equal rows (plans
-    that differ only where the partitioner does not look) are balanced once; `known`, if
-    given, keeps the results of earlier calls on the same table and layer count, by row."""
-    count, n = which.shape
-    keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
-    names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
-    if known is None:
-        _, first, inverse = _distinct(names)
-        reported, scheduled = _lockstep(table, which[first], extra[first], num_layers)
-        return reported[inverse], scheduled[inverse]
-    found = list(map(known.get, names))
-    if None in found:
-        missing = [k for k, f in enumerate(found) if f is None]
-        distinct, first, inverse = _distinct([names[k] for k in missing])
-        if len(known) > MINMAX_KNOWN:
-            known.clear()
-        at = np.array(missing, dtype=np.intp)[first]
-        reported, scheduled = _lockstep(table, which[at], extra[at], num_layers)
-        solved = list(map(tuple, np.concatenate([reported, scheduled], axis=1).tolist()))
-        known.update(zip(distinct, solved))
-        for k, j in zip(missing, inverse.tolist()):
-            found[k] = solved[j]
-    both = np.array(found, dtype=np.int64).reshape(count, 2 * n)
-    return both[:, :n], both[:, n:]
-
-
-MINMAX_KNOWN = 1 << 18
-"""Min-max results a `known` dict keeps (a few hundred bytes each) before it starts over."""
-
-
-def _distinct(keys: list) -> tuple[list, np.ndarray, np.ndarray]:
-    """(the distinct keys in order of first appearance, the index of each one's first
-    appearance, for each key the number of its distinct key): fasop2024_batch.first_of."""
-    first, inverse = first_of(keys)
-    return [keys[k] for k in first], np.array(first, dtype=np.intp), inverse
-
-
-def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """`minmax_rows` of every row."""
-    count, n = which.shape
-    start = [num_layers // n] * n
-    for i in range(num_layers % n):
-        start[i - 1] += 1
-    counts = np.tile(np.array(start, dtype=np.int64), (count, 1))
-    rows = np.arange(count)
-    last = np.full(count, 1e6)
-    moved = np.zeros(count, dtype=bool)
-    previous_max = previous_min = np.zeros(count, dtype=np.intp)
-    history: list[np.ndarray] = []  # the counts before each move made so far, one row per problem
-    reported = np.zeros((count, n), dtype=np.int64)
-    scheduled = np.zeros((count, n), dtype=np.int64)
-    edges = np.zeros((count, n + 1), dtype=np.intp)
-    while len(rows):
-        np.cumsum(counts, axis=1, out=edges[: len(rows), 1:])
-        e = edges[: len(rows)]
-        current = table[which, e[:, :-1], e[:, 1:]] + extra
-        mx = current.max(axis=1)
-        stop = moved & (mx > last)
-        tied = moved & (mx == last)
-        if tied.any() and history:  # steps 2/3: the maximum stayed and these counts were seen before
-            seen = np.zeros(len(rows), dtype=bool)
-            for before in history:
-                seen |= (before[rows] == counts).all(axis=1)
-            stop |= tied & seen
-        local = np.arange(len(rows))
-        if stop.any():  # undo the last move and stop
-            undone = counts.copy()
-            undone[local, previous_max] += 1
-            undone[local, previous_min] -= 1
-            reported[rows[stop]] = scheduled[rows[stop]] = undone[stop]
-        last = mx
-        imax, imin = current.argmax(axis=1), current.argmin(axis=1)
-        at_max = counts[local, imax]
-        quirk = ~stop & ((imax == 0) | (imax == n - 1)) & (at_max == 2)
-        if quirk.any():  # step 5 quirk: report a changed split, schedule the unchanged one
-            changed = counts.copy()
-            changed[local, imax] += 1
-            changed[local, imin] -= 1
-            scheduled[rows[quirk]] = counts[quirk]
-            reported[rows[quirk]] = np.where(moved[:, None], changed, counts)[quirk]
-        single = ~stop & ~quirk & (at_max <= 1)
-        reported[rows[single]] = scheduled[rows[single]] = counts[single]
-        go = ~(stop | quirk | single)
-        history.append(np.zeros_like(reported))
-        history[-1][rows] = counts
-        counts, imax, imin = counts[go], imax[go], imin[go]  # move one layer from the slowest to the fastest
-        moving = np.arange(len(counts))
-        counts[moving, imax] -= 1
-        counts[moving, imin] += 1
-        previous_max, previous_min = imax, imin
-        rows, last, which, extra = rows[go], last[go], which[go], extra[go]
-        moved = np.ones(len(rows), dtype=bool)
-    return reported, scheduled
-
-
-def middle_extra(comm: np.ndarray, n: int) -> np.ndarray:
-    """The comm terms of a min-max problem of n stages: comm[:, i - 1] on each middle stage i,
-    0.0 on the end stages (docs/estimators.md §6)."""
-    extra = np.zeros((len(comm), n))
-    if n > 2:
-        extra[:, 1:n - 1] = comm[:, :n - 2]
-    return extra
 
 
 def stage_times(table: np.ndarray, which: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -159,7 +47,7 @@ def schedule_ends(times: np.ndarray, pps: np.ndarray, ms: np.ndarray, first_send
         return ends
     if native.kernels is None:
         shapes = pps * (int(ms.max()) + 1) + ms
-        for shape in np.unique(shapes).tolist():
+        for shape in sorted(set(shapes.tolist())):
             at = np.flatnonzero(shapes == shape)
             pp, m = int(pps[at[0]]), int(ms[at[0]])
             comp = times[at, :pp].T
@@ -178,7 +66,7 @@ def schedule_ends(times: np.ndarray, pps: np.ndarray, ms: np.ndarray, first_send
 
 class _Problems:
     """Min-max problems (minmax_rows) collected by stage count and solved together: one
-    lockstep run per stage count for a whole chunk."""
+    lockstep run for a whole chunk (minmax_many)."""
 
     def __init__(self, table: np.ndarray, num_layers: int, known: dict | None = None):
         self.table, self.num_layers, self.known = table, num_layers, known
@@ -192,14 +80,17 @@ class _Problems:
         return n, len(self.parts[n]) - 1
 
     def solve(self) -> None:
+        sets, sizes = [], []
         for n, parts in self.parts.items():
             starts = np.cumsum([0] + [len(w) for w, _ in parts]).tolist()
             if n == 1:  # one stage takes every layer
-                reported = scheduled = np.full((starts[-1], 1), self.num_layers, dtype=np.int64)
+                reported = np.full((starts[-1], 1), self.num_layers, dtype=np.int64)
+                self.solved[n] = (reported, reported, starts)
             else:
-                known = None if self.known is None else self.known.setdefault((n, self.num_layers), {})
-                reported, scheduled = minmax_rows(self.table, np.concatenate([w for w, _ in parts]),
-                                                  np.concatenate([x for _, x in parts]), self.num_layers, known)
+                sets.append((np.concatenate([w for w, _ in parts]), np.concatenate([x for _, x in parts])))
+                sizes.append((n, starts))
+        knowns = [None if self.known is None else self.known.setdefault((n, self.num_layers), {}) for n, _ in sizes]
+        for (n, starts), (reported, scheduled) in zip(sizes, minmax_many(self.table, sets, self.num_layers, knowns)):
             self.solved[n] = (reported, scheduled, starts)
 
     def __getitem__(self, ticket: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -220,7 +111,7 @@ def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.
     times, ends = np.zeros((count, width)), np.zeros((count, width))
     problems = _Problems(table, segment_lengths[0], known)
     groups = []
-    for pp in np.unique(pps).tolist():
+    for pp in sorted(set(pps.tolist())):  # (np.unique would import numpy.ma: ~10 ms a process)
         rows = np.flatnonzero(pps == pp)
         if pp == 1:  # no pipeline: m micro-batches back to back, float32
             reported[rows, 0] = scheduled[rows, 0] = layers
@@ -233,7 +124,7 @@ def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.
         else:
             groups.append((rows, w, c, _encoder_decoder_problems(problems, w, c, segment_lengths)))
     problems.solve()
-    if len(segment_lengths) == 2:
+    if len(segment_lengths) == 2 and groups:  # (none: every plan has one stage)
         for (rows, *_), (rep, t, e) in zip(groups, _encoder_decoder(problems, groups, table, ms, width, k)):
             pp = rep.shape[1]
             reported[rows, :pp], scheduled[rows, :pp], times[rows, :pp], ends[rows, :pp] = rep, rep, t, e
