@@ -34,6 +34,15 @@ SETTLE_NODES 400 -> 800): unproven 54 -> 42 and 64 -> 50 at about the same CPU t
 going to the settle pass's tighter bounds instead; with every later step, 100 -> 50 nodes
 leave the same unproven at ~0.1 s less CPU on gpt2xl (30 nodes: ~0.2 s more)."""
 SETTLE_NODES = 800
+FIRST_CUTS = 0
+"""Without a budget, cuts (partition.optimal's max_cuts: critical chains of the best splits
+found, each traced in Python by schedule.critical_path, ~2 ms on 16 stages x 64 micro-batches)
+of the first branch and bound. Measured on FASOP's experiments (default search): 2 -> 0 leaves
+the same splits unproven at ~0.4 s less CPU on gpt2xl and t5 a100=1,a10=7 (its proofs are the
+settle passes')."""
+SETTLE_CUTS = 2
+"""Cuts of the settle, legs and close passes (and of a search with --partition-budget): 0
+leaves gpt2xl a100=1,a10=7 9 unproven instead of 7, 1 proves the same at the same time."""
 CLOSE_GAP = 2e-3
 """A plan that every step of `SplitSearch.certified` leaves unproven, its split within this gap
 (relative) of its best lower bound, gets one more forward settle pass of CLOSE_NODES nodes: the
@@ -95,6 +104,7 @@ class SplitSearch:
         self.times, self.fitting, self.tables, self.oom_tables = self._tables(recent)
         self.dp_by_stage0: dict[int, np.ndarray] = {}
         self.extras: dict[int, float] = {}
+        self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
         self.stages = np.arange(self.pp)
         self.weights = e.steady_weights(self.pp, self.m)
 
@@ -105,7 +115,8 @@ class SplitSearch:
         return {"bound": self.bound, "evaluate": self.evaluate, "cut": self.cut, "extra": self.extra,
                 "seeds": [s.reported for s in self.p.splits],
                 "max_nodes": FIRST_NODES if self.e.max_nodes is None else self.e.max_nodes,
-                "stage_weights": self.weights}
+                "stage_weights": self.weights,
+                "max_cuts": FIRST_CUTS if self.e.max_nodes is None else SETTLE_CUTS}
 
     def _tables(self, recent: OrderedDict) -> tuple:
         """(stage times, those that fit, the dynamic programmes' tables over them, over all),
@@ -151,9 +162,13 @@ class SplitSearch:
         return ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()
 
     def cut(self, split: tuple[int, ...]) -> tuple[np.ndarray, float]:
-        _, weights, const = critical_path(self.stage_compute([split]), self.sends_fwd, self.sends_bwd, self.m,
-                                          fwd_bwd_factor=self.e.fwd_bwd_factor)
-        return weights[:, 0], float(const[0])
+        """The critical chain of `split` as a cut (partition.Cut), once per split: every pass asks
+        for its best split's."""
+        if split not in self.cuts:
+            _, weights, const = critical_path(self.stage_compute([split]), self.sends_fwd, self.sends_bwd, self.m,
+                                              fwd_bwd_factor=self.e.fwd_bwd_factor)
+            self.cuts[split] = (weights[:, 0], float(const[0]))
+        return self.cuts[split]
 
     def bound(self, k, before, chain, t, rest, round_trips=False):
         return one_f_one_b_bound(k, before, chain, t, rest, num_stages=self.pp, num_microbatches=self.m,
@@ -218,7 +233,7 @@ class SplitSearch:
         Proven when every one is."""
         legs = Legs(self.pp, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, send_fwd=self.sends_fwd[:, 0],
                     send_bwd=self.sends_bwd[:, 0])
-        options = self.budget | {"max_nodes": LEG_NODES}
+        options = self.budget | {"max_nodes": LEG_NODES, "max_cuts": SETTLE_CUTS}
         plain = optimal(self.fitting, tables=self.tables, settle=True, **(options | {
             "seeds": [found.split], "bound": self.legs_bound(self.fitting, self.tables, legs)}))
         if plain.objective < found.objective:
@@ -251,7 +266,8 @@ class SplitSearch:
         if value < found.objective:
             found = Found(split, value, False, found.bound)
         settled = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
-                          **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": SETTLE_NODES}))
+                          **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": SETTLE_NODES,
+                                            "max_cuts": SETTLE_CUTS}))
         if settled.objective < found.objective:
             found = settled
         if settled.proven:
@@ -273,7 +289,8 @@ class SplitSearch:
         if found.proven or found.objective - found.bound > CLOSE_GAP * found.objective:
             return found
         closer = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
-                         **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": CLOSE_NODES}))
+                         **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": CLOSE_NODES,
+                                           "max_cuts": SETTLE_CUTS}))
         if closer.objective < found.objective:
             found = closer
         return Found(found.split, found.objective, closer.proven, found.objective if closer.proven else
