@@ -1,9 +1,9 @@
 """Layers -> pipeline stages. Contiguous splits of the layer list, one count per stage.
 
 `optimal`: the split with the least estimated step time, by branch and bound over stages (the
-dynamic programmes its bounds use are in fasop/partition_tables.py); `polish`: a local search
-that gives its settle pass a better split to prove. FASOP's greedy `fasop-minmax` is
-FASOP-2024's own (fasop/estimators/fasop2024_minmax.py).
+dynamic programmes its bounds use are in fasop/partition_tables.py; `polish`, a local search
+that gives its settle pass a better split to prove, in fasop/partition_polish.py). FASOP's
+greedy `fasop-minmax` is FASOP-2024's own (fasop/estimators/fasop2024_minmax.py).
 """
 
 from __future__ import annotations
@@ -93,50 +93,11 @@ class Found:
     itself when proven)."""
 
 
-POLISH_ROUNDS = 64
-"""Most rounds of `polish` (each evaluates every one-layer move at once); measured on FASOP's
-experiments, it stops on its own after at most ~10."""
-
-
-def moves(split: tuple[int, ...], times: np.ndarray) -> list[tuple[int, ...]]:
-    """The splits that move one layer from stage i to stage j (the boundaries between them shift
-    by one; every pair i != j) and fit: times[k, a, b] finite for every stage; times as in
-    `optimal`."""
-    n = len(split)
-    i, j = np.nonzero(~np.eye(n, dtype=bool))
-    counts = np.tile(np.array(split), (len(i), 1))
-    counts[np.arange(len(i)), i] -= 1
-    counts[np.arange(len(i)), j] += 1
-    counts = counts[(counts >= 1).all(axis=1)]
-    edges = np.zeros((len(counts), n + 1), dtype=np.intp)
-    np.cumsum(counts, axis=1, out=edges[:, 1:])
-    fits = np.isfinite(times[np.arange(n), edges[:, :-1], edges[:, 1:]]).all(axis=1)
-    return [tuple(c) for c in counts[fits].tolist()]
-
-
-def polish(split: tuple[int, ...], value: float, times: np.ndarray, evaluate: Evaluate,
-           rounds: int = POLISH_ROUNDS) -> tuple[tuple[int, ...], float]:
-    """(split, objective) after a best-improvement local search from `split` (objective `value`):
-    each round evaluates every `moves` neighbour at once and goes to the lowest (ties: the
-    lexicographically smallest), while that is strictly lower. A better incumbent for the
-    branch and bound's settle pass: the optimal split of a deep pipeline is often a few layer
-    moves from the one a budget-capped search found, and the settle pass only proves what it
-    is given. Deterministic; never returns a worse split."""
-    for _ in range(rounds):
-        near = moves(split, times)
-        if not near:
-            break
-        best = min(zip(evaluate(near), near))
-        if not best[0] < value:
-            break
-        value, split = float(best[0]), best[1]
-    return split, value
-
-
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
             max_cuts: int = 2, max_nodes: int | None = None, above: float = np.inf,
-            stage_weights: np.ndarray | None = None, tables: dict | None = None, settle: bool = False) -> Found | None:
+            stage_weights: np.ndarray | None = None, tables: dict | None = None, settle: bool = False,
+            last_stages: int = 2) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 
     times[k, a, b]: compute seconds of layers a..b-1 on stage k, inf where b <= a or they do
@@ -152,7 +113,10 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
 
     Order: the seeds and the bottleneck-balanced split are evaluated first. Then best-first
     with dives: the open node with the lowest bound is taken and followed down to a split,
-    always into its lowest-bound child, its other children becoming open nodes. `max_nodes`
+    always into its lowest-bound child, its other children becoming open nodes. A node that
+    fixes all stages but the last `last_stages` (2 or more) is one node: the splits below it
+    whose bounds (and their parents') are not hopeless are evaluated, exactly, in the next
+    batch; the last two stages are never bounded, only simulated. `max_nodes`
     caps the nodes visited; a search stopped there returns the best split found (never worse
     than the seeds) with proven=False.
 
@@ -172,7 +136,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     """
     search = _Search(times, bound=bound, evaluate=evaluate, cut=cut, extra=extra, batch=batch, margin=margin,
                      max_cuts=max_cuts, above=above, stage_weights=stage_weights,
-                     tables={} if tables is None else tables, settle=settle)
+                     tables={} if tables is None else tables, settle=settle, last_stages=max(2, last_stages))
     if not np.isfinite(search.least_sum[0, 0]):
         return None
     root = search.child_bounds(0, 0, (), 0.0, None, np.zeros(0))
@@ -191,9 +155,10 @@ class _Search:
 
     def __init__(self, times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
                  batch: int, margin: float, max_cuts: int, above: float, stage_weights: np.ndarray | None,
-                 tables: dict, settle: bool):
+                 tables: dict, settle: bool, last_stages: int):
         self.times, self.bound, self.evaluate_all, self.cut, self.extra = times, bound, evaluate, cut, extra
         self.batch, self.margin, self.max_cuts, self.above, self.settle = batch, margin, max_cuts, above, settle
+        self.last_stages = last_stages
         self.shared, self.known, self.cuts = tables, {}, {}  # + objectives and cuts of the splits evaluated
         n, self.size = times.shape[:2]
         self.n, self.num_layers = n, self.size - 1
@@ -273,6 +238,21 @@ class _Search:
             return -np.inf
         value = (dots + self.cut_tables[:, k, first] + self.cut_c).max()
         return float(value) + (self.extra(counts[0]) if k > 0 else 0.0)
+
+    def last_splits(self, k: int, first: int, counts: tuple, before: float, chain, dots: np.ndarray) -> list:
+        """The splits below a node that fixes all stages but the last `last_stages` (k >= n -
+        last_stages) whose bounds, and whose parents' bounds, are not hopeless: depth first."""
+        found = self.child_bounds(k, first, counts, before, chain, dots)
+        if found is None:
+            return []
+        lbs, chains, rest = found
+        if k == self.n - 2:
+            return [counts + (s - first, self.num_layers - s) for s, lb in zip(rest.stops.tolist(), lbs.tolist())
+                    if not self.hopeless(lb)]
+        family = _Family(k, first, counts, before, chains, dots, len(self.cut_c), range(len(lbs)), lbs, rest.stops,
+                         rest.times)
+        return [split for i, lb in enumerate(lbs.tolist()) if not self.hopeless(lb)
+                for split in self.last_splits(*family.child(i, self.cut_w))]
 
     def flush(self) -> None:
         """Evaluate the pending splits; keep the best; its critical chain becomes a cut."""
@@ -357,8 +337,8 @@ class _Search:
             self.visited += 1
             if self.max_nodes is not None and self.visited > self.max_nodes:
                 raise _Budget
-            if k == self.n:
-                self.pending.append(counts)
+            if k >= self.n - self.last_stages and k != self.n - 1:  # a split, or a node over the last stages
+                self.pending.extend(self.last_splits(k, first, counts, before, chain, dots) if k < self.n else [counts])
                 if len(self.pending) >= self.batch:
                     self.flush()
                 return

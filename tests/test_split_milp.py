@@ -12,7 +12,9 @@ all-reduce that grows with stage 0's layers):
 - stage_chains gives every stage's end as a path of the event graph (weights . t + const);
 - the backward sweep bound (schedule_bounds.SweepBound) at every partial split is at most the
   best completion's simulated time, and the branch and bound with it is still exact;
-- partition.polish never returns a slower split, nor one that does not fit, and stops where no
+- a node that fixes all but the last two (or three) stages is resolved by evaluating its splits
+  (a bound that knows nothing still proves small cases within that many nodes);
+- partition_polish.polish never returns a slower split, nor one that does not fit, and stops where no
   one-layer move helps; the default search's proof (a budget-capped branch and bound, polish,
   then the settle pass) ends on the brute-force optimum within the margin.
 """
@@ -28,7 +30,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fasop.partition import moves, optimal, polish
+from fasop.partition import optimal
+from fasop.partition_polish import moves, polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, round_trip_weights, stage_chains, \
     steady_weights
 from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
@@ -129,6 +132,26 @@ def test_settle_and_budget_bounds_are_true_bounds(seed):
     assert capped.bound <= brute * (1 + MARGIN)  # float32 step times: bounds are good to their rounding
     settled = optimal(fitting, settle=True, **(kwargs | {"seeds": [capped.split]}))
     assert settled.proven and settled.objective <= brute * (1 + MARGIN)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_last_stages_are_evaluated_not_bounded(seed):
+    """A node that fixes all stages but the last `last_stages` is one node: the splits below it are
+    evaluated. With a bound that knows nothing (0) and no cuts, a case of at most that many
+    stages is proven at its root alone, one of a stage more within 1 + (stage 0's layer counts)
+    nodes, on the brute-force optimum; the settle mode with it too, from any seed."""
+    fitting, extra, objective, _, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
+    if not np.isfinite(brute):
+        return
+    kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
+    blind = kwargs | {"bound": lambda k, before, chain, t, rest: (np.zeros(len(t)), [None] * len(t)), "max_cuts": 0}
+    for last in (2, 3):
+        if pp <= last + 1:
+            found = optimal(fitting, max_nodes=1 if pp <= last else fitting.shape[1], last_stages=last, **blind)
+            assert found.proven and found.objective == pytest.approx(brute, rel=1e-12)
+        capped = optimal(fitting, max_nodes=2, **kwargs)
+        settled = optimal(fitting, settle=True, last_stages=last, **(kwargs | {"seeds": [capped.split]}))
+        assert settled.proven and brute <= settled.objective <= brute * (1 + MARGIN)
 
 
 @pytest.mark.parametrize("seed", range(300))

@@ -15,7 +15,8 @@ import numpy as np
 from fasop.estimators.fasop2024_batch import Prepared
 from fasop.estimators.fasop2024_memory import PARAM_BYTES
 from fasop.memory import stage_fit_mask
-from fasop.partition import Found, optimal, polish
+from fasop.partition import Found, optimal
+from fasop.partition_polish import polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
 from fasop.schedule_bounds import ReverseSweepBound, SweepBound, sweep_completion, sweep_prefix_completion, with_sweep
 from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
@@ -25,13 +26,39 @@ if TYPE_CHECKING:
     from fasop.estimators.fasop2024 import Fasop2024Estimator
 
 f32 = np.float32
-FIRST_NODES = 100
+FIRST_NODES = 50
 """Without a budget (--partition-budget), search-tree nodes of the first, exact branch and bound
 per plan; a split it leaves unproven is polished and proven by the settle pass
 (`SplitSearch.certified`). Measured on gpt2xl and t5 a100=1,a10=7 (default search, with
 SETTLE_NODES 400 -> 800): unproven 54 -> 42 and 64 -> 50 at about the same CPU time, the nodes
-going to the settle pass's tighter bounds instead."""
+going to the settle pass's tighter bounds instead; with every later step, 100 -> 50 nodes
+leave the same unproven at ~0.1 s less CPU on gpt2xl (30 nodes: ~0.2 s more)."""
 SETTLE_NODES = 800
+FIRST_CUTS = 0
+"""Without a budget, cuts (partition.optimal's max_cuts: critical chains of the best splits
+found, each traced in Python by schedule.critical_path, ~2 ms on 16 stages x 64 micro-batches)
+of the first branch and bound. Measured on FASOP's experiments (default search): 2 -> 0 leaves
+the same splits unproven at ~0.4 s less CPU on gpt2xl and t5 a100=1,a10=7 (its proofs are the
+settle passes')."""
+SETTLE_CUTS = 2
+"""Cuts of the settle, legs and close passes (and of a search with --partition-budget): 0
+leaves gpt2xl a100=1,a10=7 9 unproven instead of 7, 1 proves the same at the same time."""
+CLOSE_GAP = 1e-3
+"""A plan that every step of `SplitSearch.certified` leaves unproven, its split within this gap
+(relative) of its best lower bound, gets one more forward settle pass of CLOSE_NODES nodes: the
+bound is near, more nodes close it. Measured on FASOP's experiments (default search, 3000
+nodes, before cuts were traced in Python): gaps 0 / 0.05 / 0.1 / 0.2 / 0.5 % leave gpt2xl
+a100=1,a10=7 11 / 9 / 7 / 7 / 6 and t5 a100=1,a10=7 5 / 5 / 4 / 1 / 1 unproven, at +0.0 / 0.0 /
+0.0 / +0.06 / +0.2 s of CPU on gpt2xl; with the cuts traced in Python, 0.2 % put gpt2xl's whole
+process at 2.03-2.13x dbfe47e's, past the issue's 2x, and 0.1 % at 1.94-1.96x."""
+CLOSE_NODES = 3000
+"""Search-tree nodes of that last pass: measured as above, 6000 proves no more than 3000."""
+SETTLE_LAST_STAGES = 3
+"""The settle passes' (forward and reverse) nodes that fix all stages but the last three are one
+node each, the splits below them evaluated (partition.optimal's `last_stages`; the first pass
+and the legs pass: 2). Measured on FASOP's experiments (default search): 2 -> 3 proves gpt2xl
+a10=8's last split (forward) and one more of t5 a100=1,a10=7's (reverse), at +0.0-0.1 s of CPU
+each; 4 costs seconds (gpt2xl a10=8 0.27 -> 1.26 s)."""
 """Search-tree nodes of the settle pass (`SplitSearch.certified`) per unproven plan."""
 REVERSE_NODES = 1000
 """Search-tree nodes of the reverse settle pass (`SplitSearch.reverse`) per plan the settle pass
@@ -79,6 +106,7 @@ class SplitSearch:
         self.times, self.fitting, self.tables, self.oom_tables = self._tables(recent)
         self.dp_by_stage0: dict[int, np.ndarray] = {}
         self.extras: dict[int, float] = {}
+        self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
         self.stages = np.arange(self.pp)
         self.weights = e.steady_weights(self.pp, self.m)
 
@@ -89,7 +117,8 @@ class SplitSearch:
         return {"bound": self.bound, "evaluate": self.evaluate, "cut": self.cut, "extra": self.extra,
                 "seeds": [s.reported for s in self.p.splits],
                 "max_nodes": FIRST_NODES if self.e.max_nodes is None else self.e.max_nodes,
-                "stage_weights": self.weights}
+                "stage_weights": self.weights,
+                "max_cuts": FIRST_CUTS if self.e.max_nodes is None else SETTLE_CUTS}
 
     def _tables(self, recent: OrderedDict) -> tuple:
         """(stage times, those that fit, the dynamic programmes' tables over them, over all),
@@ -135,9 +164,13 @@ class SplitSearch:
         return ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()
 
     def cut(self, split: tuple[int, ...]) -> tuple[np.ndarray, float]:
-        _, weights, const = critical_path(self.stage_compute([split]), self.sends_fwd, self.sends_bwd, self.m,
-                                          fwd_bwd_factor=self.e.fwd_bwd_factor)
-        return weights[:, 0], float(const[0])
+        """The critical chain of `split` as a cut (partition.Cut), once per split: every pass asks
+        for its best split's."""
+        if split not in self.cuts:
+            _, weights, const = critical_path(self.stage_compute([split]), self.sends_fwd, self.sends_bwd, self.m,
+                                              fwd_bwd_factor=self.e.fwd_bwd_factor)
+            self.cuts[split] = (weights[:, 0], float(const[0]))
+        return self.cuts[split]
 
     def bound(self, k, before, chain, t, rest, round_trips=False):
         return one_f_one_b_bound(k, before, chain, t, rest, num_stages=self.pp, num_microbatches=self.m,
@@ -182,7 +215,7 @@ class SplitSearch:
         found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
                           evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
                           extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=REVERSE_NODES, max_cuts=REVERSE_CUTS,
-                          tables=tables)
+                          last_stages=SETTLE_LAST_STAGES, tables=tables)
         if found_r.objective < found.objective:
             return Found(found_r.split[::-1], found_r.objective, found_r.proven, found_r.bound)
         return Found(found.split, found.objective, found_r.proven, found_r.bound)
@@ -202,7 +235,7 @@ class SplitSearch:
         Proven when every one is."""
         legs = Legs(self.pp, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, send_fwd=self.sends_fwd[:, 0],
                     send_bwd=self.sends_bwd[:, 0])
-        options = self.budget | {"max_nodes": LEG_NODES}
+        options = self.budget | {"max_nodes": LEG_NODES, "max_cuts": SETTLE_CUTS}
         plain = optimal(self.fitting, tables=self.tables, settle=True, **(options | {
             "seeds": [found.split], "bound": self.legs_bound(self.fitting, self.tables, legs)}))
         if plain.objective < found.objective:
@@ -221,20 +254,22 @@ class SplitSearch:
 
     def certified(self, found: Found | None) -> Found | None:
         """Without a budget (max_nodes None), a split the branch and bound leaves unproven is
-        proven: its split is polished (partition.polish: one-layer moves while they help), then
+        proven: its split is polished (partition_polish.polish: one-layer moves while they help), then
         the branch and bound runs again, now only to prove that no split is faster by more than
         its margin (many splits of equal time: layers moved between stages of one GPU type),
         with the sweep bound; then over the stages from the last one (`reverse`); then, for few
         micro-batches, with the chains out and back (`legged`); then the MILP
-        (split_milp.certify, on programs small enough). Each step starts from the best split so
-        far and stops at the first proof."""
+        (split_milp.certify, on programs small enough); then, where the gap left is at most
+        CLOSE_GAP, the settle pass again with CLOSE_NODES nodes. Each step starts from the best
+        split so far and stops at the first proof."""
         if found is None or found.proven or self.e.max_nodes is not None:
             return found
         split, value = polish(found.split, found.objective, self.fitting, self.evaluate)
         if value < found.objective:
             found = Found(split, value, False, found.bound)
-        settled = optimal(self.fitting, tables=self.tables, settle=True,
-                          **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": SETTLE_NODES}))
+        settled = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
+                          **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": SETTLE_NODES,
+                                            "max_cuts": SETTLE_CUTS}))
         if settled.objective < found.objective:
             found = settled
         if settled.proven:
@@ -252,7 +287,16 @@ class SplitSearch:
                                                             fwd_bwd_factor=self.e.fwd_bwd_factor),
                        table.astype(float) + self.embedding, lambda split: self.evaluate([split])[0], found.split,
                        found.objective)
-        return Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound))
+        found = Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound, found.bound))
+        if found.proven or found.objective - found.bound > CLOSE_GAP * found.objective:
+            return found
+        closer = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
+                         **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": CLOSE_NODES,
+                                           "max_cuts": SETTLE_CUTS}))
+        if closer.objective < found.objective:
+            found = closer
+        return Found(found.split, found.objective, closer.proven, found.objective if closer.proven else
+                     max(found.bound, closer.bound))
 
     def run(self, cutoff: float = np.inf) -> Found | None:
         if cutoff < np.inf:
