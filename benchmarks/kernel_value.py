@@ -7,7 +7,7 @@ choices), each a fresh interpreter, with
 - `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many) in Python (schedule.py and
   fasop2024_plans.py read `native.kernels` as None);
 - `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
-  Python (partition.py reads None);
+  Python (partition_tables.py reads None);
 - `python`: no kernel (FASOP_PURE_PYTHON=1);
 - `baseline` (with --baseline PATH): another checkout, its own kernels; `baseline-python`: that
   checkout with no kernel (FASOP_PURE_PYTHON=1), to compare the Python fallbacks.
@@ -54,12 +54,12 @@ tree, off = sys.argv[1], sys.argv[2]
 sys.path.insert(0, tree)
 import fasop
 assert fasop.__file__.startswith(tree), fasop.__file__
-import fasop.partition, fasop.schedule
+import fasop.partition_tables, fasop.schedule
 if "1f1b" in off:
     import fasop.estimators.fasop2024_plans as plans
     fasop.schedule.native = plans.native = types.SimpleNamespace(kernels=None)
 if "tables" in off:
-    fasop.partition.native = types.SimpleNamespace(kernels=None)
+    fasop.partition_tables.native = types.SimpleNamespace(kernels=None)
 from fasop.cli import main
 sys.exit(main(sys.argv[3:]))
 """
