@@ -57,13 +57,21 @@ def _splits(fitting):
     return [s for s in splits if np.isfinite(fitting[np.arange(pp), *_edges(s)]).all()]
 
 
+def _simulated(seed):
+    """A generated case's stage times, its (m, sends), every fitting split and each one's
+    simulated stage-0 end."""
+    fitting, _, _, _, _, (pp, m, sends_fwd, sends_bwd, _) = _case(seed)
+    send_fwd, send_bwd = sends_fwd[:, 0], sends_bwd[:, 0]
+    splits = _splits(fitting)
+    ends = {s: _end(fitting[np.arange(pp), *_edges(s)], m, send_fwd, send_bwd) for s in splits}
+    return fitting, (m, send_fwd, send_bwd), splits, ends
+
+
 def test_legs_bound_is_below_every_completion_and_reaches_the_end():
     ratios = []
     for seed in range(60):
-        fitting, _, _, _, _, (pp, m, sends_fwd, sends_bwd, _) = _case(seed)
-        bound = _legs(fitting, m, sends_fwd[:, 0], sends_bwd[:, 0])
-        splits = _splits(fitting)
-        ends = {s: _end(fitting[np.arange(pp), *_edges(s)], m, sends_fwd[:, 0], sends_bwd[:, 0]) for s in splits}
+        fitting, (m, send_fwd, send_bwd), splits, ends = _simulated(seed)
+        bound = _legs(fitting, m, send_fwd, send_bwd)
         for split in splits:
             for k, value in enumerate(_along(bound, fitting, split)):
                 least = min(v for s, v in ends.items() if s[:k + 1] == split[:k + 1])
@@ -121,14 +129,12 @@ def test_reverse_sweep_is_below_every_completion_and_reaches_the_end():
     bound 1 % larger would fail)."""
     ratios = []
     for seed in range(60):
-        fitting, _, _, _, _, (pp, m, sends_fwd, sends_bwd, _) = _case(seed)
-        bound = _reverse(fitting, m, sends_fwd[:, 0], sends_bwd[:, 0])
-        splits = _splits(fitting)
-        ends = {s: _end(fitting[np.arange(pp), *_edges(s)], m, sends_fwd[:, 0], sends_bwd[:, 0]) for s in splits}
+        fitting, (m, send_fwd, send_bwd), splits, ends = _simulated(seed)
+        bound = _reverse(fitting, m, send_fwd, send_bwd)
         for split in splits:
             first, stop = _edges(split)
             after = None
-            for j in range(pp - 1, -1, -1):
+            for j in range(len(split) - 1, -1, -1):
                 value, rows = bound(j, after, np.array([fitting[j, first[j], stop[j]]]), np.array([first[j]]))
                 after = rows[0]
                 least = min(v for s, v in ends.items() if s[j:] == split[j:])
