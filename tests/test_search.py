@@ -224,6 +224,10 @@ def test_estimators_of_one_model_and_cluster_share_the_layouts_of_recent_placeme
                 {k: v for k, v in vars(made).items() if k not in ("rows", "p2p_bandwidths", "stages")}
             assert list(alone.layout(plan).p2p_bandwidths) == list(made.p2p_bandwidths)
             assert again.stage_types(plan) == alone.stage_types(plan) == first.stage_types(plan)
+    # the rows of degree combinations: shared by the estimators whose inventories list the node
+    # types in one order (the index of the order of their paces reads that order)
+    assert Fasop2024Estimator(model, cluster, _inventory(types, x=1, y=1, z=1)).combos is first.combos
+    assert again.combos is not first.combos
     monkeypatch.setattr(fasop2024_layout, "KEPT_PLACEMENTS", 2)
     kept = fasop2024_layout.Layouts(model, cluster, store := {})
     for placement in all_placements(_inventory(types, x=2, y=1, z=1)):

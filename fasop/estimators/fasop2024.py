@@ -68,12 +68,12 @@ class Fasop2024Estimator:
         self._by_pace: dict[tuple[int, tuple], tuple[Layout, Stages]] = self._shared.setdefault("stages by pace", {})
         """stages_of's Stages of layouts with mixed stages, by (layout, the paces' ranks by node
         type name): kept with the layouts (Layouts) for every estimator of the (model, cluster)."""
-        self.combos = Combos()
         self._quick: dict[tuple[int, int, int, int], float] = {}
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.inventory = tuple(inventory)
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.node_types = tuple({n.name: n for n in inventory}.values())
+        self.combos = Combos.shared(self._shared, self.node_types)
         self.compute = ProfileCompute.of(model)
         self.param_bytes = PARAM_BYTES
         self.fwd_bwd_factor = model.profile.fwd_bwd_factor

@@ -61,10 +61,24 @@ class Prepared:
 
 class Combos:
     """What a plan's estimate takes from its (tp, dp, pp, mbs, global batch) alone, one row per
-    combination met by an estimator: its stages, micro-batches, p2p volume, ZeRO bytes per
-    parameter, its element tables' key (memory.elements_key), and indices of its shape (tp, dp, pp),
-    its (tp, micro-batch) and, with several node types, the order of their paces at that
-    (tp, micro-batch) (`Fasop2024Estimator.pace`)."""
+    combination met by the estimators of one (model, cluster) and node types (`shared`): its
+    stages, micro-batches, p2p volume, ZeRO bytes per parameter, its element tables' key
+    (memory.elements_key), and indices of its shape (tp, dp, pp), its (tp, micro-batch) and, with
+    several node types, the order of their paces at that (tp, micro-batch) (`Fasop2024Estimator.pace`)."""
+
+    KEPT = 64
+    """Node type lists whose Combos one (model, cluster) keeps before it starts over."""
+
+    @classmethod
+    def shared(cls, cache: dict, node_types: Sequence[NodeType]) -> "Combos":
+        """The Combos of the estimators of one (model, cluster) (`cache`: their shared cache)
+        whose inventories list these node types in this order (what the pace order's index reads):
+        a pareto sweep's compositions of these types share most of their combinations."""
+        kept = cache.setdefault("combos", {})
+        names = tuple(n.name for n in node_types)
+        if names not in kept and len(kept) >= cls.KEPT:
+            kept.clear()
+        return kept.setdefault(names, cls()) if names not in kept else kept[names]
 
     def __init__(self):
         self.rows: dict[tuple[int, int, int, int, int], int] = {}
@@ -166,7 +180,10 @@ class Chunk:
         self.embedding = np.array([layout.embedding_s for layout in layout_list], dtype=f32)
         self.limits = limits
         # the element table plane of each plan (memory), found per combination
-        self.memory = memory_tables(estimator.model).of_keys(combos.memory_keys).astype(np.int64)[rows]
+        distinct, of_row = np.unique(rows, return_inverse=True)
+        keys = combos.memory_keys
+        self.memory = memory_tables(estimator.model).of_keys([keys[r] for r in distinct.tolist()]).astype(
+            np.int64)[of_row]
         # plans with equal kernel inputs (by the bytes of their rows; only plans of different
         # placements can have them)
         if len(places) > 1:
