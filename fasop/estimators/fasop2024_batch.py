@@ -180,10 +180,10 @@ class Chunk:
         self.embedding = np.array([layout.embedding_s for layout in layout_list], dtype=f32)
         self.limits = limits
         # the element table plane of each plan (memory), found per combination
-        distinct, of_row = np.unique(rows, return_inverse=True)
-        keys = combos.memory_keys
-        self.memory = memory_tables(estimator.model).of_keys([keys[r] for r in distinct.tolist()]).astype(
-            np.int64)[of_row]
+        distinct = list(dict.fromkeys(rows.tolist()))
+        plane_of = np.zeros(len(combos.memory_keys), dtype=np.int64)
+        plane_of[distinct] = memory_tables(estimator.model).of_keys([combos.memory_keys[r] for r in distinct])
+        self.memory = plane_of[rows]
         # plans with equal kernel inputs (by the bytes of their rows; only plans of different
         # placements can have them)
         if len(places) > 1:
