@@ -141,10 +141,10 @@ class Chunk:
         places: dict[int, int] = {}
         place_of = np.array([places.setdefault(id(p.placement), len(places)) for p in plans], dtype=np.intp)
         # layouts: one per (placement, shape), looked up in order of placement
-        first, group_of = first_of((place_of * len(combos.shapes) + combos.shape[rows]).tolist())
+        first, group_of = first_of_ints(place_of * len(combos.shapes) + combos.shape[rows])
         layouts: dict[int, int] = {}
         layout_list, first_plan, group_layout = [], [], []
-        for k in first:
+        for k in first.tolist():
             layout = estimator.layouts.of(plans[k])
             if id(layout) not in layouts:
                 layouts[id(layout)] = len(layout_list)
@@ -154,9 +154,9 @@ class Chunk:
         self.layout_of = np.array(group_layout, dtype=np.int64)[group_of]
         # stage types: the layout's own, or by the order of the node types' paces
         mixed = np.array([layout.stages is None for layout in layout_list])[self.layout_of]
-        first, stage_of = first_of((self.layout_of * (len(combos.paces) + 1) + mixed * combos.pace[rows]).tolist())
+        first, stage_of = first_of_ints(self.layout_of * (len(combos.paces) + 1) + mixed * combos.pace[rows])
         layout_of = self.layout_of.tolist()
-        stage_list = [estimator.stages_of(layout_list[layout_of[k]], plans[k].tp, plans[k].mbs) for k in first]
+        stage_list = [estimator.stages_of(layout_list[layout_of[k]], plans[k].tp, plans[k].mbs) for k in first.tolist()]
         first, same = first_of([id(st) for st in stage_list])  # layouts of one placement share their Stages
         stage_list, stage_of = [stage_list[k] for k in first], same[stage_of]
         self.stages = [stage_list[k] for k in stage_of.tolist()]
@@ -184,12 +184,13 @@ class Chunk:
         plane_of = np.zeros(len(combos.memory_keys), dtype=np.int64)
         plane_of[distinct] = memory_tables(estimator.model).of_keys([combos.memory_keys[r] for r in distinct])
         self.memory = plane_of[rows]
-        # plans with equal kernel inputs (by the bytes of their rows; only plans of different
-        # placements can have them)
+        # plans with equal kernel inputs (only plans of different placements can have them): of
+        # one combination (pp, micro-batches, p2p volume, (tp, micro-batch)), equal stage GPU types
+        # (their planes) and equal boundary bandwidths (their sends)
         if len(places) > 1:
-            inputs = np.concatenate([self.which, self.p2p.view(np.int64), self.pps[:, None], self.ms[:, None]], axis=1)
-            first, self.inverse = first_of(inputs.view(np.dtype((np.void, inputs.shape[1] * 8))).ravel().tolist())
-            self.unique = np.array(first, dtype=np.intp)
+            gpu_rows, bandwidth_rows = (first_of(_row_bytes(a))[1] for a in (codes, bandwidths))
+            key = (gpu_rows[stage_of] * len(layout_list) + bandwidth_rows[self.layout_of]) * len(combos.rows) + rows
+            self.unique, self.inverse = first_of_ints(key)
         else:
             self.unique = self.inverse = np.arange(len(plans))
 
@@ -226,6 +227,29 @@ def first_of(keys: list) -> tuple[list[int], np.ndarray]:
             first.append(k)
         of.append(number)
     return first, np.array(of, dtype=np.intp)
+
+
+def first_of_ints(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """first_of of integer keys, on the array: (the index of the first of each distinct key, in
+    order of appearance; each key's number in that order)."""
+    order = np.argsort(keys, kind="stable")
+    starts = np.empty(len(keys), dtype=bool)
+    starts[:1] = True
+    ordered = keys[order]
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    firsts = order[starts]  # by key: its first index (the sort is stable)
+    appearance = np.argsort(firsts, kind="stable")
+    number = np.empty(len(firsts), dtype=np.intp)
+    number[appearance] = np.arange(len(firsts))
+    of = np.empty(len(keys), dtype=np.intp)
+    of[order] = number[np.cumsum(starts) - 1]
+    return firsts[appearance], of
+
+
+def _row_bytes(rows: np.ndarray) -> list[bytes]:
+    """Each row of a 2-D array as the bytes of its entries (equal rows, equal bytes)."""
+    rows = np.ascontiguousarray(rows)
+    return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
 
 
 def rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
