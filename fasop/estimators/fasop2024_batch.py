@@ -160,6 +160,7 @@ class Chunk:
         first, same = first_of([id(st) for st in stage_list])  # layouts of one placement share their Stages
         stage_list, stage_of = [stage_list[k] for k in first], same[stage_of]
         self.stages = [stage_list[k] for k in stage_of.tolist()]
+        self.combination = rows
         self.pps, self.ms, self.sharded = combos.pp[rows], combos.m[rows], combos.sharded[rows]
         self.width = width = int(self.pps.max())
         # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
@@ -168,7 +169,9 @@ class Chunk:
         planes = np.array(estimator.compute.planes([(g, tp, mbs) for tp, mbs in contexts for g in gpus]),
                           dtype=np.int64).reshape(len(contexts), len(gpus))
         code = {g: k for k, g in enumerate(gpus)}
-        codes = np.array([[code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_list])
+        codes = np.zeros((len(stage_list), width), dtype=np.intp)
+        codes[_filled(stage_list, width)] = list(map(code.__getitem__, itertools.chain.from_iterable(
+            st.gpus for st in stage_list)))
         self.which = planes[combos.context[rows][:, None], codes[stage_of]]
         # fasop2024_comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
         bandwidths, limits = gathered(layout_list, width)
@@ -261,4 +264,11 @@ def rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
 
 def bus_rows(stages: Sequence[Stages], width: int) -> np.ndarray:
     """Each Stages' shared-bus flags as a row of `width` (padded with False), uint8."""
-    return np.array([st.shared + (False,) * (width - len(st.shared)) for st in stages], dtype=np.uint8)
+    rows = np.zeros((len(stages), width), dtype=np.uint8)
+    rows[_filled(stages, width)] = list(itertools.chain.from_iterable(st.shared for st in stages))
+    return rows
+
+
+def _filled(stages: Sequence[Stages], width: int) -> np.ndarray:
+    """Which entries of rows of `width` a row per Stages its stages fill (the first of each row)."""
+    return np.arange(width) < np.array([len(st.types) for st in stages])[:, None]

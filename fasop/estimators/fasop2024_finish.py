@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fasop.estimate import Estimate
-from fasop.estimators.fasop2024_batch import Chosen, Chunk, Prepared, bus_rows, gathered, rows_of
+from fasop.estimators.fasop2024_batch import Chosen, Chunk, Prepared, bus_rows, first_of_ints, gathered, rows_of
 from fasop.estimators.fasop2024_dp import step_times
-from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many, memory_arrays
+from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many, memory_bytes, memory_report
 from fasop.estimators.fasop2024_plans import plan_splits
 from fasop.memory import MemoryEstimate, memory_tables
 from fasop.plan import Plan, trusted_many
@@ -38,17 +38,21 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
     reported, ends, heads = kept_splits(kept, e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u],
                                         e.segment_lengths, e.fwd_bwd_factor, known)
     reported, ends = reported[inverse], ends[inverse]
-    partition, compute, end, _ = map(list, zip(*map(heads.__getitem__, inverse.tolist())))
+    partition, compute, end, p2p, _ = map(list, zip(*map(heads.__getitem__, inverse.tolist())))
     n = len(plans)
     step, dp = step_times(ends, c.shared.astype(bool), c.dp_table[c.layout_of, reported[:, 0]],
                           c.embedding[c.layout_of])
     step = step.astype(float)
+    # memory: the stage bytes of each distinct (pipeline, combination), then each plan's fit
     tables = memory_tables(e.model)
-    stage_bytes, zero_bytes, oom, oom_gib, zero_oom, zero_gib = memory_arrays(
-        tables.params, tables.act, c.memory, reported, c.limits[c.layout_of], c.sharded,
-        e.cluster.memory_overhead_factor, PARAM_BYTES.full)
-    stage, zero, p2p = (row_tuples(a, counts) for a, counts in ((stage_bytes, c.pps), (zero_bytes, c.pps),
-                                                                 (c.p2p, c.pps - 1)))
+    first, of = first_of_ints(inverse * (int(c.combination.max()) + 1) + c.combination)
+    stage_bytes, zero_bytes = memory_bytes(tables.params, tables.act, c.memory[first], reported[first], c.sharded[first],
+                                           PARAM_BYTES.full)
+    oom, oom_gib, zero_oom, zero_gib = memory_report(stage_bytes[of], zero_bytes[of], c.limits[c.layout_of],
+                                                     e.cluster.memory_overhead_factor)
+    of = of.tolist()
+    stage, zero = ([rows[k] for k in of] for rows in (row_tuples(stage_bytes, c.pps[first]),
+                                                      row_tuples(zero_bytes, c.pps[first])))
     memory = trusted_many(MemoryEstimate, n, stage_bytes=stage, stage_zero_bytes=zero, is_oom=oom.tolist(),
                           oom_gpumem_gib=oom_gib, is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
     return trusted_many(
@@ -61,14 +65,14 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
 
 
 KEPT_PIPELINES = 1 << 16
-"""Pipelines whose chosen split a `kept` dict holds (~3 rows of pp numbers each) before it starts over."""
+"""Pipelines whose chosen split a `kept` dict holds (~5 rows of pp numbers each) before it starts over."""
 
 
 def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray, ms: np.ndarray,
                 segment_lengths: Sequence[int], k: float, known: dict) -> tuple[np.ndarray, np.ndarray, list]:
     """(reported, ends) of plan_splits (ends -inf past a row's pp), and each row's (reported,
-    times, ends) as tuples of its first pp entries (and the reported and ends as a (pp, 2)
-    array), for pipelines met before read from `kept`: a pipeline is all plan_splits reads of a
+    times, ends) as tuples of its first pp entries, its sends (first pp - 1), and its reported
+    and ends as a (pp, 2) array, for pipelines met before read from `kept`: a pipeline is all plan_splits reads of a
     row (its pp, micro-batches, stage planes, sends), so plans of equal pipelines get equal
     splits, whatever their placement, degrees or search -- e.g. the compositions of a pareto
     sweep share many (`kept` lives as long as the estimators' shared cache of one model and
@@ -91,14 +95,14 @@ def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarr
         stops = np.cumsum(counts).tolist()
         pairs = np.stack([r[mask], e[mask]], axis=1).astype(float)  # each row's (reported, end) per stage
         made = list(zip(row_tuples(r, counts), row_tuples(t, counts), row_tuples(e, counts),
-                        map(pairs.__getitem__, map(slice, [0] + stops[:-1], stops))))
+                        row_tuples(comm[rows], counts - 1), map(pairs.__getitem__, map(slice, [0] + stops[:-1], stops))))
         if len(kept) > KEPT_PIPELINES:
             kept.clear()
         kept.update(zip([names[j] for j in missing], made))
         for j, head in zip(missing, made):
             heads[j] = head
     stages = columns < pps[:, None]
-    flat = np.concatenate([head[3] for head in heads])
+    flat = np.concatenate([head[4] for head in heads])
     reported, ends = np.zeros((count, width), np.int64), np.full((count, width), -np.inf)
     reported[stages], ends[stages] = flat[:, 0], flat[:, 1]
     return reported, ends, heads
