@@ -31,11 +31,30 @@ def trusted_many(cls, n: int, /, **columns) -> list:
     where columns[f] is a list (of n items), else columns[f] itself."""
     if not columns:
         return []
-    values = (c if isinstance(c, list) else itertools.repeat(c, n) for c in columns.values())
-    return list(map(_maker(cls, tuple(columns)), *values))
+    names = tuple(columns)
+    values = [c if isinstance(c, list) else itertools.repeat(c, n) for c in columns.values()]
+    maker = _MAKERS.get((cls, names))
+    if maker is None:
+        made = _MADE[(cls, names)] = _MADE.get((cls, names), 0) + n
+        if made < WRITE_MAKER_AFTER:
+            new, objects = object.__new__, []
+            for row in zip(*values):
+                obj = new(cls)
+                obj.__dict__.update(zip(names, row))
+                objects.append(obj)
+            return objects
+        maker = _MAKERS[(cls, names)] = _maker(cls, names)
+    return list(map(maker, *values))
 
 
-@lru_cache(maxsize=64)
+WRITE_MAKER_AFTER = 2048
+"""Instances of a (class, fields) that trusted_many makes by updating their dicts before it
+writes their maker (`_maker`): writing one costs ~0.05-0.1 ms, what ~500 instances save, so a
+process that makes few (one small search) never pays for it."""
+_MADE: dict[tuple, int] = {}
+_MAKERS: dict[tuple, object] = {}
+
+
 def _maker(cls, names: tuple[str, ...]):
     """A function of one value per field of `names` that makes an instance of `cls` holding them,
     as `trusted` does: the instance's dict filled one store per field, written out (as

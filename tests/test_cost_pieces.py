@@ -561,13 +561,17 @@ def test_plan_counts_and_key():
     assert p.rank(1, 1, 0) == 0 + 2 * 1 + 2 * 2 * 1
 
 
-def test_trusted_many_makes_what_init_makes():
+@pytest.mark.parametrize("maker_after", [0, 10**9], ids=["written maker", "dict updates"])
+def test_trusted_many_makes_what_init_makes(monkeypatch, maker_after):
     """plan.trusted_many: instances equal to __init__'s (fields, equality, hash, still frozen),
     list and constant columns alike, whatever the fields are called (even like the names its
-    maker uses)."""
+    maker uses), before and after it writes their maker."""
     import dataclasses
 
+    from fasop import plan as plan_module
     from fasop.plan import trusted_many
+
+    monkeypatch.setattr(plan_module, "WRITE_MAKER_AFTER", maker_after)
 
     @dataclasses.dataclass(frozen=True)
     class Odd:
