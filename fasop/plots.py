@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 from fasop.pareto import ParetoAnalysis
 
 WIDTH_IN, HEIGHT_IN, DPI, FONT_PT = 3.5, 2.9, 200, 8
