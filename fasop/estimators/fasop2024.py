@@ -47,6 +47,8 @@ f32 = np.float32
 RECENT_FLOORS = 65536
 """Least-completion floors (three numbers per stage GPU types, tp, micro-batch, pp, m) kept for
 the plan bounds."""
+STAGES_BY_PACE = 4096
+"""stages_of's Stages of mixed-stage layouts kept (each keeps its layout alive: ~2 KiB)."""
 
 
 class Fasop2024Estimator:
@@ -165,7 +167,7 @@ class Fasop2024Estimator:
         key = (id(layout), self._paces[(tp, mbs)][2])
         known = self._by_pace.get(key)
         if known is None or known[0] is not layout:  # (the layout is kept with its Stages: ids stay theirs)
-            if len(self._by_pace) >= RECENT_FLOORS:
+            if len(self._by_pace) >= STAGES_BY_PACE:
                 self._by_pace.clear()
             known = self._by_pace[key] = (layout, Stages(tuple(
                 nodes[0] if len(nodes) == 1 else max(nodes, key=lambda n: pace[n.name]) for nodes in layout.stage_nodes)))
