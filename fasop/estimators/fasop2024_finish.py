@@ -45,14 +45,18 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
     step = step.astype(float)
     # memory: the stage bytes of each distinct (pipeline, combination), then each plan's fit
     tables = memory_tables(e.model)
-    first, of = first_of_ints(inverse * (int(c.combination.max()) + 1) + c.combination)
+    if len(u) < n:  # (else every plan its own pipeline: one placement)
+        first, of = first_of_ints(inverse * (int(c.combination.max()) + 1) + c.combination)
+    else:
+        first = of = np.arange(n)
     stage_bytes, zero_bytes = memory_bytes(tables.params, tables.act, c.memory[first], reported[first], c.sharded[first],
                                            PARAM_BYTES.full)
-    oom, oom_gib, zero_oom, zero_gib = memory_report(stage_bytes[of], zero_bytes[of], c.limits[c.layout_of],
+    stage, zero = row_tuples(stage_bytes, c.pps[first]), row_tuples(zero_bytes, c.pps[first])
+    if len(first) < n:
+        stage_bytes, zero_bytes, of = stage_bytes[of], zero_bytes[of], of.tolist()
+        stage, zero = [stage[k] for k in of], [zero[k] for k in of]
+    oom, oom_gib, zero_oom, zero_gib = memory_report(stage_bytes, zero_bytes, c.limits[c.layout_of],
                                                      e.cluster.memory_overhead_factor)
-    of = of.tolist()
-    stage, zero = ([rows[k] for k in of] for rows in (row_tuples(stage_bytes, c.pps[first]),
-                                                      row_tuples(zero_bytes, c.pps[first])))
     memory = trusted_many(MemoryEstimate, n, stage_bytes=stage, stage_zero_bytes=zero, is_oom=oom.tolist(),
                           oom_gpumem_gib=oom_gib, is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
     return trusted_many(

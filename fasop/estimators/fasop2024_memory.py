@@ -82,7 +82,8 @@ def memory_report(stage_bytes: np.ndarray, zero_bytes: np.ndarray, limits: np.nd
                        stage_bytes.max(axis=1) / GIB)
     zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
                         zero_bytes.max(axis=1) / GIB)
-    return oom.any(axis=1), rounded(_float32(oom_gib)), zero_oom.any(axis=1), rounded(_float32(zero_gib))
+    both = rounded(_float32(np.concatenate([oom_gib, zero_gib])))  # (one rounding of both columns)
+    return oom.any(axis=1), both[:len(rows)], zero_oom.any(axis=1), both[len(rows):]
 
 
 def _float32(values: np.ndarray) -> np.ndarray:
