@@ -49,8 +49,8 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
         first, of = first_of_ints(inverse * (int(c.combination.max()) + 1) + c.combination)
     else:
         first = of = np.arange(n)
-    stage_bytes, zero_bytes = memory_bytes(tables.params, tables.act, c.memory[first], reported[first], c.sharded[first],
-                                           PARAM_BYTES.full)
+    stage_bytes, zero_bytes = memory_bytes(tables.params, tables.act, c.memory[first], reported[first],
+                                           c.sharded[first], PARAM_BYTES.full)
     stage, zero = row_tuples(stage_bytes, c.pps[first]), row_tuples(zero_bytes, c.pps[first])
     if len(first) < n:
         stage_bytes, zero_bytes, of = stage_bytes[of], zero_bytes[of], of.tolist()
@@ -76,11 +76,12 @@ def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarr
                 segment_lengths: Sequence[int], k: float, known: dict) -> tuple[np.ndarray, np.ndarray, list]:
     """(reported, ends) of plan_splits (ends -inf past a row's pp), and each row's (reported,
     times, ends) as tuples of its first pp entries, its sends (first pp - 1), and its reported
-    and ends as a (pp, 2) array, for pipelines met before read from `kept`: a pipeline is all plan_splits reads of a
-    row (its pp, micro-batches, stage planes, sends), so plans of equal pipelines get equal
-    splits, whatever their placement, degrees or search -- e.g. the compositions of a pareto
-    sweep share many (`kept` lives as long as the estimators' shared cache of one model and
-    cluster, like `known`). The rest are computed together (plan_splits) and kept."""
+    and ends as a (pp, 2) array, for pipelines met before read from `kept`: a pipeline is all
+    plan_splits reads of a row (its pp, micro-batches, stage planes, sends), so plans of equal
+    pipelines get equal splits, whatever their placement, degrees or search -- e.g. the
+    compositions of a pareto sweep share many (`kept` lives as long as the estimators' shared
+    cache of one model and cluster, like `known`). The rest are computed together (plan_splits)
+    and kept."""
     count, width = which.shape
     columns = np.arange(width)
     # a row's key: the bytes of its micro-batches, then (plane, send) of each stage, up to its pp
@@ -99,7 +100,8 @@ def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarr
         stops = np.cumsum(counts).tolist()
         pairs = np.stack([r[mask], e[mask]], axis=1).astype(float)  # each row's (reported, end) per stage
         made = list(zip(row_tuples(r, counts), row_tuples(t, counts), row_tuples(e, counts),
-                        row_tuples(comm[rows], counts - 1), map(pairs.__getitem__, map(slice, [0] + stops[:-1], stops))))
+                        row_tuples(comm[rows], counts - 1),
+                        map(pairs.__getitem__, map(slice, [0] + stops[:-1], stops))))
         if len(kept) > KEPT_PIPELINES:
             kept.clear()
         kept.update(zip([names[j] for j in missing], made))

@@ -5,10 +5,11 @@ and each stage's memory limit (docs/estimators.md §2, §4, §7, §8).
 Searches ask for thousands of plans placement by placement, each placement with the same
 (tp, dp, pp) choices, so `Layouts` makes the layouts of a new placement all at once and keeps
 those of recent placements for every estimator of the (model, cluster) (a search with another
-partitioner, --top, cutoff or placement strategy meets the same placements again): which node positions every link and stage reads depends only on the
-degrees (`comm.link_positions`, `plan.stage_node_indices`, `limit_nodes`), so each link's
-least bandwidths are one fancy index over the placement's node arrays, and FASOP's float32
-formulas run on arrays (the same operations, elementwise, as comm's per plan).
+partitioner, --top, cutoff or placement strategy meets the same placements again). Which node
+positions every link and stage reads depends only on the degrees (`comm.link_positions`,
+`plan.stage_node_indices`, `limit_nodes`), so each link's least bandwidths are one fancy index
+over the placement's node arrays, and FASOP's float32 formulas run on arrays (the same
+operations, elementwise, as comm's per plan).
 """
 
 from __future__ import annotations
