@@ -109,7 +109,14 @@ def stop(pool: futures.ProcessPoolExecutor) -> None:
         if process.is_alive():
             process.terminate()
     for process in processes:
-        process.join()
+        process.join(STOP_S)
+        if process.is_alive():  # SIGTERM not acted on (e.g. a worker forked mid-start, still in a lock)
+            process.kill()
+            process.join()
+
+
+STOP_S = 5.0
+"""Seconds `stop` waits for a worker to end on SIGTERM before it sends SIGKILL."""
 
 
 def _start_worker(parent: int, initializer: Callable, initargs: tuple) -> None:

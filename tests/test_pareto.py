@@ -519,6 +519,7 @@ def test_cli_interrupted_parallel_sweep_keeps_every_finished_composition(in_tmp,
     130, and no worker is left behind."""
     import multiprocessing
 
+    earlier = set(multiprocessing.active_children())  # other tests' children are not this run's
     full = in_tmp / "full" / "bert"
     assert main(_pareto_argv(full, "a100=1,a10=2", "--workers", "2")) == 0
     capsys.readouterr()
@@ -532,9 +533,10 @@ def test_cli_interrupted_parallel_sweep_keeps_every_finished_composition(in_tmp,
     by_composition = {r["composition"]: [r[k] for k in keep] for r in full_rows}
     assert [r["composition"] for r in rows] == [c for c in by_composition if c in {r["composition"] for r in rows}]
     assert all([r[k] for k in keep] == by_composition[r["composition"]] for r in rows)
-    for child in multiprocessing.active_children():
+    left = [child for child in multiprocessing.active_children() if child not in earlier]
+    for child in left:
         child.join(timeout=10)
-    assert not multiprocessing.active_children()
+    assert not [child for child in left if child.is_alive()], [(c.name, c.pid, c.exitcode) for c in left]
 
 
 def test_cli_interrupted_before_any_composition_writes_nothing(in_tmp, capsys, monkeypatch):

@@ -152,3 +152,28 @@ def test_the_watchdog_alone_ends_an_orphaned_worker(tmp_path):
     out = subprocess.run([sys.executable, "-c", WATCHDOG_ONLY], env=env, capture_output=True, text=True, timeout=30)
     child = int(out.stdout.split()[0])
     assert _gone_within([child], 5)
+
+
+def _deaf_to_sigterm():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _mark_and_sleep(path: Path) -> None:
+    path.write_text("running")
+    time.sleep(60)
+
+
+def test_stop_kills_a_worker_that_ignores_sigterm(monkeypatch, tmp_path):
+    """A worker that does not act on SIGTERM (here: ignores it) is killed after STOP_S, so that
+    Ctrl-C never waits on it; the task it ran is abandoned."""
+    from fasop import workers
+
+    monkeypatch.setattr(workers, "STOP_S", 0.2)
+    pool = workers.process_pool(1, _deaf_to_sigterm, ())
+    pool.submit(_mark_and_sleep, tmp_path / "mark")
+    processes = list(pool._processes.values())
+    while not (tmp_path / "mark").exists():  # the worker runs the task, its initializer done
+        time.sleep(0.01)
+    workers.stop(pool)
+    assert processes and not any(p.is_alive() for p in processes)
+    assert processes[0].exitcode == -signal.SIGKILL
