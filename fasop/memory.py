@@ -150,7 +150,7 @@ def memory_tables(model: ModelSpec) -> _ElementTables:
     return recent(_TABLES, (model,), lambda: _ElementTables(model))
 
 
-def rounded(values: np.ndarray, digits: int = 4) -> list[float]:
+def rounded(values: np.ndarray, digits: int) -> list[float]:
     """[round(v, digits) for v in values] (Python's round: the decimal value of v rounded half to
     even, then the nearest float), on the array: where v x 10^digits is below 2^30 and at least
     1e-6 away from a half, rint of it is the integer round() finds (the product's rounding error

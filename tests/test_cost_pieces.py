@@ -619,10 +619,10 @@ def test_rounded_is_pythons_round():
     values += [rng.uniform(0, 100, 3000).astype(np.float32).astype(float)]
     values += [np.array([0.0, -0.0, 1e300, -1e300, 2.0**30 / 1e4, np.inf, -np.inf, 5e-5, 1.00005, 2.5e-4])]
     for v in values:
-        ours, theirs = rounded(v), [round(x, 4) for x in v.tolist()]
+        ours, theirs = rounded(v, 4), [round(x, 4) for x in v.tolist()]
         assert [math.copysign(1, x) for x in ours] == [math.copysign(1, x) for x in theirs]
         assert np.array_equal(np.array(ours), np.array(theirs))
-    assert math.isnan(rounded(np.array([np.nan]))[0])
+    assert math.isnan(rounded(np.array([np.nan]), 4)[0])
 
 
 def test_divisors_ascending():

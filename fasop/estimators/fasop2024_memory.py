@@ -17,6 +17,8 @@ from fasop.specs import GIB, ClusterSpec, ModelSpec
 PARAM_BYTES = ParamBytes(full=18, replicated=6, sharded=12)
 """FASOP's bytes per parameter: 16-bit weights and gradients, 32-bit master weights and Adam's two
 moments, as FASOP counts them (18); with ZeRO, 6 kept by every replica and 12 split over dp."""
+GIB_DIGITS = 4
+"""The decimals FASOP rounds its reported GiB to."""
 
 
 def estimate_memory(plan: Plan, model: ModelSpec, cluster: ClusterSpec, partition: Sequence[int],
@@ -82,7 +84,7 @@ def memory_report(stage_bytes: np.ndarray, zero_bytes: np.ndarray, limits: np.nd
                        stage_bytes.max(axis=1) / GIB)
     zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
                         zero_bytes.max(axis=1) / GIB)
-    both = rounded(_float32(np.concatenate([oom_gib, zero_gib])))  # (one rounding of both columns)
+    both = rounded(_float32(np.concatenate([oom_gib, zero_gib])), GIB_DIGITS)  # (one rounding of both columns)
     return oom.any(axis=1), both[:len(rows)], zero_oom.any(axis=1), both[len(rows):]
 
 
