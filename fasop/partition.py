@@ -50,9 +50,10 @@ class Rest:
     the stages after k need at least `sum` seconds in all, with a largest stage of at least `max`
     and a largest weighted stage (weight `stage_weights[i]`) of at least `wmax`; `capped` and
     `below` (None, or partition.capped_completion's rows) bound the sum and the largest weighted
-    stage together. A bound keeps what it derives from these once per node with `memo`."""
+    stage together. A bound keeps what it derives from these once per node with `memo` (or, for a
+    bound of several parts, `cached` per part)."""
 
-    __slots__ = ("stops", "t", "times", "sum", "max", "wmax", "capped", "below", "extra", "cuts", "_memo")
+    __slots__ = ("stops", "t", "times", "sum", "max", "wmax", "capped", "below", "extra", "cuts", "_memo", "_cache")
 
     def __init__(self, stops: np.ndarray, t: np.ndarray, sum: np.ndarray, max: np.ndarray, wmax: np.ndarray,
                  capped: np.ndarray | None, below: np.ndarray | None, extra: np.ndarray | None):
@@ -60,7 +61,16 @@ class Rest:
         self.sum, self.max, self.wmax, self.capped, self.below, self.extra = sum, max, wmax, capped, below, extra
         self.cuts: tuple[int, np.ndarray | None] = (0, None)
         """(cuts known, this node's share of them): kept up to date by `optimal`."""
-        self._memo = None
+        self._memo = self._cache = None
+
+    def cached(self, key, make: Callable[[], object]):
+        """make(), once per node and key (e.g. the bound part asking)."""
+        if self._cache is None:
+            self._cache = {}
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = make()
+        return found
 
     def memo(self, make: Callable[[], tuple]) -> tuple:
         """make(), once per node: what a bound derives from the node's choices alone."""

@@ -279,13 +279,28 @@ class SweepBound:
         return (prefixes + self.table[k + 1][stops]).max(axis=1) + self.sends, prefixes
 
 
+    def at(self, k: int, before: np.ndarray | None, rest) -> tuple[np.ndarray, np.ndarray]:
+        """`__call__` at a node of partition.optimal (`rest`: its partition.Rest), the same
+        operations, what depends on the node alone (its stage times' shares, the table's rows of
+        its stops) kept on the node."""
+        t, g, col, later_table = rest.cached(self, lambda: self._node(k, rest))
+        later = self.start if before is None else before
+        prefixes = np.maximum.accumulate(later[None, :] + g, axis=1) - g + col
+        return (prefixes + later_table).max(axis=1) + self.sends, prefixes
+
+    def _node(self, k: int, rest) -> tuple:
+        t = rest.t
+        return (t, t[:, None] * self.weights[k][None, :] + self.waits[k][None, :], t[:, None],
+                self.table[k + 1][rest.stops])
+
+
 def with_sweep(bound, sweep: SweepBound):
     """`bound` (a partition.Bound) raised to `sweep`'s where that is higher; its chains carry the
     sweep's prefixes along."""
     def raised(k, before, chain, t, rest):
         inner, prefix = (None, None) if chain is None else chain
         bounds, chains = bound(k, before, inner, t, rest)
-        swept, prefixes = sweep(k, prefix, t, rest.stops)
+        swept, prefixes = sweep.at(k, prefix, rest) if t is rest.t else sweep(k, prefix, t, rest.stops)
         return np.maximum(bounds, swept), _SweptChains(chains, prefixes)
     return raised
 

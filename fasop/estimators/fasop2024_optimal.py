@@ -20,6 +20,7 @@ from fasop.partition_polish import polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
 from fasop.schedule_bounds import ReverseSweepBound, SweepBound, sweep_completion, sweep_prefix_completion, with_sweep
 from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
+from fasop.schedule_zigzag import ZigzagBound, with_zigzag, zigzag_completion
 from fasop.split_milp import certify
 
 if TYPE_CHECKING:
@@ -51,6 +52,15 @@ nodes, before cuts were traced in Python): gaps 0 / 0.05 / 0.1 / 0.2 / 0.5 % lea
 a100=1,a10=7 11 / 9 / 7 / 7 / 6 and t5 a100=1,a10=7 5 / 5 / 4 / 1 / 1 unproven, at +0.0 / 0.0 /
 0.0 / +0.06 / +0.2 s of CPU on gpt2xl; with the cuts traced in Python, 0.2 % put gpt2xl's whole
 process at 2.03-2.13x dbfe47e's, past the issue's 2x, and 0.1 % at 1.94-1.96x."""
+ZIGZAG_GAP = 2e-2
+"""... and with the zigzag bound (`SplitSearch.zigzagged`, pipelines of at least
+ZIGZAG_MIN_MICROBATCHES micro-batches) within this gap. Measured on FASOP's experiments (default
+search, CLOSE_NODES): the splits left open by the earlier steps lie within 0.1-1 % of their
+bounds; with the sweep alone more nodes close a few (3000: gpt2xl a100=1,a10=7 7 -> 4 open), with
+the zigzag chains most (7 -> 2, t5 a100=1,a10=7 4 -> 1), in 20-80 ms a plan."""
+ZIGZAG_MIN_MICROBATCHES = 3
+"""With fewer micro-batches the only zigzag chain is the last stage's steady chain, which the
+sweep bound already holds (schedule_zigzag: w_i <= m - 2)."""
 CLOSE_NODES = 3000
 """Search-tree nodes of that last pass: measured as above, 6000 proves no more than 3000."""
 SETTLE_LAST_STAGES = 3
@@ -192,6 +202,15 @@ class SplitSearch:
                                                  fwd_bwd_factor=self.e.fwd_bwd_factor,
                                                  send_first=self.send_first, send_last=self.send_last, **sends))
 
+    def zigzagged(self):
+        """`swept` raised to the longest zigzag chain (schedule_zigzag.ZigzagBound: a steady run
+        at an early stage, then its last forward on and back before the cool-down)."""
+        if "zigzag" not in self.tables:
+            self.tables["zigzag"] = zigzag_completion(self.fitting)
+        return with_zigzag(self.swept(), ZigzagBound(self.tables["zigzag"], num_microbatches=self.m,
+                                                     fwd_bwd_factor=self.e.fwd_bwd_factor,
+                                                     send_first=self.send_first, send_last=self.send_last))
+
     def reverse(self, found: Found) -> Found:
         """The settle pass from `found` over the stages in reverse order (the last stage fixed
         first), bounded by the backward sweep relaxed on the free first stages
@@ -259,9 +278,9 @@ class SplitSearch:
         its margin (many splits of equal time: layers moved between stages of one GPU type),
         with the sweep bound; then over the stages from the last one (`reverse`); then, for few
         micro-batches, with the chains out and back (`legged`); then the MILP
-        (split_milp.certify, on programs small enough); then, where the gap left is at most
-        CLOSE_GAP, the settle pass again with CLOSE_NODES nodes. Each step starts from the best
-        split so far and stops at the first proof."""
+        (split_milp.certify, on programs small enough); then, where the gap left is small, the
+        settle pass again with CLOSE_NODES nodes and the zigzag chains (`closed`). Each step
+        starts from the best split so far and stops at the first proof."""
         if found is None or found.proven or self.e.max_nodes is not None:
             return found
         split, value = polish(found.split, found.objective, self.fitting, self.evaluate)
@@ -288,11 +307,18 @@ class SplitSearch:
                        table.astype(float) + self.embedding, lambda split: self.evaluate([split])[0], found.split,
                        found.objective)
         found = Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound, found.bound))
-        if found.proven or found.objective - found.bound > CLOSE_GAP * found.objective:
+        return found if found.proven else self.closed(found)
+
+    def closed(self, found: Found) -> Found:
+        """The close step of `certified`: a split left unproven within CLOSE_GAP of its bound (or,
+        with at least ZIGZAG_MIN_MICROBATCHES micro-batches, within ZIGZAG_GAP) gets one more
+        forward settle pass of CLOSE_NODES nodes, with the zigzag chains where they exist."""
+        zigzag = self.m >= ZIGZAG_MIN_MICROBATCHES
+        if found.objective - found.bound > (ZIGZAG_GAP if zigzag else CLOSE_GAP) * found.objective:
             return found
         closer = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
-                         **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": CLOSE_NODES,
-                                           "max_cuts": SETTLE_CUTS}))
+                         **(self.budget | {"seeds": [found.split], "max_nodes": CLOSE_NODES, "max_cuts": SETTLE_CUTS,
+                                           "bound": self.zigzagged() if zigzag else self.swept()}))
         if closer.objective < found.objective:
             found = closer
         return Found(found.split, found.objective, closer.proven, found.objective if closer.proven else
