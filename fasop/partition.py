@@ -63,20 +63,20 @@ class Rest:
         """(cuts known, this node's share of them): kept up to date by `optimal`."""
         self._memo = self._cache = None
 
-    def cached(self, key, make: Callable[[], object]):
-        """make(), once per node and key (e.g. the bound part asking)."""
+    def memo(self, make: Callable[..., tuple], *args) -> tuple:
+        """make(*args), once per node: what a bound derives from the node's choices alone."""
+        if self._memo is None:
+            self._memo = make(*args)
+        return self._memo
+
+    def cached(self, key, make: Callable[..., object], *args):
+        """make(*args), once per node and key (e.g. the bound part asking)."""
         if self._cache is None:
             self._cache = {}
         found = self._cache.get(key)
         if found is None:
-            found = self._cache[key] = make()
+            found = self._cache[key] = make(*args)
         return found
-
-    def memo(self, make: Callable[[], tuple]) -> tuple:
-        """make(), once per node: what a bound derives from the node's choices alone."""
-        if self._memo is None:
-            self._memo = make()
-        return self._memo
 
 
 Bound = Callable[[int, float, object, np.ndarray, Rest], tuple[np.ndarray, np.ndarray]]

@@ -80,9 +80,13 @@ class ZigzagBound:
         fixed = np.maximum(fixed, turns[:, 0])
         bounds = fixed + rest.sum
         if k + 1 < self.pp:  # a turn at a free stage
-            free = rest.cached(self, lambda: self.table[k + 1:, k + 1, rest.stops].T)
+            free = rest.cached(self, self._free, k, rest.stops)
             bounds = np.maximum(bounds, (turns[:, 1:] + free).max(axis=1))
         return t + self.sends + bounds, (turns[:, 1:], fixed, top)
+
+    def _free(self, k: int, stops: np.ndarray) -> np.ndarray:
+        """The table's rows of a node's stops: (choices, turns j > k)."""
+        return self.table[k + 1:, k + 1, stops].T
 
 
 def with_zigzag(bound, zigzag: ZigzagBound):

@@ -8,6 +8,7 @@ the embedding all-reduce (docs/estimators.md §5, §7).
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -119,6 +120,12 @@ class SplitSearch:
         self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
         self.stages = np.arange(self.pp)
         self.weights = e.steady_weights(self.pp, self.m)
+        bound = partial(one_f_one_b_bound, num_stages=self.pp, num_microbatches=self.m, weights=self.weights,
+                        send_first=self.send_first, send_last=self.send_last)
+        self.bound, self.tight = partial(bound, round_trips=False), partial(bound, round_trips=True)
+        """partition.Bound: the chains of schedule_bounds.one_f_one_b_bound; `tight` with the two
+        round trips: tighter, but it changes the search's order, and within a budget the split
+        found; used only to prove (the settle passes of `certified`), with the sweep."""
 
     @property
     def budget(self) -> dict:
@@ -181,16 +188,6 @@ class SplitSearch:
                                               fwd_bwd_factor=self.e.fwd_bwd_factor)
             self.cuts[split] = (weights[:, 0], float(const[0]))
         return self.cuts[split]
-
-    def bound(self, k, before, chain, t, rest, round_trips=False):
-        return one_f_one_b_bound(k, before, chain, t, rest, num_stages=self.pp, num_microbatches=self.m,
-                                 weights=self.weights, send_first=self.send_first, send_last=self.send_last,
-                                 round_trips=round_trips)
-
-    def tight(self, k, before, chain, t, rest):
-        """`bound` with the two round trips: tighter, but it changes the search's order, and within
-        a budget the split found; used only to prove (the settle pass of `certified`), with the sweep."""
-        return self.bound(k, before, chain, t, rest, True)
 
     def swept(self):
         """`tight` raised to the longest backward sweep (schedule_bounds.SweepBound)."""
