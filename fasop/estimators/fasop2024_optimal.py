@@ -180,6 +180,14 @@ class SplitSearch:
         dp = np.stack([self.dp_costs(c[0]) for c in splits], axis=1)
         return ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()
 
+    def steady_floor(self, splits: list[tuple[int, ...]]) -> np.ndarray:
+        """A lower bound on each split's step time: stage 0's end is at least every stage's steady
+        chain (schedule_bounds.steady_weights: all stage times + both end sends + c_i t_i), and
+        the step time at least that end + stage 0's extra (its DP all-reduce + the embedding's)."""
+        comp = self.stage_compute(splits)
+        chain = comp.sum(axis=0) + (self.weights[:, None] * comp).max(axis=0) + (self.send_first + self.send_last)
+        return chain + np.array([self.extra(s[0]) for s in splits])
+
     def cut(self, split: tuple[int, ...]) -> tuple[np.ndarray, float]:
         """The critical chain of `split` as a cut (partition.Cut), once per split: every pass asks
         for its best split's."""
@@ -280,7 +288,7 @@ class SplitSearch:
         starts from the best split so far and stops at the first proof."""
         if found is None or found.proven or self.e.max_nodes is not None:
             return found
-        split, value = polish(found.split, found.objective, self.fitting, self.evaluate)
+        split, value = polish(found.split, found.objective, self.fitting, self.evaluate, lower=self.steady_floor)
         if value < found.objective:
             found = Found(split, value, False, found.bound)
         settled = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
