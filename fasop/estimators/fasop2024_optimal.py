@@ -42,28 +42,33 @@ found, each traced in Python by schedule.critical_path, ~2 ms on 16 stages x 64 
 of the first branch and bound. Measured on FASOP's experiments (default search): 2 -> 0 leaves
 the same splits unproven at ~0.4 s less CPU on gpt2xl and t5 a100=1,a10=7 (its proofs are the
 settle passes')."""
+CUTS_AFTER = 100
+"""Without a budget, the passes after the first learn their cuts only once they have visited this
+many nodes (partition.optimal's cuts_after): most settle passes prove their split within a few
+nodes, and a cut costs a traced schedule (~1-5 ms on 16-32 stages). Measured on FASOP's
+experiments (default search, SplitSearch.certified's CPU, min of 3): 0 / 30 / 100 / 200 / 400
+nodes: gpt2xl a100=1,a10=7 2.49-2.54 / 2.37-2.39 / 2.25-2.44 / 2.23 / 2.29 s, t5 a100=1,a10=7
+2.58-2.68 / 2.30-2.37 / 2.21-2.34 / 2.23 / 2.30 s, the same splits left unproven."""
 SETTLE_CUTS = 2
 """Cuts of the settle, legs and close passes (and of a search with --partition-budget): 0
 leaves gpt2xl a100=1,a10=7 9 unproven instead of 7, 1 proves the same at the same time."""
-CLOSE_GAP = 1e-3
+CLOSE_GAP = 2e-2
 """A plan that every step of `SplitSearch.certified` leaves unproven, its split within this gap
-(relative) of its best lower bound, gets one more forward settle pass of CLOSE_NODES nodes: the
-bound is near, more nodes close it. Measured on FASOP's experiments (default search, 3000
-nodes, before cuts were traced in Python): gaps 0 / 0.05 / 0.1 / 0.2 / 0.5 % leave gpt2xl
-a100=1,a10=7 11 / 9 / 7 / 7 / 6 and t5 a100=1,a10=7 5 / 5 / 4 / 1 / 1 unproven, at +0.0 / 0.0 /
-0.0 / +0.06 / +0.2 s of CPU on gpt2xl; with the cuts traced in Python, 0.2 % put gpt2xl's whole
-process at 2.03-2.13x dbfe47e's, past the issue's 2x, and 0.1 % at 1.94-1.96x."""
-ZIGZAG_GAP = 2e-2
-"""... and with the zigzag bound (`SplitSearch.zigzagged`, pipelines of at least
-ZIGZAG_MIN_MICROBATCHES micro-batches) within this gap. Measured on FASOP's experiments (default
-search, CLOSE_NODES): the splits left open by the earlier steps lie within 0.1-1 % of their
-bounds; with the sweep alone more nodes close a few (3000: gpt2xl a100=1,a10=7 7 -> 4 open), with
-the zigzag chains most (7 -> 2, t5 a100=1,a10=7 4 -> 1), in 20-80 ms a plan."""
+(relative) of its best lower bound, gets one more forward settle pass (`SplitSearch.closed`):
+CLOSE_NODES nodes with the zigzag chains, or SWEEP_CLOSE_NODES with the sweep where there are
+none. Measured on FASOP's experiments (default search): the splits the earlier steps leave open
+lie within 0.1-1 % of their bounds. With the sweep alone and 3000 nodes, only those within 0.1 %
+fit the issue's 2x of dbfe47e's time (gpt2xl a100=1,a10=7 7, t5 a100=1,a10=7 4 left open);
+with the zigzag chains and every step since, 2 % (gpt2xl 0, t5 0)."""
+CLOSE_NODES = 4000
+"""Search-tree nodes of that pass with the zigzag chains: measured as above, 3000 leave one of
+gpt2xl a100=1,a10=7's splits open (it needs ~3300); the others close within 300-2500."""
 ZIGZAG_MIN_MICROBATCHES = 3
 """With fewer micro-batches the only zigzag chain is the last stage's steady chain, which the
 sweep bound already holds (schedule_zigzag: w_i <= m - 2)."""
-CLOSE_NODES = 3000
-"""Search-tree nodes of that last pass: measured as above, 6000 proves no more than 3000."""
+SWEEP_CLOSE_NODES = 8000
+"""... and with the sweep (fewer micro-batches): measured as above, gpt2xl a100=1,a10=7's one
+such split left open (16 stages, 2 micro-batches) needs 6000-8000 (~0.1 s)."""
 SETTLE_LAST_STAGES = 3
 """The settle passes' (forward and reverse) nodes that fix all stages but the last three are one
 node each, the splits below them evaluated (partition.optimal's `last_stages`; the first pass
@@ -135,7 +140,8 @@ class SplitSearch:
                 "seeds": [s.reported for s in self.p.splits],
                 "max_nodes": FIRST_NODES if self.e.max_nodes is None else self.e.max_nodes,
                 "stage_weights": self.weights,
-                "max_cuts": FIRST_CUTS if self.e.max_nodes is None else SETTLE_CUTS}
+                "max_cuts": FIRST_CUTS if self.e.max_nodes is None else SETTLE_CUTS,
+                "cuts_after": CUTS_AFTER if self.e.max_nodes is None else 0}
 
     def _tables(self, recent: OrderedDict) -> tuple:
         """(stage times, those that fit, the dynamic programmes' tables over them, over all),
@@ -239,7 +245,7 @@ class SplitSearch:
         found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
                           evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
                           extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=REVERSE_NODES, max_cuts=REVERSE_CUTS,
-                          last_stages=SETTLE_LAST_STAGES, tables=tables)
+                          last_stages=SETTLE_LAST_STAGES, tables=tables, cuts_after=CUTS_AFTER)
         if found_r.objective < found.objective:
             return Found(found_r.split[::-1], found_r.objective, found_r.proven, found_r.bound)
         return Found(found.split, found.objective, found_r.proven, found_r.bound)
@@ -315,19 +321,27 @@ class SplitSearch:
         return found if found.proven else self.closed(found)
 
     def closed(self, found: Found) -> Found:
-        """The close step of `certified`: a split left unproven within CLOSE_GAP of its bound (or,
-        with at least ZIGZAG_MIN_MICROBATCHES micro-batches, within ZIGZAG_GAP) gets one more
-        forward settle pass of CLOSE_NODES nodes, with the zigzag chains where they exist."""
-        zigzag = self.m >= ZIGZAG_MIN_MICROBATCHES
-        if found.objective - found.bound > (ZIGZAG_GAP if zigzag else CLOSE_GAP) * found.objective:
+        """The close step of `certified`: a split left unproven within CLOSE_GAP of its bound gets
+        one more forward settle pass, with the zigzag chains where they exist (CLOSE_NODES), else
+        with the sweep (SWEEP_CLOSE_NODES). If that finds a faster split without proving it, the
+        reverse pass runs again from it (measured: it proves such a split of t5 a100=1,a10=7 in
+        a few nodes)."""
+        if found.objective - found.bound > CLOSE_GAP * found.objective:
             return found
+        zigzag = self.m >= ZIGZAG_MIN_MICROBATCHES
         closer = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
-                         **(self.budget | {"seeds": [found.split], "max_nodes": CLOSE_NODES, "max_cuts": SETTLE_CUTS,
+                         **(self.budget | {"seeds": [found.split], "max_cuts": SETTLE_CUTS,
+                                           "max_nodes": CLOSE_NODES if zigzag else SWEEP_CLOSE_NODES,
                                            "bound": self.zigzagged() if zigzag else self.swept()}))
-        if closer.objective < found.objective:
-            found = closer
-        return Found(found.split, found.objective, closer.proven, found.objective if closer.proven else
-                     max(found.bound, closer.bound))
+        best = closer if closer.objective < found.objective else found
+        if closer.proven:
+            return Found(best.split, best.objective, True, best.objective)
+        bound = max(found.bound, closer.bound)
+        if best is closer:
+            again = self.reverse(Found(best.split, best.objective, False, bound))
+            return Found(again.split, again.objective, again.proven,
+                         again.objective if again.proven else max(bound, again.bound))
+        return Found(best.split, best.objective, False, bound)
 
     def run(self, cutoff: float = np.inf) -> Found | None:
         if cutoff < np.inf:
