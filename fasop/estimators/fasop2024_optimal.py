@@ -80,6 +80,12 @@ REVERSE_NODES = 1000
 """Search-tree nodes of the reverse settle pass (`SplitSearch.reverse`) per plan the settle pass
 leaves unproven. Measured on gpt2xl and t5 a100=1,a10=7 (default search): 500 / 1000 / 2000
 nodes leave 13 / 11 / 11 and 14 / 12 / 10 unproven, at +0.0 / +0.1 / +0.4 s of CPU."""
+FIRST_REVERSE_NODES = 500
+"""... of its first run; a split the close step (`SplitSearch.closed`) leaves open gets a second
+run of REVERSE_NODES. Measured on FASOP's experiments (default search, SplitSearch.certified's
+CPU, min of 3, all splits proven either way): 1000 / 500 / 300 nodes first: gpt2xl a100=1,a10=7
+2.47 / 2.22 / 2.29 s (its reverse passes mostly fail; the zigzag chains of the close step prove
+those splits), t5 a100=1,a10=7 2.26 / 2.39 / 2.67 s (two of its splits need 500-1000 nodes)."""
 REVERSE_CUTS = 8
 """Cuts (partition.optimal's max_cuts) of the reverse settle pass: measured as above (1000
 nodes), 2 / 4 / 8 / 16 cuts leave 12 / 8 / 7 / 7 of t5's unproven at the same CPU time (gpt2xl's
@@ -222,7 +228,7 @@ class SplitSearch:
                                                      fwd_bwd_factor=self.e.fwd_bwd_factor,
                                                      send_first=self.send_first, send_last=self.send_last))
 
-    def reverse(self, found: Found) -> Found:
+    def reverse(self, found: Found, nodes: int | None = None) -> Found:
         """The settle pass from `found` over the stages in reverse order (the last stage fixed
         first), bounded by the backward sweep relaxed on the free first stages
         (schedule_bounds.ReverseSweepBound) and the cuts; stage 0's extra (fixed last) at its
@@ -244,7 +250,7 @@ class SplitSearch:
 
         found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
                           evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
-                          extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=REVERSE_NODES, max_cuts=REVERSE_CUTS,
+                          extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=nodes or REVERSE_NODES, max_cuts=REVERSE_CUTS,
                           last_stages=SETTLE_LAST_STAGES, tables=tables, cuts_after=CUTS_AFTER)
         if found_r.objective < found.objective:
             return Found(found_r.split[::-1], found_r.objective, found_r.proven, found_r.bound)
@@ -290,8 +296,9 @@ class SplitSearch:
         with the sweep bound; then over the stages from the last one (`reverse`); then, for few
         micro-batches, with the chains out and back (`legged`); then the MILP
         (split_milp.certify, on programs small enough); then, where the gap left is small, the
-        settle pass again with CLOSE_NODES nodes and the zigzag chains (`closed`). Each step
-        starts from the best split so far and stops at the first proof."""
+        settle pass again with more nodes and the zigzag chains (`closed`); then the reverse pass
+        again with more nodes (a faster split the close step found is often proven at once).
+        Each step starts from the best split so far and stops at the first proof."""
         if found is None or found.proven or self.e.max_nodes is not None:
             return found
         split, value = polish(found.split, found.objective, self.fitting, self.evaluate, lower=self.steady_floor)
@@ -304,7 +311,7 @@ class SplitSearch:
             found = settled
         if settled.proven:
             return Found(found.split, found.objective, True, found.objective)
-        found = self.reverse(found)
+        found = self.reverse(found, FIRST_REVERSE_NODES)
         if found.proven:
             return found
         if self.m <= LEG_MAX_MICROBATCHES:
@@ -318,14 +325,19 @@ class SplitSearch:
                        table.astype(float) + self.embedding, lambda split: self.evaluate([split])[0], found.split,
                        found.objective)
         found = Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound, found.bound))
-        return found if found.proven else self.closed(found)
+        if found.proven:
+            return found
+        found = self.closed(found)
+        if found.proven:
+            return found
+        again = self.reverse(found)  # more nodes, from the best split so far
+        return Found(again.split, again.objective, again.proven,
+                     again.objective if again.proven else max(found.bound, again.bound))
 
     def closed(self, found: Found) -> Found:
         """The close step of `certified`: a split left unproven within CLOSE_GAP of its bound gets
         one more forward settle pass, with the zigzag chains where they exist (CLOSE_NODES), else
-        with the sweep (SWEEP_CLOSE_NODES). If that finds a faster split without proving it, the
-        reverse pass runs again from it (measured: it proves such a split of t5 a100=1,a10=7 in
-        a few nodes)."""
+        with the sweep (SWEEP_CLOSE_NODES)."""
         if found.objective - found.bound > CLOSE_GAP * found.objective:
             return found
         zigzag = self.m >= ZIGZAG_MIN_MICROBATCHES
@@ -334,14 +346,8 @@ class SplitSearch:
                                            "max_nodes": CLOSE_NODES if zigzag else SWEEP_CLOSE_NODES,
                                            "bound": self.zigzagged() if zigzag else self.swept()}))
         best = closer if closer.objective < found.objective else found
-        if closer.proven:
-            return Found(best.split, best.objective, True, best.objective)
-        bound = max(found.bound, closer.bound)
-        if best is closer:
-            again = self.reverse(Found(best.split, best.objective, False, bound))
-            return Found(again.split, again.objective, again.proven,
-                         again.objective if again.proven else max(bound, again.bound))
-        return Found(best.split, best.objective, False, bound)
+        return Found(best.split, best.objective, closer.proven,
+                     best.objective if closer.proven else max(found.bound, closer.bound))
 
     def run(self, cutoff: float = np.inf) -> Found | None:
         if cutoff < np.inf:
