@@ -50,9 +50,10 @@ class Rest:
     the stages after k need at least `sum` seconds in all, with a largest stage of at least `max`
     and a largest weighted stage (weight `stage_weights[i]`) of at least `wmax`; `capped` and
     `below` (None, or partition.capped_completion's rows) bound the sum and the largest weighted
-    stage together. A bound keeps what it derives from these once per node with `memo`."""
+    stage together. A bound keeps what it derives from these once per node with `memo` (or, for a
+    bound of several parts, `cached` per part)."""
 
-    __slots__ = ("stops", "t", "times", "sum", "max", "wmax", "capped", "below", "extra", "cuts", "_memo")
+    __slots__ = ("stops", "t", "times", "sum", "max", "wmax", "capped", "below", "extra", "cuts", "_memo", "_cache")
 
     def __init__(self, stops: np.ndarray, t: np.ndarray, sum: np.ndarray, max: np.ndarray, wmax: np.ndarray,
                  capped: np.ndarray | None, below: np.ndarray | None, extra: np.ndarray | None):
@@ -60,13 +61,22 @@ class Rest:
         self.sum, self.max, self.wmax, self.capped, self.below, self.extra = sum, max, wmax, capped, below, extra
         self.cuts: tuple[int, np.ndarray | None] = (0, None)
         """(cuts known, this node's share of them): kept up to date by `optimal`."""
-        self._memo = None
+        self._memo = self._cache = None
 
-    def memo(self, make: Callable[[], tuple]) -> tuple:
-        """make(), once per node: what a bound derives from the node's choices alone."""
+    def memo(self, make: Callable[..., tuple], *args) -> tuple:
+        """make(*args), once per node: what a bound derives from the node's choices alone."""
         if self._memo is None:
-            self._memo = make()
+            self._memo = make(*args)
         return self._memo
+
+    def cached(self, key, make: Callable[..., object], *args):
+        """make(*args), once per node and key (e.g. the bound part asking)."""
+        if self._cache is None:
+            self._cache = {}
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = make(*args)
+        return found
 
 
 Bound = Callable[[int, float, object, np.ndarray, Rest], tuple[np.ndarray, np.ndarray]]
@@ -97,7 +107,7 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
             seeds: Sequence[tuple[int, ...]] = (), batch: int = 16, margin: float = 1e-6,
             max_cuts: int = 2, max_nodes: int | None = None, above: float = np.inf,
             stage_weights: np.ndarray | None = None, tables: dict | None = None, settle: bool = False,
-            last_stages: int = 2) -> Found | None:
+            last_stages: int = 2, cuts_after: int = 0) -> Found | None:
     """The contiguous split with the lowest objective, by branch and bound with cuts.
 
     times[k, a, b]: compute seconds of layers a..b-1 on stage k, inf where b <= a or they do
@@ -133,10 +143,13 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     too, so the many splits of (nearly) equal objective -- e.g. layers moved between stages of
     one GPU type -- are not searched for the lexicographically smallest. proven=True then means
     optimal within the margin; the split is the best seed unless a faster one was found.
+    `cuts_after`: cuts are learned only once this many nodes are visited (a search that proves
+    its seed within fewer computes no critical chain).
     """
     search = _Search(times, bound=bound, evaluate=evaluate, cut=cut, extra=extra, batch=batch, margin=margin,
                      max_cuts=max_cuts, above=above, stage_weights=stage_weights,
-                     tables={} if tables is None else tables, settle=settle, last_stages=max(2, last_stages))
+                     tables={} if tables is None else tables, settle=settle, last_stages=max(2, last_stages),
+                     cuts_after=cuts_after)
     if not np.isfinite(search.least_sum[0, 0]):
         return None
     root = search.child_bounds(0, 0, (), 0.0, None, np.zeros(0))
@@ -155,10 +168,10 @@ class _Search:
 
     def __init__(self, times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
                  batch: int, margin: float, max_cuts: int, above: float, stage_weights: np.ndarray | None,
-                 tables: dict, settle: bool, last_stages: int):
+                 tables: dict, settle: bool, last_stages: int, cuts_after: int):
         self.times, self.bound, self.evaluate_all, self.cut, self.extra = times, bound, evaluate, cut, extra
         self.batch, self.margin, self.max_cuts, self.above, self.settle = batch, margin, max_cuts, above, settle
-        self.last_stages = last_stages
+        self.last_stages, self.cuts_after, self.visited = last_stages, cuts_after, 0
         self.shared, self.known, self.cuts = tables, {}, {}  # + objectives and cuts of the splits evaluated
         n, self.size = times.shape[:2]
         self.n, self.num_layers = n, self.size - 1
@@ -263,7 +276,7 @@ class _Search:
         if (value, split) < (self.best[0], self.best[1]):
             self.best[0], self.best[1] = float(value), split
         self.pending.clear()
-        if len(self.cut_c) < self.max_cuts:
+        if len(self.cut_c) < self.max_cuts and self.visited >= self.cuts_after:
             if split not in self.cuts:
                 self.cuts[split] = self.cut(split)
             w, const = self.cuts[split]

@@ -62,35 +62,9 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
     two round trips out (the bounds, and so the search's order, of earlier releases).
     Returns (bounds, chains including stage k, one row per choice of t).
     """
-    m, pp = num_microbatches, num_stages
     own_before, steady_before, trips_before = (0.0, 0.0, -np.inf) if chain is None else chain
-
-    def shared() -> tuple:
-        """What every node with these choices shares (once per `rest`, its memo)."""
-        c = weights[k]
-        steady = c * t
-        sends = send_first + send_last
-        everything = t + rest.sum + sends  # + before: micro-batch 0 through every stage and back
-        busy = m * t + ((send_first if k > 0 else 0.0) + (send_last if k == pp - 1 else 0.0))  # + before: own chain
-        chain = everything + np.maximum(steady, rest.wmax)
-        if rest.capped is not None:
-            # the rest's sum and its largest weighted stage together: a rest whose largest lies in
-            # (below[j], cap j] sums to at least capped[j] (partition.capped_completion)
-            largest = np.maximum(np.maximum(steady[None, :], rest.below[:, None]), rest.wmax[None, :])
-            chain = np.maximum(chain, t + sends + (rest.capped + largest).min(axis=0))
-        terms = np.maximum(chain, busy)
-        if k < pp - 1:  # the slowest later stage's own chain
-            terms = np.maximum(terms, t + send_first + m * rest.max)
-        twice = 2 * (t + rest.sum)  # + 2 before: every stage time twice
-        a = round_trip_weights(pp, m)[k] if round_trips else -1.0
-        trips = np.full_like(t, -np.inf)
-        if a >= 0:  # stage k's two round trips (+ before - before)
-            trips = a * t + ((send_first if k > 0 else 0.0) + (send_last if k < pp - 1 else 0.0))
-            terms = np.maximum(terms, twice + trips)
-        return (steady, everything, busy, terms, float(np.maximum(steady, rest.wmax).min()), float(terms.min()),
-                twice, trips)
-
-    steady, everything, busy, terms, least_steady, least_terms, twice, trips = rest.memo(shared)
+    steady, everything, busy, terms, least_steady, least_terms, twice, trips = rest.memo(
+        _shared, k, t, rest, num_stages, num_microbatches, send_first, send_last, weights, round_trips)
     if steady_before > least_steady:  # an earlier stage's steady chain is the longer for some choices
         terms = np.maximum(terms, everything + steady_before)
     bounds = before + terms
@@ -98,12 +72,40 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
         bounds = np.maximum(bounds, 2 * before + twice + trips_before)
     if own_before > before + least_terms:  # an earlier stage's own chain is the longer for some choices
         bounds = np.maximum(bounds, own_before)
-    return bounds, _Chains(before, busy, own_before, steady, steady_before, trips - before, trips_before)
+    return bounds, _Chains(before, busy, own_before, steady, steady_before, trips, trips_before)
+
+
+def _shared(k: int, t: np.ndarray, rest, pp: int, m: int, send_first: float, send_last: float, weights: np.ndarray,
+            round_trips: bool) -> tuple:
+    """What every node of `one_f_one_b_bound` with these choices shares (once per `rest`, its memo)."""
+    c = weights[k]
+    steady = c * t
+    sends = send_first + send_last
+    everything = t + rest.sum + sends  # + before: micro-batch 0 through every stage and back
+    busy = m * t + ((send_first if k > 0 else 0.0) + (send_last if k == pp - 1 else 0.0))  # + before: own chain
+    chain = everything + np.maximum(steady, rest.wmax)
+    if rest.capped is not None:
+        # the rest's sum and its largest weighted stage together: a rest whose largest lies in
+        # (below[j], cap j] sums to at least capped[j] (partition.capped_completion)
+        largest = np.maximum(np.maximum(steady[None, :], rest.below[:, None]), rest.wmax[None, :])
+        chain = np.maximum(chain, t + sends + (rest.capped + largest).min(axis=0))
+    terms = np.maximum(chain, busy)
+    if k < pp - 1:  # the slowest later stage's own chain
+        terms = np.maximum(terms, t + send_first + m * rest.max)
+    twice = 2 * (t + rest.sum)  # + 2 before: every stage time twice
+    a = round_trip_weights(pp, m)[k] if round_trips else -1.0
+    trips = np.full_like(t, -np.inf)
+    if a >= 0:  # stage k's two round trips (+ before - before)
+        trips = a * t + ((send_first if k > 0 else 0.0) + (send_last if k < pp - 1 else 0.0))
+        terms = np.maximum(terms, twice + trips)
+    return (steady, everything, busy, terms, float(np.maximum(steady, rest.wmax).min()), float(terms.min()),
+            twice, trips)
 
 
 class _Chains:
     """The `chain` of each choice of one_f_one_b_bound: (largest own chain, largest c_i t_i,
-    largest a_i t_i - sum_{j<i} t_j + sends)."""
+    largest a_i t_i - sum_{j<i} t_j + sends); `trips`: a_i t_i + sends of stage k's choices,
+    before them the stages before it (`before`)."""
 
     __slots__ = ("before", "busy", "own_before", "steady", "steady_before", "trips", "trips_before")
 
@@ -115,7 +117,7 @@ class _Chains:
 
     def __getitem__(self, i: int) -> tuple[float, float, float]:
         return (max(self.own_before, self.before + float(self.busy[i])), max(self.steady_before, float(self.steady[i])),
-                max(self.trips_before, float(self.trips[i])))
+                max(self.trips_before, float(self.trips[i]) - self.before))
 
 
 def round_trip_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
@@ -279,13 +281,28 @@ class SweepBound:
         return (prefixes + self.table[k + 1][stops]).max(axis=1) + self.sends, prefixes
 
 
+    def at(self, k: int, before: np.ndarray | None, rest) -> tuple[np.ndarray, np.ndarray]:
+        """`__call__` at a node of partition.optimal (`rest`: its partition.Rest), the same
+        operations, what depends on the node alone (its stage times' shares, the table's rows of
+        its stops) kept on the node."""
+        t, g, col, later_table = rest.cached(self, self._node, k, rest)
+        later = self.start if before is None else before
+        prefixes = np.maximum.accumulate(later[None, :] + g, axis=1) - g + col
+        return (prefixes + later_table).max(axis=1) + self.sends, prefixes
+
+    def _node(self, k: int, rest) -> tuple:
+        t = rest.t
+        return (t, t[:, None] * self.weights[k][None, :] + self.waits[k][None, :], t[:, None],
+                self.table[k + 1][rest.stops])
+
+
 def with_sweep(bound, sweep: SweepBound):
     """`bound` (a partition.Bound) raised to `sweep`'s where that is higher; its chains carry the
     sweep's prefixes along."""
     def raised(k, before, chain, t, rest):
         inner, prefix = (None, None) if chain is None else chain
         bounds, chains = bound(k, before, inner, t, rest)
-        swept, prefixes = sweep(k, prefix, t, rest.stops)
+        swept, prefixes = sweep.at(k, prefix, rest) if t is rest.t else sweep(k, prefix, t, rest.stops)
         return np.maximum(bounds, swept), _SweptChains(chains, prefixes)
     return raised
 

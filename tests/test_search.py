@@ -249,23 +249,24 @@ def test_top_k_keeps_only_fitting_plans():
 
 def test_a_cut_off_never_changes_a_plans_estimate():
     """estimate_below(plan, cutoff) is estimate(plan) when that is at most the cutoff and fits,
-    else None -- also for deep pipelines whose search stops at its node budget, and for cut-offs
-    a hair either side of the estimate (the search may stop early only when its result is known
-    to be above)."""
+    else None -- for deep pipelines of the default search (every split proven) and of a search
+    capped at 50 nodes whose search stops at its budget, and for cut-offs a hair either side of
+    the estimate (the search may stop early only when its result is known to be above)."""
     model = load_model("gpt2xl")
     cluster = load_cluster("fasop-paper")
     nodes = _inventory(cluster.node_types, a100=1, a10=7)
-    full = search(model, cluster, nodes, heterogeneous=True, placements="cyclic")
-    deep = [e for e in full.estimates if e.plan.pp >= 8 and not e.memory.is_oom][::7]
-    assert any(not e.partition_proven_optimal for e in deep)
-    for e in deep:
-        est = Fasop2024Estimator(model, cluster, nodes, "optimal", None)  # the search's default: no budget cap
-        for factor in (0.97, 1 - 1e-9, 1.0, 1 + 1e-9, 1.03):
-            below = est.estimate_below(e.plan, e.step_time_s * factor)
-            if e.step_time_s <= e.step_time_s * factor:
-                assert below is not None and (below.partition, below.step_time_s) == (e.partition, e.step_time_s)
-            else:
-                assert below is None
+    for budget in (None, 50):
+        full = search(model, cluster, nodes, heterogeneous=True, placements="cyclic", partition_budget=budget)
+        deep = [e for e in full.estimates if e.plan.pp >= 8 and not e.memory.is_oom][::7]
+        assert budget is None or any(not e.partition_proven_optimal for e in deep)
+        for e in deep:
+            est = Fasop2024Estimator(model, cluster, nodes, "optimal", budget)
+            for factor in (0.97, 1 - 1e-9, 1.0, 1 + 1e-9, 1.03):
+                below = est.estimate_below(e.plan, e.step_time_s * factor)
+                if e.step_time_s <= e.step_time_s * factor:
+                    assert below is not None and (below.partition, below.step_time_s) == (e.partition, e.step_time_s)
+                else:
+                    assert below is None
 
 
 def test_a_larger_partition_budget_is_never_worse():

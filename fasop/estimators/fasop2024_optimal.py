@@ -8,6 +8,7 @@ the embedding all-reduce (docs/estimators.md §5, §7).
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +21,7 @@ from fasop.partition_polish import polish
 from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
 from fasop.schedule_bounds import ReverseSweepBound, SweepBound, sweep_completion, sweep_prefix_completion, with_sweep
 from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
+from fasop.schedule_zigzag import ZigzagBound, with_zigzag, zigzag_completion
 from fasop.split_milp import certify
 
 if TYPE_CHECKING:
@@ -40,19 +42,33 @@ found, each traced in Python by schedule.critical_path, ~2 ms on 16 stages x 64 
 of the first branch and bound. Measured on FASOP's experiments (default search): 2 -> 0 leaves
 the same splits unproven at ~0.4 s less CPU on gpt2xl and t5 a100=1,a10=7 (its proofs are the
 settle passes')."""
+CUTS_AFTER = 100
+"""Without a budget, the passes after the first learn their cuts only once they have visited this
+many nodes (partition.optimal's cuts_after): most settle passes prove their split within a few
+nodes, and a cut costs a traced schedule (~1-5 ms on 16-32 stages). Measured on FASOP's
+experiments (default search, SplitSearch.certified's CPU, min of 3): 0 / 30 / 100 / 200 / 400
+nodes: gpt2xl a100=1,a10=7 2.49-2.54 / 2.37-2.39 / 2.25-2.44 / 2.23 / 2.29 s, t5 a100=1,a10=7
+2.58-2.68 / 2.30-2.37 / 2.21-2.34 / 2.23 / 2.30 s, the same splits left unproven."""
 SETTLE_CUTS = 2
 """Cuts of the settle, legs and close passes (and of a search with --partition-budget): 0
 leaves gpt2xl a100=1,a10=7 9 unproven instead of 7, 1 proves the same at the same time."""
-CLOSE_GAP = 1e-3
+CLOSE_GAP = 2e-2
 """A plan that every step of `SplitSearch.certified` leaves unproven, its split within this gap
-(relative) of its best lower bound, gets one more forward settle pass of CLOSE_NODES nodes: the
-bound is near, more nodes close it. Measured on FASOP's experiments (default search, 3000
-nodes, before cuts were traced in Python): gaps 0 / 0.05 / 0.1 / 0.2 / 0.5 % leave gpt2xl
-a100=1,a10=7 11 / 9 / 7 / 7 / 6 and t5 a100=1,a10=7 5 / 5 / 4 / 1 / 1 unproven, at +0.0 / 0.0 /
-0.0 / +0.06 / +0.2 s of CPU on gpt2xl; with the cuts traced in Python, 0.2 % put gpt2xl's whole
-process at 2.03-2.13x dbfe47e's, past the issue's 2x, and 0.1 % at 1.94-1.96x."""
-CLOSE_NODES = 3000
-"""Search-tree nodes of that last pass: measured as above, 6000 proves no more than 3000."""
+(relative) of its best lower bound, gets one more forward settle pass (`SplitSearch.closed`):
+CLOSE_NODES nodes with the zigzag chains, or SWEEP_CLOSE_NODES with the sweep where there are
+none. Measured on FASOP's experiments (default search): the splits the earlier steps leave open
+lie within 0.1-1 % of their bounds. With the sweep alone and 3000 nodes, only those within 0.1 %
+fit the issue's 2x of dbfe47e's time (gpt2xl a100=1,a10=7 7, t5 a100=1,a10=7 4 left open);
+with the zigzag chains and every step since, 2 % (gpt2xl 0, t5 0)."""
+CLOSE_NODES = 4000
+"""Search-tree nodes of that pass with the zigzag chains: measured as above, 3000 leave one of
+gpt2xl a100=1,a10=7's splits open (it needs ~3300); the others close within 300-2500."""
+ZIGZAG_MIN_MICROBATCHES = 3
+"""With fewer micro-batches the only zigzag chain is the last stage's steady chain, which the
+sweep bound already holds (schedule_zigzag: w_i <= m - 2)."""
+SWEEP_CLOSE_NODES = 8000
+"""... and with the sweep (fewer micro-batches): measured as above, gpt2xl a100=1,a10=7's one
+such split left open (16 stages, 2 micro-batches) needs 6000-8000 (~0.1 s)."""
 SETTLE_LAST_STAGES = 3
 """The settle passes' (forward and reverse) nodes that fix all stages but the last three are one
 node each, the splits below them evaluated (partition.optimal's `last_stages`; the first pass
@@ -64,6 +80,12 @@ REVERSE_NODES = 1000
 """Search-tree nodes of the reverse settle pass (`SplitSearch.reverse`) per plan the settle pass
 leaves unproven. Measured on gpt2xl and t5 a100=1,a10=7 (default search): 500 / 1000 / 2000
 nodes leave 13 / 11 / 11 and 14 / 12 / 10 unproven, at +0.0 / +0.1 / +0.4 s of CPU."""
+FIRST_REVERSE_NODES = 500
+"""... of its first run; a split the close step (`SplitSearch.closed`) leaves open gets a second
+run of REVERSE_NODES. Measured on FASOP's experiments (default search, SplitSearch.certified's
+CPU, min of 3, all splits proven either way): 1000 / 500 / 300 nodes first: gpt2xl a100=1,a10=7
+2.47 / 2.22 / 2.29 s (its reverse passes mostly fail; the zigzag chains of the close step prove
+those splits), t5 a100=1,a10=7 2.26 / 2.39 / 2.67 s (two of its splits need 500-1000 nodes)."""
 REVERSE_CUTS = 8
 """Cuts (partition.optimal's max_cuts) of the reverse settle pass: measured as above (1000
 nodes), 2 / 4 / 8 / 16 cuts leave 12 / 8 / 7 / 7 of t5's unproven at the same CPU time (gpt2xl's
@@ -109,6 +131,12 @@ class SplitSearch:
         self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
         self.stages = np.arange(self.pp)
         self.weights = e.steady_weights(self.pp, self.m)
+        bound = partial(one_f_one_b_bound, num_stages=self.pp, num_microbatches=self.m, weights=self.weights,
+                        send_first=self.send_first, send_last=self.send_last)
+        self.bound, self.tight = partial(bound, round_trips=False), partial(bound, round_trips=True)
+        """partition.Bound: the chains of schedule_bounds.one_f_one_b_bound; `tight` with the two
+        round trips: tighter, but it changes the search's order, and within a budget the split
+        found; used only to prove (the settle passes of `certified`), with the sweep."""
 
     @property
     def budget(self) -> dict:
@@ -118,7 +146,8 @@ class SplitSearch:
                 "seeds": [s.reported for s in self.p.splits],
                 "max_nodes": FIRST_NODES if self.e.max_nodes is None else self.e.max_nodes,
                 "stage_weights": self.weights,
-                "max_cuts": FIRST_CUTS if self.e.max_nodes is None else SETTLE_CUTS}
+                "max_cuts": FIRST_CUTS if self.e.max_nodes is None else SETTLE_CUTS,
+                "cuts_after": CUTS_AFTER if self.e.max_nodes is None else 0}
 
     def _tables(self, recent: OrderedDict) -> tuple:
         """(stage times, those that fit, the dynamic programmes' tables over them, over all),
@@ -163,6 +192,14 @@ class SplitSearch:
         dp = np.stack([self.dp_costs(c[0]) for c in splits], axis=1)
         return ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()
 
+    def steady_floor(self, splits: list[tuple[int, ...]]) -> np.ndarray:
+        """A lower bound on each split's step time: stage 0's end is at least every stage's steady
+        chain (schedule_bounds.steady_weights: all stage times + both end sends + c_i t_i), and
+        the step time at least that end + stage 0's extra (its DP all-reduce + the embedding's)."""
+        comp = self.stage_compute(splits)
+        chain = comp.sum(axis=0) + (self.weights[:, None] * comp).max(axis=0) + (self.send_first + self.send_last)
+        return chain + np.array([self.extra(s[0]) for s in splits])
+
     def cut(self, split: tuple[int, ...]) -> tuple[np.ndarray, float]:
         """The critical chain of `split` as a cut (partition.Cut), once per split: every pass asks
         for its best split's."""
@@ -171,16 +208,6 @@ class SplitSearch:
                                               fwd_bwd_factor=self.e.fwd_bwd_factor)
             self.cuts[split] = (weights[:, 0], float(const[0]))
         return self.cuts[split]
-
-    def bound(self, k, before, chain, t, rest, round_trips=False):
-        return one_f_one_b_bound(k, before, chain, t, rest, num_stages=self.pp, num_microbatches=self.m,
-                                 weights=self.weights, send_first=self.send_first, send_last=self.send_last,
-                                 round_trips=round_trips)
-
-    def tight(self, k, before, chain, t, rest):
-        """`bound` with the two round trips: tighter, but it changes the search's order, and within
-        a budget the split found; used only to prove (the settle pass of `certified`), with the sweep."""
-        return self.bound(k, before, chain, t, rest, True)
 
     def swept(self):
         """`tight` raised to the longest backward sweep (schedule_bounds.SweepBound)."""
@@ -192,7 +219,16 @@ class SplitSearch:
                                                  fwd_bwd_factor=self.e.fwd_bwd_factor,
                                                  send_first=self.send_first, send_last=self.send_last, **sends))
 
-    def reverse(self, found: Found) -> Found:
+    def zigzagged(self):
+        """`swept` raised to the longest zigzag chain (schedule_zigzag.ZigzagBound: a steady run
+        at an early stage, then its last forward on and back before the cool-down)."""
+        if "zigzag" not in self.tables:
+            self.tables["zigzag"] = zigzag_completion(self.fitting)
+        return with_zigzag(self.swept(), ZigzagBound(self.tables["zigzag"], num_microbatches=self.m,
+                                                     fwd_bwd_factor=self.e.fwd_bwd_factor,
+                                                     send_first=self.send_first, send_last=self.send_last))
+
+    def reverse(self, found: Found, nodes: int | None = None) -> Found:
         """The settle pass from `found` over the stages in reverse order (the last stage fixed
         first), bounded by the backward sweep relaxed on the free first stages
         (schedule_bounds.ReverseSweepBound) and the cuts; stage 0's extra (fixed last) at its
@@ -214,8 +250,8 @@ class SplitSearch:
 
         found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
                           evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
-                          extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=REVERSE_NODES, max_cuts=REVERSE_CUTS,
-                          last_stages=SETTLE_LAST_STAGES, tables=tables)
+                          extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=nodes or REVERSE_NODES, max_cuts=REVERSE_CUTS,
+                          last_stages=SETTLE_LAST_STAGES, tables=tables, cuts_after=CUTS_AFTER)
         if found_r.objective < found.objective:
             return Found(found_r.split[::-1], found_r.objective, found_r.proven, found_r.bound)
         return Found(found.split, found.objective, found_r.proven, found_r.bound)
@@ -259,12 +295,13 @@ class SplitSearch:
         its margin (many splits of equal time: layers moved between stages of one GPU type),
         with the sweep bound; then over the stages from the last one (`reverse`); then, for few
         micro-batches, with the chains out and back (`legged`); then the MILP
-        (split_milp.certify, on programs small enough); then, where the gap left is at most
-        CLOSE_GAP, the settle pass again with CLOSE_NODES nodes. Each step starts from the best
-        split so far and stops at the first proof."""
+        (split_milp.certify, on programs small enough); then, where the gap left is small, the
+        settle pass again with more nodes and the zigzag chains (`closed`); then the reverse pass
+        again with more nodes (a faster split the close step found is often proven at once).
+        Each step starts from the best split so far and stops at the first proof."""
         if found is None or found.proven or self.e.max_nodes is not None:
             return found
-        split, value = polish(found.split, found.objective, self.fitting, self.evaluate)
+        split, value = polish(found.split, found.objective, self.fitting, self.evaluate, lower=self.steady_floor)
         if value < found.objective:
             found = Found(split, value, False, found.bound)
         settled = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
@@ -274,7 +311,7 @@ class SplitSearch:
             found = settled
         if settled.proven:
             return Found(found.split, found.objective, True, found.objective)
-        found = self.reverse(found)
+        found = self.reverse(found, FIRST_REVERSE_NODES)
         if found.proven:
             return found
         if self.m <= LEG_MAX_MICROBATCHES:
@@ -288,15 +325,29 @@ class SplitSearch:
                        table.astype(float) + self.embedding, lambda split: self.evaluate([split])[0], found.split,
                        found.objective)
         found = Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound, found.bound))
-        if found.proven or found.objective - found.bound > CLOSE_GAP * found.objective:
+        if found.proven:
             return found
+        found = self.closed(found)
+        if found.proven:
+            return found
+        again = self.reverse(found)  # more nodes, from the best split so far
+        return Found(again.split, again.objective, again.proven,
+                     again.objective if again.proven else max(found.bound, again.bound))
+
+    def closed(self, found: Found) -> Found:
+        """The close step of `certified`: a split left unproven within CLOSE_GAP of its bound gets
+        one more forward settle pass, with the zigzag chains where they exist (CLOSE_NODES), else
+        with the sweep (SWEEP_CLOSE_NODES)."""
+        if found.objective - found.bound > CLOSE_GAP * found.objective:
+            return found
+        zigzag = self.m >= ZIGZAG_MIN_MICROBATCHES
         closer = optimal(self.fitting, tables=self.tables, settle=True, last_stages=SETTLE_LAST_STAGES,
-                         **(self.budget | {"seeds": [found.split], "bound": self.swept(), "max_nodes": CLOSE_NODES,
-                                           "max_cuts": SETTLE_CUTS}))
-        if closer.objective < found.objective:
-            found = closer
-        return Found(found.split, found.objective, closer.proven, found.objective if closer.proven else
-                     max(found.bound, closer.bound))
+                         **(self.budget | {"seeds": [found.split], "max_cuts": SETTLE_CUTS,
+                                           "max_nodes": CLOSE_NODES if zigzag else SWEEP_CLOSE_NODES,
+                                           "bound": self.zigzagged() if zigzag else self.swept()}))
+        best = closer if closer.objective < found.objective else found
+        return Found(best.split, best.objective, closer.proven,
+                     best.objective if closer.proven else max(found.bound, closer.bound))
 
     def run(self, cutoff: float = np.inf) -> Found | None:
         if cutoff < np.inf:
