@@ -214,13 +214,14 @@ def _solve(table: np.ndarray, problems: list[tuple[np.ndarray, np.ndarray]], num
     for members in _runs(problems):
         sets = [problems[k] for k in members]
         widest, total = max(w.shape[1] for w, _ in sets), sum(len(w) for w, _ in sets)
-        which, extra = np.zeros((total, widest), dtype=np.int64), np.zeros((total, widest))
-        sizes, start = np.zeros(total, dtype=np.int64), 0
+        which, extra = np.full((total, widest), -1, dtype=np.int64), np.full((total, widest), -np.inf)
+        counts, sizes, start = np.zeros((total, widest), dtype=np.int64), np.zeros(total, dtype=np.int64), 0
         for w, x in sets:
-            stop = start + len(w)
-            which[start:stop, :w.shape[1]], extra[start:stop, :w.shape[1]], sizes[start:stop] = w, x, w.shape[1]
+            stop, n = start + len(w), w.shape[1]
+            which[start:stop, :n], extra[start:stop, :n], sizes[start:stop] = w, x, n
+            counts[start:stop, :n] = _even_split(num_layers, n)
             start = stop
-        reported, scheduled = _lockstep(table, which, extra, num_layers, sizes)
+        reported, scheduled = _lockstep(table, which, extra, counts, sizes)
         start = 0
         for k, (w, _) in zip(members, sets):
             stop, n = start + len(w), w.shape[1]
@@ -262,95 +263,113 @@ class _Plane:
         return self.item(first, stop)
 
 
-def _even_split(num_layers: int, sizes: np.ndarray, width: int) -> np.ndarray:
-    """minmax's start, a row per problem of sizes[r] stages (`width` columns, 0 past them): the
-    layers split evenly, the remainder one each to the last stage, then stages 0, 1, ..."""
-    stage = np.arange(width)
-    rest = (num_layers % sizes)[:, None]
-    return (np.where(stage < sizes[:, None], (num_layers // sizes)[:, None], 0)
-            + ((stage < rest - 1) | ((stage == sizes[:, None] - 1) & (rest >= 1)))).astype(np.int64)
+def _even_split(num_layers: int, n: int) -> list[int]:
+    """minmax's start for n stages: the layers split evenly, the remainder one each to the last
+    stage, then stages 0, 1, ..."""
+    counts = [num_layers // n] * n
+    for i in range(num_layers % n):
+        counts[i - 1] += 1
+    return counts
 
 
-def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int, sizes: np.ndarray
+HASH = np.arange(1, 65, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+"""Weights of a row's counts in its hash (sum of count x weight, modulo 2^64), stage by stage:
+the counts seen before are looked up by hash, and only a match compared count by count."""
+
+
+def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, counts: np.ndarray, sizes: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
-    """`minmax_rows` of every row, row r of sizes[r] stages (its first sizes[r] columns; the rest
-    padding: no layers, never a maximum or a minimum). Each row's stage times are read from the
-    flat table (one index per entry); rows that stop leave the arrays."""
+    """`minmax_rows` of every row from its `counts` (minmax's start), row r of sizes[r] stages:
+    its first sizes[r] columns; the rest padding (which -1, extra -inf, counts 0: no layers,
+    never a maximum or a minimum). Each row's stage times are read from the flat table (one
+    index per entry); rows that stop leave the arrays.
+
+    Stage i's entry [a, b] of plane p is flat[p side^2 + side a + b] with b = a + counts[i]:
+    with span = (side + 1) counts and its running sum (side + 1) b, the index is offset + that
+    sum, offset = p side^2 - side counts; a move changes two entries of each. Padding reads a
+    finite entry ([0, 0, 1]) plus -inf: never the maximum, and, the times compared as unsigned
+    integers (their bits: the order of non-negative floats, a negative one above them all),
+    never the minimum."""
     count, n = which.shape
     side = table.shape[-1]
-    flat = table.reshape(-1)
-    base = (which * (side * side)).astype(np.intp)  # each stage's plane, as a flat offset
-    padded = bool((sizes < n).any())
-    if padded:  # padding: -inf for the maximum, +inf for the minimum; its (empty) stages, whose
-        valid = np.arange(n) < sizes[:, None]  # edges are both num_layers, read entry [0, 0, 1]: finite
-        base = np.where(valid, base, 1 - num_layers * (side + 1))
-        lows, highs = np.where(valid, 0.0, np.inf), np.where(valid, 0.0, -np.inf)
-    counts = _even_split(num_layers, sizes, n)
+    flat, step = table.reshape(-1), side + 1
+    span = counts * step
+    offset = np.where(which >= 0, which * (side * side), 1 - int(counts[0].sum()) * step)
+    offset -= side * counts
+    weights = np.resize(HASH, n)  # (stages past 64 share weights: a match is compared anyway)
+    key = counts.astype(np.uint64) @ weights
     rows = np.arange(count)
     last = np.full(count, 1e6)
     moved = False
     previous_max = previous_min = np.zeros(count, dtype=np.intp)
-    history: list[np.ndarray] = []  # the counts before each move, by problem (rows that run on were set)
+    history: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, span, keys) before each move
     since = np.zeros(count, dtype=np.intp)  # each row's first move at its present maximum
     reported = np.zeros((count, n), dtype=np.int64)
     scheduled = np.zeros((count, n), dtype=np.int64)
-    edges = np.zeros((count, n + 1), dtype=np.intp)
+    index = np.empty((count, n), dtype=np.intp)
     while len(rows):
         local = np.arange(len(rows))
-        e = edges[: len(rows)]
-        np.cumsum(counts, axis=1, out=e[:, 1:])
-        index = e[:, :-1] * side
-        index += e[:, 1:]
-        index += base
-        current = flat.take(index)
+        at = index[: len(rows)]
+        np.cumsum(span, axis=1, out=at)
+        at += offset
+        current = flat.take(at)
         current += extra
-        high, low = (current + highs, current + lows) if padded else (current, current)
-        imax, imin = high.argmax(axis=1), low.argmin(axis=1)
-        mx = high[local, imax]
+        imax, imin = current.argmax(axis=1), current.view(np.uint64).argmin(axis=1)
+        mx = current[local, imax]
         if moved:
             stop = mx > last
-            at = np.flatnonzero(mx == last)
-            if len(at):  # steps 2/3: the maximum stayed and these counts were seen before
-                stop[at[_seen(history[int(since[at].min()):], rows[at], counts[at])]] = True
+            tied = np.flatnonzero(mx == last)
+            if len(tied):  # steps 2/3: the maximum stayed and these counts were seen before
+                stop[tied[_seen(history[int(since[tied].min()):], rows[tied], span[tied], key[tied])]] = True
             since[mx != last] = len(history)
             if stop.any():  # undo the last move and stop
-                undone = _shifted(counts[stop], previous_min[stop], previous_max[stop])
+                undone = _shifted(span[stop] // step, previous_min[stop], previous_max[stop])
                 reported[rows[stop]] = scheduled[rows[stop]] = undone
         else:
             stop = np.zeros(len(rows), dtype=bool)
         last = mx
-        at_max = counts[local, imax]
-        quirk = ((imax == 0) | (imax == sizes - 1)) & (at_max == 2) & ~stop
+        at_max = span[local, imax]
+        quirk = ((imax == 0) | (imax == sizes - 1)) & (at_max == 2 * step) & ~stop
         if quirk.any():  # step 5 quirk: report a changed split, schedule the unchanged one
-            scheduled[rows[quirk]] = counts[quirk]
-            reported[rows[quirk]] = _shifted(counts[quirk], imin[quirk], imax[quirk]) if moved else counts[quirk]
-        single = (at_max <= 1) & ~stop & ~quirk
+            kept = span[quirk] // step
+            scheduled[rows[quirk]] = kept
+            reported[rows[quirk]] = _shifted(kept.copy(), imin[quirk], imax[quirk]) if moved else kept
+        single = (at_max <= step) & ~stop & ~quirk
         if single.any():
-            reported[rows[single]] = scheduled[rows[single]] = counts[single]
+            reported[rows[single]] = scheduled[rows[single]] = span[single] // step
         go = ~(stop | quirk | single)
-        before = np.empty_like(reported)
-        before[rows] = counts
-        history.append(before)
+        keys = np.empty(count, dtype=np.uint64)
+        keys[rows] = key
+        history.append((rows, span.copy(), keys))
         if not go.all():
-            counts, imax, imin, rows, last, since = counts[go], imax[go], imin[go], rows[go], last[go], since[go]
-            base, extra, sizes = base[go], extra[go], sizes[go]
-            if padded:
-                highs, lows = highs[go], lows[go]
-        moving = np.arange(len(counts))  # move one layer from the slowest to the fastest
-        counts[moving, imax] -= 1
-        counts[moving, imin] += 1
+            span, offset, extra = (a.compress(go, axis=0) for a in (span, offset, extra))  # (a[go]: ~3x slower)
+            key = key[go]
+            imax, imin, rows, last, since, sizes = imax[go], imin[go], rows[go], last[go], since[go], sizes[go]
+        moving = np.arange(len(rows))  # move one layer from the slowest to the fastest
+        span[moving, imax] -= step
+        span[moving, imin] += step
+        offset[moving, imax] += side
+        offset[moving, imin] -= side
+        key += weights[imin]
+        key -= weights[imax]
         previous_max, previous_min = imax, imin
         moved = True
     return reported, scheduled
 
 
-def _seen(history: list[np.ndarray], problems: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """For each of `problems` (rows of the full arrays in `history`), were its `counts` among the
-    earlier ones? (Only those since its maximum last fell: the maximum never rises, and the
-    counts of a larger maximum differ.)"""
+def _seen(history: list[tuple[np.ndarray, np.ndarray, np.ndarray]], problems: np.ndarray, span: np.ndarray,
+          key: np.ndarray) -> np.ndarray:
+    """For each of `problems` (rows of the first arrays), was its `span` (hash `key`) among the
+    earlier ones in `history` ((rows ascending, span, every row's hash) triples, each one's rows
+    a subset of the one before)? Looked up by hash, a match compared entry by entry. (Only
+    those since its maximum last fell: the maximum never rises, and the counts of a larger
+    maximum differ.)"""
     seen = np.zeros(len(problems), dtype=bool)
-    for before in history:
-        seen |= (before[problems] == counts).all(axis=1)
+    for rows, before, keys in history:
+        match = np.flatnonzero(keys[problems] == key)
+        if len(match):
+            at = np.searchsorted(rows, problems[match])
+            seen[match[(before[at] == span[match]).all(axis=1)]] = True
     return seen
 
 
