@@ -133,8 +133,40 @@ def _joined(stages: tuple[StageCosts, ...], segment_lengths: Sequence[int], spli
 
 
 # ---------------------------------------------------------------- batched: many problems on arrays
+class Known:
+    """Min-max results of earlier calls on one table, layer count and stage count n, kept for
+    later ones (a search's chunks, the compositions of a pareto sweep): each problem's name (the
+    bytes of its which and extra) -> its row of `rows` (reported then scheduled counts, 2n).
+    Holds at most MINMAX_KNOWN before it starts over."""
+
+    def __init__(self):
+        self.at: dict[bytes, int] = {}
+        self.rows = np.zeros((0, 0), dtype=np.int64)
+
+    def find(self, names: list) -> list:
+        """The row in `rows` of each name, None where unknown."""
+        return list(map(self.at.get, names)) if self.at else [None] * len(names)
+
+    def add(self, names: list, rows: np.ndarray) -> None:
+        size = len(self.at)
+        if size + len(names) > MINMAX_KNOWN:
+            self.at.clear()
+            size = 0
+        if size + len(rows) > len(self.rows):  # room for twice as many
+            grown = np.zeros((2 * (size + len(rows)), rows.shape[1]), dtype=np.int64)
+            if size:
+                grown[:size] = self.rows[:size]
+            self.rows = grown
+        self.rows[size:size + len(rows)] = rows
+        self.at.update(zip(names, range(size, size + len(rows))))
+
+
+MINMAX_KNOWN = 1 << 18
+"""Min-max results a `Known` keeps (a row of 2n counts each) before it starts over."""
+
+
 def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int,
-                known: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+                known: Known | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(reported, scheduled) counts of FASOP's greedy min-max balancing of `num_layers` layers
     over n <= num_layers stages, one problem per row, every row moving in lockstep: stage i
     of row r takes its times from plane which[r, i] of `table` (entry [a, b]: layers a..b-1)
@@ -142,45 +174,38 @@ def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_lay
     fasop2024_minmax.minmax (docs/estimators.md §6): maxima and first-of-equals indices
     (argmax, argmin) are exact, so every row moves and stops as it does. Equal rows (plans
     that differ only where the partitioner does not look) are balanced once; `known`, if
-    given, keeps the results of earlier calls on the same table and layer count, by row."""
+    given, keeps the results of earlier calls on the same table and layer count."""
     return minmax_many(table, [(which, extra)], num_layers, [known])[0]
 
 
 def minmax_many(table: np.ndarray, problems: Sequence[tuple[np.ndarray, np.ndarray]], num_layers: int,
-                knowns: Sequence[dict | None]) -> list[tuple[np.ndarray, np.ndarray]]:
+                knowns: Sequence[Known | None]) -> list[tuple[np.ndarray, np.ndarray]]:
     """`minmax_rows` of several sets of problems (which, extra) of their own stage counts (each
     at least 2), with their own `known`: the problems of every set not known are solved in one
     lockstep run, those of fewer stages padded to the most (_lockstep)."""
     pending, todo = [], []
     for (which, extra), known in zip(problems, knowns):
         count, n = which.shape
-        keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
+        keys = np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1)
         names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
-        found = None if not known else list(map(known.get, names))  # (none known: none found)
-        missing = list(range(count)) if found is None else [k for k, f in enumerate(found) if f is None]
-        distinct, first, inverse = _distinct(names if len(missing) == count else [names[k] for k in missing])
-        missing = np.array(missing, dtype=np.intp)
+        found = None if known is None else known.find(names)
+        hits = [] if found is None else [k for k, f in enumerate(found) if f is not None]
+        missing = np.arange(count) if not hits else np.delete(np.arange(count), hits)
+        distinct, first, inverse = _distinct(names if not hits else [names[k] for k in missing.tolist()])
         todo.append((which[missing[first]], extra[missing[first]]))
-        pending.append((found, missing, distinct, inverse, known))
-    out = []
-    for (which, _), (found, missing, distinct, inverse, known), rows in zip(problems, pending,
-                                                                            _solve(table, todo, num_layers)):
-        count, n = which.shape
         both = np.empty((count, 2 * n), dtype=np.int64)
+        if hits:  # (read before any set adds: an addition may start a Known over)
+            both[hits] = known.rows[[found[k] for k in hits]]
+        pending.append((both, missing, distinct, inverse, known))
+    out = []
+    for (which, _), (both, missing, distinct, inverse, known), rows in zip(problems, pending,
+                                                                           _solve(table, todo, num_layers)):
+        n = which.shape[1]
         both[missing] = rows[inverse]
-        if known is not None:
-            if len(missing) < count:
-                hits = [k for k, f in enumerate(found) if f is not None]
-                both[hits] = np.array([found[k] for k in hits])
-            if len(known) > MINMAX_KNOWN:
-                known.clear()
-            known.update(zip(distinct, rows))
+        if known is not None and distinct:
+            known.add(distinct, rows)
         out.append((both[:, :n], both[:, n:]))
     return out
-
-
-MINMAX_KNOWN = 1 << 18
-"""Min-max results a `known` dict keeps (a row of 2n counts each) before it starts over."""
 
 
 def _distinct(keys: list) -> tuple[list, np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fasop import native
-from fasop.estimators.fasop2024_minmax import middle_extra, minmax_many
+from fasop.estimators.fasop2024_minmax import Known, middle_extra, minmax_many
 from fasop.schedule import one_f_one_b, split_stage_times
 
 f32 = np.float32
@@ -89,7 +89,7 @@ class _Problems:
             else:
                 sets.append((np.concatenate([w for w, _ in parts]), np.concatenate([x for _, x in parts])))
                 sizes.append((n, starts))
-        knowns = [None if self.known is None else self.known.setdefault((n, self.num_layers), {}) for n, _ in sizes]
+        knowns = [None if self.known is None else self.known.setdefault((n, self.num_layers), Known()) for n, _ in sizes]
         for (n, starts), (reported, scheduled) in zip(sizes, minmax_many(self.table, sets, self.num_layers, knowns)):
             self.solved[n] = (reported, scheduled, starts)
 
@@ -104,7 +104,8 @@ def plan_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.
     """(reported, scheduled, times, ends), rows of S like `which`: each plan's chosen split
     (the reported and the scheduled counts), its stage times and its 1F1B stage ends; entries
     past a plan's pp are 0. One stage: every layer, its end m x its time in float32. `known`:
-    min-max results of earlier calls on the same table (minmax_rows), if kept."""
+    where the min-max results of calls on the same table are kept, if they are (a
+    fasop2024_minmax.Known per stage and layer count)."""
     count, width = which.shape
     layers = sum(segment_lengths)
     reported, scheduled = np.zeros((count, width), np.int64), np.zeros((count, width), np.int64)
