@@ -144,8 +144,8 @@ class Known:
         self.rows = np.zeros((0, 0), dtype=np.int64)
 
     def find(self, names: list) -> list:
-        """The row in `rows` of each name, None where unknown."""
-        return list(map(self.at.get, names)) if self.at else [None] * len(names)
+        """The row in `rows` of each name, None where unknown (None for all: none known)."""
+        return list(map(self.at.get, names)) if self.at else None
 
     def add(self, names: list, rows: np.ndarray) -> None:
         size = len(self.at)
@@ -186,9 +186,9 @@ def minmax_many(table: np.ndarray, problems: Sequence[tuple[np.ndarray, np.ndarr
     pending, todo = [], []
     for (which, extra), known in zip(problems, knowns):
         count, n = which.shape
-        keys = np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1)
+        keys = np.concatenate([which.astype(np.int64, copy=False), extra.view(np.int64)], axis=1)
         names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
-        found = None if known is None else known.find(names)
+        found = None if known is None else known.find(names)  # (None: none known)
         hits = [] if found is None else [k for k, f in enumerate(found) if f is not None]
         missing = np.arange(count) if not hits else np.delete(np.arange(count), hits)
         distinct, first, inverse = _distinct(names if not hits else [names[k] for k in missing.tolist()])
@@ -201,7 +201,10 @@ def minmax_many(table: np.ndarray, problems: Sequence[tuple[np.ndarray, np.ndarr
     for (which, _), (both, missing, distinct, inverse, known), rows in zip(problems, pending,
                                                                            _solve(table, todo, num_layers)):
         n = which.shape[1]
-        both[missing] = rows[inverse]
+        if len(missing) == len(both):
+            rows.take(inverse, axis=0, out=both)
+        else:
+            both[missing] = rows[inverse]
         if known is not None and distinct:
             known.add(distinct, rows)
         out.append((both[:, :n], both[:, n:]))
@@ -333,14 +336,14 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, counts: n
     scheduled = np.zeros((count, n), dtype=np.int64)
     index = np.empty((count, n), dtype=np.intp)
     while len(rows):
-        local = np.arange(len(rows))
         at = index[: len(rows)]
         np.cumsum(span, axis=1, out=at)
         at += offset
         current = flat.take(at)
         current += extra
         imax, imin = current.argmax(axis=1), current.view(np.uint64).argmin(axis=1)
-        mx = current[local, imax]
+        top = np.arange(0, len(rows) * n, n) + imax  # (flat positions: ~2x faster than [rows, columns])
+        mx = current.take(top)
         if moved:
             stop = mx > last
             tied = np.flatnonzero(mx == last)
@@ -348,20 +351,20 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, counts: n
                 stop[tied[_seen(history[int(since[tied].min()):], rows[tied], span[tied], key[tied])]] = True
             since[mx != last] = len(history)
             if stop.any():  # undo the last move and stop
-                undone = _shifted(span[stop] // step, previous_min[stop], previous_max[stop])
+                undone = _shifted(span.compress(stop, axis=0) // step, previous_min[stop], previous_max[stop])
                 reported[rows[stop]] = scheduled[rows[stop]] = undone
         else:
             stop = np.zeros(len(rows), dtype=bool)
         last = mx
-        at_max = span[local, imax]
+        at_max = span.take(top)
         quirk = ((imax == 0) | (imax == sizes - 1)) & (at_max == 2 * step) & ~stop
         if quirk.any():  # step 5 quirk: report a changed split, schedule the unchanged one
-            kept = span[quirk] // step
+            kept = span.compress(quirk, axis=0) // step
             scheduled[rows[quirk]] = kept
             reported[rows[quirk]] = _shifted(kept.copy(), imin[quirk], imax[quirk]) if moved else kept
         single = (at_max <= step) & ~stop & ~quirk
         if single.any():
-            reported[rows[single]] = scheduled[rows[single]] = span[single] // step
+            reported[rows[single]] = scheduled[rows[single]] = span.compress(single, axis=0) // step
         go = ~(stop | quirk | single)
         keys = np.empty(count, dtype=np.uint64)
         keys[rows] = key
@@ -370,11 +373,11 @@ def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, counts: n
             span, offset, extra = (a.compress(go, axis=0) for a in (span, offset, extra))  # (a[go]: ~3x slower)
             key = key[go]
             imax, imin, rows, last, since, sizes = imax[go], imin[go], rows[go], last[go], since[go], sizes[go]
-        moving = np.arange(len(rows))  # move one layer from the slowest to the fastest
-        span[moving, imax] -= step
-        span[moving, imin] += step
-        offset[moving, imax] += side
-        offset[moving, imin] -= side
+        first = np.arange(0, len(rows) * n, n)  # move one layer from the slowest to the fastest
+        top, bottom = first + imax, first + imin
+        for a, change in ((span.reshape(-1), step), (offset.reshape(-1), -side)):
+            a[top] -= change
+            a[bottom] += change
         key += weights[imin]
         key -= weights[imax]
         previous_max, previous_min = imax, imin

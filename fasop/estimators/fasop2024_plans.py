@@ -29,9 +29,15 @@ f32 = np.float32
 def stage_times(table: np.ndarray, which: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Seconds of each stage's layers (counts[..., i] layers from the end of stage i - 1) on its
     plane: the entries of `table` (compute.stage_times; 0.0 for no layer, where `table` is inf)."""
+    side = table.shape[-1]
     edges = np.zeros(counts.shape[:-1] + (counts.shape[-1] + 1,), dtype=np.intp)
     np.cumsum(counts, axis=-1, out=edges[..., 1:])
-    return np.where(counts > 0, table[which, edges[..., :-1], edges[..., 1:]], 0.0)
+    index = edges[..., :-1] * side  # entry [p, a, b] of the flat table: p side^2 + a side + b
+    index += edges[..., 1:]
+    index += which * (side * side)  # (one take: ~3x faster than indexing with three arrays)
+    times = table.reshape(-1).take(index)
+    times[counts <= 0] = 0.0
+    return times
 
 
 def schedule_ends(times: np.ndarray, pps: np.ndarray, ms: np.ndarray, first_send: np.ndarray,
