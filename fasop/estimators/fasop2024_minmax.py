@@ -215,8 +215,7 @@ def _distinct(keys: list) -> tuple[list, np.ndarray, np.ndarray]:
     """(the distinct keys in order of first appearance, the index of each one's first
     appearance, for each key the number of its distinct key)."""
     number = dict.fromkeys(keys)
-    for k, key in enumerate(number):
-        number[key] = k
+    number = dict(zip(number, range(len(number))))  # (bytes keep their hash: no rehashing)
     inverse = np.fromiter(map(number.__getitem__, keys), np.intp, len(keys))
     rise = np.ones(len(keys), dtype=bool)  # numbered in order of appearance: a key's first
     rise[1:] = inverse[1:] > np.maximum.accumulate(inverse)[:-1]  # appearance raises the largest so far
