@@ -221,14 +221,21 @@ def end_bounds(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarray,
     that reach or leave it -- less a relative 1e-9, more than the rounding of any chain of
     fewer than 10^6 events. m: each pipeline's micro-batches."""
     pp = times.shape[1]
-    m = np.asarray(m, dtype=float)[:, None]
-    w = np.minimum(pp - np.arange(pp) - 1, m)
-    c = np.broadcast_to((k - 1.0) * (m - 1) / k, w.shape)
-    c = np.where((m > w) & (m - 1 - w / k > c), m - 1 - w / k, c)
-    before = np.zeros_like(times)
-    np.cumsum(times[:, :-1], axis=1, out=before[:, 1:])
-    busy = before + m * times
-    busy[:, 1:] += first_send[:, None]
-    busy[:, -1] += last_send
-    chain = times.sum(axis=1) + first_send + last_send + np.maximum((c * times).max(axis=1), 0.0)
-    return np.maximum(chain, busy.max(axis=1)) * (1 - 1e-9)
+    t = np.ascontiguousarray(times.T)  # a row per stage: reductions over the stages run across pipelines,
+    m = np.asarray(m, dtype=float)  # and a pipeline's numbers broadcast along rows (~10x faster than over short rows)
+    w = np.minimum((pp - 1.0 - np.arange(pp))[:, None], m)  # steady_weights' c_i: (k-1)(m-1)/k, or
+    c0 = (k - 1.0) * (m - 1) / k  # m - 1 - w_i/k where larger and w_i < m
+    c = w / k
+    np.subtract(m - 1, c, out=c)
+    np.maximum(c, c0, out=c)
+    np.copyto(c, np.broadcast_to(c0, c.shape), where=w >= m)
+    busy = np.empty_like(t)  # the stages before, then m x its own
+    busy[0] = 0.0
+    for i in range(1, pp):
+        np.add(busy[i - 1], t[i - 1], out=busy[i])
+    busy += m * t
+    busy[1:] += first_send
+    busy[-1] += last_send
+    c *= t
+    chain = t.sum(axis=0) + first_send + last_send + np.maximum(c.max(axis=0), 0.0)
+    return np.maximum(chain, busy.max(axis=0)) * (1 - 1e-9)
