@@ -29,6 +29,7 @@ from fasop.errors import FasopError
 from fasop.export import settings_of
 from fasop.parts import EstimateParts, parts_of
 from fasop.rowplan import RowPlan, finite, stage_layer_names
+from fasop.schedule import Schedule
 from fasop.specs import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 from fasop.timeline import timeline
 
@@ -93,6 +94,9 @@ class Explanation:
     step_time_s: float
     schedule_note: str
     """Why the timeline is not the estimator's own schedule or differs from its pipeline time; ''."""
+    sends: str
+    """Which sends the timeline charges (`charged_sends`); '' where there is no timeline or no
+    boundary."""
     samples_per_s: float
     tokens_per_s: float
     model_flop_per_step: float
@@ -178,7 +182,8 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
         global_batch_size=plan.global_batch_size, sequence_length=model.sequence_length, stages=tuple(stages),
         pipeline_time_s=e.pipeline_time_s, bubble_fraction=idle_total / (plan.pp * drawn) if tl else float("nan"),
         last_stage=last, dp_allreduce_s=e.dp_allreduce_s, embedding_allreduce_s=e.embedding_allreduce_s,
-        step_parts=step_parts, step_time_s=e.step_time_s, schedule_note=note, samples_per_s=samples_per_s, tokens_per_s=samples_per_s * model.sequence_length,
+        step_parts=step_parts, step_time_s=e.step_time_s, schedule_note=note,
+        sends=charged_sends(parts.schedule) if tl else "", samples_per_s=samples_per_s, tokens_per_s=samples_per_s * model.sequence_length,
         model_flop_per_step=flop, gpus=gpus, mfu=mfu, usd_per_hour=usd_per_hour, usd_per_step=usd_per_step,
         usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
         row_step_time_s=finite(rp.row.get("step_time_s", "")),
@@ -255,17 +260,33 @@ def _occupancy(events, end: float) -> tuple[float, float, float]:
     return computing, covered - computing, idle
 
 
+def charged_sends(schedule: Schedule) -> str:
+    """Which of the pipeline's sends `schedule` charges, in words: every boundary's both ways,
+    stage 0's forward and the last stage's backward only (FASOP-2024's rule), none, or the list."""
+    pp = len(schedule.fwd_s)
+    if pp == 1:
+        return ""
+    forward = [i for i in range(pp - 1) if schedule.send_fwd_s[i] > 0]
+    backward = [i for i in range(1, pp) if schedule.send_bwd_s[i] > 0]
+    if len(forward) == len(backward) == pp - 1:
+        return "each boundary's sends, forward and backward"
+    if forward == [0] and backward == [pp - 1]:
+        return "only stage 0's forward and the last stage's backward sends are charged"
+    if not forward and not backward:
+        return "no sends are charged"
+    return "charged: " + ", ".join([f"stage {i} forward" for i in forward] + [f"stage {i} backward" for i in backward])
+
+
 # ---------------------------------------------------------------------------- text
 def render(x: Explanation) -> str:
     """The explanation as a report: a time table, a memory table and the whole plan's lines."""
     head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
             f"plan {x.plan_key}: {x.num_microbatches} micro-batches a step per replica, global batch "
             f"{x.global_batch_size}, sequence {x.sequence_length}", ""]
-    sends = ("each boundary's sends, forward and backward" if len(x.step_parts) > 3 else
-             "FASOP charges stage 0's forward and the last stage's backward sends")
     memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
     lines = head + _time_table(x)
-    lines += [f"compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only ({sends}), waiting",
+    sends = f" ({x.sends})" if x.sends else ""
+    lines += [f"compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only{sends}, waiting",
               "", memory_title] + _memory_table(x) + [""]
     return "\n".join(lines + _summary(x)) + "\n"
 

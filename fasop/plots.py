@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fasop.pareto import ParetoAnalysis
 
 WIDTH_IN, HEIGHT_IN, DPI, FONT_PT = 3.5, 2.9, 200, 8
@@ -17,18 +15,6 @@ KIND_STYLE = ({"marker": "o", "color": "#1f77b4"}, {"marker": "s", "color": "#2c
 """Homogeneous node types in --max-nodes order, each its own marker and colour (a ninth type
 and beyond reuse them: a legend that long is unreadable anyway); mixed compositions use MIXED_STYLE."""
 MIXED_STYLE = {"marker": "D", "color": "#7f7f7f"}
-
-
-def pareto_figure(analysis: ParetoAnalysis, stem: str | Path, *, title: str = "") -> tuple[Path, Path]:
-    """Write `<stem>.png` (200 dpi) and `<stem>.svg` (both or neither, output.write_files): the
-    figure of `render_pareto`."""
-    from fasop.output import write_files
-
-    stem = Path(stem)
-    png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
-    images = render_pareto(analysis, title=title)
-    write_files([(png, images["png"]), (svg, images["svg"])], "--out-prefix")
-    return png, svg
 
 
 def render_pareto(analysis: ParetoAnalysis, *, title: str = "") -> dict[str, bytes]:

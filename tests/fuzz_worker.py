@@ -4,8 +4,8 @@ prints one JSON line per case, then one with this process's peak memory.
     python tests/fuzz_worker.py SHARD SHARDS BASE_FOLDER
 
 Limits: address space MEMORY_BYTES for the whole process (an allocation past it fails, and the
-case is reported as a traceback); CASE_S seconds of wall time per case (SIGALRM; reported as a
-hang). Each case runs in BASE_FOLDER/c<id>/work through fasop.cli.main, stdout and stderr
+case is reported as a traceback); CASE_S CPU seconds (SIGPROF) and CASE_WALL_S wall seconds
+(SIGALRM) per case, either reported as a hang. Each case runs in BASE_FOLDER/c<id>/work through fasop.cli.main, stdout and stderr
 captured.
 """
 
@@ -30,6 +30,11 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 MEMORY_BYTES = 1 << 30
 """1 GiB of address space (the interpreter with numpy, pandas and matplotlib loaded takes ~0.25 GiB)."""
 CASE_S = 20
+"""CPU seconds a case may take (its process's user + system time, SIGPROF): a hang that spins,
+however loaded the machine is."""
+CASE_WALL_S = 120
+"""Wall seconds a case may take (SIGALRM): a hang that waits (e.g. on a FIFO nobody writes),
+generous so that a busy machine does not read as a hang."""
 
 
 class _Hang(BaseException):
@@ -75,7 +80,8 @@ def run_case(case: dict, base: Path, fasop_main) -> dict:
     os.chdir(work)
     out, err, error = io.StringIO(), io.StringIO(), ""
     start = time.monotonic()
-    signal.alarm(CASE_S)
+    signal.setitimer(signal.ITIMER_PROF, CASE_S)
+    signal.alarm(CASE_WALL_S)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             status = fasop_main(case["argv"])
@@ -87,6 +93,7 @@ def run_case(case: dict, base: Path, fasop_main) -> dict:
         status, error = "traceback", traceback.format_exc()
     finally:
         signal.alarm(0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
         os.chdir(base)
     elapsed = time.monotonic() - start
     new = sorted(_files(work) - before)
@@ -100,6 +107,7 @@ def run_case(case: dict, base: Path, fasop_main) -> dict:
 def main(shard: int, shards: int, base: str) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGPROF, _alarm)
     from fuzz_cases import all_cases
 
     from fasop.cli import main as fasop_main

@@ -197,3 +197,18 @@ def test_hostile_inventory_counts_do_not_make_an_inventory(searched, tmp_path, c
         writer.writerow(row)
     assert main(["explain", "--from", str(path), "--model", model.name, "--cluster", "fasop-paper", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step_time_s"] == float(rows[0]["step_time_s"])
+
+
+@pytest.mark.parametrize("fwd_sends, bwd_sends, words", [
+    ((0.1, 0.1, 0.0), (0.0, 0.2, 0.2), "each boundary's sends, forward and backward"),
+    ((0.1, 0.0, 0.0), (0.0, 0.0, 0.2), "only stage 0's forward and the last stage's backward sends are charged"),
+    ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0), "no sends are charged"),
+    ((0.0, 0.1, 0.0), (0.0, 0.2, 0.0), "charged: stage 1 forward, stage 1 backward"),
+    ((0.0, 0.0, 0.5), (0.5, 0.0, 0.0), "no sends are charged"),  # sends past the ends are no events
+])
+def test_charged_sends_names_the_sends_the_timeline_charges(fwd_sends, bwd_sends, words):
+    from fasop.explain import charged_sends
+    from fasop.schedule import Schedule
+
+    assert charged_sends(Schedule((1, 1, 1), (2, 2, 2), 4, fwd_sends, bwd_sends)) == words
+    assert charged_sends(Schedule((1,), (2,), 4)) == ""  # one stage: no boundary

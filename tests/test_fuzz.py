@@ -1,6 +1,6 @@
 """Fuzz harness: 1,000+ seeded hostile inputs (tests/fuzz_cases.py), each run through
 `fasop.cli.main` in its own temporary folder, in two worker processes with an address-space
-limit of 1 GiB and 20 s a case (tests/fuzz_worker.py). Every case must end with exit status 2
+limit of 1 GiB and 20 CPU seconds (120 wall seconds) a case (tests/fuzz_worker.py). Every case must end with exit status 2
 and one line on stderr (notes aside), or where the input is valid with exit status 0 and a
 well-formed result; never a traceback, a hang, a run over the memory limit, a partial or
 temporary file, or a file outside the case's folder.
@@ -88,7 +88,7 @@ def _problems(row: dict) -> list[str]:
 
 
 def test_no_case_ends_badly(results):
-    """0 tracebacks, 0 hangs (20 s), 0 runs over the memory limit (a MemoryError is a traceback),
+    """0 tracebacks, 0 hangs (20 CPU s or 120 wall s), 0 runs over the memory limit (a MemoryError is a traceback),
     one line per error, nothing written where it should not be."""
     rows, _, _ = results
     bad = {r["id"]: (r["family"], r["argv"][-4:], problems) for r in rows if (problems := _problems(r))}
