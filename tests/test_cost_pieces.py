@@ -369,12 +369,12 @@ def test_minmax_many_pads_problems_of_fewer_stages(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_minmax_rows_compare_seen_counts_in_full(seed, monkeypatch):
     """Kernel against its oracle, as above, with every row's hash of its counts equal
-    (fasop2024_minmax.HASH all 0): the hash only picks the earlier counts worth comparing, and
+    (fasop2024_lockstep.HASH all 0): the hash only picks the earlier counts worth comparing, and
     a repeated split (steps 2/3) is still told from a different one entry by entry."""
-    from fasop.estimators import fasop2024_minmax
+    from fasop.estimators import fasop2024_lockstep
     from fasop.estimators.fasop2024_minmax import middle_extra, minmax_rows
 
-    monkeypatch.setattr(fasop2024_minmax, "HASH", np.zeros(64, dtype=np.uint64))
+    monkeypatch.setattr(fasop2024_lockstep, "HASH", np.zeros(64, dtype=np.uint64))
     rng = np.random.default_rng(50 + seed)
     pool = [_random_costs(rng, 24, True) for _ in range(3)]
     table = np.stack([c.matrix for c in pool])

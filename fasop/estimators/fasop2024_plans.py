@@ -95,7 +95,8 @@ class _Problems:
             else:
                 sets.append((np.concatenate([w for w, _ in parts]), np.concatenate([x for _, x in parts])))
                 sizes.append((n, starts))
-        knowns = [None if self.known is None else self.known.setdefault((n, self.num_layers), Known()) for n, _ in sizes]
+        knowns = [None if self.known is None else self.known.setdefault((n, self.num_layers), Known())
+                  for n, _ in sizes]
         for (n, starts), (reported, scheduled) in zip(sizes, minmax_many(self.table, sets, self.num_layers, knowns)):
             self.solved[n] = (reported, scheduled, starts)
 
