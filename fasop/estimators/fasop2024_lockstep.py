@@ -76,8 +76,10 @@ def lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, counts: np
         go = ~(stop | quirk | single)
         keys = np.empty(count, dtype=np.uint64)
         keys[rows] = key
-        history.append((rows, span.copy(), keys))
-        if not go.all():
+        history.append((rows, span, keys))  # (the moves below change a compacted copy, or this one's copy)
+        if go.all():
+            span = span.copy()
+        else:
             span, offset, extra = (a.compress(go, axis=0) for a in (span, offset, extra))  # (a[go]: ~3x slower)
             key = key[go]
             imax, imin, rows, last, since, sizes = imax[go], imin[go], rows[go], last[go], since[go], sizes[go]
