@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from functools import lru_cache
 
 from fasop.errors import FasopError
 from fasop.plan import Plan, trusted_many
@@ -100,5 +101,13 @@ def degree_list(nodes: Sequence[NodeType], *, tp_degrees: Sequence[int], global_
     if len(gpus) != 1:
         raise FasopError(f"--nodes: all node types must have the same gpus_per_node, got {sorted(gpus)}")
     (gpus_per_node,) = gpus
-    return list(degrees(num_nodes=len(nodes), gpus_per_node=gpus_per_node, tp_degrees=tp_degrees,
-                        global_batch_size=global_batch_size, num_transformer_layers=num_transformer_layers))
+    return list(_degree_tuple(len(nodes), gpus_per_node, tuple(tp_degrees), global_batch_size, num_transformer_layers))
+
+
+@lru_cache(maxsize=256)
+def _degree_tuple(num_nodes: int, gpus_per_node: int, tp_degrees: tuple[int, ...], global_batch_size: int,
+                  num_transformer_layers: int) -> tuple[tuple[int, int, int, int], ...]:
+    """`degrees`, kept per inventory size and model: a pareto sweep's compositions of one size,
+    and every search of a process, list the same."""
+    return tuple(degrees(num_nodes=num_nodes, gpus_per_node=gpus_per_node, tp_degrees=tp_degrees,
+                         global_batch_size=global_batch_size, num_transformer_layers=num_transformer_layers))

@@ -325,8 +325,9 @@ class _Tally:
         to the K kept (None: pruned)."""
         if kept.top is None:  # every plan estimated and kept
             kept.extend(results)
-            self.oom += sum(estimate.memory.is_oom for _, estimate in results)
-            self._count_misfits(estimate for _, estimate in results)
+            oom = [estimate for _, estimate in results if estimate.memory.is_oom]
+            self.oom += len(oom)
+            self._count_misfits(oom)
             return
         for index, estimate in results:
             if estimate is None:

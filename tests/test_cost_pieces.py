@@ -604,6 +604,49 @@ def test_plan_counts_and_key():
     assert p.rank(1, 1, 0) == 0 + 2 * 1 + 2 * 2 * 1
 
 
+@pytest.mark.parametrize("maker_after", [0, 10**9], ids=["written maker", "dict updates"])
+def test_trusted_many_makes_what_init_makes(monkeypatch, maker_after):
+    """plan.trusted_many: instances equal to __init__'s (fields, equality, hash, still frozen),
+    list and constant columns alike, whatever the fields are called (even like the names its
+    maker uses), before and after it writes their maker."""
+    import dataclasses
+
+    from fasop import plan as plan_module
+    from fasop.plan import trusted_many
+
+    monkeypatch.setattr(plan_module, "WRITE_MAKER_AFTER", maker_after)
+
+    @dataclasses.dataclass(frozen=True)
+    class Odd:
+        new: int
+        cls: str
+        d: tuple
+        obj: float = 0.5
+
+    made = trusted_many(Odd, 3, new=[1, 2, 3], cls="c", d=[(), (1,), (1, 2)], obj=2.0)
+    assert made == [Odd(k, "c", d, 2.0) for k, d in zip((1, 2, 3), [(), (1,), (1, 2)])]
+    assert [hash(o) for o in made] == [hash(Odd(k, "c", d, 2.0)) for k, d in zip((1, 2, 3), [(), (1,), (1, 2)])]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made[0].new = 5
+    assert trusted_many(Odd, 0, new=[], cls="c", d=[], obj=1.0) == []
+
+
+def test_first_of_ints_numbers_keys_in_order_of_appearance():
+    """fasop2024_batch.first_of_ints: the first index of each distinct key in order of
+    appearance, and each key's number in that order (a hand case, then random keys against
+    first_of's dictionary)."""
+    from fasop.estimators.fasop2024_batch import first_of, first_of_ints
+
+    first, of = first_of_ints(np.array([7, 3, 7, 9, 3, 3]))
+    assert first.tolist() == [0, 1, 3] and of.tolist() == [0, 1, 0, 2, 1, 1]
+    rng = np.random.default_rng(3)
+    for size in (1, 2, 50, 700):
+        keys = rng.integers(0, max(2, size // 3), size)
+        first, of = first_of_ints(keys)
+        expected_first, expected_of = first_of(keys.tolist())
+        assert first.tolist() == expected_first and of.tolist() == expected_of.tolist()
+
+
 def test_rounded_is_pythons_round():
     """memory.rounded (on arrays, round() only near a half) gives round(v, 4) bit for bit: random
     GiB-like values over many magnitudes, values a few ulps from every kind of half, float32

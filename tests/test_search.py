@@ -201,6 +201,40 @@ def test_a_search_leaves_no_cyclic_garbage(kwargs):
         gc.garbage.clear()
 
 
+def test_estimators_of_one_model_and_cluster_share_the_layouts_of_recent_placements(monkeypatch):
+    """A layout is made once per placement and (tp, dp, pp) for every estimator of a (model,
+    cluster) -- another partitioner, the inventory listed in another order -- and equals the one
+    an estimator of its own makes; so do the stage types, ranked by pace per node type name, not
+    by the inventory's order. The store keeps at most KEPT_PLACEMENTS placements."""
+    from fasop.estimators import fasop2024_layout
+
+    model, cluster, types = _world(7)
+    first = Fasop2024Estimator(model, cluster, _inventory(types, x=2, y=1, z=1), "fasop-minmax")
+    again = Fasop2024Estimator(model, cluster, _inventory(types, z=1, y=1, x=2), "optimal")
+    alone = Fasop2024Estimator(model, cluster, _inventory(types, z=1, y=1, x=2), "optimal")
+    alone.layouts = fasop2024_layout.Layouts(model, cluster)  # a store of its own
+    shape = dict(tp=1, dp=4, pp=2, global_batch_size=16)  # stages of two nodes
+    for placement in all_placements(_inventory(types, x=2, y=1, z=1)):
+        for mbs in (1, 2, 4):
+            plan = Plan(mbs=mbs, placement=placement, **shape)
+            made = first.layout(plan)
+            assert again.layout(plan) is made
+            assert {k: v for k, v in vars(alone.layout(plan)).items() if k not in ("rows", "p2p_bandwidths",
+                                                                                   "stages")} == \
+                {k: v for k, v in vars(made).items() if k not in ("rows", "p2p_bandwidths", "stages")}
+            assert list(alone.layout(plan).p2p_bandwidths) == list(made.p2p_bandwidths)
+            assert again.stage_types(plan) == alone.stage_types(plan) == first.stage_types(plan)
+    # the rows of degree combinations: shared by the estimators whose inventories list the node
+    # types in one order (the index of the order of their paces reads that order)
+    assert Fasop2024Estimator(model, cluster, _inventory(types, x=1, y=1, z=1)).combos is first.combos
+    assert again.combos is not first.combos
+    monkeypatch.setattr(fasop2024_layout, "KEPT_PLACEMENTS", 2)
+    kept = fasop2024_layout.Layouts(model, cluster, store := {})
+    for placement in all_placements(_inventory(types, x=2, y=1, z=1)):
+        kept.of(Plan(mbs=1, placement=placement, **shape))
+        assert 1 <= len(store) <= 2
+
+
 def test_top_k_keeps_only_fitting_plans():
     model, cluster, types = _world(5)
     tight = {n: dataclasses.replace(t, memory_limit_bytes=0.02 * GIB) for n, t in types.items()}

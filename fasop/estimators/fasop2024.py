@@ -47,6 +47,8 @@ f32 = np.float32
 RECENT_FLOORS = 65536
 """Least-completion floors (three numbers per stage GPU types, tp, micro-batch, pp, m) kept for
 the plan bounds."""
+STAGES_BY_PACE = 4096
+"""stages_of's Stages of mixed-stage layouts kept (each keeps its layout alive: ~2 KiB)."""
 
 
 class Fasop2024Estimator:
@@ -63,16 +65,17 @@ class Fasop2024Estimator:
         self._shared = _shared_cache(model, cluster)
         self._latest_plan: Plan | None = None
         self._latest: dict = {}
-        self.layouts = Layouts(model, cluster)
+        self.layouts = Layouts(model, cluster, self._shared.setdefault("layouts", {}))
         self._paces: dict[tuple[int, int], tuple] = {}
-        self._by_pace: dict[tuple[int, tuple], tuple[Layout, Stages]] = {}
-        """stages_of's Stages of layouts with mixed stages, by (layout, order of the paces)."""
-        self.combos = Combos()
+        self._by_pace: dict[tuple[int, tuple], tuple[Layout, Stages]] = self._shared.setdefault("stages by pace", {})
+        """stages_of's Stages of layouts with mixed stages, by (layout, the paces' ranks by node
+        type name): kept with the layouts (Layouts) for every estimator of the (model, cluster)."""
         self._quick: dict[tuple[int, int, int, int], float] = {}
         self._costs_by_gpu: dict[tuple[int, int], dict[str, LayerCosts]] = {}
         self.inventory = tuple(inventory)
         self.gpus = tuple(dict.fromkeys(n.gpu for n in inventory))
         self.node_types = tuple({n.name: n for n in inventory}.values())
+        self.combos = Combos.shared(self._shared, self.node_types)
         self.compute = ProfileCompute.of(model)
         self.param_bytes = PARAM_BYTES
         self.fwd_bwd_factor = model.profile.fwd_bwd_factor
@@ -160,11 +163,11 @@ class Fasop2024Estimator:
         longest over the whole layer list (the first in node order of equals)."""
         if layout.stages is not None:
             return layout.stages
-        order, pace = self.pace(tp, mbs)
-        key = (id(layout), order)
+        pace = self.pace(tp, mbs)[1]
+        key = (id(layout), self._paces[(tp, mbs)][2])
         known = self._by_pace.get(key)
         if known is None or known[0] is not layout:  # (the layout is kept with its Stages: ids stay theirs)
-            if len(self._by_pace) >= RECENT_FLOORS:
+            if len(self._by_pace) >= STAGES_BY_PACE:
                 self._by_pace.clear()
             known = self._by_pace[key] = (layout, Stages(tuple(
                 nodes[0] if len(nodes) == 1 else max(nodes, key=lambda n: pace[n.name]) for nodes in layout.stage_nodes)))
@@ -178,8 +181,8 @@ class Fasop2024Estimator:
             totals = {n.name: self._costs_by(tp, mbs)[n.gpu].total for n in self.node_types}
             levels = sorted(set(totals.values()))
             pace = {name: levels.index(total) for name, total in totals.items()}
-            self._paces[(tp, mbs)] = (tuple(pace.values()), pace)
-        return self._paces[(tp, mbs)]
+            self._paces[(tp, mbs)] = (tuple(pace.values()), pace, tuple(sorted(pace.items())))
+        return self._paces[(tp, mbs)][:2]
 
     def signature(self, plan: Plan) -> tuple:
         """Everything of `plan` the estimate depends on: two plans with equal signatures get the

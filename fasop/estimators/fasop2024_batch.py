@@ -61,10 +61,24 @@ class Prepared:
 
 class Combos:
     """What a plan's estimate takes from its (tp, dp, pp, mbs, global batch) alone, one row per
-    combination met by an estimator: its stages, micro-batches, p2p volume, ZeRO bytes per
-    parameter, its element tables' key (memory.elements_key), and indices of its shape (tp, dp, pp),
-    its (tp, micro-batch) and, with several node types, the order of their paces at that
-    (tp, micro-batch) (`Fasop2024Estimator.pace`)."""
+    combination met by the estimators of one (model, cluster) and node types (`shared`): its
+    stages, micro-batches, p2p volume, ZeRO bytes per parameter, its element tables' key
+    (memory.elements_key), and indices of its shape (tp, dp, pp), its (tp, micro-batch) and, with
+    several node types, the order of their paces at that (tp, micro-batch) (`Fasop2024Estimator.pace`)."""
+
+    KEPT = 64
+    """Node type lists whose Combos one (model, cluster) keeps before it starts over."""
+
+    @classmethod
+    def shared(cls, cache: dict, node_types: Sequence[NodeType]) -> "Combos":
+        """The Combos of the estimators of one (model, cluster) (`cache`: their shared cache)
+        whose inventories list these node types in this order (what the pace order's index reads):
+        a pareto sweep's compositions of these types share most of their combinations."""
+        kept = cache.setdefault("combos", {})
+        names = tuple(n.name for n in node_types)
+        if names not in kept and len(kept) >= cls.KEPT:
+            kept.clear()
+        return kept.setdefault(names, cls()) if names not in kept else kept[names]
 
     def __init__(self):
         self.rows: dict[tuple[int, int, int, int, int], int] = {}
@@ -127,10 +141,10 @@ class Chunk:
         places: dict[int, int] = {}
         place_of = np.array([places.setdefault(id(p.placement), len(places)) for p in plans], dtype=np.intp)
         # layouts: one per (placement, shape), looked up in order of placement
-        first, group_of = first_of((place_of * len(combos.shapes) + combos.shape[rows]).tolist())
+        first, group_of = first_of_ints(place_of * len(combos.shapes) + combos.shape[rows])
         layouts: dict[int, int] = {}
         layout_list, first_plan, group_layout = [], [], []
-        for k in first:
+        for k in first.tolist():
             layout = estimator.layouts.of(plans[k])
             if id(layout) not in layouts:
                 layouts[id(layout)] = len(layout_list)
@@ -140,12 +154,13 @@ class Chunk:
         self.layout_of = np.array(group_layout, dtype=np.int64)[group_of]
         # stage types: the layout's own, or by the order of the node types' paces
         mixed = np.array([layout.stages is None for layout in layout_list])[self.layout_of]
-        first, stage_of = first_of((self.layout_of * (len(combos.paces) + 1) + mixed * combos.pace[rows]).tolist())
+        first, stage_of = first_of_ints(self.layout_of * (len(combos.paces) + 1) + mixed * combos.pace[rows])
         layout_of = self.layout_of.tolist()
-        stage_list = [estimator.stages_of(layout_list[layout_of[k]], plans[k].tp, plans[k].mbs) for k in first]
+        stage_list = [estimator.stages_of(layout_list[layout_of[k]], plans[k].tp, plans[k].mbs) for k in first.tolist()]
         first, same = first_of([id(st) for st in stage_list])  # layouts of one placement share their Stages
         stage_list, stage_of = [stage_list[k] for k in first], same[stage_of]
         self.stages = [stage_list[k] for k in stage_of.tolist()]
+        self.combination = rows
         self.pps, self.ms, self.sharded = combos.pp[rows], combos.m[rows], combos.sharded[rows]
         self.width = width = int(self.pps.max())
         # the stage-time table plane of each stage: by (tp, micro-batch) and the stage's GPU type
@@ -154,7 +169,9 @@ class Chunk:
         planes = np.array(estimator.compute.planes([(g, tp, mbs) for tp, mbs in contexts for g in gpus]),
                           dtype=np.int64).reshape(len(contexts), len(gpus))
         code = {g: k for k, g in enumerate(gpus)}
-        codes = np.array([[code[g] for g in st.gpus] + [0] * (width - len(st.gpus)) for st in stage_list])
+        codes = np.zeros((len(stage_list), width), dtype=np.intp)
+        codes[_filled(stage_list, width)] = list(map(code.__getitem__, itertools.chain.from_iterable(
+            st.gpus for st in stage_list)))
         self.which = planes[combos.context[rows][:, None], codes[stage_of]]
         # fasop2024_comm.p2p_seconds: the micro-batch's volume over each boundary's bandwidth, float32
         bandwidths, limits = gathered(layout_list, width)
@@ -166,13 +183,17 @@ class Chunk:
         self.embedding = np.array([layout.embedding_s for layout in layout_list], dtype=f32)
         self.limits = limits
         # the element table plane of each plan (memory), found per combination
-        self.memory = memory_tables(estimator.model).of_keys(combos.memory_keys).astype(np.int64)[rows]
-        # plans with equal kernel inputs (by the bytes of their rows; only plans of different
-        # placements can have them)
+        distinct = list(dict.fromkeys(rows.tolist()))
+        plane_of = np.zeros(len(combos.memory_keys), dtype=np.int64)
+        plane_of[distinct] = memory_tables(estimator.model).of_keys([combos.memory_keys[r] for r in distinct])
+        self.memory = plane_of[rows]
+        # plans with equal kernel inputs (only plans of different placements can have them): of
+        # one combination (pp, micro-batches, p2p volume, (tp, micro-batch)), equal stage GPU types
+        # (their planes) and equal boundary bandwidths (their sends)
         if len(places) > 1:
-            inputs = np.concatenate([self.which, self.p2p.view(np.int64), self.pps[:, None], self.ms[:, None]], axis=1)
-            first, self.inverse = first_of(inputs.view(np.dtype((np.void, inputs.shape[1] * 8))).ravel().tolist())
-            self.unique = np.array(first, dtype=np.intp)
+            gpu_rows, bandwidth_rows = (first_of(_row_bytes(a))[1] for a in (codes, bandwidths))
+            key = (gpu_rows[stage_of] * len(layout_list) + bandwidth_rows[self.layout_of]) * len(combos.rows) + rows
+            self.unique, self.inverse = first_of_ints(key)
         else:
             self.unique = self.inverse = np.arange(len(plans))
 
@@ -211,6 +232,29 @@ def first_of(keys: list) -> tuple[list[int], np.ndarray]:
     return first, np.array(of, dtype=np.intp)
 
 
+def first_of_ints(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """first_of of integer keys, on the array: (the index of the first of each distinct key, in
+    order of appearance; each key's number in that order)."""
+    order = np.argsort(keys, kind="stable")
+    starts = np.empty(len(keys), dtype=bool)
+    starts[:1] = True
+    ordered = keys[order]
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    firsts = order[starts]  # by key: its first index (the sort is stable)
+    appearance = np.argsort(firsts, kind="stable")
+    number = np.empty(len(firsts), dtype=np.intp)
+    number[appearance] = np.arange(len(firsts))
+    of = np.empty(len(keys), dtype=np.intp)
+    of[order] = number[np.cumsum(starts) - 1]
+    return firsts[appearance], of
+
+
+def _row_bytes(rows: np.ndarray) -> list[bytes]:
+    """Each row of a 2-D array as the bytes of its entries (equal rows, equal bytes)."""
+    rows = np.ascontiguousarray(rows)
+    return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
+
+
 def rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
     """(the distinct items in order of first appearance, the index of each item among them);
     distinct by `key` (default: the same object)."""
@@ -220,4 +264,11 @@ def rows_of(items: Sequence, key=id) -> tuple[list, np.ndarray]:
 
 def bus_rows(stages: Sequence[Stages], width: int) -> np.ndarray:
     """Each Stages' shared-bus flags as a row of `width` (padded with False), uint8."""
-    return np.array([st.shared + (False,) * (width - len(st.shared)) for st in stages], dtype=np.uint8)
+    rows = np.zeros((len(stages), width), dtype=np.uint8)
+    rows[_filled(stages, width)] = list(itertools.chain.from_iterable(st.shared for st in stages))
+    return rows
+
+
+def _filled(stages: Sequence[Stages], width: int) -> np.ndarray:
+    """Which entries of rows of `width` a row per Stages its stages fill (the first of each row)."""
+    return np.arange(width) < np.array([len(st.types) for st in stages])[:, None]

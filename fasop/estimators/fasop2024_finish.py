@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fasop.estimate import Estimate
-from fasop.estimators.fasop2024_batch import Chosen, Chunk, Prepared, bus_rows, gathered, rows_of
+from fasop.estimators.fasop2024_batch import Chosen, Chunk, Prepared, bus_rows, first_of_ints, gathered, rows_of
 from fasop.estimators.fasop2024_dp import step_times
-from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many, memory_arrays
+from fasop.estimators.fasop2024_memory import PARAM_BYTES, estimate_memory_many, memory_bytes, memory_report
 from fasop.estimators.fasop2024_plans import plan_splits
 from fasop.memory import MemoryEstimate, memory_tables
 from fasop.plan import Plan, trusted_many
@@ -35,20 +35,28 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
     `kept`: pipelines' chosen splits kept (kept_splits)."""
     c = Chunk(e, plans)
     u, inverse = c.unique, c.inverse
-    *rows, heads = kept_splits(kept, e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u], e.segment_lengths,
-                               e.fwd_bwd_factor, known)
-    reported, times, ends = (r[inverse] for r in rows)
-    partition, compute, end = map(list, zip(*map(heads.__getitem__, inverse.tolist())))
+    reported, ends, heads = kept_splits(kept, e.compute.table, c.which[u], c.p2p[u], c.pps[u], c.ms[u],
+                                        e.segment_lengths, e.fwd_bwd_factor, known)
+    reported, ends = reported[inverse], ends[inverse]
+    partition, compute, end, p2p, _ = map(list, zip(*map(heads.__getitem__, inverse.tolist())))
     n = len(plans)
-    stages = np.arange(c.width) < c.pps[:, None]
-    step, dp = step_times(np.where(stages, ends, -np.inf), c.shared.astype(bool),
-                          c.dp_table[c.layout_of, reported[:, 0]], c.embedding[c.layout_of])
+    step, dp = step_times(ends, c.shared.astype(bool), c.dp_table[c.layout_of, reported[:, 0]],
+                          c.embedding[c.layout_of])
     step = step.astype(float)
+    # memory: the stage bytes of each distinct (pipeline, combination), then each plan's fit
     tables = memory_tables(e.model)
-    stage_bytes, zero_bytes, oom, oom_gib, zero_oom, zero_gib = memory_arrays(
-        tables.params, tables.act, c.memory, reported, c.limits[c.layout_of], c.sharded,
-        e.cluster.memory_overhead_factor, PARAM_BYTES.full)
-    stage, zero, p2p = _heads([stage_bytes, zero_bytes, c.p2p], c.pps, fewer=(0, 0, 1))
+    if len(u) < n:  # (else every plan its own pipeline: one placement)
+        first, of = first_of_ints(inverse * (int(c.combination.max()) + 1) + c.combination)
+    else:
+        first = of = np.arange(n)
+    stage_bytes, zero_bytes = memory_bytes(tables.params, tables.act, c.memory[first], reported[first],
+                                           c.sharded[first], PARAM_BYTES.full)
+    stage, zero = row_tuples(stage_bytes, c.pps[first]), row_tuples(zero_bytes, c.pps[first])
+    if len(first) < n:
+        stage_bytes, zero_bytes, of = stage_bytes[of], zero_bytes[of], of.tolist()
+        stage, zero = [stage[k] for k in of], [zero[k] for k in of]
+    oom, oom_gib, zero_oom, zero_gib = memory_report(stage_bytes, zero_bytes, c.limits[c.layout_of],
+                                                     e.cluster.memory_overhead_factor)
     memory = trusted_many(MemoryEstimate, n, stage_bytes=stage, stage_zero_bytes=zero, is_oom=oom.tolist(),
                           oom_gpumem_gib=oom_gib, is_zero_oom=zero_oom.tolist(), zero_oom_gpumem_gib=zero_gib)
     return trusted_many(
@@ -61,68 +69,56 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
 
 
 KEPT_PIPELINES = 1 << 16
-"""Pipelines whose chosen split a `kept` dict holds (~3 rows of pp numbers each) before it starts over."""
+"""Pipelines whose chosen split a `kept` dict holds (~5 rows of pp numbers each) before it starts over."""
 
 
 def kept_splits(kept: dict, table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray, ms: np.ndarray,
-                segment_lengths: Sequence[int], k: float, known: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
-    """(reported, times, ends) of plan_splits, and each row's first pp entries of the three as
-    tuples, for pipelines met before read from `kept`: a pipeline is all plan_splits reads of a
-    row (its pp, micro-batches, stage planes, sends), so plans of equal pipelines get equal
-    splits, whatever their placement, degrees or search -- e.g. the compositions of a pareto
-    sweep share many (`kept` lives as long as the estimators' shared cache of one model and
-    cluster, like `known`). The rest are computed together (plan_splits) and kept."""
+                segment_lengths: Sequence[int], k: float, known: dict) -> tuple[np.ndarray, np.ndarray, list]:
+    """(reported, ends) of plan_splits (ends -inf past a row's pp), and each row's (reported,
+    times, ends) as tuples of its first pp entries, its sends (first pp - 1), and its reported
+    and ends as a (pp, 2) array, for pipelines met before read from `kept`: a pipeline is all
+    plan_splits reads of a row (its pp, micro-batches, stage planes, sends), so plans of equal
+    pipelines get equal splits, whatever their placement, degrees or search -- e.g. the
+    compositions of a pareto sweep share many (`kept` lives as long as the estimators' shared
+    cache of one model and cluster, like `known`). The rest are computed together (plan_splits)
+    and kept."""
     count, width = which.shape
-    reported, times, ends = np.zeros((count, width), np.int64), np.zeros((count, width)), np.zeros((count, width))
-    heads: list = [None] * count
-    names, missing = {}, []
-    for pp in sorted(set(pps.tolist())):
-        at = np.flatnonzero(pps == pp)
-        key = np.concatenate([ms[at, None].astype(np.int64), which[at, :pp].astype(np.int64),
-                              comm[at, :pp - 1].astype(float).view(np.int64)], axis=1)
-        names[pp] = at, key.view(np.dtype((np.void, 16 * pp))).ravel().tolist()
-        found = list(map(kept.get, names[pp][1]))
-        hits = [j for j, f in enumerate(found) if f is not None]
-        if hits:
-            rows, values = at[hits], np.array([found[j][0] for j in hits])
-            reported[rows, :pp], times[rows, :pp], ends[rows, :pp] = values[:, :pp], values[:, pp:2 * pp], values[:, 2 * pp:]
-            for j, row in zip(hits, rows.tolist()):
-                heads[row] = found[j][1]
-        if len(hits) < len(at):
-            missing.append(np.delete(at, hits))
+    columns = np.arange(width)
+    # a row's key: the bytes of its micro-batches, then (plane, send) of each stage, up to its pp
+    key = np.empty((count, 1 + 2 * width), np.int64)
+    key[:, 0], key[:, 1::2] = ms, which
+    key[:, 2::2] = np.where(columns < pps[:, None] - 1, comm, 0.0).view(np.int64)
+    names = [row[:8 + 16 * pp] for row, pp in zip(key.view(np.dtype((np.void, key.shape[1] * 8))).ravel().tolist(),
+                                                   pps.tolist())]
+    heads = list(map(kept.get, names))
+    missing = [j for j, head in enumerate(heads) if head is None]
     if missing:
-        rows = np.concatenate(missing)
+        rows = np.array(missing, dtype=np.intp)
         r, _, t, e = plan_splits(table, which[rows], comm[rows], pps[rows], ms[rows], segment_lengths, k, known)
-        reported[rows], times[rows], ends[rows] = r, t, e
+        counts = pps[rows]
+        mask = columns < counts[:, None]
+        stops = np.cumsum(counts).tolist()
+        pairs = np.stack([r[mask], e[mask]], axis=1).astype(float)  # each row's (reported, end) per stage
+        made = list(zip(row_tuples(r, counts), row_tuples(t, counts), row_tuples(e, counts),
+                        row_tuples(comm[rows], counts - 1),
+                        map(pairs.__getitem__, map(slice, [0] + stops[:-1], stops))))
         if len(kept) > KEPT_PIPELINES:
             kept.clear()
-        computed = np.zeros(count, dtype=bool)
-        computed[rows] = True
-        for pp, (at, keys) in names.items():
-            new = computed[at]
-            rows = at[new]
-            values = np.concatenate([reported[rows, :pp], times[rows, :pp], ends[rows, :pp]], axis=1)
-            entries = list(zip(values, zip(*(map(tuple, a[rows, :pp].tolist()) for a in (reported, times, ends)))))
-            kept.update(zip([keys[j] for j in np.flatnonzero(new).tolist()], entries))
-            for row, (_, tuples) in zip(rows.tolist(), entries):
-                heads[row] = tuples
-    return reported, times, ends, heads
+        kept.update(zip([names[j] for j in missing], made))
+        for j, head in zip(missing, made):
+            heads[j] = head
+    stages = columns < pps[:, None]
+    flat = np.concatenate([head[4] for head in heads])
+    reported, ends = np.zeros((count, width), np.int64), np.full((count, width), -np.inf)
+    reported[stages], ends[stages] = flat[:, 0], flat[:, 1]
+    return reported, ends, heads
 
 
-def _heads(arrays: Sequence[np.ndarray], counts: np.ndarray, fewer: Sequence[int]) -> list[list[tuple]]:
-    """For each of `arrays` (rows of one shape and dtype), the first counts[k] - fewer[j] entries
-    of row k of array j, as a tuple of Python numbers per row: the rows of one count sliced
-    together, from all the arrays at once (a search's chunk has a handful of counts)."""
-    stacked = np.stack(arrays) if len(arrays) > 1 else arrays[0][None]
-    out: list[list] = [[None] * len(counts) for _ in arrays]
-    for count in sorted(set(counts.tolist())):
-        at = np.flatnonzero(counts == count)
-        where = at.tolist()
-        for heads, less, block in zip(out, fewer, stacked[:, at, :count].tolist()):
-            rows = map(tuple, block) if not less else (tuple(row[:count - less]) for row in block)
-            for k, row in zip(where, rows):
-                heads[k] = row
-    return out
+def row_tuples(values: np.ndarray, counts: np.ndarray) -> list[tuple]:
+    """Row k's first counts[k] entries of `values` as a tuple of Python numbers, for every row."""
+    flat = tuple(values[np.arange(values.shape[1]) < counts[:, None]].tolist())
+    stops = np.cumsum(counts).tolist()
+    return list(map(flat.__getitem__, map(slice, [0] + stops[:-1], stops)))
 
 
 def schedule_all(e: "Fasop2024Estimator", prepared: list[Prepared], progress=None) -> list[list[np.ndarray]]:

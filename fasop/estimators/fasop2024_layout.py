@@ -3,11 +3,13 @@ stage's node types, each stage boundary's bandwidth, stage 0's DP ring, the embe
 and each stage's memory limit (docs/estimators.md §2, §4, §7, §8).
 
 Searches ask for thousands of plans placement by placement, each placement with the same
-(tp, dp, pp) choices, so `Layouts` keeps the layouts of the latest placement and makes those of
-a new one all at once: which node positions every link and stage reads depends only on the
-degrees (`comm.link_positions`, `plan.stage_node_indices`, `limit_nodes`), so each link's
-least bandwidths are one fancy index over the placement's node arrays, and FASOP's float32
-formulas run on arrays (the same operations, elementwise, as comm's per plan).
+(tp, dp, pp) choices, so `Layouts` makes the layouts of a new placement all at once and keeps
+those of recent placements for every estimator of the (model, cluster) (a search with another
+partitioner, --top, cutoff or placement strategy meets the same placements again). Which node
+positions every link and stage reads depends only on the degrees (`comm.link_positions`,
+`plan.stage_node_indices`, `limit_nodes`), so each link's least bandwidths are one fancy index
+over the placement's node arrays, and FASOP's float32 formulas run on arrays (the same
+operations, elementwise, as comm's per plan).
 """
 
 from __future__ import annotations
@@ -70,15 +72,24 @@ class Rows:
     """float64, each row's first pp entries the layout's, then inf."""
 
 
-class Layouts:
-    """The layouts of the latest placement, for one (model, cluster)."""
+KEPT_PLACEMENTS = 256
+"""Placements whose layouts a `Layouts` store keeps before it starts over: ~32 KiB each (12-17
+(tp, dp, pp) on 8, 16 or 64 nodes), at most ~8 MiB."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec):
+
+class Layouts:
+    """The layouts of recent placements, for one (model, cluster). `kept`: the store of the
+    layouts made so far, by the placement's node names (the estimators of one (model, cluster)
+    share one); each entry holds its layouts by (tp, dp, pp) and the Stages of its uniform stages."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, kept: dict | None = None):
         self.model, self.cluster = model, cluster
         self._tied = comm.embedding_tied(model)
+        self._kept: dict[tuple[str, ...], tuple[dict, dict]] = {} if kept is None else kept
         self._layouts: dict[Shape, Layout] = {}
         self._names: tuple[str, ...] = ()
         self._placement: tuple[NodeType, ...] | None = None
+        self._arrays: tuple | None = None  # the latest placement's node arrays (_node_arrays), when made
         self._shapes: dict[Shape, None] = {}  # every (tp, dp, pp) expected or asked, in order
         self._stages: dict[tuple[int, ...], tuple] = {}  # (Stages, stage nodes) of uniform stages, by kind codes
 
@@ -88,37 +99,50 @@ class Layouts:
         self._shapes.update(dict.fromkeys(shapes))
 
     def of(self, plan: Plan) -> Layout:
-        """The plan's layout (kept while plans have placements of the same node types)."""
+        """The plan's layout (kept with those of recent placements of the same node types)."""
         if plan.placement is not self._placement:
             self._set_placement(plan.placement)
         key = (plan.tp, plan.dp, plan.pp)
-        if key not in self._layouts:
-            if not self._layouts and len(self._shapes) > 1:  # a new placement: every shape at once
-                self._layouts = dict(zip(self._shapes, self._new(plan.placement, tuple(self._shapes))))
-            if key not in self._layouts:
-                self._shapes[key] = None
-                self._layouts[key] = self._new(plan.placement, (key,))[0]
-        return self._layouts[key]
+        layout = self._layouts.get(key)
+        if layout is None:
+            self._shapes[key] = None
+            missing = tuple(shape for shape in self._shapes if shape not in self._layouts)  # all at once
+            self._layouts.update(zip(missing, self._new(plan.placement, missing)))
+            layout = self._layouts[key]
+        return layout
 
     def _set_placement(self, placement: tuple[NodeType, ...]) -> None:
-        """The placement's node arrays; its layouts are kept while placements have the same types."""
+        """The kept layouts of the placement's node types (a new, empty entry if none)."""
         names = tuple(n.name for n in placement)
         if names != self._names:
-            self._layouts, self._names, self._stages = {}, names, {}
+            entry = self._kept.get(names)
+            if entry is None:
+                if len(self._kept) >= KEPT_PLACEMENTS:
+                    self._kept.clear()
+                entry = self._kept[names] = ({}, {})
+            (self._layouts, self._stages), self._names = entry, names
+            self._arrays = None
         self._placement = placement
-        inf = [np.inf]  # what position -1 (no node) reads
-        self._intra = np.array([n.intra_node_bytes_per_s for n in placement] + inf)
-        self._inter = np.array([n.inter_node_bytes_per_s for n in placement] + inf)
-        self._memory = np.array([n.memory_limit_bytes for n in placement])
-        kinds = {n.name: n for n in placement}  # by name: NodeType hashes all its fields
-        codes = {name: k for k, name in enumerate(kinds)}
-        self._kinds, self._codes = list(kinds.values()), np.array([codes[n.name] for n in placement])
+
+    def _node_arrays(self, placement: tuple[NodeType, ...]) -> tuple:
+        """(intra-node and inter-node bytes/s of each node, then inf for position -1; memory
+        limits; the node types by kind code, each node's kind code), made once per placement."""
+        if self._arrays is None:
+            inf = [np.inf]  # what position -1 (no node) reads
+            kinds = {n.name: n for n in placement}  # by name: NodeType hashes all its fields
+            codes = {name: k for k, name in enumerate(kinds)}
+            self._arrays = (np.array([n.intra_node_bytes_per_s for n in placement] + inf),
+                            np.array([n.inter_node_bytes_per_s for n in placement] + inf),
+                            np.array([n.memory_limit_bytes for n in placement]),
+                            list(kinds.values()), np.array([codes[n.name] for n in placement]))
+        return self._arrays
 
     def _new(self, placement: tuple[NodeType, ...], shapes: tuple[Shape, ...]) -> list[Layout]:
         """The layout of each (tp, dp, pp) on the latest placement."""
         m, cluster = placement[0].gpus_per_node, self.cluster
+        node_intra, node_inter, node_memory, kinds, node_codes = self._node_arrays(placement)
         links = shape_links(shapes, m, len(placement), self._tied)
-        intra, inter = self._intra[links.intra].min(axis=1), self._inter[links.inter].min(axis=1)
+        intra, inter = node_intra[links.intra].min(axis=1), node_inter[links.inter].min(axis=1)
         # fasop2024_comm.boundary_bandwidth, per link; only the stage boundaries' are read
         intra_bw = intra.astype(f32) / f32(cluster.p2p_intra_node_divisor)
         inter_bw = inter.astype(f32) / links.dp / links.tp / f32(cluster.p2p_inter_node_divisor)
@@ -128,9 +152,9 @@ class Layouts:
         volume = model_math.embedding_sync_elements(self.model.hidden_size, self.model.vocab_size) * \
             self.model.bytes_per_element
         syncs = (volume / (least[links.syncs] / links.replicas * links.lanes)).astype(f32)  # fasop2024_comm.embedding_seconds
-        codes = self._codes[links.stages]
+        codes = node_codes[links.stages]
         uniform = np.minimum.reduceat((codes == codes[:, :1]).all(axis=1), links.first_stage[:-1]).tolist()
-        memory = self._memory[links.limits]
+        memory = node_memory[links.limits]
         firsts, limits = codes[:, 0].tolist(), memory.tolist()
         rows = Rows(p2p_bandwidths=np.where(links.send_columns, bandwidths[links.sends_at], f32(1.0)),
                     limits=np.where(links.stage_columns, memory[links.stages_at], np.inf))
@@ -140,7 +164,7 @@ class Layouts:
             if uniform[k]:  # every stage on nodes of one type; shapes with the same stage types share one Stages
                 key = tuple(firsts[stage:stage + pp])
                 if key not in self._stages:
-                    types = tuple(self._kinds[c] for c in key)
+                    types = tuple(kinds[c] for c in key)
                     self._stages[key] = (Stages(types), tuple((t,) for t in types))
                 stages, nodes = self._stages[key]
             else:

@@ -48,24 +48,42 @@ def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: Clust
 def memory_arrays(params: np.ndarray, act: np.ndarray, planes: np.ndarray, partitions: np.ndarray,
                   limits: np.ndarray, sharded: np.ndarray, factor: float, full: int) -> tuple:
     """`estimate_memory_many` on arrays: (stage bytes, ZeRO stage bytes, OOM, peak GiB, ZeRO
-    OOM, ZeRO peak GiB), a row per plan. params, act: element tables (planes of [a, b] = layers
-    a..b-1, memory.memory_tables), the plan's plane; sharded: its bytes per parameter with ZeRO;
-    full: without. The GiB are float32 rounded to 4 decimals, as lists."""
+    OOM, ZeRO peak GiB), a row per plan: `stage_bytes`, then `memory_report`."""
+    stage_bytes, zero_bytes = memory_bytes(params, act, planes, partitions, sharded, full)
+    return (stage_bytes, zero_bytes) + memory_report(stage_bytes, zero_bytes, limits, factor)
+
+
+def memory_bytes(params: np.ndarray, act: np.ndarray, planes: np.ndarray, partitions: np.ndarray,
+                 sharded: np.ndarray, full: int) -> tuple[np.ndarray, np.ndarray]:
+    """(stage bytes, ZeRO stage bytes) of splits a row each: params, act: element tables
+    (planes of [a, b] = layers a..b-1, memory.memory_tables), the split's plane; sharded: its
+    bytes per parameter with ZeRO; full: without."""
     edges = np.zeros((len(partitions), partitions.shape[1] + 1), dtype=np.intp)
     np.cumsum(partitions, axis=1, out=edges[:, 1:])
-    at = (np.asarray(planes)[:, None], edges[:, :-1], edges[:, 1:])
+    # only the stages that hold layers: the others' tables read [a, a], 0
+    held = partitions > 0
+    at = (np.broadcast_to(np.asarray(planes)[:, None], held.shape)[held], edges[:, :-1][held], edges[:, 1:][held])
     params, act = params[at], act[at]
-    stage_bytes = full * params + act
-    zero_bytes = sharded[:, None] * params + act
+    stage_bytes, zero_bytes = np.zeros(held.shape), np.zeros(held.shape)
+    stage_bytes[held] = full * params + act
+    zero_bytes[held] = np.broadcast_to(sharded[:, None], held.shape)[held] * params + act
+    return stage_bytes, zero_bytes
+
+
+def memory_report(stage_bytes: np.ndarray, zero_bytes: np.ndarray, limits: np.ndarray, factor: float) -> tuple:
+    """(OOM, peak GiB, ZeRO OOM, ZeRO peak GiB) of stage bytes under stage limits (bytes), a
+    row per plan: OOM when factor x a stage's bytes exceed its limit (with ZeRO: its bytes);
+    the peak is factor x the last OOM stage's bytes, else the largest stage's. The GiB are
+    float32 rounded to 4 decimals, as lists."""
     oom, zero_oom = factor * stage_bytes > limits, zero_bytes > limits
-    last = partitions.shape[1] - 1
-    rows = np.arange(len(partitions))
+    last = stage_bytes.shape[1] - 1
+    rows = np.arange(len(stage_bytes))
     oom_gib = np.where(oom.any(axis=1), factor * stage_bytes[rows, last - oom[:, ::-1].argmax(axis=1)] / GIB,
                        stage_bytes.max(axis=1) / GIB)
     zero_gib = np.where(zero_oom.any(axis=1), factor * zero_bytes[rows, last - zero_oom[:, ::-1].argmax(axis=1)] / GIB,
                         zero_bytes.max(axis=1) / GIB)
-    return (stage_bytes, zero_bytes, oom.any(axis=1), rounded(_float32(oom_gib)), zero_oom.any(axis=1),
-            rounded(_float32(zero_gib)))
+    both = rounded(_float32(np.concatenate([oom_gib, zero_gib])))  # (one rounding of both columns)
+    return oom.any(axis=1), both[:len(rows)], zero_oom.any(axis=1), both[len(rows):]
 
 
 def _float32(values: np.ndarray) -> np.ndarray:
