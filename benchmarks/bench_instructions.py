@@ -12,7 +12,12 @@ differ from run to run, and with them the order of dicts keyed by id()); compare
 same run. Needs valgrind; takes ~30 s per experiment and tree
 (two trees run side by side on two cores).
 
-    python benchmarks/bench_instructions.py [--searches 20] [--baseline PATH] [--only t5]
+With --first, the first search of a process instead (what one `fasop search` pays, its caches
+cold): the process counted with and without one search, nothing run before it; bytecode caches
+filled by an uncounted run first (a module the search imports would otherwise be compiled and
+counted), OpenBLAS at one thread (its idle threads' spinning is counted otherwise, by chance).
+
+    python benchmarks/bench_instructions.py [--searches 20] [--baseline PATH] [--only t5] [--first]
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from bench_search import EXPERIMENTS  # noqa: E402
 
 _CHILD = r"""
 import sys
-tree, model_name, cluster_name, nodes, extra = sys.argv[1:6]
+tree, model_name, cluster_name, nodes, extra, first = sys.argv[1:7]
 sys.path.insert(0, tree)
 import fasop
 assert fasop.__file__.startswith(tree), fasop.__file__
@@ -43,32 +48,44 @@ cluster = load_cluster(f"{tree}/cluster_specs/{cluster_name}.yaml")
 inventory = parse_nodes(nodes, cluster)
 def run():
     search(model, cluster, inventory, heterogeneous=True, placements="cyclic", partitioner="fasop-minmax")
-run(); run()
-import gc
-gc.collect()
-gc.freeze()  # a full collection now and then walks only what the searches made, not the whole process
+if first != "1":
+    run(); run()
+    import gc
+    gc.collect()
+    gc.freeze()  # a full collection now and then walks only what the searches made, not the whole process
 for _ in range(int(extra)):
     run()
 """
 
 
-def count(tree: Path, model: str, cluster: str, nodes: str, extra: int) -> int:
-    """Instructions of the whole child process (callgrind's 'Collected')."""
+def count(tree: Path, model: str, cluster: str, nodes: str, extra: int, first: Path | None = None) -> int:
+    """Instructions of the whole child process (callgrind's 'Collected'); `first`: the bytecode
+    cache folder of a first-search count (--first)."""
+    env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
+    if first is not None:
+        env |= {"PYTHONPYCACHEPREFIX": str(first), "OPENBLAS_NUM_THREADS": "1"}
+    child = [sys.executable, "-c", _CHILD, str(tree), model, cluster, nodes, str(extra), str(int(first is not None))]
     with tempfile.TemporaryDirectory() as scratch:  # callgrind's profile, not read
         done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/callgrind.out",
-                               sys.executable, "-c", _CHILD, str(tree), model, cluster, nodes, str(extra)],
-                              capture_output=True, text=True, cwd=scratch,
-                              env={"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"})
+                               *child], capture_output=True, text=True, cwd=scratch, env=env)
     found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
     if done.returncode != 0 or not found:
         sys.exit(f"bench_instructions: {model} {nodes} on {tree} failed: {done.stderr.strip()[-600:]}")
     return int(found.group(1))
 
 
-def per_search(tree: Path, model: str, cluster: str, nodes: str, searches: int) -> float:
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        base, more = pool.map(lambda n: count(tree, model, cluster, nodes, n), (0, searches))
-    return (more - base) / searches
+def per_search(tree: Path, model: str, cluster: str, nodes: str, searches: int, first: bool = False) -> float:
+    if not first:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            base, more = pool.map(lambda n: count(tree, model, cluster, nodes, n), (0, searches))
+        return (more - base) / searches
+    with tempfile.TemporaryDirectory() as cache:
+        subprocess.run([sys.executable, "-c", _CHILD, str(tree), model, cluster, nodes, "1", "1"],
+                       capture_output=True, cwd=cache, check=True,
+                       env={"PYTHONPYCACHEPREFIX": cache, "PATH": "/usr/bin:/bin"})  # fills the caches
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            base, more = pool.map(lambda n: count(tree, model, cluster, nodes, n, Path(cache)), (0, 1))
+    return float(more - base)
 
 
 def main() -> None:
@@ -76,15 +93,18 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=20, help="warm searches counted (default 20)")
     parser.add_argument("--baseline", type=Path, help="another checkout (its kernels built) to count alike")
     parser.add_argument("--only", help="only experiments whose name contains this")
+    parser.add_argument("--first", action="store_true", help="the first search of a process instead (module doc)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("bench_instructions: valgrind is not installed")
     trees = {"this": REPO} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
-    print(f"instructions per warm search, FASOP's choices (callgrind, {args.searches} searches, PYTHONHASHSEED=0)")
+    print(f"instructions of the first search of a process, FASOP's choices (callgrind, PYTHONHASHSEED=0)" if args.first
+          else f"instructions per warm search, FASOP's choices (callgrind, {args.searches} searches, PYTHONHASHSEED=0)")
     for name, model, cluster, nodes, _extra in EXPERIMENTS:
         if args.only and args.only not in name:
             continue
-        counts = {label: per_search(tree, model, cluster, nodes, args.searches) for label, tree in trees.items()}
+        counts = {label: per_search(tree, model, cluster, nodes, args.searches, args.first)
+                  for label, tree in trees.items()}
         candidates = _candidates(model, cluster, nodes)
         cells = [f"{label}: {n / 1e6:7.2f} M ({n / candidates / 1e3:5.0f} k a candidate)" for label, n in counts.items()]
         ratio = f"  this / baseline: {counts['this'] / counts['baseline']:.2f}" if "baseline" in counts else ""

@@ -366,6 +366,49 @@ def test_minmax_many_pads_problems_of_fewer_stages(seed):
                                                                                   expected.scheduled)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_minmax_rows_compare_seen_counts_in_full(seed, monkeypatch):
+    """Kernel against its oracle, as above, with every row's hash of its counts equal
+    (fasop2024_lockstep.HASH all 0): the hash only picks the earlier counts worth comparing, and
+    a repeated split (steps 2/3) is still told from a different one entry by entry."""
+    from fasop.estimators import fasop2024_lockstep
+    from fasop.estimators.fasop2024_minmax import middle_extra, minmax_rows
+
+    monkeypatch.setattr(fasop2024_lockstep, "HASH", np.zeros(64, dtype=np.uint64))
+    rng = np.random.default_rng(50 + seed)
+    pool = [_random_costs(rng, 24, True) for _ in range(3)]
+    table = np.stack([c.matrix for c in pool])
+    which, comm = rng.integers(0, len(pool), (200, 6)), np.round(rng.uniform(0, 2, (200, 5)) * 2) / 2
+    reported, scheduled = minmax_rows(table, which, middle_extra(comm, 6), 24)
+    for k in range(200):
+        expected = minmax(tuple(pool[int(i)] for i in which[k]), 24, tuple(comm[k, :4].tolist()))
+        assert (tuple(reported[k].tolist()), tuple(scheduled[k].tolist())) == (expected.reported, expected.scheduled)
+
+
+@pytest.mark.parametrize("limit", [5, 1 << 18])
+def test_minmax_rows_keep_results_for_later_calls(limit, monkeypatch):
+    """Kernel against its oracle, as above, through a fasop2024_minmax.Known kept across calls
+    (a pareto sweep's compositions): problems solved before are read back, new ones solved and
+    added, the same splits either way; one that holds only `limit` results starts over and still
+    gives them."""
+    from fasop.estimators import fasop2024_minmax
+    from fasop.estimators.fasop2024_minmax import Known, middle_extra, minmax_rows
+
+    monkeypatch.setattr(fasop2024_minmax, "MINMAX_KNOWN", limit)
+    rng = np.random.default_rng(7)
+    pool = [_random_costs(rng, 24, True) for _ in range(3)]
+    table = np.stack([c.matrix for c in pool])
+    known = Known()
+    which, comm = rng.integers(0, len(pool), (60, 5)), np.round(rng.uniform(0, 2, (60, 4)) * 2) / 2
+    for rows in (slice(0, 20), slice(10, 40), slice(0, 60), slice(30, 33)):  # some seen, some new
+        reported, scheduled = minmax_rows(table, which[rows], middle_extra(comm[rows], 5), 24, known)
+        for k, row in enumerate(range(60)[rows]):
+            expected = minmax(tuple(pool[int(i)] for i in which[row]), 24, tuple(comm[row, :3].tolist()))
+            assert (tuple(reported[k].tolist()), tuple(scheduled[k].tolist())) == (expected.reported,
+                                                                                  expected.scheduled)
+    assert len(known.at) <= max(limit, 60)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_plan_splits_choose_among_fasop_minmax_splits(seed):
     """Batched path against its oracle: fasop2024_plans.plan_splits balances and schedules a

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fasop.estimators.fasop2024_lockstep import lockstep
 from fasop.partition import Split, boundaries
 
 
@@ -133,8 +134,40 @@ def _joined(stages: tuple[StageCosts, ...], segment_lengths: Sequence[int], spli
 
 
 # ---------------------------------------------------------------- batched: many problems on arrays
+class Known:
+    """Min-max results of earlier calls on one table, layer count and stage count n, kept for
+    later ones (a search's chunks, the compositions of a pareto sweep): each problem's name (the
+    bytes of its which and extra) -> its row of `rows` (reported then scheduled counts, 2n).
+    Holds at most MINMAX_KNOWN before it starts over."""
+
+    def __init__(self):
+        self.at: dict[bytes, int] = {}
+        self.rows = np.zeros((0, 0), dtype=np.int64)
+
+    def find(self, names: list) -> list:
+        """The row in `rows` of each name, None where unknown (None for all: none known)."""
+        return list(map(self.at.get, names)) if self.at else None
+
+    def add(self, names: list, rows: np.ndarray) -> None:
+        size = len(self.at)
+        if size + len(names) > MINMAX_KNOWN:
+            self.at.clear()
+            size = 0
+        if size + len(rows) > len(self.rows):  # room for twice as many
+            grown = np.zeros((2 * (size + len(rows)), rows.shape[1]), dtype=np.int64)
+            if size:
+                grown[:size] = self.rows[:size]
+            self.rows = grown
+        self.rows[size:size + len(rows)] = rows
+        self.at.update(zip(names, range(size, size + len(rows))))
+
+
+MINMAX_KNOWN = 1 << 18
+"""Min-max results a `Known` keeps (a row of 2n counts each) before it starts over."""
+
+
 def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int,
-                known: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+                known: Known | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(reported, scheduled) counts of FASOP's greedy min-max balancing of `num_layers` layers
     over n <= num_layers stages, one problem per row, every row moving in lockstep: stage i
     of row r takes its times from plane which[r, i] of `table` (entry [a, b]: layers a..b-1)
@@ -142,53 +175,48 @@ def minmax_rows(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_lay
     fasop2024_minmax.minmax (docs/estimators.md §6): maxima and first-of-equals indices
     (argmax, argmin) are exact, so every row moves and stops as it does. Equal rows (plans
     that differ only where the partitioner does not look) are balanced once; `known`, if
-    given, keeps the results of earlier calls on the same table and layer count, by row."""
+    given, keeps the results of earlier calls on the same table and layer count."""
     return minmax_many(table, [(which, extra)], num_layers, [known])[0]
 
 
 def minmax_many(table: np.ndarray, problems: Sequence[tuple[np.ndarray, np.ndarray]], num_layers: int,
-                knowns: Sequence[dict | None]) -> list[tuple[np.ndarray, np.ndarray]]:
+                knowns: Sequence[Known | None]) -> list[tuple[np.ndarray, np.ndarray]]:
     """`minmax_rows` of several sets of problems (which, extra) of their own stage counts (each
     at least 2), with their own `known`: the problems of every set not known are solved in one
-    lockstep run, those of fewer stages padded to the most (_lockstep)."""
+    lockstep run, those of fewer stages padded to the most (fasop2024_lockstep)."""
     pending, todo = [], []
     for (which, extra), known in zip(problems, knowns):
         count, n = which.shape
-        keys = np.ascontiguousarray(np.concatenate([which.astype(np.int64), extra.view(np.int64)], axis=1))
+        keys = np.concatenate([which.astype(np.int64, copy=False), extra.view(np.int64)], axis=1)
         names = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel().tolist()
-        found = None if not known else list(map(known.get, names))  # (none known: none found)
-        missing = list(range(count)) if found is None else [k for k, f in enumerate(found) if f is None]
-        distinct, first, inverse = _distinct(names if len(missing) == count else [names[k] for k in missing])
-        missing = np.array(missing, dtype=np.intp)
+        found = None if known is None else known.find(names)  # (None: none known)
+        hits = [] if found is None else [k for k, f in enumerate(found) if f is not None]
+        missing = np.arange(count) if not hits else np.delete(np.arange(count), hits)
+        distinct, first, inverse = _distinct(names if not hits else [names[k] for k in missing.tolist()])
         todo.append((which[missing[first]], extra[missing[first]]))
-        pending.append((found, missing, distinct, inverse, known))
-    out = []
-    for (which, _), (found, missing, distinct, inverse, known), rows in zip(problems, pending,
-                                                                            _solve(table, todo, num_layers)):
-        count, n = which.shape
         both = np.empty((count, 2 * n), dtype=np.int64)
-        both[missing] = rows[inverse]
-        if known is not None:
-            if len(missing) < count:
-                hits = [k for k, f in enumerate(found) if f is not None]
-                both[hits] = np.array([found[k] for k in hits])
-            if len(known) > MINMAX_KNOWN:
-                known.clear()
-            known.update(zip(distinct, rows))
+        if hits:  # (read before any set adds: an addition may start a Known over)
+            both[hits] = known.rows[[found[k] for k in hits]]
+        pending.append((both, missing, distinct, inverse, known))
+    out = []
+    for (which, _), (both, missing, distinct, inverse, known), rows in zip(problems, pending,
+                                                                           _solve(table, todo, num_layers)):
+        n = which.shape[1]
+        if len(missing) == len(both):
+            rows.take(inverse, axis=0, out=both)
+        else:
+            both[missing] = rows[inverse]
+        if known is not None and distinct:
+            known.add(distinct, rows)
         out.append((both[:, :n], both[:, n:]))
     return out
-
-
-MINMAX_KNOWN = 1 << 18
-"""Min-max results a `known` dict keeps (a row of 2n counts each) before it starts over."""
 
 
 def _distinct(keys: list) -> tuple[list, np.ndarray, np.ndarray]:
     """(the distinct keys in order of first appearance, the index of each one's first
     appearance, for each key the number of its distinct key)."""
     number = dict.fromkeys(keys)
-    for k, key in enumerate(number):
-        number[key] = k
+    number = dict(zip(number, range(len(number))))  # (bytes keep their hash: no rehashing)
     inverse = np.fromiter(map(number.__getitem__, keys), np.intp, len(keys))
     rise = np.ones(len(keys), dtype=bool)  # numbered in order of appearance: a key's first
     rise[1:] = inverse[1:] > np.maximum.accumulate(inverse)[:-1]  # appearance raises the largest so far
@@ -214,13 +242,14 @@ def _solve(table: np.ndarray, problems: list[tuple[np.ndarray, np.ndarray]], num
     for members in _runs(problems):
         sets = [problems[k] for k in members]
         widest, total = max(w.shape[1] for w, _ in sets), sum(len(w) for w, _ in sets)
-        which, extra = np.zeros((total, widest), dtype=np.int64), np.zeros((total, widest))
-        sizes, start = np.zeros(total, dtype=np.int64), 0
+        which, extra = np.full((total, widest), -1, dtype=np.int64), np.full((total, widest), -np.inf)
+        counts, sizes, start = np.zeros((total, widest), dtype=np.int64), np.zeros(total, dtype=np.int64), 0
         for w, x in sets:
-            stop = start + len(w)
-            which[start:stop, :w.shape[1]], extra[start:stop, :w.shape[1]], sizes[start:stop] = w, x, w.shape[1]
+            stop, n = start + len(w), w.shape[1]
+            which[start:stop, :n], extra[start:stop, :n], sizes[start:stop] = w, x, n
+            counts[start:stop, :n] = _even_split(num_layers, n)
             start = stop
-        reported, scheduled = _lockstep(table, which, extra, num_layers, sizes)
+        reported, scheduled = lockstep(table, which, extra, counts, sizes)
         start = 0
         for k, (w, _) in zip(members, sets):
             stop, n = start + len(w), w.shape[1]
@@ -262,104 +291,12 @@ class _Plane:
         return self.item(first, stop)
 
 
-def _even_split(num_layers: int, sizes: np.ndarray, width: int) -> np.ndarray:
-    """minmax's start, a row per problem of sizes[r] stages (`width` columns, 0 past them): the
-    layers split evenly, the remainder one each to the last stage, then stages 0, 1, ..."""
-    stage = np.arange(width)
-    rest = (num_layers % sizes)[:, None]
-    return (np.where(stage < sizes[:, None], (num_layers // sizes)[:, None], 0)
-            + ((stage < rest - 1) | ((stage == sizes[:, None] - 1) & (rest >= 1)))).astype(np.int64)
-
-
-def _lockstep(table: np.ndarray, which: np.ndarray, extra: np.ndarray, num_layers: int, sizes: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """`minmax_rows` of every row, row r of sizes[r] stages (its first sizes[r] columns; the rest
-    padding: no layers, never a maximum or a minimum). Each row's stage times are read from the
-    flat table (one index per entry); rows that stop leave the arrays."""
-    count, n = which.shape
-    side = table.shape[-1]
-    flat = table.reshape(-1)
-    base = (which * (side * side)).astype(np.intp)  # each stage's plane, as a flat offset
-    padded = bool((sizes < n).any())
-    if padded:  # padding: -inf for the maximum, +inf for the minimum; its (empty) stages, whose
-        valid = np.arange(n) < sizes[:, None]  # edges are both num_layers, read entry [0, 0, 1]: finite
-        base = np.where(valid, base, 1 - num_layers * (side + 1))
-        lows, highs = np.where(valid, 0.0, np.inf), np.where(valid, 0.0, -np.inf)
-    counts = _even_split(num_layers, sizes, n)
-    rows = np.arange(count)
-    last = np.full(count, 1e6)
-    moved = False
-    previous_max = previous_min = np.zeros(count, dtype=np.intp)
-    history: list[np.ndarray] = []  # the counts before each move, by problem (rows that run on were set)
-    since = np.zeros(count, dtype=np.intp)  # each row's first move at its present maximum
-    reported = np.zeros((count, n), dtype=np.int64)
-    scheduled = np.zeros((count, n), dtype=np.int64)
-    edges = np.zeros((count, n + 1), dtype=np.intp)
-    while len(rows):
-        local = np.arange(len(rows))
-        e = edges[: len(rows)]
-        np.cumsum(counts, axis=1, out=e[:, 1:])
-        index = e[:, :-1] * side
-        index += e[:, 1:]
-        index += base
-        current = flat.take(index)
-        current += extra
-        high, low = (current + highs, current + lows) if padded else (current, current)
-        imax, imin = high.argmax(axis=1), low.argmin(axis=1)
-        mx = high[local, imax]
-        if moved:
-            stop = mx > last
-            at = np.flatnonzero(mx == last)
-            if len(at):  # steps 2/3: the maximum stayed and these counts were seen before
-                stop[at[_seen(history[int(since[at].min()):], rows[at], counts[at])]] = True
-            since[mx != last] = len(history)
-            if stop.any():  # undo the last move and stop
-                undone = _shifted(counts[stop], previous_min[stop], previous_max[stop])
-                reported[rows[stop]] = scheduled[rows[stop]] = undone
-        else:
-            stop = np.zeros(len(rows), dtype=bool)
-        last = mx
-        at_max = counts[local, imax]
-        quirk = ((imax == 0) | (imax == sizes - 1)) & (at_max == 2) & ~stop
-        if quirk.any():  # step 5 quirk: report a changed split, schedule the unchanged one
-            scheduled[rows[quirk]] = counts[quirk]
-            reported[rows[quirk]] = _shifted(counts[quirk], imin[quirk], imax[quirk]) if moved else counts[quirk]
-        single = (at_max <= 1) & ~stop & ~quirk
-        if single.any():
-            reported[rows[single]] = scheduled[rows[single]] = counts[single]
-        go = ~(stop | quirk | single)
-        before = np.empty_like(reported)
-        before[rows] = counts
-        history.append(before)
-        if not go.all():
-            counts, imax, imin, rows, last, since = counts[go], imax[go], imin[go], rows[go], last[go], since[go]
-            base, extra, sizes = base[go], extra[go], sizes[go]
-            if padded:
-                highs, lows = highs[go], lows[go]
-        moving = np.arange(len(counts))  # move one layer from the slowest to the fastest
-        counts[moving, imax] -= 1
-        counts[moving, imin] += 1
-        previous_max, previous_min = imax, imin
-        moved = True
-    return reported, scheduled
-
-
-def _seen(history: list[np.ndarray], problems: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """For each of `problems` (rows of the full arrays in `history`), were its `counts` among the
-    earlier ones? (Only those since its maximum last fell: the maximum never rises, and the
-    counts of a larger maximum differ.)"""
-    seen = np.zeros(len(problems), dtype=bool)
-    for before in history:
-        seen |= (before[problems] == counts).all(axis=1)
-    return seen
-
-
-def _shifted(counts: np.ndarray, minus: np.ndarray, plus: np.ndarray) -> np.ndarray:
-    """counts (a copy of rows) with one layer taken from column minus[r] of row r and given to
-    column plus[r]: a move, or (minus and plus swapped) its undoing."""
-    where = np.arange(len(counts))
-    counts[where, minus] -= 1
-    counts[where, plus] += 1
+def _even_split(num_layers: int, n: int) -> list[int]:
+    """minmax's start for n stages: the layers split evenly, the remainder one each to the last
+    stage, then stages 0, 1, ..."""
+    counts = [num_layers // n] * n
+    for i in range(num_layers % n):
+        counts[i - 1] += 1
     return counts
 
 
