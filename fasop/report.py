@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import operator
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -33,10 +34,10 @@ def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], 
     columns = (with_gap(SEARCH_COLUMNS, result.estimates) + [f"num_nodes_{t}" for t in type_names]
                + extra_columns(result.estimates))
     counts = {f"num_nodes_{t}": sum(n.name == t for n in result.inventory) for t in type_names}
-    rows = []
+    rows, names = [], {}
     for rank, e in enumerate(result.estimates, start=1):
         rows.append(estimate_row(e, rank=rank, iterations=result.iterations, usd_per_hour=result.usd_per_hour,
-                                 sequence_length=sequence_length) | counts)
+                                 sequence_length=sequence_length, names=names) | counts)
     return columns, rows
 
 
@@ -49,12 +50,21 @@ def with_gap(columns: Sequence[str], estimates: Iterable[Estimate | None]) -> li
     return columns
 
 
-def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float, sequence_length: int) -> dict:
+def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float, sequence_length: int,
+                 names: dict | None = None) -> dict:
+    """The CSV row of one estimate. `names`: a dict kept across the rows of one result, of the
+    joined names of placements and stage types by object (a search's rows share a handful)."""
     plan = e.plan
     samples_per_s = plan.global_batch_size / e.step_time_s
+    names = {} if names is None else names
+    placement, stage_types = id(plan.placement), id(e.stage_node_types)
+    if placement not in names:
+        names[placement] = (plan.placement, plan.placement_name)  # the object kept with it: its id stays its own
+    if stage_types not in names:
+        names[stage_types] = (e.stage_node_types, "-".join(t.gpu for t in e.stage_node_types))
     return {
         "mbs": plan.mbs, "tp": plan.tp, "dp": plan.dp, "pp": plan.pp,
-        "node_placement": plan.placement_name,
+        "node_placement": names[placement][1],
         "partition": "-".join(map(str, e.partition)),
         "step_time_s": e.step_time_s, "pipeline_time_s": e.pipeline_time_s,
         "dp_allreduce_s": e.dp_allreduce_s, "embedding_allreduce_s": e.embedding_allreduce_s,
@@ -64,7 +74,7 @@ def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float
         "train_cost_usd": e.usd_per_step * iterations,
         "rank": rank, "num_gpus": plan.num_gpus, "num_nodes": len(plan.placement),
         "num_microbatches": plan.num_microbatches,
-        "stage_gpu_types": "-".join(t.gpu for t in e.stage_node_types),
+        "stage_gpu_types": names[stage_types][1],
         "partition_method": e.partitioner, "partition_proven_optimal": e.partition_proven_optimal,
         "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * sequence_length,
         "usd_per_hour": usd_per_hour, "iterations": iterations,
@@ -78,11 +88,23 @@ def extra_columns(estimates: Iterable[Estimate]) -> list[str]:
 
 
 def csv_text(columns: Sequence[str], rows: Iterable[dict]) -> str:
+    """The rows as CSV text, a header of `columns` first: each row's value of each column (a
+    column a row lacks is empty; a key that is not a column is an error), floats as repr writes
+    them (the shortest text that reads back as the same float), True/False as such."""
+    columns = list(columns)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n", extrasaction="raise")
-    writer.writeheader()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    cells = operator.itemgetter(*columns) if len(columns) > 1 else (lambda row: (row[columns[0]],))
+    wanted = frozenset(columns)
     for row in rows:
-        writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+        try:
+            values = cells(row)
+        except KeyError:
+            values = [row.get(k, "") for k in columns]
+        if len(row) > len(columns) or not row.keys() <= wanted:
+            raise ValueError(f"csv_text: keys not among the columns: {sorted(row.keys() - wanted)}")
+        writer.writerow(values)
     return buffer.getvalue()
 
 

@@ -195,3 +195,18 @@ def test_a_signal_during_the_renames_waits_until_all_are_done(tmp_path):
         output.os.replace = real
         signal.signal(signal.SIGTERM, previous)
     assert seen == ["a.csv", "a.png", "a.svg", "SIGTERM"]
+
+
+def test_csv_text_writes_each_rows_cells_in_column_order():
+    """Hand-written: columns in the given order, a missing cell empty, floats as repr (the
+    shortest text that reads back as the same float), booleans as True/False, text quoted only
+    where CSV needs it; a key that is not a column is an error, never a silently dropped cell."""
+    from fasop.report import csv_text
+
+    rows = [{"b": 0.1, "a": 1, "c": "x,y"}, {"a": True, "b": 1e-20}, {"c": 'say "hi"', "a": 2.5, "b": False}]
+    assert csv_text(["a", "b", "c"], rows) == 'a,b,c\n1,0.1,"x,y"\nTrue,1e-20,\n2.5,False,"say ""hi"""\n'
+    assert csv_text(["a"], [{"a": 1 / 3}]) == "a\n0.3333333333333333\n"
+    with pytest.raises(ValueError, match="'d'"):
+        csv_text(["a", "b"], [{"a": 1, "d": 2}])
+    with pytest.raises(ValueError, match="'d'"):
+        csv_text(["a", "b"], [{"a": 1, "b": 2, "d": 2}])
