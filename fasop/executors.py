@@ -5,6 +5,7 @@ Ray cluster. One small interface, so that fasop.pruning schedules the same way o
     executor.pending              # tasks submitted and not yet returned
     executor.next_result()        # (index, CompositionResult) of a finished task, blocking
     executor.close()              # stop now: cancel what has not started, end the workers
+    executor.bounds(comps)        # optional: pruning.bounds of the compositions, computed there
 
 A task is `SweepJob(composition, cutoff)`, a pure function of its inputs, so the results do not
 depend on the executor, the number of workers or the order tasks finish in. A worker process
@@ -19,7 +20,8 @@ from collections import deque
 from collections.abc import Sequence
 
 from fasop.errors import FasopError
-from fasop.sweep import Composition, CompositionResult, Interrupted, SweepJob, init_sweep_worker, sweep_worker
+from fasop.sweep import (Composition, CompositionResult, Interrupted, SweepJob, bound_worker, init_sweep_worker,
+                         sweep_worker)
 from fasop.workers import process_pool
 from fasop.workers import stop as _stop
 
@@ -70,6 +72,24 @@ class PoolExecutor:
             self.pool = process_pool(self.workers, init_sweep_worker, (self.job,))
         for task in sorted(tasks, key=lambda t: (-t[1].num_nodes, t[0])):
             self.running[self.pool.submit(sweep_worker, task[1], task[2])] = task
+
+    def bounds(self, comps: Sequence[Composition]) -> list[tuple[float, float]]:
+        """pruning.bounds of `comps`, in composition order, computed by the workers in slices
+        (about four a worker); in this process if a worker dies meanwhile."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        from fasop.pruning import bounds
+
+        if self.pool is None:
+            self.pool = process_pool(self.workers, init_sweep_worker, (self.job,))
+        size = max(1, -(-len(comps) // (4 * self.workers)))
+        try:
+            return [b for part in self.pool.map(bound_worker, [comps[i:i + size] for i in range(0, len(comps), size)])
+                    for b in part]
+        except BrokenProcessPool:
+            _stop(self.pool)
+            self.pool = None
+            return bounds(self.job, comps)
 
     def next_result(self) -> tuple[int, CompositionResult]:
         import concurrent.futures as futures

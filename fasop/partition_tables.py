@@ -17,6 +17,7 @@ def least_completions(times: np.ndarray, weights: np.ndarray | None = None) -> t
     """(least sum of stage times, least largest stage time, least largest weighted stage time
     weights[i] x t_i) over all splits; times as in `optimal` (the three minima may come from
     different splits). Without weights the third is 0."""
+    times = np.ascontiguousarray(times, dtype=float)  # once, not per table (a broadcast stack is copied)
     ones = np.ones(len(times))
     return (float(completion(times, ones)[0, 0]), float(completion(times, ones, largest=True)[0, 0]),
             float(completion(times, ones * 0 if weights is None else weights, largest=True)[0, 0]))

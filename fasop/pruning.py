@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -120,11 +121,12 @@ def pruned_sweep(job: SweepJob, comps: Sequence[Composition], executor, *, prune
     The executor is closed when the generator ends, also when it is stopped early."""
     if round_size < 1:
         raise FasopError(f"--round-size: must be >= 1, got {round_size}")
-    limits = bounds(job, comps) if prune else [(0.0, 0.0)] * len(comps)
-    rounds = _Rounds(job, comps, executor, limits, round_size if prune else max(1, len(comps)), dict(done or {}),
-                     prune)
     report = progress or (lambda n, total: None)
     try:
+        limits = [(0.0, 0.0)] * len(comps) if not prune else \
+            getattr(executor, "bounds", partial(bounds, job))(comps)  # where the executor has workers, there
+        rounds = _Rounds(job, comps, executor, limits, round_size if prune else max(1, len(comps)),
+                         dict(done or {}), prune)
         for i, result, cutoff in rounds.settle():
             yield i, result
             # recorded once the caller holds it: an interrupt in between leaves a composition

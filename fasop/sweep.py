@@ -289,6 +289,13 @@ def init_sweep_worker(job: SweepJob) -> None:
     _SWEEP["job"] = job  # (workers.process_pool: Ctrl-C is the parent's to handle)
 
 
+def bound_worker(comps: Sequence[Composition]) -> list[tuple[float, float]]:
+    """pruning.bounds of some compositions, in a worker process (`init_sweep_worker`)."""
+    from fasop.pruning import bounds
+
+    return bounds(_SWEEP["job"], comps)
+
+
 def sweep_worker(comp: Composition, cutoff: float = math.inf) -> CompositionResult:
     try:
         return _SWEEP["job"](comp, cutoff)

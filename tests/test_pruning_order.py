@@ -64,6 +64,18 @@ def test_pruned_csv_is_the_same_whatever_order_results_arrive_in(sweep, round_si
         assert _csv(job, comps, ShuffledExecutor(job, seed), round_size=round_size) == want, seed
 
 
+def test_bounds_computed_by_the_workers_are_this_process_ones_in_order(sweep):
+    from fasop.pruning import bounds
+
+    job, comps = sweep
+    pool = PoolExecutor(job, 2)
+    try:
+        assert pool.bounds(comps) == bounds(job, comps)
+        assert pool.bounds(comps[:1]) == bounds(job, comps[:1]) and pool.bounds([]) == []
+    finally:
+        pool.close()
+
+
 def test_pruned_csv_with_two_workers_is_the_serial_one(sweep):
     job, comps = sweep
     want = _csv(job, comps, SerialExecutor(job), round_size=1)
