@@ -22,7 +22,7 @@ from fasop.partition import Rest, completion, optimal
 from fasop.schedule import one_f_one_b
 from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
 from fasop.schedule_zigzag import ZigzagBound, with_zigzag, zigzag_coefficients, zigzag_completion
-from test_schedule_legs import _simulated, _splits
+from test_schedule_legs import _simulated, _splits, bound_ratios
 from test_split_milp import MARGIN, _case, _edges, _kwargs
 
 
@@ -112,15 +112,7 @@ def _zigzag(fitting, m, send_fwd, send_bwd) -> ZigzagBound:
 
 
 def test_zigzag_bound_is_below_every_completion_and_reaches_the_end():
-    ratios = []
-    for seed in range(60):
-        fitting, (m, send_fwd, send_bwd), splits, ends = _simulated(seed)
-        bound = _zigzag(fitting, m, send_fwd, send_bwd)
-        for split in splits:
-            for k, value in enumerate(_along(bound, fitting, split)):
-                least = min(v for s, v in ends.items() if s[:k + 1] == split[:k + 1])
-                assert value <= least * (1 + 1e-12)
-            ratios.append(value / ends[split])
+    ratios = bound_ratios(_zigzag, _along)
     assert max(ratios) > 1 / 1.01 and sum(r > 1 - 1e-12 for r in ratios) >= 50
 
 
