@@ -57,7 +57,7 @@ def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float
     plan = e.plan
     samples_per_s = plan.global_batch_size / e.step_time_s
     names = {} if names is None else names
-    placement, stage_types = id(plan.placement), id(e.stage_node_types)
+    placement, stage_types = ("placement", id(plan.placement)), ("stages", id(e.stage_node_types))
     if placement not in names:
         names[placement] = (plan.placement, plan.placement_name)  # the object kept with it: its id stays its own
     if stage_types not in names:
@@ -95,7 +95,7 @@ def csv_text(columns: Sequence[str], rows: Iterable[dict]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)
-    cells = operator.itemgetter(*columns) if len(columns) > 1 else (lambda row: (row[columns[0]],))
+    cells = operator.itemgetter(*columns) if len(columns) > 1 else (lambda row: tuple(row[k] for k in columns))
     wanted = frozenset(columns)
     for row in rows:
         try:

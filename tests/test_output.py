@@ -206,6 +206,7 @@ def test_csv_text_writes_each_rows_cells_in_column_order():
     rows = [{"b": 0.1, "a": 1, "c": "x,y"}, {"a": True, "b": 1e-20}, {"c": 'say "hi"', "a": 2.5, "b": False}]
     assert csv_text(["a", "b", "c"], rows) == 'a,b,c\n1,0.1,"x,y"\nTrue,1e-20,\n2.5,False,"say ""hi"""\n'
     assert csv_text(["a"], [{"a": 1 / 3}]) == "a\n0.3333333333333333\n"
+    assert csv_text([], [{}, {}]) == "\n\n\n"  # no columns: empty lines, as csv writes an empty row
     with pytest.raises(ValueError, match="'d'"):
         csv_text(["a", "b"], [{"a": 1, "d": 2}])
     with pytest.raises(ValueError, match="'d'"):
