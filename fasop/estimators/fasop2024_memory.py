@@ -38,21 +38,12 @@ def estimate_memory_many(plans: Sequence[Plan], model: ModelSpec, cluster: Clust
     tables = memory_tables(model)
     planes = tables.of(plans)  # (first: it may add planes)
     sharded = param_bytes.zero(np.array([p.dp for p in plans]))
-    stage_bytes, zero_bytes, oom, oom_gib, zero_oom, zero_gib = memory_arrays(
-        tables.params, tables.act, planes, partitions, limits, sharded, cluster.memory_overhead_factor,
-        param_bytes.full)
+    stage_bytes, zero_bytes = memory_bytes(tables.params, tables.act, planes, partitions, sharded, param_bytes.full)
+    oom, oom_gib, zero_oom, zero_gib = memory_report(stage_bytes, zero_bytes, limits, cluster.memory_overhead_factor)
     return [MemoryEstimate(stage_bytes=tuple(b[:p.pp]), stage_zero_bytes=tuple(z[:p.pp]), is_oom=o,
                            oom_gpumem_gib=g, is_zero_oom=zo, zero_oom_gpumem_gib=zg)
             for p, b, z, o, g, zo, zg in zip(plans, stage_bytes.tolist(), zero_bytes.tolist(), oom.tolist(),
                                              oom_gib, zero_oom.tolist(), zero_gib)]
-
-
-def memory_arrays(params: np.ndarray, act: np.ndarray, planes: np.ndarray, partitions: np.ndarray,
-                  limits: np.ndarray, sharded: np.ndarray, factor: float, full: int) -> tuple:
-    """`estimate_memory_many` on arrays: (stage bytes, ZeRO stage bytes, OOM, peak GiB, ZeRO
-    OOM, ZeRO peak GiB), a row per plan: `stage_bytes`, then `memory_report`."""
-    stage_bytes, zero_bytes = memory_bytes(params, act, planes, partitions, sharded, full)
-    return (stage_bytes, zero_bytes) + memory_report(stage_bytes, zero_bytes, limits, factor)
 
 
 def memory_bytes(params: np.ndarray, act: np.ndarray, planes: np.ndarray, partitions: np.ndarray,
