@@ -22,3 +22,14 @@ def recent(cache: dict, owners: tuple, make: Callable[[], T], keep: int = 4) -> 
     while len(cache) > keep:
         del cache[next(iter(cache))]
     return entry[1]
+
+
+def kept(store: dict, key, make: Callable[[], T], limit: int) -> T:
+    """store[key], made by make() on first use; a store already holding `limit` entries starts
+    over before it takes a new one (bounded memory for values cheap to make again)."""
+    value = store.get(key)
+    if value is None:
+        if len(store) >= limit:
+            store.clear()
+        value = store[key] = make()
+    return value

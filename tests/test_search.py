@@ -462,3 +462,13 @@ def test_fasop_minmax_estimates_alone_equal_those_in_a_batch():
                 together = batch.estimate_many(candidates)
                 one_by_one = [alone.estimate(plan) for plan in candidates]
             assert one_by_one == together == batch.estimate_many(candidates)
+
+
+def test_kept_makes_a_value_once_and_starts_over_when_full():
+    from fasop.recent import kept
+
+    store, made = {}, []
+    make = lambda: made.append(1) or len(made)  # noqa: E731 -- the n-th value made is n
+    assert [kept(store, k, make, 2) for k in "aab"] == [1, 1, 2] and len(made) == 2
+    assert kept(store, "c", make, 2) == 3 and store == {"c": 3}  # full (a, b): starts over
+    assert kept(store, "a", make, 2) == 4 and store == {"c": 3, "a": 4}

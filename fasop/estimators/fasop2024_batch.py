@@ -22,6 +22,7 @@ from fasop.estimators.fasop2024_layout import Layout, Stages
 from fasop.memory import elements_key, memory_tables
 from fasop.partition import Split
 from fasop.plan import Plan
+from fasop.recent import kept
 from fasop.specs import NodeType
 
 if TYPE_CHECKING:
@@ -74,11 +75,7 @@ class Combos:
         """The Combos of the estimators of one (model, cluster) (`cache`: their shared cache)
         whose inventories list these node types in this order (what the pace order's index reads):
         a pareto sweep's compositions of these types share most of their combinations."""
-        kept = cache.setdefault("combos", {})
-        names = tuple(n.name for n in node_types)
-        if names not in kept and len(kept) >= cls.KEPT:
-            kept.clear()
-        return kept.setdefault(names, cls()) if names not in kept else kept[names]
+        return kept(cache.setdefault("combos", {}), tuple(n.name for n in node_types), cls, cls.KEPT)
 
     def __init__(self):
         self.rows: dict[tuple[int, int, int, int, int], int] = {}

@@ -22,6 +22,7 @@ import numpy as np
 
 from fasop import comm, model_math
 from fasop.plan import Plan, stage_node_indices, trusted_many
+from fasop.recent import kept
 from fasop.specs import ClusterSpec, ModelSpec, NodeType
 
 f32 = np.float32
@@ -115,12 +116,8 @@ class Layouts:
         """The kept layouts of the placement's node types (a new, empty entry if none)."""
         names = tuple(n.name for n in placement)
         if names != self._names:
-            entry = self._kept.get(names)
-            if entry is None:
-                if len(self._kept) >= KEPT_PLACEMENTS:
-                    self._kept.clear()
-                entry = self._kept[names] = ({}, {})
-            (self._layouts, self._stages), self._names = entry, names
+            self._layouts, self._stages = kept(self._kept, names, lambda: ({}, {}), KEPT_PLACEMENTS)
+            self._names = names
             self._arrays = None
         self._placement = placement
 
