@@ -1,6 +1,6 @@
-"""Build of fasop's optional compiled kernels (fasop/_native.c); everything else is in
+"""Build of fasop's optional compiled kernels (fasop/schedule/_native.c); everything else is in
 pyproject.toml. `optional=True`: where no C compiler is at hand the build goes on without them
-and fasop runs its own Python loops instead, with the same results (fasop/native.py).
+and fasop runs its own Python loops instead, with the same results (fasop/schedule/native.py).
 
 The extension is the top-level module `_fasop_native`, not part of the `fasop` package, so that
 the installed one is found even when `fasop` itself is imported from a source tree (the tests
@@ -13,4 +13,4 @@ LICENSE = "Apache-2.0"
 license_field = ({"license_expression": LICENSE} if int(setuptools.__version__.split(".")[0]) >= 77
                  else {"license": LICENSE})
 
-setup(ext_modules=[Extension("_fasop_native", ["fasop/_native.c"], depends=["fasop/_one_f_one_b.h"], optional=True)], **license_field)
+setup(ext_modules=[Extension("_fasop_native", ["fasop/schedule/_native.c"], depends=["fasop/schedule/_one_f_one_b.h"], optional=True)], **license_field)

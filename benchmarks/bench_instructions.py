@@ -41,10 +41,12 @@ tree, model_name, cluster_name, nodes, extra, first = sys.argv[1:7]
 sys.path.insert(0, tree)
 import fasop
 assert fasop.__file__.startswith(tree), fasop.__file__
-from fasop.search import parse_nodes, search
+import os
+from fasop.search import parse_nodes, search  # (the same names in the flat layout before issue 27)
 from fasop.specs import load_cluster, load_model
-model = load_model(f"{tree}/model_specs/{model_name}.yaml")
-cluster = load_cluster(f"{tree}/cluster_specs/{cluster_name}.yaml")
+data = f"{tree}/fasop/data" if os.path.isdir(f"{tree}/fasop/data") else tree
+model = load_model(f"{data}/model_specs/{model_name}.yaml")
+cluster = load_cluster(f"{data}/cluster_specs/{cluster_name}.yaml")
 inventory = parse_nodes(nodes, cluster)
 def run():
     search(model, cluster, inventory, heterogeneous=True, placements="cyclic", partitioner="fasop-minmax")
@@ -113,11 +115,11 @@ def main() -> None:
 
 def _candidates(model_name: str, cluster_name: str, nodes: str) -> int:
     sys.path.insert(0, str(REPO))
-    from fasop.search import parse_nodes, search
-    from fasop.specs import load_cluster, load_model
+    from fasop.search.engine import parse_nodes, search
+    from fasop.specs.load import load_cluster, load_model
 
-    cluster = load_cluster(REPO / "cluster_specs" / f"{cluster_name}.yaml")
-    result = search(load_model(REPO / "model_specs" / f"{model_name}.yaml"), cluster, parse_nodes(nodes, cluster),
+    cluster = load_cluster(shipped_folder("cluster_specs") / f"{cluster_name}.yaml")
+    result = search(load_model(shipped_folder("model_specs") / f"{model_name}.yaml"), cluster, parse_nodes(nodes, cluster),
                     heterogeneous=True, placements="cyclic", partitioner="fasop-minmax")
     return result.num_candidates
 

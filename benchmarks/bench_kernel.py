@@ -1,5 +1,5 @@
 """Two builds of the compiled kernels (`_fasop_native*.so`) timed against each other in one
-process: for changes to fasop/_native.c, where a search's wall time on a shared machine is too
+process: for changes to fasop/schedule/_native.c, where a search's wall time on a shared machine is too
 noisy to see a 10 % difference (see bench_search.py) and instruction counts
 (bench_instructions.py) miss what the kernel's time is made of.
 
@@ -86,9 +86,9 @@ def schedules(builds: list, calls: int) -> None:
 def experiments(builds: list, calls: int) -> None:
     from bench_search import EXPERIMENTS
 
-    from fasop import native
-    from fasop.search import parse_nodes, search
-    from fasop.specs import load_cluster, load_model
+    from fasop.schedule import native
+    from fasop.search.engine import parse_nodes, search
+    from fasop.specs.load import load_cluster, load_model
 
     if native.kernels is None:
         print("experiments: skipped (this tree's fasop runs without its kernels)")
@@ -110,8 +110,8 @@ def experiments(builds: list, calls: int) -> None:
     native.kernels = Capture()
     try:
         for name, model_name, cluster_name, nodes, _ in EXPERIMENTS:
-            model = load_model(REPO / "model_specs" / f"{model_name}.yaml")
-            cluster = load_cluster(REPO / "cluster_specs" / f"{cluster_name}.yaml")
+            model = load_model(REPO / "fasop" / "data" / "model_specs" / f"{model_name}.yaml")
+            cluster = load_cluster(REPO / "fasop" / "data" / "cluster_specs" / f"{cluster_name}.yaml")
             captured.clear()
             search(model, cluster, parse_nodes(nodes, cluster), heterogeneous=True, placements="cyclic",
                    partitioner="fasop-minmax")

@@ -2,7 +2,7 @@
 peak memory, on FASOP's six experiments and the 64-node, 4-type inventory.
 
 In-process: in a fresh interpreter per (experiment, configuration), the specs are loaded, then
-`fasop.search.search(...)` is timed alone (time.perf_counter), 1 + --warmup + --runs times: the
+`fasop.search.engine.search(...)` is timed alone (time.perf_counter), 1 + --warmup + --runs times: the
 first search of the process ("first": what one `fasop search` pays, its caches cold), for
 FASOP's choices --warmup early ones (the caches warm, the interpreter still specializing the
 functions a search calls once: WARMUP) and the median of the last --runs ("warm");
@@ -72,11 +72,13 @@ tree, model_name, cluster_name, nodes, config, runs, workers, warmup = sys.argv[
 sys.path.insert(0, tree)
 import fasop
 assert fasop.__file__.startswith(tree), fasop.__file__
-from fasop.search import parse_nodes, search
+import os
+from fasop.search import parse_nodes, search  # (the same names in the flat layout before issue 27)
 from fasop.specs import load_cluster, load_model
+data = f"{tree}/fasop/data" if os.path.isdir(f"{tree}/fasop/data") else tree
 kwargs = json.loads(config)
-model = load_model(f"{tree}/model_specs/{model_name}.yaml")
-cluster = load_cluster(f"{tree}/cluster_specs/{cluster_name}.yaml")
+model = load_model(f"{data}/model_specs/{model_name}.yaml")
+cluster = load_cluster(f"{data}/cluster_specs/{cluster_name}.yaml")
 inventory = parse_nodes(nodes, cluster)
 times = []
 for _ in range(1 + int(warmup) + int(runs)):
@@ -86,7 +88,7 @@ for _ in range(1 + int(warmup) + int(runs)):
 best = result.best_fitting
 print(json.dumps({"first_s": times[0], "warmup_s": times[1:1 + int(warmup)], "runs_s": times[1 + int(warmup):],
                   "candidates": result.num_candidates, "estimated": result.num_estimated, "best_step_s": None if best is None else best.step_time_s,
-                  "kernels": __import__("fasop.native").native.kernels is not None}))
+                  "kernels": __import__("fasop.schedule.native").native.kernels is not None}))
 """
 """One configuration in a fresh interpreter on a given source tree: the first search, `warmup` more
 (timed apart), then --runs more."""
@@ -266,11 +268,11 @@ def whole_process(model: str, cluster: str, nodes: str, extra: list[str], runs: 
 
 def order_tree(nodes: str, runs: int, workers: int) -> dict:
     """In-process and whole-process `--top 5` over every node order of a 16-node inventory."""
-    from fasop.search import parse_nodes, search
-    from fasop.specs import load_cluster, load_model
+    from fasop.search.engine import parse_nodes, search
+    from fasop.specs.load import load_cluster, load_model
 
-    model = load_model(str(REPO / "model_specs" / "gpt2xl-scaled.yaml"))
-    cluster = load_cluster(str(REPO / "cluster_specs" / "mixed-64.yaml"))
+    model = load_model(str(shipped_folder("model_specs") / "gpt2xl-scaled.yaml"))
+    cluster = load_cluster(str(shipped_folder("cluster_specs") / "mixed-64.yaml"))
     times, result = [], None
     for _ in range(runs):
         start = time.perf_counter()

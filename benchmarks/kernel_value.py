@@ -54,13 +54,13 @@ tree, off = sys.argv[1], sys.argv[2]
 sys.path.insert(0, tree)
 import fasop
 assert fasop.__file__.startswith(tree), fasop.__file__
-import fasop.partition_tables, fasop.schedule
+import fasop.partition.tables, fasop.schedule.pipeline
 if "1f1b" in off:
-    import fasop.estimators.fasop2024_plans as plans
-    fasop.schedule.native = plans.native = types.SimpleNamespace(kernels=None)
+    import fasop.estimators.fasop2024.plans as plans
+    fasop.schedule.pipeline.native = plans.native = types.SimpleNamespace(kernels=None)
 if "tables" in off:
-    fasop.partition_tables.native = types.SimpleNamespace(kernels=None)
-from fasop.cli import main
+    fasop.partition.tables.native = types.SimpleNamespace(kernels=None)
+from fasop.cli.command import main
 sys.exit(main(sys.argv[3:]))
 """
 VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-tables": "tables", "python": ""}

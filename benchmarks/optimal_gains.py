@@ -18,17 +18,18 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fasop.search import parse_nodes, search  # noqa: E402
-from fasop.specs import load_cluster, load_model  # noqa: E402
+from fasop.search.engine import parse_nodes, search  # noqa: E402
+from fasop.specs.files import shipped_folder
+from fasop.specs.load import load_cluster, load_model  # noqa: E402
 
 EXPERIMENTS = [("bert", "a10=4"), ("bert", "a100=1,a10=3"), ("gpt2xl", "a10=8"), ("gpt2xl", "a100=1,a10=7"),
                ("t5", "a10=8"), ("t5", "a100=1,a10=7")]
 
 
 def main() -> int:
-    cluster = load_cluster(str(REPO / "cluster_specs" / "fasop-paper.yaml"))
+    cluster = load_cluster(str(shipped_folder("cluster_specs") / "fasop-paper.yaml"))
     for name, nodes in EXPERIMENTS:
-        model = load_model(str(REPO / "model_specs" / f"{name}.yaml"))
+        model = load_model(str(shipped_folder("model_specs") / f"{name}.yaml"))
         inventory = parse_nodes(nodes, cluster)
         greedy = search(model, cluster, inventory, heterogeneous=True, placements="cyclic", partitioner="fasop-minmax")
         exact = search(model, cluster, inventory, heterogeneous=True, placements="cyclic", partitioner="optimal")

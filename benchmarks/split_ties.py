@@ -35,11 +35,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fasop.enumerate import cyclic_placements, degree_list, plans  # noqa: E402
-from fasop.estimators.fasop2024 import Fasop2024Estimator  # noqa: E402
-from fasop.schedule import Schedule, one_f_one_b  # noqa: E402
-from fasop.search import parse_nodes  # noqa: E402
-from fasop.specs import load_cluster, load_model  # noqa: E402
+from fasop.estimators.fasop2024.estimator import Fasop2024Estimator  # noqa: E402
+from fasop.plans.enumerate import cyclic_placements, degree_list, plans  # noqa: E402
+from fasop.schedule.pipeline import Schedule, one_f_one_b  # noqa: E402
+from fasop.search.engine import parse_nodes  # noqa: E402
+from fasop.specs.load import load_cluster, load_model  # noqa: E402
 
 
 def kernel_bound(estimator, times: np.ndarray, m: int, first: float, last: float) -> float:
@@ -87,8 +87,8 @@ def by_critical_paths(estimator, rows: list[np.ndarray], bounds: list[float], m:
 
 
 def analyse(model_name: str, nodes: str) -> None:
-    model = load_model(REPO / "model_specs" / f"{model_name}.yaml")
-    cluster = load_cluster(REPO / "cluster_specs" / "fasop-paper.yaml")
+    model = load_model(REPO / "fasop" / "data" / "model_specs" / f"{model_name}.yaml")
+    cluster = load_cluster(REPO / "fasop" / "data" / "cluster_specs" / "fasop-paper.yaml")
     inventory = parse_nodes(nodes, cluster)
     estimator = Fasop2024Estimator(model, cluster, inventory, "fasop-minmax")
     combos = degree_list(inventory, tp_degrees=estimator.compute.tp_degrees(estimator.gpus),

@@ -22,11 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--nodes", default="h100=2,a100_80gb=3,l4=3", help="gpt2xl-scaled on mixed-64")
     args = parser.parse_args(argv)
-    import fasop.search as search_module
-    from fasop.specs import load_cluster, load_model
+    import fasop.search.engine as search_module
+    from fasop.specs.load import load_cluster, load_model
 
-    model = load_model(str(REPO / "model_specs" / "gpt2xl-scaled.yaml"))
-    cluster = load_cluster(str(REPO / "cluster_specs" / "mixed-64.yaml"))
+    model = load_model(str(REPO / "fasop" / "data" / "model_specs" / "gpt2xl-scaled.yaml"))
+    cluster = load_cluster(str(REPO / "fasop" / "data" / "cluster_specs" / "mixed-64.yaml"))
     inventory = search_module.parse_nodes(args.nodes, cluster)
     times: dict[str, list[float]] = {"tree": [], "listing": []}
     kept: dict[str, list] = {}

@@ -1,5 +1,8 @@
+"""`python -m fasop`: the `fasop` command."""
+
 import sys
 
-from fasop.cli import main
+from fasop.cli.command import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,6 +11,18 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
+def pytest_sessionstart(session):
+    """With FASOP_TEST_INSTALLED=1 (CI), the tests must run against the installed package, not the
+    clone's source tree: a data file the wheel does not ship then fails the tests."""
+    import os
+
+    import fasop
+
+    if os.environ.get("FASOP_TEST_INSTALLED") == "1" and Path(fasop.__file__).resolve().is_relative_to(REPO):
+        raise pytest.UsageError(f"FASOP_TEST_INSTALLED=1 but fasop was imported from the clone ({fasop.__file__}): "
+                                "run `pytest` (not `python -m pytest`) after a non-editable `pip install .`")
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO
@@ -18,9 +30,9 @@ def repo() -> Path:
 
 @pytest.fixture(params=["compiled", "python"])
 def kernels(request, monkeypatch):
-    """Runs a test with fasop's compiled kernels (fasop/_native.c) and again with its own Python
+    """Runs a test with fasop's compiled kernels (fasop/schedule/_native.c) and again with its own Python
     loops (native.kernels = None); skipped for `compiled` where the extension was not built."""
-    from fasop import native
+    from fasop.schedule import native
 
     if request.param == "python":
         monkeypatch.setattr(native, "kernels", None)

@@ -276,7 +276,7 @@ def _results_csv() -> str:
     import tempfile
     from pathlib import Path
 
-    from fasop.cli import main
+    from fasop.cli.command import main
 
     with tempfile.TemporaryDirectory() as folder:
         for name, text in (("model.yaml", MODEL), ("cluster.yaml", CLUSTER), ("tiny.profile.csv", PROFILE)):

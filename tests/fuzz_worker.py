@@ -5,7 +5,7 @@ prints one JSON line per case, then one with this process's peak memory.
 
 Limits: address space MEMORY_BYTES for the whole process (an allocation past it fails, and the
 case is reported as a traceback); CASE_S CPU seconds (SIGPROF) and CASE_WALL_S wall seconds
-(SIGALRM) per case, either reported as a hang. Each case runs in BASE_FOLDER/c<id>/work through fasop.cli.main, stdout and stderr
+(SIGALRM) per case, either reported as a hang. Each case runs in BASE_FOLDER/c<id>/work through fasop.cli.command.main, stdout and stderr
 captured.
 """
 
@@ -110,7 +110,7 @@ def main(shard: int, shards: int, base: str) -> None:
     signal.signal(signal.SIGPROF, _alarm)
     from fuzz_cases import all_cases
 
-    from fasop.cli import main as fasop_main
+    from fasop.cli.command import main as fasop_main
 
     base_path = Path(base).resolve()
     for case in all_cases():

@@ -1,14 +1,14 @@
-"""The analytic cost model's closed forms and invariants (fasop/analytic_cost.py, analytic_layers.py)."""
+"""The analytic cost model's closed forms and invariants (fasop/estimators/analytic/cost.py, analytic_layers.py)."""
 
 import dataclasses
 
 import pytest
 
-from fasop import analytic_cost as C
-from fasop.analytic_layers import Recipe, attention_core_flops, layer_linear_flops, total_params, wave_efficiency
-from fasop.architecture import gpt_architecture
-from fasop.catalog import default_params, find_gpu
-from fasop.specs import load_model
+from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic.layers import Recipe, attention_core_flops, layer_linear_flops, total_params, wave_efficiency
+from fasop.specs.architecture import gpt_architecture
+from fasop.specs.catalog import default_params, find_gpu
+from fasop.specs.load import load_model
 
 PARAMS = default_params()
 ARCH = gpt_architecture(num_layers=8, hidden_size=1024, num_attention_heads=16, vocab_size=32000, max_positions=1024)

@@ -18,10 +18,10 @@ import dataclasses
 
 import pytest
 
-from fasop import analytic_cost as C
-from fasop.analytic_layers import Recipe, activation_bytes, layer_params
-from fasop.architecture import gpt_architecture
-from fasop.catalog import default_params
+from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic.layers import Recipe, activation_bytes, layer_params
+from fasop.specs.architecture import gpt_architecture
+from fasop.specs.catalog import default_params
 
 GPT3 = gpt_architecture(num_layers=96, hidden_size=12288, num_attention_heads=96, vocab_size=51200,
                         max_positions=2048)

@@ -1,4 +1,4 @@
-"""The analytic estimator's prefix bounds (fasop/estimators/analytic_orders.py): every prefix's
+"""The analytic estimator's prefix bounds (fasop/estimators/analytic/orders.py): every prefix's
 bound is at most the step time of every completion that fits, prefixes of equal states have
 completions of equal signatures, and the order tree they drive
 (`--placements all --top K`) writes the very CSV rows of the K fastest fitting plans of the full
@@ -14,14 +14,14 @@ import json
 import numpy as np
 import pytest
 
-from fasop import report
-from fasop import search as search_module
-from fasop.enumerate import all_placements, degree_list
 from fasop.estimators import make_estimator
-from fasop.orders import OrderSearch
-from fasop.plan import Plan
-from fasop.search import parse_nodes, search
-from fasop.specs import load_cluster, load_model
+from fasop.plans.enumerate import all_placements, degree_list
+from fasop.plans.plan import Plan
+from fasop.report import results as report
+from fasop.search import engine as search_module
+from fasop.search.engine import parse_nodes, search
+from fasop.search.orders import OrderSearch
+from fasop.specs.load import load_cluster, load_model
 
 EVERY_RECIPE = {"recompute": ("none", "selective", "full"), "zero": (0, 1, 2, 3),
                 "sequence_parallel": (True, False), "virtual_stages": (1, 2)}

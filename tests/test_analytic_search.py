@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from fasop.cli import main
+from fasop.cli.command import main
 
 RECIPE = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit")
 
@@ -79,8 +79,8 @@ def test_pareto_runs_on_the_catalog(tmp_path):
 def test_order_tree_finds_the_listed_top_k():
     """--top K over 126 node orders goes through the analytic prefix bounds (orders.OrderSearch);
     its K step times are the K fastest fitting ones of the full listing."""
-    from fasop.search import parse_nodes, search
-    from fasop.specs import load_cluster, load_model
+    from fasop.search.engine import parse_nodes, search
+    from fasop.specs.load import load_cluster, load_model
 
     model, cluster = load_model("qwen2.5-7b"), load_cluster("aws")
     inventory = parse_nodes("p5=5,g6=4", cluster)

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from fasop.cli import main
-from fasop.specs import load_cluster, load_model
+from fasop.cli.command import main
+from fasop.specs.files import shipped_folder
+from fasop.specs.load import load_cluster, load_model
 
 CLUSTER = """\
 estimator: fasop-2024
@@ -314,19 +315,19 @@ def test_out_is_a_folder(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- shipped specs
-@pytest.mark.parametrize("path", sorted((REPO / "cluster_specs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((shipped_folder("cluster_specs")).glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_cluster_loads(path):
     cluster = load_cluster(str(path))
     assert cluster.node_types
     if cluster.analytic is not None:  # a catalog cluster: every GPU is in the catalog (the loader checks)
         return
     # every GPU a FASOP cluster offers is profiled by some shipped model
-    models = [load_model(str(p)) for p in sorted((REPO / "model_specs").glob("*.yaml"))]
+    models = [load_model(str(p)) for p in sorted((shipped_folder("model_specs")).glob("*.yaml"))]
     for node in cluster.node_types.values():
         assert any(model.profile and model.profile.tp_degrees((node.gpu,)) for model in models), (path.name, node.name)
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "model_specs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((shipped_folder("model_specs")).glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_model_loads(path):
     model = load_model(str(path))
     assert model.num_transformer_layers > 0
@@ -337,8 +338,8 @@ def test_every_shipped_model_loads(path):
 
 def test_shipped_specs_exist():
     """The two parametrised tests above would silently pass on an empty folder."""
-    assert len(list((REPO / "cluster_specs").glob("*.yaml"))) >= 1
-    assert len(list((REPO / "model_specs").glob("*.yaml"))) >= 1
+    assert len(list((shipped_folder("cluster_specs")).glob("*.yaml"))) >= 1
+    assert len(list((shipped_folder("model_specs")).glob("*.yaml"))) >= 1
 
 
 # MODEL as an encoder-decoder: an encoder of 3 entries (embedding, 2 encoders), a decoder of 2

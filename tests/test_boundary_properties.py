@@ -1,4 +1,4 @@
-"""Properties of the input boundary (fasop/specs.py's reader, fasop/limits.py), over generated
+"""Properties of the input boundary (fasop/specs/load.py's reader, fasop/core/limits.py), over generated
 values: a value is accepted exactly when it lies in its stated range; anything else, including
 arbitrary bytes in place of a whole file, is one SpecError line naming the file and key, never
 another exception."""
@@ -15,11 +15,11 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fasop import limits  # noqa: E402
-from fasop.errors import FasopError, SpecError  # noqa: E402
-from fasop.output import safe_name  # noqa: E402
-from fasop.search import parse_counts  # noqa: E402
-from fasop.specs import load_cluster, load_model  # noqa: E402
+from fasop.core import limits  # noqa: E402
+from fasop.core.errors import FasopError, SpecError  # noqa: E402
+from fasop.report.output import safe_name  # noqa: E402
+from fasop.search.engine import parse_counts  # noqa: E402
+from fasop.specs.load import load_cluster, load_model  # noqa: E402
 from test_bad_input import CLUSTER, MODEL, PROFILE  # noqa: E402
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,

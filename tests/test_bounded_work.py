@@ -1,5 +1,5 @@
 """Work that grows with a user's number is capped with a message saying what to change
-(fasop/limits.py), or computed so that it does not grow: each case here hung, ran out of memory
+(fasop/core/limits.py), or computed so that it does not grow: each case here hung, ran out of memory
 or raised a traceback before the caps (issue 18)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from fasop import limits
-from fasop.cli import main
+from fasop.cli.command import main
+from fasop.core import limits
 from test_bad_input import CLUSTER, MODEL
 
 NODE = """\
@@ -89,8 +89,8 @@ def test_all_placements_is_every_distinct_order_in_lexicographic_order(counts):
     the multiset permutations of the type indices exactly once each, in lexicographic order."""
     import itertools
 
-    from fasop.enumerate import all_placements, count_orders
-    from fasop.specs import NodeType
+    from fasop.plans.enumerate import all_placements, count_orders
+    from fasop.specs.types import NodeType
 
     types = [NodeType(name=f"t{k}", instance="x", gpu="G", gpus_per_node=1, memory_limit_bytes=1.0,
                       intra_node_bytes_per_s=1.0, inter_node_bytes_per_s=1.0, intra_node_shared=False,
@@ -102,8 +102,8 @@ def test_all_placements_is_every_distinct_order_in_lexicographic_order(counts):
 
 
 def test_all_placements_of_a_thousand_nodes(tiny_specs):
-    from fasop.enumerate import all_placements
-    from fasop.specs import load_cluster
+    from fasop.plans.enumerate import all_placements
+    from fasop.specs.load import load_cluster
 
     a10 = load_cluster("cluster.yaml").node_types["a10"]
     assert next(all_placements([a10] * 1024)) == (a10,) * 1024

@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from fasop.catalog import canonical, find_gpu, load_gpus
-from fasop.errors import SpecError
-from fasop.specs import load_cluster
+from fasop.core.errors import SpecError
+from fasop.specs.catalog import canonical, find_gpu, load_gpus
+from fasop.specs.files import shipped_folder
+from fasop.specs.load import load_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 ISSUE_GPUS = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "L4", "L40S", "A10",
@@ -28,7 +29,7 @@ def test_unknown_gpu_names_the_catalog():
 
 
 def test_every_number_in_the_catalog_has_a_source_comment():
-    for path in (REPO / "cluster_specs" / "catalog").glob("*.yaml"):
+    for path in (shipped_folder("cluster_specs") / "catalog").glob("*.yaml"):
         for n, line in enumerate(path.read_text().splitlines(), start=1):
             body = line.split("#")[0]
             if any(ch.isdigit() for ch in body.split(":", 1)[-1]) and ":" in body:
@@ -51,7 +52,7 @@ def test_peaks_and_units():
 def test_catalog_clusters(name, types):
     cluster = load_cluster(name)
     assert cluster.estimator == "analytic" and tuple(cluster.node_types) == types
-    text = (REPO / "cluster_specs" / f"{name}.yaml").read_text()
+    text = (shipped_folder("cluster_specs") / f"{name}.yaml").read_text()
     assert text.count("price_date:") == text.count("price_source:") == len(types)
     for node in cluster.node_types.values():
         gpu = find_gpu(node.gpu)
@@ -61,7 +62,7 @@ def test_catalog_clusters(name, types):
 
 
 def test_a_catalog_cluster_with_an_unknown_gpu_is_refused(tmp_path):
-    text = (REPO / "cluster_specs" / "gcp.yaml").read_text().replace("gpu: H100-SXM", "gpu: H300")
+    text = (shipped_folder("cluster_specs") / "gcp.yaml").read_text().replace("gpu: H100-SXM", "gpu: H300")
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(SpecError, match=r"node_types\.a3-highgpu-8g\.gpu: unknown GPU type 'H300'"):
@@ -69,7 +70,7 @@ def test_a_catalog_cluster_with_an_unknown_gpu_is_refused(tmp_path):
 
 
 def test_analytic_overrides_in_a_cluster(tmp_path):
-    text = (REPO / "cluster_specs" / "gcp.yaml").read_text() + "analytic:\n  dp_overlap: 0.5\n"
+    text = (shipped_folder("cluster_specs") / "gcp.yaml").read_text() + "analytic:\n  dp_overlap: 0.5\n"
     path = tmp_path / "over.yaml"
     path.write_text(text)
     params = load_cluster(str(path)).analytic
@@ -91,7 +92,7 @@ def test_validate_software_is_read_and_checked(tmp_path):
     assert load_gpus()[canonical("A100-SXM4-80GB")].validate_software == {
         "fused_attention": False, "overlap_grad_reduce": False, "sequence_parallel": False}
     assert load_gpus()[canonical("H100-SXM")].validate_software == {"tp_overlap": 0.5}
-    text = (REPO / "cluster_specs" / "catalog" / "gpus.yaml").read_text()
+    text = (shipped_folder("cluster_specs") / "catalog" / "gpus.yaml").read_text()
     bad = text.replace("    fused_attention: false    # FlashAttention(-2)", "    colour: false    # FlashAttention(-2)")
     assert bad != text
     path = tmp_path / "gpus.yaml"

@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from fasop import __version__, cli_args, limits, spec_files, specs
-from fasop.cli import main
-from fasop.pareto import knee_position
+from fasop import __version__
+from fasop.cli import args as cli_args
+from fasop.cli.command import main
+from fasop.core import limits
+from fasop.pareto.frontier import knee_position
+from fasop.specs import files as spec_files
+from fasop.specs import load as specs
+from fasop.specs.files import shipped_folder
 from test_bad_input import MODEL
 
 
@@ -34,14 +39,14 @@ def test_version(capsys):
 def test_list_names_every_shipped_spec_in_one_line_each(capsys, what, folder_name):
     assert main(["list", what]) == 0
     lines = capsys.readouterr().out.splitlines()
-    names = sorted(p.stem for p in (REPO / folder_name).glob("*.yaml"))
+    names = sorted(p.stem for p in shipped_folder(folder_name).glob("*.yaml"))
     assert [line.split()[0] for line in lines] == names
     assert all("does not load" not in line for line in lines)
 
 
 def test_list_without_shipped_specs_says_so(capsys, monkeypatch, tmp_path):
     """Installed without the spec folders: a sentence, not an empty list."""
-    monkeypatch.setattr(spec_files, "SOURCE_TREE", tmp_path)
+    monkeypatch.setattr(spec_files, "shipped_folder", lambda folder: tmp_path / folder)
     assert main(["list", "models"]) == 0
     assert capsys.readouterr().out.startswith("no shipped models found")
     monkeypatch.chdir(tmp_path)
@@ -134,8 +139,8 @@ def test_shipped_specs_are_within_the_ceilings():
     them all) and none is within a factor 2 of a ceiling (the layers: 2 x the transformer layers,
     as the largest published model, Narayanan et al. 2021's 1T GPT with 128, shipped as
     gpt-sc21-1008.0b, has its embedding and head entries on top)."""
-    for path in sorted((REPO / "model_specs").glob("*.yaml")):
+    for path in sorted((shipped_folder("model_specs")).glob("*.yaml")):
         m = specs.load_model(str(path))
         assert 2 * m.global_batch_size <= limits.GLOBAL_BATCH_SIZE and 2 * m.num_transformer_layers <= limits.LAYERS
-    for path in sorted((REPO / "cluster_specs").glob("*.yaml")):
+    for path in sorted((shipped_folder("cluster_specs")).glob("*.yaml")):
         assert Path(path).stat().st_size * 40 < limits.SPEC_BYTES

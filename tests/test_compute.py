@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fasop.compute import ProfileCompute
-from fasop.specs import load_model
+from fasop.costs.compute import ProfileCompute
+from fasop.specs.load import load_model
 
 
 @pytest.mark.parametrize("name", ["bert", "t5"])

@@ -12,17 +12,18 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.estimators import fasop2024_comm
-from fasop.compute import ProfileCompute
-from fasop.enumerate import cyclic_placements, degrees, divisors
-from fasop.estimators.fasop2024 import PARAM_BYTES
-from fasop.estimators.fasop2024_layout import fasop_limit_node, stage_limits
-from fasop.estimators.fasop2024_memory import estimate_memory
-from fasop.memory import stage_elements
-from fasop.estimators.fasop2024_minmax import minmax
-from fasop.plan import Plan
-from fasop.schedule import one_f_one_b
-from fasop.specs import ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
+from fasop.costs.compute import ProfileCompute
+from fasop.costs.memory import stage_elements
+from fasop.estimators.fasop2024 import comm as fasop2024_comm
+from fasop.estimators.fasop2024.estimator import PARAM_BYTES
+from fasop.estimators.fasop2024.layout import fasop_limit_node, stage_limits
+from fasop.estimators.fasop2024.memory import estimate_memory
+from fasop.estimators.fasop2024.minmax import minmax
+from fasop.plans.enumerate import cyclic_placements, degrees, divisors
+from fasop.plans.plan import Plan
+from fasop.schedule.pipeline import one_f_one_b
+from fasop.specs.types import ClusterSpec, ModelSpec, NodeType
+from fasop.specs.types import Profile, ScalingTable
 
 f32 = np.float32
 
@@ -217,7 +218,7 @@ def schedule(fwd, bwd, send_fwd, send_bwd, m):
 
 
 def test_1f1b_two_stages_one_microbatch():
-    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences (fasop.recurrences.run, docs/estimators.md §5):
+    """pp=2, m=1 (warm-up w_0 = 1, w_1 = 0), from the recurrences (fasop.schedule.recurrences.run, docs/estimators.md §5):
     stage 0 forward ends F0, its send ends F0+sf0 = fre_1; stage 1 forward ends F0+sf0+F1 and its
     backward E1 = F0+sf0+F1+B1; its send ends E1+sb1 = bre_0; stage 0's backward
     E0 = F0+sf0+F1+B1+sb1+B0. With F=(1,3), B=(2,6), sf0=0.5, sb1=0.25:
@@ -304,7 +305,7 @@ def test_stage_times_are_the_stage_sums(seed):
     import functools
     import operator
 
-    from fasop.compute import stage_times
+    from fasop.costs.compute import stage_times
 
     rng = np.random.default_rng(seed)
     pool = [_random_costs(rng, 30, seed % 2 == 0) for _ in range(3)]
@@ -325,7 +326,7 @@ def test_minmax_rows_move_as_the_reference(seed):
     drawn from 3 layer counts, 1 to 9 stages (at
     most the layers), stage costs from a pool of 4 that cover more layers than balanced (as the
     encoder of an encoder-decoder), ties included, repeats included."""
-    from fasop.estimators.fasop2024_minmax import middle_extra, minmax_rows
+    from fasop.estimators.fasop2024.minmax import middle_extra, minmax_rows
 
     rng = np.random.default_rng(seed)
     coarse = seed % 2 == 0
@@ -350,7 +351,7 @@ def test_minmax_many_pads_problems_of_fewer_stages(seed):
     of different stage counts in one lockstep run per range of counts, padding the smaller
     ones; each split must still be minmax's. Sets of 2 to 12 stages over 24 layers, 30 problems
     each."""
-    from fasop.estimators.fasop2024_minmax import middle_extra, minmax_many
+    from fasop.estimators.fasop2024.minmax import middle_extra, minmax_many
 
     rng = np.random.default_rng(100 + seed)
     pool = [_random_costs(rng, 24, seed % 2 == 0) for _ in range(3)]
@@ -371,8 +372,8 @@ def test_minmax_rows_compare_seen_counts_in_full(seed, monkeypatch):
     """Kernel against its oracle, as above, with every row's hash of its counts equal
     (fasop2024_lockstep.HASH all 0): the hash only picks the earlier counts worth comparing, and
     a repeated split (steps 2/3) is still told from a different one entry by entry."""
-    from fasop.estimators import fasop2024_lockstep
-    from fasop.estimators.fasop2024_minmax import middle_extra, minmax_rows
+    from fasop.estimators.fasop2024 import lockstep as fasop2024_lockstep
+    from fasop.estimators.fasop2024.minmax import middle_extra, minmax_rows
 
     monkeypatch.setattr(fasop2024_lockstep, "HASH", np.zeros(64, dtype=np.uint64))
     rng = np.random.default_rng(50 + seed)
@@ -391,8 +392,8 @@ def test_minmax_rows_keep_results_for_later_calls(limit, monkeypatch):
     (a pareto sweep's compositions): problems solved before are read back, new ones solved and
     added, the same splits either way; one that holds only `limit` results starts over and still
     gives them."""
-    from fasop.estimators import fasop2024_minmax
-    from fasop.estimators.fasop2024_minmax import Known, middle_extra, minmax_rows
+    from fasop.estimators.fasop2024 import minmax as fasop2024_minmax
+    from fasop.estimators.fasop2024.minmax import Known, middle_extra, minmax_rows
 
     monkeypatch.setattr(fasop2024_minmax, "MINMAX_KNOWN", limit)
     rng = np.random.default_rng(7)
@@ -418,9 +419,9 @@ def test_plan_splits_choose_among_fasop_minmax_splits(seed):
     (schedule.Schedule, forward t/3 and backward 2t/3, sends at the ends only): the candidate
     with the lowest stage-0 end, the first of equals. One or two segments (encoder-decoder),
     one to twelve stages."""
-    from fasop.estimators.fasop2024_minmax import fasop_minmax_splits
-    from fasop.estimators.fasop2024_plans import plan_splits
-    from fasop.schedule import Schedule
+    from fasop.estimators.fasop2024.minmax import fasop_minmax_splits
+    from fasop.estimators.fasop2024.plans import plan_splits
+    from fasop.schedule.pipeline import Schedule
 
     rng = np.random.default_rng(seed)
     pool = [_random_costs(rng, 24, seed % 2 == 0) for _ in range(3)]
@@ -611,8 +612,8 @@ def test_trusted_many_makes_what_init_makes(monkeypatch, maker_after):
     maker uses), before and after it writes their maker."""
     import dataclasses
 
-    from fasop import plan as plan_module
-    from fasop.plan import trusted_many
+    from fasop.plans import plan as plan_module
+    from fasop.plans.plan import trusted_many
 
     monkeypatch.setattr(plan_module, "WRITE_MAKER_AFTER", maker_after)
 
@@ -635,7 +636,7 @@ def test_first_of_ints_numbers_keys_in_order_of_appearance():
     """fasop2024_batch.first_of_ints: the first index of each distinct key in order of
     appearance, and each key's number in that order (a hand case, then random keys against
     first_of's dictionary)."""
-    from fasop.estimators.fasop2024_batch import first_of, first_of_ints
+    from fasop.estimators.fasop2024.batch import first_of, first_of_ints
 
     first, of = first_of_ints(np.array([7, 3, 7, 9, 3, 3]))
     assert first.tolist() == [0, 1, 3] and of.tolist() == [0, 1, 0, 2, 1, 1]
@@ -653,7 +654,7 @@ def test_rounded_is_pythons_round():
     values (what FASOP rounds), zeros, negatives, huge and non-finite values."""
     import math
 
-    from fasop.memory import rounded
+    from fasop.costs.memory import rounded
 
     rng = np.random.default_rng(7)
     values = [rng.uniform(0, 10.0 ** e, 2000) for e in range(-6, 9)]

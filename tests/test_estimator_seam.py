@@ -17,14 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from fasop import search as search_module
-from fasop.cli import main
-from fasop.estimate import Estimate
+from fasop.cli.command import main
+from fasop.core.errors import SpecError
+from fasop.costs.estimate import Estimate
+from fasop.costs.memory import MemoryEstimate
 from fasop.estimators import Estimator, make_estimator, names, register, unregister
-from fasop.errors import SpecError
-from fasop.memory import MemoryEstimate
-from fasop.plan import Plan
-from fasop.specs import GIB, load_cluster, load_model
+from fasop.plans.plan import Plan
+from fasop.search import engine as search_module
+from fasop.specs.files import shipped_folder
+from fasop.specs.load import load_cluster, load_model
+from fasop.specs.types import GIB
 
 TOY = "toy-closed-form"
 LAYER_S = 1e-3
@@ -96,7 +98,7 @@ def toy():
 @pytest.fixture
 def spec(tmp_path) -> str:
     """fasop-paper's cluster with `estimator: toy-closed-form`."""
-    text = (REPO / "cluster_specs" / "fasop-paper.yaml").read_text()
+    text = (shipped_folder("cluster_specs") / "fasop-paper.yaml").read_text()
     path = tmp_path / "toy.yaml"
     path.write_text(text.replace("estimator: fasop-2024", f"estimator: {TOY}"))
     return str(path)

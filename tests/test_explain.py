@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from fasop.cli import main
-from fasop.cli_plan import inventory_of
-from fasop.estimators.fasop2024 import Fasop2024Estimator
-from fasop.explain import estimate_split, explain, model_flop_per_sample
-from fasop.rowplan import plan_of_row
-from fasop.specs import load_cluster, load_model
+from fasop.cli.command import main
+from fasop.cli.plan import inventory_of
+from fasop.estimators.fasop2024.estimator import Fasop2024Estimator
+from fasop.plans.rowplan import plan_of_row
+from fasop.report.explain import estimate_split, explain, model_flop_per_sample
+from fasop.specs.load import load_cluster, load_model
 
 CASES = [("bert", "a100=1,a10=3"), ("gpt2xl", "a100=1,a10=3"), ("t5", "a100=1,a10=1")]
 
@@ -207,8 +207,8 @@ def test_hostile_inventory_counts_do_not_make_an_inventory(searched, tmp_path, c
     ((0.0, 0.0, 0.5), (0.5, 0.0, 0.0), "no sends are charged"),  # sends past the ends are no events
 ])
 def test_charged_sends_names_the_sends_the_timeline_charges(fwd_sends, bwd_sends, words):
-    from fasop.explain import charged_sends
-    from fasop.schedule import Schedule
+    from fasop.report.explain import charged_sends
+    from fasop.schedule.pipeline import Schedule
 
     assert charged_sends(Schedule((1, 1, 1), (2, 2, 2), 4, fwd_sends, bwd_sends)) == words
     assert charged_sends(Schedule((1,), (2,), 4)) == ""  # one stage: no boundary

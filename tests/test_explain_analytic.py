@@ -9,12 +9,13 @@ import json
 
 import pytest
 
-from fasop.cli import main
-from fasop.cli_plan import estimator_for
-from fasop.errors import FasopError
-from fasop.explain import explain_with_timeline
-from fasop.rowplan import plan_of_row
-from fasop.specs import GIB, load_cluster, load_model
+from fasop.cli.command import main
+from fasop.cli.plan import estimator_for
+from fasop.core.errors import FasopError
+from fasop.plans.rowplan import plan_of_row
+from fasop.report.explain import explain_with_timeline
+from fasop.specs.load import load_cluster, load_model
+from fasop.specs.types import GIB
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_rows_reestimate_with_their_own_recipe(searched):
 def test_the_default_recipe_would_give_another_step_time(searched):
     """The test above can fail: a full-recompute row under the default (selective) recipe differs."""
     from fasop.estimators import make_estimator
-    from fasop.cli_plan import inventory_of
+    from fasop.cli.plan import inventory_of
 
     model, cluster, rows, _ = searched
     k, row = next((k, r) for k, r in enumerate(rows, 1) if r["recompute"] == "full" and r["is_oom"] == "False")

@@ -11,11 +11,12 @@ import types
 
 import pytest
 
-from fasop.cli import main
-from fasop.export import hostfile, megatron, megatron_layout, node_table, torchtitan
-from fasop.plan import Plan
-from fasop.rowplan import RowPlan, plan_of_row, stage_layer_names
-from fasop.specs import ClusterSpec, ModelSpec, NodeType, Profile
+from fasop.cli.command import main
+from fasop.plans.plan import Plan
+from fasop.plans.rowplan import RowPlan, plan_of_row, stage_layer_names
+from fasop.report.export import hostfile, megatron, megatron_layout, node_table, torchtitan
+from fasop.specs.types import ClusterSpec, ModelSpec, NodeType
+from fasop.specs.types import Profile
 
 
 def node(name: str, gpus: int = 4) -> NodeType:

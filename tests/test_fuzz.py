@@ -1,5 +1,5 @@
 """Fuzz harness: 1,000+ seeded hostile inputs (tests/fuzz_cases.py), each run through
-`fasop.cli.main` in its own temporary folder, in two worker processes with an address-space
+`fasop.cli.command.main` in its own temporary folder, in two worker processes with an address-space
 limit of 1 GiB and 20 CPU seconds (120 wall seconds) a case (tests/fuzz_worker.py). Every case must end with exit status 2
 and one line on stderr (notes aside), or where the input is valid with exit status 0 and a
 well-formed result; never a traceback, a hang, a run over the memory limit, a partial or

@@ -1,12 +1,12 @@
-"""Models from HuggingFace config.json (fasop/hf_config.py)."""
+"""Models from HuggingFace config.json (fasop/specs/hf_config.py)."""
 
 import json
 
 import pytest
 
-from fasop.errors import SpecError
-from fasop.hf_config import architecture_from_config
-from fasop.specs import load_model
+from fasop.core.errors import SpecError
+from fasop.specs.hf_config import architecture_from_config
+from fasop.specs.load import load_model
 
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
          "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256, "hidden_act": "silu",

@@ -8,9 +8,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fasop import model_math
-from fasop.estimators import fasop2024_comm
-from fasop.memory import stage_elements
+from fasop.costs import model_math
+from fasop.costs.memory import stage_elements
+from fasop.estimators.fasop2024 import comm as fasop2024_comm
 from tests.test_cost_pieces import model, node, plan
 
 f32 = np.float32

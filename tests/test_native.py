@@ -1,4 +1,4 @@
-"""The compiled kernels (fasop/_native.c) against fasop's own Python loops, bit for bit.
+"""The compiled kernels (fasop/schedule/_native.c) against fasop's own Python loops, bit for bit.
 
 The kernels are generic (1F1B recurrences over given durations, the partitioner's tables) and
 must give the same values as the Python code they replace, to the last bit: FASOP's
@@ -14,12 +14,14 @@ import os
 import numpy as np
 import pytest
 
-from fasop import native
-from fasop.cli import main
-from fasop.enumerate import all_placements, degree_list, plans
-from fasop.estimators.fasop2024 import Fasop2024Estimator
-from fasop.recurrences import stage_ends
-from fasop.specs import GIB, ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
+from fasop.cli.command import main
+from fasop.estimators.fasop2024.estimator import Fasop2024Estimator
+from fasop.plans.enumerate import all_placements, degree_list, plans
+from fasop.schedule import native
+from fasop.schedule.recurrences import stage_ends
+from fasop.specs.files import shipped_folder
+from fasop.specs.types import GIB, ClusterSpec, ModelSpec, NodeType
+from fasop.specs.types import Profile, ScalingTable
 
 compiled = pytest.mark.skipif(native.kernels is None, reason="the compiled kernels were not built")
 
@@ -67,7 +69,7 @@ def test_one_f_one_b_many_is_the_recurrences_per_pipeline(seed):
     """one_f_one_b_many: pipelines of their own (pp, m) in one call, rows padded to a width;
     each row's first pp ends are the recurrences' on its first pp entries of each block, bit
     for bit, and the rest of its row is left as it was."""
-    from fasop.recurrences import run
+    from fasop.schedule.recurrences import run
 
     rng = np.random.default_rng(seed)
     n, width = int(rng.integers(1, 40)), int(rng.integers(1, 10))
@@ -88,7 +90,7 @@ def test_one_f_one_b_many_is_the_recurrences_per_pipeline(seed):
 @pytest.mark.parametrize("pp", [1, 2, 3, 5, 8, 13])
 def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
     """The kernel zeroes only the cells of its arrays that the recurrences read before they
-    write them (fasop.recurrences.run starts from arrays of zeros). With the other cells poisoned
+    write them (fasop.schedule.recurrences.run starts from arrays of zeros). With the other cells poisoned
     (1e300 at the start of every run) the ends are still the recurrences', for every m from 1 to
     3 pp + 2 (warm-up longer and shorter than the batch), all sends present."""
     rng = np.random.default_rng(pp)
@@ -187,12 +189,12 @@ def test_plans_of_equal_kernel_inputs_are_scheduled_once_and_estimated_alike(mon
     sends, pp and micro-batches (pp = 1, stages spanning the A100's node alike): the chunk
     partitions and schedules once for each such group, and every plan's estimate is the one
     with the Python recurrences."""
-    from fasop.enumerate import cyclic_placements
-    from fasop.estimators.fasop2024_batch import Chunk
-    from fasop.search import parse_nodes
-    from fasop.specs import load_cluster, load_model
+    from fasop.plans.enumerate import cyclic_placements
+    from fasop.estimators.fasop2024.batch import Chunk
+    from fasop.search.engine import parse_nodes
+    from fasop.specs.load import load_cluster, load_model
 
-    model, cluster = load_model(repo / "model_specs/bert.yaml"), load_cluster(repo / "cluster_specs/fasop-paper.yaml")
+    model, cluster = load_model(shipped_folder("model_specs") / "bert.yaml"), load_cluster(shipped_folder("cluster_specs") / "fasop-paper.yaml")
     nodes = parse_nodes("a100=1,a10=3", cluster)
     estimator = Fasop2024Estimator(model, cluster, nodes)
     combos = degree_list(nodes, tp_degrees=estimator.compute.tp_degrees(estimator.gpus),

@@ -9,13 +9,14 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.estimators.fasop2024 import PARAM_BYTES, Fasop2024Estimator
-from fasop.estimators.fasop2024_batch import Prepared
-from fasop.estimators.fasop2024_layout import stage_limits
-from fasop.memory import stage_fits
-from fasop.partition import Split
-from fasop.plan import Plan
-from fasop.specs import GIB, ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable
+from fasop.costs.memory import stage_fits
+from fasop.estimators.fasop2024.batch import Prepared
+from fasop.estimators.fasop2024.estimator import PARAM_BYTES, Fasop2024Estimator
+from fasop.estimators.fasop2024.layout import stage_limits
+from fasop.partition.splits import Split
+from fasop.plans.plan import Plan
+from fasop.specs.types import GIB, ClusterSpec, ModelSpec, NodeType
+from fasop.specs.types import Profile, ScalingTable
 
 
 def _node(name, gpu, inter, intra, memory_gib, shared):
@@ -116,9 +117,10 @@ def _stage_times(rng, n: int, layers: int, coarse: bool) -> np.ndarray:
 @pytest.mark.parametrize("seed", range(40))
 def test_partition_tables_are_the_same_compiled_and_in_numpy(seed, monkeypatch):
     """completion (sums and largest, stage weights 0, 1 and others), capped_completion and
-    bottleneck_split in C (fasop/_native.c) give numpy's tables and split to the bit, ties and
+    bottleneck_split in C (fasop/schedule/_native.c) give numpy's tables and split to the bit, ties and
     infeasible runs included."""
-    from fasop import native, partition
+    from fasop.schedule import native
+    from fasop.partition import splits as partition
 
     if native.kernels is None:
         pytest.skip("the compiled kernels were not built")

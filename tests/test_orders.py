@@ -14,15 +14,15 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.cli import main
-from fasop.enumerate import all_placements, degree_list
-from fasop.errors import FasopError
-from fasop.estimators.fasop2024 import Fasop2024Estimator
-from fasop.orders import OrderSearch
-from fasop.partition import least_chain, least_completions
-from fasop.plan import Plan
-from fasop import search as search_module
+from fasop.cli.command import main
+from fasop.core.errors import FasopError
+from fasop.estimators.fasop2024.estimator import Fasop2024Estimator
+from fasop.partition.splits import least_chain, least_completions
+from fasop.plans.enumerate import all_placements, degree_list
+from fasop.plans.plan import Plan
+from fasop.search import engine as search_module
 from fasop.search import search
+from fasop.search.orders import OrderSearch
 
 from test_search import _inventory, _world
 

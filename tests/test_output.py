@@ -1,4 +1,4 @@
-"""Where results go (fasop/output.py): inside the chosen folder, never through a link or onto a
+"""Where results go (fasop/report/output.py): inside the chosen folder, never through a link or onto a
 device, all files of a result or none, clear errors for names that cannot be files."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fasop.cli import main
-from fasop.errors import FasopError
-from fasop.output import safe_name, write_files
+from fasop.cli.command import main
+from fasop.core.errors import FasopError
+from fasop.report.output import safe_name, write_files
 from test_bad_input import MODEL
 
 
@@ -124,9 +124,9 @@ def test_a_missing_parent_folder_is_created(tiny_specs, capsys):
 
 def test_the_target_is_checked_before_the_work(tiny_specs, capsys, monkeypatch):
     """A refused --out costs no search: the library is never called."""
-    import fasop.search
+    import fasop.search.engine
 
-    monkeypatch.setattr(fasop.search, "search", lambda *a, **k: pytest.fail("searched"))
+    monkeypatch.setattr(fasop.search.engine, "search", lambda *a, **k: pytest.fail("searched"))
     (tiny_specs / "link.csv").symlink_to("x.csv")
     error_of(capsys, search("--out", "link.csv"))
 
@@ -174,7 +174,7 @@ def test_a_signal_during_the_renames_waits_until_all_are_done(tmp_path):
     last rename: the result is whole (the signal is then handled as usual)."""
     import signal
 
-    import fasop.output as output
+    import fasop.report.output as output
 
     real, seen = os.replace, []
 
@@ -201,7 +201,7 @@ def test_csv_text_writes_each_rows_cells_in_column_order():
     """Hand-written: columns in the given order, a missing cell empty, floats as repr (the
     shortest text that reads back as the same float), booleans as True/False, text quoted only
     where CSV needs it; a key that is not a column is an error, never a silently dropped cell."""
-    from fasop.report import csv_text
+    from fasop.report.results import csv_text
 
     rows = [{"b": 0.1, "a": 1, "c": "x,y"}, {"a": True, "b": 1e-20}, {"c": 'say "hi"', "a": 2.5, "b": False}]
     assert csv_text(["a", "b", "c"], rows) == 'a,b,c\n1,0.1,"x,y"\nTrue,1e-20,\n2.5,False,"say ""hi"""\n'

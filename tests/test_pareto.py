@@ -27,14 +27,15 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-import fasop.sweep
+import fasop.pareto.sweep
 from conftest import DATA, REPO
-from fasop.cli import main
-from fasop.errors import FasopError
-from fasop.pareto import analyse, cheapest_within, fastest_within, knee_position, pareto_front
-from fasop.report import search_rows
-from fasop.specs import load_cluster, load_model
-from fasop.sweep import Composition, CompositionResult, compositions, parse_node_limits, sweep
+from fasop.cli.command import main
+from fasop.core.errors import FasopError
+from fasop.pareto.frontier import analyse, cheapest_within, fastest_within, knee_position, pareto_front
+from fasop.pareto.sweep import Composition, CompositionResult, compositions, parse_node_limits, sweep
+from fasop.report.results import search_rows
+from fasop.specs.files import shipped_folder
+from fasop.specs.load import load_cluster, load_model
 
 FASOP_CHOICES = ["--placements", "cyclic", "--partitioner", "fasop-minmax"]
 ITERATIONS = 12_500_000
@@ -58,8 +59,8 @@ def _close(got: float, want: float, rel: float = 1e-4) -> bool:
 @pytest.fixture(scope="module")
 def gpt2xl_sweep():
     """(model, results): FASOP's pareto sweep, gpt2xl on up to 8 a100 + 8 a10 nodes. Once per session."""
-    model = load_model(str(REPO / "model_specs" / "gpt2xl.yaml"))
-    cluster = load_cluster(str(REPO / "cluster_specs" / "fasop-paper-pareto.yaml"))
+    model = load_model(str(shipped_folder("model_specs") / "gpt2xl.yaml"))
+    cluster = load_cluster(str(shipped_folder("cluster_specs") / "fasop-paper-pareto.yaml"))
     comps = compositions(parse_node_limits("a100=8,a10=8", cluster, "--max-nodes"))
     results = tuple(sweep(model, cluster, comps, placements="cyclic", partitioner="fasop-minmax",
                           iterations=ITERATIONS))
@@ -350,8 +351,8 @@ def test_analyse_rejects_non_positive_limits(kwargs):
 
 # ============================================================================ CLI
 def _pareto_argv(prefix, max_nodes: str = "a100=1,a10=2", *extra: str) -> list[str]:
-    return ["pareto", "--model", str(REPO / "model_specs" / "bert.yaml"),
-            "--cluster", str(REPO / "cluster_specs" / "fasop-paper.yaml"), "--max-nodes", max_nodes, *FASOP_CHOICES,
+    return ["pareto", "--model", str(shipped_folder("model_specs") / "bert.yaml"),
+            "--cluster", str(shipped_folder("cluster_specs") / "fasop-paper.yaml"), "--max-nodes", max_nodes, *FASOP_CHOICES,
             "--out-prefix", str(prefix), "--no-progress", *extra]
 
 
@@ -367,7 +368,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def test_cli_writes_csv_and_real_plots(in_tmp, capsys):
-    """One row per composition, the frontier flagged as `fasop.pareto.analyse` computes it; a PNG
+    """One row per composition, the frontier flagged as `fasop.pareto.frontier.analyse` computes it; a PNG
     (magic bytes) and an SVG (well-formed XML, root <svg>) that are not empty."""
     prefix = in_tmp / "out" / "bert"
     assert main(_pareto_argv(prefix, "a100=1,a10=2", "--deadline-hours", "4000", "--budget-usd", "130000")) == 0
@@ -471,9 +472,9 @@ def test_sweep_workers_also_run_under_spawn(monkeypatch):
 
 
 def _interrupt_after(monkeypatch, k: int) -> list[int]:
-    """Make fasop.sweep.search raise KeyboardInterrupt on its (k+1)-th call, as Ctrl-C would."""
+    """Make fasop.pareto.sweep.search raise KeyboardInterrupt on its (k+1)-th call, as Ctrl-C would."""
     calls = []
-    real = fasop.sweep.search
+    real = fasop.pareto.sweep.search
 
     def search(*args, **kwargs):
         calls.append(1)
@@ -481,7 +482,7 @@ def _interrupt_after(monkeypatch, k: int) -> list[int]:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fasop.sweep, "search", search)
+    monkeypatch.setattr(fasop.pareto.sweep, "search", search)
     return calls
 
 
@@ -561,7 +562,7 @@ def test_cli_interrupted_before_any_composition_writes_nothing(in_tmp, capsys, m
 def test_cli_bad_input(in_tmp, capsys, monkeypatch, extra, message):
     """Exit 2, one line on stderr naming the option and value, nothing on stdout, no file anywhere,
     and no sweep started (the search must not be called)."""
-    monkeypatch.setattr(fasop.sweep, "search", lambda *a, **k: pytest.fail("searched before rejecting the input"))
+    monkeypatch.setattr(fasop.pareto.sweep, "search", lambda *a, **k: pytest.fail("searched before rejecting the input"))
     prefix = in_tmp / "out" / "bert"
     argv = _pareto_argv(prefix, "a100=1,a10=2")
     if extra[0] == "--max-nodes":
@@ -588,8 +589,8 @@ def test_defaults_never_lose_to_fasop_at_any_cost(gpt2xl_sweep):
     compositions up to 3 A100 + 3 A10 nodes: each composition's best plan is at least as fast
     (so also as cheap), hence at every cost the fastest time on fasop's frontier is at most
     FASOP's."""
-    model, cluster = load_model(str(REPO / "model_specs" / "gpt2xl.yaml")), \
-        load_cluster(str(REPO / "cluster_specs" / "fasop-paper-pareto.yaml"))
+    model, cluster = load_model(str(shipped_folder("model_specs") / "gpt2xl.yaml")), \
+        load_cluster(str(shipped_folder("cluster_specs") / "fasop-paper-pareto.yaml"))
     comps = compositions({"a100": 3, "a10": 3})
     ours = analyse(list(sweep(model, cluster, comps, placements="cyclic", partitioner="optimal", top=1,
                               iterations=12_500_000)))

@@ -10,15 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fasop import plots
-from fasop.cli import main
-from fasop.cli_plan import inventory_of
-from fasop.estimators.fasop2024 import Fasop2024Estimator
-from fasop.explain import estimate_split
-from fasop.rowplan import plan_of_row
-from fasop.schedule import critical_path
-from fasop.specs import load_cluster, load_model
-from fasop.timeline import timeline
+from fasop.cli.command import main
+from fasop.cli.plan import inventory_of
+from fasop.estimators.fasop2024.estimator import Fasop2024Estimator
+from fasop.plans.rowplan import plan_of_row
+from fasop.report import plots
+from fasop.report.explain import estimate_split
+from fasop.schedule.pipeline import critical_path
+from fasop.schedule.timeline import timeline
+from fasop.specs.load import load_cluster, load_model
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -134,7 +134,7 @@ def test_cli_plot_writes_each_figure_as_png_and_svg(gpt2xl, tmp_path, capsys):
 
 
 def test_memory_figure_stacks_the_parts_to_the_stage_memory(gpt2xl):
-    from fasop.explain import explain
+    from fasop.report.explain import explain
 
     model, cluster, rows, _ = gpt2xl
     rp = plan_of_row(rows[2], "row", model, cluster)

@@ -1,4 +1,4 @@
-"""`fasop prices`: SkyPilot vms.csv prices into a cluster spec (fasop/prices.py, cli_prices.py).
+"""`fasop prices`: SkyPilot vms.csv prices into a cluster spec (fasop/specs/prices.py, cli_prices.py).
 
 The vms.csv files and the cluster spec are written here by hand; expected prices are computed by
 hand from their rows (lowest over the chosen region's zones; GCP host + accelerator row)."""
@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from fasop import limits
-from fasop.cli import main
-from fasop.sweep import node_prices
-from fasop.specs import load_cluster
+from fasop.cli.command import main
+from fasop.core import limits
+from fasop.pareto.sweep import node_prices
+from fasop.specs.load import load_cluster
 
 AWS_CSV = """\
 InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,Arch,Extra
@@ -106,7 +106,7 @@ def files(tmp_path):
 
 
 def _prices(cluster, csv, region=None):
-    from fasop.prices import node_prices as vms_prices
+    from fasop.specs.prices import node_prices as vms_prices
     return {p.node_type: p for p in vms_prices(load_cluster(str(cluster)), csv, region)}
 
 

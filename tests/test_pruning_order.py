@@ -1,6 +1,6 @@
 """The pruned Pareto sweep's output does not depend on the order worker results arrive in.
 
-What is protected here: fasop.pruning forms round r of compositions from what rounds 0..r-2
+What is protected here: fasop.pareto.pruning forms round r of compositions from what rounds 0..r-2
 found, whatever else has arrived by then, so which compositions are pruned, the cutoffs they are
 searched with and the `step_time_bound_s` reported are functions of the inputs alone. An executor
 that hands results back in shuffled or reversed order (a later round's before an earlier one's,
@@ -14,12 +14,12 @@ import random
 
 import pytest
 
-from fasop.executors import PoolExecutor, SerialExecutor
-from fasop.pareto import analyse
-from fasop.pruning import pruned_sweep
-from fasop.report import csv_text, pareto_rows
-from fasop.specs import load_model
-from fasop.sweep import compositions, sweep_job
+from fasop.pareto.executors import PoolExecutor, SerialExecutor
+from fasop.pareto.frontier import analyse
+from fasop.pareto.pruning import pruned_sweep
+from fasop.pareto.sweep import compositions, sweep_job
+from fasop.report.results import csv_text, pareto_rows
+from fasop.specs.load import load_model
 from test_sweep_scale import ITERATIONS, _catalog
 
 LIMITS = {"a100": 2, "a10": 3, "a10x": 2}
@@ -65,7 +65,7 @@ def test_pruned_csv_is_the_same_whatever_order_results_arrive_in(sweep, round_si
 
 
 def test_bounds_computed_by_the_workers_are_this_process_ones_in_order(sweep):
-    from fasop.pruning import bounds
+    from fasop.pareto.pruning import bounds
 
     job, comps = sweep
     pool = PoolExecutor(job, 2)

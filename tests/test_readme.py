@@ -14,7 +14,7 @@ import re
 import pytest
 
 from conftest import REPO
-from fasop.cli import main
+from fasop.cli.command import main
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -108,15 +108,15 @@ def _statuses(text: str) -> set[int]:
 def test_every_exit_status_is_listed():
     """The README's list, the CLI's docstring, and what the code returns agree."""
     paragraph = re.search(r"\*\*Exit statuses\.\*\*(.*?)\n\n", README, re.S).group(1)
-    import fasop.cli
+    import fasop.cli.command
 
-    docstring = re.search(r"Exit status:(.*?)\n\n", fasop.cli.__doc__ + "\n\n", re.S).group(1)
+    docstring = re.search(r"Exit status:(.*?)\n\n", fasop.cli.command.__doc__ + "\n\n", re.S).group(1)
     in_code = {0, 2, 141}  # cli.main
-    for path in sorted((REPO / "fasop").glob("cli*.py")):
+    for path in sorted((REPO / "fasop" / "cli").glob("*.py")):
         in_code |= {node.value.value for node in ast.walk(ast.parse(path.read_text()))
                     if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant)
                     and isinstance(node.value.value, int) and not isinstance(node.value.value, bool)}
-    from fasop.workers import exit_status
+    from fasop.core.workers import exit_status
     import signal
 
     in_code |= {exit_status(KeyboardInterrupt()), 128 + signal.SIGTERM}
@@ -130,33 +130,13 @@ def test_the_readme_test_command_is_the_one_ci_runs():
     assert ci[marker + 1].strip() in [b.strip() for b in blocks]
 
 
-def _module_imports(path) -> set[str]:
-    """The fasop modules `path` imports at module level (not inside functions)."""
-    found = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-    return {name for name in found if name.split(".")[0] == "fasop"}
-
-
-def test_the_layout_names_every_module_above_what_imports_it():
-    layout = _section("Layout")
-    order = [m for row in re.findall(r"^\| ([^|]*) \|", layout, re.M) for m in re.findall(r"`(fasop/[^`]+)`", row)]
-    modules = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "fasop").rglob("*.py"))
-    assert [m for m in modules if m not in layout and not m.endswith("fasop/__init__.py")] == []
-    position = {m: i for i, m in enumerate(order)}
-    registry = "fasop/estimators/__init__.py"  # imports the shipped estimators at its end (the layout says so)
-    upward = []
-    for module in order:
-        if not module.endswith(".py"):
-            continue
-        for name in _module_imports(REPO / module):
-            for candidate in (name.replace(".", "/") + ".py", name.replace(".", "/") + "/__init__.py"):
-                if position.get(candidate, -1) > position[module] and module != registry:
-                    upward.append(f"{module} imports {candidate}")
-    assert upward == []
+def test_the_layout_page_names_every_module():
+    """docs/layout.md names every module of the package (test_layers.py checks the direction of
+    the imports; README's Layout section lists the layers)."""
+    layout = (REPO / "docs" / "layout.md").read_text(encoding="utf-8")
+    modules = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "fasop").rglob("*.py")
+                     if p.name != "__init__.py" and "data" not in p.relative_to(REPO).parts)
+    assert [m for m in modules if f"`{m}`" not in layout] == []
 
 
 @pytest.mark.parametrize("phrase", ["read and validated, not used"])

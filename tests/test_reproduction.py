@@ -12,7 +12,7 @@ import csv
 import pytest
 
 from conftest import DATA
-from fasop.cli import main
+from fasop.cli.command import main
 
 INSTANCE_TO_TYPE = {"p4d.24xlarge": "a100", "g5.24xlarge": "a10"}
 RELATIVE = ("step_time_s", "pipeline_time_s", "dp_allreduce_s", "embedding_allreduce_s", "usd_per_step",

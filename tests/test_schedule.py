@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fasop.recurrences import FLOAT_PIPELINES, stage_ends
-from fasop.schedule import Schedule, critical_path, one_f_one_b, stage_chains
+from fasop.schedule.pipeline import Schedule, critical_path, one_f_one_b, stage_chains
+from fasop.schedule.recurrences import FLOAT_PIPELINES, stage_ends
 
 
 def test_one_stage_runs_its_microbatches_back_to_back():
@@ -75,9 +75,9 @@ def test_fasop_estimates_replay_as_timelines(nodes):
     """The fasop-2024 estimator's `schedule_of` rebuilds each estimate's pipeline as a Schedule
     whose stage ends are the estimate's, bit for bit (pp > 1), and whose events fill each stage's
     compute time m times over."""
-    from fasop.search import parse_nodes, search
+    from fasop.search.engine import parse_nodes, search
     from fasop.estimators import make_estimator
-    from fasop.specs import load_cluster, load_model
+    from fasop.specs.load import load_cluster, load_model
 
     model, cluster = load_model("bert"), load_cluster("fasop-paper")
     inventory = parse_nodes(nodes, cluster)

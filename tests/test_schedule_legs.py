@@ -1,5 +1,5 @@
-"""The chains out and back (fasop/schedule_legs.py) and the legs pass of the optimal partitioner
-(fasop/estimators/fasop2024_optimal.py: SplitSearch.legged), on generated small pipelines
+"""The chains out and back (fasop/schedule/legs.py) and the legs pass of the optimal partitioner
+(fasop/estimators/fasop2024/optimal.py: SplitSearch.legged), on generated small pipelines
 (tests/test_split_milp.py's `_case`: <= 12 layers, <= 4 stages, heterogeneous stage speeds and
 memory caps, end sends, a DP all-reduce by stage 0's layers):
 
@@ -21,11 +21,11 @@ import itertools
 import numpy as np
 import pytest
 
-from fasop.estimators.fasop2024_optimal import by_last_stage, reversed_times
-from fasop.partition import optimal
-from fasop.schedule import one_f_one_b
-from fasop.schedule_bounds import ReverseSweepBound, first_layers, sweep_prefix_completion
-from fasop.schedule_legs import LegBound, Legs, leg_completion, with_legs
+from fasop.estimators.fasop2024.optimal import by_last_stage, reversed_times
+from fasop.partition.splits import optimal
+from fasop.schedule.bounds import ReverseSweepBound, first_layers, sweep_prefix_completion
+from fasop.schedule.legs import LegBound, Legs, leg_completion, with_legs
+from fasop.schedule.pipeline import one_f_one_b
 from test_split_milp import _case, _edges, _kwargs
 
 

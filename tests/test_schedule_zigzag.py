@@ -1,5 +1,5 @@
-"""The zigzag chains (fasop/schedule_zigzag.py) and the close step of the optimal partitioner
-(fasop/estimators/fasop2024_optimal.py: SplitSearch.closed), on random pipelines and on generated
+"""The zigzag chains (fasop/partition/zigzag.py) and the close step of the optimal partitioner
+(fasop/estimators/fasop2024/optimal.py: SplitSearch.closed), on random pipelines and on generated
 small cases (tests/test_split_milp.py's `_case`: <= 12 layers, <= 4 stages, heterogeneous stage
 speeds and memory caps, end sends, a DP all-reduce by stage 0's layers):
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fasop.partition import Rest, completion, optimal
-from fasop.schedule import one_f_one_b
-from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
-from fasop.schedule_zigzag import ZigzagBound, with_zigzag, zigzag_coefficients, zigzag_completion
+from fasop.partition.splits import Rest, completion, optimal
+from fasop.partition.zigzag import ZigzagBound, with_zigzag, zigzag_coefficients, zigzag_completion
+from fasop.schedule.bounds import SweepBound, sweep_completion, with_sweep
+from fasop.schedule.pipeline import one_f_one_b
 from test_schedule_legs import _simulated, _splits, bound_ratios
 from test_split_milp import MARGIN, _case, _edges, _kwargs
 
@@ -32,7 +32,7 @@ def _end(t, m, send_fwd, send_bwd) -> float:
 
 def _chains(t, m, sends) -> dict[tuple[int, int, int], float]:
     """Every zigzag chain Z(i, j, i') of stage times t (fwd_bwd_factor 3): the formula of
-    fasop/schedule_zigzag.py, written out."""
+    fasop/partition/zigzag.py, written out."""
     pp = len(t)
     warm = [min(pp - 1 - i, m) for i in range(pp)]
     found = {}

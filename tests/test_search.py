@@ -16,15 +16,17 @@ import math
 import numpy as np
 import pytest
 
-from fasop.cli import main
-from fasop.enumerate import all_placements, count_orders, grouped_placements
-from fasop.errors import FasopError
-from fasop.estimators.fasop2024 import Fasop2024Estimator
-from fasop.partition import bottleneck_split, optimal
-from fasop.plan import Plan
-from fasop.schedule import one_f_one_b, steady_weights
-from fasop.search import MAX_ORDERS, search
-from fasop.specs import GIB, ClusterSpec, ModelSpec, NodeType, Profile, ScalingTable, load_cluster, load_model
+from fasop.cli.command import main
+from fasop.core.errors import FasopError
+from fasop.estimators.fasop2024.estimator import Fasop2024Estimator
+from fasop.partition.splits import bottleneck_split, optimal
+from fasop.plans.enumerate import all_placements, count_orders, grouped_placements
+from fasop.plans.plan import Plan
+from fasop.schedule.pipeline import one_f_one_b, steady_weights
+from fasop.search.engine import MAX_ORDERS, search
+from fasop.specs.load import load_cluster, load_model
+from fasop.specs.types import GIB, ClusterSpec, ModelSpec, NodeType
+from fasop.specs.types import Profile, ScalingTable
 
 
 def _node(name: str, gpu: str, rng, shared: bool, memory_gib: float = 1000.0) -> NodeType:
@@ -91,7 +93,7 @@ def test_too_many_orders_is_one_clear_error(tmp_path, capsys):
 
 
 def load_cluster_nodes(text: str) -> tuple[NodeType, ...]:
-    from fasop.search import parse_nodes
+    from fasop.search.engine import parse_nodes
 
     return parse_nodes(text, load_cluster("mixed-64"))
 
@@ -206,7 +208,7 @@ def test_estimators_of_one_model_and_cluster_share_the_layouts_of_recent_placeme
     cluster) -- another partitioner, the inventory listed in another order -- and equals the one
     an estimator of its own makes; so do the stage types, ranked by pace per node type name, not
     by the inventory's order. The store keeps at most KEPT_PLACEMENTS placements."""
-    from fasop.estimators import fasop2024_layout
+    from fasop.estimators.fasop2024 import layout as fasop2024_layout
 
     model, cluster, types = _world(7)
     first = Fasop2024Estimator(model, cluster, _inventory(types, x=2, y=1, z=1), "fasop-minmax")
@@ -397,7 +399,7 @@ EXPERIMENTS = [("bert", "a10=4"), ("bert", "a100=1,a10=3"), ("gpt2xl", "a10=8"),
 def test_optimal_never_loses_to_fasop_minmax_on_fasop_experiments(model_name, nodes):
     """Every candidate whose greedy split fits: the optimal split is at least as fast. And
     --placements all (the default) finds a best plan at least as fast as FASOP's cyclic."""
-    from fasop.search import parse_nodes
+    from fasop.search.engine import parse_nodes
 
     model, cluster = load_model(model_name), load_cluster("fasop-paper")
     inventory = parse_nodes(nodes, cluster)
@@ -443,8 +445,8 @@ def test_fasop_minmax_estimates_alone_equal_those_in_a_batch():
     and gpt2xl, whichever comes first in the process (pipelines met before are kept per model
     and cluster: each model here is a copy under a path of its own, so its cache starts empty)."""
     cluster = load_cluster("fasop-paper")
-    from fasop.enumerate import cyclic_placements, degree_list, plans as plan_list
-    from fasop.search import parse_nodes
+    from fasop.plans.enumerate import cyclic_placements, degree_list, plans as plan_list
+    from fasop.search.engine import parse_nodes
 
     for name, nodes in (("t5", "a10=2"), ("gpt2xl", "a100=1,a10=3")):
         for alone_first in (True, False):
@@ -465,7 +467,7 @@ def test_fasop_minmax_estimates_alone_equal_those_in_a_batch():
 
 
 def test_kept_makes_a_value_once_and_starts_over_when_full():
-    from fasop.recent import kept
+    from fasop.core.recent import kept
 
     store, made = {}, []
     make = lambda: made.append(1) or len(made)  # noqa: E731 -- the n-th value made is n

@@ -1,4 +1,4 @@
-"""Signals and worker processes (fasop/workers.py): SIGTERM behaves like Ctrl-C (the finished
+"""Signals and worker processes (fasop/core/workers.py): SIGTERM behaves like Ctrl-C (the finished
 part written, marked incomplete, exit 143), and no worker outlives its parent, even on kill -9.
 
 These run `python -m fasop` in a subprocess on the shipped gpt2xl spec, long enough (a pareto
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from fasop.workers import available_cores, clamp_workers
+from fasop.core.workers import available_cores, clamp_workers
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
 
@@ -132,7 +132,7 @@ def test_workers_above_the_cores_are_clamped_with_a_note():
 
 WATCHDOG_ONLY = """
 import os, sys, time
-from fasop import workers
+from fasop.core import workers
 parent = os.getpid()
 child = os.fork()
 if child == 0:
@@ -166,7 +166,7 @@ def _mark_and_sleep(path: Path) -> None:
 def test_stop_kills_a_worker_that_ignores_sigterm(monkeypatch, tmp_path):
     """A worker that does not act on SIGTERM (here: ignores it) is killed after STOP_S, so that
     Ctrl-C never waits on it; the task it ran is abandoned."""
-    from fasop import workers
+    from fasop.core import workers
 
     monkeypatch.setattr(workers, "STOP_S", 0.2)
     before = set(_children(os.getpid()))

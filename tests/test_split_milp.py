@@ -1,4 +1,4 @@
-"""Proven-optimal layer splits: the MILP certificate (fasop/split_milp.py), the branch and bound's
+"""Proven-optimal layer splits: the MILP certificate (fasop/partition/milp.py), the branch and bound's
 settle mode and its two-round-trip bound (partition.optimal, schedule.one_f_one_b_bound).
 
 What is protected here, on generated small cases (<= 12 layers, <= 4 stages, random
@@ -30,12 +30,12 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fasop.partition import optimal
-from fasop.partition_polish import moves, polish
-from fasop.schedule import critical_path, one_f_one_b, one_f_one_b_bound, round_trip_weights, stage_chains, \
+from fasop.partition.polish import moves, polish
+from fasop.partition.splits import optimal
+from fasop.schedule.pipeline import critical_path, one_f_one_b, one_f_one_b_bound, round_trip_weights, stage_chains, \
     steady_weights
-from fasop.schedule_bounds import SweepBound, sweep_completion, with_sweep
-from fasop.split_milp import MARGIN, certify
+from fasop.partition.milp import MARGIN, certify
+from fasop.schedule.bounds import SweepBound, sweep_completion, with_sweep
 
 f32 = np.float32
 
@@ -297,7 +297,7 @@ def test_sweep_on_points_is_below_the_simulation(seed):
     """With many micro-batches the sweep changes stages only at `sweep_points`: along any full
     split its value stays at most the simulated stage 0 end, and at most the sweep on every
     micro-batch (fewer chains)."""
-    import fasop.schedule_bounds as sb
+    import fasop.schedule.bounds as sb
 
     rng = np.random.default_rng(seed)
     pp, m = int(rng.integers(2, 9)), int(rng.integers(34, 140))

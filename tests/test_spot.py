@@ -7,8 +7,10 @@ import csv
 
 import pytest
 
-from fasop.cli import main
-from fasop.specs import load_cluster, read_yaml, resolve
+from fasop.cli.command import main
+from fasop.specs.files import resolve
+from fasop.specs.load import load_cluster
+from fasop.specs.reader import read_yaml
 
 
 def _rows(path):

@@ -24,18 +24,19 @@ import time
 
 import pytest
 
-import fasop.sweep
+import fasop.pareto.sweep
 from conftest import REPO
-from fasop.cli import main
-from fasop.errors import FasopError
-from fasop.executors import PoolExecutor, SerialExecutor
-from fasop.buyer import BuyerLimits, within
-from fasop.pareto import analyse
-from fasop.sweep import compositions, sweep_job
-from fasop.pruning import Found, pruned_sweep
-from fasop.report import csv_text, pareto_rows
+from fasop.cli.command import main
+from fasop.core.errors import FasopError
+from fasop.pareto.buyer import BuyerLimits, within
+from fasop.pareto.executors import PoolExecutor, SerialExecutor
+from fasop.pareto.frontier import analyse
+from fasop.pareto.pruning import Found, pruned_sweep
+from fasop.pareto.sweep import compositions, sweep_job
+from fasop.report.results import csv_text, pareto_rows
 from fasop.search import search
-from fasop.specs import load_cluster, load_model
+from fasop.specs.files import shipped_folder
+from fasop.specs.load import load_cluster, load_model
 
 ITERATIONS = 1_000_000
 
@@ -169,8 +170,8 @@ def test_limits_leave_compositions_out():
 
 
 def _argv(prefix, max_nodes="a100=2,a10=2", *extra):
-    return ["pareto", "--model", str(REPO / "model_specs" / "bert.yaml"), "--cluster",
-            str(REPO / "cluster_specs" / "fasop-paper.yaml"), "--max-nodes", max_nodes, "--iterations",
+    return ["pareto", "--model", str(shipped_folder("model_specs") / "bert.yaml"), "--cluster",
+            str(shipped_folder("cluster_specs") / "fasop-paper.yaml"), "--max-nodes", max_nodes, "--iterations",
             str(ITERATIONS), "--out-prefix", str(prefix), "--no-progress", *extra]
 
 
@@ -192,7 +193,7 @@ def _full_bytes(tmp_path, extra=()):
 @pytest.mark.parametrize("k", [1, 4])
 def test_resume_after_ctrl_c_gives_the_same_bytes(tmp_path, capsys, monkeypatch, k):
     want = _full_bytes(tmp_path)
-    calls, real = [], fasop.sweep.search
+    calls, real = [], fasop.pareto.sweep.search
 
     def interrupting(*args, **kwargs):
         calls.append(1)
@@ -200,14 +201,14 @@ def test_resume_after_ctrl_c_gives_the_same_bytes(tmp_path, capsys, monkeypatch,
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fasop.sweep, "search", interrupting)
+    monkeypatch.setattr(fasop.pareto.sweep, "search", interrupting)
     prefix = tmp_path / "cut" / "bert"
     argv = _argv(prefix, "a100=2,a10=3", "--round-size", "2", "--workers", "1")
     assert main(argv) == 130
     assert "rerun with --resume" in capsys.readouterr().err
     assert main(argv) == 2  # a checkpoint is there: not overwritten without --resume
     assert "add --resume to continue it" in capsys.readouterr().err
-    monkeypatch.setattr(fasop.sweep, "search", real)
+    monkeypatch.setattr(fasop.pareto.sweep, "search", real)
     assert main(argv + ["--resume"]) == 0
     assert f"note: --resume: {k} compositions taken from the checkpoint" in capsys.readouterr().err
     assert prefix.with_name("bert_pareto.csv").read_bytes() == want
@@ -215,7 +216,7 @@ def test_resume_after_ctrl_c_gives_the_same_bytes(tmp_path, capsys, monkeypatch,
 
 
 def test_resume_refuses_a_checkpoint_of_other_inputs(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(fasop.sweep, "search", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(fasop.pareto.sweep, "search", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     prefix = tmp_path / "bert"
     checkpoint = prefix.with_name("bert_pareto.checkpoint")
     checkpoint.write_text('{"fasop_checkpoint": 1, "fingerprint": "other"}\n')
@@ -268,7 +269,7 @@ def test_a_dead_worker_process_is_replaced(tmp_path, capsys, monkeypatch):
     again on a new pool, and the output is that of an undisturbed sweep."""
     want = _full_bytes(tmp_path, ("--workers", "2"))
     flag = tmp_path / "died"
-    real = fasop.sweep.search
+    real = fasop.pareto.sweep.search
 
     def dying(*args, **kwargs):
         if not flag.exists():
@@ -276,7 +277,7 @@ def test_a_dead_worker_process_is_replaced(tmp_path, capsys, monkeypatch):
             os.kill(os.getpid(), signal.SIGKILL)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fasop.sweep, "search", dying)
+    monkeypatch.setattr(fasop.pareto.sweep, "search", dying)
     prefix = tmp_path / "dead" / "bert"
     assert main(_argv(prefix, "a100=2,a10=3", "--round-size", "2", "--workers", "2")) == 0
     assert flag.exists()
@@ -288,7 +289,7 @@ def test_search_default_keeps_the_exact_best_plans_past_the_plan_limit(tmp_path,
     """Past AUTO_TOP_PLANS plans, `fasop search` without --top keeps the AUTO_TOP fastest that
     fit, found by branch and bound over node orders, and says so: they are the fastest fitting
     rows of --every-plan (the exhaustive search), in the same order, cell for cell but the rank."""
-    import fasop.search as search_module
+    import fasop.search.engine as search_module
 
     base = ["search", "--model", "gpt2xl-scaled", "--cluster", "mixed-64", "--nodes", "h100=1,a100_80gb=1,l4=2",
             "--heterogeneous", "--no-progress"]
@@ -348,7 +349,7 @@ class _DiesOnce:
 def test_ray_retries_the_composition_of_a_dead_worker(tmp_path, local_ray):
     from ray import cloudpickle
 
-    from fasop.executors import RayExecutor
+    from fasop.pareto.executors import RayExecutor
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     model, cluster = load_model("bert"), load_cluster("fasop-paper")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fasop.cli import main
+from fasop.cli.command import main
 
 DATA = Path(__file__).resolve().parent / "data" / "megatron_sc21.csv"
 PUBLISHED = DATA.parent / "megatron_sc21_table1_published.csv"
@@ -67,7 +67,7 @@ def test_sc21_table_1_schema_only_conversion_within_the_bar(tmp_path):
     """The published table converted with only the schema's columns: the catalog's A100 entry says
     what software its published runs had (validate_software: no FlashAttention, gradients reduced
     after the backward), so the result equals tests/data/megatron_sc21.csv's, which states it."""
-    from fasop.validate import validate
+    from fasop.report.validate import validate
     report = validate(_schema_only(PUBLISHED, tmp_path, "0"))
     assert len(report.predictions) == 10
     assert report.mape <= 10 and report.max_error <= 20
@@ -78,7 +78,7 @@ def test_sc21_table_1_schema_only_conversion_within_the_bar(tmp_path):
 def test_sc21_table_1_with_empty_plan_cells_within_the_bar(tmp_path):
     """Sequence parallelism and the distributed optimizer left empty: the optimizer is picked, SP is
     the catalog's A100 value (0: the published runs predate it), and the bar still holds."""
-    from fasop.validate import validate
+    from fasop.report.validate import validate
     report = validate(_schema_only(PUBLISHED, tmp_path, ""))
     assert report.mape <= 10 and report.max_error <= 20
     for p in report.predictions:
@@ -145,7 +145,7 @@ def test_header_errors(tmp_path, capsys):
 def test_a_row_may_state_its_tp_overlap(tmp_path):
     """An H100 row without tp_overlap gets the catalog's 0.5 (NeMo recipes); stating 0 or 1 changes
     only the TP collectives' share: no overlap is slower, full overlap faster."""
-    from fasop.validate import validate
+    from fasop.report.validate import validate
     plan = {"micro_batch_size": 1, "recompute": "none", "sequence_parallel": 1, "distributed_optimizer": 1,
             "virtual_pp": 1}
     rows = [ROW | plan | {"name": str(v), "tp_overlap": v} for v in ("", "0", "0.5", "1")]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fasop.validate import validate
+from fasop.report.validate import validate
 
 DATA = Path(__file__).resolve().parent / "data"
 

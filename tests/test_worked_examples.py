@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 
 from conftest import DATA
-from fasop.estimators import fasop2024_comm
-from fasop.estimators.fasop2024 import Fasop2024Estimator
-from fasop.plan import Plan
-from fasop.specs import GIB, TRANSFORMER_KINDS, load_cluster, load_model
+from fasop.estimators.fasop2024 import comm as fasop2024_comm
+from fasop.estimators.fasop2024.estimator import Fasop2024Estimator
+from fasop.plans.plan import Plan
+from fasop.specs.load import load_cluster, load_model
+from fasop.specs.types import GIB, TRANSFORMER_KINDS
 
 LETTERS = {"A": "a100", "B": "a10"}
 MODELS = {"gpt2XL": "gpt2xl", "bert": "bert"}

@@ -4,7 +4,7 @@ that picks one by the cluster spec's `estimator` key.
 An estimator scores plans of one (model, cluster, inventory). Adding one is writing one module
 that defines a class (or factory) taking `(model, cluster, inventory, **options)` and decorating
 it with `@register("name")`; a cluster spec with `estimator: name` then uses it. The registered
-names: `names()`. `fasop-2024` (fasop/estimators/fasop2024.py) is FASOP's model.
+names: `names()`. `fasop-2024` (fasop/estimators/fasop2024/estimator.py) is FASOP's model.
 
 API (the names other modules use):
 
@@ -20,7 +20,7 @@ API (the names other modules use):
     (events with start and end times, in-flight micro-batches), for plots and explanations.
   - `parts(estimate, zero_stage=0) -> parts.EstimateParts`: what the estimate is made of -- the
     step time as terms, each stage's memory by part against its limit, the `schedule_of`
-    timeline -- for `fasop explain` and `fasop plot` (fasop/parts.py; without it they show what
+    timeline -- for `fasop explain` and `fasop plot` (fasop/costs/parts.py; without it they show what
     the Estimate states: `parts.stated_parts`).
   - `prefix_bounds(shape, kinds) -> PrefixBounds`: what `--placements all --top K` needs to
     search node orders too many to list by branch and bound over order prefixes
@@ -31,18 +31,21 @@ API (the names other modules use):
     it they accept only rows whose split is the one `estimate(plan)` chooses.
 
 What an estimator may build on, below this package (none of it FASOP-specific):
-- `fasop.estimate.Estimate`: the result type (fields may be added with defaults).
-- `fasop.model_math`: per-layer parameters, activation bytes, p2p and embedding-sync elements.
-- `fasop.compute.ComputeSource` / `LayerTimes`: per-layer forward and backward seconds apart
+- `fasop.costs.estimate.Estimate`: the result type (fields may be added with defaults).
+- `fasop.costs.model_math`: per-layer parameters, activation bytes, p2p and embedding-sync elements.
+- `fasop.costs.compute.ComputeSource` / `LayerTimes`: per-layer forward and backward seconds apart
   (`ProfileCompute` reads a model's profile).
-- `fasop.schedule.Schedule(fwd_s, bwd_s, m, send_fwd_s, send_bwd_s)`: one 1F1B pipeline --
+- `fasop.schedule.pipeline.Schedule(fwd_s, bwd_s, m, send_fwd_s, send_bwd_s)`: one 1F1B pipeline --
   `stage_end_s`, `pipeline_time_s`, `events` (Event: stage, microbatch, kind in fwd / bwd /
   send_fwd / send_bwd, start_s, end_s), `stage_events(i)`, `critical_path(i)`, `in_flight`,
   `lower_bound_s`; `one_f_one_b` schedules a batch of pipelines at once.
-- `fasop.comm`: rank pairs of boundaries, DP rings and embedding syncs; least bandwidths.
-- `fasop.memory`: `ParamBytes`, `stage_elements`, `stage_fits`, `stage_fit_mask`.
-- `fasop.partition.optimal`: exact split search over any bound / evaluate / cut callables.
-FASOP-2024's own rules live in `fasop/estimators/fasop2024*.py` (docs/estimators.md).
+- `fasop.costs.comm`: rank pairs of boundaries, DP rings and embedding syncs; least bandwidths.
+- `fasop.costs.memory`: `ParamBytes`, `stage_elements`, `stage_fits`, `stage_fit_mask`.
+- `fasop.partition.splits.optimal`: exact split search over any bound / evaluate / cut callables.
+FASOP-2024's own rules live in `fasop/estimators/fasop2024/` (docs/estimators.md), the analytic
+estimator's in `fasop/estimators/analytic/`; each registers itself when first named.
+
+May import: fasop.core, fasop.specs, fasop.plans, fasop.schedule, fasop.partition, fasop.costs.
 """
 
 from __future__ import annotations
@@ -51,10 +54,10 @@ import importlib
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from fasop.errors import SpecError
-from fasop.estimate import Estimate
-from fasop.plan import Plan
-from fasop.specs import ClusterSpec, ModelSpec, NodeType
+from fasop.core.errors import SpecError
+from fasop.costs.estimate import Estimate
+from fasop.plans.plan import Plan
+from fasop.specs.types import ClusterSpec, ModelSpec, NodeType
 
 Progress = Callable[[int, int], None]
 
@@ -133,7 +136,7 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-_ON_FIRST_USE = {"analytic": "fasop.estimators.analytic"}
+_ON_FIRST_USE = {"fasop-2024": "fasop.estimators.fasop2024", "analytic": "fasop.estimators.analytic"}
 """Estimators shipped with fasop whose module is imported (and registers itself) when a cluster
 spec first names it: a process that never uses one does not pay for importing it."""
 
@@ -153,5 +156,3 @@ def make_estimator(model: ModelSpec, cluster: ClusterSpec, inventory: Iterable[N
                                                    f"(known: {', '.join(names())})")
     return factory(model, cluster, tuple(inventory), **options)
 
-
-from fasop.estimators import fasop2024  # noqa: E402,F401  (registers fasop-2024)

@@ -1,0 +1,159 @@
+"""What the subcommands share: argparse with one-line errors, checked integer types, the spec,
+run-length and execution options, progress on stderr, and short forms for printed tables.
+
+Imported by cli.py and the cli_*.py subcommand modules (the only modules that import argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from fasop.core import limits
+from fasop.core.errors import FasopError
+
+PROGRESS_S = 5.0
+"""Without a terminal, a progress line on stderr every this many seconds (none for shorter runs)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (`fasop search: error: ...`), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    """`text` as one printable line of at most `limit` characters."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
+def int_at_least(minimum: int, what: str, maximum: int | None = None):
+    """An argparse type: an integer from minimum to maximum, else `expected <what>, got '<text>'`."""
+    def parse(text: str) -> int:
+        digits = text.strip().lstrip("+-0")
+        try:
+            value = int(text) if len(digits) <= 30 else None  # no int() of a 10,000-digit number
+        except ValueError:
+            value = None
+        if value is None and len(digits) > 30 and text.strip().lstrip("+").isdigit():
+            value = 10**30
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {one_line(repr(text), 80)}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"at most {maximum:,}, fasop's ceiling (README: Limits), "
+                                             f"got {one_line(text, 40)}")
+        return value
+    return parse
+
+
+positive_int = int_at_least(1, "a positive integer")
+non_negative_int = int_at_least(0, "an integer >= 0")
+
+
+def add_length(parser: argparse.ArgumentParser, default_iterations: int) -> None:
+    """--tokens or --iterations: how long the training run is (search and pareto)."""
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--tokens", type=int_at_least(1, "a positive integer", limits.TOKENS),
+                        help="training tokens; iterations = ceil(tokens / (global batch x sequence length))")
+    length.add_argument("--iterations", type=int_at_least(1, "a positive integer", limits.ITERATIONS),
+                        help=f"training steps for train_cost_usd and train_time_h (default {default_iterations:,})")
+
+
+def iterations_of(args: argparse.Namespace, model) -> int:
+    from fasop.search.engine import DEFAULT_ITERATIONS
+
+    if not args.tokens:
+        return args.iterations or DEFAULT_ITERATIONS
+    from fasop.pareto.sweep import iterations_for_tokens
+
+    iterations = iterations_for_tokens(args.tokens, global_batch_size=model.global_batch_size,
+                                       sequence_length=model.sequence_length)
+    if iterations > limits.ITERATIONS:
+        raise FasopError(f"--tokens: {iterations:.3g} iterations, more than fasop's ceiling of "
+                         f"{limits.ITERATIONS:.0e} (README: Limits)")
+    return iterations
+
+
+def workers_of(requested: int) -> int:
+    from fasop.core.workers import clamp_workers
+
+    workers, note = clamp_workers(requested)
+    if note:
+        print(note, file=sys.stderr)
+    return workers
+
+
+def add_specs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="name in model_specs/ or path to a model YAML")
+    parser.add_argument("--cluster", required=True, help="name in cluster_specs/ or path to a cluster YAML")
+
+
+def add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimate in N processes (same output as 1; "
+                   "default %(default)s)", default_workers: int = 1) -> None:
+    """How the search runs: processes, partitioner budget, progress bar (search and pareto)."""
+    parser.add_argument("--workers", type=positive_int, default=default_workers, metavar="N", help=workers_help)
+    parser.add_argument("--partition-budget", type=int_at_least(1, "a positive integer", limits.PARTITION_BUDGET),
+                        metavar="NODES",
+                        help="cap the optimal partitioner's effort: search-tree nodes per plan, past which it keeps "
+                        "the best split found and reports its gap to the best bound (partition_gap_pct). Default: "
+                        "no cap, every split proven optimal where it can be (a short exact branch and bound, a local "
+                        "search from its split, the branch and bound again proving only that nothing is faster, then a "
+                        "MILP certificate for small programs)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress "
+                        f"lines (otherwise, every {PROGRESS_S:g} s)")
+
+
+class ProgressBar:
+    """Progress on stderr: tqdm on a terminal; otherwise a line every PROGRESS_S seconds (none
+    for a run that ends sooner). Yields a progress(done, total) callback."""
+
+    def __init__(self, disabled: bool, label: str, unit: str = "plans"):
+        self.disabled, self.label, self.unit, self.bar = disabled, label, unit, None
+
+    def __enter__(self):
+        if self.disabled:
+            return None
+        if not sys.stderr.isatty():
+            return self._lines()
+        from tqdm import tqdm
+
+        def update(done: int, total: int) -> None:
+            if self.bar is None:
+                self.bar = tqdm(total=total, desc=self.label, unit="plan", leave=False, file=sys.stderr)
+            self.bar.update(done - self.bar.n)
+
+        return update
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+        return False
+
+    def _lines(self):
+        start = last = time.monotonic()
+
+        def update(done: int, total: int) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last >= PROGRESS_S and done < total:
+                last = now
+                print(f"fasop: {self.label}: {done:,} of {total:,} {self.unit} ({100 * done / max(total, 1):.0f} %, "
+                      f"{now - start:,.0f} s)", file=sys.stderr, flush=True)
+
+        return update
+
+
+def abbreviate(placement: str) -> str:
+    """a10-a10-a10-a100 -> 3xa10-a100 (runs of equal node types collapsed)."""
+    out, names = [], placement.split("-")
+    i = 0
+    while i < len(names):
+        j = i
+        while j < len(names) and names[j] == names[i]:
+            j += 1
+        out.append(names[i] if j - i == 1 else f"{j - i}x{names[i]}")
+        i = j
+    return "-".join(out)

@@ -1,0 +1,80 @@
+"""Search flags of the analytic estimator's recipe: --recompute, --zero, --sequence-parallel,
+--virtual-stages, --precision. Each takes the values a user allows, comma-separated; the
+estimator scores every allowed combination per plan and keeps the fastest that fits (the CSV's
+columns of the same names say which). Absent flags: the estimator's defaults
+(estimators/analytic.py DEFAULTS). Refused on clusters whose estimator takes no recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from fasop.core.errors import FasopError
+
+FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision")
+
+
+def _choices(name: str):
+    """A parser of comma-separated values from fasop.estimators.analytic.layers.`name` (imported when a
+    value is given: a search without recipe flags does not import the analytic model)."""
+    def parse(text: str) -> tuple[str, ...]:
+        allowed = getattr(importlib.import_module("fasop.estimators.analytic.layers"), name)
+        values = tuple(v.strip().lower() for v in text.split(","))
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(f"expected values from {', '.join(allowed)}, got {bad[0]!r}")
+        return values
+    return parse
+
+
+def _ints(low: int, high: int):
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(v) for v in text.split(","))
+        except ValueError:
+            values = ()
+        if not values or any(not low <= v <= high for v in values):
+            raise argparse.ArgumentTypeError(f"expected integers from {low} to {high}, comma-separated, got {text!r}")
+        return values
+    return parse
+
+
+def _switch(text: str) -> tuple[bool, ...]:
+    names = {"on": True, "off": False, "1": True, "0": False, "true": True, "false": False}
+    values = [names.get(v.strip().lower()) for v in text.split(",")]
+    if None in values:
+        raise argparse.ArgumentTypeError(f"expected on, off or on,off, got {text!r}")
+    return tuple(values)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("training recipe (clusters with estimator: analytic; comma-separated values "
+                                  "are all tried, the fastest that fits is kept per plan)")
+    g.add_argument("--recompute", type=_choices("RECOMPUTES"), metavar="MODE[,MODE]",
+                   help="activation recomputation: none, selective, full (default selective)")
+    g.add_argument("--zero", type=_ints(0, 3), metavar="STAGE[,STAGE]",
+                   help="ZeRO stage: 0, 1 = sharded optimizer (default), 2 = + gradients, 3 = + weights")
+    g.add_argument("--sequence-parallel", type=_switch, metavar="on|off|on,off",
+                   help="Megatron sequence parallelism with tp > 1 (default on)")
+    g.add_argument("--virtual-stages", type=_ints(1, 64), metavar="V[,V]",
+                   help="model chunks per pipeline rank, interleaved 1F1B (default 1)")
+    g.add_argument("--precision", type=_choices("PRECISIONS"), metavar="P[,P]",
+                   help="matmul precision: bf16 (default), fp16, fp8")
+
+
+def options(args: argparse.Namespace, cluster) -> dict:
+    """The recipe options given, for the estimator; refused where the cluster's estimator takes none."""
+    given = {k: getattr(args, k) for k in FLAGS if getattr(args, k, None) is not None}
+    if given and cluster.analytic is None:
+        flag = "--" + next(iter(given)).replace("_", "-")
+        raise FasopError(f"{flag}: the {cluster.estimator} estimator of {cluster.path} takes no training recipe "
+                         "(use a cluster with estimator: analytic, e.g. --cluster aws)")
+    return given
+
+
+def misfit_line(result) -> str:
+    """'not fitting: 12 weights, 30 activations, 2 both' for a search result, or ''."""
+    if not result.misfits:
+        return ""
+    return "not fitting in memory, by what alone exceeds it: " + ", ".join(f"{n:,} {why}" for why, n in result.misfits)

@@ -1,0 +1,141 @@
+"""`fasop search`: rank every parallelisation plan for one inventory of nodes, write them as CSV
+and print the fastest. Registered by cli.build_parser; run by cli.main."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fasop.cli import recipes as cli_recipes
+from fasop.core import limits
+from fasop.cli.args import (ProgressBar, abbreviate, add_execution, add_length, add_specs, int_at_least,
+                            iterations_of, non_negative_int, workers_of)
+
+DEFAULT_SHOWN = 5
+
+
+def add_parser(sub) -> None:
+    from fasop.partition.splits import PARTITIONERS
+    from fasop.search.engine import DEFAULT_ITERATIONS, PLACEMENTS
+
+    s = sub.add_parser("search", help="rank every parallelisation plan for one inventory of nodes",
+                       description="Enumerate tp/dp/pp/micro-batch/placement plans for the given nodes, "
+                       "estimate each, and write them ranked by step time.")
+    add_specs(s)
+    s.add_argument("--nodes", required=True, metavar="TYPE=COUNT[,TYPE=COUNT...]",
+                   help="the inventory, e.g. a100=1,a10=3 (node 0 first)")
+    s.add_argument("--heterogeneous", action="store_true", help="allow mixed node types and search their placements")
+    s.add_argument("--placements", choices=PLACEMENTS, default="all",
+                   help="node orders to try: all (default) = every distinct order, equivalent pipelines once; "
+                   "grouped = each type's nodes together; cyclic = FASOP's rotations of the --nodes list")
+    s.add_argument("--partitioner", choices=PARTITIONERS, default="optimal",
+                   help="layer split: optimal (default) = lowest estimated step time that fits, by branch and "
+                   "bound; fasop-minmax = FASOP's greedy balancing")
+    s.add_argument("--top", type=int_at_least(1, "a positive integer", limits.TOP), metavar="K",
+                   help="keep only the K fastest plans that fit in memory (default: every plan, or the "
+                   "5 fastest past 10,000 plans); plans a lower bound proves slower are skipped")
+    s.add_argument("--every-plan", action="store_true",
+                   help="estimate and write every plan however many (no automatic --top)")
+    s.add_argument("--spot", action="store_true",
+                   help="price the nodes at their spec's spot_usd_per_hour (every node type needs one)")
+    add_length(s, DEFAULT_ITERATIONS)
+    s.add_argument("--out", help="CSV to write (default results/<model>_<cluster>_<nodes>.csv)")
+    s.add_argument("--show", type=non_negative_int, default=DEFAULT_SHOWN,
+                   help="how many of the fastest plans that fit to print (default %(default)s)")
+    add_execution(s)
+    cli_recipes.add_flags(s)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fasop.report.output import check_target, safe_name, user_path
+    from fasop.report.results import csv_text, search_rows, write_atomic
+    from fasop.search.engine import parse_nodes, search
+    from fasop.specs.load import load_cluster, load_model
+
+    out = user_path(args.out, "--out")
+    model = load_model(args.model)
+    cluster = load_cluster(args.cluster)
+    recipe = cli_recipes.options(args, cluster)
+    inventory = parse_nodes(args.nodes, cluster)
+    if args.spot:
+        from fasop.specs.prices import at_spot
+        inventory = at_spot(inventory, cluster)
+    iterations = iterations_of(args, model)
+    if out is None:
+        nodes = "-".join(f"{n.name}x{sum(m.name == n.name for m in inventory)}" for n in
+                         {n.name: n for n in inventory}.values())
+        out = Path("results") / f"{safe_name(f'{model.name}_{Path(cluster.path).stem}_{nodes}')}.csv"
+    check_target(out, "--out")  # before the work, not after
+    top, auto_note = _auto_top(args, model, cluster, inventory)
+    with ProgressBar(args.no_progress, "estimating", "plans") as progress:
+        result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
+                        partitioner=args.partitioner, iterations=iterations, top=top,
+                        workers=workers_of(args.workers), partition_budget=args.partition_budget, progress=progress,
+                        estimator_options=recipe)
+    columns, rows = search_rows(result, model.sequence_length)
+    write_atomic(out, csv_text(columns, rows), "--out")
+    _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
+    if auto_note:
+        print(auto_note)
+    if args.spot:
+        print("note: --spot: costs at each node type's spot_usd_per_hour")
+    if cli_recipes.misfit_line(result):
+        print(cli_recipes.misfit_line(result))
+    print(f"wrote {out}")
+    return 0
+
+
+def _auto_top(args: argparse.Namespace, model, cluster, inventory) -> tuple[int | None, str]:
+    """(--top to search with, a note): without --top, past AUTO_TOP_PLANS plans (and within the
+    orders that may be listed) only the AUTO_TOP fastest that fit are kept, found exactly."""
+    from fasop.search.engine import AUTO_TOP, AUTO_TOP_PLANS, MAX_ORDERS, check_strategies, plan_count
+
+    if args.top is not None or args.every_plan:
+        return args.top, ""
+    check_strategies(args.placements, args.partitioner, 1)
+    if len({n.name for n in inventory}) > 1 and not args.heterogeneous:
+        return None, ""  # search says why
+    plans, orders = plan_count(model, cluster, inventory, placements=args.placements, partitioner=args.partitioner)
+    if plans <= AUTO_TOP_PLANS or orders > MAX_ORDERS:
+        return None, ""
+    return AUTO_TOP, (f"note: {plans:,} plans, more than {AUTO_TOP_PLANS:,}: kept the {AUTO_TOP} fastest that fit, "
+                      f"found exactly by branch and bound (--top K for another K, --every-plan to estimate and "
+                      "write every plan)")
+
+
+def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster_name: str) -> None:
+    counts = {}
+    for node in result.inventory:
+        counts[node.name] = counts.get(node.name, 0) + 1
+    inventory = " + ".join(f"{n}x{name}" for name, n in counts.items())
+    gpus = sum(n.gpus_per_node for n in result.inventory)
+    skipped = []
+    if result.num_duplicates:
+        skipped.append(f"{result.num_duplicates:,} equivalent to another")
+    if result.top:
+        skipped.append(f"{result.num_pruned:,} proved unable to enter the top {result.top}")
+    print(f"{model_name} on {inventory} ({gpus} GPUs, {cluster_name}): {result.num_candidates:,} plans, "
+          f"{result.num_estimated:,} estimated" + (f" ({'; '.join(skipped)})" if skipped else "")
+          + ("" if result.top else f", {result.num_estimated_oom:,} out of memory")
+          + f"; {len(rows):,} written" + (f" (the {result.top} fastest that fit)" if result.top else ""))
+    proven = [r["partition_proven_optimal"] for r in rows if r["partition_method"] == "optimal"]
+    if proven and not all(proven):
+        print(f"note: {len(proven) - sum(proven):,} of {len(proven):,} optimal splits are the best found within the "
+              "search budget, not proven optimal (column partition_proven_optimal)")
+    fitting = [r for r in rows if not r["is_oom"]]
+    if not fitting:
+        print("no plan fits in GPU memory")
+    fitting = fitting[:show]
+    if not fitting:
+        return
+    header = ("rank", "tp", "dp", "pp", "mbs", "step_s", "samples/s", "usd/step", "train_h", "train_usd",
+              "mem_GiB", "placement", "partition")
+    table = [header] + [(
+        str(r["rank"]), str(r["tp"]), str(r["dp"]), str(r["pp"]), str(r["mbs"]), f"{r['step_time_s']:.4f}",
+        f"{r['samples_per_s']:.1f}", f"{r['usd_per_step']:.5f}", f"{r['train_time_h']:,.1f}",
+        f"{r['train_cost_usd']:,.0f}", f"{r['oom_gpumem_gib']:.2f}", abbreviate(r["node_placement"]),
+        r["partition"]) for r in fitting]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        cells = [c.rjust(w) if i < 11 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells).rstrip())

@@ -1,0 +1,64 @@
+"""`fasop validate FILE.csv`: parser and command (logic in fasop/report/validate.py).
+
+Exit status: 0 when the time MAPE is at most --max-mape (or none is given), 1 above it,
+2 for bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fasop.core.errors import FasopError
+
+
+def add_parser(sub) -> None:
+    v = sub.add_parser("validate", help="compare the analytic estimator with measured training runs",
+                       description="Predict each measured run of FILE.csv (one row a run; columns in README.md, "
+                       "'fasop validate') with the analytic estimator; print predicted vs measured, the mean "
+                       "absolute percentage error (MAPE) and the largest error.")
+    v.add_argument("file", metavar="FILE.csv", help="measured runs")
+    v.add_argument("--out", help="CSV of the per-row predictions to write")
+    v.add_argument("--max-mape", type=_percent, metavar="PCT",
+                   help="exit 1 when the time MAPE is above PCT percent")
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a percentage >= 0, got {text!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from fasop.report.results import csv_text, write_atomic
+    from fasop.report.validate import report_rows, validate
+
+    report = validate(args.file)
+    columns, rows = report_rows(report)
+    if args.out:
+        try:
+            write_atomic(Path(args.out), csv_text(columns, rows))
+        except OSError as exc:
+            raise FasopError(f"--out: cannot write {args.out!r}: {exc.strerror}") from None
+    print(f"{'run':<24} {'measured s':>11} {'predicted s':>12} {'error':>8}  picked")
+    for row in rows:
+        name = row["name"] or f"{row['num_gpus']}x{row['gpu']} tp{row['tp']} pp{row['pp']} dp{row['dp']}"
+        fits = "" if row["fits"] else "  (does not fit in memory)"
+        print(f"{name[:24]:<24} {row['measured_seconds_per_iter']:>11.3f} {row['predicted_seconds_per_iter']:>12.3f} "
+              f"{row['error_pct']:>+7.1f}%  {row['picked'] or '-'}{fits}")
+    print(f"time: MAPE {report.mape:.1f} %, max |error| {report.max_error:.1f} %, "
+          f"mean signed {report.mean_signed_error:+.1f} % over {len(rows)} runs")
+    memory = report.memory_errors
+    if memory:
+        print(f"memory: MAPE {100 * sum(map(abs, memory)) / len(memory):.1f} %, "
+              f"max |error| {100 * max(map(abs, memory)):.1f} % over {len(memory)} runs")
+    if args.out:
+        print(f"wrote {args.out}")
+    if args.max_mape is not None and report.mape > args.max_mape:
+        print(f"fasop: time MAPE {report.mape:.1f} % is above --max-mape {args.max_mape:g} %")
+        return 1
+    return 0

@@ -1,0 +1,365 @@
+"""The analytic cost model: seconds and bytes of one training step from FLOPs, bytes and links.
+
+Pure functions over a :class:`Workload` (model shape, batch, degrees, recipe, physical constants)
+and one :class:`StageHardware` per pipeline stage (its GPU and the links its groups use).
+
+Time of a layer (docs/estimators.md §A1): matmul FLOPs / (peak of the precision x matmul
+efficiency) + bytes moved / (memory bandwidth x efficiency), the bytes being the elementwise
+kernels', FP8's casts and, with `gemm_traffic` (Calculon's `processing_mode: no_overlap`), the
+matmuls' own operands (1 byte an input or weight element in FP8). Each weight matmul also loses
+its wave quantization: its output tiles (`matmul_tile`) run in whole waves over the GPU's SMs.
+FP8 runs the weight matmuls at the FP8 peak x the GPU's FP8 efficiency, the attention core in 16 bits (Transformer Engine); a
+fused (FlashAttention) core runs at `fused_attention_efficiency` of the 16-bit peak. Backward =
+2 x forward, + half the fused core's time (FlashAttention recomputes QK^T), + adding the weight
+gradients into the fp32 buffer unless `gradient_accumulation_fusion` does it in the matmul; full
+recompute adds a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5).
+
+Collectives are rings (Calculon's `all_reduce: [2, -1]`): all-reduce 2(n-1)/n x size / bandwidth
++ 2(n-1) latencies, reduce-scatter and all-gather half of that each. Tensor parallelism costs
+two all-reduces per layer forward and two backward (Megatron-LM; with sequence parallelism each
+becomes reduce-scatter + all-gather of the same volume, Korthikanti et al. 2022 §4.2.2), plus two
+in a recomputed forward. Pipeline p2p sends b·s·h 16-bit values split over the TP group
+(Narayanan et al. 2021 §4.1 scatter/gather); without SP the receiving stage then all-gathers the
+full activation over its TP group before its first layer runs (with SP the sequence shards stay split).
+
+Pipeline (1F1B, interleaved with v chunks per rank; Narayanan et al. 2021 §2.2): each stage's
+cycle c_i = F_i + B_i + v x (its in and out transfers); the step is
+  m x max_i c_i + (sum_i (F_i + B_i + transfers) - max_i c_i) / v
+which for equal stages is (m + (p - 1)/v) x c, the bubble of Narayanan et al. Eq. 1 and §2.2.2.
+Stage i's last backward ends sum_{j<i} (B_j + p2p_j) / v before the pipeline does; then its
+gradients are reduced over its DP group's slowest link (all-reduce, or reduce-scatter of the
+gradients + all-gather of the 16-bit weights with a sharded optimizer), minus the overlapped share;
+then the tied embedding is all-reduced between the first and last stage and the optimizer steps.
+
+Memory per stage (bytes per GPU): weights 2, gradients `gradient_reduce_bytes` (4: fp32 main
+grads) and Adam 12 (fp32 master weights, m, v) per parameter — 18 bytes as in Megatron-LM's
+theoretical memory — divided by dp for what ZeRO shards (1: optimizer, 2: + gradients, 3: + weights);
+activations per layer (analytic_layers.activation_bytes) x layers x micro-batches in flight:
+min(p - i, m) at stage i under 1F1B, x (1 + (p - 1)/(p v)) interleaved (Korthikanti et al. 2022
+§4.2.3); plus the framework overhead.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from functools import lru_cache
+
+from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic.layers import Workload
+from fasop.specs.architecture import Architecture
+from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
+                                   stage_memory, stage_params)
+from fasop.specs.catalog import AnalyticParams, GpuType
+
+ADAM_STEP_BYTES = 30
+"""Read fp32 grad, master, m, v (16) + write master, m, v (12) + write the 16-bit weight (2)."""
+ACT_BYTES = 2
+FLASH_BACKWARD_MATMULS = 5
+"""FlashAttention's backward: QK^T recomputed, then dV, dP, dQ, dK -- 5 matmuls to the forward's 2."""
+
+
+@dataclass(frozen=True)
+class Link:
+    bytes_per_s: float
+    """Effective bandwidth (nominal x efficiency) one member of a collective sends at."""
+    latency_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageHardware:
+    gpu: GpuType
+    tp_link: Link
+    dp_link: Link
+    next_link: Link | None
+    """To the next stage (None for the last)."""
+    memory_limit_bytes: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    stage_fwd_s: tuple[float, ...]
+    stage_bwd_s: tuple[float, ...]
+    p2p_s: tuple[float, ...]
+    pipeline_s: float
+    stage_end_s: tuple[float, ...]
+    dp_s: tuple[float, ...]
+    dp_exposed_s: tuple[float, ...]
+    """The part of each stage's DP sync the step waits for (dp_exposed_s)."""
+    embedding_sync_s: float
+    optimizer_s: float
+    step_s: float
+
+
+# ----------------------------------------------------------------------------- collectives
+def all_reduce_s(size: float, n: int, link: Link) -> float:
+    return 0.0 if n <= 1 else 2 * (n - 1) / n * size / link.bytes_per_s + 2 * (n - 1) * link.latency_s
+
+
+def gather_s(size: float, n: int, link: Link) -> float:
+    """Reduce-scatter or all-gather of a `size`-byte buffer over n ranks."""
+    return 0.0 if n <= 1 else (n - 1) / n * size / link.bytes_per_s + (n - 1) * link.latency_s
+
+
+def p2p_s(size: float, link: Link) -> float:
+    return size / link.bytes_per_s + link.latency_s
+
+
+# ----------------------------------------------------------------------------- per-layer times
+def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's weight matmuls at the precision's achievable rate,
+    each slowed by its wave efficiency (backward: input-gradient and weight-gradient matmuls)."""
+    rate, tile = gpu.matmul_flops(w.recipe.precision), w.params.matmul_tile
+    q = lambda m, n: L.wave_efficiency(m, n, gpu.streaming_multiprocessors, tile)
+    fwd = bwd = 0.0
+    for m, n, k in L.layer_gemm_shapes(w.arch, w.mbs, w.seq, w.tp):
+        flops = 2 * m * n * k
+        fwd += flops / (rate * q(m, n))
+        bwd += flops / (rate * q(m, k)) + flops / (rate * q(k, n))
+    return fwd, bwd
+
+
+def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: float) -> float:
+    p = w.recipe.precision
+    core_precision = "bf16" if p == "fp8" else p
+    return (linear / gpu.matmul_flops(p) + core / gpu.matmul_flops(core_precision)
+            + moved / (gpu.memory_bytes_per_s * w.params.memory_bandwidth_efficiency))
+
+
+@lru_cache(maxsize=1 << 16)
+def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
+    """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included."""
+    a, b, s, t, r = w.arch, w.mbs, w.seq, w.tp, w.recipe
+    fused = w.params.fused_attention
+    linear_fwd, linear_bwd = linear_s(w, gpu)
+    core = L.attention_core_flops(a, b, s, t, 0.5 if fused else 1.0)
+    moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, fused)
+    operand = 1 if r.precision == "fp8" else ACT_BYTES    # FP8 matmuls read FP8 inputs and weights
+    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, ACT_BYTES, operand) if w.params.gemm_traffic else 0.0
+    if r.precision == "fp8":
+        moved += L.fp8_cast_elements(a, b, s, t) * w.params.fp8_cast_bytes
+    fwd = _kernel_s(w, gpu, 0.0, 0.0, moved + gemm_bytes)
+    core_bwd_extra = 0.0
+    if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
+        precision = "bf16" if r.precision == "fp8" else r.precision
+        rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * gpu.attention_share(w.params)
+        fwd += core / rate
+        # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
+        core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * (core / rate) / 2
+    else:
+        fwd += _kernel_s(w, gpu, 0.0, core, 0.0)
+    tp_comm, tp_fwd = tp_collectives_s(w, tp_link)
+    accumulate = 0.0 if w.params.gradient_accumulation_fusion else \
+        2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
+    bwd = 2 * fwd + linear_bwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
+    fwd += linear_fwd
+    if r.recompute == "full":
+        bwd += fwd + tp_fwd
+    elif r.recompute == "selective" and not fused:
+        softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, False)
+                   - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, True))
+        bwd += _kernel_s(w, gpu, 0.0, core, softmax)
+    return fwd + tp_fwd, bwd
+
+
+def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
+    """(backward, forward) seconds of one layer's tensor-parallel collectives, less the overlapped
+    share: two all-reduces of b·s·h 16-bit values each way (with SP, reduce-scatter + all-gather).
+    An FP8 run with SP all-gathers the matmul inputs already cast to FP8 (Transformer Engine gathers
+    the FP8 tensor): in the forward, one byte an element for the two all-gathers."""
+    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES
+    bwd = 2 * all_reduce_s(size, w.tp, tp_link)
+    fwd = bwd
+    if w.recipe.sequence_parallel and w.recipe.precision == "fp8":
+        fwd = 2 * (gather_s(size, w.tp, tp_link) + gather_s(size / ACT_BYTES, w.tp, tp_link))
+    hidden = 1 - w.params.tp_overlap
+    return bwd * hidden, fwd * hidden
+
+
+@lru_cache(maxsize=1 << 16)
+def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
+    """Lookup (write b·s·h) and the vocab-parallel all-reduce; backward scatters into the table."""
+    a, b, s = w.arch, w.mbs, w.seq
+    moved = b * s * a.hidden_size * ACT_BYTES
+    fwd = _kernel_s(w, gpu, 0.0, 0.0, moved) + all_reduce_s(moved, w.tp, tp_link)
+    return fwd, 2 * _kernel_s(w, gpu, 0.0, 0.0, moved)
+
+
+@lru_cache(maxsize=1 << 16)
+def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
+    """Logits matmul (at the 16-bit peak: the output layer stays in bf16 under FP8) and the loss."""
+    a, b, s, t = w.arch, w.mbs, w.seq, w.tp
+    flops = L.head_forward_flops(a, b, s, t)
+    moved = L.head_forward_bytes(a, b, s, t, ACT_BYTES)
+    if w.params.gemm_traffic:
+        moved += L.head_gemm_bytes(a, b, s, t, ACT_BYTES)
+    fwd = _kernel_s(w, gpu, 0.0, flops, moved)
+    return fwd, 2 * fwd
+
+
+# ----------------------------------------------------------------------------- the step
+def dp_sync_s(w: Workload, params: float, link: Link) -> float:
+    """A stage's gradient reduction over its DP group (and the weight all-gather when sharded)."""
+    grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
+    if w.recipe.zero == 0:
+        return all_reduce_s(grad, w.dp, link)
+    return gather_s(grad, w.dp, link) + gather_s(params * WEIGHT_BYTES, w.dp, link)
+
+
+def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
+    """The part of a stage's DP sync (`sync` s) the step waits for: (1 - dp_overlap) of it; with
+    `overlap_grad_reduce` (gradient buckets reduced during the backward: PyTorch DDP, FSDP,
+    Megatron-Core --overlap-grad-reduce) only what the stage's last micro-batch backward (`bwd`),
+    and for a sharded optimizer's weight all-gather the next step's first forward (`fwd`), cannot
+    cover."""
+    flat = (1 - w.params.dp_overlap) * sync
+    if not w.params.overlap_grad_reduce:
+        return flat
+    cover = bwd + (fwd if w.recipe.zero >= 1 else 0.0)
+    return min(flat, max(0.0, sync - cover))
+
+
+def zero3_gather_s(w: Workload, params: float, link: Link) -> float:
+    """ZeRO-3 gathers the stage's weights before its forward and again before its backward,
+    every micro-batch; the part not hidden behind compute (1 - dp_overlap) adds to the stage."""
+    if w.recipe.zero < 3:
+        return 0.0
+    return 2 * gather_s(params * WEIGHT_BYTES, w.dp, link) * (1 - w.params.dp_overlap)
+
+
+def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...],
+         times: tuple[tuple[float, float] | None, ...] | None = None) -> Step:
+    """The step time of `counts[i]` layers on stage i (embedding on the first, head on the last);
+    `times[i]`, when given, replaces stage i's analytic (fwd, bwd) seconds of one layer."""
+    p, v = w.pp, w.recipe.virtual_stages
+    fwd, bwd, params = stage_times(w, stages, counts, times)
+    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES / w.tp
+    links = [hw.next_link for hw in stages[:-1]]
+    if v > 1 and p > 1:
+        links.append(stages[-1].next_link or stages[-1].dp_link)   # the wrap to stage 0
+    regather = 0.0
+    if w.tp > 1 and not w.recipe.sequence_parallel:
+        # scatter/gather (Narayanan et al. 2021 §4.1): each TP rank sends 1/tp of the activation,
+        # the receiving stage all-gathers it over its TP group before the next layer can start
+        regather = gather_s(size * w.tp, w.tp, stages[0].tp_link)
+    p2p = tuple(p2p_s(size, link) + regather for link in links)
+    cycles = []
+    for i in range(p):
+        out_s = p2p[i] if i < len(p2p) else 0.0
+        in_s = p2p[i - 1] if i > 0 else (p2p[-1] if v > 1 and p > 1 else 0.0)
+        cycles.append(fwd[i] + bwd[i] + v * (out_s + in_s))
+    worst = max(cycles)
+    pipeline = w.num_microbatches * worst + (sum(cycles) - worst) / v
+    ends, back = [], 0.0
+    for i in range(p):
+        ends.append(pipeline - back)
+        back += (bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v
+    dp = tuple(dp_sync_s(w, params[i], stages[i].dp_link) for i in range(p))
+    exposed = tuple(dp_exposed_s(w, d, f, bk) for d, f, bk in zip(dp, fwd, bwd))
+    done = max(e + x for e, x in zip(ends, exposed))
+    emb = 0.0
+    if w.arch.tied_embeddings and p > 1:
+        table = w.arch.vocab_size * w.arch.hidden_size / w.tp * w.params.gradient_reduce_bytes[w.recipe.precision]
+        emb = all_reduce_s(table, 2, stages[0].next_link)
+    opt = max(_optimizer_s(w, params[i], stages[i].gpu) for i in range(p))
+    return Step(stage_fwd_s=tuple(fwd), stage_bwd_s=tuple(bwd), p2p_s=p2p, pipeline_s=pipeline,
+                stage_end_s=tuple(ends), dp_s=dp, dp_exposed_s=exposed, embedding_sync_s=emb, optimizer_s=opt,
+                step_s=done + emb + opt)
+
+
+def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[float], list[float]]:
+    """Each stage's forward and backward seconds of one micro-batch, and its parameters per GPU."""
+    p = w.pp
+    fwd, bwd, params = [], [], []
+    for i, (hw, n) in enumerate(zip(stages, counts)):
+        f, bk = times[i] if times and times[i] else layer_s(w, hw.gpu, hw.tp_link)
+        f, bk = n * f, n * bk
+        if i == 0:
+            ef, eb = embedding_s(w, hw.gpu, hw.tp_link)
+            f, bk = f + ef, bk + eb
+        if i == p - 1:
+            hf, hb = head_s(w, hw.gpu)
+            f, bk = f + hf, bk + hb
+        params.append(stage_params(w, n, i == 0, i == p - 1))
+        g = zero3_gather_s(w, params[-1], hw.dp_link)
+        fwd.append(f + g / 2)
+        bwd.append(bk + g / 2)
+    return fwd, bwd, params
+
+
+def _optimizer_s(w: Workload, params: float, gpu: GpuType) -> float:
+    """Adam over the GPU's share of the stage's parameters: memory bound."""
+    local = params / (w.dp if w.recipe.zero >= 1 else 1)
+    return local * ADAM_STEP_BYTES / (gpu.memory_bytes_per_s * w.params.memory_bandwidth_efficiency)
+
+
+# ----------------------------------------------------------------------------- layer split
+def split_layers(w: Workload, stages: tuple[StageHardware, ...],
+                 times: tuple[tuple[float, float], ...] | None = None) -> tuple[int, ...] | None:
+    """Layers per stage minimising the slowest stage's fwd+bwd time (embedding and head counted
+    on the first and last stage), each stage at most the layers that fit its memory; None when
+    no split fits. Exact for identical layers: from the continuous optimum, the stage whose next
+    layer raises the bottleneck least takes it, until all layers are placed. `times`: each
+    stage's (fwd, bwd) per layer when not the analytic ones (a profile's)."""
+    p, total = w.pp, w.arch.num_layers
+    if total < p:
+        return None
+    per, extra, cap = [], [], []
+    for i, hw in enumerate(stages):
+        per.append(sum(times[i]) if times and times[i] else sum(layer_s(w, hw.gpu, hw.tp_link)))
+        e = sum(embedding_s(w, hw.gpu, hw.tp_link)) if i == 0 else 0.0
+        e += sum(head_s(w, hw.gpu)) if i == p - 1 else 0.0
+        extra.append(e)
+        cap.append(max_layers(w, i, hw.memory_limit_bytes, total - (p - 1)))
+    if min(cap) < 1 or sum(cap) < total:
+        return None
+    rate = sum(1 / t for t in per)
+    level = (total + sum(e / t for e, t in zip(extra, per))) / rate
+    counts = [max(1, min(cap[i], int((level - extra[i]) / per[i]))) for i in range(p)]
+    while sum(counts) > total:  # rounding up to one layer a stage can overshoot: drop from the fastest
+        i = min((k for k in range(p) if counts[k] > 1), key=lambda k: (per[k] * counts[k] + extra[k], k))
+        counts[i] -= 1
+    heap = [(per[i] * (counts[i] + 1) + extra[i], i) for i in range(p) if counts[i] < cap[i]]
+    heapq.heapify(heap)
+    for _ in range(total - sum(counts)):
+        _, i = heapq.heappop(heap)
+        counts[i] += 1
+        if counts[i] < cap[i]:
+            heapq.heappush(heap, (per[i] * (counts[i] + 1) + extra[i], i))
+    return tuple(counts)
+
+
+# ----------------------------------------------------------------------------- links of a plan
+def stage_hardware(tp: int, dp: int, pp: int, nodes, gpus, params: AnalyticParams) -> tuple[StageHardware, ...]:
+    """Each stage's GPU and links for Megatron's rank order (rank = t + tp·d + tp·dp·stage; node k
+    holds ranks kG .. kG + G - 1). `nodes[k]` is node k's NodeType, `gpus[k]` its catalog GPU.
+    A stage spanning GPU types runs at its slowest GPU and its groups on its slowest links. A
+    group inside a node uses the GPU link; across nodes, a GPU's share of the node's network:
+    the G GPUs of a node send at once, split over the min(G, group block) ranks crossing it."""
+    g = nodes[0].gpus_per_node
+    return tuple(one_stage(tp, dp, pp, i, g, nodes, gpus, params) for i in range(pp))
+
+
+def stage_span(tp: int, dp: int, pp: int, i: int, g: int) -> tuple[int, int, int]:
+    """(first node, last node, first node of the next stage -- the last node for the last stage)."""
+    block = tp * dp
+    first, last = i * block // g, ((i + 1) * block - 1) // g
+    return first, last, (i + 1) * block // g if i + 1 < pp else last
+
+
+def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: AnalyticParams) -> StageHardware:
+    """Stage i of stage_hardware; reads nodes[k], gpus[k] only for k in stage_span (G GPUs a node)."""
+    eff = params.link_efficiency
+    first, last, after = stage_span(tp, dp, pp, i, g)
+    ks = range(first, last + 1)
+    intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
+                            params.intra_node_latency_s)
+    inter = lambda ks, share: Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
+                                   params.inter_node_latency_s)
+    gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
+    nxt = None
+    if i + 1 < pp:
+        nxt = intra((last,)) if last == after else inter((last, after), min(g, tp * dp))
+    return StageHardware(gpu=gpu, tp_link=intra(ks) if tp <= g else inter(ks, g),
+                         dp_link=intra(ks) if len(ks) == 1 else inter(ks, min(tp, g)), next_link=nxt,
+                         memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks))

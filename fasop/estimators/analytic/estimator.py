@@ -1,0 +1,341 @@
+"""The `analytic` estimator: any Transformer (HuggingFace config) on any catalog GPU, no profile.
+
+Registered as `analytic` and chosen by a cluster spec with `estimator: analytic` (aws.yaml,
+gcp.yaml). Every number comes from fasop/estimators/analytic/cost.py (the formulas and their citations are
+in its docstring and fasop/estimators/analytic/layers.py's); this module maps fasop's Plan onto it:
+
+- For each plan it scores every recipe the search allows (`recompute`, `zero`,
+  `sequence_parallel`, `virtual_stages`, `precision`; the CLI flags of the same names) and
+  keeps the fastest that fits in memory, else the one closest to fitting; the CSV shows the
+  chosen values. Sequence parallelism applies only with tp > 1, ZeRO only with dp > 1,
+  interleaving only with pp > 1 when pp x v divides the layers and pp divides the micro-batches.
+- The layer split balances stages of different GPUs (analytic_cost.split_layers), each stage at
+  most the layers its memory holds.
+- A profile (model spec `profile:`) for a stage's (GPU type, tp) replaces the analytic layer
+  times of that stage: forward = the profiled first transformer entry x its micro-batch scaling,
+  backward = (fwd_bwd_factor - 1) x forward; `compute_source` says analytic, profile or mixed.
+- Memory: the per-stage total (weights, gradients, optimizer, activations, framework overhead)
+  against the stage's GPU memory; a plan that does not fit names why: weights, activations, both.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fasop.core.errors import FasopError
+from fasop.costs.estimate import Estimate
+from fasop.costs.memory import MemoryEstimate
+from fasop.costs.parts import EstimateParts, schedule_or_note, stated_parts
+from fasop.estimators import register
+from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
+from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
+from fasop.plans.plan import Plan
+from fasop.schedule.pipeline import Schedule
+from fasop.specs.catalog import canonical, find_gpu
+from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
+
+DEFAULTS = {"recompute": ("selective",), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
+            "precision": ("bf16",)}
+"""What a search tries when not told: Megatron-LM's usual recipe (selective recompute, the
+distributed optimizer, sequence parallelism with tp > 1), no interleaving, bf16."""
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
+"""analytic_cost.MemoryParts' fields, in the order explain shows them."""
+COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
+           "stage_memory_gib", "stage_memory_limit_gib")
+"""Extra CSV columns of this estimator's plans (report.py appends them after the common ones)."""
+
+
+@dataclass(frozen=True)
+class _Scored:
+    recipe: Recipe
+    counts: tuple[int, ...]
+    fits: bool
+    step: C.Step
+    memory: tuple[C.MemoryParts, ...]
+    excess: float
+    """Largest stage memory / limit (> 1: does not fit)."""
+
+
+class AnalyticEstimator:
+    """The analytic estimator of one (model, cluster, inventory) and the allowed recipes."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], recipes: dict):
+        if model.architecture is None:
+            raise FasopError(f"{model.path}: the analytic estimator needs the model's architecture: use a "
+                             "HuggingFace config (hf_config: in the spec, or --model path/to/config.json)")
+        self.model, self.cluster, self.inventory = model, cluster, tuple(inventory)
+        self.arch, self.params = model.architecture, cluster.analytic
+        self.usd_per_s = sum(n.usd_per_hour for n in self.inventory) / 3600
+        self.gpus = {n.name: find_gpu(n.gpu, cluster.path) for n in self.inventory}
+        self.recipes = recipes
+        self._bounds: dict = {}
+        self._workloads: dict = {}
+        self._recipe_lists: dict = {}
+
+    # ------------------------------------------------------------------ protocol
+    def tp_degrees(self) -> tuple[int, ...]:
+        """Powers of two up to a node's GPUs dividing the heads, KV heads and FFN width."""
+        g = min(n.gpus_per_node for n in self.inventory)
+        a = self.arch
+        return tuple(t for t in (1, 2, 4, 8, 16, 32) if t <= g and not a.num_attention_heads % t
+                     and not a.num_kv_heads % t and not a.ffn_hidden_size % t)
+
+    def signature(self, plan: Plan):
+        stages = self._stages(plan)
+        return plan.tp, plan.dp, plan.pp, plan.mbs, tuple(
+            (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes) for hw in stages)
+
+    def quick_bound(self, plan: Plan) -> float:
+        """(m + (p - 1)/v) x all layers on the inventory's fastest GPU (fastest link, cheapest
+        allowed recipe) / p: the 1F1B step of p equal stages never beats that (analytic_cost.step:
+        m x max + (sum - max)/v >= (m + (p - 1)/v) x mean)."""
+        if self.model.profile is not None:  # profiled layers may be faster than the analytic floor
+            return 0.0
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs)
+        if key not in self._bounds:
+            fast = C.Link(float("inf"), 0.0)
+            self._bounds[key] = min(sum(C.layer_s(self._workload(plan, r), gpu, fast))
+                                    for r in self._possible(plan) for gpu in self.gpus.values())
+        v = max(r.virtual_stages for r in self._recipes(plan))
+        return (plan.num_microbatches + (plan.pp - 1) / v) * self.arch.num_layers * self._bounds[key] / plan.pp
+
+    def lower_bound(self, plan: Plan, above: float = float("inf")) -> float:
+        return self.quick_bound(plan)
+
+    def estimate(self, plan: Plan) -> Estimate:
+        return self._best(plan, float("inf"))
+
+    def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
+        if self.lower_bound(plan) > cutoff:
+            return None
+        e = self._best(plan, cutoff)
+        return None if e is None or e.memory.is_oom or not e.step_time_s <= cutoff else e
+
+    def _best(self, plan: Plan, cutoff: float) -> Estimate | None:
+        """The fastest allowed recipe that fits, else (cutoff infinite) the closest to fitting.
+        Recipes are tried by their lower bound (the plan's own stages' layer times, the split's
+        continuous relaxation, no transfers: analytic_orders.pipeline_floor); one whose bound
+        exceeds the best step found, or the cutoff, cannot win and ends the search. With a finite cutoff, None when none fits below it."""
+        stages = self._stages(plan)
+        profiled = self._profiled(plan, stages)
+        tried = []
+        limits = [hw.memory_limit_bytes for hw in stages]
+        recipes = [r for r in self._possible(plan) if self._room(plan, r, limits)] or self._recipes(plan)
+        for recipe in recipes:
+            w = self._workload(plan, recipe)
+            times = self._layer_times(w, stages, profiled)
+            ends = (sum(C.embedding_s(w, stages[0].gpu, stages[0].tp_link)), sum(C.head_s(w, stages[-1].gpu)))
+            bound = pipeline_floor(plan.num_microbatches, recipe.virtual_stages, self.arch.num_layers,
+                                   [f + b for f, b in times], ends)
+            tried.append((bound, len(tried), w, times))
+        tried.sort(key=lambda t: t[:2])
+        best = closest = None
+        for bound, _, w, times in tried:
+            if bound > cutoff or (best is not None and bound > best.step.step_s):
+                break
+            scored = self._score(plan, stages, w, times)
+            if scored.fits:
+                if best is None or scored.step.step_s < best.step.step_s:
+                    best = scored
+            elif best is None and (closest is None or scored.excess < closest.excess):
+                closest = scored
+        chosen = best or (closest if cutoff == float("inf") else None)
+        return None if chosen is None else self._estimate(plan, stages, chosen, profiled)
+
+    def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
+        out = []
+        for i, plan in enumerate(plans):
+            out.append(self.estimate(plan))
+            if progress is not None:
+                progress(i + 1, len(plans))
+        return out
+
+    def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]) -> AnalyticPrefixBounds:
+        """The fold over node orders that lets `--placements all --top K` search many nodes
+        (fasop/estimators/analytic/orders.py)."""
+        return AnalyticPrefixBounds(self, shape, kinds)
+
+    def workloads(self, shape: Plan) -> list[tuple[Recipe, C.Workload]]:
+        """The recipes a plan of `shape`'s degrees could fit with on some placement (`_possible`),
+        each with its Workload: what the order bounds score."""
+        return [(r, self._workload(shape, r)) for r in self._possible(shape)]
+
+    # ------------------------------------------------------------------ pieces
+    def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
+        gpus = tuple(self.gpus[n.name] for n in plan.placement)
+        return C.stage_hardware(plan.tp, plan.dp, plan.pp, plan.placement, gpus, self.params)
+
+    def _recipes(self, plan: Plan) -> list[Recipe]:
+        key = (plan.tp, plan.dp, plan.pp, plan.num_microbatches)
+        if key not in self._recipe_lists:
+            self._recipe_lists[key] = list(self._recipes_of(plan))
+        return self._recipe_lists[key]
+
+    def _possible(self, plan: Plan) -> list[Recipe]:
+        """The recipes whose memory could hold the model on pp stages of the inventory's largest
+        GPU (a necessary condition for any placement: analytic_cost.split_layers' capacity test);
+        all of them when none can (the plan does not fit whatever the recipe)."""
+        key = ("possible", plan.tp, plan.dp, plan.pp, plan.num_microbatches)
+        if key not in self._recipe_lists:
+            roomiest = max(n.memory_limit_bytes for n in self.inventory)
+            n = self.arch.num_layers
+            fits = [r for r in self._recipes(plan)
+                    if sum(C.max_layers(self._workload(plan, r), i, roomiest, n) for i in range(plan.pp)) >= n]
+            self._recipe_lists[key] = fits or self._recipes(plan)
+        return self._recipe_lists[key]
+
+    def _recipes_of(self, plan: Plan):
+        r = self.recipes
+        sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
+        zero = [z for z in r["zero"] if plan.dp > 1 or z == 0] or [0]
+        m = plan.num_microbatches
+        vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not self.arch.num_layers % (plan.pp * v)
+                                                           and not m % plan.pp)] or [1]
+        for rc, s, z, v, p in itertools.product(r["recompute"], sp, zero, vs, r["precision"]):
+            yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p)
+
+    def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
+        """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.global_batch_size, recipe)
+        w = self._workloads.get(key)
+        if w is None:
+            w = self._workloads[key] = C.Workload(
+                arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
+                num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params)
+        return w
+
+    def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
+        """Whether this plan's stages can hold all layers under `recipe` (split_layers' test)."""
+        w, n = self._workload(plan, recipe), self.arch.num_layers
+        caps = [C.max_layers(w, i, limit, n) for i, limit in enumerate(limits)]
+        return min(caps) >= 1 and sum(caps) >= n
+
+    def _layer_times(self, w: C.Workload, stages, profiled) -> tuple[tuple[float, float], ...]:
+        """Each stage's (fwd, bwd) of one layer: the profile's where it has one, else analytic."""
+        return tuple(profiled[i] if profiled and profiled[i] else C.layer_s(w, hw.gpu, hw.tp_link)
+                     for i, hw in enumerate(stages))
+
+    def _score(self, plan: Plan, stages, w: C.Workload, times) -> _Scored:
+        counts = C.split_layers(w, stages, times)
+        fits = counts is not None
+        if counts is None:
+            n, p = self.arch.num_layers, plan.pp
+            counts = tuple(n // p + (i < n % p) for i in range(p))
+        memory = tuple(C.stage_memory(w, n, i) for i, n in enumerate(counts))
+        excess = max(m.total / hw.memory_limit_bytes for m, hw in zip(memory, stages))
+        return _Scored(w.recipe, counts, fits and excess <= 1, C.step(w, stages, counts, times), memory, excess)
+
+    def _profiled(self, plan: Plan, stages) -> tuple | None:
+        """Per-stage (fwd, bwd) of one layer from the model's profile, None where not profiled."""
+        profile = self.model.profile
+        if profile is None:
+            return None
+        first = next(i for i, k in enumerate(self.model.layer_kinds) if k in TRANSFORMER_KINDS)
+        names = {canonical(g): g for g, _ in profile.forward_s}
+        out = []
+        for hw in stages:
+            name = names.get(canonical(hw.gpu.name))
+            forward = profile.forward_s.get((name, plan.tp)) if name else None
+            if forward is None:
+                out.append(None)
+                continue
+            f = forward[first] * profile.scaling[(name, self.model.layer_kinds[first])].factor(plan.mbs)
+            out.append((f, (profile.fwd_bwd_factor - 1) * f))
+        return tuple(out) if any(out) else None
+
+    def _estimate(self, plan: Plan, stages, s: _Scored, times) -> Estimate:
+        step, counts = s.step, s.counts
+        entries = list(counts)
+        entries[0] += 1
+        entries[-1] += 1
+        totals = tuple(m.total for m in s.memory)
+        misfits = [m.misfit(hw.memory_limit_bytes) for m, hw in zip(s.memory, stages)]
+        misfit = next((x for x in misfits if x == "both"), next((x for x in misfits if x), ""))
+        oom = bool(misfit) or not s.fits
+        memory = MemoryEstimate(stage_bytes=totals, stage_zero_bytes=totals, is_oom=oom,
+                                oom_gpumem_gib=max(totals) / GIB, is_zero_oom=oom, zero_oom_gpumem_gib=max(totals) / GIB)
+        source = "analytic" if not times else "profile" if all(times) else "mixed"
+        r = s.recipe
+        extra = (("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
+                 ("virtual_stages", r.virtual_stages), ("precision", r.precision), ("compute_source", source),
+                 ("misfit", misfit or ("activations" if oom else "")),
+                 ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
+                 ("stage_memory_limit_gib", "-".join(f"{hw.memory_limit_bytes / GIB:.2f}" for hw in stages)))
+        return Estimate(plan=plan, partition=tuple(entries), stage_node_types=self._pacing_nodes(plan, stages),
+                        stage_compute_s=tuple(f + b for f, b in zip(step.stage_fwd_s, step.stage_bwd_s)),
+                        p2p_s=step.p2p_s[:plan.pp - 1], stage_end_s=step.stage_end_s, pipeline_time_s=step.pipeline_s,
+                        dp_allreduce_s=max(step.dp_s), embedding_allreduce_s=step.embedding_sync_s,
+                        step_time_s=step.step_s, memory=memory, usd_per_step=self.usd_per_s * step.step_s,
+                        partitioner="balanced", extra_columns=extra,
+                        stage_memory_parts=tuple(tuple((k, getattr(m, k)) for k in MEMORY_PARTS) for m in s.memory),
+                        step_parts=self._step_parts(step))
+
+    def _step_parts(self, step: C.Step) -> tuple[tuple[str, float], ...]:
+        """analytic_cost.step's sum: the latest (stage end + its DP sync not overlapped), the
+        embedding all-reduce, the optimizer step; the first of equal stages, as max picks it."""
+        done = [e + x for e, x in zip(step.stage_end_s, step.dp_exposed_s)]
+        k = done.index(max(done))
+        return ((f"stage {k}'s end", step.stage_end_s[k]), ("DP sync not overlapped", step.dp_exposed_s[k]),
+                ("embedding all-reduce", step.embedding_sync_s), ("optimizer step", step.optimizer_s))
+
+    def parts(self, estimate: Estimate, zero_stage: int = 0) -> EstimateParts:
+        """What `estimate` is made of, for explain and plots (parts.stated_parts): the step and
+        memory parts it was scored with (its ZeRO is its recipe's: zero_stage is not read), each
+        stage's node type's limit, and `schedule_of`'s timeline unless the plan is interleaved."""
+        return stated_parts(estimate, *schedule_or_note(self.schedule_of, estimate))
+
+    def schedule_of(self, estimate: Estimate) -> Schedule:
+        """The 1F1B timeline of an estimate's pipeline: each stage's forward and backward of one
+        micro-batch and its real sends (forward to stage i + 1 and backward to stage i - 1 at the
+        boundary's p2p time). analytic_cost.step's pipeline is a closed form (m x the slowest
+        stage's cycle + the others' once); this simulation can end earlier or later: explain
+        states both. Interleaved plans (virtual_stages > 1) are refused: Schedule runs plain
+        1F1B only, and a plain picture of an interleaved plan would be wrong."""
+        v = dict(estimate.extra_columns).get("virtual_stages", 1)
+        if v != 1:
+            raise FasopError(f"{estimate.plan.key()}: virtual_stages {v}: the interleaved 1F1B timeline is not "
+                             "drawn yet (fasop.schedule.pipeline.Schedule runs plain 1F1B only)")
+        plan = estimate.plan
+        stages = self._stages(plan)
+        r = dict(estimate.extra_columns)
+        recipe = Recipe(recompute=r["recompute"], sequence_parallel=r["sequence_parallel"], zero=r["zero"],
+                        virtual_stages=1, precision=r["precision"])
+        w = self._workload(plan, recipe)
+        counts = list(estimate.partition)
+        counts[0] -= 1
+        counts[-1] -= 1
+        fwd, bwd, _ = C.stage_times(w, stages, counts, self._layer_times(w, stages, self._profiled(plan, stages)))
+        p2p = list(estimate.p2p_s)
+        send_fwd = p2p + [0.0]
+        send_bwd = [0.0] + p2p
+        return Schedule(fwd, bwd, plan.num_microbatches, send_fwd, send_bwd)
+
+    def _pacing_nodes(self, plan: Plan, stages) -> tuple[NodeType, ...]:
+        return tuple(next(plan.placement[k] for k in span if self.gpus[plan.placement[k].name] is hw.gpu)
+                     for span, hw in zip(plan.stage_node_indices, stages))
+
+
+def parse_recipes(options: dict) -> dict:
+    """The allowed recipe values from the search options (defaults: DEFAULTS), checked."""
+    out = {}
+    for key, default in DEFAULTS.items():
+        values = tuple(dict.fromkeys(options.get(key) or default))
+        allowed = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "sequence_parallel": (False, True),
+                   "precision": PRECISIONS}.get(key)
+        bad = [v for v in values if (allowed is not None and v not in allowed)
+               or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))]
+        if bad:
+            raise FasopError(f"--{key.replace('_', '-')}: {bad[0]!r} is not one of "
+                             f"{', '.join(map(str, allowed or ('integers >= 1',)))}")
+        out[key] = values
+    return out
+
+
+@register("analytic")
+def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], **options) -> AnalyticEstimator:
+    """The analytic estimator; options `recompute`, `zero`, `sequence_parallel`, `virtual_stages`,
+    `precision`: tuples of allowed values (DEFAULTS when absent); the others are ignored."""
+    return AnalyticEstimator(model, cluster, inventory, parse_recipes(options))

@@ -1,0 +1,249 @@
+"""Per-layer arithmetic of a Transformer: parameters, FLOPs, bytes moved and activation bytes.
+
+Pure functions of an :class:`~fasop.specs.architecture.Architecture`, a micro-batch of `b` sequences
+of `s` tokens, the tensor-parallel degree `t` and a :class:`Recipe` (recompute, sequence
+parallelism, ZeRO stage, virtual stages, precision). Counts are per GPU of a TP group.
+
+Notation (Narayanan et al. 2021; Korthikanti et al. 2022): h hidden, a heads, g kv heads,
+d head dim, f ffn width, V vocabulary, t tensor-parallel degree.
+
+Parameters of one layer: Q, K, V, O projections h(ad) + 2h(gd) + (ad)h, the MLP h·f·(2, or 3
+when gated), norms (2h RMSNorm, 4h LayerNorm) and biases (GPT: 3 projections + O + 2 MLP; Qwen2:
+QKV only). GPT-3 175B: 12h² + 13h per layer, as in Narayanan et al. 2021 §5.1.
+
+Forward FLOPs of one layer (2 FLOPs per multiply-add; Narayanan et al. 2021, Eq. 3 derivation):
+  projections 2bs·h·(ad + 2gd) + 2bs·(ad)·h, MLP 2bs·h·f·(2 or 3),
+  attention core 2·2·b·s²·(ad) times the fraction of the s×s scores computed: 1 for an unfused
+  kernel that masks after computing all scores, 1/2 for a causal kernel that skips masked blocks
+  (FlashAttention). Backward = 2 × forward (gradients w.r.t. input and weights).
+Output head: 2bs·h·V forward; the loss is elementwise over b·s·V logits.
+
+Elementwise bytes (memory-bound kernels, read + write, fused as Megatron-LM fuses them): two
+norms 2·2bsh, two bias-dropout-adds 2·3bsh (+ 1-byte masks), the activation 2bsf (3bsf gated),
+rotary 2bs(ad + gd), and for an unfused attention the s×s scores: written by QK^T, read and
+written by the scale-mask-softmax, read by scores×V (4·abs²), and the dropout (2 + 1)·abs². Norms and residual kernels run on every TP rank unless sequence parallelism
+splits them. Backward moves 2 × the forward bytes.
+
+Activation bytes of one layer, 16-bit (Korthikanti et al. 2022, §4.1 and Table 2):
+  no parallelism  sbh(34 + 5as/h);  TP  sbh(10 + 24/t + 5as/(ht));  TP+SP  sbh/t (34 + 5as/h);
+  selective recompute drops the 5as²b attention-core terms;  full recompute keeps 2sbh (/t with SP).
+The 34 and 24 are generalised term by term to GQA, explicit head_dim, any ffn width, gated MLPs and
+models without dropout (a dropout mask is 1 byte an element; without dropout there is none):
+  replicated 4 (norm inputs) + 2 (QKV input) + 2 (MLP input) + 2·[dropout] (two masks),
+  split      2ad/h (Q) + 4gd/h (K, V) + 2ad/h (O input) + 4f/h, or 6f/h gated (MLP inner),
+  core       (2 + 3·[dropout]) as/h  (softmax output, dropout mask and output).
+With f = 4h, g = a, ad = h and dropout these are exactly 10, 24 and 5 of Table 2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from fasop.specs.architecture import Architecture
+from fasop.specs.catalog import AnalyticParams
+
+RECOMPUTES = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """How a plan trains, beyond its degrees: what the analytic estimator varies."""
+
+    recompute: Literal["none", "selective", "full"] = "none"
+    """Activation recomputation (Korthikanti et al. 2022): none, the attention core only, or the whole layer."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism: norms/dropouts split over the TP group, RS + AG instead of AR."""
+    zero: int = 0
+    """ZeRO stage: 1 shards optimizer states (Megatron's distributed optimizer), 2 also gradients, 3 also weights."""
+    virtual_stages: int = 1
+    """Model chunks per pipeline rank (interleaved 1F1B, Narayanan et al. 2021 §2.2.2)."""
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    """Matmul precision; weights, activations and gradients are kept as a 16-bit mixed-precision run keeps them."""
+
+    def __post_init__(self):
+        problems = []
+        if self.recompute not in RECOMPUTES:
+            problems.append(f"recompute={self.recompute!r} (one of {', '.join(RECOMPUTES)})")
+        if self.zero not in ZERO_STAGES:
+            problems.append(f"zero={self.zero!r} (0-3)")
+        if not (isinstance(self.virtual_stages, int) and self.virtual_stages >= 1):
+            problems.append(f"virtual_stages={self.virtual_stages!r} (>= 1)")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision={self.precision!r} (one of {', '.join(PRECISIONS)})")
+        if problems:
+            raise ValueError("invalid recipe: " + "; ".join(problems))
+
+
+# ----------------------------------------------------------------------------- parameters
+@lru_cache(maxsize=256)
+def layer_params(a: Architecture) -> int:
+    """Parameters of one Transformer layer (all TP ranks together)."""
+    h, f = a.hidden_size, a.ffn_hidden_size
+    attention = h * a.q_width + 2 * h * a.kv_width + a.q_width * h
+    mlp = h * f * (3 if a.gated_mlp else 2)
+    norms = 2 * h if a.norm == "rmsnorm" else 4 * h
+    bias = 0
+    if a.linear_bias:
+        bias = a.q_width + 2 * a.kv_width + h + f * (2 if a.gated_mlp else 1) + h
+    elif a.qkv_bias:
+        bias = a.q_width + 2 * a.kv_width
+    return attention + mlp + norms + bias
+
+
+def embedding_params(a: Architecture) -> int:
+    """Input embedding (+ learned positions); the final norm is counted with the head."""
+    positions = a.max_positions * a.hidden_size if a.position == "learned" else 0
+    return a.vocab_size * a.hidden_size + positions
+
+
+def head_params(a: Architecture) -> int:
+    """Final norm + output projection as stored on the last stage (a tied head still keeps a
+    copy of the embedding there when the first and last stages differ, Megatron-LM)."""
+    norm = a.hidden_size if a.norm == "rmsnorm" else 2 * a.hidden_size
+    return norm + a.vocab_size * a.hidden_size
+
+
+def total_params(a: Architecture) -> int:
+    head = head_params(a) - (a.vocab_size * a.hidden_size if a.tied_embeddings else 0)
+    return a.num_layers * layer_params(a) + embedding_params(a) + head
+
+
+# ----------------------------------------------------------------------------- FLOPs and bytes
+def layer_linear_flops(a: Architecture, b: int, s: int, t: int) -> float:
+    """FLOPs of one layer's forward projections and MLP (the weight matmuls) on one of t TP ranks."""
+    h, f = a.hidden_size, a.ffn_hidden_size
+    projections = 2 * b * s * h * (a.q_width + 2 * a.kv_width) + 2 * b * s * a.q_width * h
+    mlp = 2 * b * s * h * f * (3 if a.gated_mlp else 2)
+    return (projections + mlp) / t
+
+
+def layer_gemm_shapes(a: Architecture, b: int, s: int, t: int) -> tuple[tuple[int, int, int], ...]:
+    """(m, n, k) of one layer's forward weight matmuls on one TP rank -- output m x n, reduction k:
+    QKV, O, MLP up (+ gate), MLP down. Their FLOPs, 2mnk each, sum to layer_linear_flops. The
+    backward runs each as m x k (input gradient, reduction n) and k x n (weight gradient, reduction m)."""
+    h, f, bs = a.hidden_size, a.ffn_hidden_size, b * s
+    up = 2 if a.gated_mlp else 1
+    return ((bs, (a.q_width + 2 * a.kv_width) / t, h), (bs, h, a.q_width / t),
+            (bs, up * f / t, h), (bs, h, f / t))
+
+
+def wave_efficiency(m: float, n: float, sms: int, tile: tuple[int, int]) -> float:
+    """Share of a GPU's tile slots an m x n matmul output keeps busy: its tiles run in whole waves
+    over the `sms` SMs, the last wave partly idle, edge tiles partly empty (NVIDIA, "Matrix
+    Multiplication Background User's Guide": tile and wave quantization). The better of the two
+    tile orientations (cuBLAS picks among tile shapes). 1 without an SM count or with a 1 x 1 tile."""
+    if not sms or tile == (1, 1):
+        return 1.0
+    best = 0.0
+    for r, c in (tile, tile[::-1]):
+        tiles = math.ceil(m / r) * math.ceil(n / c)
+        best = max(best, m * n / (math.ceil(tiles / sms) * sms * r * c))
+    return best
+
+
+def attention_core_flops(a: Architecture, b: int, s: int, t: int, causal_fraction: float) -> float:
+    """FLOPs of one layer's forward QK^T and scores x V on one TP rank (heads split over t)."""
+    return 2 * 2 * b * s * s * a.q_width * causal_fraction / t
+
+
+def head_forward_flops(a: Architecture, b: int, s: int, t: int) -> float:
+    """Logits matmul of the output head on one TP rank (Narayanan et al. 2021: 2bshV)."""
+    return 2 * b * s * a.hidden_size * a.vocab_size / t
+
+
+def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int, fused_attention: bool) -> float:
+    """Bytes the memory-bound kernels of one layer's forward read and write on one TP rank."""
+    h, f = a.hidden_size, a.ffn_hidden_size
+    bsh = b * s * h
+    mask = 1 if a.dropout else 0
+    replicated = (4 * e + 2 * (3 * e + mask)) * bsh              # two norms, two bias-dropout-adds
+    split = (3 if a.gated_mlp else 2) * e * b * s * f            # MLP activation (gate * up)
+    if a.position == "rotary":
+        split += 2 * e * b * s * (a.q_width + a.kv_width)        # rotary on Q and K
+    if not fused_attention:
+        scores = b * a.num_attention_heads * s * s
+        split += scores * (4 * e + (2 * e + 1) * mask)           # QK^T out, softmax r+w, AV in, dropout
+    return replicated / (t if sp else 1) + split / t
+
+
+def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: float | None = None) -> float:
+    """Bytes the weight matmuls of one layer's forward read and write on one TP rank: inputs,
+    weights and outputs of QKV, O, the MLP's up (and gate) and down projections, and of the
+    attention core's Q, K, V reads and context write (Calculon's per-op memory traffic).
+    `operand`: bytes per input and weight element when not `e` (1 for FP8 matmuls)."""
+    h, f, qkv = a.hidden_size, a.ffn_hidden_size, a.q_width + 2 * a.kv_width
+    up = 2 if a.gated_mlp else 1
+    bs = b * s
+    inputs = bs * h + bs * a.q_width / t + bs * h + bs * up * f / t + bs * qkv / t
+    weights = (h * qkv + a.q_width * h + h * up * f + f * h) / t
+    outputs = bs * qkv / t + bs * h + bs * up * f / t + bs * h + bs * a.q_width / t
+    return (e if operand is None else operand) * (inputs + weights) + e * outputs
+
+
+def fp8_cast_elements(a: Architecture, b: int, s: int, t: int) -> float:
+    """Elements an FP8 run casts per layer forward on one TP rank: the inputs of the QKV, O, MLP up
+    and MLP down matmuls (Transformer Engine casts each to FP8, with a transposed copy for the
+    weight-gradient matmul; the backward casts the output gradients the same way)."""
+    up_in, down_in = a.hidden_size, a.ffn_hidden_size / t
+    return b * s * (a.hidden_size + a.q_width / t + up_in + down_in)
+
+
+def head_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:
+    """Bytes of the logits matmul: input b·s·h, the h x V/t weight, b·s·V/t logits."""
+    return e * (b * s * a.hidden_size + a.hidden_size * a.vocab_size / t + b * s * a.vocab_size / t)
+
+
+def head_forward_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:
+    """Loss kernels on the logits: read 16-bit logits, write and read fp32 softmax (e + 8 bytes)."""
+    return b * s * a.vocab_size / t * (e + 8)
+
+
+# ----------------------------------------------------------------------------- activations
+def activation_bytes(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fused_attention: bool) -> float:
+    """Bytes one layer keeps for its backward pass, per micro-batch, on one TP rank (16-bit,
+    Korthikanti et al. 2022 Table 2, generalised as the module docstring says)."""
+    h, sp = a.hidden_size, recipe.sequence_parallel
+    sbh = s * b * h
+    if recipe.recompute == "full":
+        return 2 * sbh / (t if sp else 1)
+    mask = 1 if a.dropout else 0
+    replicated = 4 + 2 + 2 + 2 * mask
+    f_term = (6 if a.gated_mlp else 4) * a.ffn_hidden_size / h
+    split = 2 * a.q_width / h + 4 * a.kv_width / h + 2 * a.q_width / h + f_term
+    core = 0.0
+    if recipe.recompute == "none" and not fused_attention:
+        core = (2 + 3 * mask) * a.num_attention_heads * s / h
+    if sp:
+        return sbh * (replicated + split + core) / t
+    return sbh * (replicated + (split + core) / t)
+
+
+def head_activation_bytes(a: Architecture, b: int, s: int, t: int) -> float:
+    """The last stage's fp32 logits for the loss (Korthikanti et al. 2022 §4.1: 4sbV/t)."""
+    return 4 * s * b * a.vocab_size / t
+
+
+def embedding_activation_bytes(a: Architecture, b: int, s: int, t: int, sp: bool) -> float:
+    """The first stage's embedding-dropout mask (Korthikanti et al. 2022 §4.1: sbh; /t with SP)."""
+    return (s * b * a.hidden_size if a.dropout else 0) / (t if sp else 1)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Workload:
+    """Compared and hashed by identity: the per-layer functions below are cached on it, and an
+    estimator reuses one Workload per (degrees, micro-batch, recipe)."""
+
+    arch: Architecture
+    seq: int
+    mbs: int
+    tp: int
+    dp: int
+    pp: int
+    num_microbatches: int
+    recipe: Recipe
+    params: AnalyticParams

@@ -1,0 +1,222 @@
+"""A plan read back from a results CSV row: where `fasop explain`, `fasop plot` and `fasop export`
+start.
+
+A row of `fasop search` (or of `fasop pareto`, one per composition) holds the plan's degrees, its
+node order (`node_placement`, node type names joined by '-') and its layer split (`partition`,
+layer-list entries per stage joined by '-'). With the cluster spec (node types) and the model
+spec (layer list) that wrote it, the row becomes a :class:`RowPlan` again. Rows are chosen by
+their `rank` column (1 = fastest; default) or by their position (`row`, 1 = first data row).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from fasop.core.errors import FasopError
+from fasop.core.limits import GLOBAL_BATCH_SIZE, SHOWN_CHARS
+from fasop.plans.plan import Plan
+from fasop.specs.types import TRANSFORMER_KINDS, ClusterSpec, ModelSpec
+
+MAX_CSV_BYTES = 512 * 2**20
+"""A results CSV larger than this is refused (a search of every plan writes ~1 kB a plan)."""
+TRUE, FALSE = ("True", "true", "1"), ("False", "false", "0", "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowPlan:
+    plan: Plan
+    partition: tuple[int, ...]
+    """Layer-list entries per pipeline rank, or per virtual stage (pp x virtual_stages entries in
+    model order) where the row lists that many."""
+    row: dict[str, str]
+    """The CSV row as read (every cell a string)."""
+    where: str
+    """`<file> rank N` or `<file> row K`: names the row in messages and output headers."""
+    virtual_stages: int = 1
+    """Model chunks per pipeline rank (the `virtual_stages` column; 1 without it)."""
+
+    def flag(self, column: str) -> bool | None:
+        """A boolean column (`True`/`False`), or None where the row has no such cell."""
+        value = self.row.get(column)
+        if value is None or value == "":
+            return None
+        return value in TRUE
+
+    def stage_kinds(self, model: ModelSpec) -> list[tuple[str, ...]]:
+        """The layer kinds of each stage, in layer-list order."""
+        out, start = [], 0
+        for n in self.partition:
+            out.append(model.layer_kinds[start:start + n])
+            start += n
+        return out
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """The data rows of a results CSV, as strings."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_CSV_BYTES:
+            raise FasopError(f"{path}: {size:,} bytes, more than a results CSV holds (limit {MAX_CSV_BYTES:,})")
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise FasopError(f"{path}: cannot read: {exc.strerror}") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise FasopError(f"{path}: not a CSV file: {exc}") from None
+    if not rows:
+        raise FasopError(f"{path}: no data rows")
+    return rows
+
+
+def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None = None,
+             row: int | None = None) -> tuple[dict[str, str], str]:
+    """(the chosen row, its name). rank: the row whose `rank` column is N (default 1 for a search
+    CSV; a pareto CSV, which has a rank per composition, defaults to its knee); row: the K-th data
+    row."""
+    if row is not None:
+        if not 1 <= row <= len(rows):
+            raise FasopError(f"{path}: --row: {row} is past the last of {len(rows)} rows")
+        return rows[row - 1], f"{path} row {row}"
+    if rank is None and "is_knee" in rows[0]:
+        knees = [k for k, r in enumerate(rows, start=1) if r.get("is_knee") in TRUE]
+        if not knees:
+            raise FasopError(f"{path}: a pareto CSV without a knee: choose a composition with --row K")
+        return rows[knees[0] - 1], f"{path} row {knees[0]} (the knee)"
+    rank = 1 if rank is None else rank
+    if "rank" not in rows[0]:
+        raise FasopError(f"{path}: rank: no such column; choose with --row K")
+    found = [k for k, r in enumerate(rows, start=1) if r["rank"] == str(rank)]
+    if not found:
+        raise FasopError(f"{path}: rank: no row has rank {rank}")
+    if len(found) > 1:
+        raise FasopError(f"{path}: rank: {len(found)} rows have rank {rank} (a pareto CSV ranks plans per "
+                         f"composition); choose one with --row K")
+    return rows[found[0] - 1], f"{path} rank {rank}"
+
+
+def _int_cell(path_name: str, row: dict[str, str], column: str, minimum: int = 1) -> int:
+    value = row.get(column)
+    if value is None:
+        raise FasopError(f"{path_name}: {column}: no such column")
+    try:
+        number = int(value) if len(value) <= 30 else None  # no int() of a 10,000-digit cell
+    except ValueError:
+        number = None
+    if number is None or number < minimum:
+        raise FasopError(f"{path_name}: {column}: expected an integer >= {minimum}, got {value[:SHOWN_CHARS]!r}")
+    return number
+
+
+def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: ClusterSpec) -> RowPlan:
+    """The plan of a row, checked against the specs: node types known, degrees that use every
+    GPU, a partition that covers the layer list once."""
+    if row.get("status") not in (None, "ok"):
+        raise FasopError(f"{where}: status: {row['status']!r}, the composition has no plan that fits "
+                         f"(composition {row.get('composition', '?')})")
+    tp, dp, pp, mbs = (_int_cell(where, row, c) for c in ("tp", "dp", "pp", "mbs"))
+    placement = _placement(where, row.get("node_placement", ""), cluster)
+    if len({n.gpus_per_node for n in placement}) != 1 or tp * dp * pp != sum(n.gpus_per_node for n in placement):
+        raise FasopError(f"{where}: tp x dp x pp = {tp * dp * pp} does not use the {len(placement)} nodes of "
+                         f"node_placement ({sum(n.gpus_per_node for n in placement)} GPUs)")
+    if row.get("num_microbatches"):
+        m = _int_cell(where, row, "num_microbatches")
+        batch = m * dp * mbs
+    else:  # FASOP's own CSVs: the model's global batch
+        batch = model.global_batch_size
+    if batch > GLOBAL_BATCH_SIZE:  # bounds the schedule's pp x m events (limits.py)
+        raise FasopError(f"{where}: num_microbatches: global batch (micro-batches x dp x mbs) {batch:,} is past "
+                         f"fasop's limit of {GLOBAL_BATCH_SIZE:,} samples")
+    try:
+        partition = tuple(int(x) for x in row.get("partition", "").split("-"))
+    except ValueError:
+        partition = ()
+    v = _virtual_stages(where, row)
+    stages = pp if len(partition) != pp * v else pp * v  # per rank, or per virtual stage (model chunk)
+    # a stage of no layers is odd but FASOP's min-max partitioner reports some (its t5 outputs)
+    if len(partition) != stages or min(partition) < 0 or sum(partition) != len(model.layer_kinds):
+        raise FasopError(f"{where}: partition: {row.get('partition', '')[:SHOWN_CHARS]!r} is not {stages} counts >= 0 summing "
+                         f"to the {len(model.layer_kinds)} entries of {model.path}'s layer list")
+    plan = Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=batch, placement=placement)
+    return RowPlan(plan=plan, partition=partition, row=dict(row), where=where, virtual_stages=v)
+
+
+def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
+    """The node types of `node_placement`: fasop's node type names, or (FASOP's own CSVs) the
+    instance names of the cluster's node types where each names one type."""
+    by_instance: dict[str, list] = {}
+    for node in cluster.node_types.values():
+        by_instance.setdefault(node.instance, []).append(node)
+    # instance names may hold '-' and '.', node type names not: split FASOP's at known instances
+    parts, rest = [], names
+    while rest:
+        head = next((n for n in cluster.node_types if rest == n or rest.startswith(n + "-")), None)
+        if head is not None:
+            parts.append(cluster.node_types[head])
+        else:
+            head = next((i for i, nodes in by_instance.items() if len(nodes) == 1
+                         and (rest == i or rest.startswith(i + "-"))), None)
+            if head is None:
+                raise FasopError(f"{where}: node_placement: node type {rest.split('-')[0]!r} is not in "
+                                 f"{cluster.path} (known: {', '.join(cluster.node_types)})")
+            parts.append(by_instance[head][0])
+        rest = rest[len(head) + 1:]
+    if not parts:
+        raise FasopError(f"{where}: node_placement: empty")
+    return tuple(parts)
+
+
+def _virtual_stages(where: str, row: dict[str, str]) -> int:
+    """Model chunks per pipeline rank: the `virtual_stages` column where the row has one, else 1
+    (FASOP's plans). The partition then lists pp x virtual_stages counts in model order."""
+    v = _int_cell(where, row, "virtual_stages") if row.get("virtual_stages") else 1
+    if v > 1024:
+        raise FasopError(f"{where}: virtual_stages: {v:,} is past 1,024 model chunks a rank")
+    return v
+
+
+def specs_from_name(path: str | Path) -> tuple[str | None, str | None]:
+    """(model, cluster) names from a default output name `<model>_<cluster>_...csv`, else Nones."""
+    parts = Path(path).stem.split("_")
+    return (parts[0], parts[1]) if len(parts) >= 3 else (None, None)
+
+
+def block_index(kinds: tuple[str, ...], index: int) -> int:
+    """The number of the transformer block at layer-list `index` among the blocks of its kind."""
+    return sum(k == kinds[index] for k in kinds[:index])
+
+
+def stage_layer_names(model: ModelSpec, partition: tuple[int, ...]) -> list[str]:
+    """Each stage's layers by name, e.g. `embedding, blocks 0-4` or `blocks 45-47, head`.
+    Transformer blocks are numbered from 0 over the model, encoder and decoder blocks apart."""
+    out, start = [], 0
+    kinds = model.layer_kinds
+    for n in partition:
+        runs, k = [], start
+        while k < start + n:
+            kind = kinds[k]
+            j = k
+            while j < start + n and kinds[j] == kind:
+                j += 1
+            if kind in TRANSFORMER_KINDS:
+                first, last = block_index(kinds, k), block_index(kinds, j - 1)
+                word = "blocks" if kind == "transformer" else f"{kind} blocks"
+                runs.append(f"{word} {first}" if first == last else f"{word} {first}-{last}")
+            else:
+                runs += [kind] * (j - k)
+            k = j
+        out.append(", ".join(runs) or "(no layers)")
+        start += n
+    return out
+
+
+def finite(value: str) -> float | None:
+    """A float cell, or None when empty or not a finite number."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

@@ -1,0 +1,298 @@
+"""Figures. The only module that imports matplotlib, and only inside the functions that draw
+(Agg backend), so `fasop search` never loads it."""
+
+from __future__ import annotations
+
+from fasop.pareto.frontier import ParetoAnalysis
+
+WIDTH_IN, HEIGHT_IN, DPI, FONT_PT = 3.5, 2.9, 200, 8
+"""One report column wide; fonts readable at that size."""
+
+KIND_STYLE = ({"marker": "o", "color": "#1f77b4"}, {"marker": "s", "color": "#2ca02c"},
+              {"marker": "^", "color": "#9467bd"}, {"marker": "v", "color": "#8c564b"},
+              {"marker": "P", "color": "#e377c2"}, {"marker": "X", "color": "#bcbd22"},
+              {"marker": "<", "color": "#17becf"}, {"marker": ">", "color": "#393b79"})
+"""Homogeneous node types in --max-nodes order, each its own marker and colour (a ninth type
+and beyond reuse them: a legend that long is unreadable anyway); mixed compositions use MIXED_STYLE."""
+MIXED_STYLE = {"marker": "D", "color": "#7f7f7f"}
+
+
+def render_pareto(analysis: ParetoAnalysis, *, title: str = "") -> dict[str, bytes]:
+    """{"png": bytes (200 dpi), "svg": bytes}: training time (h) vs cost (USD) per composition,
+    the frontier as a staircase, the knee and the deadline/budget answers marked."""
+    kinds = list(dict.fromkeys(name for r in analysis.results for name, n in r.composition.counts if n))
+    return render(frontier_figure(analysis.points(), kinds, title=title, complete=analysis.complete,
+                                  annotate=lambda ax: _annotate(ax, analysis)))
+
+
+def render(fig) -> dict[str, bytes]:
+    """{"png": bytes (200 dpi), "svg": bytes} of a figure, without dates (the same figure gives
+    the same bytes); closes the figure."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    png, svg = io.BytesIO(), io.BytesIO()
+    try:
+        with plt.rc_context({"svg.hashsalt": "fasop", "svg.fonttype": "none"}):
+            fig.savefig(png, format="png", dpi=DPI, metadata={"Software": None})
+            fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
+    finally:
+        plt.close(fig)
+    return {"png": png.getvalue(), "svg": svg.getvalue()}
+
+
+def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool = True, annotate=None):
+    """Time vs cost: points (a DataFrame with composition, kind, status, train_time_h,
+    train_cost_usd, on_frontier, is_knee) by kind, each kind its own marker and colour; the
+    frontier as a staircase with its points labelled by composition; the knee starred unless
+    `annotate(ax)` marks it (and more)."""
+    from matplotlib.ticker import FuncFormatter
+
+    plt, style = _style()
+    fits = points[points["status"] == "ok"]
+    styles = {k: KIND_STYLE[i % len(KIND_STYLE)] for i, k in enumerate(kinds)} | {"mixed": MIXED_STYLE}
+    with style:
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
+        for kind in kinds + ["mixed"]:
+            sub = fits[fits["kind"] == kind]
+            if len(sub):
+                label = f"{kind} only" if kind != "mixed" else "mixed"
+                ax.scatter(sub["train_cost_usd"], sub["train_time_h"], s=12, alpha=0.55, linewidths=0,
+                           label=label, zorder=2, **styles[kind])
+        front = fits[fits["on_frontier"]].sort_values(["train_cost_usd", "train_time_h"])
+        if len(front):
+            ax.step(front["train_cost_usd"], front["train_time_h"], where="post", color="black", lw=0.9,
+                    zorder=3, label="frontier")
+            ax.scatter(front["train_cost_usd"], front["train_time_h"], s=14, facecolors="none",
+                       edgecolors="black", linewidths=0.8, zorder=4)
+            _label_frontier(ax, front)
+        pruned = int((points["status"] == "pruned").sum())
+        if pruned:  # no time or cost of their own: not drawn, but counted
+            ax.text(0.01, 0.01, f"{pruned:,} compositions pruned (off the frontier), not drawn",
+                    transform=ax.transAxes, ha="left", va="bottom", color="#7f7f7f", fontsize=FONT_PT - 2)
+        if annotate is not None:
+            annotate(ax)
+        else:
+            knee = fits[fits["is_knee"]]
+            if len(knee):
+                ax.scatter(knee["train_cost_usd"], knee["train_time_h"], marker="*", s=70, color="#d62728",
+                           zorder=5, edgecolors="black", linewidths=0.4,
+                           label=f"knee: {knee['composition'].iloc[0]}")
+        ax.set_xlabel("training cost (USD)")
+        ax.set_ylabel("training time (hours)")
+        ax.xaxis.set_major_formatter(FuncFormatter(_usd))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        _frame(ax, title)
+        if not complete:
+            ax.text(0.99, 0.99, "incomplete sweep", transform=ax.transAxes, ha="right", va="top", color="red")
+        ax.legend(loc="upper right", frameon=False, handlelength=1.2, borderaxespad=0.2)
+    return fig
+
+
+def _near(value: float, data: list[float]) -> bool:
+    """Whether a deadline or budget line at `value` fits on the chart of `data` (at most twice
+    its largest value): a line far beyond would stretch the axis over empty space, to infinity."""
+    return bool(data) and value <= 2 * max(data)
+
+
+CHAR_W, LABEL_H = 0.0145, 0.045
+"""Size of a frontier label's character and line, as fractions of the axes (5-pt type on a
+one-column figure), to keep labels from overlapping."""
+
+
+def _label_frontier(ax, front) -> None:
+    """Frontier points' compositions in small type beside them, the fastest first; a label that
+    would overlap one already placed is left out. Labels lean towards the middle of the axes."""
+    ax.autoscale_view()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    boxes: list[tuple[float, float, float, float]] = []
+    for r in front.sort_values(["train_time_h", "train_cost_usd"]).itertuples(index=False):
+        x, y = (r.train_cost_usd - x0) / ((x1 - x0) or 1), (r.train_time_h - y0) / ((y1 - y0) or 1)
+        right = x > 0.55
+        width = CHAR_W * len(r.composition)
+        box = (x - width - 0.02 if right else x + 0.01, y + 0.005, x - 0.01 if right else x + width + 0.02,
+               y + LABEL_H)
+        if any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes):
+            continue
+        boxes.append(box)
+        ax.annotate(r.composition, (r.train_cost_usd, r.train_time_h), xytext=(-4 if right else 4, 4),
+                    textcoords="offset points", fontsize=FONT_PT - 3, color="#333333", zorder=6,
+                    ha="right" if right else "left", va="bottom")
+
+
+def _usd(value: float, _pos=None) -> str:
+    if abs(value) >= 1e9:
+        return f"${value:.3g}"
+    if abs(value) >= 1e6:
+        return f"${value / 1e6:g}M"
+    if abs(value) >= 1e3:
+        return f"${value / 1e3:g}k"
+    return f"${value:g}"
+
+
+def _annotate(ax, analysis: ParetoAnalysis) -> None:
+    """Knee (star), deadline (horizontal line) and budget (vertical line) with their answers."""
+    marks = []
+    if analysis.knee is not None:
+        marks.append((analysis.knee, "knee", "*", "#d62728", 70))
+    fits = [r for r in analysis.results if r.status == "ok"]
+    if analysis.deadline_hours is not None and not _near(analysis.deadline_hours, [r.train_time_h for r in fits]):
+        ax.text(0.01, 0.01, f"deadline {analysis.deadline_hours:,.4g} h: off the chart", transform=ax.transAxes,
+                ha="left", va="bottom", color="#ff7f0e", fontsize=FONT_PT - 1)
+    elif analysis.deadline_hours is not None:
+        ax.axhline(analysis.deadline_hours, color="#ff7f0e", lw=0.7, ls="--", zorder=1)
+        ax.annotate(f"deadline {analysis.deadline_hours:,.0f} h", (1.0, analysis.deadline_hours),
+                    xycoords=("axes fraction", "data"), ha="right", va="bottom", color="#ff7f0e",
+                    fontsize=FONT_PT - 1)
+        if analysis.deadline is not None:
+            marks.append((analysis.deadline, "cheapest in deadline", "v", "#ff7f0e", 30))
+    if analysis.budget_usd is not None and not _near(analysis.budget_usd, [r.train_cost_usd for r in fits]):
+        ax.text(0.01, 0.06, f"budget {_usd(analysis.budget_usd)}: off the chart", transform=ax.transAxes,
+                ha="left", va="bottom", color="#17becf", fontsize=FONT_PT - 1)
+    elif analysis.budget_usd is not None:
+        ax.axvline(analysis.budget_usd, color="#17becf", lw=0.7, ls="--", zorder=1)
+        ax.annotate(f"budget {_usd(analysis.budget_usd)}", (analysis.budget_usd, 1.0),
+                    xycoords=("data", "axes fraction"), ha="left", va="top", rotation=90, color="#17becf",
+                    fontsize=FONT_PT - 1)
+        if analysis.budget is not None:
+            marks.append((analysis.budget, "fastest in budget", "P", "#17becf", 30))
+    for i, name, marker, color, size in marks:
+        r = analysis.results[i]
+        ax.scatter([r.train_cost_usd], [r.train_time_h], marker=marker, s=size, color=color, zorder=5,
+                   edgecolors="black", linewidths=0.4, label=f"{name}: {r.composition.label}")
+
+
+# ---------------------------------------------------------------------------- one plan
+WIDE_IN = 7.0
+"""Two report columns wide: the timeline and the breakdown bars."""
+EVENT_STYLE = {
+    "fwd": ("forward", "#4e79a7"), "bwd": ("backward", "#f28e2b"), "send_fwd": ("p2p send", "#9c9c9c"),
+    "send_bwd": ("p2p send", "#9c9c9c"), "dp_sync": ("DP all-reduce", "#b07aa1"),
+    "embedding_sync": ("embedding all-reduce", "#9c755f"),
+}
+PART_STYLE = (("weights", "#4e79a7"), ("gradients", "#59a14f"), ("optimizer", "#edc948"),
+              ("activations", "#f28e2b"))
+CRITICAL_COLOR = "#d62728"
+TIMELINE_MAX_BOXES = 20_000
+"""A timeline of more compute boxes (2 x stages x micro-batches) is not drawn: unreadable, and
+matplotlib takes ~1 kB and ~50 us a box (a 16-stage pipeline of 16,384 micro-batches: GBs)."""
+LABEL_MIN_FRACTION = 1 / 90
+"""A box gets its micro-batch number when it is at least this fraction of the time axis wide."""
+
+
+def _style():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt, plt.rc_context({"font.size": FONT_PT, "axes.titlesize": FONT_PT, "axes.labelsize": FONT_PT,
+                                "legend.fontsize": FONT_PT - 1, "xtick.labelsize": FONT_PT,
+                                "ytick.labelsize": FONT_PT, "svg.hashsalt": "fasop", "svg.fonttype": "none"})
+
+
+def _frame(ax, title: str, axis: str = "both") -> None:
+    """The light grid every figure draws along `axis`, and the title when there is one."""
+    ax.grid(True, axis=axis, lw=0.3, alpha=0.5)
+    if title:
+        ax.set_title(title)
+
+
+def timeline_figure(tl, stage_labels: list[str], *, title: str = ""):
+    """Gantt chart of a timeline.Timeline: a row per stage (stage 0 on top), forward, backward,
+    p2p sends and all-reduces in their colours, micro-batch numbers on boxes wide enough, the
+    critical path outlined. Time in milliseconds."""
+    plt, style = _style()
+    ms = 1e3
+    with style:
+        fig, ax = plt.subplots(figsize=(WIDE_IN, 1.2 + 0.22 * tl.num_stages), layout="constrained")
+        span = max(e.end_s for e in tl.events) * ms
+        by_kind: dict[str, list] = {}
+        for e in tl.events:
+            by_kind.setdefault(e.kind, []).append(e)
+        labelled = set()
+        for kind, events in by_kind.items():
+            label, color = EVENT_STYLE[kind]
+            ax.barh([e.stage for e in events], [(e.end_s - e.start_s) * ms for e in events],
+                    left=[e.start_s * ms for e in events], height=0.8 if kind in ("fwd", "bwd") else 0.35,
+                    color=color, edgecolor="white", linewidth=0.2,
+                    label=None if label in labelled else label, gid=kind)
+            labelled.add(label)
+            for e in events:
+                if e.microbatch >= 0 and kind in ("fwd", "bwd") and (e.end_s - e.start_s) * ms >= span * LABEL_MIN_FRACTION:
+                    ax.text((e.start_s + e.end_s) / 2 * ms, e.stage, str(e.microbatch), ha="center", va="center",
+                            fontsize=FONT_PT - 3, color="white")
+        chain = [tl.events[k] for k in tl.critical]
+        ax.barh([e.stage for e in chain], [(e.end_s - e.start_s) * ms for e in chain], left=[e.start_s * ms for e in chain],
+                height=0.86, fill=False, edgecolor=CRITICAL_COLOR, linewidth=0.9, label="critical path",
+                gid="critical")
+        ax.axvline(tl.pipeline_time_s * ms, color="black", lw=0.6, ls="--")
+        ax.set_yticks(range(tl.num_stages), stage_labels)
+        ax.set_ylim(tl.num_stages - 0.5, -0.5)
+        ax.set_xlim(0, span * 1.005)
+        ax.set_xlabel(f"time within a training step (ms): pipeline {tl.pipeline_time_s * ms:,.1f} ms (dashed), "
+                      f"step {tl.step_time_s * ms:,.1f} ms")
+        ax.set_ylabel("pipeline stage")
+        _frame(ax, title, axis="x")
+        fig.legend(loc="outside lower center", ncol=6, frameon=False, handlelength=1.2)
+    return fig
+
+
+def breakdown_figure(items: list[tuple[str, dict[str, float]]], *, title: str = ""):
+    """Step-time breakdown bars, one per plan (fastest on top): items are (label, {part: seconds})
+    with parts compute, p2p, bubble (or pipeline, undrawn), then the step's other terms (fasop-2024:
+    DP all-reduce, embedding all-reduce; analytic: DP sync not overlapped, embedding all-reduce,
+    optimizer step), summing to the step."""
+    plt, style = _style()
+    colors = {"compute": "#4e79a7", "p2p": "#9c9c9c", "bubble": "#e15759", "pipeline": "#76b7b2",
+              "DP all-reduce": "#b07aa1", "DP sync not overlapped": "#b07aa1", "embedding all-reduce": "#9c755f",
+              "optimizer step": "#edc948"}
+    colors = {part: color for part, color in colors.items() if any(part in parts for _, parts in items)}
+    with style:
+        fig, ax = plt.subplots(figsize=(WIDE_IN, 1.0 + 0.24 * len(items)), layout="constrained")
+        left = [0.0] * len(items)
+        for part, color in colors.items():
+            widths = [parts.get(part, 0.0) * 1e3 for _, parts in items]
+            ax.barh(range(len(items)), widths, left=left, color=color, height=0.7, label=part, gid=part)
+            left = [a + b for a, b in zip(left, widths)]
+        ax.set_yticks(range(len(items)), [label for label, _ in items])
+        ax.set_ylim(len(items) - 0.5, -0.5)
+        ax.set_xlabel("step time (ms), by the stage that finishes last")
+        _frame(ax, title, axis="x")
+        fig.legend(loc="outside lower center", ncol=5, frameon=False, handlelength=1.2)
+    return fig
+
+
+def memory_figure(stages, *, title: str = ""):
+    """Per-stage memory (GiB per GPU) by part, stacked; the overhead the fit check adds hatched;
+    each stage's limit as a black tick. stages: explain.StageBreakdown items."""
+    plt, style = _style()
+    gib = 2.0**30
+    with style:
+        fig, ax = plt.subplots(figsize=(max(WIDTH_IN, 0.9 + 0.28 * len(stages)), HEIGHT_IN), layout="constrained")
+        x = list(range(len(stages)))
+        bottom = [0.0] * len(stages)
+        parts = PART_STYLE if all(s.weights_bytes is not None for s in stages) else (("estimate", "#4e79a7"),)
+        for part, color in parts:
+            heights = [(s.memory_bytes if part == "estimate" else getattr(s, f"{part}_bytes")) / gib for s in stages]
+            ax.bar(x, heights, bottom=bottom, color=color, width=0.75, label=part, gid=part)
+            bottom = [a + b for a, b in zip(bottom, heights)]
+        fixed = [(getattr(s, "overhead_bytes", None) or 0.0) / gib for s in stages]
+        if any(fixed) and parts is PART_STYLE:  # the framework's fixed bytes (analytic), part of the estimate
+            ax.bar(x, fixed, bottom=bottom, color="#bab0ac", width=0.75, label="framework", gid="framework")
+            bottom = [a + b for a, b in zip(bottom, fixed)]
+        extra = [(s.overhead_factor - 1) * s.memory_bytes / gib for s in stages]
+        if any(extra):
+            ax.bar(x, extra, bottom=bottom, color="white", edgecolor="#7f7f7f", hatch="////", width=0.75,
+                   linewidth=0.4, label="overhead", gid="overhead")
+        ax.scatter(x, [s.limit_bytes / gib for s in stages], marker="_", s=120, color="black", linewidths=1.4,
+                   zorder=5, label="limit", gid="limit")
+        ax.set_xticks(x, [f"{s.stage}\n{s.gpu}" if len(stages) <= 8 else str(s.stage) for s in stages])
+        ax.set_xlabel("pipeline stage" + ("" if len(stages) <= 8 else f" (GPU: {'-'.join(s.gpu for s in stages)})"
+                                          if len(stages) <= 12 else ""))
+        ax.set_ylabel("memory per GPU (GiB)")
+        ax.set_ylim(0, max(max(s.limit_bytes, s.overhead_factor * s.memory_bytes) for s in stages) / gib * 1.25)
+        _frame(ax, title, axis="y")
+        ax.legend(loc="upper left", ncol=3, frameon=False, handlelength=1.0, fontsize=FONT_PT - 2)
+    return fig

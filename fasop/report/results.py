@@ -1,0 +1,157 @@
+"""Result tables: estimates -> rows of scalar cells, written atomically as CSV.
+
+Every cell is a number, a boolean or a plain string; units are in the column names.
+Floats are written with Python's shortest round-trip repr, so equal inputs give equal bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import operator
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from fasop.costs.estimate import Estimate
+from fasop.search.engine import SearchResult
+
+SEARCH_COLUMNS = (
+    "mbs", "tp", "dp", "pp", "node_placement", "partition",
+    "step_time_s", "pipeline_time_s", "dp_allreduce_s", "embedding_allreduce_s", "usd_per_step",
+    "is_oom", "oom_gpumem_gib", "is_zero_oom", "zero_oom_gpumem_gib", "train_cost_usd",
+    "rank", "num_gpus", "num_nodes", "num_microbatches", "stage_gpu_types", "partition_method",
+    "partition_proven_optimal", "samples_per_s", "tokens_per_s",
+    "usd_per_hour", "iterations", "train_time_h",
+)
+"""Columns of `fasop search` output; `num_nodes_<type>` columns follow, one per node type. Their
+units and meanings: README.md, "CSV columns" (tests/test_readme.py checks it against a run)."""
+
+
+def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], list[dict]]:
+    """(columns, rows) for a search result, fastest first."""
+    type_names = list(dict.fromkeys(n.name for n in result.inventory))
+    columns = (with_gap(SEARCH_COLUMNS, result.estimates) + [f"num_nodes_{t}" for t in type_names]
+               + extra_columns(result.estimates))
+    counts = {f"num_nodes_{t}": sum(n.name == t for n in result.inventory) for t in type_names}
+    rows, names = [], {}
+    for rank, e in enumerate(result.estimates, start=1):
+        rows.append(estimate_row(e, rank=rank, iterations=result.iterations, usd_per_hour=result.usd_per_hour,
+                                 sequence_length=sequence_length, names=names) | counts)
+    return columns, rows
+
+
+def with_gap(columns: Sequence[str], estimates: Iterable[Estimate | None]) -> list[str]:
+    """`columns` with `partition_gap_pct` after `partition_proven_optimal` when an estimate's split
+    is the optimal partitioner's (FASOP's choices keep FASOP's columns, byte for byte)."""
+    columns = list(columns)
+    if any(e is not None and e.partitioner == "optimal" for e in estimates):
+        columns.insert(columns.index("partition_proven_optimal") + 1, "partition_gap_pct")
+    return columns
+
+
+def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float, sequence_length: int,
+                 names: dict | None = None) -> dict:
+    """The CSV row of one estimate. `names`: a dict kept across the rows of one result, of the
+    joined names of placements and stage types by object (a search's rows share a handful)."""
+    plan = e.plan
+    samples_per_s = plan.global_batch_size / e.step_time_s
+    names = {} if names is None else names
+    placement, stage_types = ("placement", id(plan.placement)), ("stages", id(e.stage_node_types))
+    if placement not in names:
+        names[placement] = (plan.placement, plan.placement_name)  # the object kept with it: its id stays its own
+    if stage_types not in names:
+        names[stage_types] = (e.stage_node_types, "-".join(t.gpu for t in e.stage_node_types))
+    return {
+        "mbs": plan.mbs, "tp": plan.tp, "dp": plan.dp, "pp": plan.pp,
+        "node_placement": names[placement][1],
+        "partition": "-".join(map(str, e.partition)),
+        "step_time_s": e.step_time_s, "pipeline_time_s": e.pipeline_time_s,
+        "dp_allreduce_s": e.dp_allreduce_s, "embedding_allreduce_s": e.embedding_allreduce_s,
+        "usd_per_step": e.usd_per_step,
+        "is_oom": e.memory.is_oom, "oom_gpumem_gib": e.memory.oom_gpumem_gib,
+        "is_zero_oom": e.memory.is_zero_oom, "zero_oom_gpumem_gib": e.memory.zero_oom_gpumem_gib,
+        "train_cost_usd": e.usd_per_step * iterations,
+        "rank": rank, "num_gpus": plan.num_gpus, "num_nodes": len(plan.placement),
+        "num_microbatches": plan.num_microbatches,
+        "stage_gpu_types": names[stage_types][1],
+        "partition_method": e.partitioner, "partition_proven_optimal": e.partition_proven_optimal,
+        "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * sequence_length,
+        "usd_per_hour": usd_per_hour, "iterations": iterations,
+        "train_time_h": e.step_time_s * iterations / 3600,
+    } | ({"partition_gap_pct": e.partition_gap_pct} if e.partitioner == "optimal" else {}) | dict(e.extra_columns)
+
+
+def extra_columns(estimates: Iterable[Estimate]) -> list[str]:
+    """The estimator's own columns (Estimate.extra_columns), from the first estimate that has any."""
+    return next(([name for name, _ in e.extra_columns] for e in estimates if e.extra_columns), [])
+
+
+def csv_text(columns: Sequence[str], rows: Iterable[dict]) -> str:
+    """The rows as CSV text, a header of `columns` first: each row's value of each column (a
+    column a row lacks is empty; a key that is not a column is an error), floats as repr writes
+    them (the shortest text that reads back as the same float), True/False as such."""
+    columns = list(columns)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    cells = operator.itemgetter(*columns) if len(columns) > 1 else (lambda row: tuple(row[k] for k in columns))
+    wanted = frozenset(columns)
+    for row in rows:
+        try:
+            values = cells(row)
+        except KeyError:
+            values = [row.get(k, "") for k in columns]
+        if len(row) > len(columns) or not row.keys() <= wanted:
+            raise ValueError(f"csv_text: keys not among the columns: {sorted(row.keys() - wanted)}")
+        writer.writerow(values)
+    return buffer.getvalue()
+
+
+def write_atomic(path: str | os.PathLike, text: str, flag: str = "--out") -> Path:
+    """Write `text` to `path` via a temporary file in the same folder, renamed into place:
+    readers never see a partial file, and an error or interrupt leaves no file behind
+    (output.write_files; FasopError naming `flag` for a target it refuses or cannot write)."""
+    from fasop.report.output import write_files
+
+    return write_files([(Path(path), text)], flag)[0]
+
+
+# ---------------------------------------------------------------------------- fasop pareto
+PARETO_EXTRA_COLUMNS = ("composition", "cluster_kind", "status", "num_candidates",
+                        "price_basis", "on_frontier", "is_knee", "complete", "step_time_bound_s")
+"""Columns of `fasop pareto` output after SEARCH_COLUMNS and the `num_nodes_<type>` columns
+(README.md, "`fasop pareto`")."""
+
+
+def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
+                spot: bool = False) -> tuple[list[str], list[dict]]:
+    """(columns, rows) for `fasop pareto`: one row per composition, in composition order, with its
+    fastest plan that fits (plan cells empty when none fits). Dollar columns use the composition's
+    price on the chosen basis; `rank` is the plan's rank within its composition's search."""
+    bests = [r.best for r in analysis.results if r.best is not None]
+    columns = (with_gap(SEARCH_COLUMNS, bests) + [f"num_nodes_{t}" for t in type_names] + list(PARETO_EXTRA_COLUMNS)
+               + extra_columns(bests))
+    rows = []
+    for i, r in enumerate(analysis.results):
+        counts = dict(r.composition.counts)
+        row = dict.fromkeys(columns, "")
+        best = r.best
+        if best is not None:
+            rank = r.search.estimates.index(best) + 1
+            row |= estimate_row(best, rank=rank, iterations=r.iterations, usd_per_hour=r.usd_per_hour,
+                                sequence_length=sequence_length)
+            row |= {"train_time_h": r.train_time_h, "train_cost_usd": r.train_cost_usd}
+            if spot:
+                row["usd_per_step"] = r.usd_per_hour / 3600 * best.step_time_s
+        row |= {f"num_nodes_{t}": counts.get(t, 0) for t in type_names}
+        row |= {"num_nodes": r.composition.num_nodes, "usd_per_hour": r.usd_per_hour, "iterations": r.iterations,
+                "is_oom": "" if r.status in ("no_plan", "pruned") else r.status == "oom",
+                "composition": r.composition.label, "cluster_kind": r.composition.kind, "status": r.status,
+                "num_candidates": "" if r.status == "pruned" else 0 if r.search is None else r.search.num_candidates,
+                "price_basis": "spot" if spot else "on-demand",
+                "on_frontier": analysis.on_frontier[i], "is_knee": i == analysis.knee,
+                "complete": analysis.complete,
+                "step_time_bound_s": "" if r.step_time_bound_s is None else r.step_time_bound_s}
+        rows.append(row)
+    return columns, rows

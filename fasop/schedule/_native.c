@@ -1,0 +1,525 @@
+/* _fasop_native: compiled generic kernels of fasop's hot loops (optional; see fasop/schedule/native.py).
+ *
+ * Plain arrays in, plain arrays out; nothing here knows a cost model. Each kernel computes what
+ * a Python function of fasop computes, with the same float64 operations in the same order, so
+ * the results are the same bits (tests/test_native.py compares them):
+ *
+ * - one_f_one_b: the 1F1B event recurrences over given forward, backward and send durations
+ *   (fasop.schedule.recurrences.run, docs/estimators.md section 5), many pipelines of one (pp, m) at once.
+ *   Every event end is (the largest of the events it waits for) + its duration: comparisons,
+ *   exact, and one IEEE double addition. one_f_one_b_many: the same for pipelines of mixed
+ *   (pp, m) in one call.
+ * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
+ *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima.
+ *
+ * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
+ * only a C compiler and Python's headers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Python's max(a, b) for the non-negative, non-NaN values here: a unless b is larger. */
+static inline double mx(double a, double b) { return b > a ? b : a; }
+
+/* ------------------------------------------------------------------------------- 1F1B */
+
+/* LANES pipelines of the same pp and m run in lockstep, lane l of every time holding pipeline
+ * l's: the same operations per lane, so each lane's values are those of its pipeline run
+ * alone, and the compiler turns the lane loops into vector instructions. */
+#define LANES 4
+typedef struct { double v[LANES]; } lanes_t;
+_Static_assert(sizeof(lanes_t) == LANES * sizeof(double), "lanes_t is read as an array of doubles");
+
+/* Does any lane of x differ from +0.0? Durations are >= 0 and never -0.0, so adding one that
+ * is 0 in every lane leaves every value as it is: such additions are skipped. */
+static inline int any(const lanes_t *x)
+{
+    int some = 0;
+    for (int l = 0; l < LANES; l++) some |= x->v[l] != 0.0;
+    return some;
+}
+
+/* t = max(a, b), then + d when add, per lane */
+static inline void maxadd(lanes_t *t, const lanes_t *a, const lanes_t *b, const lanes_t *d, int add)
+{
+    for (int l = 0; l < LANES; l++) t->v[l] = mx(a->v[l], b->v[l]);
+    if (add)
+        for (int l = 0; l < LANES; l++) t->v[l] += d->v[l];
+}
+
+/* Scratch of the recurrences for one (pp, m): the durations and ends of LANES pipelines. */
+typedef struct {
+    int pp, m;
+    lanes_t *grid;  /* 6 * pp * m */
+    int *flags;     /* 3 * pp */
+    lanes_t *dur;   /* 4 * pp rows: F, B, SF, SB of each stage */
+    lanes_t *ends;  /* pp */
+} sched_t;
+
+/* Scratch for pipelines of up to max_pp stages and max_cells = pp x m; set s->pp, s->m before
+ * each run. */
+static int sched_init(sched_t *s, int max_pp, int64_t max_cells)
+{
+    const int pp = max_pp;
+    s->pp = pp;
+    s->m = 1;
+    s->grid = malloc(6 * (size_t)max_cells * sizeof(lanes_t));
+    s->flags = malloc(3 * (size_t)pp * sizeof(int));
+    s->dur = malloc(4 * (size_t)pp * sizeof(lanes_t));
+    s->ends = malloc((size_t)pp * sizeof(lanes_t));
+    return (s->grid && s->flags && s->dur && s->ends) ? 0 : -1;
+}
+
+static void sched_free(sched_t *s)
+{
+    free(s->grid);
+    free(s->flags);
+    free(s->dur);
+    free(s->ends);
+}
+
+/* Set by _set_poison (tests only): the 1F1B runs (run_1f1b) fill the cells they do not zero
+ * with 1e300. */
+static int poison = 0;
+
+/* run_1f1b: the recurrences of fasop.schedule.recurrences.run (_one_f_one_b.h) on the LANES pipelines of
+ * s->dur, into s->ends. */
+#define ONE_F_ONE_B_NAME run_1f1b
+#define ONE_F_ONE_B_STATE sched_t
+#define CELL lanes_t
+#define MAXADD(t, a, b, row, add) maxadd(t, a, b, &s->dur[row], add)
+#define ONE_F_ONE_B_SENDS(row) any(&s->dur[row])
+#define ONE_F_ONE_B_END(cell) (cell)
+#define ONE_F_ONE_B_ZERO {{0.0}}
+#define ONE_F_ONE_B_BIG {{1e300, 1e300, 1e300, 1e300}}
+#include "_one_f_one_b.h"
+
+/* ----------------------------------------------------------- the optimal partitioner's tables */
+
+/* fasop.partition.splits's dynamic programmes over (stage k, first layer a) on stage times
+ * times[k][a][b] (layers a..b-1 on stage k; inf where b <= a or they do not fit), n stages of
+ * size = layers + 1 entries: the same float operations per entry as its numpy code (one
+ * product, one sum or maximum), minima taken exactly, so the same bits. */
+
+#define T3(k, a, b) times[((size_t)(k) * (size_t)size + (size_t)(a)) * (size_t)size + (size_t)(b)]
+
+/* partition._weighted: w x t; w == 1: t; w == 0: 0 where t is finite (0 x inf would be nan). */
+static inline double weighted_time(double t, double w)
+{
+    if (w == 1.0) return t;
+    if (w > 0.0) return t * w;
+    return isfinite(t) ? 0.0 : INFINITY;
+}
+
+/* partition.completion: table[k][a] = least over the splits of layers a.. into stages k.. of the
+ * sum (largest: the largest) of weights[i] x stage time; table (n + 1) x size. */
+static void completion_table(const double *times, int n, Py_ssize_t size, const double *weights, int largest,
+                             double *table)
+{
+    for (Py_ssize_t q = 0; q < (Py_ssize_t)(n + 1) * size; q++) table[q] = INFINITY;
+    table[(size_t)n * (size_t)size + (size_t)(size - 1)] = 0.0;
+    for (int k = n - 1; k >= 0; k--) {
+        const double w = weights[k], *next = table + (size_t)(k + 1) * (size_t)size;
+        double *row = table + (size_t)k * (size_t)size;
+        for (Py_ssize_t a = 0; a < size; a++) {
+            double least = INFINITY;
+            for (Py_ssize_t b = 0; b < size; b++) {
+                const double x = weighted_time(T3(k, a, b), w);
+                const double v = largest ? mx(x, next[b]) : x + next[b];
+                if (v < least) least = v;
+            }
+            row[a] = least;
+        }
+    }
+}
+
+/* partition.capped_completion: table[j][k][a] = least sum of stage times over the splits of
+ * layers a.. into stages k.. whose every weights[i] x stage time is at most caps[j]; table
+ * J x (n + 1) x size. Each entry's weighted time is compared with every cap in turn (minima are
+ * exact: the order they are taken in changes no bit). */
+static void capped_table(const double *times, int n, Py_ssize_t size, const double *weights, const double *caps,
+                         Py_ssize_t J, double *table)
+{
+    const size_t plane = (size_t)(n + 1) * (size_t)size;
+    for (size_t q = 0; q < (size_t)J * plane; q++) table[q] = INFINITY;
+    for (Py_ssize_t j = 0; j < J; j++) table[(size_t)j * plane + (size_t)n * (size_t)size + (size_t)(size - 1)] = 0.0;
+    for (int k = n - 1; k >= 0; k--) {
+        const double w = weights[k];
+        for (Py_ssize_t a = 0; a < size; a++) {
+            double *least = table + (size_t)k * (size_t)size + (size_t)a;  /* + j * plane: cap j's, from inf */
+            for (Py_ssize_t b = 0; b < size; b++) {
+                const double t = T3(k, a, b), x = weighted_time(t, w);
+                const double *next = table + (size_t)(k + 1) * (size_t)size + (size_t)b;
+                for (Py_ssize_t j = 0; j < J; j++) {
+                    if (!(x <= caps[j])) continue;  /* numpy: inf there */
+                    const double v = t + next[(size_t)j * plane];
+                    if (v < least[(size_t)j * plane]) least[(size_t)j * plane] = v;
+                }
+            }
+        }
+    }
+}
+
+/* partition.bottleneck_split: a split minimising the largest stage time, among the suffixes of
+ * the same largest the one of least sum, then the first stop; counts (n) written, 0 when no
+ * split fits. most, sum: (n + 1) x size scratch; stop: n x size. */
+static int bottleneck_counts(const double *times, int n, Py_ssize_t size, double *most, double *sum, int64_t *stop,
+                             int64_t *counts)
+{
+    for (Py_ssize_t q = 0; q < (Py_ssize_t)(n + 1) * size; q++) most[q] = sum[q] = INFINITY;
+    for (Py_ssize_t q = 0; q < (Py_ssize_t)n * size; q++) stop[q] = 0;
+    most[(size_t)n * (size_t)size + (size_t)(size - 1)] = sum[(size_t)n * (size_t)size + (size_t)(size - 1)] = 0.0;
+    for (int k = n - 1; k >= 0; k--) {
+        const double *next_most = most + (size_t)(k + 1) * (size_t)size, *next_sum = sum + (size_t)(k + 1) * (size_t)size;
+        for (Py_ssize_t a = 0; a < size; a++) {
+            double lowest = INFINITY;
+            for (Py_ssize_t b = 0; b < size; b++) {
+                const double x = mx(T3(k, a, b), next_most[b]);
+                if (x < lowest) lowest = x;
+            }
+            if (!isfinite(lowest)) continue;
+            /* numpy's argmin of (total where the largest is lowest, else inf): the first least */
+            Py_ssize_t best = 0;
+            double least = INFINITY;
+            for (Py_ssize_t b = 0; b < size; b++) {
+                const double t = T3(k, a, b);
+                if (mx(t, next_most[b]) != lowest) continue;
+                const double total = t + next_sum[b];
+                if (total < least) {
+                    least = total;
+                    best = b;
+                }
+            }
+            most[(size_t)k * (size_t)size + (size_t)a] = mx(T3(k, a, best), next_most[best]);
+            sum[(size_t)k * (size_t)size + (size_t)a] = T3(k, a, best) + next_sum[best];
+            stop[(size_t)k * (size_t)size + (size_t)a] = best;
+        }
+    }
+    if (!isfinite(most[0])) return 0;
+    int64_t first = 0;
+    for (int k = 0; k < n; k++) {
+        const int64_t next = stop[(size_t)k * (size_t)size + (size_t)first];
+        counts[k] = next - first;
+        first = next;
+    }
+    return 1;
+}
+
+#undef T3
+
+/* ------------------------------------------------------------------------------ Python */
+
+static int check_buffer(const Py_buffer *view, Py_ssize_t count, Py_ssize_t itemsize, const char *name)
+{
+    if (view->len != count * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd bytes, got %zd", name, count * itemsize, view->len);
+        return -1;
+    }
+    return 0;
+}
+
+/* The pipeline shape of a 1F1B entry point: pp, m >= 1. */
+static int check_pipeline(int pp, int m, const char *name)
+{
+    if (pp < 1 || m < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: pp and m must be >= 1", name);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(one_f_one_b_doc,
+"one_f_one_b(durations, pp, m, ends)\n\n"
+"The 1F1B recurrences for n pipelines of pp stages and m micro-batches. durations: float64,\n"
+"C-contiguous, n rows of 4*pp (F, B, SF, SB of each stage); ends: writable float64 buffer of n*pp,\n"
+"filled with each stage's last backward end, pipeline by pipeline.");
+
+static PyObject *py_one_f_one_b(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer durations, ends;
+    int pp, m;
+    if (!PyArg_ParseTuple(args, "y*iiw*", &durations, &pp, &m, &ends)) return NULL;
+    PyObject *result = NULL;
+    sched_t s = {0};
+    if (check_pipeline(pp, m, "one_f_one_b") < 0) goto done;
+    const Py_ssize_t row = 4 * (Py_ssize_t)pp;
+    const Py_ssize_t n = durations.len / (row * (Py_ssize_t)sizeof(double));
+    if (check_buffer(&durations, n * row, sizeof(double), "durations") < 0 ||
+        check_buffer(&ends, n * pp, sizeof(double), "ends") < 0)
+        goto done;
+    if (sched_init(&s, pp, (int64_t)pp * m) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    s.m = m;
+    const double *d = durations.buf;
+    double *out = ends.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k0 = 0; k0 < n; k0 += LANES) {
+        for (int l = 0; l < LANES; l++) {  /* lanes past the last pipeline repeat it, unread */
+            const double *r = d + (k0 + l < n ? k0 + l : n - 1) * row;
+            for (Py_ssize_t q = 0; q < row; q++) s.dur[q].v[l] = r[q];
+        }
+        run_1f1b(&s);
+        for (int l = 0; l < LANES && k0 + l < n; l++)
+            for (int i = 0; i < pp; i++) out[(k0 + l) * pp + i] = s.ends[i].v[l];
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    sched_free(&s);
+    PyBuffer_Release(&durations);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
+/* Pipelines of one_f_one_b_many, ordered by stage count, then micro-batch count, then index. */
+typedef struct {
+    int64_t pp, m;
+    Py_ssize_t index;
+} shape_t;
+
+static int by_shape(const void *a, const void *b)
+{
+    const shape_t *x = a, *y = b;
+    if (x->pp != y->pp) return x->pp < y->pp ? -1 : 1;
+    if (x->m != y->m) return x->m < y->m ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+PyDoc_STRVAR(one_f_one_b_many_doc,
+"one_f_one_b_many(durations, width, pps, ms, ends)\n\n"
+"one_f_one_b for n pipelines of their own stage and micro-batch counts: pps, ms int64 n (1 <=\n"
+"pp <= width, m >= 1); durations float64, n rows of 4 blocks of width entries (F, B, SF, SB of\n"
+"each stage, the first pp of each block read); ends: writable float64 n x width, the first pp\n"
+"entries of each row written. Pipelines of equal (pp, m) run together, LANES at a time.");
+
+static PyObject *py_one_f_one_b_many(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer durations, pps, ms, ends;
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "y*ny*y*w*", &durations, &width, &pps, &ms, &ends)) return NULL;
+    PyObject *result = NULL;
+    sched_t s = {0};
+    shape_t *order = NULL;
+    const Py_ssize_t n = pps.len / (Py_ssize_t)sizeof(int64_t);
+    if (width < 1 || check_buffer(&pps, n, sizeof(int64_t), "pps") < 0 ||
+        check_buffer(&ms, n, sizeof(int64_t), "ms") < 0 ||
+        check_buffer(&durations, n * 4 * width, sizeof(double), "durations") < 0 ||
+        check_buffer(&ends, n * width, sizeof(double), "ends") < 0) {
+        if (width < 1 && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "one_f_one_b_many: width must be >= 1");
+        goto done;
+    }
+    const int64_t *pp_of = pps.buf, *m_of = ms.buf;
+    int64_t most_pp = 1, most_cells = 1;
+    order = malloc((size_t)(n ? n : 1) * sizeof(shape_t));
+    if (!order) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (pp_of[k] < 1 || pp_of[k] > width || m_of[k] < 1 || m_of[k] > (int64_t)1 << 30) {
+            PyErr_SetString(PyExc_ValueError, "one_f_one_b_many: need 1 <= pp <= width and 1 <= m <= 2^30");
+            goto done;
+        }
+        if (pp_of[k] > most_pp) most_pp = pp_of[k];
+        if (pp_of[k] * m_of[k] > most_cells) most_cells = pp_of[k] * m_of[k];
+        order[k] = (shape_t){pp_of[k], m_of[k], k};
+    }
+    qsort(order, (size_t)n, sizeof(shape_t), by_shape);
+    if (sched_init(&s, (int)most_pp, most_cells) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const double *d = durations.buf;
+    double *out = ends.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r0 = 0, r1; r0 < n; r0 = r1) {
+        const int pp = (int)order[r0].pp, m = (int)order[r0].m;
+        for (r1 = r0; r1 < n && order[r1].pp == pp && order[r1].m == m; r1++) {}
+        s.pp = pp;
+        s.m = m;
+        for (Py_ssize_t q0 = r0; q0 < r1; q0 += LANES) {
+            for (int l = 0; l < LANES; l++) {  /* lanes past the group's last pipeline repeat it, unread */
+                const double *row = d + order[q0 + l < r1 ? q0 + l : r1 - 1].index * 4 * width;
+                for (int b = 0; b < 4; b++)
+                    for (int i = 0; i < pp; i++) s.dur[b * pp + i].v[l] = row[b * width + i];
+            }
+            run_1f1b(&s);
+            for (int l = 0; l < LANES && q0 + l < r1; l++)
+                for (int i = 0; i < pp; i++) out[order[q0 + l].index * width + i] = s.ends[i].v[l];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    free(order);
+    sched_free(&s);
+    PyBuffer_Release(&durations);
+    PyBuffer_Release(&pps);
+    PyBuffer_Release(&ms);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
+PyDoc_STRVAR(set_poison_doc,
+"_set_poison(flag) -> None\n\n"
+"Tests only: with flag true, the 1F1B recurrences start every cell they do not zero as 1e300,\n"
+"so that a cell read before it is written shows in the results.");
+
+static PyObject *py_set_poison(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int flag;
+    if (!PyArg_ParseTuple(args, "p", &flag)) return NULL;
+    poison = flag;
+    Py_RETURN_NONE;
+}
+
+/* The stage-time array (n x size x size float64) and, when given, the stage weights (n) of the
+ * partitioner's tables; n, size >= 1. */
+static int check_stage_times(const Py_buffer *times, int n, Py_ssize_t size, const Py_buffer *weights, const char *name)
+{
+    if (n < 1 || size < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: n and size must be >= 1", name);
+        return -1;
+    }
+    if (check_buffer(times, (Py_ssize_t)n * size * size, sizeof(double), "times") < 0) return -1;
+    return weights ? check_buffer(weights, n, sizeof(double), "weights") : 0;
+}
+
+PyDoc_STRVAR(completion_doc,
+"completion(times, n, size, weights, largest, table)\n\n"
+"fasop.partition.splits.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
+"weights float64 n, largest 0 or 1; table: writable float64 (n + 1) x size.");
+
+static PyObject *py_completion(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer times, weights, table;
+    int n, largest;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*iny*pw*", &times, &n, &size, &weights, &largest, &table)) return NULL;
+    PyObject *result = NULL;
+    if (check_stage_times(&times, n, size, &weights, "completion") < 0 ||
+        check_buffer(&table, (Py_ssize_t)(n + 1) * size, sizeof(double), "table") < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    completion_table(times.buf, n, size, weights.buf, largest, table.buf);
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&weights);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+PyDoc_STRVAR(capped_completion_doc,
+"capped_completion(times, n, size, weights, caps, table)\n\n"
+"fasop.partition.splits.capped_completion's table: times and weights as for completion, caps float64 J;\n"
+"table: writable float64 J x (n + 1) x size.");
+
+static PyObject *py_capped_completion(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer times, weights, caps, table;
+    int n;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*iny*y*w*", &times, &n, &size, &weights, &caps, &table)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t J = caps.len / (Py_ssize_t)sizeof(double);
+    if (check_stage_times(&times, n, size, &weights, "capped_completion") < 0 ||
+        check_buffer(&caps, J, sizeof(double), "caps") < 0 ||
+        check_buffer(&table, J * (n + 1) * size, sizeof(double), "table") < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    capped_table(times.buf, n, size, weights.buf, caps.buf, J, table.buf);
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&weights);
+    PyBuffer_Release(&caps);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+PyDoc_STRVAR(bottleneck_split_doc,
+"bottleneck_split(times, n, size, counts) -> bool\n\n"
+"fasop.partition.splits.bottleneck_split: times as for completion; counts: writable int64 n, the\n"
+"split's layers per stage. False (counts unset) when no split fits.");
+
+static PyObject *py_bottleneck_split(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer times, counts;
+    int n;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*inw*", &times, &n, &size, &counts)) return NULL;
+    PyObject *result = NULL;
+    double *most = NULL, *sum = NULL;
+    int64_t *stop = NULL;
+    if (check_stage_times(&times, n, size, NULL, "bottleneck_split") < 0 ||
+        check_buffer(&counts, n, sizeof(int64_t), "counts") < 0)
+        goto done;
+    most = malloc((size_t)(n + 1) * (size_t)size * sizeof(double));
+    sum = malloc((size_t)(n + 1) * (size_t)size * sizeof(double));
+    stop = malloc((size_t)n * (size_t)size * sizeof(int64_t));
+    if (!most || !sum || !stop) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int found;
+    Py_BEGIN_ALLOW_THREADS
+    found = bottleneck_counts(times.buf, n, size, most, sum, stop, counts.buf);
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(found);
+done:
+    free(most);
+    free(sum);
+    free(stop);
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&counts);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
+    {"one_f_one_b_many", py_one_f_one_b_many, METH_VARARGS, one_f_one_b_many_doc},
+    {"completion", py_completion, METH_VARARGS, completion_doc},
+    {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
+    {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
+    {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fasop_native", "Compiled kernels of fasop's hot loops (optional; fasop/schedule/native.py).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+/* The interface version fasop/schedule/native.py expects (native.API): bump with every change of a signature
+ * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
+ * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many). */
+#define API 10
+
+PyMODINIT_FUNC PyInit__fasop_native(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "API", API) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

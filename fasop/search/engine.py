@@ -1,0 +1,384 @@
+"""enumerate -> estimate -> ranked table. No printing, no files: the CLI does that.
+
+The search streams: plans are generated lazily, estimated in chunks, and only what is kept is
+held in memory. With `top=K` only the K fastest plans that fit in memory are kept, and a plan
+whose lower bound (the estimator's `lower_bound`) is already slower than the K-th kept plan
+is never partitioned or scheduled: pruning is exact, the kept set is the same as without it.
+With `workers=N` chunks are estimated in N processes; results are merged in enumeration order,
+so the output is the same, byte for byte, whatever N.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import heapq
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from fasop.core import limits
+from fasop.core.errors import FasopError
+from fasop.costs.estimate import Estimate
+from fasop.estimators import Estimator, make_estimator
+from fasop.partition.splits import PARTITIONERS
+from fasop.plans.enumerate import all_placements, count_orders, cyclic_placements, degree_list, grouped_placements, plans
+from fasop.plans.plan import Plan
+from fasop.search.chunks import chunks, estimate_chunks, signature_key
+from fasop.search.orders import OrderSearch
+from fasop.specs.files import show
+from fasop.specs.types import ClusterSpec, ModelSpec, NodeType
+
+PLACEMENTS = ("all", "cyclic", "grouped")
+"""all: every distinct order of the node types, equivalent pipelines estimated once;
+cyclic: FASOP's rotations of the --nodes list (no deduplication, as FASOP);
+grouped: each type's nodes contiguous, every order of the types, equivalent pipelines once."""
+DEFAULT_ITERATIONS = 12_500_000
+"""FASOP's default number of training iterations for the cost column."""
+MAX_ORDERS = 100_000
+"""`--placements all` lists up to this many distinct node orders; past it, it needs `--top` and
+searches them by branch and bound over order prefixes (orders.OrderSearch)."""
+MAX_TREE_ORDERS = 10**10
+"""Past this many distinct node orders even the branch and bound over orders is refused (64
+nodes of 4 types: 6.6e35): its time grows with the orders that come close to the best plans.
+Measured: 20 nodes of 3 types (1.3e8 orders), --top 5, about 2 minutes on 2 cores."""
+TREE_ORDERS = 100
+"""With `top`, `--placements all` searches more distinct node orders than this by branch and
+bound over order prefixes (orders.OrderSearch) rather than listing them: same plans kept,
+fewer estimated (8 nodes of 3 types, --top 1: 1.2 s instead of 2.0 s,
+benchmarks/tree_vs_listing.py)."""
+CHUNK = 64
+"""Plans per estimation chunk (one unit of work for a worker process) when plans are partitioned
+one by one (optimal partitioner, or --top)."""
+BATCH_CHUNK = 2048
+"""Plans per chunk for fasop-minmax without --top: the schedule is vectorised over a chunk's plans."""
+
+Progress = Callable[[int, int], None]
+"""progress(done, total): called as the search advances, over enumerated plans."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    estimates: tuple[Estimate, ...]
+    """The kept plans, fastest first (ties keep enumeration order): every estimated plan, or
+    with `top` the K fastest that fit in memory."""
+    inventory: tuple[NodeType, ...]
+    iterations: int
+    usd_per_hour: float
+    """Price of the whole inventory per hour."""
+    num_candidates: int = 0
+    """Plans enumerated (placements x degrees x micro-batch sizes)."""
+    num_duplicates: int = 0
+    """Plans skipped because an equivalent pipeline (same signature) was already estimated."""
+    num_pruned: int = 0
+    """With `top`: plans proved unable to enter the kept set (slower than the K-th kept plan by
+    a lower bound or a cut-off search, or no split fits in memory)."""
+    num_estimated_oom: int = 0
+    """Estimated plans that do not fit in memory (without `top`; with it they count as pruned)."""
+    top: int | None = None
+    misfits: tuple[tuple[str, int], ...] = ()
+    """Estimated plans that do not fit in memory, by the reason their estimator gives (the
+    analytic one: weights, activations, both); empty for estimators that give none."""
+
+    @property
+    def num_oom(self) -> int:
+        return sum(e.memory.is_oom for e in self.estimates)
+
+    @property
+    def num_estimated(self) -> int:
+        return self.num_candidates - self.num_duplicates - self.num_pruned
+
+    @property
+    def best_fitting(self) -> Estimate | None:
+        return next((e for e in self.estimates if not e.memory.is_oom), None)
+
+
+def parse_counts(text: str, cluster: ClusterSpec, flag: str, minimum: int = 1) -> dict[str, int]:
+    """`a100=1,a10=3` -> {"a100": 1, "a10": 3}, in the order given; each count >= minimum."""
+    counts: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, count = (part.strip() for part in item.partition("="))
+        digits = count.lstrip("0") or "0"  # no int() of 10,000 digits below
+        if not sep or not (count.isascii() and count.isdigit()) or (len(digits) < 8 and int(digits) < minimum):
+            raise FasopError(f"{flag}: expected TYPE=COUNT with COUNT >= {minimum}, got {show(item.strip())}")
+        if len(digits) > 7 or int(digits) > limits.NODES:
+            raise FasopError(f"{flag}: {show(item.strip())}: at most {limits.NODES:,} nodes, fasop's ceiling "
+                             "(README: Limits)")
+        if name not in cluster.node_types:
+            raise FasopError(f"{flag}: unknown node type {show(name)} in {cluster.path} "
+                             f"(known: {', '.join(cluster.node_types)})")
+        if name in counts:
+            raise FasopError(f"{flag}: node type {name!r} given twice")
+        counts[name] = int(count)
+    nodes = sum(counts.values())
+    gpus = sum(n * cluster.node_types[name].gpus_per_node for name, n in counts.items())
+    if nodes > limits.NODES or gpus > limits.GPUS:
+        raise FasopError(f"{flag}: {nodes:,} nodes with {gpus:,} GPUs in all, more than fasop's ceiling of "
+                         f"{limits.NODES:,} nodes and {limits.GPUS:,} GPUs (README: Limits)")
+    return counts
+
+
+def parse_nodes(text: str, cluster: ClusterSpec) -> tuple[NodeType, ...]:
+    """`a100=1,a10=3` -> the inventory, in the order given."""
+    return tuple(node for name, n in parse_counts(text, cluster, "--nodes").items()
+                 for node in [cluster.node_types[name]] * n)
+
+
+def check_strategies(placements: str, partitioner: str, iterations: int) -> None:
+    """One-line errors for an unknown placement strategy or partitioner, or iterations < 1."""
+    if placements not in PLACEMENTS:
+        raise FasopError(f"--placements: unknown strategy {placements!r} (known: {', '.join(PLACEMENTS)})")
+    if partitioner not in PARTITIONERS:
+        raise FasopError(f"--partitioner: unknown partitioner {partitioner!r} (known: {', '.join(PARTITIONERS)})")
+    if iterations < 1:
+        raise FasopError(f"--iterations: must be >= 1, got {iterations}")
+
+
+def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterator[tuple[NodeType, ...]], int]:
+    """(node orders, how many) for a placement strategy (`all` up to MAX_ORDERS orders)."""
+    if strategy == "cyclic":
+        orders = cyclic_placements(inventory)
+        return iter(orders), len(orders)
+    if strategy == "grouped":
+        kinds = len({n.name for n in inventory})
+        if math.factorial(kinds) > MAX_ORDERS:  # k! orders of k types, listed
+            raise FasopError(f"--placements grouped: {kinds} node types have {math.factorial(kinds):.2g} orders, more "
+                             f"than {MAX_ORDERS:,}: use --placements cyclic, or fewer node types")
+        orders = grouped_placements(inventory)
+        return iter(orders), len(orders)
+    return all_placements(inventory), count_orders(inventory)
+
+
+AUTO_TOP = 5
+"""`fasop search` without --top on more than AUTO_TOP_PLANS plans keeps the AUTO_TOP fastest that
+fit (found exactly, by branch and bound), and says so; --every-plan lists them all."""
+AUTO_TOP_PLANS = 10_000
+"""Plans past which `fasop search` without --top keeps only the AUTO_TOP fastest: estimating
+every plan of 8 nodes of 4 types (2,520 orders, 186,480 plans) took over 20 minutes and 600 MB."""
+
+
+def plan_count(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, placements: str,
+               partitioner: str) -> tuple[int, int]:
+    """(plans, distinct node orders) a search of `inventory` enumerates (0 plans when no degree
+    combination is valid); cheap: nothing is estimated."""
+    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner)
+    combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=model.global_batch_size,
+                         num_transformer_layers=model.num_transformer_layers)
+    num_orders = count_orders(inventory) if placements == "all" else placements_of(inventory, placements)[1]
+    return num_orders * len(combos), num_orders
+
+
+def _collector_paused(function: Callable) -> Callable:
+    """`function` with Python's cyclic garbage collector paused while it runs (then enabled again
+    if it was). A search makes thousands of small objects (plans, estimates, their tuples) that
+    never form cycles and that reference counting frees; the collector's passes over them took
+    9 % of a search of t5 on a10=8 with FASOP's choices, 4 % on a100=1,a10=7 and 3 % of bert on
+    a10=4 (medians of 100 alternated searches with the collector on and off). A search leaves no cyclic
+    garbage (test_a_search_leaves_no_cyclic_garbage): what it made is freed as it returns."""
+    @functools.wraps(function)
+    def paused(*args, **kwargs):
+        if not gc.isenabled():
+            return function(*args, **kwargs)
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            gc.enable()
+    return paused
+
+
+@_collector_paused
+def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, heterogeneous: bool = False,
+           placements: str = "all", partitioner: str = "optimal", iterations: int = DEFAULT_ITERATIONS,
+           top: int | None = None, workers: int = 1, partition_budget: int | None = None,
+           progress: Progress | None = None, max_orders: int | None = None,
+           cutoff: float = float("inf"), estimator_options: dict | None = None) -> SearchResult:
+    """Estimate the plans for `inventory` and rank them by step time (see the module doc).
+    cutoff (with `top`): keep only plans of at most this step time; the plans kept are the K
+    fastest that fit among those, found with the cutoff as the pruning threshold from the start
+    (fasop.pareto.frontier gives a composition the step time past which it cannot reach the frontier).
+    partition_budget: search-tree nodes the optimal partitioner may visit per plan, past which it
+    keeps the best split found and reports its gap (None: every split proven optimal where it can
+    be, by branch and bound and then a MILP certificate, split_milp). max_orders (default MAX_ORDERS): past this
+    many distinct node orders, `placements="all"` needs `top`. With `top`, past max_orders or
+    TREE_ORDERS orders, the orders are searched by branch and bound (orders.OrderSearch)
+    instead of listed. estimator_options: passed to the estimator (the analytic one's allowed
+    recipes: recompute, zero, sequence_parallel, virtual_stages, precision)."""
+    _check_options(inventory, placements=placements, partitioner=partitioner, iterations=iterations, top=top,
+                   workers=workers, partition_budget=partition_budget, heterogeneous=heterogeneous)
+    options = dict(estimator_options or {})
+    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner, partition_budget=partition_budget,
+                               **options)
+    combos = _degree_combos(model, inventory, estimator)
+    if cutoff < float("inf") and top is None:
+        raise ValueError("search: a cutoff needs top")
+    orders, num_orders = placements_of(inventory, placements)
+    total = num_orders * len(combos)
+    every = len(combos)
+    if cutoff < float("inf"):  # degrees whose quick bound (any placement) is above the cutoff: none of their plans
+        combos = _within_cutoff(combos, model, inventory, estimator, cutoff)
+    expect_shapes = getattr(estimator, "expect_shapes", None)
+    if expect_shapes is not None:
+        expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
+    kept = _Kept(top, cutoff)
+    tally = _Tally(pruned=num_orders * (every - len(combos)))
+    tree, accounted = None, None
+    if _by_prefix(cluster, estimator, placements, num_orders, top, MAX_ORDERS if max_orders is None else max_orders):
+        tree = OrderSearch(estimator, inventory, combos, kept.threshold)
+        candidates: Iterator[tuple[int, Plan]] = iter(tree)
+        accounted = lambda: tree.accounted  # noqa: E731
+    else:
+        candidates = enumerate(plans(orders, combos, global_batch_size=model.global_batch_size))
+    if placements != "cyclic":  # cyclic: FASOP's, no dedupe
+        candidates = tally.unique(candidates, estimator)
+    size = BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK
+    report = progress or (lambda done, n: None)
+    spec = (model, cluster, tuple(inventory), partitioner, partition_budget, options)
+    for done, results in estimate_chunks(chunks(candidates, size), estimator, spec, top, kept.values, workers,
+                                         accounted, set(), cutoff):
+        tally.add(results, kept)
+        report(done, total)
+    report(total, total)
+    if tree is not None:
+        tally.add_tree(tree)
+    return SearchResult(estimates=kept.ranked(), inventory=tuple(inventory), iterations=iterations,
+                        usd_per_hour=estimator.usd_per_s * 3600, num_candidates=total,
+                        num_duplicates=tally.duplicates, num_pruned=tally.pruned,
+                        num_estimated_oom=tally.oom, top=top, misfits=tuple(sorted(tally.misfits.items())))
+
+
+def _within_cutoff(combos: list, model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator,
+                   cutoff: float) -> list:
+    """The degree combinations whose quick bound (which holds for any placement) is within `cutoff`."""
+    gbs = model.global_batch_size
+    return [(tp, dp, pp, mbs) for tp, dp, pp, mbs in combos if estimator.quick_bound(
+        Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=tuple(inventory))) <= cutoff]
+
+
+def _check_options(inventory: Sequence[NodeType], *, placements: str, partitioner: str, iterations: int,
+                   top: int | None, workers: int, partition_budget: int | None, heterogeneous: bool) -> None:
+    """One-line errors for search's options, in the order a user reads them."""
+    check_strategies(placements, partitioner, iterations)
+    if top is not None and top < 1:
+        raise FasopError(f"--top: must be >= 1, got {top}")
+    if workers < 1:
+        raise FasopError(f"--workers: must be >= 1, got {workers}")
+    if partition_budget is not None and partition_budget < 1:
+        raise FasopError(f"--partition-budget: must be >= 1, got {partition_budget}")
+    types = list(dict.fromkeys(n.name for n in inventory))
+    if len(types) > 1 and not heterogeneous:
+        raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
+
+
+def _degree_combos(model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator) -> list:
+    """The valid (tp, dp, pp, mbs) of the inventory; FasopError when there is none."""
+    tp_degrees = estimator.tp_degrees()
+    combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
+                         num_transformer_layers=model.num_transformer_layers)
+    if not combos:
+        raise FasopError(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
+                         f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
+    return combos
+
+
+def _by_prefix(cluster: ClusterSpec, estimator: Estimator, placements: str, num_orders: int, top: int | None,
+               max_orders: int) -> bool:
+    """Whether `--placements all` searches the node orders by branch and bound over their
+    prefixes (orders.OrderSearch) rather than listing them; one-line errors where neither can."""
+    tree_capable = getattr(estimator, "prefix_bounds", None) is not None
+    by_prefix = placements == "all" and (num_orders > max_orders or (
+        top is not None and num_orders > TREE_ORDERS and tree_capable))
+    if by_prefix and not tree_capable:
+        raise FasopError(f"--placements all: {num_orders:,} distinct node orders (more than {max_orders:,}), too many "
+                         f"to list, and estimator {cluster.estimator!r} ({cluster.path}) has no bounds over node order "
+                         "prefixes to search them by branch and bound; use --placements grouped or cyclic")
+    if placements == "all" and num_orders > MAX_TREE_ORDERS:
+        raise FasopError(f"--placements all: {num_orders:.2g} distinct node orders, more than the exact search "
+                         f"over orders takes on ({MAX_TREE_ORDERS:.0e}); use --placements grouped (each type's "
+                         "nodes together) or cyclic")
+    if by_prefix and top is None:
+        raise FasopError(f"--placements all: {num_orders:,} distinct node orders (more than {max_orders:,}), "
+                         "too many plans to list: add --top K (the K fastest, found exactly by branch and bound "
+                         "over node orders) or use --placements grouped or cyclic")
+    return by_prefix
+
+
+class _Tally:
+    """A search's counts as its chunks come back: duplicates, pruned, out of memory, misfits by reason."""
+
+    def __init__(self, pruned: int):
+        self.duplicates, self.pruned, self.oom = 0, pruned, 0
+        self.misfits: dict[str, int] = {}  # estimated plans that do not fit, by the estimator's reason (if it gives one)
+        self.seen: set[bytes] = set()  # 16-byte digests of signatures: bounded memory per unique pipeline
+
+    def unique(self, candidates: Iterator[tuple[int, Plan]], estimator: Estimator) -> Iterator[tuple[int, Plan]]:
+        """(enumeration index, plan), skipping plans equivalent to one already yielded."""
+        for index, plan in candidates:
+            key = signature_key(estimator, plan)
+            if key in self.seen:
+                self.duplicates += 1
+                continue
+            self.seen.add(key)
+            yield index, plan
+
+    def add(self, results: Sequence[tuple[int, Estimate | None]], kept: _Kept) -> None:
+        """A chunk's results: every one kept (without `top`), or each that was estimated offered
+        to the K kept (None: pruned)."""
+        if kept.top is None:  # every plan estimated and kept
+            kept.extend(results)
+            oom = [estimate for _, estimate in results if estimate.memory.is_oom]
+            self.oom += len(oom)
+            self._count_misfits(oom)
+            return
+        for index, estimate in results:
+            if estimate is None:
+                self.pruned += 1
+                continue
+            self.oom += estimate.memory.is_oom
+            self._count_misfits((estimate,))
+            kept.add(index, estimate)
+
+    def add_tree(self, tree: OrderSearch) -> None:
+        """What the order tree skipped: prefixes equivalent to earlier ones, and pruned plans."""
+        self.duplicates += tree.duplicates
+        self.pruned += tree.pruned
+
+    def _count_misfits(self, estimates) -> None:
+        for estimate in estimates:
+            reason = dict(estimate.extra_columns).get("misfit") if estimate.memory.is_oom else None
+            if reason:
+                self.misfits[reason] = self.misfits.get(reason, 0) + 1
+
+
+class _Kept:
+    """Every estimate, or the K fastest that fit (a max-heap on (step time, index))."""
+
+    def __init__(self, top: int | None, cutoff: float = float("inf")):
+        self.top, self.cutoff = top, cutoff
+        self.items: list = []
+
+    def add(self, index: int, estimate: Estimate) -> None:
+        """With `top`: kept if it fits and is among the K fastest so far."""
+        if not estimate.memory.is_oom:
+            item = (-estimate.step_time_s, -index, estimate)
+            if len(self.items) < self.top:
+                heapq.heappush(self.items, item)
+            elif item[:2] > self.items[0][:2]:
+                heapq.heapreplace(self.items, item)
+
+    def extend(self, results: Sequence[tuple[int, Estimate]]) -> None:
+        """Without `top`: every (index, estimate) kept."""
+        self.items.extend([(estimate.step_time_s, index, estimate) for index, estimate in results])
+
+    def threshold(self) -> float:
+        """The K-th kept step time (with `top`; the cutoff until K plans are kept; inf without)."""
+        return -self.items[0][0] if self.top is not None and len(self.items) >= self.top else self.cutoff
+
+    def values(self) -> list[float]:
+        """Step times of the kept plans (with `top`; empty without)."""
+        return [] if self.top is None else [-item[0] for item in self.items]
+
+    def ranked(self) -> tuple[Estimate, ...]:
+        if self.top is None:  # (step time, index): indices differ, so estimates are never compared
+            return tuple(e for _, _, e in sorted(self.items))
+        return tuple(e for _, _, e in sorted(self.items, key=lambda x: (-x[0], -x[1])))

@@ -1,0 +1,108 @@
+"""Node orders too many to list: an exact branch and bound over order prefixes.
+
+`--placements all` with `--top K` past search.TREE_ORDERS distinct node orders (16 nodes of 3
+types: 2.0 million) does not list them. For one (tp, dp, pp, mbs), most promising first, orders
+are built position by position, in `enumerate.all_placements` order, as a tree; two exact rules
+cut it. Both come from the estimator's optional `prefix_bounds` capability
+(estimators.PrefixBounds): a *state* per prefix, folded node by node, and a bound per state.
+
+1. **Equivalent prefixes.** Two prefixes with the same state and the same nodes left give,
+   completion by completion, plans with the same signature. The later one's (in enumeration
+   order) plans would all be skipped as equivalent by a full enumeration; here its whole
+   subtree is.
+2. **Lower bounds.** No completion of a prefix beats its bound, so a prefix whose bound is above
+   the K-th kept step time has no plan among the K. A PrefixBounds may also offer
+   `bound_hinted(state, placed, left, hint, threshold) -> (bound, hint)`: the hint it returns
+   goes to the prefix's children (the analytic estimator's: the recipes whose floor is still at
+   most the threshold, which only falls; the others cannot give a kept plan below).
+
+Both rules are exact, so the K plans found are those a full enumeration keeps (tests compare
+the two on random inventories and check every prefix bound against every completion). How much
+of the tree is visited depends on how many orders come close to the K-th plan. FASOP-2024's
+states and bounds: fasop/estimators/fasop2024/orders.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache
+
+from fasop.estimators import Estimator
+from fasop.plans.plan import Plan
+from fasop.specs.types import NodeType
+
+
+@lru_cache(maxsize=65536)
+def _orders(left: tuple[int, ...]) -> int:
+    """Distinct orders of nodes with these counts per type: N! / (n_1! ... n_k!)."""
+    return math.factorial(sum(left)) // math.prod(math.factorial(c) for c in left)
+
+
+class OrderSearch:
+    """The plans of `combos` x every order of `inventory` that can enter the K fastest, as
+    (enumeration index, plan) in enumeration order per (tp, dp, pp, mbs); plans of a subtree
+    cut by an equivalent prefix or by the bound are counted in `duplicates` / `pruned`.
+    `threshold()`: the K-th kept step time so far (inf until there are K)."""
+
+    def __init__(self, estimator: Estimator, inventory: Sequence[NodeType],
+                 combos: Sequence[tuple[int, int, int, int]], threshold: Callable[[], float]):
+        self.estimator, self.combos, self.threshold = estimator, list(combos), threshold
+        self.kinds = list({n.name: n for n in inventory}.values())
+        self.counts = tuple(sum(n.name == k.name for n in inventory) for k in self.kinds)
+        self.inventory = tuple(inventory)
+        self.duplicates = self.pruned = self.accounted = 0
+        """Plans skipped as equivalent, plans cut by the bound, plans resolved so far (all three
+        include yielded plans' share: accounted = yielded + duplicates + pruned)."""
+
+    def __iter__(self) -> Iterator[tuple[int, Plan]]:
+        gbs = self.estimator.model.global_batch_size
+        shapes = [Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=self.inventory)
+                  for tp, dp, pp, mbs in self.combos]
+        # the most promising degrees first: the threshold tightens sooner
+        for c in sorted(range(len(shapes)), key=lambda c: (self.estimator.quick_bound(shapes[c]), c)):
+            yield from self._orders_of(c, shapes[c])
+
+    def _orders_of(self, c: int, shape: Plan) -> Iterator[tuple[int, Plan]]:
+        """Depth-first over prefixes in enumeration order (children pushed last-kind first)."""
+        prefixes = self.estimator.prefix_bounds(shape, self.kinds)
+        hinted = getattr(prefixes, "bound_hinted", None)
+        n, per_order = len(self.inventory), len(self.combos)
+        seen: set = set()
+        stack = [((), self.counts, prefixes.start(), 0, 0.0, None)]
+        while stack:
+            prefix, left, state, rank, bound, hint = stack.pop()
+            if bound > self.threshold():  # the threshold has tightened since it was pushed
+                self.pruned += _orders(left)
+                self.accounted += _orders(left)
+                continue
+            if len(prefix) == n:
+                self.accounted += 1
+                yield rank * per_order + c, Plan(tp=shape.tp, dp=shape.dp, pp=shape.pp, mbs=shape.mbs,
+                                                 global_batch_size=shape.global_batch_size, placement=prefix)
+                continue
+            children = []
+            offset = rank
+            for k, kind in enumerate(self.kinds):
+                if not left[k]:
+                    continue
+                child_left = left[:k] + (left[k] - 1,) + left[k + 1:]
+                size = _orders(child_left)
+                child_rank, offset = offset, offset + size
+                child_state = prefixes.extend(state, len(prefix), kind)
+                key = (child_left, child_state)
+                if key in seen:
+                    self.duplicates += size
+                    self.accounted += size
+                    continue
+                seen.add(key)
+                if hinted is None:
+                    child_bound, child_hint = prefixes.bound(child_state, len(prefix) + 1, child_left), None
+                else:
+                    child_bound, child_hint = hinted(child_state, len(prefix) + 1, child_left, hint, self.threshold())
+                if child_bound > self.threshold():
+                    self.pruned += size
+                    self.accounted += size
+                    continue
+                children.append((prefix + (kind,), child_left, child_state, child_rank, child_bound, child_hint))
+            stack.extend(reversed(children))

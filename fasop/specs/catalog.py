@@ -1,0 +1,294 @@
+"""The hardware catalog: GPU types, the analytic estimator's physical constants, catalog clusters.
+
+Data lives in `cluster_specs/catalog/gpus.yaml` (one entry per GPU type, a source on every
+number) and `cluster_specs/catalog/analytic.yaml` (efficiencies, latencies, overheads). A cluster
+spec with `estimator: analytic` (cluster_specs/aws.yaml, gcp.yaml) names a catalog GPU per node
+type and gets its memory, intra-node link and peaks from here. Units are converted once, at load:
+TFLOP/s -> FLOP/s, GB/s -> bytes/s, Gbit/s -> bytes/s, GiB -> bytes. YAML is read through
+:mod:`fasop.specs.load` (the one YAML module).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from fasop.core import limits
+from fasop.core.errors import SpecError
+from fasop.specs.files import shipped_folder
+from fasop.specs.reader import Reader, read_yaml
+from fasop.specs.types import GIB, ClusterSpec, NodeType
+
+CATALOG_DIR = shipped_folder("cluster_specs") / "catalog"
+LINKS = ("nvlink", "xgmi", "pcie")
+_GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_gbyte_per_s",
+             "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
+             "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
+             "validate_software", "streaming_multiprocessors")
+VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
+"""analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
+VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
+"""Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
+_PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
+               "fused_attention_efficiency", "gemm_traffic",
+               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
+               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile")
+_NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
+              "price_date", "price_source", "memory_gib")
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class GpuType:
+    """One catalog GPU (compared and hashed by identity: the catalog loads each once)."""
+
+    name: str
+    peak_flops: dict[str, float]
+    """Dense tensor-core peak per precision (`bf16`, `fp16`, `fp8`), FLOP/s; a missing key: no such unit."""
+    memory_bytes: float
+    """GPU memory usable by training (before the framework overhead)."""
+    memory_bytes_per_s: float
+    intra_node_bytes_per_s: float
+    """Per-GPU link to the node's other GPUs, one direction."""
+    intra_node_link: str
+    matmul_efficiency: float
+    """Achievable share of the peak on large matmuls (measured MAMF / peak where measured)."""
+    reference_inter_node_bytes_per_s: float
+    """Network of the vendor's reference node, per node (used by `fasop validate`)."""
+    fp8_matmul_efficiency: float | None = None
+    """Achievable share of the FP8 peak on large matmuls, where measured; None: matmul_efficiency."""
+    intra_node_efficiency: float | None = None
+    """Share of the intra-node link NCCL achieves on this GPU, where measured; None: the link
+    kind's `link_efficiency` (analytic.yaml)."""
+
+    fused_attention_efficiency: float | None = None
+    """Share of the 16-bit peak a fused attention kernel reaches on this GPU, where measured; None:
+    analytic.yaml's `fused_attention_efficiency`."""
+
+    streaming_multiprocessors: int = 0
+    """SMs (CUs) that run a matmul's output tiles in waves; 0: unknown (no wave quantization)."""
+    validate_software: dict[str, bool | float] = field(default_factory=dict)
+    """What `fasop validate` assumes for a row that does not state `fused_attention`,
+    `overlap_grad_reduce` or `sequence_parallel`, and its `tp_overlap`: the software the published training runs on this
+    GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
+
+    def intra_node_share(self, params: "AnalyticParams") -> float:
+        return self.intra_node_efficiency or params.link_efficiency[self.intra_node_link]
+
+    def attention_share(self, params: "AnalyticParams") -> float:
+        return self.fused_attention_efficiency or params.fused_attention_efficiency
+
+    def matmul_flops(self, precision: str) -> float:
+        """Achievable matmul FLOP/s in `precision`; fp8 without FP8 units runs at the 16-bit peak,
+        bf16 without BF16 units at the fp16 peak (what a framework falls back to)."""
+        for p in (precision, "bf16" if precision == "fp8" else "fp16", "fp16"):
+            if p in self.peak_flops:
+                fp8 = p == "fp8" and self.fp8_matmul_efficiency is not None
+                return self.peak_flops[p] * (self.fp8_matmul_efficiency if fp8 else self.matmul_efficiency)
+        raise AssertionError(f"{self.name} has no 16-bit peak")
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class AnalyticParams:
+    """Physical constants of the analytic estimator (cluster_specs/catalog/analytic.yaml);
+    compared and hashed by identity, so that the cost model can cache on them."""
+
+    memory_bandwidth_efficiency: float
+    link_efficiency: dict[str, float]
+    """Per link kind: nvlink, xgmi, pcie, network."""
+    intra_node_latency_s: float
+    inter_node_latency_s: float
+    fused_attention: bool
+    fused_attention_efficiency: float
+    """Share of the 16-bit peak a fused attention kernel reaches (forward and backward)."""
+    gemm_traffic: bool
+    """Charge a matmul's operand bytes on top of its FLOPs (Calculon's `no_overlap` processing mode)."""
+    dp_overlap: float
+    framework_overhead_bytes: float
+    gradient_reduce_bytes: dict[str, int]
+    gradient_accumulation_fusion: bool = False
+    """The weight-gradient matmul adds into the fp32 main gradient in its epilogue (Megatron-LM
+    `--gradient-accumulation-fusion`): no separate read-modify-write pass over the gradients."""
+    fp8_cast_bytes: float = 0.0
+    """Bytes moved per matmul-input element an FP8 run casts (read 16-bit, write FP8 and its transpose)."""
+    overlap_grad_reduce: bool = False
+    """DP gradient buckets are reduced during the backward: a stage's DP sync waits only for what
+    its last micro-batch's backward (and next forward, for the weight all-gather) cannot cover."""
+    tp_overlap: float = 0.0
+    """Share of the tensor-parallel collectives hidden behind the layer's matmuls."""
+    matmul_tile: tuple[int, int] = (1, 1)
+    """Output tile (rows, columns) one SM computes at a time; a matmul runs in whole waves of
+    tiles over the GPU's SMs (wave quantization). (1, 1): none."""
+
+
+def canonical(name: str) -> str:
+    """GPU names compare case-insensitively, ignoring '-', '_' and spaces."""
+    return "".join(ch for ch in name.lower() if ch not in "-_ ")
+
+
+@lru_cache(maxsize=4)
+def load_gpus(path: str = str(CATALOG_DIR / "gpus.yaml")) -> dict[str, GpuType]:
+    """Every GPU type of the catalog, keyed by canonical name."""
+    top = Reader(Path(path), read_yaml(Path(path)), "")
+    gpus = {}
+    for name in list(top.data):
+        gpus[canonical(str(name))] = _gpu(top.sub(name, _GPU_KEYS), str(name))
+    top.done()
+    return gpus
+
+
+def find_gpu(name: str, where: str = "gpu") -> GpuType:
+    gpus = load_gpus()
+    try:
+        return gpus[canonical(name)]
+    except KeyError:
+        known = ", ".join(g.name for g in gpus.values())
+        raise SpecError(where, "gpu", f"unknown GPU type {name!r} (catalog: {known})") from None
+
+
+def _gpu(r: Reader, name: str) -> GpuType:
+    optional = lambda key: r.get(key, (int, float, type(None)), None, lambda v: v is None or v > 0, "> 0 or null")
+    peaks = {p: optional(f"{p}_tflops") for p in ("bf16", "fp16", "fp8")}
+    if peaks["fp16"] is None and peaks["bf16"] is None:
+        raise r.error("fp16_tflops", "a GPU needs a 16-bit peak")
+    gpu = GpuType(
+        name=name,
+        peak_flops={p: float(v) * 1e12 for p, v in peaks.items() if v is not None},
+        memory_bytes=float(r.positive("memory_gib", high=limits.MEMORY_GIB)) * GIB,
+        memory_bytes_per_s=float(r.positive("memory_gbyte_per_s", high=limits.GBIT_PER_S[1])) * 1e9,
+        intra_node_bytes_per_s=float(r.positive("intra_node_gbyte_per_s", high=limits.GBIT_PER_S[1])) * 1e9,
+        intra_node_link=r.get("intra_node_link", str, check=lambda v: v in LINKS, why=f"one of {LINKS}"),
+        matmul_efficiency=float(r.get("matmul_efficiency", (int, float), check=lambda v: 0 < v <= 1, why="in (0, 1]")),
+        reference_inter_node_bytes_per_s=float(r.positive("reference_inter_node_gbit_per_s", high=limits.GBIT_PER_S[1])) * 1e9 / 8,
+        fp8_matmul_efficiency=r.get("fp8_matmul_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
+        fused_attention_efficiency=r.get("fused_attention_efficiency", (int, float), None, lambda v: 0 < v <= 1,
+                                         "in (0, 1]"),
+        intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
+        validate_software=_validate_software(r),
+        streaming_multiprocessors=r.get("streaming_multiprocessors", int, 0, lambda v: 1 <= v <= 4096, "in [1, 4096]"),
+    )
+    r.done()
+    return gpu
+
+
+def _validate_software(r: Reader) -> dict[str, bool]:
+    if "validate_software" not in r.data:
+        r.seen.add("validate_software")
+        return {}
+    sub = r.sub("validate_software", VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE + ("tp_overlap",))
+    values = {k: sub.get(k, bool) for k in VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE if k in sub.data}
+    if "tp_overlap" in sub.data:
+        values["tp_overlap"] = float(sub.get("tp_overlap", (int, float), check=lambda v: 0 <= v <= 1, why="in [0, 1]"))
+    sub.done()
+    return values
+
+
+# ----------------------------------------------------------------------------- physical constants
+@lru_cache(maxsize=4)
+def default_params(path: str = str(CATALOG_DIR / "analytic.yaml")) -> AnalyticParams:
+    return _params(Reader(Path(path), read_yaml(Path(path)), "", _PARAM_KEYS), None)
+
+
+def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
+    """Constants from `r`; keys it lacks come from `base` (all required when base is None)."""
+    def get(key, kind, check, why):
+        default = ... if base is None else None
+        return r.get(key, kind, default, check, why)
+    share = lambda v: 0 <= v <= 1
+    eff = get("memory_bandwidth_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
+    links = _mapping(r, "link_efficiency", ("nvlink", "xgmi", "pcie", "network"), base is None,
+                     lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "in (0, 1]")
+    latency = _mapping(r, "link_latency_s", ("intra_node", "inter_node"), base is None,
+                       lambda v: isinstance(v, (int, float)) and v >= 0, ">= 0")
+    fused = get("fused_attention", bool, None, "")
+    traffic = get("gemm_traffic", bool, None, "")
+    attention = get("fused_attention_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
+    overlap = get("dp_overlap", (int, float), share, "in [0, 1]")
+    overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
+    grad = _mapping(r, "gradient_reduce_bytes", ("bf16", "fp16", "fp8"), base is None,
+                    lambda v: v in (2, 4) and not isinstance(v, bool), "2 or 4")
+    fusion = get("gradient_accumulation_fusion", bool, None, "")
+    cast = get("fp8_cast_bytes", (int, float), lambda v: v >= 0, ">= 0")
+    tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
+    grad_overlap = get("overlap_grad_reduce", bool, None, "")
+    tile = get("matmul_tile", list, lambda v: len(v) == 2 and all(type(x) is int and 1 <= x <= 1024 for x in v),
+               "[rows, columns]: two integers in [1, 1024]")
+    r.done()
+    new = AnalyticParams(
+        memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
+        link_efficiency={**(base.link_efficiency if base else {}), **links},
+        intra_node_latency_s=float(latency.get("intra_node", base.intra_node_latency_s if base else 0)),
+        inter_node_latency_s=float(latency.get("inter_node", base.inter_node_latency_s if base else 0)),
+        fused_attention=fused if fused is not None else base.fused_attention,
+        gemm_traffic=traffic if traffic is not None else base.gemm_traffic,
+        fused_attention_efficiency=float(attention) if attention is not None else base.fused_attention_efficiency,
+        dp_overlap=float(overlap) if overlap is not None else base.dp_overlap,
+        framework_overhead_bytes=float(overhead) * GIB if overhead is not None else base.framework_overhead_bytes,
+        gradient_reduce_bytes={**(base.gradient_reduce_bytes if base else {}), **grad},
+        gradient_accumulation_fusion=fusion if fusion is not None else base.gradient_accumulation_fusion,
+        fp8_cast_bytes=float(cast) if cast is not None else base.fp8_cast_bytes,
+        tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
+        overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,
+        matmul_tile=tuple(tile) if tile is not None else base.matmul_tile,
+    )
+    return new
+
+
+def _mapping(r: Reader, key: str, names: tuple[str, ...], required: bool, check, why: str) -> dict:
+    if key not in r.data and not required:
+        r.get(key, dict, None)
+        return {}
+    sub = r.sub(key, names)
+    values = {name: sub.get(name, (int, float), ... if required else None, check, why) for name in names}
+    sub.done()
+    return {k: v for k, v in values.items() if v is not None}
+
+
+# ----------------------------------------------------------------------------- catalog clusters
+def load_catalog_cluster(path: Path, data: dict) -> ClusterSpec:
+    """A cluster spec with `estimator: analytic`: node types naming catalog GPUs."""
+    top = Reader(path, data, "", ("estimator", "node_types", "analytic"))
+    top.get("estimator", str)
+    params = default_params()
+    if "analytic" in top.data:
+        params = _params(top.sub("analytic", _PARAM_KEYS), params)
+    types_reader = top.sub("node_types")
+    node_types = {}
+    for name in types_reader.data:
+        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+            raise types_reader.error(str(name), "node type names are letters, digits, '_' and '-'")
+        node_types[name] = _catalog_node(types_reader.sub(name, _NODE_KEYS), name, path)
+    if not node_types:
+        raise types_reader.error("", "at least one node type is required")
+    top.done()
+    # FASOP's link divisors and memory factor do not apply: neutral values (1.0)
+    return ClusterSpec(path=str(path), estimator=str(data.get("estimator")), node_types=node_types,
+                       p2p_inter_node_divisor=1.0, p2p_intra_node_divisor=1.0, memory_overhead_factor=1.0,
+                       analytic=params)
+
+
+def _catalog_node(r: Reader, name: str, path: Path) -> NodeType:
+    gpu_name = r.get("gpu", str)
+    try:
+        gpu = find_gpu(gpu_name, str(path))
+    except SpecError:
+        raise r.error("gpu", f"unknown GPU type {gpu_name!r} (catalog: "
+                      f"{', '.join(g.name for g in load_gpus().values())})") from None
+    spot = r.get("spot_usd_per_hour", (int, float, type(None)), None, lambda v: v is None or v >= 0, ">= 0")
+    memory = r.get("memory_gib", (int, float), None, lambda v: 0 < v <= limits.MEMORY_GIB, f"in (0, {limits.MEMORY_GIB}]")
+    r.get("price_date", (str, datetime.date))
+    r.get("price_source", str)
+    node = NodeType(
+        name=name, instance=r.get("instance", str), gpu=gpu.name,
+        gpus_per_node=r.positive("gpus_per_node", int, high=limits.GPUS_PER_NODE),
+        memory_limit_bytes=float(memory) * GIB if memory is not None else gpu.memory_bytes,
+        intra_node_bytes_per_s=gpu.intra_node_bytes_per_s,
+        inter_node_bytes_per_s=float(r.positive("inter_node_gbit_per_s", high=limits.GBIT_PER_S[1])) * 1e9 / 8,
+        intra_node_shared=gpu.intra_node_link == "pcie",
+        usd_per_hour=float(r.get("usd_per_hour", (int, float), check=lambda v: 0 <= v <= limits.USD_PER_HOUR,
+                                 why=f"in [0, {limits.USD_PER_HOUR:g}]")),
+        spot_usd_per_hour=None if spot is None else float(spot),
+    )
+    r.done()
+    return node

@@ -1,0 +1,209 @@
+"""Models from HuggingFace `config.json`: the families fasop models, read without `transformers`.
+
+Three ways in:
+- `--model path/to/config.json` (or a folder holding one): the config with default training
+  settings (DEFAULT_* below);
+- a model spec YAML with `hf_config:` (a path relative to the YAML, or the config's keys inline),
+  `training:` (sequence_length, global_batch_size) and optionally a FASOP `profile:` for the
+  layer list embedding, transformer x N, head;
+- shipped models by name: model_specs/llama-3-8b.yaml, llama-3-70b, llama-3.1-405b, qwen2.5-7b,
+  gpt3-175b and the GPT shapes of Narayanan et al. 2021 Table 1 (gpt-sc21-*).
+
+Families (keys per shared/reference/ecosystem/03_hf_config_keys.md §3.1, with HF's defaults):
+- `gpt2`: n_embd, n_layer, n_head, n_inner (None -> 4h), n_positions; GELU, LayerNorm, biases,
+  learned positions, tied embeddings (default true), dropout.
+- `bert`: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+  max_position_embeddings; as GPT-2 (the MLM head is tied).
+- `t5`: d_model, num_layers + num_decoder_layers, num_heads, d_kv, d_ff, feed_forward_proj
+  (`gated-*` -> gated MLP); RMS-style norm without bias, relative positions, tied. The decoder's
+  cross-attention is not modelled (its layers are costed as encoder layers).
+- `llama`, `mistral`, `qwen2` (Qwen2 and Qwen2.5): hidden_size, num_hidden_layers,
+  num_attention_heads, num_key_value_heads (None -> heads: GQA), head_dim (None -> h/heads),
+  intermediate_size; gated MLP (SwiGLU, three matrices), RMSNorm, rotary positions, no dropout,
+  tie_word_embeddings (default false), QKV bias (`attention_bias`; always on for qwen2).
+Mixture-of-experts and multimodal configs are refused, naming the key that shows them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fasop.core import limits
+from fasop.core.errors import SpecError
+from fasop.specs.architecture import Architecture
+from fasop.specs.files import decode_utf8, read_bounded
+from fasop.specs.profiles import read_profile
+from fasop.specs.reader import Reader
+from fasop.specs.types import ModelSpec
+
+FAMILIES = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2")
+DEFAULT_SEQUENCE_LENGTH = 4096
+"""For a bare config.json: min(this, max_position_embeddings)."""
+DEFAULT_GLOBAL_BATCH_SIZE = 256
+"""For a bare config.json: sequences per step (about 1M tokens at 4096)."""
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
+_MULTIMODAL_KEYS = ("text_config", "vision_config", "audio_config", "vision_tower", "mm_projector_type")
+_SPEC_KEYS = ("name", "hf_config", "training", "profile")
+_CEILINGS = {key: high for keys, high in (
+    (("n_layer", "num_hidden_layers", "num_layers", "num_decoder_layers"), limits.LAYERS),
+    (("n_embd", "hidden_size", "d_model", "head_dim", "d_kv"), limits.HIDDEN_SIZE),
+    (("n_head", "num_attention_heads", "num_key_value_heads", "num_heads"), limits.ATTENTION_HEADS),
+    (("vocab_size",), limits.VOCAB_SIZE),
+    (("n_positions", "max_position_embeddings"), limits.SEQUENCE_LENGTH * 64))
+    for key in keys}
+"""limits.py's ceilings for config.json keys (the FFN width: 64 x the hidden ceiling)."""
+CONFIG_BYTES = 1 << 20
+"""A config.json is at most 1 MiB (real ones: ~1-5 KB)."""
+
+
+def architecture_from_config(cfg: dict, where: str) -> Architecture:
+    """The Architecture of a parsed config.json; SpecError(where, key, ...) for what fasop cannot model."""
+    if not isinstance(cfg, dict):
+        raise SpecError(where, "", "a config.json must hold a JSON object")
+    for key in _MULTIMODAL_KEYS:
+        if key in cfg:
+            raise SpecError(where, key, "multimodal model: fasop models text-only dense Transformers")
+    for key in _MOE_KEYS:
+        if cfg.get(key) not in (None, 0, 1):
+            raise SpecError(where, key, f"mixture-of-experts model ({key} = {cfg[key]!r}): fasop models "
+                                        "dense Transformers only")
+    family = cfg.get("model_type")
+    if family not in FAMILIES:
+        raise SpecError(where, "model_type", f"unsupported model_type {family!r} (supported: {', '.join(FAMILIES)})")
+    build = {"gpt2": _gpt2, "bert": _bert, "t5": _t5}.get(family, _llama)
+    try:
+        return build(_Keys(cfg, where), family)
+    except ValueError as exc:
+        raise SpecError(where, "", str(exc)) from None
+
+
+class _Keys:
+    """Typed access to config keys with HF's defaults; errors name the key."""
+
+    def __init__(self, cfg: dict, where: str):
+        self.cfg, self.where = cfg, where
+
+    def int(self, key: str, default=...) -> int:
+        value = self.cfg.get(key)
+        if value is None:
+            if default is ...:
+                raise SpecError(self.where, key, "missing required key")
+            return default
+        high = _CEILINGS.get(key, limits.HIDDEN_SIZE * 64)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+            raise SpecError(self.where, key, f"must be an integer in [1, {high:,}], got {str(value)[:60]!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.cfg.get(key, default)
+        if not isinstance(value, bool):
+            raise SpecError(self.where, key, f"must be true or false, got {value!r}")
+        return value
+
+    def rate(self, *keys: str) -> bool:
+        """True when any of these dropout probabilities is > 0."""
+        return any(isinstance(self.cfg.get(k), (int, float)) and self.cfg.get(k) > 0 for k in keys)
+
+
+def _gpt2(k: _Keys, family: str) -> Architecture:
+    h, heads = k.int("n_embd", 768), k.int("n_head", 12)
+    return Architecture(family=family, num_layers=k.int("n_layer", 12), hidden_size=h, num_attention_heads=heads,
+                        num_kv_heads=heads, head_dim=h // heads, ffn_hidden_size=k.int("n_inner", 4 * h),
+                        vocab_size=k.int("vocab_size", 50257), tied_embeddings=k.flag("tie_word_embeddings", True),
+                        max_positions=k.int("n_positions", 1024),
+                        dropout=k.rate("resid_pdrop", "attn_pdrop", "embd_pdrop") or "resid_pdrop" not in k.cfg)
+
+
+def _bert(k: _Keys, family: str) -> Architecture:
+    h, heads = k.int("hidden_size", 768), k.int("num_attention_heads", 12)
+    return Architecture(family=family, num_layers=k.int("num_hidden_layers", 12), hidden_size=h,
+                        num_attention_heads=heads, num_kv_heads=heads, head_dim=h // heads,
+                        ffn_hidden_size=k.int("intermediate_size", 3072), vocab_size=k.int("vocab_size", 30522),
+                        tied_embeddings=k.flag("tie_word_embeddings", True),
+                        max_positions=k.int("max_position_embeddings", 512),
+                        dropout=k.rate("hidden_dropout_prob") or "hidden_dropout_prob" not in k.cfg)
+
+
+def _t5(k: _Keys, family: str) -> Architecture:
+    enc = k.int("num_layers", 6)
+    proj = k.cfg.get("feed_forward_proj", "relu")
+    return Architecture(family=family, num_layers=enc + k.int("num_decoder_layers", enc),
+                        hidden_size=k.int("d_model", 512), num_attention_heads=k.int("num_heads", 8),
+                        num_kv_heads=k.int("num_heads", 8), head_dim=k.int("d_kv", 64), ffn_hidden_size=k.int("d_ff", 2048),
+                        vocab_size=k.int("vocab_size", 32128), gated_mlp=str(proj).startswith("gated-"),
+                        tied_embeddings=k.flag("tie_word_embeddings", True), linear_bias=False, norm="rmsnorm",
+                        position="relative", dropout=k.rate("dropout_rate") or "dropout_rate" not in k.cfg)
+
+
+def _llama(k: _Keys, family: str) -> Architecture:
+    h, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    return Architecture(family=family, num_layers=k.int("num_hidden_layers"), hidden_size=h,
+                        num_attention_heads=heads, num_kv_heads=k.int("num_key_value_heads", heads),
+                        head_dim=k.int("head_dim", h // heads), ffn_hidden_size=k.int("intermediate_size"),
+                        vocab_size=k.int("vocab_size"), gated_mlp=True,
+                        tied_embeddings=k.flag("tie_word_embeddings", False),
+                        qkv_bias=family == "qwen2" or k.flag("attention_bias", False),
+                        linear_bias=k.flag("mlp_bias", False), norm="rmsnorm", position="rotary",
+                        max_positions=k.int("max_position_embeddings", 0), dropout=k.rate("attention_dropout"))
+
+
+# ----------------------------------------------------------------------------- model specs
+def read_config(path: Path) -> dict:
+    text = decode_utf8(path, read_bounded(path, CONFIG_BYTES, " config.json"))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(str(path), "", f"malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise SpecError(str(path), "", "JSON nested too deeply") from None
+
+
+def load_config_json(path: Path) -> ModelSpec:
+    """`--model path/to/config.json` or a folder holding one, with the default training settings."""
+    folder = path.is_dir()
+    file = path / "config.json" if folder else path
+    if folder and not file.is_file():
+        raise SpecError(str(path), "", "folder holds no config.json")
+    arch = architecture_from_config(read_config(file), str(file))
+    seq = min(DEFAULT_SEQUENCE_LENGTH, arch.max_positions or DEFAULT_SEQUENCE_LENGTH)
+    name = file.parent.name if file.name == "config.json" else file.stem
+    return model_spec(arch, path=str(file), name=name, sequence_length=seq,
+                      global_batch_size=DEFAULT_GLOBAL_BATCH_SIZE)
+
+
+def load_hf_spec(path: Path, data: dict) -> ModelSpec:
+    """A model spec YAML with `hf_config:` (file or inline mapping) and `training:`."""
+    top = Reader(path, data, "", _SPEC_KEYS)
+    name = top.get("name", str)
+    source = top.get("hf_config", (str, dict))
+    if isinstance(source, str):
+        file = path.parent / source
+        arch = architecture_from_config(read_config(file), str(file))
+    else:
+        arch = architecture_from_config(source, f"{path}: hf_config")
+    train = top.sub("training", ("sequence_length", "global_batch_size"))
+    seq = train.positive("sequence_length", int, high=limits.SEQUENCE_LENGTH)
+    gbs = train.positive("global_batch_size", int, high=limits.GLOBAL_BATCH_SIZE)
+    train.done()
+    spec = model_spec(arch, path=str(path), name=name, sequence_length=seq, global_batch_size=gbs)
+    if "profile" in top.data:
+        sub = top.sub("profile", ("file", "fwd_bwd_factor", "microbatch_scaling"))
+        spec = _with_profile(spec, read_profile(path, sub, spec.layer_kinds))
+    top.done()
+    return spec
+
+
+def model_spec(arch: Architecture, *, path: str, name: str, sequence_length: int,
+               global_batch_size: int) -> ModelSpec:
+    """The ModelSpec of an Architecture: layer list embedding, transformer x N, head."""
+    kinds = ("embedding",) + ("transformer",) * arch.num_layers + ("head",)
+    return ModelSpec(path=path, name=name, hidden_size=arch.hidden_size, num_attention_heads=arch.num_attention_heads,
+                     vocab_size=arch.vocab_size, sequence_length=sequence_length, global_batch_size=global_batch_size,
+                     tie_word_embeddings=arch.tied_embeddings, bytes_per_element=2, layer_kinds=kinds,
+                     layer_segments=("model",) * len(kinds), profile=None, architecture=arch)
+
+
+def _with_profile(spec: ModelSpec, profile) -> ModelSpec:
+    from dataclasses import replace
+    return replace(spec, profile=profile)
