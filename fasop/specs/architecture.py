@@ -13,6 +13,19 @@ from typing import Literal
 
 
 @dataclass(frozen=True, kw_only=True)
+class MoE:
+    """A mixture-of-experts MLP (Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3, GPT-OSS, Llama 4, ...): a
+    router picks `experts_per_token` of `num_experts` routed experts per token; `shared_experts`
+    run on every token. Each expert is an MLP of `expert_ffn_hidden_size` (gated like the dense MLP)."""
+    num_experts: int
+    experts_per_token: int
+    expert_ffn_hidden_size: int
+    shared_experts: int = 0
+    shared_ffn_hidden_size: int = 0
+    """Width of the shared experts' MLP taken together (0: shared_experts x expert_ffn_hidden_size)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Architecture:
     family: str
     """HF `model_type` (`llama`, `qwen2`, `gpt2`, ...) or `gpt` for a shape given by columns."""
@@ -42,6 +55,12 @@ class Architecture:
     dropout: bool = True
     """Dropout after attention, after the MLP and on the attention probabilities (its masks
     are stored activations, Korthikanti et al. 2022 §4.1); False for the Llama family."""
+    moe: MoE | None = None
+    """The experts of the layers whose `layer_kinds` entry is an MoE one (None: a dense model)."""
+    layer_kinds: tuple[str, ...] = ()
+    """Per transformer layer, in order: "dense" (attention + MLP), "moe" (attention + experts),
+    "mamba" (a Mamba-2 mixer, no attention), "mamba-moe"/"attention-only"/... as a family needs;
+    empty: every layer "dense" (or "moe" when `moe` is set)."""
 
     def __post_init__(self):
         bad = [f"{k}={v}" for k, v in (("num_layers", self.num_layers), ("hidden_size", self.hidden_size),
