@@ -1,5 +1,5 @@
 """`fasop pareto`'s sweep options and driver: pruning, buyer limits, checkpoint and resume,
-executor (local processes or Ray). cli.py registers the options and calls
+executor (local processes or Ray). cli/pareto.py registers the options and calls
 `run_sweep`; the library parts are fasop.pareto.pruning, fasop.pareto.buyer, fasop.pareto.checkpoint, fasop.pareto.executors."""
 
 from __future__ import annotations

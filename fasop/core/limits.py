@@ -1,7 +1,7 @@
 """Every ceiling on what fasop reads, in one place, with the reason for each (README, "Limits").
 
 A value from a spec file, a profile CSV or a flag is checked against these before any arithmetic
-(specs.py for files, cli_*.py / search.py / sweep.py for flags): inside them, every later
+(fasop/specs/ for files, fasop/cli/ / search/engine.py / pareto/sweep.py for flags): inside them, every later
 computation is bounded in time and memory; outside, one line says which value to change. Each
 ceiling sits far above anything a real training run uses (the reason given under it), so no
 real input meets one.

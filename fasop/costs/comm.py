@@ -1,7 +1,7 @@
 """Which ranks talk to which: the rank pairs of each pipeline boundary, of stage 0's
 data-parallel ring and of the tied-embedding sync, the node positions they read, and the least
 intra- and inter-node bandwidth over a set of pairs. Geometry only: how long a transfer takes
-is an estimator's rule (fasop-2024's: estimators/fasop2024_comm.py).
+is an estimator's rule (fasop-2024's: estimators/fasop2024/comm.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ names: `names()`. `fasop-2024` (fasop/estimators/fasop2024/estimator.py) is FASO
 
 API (the names other modules use):
 
-- `Estimator` -- the protocol below; search.py (with search_chunks.py), orders.py and sweep.py call nothing else.
+- `Estimator` -- the protocol below; search/engine.py (with search/chunks.py), search/orders.py and pareto/sweep.py call nothing else.
 - `register(name)` -- decorator; a name registered twice is an error.
 - `make_estimator(model, cluster, inventory, **options)` -- the estimator named by
   `cluster.estimator`; an unknown name raises SpecError naming the cluster file, the key and

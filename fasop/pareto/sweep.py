@@ -1,7 +1,7 @@
 """Which clusters to try: node compositions within per-type limits, and the sweep that searches
 each one (in this process or in worker processes) and prices its whole training run.
 
-No printing, no files: the CLI does that (cli_pareto.py); pareto.py takes the results to the
+No printing, no files: the CLI does that (cli/pareto.py); frontier.py takes the results to the
 time-vs-dollar frontier.
 
 Definitions (README.md, "fasop pareto"):

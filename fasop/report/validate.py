@@ -15,7 +15,7 @@ An empty plan cell (micro_batch_size, recompute, sequence_parallel, distributed_
 virtual_pp) means "the fastest value that fits in memory": every allowed value is estimated and
 the row reports what was picked -- except a cell the GPU's `validate_software` fixes (A100:
 sequence_parallel 0), reported as "(catalog)". The TP overlap is the GPU's `validate_software`
-tp_overlap where it has one (H100/H200: NeMo's recipes). The GPU comes from the catalog (cluster_specs/catalog/gpus.yaml),
+tp_overlap where it has one (H100/H200: NeMo's recipes). The GPU comes from the catalog (fasop/data/cluster_specs/catalog/gpus.yaml),
 with its vendor reference node's network between nodes; the physical constants from
 cluster_specs/catalog/analytic.yaml. Error = (predicted - measured) / measured.
 """

@@ -1,8 +1,8 @@
 """The hardware catalog: GPU types, the analytic estimator's physical constants, catalog clusters.
 
-Data lives in `cluster_specs/catalog/gpus.yaml` (one entry per GPU type, a source on every
-number) and `cluster_specs/catalog/analytic.yaml` (efficiencies, latencies, overheads). A cluster
-spec with `estimator: analytic` (cluster_specs/aws.yaml, gcp.yaml) names a catalog GPU per node
+Data lives in `fasop/data/cluster_specs/catalog/gpus.yaml` (one entry per GPU type, a source on every
+number) and `fasop/data/cluster_specs/catalog/analytic.yaml` (efficiencies, latencies, overheads). A cluster
+spec with `estimator: analytic` (fasop/data/cluster_specs/aws.yaml, gcp.yaml) names a catalog GPU per node
 type and gets its memory, intra-node link and peaks from here. Units are converted once, at load:
 TFLOP/s -> FLOP/s, GB/s -> bytes/s, Gbit/s -> bytes/s, GiB -> bytes. YAML is read through
 :mod:`fasop.specs.load` (the one YAML module).
@@ -91,7 +91,7 @@ class GpuType:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class AnalyticParams:
-    """Physical constants of the analytic estimator (cluster_specs/catalog/analytic.yaml);
+    """Physical constants of the analytic estimator (fasop/data/cluster_specs/catalog/analytic.yaml);
     compared and hashed by identity, so that the cost model can cache on them."""
 
     memory_bandwidth_efficiency: float

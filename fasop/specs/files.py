@@ -1,7 +1,7 @@
 """Finding and reading spec files, without YAML: names -> paths, bounded reads, strict UTF-8,
 one-line renderings of bad values, and the per-layer profile CSV.
 
-specs.py (the one YAML module), catalog.py, hf_config.py, prices.py and validate.py read their
+reader.py (the one YAML module), load.py, catalog.py, hf_config.py, prices.py and report/validate.py read their
 files through these, so every file fasop reads is bounded and every error is one line.
 """
 

@@ -6,7 +6,7 @@ Three ways in:
 - a model spec YAML with `hf_config:` (a path relative to the YAML, or the config's keys inline),
   `training:` (sequence_length, global_batch_size) and optionally a FASOP `profile:` for the
   layer list embedding, transformer x N, head;
-- shipped models by name: model_specs/llama-3-8b.yaml, llama-3-70b, llama-3.1-405b, qwen2.5-7b,
+- shipped models by name: fasop/data/model_specs/llama-3-8b.yaml, llama-3-70b, llama-3.1-405b, qwen2.5-7b,
   gpt3-175b and the GPT shapes of Narayanan et al. 2021 Table 1 (gpt-sc21-*).
 
 Families (keys per shared/reference/ecosystem/03_hf_config_keys.md §3.1, with HF's defaults):

@@ -1,6 +1,6 @@
 """The spec values fasop computes with: cluster, node type, model, profile (frozen dataclasses, SI units).
 
-specs.py reads and checks the files that make them (and re-exports these names); nothing here
+load.py reads and checks the files that make them (fasop.specs re-exports these names); nothing here
 reads a file.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 GIB = 2**30
 CATALOG_ESTIMATORS = ("analytic",)
-"""Estimators whose cluster specs name catalog GPUs (cluster_specs/catalog/, read by catalog.py)
+"""Estimators whose cluster specs name catalog GPUs (fasop/data/cluster_specs/catalog/, read by catalog.py)
 instead of giving each node type's memory and links."""
 LAYER_KINDS = ("embedding", "transformer", "encoder", "decoder", "head")
 TRANSFORMER_KINDS = ("transformer", "encoder", "decoder")

@@ -45,7 +45,7 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
 COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
            "stage_memory_gib", "stage_memory_limit_gib")
-"""Extra CSV columns of this estimator's plans (report.py appends them after the common ones)."""
+"""Extra CSV columns of this estimator's plans (report/results.py appends them after the common ones)."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ The `fasop-2024` estimator is FASOP's cost model (docs/estimators.md), including
   backward sends; middle-stage transfers count in the balancing only (§4, §5).
 - `dp-stage0-params`: every stage's DP all-reduce moves stage 0's parameters (§7).
 - `encoder-costs-twice`: an encoder-decoder model's decoder stages are balanced on the encoder's
-  layer times (§6, in partition.py).
+  layer times (§6, in fasop/partition/splits.py).
 - `memory-limit-lookup`: the memory limit of a stage spanning several nodes is read from the
   second-to-last node of its span (§8, in memory.py).
 - `float32`: p2p, DP and embedding all-reduce and the step time are float32, operation by
