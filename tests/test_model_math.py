@@ -11,7 +11,7 @@ import pytest
 from fasop.costs import model_math
 from fasop.costs.memory import stage_elements
 from fasop.estimators.fasop2024 import comm as fasop2024_comm
-from tests.test_cost_pieces import model, node, plan
+from test_cost_pieces import model, node, plan
 
 f32 = np.float32
 
