@@ -144,3 +144,13 @@ def test_shipped_specs_are_within_the_ceilings():
         assert 2 * m.global_batch_size <= limits.GLOBAL_BATCH_SIZE and 2 * m.num_transformer_layers <= limits.LAYERS
     for path in sorted((shipped_folder("cluster_specs")).glob("*.yaml")):
         assert Path(path).stat().st_size * 40 < limits.SPEC_BYTES
+
+
+def test_the_console_script_is_the_cli():
+    """The installed `fasop` command's entry point (pyproject.toml) loads `fasop.cli.main`."""
+    from importlib.metadata import entry_points
+
+    import fasop.cli
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "fasop"]
+    assert script.value == "fasop.cli:main" and script.load() is fasop.cli.main
