@@ -1,8 +1,11 @@
-"""README.md is the user's reference: what it documents is what the code does.
+"""README.md (the quick reference) and docs/ (one page per command or concept) are the user's
+reference: what they document is what the code does.
 
-Checked against the code itself: every subcommand has a section, every flag is named, the CSV
-column table is the header of a real run, every exit status is listed, the test command is the
-one CI runs, and the layout table names every module in an order the imports respect.
+Checked against the code itself: every subcommand has a section in the README, every flag is named
+(README or docs/), the CSV column table (docs/specs.md) is the header of a real run, the Pareto
+columns are in docs/pareto.md, every exit status is listed (docs/limits.md), the test command is
+the one CI runs (README's Quick start), every relative link leads to a file, and docs/layout.md
+names every module.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from conftest import REPO
 from fasop.cli.command import main
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+DOCS = {p.name: p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").glob("*.md"))}
+EVERYWHERE = "\n".join([README, *DOCS.values()])
 
 
-def _section(title_start: str) -> str:
-    """The README's section whose heading starts with `title_start`, up to the next of its level."""
-    match = re.search(rf"^(#+) {re.escape(title_start)}.*$", README, re.M)
+def _section(title_start: str, text: str = README) -> str:
+    """The section of `text` whose heading starts with `title_start`, up to the next of its level."""
+    match = re.search(rf"^(#+) {re.escape(title_start)}.*$", text, re.M)
     assert match, title_start
     level = len(match.group(1))
-    rest = README[match.end():]
+    rest = text[match.end():]
     end = re.search(rf"^#{{1,{level}}} ", rest, re.M)
     return rest[:end.start()] if end else rest
 
@@ -60,12 +65,12 @@ def test_every_flag_is_named(capsys):
         flags = set(re.findall(r"(?<![-\w])(--[a-z][a-z0-9-]*)", _help(capsys, name))) - {"--help"}
         assert flags, name
         missing += [f"{name} {flag}" for flag in sorted(flags)
-                    if not re.search(rf"(?<![-\w]){re.escape(flag)}(?![-\w])", README)]
+                    if not re.search(rf"(?<![-\w]){re.escape(flag)}(?![-\w])", EVERYWHERE)]
     assert missing == []
 
 
 def _readme_search_columns() -> list[str]:
-    table = _section("CSV columns")
+    table = _section("CSV columns", DOCS["specs.md"])
     columns = []
     for cell in re.findall(r"^\| (`[^|]*`) \|", table, re.M):
         columns += re.findall(r"`([a-z_<>]+)`", cell)
@@ -97,7 +102,7 @@ def test_pareto_columns_are_documented(tiny_specs):
                  "--workers", "1", "--out-prefix", "p", "--no-progress"]) == 0
     own = [c for c in _header(tiny_specs / "p_pareto.csv") if c not in _readme_search_columns()
            and not c.startswith("num_nodes_")]
-    section = _section("`fasop pareto`")
+    section = DOCS["pareto.md"]
     assert own and [c for c in own if f"`{c}`" not in section] == []
 
 
@@ -106,8 +111,8 @@ def _statuses(text: str) -> set[int]:
 
 
 def test_every_exit_status_is_listed():
-    """The README's list, the CLI's docstring, and what the code returns agree."""
-    paragraph = re.search(r"\*\*Exit statuses\.\*\*(.*?)\n\n", README, re.S).group(1)
+    """docs/limits.md's list, the CLI's docstring, and what the code returns agree."""
+    paragraph = re.search(r"\*\*Exit statuses\.\*\*(.*?)\n\n", DOCS["limits.md"], re.S).group(1)
     import fasop.cli.command
 
     docstring = re.search(r"Exit status:(.*?)\n\n", fasop.cli.command.__doc__ + "\n\n", re.S).group(1)
@@ -142,4 +147,36 @@ def test_the_layout_page_names_every_module():
 @pytest.mark.parametrize("phrase", ["read and validated, not used"])
 def test_no_stale_statement(phrase):
     """Statements the code has outgrown (spot prices are used by `fasop pareto --spot`)."""
-    assert phrase not in README
+    assert phrase not in EVERYWHERE
+
+
+def _links(text: str) -> list[str]:
+    """Markdown link and image targets of `text`, outside code blocks."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return re.findall(r"\]\(([^)\s]+)\)", prose)
+
+
+def test_every_relative_link_leads_to_a_file():
+    """README.md's and docs/*.md's relative links (and images) name files that exist; an anchor
+    names a heading of its page (GitHub's slugs: lower case, punctuation dropped, spaces to -)."""
+    broken = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target in _links(path.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file).resolve() if file else path
+            if not dest.exists():
+                broken.append(f"{path.name}: {target}")
+            elif anchor and dest.suffix == ".md":
+                headings = re.findall(r"^#+ (.*)$", dest.read_text(encoding="utf-8"), re.M)
+                slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+                if anchor not in slugs:
+                    broken.append(f"{path.name}: {target}")
+    assert broken == []
+
+
+def test_the_readme_indexes_every_docs_page():
+    """The README's "Docs" table links every page under docs/ (a new page gets a row)."""
+    listed = set(re.findall(r"\]\(docs/([\w.-]+\.md)\)", _section("Docs")))
+    assert sorted(set(DOCS) - listed) == []

@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("pareto", help="time vs cost over every cluster you could assemble",
                        description="For every composition of node counts within the limits: its fastest plan that "
                        "fits, total training time and cost; the non-dominated set, its knee, and the cheapest plan "
-                       "within a deadline / the fastest within a budget. See README.md, 'fasop pareto'.")
+                       "within a deadline / the fastest within a budget. See docs/pareto.md.")
     add_specs(p)
     p.add_argument("--max-nodes", required=True, metavar="TYPE=N[,TYPE=N...]",
                    help="most nodes of each type, e.g. a100=8,a10=8 (this order is the node order of a composition)")

@@ -35,7 +35,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
                      "uninterrupted run)")
     run.add_argument("--executor", choices=EXECUTORS, default="local",
                      help="local: --workers processes on this machine (default); ray: tasks on a Ray cluster "
-                     "(pip install 'fasop[ray]'; README, 'Catalog scale')")
+                     "(pip install 'fasop[ray]'; docs/pareto.md, 'Catalog scale')")
     run.add_argument("--ray-address", metavar="ADDRESS",
                      help="Ray cluster to use with --executor ray, e.g. ray://head:10001 or auto "
                      "(default: $RAY_ADDRESS, else a Ray instance started on this machine)")

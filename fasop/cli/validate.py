@@ -14,8 +14,8 @@ from fasop.core.errors import FasopError
 
 def add_parser(sub) -> None:
     v = sub.add_parser("validate", help="compare the analytic estimator with measured training runs",
-                       description="Predict each measured run of FILE.csv (one row a run; columns in README.md, "
-                       "'fasop validate') with the analytic estimator; print predicted vs measured, the mean "
+                       description="Predict each measured run of FILE.csv (one row a run; columns in docs/validate.md) "
+                       "with the analytic estimator; print predicted vs measured, the mean "
                        "absolute percentage error (MAPE) and the largest error.")
     v.add_argument("file", metavar="FILE.csv", help="measured runs")
     v.add_argument("--out", help="CSV of the per-row predictions to write")

@@ -1,4 +1,4 @@
-"""Every ceiling on what fasop reads, in one place, with the reason for each (README, "Limits").
+"""Every ceiling on what fasop reads, in one place, with the reason for each (docs/limits.md).
 
 A value from a spec file, a profile CSV or a flag is checked against these before any arithmetic
 (fasop/specs/ for files, fasop/cli/ / search/engine.py / pareto/sweep.py for flags): inside them, every later

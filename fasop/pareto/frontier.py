@@ -5,7 +5,7 @@ keeps its result (with its training time and cost, sweep.CompositionResult); `an
 composition's fastest plan that fits in memory and finds the non-dominated set over (time, cost),
 its knee, and the answers to a deadline and a budget query. No printing, no files: the CLI does that.
 
-Definitions (README.md, "fasop pareto"):
+Definitions (docs/pareto.md):
 - A point is on the frontier when no other point is at least as good in every column and
   strictly better in one. Identical points: the first in row order (composition order) only.
 - Knee: on the frontier, normalise time and cost to [0, 1] between the frontier's extremes; the

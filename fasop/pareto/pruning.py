@@ -16,7 +16,7 @@ best plans, the very numbers analyse() compares):
 
 Such compositions are reported `pruned`, with the step time of the rule (`step_time_bound_s`).
 Covering is transitive and a frontier point is never covered, so the frontier, its knee and
-the deadline and budget answers (points of the frontier; README, 'fasop pareto') are those of
+the deadline and budget answers (points of the frontier; docs/pareto.md) are those of
 the exhaustive sweep; the rows of compositions searched in full are the same, byte for byte.
 
 Order: compositions of fewer node types first, fastest bound first (`visiting_order`), which finds
@@ -39,7 +39,7 @@ from fasop.core.errors import FasopError
 from fasop.pareto.sweep import Composition, CompositionResult, SweepJob, train_cost_usd, train_time_h, worker_job
 
 ROUND_SIZE = 16
-"""Compositions searched per round (README, 'fasop pareto': pruning); rounds 0 and 1 know nothing."""
+"""Compositions searched per round (docs/pareto.md: pruning); rounds 0 and 1 know nothing."""
 Progress = Callable[[int, int], None]
 Record = Callable[[int, float, CompositionResult], None]
 """record(index, cutoff, result): a searched composition finished (e.g. append it to a checkpoint)."""

@@ -4,7 +4,7 @@ each one (in this process or in worker processes) and prices its whole training 
 No printing, no files: the CLI does that (cli/pareto.py); frontier.py takes the results to the
 time-vs-dollar frontier.
 
-Definitions (README.md, "fasop pareto"):
+Definitions (docs/pareto.md):
 - train_time_h = step_time_s x iterations / 3600.
 - train_cost_usd = (sum over the composition's nodes of the node's $/h) x train_time_h.
 """

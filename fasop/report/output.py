@@ -1,4 +1,4 @@
-"""Where results go, and how they are written (README, "Limits, exit statuses and signals").
+"""Where results go, and how they are written (docs/limits.md).
 
 - A name comes from the user's --out / --out-prefix, or from a sanitised spec name
   (`safe_name`): a default name is one file-name component, so it stays inside results/.

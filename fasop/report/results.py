@@ -25,7 +25,7 @@ SEARCH_COLUMNS = (
     "usd_per_hour", "iterations", "train_time_h",
 )
 """Columns of `fasop search` output; `num_nodes_<type>` columns follow, one per node type. Their
-units and meanings: README.md, "CSV columns" (tests/test_readme.py checks it against a run)."""
+units and meanings: docs/specs.md, "CSV columns" (tests/test_readme.py checks it against a run)."""
 
 
 def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], list[dict]]:
@@ -121,7 +121,7 @@ def write_atomic(path: str | os.PathLike, text: str, flag: str = "--out") -> Pat
 PARETO_EXTRA_COLUMNS = ("composition", "cluster_kind", "status", "num_candidates",
                         "price_basis", "on_frontier", "is_knee", "complete", "step_time_bound_s")
 """Columns of `fasop pareto` output after SEARCH_COLUMNS and the `num_nodes_<type>` columns
-(README.md, "`fasop pareto`")."""
+(docs/pareto.md)."""
 
 
 def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,

@@ -1,5 +1,4 @@
-"""`fasop prices`: node prices from a SkyPilot catalog `vms.csv` into a cluster spec (README,
-"Prices from a SkyPilot vms.csv").
+"""`fasop prices`: node prices from a SkyPilot catalog `vms.csv` into a cluster spec (docs/prices.md).
 
 - Rows are read by header name (AWS and GCP order their columns differently; extra columns are
   ignored). A node type's rows are those whose `InstanceType` is its `instance`.

@@ -41,7 +41,7 @@ class ClusterSpec:
     path: str
     estimator: str
     """Which registered estimator scores plans on this cluster (estimators.make_estimator;
-    README, 'Estimator variants'), e.g. `fasop-2024`."""
+    docs/estimators.md, 'Estimator variants'), e.g. `fasop-2024`."""
     node_types: dict[str, NodeType]
     p2p_inter_node_divisor: float
     p2p_intra_node_divisor: float
