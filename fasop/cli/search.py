@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     columns, rows = search_rows(result, model.sequence_length)
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
+    for line in _model_notes(model, inventory, rows):
+        print(line)
     if auto_note:
         print(auto_note)
     if args.spot:
@@ -83,6 +85,25 @@ def run(args: argparse.Namespace) -> int:
         print(cli_recipes.misfit_line(result))
     print(f"wrote {out}")
     return 0
+
+
+def _model_notes(model, inventory, rows: list[dict]) -> list[str]:
+    """The architecture's notes (what of its config is not modelled), and when no plan fits, whether
+    its weights, gradients and Adam states alone exceed all the GPUs' memory however sharded."""
+    arch = model.architecture
+    if arch is None:
+        return []
+    lines = [f"note: {model.name}: {n}" for n in arch.notes]
+    if not any(not r["is_oom"] for r in rows):
+        from fasop.estimators.analytic.layers import total_params
+        from fasop.estimators.analytic.memory import ADAM_BYTES, WEIGHT_BYTES
+        states = total_params(arch) * (WEIGHT_BYTES + 4 + ADAM_BYTES)
+        room = sum(n.memory_limit_bytes * n.gpus_per_node for n in inventory)
+        if states > room:
+            lines.append(f"note: {model.name}'s {total_params(arch) / 1e9:,.0f}B parameters need {states / 2**40:.1f} TiB "
+                         f"for weights, fp32 gradients and Adam states, more than the {room / 2**40:.1f} TiB of all "
+                         "its GPUs even fully sharded (ZeRO-3 / expert parallelism): add GPUs")
+    return lines
 
 
 def _auto_top(args: argparse.Namespace, model, cluster, inventory) -> tuple[int | None, str]:

@@ -23,6 +23,67 @@ class MoE:
     shared_experts: int = 0
     shared_ffn_hidden_size: int = 0
     """Width of the shared experts' MLP taken together (0: shared_experts x expert_ffn_hidden_size)."""
+    expert_bias: bool = False
+    """Biases on every expert's matrices and on the router (GPT-OSS)."""
+    shared_gate: bool = False
+    """A sigmoid gate Linear(h, 1) on the shared expert's output (Qwen2-MoE)."""
+
+    @property
+    def shared_width(self) -> int:
+        return self.shared_ffn_hidden_size or self.shared_experts * self.expert_ffn_hidden_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLA:
+    """DeepSeek's multi-head latent attention (DeepSeek-V2 §2.1): queries through a rank
+    `q_lora_rank` bottleneck (0: a plain h -> heads x (nope + rope) projection), keys and values
+    through a shared `kv_lora_rank` latent plus one `qk_rope_head_dim` RoPE key shared by all heads."""
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mamba:
+    """A Mamba-2 mixer (Dao and Gu 2024, "Transformers are SSMs"): `num_heads` heads of `head_dim`
+    channels (d_inner = heads x head_dim), `groups` groups of B and C of `state_size` each, a
+    depthwise causal conv of `conv_kernel` taps over x, B and C, scanned in chunks of `chunk_size`."""
+    num_heads: int
+    head_dim: int
+    state_size: int
+    groups: int
+    conv_kernel: int
+    chunk_size: int
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+    @property
+    def inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def in_proj_width(self) -> int:
+        """z, x, B, C and dt: 2 d_inner + 2 groups x state + heads."""
+        return 2 * self.inner + 2 * self.groups * self.state_size + self.num_heads
+
+    @property
+    def conv_width(self) -> int:
+        return self.inner + 2 * self.groups * self.state_size
+
+
+MOE_KINDS = ("moe", "experts")
+"""Layer kinds whose MLP is a mixture of experts."""
+ATTENTION_KINDS = ("dense", "moe", "attention")
+"""Layer kinds with an attention mixer."""
+LAYER_KINDS = ("dense", "moe", "mamba", "attention", "mlp", "experts")
+"""dense: attention + MLP; moe: attention + experts (one Transformer layer each); mamba: a Mamba-2
+mixer alone; attention, mlp, experts: one sublayer alone (Nemotron-H's '*', '-', 'E' blocks)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +122,31 @@ class Architecture:
     """Per transformer layer, in order: "dense" (attention + MLP), "moe" (attention + experts),
     "mamba" (a Mamba-2 mixer, no attention), "mamba-moe"/"attention-only"/... as a family needs;
     empty: every layer "dense" (or "moe" when `moe` is set)."""
+    mla: MLA | None = None
+    """Multi-head latent attention in place of GQA (DeepSeek-V2/V3, Kimi-K2, Moonlight)."""
+    mamba: Mamba | None = None
+    """The Mamba-2 mixer of the "mamba" layers (Nemotron-H, Nemotron 3)."""
+    o_bias: bool = False
+    """Bias on the attention output projection too (GPT-OSS `attention_bias`)."""
+    qk_norm: bool = False
+    """RMSNorm over head_dim on queries and keys (Qwen3, Gemma-3): 2 x head_dim parameters a layer."""
+    attention_sinks: bool = False
+    """One learned logit per head added to the softmax (GPT-OSS): heads parameters a layer."""
+    layer_norms: int = 2
+    """Norms per transformer layer (Gemma-2/3, Grok-1: 4; a Nemotron-H block: 1)."""
+    window: int = 0
+    """Tokens a windowed attention layer sees (0: none)."""
+    window_kind: Literal["sliding", "chunked"] = "sliding"
+    """sliding: each query sees the last `window` tokens; chunked: the tokens of its own chunk (Llama 4)."""
+    windowed_layers: tuple[int, ...] = ()
+    """Indices of the layers whose attention is windowed."""
+    mtp_layers: int = 0
+    """DeepSeek-V3's multi-token-prediction modules: counted apart (not in the published totals),
+    not planned."""
+    logit_softcap: float = 0.0
+    """Gemma-2's tanh soft-capping of the final logits (elementwise; 0: none)."""
+    notes: tuple[str, ...] = ()
+    """One line each on what of the config is not modelled (a vision tower, an MTP module)."""
 
     def __post_init__(self):
         bad = [f"{k}={v}" for k, v in (("num_layers", self.num_layers), ("hidden_size", self.hidden_size),
@@ -73,6 +159,20 @@ class Architecture:
         if self.num_attention_heads % self.num_kv_heads:
             raise ValueError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                              f"num_kv_heads={self.num_kv_heads}")
+        if self.layer_kinds and len(self.layer_kinds) != self.num_layers:
+            raise ValueError(f"{len(self.layer_kinds)} layer kinds for num_layers={self.num_layers}")
+        odd = sorted(set(self.layer_kinds) - set(LAYER_KINDS))
+        if odd:
+            raise ValueError(f"unknown layer kind {odd[0]!r} (one of {', '.join(LAYER_KINDS)})")
+        if any(k in MOE_KINDS for k in self.kinds) and self.moe is None:
+            raise ValueError("MoE layers without the experts' shape (moe)")
+        if "mamba" in self.kinds and self.mamba is None:
+            raise ValueError("Mamba layers without the mixer's shape (mamba)")
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Each layer's kind (`layer_kinds`, or all "dense" / all "moe")."""
+        return self.layer_kinds or ("moe" if self.moe else "dense",) * self.num_layers
 
     @property
     def q_width(self) -> int:

@@ -21,29 +21,34 @@ Families (keys per shared/reference/ecosystem/03_hf_config_keys.md §3.1, with H
   num_attention_heads, num_key_value_heads (None -> heads: GQA), head_dim (None -> h/heads),
   intermediate_size; gated MLP (SwiGLU, three matrices), RMSNorm, rotary positions, no dropout,
   tie_word_embeddings (default false), QKV bias (`attention_bias`; always on for qwen2).
-Mixture-of-experts and multimodal configs are refused, naming the key that shows them.
+The mixture-of-experts, MLA, windowed-attention and hybrid Mamba-2 families are read by
+`hf_families.py`. A config whose language model sits under `text_config` (next to a vision
+tower) is planned as that language model, with a note that the vision tower is not modelled;
+other multimodal configs, and MoE keys in a dense family, are refused, naming the key.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from fasop.core import limits
 from fasop.core.errors import SpecError
+from fasop.specs import hf_families
 from fasop.specs.architecture import Architecture
 from fasop.specs.files import decode_utf8, read_bounded
 from fasop.specs.profiles import read_profile
 from fasop.specs.reader import Reader
 from fasop.specs.types import ModelSpec
 
-FAMILIES = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2")
+FAMILIES = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2") + hf_families.MOE_FAMILIES
 DEFAULT_SEQUENCE_LENGTH = 4096
 """For a bare config.json: min(this, max_position_embeddings)."""
 DEFAULT_GLOBAL_BATCH_SIZE = 256
 """For a bare config.json: sequences per step (about 1M tokens at 4096)."""
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
-_MULTIMODAL_KEYS = ("text_config", "vision_config", "audio_config", "vision_tower", "mm_projector_type")
+_MULTIMODAL_KEYS = ("vision_config", "audio_config", "vision_tower", "mm_projector_type")
 _SPEC_KEYS = ("name", "hf_config", "training", "profile")
 _CEILINGS = {key: high for keys, high in (
     (("n_layer", "num_hidden_layers", "num_layers", "num_decoder_layers"), limits.LAYERS),
@@ -61,49 +66,35 @@ def architecture_from_config(cfg: dict, where: str) -> Architecture:
     """The Architecture of a parsed config.json; SpecError(where, key, ...) for what fasop cannot model."""
     if not isinstance(cfg, dict):
         raise SpecError(where, "", "a config.json must hold a JSON object")
+    notes = ()
+    if "text_config" in cfg:
+        text = cfg["text_config"]
+        if not isinstance(text, dict):
+            raise SpecError(where, "text_config", "must be a JSON object")
+        cfg, where = text, f"{where}: text_config"
+        notes = ("the language model only: the vision tower is not modelled",)
     for key in _MULTIMODAL_KEYS:
         if key in cfg:
-            raise SpecError(where, key, "multimodal model: fasop models text-only dense Transformers")
-    for key in _MOE_KEYS:
-        if cfg.get(key) not in (None, 0, 1):
-            raise SpecError(where, key, f"mixture-of-experts model ({key} = {cfg[key]!r}): fasop models "
-                                        "dense Transformers only")
-    family = cfg.get("model_type")
+            raise SpecError(where, key, "multimodal model without a text_config: fasop models the language model")
+    family = hf_families.family_of(cfg)
+    if family not in hf_families.MOE_FAMILIES:
+        for key in _MOE_KEYS:
+            if cfg.get(key) not in (None, 0, 1):
+                raise SpecError(where, key, f"mixture-of-experts key ({key} = {cfg[key]!r}) in a dense "
+                                            f"{family!r} config")
     if family not in FAMILIES:
         raise SpecError(where, "model_type", f"unsupported model_type {family!r} (supported: {', '.join(FAMILIES)})")
     build = {"gpt2": _gpt2, "bert": _bert, "t5": _t5}.get(family, _llama)
+    if family in hf_families.MOE_FAMILIES:
+        build = hf_families.build
     try:
-        return build(_Keys(cfg, where), family)
+        arch = build(_Keys(cfg, where, _CEILINGS), family)
     except ValueError as exc:
         raise SpecError(where, "", str(exc)) from None
+    return replace(arch, notes=notes + arch.notes) if notes else arch
 
 
-class _Keys:
-    """Typed access to config keys with HF's defaults; errors name the key."""
-
-    def __init__(self, cfg: dict, where: str):
-        self.cfg, self.where = cfg, where
-
-    def int(self, key: str, default=...) -> int:
-        value = self.cfg.get(key)
-        if value is None:
-            if default is ...:
-                raise SpecError(self.where, key, "missing required key")
-            return default
-        high = _CEILINGS.get(key, limits.HIDDEN_SIZE * 64)
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
-            raise SpecError(self.where, key, f"must be an integer in [1, {high:,}], got {str(value)[:60]!r}")
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.cfg.get(key, default)
-        if not isinstance(value, bool):
-            raise SpecError(self.where, key, f"must be true or false, got {value!r}")
-        return value
-
-    def rate(self, *keys: str) -> bool:
-        """True when any of these dropout probabilities is > 0."""
-        return any(isinstance(self.cfg.get(k), (int, float)) and self.cfg.get(k) > 0 for k in keys)
+_Keys = hf_families.Keys
 
 
 def _gpt2(k: _Keys, family: str) -> Architecture:

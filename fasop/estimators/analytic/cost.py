@@ -112,8 +112,8 @@ def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     rate, tile = gpu.matmul_flops(w.recipe.precision), w.params.matmul_tile
     q = lambda m, n: L.wave_efficiency(m, n, gpu.streaming_multiprocessors, tile)
     fwd = bwd = 0.0
-    for m, n, k in L.layer_gemm_shapes(w.arch, w.mbs, w.seq, w.tp):
-        flops = 2 * m * n * k
+    for c, m, n, k in L.layer_gemms(w.arch, w.mbs, w.seq, w.tp):
+        flops = c * 2 * m * n * k
         fwd += flops / (rate * q(m, n))
         bwd += flops / (rate * q(m, k)) + flops / (rate * q(k, n))
     return fwd, bwd

@@ -80,8 +80,9 @@ class AnalyticEstimator:
         """Powers of two up to a node's GPUs dividing the heads, KV heads and FFN width."""
         g = min(n.gpus_per_node for n in self.inventory)
         a = self.arch
-        return tuple(t for t in (1, 2, 4, 8, 16, 32) if t <= g and not a.num_attention_heads % t
-                     and not a.num_kv_heads % t and not a.ffn_hidden_size % t)
+        widths = (a.num_attention_heads, a.num_kv_heads, a.ffn_hidden_size) \
+            + ((a.moe.expert_ffn_hidden_size,) if a.moe else ()) + ((a.mamba.num_heads,) if a.mamba else ())
+        return tuple(t for t in (1, 2, 4, 8, 16, 32) if t <= g and not any(n % t for n in widths))
 
     def signature(self, plan: Plan):
         stages = self._stages(plan)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from fasop.estimators.analytic import blocks as B
 from fasop.specs.architecture import Architecture
 from fasop.specs.catalog import AnalyticParams
 
@@ -80,9 +81,18 @@ class Recipe:
 
 
 # ----------------------------------------------------------------------------- parameters
+def _plain(a: Architecture) -> bool:
+    """Every layer a dense GQA Transformer layer of the original formulas (below)."""
+    return (not a.layer_kinds or set(a.layer_kinds) == {"dense"}) and a.moe is None and a.mla is None \
+        and not (a.qk_norm or a.attention_sinks or a.o_bias or a.window) and a.layer_norms == 2
+
+
 @lru_cache(maxsize=256)
-def layer_params(a: Architecture) -> int:
-    """Parameters of one Transformer layer (all TP ranks together)."""
+def layer_params(a: Architecture) -> float:
+    """Parameters of one Transformer layer (all TP ranks together); the mean layer of a model
+    whose layers differ (blocks.py)."""
+    if not _plain(a):
+        return B.mean_over_kinds(a, lambda kind: B.kind_params(a, kind))
     h, f = a.hidden_size, a.ffn_hidden_size
     attention = h * a.q_width + 2 * h * a.kv_width + a.q_width * h
     mlp = h * f * (3 if a.gated_mlp else 2)
@@ -109,13 +119,29 @@ def head_params(a: Architecture) -> int:
 
 
 def total_params(a: Architecture) -> int:
+    """All parameters (MTP modules apart: blocks.mtp_params)."""
     head = head_params(a) - (a.vocab_size * a.hidden_size if a.tied_embeddings else 0)
-    return a.num_layers * layer_params(a) + embedding_params(a) + head
+    return sum(B.kind_params(a, k) for k in a.kinds) + embedding_params(a) + head
+
+
+def active_params(a: Architecture, input_embedding: bool = True) -> int:
+    """Parameters one token uses: k of the E routed experts. Publishers differ on the input
+    embedding (a gather, not a matmul): Mixtral, Qwen, Llama 4 count it, GPT-OSS leaves it out."""
+    head = head_params(a) - (a.vocab_size * a.hidden_size if a.tied_embeddings and input_embedding else 0)
+    embedding = embedding_params(a) if input_embedding else 0
+    return sum(B.kind_params(a, k, active=True) for k in a.kinds) + embedding + head
+
+
+def expert_layer_params(a: Architecture) -> float:
+    """The routed experts' share of layer_params (mean layer): what expert parallelism shards."""
+    return B.mean_over_kinds(a, lambda kind: B.expert_params(a, kind))
 
 
 # ----------------------------------------------------------------------------- FLOPs and bytes
 def layer_linear_flops(a: Architecture, b: int, s: int, t: int) -> float:
     """FLOPs of one layer's forward projections and MLP (the weight matmuls) on one of t TP ranks."""
+    if not _plain(a):
+        return sum(c * 2 * m * n * k for c, m, n, k in layer_gemms(a, b, s, t))
     h, f = a.hidden_size, a.ffn_hidden_size
     projections = 2 * b * s * h * (a.q_width + 2 * a.kv_width) + 2 * b * s * a.q_width * h
     mlp = 2 * b * s * h * f * (3 if a.gated_mlp else 2)
@@ -130,6 +156,20 @@ def layer_gemm_shapes(a: Architecture, b: int, s: int, t: int) -> tuple[tuple[in
     up = 2 if a.gated_mlp else 1
     return ((bs, (a.q_width + 2 * a.kv_width) / t, h), (bs, h, a.q_width / t),
             (bs, up * f / t, h), (bs, h, f / t))
+
+
+@lru_cache(maxsize=256)
+def layer_gemms(a: Architecture, b: int, s: int, t: int, ep: int = 1) -> tuple[tuple[float, float, float, float], ...]:
+    """(count, m, n, k) of the mean layer's forward weight matmuls on one TP rank: each shape with
+    how many times a layer runs it on average (1 for each of a dense model's four; blocks.kind_gemms
+    for the other kinds, routed experts as a grouped GEMM over ep ranks)."""
+    if _plain(a):
+        return tuple((1, m, n, k) for m, n, k in layer_gemm_shapes(a, b, s, t))
+    counts: dict = {}
+    for kind in a.kinds:
+        for c, m, n, k in B.kind_gemms(a, kind, b, s, t, ep):
+            counts[(m, n, k)] = counts.get((m, n, k), 0) + c
+    return tuple((c / a.num_layers, m, n, k) for (m, n, k), c in counts.items())
 
 
 def wave_efficiency(m: float, n: float, sms: int, tile: tuple[int, int]) -> float:
@@ -147,7 +187,10 @@ def wave_efficiency(m: float, n: float, sms: int, tile: tuple[int, int]) -> floa
 
 
 def attention_core_flops(a: Architecture, b: int, s: int, t: int, causal_fraction: float) -> float:
-    """FLOPs of one layer's forward QK^T and scores x V on one TP rank (heads split over t)."""
+    """FLOPs of one layer's forward QK^T and scores x V on one TP rank (heads split over t); of the
+    mean layer, windows and Mamba scans included, when the layers differ (blocks.core_flops)."""
+    if not _plain(a):
+        return B.core_flops(a, b, s, t, causal_fraction)
     return 2 * 2 * b * s * s * a.q_width * causal_fraction / t
 
 
@@ -158,6 +201,13 @@ def head_forward_flops(a: Architecture, b: int, s: int, t: int) -> float:
 
 def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int, fused_attention: bool) -> float:
     """Bytes the memory-bound kernels of one layer's forward read and write on one TP rank."""
+    if not _plain(a):
+        extra = 0.0
+        if not fused_attention:  # unfused attention's s x s scores, on attention layers only
+            share = sum(k in B.ATTENTION_KINDS for k in a.kinds) / a.num_layers
+            mask = 1 if a.dropout else 0
+            extra = share * b * a.num_attention_heads * s * s * (4 * e + (2 * e + 1) * mask) / t
+        return extra + B.mean_over_kinds(a, lambda kind: B.kind_elementwise_bytes(a, kind, b, s, t, sp, e))
     h, f = a.hidden_size, a.ffn_hidden_size
     bsh = b * s * h
     mask = 1 if a.dropout else 0
@@ -176,6 +226,9 @@ def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: f
     weights and outputs of QKV, O, the MLP's up (and gate) and down projections, and of the
     attention core's Q, K, V reads and context write (Calculon's per-op memory traffic).
     `operand`: bytes per input and weight element when not `e` (1 for FP8 matmuls)."""
+    if not _plain(a):
+        op = e if operand is None else operand
+        return B.mean_over_kinds(a, lambda kind: B.kind_gemm_bytes(a, kind, b, s, t, e, op))
     h, f, qkv = a.hidden_size, a.ffn_hidden_size, a.q_width + 2 * a.kv_width
     up = 2 if a.gated_mlp else 1
     bs = b * s
@@ -189,6 +242,8 @@ def fp8_cast_elements(a: Architecture, b: int, s: int, t: int) -> float:
     """Elements an FP8 run casts per layer forward on one TP rank: the inputs of the QKV, O, MLP up
     and MLP down matmuls (Transformer Engine casts each to FP8, with a transposed copy for the
     weight-gradient matmul; the backward casts the output gradients the same way)."""
+    if not _plain(a):
+        return B.mean_over_kinds(a, lambda kind: B.kind_cast_elements(a, kind, b, s, t))
     up_in, down_in = a.hidden_size, a.ffn_hidden_size / t
     return b * s * (a.hidden_size + a.q_width / t + up_in + down_in)
 
@@ -211,6 +266,13 @@ def activation_bytes(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fu
     sbh = s * b * h
     if recipe.recompute == "full":
         return 2 * sbh / (t if sp else 1)
+    if not _plain(a):
+        def one(kind):
+            replicated, split, core = B.kind_activation_terms(a, kind, s)
+            if recipe.recompute != "none" or fused_attention:
+                core = 0.0
+            return sbh * (replicated + split + core) / t if sp else sbh * (replicated + (split + core) / t)
+        return B.mean_over_kinds(a, one)
     mask = 1 if a.dropout else 0
     replicated = 4 + 2 + 2 + 2 * mask
     f_term = (6 if a.gated_mlp else 4) * a.ffn_hidden_size / h

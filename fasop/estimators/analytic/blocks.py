@@ -1,0 +1,270 @@
+"""Per-layer-kind arithmetic of the models that are not a stack of identical dense layers:
+mixture-of-experts, multi-head latent attention, windowed attention, Mamba-2 mixers.
+
+`layers.py` keeps the dense Transformer's formulas (Narayanan et al. 2021, Korthikanti et al.
+2022) and asks this module for every other kind; the estimator sees one *mean* layer (the sum
+over a model's layers / their count), so totals are exact and a stage of n layers is costed as n
+mean layers (docs/models.md says what that leaves out). Notation as layers.py, plus E routed
+experts, k experts per token, f_e expert width, f_s shared-expert width (shared_experts x f_e
+unless given), and for MLA r_q, r_kv the query / KV ranks, d_n, d_r, d_v the no-RoPE, RoPE and
+value head dims.
+
+Parameters (shared/reference/ecosystem/07_moe_cp_fsdp.md §1.2, each term one projection of the
+HF modeling code):
+  GQA   h·ad + 2h·gd + ad·h (+ biases, + 2d QK-norm, + a sinks)
+  MLA   h·r_q + r_q + r_q·a(d_n+d_r) + h(r_kv+d_r) + r_kv + r_kv·a(d_n+d_v) + a·d_v·h
+        (no r_q: h·a(d_n+d_r))
+  MoE   router E·h + E experts of h·f_e·(3 gated, 2 not) + shared h·f_s·(3 or 2) (+ Qwen2-MoE's h gate)
+  Mamba-2  in_proj h(2·d_in + 2·G·N + H), conv (d_in + 2GN)·K (+ bias), dt bias, A, D (3H),
+        gated RMSNorm d_in, out_proj d_in·h   (HF NemotronHMamba2Mixer)
+Active parameters replace E by k. Forward FLOPs of the weight matmuls: 2 per active weight per
+token (router included; Megatron's count leaves it out, 07 §2.1). Attention scores: 2·s·a(d_qk +
+d_v) per token over the keys each query sees (all s, unfused; s/2 causal; a window w: w - w²/2s
+sliding, w/2 chunked). The Mamba-2 chunked scan (Dao and Gu 2024 §6, its four matmul steps over
+chunks of Q tokens): 2·Q·G·N (C·Bᵀ) + 2·Q·H·P (scores × x) + 4·H·P·N (chunk states and their
+outputs) per token.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import lru_cache
+
+from fasop.specs.architecture import ATTENTION_KINDS, MOE_KINDS, Architecture
+
+
+def _up(a: Architecture) -> int:
+    return 3 if a.gated_mlp else 2
+
+
+# ----------------------------------------------------------------------------- parameters
+def attention_params(a: Architecture) -> int:
+    h, m = a.hidden_size, a.mla
+    if m is not None:
+        heads = a.num_attention_heads
+        q = h * heads * m.qk_head_dim if not m.q_lora_rank else \
+            h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * m.qk_head_dim
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank + \
+            m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+        return q + kv + heads * m.v_head_dim * h
+    n = h * a.q_width + 2 * h * a.kv_width + a.q_width * h
+    if a.linear_bias or a.o_bias:
+        n += a.q_width + 2 * a.kv_width + h
+    elif a.qkv_bias:
+        n += a.q_width + 2 * a.kv_width
+    return n + (2 * a.head_dim if a.qk_norm else 0) + (a.num_attention_heads if a.attention_sinks else 0)
+
+
+def mlp_params(a: Architecture, f: int) -> int:
+    bias = f * (2 if a.gated_mlp else 1) + a.hidden_size if a.linear_bias else 0
+    return a.hidden_size * f * _up(a) + bias
+
+
+def moe_params(a: Architecture, active: bool) -> int:
+    """Router + routed experts (all E, or the k a token uses) + shared experts of one MoE layer."""
+    e, h = a.moe, a.hidden_size
+    expert = h * e.expert_ffn_hidden_size * _up(a)
+    router = e.num_experts * h
+    if e.expert_bias:
+        expert += e.expert_ffn_hidden_size * (_up(a) - 1) + h
+        router += e.num_experts
+    shared = h * e.shared_width * _up(a) + (h if e.shared_gate and e.shared_width else 0)
+    return router + (e.experts_per_token if active else e.num_experts) * expert + shared
+
+
+def mamba_params(a: Architecture) -> int:
+    m, h = a.mamba, a.hidden_size
+    conv = m.conv_width * m.conv_kernel + (m.conv_width if m.conv_bias else 0)
+    bias = (m.in_proj_width + h) if m.proj_bias else 0
+    return h * m.in_proj_width + conv + 3 * m.num_heads + m.inner + m.inner * h + bias
+
+
+def kind_params(a: Architecture, kind: str, active: bool = False) -> int:
+    """Parameters of one layer of `kind` (all experts, or with `active` those a token uses)."""
+    h = a.hidden_size
+    sub = 1 if kind in ("mamba", "attention", "mlp", "experts") else 2
+    norms = max(a.layer_norms, sub) if sub == 2 else 1
+    n = norms * (h if a.norm == "rmsnorm" else 2 * h)
+    if kind in ATTENTION_KINDS:
+        n += attention_params(a)
+    if kind in ("dense", "mlp"):
+        n += mlp_params(a, a.ffn_hidden_size)
+    if kind in MOE_KINDS:
+        n += moe_params(a, active)
+    if kind == "mamba":
+        n += mamba_params(a)
+    return n
+
+
+def expert_params(a: Architecture, kind: str) -> int:
+    """The routed experts' share of kind_params (what expert parallelism shards)."""
+    if kind not in MOE_KINDS:
+        return 0
+    e = a.moe
+    one = a.hidden_size * e.expert_ffn_hidden_size * _up(a)
+    if e.expert_bias:
+        one += e.expert_ffn_hidden_size * (_up(a) - 1) + a.hidden_size
+    return e.num_experts * one
+
+
+def mtp_params(a: Architecture) -> int:
+    """DeepSeek-V3's MTP modules (§2.2 of its report): two norms, the 2h x h projection, one MoE
+    layer and a final norm each; embedding and head shared with the main model."""
+    if not a.mtp_layers:
+        return 0
+    return a.mtp_layers * (3 * a.hidden_size + 2 * a.hidden_size ** 2 + kind_params(a, "moe"))
+
+
+# ----------------------------------------------------------------------------- matmuls and scores
+def kind_gemms(a: Architecture, kind: str, b: int, s: int, t: int, ep: int = 1) -> tuple:
+    """(count, m, n, k) of one layer's forward weight matmuls on one TP rank. MLA's down
+    projections are replicated over TP (Megatron-Core); the router too; routed experts are a
+    grouped GEMM of E/ep experts of bs·k·ep/E tokens each (balanced routing, 07 §2.2)."""
+    h, bs, up = a.hidden_size, b * s, _up(a) - 1
+    out = []
+    if kind in ATTENTION_KINDS:
+        m, heads = a.mla, a.num_attention_heads
+        if m is None:
+            out += [(1, bs, (a.q_width + 2 * a.kv_width) / t, h), (1, bs, h, a.q_width / t)]
+        else:
+            if m.q_lora_rank:
+                out += [(1, bs, m.q_lora_rank, h), (1, bs, heads * m.qk_head_dim / t, m.q_lora_rank)]
+            else:
+                out += [(1, bs, heads * m.qk_head_dim / t, h)]
+            out += [(1, bs, m.kv_lora_rank + m.qk_rope_head_dim, h),
+                    (1, bs, heads * (m.qk_nope_head_dim + m.v_head_dim) / t, m.kv_lora_rank),
+                    (1, bs, h, heads * m.v_head_dim / t)]
+    if kind in ("dense", "mlp"):
+        f = a.ffn_hidden_size
+        out += [(1, bs, up * f / t, h), (1, bs, h, f / t)]
+    if kind in MOE_KINDS:
+        e = a.moe
+        fe, fs, rows = e.expert_ffn_hidden_size, e.shared_width, bs * e.experts_per_token * ep / e.num_experts
+        out += [(1, bs, e.num_experts, h), (e.num_experts / ep, rows, up * fe / t, h),
+                (e.num_experts / ep, rows, h, fe / t)]
+        if fs:
+            out += [(1, bs, up * fs / t, h), (1, bs, h, fs / t)]
+    if kind == "mamba":
+        mb = a.mamba
+        out += [(1, bs, mb.in_proj_width / t, h), (1, bs, h, mb.inner / t)]
+    return tuple(out)
+
+
+def keys_fraction(a: Architecture, layer: int, s: int, causal_fraction: float) -> float:
+    """Share of the s x s scores layer `layer` computes: `causal_fraction` (1 unfused, 1/2 a
+    causal kernel), or with a fused kernel on a windowed layer the window's share."""
+    w = a.window
+    if causal_fraction == 1.0 or not w or layer not in a.windowed_layers or w >= s:
+        return causal_fraction
+    if a.window_kind == "chunked":
+        return w / (2 * s)
+    return (s * w - w * w / 2) / (s * s)
+
+
+def scan_flops(a: Architecture, b: int, s: int, t: int) -> float:
+    """Forward FLOPs of one Mamba-2 layer's chunked scan on one TP rank (heads split over t)."""
+    m = a.mamba
+    per_token = 2 * m.chunk_size * m.groups * m.state_size + 2 * m.chunk_size * m.inner \
+        + 4 * m.inner * m.state_size
+    return b * s * per_token / t
+
+
+@lru_cache(maxsize=256)
+def core_flops(a: Architecture, b: int, s: int, t: int, causal_fraction: float) -> float:
+    """Mean over the layers of the attention-score and Mamba-scan FLOPs on one TP rank."""
+    if a.mla is not None:
+        width = a.num_attention_heads * (a.mla.qk_head_dim + a.mla.v_head_dim)
+    else:
+        width = 2 * a.q_width
+    total = 0.0
+    for i, kind in enumerate(a.kinds):
+        if kind in ATTENTION_KINDS:
+            total += 2 * b * s * s * width * keys_fraction(a, i, s, causal_fraction) / t
+        elif kind == "mamba":
+            total += scan_flops(a, b, s, t)
+    return total / a.num_layers
+
+
+# ----------------------------------------------------------------------------- bytes
+def kind_elementwise_bytes(a: Architecture, kind: str, b: int, s: int, t: int, sp: bool, e: int) -> float:
+    """Bytes the memory-bound kernels of one non-dense layer read and write (layers.py's dense
+    terms, per sublayer): norm and residual add per sublayer, the MLP activation over the active
+    width, the permutation of k copies of each token in and out of the experts (read + write),
+    RoPE, the Mamba conv and gated norm."""
+    bs, h = b * s, a.hidden_size
+    sub = 1 if kind in ("mamba", "attention", "mlp", "experts") else 2
+    replicated = sub * 5 * e * bs * h
+    split = 0.0
+    if kind in ATTENTION_KINDS and a.position == "rotary":
+        m = a.mla
+        rope = (a.num_attention_heads + 1) * m.qk_rope_head_dim if m else a.q_width + a.kv_width
+        split += 2 * e * bs * rope
+    if kind in ("dense", "mlp"):
+        split += _up(a) * e * bs * a.ffn_hidden_size
+    if kind in MOE_KINDS:
+        x = a.moe
+        split += _up(a) * e * bs * (x.experts_per_token * x.expert_ffn_hidden_size + x.shared_width)
+        replicated += 2 * 2 * e * bs * x.experts_per_token * h
+    if kind == "mamba":
+        split += e * bs * (2 * a.mamba.conv_width + 3 * a.mamba.inner)
+    return replicated / (t if sp else 1) + split / t
+
+
+def kind_gemm_bytes(a: Architecture, kind: str, b: int, s: int, t: int, e: int, operand: float) -> float:
+    """Inputs, weights and outputs of one layer's weight matmuls (kind_gemms), plus the attention
+    core's Q, K, V reads and context write."""
+    total = 0.0
+    for c, m, n, k in kind_gemms(a, kind, b, s, t):
+        total += c * (operand * (m * k + n * k) + e * m * n)
+    if kind in ATTENTION_KINDS:
+        ml = a.mla
+        qkv = a.num_attention_heads * (2 * ml.qk_head_dim + ml.v_head_dim) if ml else a.q_width + 2 * a.kv_width
+        ctx = a.num_attention_heads * ml.v_head_dim if ml else a.q_width
+        total += b * s * (operand * qkv + e * ctx) / t
+    return total
+
+
+def kind_cast_elements(a: Architecture, kind: str, b: int, s: int, t: int) -> float:
+    """Matmul inputs an FP8 run casts (the m x k operand of every weight matmul)."""
+    return sum(c * m * k for c, m, n, k in kind_gemms(a, kind, b, s, t))
+
+
+def kind_activation_terms(a: Architecture, kind: str, s: int) -> tuple[float, float, float]:
+    """(replicated, split, core) bytes per s·b·h element of one non-dense layer's stored
+    activations, 16-bit, term by term as layers.py generalises Korthikanti et al. 2022 Table 2:
+    each sublayer keeps its norm input and its first matmul's input (4); an attention its Q, K, V
+    and the output projection's input (MLA: also the two latent inputs); an MLP its inner
+    activations (6f/h gated, 4f/h not); MoE the k permuted copies of a token, their inner
+    activations and outputs, the fp32 router probabilities and the shared expert; Mamba-2 the
+    in_proj output, the conv output, the scan output and the gated norm's output."""
+    h, mask = a.hidden_size, 1 if a.dropout else 0
+    inner = 6 if a.gated_mlp else 4
+    sub = 1 if kind in ("mamba", "attention", "mlp", "experts") else 2
+    replicated, split, core = sub * (4 + mask), 0.0, 0.0
+    if kind in ATTENTION_KINDS:
+        m = a.mla
+        if m is None:
+            split += (4 * a.q_width + 4 * a.kv_width) / h
+        else:
+            heads = a.num_attention_heads
+            split += (2 * m.q_lora_rank + 2 * m.kv_lora_rank
+                      + heads * (4 * m.qk_head_dim + 4 * m.v_head_dim)) / h
+        core = (2 + 3 * mask) * a.num_attention_heads * s / h
+    if kind in ("dense", "mlp"):
+        split += inner * a.ffn_hidden_size / h
+    if kind in MOE_KINDS:
+        x = a.moe
+        split += x.experts_per_token * (4 + inner * x.expert_ffn_hidden_size / h) + inner * x.shared_width / h
+        replicated += 4 * x.num_experts / h
+    if kind == "mamba":
+        mb = a.mamba
+        split += 2 * (mb.in_proj_width + mb.conv_width + 2 * mb.inner) / h
+    return replicated, split, core
+
+
+def mean_over_kinds(a: Architecture, fn) -> float:
+    """fn(kind) averaged over the layers; fn's own value when every layer is of one kind."""
+    counts = Counter(a.kinds)
+    if len(counts) == 1:
+        return fn(next(iter(counts)))
+    return sum(n * fn(kind) for kind, n in sorted(counts.items())) / a.num_layers

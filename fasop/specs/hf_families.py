@@ -1,0 +1,228 @@
+"""The config.json families beyond the dense Llama shape: mixture-of-experts, MLA, windowed
+attention, hybrid Mamba-2 (keys per shared/reference/ecosystem/07_moe_cp_fsdp.md §1.1, HF's
+defaults; docs/models.md gives each family's formulas and published counts).
+
+- `mixtral` (and Grok-1's Mixtral-style `Grok1ModelForCausalLM`, which has no model_type):
+  num_local_experts / num_experts, num_experts_per_tok, intermediate_size = expert width.
+- `qwen2_moe`, `qwen3_moe`: num_experts, moe_intermediate_size, shared_expert_intermediate_size
+  (Qwen2-MoE, with its sigmoid gate), decoder_sparse_step and mlp_only_layers pick the MoE layers;
+  QK-norm on qwen3_moe. `qwen3`: the Llama shape with QK-norm.
+- `deepseek_v2`, `deepseek_v3`, `kimi_k2`: MLA (q_lora_rank, kv_lora_rank, qk_nope/rope_head_dim,
+  v_head_dim), n_routed_experts + n_shared_experts, first_k_dense_replace dense layers,
+  num_nextn_predict_layers MTP modules (counted apart, not planned).
+- `gpt_oss`: experts with biases, router bias, attention biases and sinks, layer_types with
+  sliding_window.
+- `llama4` / `llama4_text`: text_config, interleave_moe_layer_step, a shared expert in every MoE
+  layer, intermediate_size_mlp for the dense layers, attention_chunk_size (chunked attention on
+  three layers of four).
+- `gemma2`, `gemma3` / `gemma3_text`: head_dim, four norms a layer, sliding windows
+  (layer_types, or every other layer / sliding_window_pattern), final-logit soft-capping, tied.
+- `nemotron_h`: hybrid_override_pattern (or layers_block_type): M Mamba-2, * attention, - MLP,
+  E MoE; relu² MLPs and experts (not gated), one norm per block.
+A key that would change the arithmetic in a way fasop does not model is refused, naming it.
+"""
+
+from __future__ import annotations
+
+from fasop.core import limits
+from fasop.core.errors import SpecError
+from fasop.specs.architecture import MLA, Architecture, Mamba, MoE
+
+MOE_FAMILIES = ("mixtral", "grok-1", "qwen2_moe", "qwen3_moe", "qwen3", "deepseek_v2", "deepseek_v3", "kimi_k2",
+                "gpt_oss", "llama4", "llama4_text", "gemma2", "gemma3", "gemma3_text", "nemotron_h")
+_NEMOTRON_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "experts",
+                    "mamba": "mamba", "attention": "attention", "mlp": "mlp", "moe": "experts"}
+_REFUSED = {"moe_latent_size": "latent MoE (experts on a down-projected token)",
+            "moe_layer_freq": "MoE every n-th layer other than 1",
+            "no_rope_layers": None}
+"""Keys whose non-default values change the math in ways not modelled (None: accepted, no effect)."""
+
+
+class Keys:
+    """Typed access to config keys with HF's defaults; errors name the key."""
+
+    def __init__(self, cfg: dict, where: str, ceilings: dict):
+        self.cfg, self.where, self.ceilings = cfg, where, ceilings
+
+    def int(self, key: str, default=...) -> int:
+        value = self.cfg.get(key)
+        if value is None:
+            if default is ...:
+                raise SpecError(self.where, key, "missing required key")
+            return default
+        high = self.ceilings.get(key, limits.HIDDEN_SIZE * 64)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+            raise SpecError(self.where, key, f"must be an integer in [1, {high:,}], got {str(value)[:60]!r}")
+        return value
+
+    def count(self, key: str, default: int = 0) -> int:
+        """An integer that may be 0 (a count of modules or layers)."""
+        return default if self.cfg.get(key) in (0, None) else self.int(key)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.cfg.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SpecError(self.where, key, f"must be true or false, got {value!r}")
+        return value
+
+    def rate(self, *keys: str) -> bool:
+        """True when any of these dropout probabilities is > 0."""
+        return any(isinstance(self.cfg.get(k), (int, float)) and self.cfg.get(k) > 0 for k in keys)
+
+    def refuse(self, key: str, why: str):
+        raise SpecError(self.where, key, f"{why} ({key} = {str(self.cfg.get(key))[:60]!r}): not modelled by fasop")
+
+
+def family_of(cfg: dict) -> str | None:
+    if "model_type" not in cfg and any("Grok1" in str(a) for a in cfg.get("architectures") or ()):
+        return "grok-1"
+    return cfg.get("model_type")
+
+
+def build(k: Keys, family: str) -> Architecture:
+    for key, why in _REFUSED.items():
+        if why and k.cfg.get(key) not in (None, 0, 1):
+            k.refuse(key, why)
+    builder = {"mixtral": _mixtral, "grok-1": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
+               "qwen3": _qwen_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
+               "gpt_oss": _gpt_oss, "llama4": _llama4, "llama4_text": _llama4, "gemma2": _gemma,
+               "gemma3": _gemma, "gemma3_text": _gemma, "nemotron_h": _nemotron_h}[family]
+    return builder(k, family)
+
+
+def _base(k: Keys, family: str, **kw) -> dict:
+    """The Llama-shaped keys every family shares (RMSNorm, RoPE, no biases, no dropout, untied)."""
+    h, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    layers = kw.pop("num_layers", None) or k.int("num_hidden_layers")
+    out = dict(family=family, num_layers=layers, hidden_size=h, num_attention_heads=heads,
+               num_kv_heads=k.int("num_key_value_heads", heads), head_dim=k.int("head_dim", h // heads),
+               ffn_hidden_size=k.int("intermediate_size"), vocab_size=k.int("vocab_size"), gated_mlp=True,
+               tied_embeddings=k.flag("tie_word_embeddings", False), linear_bias=False, norm="rmsnorm",
+               position="rotary", max_positions=k.int("max_position_embeddings", 0),
+               dropout=k.rate("attention_dropout"))
+    out.update(kw)
+    return out
+
+
+def _mixtral(k: Keys, family: str) -> Architecture:
+    experts = k.int("num_local_experts", 0) or k.int("num_experts")
+    moe = MoE(num_experts=experts, experts_per_token=k.int("num_experts_per_tok"),
+              expert_ffn_hidden_size=k.int("intermediate_size"))
+    grok = family == "grok-1"  # four RMSNorms a layer (pre/post attention and MoE), tied embeddings
+    return Architecture(**_base(k, family, moe=moe, layer_norms=4 if grok else 2,
+                                tied_embeddings=k.flag("tie_word_embeddings", grok)))
+
+
+def _qwen_moe(k: Keys, family: str) -> Architecture:
+    n = k.int("num_hidden_layers")
+    qwen2 = family == "qwen2_moe"
+    experts = 0 if family == "qwen3" else k.count("num_experts")
+    if not experts:
+        return Architecture(**_base(k, family, qk_norm=True, qkv_bias=k.flag("attention_bias", False)))
+    step = k.int("decoder_sparse_step", 1)
+    dense = k.cfg.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or not all(isinstance(i, int) and 0 <= i < n for i in dense):
+        raise SpecError(k.where, "mlp_only_layers", f"must be a list of layer indices below {n}, got {str(dense)[:60]!r}")
+    kinds = tuple("moe" if i not in dense and (i + 1) % step == 0 else "dense" for i in range(n))
+    moe = MoE(num_experts=experts, experts_per_token=k.int("num_experts_per_tok"),
+              expert_ffn_hidden_size=k.int("moe_intermediate_size"),
+              shared_experts=1 if qwen2 and k.count("shared_expert_intermediate_size") else 0,
+              shared_ffn_hidden_size=k.count("shared_expert_intermediate_size") if qwen2 else 0, shared_gate=qwen2)
+    return Architecture(**_base(k, family, moe=moe, layer_kinds=kinds, qk_norm=not qwen2,
+                                qkv_bias=qwen2 or k.flag("attention_bias", False)))
+
+
+def _deepseek(k: Keys, family: str) -> Architecture:
+    n = k.int("num_hidden_layers")
+    mla = MLA(q_lora_rank=k.count("q_lora_rank"), kv_lora_rank=k.int("kv_lora_rank"),
+              qk_nope_head_dim=k.int("qk_nope_head_dim"), qk_rope_head_dim=k.int("qk_rope_head_dim"),
+              v_head_dim=k.int("v_head_dim"))
+    first = k.count("first_k_dense_replace")
+    moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
+              expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"))
+    mtp = k.count("num_nextn_predict_layers")
+    notes = (f"{mtp} multi-token-prediction module(s) not planned",) if mtp else ()
+    heads = k.int("num_attention_heads")
+    return Architecture(**_base(k, family, mla=mla, moe=moe, num_kv_heads=heads, head_dim=mla.qk_head_dim,
+                                layer_kinds=tuple("dense" if i < first else "moe" for i in range(n)),
+                                mtp_layers=mtp, notes=notes))
+
+
+def _windowed(k: Keys, n: int, window: int, default_sliding) -> tuple[int, ...]:
+    """Layers with a sliding window: `layer_types` when given, else default_sliding(i)."""
+    types = k.cfg.get("layer_types")
+    if types is None:
+        return tuple(i for i in range(n) if default_sliding(i)) if window else ()
+    if not isinstance(types, list) or len(types) != n or not set(types) <= {"sliding_attention", "full_attention"}:
+        raise SpecError(k.where, "layer_types", f"must list {n} of sliding_attention / full_attention, "
+                                                f"got {str(types)[:60]!r}")
+    return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+
+
+def _gpt_oss(k: Keys, family: str) -> Architecture:
+    n, window = k.int("num_hidden_layers"), k.count("sliding_window")
+    moe = MoE(num_experts=k.int("num_local_experts"), experts_per_token=k.int("num_experts_per_tok"),
+              expert_ffn_hidden_size=k.int("intermediate_size"), expert_bias=True)
+    bias = k.flag("attention_bias", True)
+    return Architecture(**_base(k, family, moe=moe, qkv_bias=bias, o_bias=bias, attention_sinks=True,
+                                window=window, windowed_layers=_windowed(k, n, window, lambda i: i % 2 == 0)))
+
+
+def _llama4(k: Keys, family: str) -> Architecture:
+    n, step = k.int("num_hidden_layers"), k.int("interleave_moe_layer_step", 1)
+    kinds = tuple("moe" if i % step == step - 1 else "dense" for i in range(n))
+    f = k.int("intermediate_size")
+    moe = MoE(num_experts=k.int("num_local_experts"), experts_per_token=k.int("num_experts_per_tok"),
+              expert_ffn_hidden_size=f, shared_experts=1, shared_ffn_hidden_size=f)
+    chunk = k.count("attention_chunk_size")
+    interval = k.int("no_rope_layer_interval", 4)  # every 4th layer is global NoPE attention
+    return Architecture(**_base(k, family, moe=moe, layer_kinds=kinds, ffn_hidden_size=k.int("intermediate_size_mlp"),
+                                window=chunk, window_kind="chunked",
+                                windowed_layers=tuple(i for i in range(n) if chunk and (i + 1) % interval)))
+
+
+def _gemma(k: Keys, family: str) -> Architecture:
+    n, window = k.int("num_hidden_layers"), k.count("sliding_window")
+    if family == "gemma2":
+        sliding = lambda i: i % 2 == 0
+    else:
+        pattern = k.int("sliding_window_pattern", 6)
+        sliding = lambda i: (i + 1) % pattern != 0
+    cap = k.cfg.get("final_logit_softcapping") or 0.0
+    return Architecture(**_base(k, family, head_dim=k.int("head_dim", 256), layer_norms=4, qk_norm=family != "gemma2",
+                                tied_embeddings=k.flag("tie_word_embeddings", True), window=window,
+                                windowed_layers=_windowed(k, n, window, sliding), logit_softcap=float(cap)))
+
+
+def _nemotron_h(k: Keys, family: str) -> Architecture:
+    pattern = k.cfg.get("hybrid_override_pattern")
+    key = "hybrid_override_pattern"
+    if pattern is None:
+        key, pattern = "layers_block_type", k.cfg.get("layers_block_type")
+    blocks = list(pattern) if isinstance(pattern, (str, list)) else None
+    if not blocks or any(b not in _NEMOTRON_BLOCKS for b in blocks):
+        bad = next((b for b in blocks or () if b not in _NEMOTRON_BLOCKS), pattern)
+        raise SpecError(k.where, key, f"block {str(bad)[:40]!r} is not one of M, *, -, E "
+                                      "(mamba, attention, mlp, moe)")
+    kinds = tuple(_NEMOTRON_BLOCKS[b] for b in blocks)
+    if "num_hidden_layers" in k.cfg and k.int("num_hidden_layers") != len(kinds):
+        raise SpecError(k.where, "num_hidden_layers", f"{k.cfg['num_hidden_layers']} layers but {key} lists {len(kinds)}")
+    if k.cfg.get("mlp_hidden_act", "relu2") != "relu2":
+        k.refuse("mlp_hidden_act", "an MLP activation other than relu2")
+    mamba = Mamba(num_heads=k.int("mamba_num_heads"), head_dim=k.int("mamba_head_dim"),
+                  state_size=k.int("ssm_state_size"), groups=k.int("n_groups", 8), conv_kernel=k.int("conv_kernel", 4),
+                  chunk_size=k.int("chunk_size", 128), conv_bias=k.flag("use_conv_bias", True),
+                  proj_bias=k.flag("mamba_proj_bias", False))
+    moe = None
+    if "experts" in kinds:
+        moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
+                  expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"),
+                  shared_ffn_hidden_size=k.count("moe_shared_expert_intermediate_size"))
+    heads = k.int("num_attention_heads")
+    head_dim = k.int("head_dim", 0) or k.int("attention_head_dim", k.int("hidden_size") // heads)
+    mtp = k.count("num_nextn_predict_layers")
+    return Architecture(**_base(k, family, num_layers=len(kinds), layer_kinds=kinds, mamba=mamba, moe=moe,
+                                head_dim=head_dim, gated_mlp=False, layer_norms=1, mtp_layers=0,
+                                notes=(f"{mtp} multi-token-prediction module(s) not modelled",) if mtp else ()))
