@@ -13,3 +13,9 @@ class SpecError(FasopError):
         super().__init__(f"{where}: {message}")
         self.path = path
         self.key = key
+
+
+class NoPlan(FasopError):
+    """The inputs are valid but this inventory has no valid plan (no (tp, dp, pp, mbs) divides its
+    GPUs, the batch and the layers). A sweep records it as the composition's `no_plan` reason;
+    every other error stops the sweep."""
