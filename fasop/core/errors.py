@@ -13,6 +13,10 @@ class SpecError(FasopError):
         super().__init__(f"{where}: {message}")
         self.path = path
         self.key = key
+        self.message = message
+
+    def __reduce__(self):  # pickled as its three arguments: it crosses process pools and Ray intact
+        return (type(self), (self.path, self.key, self.message))
 
 
 class NoPlan(FasopError):
