@@ -222,6 +222,23 @@ class RayExecutor:
             self.close()
             raise
         self.remote = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(search_task)
+        self.sigterm, self.previous = False, _note_sigterm(self)
+
+    def _wait(self) -> list:
+        """The next finished task (polled: a signal is handled between polls). Ray turns an
+        exception raised by a signal handler inside its calls into a plain KeyboardInterrupt:
+        a SIGTERM's is made Terminated again (exit 143, not 130)."""
+        from fasop.core.workers import Terminated
+
+        ready: list = []
+        try:
+            while not ready:
+                ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=WAIT_S)
+        except KeyboardInterrupt:
+            if self.sigterm:
+                raise Terminated() from None
+            raise
+        return ready
 
     @property
     def pending(self) -> int:
@@ -232,9 +249,7 @@ class RayExecutor:
             self.running[self.remote.remote(self.job, task[1], task[2])] = task
 
     def next_result(self) -> tuple[int, CompositionResult]:
-        ready: list = []
-        while not ready:  # in slices: a signal is handled between them
-            ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=WAIT_S)
+        ready = self._wait()
         index, comp, _ = self.running.pop(ready[0])
         try:
             return index, self.ray.get(ready[0])
@@ -245,6 +260,27 @@ class RayExecutor:
         for ref in self.running:
             self.ray.cancel(ref, force=True)
         self.running = {}
+        if getattr(self, "previous", None) is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+            self.previous = None
         if self.owned:
             self.owned = False
             self.ray.shutdown()
+
+
+def _note_sigterm(executor: RayExecutor):
+    """Have SIGTERM set executor.sigterm before the handler in effect runs; that handler (to put
+    back on close), or None where none can be set (not the main thread, no Python handler)."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous):
+        return None
+
+    def note(signum, frame):
+        executor.sigterm = True
+        previous(signum, frame)
+
+    try:
+        signal.signal(signal.SIGTERM, note)
+    except ValueError:  # not the main thread
+        return None
+    return previous
