@@ -14,6 +14,7 @@ from fasop.core.errors import FasopError
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     from fasop.pareto.executors import EXECUTORS
     from fasop.pareto.pruning import ROUND_SIZE
+    from fasop.pareto.ray_executor import CONNECT_TIMEOUT_S
 
     limits = p.add_argument_group("buyer limits (compositions outside are not searched)")
     limits.add_argument("--max-gpus", type=int, metavar="N", help="at most N GPUs in all")
@@ -37,8 +38,11 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
                      help="local: --workers processes on this machine (default); ray: tasks on a Ray cluster "
                      "(pip install 'fasop[ray]'; docs/pareto.md, 'Catalog scale')")
     run.add_argument("--ray-address", metavar="ADDRESS",
-                     help="Ray cluster to use with --executor ray, e.g. ray://head:10001 or auto "
-                     "(default: $RAY_ADDRESS, else a Ray instance started on this machine)")
+                     help="Ray cluster to use with --executor ray: HEAD_IP:6379, ray://HEAD_IP:10001 or auto "
+                     "(default: $RAY_ADDRESS, else a private Ray instance started for the run; docs/ray.md)")
+    run.add_argument("--ray-connect-timeout", type=float, default=CONNECT_TIMEOUT_S, metavar="S",
+                     help="with --ray-address: give up when the address cannot be reached within S seconds "
+                     "(default %(default)g)")
 
 
 def buyer_limits(args: argparse.Namespace):
@@ -71,7 +75,9 @@ def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, 
                             resume=args.resume)
     if args.resume and not checkpoint.resumed:
         print(f"note: --resume: no checkpoint at {checkpoint_path}; starting from the beginning", file=sys.stderr)
-    executor = make_executor(job, args.executor, workers, args.ray_address)
+    executor = make_executor(job, args.executor, workers, args.ray_address, args.ray_connect_timeout)
+    if args.executor == "ray":
+        print(f"note: --executor ray: {executor.description}", file=sys.stderr)
     results, interrupted = {}, None
     try:
         for index, result in pruned_sweep(job, comps, executor, prune=prune, round_size=args.round_size,

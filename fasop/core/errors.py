@@ -13,3 +13,13 @@ class SpecError(FasopError):
         super().__init__(f"{where}: {message}")
         self.path = path
         self.key = key
+        self.message = message
+
+    def __reduce__(self):  # pickled as its three arguments: it crosses process pools and Ray intact
+        return (type(self), (self.path, self.key, self.message))
+
+
+class NoPlan(FasopError):
+    """The inputs are valid but this inventory has no valid plan (no (tp, dp, pp, mbs) divides its
+    GPUs, the batch and the layers). A sweep records it as the composition's `no_plan` reason;
+    every other error stops the sweep."""

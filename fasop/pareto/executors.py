@@ -10,12 +10,11 @@ Ray cluster. One small interface, so that fasop.pareto.pruning schedules the sam
 A task is `SweepJob(composition, cutoff)`, a pure function of its inputs, so the results do not
 depend on the executor, the number of workers or the order tasks finish in. A worker process
 that dies (killed, out of memory) has its compositions run again on a fresh pool, up to
-MAX_RETRIES times each; Ray retries its tasks itself (`max_retries`).
+MAX_RETRIES times each; Ray retries its tasks itself (`max_retries`; fasop.pareto.ray_executor).
 """
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Sequence
 
@@ -130,63 +129,16 @@ class PoolExecutor:
         self.running = {}
 
 
-def _ray_search(job: SweepJob, comp: Composition, cutoff: float) -> CompositionResult:
-    return job(comp, cutoff)
-
-
-class RayExecutor:
-    """Tasks run as Ray tasks (one CPU each) on the cluster at `address` (None: $RAY_ADDRESS,
-    else a Ray instance started for this process). Ray runs a task again when its worker dies
-    (`max_retries`). fasop must be importable on every node (the same version)."""
-
-    def __init__(self, job: SweepJob, address: str | None):
-        try:
-            import ray
-        except ImportError:
-            raise FasopError("--executor ray: Ray is not installed; pip install 'fasop[ray]'") from None
-        self.ray = ray
-        if not ray.is_initialized():
-            try:
-                ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, log_to_driver=False,
-                         include_dashboard=False, configure_logging=False)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise FasopError(f"--ray-address: cannot connect to Ray at "
-                                 f"{address or os.environ.get('RAY_ADDRESS')!r}: {exc}") from None
-        self.job = ray.put(job)
-        self.remote = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(_ray_search)
-        self.running: dict = {}
-
-    @property
-    def pending(self) -> int:
-        return len(self.running)
-
-    def submit(self, tasks: Sequence[Task]) -> None:
-        for task in sorted(tasks, key=lambda t: (-t[1].num_nodes, t[0])):
-            self.running[self.remote.remote(self.job, task[1], task[2])] = task
-
-    def next_result(self) -> tuple[int, CompositionResult]:
-        ready, _ = self.ray.wait(list(self.running), num_returns=1)
-        task = self.running.pop(ready[0])
-        try:
-            return task[0], self.ray.get(ready[0])
-        except self.ray.exceptions.RayTaskError as exc:
-            cause = exc.as_instanceof_cause()
-            if isinstance(cause, FasopError):
-                raise FasopError(str(cause).split("\n")[-1]) from None
-            raise
-
-    def close(self) -> None:
-        for ref in self.running:
-            self.ray.cancel(ref, force=True)
-        self.running = {}
-
-
-def make_executor(job: SweepJob, kind: str = "local", workers: int = 1, ray_address: str | None = None):
-    """The executor for --executor (local: this process when workers == 1, else a process pool)."""
+def make_executor(job: SweepJob, kind: str = "local", workers: int = 1, ray_address: str | None = None,
+                  ray_connect_timeout_s: float | None = None):
+    """The executor for --executor (local: this process when workers == 1, else a process pool;
+    ray: fasop.pareto.ray_executor, a private local instance of `workers` CPUs without an address)."""
     if kind not in EXECUTORS:
         raise FasopError(f"--executor: unknown executor {kind!r} (known: {', '.join(EXECUTORS)})")
     if kind == "ray":
-        return RayExecutor(job, ray_address)
+        from fasop.pareto.ray_executor import CONNECT_TIMEOUT_S, RayExecutor
+
+        return RayExecutor(job, ray_address, cpus=workers, connect_timeout_s=ray_connect_timeout_s or CONNECT_TIMEOUT_S)
     if workers < 1:
         raise FasopError(f"--workers: must be >= 1, got {workers}")
     return SerialExecutor(job) if workers == 1 else PoolExecutor(job, workers)

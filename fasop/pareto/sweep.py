@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fasop.core import limits
-from fasop.core.errors import FasopError
+from fasop.core.errors import FasopError, NoPlan
 from fasop.core.workers import process_pool
 from fasop.core.workers import stop as _stop
 from fasop.costs.estimate import Estimate
@@ -250,7 +250,7 @@ class SweepJob:
         try:
             result = search(self.model, self.cluster, comp.inventory(self.cluster), heterogeneous=True,
                             **self.options, **extra)
-        except FasopError as exc:  # e.g. no (tp, dp, pp) fits the batch and layer count
+        except NoPlan as exc:  # no (tp, dp, pp) fits the batch and layer count; any other error stops the sweep
             return CompositionResult(composition=comp, search=None, usd_per_hour=usd_per_hour,
                                      iterations=iterations, no_plan_reason=str(exc))
         if not self.spot:

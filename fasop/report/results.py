@@ -119,7 +119,8 @@ def write_atomic(path: str | os.PathLike, text: str, flag: str = "--out") -> Pat
 
 # ---------------------------------------------------------------------------- fasop pareto
 PARETO_EXTRA_COLUMNS = ("composition", "cluster_kind", "status", "num_candidates",
-                        "price_basis", "on_frontier", "is_knee", "complete", "step_time_bound_s")
+                        "price_basis", "on_frontier", "is_knee", "complete", "step_time_bound_s",
+                        "no_plan_reason")
 """Columns of `fasop pareto` output after SEARCH_COLUMNS and the `num_nodes_<type>` columns
 (docs/pareto.md)."""
 
@@ -152,6 +153,7 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
                 "price_basis": "spot" if spot else "on-demand",
                 "on_frontier": analysis.on_frontier[i], "is_knee": i == analysis.knee,
                 "complete": analysis.complete,
-                "step_time_bound_s": "" if r.step_time_bound_s is None else r.step_time_bound_s}
+                "step_time_bound_s": "" if r.step_time_bound_s is None else r.step_time_bound_s,
+                "no_plan_reason": r.no_plan_reason if r.status == "no_plan" else ""}
         rows.append(row)
     return columns, rows

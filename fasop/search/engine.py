@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from fasop.core import limits
-from fasop.core.errors import FasopError
+from fasop.core.errors import FasopError, NoPlan
 from fasop.costs.estimate import Estimate
 from fasop.estimators import Estimator, make_estimator
 from fasop.partition.splits import PARTITIONERS
@@ -276,7 +276,7 @@ def _degree_combos(model: ModelSpec, inventory: Sequence[NodeType], estimator: E
     combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
                          num_transformer_layers=model.num_transformer_layers)
     if not combos:
-        raise FasopError(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
+        raise NoPlan(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
     return combos
 

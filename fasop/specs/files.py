@@ -26,6 +26,18 @@ def shipped_folder(folder: str) -> Path:
     return Path(str(resources.files("fasop") / "data" / folder))
 
 
+def data_digest() -> str:
+    """SHA-256 over the files fasop ships under fasop/data/ (names and bytes, in name order): two
+    installs that read the same specs and catalog have the same digest (Ray's workers' check)."""
+    import hashlib
+
+    root = Path(str(resources.files("fasop") / "data"))
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def spec_folders(folder: str) -> tuple[Path, ...]:
     """Where spec names are looked up: ./folder first, then the shipped folder."""
     return (Path.cwd() / folder, shipped_folder(folder))
