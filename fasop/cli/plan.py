@@ -254,7 +254,7 @@ def _plot(args: argparse.Namespace) -> int:
     where = f"{model.name} on {Path(cluster.path).stem}"
     figures = []
     if "composition" in rows[0] and "frontier" in wanted:
-        figures.append(("frontier", _frontier(rows, plots, where)))
+        figures.append(("frontier", _frontier(rows, plots, where, args.source)))
     x, timeline = _explained(rp, model, cluster)
     plan = rp.plan
     label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {abbreviate(plan.placement_name)}"
@@ -295,10 +295,12 @@ def _explained(rp, model, cluster):
 def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, float]]]:
     """(label, parts) of the top plans: a search CSV's N fastest that fit (none fits: its N
     fastest), a pareto CSV's frontier."""
-    from fasop.plans.rowplan import plan_of_row
+    from fasop.plans.rowplan import finite, plan_of_row
 
     if "composition" in rows[0]:
-        chosen = sorted((r for r in rows if r.get("on_frontier") == "True"), key=lambda r: float(r["step_time_s"]))
+        _need(rows, ("step_time_s", "on_frontier"), args.source)
+        frontier = [r for r in rows if r.get("on_frontier") == "True"]
+        chosen = sorted(frontier, key=lambda r: (finite(r["step_time_s"]) is None, finite(r["step_time_s"]) or 0.0))
     else:
         chosen = [r for r in rows if r.get("is_oom") != "True"] or rows  # none fits: the fastest, marked OOM
     items = []
@@ -317,12 +319,22 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
     return items
 
 
-def _frontier(rows, plots, where: str):
+def _need(rows, columns, source) -> None:
+    """A one-line error naming the first of `columns` a pareto CSV lacks."""
+    missing = [c for c in columns if c not in rows[0]]
+    if missing:
+        raise FasopError(f"{source}: {missing[0]}: no such column (a pareto CSV has it); plot it from the "
+                         "CSV fasop pareto wrote")
+
+
+def _frontier(rows, plots, where: str, source=None):
     """The frontier figure of a pareto CSV's rows."""
     import pandas as pd
 
     from fasop.plans.rowplan import finite
 
+    _need(rows, ("composition", "cluster_kind", "status", "train_time_h", "train_cost_usd", "on_frontier", "is_knee"),
+          source)
     kinds = [c[len("num_nodes_"):] for c in rows[0] if c.startswith("num_nodes_")]
     points = pd.DataFrame({
         "composition": [r["composition"] for r in rows], "kind": [r["cluster_kind"] for r in rows],

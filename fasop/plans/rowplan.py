@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from fasop.core.cells import spreadsheet_text
 from fasop.core.errors import FasopError
 from fasop.core.limits import GLOBAL_BATCH_SIZE, SHOWN_CHARS
 from fasop.plans.plan import Plan
@@ -62,14 +63,20 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         if size > MAX_CSV_BYTES:
             raise FasopError(f"{path}: {size:,} bytes, more than a results CSV holds (limit {MAX_CSV_BYTES:,})")
         with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            reader = csv.DictReader(fh)
+            rows = list(reader)
     except OSError as exc:
         raise FasopError(f"{path}: cannot read: {exc.strerror}") from None
     except (csv.Error, UnicodeDecodeError) as exc:
         raise FasopError(f"{path}: not a CSV file: {exc}") from None
     if not rows:
         raise FasopError(f"{path}: no data rows")
-    return rows
+    for number, row in enumerate(rows, start=1):
+        if None in row or None in row.values():  # csv.DictReader's restkey (extra cells) / restval (missing)
+            what = "more" if None in row else "fewer"
+            raise FasopError(f"{path}: data row {number}: {what} cells than the header's "
+                             f"{len(reader.fieldnames)} columns")
+    return [{k: spreadsheet_text(v) for k, v in row.items()} for row in rows]
 
 
 def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None = None,

@@ -18,8 +18,11 @@ splits nothing along the sequence (docs/estimators.md §8).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
+from fasop.core.cells import one_line
 from fasop.plans.rowplan import RowPlan
 from fasop.specs.types import ModelSpec
 
@@ -66,6 +69,10 @@ def settings_of(rp: RowPlan) -> Settings:
 
 
 def export(rp: RowPlan, model: ModelSpec, target: str) -> Export:
+    """The launch settings of the row's plan for `target`. Text from outside (the CSV's name and
+    cells) is made one line first (cells.one_line): it only ever lands in comments and in
+    quoted literals, never on a line of its own that a shell or Python would run."""
+    rp = dataclasses.replace(rp, where=one_line(rp.where), row={k: one_line(v) if isinstance(v, str) else v for k, v in rp.row.items()})
     if target == "megatron":
         return megatron(rp, model)
     if target == "torchtitan":
@@ -78,7 +85,7 @@ def export(rp: RowPlan, model: ModelSpec, target: str) -> Export:
 def _header(rp: RowPlan, model: ModelSpec, target: str) -> list[str]:
     p = rp.plan
     return [f"# fasop export --target {target}: {rp.where}",
-            f"# {model.name}: tp {p.tp}, dp {p.dp}, pp {p.pp}, micro-batch {p.mbs}, {p.num_microbatches} micro-batches "
+            f"# {one_line(model.name)}: tp {p.tp}, dp {p.dp}, pp {p.pp}, micro-batch {p.mbs}, {p.num_microbatches} micro-batches "
             f"per step, global batch {p.global_batch_size}; nodes in order {p.placement_name}",
             f"# layer-list entries per stage: {'-'.join(map(str, rp.partition))}"]
 
@@ -308,7 +315,7 @@ def _torchtitan_parallelism(rp: RowPlan, s: Settings, per_chunk: int | None, war
 
 def _py(value) -> str:
     if isinstance(value, str):
-        return f'"{value}"'
+        return json.dumps(value)  # a Python string literal, quotes and backslashes escaped
     return str(value)
 
 

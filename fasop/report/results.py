@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fasop.core.cells import spreadsheet_safe
 from fasop.costs.estimate import Estimate
 from fasop.search.engine import SearchResult
 
@@ -90,7 +91,8 @@ def extra_columns(estimates: Iterable[Estimate]) -> list[str]:
 def csv_text(columns: Sequence[str], rows: Iterable[dict]) -> str:
     """The rows as CSV text, a header of `columns` first: each row's value of each column (a
     column a row lacks is empty; a key that is not a column is an error), floats as repr writes
-    them (the shortest text that reads back as the same float), True/False as such."""
+    them (the shortest text that reads back as the same float), True/False as such; a text
+    cell a spreadsheet would run as a formula gets a leading quote (spreadsheet_safe)."""
     columns = list(columns)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -104,7 +106,7 @@ def csv_text(columns: Sequence[str], rows: Iterable[dict]) -> str:
             values = [row.get(k, "") for k in columns]
         if len(row) > len(columns) or not row.keys() <= wanted:
             raise ValueError(f"csv_text: keys not among the columns: {sorted(row.keys() - wanted)}")
-        writer.writerow(values)
+        writer.writerow([spreadsheet_safe(v) if v.__class__ is str else v for v in values])
     return buffer.getvalue()
 
 

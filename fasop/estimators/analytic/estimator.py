@@ -337,5 +337,16 @@ def parse_recipes(options: dict) -> dict:
 @register("analytic")
 def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], **options) -> AnalyticEstimator:
     """The analytic estimator; options `recompute`, `zero`, `sequence_parallel`, `virtual_stages`,
-    `precision`: tuples of allowed values (DEFAULTS when absent); the others are ignored."""
-    return AnalyticEstimator(model, cluster, inventory, parse_recipes(options))
+    `precision`: tuples of allowed values (DEFAULTS when absent); the others are ignored. A
+    virtual-stage count that no pipeline of the model can use (v x pp must divide its transformer
+    layers for some pp >= 2) is refused rather than silently replaced by 1; for a plan whose pp
+    it does not divide, the plan runs with 1 and its virtual_stages column says so."""
+    estimator = AnalyticEstimator(model, cluster, inventory, parse_recipes(options))
+    layers = estimator.arch.num_layers
+    usable = [v for v in range(2, layers // 2 + 1) if any(not layers % (pp * v) for pp in range(2, layers // v + 1))]
+    bad = [v for v in estimator.recipes["virtual_stages"] if v > 1 and v not in usable]
+    if bad:
+        raise FasopError(f"--virtual-stages: {bad[0]}: no pipeline of {model.name}'s {layers} transformer layers "
+                         f"splits into {bad[0]} chunks a stage (v x pp must divide {layers}); usable: "
+                         f"{', '.join(map(str, [1] + usable))}")
+    return estimator
