@@ -251,7 +251,7 @@ def _plot(args: argparse.Namespace) -> int:
 
     name = (Path(args.source).stem if args.source else safe_name(f"{model.name}_{rp.plan.key().replace('@', '_')}")) \
         + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "")
-    where = f"{model.name} on {Path(cluster.path).stem}"
+    where = f"{model.name} on {Path(cluster.path).stem}" + (" (does not fit in GPU memory)" if rp.flag("is_oom") else "")
     figures = []
     if "composition" in rows[0] and "frontier" in wanted:
         figures.append(("frontier", _frontier(rows, plots, where, args.source)))

@@ -103,6 +103,21 @@ def _auto_top(args: argparse.Namespace, model, cluster, inventory) -> tuple[int 
                       "write every plan)")
 
 
+def _distinct(rows: list[dict], show: int) -> list[tuple[dict, int]]:
+    """The first `show` rows that are different plans, each with how many rows it stands for:
+    rows alike in degrees, split, step time, cost and memory, whose node orders hold the same
+    nodes (an order of identical-speed nodes), are one plan shown once (the CSV keeps each)."""
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        key = (r["tp"], r["dp"], r["pp"], r["mbs"], r["partition"], r["step_time_s"], r["usd_per_step"],
+               r["oom_gpumem_gib"], tuple(sorted(r["node_placement"].split("-"))))
+        if key in groups:
+            groups[key][1] += 1
+        elif len(groups) < show:
+            groups[key] = [r, 1]
+    return [(r, n) for r, n in groups.values()]
+
+
 def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster_name: str) -> None:
     counts = {}
     for node in result.inventory:
@@ -125,7 +140,7 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
     fitting = [r for r in rows if not r["is_oom"]]
     if not fitting:
         print("no plan fits in GPU memory")
-    fitting = fitting[:show]
+    fitting = _distinct(fitting, show)
     if not fitting:
         return
     header = ("rank", "tp", "dp", "pp", "mbs", "step_s", "samples/s", "usd/step", "train_h", "train_usd",
@@ -133,8 +148,9 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
     table = [header] + [(
         str(r["rank"]), str(r["tp"]), str(r["dp"]), str(r["pp"]), str(r["mbs"]), f"{r['step_time_s']:.4f}",
         f"{r['samples_per_s']:.1f}", f"{r['usd_per_step']:.5f}", f"{r['train_time_h']:,.1f}",
-        f"{r['train_cost_usd']:,.0f}", f"{r['oom_gpumem_gib']:.2f}", abbreviate(r["node_placement"]),
-        r["partition"]) for r in fitting]
+        f"{r['train_cost_usd']:,.0f}", f"{r['oom_gpumem_gib']:.2f}",
+        abbreviate(r["node_placement"]) + (f" (+{n - 1} order{'s' * (n > 2)})" if n > 1 else ""),
+        r["partition"]) for r, n in fitting]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         cells = [c.rjust(w) if i < 11 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]

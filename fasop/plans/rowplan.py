@@ -81,8 +81,8 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
 
 def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None = None,
              row: int | None = None) -> tuple[dict[str, str], str]:
-    """(the chosen row, its name). rank: the row whose `rank` column is N (default 1 for a search
-    CSV; a pareto CSV, which has a rank per composition, defaults to its knee); row: the K-th data
+    """(the chosen row, its name). rank: the row whose `rank` column is N (default 1, the fastest
+    plan that fits, for a search CSV; a pareto CSV, which has a rank per composition, defaults to its knee); row: the K-th data
     row."""
     if row is not None:
         if not 1 <= row <= len(rows):
@@ -97,6 +97,8 @@ def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None =
     if "rank" not in rows[0]:
         raise FasopError(f"{path}: rank: no such column; choose with --row K")
     found = [k for k, r in enumerate(rows, start=1) if r["rank"] == str(rank)]
+    if not found and not any(r["rank"] for r in rows):
+        raise FasopError(f"{path}: no plan fits in GPU memory (rank counts plans that fit); choose one with --row K")
     if not found:
         raise FasopError(f"{path}: rank: no row has rank {rank}")
     if len(found) > 1:

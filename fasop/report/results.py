@@ -30,13 +30,17 @@ units and meanings: README.md, "CSV columns" (tests/test_readme.py checks it aga
 
 
 def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], list[dict]]:
-    """(columns, rows) for a search result, fastest first."""
+    """(columns, rows) for a search result: the plans that fit in memory fastest first, ranked
+    1, 2, ...; then those that do not fit (is_oom True), fastest first, with an empty rank: rank
+    counts plans that fit, with or without --top, and rank 1 is the fastest plan that runs."""
     type_names = list(dict.fromkeys(n.name for n in result.inventory))
     columns = (with_gap(SEARCH_COLUMNS, result.estimates) + [f"num_nodes_{t}" for t in type_names]
                + extra_columns(result.estimates))
     counts = {f"num_nodes_{t}": sum(n.name == t for n in result.inventory) for t in type_names}
     rows, names = [], {}
-    for rank, e in enumerate(result.estimates, start=1):
+    fitting = [e for e in result.estimates if not e.memory.is_oom]
+    ranks = [(e, k) for k, e in enumerate(fitting, start=1)] + [(e, "") for e in result.estimates if e.memory.is_oom]
+    for e, rank in ranks:
         rows.append(estimate_row(e, rank=rank, iterations=result.iterations, usd_per_hour=result.usd_per_hour,
                                  sequence_length=sequence_length, names=names) | counts)
     return columns, rows
@@ -51,7 +55,7 @@ def with_gap(columns: Sequence[str], estimates: Iterable[Estimate | None]) -> li
     return columns
 
 
-def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float, sequence_length: int,
+def estimate_row(e: Estimate, *, rank: int | str, iterations: int, usd_per_hour: float, sequence_length: int,
                  names: dict | None = None) -> dict:
     """The CSV row of one estimate. `names`: a dict kept across the rows of one result, of the
     joined names of placements and stage types by object (a search's rows share a handful)."""
