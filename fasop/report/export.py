@@ -18,9 +18,8 @@ splits nothing along the sequence (docs/estimators.md §8).
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fasop.core.cells import one_line
 from fasop.plans.rowplan import RowPlan
@@ -69,8 +68,7 @@ def settings_of(rp: RowPlan) -> Settings:
     zero = int(zero_cell) if zero_cell.isdigit() and len(zero_cell) < 3 else 0
     zero_needed = rp.flag("is_oom") is True and rp.flag("is_zero_oom") is False and zero == 0
     return Settings(recompute=recompute, sequence_parallel=bool(rp.flag("sequence_parallel")),
-                    zero_stage=1 if zero_needed else zero,
-                    virtual_stages=rp.virtual_stages,
+                    zero_stage=1 if zero_needed else zero, virtual_stages=rp.virtual_stages,
                     precision=row.get("precision") or None, zero_needed=zero_needed)
 
 
@@ -78,7 +76,7 @@ def export(rp: RowPlan, model: ModelSpec, target: str) -> Export:
     """The launch settings of the row's plan for `target`. Text from outside (the CSV's name and
     cells) is made one line first (cells.one_line): it only ever lands in comments and in
     quoted literals, never on a line of its own that a shell or Python would run."""
-    rp = dataclasses.replace(rp, where=one_line(rp.where), row={k: one_line(v) if isinstance(v, str) else v for k, v in rp.row.items()})
+    rp = replace(rp, where=one_line(rp.where), row={k: one_line(v) if isinstance(v, str) else v for k, v in rp.row.items()})
     if target == "megatron":
         return megatron(rp, model)
     if target == "torchtitan":
@@ -308,8 +306,7 @@ def _torchtitan_float8(s: Settings, warnings: list[str]) -> list[str]:
             warnings.append(f"precision {s.precision!r}: torchtitan trains in bf16 (FSDP mixed precision); not written")
         return []
     return ["    from torchtitan.components.quantization.float8 import Float8LinearConverter",
-            "    from torchtitan.protocols.model_converter import ModelConvertersContainer",
-            "",
+            "    from torchtitan.protocols.model_converter import ModelConvertersContainer\n",
             "    config.model_converters = ModelConvertersContainer.Config(  # fp8 matmuls, bf16 elsewhere",
             "        converters=[Float8LinearConverter.Config(enable_fsdp_float8_all_gather=True,",
             "                                                 precompute_float8_dynamic_scale_for_fsdp=True)])",
