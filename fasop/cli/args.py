@@ -21,7 +21,28 @@ class Parser(argparse.ArgumentParser):
     """argparse with its errors in one line (`fasop search: error: ...`), exit status 2."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+        hint = self._did_you_mean(message)
+        self.exit(2, f"{self.prog}: error: {one_line(message)}{hint} (see {self.prog} --help)\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        """`; did you mean --partitioner?` for an unrecognized option close to one of this
+        parser's or its subcommands' (difflib's ratio >= 0.6)."""
+        import difflib
+
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return ""
+        known = set(self._option_string_actions)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    known |= set(sub._option_string_actions)
+        hints = []
+        for token in message[len(prefix):].split():
+            if token.startswith("--"):
+                close = difflib.get_close_matches(token.split("=")[0][:100], sorted(known), n=1, cutoff=0.6)
+                hints += close
+        return f"; did you mean {' / '.join(hints[:3])}?" if hints else ""
 
 
 def one_line(text: str, limit: int = 2000) -> str:

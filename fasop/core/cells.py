@@ -42,3 +42,8 @@ def one_line(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """`1 micro-batch`, `2 micro-batches`: a count with its noun in the right number."""
+    return f"{n:,} {singular if n == 1 else plural or singular + ('es' if singular.endswith(('h', 's')) else 's')}"

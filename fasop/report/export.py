@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from fasop.core.cells import one_line
+from fasop.core.cells import counted, one_line
 from fasop.plans.rowplan import RowPlan
 from fasop.specs.types import ModelSpec
 
@@ -89,8 +89,8 @@ def export(rp: RowPlan, model: ModelSpec, target: str) -> Export:
 def _header(rp: RowPlan, model: ModelSpec, target: str) -> list[str]:
     p = rp.plan
     return [f"# fasop export --target {target}: {rp.where}",
-            f"# {one_line(model.name)}: tp {p.tp}, dp {p.dp}, pp {p.pp}, micro-batch {p.mbs}, {p.num_microbatches} micro-batches "
-            f"per step, global batch {p.global_batch_size}; nodes in order {p.placement_name}",
+            f"# {one_line(model.name)}: tp {p.tp}, dp {p.dp}, pp {p.pp}, micro-batch {p.mbs}, "
+            f"{counted(p.num_microbatches, 'micro-batch')} per step, global batch {p.global_batch_size}; nodes in order {p.placement_name}",
             f"# layer-list entries per stage: {'-'.join(map(str, rp.partition))}"]
 
 
@@ -278,7 +278,7 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
               "#   (no num_pp_microbatches); before #2937 (2026-04) the head's module is `output`, not `lm_head`.",
               "", "", "def fasop_plan(config):",
               '    """Apply the fasop plan to a torchtitan Trainer.Config: e.g.',
-              '    `def my_run(): return fasop_plan(llama3_8b())`."""']
+              f'    `def my_run(): return fasop_plan(my_model())`, my_model the recipe of {_py(one_line(model.name))[1:-1]}."""']
     if s.recompute in ("full", "selective"):
         lines.append("    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC")
         lines.append("")
