@@ -83,6 +83,22 @@ def add_length(parser: argparse.ArgumentParser, default_iterations: int) -> None
                         help=f"training steps for train_cost_usd and train_time_h (default {default_iterations:,})")
 
 
+def run_tag(args: argparse.Namespace) -> str:
+    """What distinguishes a run beyond model, cluster and nodes, for default output names, so runs
+    stop overwriting each other: `_spot`, `_tokens1.5e+13` / `_iterations1000`, and each recipe
+    flag given (`_recompute-full`, `_zero-1-2`, ...); '' for none."""
+    parts = ["spot"] if getattr(args, "spot", False) else []
+    if getattr(args, "tokens", None):
+        parts.append(f"tokens{args.tokens:.6g}")
+    elif getattr(args, "iterations", None):
+        parts.append(f"iterations{args.iterations}")
+    for flag in ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision"):
+        values = getattr(args, flag, None)
+        if values is not None:
+            parts.append(f"{flag.replace('_', '-')}-{'-'.join(map(str, values))}")
+    return "".join("_" + p for p in parts)
+
+
 def iterations_of(args: argparse.Namespace, model) -> int:
     from fasop.search.engine import DEFAULT_ITERATIONS
 

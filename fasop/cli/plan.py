@@ -76,11 +76,16 @@ def row_plan(args: argparse.Namespace):
                          "--cluster), not both")
     if args.source is None:
         return _flag_plan(args)
-    guessed_model, guessed_cluster = specs_from_name(args.source)
+    if not Path(args.source).exists() and not Path(args.source).is_symlink():
+        raise FasopError(f"--from: {args.source}: no such file")
+    rows = read_rows(args.source)
+    described = rows[0].get("model_spec"), rows[0].get("cluster_spec")  # a self-describing CSV names its specs
+    guessed_model, guessed_cluster = described if all(described) else specs_from_name(args.source)
+    how = f"named in {args.source}'s model_spec and cluster_spec columns" if all(described) else \
+        f"guessed from the name {Path(args.source).name}"
     for flag, given, guess in (("--model", args.model, guessed_model), ("--cluster", args.cluster, guessed_cluster)):
         if given is None and guess is None:
             raise FasopError(f"{flag}: required ({args.source} is not named <model>_<cluster>_...csv)")
-    rows = read_rows(args.source)
     row, where = pick_row(args.source, rows, rank=args.rank, row=args.row)
     try:
         model = load_model(args.model or guessed_model)
@@ -88,8 +93,7 @@ def row_plan(args: argparse.Namespace):
     except FasopError as exc:
         if args.model and args.cluster:
             raise
-        raise FasopError(f"{exc} (guessed from the name {Path(args.source).name}; give --model and --cluster)") \
-            from None
+        raise FasopError(f"{exc} ({how}; give --model and --cluster)") from None
     return plan_of_row(row, where, model, cluster), model, cluster, rows
 
 

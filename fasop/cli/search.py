@@ -9,7 +9,7 @@ from pathlib import Path
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
 from fasop.cli.args import (ProgressBar, abbreviate, add_execution, add_length, add_specs, int_at_least,
-                            iterations_of, non_negative_int, workers_of)
+                            iterations_of, non_negative_int, run_tag, workers_of)
 
 DEFAULT_SHOWN = 5
 
@@ -48,7 +48,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fasop.report.output import check_target, safe_name, user_path
-    from fasop.report.results import csv_text, search_rows, write_atomic
+    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, with_provenance,
+                                      write_atomic)
     from fasop.search.engine import parse_nodes, search
     from fasop.specs.load import load_cluster, load_model
 
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if out is None:
         nodes = "-".join(f"{n.name}x{sum(m.name == n.name for m in inventory)}" for n in
                          {n.name: n for n in inventory}.values())
-        out = Path("results") / f"{safe_name(f'{model.name}_{Path(cluster.path).stem}_{nodes}')}.csv"
+        out = Path("results") / f"{safe_name(f'{model.name}_{Path(cluster.path).stem}_{nodes}{run_tag(args)}')}.csv"
     check_target(out, "--out")  # before the work, not after
     top, auto_note = _auto_top(args, model, cluster, inventory)
     with ProgressBar(args.no_progress, "estimating", "plans") as progress:
@@ -73,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
                         workers=workers_of(args.workers), partition_budget=args.partition_budget, progress=progress,
                         estimator_options=recipe)
     columns, rows = search_rows(result, model.sequence_length)
+    if extra_columns(result.estimates):  # the analytic estimator's CSVs say what they were made from
+        columns, rows = with_provenance(columns, rows, provenance(model, cluster, spot=args.spot))
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     if auto_note:

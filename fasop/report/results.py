@@ -46,6 +46,38 @@ def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], 
     return columns, rows
 
 
+PROVENANCE_COLUMNS = ("model", "model_spec", "cluster_spec", "price_basis", "fasop_version")
+"""Columns that say what a results CSV was made from, after the estimator's own (README, "CSV
+columns"): explain / plot / export --from read the specs from them, so a renamed, moved or
+spreadsheet-saved CSV still names its model and cluster. Written where the estimator adds its own
+columns (the analytic one); FASOP-2024 CSVs keep their bytes and are found by their default name."""
+
+
+def provenance(model, cluster, *, spot: bool) -> dict:
+    """The PROVENANCE_COLUMNS of results of `model` on `cluster`: a shipped spec by its name, any
+    other by the path it was loaded from (resolved)."""
+    from fasop import __version__
+
+    return {"model": model.name, "model_spec": _spec_ref(model.path, "model_specs"),
+            "cluster_spec": _spec_ref(cluster.path, "cluster_specs"),
+            "price_basis": "spot" if spot else "on-demand", "fasop_version": __version__}
+
+
+def _spec_ref(path: str, folder: str) -> str:
+    from fasop.specs.files import shipped_folder
+
+    resolved = Path(path).resolve()
+    if resolved.parent == shipped_folder(folder).resolve() and resolved.suffix in (".yaml", ".yml"):
+        return resolved.stem
+    return str(resolved)
+
+
+def with_provenance(columns: list[str], rows: list[dict], described: dict) -> tuple[list[str], list[dict]]:
+    """`columns` and `rows` with the provenance columns added (those a table has already keep theirs)."""
+    new = [c for c in described if c not in columns]
+    return columns + new, [row | {c: described[c] for c in new} for row in rows]
+
+
 def with_gap(columns: Sequence[str], estimates: Iterable[Estimate | None]) -> list[str]:
     """`columns` with `partition_gap_pct` after `partition_proven_optimal` when an estimate's split
     is the optimal partitioner's (FASOP's choices keep FASOP's columns, byte for byte)."""
