@@ -75,3 +75,28 @@ def test_default_names_carry_spot_tokens_and_recipes(tmp_path, monkeypatch, caps
     assert main(SEARCH) == 0
     names = sorted(p.name for p in (tmp_path / "results").iterdir())
     assert names == ["qwen2.5-7b_aws_p4dx1.csv", "qwen2.5-7b_aws_p4dx1_spot_tokens1e+09_recompute-full.csv"]
+
+
+def test_mfu_and_tokens_per_gpu_by_hand(tmp_path, monkeypatch, capsys):
+    """mfu = model FLOPs a sample x samples/s / (8 H100 x the dense peak of the plan's precision):
+    1979 TFLOP/s for fp8, 989 for bf16 (the GPU catalog); FASOP-2024 CSVs get no such columns."""
+    from fasop.report.explain import model_flop_per_sample
+    from fasop.specs.load import load_model
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=1", "--top", "2", "--out",
+                 "r.csv", "--no-progress", "--precision", "bf16,fp8"]) == 0
+    with open("r.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    header = list(rows[0])
+    assert header[header.index("tokens_per_s") + 1:header.index("tokens_per_s") + 3] == ["mfu", "tokens_per_s_per_gpu"]
+    flop = model_flop_per_sample(load_model("llama-3-8b"))
+    for row in rows:
+        peak = {"fp8": 1979e12, "bf16": 989e12}[row["precision"]] * 8
+        assert float(row["mfu"]) == pytest.approx(flop * float(row["samples_per_s"]) / peak, rel=1e-3)
+        assert float(row["tokens_per_s_per_gpu"]) == pytest.approx(float(row["tokens_per_s"]) / 8, rel=1e-12)
+        assert 0 < float(row["mfu"]) < 1
+    assert main(["search", "--model", "bert", "--cluster", "fasop-paper", "--nodes", "a10=2", "--out", "b.csv",
+                 "--no-progress"]) == 0
+    with open("b.csv", newline="") as fh:
+        assert "mfu" not in next(csv.reader(fh)) and "model_spec" not in fh.read()

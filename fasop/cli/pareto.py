@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     from fasop.pareto import frontier as pareto
     from fasop.cli.sweep import run_sweep
     from fasop.report.output import check_target, safe_name, user_path
-    from fasop.report.results import csv_text, extra_columns, pareto_rows, provenance, with_provenance
+    from fasop.report.results import (csv_text, extra_columns, pareto_rows, provenance, with_provenance,
+                                      with_rates)
     from fasop.specs.load import load_cluster, load_model
     from fasop.pareto.sweep import node_prices
     from fasop.core.workers import exit_status
@@ -118,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
                               complete=not interrupted)
     columns, rows = pareto_rows(analysis, model.sequence_length, list(max_nodes), spot=args.spot)
     if extra_columns([r.best for r in analysis.results if r.best is not None]):  # analytic: self-describing
-        columns, rows = with_provenance(columns, rows, provenance(model, cluster, spot=args.spot))
+        columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
+                                        provenance(model, cluster, spot=args.spot))
     title = f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps"
 
     def summary() -> None:

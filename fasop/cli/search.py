@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from fasop.report.output import check_target, safe_name, user_path
     from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, with_provenance,
-                                      write_atomic)
+                                      with_rates, write_atomic)
     from fasop.search.engine import parse_nodes, search
     from fasop.specs.load import load_cluster, load_model
 
@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
                         estimator_options=recipe)
     columns, rows = search_rows(result, model.sequence_length)
     if extra_columns(result.estimates):  # the analytic estimator's CSVs say what they were made from
-        columns, rows = with_provenance(columns, rows, provenance(model, cluster, spot=args.spot))
+        columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
+                                        provenance(model, cluster, spot=args.spot))
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     if auto_note:

@@ -72,10 +72,40 @@ def _spec_ref(path: str, folder: str) -> str:
     return str(resolved)
 
 
+RATE_COLUMNS = ("mfu", "tokens_per_s_per_gpu")
+"""Analytic-estimator CSVs only (FASOP-2024 CSVs keep their bytes): the model FLOPs utilisation
+(model FLOPs a step, Narayanan et al. 2021 Eq. 3 without recompute, as `fasop explain` counts them,
+/ step time / the summed dense peaks of the plan's GPUs in the plan's precision: the GPU catalog's
+fp8 peak for an fp8 plan, bf16 or fp16 otherwise; empty where a GPU's peak is unknown) and tokens a
+second per GPU."""
+
+
+def rates(row: dict, model, cluster) -> dict:
+    """The RATE_COLUMNS of one row (a plan that has a step time) of `model` on `cluster`."""
+    from fasop.report.explain import catalog_peaks, model_flop_per_sample
+
+    if row.get("step_time_s") in (None, ""):
+        return dict.fromkeys(RATE_COLUMNS, "")
+    gpus: dict[str, int] = {}
+    for name in str(row["node_placement"]).split("-"):
+        node = cluster.node_types[name]
+        gpus[node.gpu] = gpus.get(node.gpu, 0) + node.gpus_per_node
+    peaks = catalog_peaks(gpus, str(row.get("precision") or "bf16"))
+    flop_per_s = model_flop_per_sample(model) * row["samples_per_s"]
+    mfu = flop_per_s / sum(peaks[g] * n for g, n in gpus.items()) if all(g in peaks for g in gpus) else ""
+    return {"mfu": mfu, "tokens_per_s_per_gpu": row["tokens_per_s"] / row["num_gpus"]}
+
+
 def with_provenance(columns: list[str], rows: list[dict], described: dict) -> tuple[list[str], list[dict]]:
     """`columns` and `rows` with the provenance columns added (those a table has already keep theirs)."""
     new = [c for c in described if c not in columns]
     return columns + new, [row | {c: described[c] for c in new} for row in rows]
+
+
+def with_rates(columns: list[str], rows: list[dict], model, cluster) -> tuple[list[str], list[dict]]:
+    """`columns` and `rows` with RATE_COLUMNS after `tokens_per_s` (analytic-estimator CSVs)."""
+    at = columns.index("tokens_per_s") + 1
+    return columns[:at] + list(RATE_COLUMNS) + columns[at:], [row | rates(row, model, cluster) for row in rows]
 
 
 def with_gap(columns: Sequence[str], estimates: Iterable[Estimate | None]) -> list[str]:
