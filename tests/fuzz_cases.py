@@ -338,10 +338,193 @@ def plan_cases(rng: random.Random) -> list[dict]:
     return cases
 
 
+# ---------------------------------------------------------------------------- surfaces of issue 30, item 9
+BIG = "1" + "0" * 5000
+VMS_HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone"
+VMS_ROW = "p5.48xlarge,H100,8,192,2048,,98.32,30.0,us-east-1,us-east-1a"
+
+
+def _shipped(*parts: str) -> str:
+    from fasop.specs.files import shipped_folder
+
+    return (shipped_folder(parts[0]).joinpath(*parts[1:])).read_text()
+
+
+def _pareto_csv() -> str:
+    """The CSV `fasop pareto` writes for the fixture (PARETO), made once."""
+    import contextlib
+    import io
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from fasop.cli.command import main
+
+    with tempfile.TemporaryDirectory() as folder:
+        for name, text in (("model.yaml", MODEL), ("cluster.yaml", CLUSTER), ("tiny.profile.csv", PROFILE)):
+            (Path(folder) / name).write_text(text)
+        here = os.getcwd()
+        os.chdir(folder)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                assert main(list(PARETO)) == 0
+            return (Path(folder) / "p_pareto.csv").read_text()
+        finally:
+            os.chdir(here)
+
+
+def _drop_column(text: str, column: str) -> str:
+    rows = [line.split(",") for line in text.splitlines()]
+    k = rows[0].index(column)
+    return "\n".join(",".join(r[:k] + r[k + 1:]) for r in rows) + "\n"
+
+
+def hf_config_cases() -> list[dict]:
+    """HuggingFace config.json files with hostile values (the analytic estimator on a catalog cluster)."""
+    base = _shipped("model_specs", "hf", "llama-3-8b.json")
+    argv = ["search", "--model", "c.json", "--cluster", "aws", "--nodes", "p5=1", "--top", "1", "--out", "o.csv",
+            "--no-progress"]
+    values = {"vocab_size": [BIG, "-" + BIG, "1e308", "NaN", "Infinity", "-1", "0", '"x"', "[]", "true", "1.5"],
+              "hidden_size": [BIG, "1e308", "0", "null", "3"], "num_hidden_layers": [BIG, "100000", "0", "-3"],
+              "num_attention_heads": ["0", "7", BIG], "intermediate_size": ["-1", BIG]}
+    cases = []
+    for key, hostile in values.items():
+        for value in hostile:
+            text = re.sub(rf'"{key}": [^,}}]+', f'"{key}": {value}', base, count=1)
+            cases.append(_case(f"surface:hf:{key}", list(argv), "fail", files={"c.json": text}))
+    for name, text in (("deep", "[" * 100_000), ("list", "[1]"), ("empty", ""), ("bom-json", "\ufeff{"),
+                       ("huge-string", '{"model_type": "' + "x" * 3_000_000 + '"}'), ("dup", base[:-2] + ', "vocab_size": 1}')):
+        cases.append(_case(f"surface:hf:{name}", list(argv), "fail", files={"c.json": text}))
+    return cases
+
+
+def validate_cases() -> list[dict]:
+    """`fasop validate` CSVs: rows with fields missing or extra, duplicate columns, huge and
+    contradicting values."""
+    header, *rows = _shipped_validation().splitlines()
+    row = rows[0]
+    argv = ["validate", "v.csv", "--out", "pred.csv"]
+    cells = row.split(",")
+    variants = {"extra-field": row + ",1", "missing-field": ",".join(cells[:-1]), "time-1e308": ",".join(cells[:-1] + ["1e308"]),
+                "time-neg": ",".join(cells[:-1] + ["-1"]), "time-nan": ",".join(cells[:-1] + ["nan"]),
+                "big-int": row.replace(",6144,", f",{BIG},", 1), "gpus-contradict": row.replace(",8,8,8,1,1,", ",16,8,8,1,1,", 1),
+                "tp-contradict": row.replace(",8,8,8,1,1,", ",8,8,3,1,1,", 1), "nul": row.replace(",", "\x00,", 1)}
+    cases = [_case(f"surface:validate:{name}", list(argv), "any" if name == "nul" else "fail",  # NUL: in a name
+                   files={"v.csv": header + "\n" + text + "\n"}) for name, text in variants.items()]
+    cases.append(_case("surface:validate:dup-header", list(argv), "fail",
+                       files={"v.csv": header + ",name\n" + row + ",x\n"}))
+    cases.append(_case("surface:validate:valid", list(argv), "any", files={"v.csv": header + "\n" + row + "\n"}))
+    return cases
+
+
+def _shipped_validation() -> str:
+    from pathlib import Path
+
+    return (Path(__file__).parent / "data" / "korthikanti2022.csv").read_text()
+
+
+def from_csv_cases() -> list[dict]:
+    """Results and Pareto CSVs given to explain / plot / export --from with fields missing or
+    extra, a column dropped (plot of a Pareto CSV without step_time_s), a hostile file name."""
+    results, pareto = _results_csv(), _pareto_csv()
+    header, *rows = results.splitlines()
+    cases = []
+    for command, tail in (("explain", []), ("export", ["--target", "hostfile", "--out", "e.txt"]),
+                          ("plot", ["--out-dir", "figs", "--figures", "timeline"])):
+        argv = [command, "--from", "r.csv", "--model", "model.yaml", "--cluster", "cluster.yaml", *tail]
+        for name, text in (("missing-field", header + "\n" + rows[0].rsplit(",", 2)[0] + "\n"),
+                           ("extra-field", header + "\n" + rows[0] + ",x,y\n"),
+                           ("no-step-time", _drop_column(results, "step_time_s")),
+                           ("no-placement", _drop_column(results, "node_placement")),
+                           ("header-only", header + "\n")):
+            # a search CSV without step_time_s is re-estimated from the specs: valid
+            cases.append(_case(f"surface:from:{command}:{name}", list(argv), "any" if name == "no-step-time" else "fail",
+                               files={"r.csv": text}))
+        cases.append(_case(f"surface:from:{command}:pareto", list(argv), files={"r.csv": pareto}))
+    for column in ("step_time_s", "is_knee", "status", "node_placement"):
+        argv = ["plot", "--from", "r.csv", "--model", "model.yaml", "--cluster", "cluster.yaml", "--out-dir", "figs"]
+        cases.append(_case(f"surface:from:plot:pareto-without-{column}", argv, files={"r.csv": _drop_column(pareto, column)}))
+    return cases
+
+
+def checkpoint_cases() -> list[dict]:
+    """`pareto --resume` with crafted checkpoints: a pickle that would write a file, truncated,
+    foreign, deep, huge numbers, a folder, a dangling link."""
+    import base64
+    import pickle
+
+    class Payload:
+        def __reduce__(self):
+            return (open, ("pwned.txt", "w"))
+
+    argv = list(PARETO) + ["--resume"]
+    blob = base64.b64encode(pickle.dumps(Payload())).decode()
+    head = '{"fasop_checkpoint": 2, "fingerprint": "x"}\n'
+    contents = {"pickle-v1": '{"fasop_checkpoint": 1, "fingerprint": "x"}\n{"index": 0, "cutoff": null, "result": "'
+                             + blob + '"}\n', "raw-pickle": pickle.dumps(Payload()), "truncated": head[:20],
+                "foreign": "name,value\n1,2\n", "deep": head + "[" * 200_000 + "\n", "big-int": head + BIG + "\n",
+                "empty": "", "binary": bytes(range(256)) * 100, "header-only-other": head}
+    cases = [_case(f"surface:checkpoint:{name}", list(argv), "fail", files={"p_pareto.checkpoint": text})
+             for name, text in contents.items()]
+    for kind in ("dir", "dangling", "fifo", "devzero"):
+        cases.append(_case(f"surface:checkpoint:{kind}", list(argv), "fail", special={"p_pareto.checkpoint": kind}))
+    return cases
+
+
+def vms_cases() -> list[dict]:
+    """`fasop prices --from vms.csv` with hostile prices, fields, regions and dates."""
+    argv = ["prices", "--cluster", "aws", "--from", "vms.csv", "--out", "x.yaml"]
+    cells = VMS_ROW.split(",")
+    bad_rows = {"spot-1e308": VMS_ROW.replace(",30.0,", ",1e308,"), "price-nan": VMS_ROW.replace(",98.32,", ",nan,"),
+                "price-neg": VMS_ROW.replace(",98.32,", ",-1,"), "price-big": VMS_ROW.replace(",98.32,", f",{BIG},"),
+                "extra-field": VMS_ROW + ",x", "missing-field": ",".join(cells[:5])}
+    cases = [_case(f"surface:vms:{name}", list(argv), "fail", files={"vms.csv": VMS_HEADER + "\n" + row + "\n"})
+             for name, row in bad_rows.items()]
+    good = {"vms.csv": VMS_HEADER + "\n" + VMS_ROW + "\n"}
+    for flag, value in (("--region", "us-eats-1"), ("--price-date", "9999-99"), ("--price-date", "9999-12-31"),
+                        ("--price-date", "2024-02-30"), ("--price-date", "2024-13"), ("--price-date", BIG)):
+        cases.append(_case(f"surface:vms:{flag}", argv + [flag, value], "fail", files=good))
+    return cases
+
+
+def catalog_cluster_cases() -> list[dict]:
+    """Catalog (analytic) cluster specs with hostile values."""
+    base = _shipped("cluster_specs", "aws.yaml")
+    argv = ["search", "--model", "llama-3-8b", "--cluster", "c.yaml", "--nodes", "p5=1", "--top", "1", "--out", "o.csv",
+            "--no-progress", "--spot"]
+    mutations = {"spot-1e308": ("spot_usd_per_hour: 14.246", "spot_usd_per_hour: 1e308"),
+                 "spot-neg": ("spot_usd_per_hour: 14.246", "spot_usd_per_hour: -1"),
+                 "price-inf": ("usd_per_hour: 55.04", "usd_per_hour: .inf"),
+                 "gpu-unknown": ("gpu: H100-SXM", "gpu: H999"), "gpu-formula": ("gpu: H100-SXM", "gpu: '=1+1'"),
+                 "gpus-big": ("gpus_per_node: 8\n    inter_node_gbit_per_s: 3200 # [MLE-net] EFA v2",
+                              f"gpus_per_node: {BIG}\n    inter_node_gbit_per_s: 3200 # [MLE-net] EFA v2"),
+                 "bw-zero": ("inter_node_gbit_per_s: 3200 # [MLE-net] EFA v2", "inter_node_gbit_per_s: 0 # x"),
+                 "date-bad": ("price_date: 2025-06", "price_date: 9999-99"),
+                 "estimator-bad": ("estimator: analytic", "estimator: pickle")}
+    return [_case(f"surface:catalog:{name}", list(argv), "fail", files={"c.yaml": base.replace(old, new, 1)})
+            for name, (old, new) in mutations.items()]
+
+
+def recipe_cases() -> list[dict]:
+    """Hostile recipe flags of the analytic estimator."""
+    argv = ["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p4d=1", "--top", "1", "--out", "o.csv",
+            "--no-progress"]
+    flags = {"--recompute": ["bogus", ",", "none,none,none," * 100, BIG], "--zero": ["7", "-1", BIG, "1.5"],
+             "--virtual-stages": ["0", "65", BIG, "3"], "--precision": ["fp4", "", "fp8,fp8" * 50],
+             "--sequence-parallel": ["maybe", ""], "--seq-len": ["0", BIG], "--global-batch-size": ["0", BIG]}
+    return [_case(f"surface:recipe:{flag}", argv + [flag, value], "fail") for flag, values in flags.items()
+            for value in values]
+
+
+def surface_cases() -> list[dict]:
+    return (hf_config_cases() + validate_cases() + from_csv_cases() + checkpoint_cases() + vms_cases()
+            + catalog_cluster_cases() + recipe_cases())
+
+
 def all_cases() -> list[dict]:
     rng = random.Random(SEED)
     cases = (value_cases(rng) + deletion_cases(rng) + encoding_cases(rng) + profile_cases(rng) + flag_cases(rng)
-             + output_cases() + combination_cases(rng) + plan_cases(rng))
+             + output_cases() + combination_cases(rng) + plan_cases(rng) + surface_cases())
     for number, case in enumerate(cases):
         case["id"] = number
     return cases

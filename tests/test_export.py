@@ -263,7 +263,7 @@ def test_virtual_stages():
     """The analytic estimator's `virtual_stages` column: with a chunk per entry of the partition
     (pp x v entries) the layout has pp x v stages (Megatron: VPP = stages / pp); with one entry
     per rank, an even split becomes --num-virtual-stages-per-pipeline-rank, an uneven one a
-    warning."""
+    layout of v x pp chunks."""
     rp = row_plan(1, 4, 2, 1, 4, "big-big", "2-3-2-3", virtual_stages="2")
     text = megatron(rp, GPT8).text
     assert '    --pipeline-model-parallel-layout "Et|t*3|t*2|t*2L"\n' in text
@@ -272,10 +272,15 @@ def test_virtual_stages():
     even = row_plan(1, 4, 2, 1, 4, "big-big", "5-5", virtual_stages="2")
     assert "    --num-virtual-stages-per-pipeline-rank 2\n" in megatron(even, GPT8).text
     assert "p.pipeline_parallel_layers_per_stage = 2" in torchtitan(even, GPT8).text
-    uneven = megatron(row_plan(1, 4, 2, 1, 4, "big-big", "4-6", virtual_stages="2"), GPT8)
-    assert uneven.warnings == ("2 virtual stages on an uneven split: the row does not say which layers each "
-                               "virtual stage holds; no virtual-pipeline flag written",)
-    assert "virtual" not in uneven.text.split("MODEL_PARALLEL_ARGS")[1]
+    # uneven, one entry per rank (E+3t, 5t+L): each rank's layers over its 2 chunks (2+1, 3+2), in
+    # model order chunk 0 of ranks 0, 1, then chunk 1: a layout of 2 x 2 stages (issue 30)
+    uneven_rp = row_plan(1, 4, 2, 1, 4, "big-big", "4-6", virtual_stages="2")
+    uneven = megatron(uneven_rp, GPT8)
+    assert uneven.warnings == ()
+    assert '    --pipeline-model-parallel-layout "Et*2|t*3|t|t*2L"\n' in uneven.text
+    assert "--num-virtual" not in uneven.text.split("MODEL_PARALLEL_ARGS")[1]  # Megatron refuses both at once
+    titan = torchtitan(uneven_rp, GPT8).text
+    assert titan.count("        [") == 4 and '"tok_embeddings"' in titan.split("        [")[1]
 
 
 def test_analytic_recipe_columns_become_flags():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -28,7 +29,11 @@ ERROR_LINE = re.compile(r"fasop( [a-z]+)?: error: ")
 def results(tmp_path_factory) -> tuple[list[dict], list[int], Path]:
     base = tmp_path_factory.mktemp("fuzz")
     worker = Path(__file__).with_name("fuzz_worker.py")
-    procs = [subprocess.Popen([sys.executable, str(worker), str(k), str(WORKERS), str(base / str(k))],
+    import fasop  # the workers run the fasop these tests import (this clone's, not another installed one)
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(fasop.__file__).resolve().parent.parent)]
+                                                      + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    procs = [subprocess.Popen([sys.executable, str(worker), str(k), str(WORKERS), str(base / str(k))], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(WORKERS)]
     rows, peaks = [], []
     for proc in procs:

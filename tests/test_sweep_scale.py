@@ -29,6 +29,7 @@ from conftest import REPO
 from fasop.cli.command import main
 from fasop.core.errors import FasopError
 from fasop.pareto.buyer import BuyerLimits, within
+from fasop.pareto.checkpoint import VERSION
 from fasop.pareto.executors import PoolExecutor, SerialExecutor
 from fasop.pareto.frontier import analyse
 from fasop.pareto.pruning import Found, pruned_sweep
@@ -219,7 +220,7 @@ def test_resume_refuses_a_checkpoint_of_other_inputs(tmp_path, capsys, monkeypat
     monkeypatch.setattr(fasop.pareto.sweep, "search", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     prefix = tmp_path / "bert"
     checkpoint = prefix.with_name("bert_pareto.checkpoint")
-    checkpoint.write_text('{"fasop_checkpoint": 1, "fingerprint": "other"}\n')
+    checkpoint.write_text(f'{{"fasop_checkpoint": {VERSION}, "fingerprint": "other"}}\n')
     assert main(_argv(prefix, "a100=1,a10=1", "--resume")) == 2
     err = capsys.readouterr().err
     assert err.startswith("fasop: error: --resume: ") and "other inputs" in err and err.count("\n") == 1

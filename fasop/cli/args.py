@@ -21,7 +21,28 @@ class Parser(argparse.ArgumentParser):
     """argparse with its errors in one line (`fasop search: error: ...`), exit status 2."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+        hint = self._did_you_mean(message)
+        self.exit(2, f"{self.prog}: error: {one_line(message)}{hint} (see {self.prog} --help)\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        """`; did you mean --partitioner?` for an unrecognized option close to one of this
+        parser's or its subcommands' (difflib's ratio >= 0.6)."""
+        import difflib
+
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return ""
+        known = set(self._option_string_actions)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    known |= set(sub._option_string_actions)
+        hints = []
+        for token in message[len(prefix):].split():
+            if token.startswith("--"):
+                close = difflib.get_close_matches(token.split("=")[0][:100], sorted(known), n=1, cutoff=0.6)
+                hints += close
+        return f"; did you mean {' / '.join(hints[:3])}?" if hints else ""
 
 
 def one_line(text: str, limit: int = 2000) -> str:
@@ -60,6 +81,22 @@ def add_length(parser: argparse.ArgumentParser, default_iterations: int) -> None
                         help="training tokens; iterations = ceil(tokens / (global batch x sequence length))")
     length.add_argument("--iterations", type=int_at_least(1, "a positive integer", limits.ITERATIONS),
                         help=f"training steps for train_cost_usd and train_time_h (default {default_iterations:,})")
+
+
+def run_tag(args: argparse.Namespace) -> str:
+    """What distinguishes a run beyond model, cluster and nodes, for default output names, so runs
+    stop overwriting each other: `_spot`, `_tokens1.5e+13` / `_iterations1000`, and each recipe
+    flag given (`_recompute-full`, `_zero-1-2`, ...); '' for none."""
+    parts = ["spot"] if getattr(args, "spot", False) else []
+    if getattr(args, "tokens", None):
+        parts.append(f"tokens{args.tokens:.6g}")
+    elif getattr(args, "iterations", None):
+        parts.append(f"iterations{args.iterations}")
+    for flag in ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision"):
+        values = getattr(args, flag, None)
+        if values is not None:
+            parts.append(f"{flag.replace('_', '-')}-{'-'.join(map(str, values))}")
+    return "".join("_" + p for p in parts)
 
 
 def iterations_of(args: argparse.Namespace, model) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
 from fasop.cli.args import (ProgressBar, abbreviate, add_execution, add_length, add_specs, iterations_of,
-                            workers_of)
+                            run_tag, workers_of)
 from fasop.core.errors import FasopError
 from fasop.core.workers import available_cores
 
@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     from fasop.pareto import frontier as pareto
     from fasop.cli.sweep import run_sweep
     from fasop.report.output import check_target, safe_name, user_path
-    from fasop.report.results import csv_text, pareto_rows
+    from fasop.report.results import (csv_text, extra_columns, pareto_rows, provenance, with_provenance,
+                                      with_rates)
     from fasop.specs.load import load_cluster, load_model
     from fasop.pareto.sweep import node_prices
     from fasop.core.workers import exit_status
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if on_demand:
         print(f"note: --spot: {cluster.path} has no spot_usd_per_hour for {', '.join(on_demand)}; "
               "on-demand price used", file=sys.stderr)
-    out = _Outputs.of(user_prefix or Path("results") / safe_name(f"{model.name}_{Path(cluster.path).stem}"))
+    out = _Outputs.of(user_prefix or Path("results") / safe_name(f"{model.name}_{Path(cluster.path).stem}{run_tag(args)}"))
     for path in (out.csv, out.png, out.svg):
         check_target(path, "--out-prefix")  # before the work, not after
     if workers > 1 or args.executor == "ray":  # this process mostly waits: load the plotting libraries meanwhile
@@ -117,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
     analysis = pareto.analyse(done, deadline_hours=args.deadline_hours, budget_usd=args.budget_usd,
                               complete=not interrupted)
     columns, rows = pareto_rows(analysis, model.sequence_length, list(max_nodes), spot=args.spot)
+    if extra_columns([r.best for r in analysis.results if r.best is not None]):  # analytic: self-describing
+        columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
+                                        provenance(model, cluster, spot=args.spot))
     title = f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps"
 
     def summary() -> None:

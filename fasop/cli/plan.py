@@ -76,11 +76,16 @@ def row_plan(args: argparse.Namespace):
                          "--cluster), not both")
     if args.source is None:
         return _flag_plan(args)
-    guessed_model, guessed_cluster = specs_from_name(args.source)
+    if not Path(args.source).exists() and not Path(args.source).is_symlink():
+        raise FasopError(f"--from: {args.source}: no such file")
+    rows = read_rows(args.source)
+    described = rows[0].get("model_spec"), rows[0].get("cluster_spec")  # a self-describing CSV names its specs
+    guessed_model, guessed_cluster = described if all(described) else specs_from_name(args.source)
+    how = f"named in {args.source}'s model_spec and cluster_spec columns" if all(described) else \
+        f"guessed from the name {Path(args.source).name}"
     for flag, given, guess in (("--model", args.model, guessed_model), ("--cluster", args.cluster, guessed_cluster)):
         if given is None and guess is None:
             raise FasopError(f"{flag}: required ({args.source} is not named <model>_<cluster>_...csv)")
-    rows = read_rows(args.source)
     row, where = pick_row(args.source, rows, rank=args.rank, row=args.row)
     try:
         model = load_model(args.model or guessed_model)
@@ -88,8 +93,7 @@ def row_plan(args: argparse.Namespace):
     except FasopError as exc:
         if args.model and args.cluster:
             raise
-        raise FasopError(f"{exc} (guessed from the name {Path(args.source).name}; give --model and --cluster)") \
-            from None
+        raise FasopError(f"{exc} ({how}; give --model and --cluster)") from None
     return plan_of_row(row, where, model, cluster), model, cluster, rows
 
 
@@ -251,10 +255,10 @@ def _plot(args: argparse.Namespace) -> int:
 
     name = (Path(args.source).stem if args.source else safe_name(f"{model.name}_{rp.plan.key().replace('@', '_')}")) \
         + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "")
-    where = f"{model.name} on {Path(cluster.path).stem}"
+    where = f"{model.name} on {Path(cluster.path).stem}" + (" (does not fit in GPU memory)" if rp.flag("is_oom") else "")
     figures = []
     if "composition" in rows[0] and "frontier" in wanted:
-        figures.append(("frontier", _frontier(rows, plots, where)))
+        figures.append(("frontier", _frontier(rows, plots, where, args.source)))
     x, timeline = _explained(rp, model, cluster)
     plan = rp.plan
     label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {abbreviate(plan.placement_name)}"
@@ -295,10 +299,12 @@ def _explained(rp, model, cluster):
 def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, float]]]:
     """(label, parts) of the top plans: a search CSV's N fastest that fit (none fits: its N
     fastest), a pareto CSV's frontier."""
-    from fasop.plans.rowplan import plan_of_row
+    from fasop.plans.rowplan import finite, plan_of_row
 
     if "composition" in rows[0]:
-        chosen = sorted((r for r in rows if r.get("on_frontier") == "True"), key=lambda r: float(r["step_time_s"]))
+        _need(rows, ("step_time_s", "on_frontier"), args.source)
+        frontier = [r for r in rows if r.get("on_frontier") == "True"]
+        chosen = sorted(frontier, key=lambda r: (finite(r["step_time_s"]) is None, finite(r["step_time_s"]) or 0.0))
     else:
         chosen = [r for r in rows if r.get("is_oom") != "True"] or rows  # none fits: the fastest, marked OOM
     items = []
@@ -317,12 +323,22 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
     return items
 
 
-def _frontier(rows, plots, where: str):
+def _need(rows, columns, source) -> None:
+    """A one-line error naming the first of `columns` a pareto CSV lacks."""
+    missing = [c for c in columns if c not in rows[0]]
+    if missing:
+        raise FasopError(f"{source}: {missing[0]}: no such column (a pareto CSV has it); plot it from the "
+                         "CSV fasop pareto wrote")
+
+
+def _frontier(rows, plots, where: str, source=None):
     """The frontier figure of a pareto CSV's rows."""
     import pandas as pd
 
     from fasop.plans.rowplan import finite
 
+    _need(rows, ("composition", "cluster_kind", "status", "train_time_h", "train_cost_usd", "on_frontier", "is_knee"),
+          source)
     kinds = [c[len("num_nodes_"):] for c in rows[0] if c.startswith("num_nodes_")]
     points = pd.DataFrame({
         "composition": [r["composition"] for r in rows], "kind": [r["cluster_kind"] for r in rows],

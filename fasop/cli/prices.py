@@ -37,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     if out is None:
         return 0
     changes = updates(cluster, prices, Path(args.vms_csv).name, price_date)
+    if not changes:
+        from fasop.core.errors import FasopError
+        where = f" in region {args.region!r}" if args.region else ""
+        raise FasopError(f"--out: {args.vms_csv}: no node type of {args.cluster} has a price{where}; nothing written")
     spec_path = resolve(args.cluster, "cluster_specs")
     text = edit_spec(decode_utf8(spec_path, read_bounded(spec_path, limits.SPEC_BYTES)), str(spec_path), changes)
     _check_loads(text, out, changes)

@@ -9,7 +9,7 @@ from pathlib import Path
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
 from fasop.cli.args import (ProgressBar, abbreviate, add_execution, add_length, add_specs, int_at_least,
-                            iterations_of, non_negative_int, workers_of)
+                            iterations_of, non_negative_int, run_tag, workers_of)
 
 DEFAULT_SHOWN = 5
 
@@ -48,7 +48,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fasop.report.output import check_target, safe_name, user_path
-    from fasop.report.results import csv_text, search_rows, write_atomic
+    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, with_provenance,
+                                      with_rates, write_atomic)
     from fasop.search.engine import parse_nodes, search
     from fasop.specs.load import load_cluster, load_model
 
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if out is None:
         nodes = "-".join(f"{n.name}x{sum(m.name == n.name for m in inventory)}" for n in
                          {n.name: n for n in inventory}.values())
-        out = Path("results") / f"{safe_name(f'{model.name}_{Path(cluster.path).stem}_{nodes}')}.csv"
+        out = Path("results") / f"{safe_name(f'{model.name}_{Path(cluster.path).stem}_{nodes}{run_tag(args)}')}.csv"
     check_target(out, "--out")  # before the work, not after
     top, auto_note = _auto_top(args, model, cluster, inventory)
     with ProgressBar(args.no_progress, "estimating", "plans") as progress:
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
                         workers=workers_of(args.workers), partition_budget=args.partition_budget, progress=progress,
                         estimator_options=recipe)
     columns, rows = search_rows(result, model.sequence_length)
+    if extra_columns(result.estimates):  # the analytic estimator's CSVs say what they were made from
+        columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
+                                        provenance(model, cluster, spot=args.spot))
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     for line in _model_notes(model, inventory, rows):
@@ -124,6 +128,21 @@ def _auto_top(args: argparse.Namespace, model, cluster, inventory) -> tuple[int 
                       "write every plan)")
 
 
+def _distinct(rows: list[dict], show: int) -> list[tuple[dict, int]]:
+    """The first `show` rows that are different plans, each with how many rows it stands for:
+    rows alike in degrees, split, step time, cost and memory, whose node orders hold the same
+    nodes (an order of identical-speed nodes), are one plan shown once (the CSV keeps each)."""
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        key = (r["tp"], r["dp"], r["pp"], r["mbs"], r["partition"], r["step_time_s"], r["usd_per_step"],
+               r["oom_gpumem_gib"], tuple(sorted(r["node_placement"].split("-"))))
+        if key in groups:
+            groups[key][1] += 1
+        elif len(groups) < show:
+            groups[key] = [r, 1]
+    return [(r, n) for r, n in groups.values()]
+
+
 def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster_name: str) -> None:
     counts = {}
     for node in result.inventory:
@@ -146,7 +165,7 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
     fitting = [r for r in rows if not r["is_oom"]]
     if not fitting:
         print("no plan fits in GPU memory")
-    fitting = fitting[:show]
+    fitting = _distinct(fitting, show)
     if not fitting:
         return
     header = ("rank", "tp", "dp", "pp", "mbs", "step_s", "samples/s", "usd/step", "train_h", "train_usd",
@@ -154,8 +173,9 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
     table = [header] + [(
         str(r["rank"]), str(r["tp"]), str(r["dp"]), str(r["pp"]), str(r["mbs"]), f"{r['step_time_s']:.4f}",
         f"{r['samples_per_s']:.1f}", f"{r['usd_per_step']:.5f}", f"{r['train_time_h']:,.1f}",
-        f"{r['train_cost_usd']:,.0f}", f"{r['oom_gpumem_gib']:.2f}", abbreviate(r["node_placement"]),
-        r["partition"]) for r in fitting]
+        f"{r['train_cost_usd']:,.0f}", f"{r['oom_gpumem_gib']:.2f}",
+        abbreviate(r["node_placement"]) + (f" (+{n - 1} order{'s' * (n > 2)})" if n > 1 else ""),
+        r["partition"]) for r, n in fitting]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         cells = [c.rjust(w) if i < 11 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]

@@ -72,7 +72,7 @@ def run_sweep(args: argparse.Namespace, model, cluster, comps, iterations: int, 
         raise FasopError(f"--round-size: must be >= 1, got {args.round_size}")
     prune = not args.exhaustive
     checkpoint = Checkpoint(checkpoint_path, fingerprint(job, tuple(comps), prune, args.round_size),
-                            resume=args.resume)
+                            resume=args.resume, compositions=comps)
     if args.resume and not checkpoint.resumed:
         print(f"note: --resume: no checkpoint at {checkpoint_path}; starting from the beginning", file=sys.stderr)
     executor = make_executor(job, args.executor, workers, args.ray_address, args.ray_connect_timeout)

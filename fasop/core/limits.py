@@ -21,6 +21,12 @@ on a loaded 2-core machine)."""
 VMS_CSV_BYTES = 64 << 20
 """A SkyPilot vms.csv (`fasop prices --from`) is at most 64 MiB (the catalog's largest, GCP's,
 is a few MB); it is read whole, so a larger file is refused rather than held in memory."""
+CHECKPOINT_BYTES = 1 << 30
+"""A `pareto --resume` checkpoint is at most 1 GiB (a record, one searched composition with its
+fastest plan, is a few KB: 1 GiB holds hundreds of thousands of compositions)."""
+CHECKPOINT_LINE_BYTES = 16 << 20
+"""A checkpoint record (one line) is at most 16 MiB (a plan over 1,024 nodes writes ~0.5 MB); read
+line by line with this cap, so a crafted line cannot fill memory."""
 YAML_DEPTH = 32
 """Nesting of YAML collections: specs nest 5 deep; a deep document would exhaust the parser's recursion."""
 YAML_ALIASES = 0

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from fasop.core.cells import spreadsheet_text
 from fasop.core.errors import FasopError
 from fasop.core.limits import GLOBAL_BATCH_SIZE, SHOWN_CHARS
 from fasop.plans.plan import Plan
@@ -62,20 +63,26 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         if size > MAX_CSV_BYTES:
             raise FasopError(f"{path}: {size:,} bytes, more than a results CSV holds (limit {MAX_CSV_BYTES:,})")
         with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            reader = csv.DictReader(fh)
+            rows = list(reader)
     except OSError as exc:
         raise FasopError(f"{path}: cannot read: {exc.strerror}") from None
     except (csv.Error, UnicodeDecodeError) as exc:
         raise FasopError(f"{path}: not a CSV file: {exc}") from None
     if not rows:
         raise FasopError(f"{path}: no data rows")
-    return rows
+    for number, row in enumerate(rows, start=1):
+        if None in row or None in row.values():  # csv.DictReader's restkey (extra cells) / restval (missing)
+            what = "more" if None in row else "fewer"
+            raise FasopError(f"{path}: data row {number}: {what} cells than the header's "
+                             f"{len(reader.fieldnames)} columns")
+    return [{k: spreadsheet_text(v) for k, v in row.items()} for row in rows]
 
 
 def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None = None,
              row: int | None = None) -> tuple[dict[str, str], str]:
-    """(the chosen row, its name). rank: the row whose `rank` column is N (default 1 for a search
-    CSV; a pareto CSV, which has a rank per composition, defaults to its knee); row: the K-th data
+    """(the chosen row, its name). rank: the row whose `rank` column is N (default 1, the fastest
+    plan that fits, for a search CSV; a pareto CSV, which has a rank per composition, defaults to its knee); row: the K-th data
     row."""
     if row is not None:
         if not 1 <= row <= len(rows):
@@ -90,6 +97,8 @@ def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None =
     if "rank" not in rows[0]:
         raise FasopError(f"{path}: rank: no such column; choose with --row K")
     found = [k for k, r in enumerate(rows, start=1) if r["rank"] == str(rank)]
+    if not found and not any(r["rank"] for r in rows):
+        raise FasopError(f"{path}: no plan fits in GPU memory (rank counts plans that fit); choose one with --row K")
     if not found:
         raise FasopError(f"{path}: rank: no row has rank {rank}")
     if len(found) > 1:

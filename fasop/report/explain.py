@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fasop.core.cells import counted
 from fasop.core.errors import FasopError
 from fasop.costs.parts import EstimateParts, parts_of
 from fasop.plans.rowplan import RowPlan, finite, stage_layer_names
@@ -281,7 +282,7 @@ def charged_sends(schedule: Schedule) -> str:
 def render(x: Explanation) -> str:
     """The explanation as a report: a time table, a memory table and the whole plan's lines."""
     head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
-            f"plan {x.plan_key}: {x.num_microbatches} micro-batches a step per replica, global batch "
+            f"plan {x.plan_key}: {counted(x.num_microbatches, 'micro-batch')} a step per replica, global batch "
             f"{x.global_batch_size}, sequence {x.sequence_length}", ""]
     memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
     lines = head + _time_table(x)

@@ -18,14 +18,22 @@ splits nothing along the sequence (docs/estimators.md §8).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 
+from fasop.core.cells import counted, one_line
 from fasop.plans.rowplan import RowPlan
 from fasop.specs.types import ModelSpec
 
 TARGETS = ("megatron", "torchtitan", "hostfile")
 RECOMPUTE = ("none", "selective", "full")
-PRECISION_FLAGS = {"bf16": "--bf16", "fp16": "--fp16"}
+PRECISION_FLAGS = {"bf16": ["--bf16"], "fp16": ["--fp16"],
+                   "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"]}
+"""Megatron-LM flags of each precision (arguments.py): fp8 = Transformer Engine FP8 matmuls (E4M3
+forward, E5M2 gradients; delayed scaling, the default --fp8-recipe) inside bf16 training."""
+MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
+"""ZeRO 2/3 -> Megatron-FSDP's --data-parallel-sharding-strategy; --use-distributed-optimizer is
+ZeRO-1 only (its fp32 main-grad buffer stays whole: a ZeRO-2 plan would need full gradients)."""
 MASTER_PORT = 29500
 
 
@@ -60,12 +68,15 @@ def settings_of(rp: RowPlan) -> Settings:
     zero = int(zero_cell) if zero_cell.isdigit() and len(zero_cell) < 3 else 0
     zero_needed = rp.flag("is_oom") is True and rp.flag("is_zero_oom") is False and zero == 0
     return Settings(recompute=recompute, sequence_parallel=bool(rp.flag("sequence_parallel")),
-                    zero_stage=1 if zero_needed else zero,
-                    virtual_stages=rp.virtual_stages,
+                    zero_stage=1 if zero_needed else zero, virtual_stages=rp.virtual_stages,
                     precision=row.get("precision") or None, zero_needed=zero_needed)
 
 
 def export(rp: RowPlan, model: ModelSpec, target: str) -> Export:
+    """The launch settings of the row's plan for `target`. Text from outside (the CSV's name and
+    cells) is made one line first (cells.one_line): it only ever lands in comments and in
+    quoted literals, never on a line of its own that a shell or Python would run."""
+    rp = replace(rp, where=one_line(rp.where), row={k: one_line(v) if isinstance(v, str) else v for k, v in rp.row.items()})
     if target == "megatron":
         return megatron(rp, model)
     if target == "torchtitan":
@@ -78,8 +89,8 @@ def export(rp: RowPlan, model: ModelSpec, target: str) -> Export:
 def _header(rp: RowPlan, model: ModelSpec, target: str) -> list[str]:
     p = rp.plan
     return [f"# fasop export --target {target}: {rp.where}",
-            f"# {model.name}: tp {p.tp}, dp {p.dp}, pp {p.pp}, micro-batch {p.mbs}, {p.num_microbatches} micro-batches "
-            f"per step, global batch {p.global_batch_size}; nodes in order {p.placement_name}",
+            f"# {one_line(model.name)}: tp {p.tp}, dp {p.dp}, pp {p.pp}, micro-batch {p.mbs}, "
+            f"{counted(p.num_microbatches, 'micro-batch')} per step, global batch {p.global_batch_size}; nodes in order {p.placement_name}",
             f"# layer-list entries per stage: {'-'.join(map(str, rp.partition))}"]
 
 
@@ -112,6 +123,23 @@ def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...]) -> tuple
         stages.append(text + ("L" if "head" in part else ""))  # an empty stage: "" (the grammar allows it)
         start += n
     return "|".join(stages), ""
+
+
+def interleaved_partition(kinds: tuple[str, ...], partition: tuple[int, ...], v: int) -> tuple[int, ...] | None:
+    """The layer-list entries of each of the v x pp model chunks, in model order (chunk k of rank r
+    is piece k*pp + r: Megatron's and torchtitan's interleaved order), from each rank's entries:
+    a rank's transformer layers split as evenly as they go over its v chunks (the first chunks
+    take one more where they do not divide), the embedding in the first piece, the head in the
+    last. The analytic estimator times a rank's chunks as 1/v of its layers each. None when the
+    layer list is not embedding, transformer layers, head."""
+    if kinds != ("embedding",) + ("transformer",) * (len(kinds) - 2) + ("head",):
+        return None
+    pp = len(partition)
+    counts = transformer_counts(kinds, partition)
+    pieces = [counts[r] // v + (k < counts[r] % v) for k in range(v) for r in range(pp)]
+    pieces[0] += 1   # the embedding
+    pieces[-1] += 1  # the head
+    return tuple(pieces)
 
 
 def transformer_counts(kinds: tuple[str, ...], partition: tuple[int, ...]) -> list[int]:
@@ -149,8 +177,11 @@ def _megatron_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[s
     if s.virtual_stages > 1 and len(partition) == pp:  # the row gives each rank's layers, not its chunks'
         if even and counts[0] % s.virtual_stages == 0:
             return [f"--num-virtual-stages-per-pipeline-rank {s.virtual_stages}"]
-        warnings.append(f"{s.virtual_stages} virtual stages on an uneven split: the row does not say which "
-                        "layers each virtual stage holds; no virtual-pipeline flag written")
+        chunks = interleaved_partition(model.layer_kinds, partition, s.virtual_stages)
+        if chunks is not None:
+            notes.append(f"# interleaved: {s.virtual_stages} x {pp} model chunks in the layout (chunk k of rank r "
+                         f"is stage k*{pp}+r; Megatron derives --num-virtual-stages-per-pipeline-rank from it)")
+            partition = chunks
     if len(partition) == 1:
         return []
     layout, why = megatron_layout(model.layer_kinds, partition)
@@ -159,15 +190,16 @@ def _megatron_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[s
                         f"place for {why}; pass the stages' layers by hand (FASOP's Megatron fork: "
                         f"--balance {'-'.join(map(str, partition))}, layer-list entries per stage)")
         return []
-    if even and len(partition) == pp:
+    if even and len(partition) == pp and s.virtual_stages == 1:
         notes.append(f"# even split ({counts[0]} transformer layers a stage): Megatron's default, no layout")
         return []
     notes.append("# --pipeline-model-parallel-layout needs Megatron-Core >= 0.13; E = embedding, "
                  "t = transformer layer, L = head and loss, | between stages")
-    if len(partition) == pp and len(set(counts[1:-1])) <= 1:
+    if len(partition) == pp and len(set(counts[1:-1])) <= 1 and s.virtual_stages == 1:
         notes.append(f"# Megatron-Core < 0.13: --decoder-first-pipeline-num-layers {counts[0]} "
                      f"--decoder-last-pipeline-num-layers {counts[-1]} instead of the layout")
-    return [f"--num-layers {sum(counts)}", f'--pipeline-model-parallel-layout "{layout}"']
+    return [f"--num-layers {sum(transformer_counts(model.layer_kinds, partition))}",
+            f'--pipeline-model-parallel-layout "{layout}"']
 
 
 def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
@@ -183,16 +215,15 @@ def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
             args.append("--sequence-parallel")
         else:
             warnings.append("sequence parallelism needs tp > 1: Megatron-LM turns it off at tp 1; not written")
-    if s.zero_stage >= 1:
+    if s.zero_stage == 1:  # shards the fp32 main params and Adam state; the main-grad buffer stays full
         args.append("--use-distributed-optimizer")
-        if s.zero_stage > 1:
-            warnings.append(f"ZeRO stage {s.zero_stage}: Megatron-LM's distributed optimizer shards the optimizer "
-                            "state and reduce-scatters gradients; parameter sharding (stage 3) is not expressed")
+    elif s.zero_stage in MEGATRON_FSDP:  # gradients (and weights) sharded: Megatron-FSDP, Megatron-Core >= 0.12
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {MEGATRON_FSDP[s.zero_stage]}"]
     if s.precision is not None:
         if s.precision in PRECISION_FLAGS:
-            args.append(PRECISION_FLAGS[s.precision])
+            args += PRECISION_FLAGS[s.precision]
         else:
-            warnings.append(f"precision {s.precision!r}: no single Megatron-LM flag; none written")
+            warnings.append(f"precision {s.precision!r}: no Megatron-LM flag known for it; none written")
     return args
 
 
@@ -247,7 +278,7 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
               "#   (no num_pp_microbatches); before #2937 (2026-04) the head's module is `output`, not `lm_head`.",
               "", "", "def fasop_plan(config):",
               '    """Apply the fasop plan to a torchtitan Trainer.Config: e.g.',
-              '    `def my_run(): return fasop_plan(llama3_8b())`."""']
+              f'    `def my_run(): return fasop_plan(my_model())`, my_model the recipe of {_py(one_line(model.name))[1:-1]}."""']
     if s.recompute in ("full", "selective"):
         lines.append("    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC")
         lines.append("")
@@ -258,12 +289,28 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     lines += [f"    config.training.{key} = {value}  # {why}" for key, value, why in training]
     if ac is not None:
         lines.append(f"    config.activation_checkpoint = {ac[0]}  # {ac[1]}")
+    lines += _torchtitan_float8(s, warnings)
     lines += ["    return config", "", "",
               "# The same as --parallelism.* overrides (frozen but still honoured; enable_sequence_parallel,",
               "# module_fqns_per_model_part and activation_checkpoint only in the recipe):",
               " ".join(f"--parallelism.{key} {_py(value)}" for key, value in sets if not isinstance(value, bool)),
               " ".join(f"--training.{key} {value}" for key, value, _ in training)]
     return Export("\n".join(lines) + "\n", tuple(warnings))
+
+
+def _torchtitan_float8(s: Settings, warnings: list[str]) -> list[str]:
+    """fp8: torchao's Float8Linear through torchtitan's model converter (torchtitan's
+    llama3_debugmodel_float8 recipe), compiled (float8 matmuls are fast only under torch.compile)."""
+    if s.precision != "fp8":
+        if s.precision not in (None, "bf16"):
+            warnings.append(f"precision {s.precision!r}: torchtitan trains in bf16 (FSDP mixed precision); not written")
+        return []
+    return ["    from torchtitan.components.quantization.float8 import Float8LinearConverter",
+            "    from torchtitan.protocols.model_converter import ModelConvertersContainer\n",
+            "    config.model_converters = ModelConvertersContainer.Config(  # fp8 matmuls, bf16 elsewhere",
+            "        converters=[Float8LinearConverter.Config(enable_fsdp_float8_all_gather=True,",
+            "                                                 precompute_float8_dynamic_scale_for_fsdp=True)])",
+            "    config.compile.enable = True  # float8 matmuls pay off only compiled"]
 
 
 def _torchtitan_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str]):
@@ -273,9 +320,12 @@ def _torchtitan_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list
         counts = transformer_counts(model.layer_kinds, partition)
         if len(set(counts)) == 1 and counts[0] % s.virtual_stages == 0:
             return None, counts[0] // s.virtual_stages
-        warnings.append(f"{s.virtual_stages} virtual stages on an uneven split: the row does not say which "
-                        "layers each virtual stage holds; module_fqns_per_model_part not written")
-        return None, None
+        chunks = interleaved_partition(model.layer_kinds, partition, s.virtual_stages)
+        if chunks is None:
+            warnings.append(f"{s.virtual_stages} virtual stages: torchtitan's models are decoder-only, this model's "
+                            "layer list is not; module_fqns_per_model_part not written")
+            return None, None
+        return torchtitan_fqns(model.layer_kinds, chunks), None  # v x pp parts, chunk k of rank r at k*pp+r
     if len(partition) == 1:
         return None, None
     fqns = torchtitan_fqns(model.layer_kinds, partition)
@@ -300,15 +350,17 @@ def _torchtitan_parallelism(rp: RowPlan, s: Settings, per_chunk: int | None, war
     sharded = s.zero_stage >= 1
     sets += [("data_parallel_replicate_degree", 1 if sharded else p.dp),
              ("data_parallel_shard_degree", p.dp if sharded else 1)]
-    if sharded and s.zero_stage < 3:
-        warnings.append(f"ZeRO stage {s.zero_stage}: torchtitan shards with FSDP (parameters too, like stage 3); "
-                        "written as data_parallel_shard_degree")
+    if s.zero_stage == 2:  # FSDP2 keeping the gathered parameters from forward to backward: ZeRO-2-like
+        sets.append(("fsdp_reshard_after_forward", "never"))
+    if s.zero_stage == 1:
+        warnings.append("ZeRO stage 1: torchtitan shards with FSDP (gradients and parameters too, less memory than "
+                        "estimated, more all-gathers); written as data_parallel_shard_degree")
     return sets
 
 
 def _py(value) -> str:
     if isinstance(value, str):
-        return f'"{value}"'
+        return json.dumps(value)  # a Python string literal, quotes and backslashes escaped
     return str(value)
 
 

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fasop.core.cells import spreadsheet_safe
 from fasop.costs.estimate import Estimate
 from fasop.search.engine import SearchResult
 
@@ -29,16 +30,82 @@ units and meanings: docs/specs.md, "CSV columns" (tests/test_readme.py checks it
 
 
 def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], list[dict]]:
-    """(columns, rows) for a search result, fastest first."""
+    """(columns, rows) for a search result: the plans that fit in memory fastest first, ranked
+    1, 2, ...; then those that do not fit (is_oom True), fastest first, with an empty rank: rank
+    counts plans that fit, with or without --top, and rank 1 is the fastest plan that runs."""
     type_names = list(dict.fromkeys(n.name for n in result.inventory))
     columns = (with_gap(SEARCH_COLUMNS, result.estimates) + [f"num_nodes_{t}" for t in type_names]
                + extra_columns(result.estimates))
     counts = {f"num_nodes_{t}": sum(n.name == t for n in result.inventory) for t in type_names}
     rows, names = [], {}
-    for rank, e in enumerate(result.estimates, start=1):
+    fitting = [e for e in result.estimates if not e.memory.is_oom]
+    ranks = [(e, k) for k, e in enumerate(fitting, start=1)] + [(e, "") for e in result.estimates if e.memory.is_oom]
+    for e, rank in ranks:
         rows.append(estimate_row(e, rank=rank, iterations=result.iterations, usd_per_hour=result.usd_per_hour,
                                  sequence_length=sequence_length, names=names) | counts)
     return columns, rows
+
+
+PROVENANCE_COLUMNS = ("model", "model_spec", "cluster_spec", "price_basis", "fasop_version")
+"""Columns that say what a results CSV was made from, after the estimator's own (README, "CSV
+columns"): explain / plot / export --from read the specs from them, so a renamed, moved or
+spreadsheet-saved CSV still names its model and cluster. Written where the estimator adds its own
+columns (the analytic one); FASOP-2024 CSVs keep their bytes and are found by their default name."""
+
+
+def provenance(model, cluster, *, spot: bool) -> dict:
+    """The PROVENANCE_COLUMNS of results of `model` on `cluster`: a shipped spec by its name, any
+    other by the path it was loaded from (resolved)."""
+    from fasop import __version__
+
+    return {"model": model.name, "model_spec": _spec_ref(model.path, "model_specs"),
+            "cluster_spec": _spec_ref(cluster.path, "cluster_specs"),
+            "price_basis": "spot" if spot else "on-demand", "fasop_version": __version__}
+
+
+def _spec_ref(path: str, folder: str) -> str:
+    from fasop.specs.files import shipped_folder
+
+    resolved = Path(path).resolve()
+    if resolved.parent == shipped_folder(folder).resolve() and resolved.suffix in (".yaml", ".yml"):
+        return resolved.stem
+    return str(resolved)
+
+
+RATE_COLUMNS = ("mfu", "tokens_per_s_per_gpu")
+"""Analytic-estimator CSVs only (FASOP-2024 CSVs keep their bytes): the model FLOPs utilisation
+(model FLOPs a step, Narayanan et al. 2021 Eq. 3 without recompute, as `fasop explain` counts them,
+/ step time / the summed dense peaks of the plan's GPUs in the plan's precision: the GPU catalog's
+fp8 peak for an fp8 plan, bf16 or fp16 otherwise; empty where a GPU's peak is unknown) and tokens a
+second per GPU."""
+
+
+def rates(row: dict, model, cluster) -> dict:
+    """The RATE_COLUMNS of one row (a plan that has a step time) of `model` on `cluster`."""
+    from fasop.report.explain import catalog_peaks, model_flop_per_sample
+
+    if row.get("step_time_s") in (None, ""):
+        return dict.fromkeys(RATE_COLUMNS, "")
+    gpus: dict[str, int] = {}
+    for name in str(row["node_placement"]).split("-"):
+        node = cluster.node_types[name]
+        gpus[node.gpu] = gpus.get(node.gpu, 0) + node.gpus_per_node
+    peaks = catalog_peaks(gpus, str(row.get("precision") or "bf16"))
+    flop_per_s = model_flop_per_sample(model) * row["samples_per_s"]
+    mfu = flop_per_s / sum(peaks[g] * n for g, n in gpus.items()) if all(g in peaks for g in gpus) else ""
+    return {"mfu": mfu, "tokens_per_s_per_gpu": row["tokens_per_s"] / row["num_gpus"]}
+
+
+def with_provenance(columns: list[str], rows: list[dict], described: dict) -> tuple[list[str], list[dict]]:
+    """`columns` and `rows` with the provenance columns added (those a table has already keep theirs)."""
+    new = [c for c in described if c not in columns]
+    return columns + new, [row | {c: described[c] for c in new} for row in rows]
+
+
+def with_rates(columns: list[str], rows: list[dict], model, cluster) -> tuple[list[str], list[dict]]:
+    """`columns` and `rows` with RATE_COLUMNS after `tokens_per_s` (analytic-estimator CSVs)."""
+    at = columns.index("tokens_per_s") + 1
+    return columns[:at] + list(RATE_COLUMNS) + columns[at:], [row | rates(row, model, cluster) for row in rows]
 
 
 def with_gap(columns: Sequence[str], estimates: Iterable[Estimate | None]) -> list[str]:
@@ -50,7 +117,7 @@ def with_gap(columns: Sequence[str], estimates: Iterable[Estimate | None]) -> li
     return columns
 
 
-def estimate_row(e: Estimate, *, rank: int, iterations: int, usd_per_hour: float, sequence_length: int,
+def estimate_row(e: Estimate, *, rank: int | str, iterations: int, usd_per_hour: float, sequence_length: int,
                  names: dict | None = None) -> dict:
     """The CSV row of one estimate. `names`: a dict kept across the rows of one result, of the
     joined names of placements and stage types by object (a search's rows share a handful)."""
@@ -90,7 +157,8 @@ def extra_columns(estimates: Iterable[Estimate]) -> list[str]:
 def csv_text(columns: Sequence[str], rows: Iterable[dict]) -> str:
     """The rows as CSV text, a header of `columns` first: each row's value of each column (a
     column a row lacks is empty; a key that is not a column is an error), floats as repr writes
-    them (the shortest text that reads back as the same float), True/False as such."""
+    them (the shortest text that reads back as the same float), True/False as such; a text
+    cell a spreadsheet would run as a formula gets a leading quote (spreadsheet_safe)."""
     columns = list(columns)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -104,7 +172,7 @@ def csv_text(columns: Sequence[str], rows: Iterable[dict]) -> str:
             values = [row.get(k, "") for k in columns]
         if len(row) > len(columns) or not row.keys() <= wanted:
             raise ValueError(f"csv_text: keys not among the columns: {sorted(row.keys() - wanted)}")
-        writer.writerow(values)
+        writer.writerow([spreadsheet_safe(v) if v.__class__ is str else v for v in values])
     return buffer.getvalue()
 
 

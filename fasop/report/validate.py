@@ -94,6 +94,13 @@ class Report:
         return [p.mem_error for p in self.predictions if p.mem_error is not None]
 
 
+MAX_MEASURED = 1e6
+"""A measured seconds-per-iteration or peak GiB is at most 1e6 (11.6 days a step; 1 PiB a GPU):
+above it, a typo (1e308) that would dominate the error statistics."""
+SHOWN = 60
+"""An offending cell is shown cut to this many characters."""
+
+
 def read_rows(path: Path) -> list[Row]:
     text = decode_utf8(path, read_bounded(path, MAX_BYTES, " runs CSV"))
     try:
@@ -102,6 +109,13 @@ def read_rows(path: Path) -> list[Row]:
         rows = [Row(i, r) for i, r in enumerate(reader, start=2)]
     except csv.Error as exc:
         raise FasopError(f"{path}: not a readable CSV file: {exc}") from None
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise FasopError(f"{path}: header: column {twice[0]!r} appears more than once")
+    odd = next((r for r in rows if None in r.cells or None in r.cells.values()), None)
+    if odd is not None:  # DictReader's restkey (extra cells) / restval (missing ones)
+        raise FasopError(f"{path}: line {odd.line}: {'more' if None in odd.cells else 'fewer'} cells than the "
+                         f"header's {len(header)} columns")
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise FasopError(f"{path}: header: missing required column {missing[0]!r} (required: {', '.join(REQUIRED)})")
@@ -151,7 +165,8 @@ class _Cells:
             raise self.error(column, f"expected 0 or 1, got {text!r}")
         return text == "1"
 
-    def positive(self, column: str) -> float | None:
+    def positive(self, column: str, high: float = MAX_MEASURED) -> float | None:
+        """A positive number at most `high` (a second a step, a GiB: far above any real run)."""
         text = self.text(column)
         if not text:
             if column in REQUIRED:
@@ -161,8 +176,8 @@ class _Cells:
             value = float(text)
         except ValueError:
             value = math.nan
-        if not (math.isfinite(value) and value > 0):
-            raise self.error(column, f"expected a positive number, got {text!r}")
+        if not (math.isfinite(value) and 0 < value <= high):
+            raise self.error(column, f"expected a positive number at most {high:g}, got {text[:SHOWN]!r}")
         return value
 
     def share(self, column: str, default: float) -> float:

@@ -268,6 +268,17 @@ def load_catalog_cluster(path: Path, data: dict) -> ClusterSpec:
                        analytic=params)
 
 
+def _calendar_date(value) -> bool:
+    """A date (YAML reads 2025-06-01 as one), or text YYYY-MM / YYYY-MM-DD naming a real month or day."""
+    if isinstance(value, datetime.date):
+        return True
+    try:
+        datetime.date.fromisoformat(value + "-01" if len(value) == 7 else value)
+    except ValueError:
+        return False
+    return len(value) in (7, 10)
+
+
 def _catalog_node(r: Reader, name: str, path: Path) -> NodeType:
     gpu_name = r.get("gpu", str)
     try:
@@ -275,9 +286,10 @@ def _catalog_node(r: Reader, name: str, path: Path) -> NodeType:
     except SpecError:
         raise r.error("gpu", f"unknown GPU type {gpu_name!r} (catalog: "
                       f"{', '.join(g.name for g in load_gpus().values())})") from None
-    spot = r.get("spot_usd_per_hour", (int, float, type(None)), None, lambda v: v is None or v >= 0, ">= 0")
+    spot = r.get("spot_usd_per_hour", (int, float, type(None)), None,
+                 lambda v: v is None or 0 <= v <= limits.USD_PER_HOUR, f"in [0, {limits.USD_PER_HOUR:g}]")
     memory = r.get("memory_gib", (int, float), None, lambda v: 0 < v <= limits.MEMORY_GIB, f"in (0, {limits.MEMORY_GIB}]")
-    r.get("price_date", (str, datetime.date))
+    r.get("price_date", (str, datetime.date), None, _calendar_date, "a date YYYY-MM-DD or a month YYYY-MM")
     r.get("price_source", str)
     node = NodeType(
         name=name, instance=r.get("instance", str), gpu=gpu.name,

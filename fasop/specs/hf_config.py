@@ -142,8 +142,21 @@ def _llama(k: _Keys, family: str) -> Architecture:
 # ----------------------------------------------------------------------------- model specs
 def read_config(path: Path) -> dict:
     text = decode_utf8(path, read_bounded(path, CONFIG_BYTES, " config.json"))
+    def bounded_int(digits: str) -> int:  # int() of 5,000 digits: a ValueError, and slow before it
+        if len(digits) > 30:
+            raise SpecError(str(path), "", f"an integer of {len(digits):,} digits (at most 30)")
+        return int(digits)
+
+    def unique(pairs: list) -> dict:  # a key given twice: json keeps the last, silently
+        out = dict(pairs)
+        if len(out) < len(pairs):
+            seen = set()
+            twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+            raise SpecError(str(path), str(twice)[:60], "key given more than once")
+        return out
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=bounded_int, object_pairs_hook=unique)
     except json.JSONDecodeError as exc:
         raise SpecError(str(path), "", f"malformed JSON at line {exc.lineno}: {exc.msg}") from None
     except RecursionError:

@@ -105,6 +105,9 @@ def read_offers(path: str | Path, instances: set[str]) -> dict[str, list[Offer]]
                              f"{', '.join(REQUIRED)})")
         hosts, accelerators = [], {}
         for line, row in enumerate(reader, start=2):
+            if None in row or None in row.values():  # DictReader's restkey (extra cells) / restval (missing)
+                raise FasopError(f"{path}: line {reader.line_num}: {'more' if None in row else 'fewer'} cells "
+                                 f"than the header's {len(header)} columns")
             instance = (row.get("InstanceType") or "").strip()
             if instance in instances:
                 hosts.append((line, row))
@@ -190,9 +193,20 @@ def _node_price(node, offers: list[Offer], region: str | None) -> NodePrice:
 
 
 # ----------------------------------------------------------------------------- the spec, line by line
-def check_date(text: str) -> str:
+def check_date(text: str, today: str | None = None) -> str:
+    """`text` if it is a calendar date (YYYY-MM-DD or YYYY-MM) no later than `today` (UTC): a
+    price cannot have been fetched in the future, and 9999-99 is no month."""
+    import datetime
+
     if not _DATE.fullmatch(text):
         raise FasopError(f"--price-date: expected YYYY-MM-DD or YYYY-MM, got {show(text)}")
+    try:
+        date = datetime.date.fromisoformat(text if len(text) == 10 else text + "-01")
+    except ValueError:
+        raise FasopError(f"--price-date: {show(text)} is not a calendar date") from None
+    today = today or datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    if date.isoformat()[:len(text)] > today[:len(text)]:
+        raise FasopError(f"--price-date: {show(text)} is after today ({today}): the date the vms.csv was fetched")
     return text
 
 
@@ -204,7 +218,10 @@ def _scalar(text: str) -> str:
 
 
 def updates(cluster: ClusterSpec, prices: list[NodePrice], source: str, price_date: str) -> dict[str, dict]:
-    """Per node type, the new text (value, comment) of each price key it changes."""
+    """Per node type, the new text (value, comment) of each price key it changes. price_date and
+    price_source are written only where every price the node type has was updated; where one
+    was not (the vms.csv has no spot price for it), the spec's date stays and each new price's
+    comment names the date it was fetched."""
     result = {}
     for p in prices:
         new = {}
@@ -213,9 +230,14 @@ def updates(cluster: ClusterSpec, prices: list[NodePrice], source: str, price_da
             new["usd_per_hour"] = (repr(p.usd_per_hour), f"# [vms.csv] {where}")
         if p.spot_usd_per_hour is not None:
             new["spot_usd_per_hour"] = (repr(p.spot_usd_per_hour), f"# [vms.csv] {where} (spot varies by zone and hour)")
-        if new and cluster.estimator in CATALOG_ESTIMATORS:  # only catalog clusters carry a date and source
+        node = cluster.node_types.get(p.node_type)
+        stale = p.usd_per_hour is None or (p.spot_usd_per_hour is None and node is not None
+                                           and node.spot_usd_per_hour is not None)
+        if new and cluster.estimator in CATALOG_ESTIMATORS and not stale:  # only catalog clusters carry them
             new["price_date"] = (price_date, "")
             new["price_source"] = (_scalar(f"SkyPilot vms.csv {source} ({p.region})"), "")
+        elif new and stale:  # a price it did not update keeps its date: the new one says its own
+            new = {k: (v, f"{c}, fetched {price_date}") for k, (v, c) in new.items()}
         if new:
             result[p.node_type] = new
     return result

@@ -335,8 +335,35 @@ def parse_recipes(options: dict) -> dict:
     return out
 
 
+def _without_fp8_where_no_units(recipes: dict, gpus: list) -> dict:
+    """`recipes` with fp8 dropped where a GPU of the inventory has no FP8 tensor cores (catalog
+    fp8_tflops null: A100, A10G, V100, ...): every plan uses every node, so no plan of it could
+    train in FP8 (its CSV's precision column then never says fp8). fp8 alone: a one-line error."""
+    lacking = sorted({g.name for g in gpus if g.peak_flops.get("fp8") is None})
+    if not lacking:
+        return recipes
+    if recipes["precision"] == ("fp8",):
+        raise FasopError(f"--precision fp8: {', '.join(lacking)} has no FP8 tensor cores (the GPU catalog's "
+                         "fp8_tflops is null); use --precision bf16, or nodes with FP8 (H100, H200, L4, ...)")
+    return recipes | {"precision": tuple(p for p in recipes["precision"] if p != "fp8")}
+
+
 @register("analytic")
 def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], **options) -> AnalyticEstimator:
     """The analytic estimator; options `recompute`, `zero`, `sequence_parallel`, `virtual_stages`,
-    `precision`: tuples of allowed values (DEFAULTS when absent); the others are ignored."""
-    return AnalyticEstimator(model, cluster, inventory, parse_recipes(options))
+    `precision`: tuples of allowed values (DEFAULTS when absent); the others are ignored. A
+    virtual-stage count that no pipeline of the model can use (v x pp must divide its transformer
+    layers for some pp >= 2) is refused rather than silently replaced by 1; for a plan whose pp
+    it does not divide, the plan runs with 1 and its virtual_stages column says so."""
+    recipes = parse_recipes(options)
+    if "fp8" in recipes["precision"]:
+        recipes = _without_fp8_where_no_units(recipes, [find_gpu(n.gpu, cluster.path) for n in inventory])
+    estimator = AnalyticEstimator(model, cluster, inventory, recipes)
+    layers = estimator.arch.num_layers
+    usable = [v for v in range(2, layers // 2 + 1) if any(not layers % (pp * v) for pp in range(2, layers // v + 1))]
+    bad = [v for v in estimator.recipes["virtual_stages"] if v > 1 and v not in usable]
+    if bad:
+        raise FasopError(f"--virtual-stages: {bad[0]}: no pipeline of {model.name}'s {layers} transformer layers "
+                         f"splits into {bad[0]} chunks a stage (v x pp must divide {layers}); usable: "
+                         f"{', '.join(map(str, [1] + usable))}")
+    return estimator

@@ -387,4 +387,8 @@ def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], 
          partition_budget: int | None = None, **_ignored) -> Fasop2024Estimator:
     """FASOP's estimator with the search's options: `partitioner` and `partition_budget` (the
     optimal partitioner's search-tree nodes per plan)."""
+    if model.profile is None:  # a catalog model (an architecture, no profile) on a FASOP cluster
+        raise FasopError(f"{model.path}: the fasop-2024 estimator of {cluster.path} needs a model with a "
+                         "profile (per-layer times measured on its GPUs); this model has none: use a catalog "
+                         "cluster (estimator: analytic), e.g. --cluster aws")
     return Fasop2024Estimator(model, cluster, inventory, partitioner, partition_budget)

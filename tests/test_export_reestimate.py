@@ -1,0 +1,112 @@
+"""An export describes the plan fasop estimated: the recipe read back from the exported flags
+(Megatron-LM) or recipe (torchtitan) and estimated again gives the row's step time and memory.
+
+What is protected here (issue 30, item 1): an fp8 plan exports Megatron-LM's FP8 flags with
+--bf16 and torchtitan's float8 converter; a ZeRO-2 plan exports Megatron-FSDP's optim_grads
+sharding (not --use-distributed-optimizer, whose main-grad buffer stays whole) and torchtitan's
+FSDP without resharding after forward; an interleaved plan on an uneven split exports v x pp model
+chunks; `--precision fp8` on GPUs without FP8 units is refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+
+import pytest
+
+from fasop.cli.command import main
+
+SEARCH = ["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=2", "--top", "3", "--out", "r.csv",
+          "--no-progress", "--precision", "fp8", "--zero", "2", "--virtual-stages", "2"]
+
+
+def megatron_recipe(text: str, pp: int) -> dict:
+    zero = 1 if "--use-distributed-optimizer" in text else 0
+    if m := re.search(r"--data-parallel-sharding-strategy (\w+)", text):
+        zero = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[m.group(1)]
+    precision = "fp8" if "--fp8-format" in text else "fp16" if "--fp16" in text else "bf16"
+    assert precision != "fp8" or "--bf16" in text  # FP8 matmuls inside bf16 training
+    recompute = m.group(1) if (m := re.search(r"--recompute-granularity (\w+)", text)) else "none"
+    if m := re.search(r"--num-virtual-stages-per-pipeline-rank (\d+)", text):
+        v = int(m.group(1))
+    elif m := re.search(r'--pipeline-model-parallel-layout "([^"]*)"', text):
+        v = len(m.group(1).split("|")) // pp
+    else:
+        v = 1
+    return {"zero": zero, "precision": precision, "recompute": recompute, "virtual_stages": v,
+            "sequence_parallel": "--sequence-parallel" in text}
+
+
+def torchtitan_recipe(text: str, pp: int) -> dict:
+    shard = int(re.search(r"p.data_parallel_shard_degree = (\d+)", text).group(1))
+    zero = 0 if shard == 1 else 2 if 'fsdp_reshard_after_forward = "never"' in text else 3
+    parts = text.split("p.module_fqns_per_model_part = [")[1].split("    ]")[0].count("        [") \
+        if "p.module_fqns_per_model_part = [" in text else pp
+    v = parts // pp if "Interleaved1F1B" in text else 1
+    ac = re.search(r"config.activation_checkpoint = (\w+)", text).group(1)
+    return {"zero": zero, "precision": "fp8" if "Float8LinearConverter" in text else "bf16",
+            "recompute": {"SelectiveAC": "selective", "FullAC": "full", "None": "none"}[ac],
+            "virtual_stages": v, "sequence_parallel": "enable_sequence_parallel = True" in text}
+
+
+def _explain(path, capsys, rank) -> dict:
+    assert main(["explain", "--from", str(path), "--rank", str(rank), "--model", "llama-3-8b", "--cluster", "aws",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    out.pop("where")
+    return out
+
+
+@pytest.mark.parametrize("target", ["megatron", "torchtitan"])
+def test_exports_re_estimate_to_the_row(tmp_path, monkeypatch, capsys, target):
+    monkeypatch.chdir(tmp_path)
+    assert main(SEARCH) == 0
+    with open("r.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    capsys.readouterr()
+    checked = 0
+    for row in rows:
+        pp = int(row["pp"])
+        assert main(["export", "--from", "r.csv", "--rank", row["rank"], "--model", "llama-3-8b", "--cluster", "aws",
+                     "--target", target]) == 0
+        text = capsys.readouterr().out
+        recipe = (megatron_recipe if target == "megatron" else torchtitan_recipe)(text, pp)
+        want = {"zero": int(row["zero"]), "precision": row["precision"], "recompute": row["recompute"],
+                "virtual_stages": int(row["virtual_stages"]), "sequence_parallel": row["sequence_parallel"] == "True"}
+        if target == "torchtitan":  # torchtitan has no ZeRO-1; its selective AC is not Megatron's: compared apart
+            want["recompute"] = recipe["recompute"] if row["recompute"] == "selective" else want["recompute"]
+        assert recipe == want, (row["rank"], text)
+        again = dict(row) | {k: str(v) for k, v in recipe.items()}
+        again["sequence_parallel"] = str(recipe["sequence_parallel"])
+        with open("again.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(row))
+            writer.writeheader()
+            writer.writerow(again)
+        assert _explain("again.csv", capsys, row["rank"]) == _explain("r.csv", capsys, row["rank"])
+        checked += pp > 1 and int(row["virtual_stages"]) == 2 and len(set(row["partition"].split("-"))) > 1
+    assert checked >= 1  # an interleaved plan on an uneven split among them
+
+
+def test_fp8_on_gpus_without_fp8_units_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p4d=1", "--top", "1", "--out", "o.csv",
+            "--no-progress", "--precision"]
+    assert main(argv + ["fp8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "A100-SXM4-40GB has no FP8 tensor cores" in err
+    assert main(argv + ["bf16,fp8"]) == 0  # dropped where no plan could use it
+    with open("o.csv", newline="") as fh:
+        assert {r["precision"] for r in csv.DictReader(fh)} == {"bf16"}
+
+
+def test_virtual_stages_that_no_pipeline_can_use_are_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p4d=1", "--top", "1", "--out", "o.csv",
+            "--no-progress", "--virtual-stages"]
+    for v in ("3", "2,5"):
+        assert main(argv + [v]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--virtual-stages" in err and "32 transformer layers" in err
+    assert not (tmp_path / "o.csv").exists()

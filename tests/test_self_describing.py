@@ -1,0 +1,102 @@
+"""Results that describe themselves (issue 30, item 3): an analytic results CSV names its model
+and cluster specs, price basis and fasop version in columns, so explain / plot / export --from
+work on a CSV that was renamed, moved or saved by a spreadsheet, and refuse with one line when the
+spec it names cannot be found; default output names carry what distinguishes runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+
+import pytest
+
+from fasop.cli.command import main
+
+SEARCH = ["search", "--model", "qwen2.5-7b", "--cluster", "aws", "--nodes", "p4d=1", "--top", "2", "--no-progress"]
+
+
+@pytest.fixture
+def qwen_csv(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(SEARCH + ["--out", "q.csv"]) == 0
+    capsys.readouterr()
+    return tmp_path / "q.csv"
+
+
+def _first_line(capsys, *argv) -> str:
+    assert main(list(argv)) == 0, capsys.readouterr().err
+    return capsys.readouterr().out.splitlines()[0]
+
+
+def test_the_columns_name_the_specs(qwen_csv):
+    with open(qwen_csv, newline="") as fh:
+        row = next(csv.DictReader(fh))
+    assert (row["model"], row["model_spec"], row["cluster_spec"], row["price_basis"]) == \
+        ("qwen2.5-7b", "qwen2.5-7b", "aws", "on-demand")
+    assert row["fasop_version"]
+
+
+def test_a_renamed_and_moved_csv_explains_its_own_model(qwen_csv, tmp_path, capsys):
+    moved = tmp_path / "elsewhere" / "llama-3-8b_aws_p4dx1.csv"  # a name that would guess Llama-3-8B
+    moved.parent.mkdir()
+    shutil.move(qwen_csv, moved)
+    assert _first_line(capsys, "explain", "--from", str(moved)).startswith("qwen2.5-7b on aws")
+    assert main(["export", "--from", str(moved), "--target", "megatron"]) == 0
+    assert "# qwen2.5-7b:" in capsys.readouterr().out
+
+
+def test_a_spreadsheet_saved_csv_explains(qwen_csv, tmp_path, capsys):
+    with open(qwen_csv, newline="") as fh:
+        rows = list(csv.reader(fh))
+    saved = tmp_path / "Book1.csv"
+    with open(saved, "w", newline="") as fh:
+        csv.writer(fh, quoting=csv.QUOTE_ALL, lineterminator="\r\n").writerows(rows)
+    assert _first_line(capsys, "explain", "--from", str(saved)).startswith("qwen2.5-7b on aws")
+
+
+def test_a_spec_that_cannot_be_found_is_one_line(qwen_csv, tmp_path, capsys):
+    text = qwen_csv.read_text().replace(",qwen2.5-7b,aws,", ",/nowhere/mistral.yaml,aws,")
+    (tmp_path / "r.csv").write_text(text)
+    assert main(["explain", "--from", "r.csv"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "/nowhere/mistral.yaml" in err and "model_spec" in err
+
+
+def test_a_missing_csv_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["explain", "--from", "missing.csv"]) == 2
+    assert capsys.readouterr().err == "fasop: error: --from: missing.csv: no such file\n"
+
+
+def test_default_names_carry_spot_tokens_and_recipes(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(SEARCH + ["--spot", "--tokens", "1000000000", "--recompute", "full"]) == 0
+    assert main(SEARCH) == 0
+    names = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert names == ["qwen2.5-7b_aws_p4dx1.csv", "qwen2.5-7b_aws_p4dx1_spot_tokens1e+09_recompute-full.csv"]
+
+
+def test_mfu_and_tokens_per_gpu_by_hand(tmp_path, monkeypatch, capsys):
+    """mfu = model FLOPs a sample x samples/s / (8 H100 x the dense peak of the plan's precision):
+    1979 TFLOP/s for fp8, 989 for bf16 (the GPU catalog); FASOP-2024 CSVs get no such columns."""
+    from fasop.report.explain import model_flop_per_sample
+    from fasop.specs.load import load_model
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=1", "--top", "2", "--out",
+                 "r.csv", "--no-progress", "--precision", "bf16,fp8"]) == 0
+    with open("r.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    header = list(rows[0])
+    assert header[header.index("tokens_per_s") + 1:header.index("tokens_per_s") + 3] == ["mfu", "tokens_per_s_per_gpu"]
+    flop = model_flop_per_sample(load_model("llama-3-8b"))
+    for row in rows:
+        peak = {"fp8": 1979e12, "bf16": 989e12}[row["precision"]] * 8
+        assert float(row["mfu"]) == pytest.approx(flop * float(row["samples_per_s"]) / peak, rel=1e-3)
+        assert float(row["tokens_per_s_per_gpu"]) == pytest.approx(float(row["tokens_per_s"]) / 8, rel=1e-12)
+        assert 0 < float(row["mfu"]) < 1
+    assert main(["search", "--model", "bert", "--cluster", "fasop-paper", "--nodes", "a10=2", "--out", "b.csv",
+                 "--no-progress"]) == 0
+    with open("b.csv", newline="") as fh:
+        assert "mfu" not in next(csv.reader(fh)) and "model_spec" not in fh.read()
