@@ -17,8 +17,17 @@ PROGRESS_S = 5.0
 """Without a terminal, a progress line on stderr every this many seconds (none for shorter runs)."""
 
 
+_PARSERS: list[argparse.ArgumentParser] = []
+"""Every Parser of this process (the command's and its subcommands'): the flags a "did you mean"
+hint is chosen from, read from their help text (argparse has no public list of a parser's flags)."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with its errors in one line (`fasop search: error: ...`), exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _PARSERS.append(self)
 
     def error(self, message: str):
         hint = self._did_you_mean(message)
@@ -32,11 +41,9 @@ class Parser(argparse.ArgumentParser):
         prefix = "unrecognized arguments: "
         if not message.startswith(prefix):
             return ""
-        known = set(self._option_string_actions)
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for sub in action.choices.values():
-                    known |= set(sub._option_string_actions)
+        import re
+
+        known = {flag for parser in _PARSERS for flag in re.findall(r"--[A-Za-z][\w-]*", parser.format_help())}
         hints = []
         for token in message[len(prefix):].split():
             if token.startswith("--"):
