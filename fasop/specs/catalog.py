@@ -23,10 +23,12 @@ from fasop.specs.types import GIB, ClusterSpec, NodeType
 
 CATALOG_DIR = shipped_folder("cluster_specs") / "catalog"
 LINKS = ("nvlink", "xgmi", "pcie")
-_GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_gbyte_per_s",
+PEAK_PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4")
+"""The precisions gpus.yaml gives a dense peak for (`<precision>_tflops`)."""
+_GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memory_gbyte_per_s",
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
-             "validate_software", "streaming_multiprocessors")
+             "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
@@ -45,7 +47,8 @@ class GpuType:
 
     name: str
     peak_flops: dict[str, float]
-    """Dense tensor-core peak per precision (`bf16`, `fp16`, `fp8`), FLOP/s; a missing key: no such unit."""
+    """Dense peak per precision, FLOP/s: tensor-core `bf16`, `fp16`, `fp8`, `tf32`, `mxfp8`, `nvfp4`, and
+    `fp32` (CUDA cores, no tensor cores); a missing key: no such unit."""
     memory_bytes: float
     """GPU memory usable by training (before the framework overhead)."""
     memory_bytes_per_s: float
@@ -68,6 +71,9 @@ class GpuType:
 
     streaming_multiprocessors: int = 0
     """SMs (CUs) that run a matmul's output tiles in waves; 0: unknown (no wave quantization)."""
+    nvlink_domain_gpus: int | None = None
+    """GPUs of one NVLink domain spanning several nodes (GB200 / GB300 NVL72: 72); None: the node.
+    Recorded from gpus.yaml; placement does not read it yet (a cluster spec may give the rack as one node)."""
     validate_software: dict[str, bool | float] = field(default_factory=dict)
     """What `fasop validate` assumes for a row that does not state `fused_attention`,
     `overlap_grad_reduce` or `sequence_parallel`, and its `tp_overlap`: the software the published training runs on this
@@ -81,12 +87,14 @@ class GpuType:
 
     def matmul_flops(self, precision: str) -> float:
         """Achievable matmul FLOP/s in `precision`; fp8 without FP8 units runs at the 16-bit peak,
-        bf16 without BF16 units at the fp16 peak (what a framework falls back to)."""
-        for p in (precision, "bf16" if precision == "fp8" else "fp16", "fp16"):
+        bf16 without BF16 units at the fp16 peak (what a framework falls back to); tf32 without TF32
+        units (pre-Ampere) at the fp32 CUDA-core peak, and an fp32 matmul at the fp32 peak."""
+        chain = {"fp32": ("fp32",), "tf32": ("tf32", "fp32")}.get(precision)
+        for p in chain or (precision, "bf16" if precision == "fp8" else "fp16", "fp16"):
             if p in self.peak_flops:
                 fp8 = p == "fp8" and self.fp8_matmul_efficiency is not None
                 return self.peak_flops[p] * (self.fp8_matmul_efficiency if fp8 else self.matmul_efficiency)
-        raise AssertionError(f"{self.name} has no 16-bit peak")
+        raise AssertionError(f"{self.name} has no {precision} peak")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -149,9 +157,17 @@ def find_gpu(name: str, where: str = "gpu") -> GpuType:
 
 def _gpu(r: Reader, name: str) -> GpuType:
     optional = lambda key: r.get(key, (int, float, type(None)), None, lambda v: v is None or v > 0, "> 0 or null")
-    peaks = {p: optional(f"{p}_tflops") for p in ("bf16", "fp16", "fp8")}
+    peaks = {p: optional(f"{p}_tflops") for p in PEAK_PRECISIONS}
     if peaks["fp16"] is None and peaks["bf16"] is None:
         raise r.error("fp16_tflops", "a GPU needs a 16-bit peak")
+    if peaks["fp32"] is None:
+        raise r.error("fp32_tflops", "a GPU needs its FP32 (CUDA-core) peak")
+    top = max(v for v in peaks.values() if v is not None)
+    if top > limits.TFLOPS:
+        raise r.error(f"{max(peaks, key=lambda p: peaks[p] or 0)}_tflops", f"at most {limits.TFLOPS:,} TFLOP/s")
+    for low, high in (("fp32", "fp16"), ("tf32", "fp16"), ("fp16", "fp8"), ("fp8", "mxfp8"), ("mxfp8", "nvfp4")):
+        if peaks[low] is not None and peaks[high] is not None and peaks[low] > peaks[high]:
+            raise r.error(f"{low}_tflops", f"{peaks[low]} is above {high}_tflops {peaks[high]} (a narrower type is never slower)")
     gpu = GpuType(
         name=name,
         peak_flops={p: float(v) * 1e12 for p, v in peaks.items() if v is not None},
@@ -166,6 +182,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
                                          "in (0, 1]"),
         intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
         validate_software=_validate_software(r),
+        nvlink_domain_gpus=r.get("nvlink_domain_gpus", int, None, lambda v: 2 <= v <= limits.GPUS, f"in [2, {limits.GPUS}]"),
         streaming_multiprocessors=r.get("streaming_multiprocessors", int, 0, lambda v: 1 <= v <= 4096, "in [1, 4096]"),
     )
     r.done()
