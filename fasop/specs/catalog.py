@@ -223,8 +223,10 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     attention = get("fused_attention_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
     overlap = get("dp_overlap", (int, float), share, "in [0, 1]")
     overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
-    grad = _mapping(r, "gradient_reduce_bytes", ("bf16", "fp16", "fp8"), base is None,
+    grad = _mapping(r, "gradient_reduce_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
                     lambda v: v in (2, 4) and not isinstance(v, bool), "2 or 4")
+    if any(grad.get(p, 4) != 4 for p in ("fp32", "tf32")):
+        raise r.error("gradient_reduce_bytes", "fp32 / tf32 runs reduce fp32 gradients: 4")
     fusion = get("gradient_accumulation_fusion", bool, None, "")
     cast = get("fp8_cast_bytes", (int, float), lambda v: v >= 0, ">= 0")
     tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")

@@ -133,9 +133,10 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     fused = w.params.fused_attention
     linear_fwd, linear_bwd = linear_s(w, gpu)
     core = L.attention_core_flops(a, b, s, t, 0.5 if fused else 1.0)
-    moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, fused)
-    operand = 1 if r.precision == "fp8" else ACT_BYTES    # FP8 matmuls read FP8 inputs and weights
-    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, ACT_BYTES, operand) if w.params.gemm_traffic else 0.0
+    e = r.value_bytes
+    moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, fused)
+    operand = 1 if r.precision == "fp8" else e    # FP8 matmuls read FP8 inputs and weights
+    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand) if w.params.gemm_traffic else 0.0
     if r.precision == "fp8":
         moved += L.fp8_cast_elements(a, b, s, t) * w.params.fp8_cast_bytes
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved + gemm_bytes)
@@ -156,8 +157,8 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     if r.recompute == "full":
         bwd += fwd + tp_fwd
     elif r.recompute == "selective" and not fused:
-        softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, False)
-                   - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, True))
+        softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
+                   - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True))
         bwd += _kernel_s(w, gpu, 0.0, core, softmax)
     return fwd + tp_fwd, bwd
 
@@ -167,7 +168,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
     share: two all-reduces of b·s·h 16-bit values each way (with SP, reduce-scatter + all-gather).
     An FP8 run with SP all-gathers the matmul inputs already cast to FP8 (Transformer Engine gathers
     the FP8 tensor): in the forward, one byte an element for the two all-gathers."""
-    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES
+    size = w.mbs * w.seq * w.arch.hidden_size * w.recipe.value_bytes
     bwd = 2 * all_reduce_s(size, w.tp, tp_link)
     fwd = bwd
     if w.recipe.sequence_parallel and w.recipe.precision == "fp8":
@@ -180,7 +181,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
 def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     """Lookup (write b·s·h) and the vocab-parallel all-reduce; backward scatters into the table."""
     a, b, s = w.arch, w.mbs, w.seq
-    moved = b * s * a.hidden_size * ACT_BYTES
+    moved = b * s * a.hidden_size * w.recipe.value_bytes
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved) + all_reduce_s(moved, w.tp, tp_link)
     return fwd, 2 * _kernel_s(w, gpu, 0.0, 0.0, moved)
 
@@ -190,9 +191,9 @@ def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     """Logits matmul (at the 16-bit peak: the output layer stays in bf16 under FP8) and the loss."""
     a, b, s, t = w.arch, w.mbs, w.seq, w.tp
     flops = L.head_forward_flops(a, b, s, t)
-    moved = L.head_forward_bytes(a, b, s, t, ACT_BYTES)
+    moved = L.head_forward_bytes(a, b, s, t, w.recipe.value_bytes)
     if w.params.gemm_traffic:
-        moved += L.head_gemm_bytes(a, b, s, t, ACT_BYTES)
+        moved += L.head_gemm_bytes(a, b, s, t, w.recipe.value_bytes)
     fwd = _kernel_s(w, gpu, 0.0, flops, moved)
     return fwd, 2 * fwd
 
@@ -233,7 +234,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     `times[i]`, when given, replaces stage i's analytic (fwd, bwd) seconds of one layer."""
     p, v = w.pp, w.recipe.virtual_stages
     fwd, bwd, params = stage_times(w, stages, counts, times)
-    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES / w.tp
+    size = w.mbs * w.seq * w.arch.hidden_size * w.recipe.value_bytes / w.tp
     links = [hw.next_link for hw in stages[:-1]]
     if v > 1 and p > 1:
         links.append(stages[-1].next_link or stages[-1].dp_link)   # the wrap to stage 0
