@@ -36,7 +36,8 @@ VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
-               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile")
+               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
+               "kernels_per_layer", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes")
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
 
@@ -128,6 +129,19 @@ class AnalyticParams:
     matmul_tile: tuple[int, int] = (1, 1)
     """Output tile (rows, columns) one SM computes at a time; a matmul runs in whole waves of
     tiles over the GPU's SMs (wave quantization). (1, 1): none."""
+    kernel_launch_s: float = 0.0
+    """Host (CPU) seconds to issue one kernel: framework dispatch, autograd and the launch itself."""
+    kernels_per_layer: tuple[int, int] = (0, 0)
+    """Kernels one Transformer layer issues per micro-batch, (forward, backward): a layer never takes
+    less than their issue time (the CPU-bound floor of small layers)."""
+    optimizer_step_bytes: dict[str, float] = field(default_factory=lambda: {"bf16": 30.0, "fp16": 30.0, "fp8": 30.0,
+                                                                               "fp32": 28.0, "tf32": 28.0})
+    """Bytes the optimizer step moves per parameter a GPU updates, per precision (memory bound)."""
+    loss_scaling_bytes: float = 0.0
+    """fp16 only: bytes per parameter of the loss-scaling passes (unscale the fp32 gradients and check them
+    for inf / NaN) before the step."""
+    gradient_bucket_bytes: float = float("inf")
+    """Gradient bytes per DP all-reduce bucket: each bucket pays the ring's latencies."""
 
 
 def canonical(name: str) -> str:
@@ -231,6 +245,13 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     cast = get("fp8_cast_bytes", (int, float), lambda v: v >= 0, ">= 0")
     tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
     grad_overlap = get("overlap_grad_reduce", bool, None, "")
+    launch = get("kernel_launch_s", (int, float), lambda v: 0 <= v <= 1e-3, "in [0, 0.001]")
+    kernels = get("kernels_per_layer", list, lambda v: len(v) == 2 and all(type(x) is int and 0 <= x <= 10_000 for x in v),
+                  "[forward, backward]: two integers in [0, 10000]")
+    opt = _mapping(r, "optimizer_step_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
+                   lambda v: isinstance(v, (int, float)) and 0 <= v <= 1000, "in [0, 1000]")
+    scaling = get("loss_scaling_bytes", (int, float), lambda v: 0 <= v <= 1000, "in [0, 1000]")
+    bucket = get("gradient_bucket_bytes", (int, float), lambda v: v >= 1 << 10, ">= 1024")
     tile = get("matmul_tile", list, lambda v: len(v) == 2 and all(type(x) is int and 1 <= x <= 1024 for x in v),
                "[rows, columns]: two integers in [1, 1024]")
     r.done()
@@ -250,6 +271,11 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
         overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,
         matmul_tile=tuple(tile) if tile is not None else base.matmul_tile,
+        kernel_launch_s=float(launch) if launch is not None else base.kernel_launch_s,
+        kernels_per_layer=tuple(kernels) if kernels is not None else base.kernels_per_layer,
+        optimizer_step_bytes={**(base.optimizer_step_bytes if base else {}), **{k: float(v) for k, v in opt.items()}},
+        loss_scaling_bytes=float(scaling) if scaling is not None else base.loss_scaling_bytes,
+        gradient_bucket_bytes=float(bucket) if bucket is not None else base.gradient_bucket_bytes,
     )
     return new
 
