@@ -116,3 +116,16 @@ def test_the_output_names_each_stage_gpu(tmp_path):
     assert main(["validate", str(_run(tmp_path, ROW.format(split="", stages=""))), "--out", str(out)]) == 0
     row = next(csv.DictReader(io.StringIO(out.read_text())))
     assert row["stage_gpus"] == "V100-SXM2-16GB|V100-SXM2-16GB/T4/T4" and row["layers_per_stage"]
+
+
+# Sailor's measured runs (tests/data/VALIDATION_SOURCES.md, "Mixed-GPU runs"), uncalibrated, at the
+# figures measured when they were added (MAPE %, max |error| %); the bounds keep them from getting worse.
+SAILOR = {"sailor_mixed.csv": (28.4, 42.2), "sailor_mixed_v0.csv": (9.2, 13.7), "sailor_homogeneous.csv": (31.8, 62.9)}
+
+
+@pytest.mark.parametrize("name", sorted(SAILOR))
+def test_sailor_measured_runs_within_their_bounds(name):
+    from pathlib import Path
+    report = validate(Path(__file__).parent / "data" / name)
+    mape, worst = SAILOR[name]
+    assert report.mape <= mape + 0.5 and report.max_error <= worst + 0.5, (report.mape, report.max_error)
