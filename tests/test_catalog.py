@@ -11,7 +11,10 @@ from fasop.specs.load import load_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 ISSUE_GPUS = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "L4", "L40S", "A10",
-              "A10G", "T4", "V100-SXM2", "MI300X")
+              "A10G", "T4", "V100-SXM2", "MI300X",
+              # issue 28: the GPUs mixed clusters are made of
+              "V100-SXM2-16GB", "V100-SXM2-32GB", "V100-PCIe", "P100", "RTX-2080-Ti", "TITAN-RTX", "RTX-3090",
+              "RTX-4090", "RTX-A6000", "A40", "MI250X", "GH200", "B300", "GB200", "GB300")
 
 
 def test_the_catalog_holds_exactly_the_named_gpus():
@@ -38,11 +41,31 @@ def test_every_number_in_the_catalog_has_a_source_comment():
 
 def test_peaks_and_units():
     h100 = find_gpu("H100-SXM")
-    assert h100.peak_flops == {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}
+    assert h100.peak_flops == {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "fp32": 67e12, "tf32": 494.5e12}
     assert h100.matmul_flops("bf16") == pytest.approx(794.5e12, rel=1e-3)  # MAMF
     assert find_gpu("T4").matmul_flops("bf16") == find_gpu("T4").matmul_flops("fp16")  # no BF16: fp16 peak
     assert find_gpu("A100-SXM4-80GB").matmul_flops("fp8") == find_gpu("A100-SXM4-80GB").matmul_flops("bf16")
     assert h100.intra_node_bytes_per_s == 450e9
+
+
+def test_fp32_and_tf32_peaks():
+    """fp32 runs on the CUDA cores; tf32 on the tensor cores where there are TF32 units, else at the
+    fp32 rate (Volta, Turing: no TF32); both x the GPU's matmul efficiency."""
+    a100, t4 = find_gpu("A100-SXM4-80GB"), find_gpu("T4")
+    assert a100.matmul_flops("tf32") == pytest.approx(156e12 * a100.matmul_efficiency)
+    assert a100.matmul_flops("fp32") == pytest.approx(19.5e12 * a100.matmul_efficiency)
+    assert t4.matmul_flops("tf32") == t4.matmul_flops("fp32") == pytest.approx(8.1e12 * t4.matmul_efficiency)
+    assert find_gpu("GB200").nvlink_domain_gpus == 72 and find_gpu("B200").nvlink_domain_gpus is None
+
+
+def test_a_narrower_type_is_never_slower_in_the_catalog(tmp_path):
+    text = (shipped_folder("cluster_specs") / "catalog" / "gpus.yaml").read_text()
+    start = text.index("\nT4:") + 1
+    entry = text[start:text.index("\nV100-SXM2:")]
+    bad = tmp_path / "gpus.yaml"
+    bad.write_text(entry.replace("fp32_tflops: 8.1 ", "fp32_tflops: 81  "))
+    with pytest.raises(SpecError, match="fp32_tflops.*above fp16_tflops"):
+        load_gpus(str(bad))
 
 
 @pytest.mark.parametrize("name, types", [

@@ -60,7 +60,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--virtual-stages", type=_ints(1, 64), metavar="V[,V]",
                    help="model chunks per pipeline rank, interleaved 1F1B (default 1)")
     g.add_argument("--precision", type=_choices("PRECISIONS"), metavar="P[,P]",
-                   help="matmul precision: bf16 (default), fp16, fp8")
+                   help="matmul precision: bf16 (default), fp16, fp8, fp32, tf32")
 
 
 def options(args: argparse.Namespace, cluster) -> dict:

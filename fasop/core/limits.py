@@ -63,6 +63,8 @@ MEMORY_GIB = 1 << 20
 """memory_limit_gib <= 1,048,576 GiB per GPU (today's largest: 192 GiB)."""
 GBIT_PER_S = (1e-3, 1e7)
 """Bandwidths between 1 Mbit/s and 10 Pbit/s (NVLink 5: 14.4 Tbit/s); below, a step would take years."""
+TFLOPS = 1e6
+"""A catalog peak is <= 1,000,000 TFLOP/s per GPU (today's largest, B300 NVFP4: 15,000)."""
 USD_PER_HOUR = 1e6
 """A node costs <= $1,000,000 an hour (the dearest cloud nodes: ~$100)."""
 DIVISOR = (1e-3, 1e3)

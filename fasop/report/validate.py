@@ -15,53 +15,33 @@ An empty plan cell (micro_batch_size, recompute, sequence_parallel, distributed_
 virtual_pp) means "the fastest value that fits in memory": every allowed value is estimated and
 the row reports what was picked -- except a cell the GPU's `validate_software` fixes (A100:
 sequence_parallel 0), reported as "(catalog)". The TP overlap is the GPU's `validate_software`
-tp_overlap where it has one (H100/H200: NeMo's recipes). The GPU comes from the catalog (fasop/data/cluster_specs/catalog/gpus.yaml),
+tp_overlap where it has one (H100/H200: NeMo's recipes). The GPU comes from the catalog (cluster_specs/catalog/gpus.yaml),
 with its vendor reference node's network between nodes; the physical constants from
 cluster_specs/catalog/analytic.yaml. Error = (predicted - measured) / measured.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fasop.core import limits
-from fasop.core.errors import FasopError
 from fasop.estimators.analytic import cost as C
-from fasop.estimators.analytic.layers import RECOMPUTES, Recipe
+from fasop.estimators.analytic import mixed
+from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
 from fasop.specs.architecture import gpt_architecture
-from fasop.specs.catalog import VALIDATE_PLAN_SOFTWARE, VALIDATE_SOFTWARE, AnalyticParams, GpuType, canonical, default_params, load_gpus
-from fasop.specs.files import decode_utf8, read_bounded
-from fasop.specs.types import GIB, NodeType
+from fasop.specs.catalog import VALIDATE_PLAN_SOFTWARE, VALIDATE_SOFTWARE, AnalyticParams, default_params
+from fasop.specs.types import GIB
+from fasop.report.validate_rows import (CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row, layers_per_stage,  # noqa: F401
+                                        read_rows, row_hardware)
 
-REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "vocab_size", "gpu", "num_gpus",
-            "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter")
-OPTIONAL = ("name", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "gpus_per_node", "precision",
-            "micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp",
-            "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce", "tp_overlap")
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
 OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter",
                "predicted_seconds_per_iter", "error_pct", "measured_peak_mem_gib", "predicted_peak_mem_gib",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
-               "distributed_optimizer", "virtual_pp", "precision", "picked")
+               "distributed_optimizer", "virtual_pp", "precision", "picked", "cluster", "stage_gpus",
+               "layers_per_stage")
 MAX_VIRTUAL = 8
-CEILINGS = {"num_layers": limits.LAYERS, "hidden_size": limits.HIDDEN_SIZE, "num_attention_heads": limits.ATTENTION_HEADS,
-            "num_kv_heads": limits.ATTENTION_HEADS, "seq_len": limits.SEQUENCE_LENGTH, "vocab_size": limits.VOCAB_SIZE,
-            "ffn_hidden_size": 64 * limits.HIDDEN_SIZE, "global_batch_size": limits.GLOBAL_BATCH_SIZE,
-            "gpus_per_node": limits.GPUS_PER_NODE, "micro_batch_size": limits.GLOBAL_BATCH_SIZE, "virtual_pp": 64}
-"""limits.py's ceilings per integer column (others, GPU counts and degrees: limits.GPUS)."""
-MAX_BYTES = 16 << 20
-"""A runs CSV is at most 16 MiB (as a profile CSV, limits.PROFILE_BYTES)."""
-
-
-@dataclass(frozen=True)
-class Row:
-    line: int
-    cells: dict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,152 +74,60 @@ class Report:
         return [p.mem_error for p in self.predictions if p.mem_error is not None]
 
 
-MAX_MEASURED = 1e6
-"""A measured seconds-per-iteration or peak GiB is at most 1e6 (11.6 days a step; 1 PiB a GPU):
-above it, a typo (1e308) that would dominate the error statistics."""
-SHOWN = 60
-"""An offending cell is shown cut to this many characters."""
-
-
-def read_rows(path: Path) -> list[Row]:
-    text = decode_utf8(path, read_bounded(path, MAX_BYTES, " runs CSV"))
-    try:
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        header = reader.fieldnames or []
-        rows = [Row(i, r) for i, r in enumerate(reader, start=2)]
-    except csv.Error as exc:
-        raise FasopError(f"{path}: not a readable CSV file: {exc}") from None
-    twice = sorted({c for c in header if header.count(c) > 1})
-    if twice:
-        raise FasopError(f"{path}: header: column {twice[0]!r} appears more than once")
-    odd = next((r for r in rows if None in r.cells or None in r.cells.values()), None)
-    if odd is not None:  # DictReader's restkey (extra cells) / restval (missing ones)
-        raise FasopError(f"{path}: line {odd.line}: {'more' if None in odd.cells else 'fewer'} cells than the "
-                         f"header's {len(header)} columns")
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise FasopError(f"{path}: header: missing required column {missing[0]!r} (required: {', '.join(REQUIRED)})")
-    unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
-    if unknown:
-        raise FasopError(f"{path}: header: unknown column {unknown[0]!r} (optional: {', '.join(OPTIONAL)})")
-    if not rows:
-        raise FasopError(f"{path}: no rows")
-    return rows
-
-
-class _Cells:
-    """Typed reads of one row; errors name the file, line and column."""
-
-    def __init__(self, path: Path, row: Row):
-        self.path, self.row = path, row
-
-    def error(self, column: str, message: str) -> FasopError:
-        return FasopError(f"{self.path}: line {self.row.line}: {column}: {message}")
-
-    def text(self, column: str) -> str:
-        value = self.row.cells.get(column)
-        return "" if value is None else value.strip()
-
-    def int(self, column: str, default=None, low: int = 1) -> int | None:
-        text = self.text(column)
-        if not text:
-            if default is None and column in REQUIRED:
-                raise self.error(column, "empty required cell")
-            return default
-        try:
-            value = int(text) if len(text) <= 20 else None
-        except ValueError:
-            value = None
-        if value is None:
-            raise self.error(column, f"expected an integer, got {text[:60]!r}")
-        high = CEILINGS.get(column, limits.GPUS)
-        if not low <= value <= high:
-            raise self.error(column, f"expected an integer in [{low}, {high:,}], got {text!r}")
-        return value
-
-    def flag(self, column: str, default=None) -> bool | None:
-        text = self.text(column)
-        if not text:
-            return default
-        if text not in ("0", "1"):
-            raise self.error(column, f"expected 0 or 1, got {text!r}")
-        return text == "1"
-
-    def positive(self, column: str, high: float = MAX_MEASURED) -> float | None:
-        """A positive number at most `high` (a second a step, a GiB: far above any real run)."""
-        text = self.text(column)
-        if not text:
-            if column in REQUIRED:
-                raise self.error(column, "empty required cell")
-            return None
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and 0 < value <= high):
-            raise self.error(column, f"expected a positive number at most {high:g}, got {text[:SHOWN]!r}")
-        return value
-
-    def share(self, column: str, default: float) -> float:
-        text = self.text(column)
-        if not text:
-            return default
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not 0 <= value <= 1:
-            raise self.error(column, f"expected a share in [0, 1], got {text!r}")
-        return value
-
-    def choice(self, column: str, allowed: tuple[str, ...], default=None) -> str | None:
-        text = self.text(column).lower()
-        if not text:
-            return default
-        if text not in allowed:
-            raise self.error(column, f"expected one of {', '.join(allowed)}, got {text!r}")
-        return text
-
-
 def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
-    c = _Cells(path, row)
+    """One measured run against the analytic estimator: the entry point for one parsed row,
+    `base` the physical constants (a row naming a cluster uses its cluster's)."""
+    c = Cells(path, row)
     arch, seq, gbs, measured, n, tp, pp, dp = _model_and_degrees(c)
-    gpu = load_gpus().get(canonical(c.text("gpu")))
-    if gpu is None:
-        known = ", ".join(x.name for x in load_gpus().values())
-        raise c.error("gpu", f"unknown GPU type {c.text('gpu')!r} (catalog: {known})")
-    software = {k: c.flag(k, gpu.validate_software.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
-    tp_overlap = c.share("tp_overlap", gpu.validate_software.get("tp_overlap", base.tp_overlap))
-    params = replace(base, **software, tp_overlap=tp_overlap)
-    g = c.int("gpus_per_node", 8)
-    precision = c.choice("precision", ("bf16", "fp16", "fp8"), "bf16")
-    stages = _hardware(gpu, g, tp, dp, pp, params)
+    hw = row_hardware(c, tp, dp, pp, base)
+    counts = layers_per_stage(c, pp, arch.num_layers)
+    params = _software(c, hw)
+    precision = c.choice("precision", PRECISIONS, "bf16")
     fixed = {k: v for k, v in (("micro_batch_size", c.int("micro_batch_size")),
                                 ("recompute", c.choice("recompute", RECOMPUTES)),
                                 ("sequence_parallel", c.flag("sequence_parallel")),
                                 ("distributed_optimizer", c.flag("distributed_optimizer")),
-                                ("virtual_pp", c.int("virtual_pp"))) if v is not None}
-    assumed = {k: gpu.validate_software[k] for k in VALIDATE_PLAN_SOFTWARE
-               if k not in fixed and k in gpu.validate_software}   # what this GPU's published runs had
+                                ("virtual_pp", 1 if counts else c.int("virtual_pp"))) if v is not None}
+    common = _common(hw, VALIDATE_PLAN_SOFTWARE)
+    assumed = {k: v for k, v in common.items() if k not in fixed}   # what this GPU's published runs had
     fixed |= assumed
-    best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, stages, fixed)
+    best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts)
     if best is None:
         raise c.error("micro_batch_size", "no micro-batch size / virtual_pp divides the batch and the layers")
-    step, peak, fits, choice = best
+    step, peak, fits, choice, split = best
     mem = c.positive("measured_peak_mem_gib")
-    out = {"name": c.text("name"), "gpu": gpu.name, "num_gpus": n, "tp": tp, "pp": pp, "dp": dp,
-           "global_batch_size": gbs, "measured_seconds_per_iter": measured, "predicted_seconds_per_iter": step,
-           "error_pct": 100 * (step - measured) / measured, "measured_peak_mem_gib": "" if mem is None else mem,
-           "predicted_peak_mem_gib": peak / GIB,
+    out = {"name": c.text("name"), "gpu": "+".join(g.name for g in hw.gpus), "num_gpus": n, "tp": tp, "pp": pp,
+           "dp": dp, "global_batch_size": gbs, "measured_seconds_per_iter": measured,
+           "predicted_seconds_per_iter": step, "error_pct": 100 * (step - measured) / measured,
+           "measured_peak_mem_gib": "" if mem is None else mem, "predicted_peak_mem_gib": peak / GIB,
            "mem_error_pct": "" if mem is None else 100 * (peak / GIB - mem) / mem, "fits": fits,
            **{k: int(v) if isinstance(v, bool) else v for k, v in choice.items()}, "precision": precision,
            "picked": " ".join([f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in choice.items()
-                               if k not in fixed] + [f"{k}={int(v)} (catalog)" for k, v in assumed.items()])}
+                               if k not in fixed] + [f"{k}={int(v)} (catalog)" for k, v in assumed.items()]),
+           "cluster": hw.cluster, "stage_gpus": hw.stage_gpus, "layers_per_stage": "-".join(map(str, split))}
     return Prediction(row=out, error=(step - measured) / measured,
                       mem_error=None if mem is None else (peak / GIB - mem) / mem)
 
 
-def _model_and_degrees(c: "_Cells") -> tuple:
+def _common(hw: Hardware, keys: tuple[str, ...]) -> dict:
+    """The `validate_software` values of `keys` every GPU of the row agrees on."""
+    out = {}
+    for k in keys:
+        values = {g.validate_software.get(k) for g in hw.gpus}
+        if len(values) == 1 and None not in values:
+            out[k] = values.pop()
+    return out
+
+
+def _software(c: Cells, hw: Hardware) -> AnalyticParams:
+    """The row's software switches: its cells, else what its GPUs' published runs had, else the constants'."""
+    base, common = hw.params, _common(hw, VALIDATE_SOFTWARE + ("tp_overlap",))
+    software = {k: c.flag(k, common.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
+    tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
+    return replace(base, **software, tp_overlap=tp_overlap)
+
+
+def _model_and_degrees(c: Cells) -> tuple:
     """(architecture, sequence, global batch, measured seconds, GPUs, tp, pp, dp) of a row, its
     degrees checked against the GPU count, the batch, the layers and the heads."""
     layers, hidden, heads = c.int("num_layers"), c.int("hidden_size"), c.int("num_attention_heads")
@@ -262,17 +150,9 @@ def _model_and_degrees(c: "_Cells") -> tuple:
     return arch, seq, gbs, measured, n, tp, pp, dp
 
 
-def _hardware(gpu: GpuType, g: int, tp: int, dp: int, pp: int, params: AnalyticParams):
-    node = NodeType(name="node", instance="reference", gpu=gpu.name, gpus_per_node=g,
-                    memory_limit_bytes=gpu.memory_bytes, intra_node_bytes_per_s=gpu.intra_node_bytes_per_s,
-                    inter_node_bytes_per_s=gpu.reference_inter_node_bytes_per_s,
-                    intra_node_shared=gpu.intra_node_link == "pcie", usd_per_hour=0.0, spot_usd_per_hour=None)
-    nodes = -(-tp * dp * pp // g)
-    return C.stage_hardware(tp, dp, pp, (node,) * nodes, (gpu,) * nodes, params)
-
-
-def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, stages, fixed):
-    """(step s, peak bytes, fits, choice) of the fastest allowed recipe that fits, else the fastest."""
+def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, counts=None):
+    """(step s, peak bytes, fits, choice, split) of the fastest allowed recipe that fits, else the
+    fastest; `counts`: the row's split of the blocks, else fasop's for the slowest replica of each stage."""
     per_replica = gbs // dp
     options = {
         "micro_batch_size": [b for b in (1, 2, 4, 8, 16, 32) if per_replica % b == 0],
@@ -293,15 +173,13 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, stages, fixed):
                         precision=precision)
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,
                        num_microbatches=m, recipe=recipe, params=params)
-        counts = C.split_layers(w, stages)
-        fits = counts is not None
-        if counts is None:
-            counts = _even(arch.num_layers, pp)
-        step = C.step(w, stages, counts).step_s
-        peak = max(C.stage_memory(w, n, i).total for i, n in enumerate(counts))
+        split = counts or C.split_layers(w, replicas[0] if len(replicas) == 1 else mixed.slowest_stages(w, replicas))
+        split = split or _even(arch.num_layers, pp)
+        step = mixed.step(w, replicas, split).step_s
+        peak, fits = mixed.peak_and_fits(w, replicas, split)
         key = (not fits, step)
         if best is None or key < best[0]:
-            best = (key, (step, peak, fits, choice))
+            best = (key, (step, peak, fits, choice, split))
     return None if best is None else best[1]
 
 

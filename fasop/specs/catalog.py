@@ -23,10 +23,12 @@ from fasop.specs.types import GIB, ClusterSpec, NodeType
 
 CATALOG_DIR = shipped_folder("cluster_specs") / "catalog"
 LINKS = ("nvlink", "xgmi", "pcie")
-_GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_gbyte_per_s",
+PEAK_PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4")
+"""The precisions gpus.yaml gives a dense peak for (`<precision>_tflops`)."""
+_GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memory_gbyte_per_s",
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
-             "validate_software", "streaming_multiprocessors")
+             "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
@@ -34,7 +36,8 @@ VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
-               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile")
+               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
+               "kernels_per_layer", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes")
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
 
@@ -45,7 +48,8 @@ class GpuType:
 
     name: str
     peak_flops: dict[str, float]
-    """Dense tensor-core peak per precision (`bf16`, `fp16`, `fp8`), FLOP/s; a missing key: no such unit."""
+    """Dense peak per precision, FLOP/s: tensor-core `bf16`, `fp16`, `fp8`, `tf32`, `mxfp8`, `nvfp4`, and
+    `fp32` (CUDA cores, no tensor cores); a missing key: no such unit."""
     memory_bytes: float
     """GPU memory usable by training (before the framework overhead)."""
     memory_bytes_per_s: float
@@ -68,6 +72,9 @@ class GpuType:
 
     streaming_multiprocessors: int = 0
     """SMs (CUs) that run a matmul's output tiles in waves; 0: unknown (no wave quantization)."""
+    nvlink_domain_gpus: int | None = None
+    """GPUs of one NVLink domain spanning several nodes (GB200 / GB300 NVL72: 72); None: the node.
+    Recorded from gpus.yaml; placement does not read it yet (a cluster spec may give the rack as one node)."""
     validate_software: dict[str, bool | float] = field(default_factory=dict)
     """What `fasop validate` assumes for a row that does not state `fused_attention`,
     `overlap_grad_reduce` or `sequence_parallel`, and its `tp_overlap`: the software the published training runs on this
@@ -81,12 +88,14 @@ class GpuType:
 
     def matmul_flops(self, precision: str) -> float:
         """Achievable matmul FLOP/s in `precision`; fp8 without FP8 units runs at the 16-bit peak,
-        bf16 without BF16 units at the fp16 peak (what a framework falls back to)."""
-        for p in (precision, "bf16" if precision == "fp8" else "fp16", "fp16"):
+        bf16 without BF16 units at the fp16 peak (what a framework falls back to); tf32 without TF32
+        units (pre-Ampere) at the fp32 CUDA-core peak, and an fp32 matmul at the fp32 peak."""
+        chain = {"fp32": ("fp32",), "tf32": ("tf32", "fp32")}.get(precision)
+        for p in chain or (precision, "bf16" if precision == "fp8" else "fp16", "fp16"):
             if p in self.peak_flops:
                 fp8 = p == "fp8" and self.fp8_matmul_efficiency is not None
                 return self.peak_flops[p] * (self.fp8_matmul_efficiency if fp8 else self.matmul_efficiency)
-        raise AssertionError(f"{self.name} has no 16-bit peak")
+        raise AssertionError(f"{self.name} has no {precision} peak")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -120,6 +129,19 @@ class AnalyticParams:
     matmul_tile: tuple[int, int] = (1, 1)
     """Output tile (rows, columns) one SM computes at a time; a matmul runs in whole waves of
     tiles over the GPU's SMs (wave quantization). (1, 1): none."""
+    kernel_launch_s: float = 0.0
+    """Host (CPU) seconds to issue one kernel: framework dispatch, autograd and the launch itself."""
+    kernels_per_layer: tuple[int, int] = (0, 0)
+    """Kernels one Transformer layer issues per micro-batch, (forward, backward): a layer never takes
+    less than their issue time (the CPU-bound floor of small layers)."""
+    optimizer_step_bytes: dict[str, float] = field(default_factory=lambda: {"bf16": 30.0, "fp16": 30.0, "fp8": 30.0,
+                                                                               "fp32": 28.0, "tf32": 28.0})
+    """Bytes the optimizer step moves per parameter a GPU updates, per precision (memory bound)."""
+    loss_scaling_bytes: float = 0.0
+    """fp16 only: bytes per parameter of the loss-scaling passes (unscale the fp32 gradients and check them
+    for inf / NaN) before the step."""
+    gradient_bucket_bytes: float = float("inf")
+    """Gradient bytes per DP all-reduce bucket: each bucket pays the ring's latencies."""
 
 
 def canonical(name: str) -> str:
@@ -149,9 +171,17 @@ def find_gpu(name: str, where: str = "gpu") -> GpuType:
 
 def _gpu(r: Reader, name: str) -> GpuType:
     optional = lambda key: r.get(key, (int, float, type(None)), None, lambda v: v is None or v > 0, "> 0 or null")
-    peaks = {p: optional(f"{p}_tflops") for p in ("bf16", "fp16", "fp8")}
+    peaks = {p: optional(f"{p}_tflops") for p in PEAK_PRECISIONS}
     if peaks["fp16"] is None and peaks["bf16"] is None:
         raise r.error("fp16_tflops", "a GPU needs a 16-bit peak")
+    if peaks["fp32"] is None:
+        raise r.error("fp32_tflops", "a GPU needs its FP32 (CUDA-core) peak")
+    top = max(v for v in peaks.values() if v is not None)
+    if top > limits.TFLOPS:
+        raise r.error(f"{max(peaks, key=lambda p: peaks[p] or 0)}_tflops", f"at most {limits.TFLOPS:,} TFLOP/s")
+    for low, high in (("fp32", "fp16"), ("tf32", "fp16"), ("fp16", "fp8"), ("fp8", "mxfp8"), ("mxfp8", "nvfp4")):
+        if peaks[low] is not None and peaks[high] is not None and peaks[low] > peaks[high]:
+            raise r.error(f"{low}_tflops", f"{peaks[low]} is above {high}_tflops {peaks[high]} (a narrower type is never slower)")
     gpu = GpuType(
         name=name,
         peak_flops={p: float(v) * 1e12 for p, v in peaks.items() if v is not None},
@@ -166,6 +196,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
                                          "in (0, 1]"),
         intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
         validate_software=_validate_software(r),
+        nvlink_domain_gpus=r.get("nvlink_domain_gpus", int, None, lambda v: 2 <= v <= limits.GPUS, f"in [2, {limits.GPUS}]"),
         streaming_multiprocessors=r.get("streaming_multiprocessors", int, 0, lambda v: 1 <= v <= 4096, "in [1, 4096]"),
     )
     r.done()
@@ -206,12 +237,21 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     attention = get("fused_attention_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
     overlap = get("dp_overlap", (int, float), share, "in [0, 1]")
     overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
-    grad = _mapping(r, "gradient_reduce_bytes", ("bf16", "fp16", "fp8"), base is None,
+    grad = _mapping(r, "gradient_reduce_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
                     lambda v: v in (2, 4) and not isinstance(v, bool), "2 or 4")
+    if any(grad.get(p, 4) != 4 for p in ("fp32", "tf32")):
+        raise r.error("gradient_reduce_bytes", "fp32 / tf32 runs reduce fp32 gradients: 4")
     fusion = get("gradient_accumulation_fusion", bool, None, "")
     cast = get("fp8_cast_bytes", (int, float), lambda v: v >= 0, ">= 0")
     tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
     grad_overlap = get("overlap_grad_reduce", bool, None, "")
+    launch = get("kernel_launch_s", (int, float), lambda v: 0 <= v <= 1e-3, "in [0, 0.001]")
+    kernels = get("kernels_per_layer", list, lambda v: len(v) == 2 and all(type(x) is int and 0 <= x <= 10_000 for x in v),
+                  "[forward, backward]: two integers in [0, 10000]")
+    opt = _mapping(r, "optimizer_step_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
+                   lambda v: isinstance(v, (int, float)) and 0 <= v <= 1000, "in [0, 1000]")
+    scaling = get("loss_scaling_bytes", (int, float), lambda v: 0 <= v <= 1000, "in [0, 1000]")
+    bucket = get("gradient_bucket_bytes", (int, float), lambda v: v >= 1 << 10, ">= 1024")
     tile = get("matmul_tile", list, lambda v: len(v) == 2 and all(type(x) is int and 1 <= x <= 1024 for x in v),
                "[rows, columns]: two integers in [1, 1024]")
     r.done()
@@ -231,6 +271,11 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
         overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,
         matmul_tile=tuple(tile) if tile is not None else base.matmul_tile,
+        kernel_launch_s=float(launch) if launch is not None else base.kernel_launch_s,
+        kernels_per_layer=tuple(kernels) if kernels is not None else base.kernels_per_layer,
+        optimizer_step_bytes={**(base.optimizer_step_bytes if base else {}), **{k: float(v) for k, v in opt.items()}},
+        loss_scaling_bytes=float(scaling) if scaling is not None else base.loss_scaling_bytes,
+        gradient_bucket_bytes=float(bucket) if bucket is not None else base.gradient_bucket_bytes,
     )
     return new
 

@@ -42,6 +42,7 @@ min(p - i, m) at stage i under 1F1B, x (1 + (p - 1)/(p v)) interleaved (Korthika
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -52,8 +53,6 @@ from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryPa
                                    stage_memory, stage_params)
 from fasop.specs.catalog import AnalyticParams, GpuType
 
-ADAM_STEP_BYTES = 30
-"""Read fp32 grad, master, m, v (16) + write master, m, v (12) + write the 16-bit weight (2)."""
 ACT_BYTES = 2
 FLASH_BACKWARD_MATMULS = 5
 """FlashAttention's backward: QK^T recomputed, then dV, dP, dQ, dK -- 5 matmuls to the forward's 2."""
@@ -92,13 +91,18 @@ class Step:
 
 
 # ----------------------------------------------------------------------------- collectives
-def all_reduce_s(size: float, n: int, link: Link) -> float:
-    return 0.0 if n <= 1 else 2 * (n - 1) / n * size / link.bytes_per_s + 2 * (n - 1) * link.latency_s
+def all_reduce_s(size: float, n: int, link: Link, buckets: int = 1) -> float:
+    """Ring all-reduce of `size` bytes over n ranks, sent as `buckets` collectives: the ring's 2(n-1)
+    latencies once (NCCL pipelines consecutive buckets), and each further bucket its fixed launch
+    latency (NCCL's per-collective base latency, src/graph/tuning.cc)."""
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) / n * size / link.bytes_per_s + (2 * (n - 1) + buckets - 1) * link.latency_s
 
 
-def gather_s(size: float, n: int, link: Link) -> float:
-    """Reduce-scatter or all-gather of a `size`-byte buffer over n ranks."""
-    return 0.0 if n <= 1 else (n - 1) / n * size / link.bytes_per_s + (n - 1) * link.latency_s
+def gather_s(size: float, n: int, link: Link, buckets: int = 1) -> float:
+    """Reduce-scatter or all-gather of a `size`-byte buffer over n ranks (buckets: as all_reduce_s)."""
+    return 0.0 if n <= 1 else (n - 1) / n * size / link.bytes_per_s + (n - 1 + buckets - 1) * link.latency_s
 
 
 def p2p_s(size: float, link: Link) -> float:
@@ -133,9 +137,10 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     fused = w.params.fused_attention
     linear_fwd, linear_bwd = linear_s(w, gpu)
     core = L.attention_core_flops(a, b, s, t, 0.5 if fused else 1.0)
-    moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, fused)
-    operand = 1 if r.precision == "fp8" else ACT_BYTES    # FP8 matmuls read FP8 inputs and weights
-    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, ACT_BYTES, operand) if w.params.gemm_traffic else 0.0
+    e = r.value_bytes
+    moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, fused)
+    operand = 1 if r.precision == "fp8" else e    # FP8 matmuls read FP8 inputs and weights
+    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand) if w.params.gemm_traffic else 0.0
     if r.precision == "fp8":
         moved += L.fp8_cast_elements(a, b, s, t) * w.params.fp8_cast_bytes
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved + gemm_bytes)
@@ -156,10 +161,13 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     if r.recompute == "full":
         bwd += fwd + tp_fwd
     elif r.recompute == "selective" and not fused:
-        softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, False)
-                   - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, True))
+        softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
+                   - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True))
         bwd += _kernel_s(w, gpu, 0.0, core, softmax)
-    return fwd + tp_fwd, bwd
+    # the host issues every kernel: a layer never runs faster than its kernels' issue time
+    issue_fwd, issue_bwd = (k * w.params.kernel_launch_s for k in w.params.kernels_per_layer)
+    recomputed = issue_fwd if r.recompute == "full" else 0.0
+    return max(fwd + tp_fwd, issue_fwd), max(bwd, issue_bwd + recomputed)
 
 
 def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
@@ -167,7 +175,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
     share: two all-reduces of b·s·h 16-bit values each way (with SP, reduce-scatter + all-gather).
     An FP8 run with SP all-gathers the matmul inputs already cast to FP8 (Transformer Engine gathers
     the FP8 tensor): in the forward, one byte an element for the two all-gathers."""
-    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES
+    size = w.mbs * w.seq * w.arch.hidden_size * w.recipe.value_bytes
     bwd = 2 * all_reduce_s(size, w.tp, tp_link)
     fwd = bwd
     if w.recipe.sequence_parallel and w.recipe.precision == "fp8":
@@ -180,7 +188,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
 def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     """Lookup (write b·s·h) and the vocab-parallel all-reduce; backward scatters into the table."""
     a, b, s = w.arch, w.mbs, w.seq
-    moved = b * s * a.hidden_size * ACT_BYTES
+    moved = b * s * a.hidden_size * w.recipe.value_bytes
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved) + all_reduce_s(moved, w.tp, tp_link)
     return fwd, 2 * _kernel_s(w, gpu, 0.0, 0.0, moved)
 
@@ -190,9 +198,9 @@ def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     """Logits matmul (at the 16-bit peak: the output layer stays in bf16 under FP8) and the loss."""
     a, b, s, t = w.arch, w.mbs, w.seq, w.tp
     flops = L.head_forward_flops(a, b, s, t)
-    moved = L.head_forward_bytes(a, b, s, t, ACT_BYTES)
+    moved = L.head_forward_bytes(a, b, s, t, w.recipe.value_bytes)
     if w.params.gemm_traffic:
-        moved += L.head_gemm_bytes(a, b, s, t, ACT_BYTES)
+        moved += L.head_gemm_bytes(a, b, s, t, w.recipe.value_bytes)
     fwd = _kernel_s(w, gpu, 0.0, flops, moved)
     return fwd, 2 * fwd
 
@@ -201,9 +209,10 @@ def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
 def dp_sync_s(w: Workload, params: float, link: Link) -> float:
     """A stage's gradient reduction over its DP group (and the weight all-gather when sharded)."""
     grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
+    buckets = max(1, math.ceil(grad / w.params.gradient_bucket_bytes))
     if w.recipe.zero == 0:
-        return all_reduce_s(grad, w.dp, link)
-    return gather_s(grad, w.dp, link) + gather_s(params * WEIGHT_BYTES, w.dp, link)
+        return all_reduce_s(grad, w.dp, link, buckets)
+    return gather_s(grad, w.dp, link, buckets) + gather_s(params * w.recipe.value_bytes, w.dp, link, buckets)
 
 
 def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
@@ -224,7 +233,7 @@ def zero3_gather_s(w: Workload, params: float, link: Link) -> float:
     every micro-batch; the part not hidden behind compute (1 - dp_overlap) adds to the stage."""
     if w.recipe.zero < 3:
         return 0.0
-    return 2 * gather_s(params * WEIGHT_BYTES, w.dp, link) * (1 - w.params.dp_overlap)
+    return 2 * gather_s(params * w.recipe.value_bytes, w.dp, link) * (1 - w.params.dp_overlap)
 
 
 def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...],
@@ -233,7 +242,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     `times[i]`, when given, replaces stage i's analytic (fwd, bwd) seconds of one layer."""
     p, v = w.pp, w.recipe.virtual_stages
     fwd, bwd, params = stage_times(w, stages, counts, times)
-    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES / w.tp
+    size = w.mbs * w.seq * w.arch.hidden_size * w.recipe.value_bytes / w.tp
     links = [hw.next_link for hw in stages[:-1]]
     if v > 1 and p > 1:
         links.append(stages[-1].next_link or stages[-1].dp_link)   # the wrap to stage 0
@@ -288,9 +297,11 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
 
 
 def _optimizer_s(w: Workload, params: float, gpu: GpuType) -> float:
-    """Adam over the GPU's share of the stage's parameters: memory bound."""
+    """Adam over the GPU's share of the stage's parameters, and fp16's loss-scaling passes: memory bound."""
     local = params / (w.dp if w.recipe.zero >= 1 else 1)
-    return local * ADAM_STEP_BYTES / (gpu.memory_bytes_per_s * w.params.memory_bandwidth_efficiency)
+    moved = w.params.optimizer_step_bytes[w.recipe.precision]
+    moved += w.params.loss_scaling_bytes if w.recipe.precision == "fp16" else 0.0
+    return local * moved / (gpu.memory_bytes_per_s * w.params.memory_bandwidth_efficiency)
 
 
 # ----------------------------------------------------------------------------- layer split

@@ -47,7 +47,10 @@ from fasop.specs.architecture import Architecture
 from fasop.specs.catalog import AnalyticParams
 
 RECOMPUTES = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32")
+FULL_PRECISIONS = ("fp32", "tf32")
+"""Precisions that keep weights, activations and gradients in fp32 (no 16-bit copy, no master weights):
+fp32 matmuls on the CUDA cores, tf32 on the TF32 tensor cores where the GPU has them."""
 ZERO_STAGES = (0, 1, 2, 3)
 
 
@@ -63,8 +66,9 @@ class Recipe:
     """ZeRO stage: 1 shards optimizer states (Megatron's distributed optimizer), 2 also gradients, 3 also weights."""
     virtual_stages: int = 1
     """Model chunks per pipeline rank (interleaved 1F1B, Narayanan et al. 2021 §2.2.2)."""
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
-    """Matmul precision; weights, activations and gradients are kept as a 16-bit mixed-precision run keeps them."""
+    precision: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
+    """Matmul precision; weights, activations and gradients are kept as a 16-bit mixed-precision run keeps
+    them, or all in fp32 (fp32, tf32)."""
 
     def __post_init__(self):
         problems = []
@@ -78,6 +82,11 @@ class Recipe:
             problems.append(f"precision={self.precision!r} (one of {', '.join(PRECISIONS)})")
         if problems:
             raise ValueError("invalid recipe: " + "; ".join(problems))
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of one activation or weight value: 4 in an fp32 / tf32 run, else 2 (16-bit)."""
+        return 4 if self.precision in FULL_PRECISIONS else 2
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -261,7 +270,13 @@ def head_forward_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float
 # ----------------------------------------------------------------------------- activations
 def activation_bytes(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fused_attention: bool) -> float:
     """Bytes one layer keeps for its backward pass, per micro-batch, on one TP rank (16-bit,
-    Korthikanti et al. 2022 Table 2, generalised as the module docstring says)."""
+    Korthikanti et al. 2022 Table 2, generalised as the module docstring says; an fp32 run keeps
+    each value in 4 bytes: twice that)."""
+    return activation_bytes_16(a, b, s, t, recipe, fused_attention) * recipe.value_bytes / 2
+
+
+def activation_bytes_16(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fused_attention: bool) -> float:
+    """activation_bytes of a 16-bit run."""
     h, sp = a.hidden_size, recipe.sequence_parallel
     sbh = s * b * h
     if recipe.recompute == "full":

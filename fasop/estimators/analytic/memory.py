@@ -20,6 +20,18 @@ WEIGHT_BYTES = 2
 """16-bit weights (bf16/fp16; FP8 runs keep bf16 weights and cast per matmul)."""
 ADAM_BYTES = 12
 """fp32 master weights + Adam's first and second moments."""
+FP32_ADAM_BYTES = 8
+"""An fp32 / tf32 run: Adam's two moments; the fp32 weights are the master copy."""
+
+
+def weight_bytes(w: Workload) -> int:
+    """Bytes per weight a GPU holds: 2 (16-bit copy of the fp32 master), 4 in an fp32 / tf32 run."""
+    return w.recipe.value_bytes
+
+
+def optimizer_bytes(w: Workload) -> int:
+    """Optimizer state bytes per parameter: fp32 master + m + v (12), or m + v (8) in an fp32 run."""
+    return FP32_ADAM_BYTES if w.recipe.value_bytes == 4 else ADAM_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,9 +88,9 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
         acts += L.embedding_activation_bytes(a, b, s, t, r.sequence_parallel) * in_flight(w, stage)
     if last:
         acts += L.head_activation_bytes(a, b, s, t)
-    return MemoryParts(weights=n * WEIGHT_BYTES / (d if r.zero >= 3 else 1),
+    return MemoryParts(weights=n * weight_bytes(w) / (d if r.zero >= 3 else 1),
                        gradients=n * grad_bytes / (d if r.zero >= 2 else 1),
-                       optimizer=n * ADAM_BYTES / (d if r.zero >= 1 else 1),
+                       optimizer=n * optimizer_bytes(w) / (d if r.zero >= 1 else 1),
                        activations=acts, overhead=w.params.framework_overhead_bytes)
 
 
