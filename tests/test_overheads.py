@@ -33,9 +33,9 @@ def test_optimizer_bytes_per_precision_and_loss_scaling():
     p, gpu = default_params(), find_gpu("A100-SXM4-80GB")
     rate = gpu.memory_bytes_per_s * p.memory_bandwidth_efficiency
     n = 1e9
-    assert C._optimizer_s(_w(p, "bf16"), n, gpu) == pytest.approx(n * 38 / rate)
-    assert C._optimizer_s(_w(p, "fp16"), n, gpu) == pytest.approx(n * (38 + 8) / rate)   # + unscale / inf check
-    assert C._optimizer_s(_w(p, "fp32"), n, gpu) == pytest.approx(n * 32 / rate)
+    assert C.optimizer_s(_w(p, "bf16"), n, gpu) == pytest.approx(n * 38 / rate)
+    assert C.optimizer_s(_w(p, "fp16"), n, gpu) == pytest.approx(n * (38 + 8) / rate)   # + unscale / inf check
+    assert C.optimizer_s(_w(p, "fp32"), n, gpu) == pytest.approx(n * 32 / rate)
 
 
 def test_each_further_bucket_pays_one_launch_latency():

@@ -270,7 +270,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     if w.arch.tied_embeddings and p > 1:
         table = w.arch.vocab_size * w.arch.hidden_size / w.tp * w.params.gradient_reduce_bytes[w.recipe.precision]
         emb = all_reduce_s(table, 2, stages[0].next_link)
-    opt = max(_optimizer_s(w, params[i], stages[i].gpu) for i in range(p))
+    opt = max(optimizer_s(w, params[i], stages[i].gpu) for i in range(p))
     return Step(stage_fwd_s=tuple(fwd), stage_bwd_s=tuple(bwd), p2p_s=p2p, pipeline_s=pipeline,
                 stage_end_s=tuple(ends), dp_s=dp, dp_exposed_s=exposed, embedding_sync_s=emb, optimizer_s=opt,
                 step_s=done + emb + opt)
@@ -296,7 +296,7 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
     return fwd, bwd, params
 
 
-def _optimizer_s(w: Workload, params: float, gpu: GpuType) -> float:
+def optimizer_s(w: Workload, params: float, gpu: GpuType) -> float:
     """Adam over the GPU's share of the stage's parameters, and fp16's loss-scaling passes: memory bound."""
     local = params / (w.dp if w.recipe.zero >= 1 else 1)
     moved = w.params.optimizer_step_bytes[w.recipe.precision]
