@@ -7,6 +7,7 @@ Imported by cli.py and the cli_*.py subcommand modules (the only modules that im
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 
@@ -24,24 +25,30 @@ class Parser(argparse.ArgumentParser):
         hint = self._did_you_mean(message)
         self.exit(2, f"{self.prog}: error: {one_line(message)}{hint} (see {self.prog} --help)\n")
 
+    def __init__(self, *args, **kwargs):
+        self.subcommands: list = []
+        """The add_subparsers actions of this parser (their .choices: name -> sub-parser)."""
+        super().__init__(*args, **kwargs)
+
+    def add_subparsers(self, **kwargs):
+        action = super().add_subparsers(**kwargs)
+        self.subcommands.append(action)
+        return action
+
     def _did_you_mean(self, message: str) -> str:
         """`; did you mean --partitioner?` for an unrecognized option close to one of this
-        parser's or its subcommands' (difflib's ratio >= 0.6)."""
+        parser's or its subcommands' (difflib's ratio >= 0.6; argument groups' options included)."""
         import difflib
 
         prefix = "unrecognized arguments: "
         if not message.startswith(prefix):
             return ""
-        known = set(self._option_string_actions)
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for sub in action.choices.values():
-                    known |= set(sub._option_string_actions)
+        parsers = [self] + [sub for action in self.subcommands for sub in action.choices.values()]
+        known = {option for p in parsers for option in re.findall(r"--[A-Za-z0-9][\w-]*", p.format_help())}
         hints = []
         for token in message[len(prefix):].split():
             if token.startswith("--"):
-                close = difflib.get_close_matches(token.split("=")[0][:100], sorted(known), n=1, cutoff=0.6)
-                hints += close
+                hints += difflib.get_close_matches(token.split("=")[0][:100], sorted(known), n=1, cutoff=0.6)
         return f"; did you mean {' / '.join(hints[:3])}?" if hints else ""
 
 
