@@ -251,6 +251,9 @@ def test_cli_export_of_a_search_csv(tmp_path, capsys, monkeypatch, repo):
     assert main(["export", "--from", str(csv), "--rank", "999", "--target", "hostfile"]) == 2
     assert capsys.readouterr().err == f"fasop: error: {csv}: rank: no row has rank 999\n"
     assert main(["export", "--from", str(tmp_path / "plans.csv"), "--target", "hostfile"]) == 2
+    assert capsys.readouterr().err == f"fasop: error: --from: {tmp_path / 'plans.csv'}: no such file\n"
+    (tmp_path / "plans.csv").write_text(csv.read_text())  # a FASOP-2024 CSV names no specs: not guessed here
+    assert main(["export", "--from", str(tmp_path / "plans.csv"), "--target", "hostfile"]) == 2
     assert "--model: required" in capsys.readouterr().err
 
 

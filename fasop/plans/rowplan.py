@@ -81,9 +81,9 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
 
 def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None = None,
              row: int | None = None) -> tuple[dict[str, str], str]:
-    """(the chosen row, its name). rank: the row whose `rank` column is N (default 1, the fastest
-    plan that fits, for a search CSV; a pareto CSV, which has a rank per composition, defaults to its knee); row: the K-th data
-    row."""
+    """(the chosen row, its name). rank: the row whose `rank` column is N (default: the fastest
+    plan that fits, for a search CSV; a pareto CSV, which has a rank per composition, defaults to
+    its knee); row: the K-th data row."""
     if row is not None:
         if not 1 <= row <= len(rows):
             raise FasopError(f"{path}: --row: {row} is past the last of {len(rows)} rows")
@@ -93,12 +93,16 @@ def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None =
         if not knees:
             raise FasopError(f"{path}: a pareto CSV without a knee: choose a composition with --row K")
         return rows[knees[0] - 1], f"{path} row {knees[0]} (the knee)"
+    if rank is None and "rank" in rows[0]:  # the fastest plan that fits (rows are fastest first)
+        fits = [k for k, r in enumerate(rows, start=1) if r.get("is_oom") != "True" and r["rank"]]
+        if not fits:
+            raise FasopError(f"{path}: no plan fits in GPU memory (is_oom True in every row); choose one with "
+                             "--row K")
+        return rows[fits[0] - 1], f"{path} rank {rows[fits[0] - 1]['rank']}"
     rank = 1 if rank is None else rank
     if "rank" not in rows[0]:
         raise FasopError(f"{path}: rank: no such column; choose with --row K")
     found = [k for k, r in enumerate(rows, start=1) if r["rank"] == str(rank)]
-    if not found and not any(r["rank"] for r in rows):
-        raise FasopError(f"{path}: no plan fits in GPU memory (rank counts plans that fit); choose one with --row K")
     if not found:
         raise FasopError(f"{path}: rank: no row has rank {rank}")
     if len(found) > 1:

@@ -32,14 +32,20 @@ units and meanings: docs/specs.md, "CSV columns" (tests/test_readme.py checks it
 def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], list[dict]]:
     """(columns, rows) for a search result: the plans that fit in memory fastest first, ranked
     1, 2, ...; then those that do not fit (is_oom True), fastest first, with an empty rank: rank
-    counts plans that fit, with or without --top, and rank 1 is the fastest plan that runs."""
+    counts plans that fit, with or without --top, and rank 1 is the fastest plan that runs.
+    FASOP-2024 results (no estimator columns) keep FASOP's order and ranks, every plan by step
+    time, byte for byte as the original program writes them (tests/test_reproduction.py)."""
     type_names = list(dict.fromkeys(n.name for n in result.inventory))
     columns = (with_gap(SEARCH_COLUMNS, result.estimates) + [f"num_nodes_{t}" for t in type_names]
                + extra_columns(result.estimates))
     counts = {f"num_nodes_{t}": sum(n.name == t for n in result.inventory) for t in type_names}
     rows, names = [], {}
-    fitting = [e for e in result.estimates if not e.memory.is_oom]
-    ranks = [(e, k) for k, e in enumerate(fitting, start=1)] + [(e, "") for e in result.estimates if e.memory.is_oom]
+    if not extra_columns(result.estimates):
+        ranks = [(e, k) for k, e in enumerate(result.estimates, start=1)]
+    else:
+        fitting = [e for e in result.estimates if not e.memory.is_oom]
+        ranks = [(e, k) for k, e in enumerate(fitting, start=1)] + \
+            [(e, "") for e in result.estimates if e.memory.is_oom]
     for e, rank in ranks:
         rows.append(estimate_row(e, rank=rank, iterations=result.iterations, usd_per_hour=result.usd_per_hour,
                                  sequence_length=sequence_length, names=names) | counts)
