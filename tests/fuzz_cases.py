@@ -268,8 +268,8 @@ def combination_cases(rng: random.Random, count: int = 150) -> list[dict]:
     return cases
 
 
-def _results_csv() -> str:
-    """The CSV `fasop search` writes for the fixture (a10=2), made once."""
+def _fixture_output(argv: list[str], written: str) -> str:
+    """The file `written` that the command `argv` writes for the fixture's specs, in a scratch folder."""
     import contextlib
     import io
     import os
@@ -284,11 +284,16 @@ def _results_csv() -> str:
         here = os.getcwd()
         os.chdir(folder)
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                assert main(list(SEARCH)) == 0
-            return (Path(folder) / "out.csv").read_text()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                assert main(list(argv)) == 0
+            return (Path(folder) / written).read_text()
         finally:
             os.chdir(here)
+
+
+def _results_csv() -> str:
+    """The CSV `fasop search` writes for the fixture (a10=2)."""
+    return _fixture_output(SEARCH, "out.csv")
 
 
 PLAN_FLAGS = {
@@ -351,26 +356,8 @@ def _shipped(*parts: str) -> str:
 
 
 def _pareto_csv() -> str:
-    """The CSV `fasop pareto` writes for the fixture (PARETO), made once."""
-    import contextlib
-    import io
-    import os
-    import tempfile
-    from pathlib import Path
-
-    from fasop.cli.command import main
-
-    with tempfile.TemporaryDirectory() as folder:
-        for name, text in (("model.yaml", MODEL), ("cluster.yaml", CLUSTER), ("tiny.profile.csv", PROFILE)):
-            (Path(folder) / name).write_text(text)
-        here = os.getcwd()
-        os.chdir(folder)
-        try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                assert main(list(PARETO)) == 0
-            return (Path(folder) / "p_pareto.csv").read_text()
-        finally:
-            os.chdir(here)
+    """The CSV `fasop pareto` writes for the fixture (PARETO)."""
+    return _fixture_output(PARETO, "p_pareto.csv")
 
 
 def _drop_column(text: str, column: str) -> str:

@@ -41,10 +41,8 @@ def imports_of(text: str, name: str, is_package: bool, known: set[str]) -> set[s
                 module = ".".join(anchor + ([module] if module else []))
             if module.split(".")[0] != "fasop":
                 continue
-            subs = {f"{module}.{a.name}" for a in node.names} & known
-            found |= subs or {module}
-            if subs != {f"{module}.{a.name}" for a in node.names}:
-                found.add(module)
+            # `from fasop.x import y`: the submodule fasop.x.y where there is one, else fasop.x itself
+            found |= {f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names}
     return found - {name}
 
 

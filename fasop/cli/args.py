@@ -1,12 +1,13 @@
 """What the subcommands share: argparse with one-line errors, checked integer types, the spec,
 run-length and execution options, progress on stderr, and short forms for printed tables.
 
-Imported by cli.py and the cli_*.py subcommand modules (the only modules that import argparse).
+Imported by command.py and the subcommand modules of fasop/cli/ (the only modules that import argparse).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 
@@ -17,17 +18,18 @@ PROGRESS_S = 5.0
 """Without a terminal, a progress line on stderr every this many seconds (none for shorter runs)."""
 
 
-_PARSERS: list[argparse.ArgumentParser] = []
-"""Every Parser of this process (the command's and its subcommands'): the flags a "did you mean"
-hint is chosen from, read from their help text (argparse has no public list of a parser's flags)."""
-
-
 class Parser(argparse.ArgumentParser):
     """argparse with its errors in one line (`fasop search: error: ...`), exit status 2."""
 
     def __init__(self, *args, **kwargs):
+        self.subcommands: list = []
+        """The add_subparsers actions of this parser (their .choices: name -> sub-parser)."""
         super().__init__(*args, **kwargs)
-        _PARSERS.append(self)
+
+    def add_subparsers(self, **kwargs):
+        action = super().add_subparsers(**kwargs)
+        self.subcommands.append(action)
+        return action
 
     def error(self, message: str):
         hint = self._did_you_mean(message)
@@ -35,20 +37,19 @@ class Parser(argparse.ArgumentParser):
 
     def _did_you_mean(self, message: str) -> str:
         """`; did you mean --partitioner?` for an unrecognized option close to one of this
-        parser's or its subcommands' (difflib's ratio >= 0.6)."""
+        parser's or its subcommands' (difflib's ratio >= 0.6), read from their help text
+        (argparse has no public list of a parser's options; argument groups' are included)."""
         import difflib
 
         prefix = "unrecognized arguments: "
         if not message.startswith(prefix):
             return ""
-        import re
-
-        known = {flag for parser in _PARSERS for flag in re.findall(r"--[A-Za-z][\w-]*", parser.format_help())}
+        parsers = [self] + [sub for action in self.subcommands for sub in action.choices.values()]
+        known = {option for p in parsers for option in re.findall(r"--[A-Za-z0-9][\w-]*", p.format_help())}
         hints = []
         for token in message[len(prefix):].split():
             if token.startswith("--"):
-                close = difflib.get_close_matches(token.split("=")[0][:100], sorted(known), n=1, cutoff=0.6)
-                hints += close
+                hints += difflib.get_close_matches(token.split("=")[0][:100], sorted(known), n=1, cutoff=0.6)
         return f"; did you mean {' / '.join(hints[:3])}?" if hints else ""
 
 
