@@ -95,9 +95,8 @@ def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None =
         return rows[knees[0] - 1], f"{path} row {knees[0]} (the knee)"
     if rank is None and "rank" in rows[0]:  # the fastest plan that fits (rows are fastest first)
         fits = [k for k, r in enumerate(rows, start=1) if r.get("is_oom") != "True" and r["rank"]]
-        if not fits:
-            raise FasopError(f"{path}: no plan fits in GPU memory (is_oom True in every row); choose one with "
-                             "--row K")
+        if not fits:  # the fastest, saying so wherever the row's name is shown
+            return rows[0], f"{path} row 1 (no plan fits in GPU memory: the fastest, which does not fit)"
         return rows[fits[0] - 1], f"{path} rank {rows[fits[0] - 1]['rank']}"
     rank = 1 if rank is None else rank
     if "rank" not in rows[0]:
