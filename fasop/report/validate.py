@@ -190,6 +190,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     c = _Cells(path, row)
     arch, seq, gbs, measured, n, tp, pp, dp = _model_and_degrees(c)
     gpu = load_gpus().get(canonical(c.text("gpu")))
+    gpu = gpu and base.gpu(gpu)   # as a calibration overlay has it (--calibration)
     if gpu is None:
         known = ", ".join(x.name for x in load_gpus().values())
         raise c.error("gpu", f"unknown GPU type {c.text('gpu')!r} (catalog: {known})")

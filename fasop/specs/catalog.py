@@ -26,7 +26,7 @@ LINKS = ("nvlink", "xgmi", "pcie")
 _GPU_KEYS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "memory_gib", "memory_gbyte_per_s",
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
-             "validate_software", "streaming_multiprocessors")
+             "validate_software", "streaming_multiprocessors", "memory_bandwidth_efficiency", "layer_overhead_s")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
@@ -34,7 +34,7 @@ VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
-               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile")
+               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "layer_overhead_s")
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
 
@@ -72,6 +72,18 @@ class GpuType:
     """What `fasop validate` assumes for a row that does not state `fused_attention`,
     `overlap_grad_reduce` or `sequence_parallel`, and its `tp_overlap`: the software the published training runs on this
     GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
+    memory_bandwidth_efficiency: float | None = None
+    """Share of the memory bandwidth memory-bound kernels reach on this GPU, where measured or
+    calibrated (`fasop calibrate`); None: analytic.yaml's `memory_bandwidth_efficiency`."""
+    layer_overhead_s: float | None = None
+    """Seconds of kernel-launch and framework overhead per layer and micro-batch forward (the
+    backward 2x), where measured or calibrated; None: analytic.yaml's `layer_overhead_s`."""
+
+    def memory_share(self, params: "AnalyticParams") -> float:
+        return self.memory_bandwidth_efficiency or params.memory_bandwidth_efficiency
+
+    def layer_overhead(self, params: "AnalyticParams") -> float:
+        return params.layer_overhead_s if self.layer_overhead_s is None else self.layer_overhead_s
 
     def intra_node_share(self, params: "AnalyticParams") -> float:
         return self.intra_node_efficiency or params.link_efficiency[self.intra_node_link]
@@ -120,6 +132,15 @@ class AnalyticParams:
     matmul_tile: tuple[int, int] = (1, 1)
     """Output tile (rows, columns) one SM computes at a time; a matmul runs in whole waves of
     tiles over the GPU's SMs (wave quantization). (1, 1): none."""
+    layer_overhead_s: float = 0.0
+    """Seconds per layer and micro-batch forward (backward 2x) that do not scale with FLOPs or
+    bytes (kernel launches, framework); a GPU's own `layer_overhead_s` overrides it."""
+    calibrated_gpus: dict[str, GpuType] = field(default_factory=dict)
+    """GPU types as a calibration overlay has them (fasop/specs/calibration.py), by canonical name."""
+
+    def gpu(self, gpu: GpuType) -> GpuType:
+        """`gpu` as these constants' calibration has it (itself when not calibrated)."""
+        return self.calibrated_gpus.get(canonical(gpu.name), gpu)
 
 
 def canonical(name: str) -> str:
@@ -167,6 +188,9 @@ def _gpu(r: Reader, name: str) -> GpuType:
         intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
         validate_software=_validate_software(r),
         streaming_multiprocessors=r.get("streaming_multiprocessors", int, 0, lambda v: 1 <= v <= 4096, "in [1, 4096]"),
+        memory_bandwidth_efficiency=r.get("memory_bandwidth_efficiency", (int, float), None, lambda v: 0 < v <= 1,
+                                          "in (0, 1]"),
+        layer_overhead_s=r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]"),
     )
     r.done()
     return gpu
@@ -214,6 +238,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     grad_overlap = get("overlap_grad_reduce", bool, None, "")
     tile = get("matmul_tile", list, lambda v: len(v) == 2 and all(type(x) is int and 1 <= x <= 1024 for x in v),
                "[rows, columns]: two integers in [1, 1024]")
+    layer = r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]")
     r.done()
     new = AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
@@ -231,6 +256,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
         overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,
         matmul_tile=tuple(tile) if tile is not None else base.matmul_tile,
+        layer_overhead_s=float(layer) if layer is not None else (base.layer_overhead_s if base else 0.0),
+        calibrated_gpus=base.calibrated_gpus if base else {},
     )
     return new
 
