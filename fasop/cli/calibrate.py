@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from fasop.report.calibrate import calibrate
     from fasop.report.output import check_target, user_path
     from fasop.report.results import write_atomic
-    from fasop.specs.calibration import calibration_text
+    from fasop.specs.calibration import bounds_of, calibration_text
 
     out = user_path(args.out, "--out")
     if out is not None:
@@ -43,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<48} {before:>10.4g} {after}")
     for note in fit.notes:
         print(f"note: {note}")
+    for name, value in fit.fitted.items():
+        low, high = bounds_of(name)
+        if value == high or (value == low and name.endswith("_s")):
+            print(f"note: {name}: at its bound {value:g}: the runs push it past its physical range (a cost the model "
+                  "lacks, or runs that disagree)")
     print(f"{'run':<28} {'measured s':>11} {'before s':>10} {'after s':>10} {'left out s':>11}")
     for label, m, b, a, lo in zip(fit.labels, fit.measured, fit.before, fit.after, fit.left_out):
         print(f"{label[:28]:<28} {m:>11.4g} {b:>10.4g} {a:>10.4g} {lo:>11.4g}")
