@@ -202,3 +202,25 @@ def abbreviate(placement: str) -> str:
         out.append(names[i] if j - i == 1 else f"{j - i}x{names[i]}")
         i = j
     return "-".join(out)
+
+
+def add_calibration(parser: argparse.ArgumentParser) -> None:
+    """--calibration OVERLAY.yaml: `fasop calibrate`'s fitted physical parameters (docs/calibrate.md)."""
+    parser.add_argument("--calibration", metavar="OVERLAY.yaml",
+                        help="apply a `fasop calibrate` overlay (fitted GPU efficiencies, per-layer overheads, link "
+                        "shares) to the analytic estimator's constants; see docs/calibrate.md")
+
+
+def calibrated(args: argparse.Namespace, cluster):
+    """`cluster` with the --calibration overlay applied to its analytic constants (itself without
+    one); refused for a cluster whose estimator has no such constants."""
+    if not getattr(args, "calibration", None):
+        return cluster
+    from dataclasses import replace
+
+    from fasop.specs.calibration import apply_calibration, load_calibration
+
+    if cluster.analytic is None:
+        raise FasopError(f"--calibration: the {cluster.estimator} estimator of {cluster.path} has no physical "
+                         "constants to calibrate (use a cluster with estimator: analytic, e.g. --cluster aws)")
+    return replace(cluster, analytic=apply_calibration(load_calibration(args.calibration), cluster.analytic))

@@ -1,7 +1,7 @@
 """Command line: parse, call the library, write results/ and print a summary.
 
 One module per subcommand: search.py, pareto.py (with sweep.py), plan.py (export, explain, plot),
-validate.py, prices.py, listing.py; what they share is args.py and recipes.py.
+validate.py, calibrate.py, prices.py, listing.py; what they share is args.py and recipes.py.
 
 Exit status: 0 success, 1 `fasop validate --max-mape` exceeded, 2 bad input (one line on
 stderr), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141 stdout closed early.
@@ -21,7 +21,7 @@ from fasop.core.errors import FasopError
 
 _MODULES = {"search": "fasop.cli.search", "pareto": "fasop.cli.pareto", "list": None, "export": "fasop.cli.plan",
             "explain": "fasop.cli.plan", "plot": "fasop.cli.plan", "validate": "fasop.cli.validate",
-            "prices": "fasop.cli.prices"}
+            "prices": "fasop.cli.prices", "calibrate": "fasop.cli.calibrate"}
 """Each subcommand's module, in the order `fasop --help` lists them (imported on first use: `fasop
 list` does not pay for the search)."""
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
-from fasop.cli.args import (ProgressBar, abbreviate, add_execution, add_length, add_specs, iterations_of,
-                            run_tag, workers_of)
+from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
+                            calibrated, iterations_of, run_tag, workers_of)
 from fasop.core.errors import FasopError
 from fasop.core.workers import available_cores
 
@@ -57,6 +57,7 @@ def add_parser(sub) -> None:
 
     add_sweep_arguments(p)
     cli_recipes.add_flags(p)
+    add_calibration(p)
 
 
 def _import(*modules: str) -> None:
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     _check_positive("--budget-usd", args.budget_usd)
     user_prefix = user_path(args.out_prefix, "--out-prefix")
     model = load_model(args.model)
-    cluster = load_cluster(args.cluster)
+    cluster = calibrated(args, load_cluster(args.cluster))
     recipe = cli_recipes.options(args, cluster)
     max_nodes, all_comps, comps, left_out = _compositions(args, cluster)
     iterations = iterations_of(args, model)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
-from fasop.cli.args import (ProgressBar, abbreviate, add_execution, add_length, add_specs, int_at_least,
-                            iterations_of, non_negative_int, run_tag, workers_of)
+from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
+                            calibrated, int_at_least, iterations_of, non_negative_int, run_tag, workers_of)
 
 DEFAULT_SHOWN = 5
 
@@ -44,6 +44,7 @@ def add_parser(sub) -> None:
                    help="how many of the fastest plans that fit to print (default %(default)s)")
     add_execution(s)
     cli_recipes.add_flags(s)
+    add_calibration(s)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = user_path(args.out, "--out")
     model = load_model(args.model)
-    cluster = load_cluster(args.cluster)
+    cluster = calibrated(args, load_cluster(args.cluster))
     recipe = cli_recipes.options(args, cluster)
     inventory = parse_nodes(args.nodes, cluster)
     if args.spot:

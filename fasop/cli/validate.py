@@ -21,6 +21,8 @@ def add_parser(sub) -> None:
     v.add_argument("--out", help="CSV of the per-row predictions to write")
     v.add_argument("--max-mape", type=_percent, metavar="PCT",
                    help="exit 1 when the time MAPE is above PCT percent")
+    v.add_argument("--calibration", metavar="OVERLAY.yaml",
+                   help="apply a `fasop calibrate` overlay to the catalog's constants; see docs/calibrate.md")
 
 
 def _percent(text: str) -> float:
@@ -37,7 +39,13 @@ def run(args: argparse.Namespace) -> int:
     from fasop.report.results import csv_text, write_atomic
     from fasop.report.validate import report_rows, validate
 
-    report = validate(args.file)
+    params = None
+    if args.calibration:
+        from fasop.specs.calibration import apply_calibration, load_calibration
+        from fasop.specs.catalog import default_params
+
+        params = apply_calibration(load_calibration(args.calibration), default_params())
+    report = validate(args.file, params)
     columns, rows = report_rows(report)
     if args.out:
         try:

@@ -21,6 +21,7 @@ from fasop.core.errors import FasopError
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
 from fasop.search.engine import parse_nodes
+from fasop.specs.calibration import Calibration, apply_calibration
 from fasop.specs.catalog import AnalyticParams, GpuType, canonical, load_gpus
 from fasop.specs.files import decode_utf8, read_bounded
 from fasop.specs.load import load_cluster
@@ -272,17 +273,21 @@ def row_hardware(c: Cells, tp: int, dp: int, pp: int, base: AnalyticParams) -> H
     if found is not None:
         label, spec = found
         nodes = nodes_of(c, spec, tp * dp * pp)
-        gpus = tuple(load_gpus()[canonical(x.gpu)] for x in nodes)
         params = spec.analytic
+        if base.calibration:   # --calibration applies to a cluster's own constants too
+            params = apply_calibration(Calibration(values=base.calibration), params)
+        gpus = tuple(params.gpu(load_gpus()[canonical(x.gpu)]) for x in nodes)
     else:
         if not c.text("gpu"):
             raise c.error("gpu", "empty: a row names a `gpu` or a `cluster`")
-        gpu, g, label = catalog_gpu(c, "gpu", c.text("gpu")), c.int("gpus_per_node", 8), ""
+        gpu, g, label = base.gpu(catalog_gpu(c, "gpu", c.text("gpu"))), c.int("gpus_per_node", 8), ""
         count = -(-tp * dp * pp // g)
         nodes, gpus, params = (reference_node(gpu, g),) * count, (gpu,) * count, base
         if names is None:   # one GPU type: the estimator's own stage hardware, one replica for all
             stages = C.stage_hardware(tp, dp, pp, nodes, gpus, params)
             return Hardware(replicas=(stages,), params=params, gpus=(gpu,), cluster=label)
+    if names is not None:
+        names = tuple(tuple(params.gpu(g) for g in stage) for stage in names)
     replicas = mixed.replica_stages(tp, dp, pp, nodes, gpus, params, names)
     used = tuple(dict.fromkeys(hw.gpu for r in zip(*replicas) for hw in r))
     return Hardware(replicas=replicas, params=params, gpus=used, cluster=label)

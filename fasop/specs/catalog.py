@@ -28,7 +28,8 @@ PEAK_PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4")
 _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memory_gbyte_per_s",
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
-             "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus")
+             "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
+             "layer_overhead_s")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
@@ -37,7 +38,8 @@ _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
-               "kernels_per_layer", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes")
+               "kernels_per_layer", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes",
+               "layer_overhead_s")
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
 
@@ -79,6 +81,18 @@ class GpuType:
     """What `fasop validate` assumes for a row that does not state `fused_attention`,
     `overlap_grad_reduce` or `sequence_parallel`, and its `tp_overlap`: the software the published training runs on this
     GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
+    memory_bandwidth_efficiency: float | None = None
+    """Share of the memory bandwidth memory-bound kernels reach on this GPU, where measured or
+    calibrated (`fasop calibrate`); None: analytic.yaml's `memory_bandwidth_efficiency`."""
+    layer_overhead_s: float | None = None
+    """Seconds of kernel-launch and framework overhead per layer and micro-batch forward (the
+    backward 2x), where measured or calibrated; None: analytic.yaml's `layer_overhead_s`."""
+
+    def memory_share(self, params: "AnalyticParams") -> float:
+        return self.memory_bandwidth_efficiency or params.memory_bandwidth_efficiency
+
+    def layer_overhead(self, params: "AnalyticParams") -> float:
+        return params.layer_overhead_s if self.layer_overhead_s is None else self.layer_overhead_s
 
     def intra_node_share(self, params: "AnalyticParams") -> float:
         return self.intra_node_efficiency or params.link_efficiency[self.intra_node_link]
@@ -142,6 +156,18 @@ class AnalyticParams:
     for inf / NaN) before the step."""
     gradient_bucket_bytes: float = float("inf")
     """Gradient bytes per DP all-reduce bucket: each bucket pays the ring's latencies."""
+    layer_overhead_s: float = 0.0
+    """Seconds per layer and micro-batch forward (backward 2x) that do not scale with FLOPs or
+    bytes (kernel launches, framework); a GPU's own `layer_overhead_s` overrides it."""
+    calibrated_gpus: dict[str, GpuType] = field(default_factory=dict)
+    """GPU types as a calibration overlay has them (fasop/specs/calibration.py), by canonical name."""
+    calibration: tuple[tuple[str, float], ...] = ()
+    """The overlay's values as applied (`Calibration.values`), so that a cluster's own constants can
+    take the same overlay (a `fasop validate` row naming a cluster)."""
+
+    def gpu(self, gpu: GpuType) -> GpuType:
+        """`gpu` as these constants' calibration has it (itself when not calibrated)."""
+        return self.calibrated_gpus.get(canonical(gpu.name), gpu)
 
 
 def canonical(name: str) -> str:
@@ -198,6 +224,9 @@ def _gpu(r: Reader, name: str) -> GpuType:
         validate_software=_validate_software(r),
         nvlink_domain_gpus=r.get("nvlink_domain_gpus", int, None, lambda v: 2 <= v <= limits.GPUS, f"in [2, {limits.GPUS}]"),
         streaming_multiprocessors=r.get("streaming_multiprocessors", int, 0, lambda v: 1 <= v <= 4096, "in [1, 4096]"),
+        memory_bandwidth_efficiency=r.get("memory_bandwidth_efficiency", (int, float), None, lambda v: 0 < v <= 1,
+                                          "in (0, 1]"),
+        layer_overhead_s=r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]"),
     )
     r.done()
     return gpu
@@ -254,6 +283,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     bucket = get("gradient_bucket_bytes", (int, float), lambda v: v >= 1 << 10, ">= 1024")
     tile = get("matmul_tile", list, lambda v: len(v) == 2 and all(type(x) is int and 1 <= x <= 1024 for x in v),
                "[rows, columns]: two integers in [1, 1024]")
+    layer = r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]")
     r.done()
     new = AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
@@ -276,6 +306,9 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         optimizer_step_bytes={**(base.optimizer_step_bytes if base else {}), **{k: float(v) for k, v in opt.items()}},
         loss_scaling_bytes=float(scaling) if scaling is not None else base.loss_scaling_bytes,
         gradient_bucket_bytes=float(bucket) if bucket is not None else base.gradient_bucket_bytes,
+        layer_overhead_s=float(layer) if layer is not None else (base.layer_overhead_s if base else 0.0),
+        calibrated_gpus=base.calibrated_gpus if base else {},
+        calibration=base.calibration if base else (),
     )
     return new
 

@@ -8,6 +8,7 @@ efficiency) + bytes moved / (memory bandwidth x efficiency), the bytes being the
 kernels', FP8's casts and, with `gemm_traffic` (Calculon's `processing_mode: no_overlap`), the
 matmuls' own operands (1 byte an input or weight element in FP8). Each weight matmul also loses
 its wave quantization: its output tiles (`matmul_tile`) run in whole waves over the GPU's SMs.
+Each layer pass adds the GPU's `layer_overhead_s` (launches, framework; the backward twice).
 FP8 runs the weight matmuls at the FP8 peak x the GPU's FP8 efficiency, the attention core in 16 bits (Transformer Engine); a
 fused (FlashAttention) core runs at `fused_attention_efficiency` of the 16-bit peak. Backward =
 2 x forward, + half the fused core's time (FlashAttention recomputes QK^T), + adding the weight
@@ -127,7 +128,7 @@ def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: floa
     p = w.recipe.precision
     core_precision = "bf16" if p == "fp8" else p
     return (linear / gpu.matmul_flops(p) + core / gpu.matmul_flops(core_precision)
-            + moved / (gpu.memory_bytes_per_s * w.params.memory_bandwidth_efficiency))
+            + moved / (gpu.memory_bytes_per_s * gpu.memory_share(w.params)))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -143,7 +144,8 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand) if w.params.gemm_traffic else 0.0
     if r.precision == "fp8":
         moved += L.fp8_cast_elements(a, b, s, t) * w.params.fp8_cast_bytes
-    fwd = _kernel_s(w, gpu, 0.0, 0.0, moved + gemm_bytes)
+    # + the per-layer overhead (launches, framework: `layer_overhead_s`), 2x in the backward, again when recomputed
+    fwd = _kernel_s(w, gpu, 0.0, 0.0, moved + gemm_bytes) + gpu.layer_overhead(w.params)
     core_bwd_extra = 0.0
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.precision == "fp8" else r.precision
@@ -301,7 +303,7 @@ def optimizer_s(w: Workload, params: float, gpu: GpuType) -> float:
     local = params / (w.dp if w.recipe.zero >= 1 else 1)
     moved = w.params.optimizer_step_bytes[w.recipe.precision]
     moved += w.params.loss_scaling_bytes if w.recipe.precision == "fp16" else 0.0
-    return local * moved / (gpu.memory_bytes_per_s * w.params.memory_bandwidth_efficiency)
+    return local * moved / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
 
 
 # ----------------------------------------------------------------------------- layer split

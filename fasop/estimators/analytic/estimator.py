@@ -69,7 +69,7 @@ class AnalyticEstimator:
         self.model, self.cluster, self.inventory = model, cluster, tuple(inventory)
         self.arch, self.params = model.architecture, cluster.analytic
         self.usd_per_s = sum(n.usd_per_hour for n in self.inventory) / 3600
-        self.gpus = {n.name: find_gpu(n.gpu, cluster.path) for n in self.inventory}
+        self.gpus = {n.name: self.params.gpu(find_gpu(n.gpu, cluster.path)) for n in self.inventory}
         self.recipes = recipes
         self._bounds: dict = {}
         self._workloads: dict = {}

@@ -1,0 +1,65 @@
+"""`fasop calibrate RUNS.csv [--out overlay.yaml] [--fit NAME,...]`: parser and command (the fit
+is fasop/report/calibrate.py, the overlay fasop/specs/calibration.py; docs/calibrate.md).
+
+Exit status: 0 fitted, 2 bad input or nothing the runs identify (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("calibrate", help="fit the analytic estimator's physical parameters to your measured runs",
+                       description="Fit, to the measured runs of RUNS.csv (fasop validate's columns), the physical "
+                       "parameters they identify: per GPU type its matmul efficiency, memory-bound efficiency and "
+                       "per-layer overhead, per link kind its achieved share of the bandwidth. Prints each "
+                       "parameter before -> after, the MAPE and largest error before -> after and a leave-one-out "
+                       "MAPE; --out writes the overlay that search, pareto and validate take with --calibration. "
+                       "See docs/calibrate.md.")
+    c.add_argument("file", metavar="RUNS.csv", help="measured runs (fasop validate's CSV)")
+    c.add_argument("--out", metavar="OVERLAY.yaml", help="write the fitted overlay here (atomically)")
+    c.add_argument("--fit", metavar="NAME[,NAME...]", type=lambda t: tuple(n.strip() for n in t.split(",")),
+                   help="fit only these parameters (e.g. gpus.A100-SXM4-80GB.matmul_efficiency,"
+                   "link_efficiency.network); refused when the runs cannot identify one (default: every "
+                   "parameter of the runs' GPU types and the link kinds, those the runs cannot identify kept at "
+                   "their prior with a note)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fasop.report.calibrate import calibrate
+    from fasop.report.output import check_target, user_path
+    from fasop.report.results import write_atomic
+    from fasop.specs.calibration import bounds_of, calibration_text
+
+    out = user_path(args.out, "--out")
+    if out is not None:
+        check_target(out, "--out")   # before the fit, not after
+    fit = calibrate(args.file, only=args.fit or ())
+    print(f"{'parameter':<48} {'before':>10} {'after':>10}")
+    for name, before in fit.priors.items():
+        after = f"{fit.fitted[name]:>10.4g}" if name in fit.fitted else f"{'(prior)':>10}"
+        print(f"{name:<48} {before:>10.4g} {after}")
+    for note in fit.notes:
+        print(f"note: {note}")
+    for name, value in fit.fitted.items():
+        low, high = bounds_of(name)
+        if value == high or (value == low and name.endswith("_s")):
+            print(f"note: {name}: at its bound {value:g}: the runs push it past its physical range (a cost the model "
+                  "lacks, or runs that disagree)")
+    print(f"{'run':<28} {'measured s':>11} {'before s':>10} {'after s':>10} {'left out s':>11}")
+    for label, m, b, a, lo in zip(fit.labels, fit.measured, fit.before, fit.after, fit.left_out):
+        print(f"{label[:28]:<28} {m:>11.4g} {b:>10.4g} {a:>10.4g} {lo:>11.4g}")
+    summary = (f"MAPE {fit.mape(fit.before):.1f} % -> {fit.mape(fit.after):.1f} %, max |error| "
+               f"{fit.max_error(fit.before):.1f} % -> {fit.max_error(fit.after):.1f} %, leave-one-out MAPE "
+               f"{fit.mape(fit.left_out):.1f} % over {len(fit.measured)} runs")
+    print(summary)
+    if out is not None:
+        comments = (f"fasop calibrate {Path(args.file).name}: {len(fit.fitted)} parameters fitted",
+                    summary, "apply with: fasop search|pareto|validate ... --calibration <this file>")
+        write_atomic(out, calibration_text(fit.calibration, comments), "--out")
+        print(f"wrote {out}")
+    else:
+        print("(--out OVERLAY.yaml writes the overlay for --calibration)")
+    return 0
