@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
@@ -74,6 +75,8 @@ class StageHardware:
     next_link: Link | None
     """To the next stage (None for the last)."""
     memory_limit_bytes: float
+    groups: P.GroupLinks | None = None
+    """NVLink and NIC of the stage, for its EP and CP groups (which live inside the stage)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +115,7 @@ def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     rate, tile = gpu.matmul_flops(w.recipe.precision), w.params.matmul_tile
     q = lambda m, n: L.wave_efficiency(m, n, gpu.streaming_multiprocessors, tile)
     fwd = bwd = 0.0
-    for m, n, k in L.layer_gemm_shapes(w.arch, w.mbs, w.seq, w.tp):
+    for m, n, k in L.layer_gemm_shapes(w.arch, w.mbs, w.local_seq, w.tp):
         flops = 2 * m * n * k
         fwd += flops / (rate * q(m, n))
         bwd += flops / (rate * q(m, k)) + flops / (rate * q(k, n))
@@ -127,12 +130,14 @@ def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: floa
 
 
 @lru_cache(maxsize=1 << 16)
-def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
-    """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included."""
-    a, b, s, t, r = w.arch, w.mbs, w.seq, w.tp, w.recipe
+def layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | None = None) -> tuple[float, float]:
+    """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included;
+    with cp > 1 or experts, the CP ring and the MoE layer over the stage's `hw_groups` links."""
+    a, b, s, t, r = w.arch, w.mbs, w.local_seq, w.tp, w.recipe
     fused = w.params.fused_attention
     linear_fwd, linear_bwd = linear_s(w, gpu)
-    core = L.attention_core_flops(a, b, s, t, 0.5 if fused else 1.0)
+    # a CP rank's queries (s/cp) meet all s keys, causally balanced: 1/cp of the s x s core
+    core = L.attention_core_flops(a, b, w.seq, t, 0.5 if fused else 1.0) / w.cp
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, ACT_BYTES, fused)
     operand = 1 if r.precision == "fp8" else ACT_BYTES    # FP8 matmuls read FP8 inputs and weights
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, ACT_BYTES, operand) if w.params.gemm_traffic else 0.0
@@ -143,16 +148,22 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.precision == "fp8" else r.precision
         rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * gpu.attention_share(w.params)
-        fwd += core / rate
+        attention = core / rate
         # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
         core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * (core / rate) / 2
     else:
-        fwd += _kernel_s(w, gpu, 0.0, core, 0.0)
+        attention = _kernel_s(w, gpu, 0.0, core, 0.0)
+    fwd += attention
     tp_comm, tp_fwd = tp_collectives_s(w, tp_link)
     accumulate = 0.0 if w.params.gradient_accumulation_fusion else \
         2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
     bwd = 2 * fwd + linear_bwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     fwd += linear_fwd
+    if w.cp > 1 or w.arch.moe is not None:
+        groups = hw_groups or P.FREE_LINKS
+        cf, cb = P.cp_s(w, groups, attention, 2 * attention + core_bwd_extra)
+        mf, mb = P.moe_s(w, gpu, groups)
+        fwd, bwd = fwd + cf + mf, bwd + cb + mb
     if r.recompute == "full":
         bwd += fwd + tp_fwd
     elif r.recompute == "selective" and not fused:
@@ -167,7 +178,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
     share: two all-reduces of b·s·h 16-bit values each way (with SP, reduce-scatter + all-gather).
     An FP8 run with SP all-gathers the matmul inputs already cast to FP8 (Transformer Engine gathers
     the FP8 tensor): in the forward, one byte an element for the two all-gathers."""
-    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES
+    size = w.mbs * w.local_seq * w.arch.hidden_size * ACT_BYTES
     bwd = 2 * all_reduce_s(size, w.tp, tp_link)
     fwd = bwd
     if w.recipe.sequence_parallel and w.recipe.precision == "fp8":
@@ -179,7 +190,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
 @lru_cache(maxsize=1 << 16)
 def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     """Lookup (write b·s·h) and the vocab-parallel all-reduce; backward scatters into the table."""
-    a, b, s = w.arch, w.mbs, w.seq
+    a, b, s = w.arch, w.mbs, w.local_seq
     moved = b * s * a.hidden_size * ACT_BYTES
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved) + all_reduce_s(moved, w.tp, tp_link)
     return fwd, 2 * _kernel_s(w, gpu, 0.0, 0.0, moved)
@@ -188,7 +199,7 @@ def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]
 @lru_cache(maxsize=1 << 16)
 def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     """Logits matmul (at the 16-bit peak: the output layer stays in bf16 under FP8) and the loss."""
-    a, b, s, t = w.arch, w.mbs, w.seq, w.tp
+    a, b, s, t = w.arch, w.mbs, w.local_seq, w.tp
     flops = L.head_forward_flops(a, b, s, t)
     moved = L.head_forward_bytes(a, b, s, t, ACT_BYTES)
     if w.params.gemm_traffic:
@@ -198,12 +209,26 @@ def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- the step
+def shard_group(w: Workload) -> tuple[int, int]:
+    """(shard, replicate): the ranks ZeRO/FSDP shards the states over and the replicas of a shard
+    (HSDP); dense gradients reduce over DP x CP (Megatron-Core's dp-cp group; torchtitan's
+    fsdp = dp_shard x cp), so shard x replicate = dp x cp."""
+    group = w.dp * w.cp
+    shard = w.shard or group
+    return shard, group // shard
+
+
 def dp_sync_s(w: Workload, params: float, link: Link) -> float:
-    """A stage's gradient reduction over its DP group (and the weight all-gather when sharded)."""
+    """A stage's gradient reduction over its DP x CP group: all-reduce; sharded (ZeRO 1-2),
+    reduce-scatter + all-gather of the 16-bit weights; FSDP (ZeRO 3) reduce-scatter only (its
+    weights are gathered layer by layer, zero3_gather_s); HSDP adds the all-reduce of the shard
+    across the replicas."""
     grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
+    shard, replicate = shard_group(w)
     if w.recipe.zero == 0:
-        return all_reduce_s(grad, w.dp, link)
-    return gather_s(grad, w.dp, link) + gather_s(params * WEIGHT_BYTES, w.dp, link)
+        return all_reduce_s(grad, shard * replicate, link)
+    gathers = gather_s(grad, shard, link) + all_reduce_s(grad / shard, replicate, link)
+    return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * WEIGHT_BYTES, shard, link))
 
 
 def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
@@ -219,12 +244,16 @@ def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
     return min(flat, max(0.0, sync - cover))
 
 
-def zero3_gather_s(w: Workload, params: float, link: Link) -> float:
-    """ZeRO-3 gathers the stage's weights before its forward and again before its backward,
-    every micro-batch; the part not hidden behind compute (1 - dp_overlap) adds to the stage."""
-    if w.recipe.zero < 3:
-        return 0.0
-    return 2 * gather_s(params * WEIGHT_BYTES, w.dp, link) * (1 - w.params.dp_overlap)
+def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: float, bwd: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of FSDP's per-layer weight all-gathers over the shard
+    group, every micro-batch: each layer's gather (the stage's `params` over its `layers`) is
+    prefetched behind the previous layer's compute (`fwd`, `bwd`: one layer's seconds), the first
+    exposed (parallel.fsdp_exposed_s); then (1 - dp_overlap) of what is left."""
+    if w.recipe.zero < 3 or layers <= 0:
+        return 0.0, 0.0
+    one = gather_s(params / layers * WEIGHT_BYTES, shard_group(w)[0], link)
+    keep = 1 - w.params.dp_overlap
+    return P.fsdp_exposed_s(one, fwd, layers) * keep, P.fsdp_exposed_s(one, bwd, layers) * keep
 
 
 def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...],
@@ -233,7 +262,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     `times[i]`, when given, replaces stage i's analytic (fwd, bwd) seconds of one layer."""
     p, v = w.pp, w.recipe.virtual_stages
     fwd, bwd, params = stage_times(w, stages, counts, times)
-    size = w.mbs * w.seq * w.arch.hidden_size * ACT_BYTES / w.tp
+    size = w.mbs * w.local_seq * w.arch.hidden_size * ACT_BYTES / w.tp
     links = [hw.next_link for hw in stages[:-1]]
     if v > 1 and p > 1:
         links.append(stages[-1].next_link or stages[-1].dp_link)   # the wrap to stage 0
@@ -272,8 +301,8 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
     p = w.pp
     fwd, bwd, params = [], [], []
     for i, (hw, n) in enumerate(zip(stages, counts)):
-        f, bk = times[i] if times and times[i] else layer_s(w, hw.gpu, hw.tp_link)
-        f, bk = n * f, n * bk
+        f1, b1 = times[i] if times and times[i] else layer_s(w, hw.gpu, hw.tp_link, hw.groups)
+        f, bk = n * f1, n * b1
         if i == 0:
             ef, eb = embedding_s(w, hw.gpu, hw.tp_link)
             f, bk = f + ef, bk + eb
@@ -281,15 +310,15 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             hf, hb = head_s(w, hw.gpu)
             f, bk = f + hf, bk + hb
         params.append(stage_params(w, n, i == 0, i == p - 1))
-        g = zero3_gather_s(w, params[-1], hw.dp_link)
-        fwd.append(f + g / 2)
-        bwd.append(bk + g / 2)
+        gf, gb = zero3_gather_s(w, params[-1], hw.dp_link, n, f1, b1)
+        fwd.append(f + gf)
+        bwd.append(bk + gb)
     return fwd, bwd, params
 
 
 def _optimizer_s(w: Workload, params: float, gpu: GpuType) -> float:
     """Adam over the GPU's share of the stage's parameters: memory bound."""
-    local = params / (w.dp if w.recipe.zero >= 1 else 1)
+    local = params / (shard_group(w)[0] if w.recipe.zero >= 1 else 1)
     return local * ADAM_STEP_BYTES / (gpu.memory_bytes_per_s * w.params.memory_bandwidth_efficiency)
 
 
@@ -306,7 +335,7 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
         return None
     per, extra, cap = [], [], []
     for i, hw in enumerate(stages):
-        per.append(sum(times[i]) if times and times[i] else sum(layer_s(w, hw.gpu, hw.tp_link)))
+        per.append(sum(times[i]) if times and times[i] else sum(layer_s(w, hw.gpu, hw.tp_link, hw.groups)))
         e = sum(embedding_s(w, hw.gpu, hw.tp_link)) if i == 0 else 0.0
         e += sum(head_s(w, hw.gpu)) if i == p - 1 else 0.0
         extra.append(e)
@@ -360,6 +389,9 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     nxt = None
     if i + 1 < pp:
         nxt = intra((last,)) if last == after else inter((last, after), min(g, tp * dp))
-    return StageHardware(gpu=gpu, tp_link=intra(ks) if tp <= g else inter(ks, g),
-                         dp_link=intra(ks) if len(ks) == 1 else inter(ks, min(tp, g)), next_link=nxt,
-                         memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks))
+    inside = intra(ks)
+    groups = P.GroupLinks(inside.bytes_per_s, min(nodes[k].inter_node_bytes_per_s for k in ks) * eff["network"],
+                          params.intra_node_latency_s, params.inter_node_latency_s, g)
+    return StageHardware(gpu=gpu, tp_link=inside if tp <= g else inter(ks, g),
+                         dp_link=inside if len(ks) == 1 else inter(ks, min(tp, g)), next_link=nxt,
+                         memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks), groups=groups)

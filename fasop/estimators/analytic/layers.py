@@ -247,3 +247,14 @@ class Workload:
     num_microbatches: int
     recipe: Recipe
     params: AnalyticParams
+    cp: int = 1
+    """Context-parallel degree: a rank holds seq/cp tokens of each sequence (fasop/estimators/analytic/parallel.py)."""
+    ep: int = 1
+    etp: int = 1
+    shard: int = 0
+    """Ranks the ZeRO/FSDP states are sharded over (HSDP's shard degree); 0: all dp*cp."""
+
+    @property
+    def local_seq(self) -> int:
+        """Tokens of a sequence one rank holds."""
+        return self.seq // self.cp
