@@ -203,7 +203,7 @@ class AnalyticPrefixBounds:
             tau, extra, cap = [], [], []
             for w, v in zip(self.ws, self.v):
                 tau.append(sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, hw.dp_link, hw))
-                e = C.zero3_gather_s(w, C.stage_params(w, 0, first, last), hw.dp_link)
+                e = 0.0  # FSDP's gathers of the embedding / head: none counted (a lower bound)
                 e += sum(C.embedding_s(w, hw.gpu, hw.tp_link)) if first else 0.0
                 e += sum(C.head_s(w, hw.gpu)) if last else 0.0
                 out = hw.next_link if not last else (hw.dp_link if v > 1 and self.p > 1 else None)
