@@ -110,6 +110,12 @@ class GroupLinks:
     intra_latency_s: float
     inter_latency_s: float
     gpus_per_node: int
+    domain_gpus: int = 0
+    """GPUs of the NVLink domain (NVL72: 72, several nodes); 0: the node."""
+
+    @property
+    def nvlink_gpus(self) -> int:
+        return self.domain_gpus or self.gpus_per_node
 
 
 FREE_LINKS = GroupLinks(float("inf"), float("inf"), 0.0, 0.0, 1)
@@ -118,11 +124,12 @@ FREE_LINKS = GroupLinks(float("inf"), float("inf"), 0.0, 0.0, 1)
 
 def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks) -> float:
     """One all-to-all in which each of ep ranks (`stride` apart) sends `sent` bytes to the others,
-    evenly: the members on its node over NVLink, the others over its 1/G share of the NIC, at once."""
+    evenly: the members in its NVLink domain (its node, or an NVL72 rack) over NVLink, the others over
+    its 1/G share of its node's NIC, at once."""
     if ep <= 1:
         return 0.0
-    g = links.gpus_per_node
-    n_in = max(1, min(ep, g // stride)) if stride <= g else 1
+    g, d = links.gpus_per_node, links.nvlink_gpus
+    n_in = max(1, min(ep, d // stride)) if stride <= d else 1
     inside = sent * (n_in - 1) / (ep - 1)
     outside = sent - inside
     t_in = inside / links.intra_bytes_per_s + (n_in - 1) * links.intra_latency_s if n_in > 1 else 0.0
@@ -132,9 +139,10 @@ def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks) -> float:
 
 def ring_step_s(size: float, members: int, stride: int, links: GroupLinks) -> float:
     """One step of a ring of `members` ranks `stride` apart sending `size` bytes each to the next:
-    NVLink when the ring is inside a node, else the NIC shared by the min(G, stride) rings that cross it."""
+    NVLink when the ring is inside a node (or NVLink domain), else the NIC shared by the min(G, stride)
+    rings that cross it."""
     g = links.gpus_per_node
-    if members * stride <= g:
+    if members * stride <= links.nvlink_gpus:
         return size / links.intra_bytes_per_s + links.intra_latency_s
     return size / (links.node_bytes_per_s / min(g, stride)) + links.inter_latency_s
 
@@ -206,9 +214,9 @@ def expert_compute_s(w, gpu) -> float:
     flops = 2 * rows * h * fe * up
     router = 2 * tokens * h * m.num_experts
     moved = 0.0
-    fp8 = w.recipe.precision == "fp8"
+    fp8 = w.recipe.low_precision
     if p.gemm_traffic:
-        operand = 1 if fp8 else e
+        operand = w.recipe.operand_bytes
         weights = m.num_experts / w.ep * h * fe * up
         moved = operand * (rows * h + rows * fe + weights) + e * (rows * fe * (up - 1) + rows * h)
     if fp8:
