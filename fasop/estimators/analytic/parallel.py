@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fasop.estimators.analytic import blocks as B
-from fasop.specs.architecture import Architecture
+from fasop.specs.architecture import MOE_KINDS, Architecture
 
 
 # ----------------------------------------------------------------------------- groups
@@ -65,11 +65,12 @@ def expert_rank_groups(tp: int, cp: int, dp: int, ep: int, etp: int) -> dict[str
 
 
 def moe_layer_share(arch: Architecture) -> float:
-    """Share of the transformer layers that are MoE layers (all when `layer_kinds` is empty)."""
+    """Share of the layers that hold routed experts: "moe" (attention + experts) and "experts"
+    (Nemotron-H's expert block) kinds; all when `layer_kinds` is empty."""
     if arch.moe is None:
         return 0.0
     kinds = arch.layer_kinds
-    return 1.0 if not kinds else sum("moe" in k for k in kinds) / len(kinds)
+    return 1.0 if not kinds else sum(k in MOE_KINDS for k in kinds) / len(kinds)
 
 
 def routed_expert_params(arch: Architecture) -> float:
