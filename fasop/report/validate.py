@@ -47,6 +47,9 @@ OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size",
                "layers_per_stage", "model", "cp", "ep", "etp", "zero")
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 """Megatron-LM's --recompute-modules names (arguments.py) a `selective:<modules>` cell may list."""
+DISPATCHERS = ("alltoall", "flex", "deepep", "hybridep")
+"""Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
+(node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
@@ -146,7 +149,10 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     base, common = hw.params, _common(hw, VALIDATE_SOFTWARE + ("tp_overlap",))
     software = {k: c.flag(k, common.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
     tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
-    return replace(base, **software, tp_overlap=tp_overlap)
+    dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
+    dedup = base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall"
+    return replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
+                   moe_node_dedup=dedup)
 
 
 def _model_and_degrees(c: Cells) -> tuple:

@@ -33,7 +33,7 @@ VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
 """Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
-_PARAM_KEYS = ("moe_load_imbalance", "grouped_gemm_efficiency", "memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
+_PARAM_KEYS = ("moe_load_imbalance", "grouped_gemm_efficiency", "ep_overlap", "moe_node_dedup", "memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
@@ -173,6 +173,10 @@ class AnalyticParams:
     """Tokens the busiest expert-parallel rank receives / the mean (rho >= 1)."""
     grouped_gemm_efficiency: float = 1.0
     """Rate of the routed experts' grouped GEMM as a share of the GPU's dense matmul rate."""
+    ep_overlap: float = 0.0
+    """Share of the other micro-batch's compute the EP all-to-all hides behind (Megatron-Core's EP A2A overlap)."""
+    moe_node_dedup: bool = False
+    """Dispatch sends a token across the network once per remote node (DeepEP / HybridEP), not once per expert."""
 
 
 def canonical(name: str) -> str:
@@ -293,6 +297,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     layer = r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]")
     rho = get("moe_load_imbalance", (int, float), lambda v: 1 <= v <= 16, "in [1, 16]")
     grouped = get("grouped_gemm_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
+    ep_overlap = get("ep_overlap", (int, float), share, "in [0, 1]")
+    dedup = get("moe_node_dedup", bool, None, "")
     r.done()
     new = AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
@@ -321,6 +327,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         calibration=base.calibration if base else (),
         moe_load_imbalance=float(rho) if rho is not None else base.moe_load_imbalance,
         grouped_gemm_efficiency=float(grouped) if grouped is not None else base.grouped_gemm_efficiency,
+        ep_overlap=float(ep_overlap) if ep_overlap is not None else base.ep_overlap,
+        moe_node_dedup=dedup if dedup is not None else base.moe_node_dedup,
     )
     return new
 

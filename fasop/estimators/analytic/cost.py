@@ -151,7 +151,7 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | 
     if w.cp > 1 or w.arch.moe is not None:
         groups = hw_groups or P.FREE_LINKS
         cf, cb = P.cp_s(w, groups, attention, 2 * attention + core_bwd_extra)
-        mf, mb = P.moe_s(w, gpu, groups)
+        mf, mb = P.moe_s(w, gpu, groups, (fwd, bwd))
         fwd, bwd = fwd + cf + mf, bwd + cb + mb
     if r.recompute == "full":
         bwd += fwd + tp_fwd
