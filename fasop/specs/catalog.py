@@ -33,12 +33,14 @@ VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
 """Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
-_PARAM_KEYS = ("moe_load_imbalance", "grouped_gemm_efficiency", "ep_overlap", "moe_node_dedup", "memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
+_PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
                "kernels_per_layer", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes",
-               "layer_overhead_s")
+               "layer_overhead_s", "moe_load_imbalance", "grouped_gemm_efficiency", "ep_overlap", "moe_node_dedup")
+PARAM_KEYS = _PARAM_KEYS
+"""The keys analytic.yaml (and a cluster spec's `analytic:` section) may hold."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -331,6 +333,11 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         moe_node_dedup=dedup if dedup is not None else base.moe_node_dedup,
     )
     return new
+
+
+def read_params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
+    """Analytic constants from the reader `r` (PARAM_KEYS), over `base` (a cluster's `analytic:` section)."""
+    return _params(r, base)
 
 
 def _block_scaled(by_precision: dict) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fasop.core import limits
 from fasop.core.errors import SpecError
-from fasop.specs.catalog import _PARAM_KEYS, _params, default_params, find_gpu, load_gpus  # noqa: F401
+from fasop.specs.catalog import PARAM_KEYS, default_params, find_gpu, load_gpus, read_params  # noqa: F401
 from fasop.specs.reader import Reader
 from fasop.specs.types import GIB, ClusterSpec, NodeType
 
@@ -25,7 +25,7 @@ def load_catalog_cluster(path: Path, data: dict) -> ClusterSpec:
     top.get("estimator", str)
     params = default_params()
     if "analytic" in top.data:
-        params = _params(top.sub("analytic", _PARAM_KEYS), params)
+        params = read_params(top.sub("analytic", PARAM_KEYS), params)
     types_reader = top.sub("node_types")
     node_types = {}
     for name in types_reader.data:
