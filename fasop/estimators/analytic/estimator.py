@@ -86,7 +86,7 @@ class AnalyticEstimator:
 
     def signature(self, plan: Plan):
         stages = self._stages(plan)
-        return plan.tp, plan.dp, plan.pp, plan.mbs, tuple(
+        return plan.tp, plan.dp, plan.pp, plan.mbs, plan.cp, plan.ep, plan.etp, tuple(
             (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes) for hw in stages)
 
     def quick_bound(self, plan: Plan) -> float:
@@ -95,7 +95,7 @@ class AnalyticEstimator:
         m x max + (sum - max)/v >= (m + (p - 1)/v) x mean)."""
         if self.model.profile is not None:  # profiled layers may be faster than the analytic floor
             return 0.0
-        key = (plan.tp, plan.dp, plan.pp, plan.mbs)
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.cp, plan.ep, plan.etp)
         if key not in self._bounds:
             fast = C.Link(float("inf"), 0.0)
             self._bounds[key] = min(sum(C.layer_s(self._workload(plan, r), gpu, fast))
@@ -167,10 +167,11 @@ class AnalyticEstimator:
     # ------------------------------------------------------------------ pieces
     def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
         gpus = tuple(self.gpus[n.name] for n in plan.placement)
-        return C.stage_hardware(plan.tp, plan.dp, plan.pp, plan.placement, gpus, self.params)
+        # CP ranks sit between TP and DP (tp-cp-dp): a stage is tp x (cp*dp) ranks to its links
+        return C.stage_hardware(plan.tp, plan.cp * plan.dp, plan.pp, plan.placement, gpus, self.params)
 
     def _recipes(self, plan: Plan) -> list[Recipe]:
-        key = (plan.tp, plan.dp, plan.pp, plan.num_microbatches)
+        key = (plan.tp, plan.dp, plan.pp, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
         if key not in self._recipe_lists:
             self._recipe_lists[key] = list(self._recipes_of(plan))
         return self._recipe_lists[key]
@@ -179,7 +180,7 @@ class AnalyticEstimator:
         """The recipes whose memory could hold the model on pp stages of the inventory's largest
         GPU (a necessary condition for any placement: analytic_cost.split_layers' capacity test);
         all of them when none can (the plan does not fit whatever the recipe)."""
-        key = ("possible", plan.tp, plan.dp, plan.pp, plan.num_microbatches)
+        key = ("possible", plan.tp, plan.dp, plan.pp, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
         if key not in self._recipe_lists:
             roomiest = max(n.memory_limit_bytes for n in self.inventory)
             n = self.arch.num_layers
@@ -191,7 +192,7 @@ class AnalyticEstimator:
     def _recipes_of(self, plan: Plan):
         r = self.recipes
         sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
-        zero = [z for z in r["zero"] if plan.dp > 1 or z == 0] or [0]
+        zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
         m = plan.num_microbatches
         vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not self.arch.num_layers % (plan.pp * v)
                                                            and not m % plan.pp)] or [1]
@@ -200,12 +201,13 @@ class AnalyticEstimator:
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
         """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""
-        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.global_batch_size, recipe)
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.global_batch_size, recipe, plan.cp, plan.ep, plan.etp)
         w = self._workloads.get(key)
         if w is None:
             w = self._workloads[key] = C.Workload(
                 arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
-                num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params)
+                num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params, cp=plan.cp, ep=plan.ep,
+                etp=plan.etp)
         return w
 
     def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
@@ -216,7 +218,7 @@ class AnalyticEstimator:
 
     def _layer_times(self, w: C.Workload, stages, profiled) -> tuple[tuple[float, float], ...]:
         """Each stage's (fwd, bwd) of one layer: the profile's where it has one, else analytic."""
-        return tuple(profiled[i] if profiled and profiled[i] else C.layer_s(w, hw.gpu, hw.tp_link)
+        return tuple(profiled[i] if profiled and profiled[i] else C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
                      for i, hw in enumerate(stages))
 
     def _score(self, plan: Plan, stages, w: C.Workload, times) -> _Scored:
@@ -335,17 +337,20 @@ def parse_recipes(options: dict) -> dict:
     return out
 
 
-def _without_fp8_where_no_units(recipes: dict, gpus: list) -> dict:
-    """`recipes` with fp8 dropped where a GPU of the inventory has no FP8 tensor cores (catalog
-    fp8_tflops null: A100, A10G, V100, ...): every plan uses every node, so no plan of it could
-    train in FP8 (its CSV's precision column then never says fp8). fp8 alone: a one-line error."""
-    lacking = sorted({g.name for g in gpus if g.peak_flops.get("fp8") is None})
+def _without_fp8_where_no_units(recipes: dict, gpus: list, low: str = "fp8") -> dict:
+    """`recipes` with fp8 (or `low`: mxfp8, nvfp4) dropped where a GPU of the inventory has no such
+    tensor cores (catalog fp8_tflops null: A100, A10G, V100, ...; mxfp8 / nvfp4: all but Blackwell):
+    every plan uses every node, so no plan of it could train so (its CSV's precision column then
+    never says it). That precision alone: a one-line error."""
+    lacking = sorted({g.name for g in gpus if g.peak_flops.get(low) is None})
     if not lacking:
         return recipes
-    if recipes["precision"] == ("fp8",):
-        raise FasopError(f"--precision fp8: {', '.join(lacking)} has no FP8 tensor cores (the GPU catalog's "
-                         "fp8_tflops is null); use --precision bf16, or nodes with FP8 (H100, H200, L4, ...)")
-    return recipes | {"precision": tuple(p for p in recipes["precision"] if p != "fp8")}
+    if recipes["precision"] == (low,):
+        units = "FP8" if low == "fp8" else low.upper()
+        raise FasopError(f"--precision {low}: {', '.join(lacking)} has no {units} tensor cores (the GPU catalog's "
+                         f"{low}_tflops is null); use --precision bf16, or nodes with {units} "
+                         f"({'H100, H200, L4, ...' if low == 'fp8' else 'B200, B300, GB200, GB300'})")
+    return recipes | {"precision": tuple(p for p in recipes["precision"] if p != low)}
 
 
 @register("analytic")
@@ -356,8 +361,9 @@ def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], 
     layers for some pp >= 2) is refused rather than silently replaced by 1; for a plan whose pp
     it does not divide, the plan runs with 1 and its virtual_stages column says so."""
     recipes = parse_recipes(options)
-    if "fp8" in recipes["precision"]:
-        recipes = _without_fp8_where_no_units(recipes, [find_gpu(n.gpu, cluster.path) for n in inventory])
+    for low in ("fp8", "mxfp8", "nvfp4"):
+        if low in recipes["precision"]:
+            recipes = _without_fp8_where_no_units(recipes, [find_gpu(n.gpu, cluster.path) for n in inventory], low)
     estimator = AnalyticEstimator(model, cluster, inventory, recipes)
     layers = estimator.arch.num_layers
     usable = [v for v in range(2, layers // 2 + 1) if any(not layers % (pp * v) for pp in range(2, layers // v + 1))]

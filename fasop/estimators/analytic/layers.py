@@ -47,7 +47,15 @@ from fasop.specs.architecture import Architecture
 from fasop.specs.catalog import AnalyticParams
 
 RECOMPUTES = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4")
+LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
+"""Precisions whose weight matmuls run on 8- or 4-bit tensor cores (Transformer Engine: FP8 with
+per-tensor scales, MXFP8 and NVFP4 block-scaled on Blackwell) while weights, activations and gradients
+stay as a 16-bit mixed-precision run keeps them; the attention core stays 16-bit."""
+OPERAND_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+"""Bytes a low-precision matmul reads per input or weight element: the value plus its share of the
+block scale (MXFP8: one 1-byte E8M0 scale a 32-element block; NVFP4: one 1-byte E4M3 scale a 16-element
+block; NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149 §2)."""
 FULL_PRECISIONS = ("fp32", "tf32")
 """Precisions that keep weights, activations and gradients in fp32 (no 16-bit copy, no master weights):
 fp32 matmuls on the CUDA cores, tf32 on the TF32 tensor cores where the GPU has them."""
@@ -66,7 +74,7 @@ class Recipe:
     """ZeRO stage: 1 shards optimizer states (Megatron's distributed optimizer), 2 also gradients, 3 also weights."""
     virtual_stages: int = 1
     """Model chunks per pipeline rank (interleaved 1F1B, Narayanan et al. 2021 §2.2.2)."""
-    precision: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4"] = "bf16"
     """Matmul precision; weights, activations and gradients are kept as a 16-bit mixed-precision run keeps
     them, or all in fp32 (fp32, tf32)."""
 
@@ -87,6 +95,16 @@ class Recipe:
     def value_bytes(self) -> int:
         """Bytes of one activation or weight value: 4 in an fp32 / tf32 run, else 2 (16-bit)."""
         return 4 if self.precision in FULL_PRECISIONS else 2
+
+    @property
+    def low_precision(self) -> bool:
+        """Weight matmuls on 8- or 4-bit tensor cores (LOW_PRECISIONS)."""
+        return self.precision in LOW_PRECISIONS
+
+    @property
+    def operand_bytes(self) -> float:
+        """Bytes a weight matmul reads per input or weight element (OPERAND_BYTES, else value_bytes)."""
+        return OPERAND_BYTES.get(self.precision, self.value_bytes)
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -168,15 +186,17 @@ def layer_gemm_shapes(a: Architecture, b: int, s: int, t: int) -> tuple[tuple[in
 
 
 @lru_cache(maxsize=256)
-def layer_gemms(a: Architecture, b: int, s: int, t: int, ep: int = 1) -> tuple[tuple[float, float, float, float], ...]:
+def layer_gemms(a: Architecture, b: int, s: int, t: int, ep: int = 1,
+                routed: bool = True) -> tuple[tuple[float, float, float, float], ...]:
     """(count, m, n, k) of the mean layer's forward weight matmuls on one TP rank: each shape with
     how many times a layer runs it on average (1 for each of a dense model's four; blocks.kind_gemms
-    for the other kinds, routed experts as a grouped GEMM over ep ranks)."""
+    for the other kinds, routed experts as a grouped GEMM over ep ranks; without `routed`, router
+    and routed experts left out)."""
     if _plain(a):
         return tuple((1, m, n, k) for m, n, k in layer_gemm_shapes(a, b, s, t))
     counts: dict = {}
     for kind in a.kinds:
-        for c, m, n, k in B.kind_gemms(a, kind, b, s, t, ep):
+        for c, m, n, k in B.kind_gemms(a, kind, b, s, t, ep, routed):
             counts[(m, n, k)] = counts.get((m, n, k), 0) + c
     return tuple((c / a.num_layers, m, n, k) for (m, n, k), c in counts.items())
 
@@ -230,14 +250,15 @@ def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: in
     return replicated / (t if sp else 1) + split / t
 
 
-def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: float | None = None) -> float:
+def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: float | None = None,
+                     routed: bool = True) -> float:
     """Bytes the weight matmuls of one layer's forward read and write on one TP rank: inputs,
     weights and outputs of QKV, O, the MLP's up (and gate) and down projections, and of the
     attention core's Q, K, V reads and context write (Calculon's per-op memory traffic).
     `operand`: bytes per input and weight element when not `e` (1 for FP8 matmuls)."""
     if not _plain(a):
         op = e if operand is None else operand
-        return B.mean_over_kinds(a, lambda kind: B.kind_gemm_bytes(a, kind, b, s, t, e, op))
+        return B.mean_over_kinds(a, lambda kind: B.kind_gemm_bytes(a, kind, b, s, t, e, op, routed))
     h, f, qkv = a.hidden_size, a.ffn_hidden_size, a.q_width + 2 * a.kv_width
     up = 2 if a.gated_mlp else 1
     bs = b * s
@@ -247,12 +268,12 @@ def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: f
     return (e if operand is None else operand) * (inputs + weights) + e * outputs
 
 
-def fp8_cast_elements(a: Architecture, b: int, s: int, t: int) -> float:
+def fp8_cast_elements(a: Architecture, b: int, s: int, t: int, routed: bool = True) -> float:
     """Elements an FP8 run casts per layer forward on one TP rank: the inputs of the QKV, O, MLP up
     and MLP down matmuls (Transformer Engine casts each to FP8, with a transposed copy for the
     weight-gradient matmul; the backward casts the output gradients the same way)."""
     if not _plain(a):
-        return B.mean_over_kinds(a, lambda kind: B.kind_cast_elements(a, kind, b, s, t))
+        return B.mean_over_kinds(a, lambda kind: B.kind_cast_elements(a, kind, b, s, t, routed))
     up_in, down_in = a.hidden_size, a.ffn_hidden_size / t
     return b * s * (a.hidden_size + a.q_width / t + up_in + down_in)
 
@@ -324,3 +345,14 @@ class Workload:
     num_microbatches: int
     recipe: Recipe
     params: AnalyticParams
+    cp: int = 1
+    """Context-parallel degree: a rank holds seq/cp tokens of each sequence (fasop/estimators/analytic/parallel.py)."""
+    ep: int = 1
+    etp: int = 1
+    shard: int = 0
+    """Ranks the ZeRO/FSDP states are sharded over (HSDP's shard degree); 0: all dp*cp."""
+
+    @property
+    def local_seq(self) -> int:
+        """Tokens of a sequence one rank holds."""
+        return self.seq // self.cp
