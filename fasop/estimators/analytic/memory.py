@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic.layers import Workload
 
@@ -83,7 +84,7 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
     n = stage_params(w, layers, first, last)
     grad_bytes = w.params.gradient_reduce_bytes[r.precision]
     t, b, s = w.tp, w.mbs, w.seq
-    acts = layers * L.activation_bytes(a, b, s, t, r, w.params.fused_attention) * in_flight(w, stage)
+    acts = layers * BR.activation_bytes(w) * in_flight(w, stage)
     if first:
         acts += L.embedding_activation_bytes(a, b, s, t, r.sequence_parallel) * in_flight(w, stage)
     if last:
