@@ -7,6 +7,9 @@ One CSV row is one measured run. Columns (exact names):
             tied_embeddings (0/1; 1, or 0 for a gated MLP as in the Llama family),
             gpus_per_node (8), precision (bf16), micro_batch_size, recompute (none/selective/full),
             sequence_parallel (0/1), distributed_optimizer (0/1), virtual_pp,
+            recompute_num_layers (full recompute of only N layers per model chunk, Megatron's
+            block method; empty: every layer, or where the GPU's `validate_software` says
+            block_recompute -- H100/H200 -- the fewest that fit),
             measured_peak_mem_gib, fused_attention and overlap_grad_reduce (0/1: software the run
             had, FlashAttention and gradient reduction during the backward; empty: the GPU's
             `validate_software` in gpus.yaml -- what its published runs had -- else analytic.yaml),

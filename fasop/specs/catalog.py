@@ -82,7 +82,7 @@ class GpuType:
     Recorded from gpus.yaml; placement does not read it yet (a cluster spec may give the rack as one node)."""
     validate_software: dict[str, bool | float] = field(default_factory=dict)
     """What `fasop validate` assumes for a row that does not state `fused_attention`,
-    `overlap_grad_reduce` or `sequence_parallel`, and its `tp_overlap`: the software the published training runs on this
+    `overlap_grad_reduce` or `sequence_parallel`, its `tp_overlap` and `block_recompute` (VALIDATE_RECIPE_SOFTWARE): the software the published training runs on this
     GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
     memory_bandwidth_efficiency: float | None = None
     """Share of the memory bandwidth memory-bound kernels reach on this GPU, where measured or
