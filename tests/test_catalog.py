@@ -114,7 +114,7 @@ def test_validate_software_is_read_and_checked(tmp_path):
     """A GPU's `validate_software` names only analytic.yaml switches a validate row may state."""
     assert load_gpus()[canonical("A100-SXM4-80GB")].validate_software == {
         "fused_attention": False, "overlap_grad_reduce": False, "sequence_parallel": False}
-    assert load_gpus()[canonical("H100-SXM")].validate_software == {"tp_overlap": 0.5}
+    assert load_gpus()[canonical("H100-SXM")].validate_software == {"tp_overlap": 0.5, "block_recompute": True}
     text = (shipped_folder("cluster_specs") / "catalog" / "gpus.yaml").read_text()
     bad = text.replace("    fused_attention: false    # FlashAttention(-2)", "    colour: false    # FlashAttention(-2)")
     assert bad != text

@@ -7,6 +7,9 @@ One CSV row is one measured run. Columns (exact names):
             tied_embeddings (0/1; 1, or 0 for a gated MLP as in the Llama family),
             gpus_per_node (8), precision (bf16), micro_batch_size, recompute (none/selective/full),
             sequence_parallel (0/1), distributed_optimizer (0/1), virtual_pp,
+            recompute_num_layers (full recompute of only N layers per model chunk, Megatron's
+            block method; empty: every layer, or where the GPU's `validate_software` says
+            block_recompute -- H100/H200 -- the fewest that fit),
             measured_peak_mem_gib, fused_attention and overlap_grad_reduce (0/1: software the run
             had, FlashAttention and gradient reduction during the backward; empty: the GPU's
             `validate_software` in gpus.yaml -- what its published runs had -- else analytic.yaml),
@@ -26,6 +29,7 @@ import itertools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
 from fasop.estimators.analytic import parallel as P
@@ -34,7 +38,8 @@ from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
 from fasop.specs.load import load_model
-from fasop.specs.catalog import VALIDATE_PLAN_SOFTWARE, VALIDATE_SOFTWARE, AnalyticParams, default_params
+from fasop.specs.catalog import (VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE, VALIDATE_SOFTWARE, AnalyticParams,
+                                 default_params)
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
                                         layers_per_stage, read_rows, row_hardware)
@@ -112,7 +117,10 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     assumed = {k: v for k, v in common.items() if k not in fixed}   # what this GPU's published runs had
     fixed |= assumed
     par["zero"] = None if zero is None else int(zero)
-    best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par)
+    block = c.int("recompute_num_layers", low=0)
+    if block is None and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):
+        block = "fit"
+    best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block)
     if best is None:
         raise c.error("micro_batch_size", "no micro-batch size / virtual_pp divides the batch and the layers")
     step, peak, fits, choice, split = best
@@ -122,7 +130,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
            "predicted_seconds_per_iter": step, "error_pct": 100 * (step - measured) / measured,
            "measured_peak_mem_gib": "" if mem is None else mem, "predicted_peak_mem_gib": peak / GIB,
            "mem_error_pct": "" if mem is None else 100 * (peak / GIB - mem) / mem, "fits": fits,
-           **{k: int(v) if isinstance(v, bool) else v for k, v in choice.items()}, "precision": precision,
+           **{k: int(v) if isinstance(v, bool) else v for k, v in choice.items() if k in PICKED}, "precision": precision,
            "picked": " ".join([f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in choice.items()
                                if k not in fixed] + [f"{k}={int(v)} (catalog)" for k, v in assumed.items()]),
            "cluster": hw.cluster, "stage_gpus": hw.stage_gpus, "layers_per_stage": "-".join(map(str, split)),
@@ -237,9 +245,10 @@ def _recompute(c: Cells) -> str | None:
     return c.choice("recompute", RECOMPUTES)
 
 
-def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, counts=None, par=None):
+def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, counts=None, par=None, block=None):
     """(step s, peak bytes, fits, choice, split) of the fastest allowed recipe that fits, else the
-    fastest; `counts`: the row's split of the blocks, else fasop's for the slowest replica of each stage."""
+    fastest; `counts`: the row's split of the blocks, else fasop's for the slowest replica of each stage;
+    `block`: full recompute's layers per chunk (None: every layer; "fit": the fewest that fit)."""
     per_replica = gbs // dp
     options = {
         "micro_batch_size": [b for b in (1, 2, 4, 8, 16, 32) if per_replica % b == 0],
@@ -257,18 +266,28 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
             continue
         zero = par["zero"] if par["zero"] is not None else int(choice["distributed_optimizer"])
         recipe = Recipe(recompute=choice["recompute"], sequence_parallel=choice["sequence_parallel"],
-                        zero=zero, virtual_stages=choice["virtual_pp"], precision=precision)
+                        zero=zero, virtual_stages=choice["virtual_pp"], precision=precision,
+                        recompute_layers=block if isinstance(block, int) else None)
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,
                        num_microbatches=m, recipe=recipe, params=params, cp=par["cp"], ep=par["ep"],
                        etp=par["etp"], shard=par["shard"])
-        split = counts or C.split_layers(w, replicas[0] if len(replicas) == 1 else mixed.slowest_stages(w, replicas))
-        split = split or _even(arch.num_layers, pp)
-        step = mixed.step(w, replicas, split).step_s
-        peak, fits = mixed.peak_and_fits(w, replicas, split)
+        if block == "fit" and recipe.recompute == "full":
+            n = BR.fewest_layers_that_fit(w, lambda x: _estimate(x, replicas, counts)[2])
+            w = w if n is None else replace(w, recipe=replace(recipe, recompute_layers=n))
+            choice = {**choice, "recompute_num_layers": "all" if n is None else n}
+        step, peak, fits, split = _estimate(w, replicas, counts)
         key = (not fits, step)
         if best is None or key < best[0]:
             best = (key, (step, peak, fits, choice, split))
     return None if best is None else best[1]
+
+
+def _estimate(w, replicas, counts):
+    """(step s, peak bytes, fits, split) of one workload: the row's split, else fasop's."""
+    split = counts or C.split_layers(w, replicas[0] if len(replicas) == 1 else mixed.slowest_stages(w, replicas))
+    split = split or _even(w.arch.num_layers, w.pp)
+    peak, fits = mixed.peak_and_fits(w, replicas, split)
+    return mixed.step(w, replicas, split).step_s, peak, fits, split
 
 
 def _even(layers: int, pp: int) -> tuple[int, ...]:

@@ -33,6 +33,9 @@ VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
 """Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
+VALIDATE_RECIPE_SOFTWARE = ("block_recompute",)
+"""How a GPU's published runs recomputed: `block_recompute` true = a "full" row without
+`recompute_num_layers` recomputed the fewest layers per chunk that fit (block_recompute.py)."""
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -81,7 +84,7 @@ class GpuType:
     GB300: the 4-GPU compute tray. `fasop validate`'s default `gpus_per_node`."""
     validate_software: dict[str, bool | float] = field(default_factory=dict)
     """What `fasop validate` assumes for a row that does not state `fused_attention`,
-    `overlap_grad_reduce` or `sequence_parallel`, and its `tp_overlap`: the software the published training runs on this
+    `overlap_grad_reduce` or `sequence_parallel`, its `tp_overlap` and `block_recompute` (VALIDATE_RECIPE_SOFTWARE): the software the published training runs on this
     GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
     memory_bandwidth_efficiency: float | None = None
     """Share of the memory bandwidth memory-bound kernels reach on this GPU, where measured or
@@ -249,8 +252,9 @@ def _validate_software(r: Reader) -> dict[str, bool]:
     if "validate_software" not in r.data:
         r.seen.add("validate_software")
         return {}
-    sub = r.sub("validate_software", VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE + ("tp_overlap",))
-    values = {k: sub.get(k, bool) for k in VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE if k in sub.data}
+    switches = VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE + VALIDATE_RECIPE_SOFTWARE
+    sub = r.sub("validate_software", switches + ("tp_overlap",))
+    values = {k: sub.get(k, bool) for k in switches if k in sub.data}
     if "tp_overlap" in sub.data:
         values["tp_overlap"] = float(sub.get("tp_overlap", (int, float), check=lambda v: 0 <= v <= 1, why="in [0, 1]"))
     sub.done()

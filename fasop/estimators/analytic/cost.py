@@ -47,6 +47,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
@@ -119,7 +120,16 @@ def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: floa
 @lru_cache(maxsize=1 << 16)
 def layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included;
-    with cp > 1 or experts, the CP ring and the MoE layer over the stage's `hw_groups` links."""
+    with cp > 1 or experts, the CP ring and the MoE layer over the stage's `hw_groups` links; with
+    block recompute the mean of recomputing and non-recomputing layers (block_recompute.py)."""
+    q = BR.recomputed_share(w)
+    if w.recipe.recompute == "full" and q < 1.0:
+        return BR.mix(_layer_s(BR.without_recompute(w), gpu, tp_link, hw_groups), _layer_s(w, gpu, tp_link, hw_groups), q)
+    return _layer_s(w, gpu, tp_link, hw_groups)
+
+
+def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | None = None) -> tuple[float, float]:
+    """layer_s of a layer that recomputes as w.recipe says (every layer alike)."""
     a, b, s, t, r = w.arch, w.mbs, w.local_seq, w.tp, w.recipe
     fused = w.params.fused_attention
     linear_fwd, linear_bwd = linear_s(w, gpu)

@@ -77,6 +77,10 @@ class Recipe:
     precision: Literal["bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4"] = "bf16"
     """Matmul precision; weights, activations and gradients are kept as a 16-bit mixed-precision run keeps
     them, or all in fp32 (fp32, tf32)."""
+    recompute_layers: int | None = None
+    """With full recompute: the layers of each model chunk that recompute their forward (Megatron-LM
+    --recompute-method block --recompute-num-layers N: the first N of the chunk; the others keep their
+    activations); None: every layer (--recompute-method uniform). block_recompute.py."""
 
     def __post_init__(self):
         problems = []
@@ -86,6 +90,8 @@ class Recipe:
             problems.append(f"zero={self.zero!r} (0-3)")
         if not (isinstance(self.virtual_stages, int) and self.virtual_stages >= 1):
             problems.append(f"virtual_stages={self.virtual_stages!r} (>= 1)")
+        if self.recompute_layers is not None and not (type(self.recompute_layers) is int and self.recompute_layers >= 0):
+            problems.append(f"recompute_layers={self.recompute_layers!r} (an int >= 0, or None: every layer)")
         if self.precision not in PRECISIONS:
             problems.append(f"precision={self.precision!r} (one of {', '.join(PRECISIONS)})")
         if problems:

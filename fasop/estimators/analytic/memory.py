@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import Workload
@@ -109,7 +110,7 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
     dense, experts = stage_param_split(w, layers, first, last)
     grad_bytes = w.params.gradient_reduce_bytes[r.precision]
     t, b, s = w.tp, w.mbs, w.local_seq
-    per_layer = L.activation_bytes(a, b, s, t, r, w.params.fused_attention)
+    per_layer = BR.activation_bytes(w)
     if a.moe is not None and r.recompute != "full":
         # activation_bytes holds the k permuted copies of the mean rank's tokens (blocks.py); the
         # busiest EP rank receives rho x as many: its dispatch buffers' excess over the mean

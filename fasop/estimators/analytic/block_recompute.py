@@ -1,0 +1,70 @@
+"""Block recompute: full recomputation of only some layers of each model chunk.
+
+Megatron-LM's `--recompute-granularity full` comes with `--recompute-method uniform` (every layer
+recomputes its forward in the backward; Korthikanti et al. 2022 §5's "full recompute") or
+`--recompute-method block --recompute-num-layers N`: the first N layers of each model chunk
+(pipeline stage, or virtual stage when interleaved) recompute, the others keep their activations
+(Megatron-Core TransformerBlock._checkpointed_forward). NeMo's and Megatron-Bridge's performance
+recipes set "full" this way, with N tuned per run to what memory needs
+(scripts/performance/utils/helpers.py set_recompute_overrides: recompute_granularity "full",
+recompute_method "block", recompute_num_layers from the performance matrix).
+
+The estimator sees one mean layer per stage (cost.layer_s, memory.stage_memory): with q the share of a
+chunk's layers that recompute, the mean layer's time and stored activations are
+  (1 - q) x (no recompute) + q x (full recompute),
+exact for totals when the stage's layers divide evenly into its v chunks of num_layers / (pp v) layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic.layers import Workload
+
+
+def chunk_layers(w: Workload) -> float:
+    """Mean layers of one model chunk: num_layers / (pp x virtual stages)."""
+    return w.arch.num_layers / (w.pp * w.recipe.virtual_stages)
+
+
+def recomputed_share(w: Workload) -> float:
+    """Share q of each chunk's layers that recompute their forward: 1 for uniform full recompute,
+    min(1, N / chunk layers) for block recompute of N layers, 0 without full recompute."""
+    r = w.recipe
+    if r.recompute != "full":
+        return 0.0
+    if r.recompute_layers is None:
+        return 1.0
+    return min(1.0, r.recompute_layers / chunk_layers(w))
+
+
+def without_recompute(w: Workload) -> Workload:
+    """The same workload with no layer recomputing (the other end of the mix)."""
+    return replace(w, recipe=replace(w.recipe, recompute="none", recompute_layers=None))
+
+
+def mix(none: tuple[float, ...], full: tuple[float, ...], q: float) -> tuple[float, ...]:
+    """(1 - q) x the no-recompute values + q x the full-recompute ones, element by element."""
+    return tuple((1 - q) * a + q * b for a, b in zip(none, full))
+
+
+def activation_bytes(w: Workload) -> float:
+    """Stored activation bytes of the stage's mean layer per micro-batch (layers.activation_bytes
+    mixed over the recomputed share)."""
+    a, b, s, t, r, fused = w.arch, w.mbs, w.local_seq, w.tp, w.recipe, w.params.fused_attention
+    q = recomputed_share(w)
+    if r.recompute != "full" or q == 1.0:
+        return L.activation_bytes(a, b, s, t, r, fused)
+    kept = L.activation_bytes(a, b, s, t, replace(r, recompute="none", recompute_layers=None), fused)
+    return (1 - q) * kept + q * L.activation_bytes(a, b, s, t, r, fused)
+
+
+def fewest_layers_that_fit(w: Workload, fits) -> int | None:
+    """The fewest layers per chunk N (0 .. the chunk's layers) whose block recompute `fits(workload)`
+    says fits; None when not even every layer fits. Time grows with N, so the fewest is the fastest."""
+    most = -(-w.arch.num_layers // (w.pp * w.recipe.virtual_stages))
+    for n in range(most + 1):
+        if fits(replace(w, recipe=replace(w.recipe, recompute_layers=n))):
+            return n
+    return None
