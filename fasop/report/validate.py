@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fasop.estimators.analytic import cost as C
-from fasop.estimators.analytic import mixed
+from fasop.estimators.analytic import mixed, overheads
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.catalog import VALIDATE_PLAN_SOFTWARE, VALIDATE_SOFTWARE, AnalyticParams, default_params
@@ -121,7 +121,8 @@ def _common(hw: Hardware, keys: tuple[str, ...]) -> dict:
 
 def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     """The row's software switches: its cells, else what its GPUs' published runs had, else the constants'."""
-    base, common = hw.params, _common(hw, VALIDATE_SOFTWARE + ("tp_overlap",))
+    # a row's GPUs below sm80 have no FlashAttention kernels: the unfused path unless the row says otherwise
+    base, common = overheads.job_params(hw.params, hw.gpus), _common(hw, VALIDATE_SOFTWARE + ("tp_overlap",))
     software = {k: c.flag(k, common.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
     tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
     return replace(base, **software, tp_overlap=tp_overlap)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
@@ -367,8 +368,8 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     ks = range(first, last + 1)
     intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
                             params.intra_node_latency_s)
-    inter = lambda ks, share: Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
-                                   params.inter_node_latency_s)
+    net = lambda ks: min(nodes[k].inter_node_bytes_per_s for k in ks)
+    inter = lambda ks, share: Link(net(ks) / share * eff["network"], overheads.network_latency_s(params, net(ks)))
     gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
     nxt = None
     if i + 1 < pp:

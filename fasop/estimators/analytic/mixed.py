@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.catalog import AnalyticParams, GpuType
 from fasop.specs.types import NodeType
@@ -51,8 +52,8 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
     g = min(n.gpus_per_node for n in nodes)
     intra = lambda ks: C.Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
                               params.intra_node_latency_s)
-    inter = lambda ks, share: C.Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
-                                     params.inter_node_latency_s)
+    net = lambda ks: min(nodes[k].inter_node_bytes_per_s for k in ks)
+    inter = lambda ks, share: C.Link(net(ks) / share * eff["network"], overheads.network_latency_s(params, net(ks)))
     link = lambda ks, share: intra(ks) if len(ks) == 1 else inter(ks, share)
     span = lambda ranks: sorted({where[r] for r in ranks})
     out = []
