@@ -363,13 +363,13 @@ def stage_span(tp: int, dp: int, pp: int, i: int, g: int) -> tuple[int, int, int
 
 def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: AnalyticParams) -> StageHardware:
     """Stage i of stage_hardware; reads nodes[k], gpus[k] only for k in stage_span (G GPUs a node)."""
-    eff = params.link_efficiency
     first, last, after = stage_span(tp, dp, pp, i, g)
     ks = range(first, last + 1)
     intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
                             params.intra_node_latency_s)
     net = lambda ks: min(nodes[k].inter_node_bytes_per_s for k in ks)
-    inter = lambda ks, share: Link(net(ks) / share * eff["network"], overheads.network_latency_s(params, net(ks)))
+    inter = lambda ks, share: Link(overheads.network_bytes_per_s(params, net(ks)) / share,
+                                   overheads.network_latency_s(params, net(ks)))
     gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
     nxt = None
     if i + 1 < pp:

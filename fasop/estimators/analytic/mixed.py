@@ -48,12 +48,12 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
     nodes a GPU's share of the slowest node's network."""
     where = rank_nodes(nodes)
     assert len(where) >= tp * dp * pp, "fewer GPUs than ranks"
-    eff = params.link_efficiency
     g = min(n.gpus_per_node for n in nodes)
     intra = lambda ks: C.Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
                               params.intra_node_latency_s)
     net = lambda ks: min(nodes[k].inter_node_bytes_per_s for k in ks)
-    inter = lambda ks, share: C.Link(net(ks) / share * eff["network"], overheads.network_latency_s(params, net(ks)))
+    inter = lambda ks, share: C.Link(overheads.network_bytes_per_s(params, net(ks)) / share,
+                                     overheads.network_latency_s(params, net(ks)))
     link = lambda ks, share: intra(ks) if len(ks) == 1 else inter(ks, share)
     span = lambda ranks: sorted({where[r] for r in ranks})
     out = []

@@ -14,8 +14,11 @@
   per network hop for IB (src/graph/tuning.cc). Cloud instances at or below 50 Gbit/s per node have no
   RDMA NIC by default (AWS p3.8xlarge 10 Gbit/s, g4dn.12xlarge 50 Gbit/s ENA; EFA comes with the 100
   Gbit/s sizes), so their network steps cost SOCKET_LATENCY_S instead of analytic.yaml's
-  `link_latency_s.inter_node` (an InfiniBand figure). The bandwidth share stays `link_efficiency.network`:
-  NCCL sockets fill 10 GbE at ~0.85-0.95 for MB-sized buffers (NVIDIA/nccl#481).
+  `link_latency_s.inter_node` (an InfiniBand figure). Their bandwidth share stays `link_efficiency.network`
+  where the line is slow (NCCL sockets fill 10 GbE at ~0.85-0.95 for MB-sized buffers, NVIDIA/nccl#481),
+  but the socket transport itself tops out near SOCKET_MAX_BYTES_PER_S a node: 3.75 GB/s on a 32 Gbit/s
+  link with 8 rings tuned, 60 % of it untuned (NVIDIA/nccl#209); "4-6 GB/s ... less than half" of 100
+  Gbit/s (NVIDIA/nccl#450), ~6 GB/s (NVIDIA/nccl#398). A 50 Gbit/s g4dn node thus reaches ~4 GB/s, not 5.6.
 
 Sources and magnitudes: docs/estimators.md, "Pre-Ampere GPUs and Ethernet networks".
 """
@@ -33,6 +36,8 @@ SOCKET_LATENCY_S = 4.0e-5
 """Fixed cost of one ring step (or p2p send) over NCCL's TCP socket transport: ~40 us (nccl-tests#82)."""
 SOCKET_NETWORK_MAX_BYTES_PER_S = 50e9 / 8
 """Node networks at or below 50 Gbit/s are taken as Ethernet without RDMA (TCP sockets)."""
+SOCKET_MAX_BYTES_PER_S = 4.0e9
+"""What NCCL's socket transport moves a node at most, bytes/s (nccl#209: 3.75 GB/s tuned; #450, #398: 4-6)."""
 
 
 def flash_capable(gpu: GpuType) -> bool:
@@ -54,3 +59,12 @@ def network_latency_s(params: AnalyticParams, node_bytes_per_s: float) -> float:
     if node_bytes_per_s <= SOCKET_NETWORK_MAX_BYTES_PER_S:
         return max(params.inter_node_latency_s, SOCKET_LATENCY_S)
     return params.inter_node_latency_s
+
+
+def network_bytes_per_s(params: AnalyticParams, node_bytes_per_s: float) -> float:
+    """Bytes/s a node's collectives achieve over a `node_bytes_per_s` network: its share
+    `link_efficiency.network`, and on TCP-socket Ethernet at most SOCKET_MAX_BYTES_PER_S."""
+    achieved = node_bytes_per_s * params.link_efficiency["network"]
+    if node_bytes_per_s <= SOCKET_NETWORK_MAX_BYTES_PER_S:
+        return min(achieved, SOCKET_MAX_BYTES_PER_S)
+    return achieved
