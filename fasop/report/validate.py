@@ -30,7 +30,8 @@ from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed, overheads
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
 from fasop.specs.architecture import gpt_architecture
-from fasop.specs.catalog import VALIDATE_PLAN_SOFTWARE, VALIDATE_SOFTWARE, AnalyticParams, default_params
+from fasop.specs.catalog import (VALIDATE_PLAN_SOFTWARE, VALIDATE_SOFTWARE, VALIDATE_STACK_SOFTWARE, AnalyticParams,
+                                 default_params)
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row, layers_per_stage,  # noqa: F401
                                         read_rows, row_hardware)
@@ -122,8 +123,10 @@ def _common(hw: Hardware, keys: tuple[str, ...]) -> dict:
 def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     """The row's software switches: its cells, else what its GPUs' published runs had, else the constants'."""
     # a row's GPUs below sm80 have no FlashAttention kernels: the unfused path unless the row says otherwise
-    base, common = overheads.job_params(hw.params, hw.gpus), _common(hw, VALIDATE_SOFTWARE + ("tp_overlap",))
+    base, common = overheads.job_params(hw.params, hw.gpus), _common(hw, VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE
+                                                                      + ("tp_overlap",))
     software = {k: c.flag(k, common.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
+    software |= {k: common[k] for k in VALIDATE_STACK_SOFTWARE if k in common}
     tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
     return replace(base, **software, tp_overlap=tp_overlap)
 

@@ -32,8 +32,10 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "layer_overhead_s", "compute_capability")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
-VALIDATE_PLAN_SOFTWARE = ("sequence_parallel", "distributed_optimizer")
+VALIDATE_PLAN_SOFTWARE = ("sequence_parallel", "distributed_optimizer", "virtual_pp")
 """Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
+VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
+"""analytic.yaml switches a GPU's `validate_software` may set for its rows, with no CSV column of their own."""
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -240,8 +242,11 @@ def _validate_software(r: Reader) -> dict[str, bool]:
     if "validate_software" not in r.data:
         r.seen.add("validate_software")
         return {}
-    sub = r.sub("validate_software", VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE + ("tp_overlap",))
-    values = {k: sub.get(k, bool) for k in VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE if k in sub.data}
+    switches = VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE + VALIDATE_PLAN_SOFTWARE
+    sub = r.sub("validate_software", switches + ("tp_overlap",))
+    values = {k: sub.get(k, bool) for k in switches if k in sub.data and k != "virtual_pp"}
+    if "virtual_pp" in sub.data:
+        values["virtual_pp"] = sub.get("virtual_pp", int, check=lambda v: 1 <= v <= 64, why="in [1, 64]")
     if "tp_overlap" in sub.data:
         values["tp_overlap"] = float(sub.get("tp_overlap", (int, float), check=lambda v: 0 <= v <= 1, why="in [0, 1]"))
     sub.done()
