@@ -69,7 +69,7 @@ def test_a_narrower_type_is_never_slower_in_the_catalog(tmp_path):
 
 
 @pytest.mark.parametrize("name, types", [
-    ("aws", ("p5", "p5en", "p4d", "p4de", "g5", "g6", "g6e", "p6-b200")),
+    ("aws", ("p5", "p5en", "p4d", "p4de", "g5", "g6", "g6e", "p6-b200", "p3", "g4dn")),
     ("gcp", ("a3-highgpu-8g", "a2-ultragpu-8g")),
 ])
 def test_catalog_clusters(name, types):

@@ -28,14 +28,16 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
-             "layer_overhead_s", "reference_gpus_per_node")
+             "layer_overhead_s", "reference_gpus_per_node", "compute_capability")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
-VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
+VALIDATE_PLAN_SOFTWARE = ("sequence_parallel", "distributed_optimizer", "virtual_pp")
 """Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
 VALIDATE_RECIPE_SOFTWARE = ("block_recompute",)
 """How a GPU's published runs recomputed: `block_recompute` true = a "full" row without
 `recompute_num_layers` recomputed the fewest layers per chunk that fit (block_recompute.py)."""
+VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
+"""analytic.yaml switches a GPU's `validate_software` may set for its rows, with no CSV column of their own."""
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -89,6 +91,9 @@ class GpuType:
     memory_bandwidth_efficiency: float | None = None
     """Share of the memory bandwidth memory-bound kernels reach on this GPU, where measured or
     calibrated (`fasop calibrate`); None: analytic.yaml's `memory_bandwidth_efficiency`."""
+    compute_capability: float | None = None
+    """CUDA compute capability (7.5: Turing); None: not an NVIDIA GPU, or unknown. FlashAttention-2 and
+    PyTorch SDPA's flash backend need 8.0+ (estimators.analytic.overheads.fused_attention)."""
     layer_overhead_s: float | None = None
     """Seconds of kernel-launch and framework overhead per layer and micro-batch forward (the
     backward 2x), where measured or calibrated; None: analytic.yaml's `layer_overhead_s`."""
@@ -243,6 +248,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
         memory_bandwidth_efficiency=r.get("memory_bandwidth_efficiency", (int, float), None, lambda v: 0 < v <= 1,
                                           "in (0, 1]"),
         layer_overhead_s=r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]"),
+        compute_capability=r.get("compute_capability", (int, float), None, lambda v: 1 <= v < 100, "in [1, 100)"),
     )
     r.done()
     return gpu
@@ -252,9 +258,11 @@ def _validate_software(r: Reader) -> dict[str, bool]:
     if "validate_software" not in r.data:
         r.seen.add("validate_software")
         return {}
-    switches = VALIDATE_SOFTWARE + VALIDATE_PLAN_SOFTWARE + VALIDATE_RECIPE_SOFTWARE
+    switches = VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE + VALIDATE_PLAN_SOFTWARE + VALIDATE_RECIPE_SOFTWARE
     sub = r.sub("validate_software", switches + ("tp_overlap",))
-    values = {k: sub.get(k, bool) for k in switches if k in sub.data}
+    values = {k: sub.get(k, bool) for k in switches if k in sub.data and k != "virtual_pp"}
+    if "virtual_pp" in sub.data:
+        values["virtual_pp"] = sub.get("virtual_pp", int, check=lambda v: 1 <= v <= 64, why="in [1, 64]")
     if "tp_overlap" in sub.data:
         values["tp_overlap"] = float(sub.get("tp_overlap", (int, float), check=lambda v: 0 <= v <= 1, why="in [0, 1]"))
     sub.done()

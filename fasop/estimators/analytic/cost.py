@@ -293,7 +293,9 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     emb = 0.0
     if w.arch.tied_embeddings and p > 1:
         table = w.arch.vocab_size * w.arch.hidden_size / w.tp * w.params.gradient_reduce_bytes[w.recipe.precision]
-        emb = all_reduce_s(table, 2, stages[0].next_link)
+        # between the first and the last stage: on different nodes whenever any pipeline hop crosses
+        # nodes (ranks are numbered node by node), so over the pipeline's slowest hop
+        emb = all_reduce_s(table, 2, min((hw.next_link for hw in stages[:-1]), key=lambda k: k.bytes_per_s))
     opt = max(optimizer_s(w, params[i], stages[i].gpu, stage_param_split(w, counts[i], i == 0, i == p - 1)[1])
               for i in range(p))
     return Step(stage_fwd_s=tuple(fwd), stage_bwd_s=tuple(bwd), p2p_s=p2p, pipeline_s=pipeline,

@@ -30,6 +30,7 @@ from fasop.costs.memory import MemoryEstimate
 from fasop.costs.parts import EstimateParts, schedule_or_note, stated_parts
 from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
@@ -70,6 +71,7 @@ class AnalyticEstimator:
         self.arch, self.params = model.architecture, cluster.analytic
         self.usd_per_s = sum(n.usd_per_hour for n in self.inventory) / 3600
         self.gpus = {n.name: self.params.gpu(find_gpu(n.gpu, cluster.path)) for n in self.inventory}
+        self.params = overheads.job_params(self.params, self.gpus.values())   # no FlashAttention below sm80
         self.recipes = recipes
         self._bounds: dict = {}
         self._workloads: dict = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic import parallel as P
 from fasop.specs.catalog import AnalyticParams
 
@@ -67,22 +68,22 @@ def one_domain(ks, g: int, domain: int) -> bool:
 def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: AnalyticParams) -> StageHardware:
     """Stage i of stage_hardware; reads nodes[k], gpus[k] only for k in stage_span (G GPUs a node).
     Inside one NVLink domain larger than a node (NVL72) a group spanning nodes uses the GPU link."""
-    eff = params.link_efficiency
     first, last, after = stage_span(tp, dp, pp, i, g)
     ks = range(first, last + 1)
     domain = domain_gpus(gpus, ks, g)
     intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
                             params.intra_node_latency_s)
-    inter = lambda ks, share: Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
-                                   params.inter_node_latency_s)
+    net = lambda ks: min(nodes[k].inter_node_bytes_per_s for k in ks)
+    inter = lambda ks, share: Link(overheads.network_bytes_per_s(params, net(ks)) / share,
+                                   overheads.network_latency_s(params, net(ks)))
     gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
     nxt = None
     if i + 1 < pp:
         pair = (last, after)
         nxt = intra(pair) if one_domain(pair, g, domain_gpus(gpus, pair, g)) else inter(pair, min(g, tp * dp))
     inside = intra(ks)
-    groups = P.GroupLinks(inside.bytes_per_s, min(nodes[k].inter_node_bytes_per_s for k in ks) * eff["network"],
-                          params.intra_node_latency_s, params.inter_node_latency_s, g, domain)
+    groups = P.GroupLinks(inside.bytes_per_s, overheads.network_bytes_per_s(params, net(ks)),
+                          params.intra_node_latency_s, overheads.network_latency_s(params, net(ks)), g, domain)
     tp_inside = tp <= g or (tp <= domain and not domain % tp)
     return StageHardware(gpu=gpu, tp_link=inside if tp_inside else inter(ks, g),
                          dp_link=inside if one_domain(ks, g, domain) else inter(ks, min(tp, g)), next_link=nxt,

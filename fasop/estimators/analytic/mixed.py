@@ -19,6 +19,7 @@ from dataclasses import replace
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import hardware as H
 from fasop.estimators.analytic import parallel as P
+from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.catalog import AnalyticParams, GpuType
 from fasop.specs.types import NodeType
@@ -49,12 +50,12 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
     nodes a GPU's share of the slowest node's network."""
     where = rank_nodes(nodes)
     assert len(where) >= tp * dp * pp, "fewer GPUs than ranks"
-    eff = params.link_efficiency
     g = min(n.gpus_per_node for n in nodes)
     intra = lambda ks: C.Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
                               params.intra_node_latency_s)
-    inter = lambda ks, share: C.Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
-                                     params.inter_node_latency_s)
+    net = lambda ks: min(nodes[k].inter_node_bytes_per_s for k in ks)
+    inter = lambda ks, share: C.Link(overheads.network_bytes_per_s(params, net(ks)) / share,
+                                     overheads.network_latency_s(params, net(ks)))
     link = lambda ks, share: intra(ks) if H.one_domain(ks, g, H.domain_gpus(gpus, ks, g)) else inter(ks, share)
     span = lambda ranks: sorted({where[r] for r in ranks})
     out = []
@@ -70,9 +71,8 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
             limit = min(nodes[k].memory_limit_bytes for k in ks)
             if gpu_names is not None and gpu_names[i][d] is not gpu:
                 gpu, limit = gpu_names[i][d], gpu_names[i][d].memory_bytes
-            groups = P.GroupLinks(intra(block).bytes_per_s,
-                                  min(nodes[k].inter_node_bytes_per_s for k in block) * eff["network"],
-                                  params.intra_node_latency_s, params.inter_node_latency_s, g,
+            groups = P.GroupLinks(intra(block).bytes_per_s, overheads.network_bytes_per_s(params, net(block)),
+                                  params.intra_node_latency_s, overheads.network_latency_s(params, net(block)), g,
                                   H.domain_gpus(gpus, block, g))
             stages.append(C.StageHardware(gpu=gpu, tp_link=link(ks, min(g, tp)), dp_link=link(block, min(g, tp)),
                                           next_link=nxt, memory_limit_bytes=limit, groups=groups))
