@@ -129,3 +129,31 @@ def test_sailor_measured_runs_within_their_bounds(name):
     report = validate(Path(__file__).parent / "data" / name)
     mape, worst = SAILOR[name]
     assert report.mape <= mape + 0.5 and report.max_error <= worst + 0.5, (report.mape, report.max_error)
+
+
+def test_a_file_of_cluster_rows_needs_no_gpu_column(tmp_path):
+    """Rows that all name a cluster may leave the `gpu` column out altogether (its nodes name the
+    GPUs); the same rows with an empty `gpu` column predict the same; without `cluster` either,
+    the header is refused."""
+    path = _run(tmp_path, ROW.format(split="", stages=""))
+    with_column = _out(validate(path))[0]
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    for r in rows:
+        del r["gpu"]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    path.write_text(out.getvalue())
+    without = _out(validate(path))[0]
+    assert without["predicted_seconds_per_iter"] == with_column["predicted_seconds_per_iter"]
+    assert without["stage_gpus"] == "V100-SXM2-16GB|V100-SXM2-16GB/T4/T4"
+    for r in rows:
+        del r["cluster"]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    path.write_text(out.getvalue())
+    with pytest.raises(Exception, match="missing required column 'gpu'"):
+        validate(path)

@@ -73,7 +73,8 @@ def read_rows(path: Path) -> list[Row]:
     if odd is not None:  # DictReader's restkey (extra cells) / restval (missing ones)
         raise FasopError(f"{path}: line {odd.line}: {'more' if None in odd.cells else 'fewer'} cells than the "
                          f"header's {len(header)} columns")
-    missing = [c for c in REQUIRED if c not in header and not ("model" in header and c in ARCHITECTURE)]
+    missing = [c for c in REQUIRED if c not in header and not ("model" in header and c in ARCHITECTURE)
+               and not (c == "gpu" and "cluster" in header)]   # a cluster's nodes name the GPUs
     if missing:
         raise FasopError(f"{path}: header: missing required column {missing[0]!r} (required: {', '.join(REQUIRED)})")
     unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
