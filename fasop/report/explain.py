@@ -29,7 +29,7 @@ from fasop.core.cells import counted
 from fasop.core.errors import FasopError
 from fasop.costs.parts import EstimateParts, parts_of
 from fasop.plans.rowplan import RowPlan, finite, stage_layer_names
-from fasop.report.export import settings_of
+from fasop.report.export_settings import settings_of
 from fasop.schedule.pipeline import Schedule
 from fasop.schedule.timeline import timeline
 from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
