@@ -121,7 +121,8 @@ def _auto_top(args: argparse.Namespace, model, cluster, inventory) -> tuple[int 
     check_strategies(args.placements, args.partitioner, 1)
     if len({n.name for n in inventory}) > 1 and not args.heterogeneous:
         return None, ""  # search says why
-    plans, orders = plan_count(model, cluster, inventory, placements=args.placements, partitioner=args.partitioner)
+    plans, orders = plan_count(model, cluster, inventory, placements=args.placements, partitioner=args.partitioner,
+                               estimator_options=cli_recipes.options(args, cluster))
     if plans <= AUTO_TOP_PLANS or orders > MAX_ORDERS:
         return None, ""
     return AUTO_TOP, (f"note: {plans:,} plans, more than {AUTO_TOP_PLANS:,}: kept the {AUTO_TOP} fastest that fit, "
