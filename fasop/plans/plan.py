@@ -1,9 +1,12 @@
 """A parallelisation plan: degrees, micro-batch size and the order of nodes along the pipeline.
 
 The layer split is not part of a :class:`Plan`: a partitioner chooses it, and the estimate
-that results carries it. Ranks follow Megatron-LM's order: rank = t + tp*d + tp*dp*p
-(t: tensor-parallel index, d: data-parallel index, p: pipeline stage), and node k holds ranks
-k*M ... k*M + M - 1 (M GPUs per node), so stage p occupies ranks [p*tp*dp, (p+1)*tp*dp).
+that results carries it. Ranks follow Megatron-LM's order (tp-cp-ep-dp-pp): rank = t + tp*c + tp*cp*d + tp*cp*dp*p
+(t: tensor-parallel index, c: context-parallel index, d: data-parallel index, p: pipeline stage),
+and node k holds ranks k*M ... k*M + M - 1 (M GPUs per node), so stage p occupies ranks
+[p*tp*cp*dp, (p+1)*tp*cp*dp). Expert parallelism (ep, etp) carves its groups out of a stage's
+tp*cp*dp ranks (Megatron-Core's "MoE parallel folding": fasop/estimators/analytic/parallel.py);
+it adds no ranks. cp = ep = etp = 1 is the dense plan of FASOP, keyed and written as before.
 """
 
 from __future__ import annotations
@@ -78,6 +81,12 @@ class Plan:
     global_batch_size: int
     placement: tuple[NodeType, ...]
     """The node type of every node, in rank order (node 0 holds ranks 0..M-1)."""
+    cp: int = 1
+    """Context-parallel degree: each sequence split into 2*cp chunks over cp ranks (Megatron-Core)."""
+    ep: int = 1
+    """Expert-parallel degree: each MoE layer's experts split over ep ranks of a stage."""
+    etp: int = 1
+    """Expert tensor-parallel degree: each expert's matrices split over etp ranks."""
 
     @property
     def gpus_per_node(self) -> int:
@@ -85,7 +94,7 @@ class Plan:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.dp * self.pp
+        return self.tp * self.cp * self.dp * self.pp
 
     @property
     def num_microbatches(self) -> int:
@@ -97,18 +106,24 @@ class Plan:
 
     def key(self) -> str:
         """Stable identifier, e.g. `tp2-dp2-pp8-mbs1@a10-a100-a10-...`."""
-        return f"tp{self.tp}-dp{self.dp}-pp{self.pp}-mbs{self.mbs}@{self.placement_name}"
+        return f"tp{self.tp}{self.expert_key}-dp{self.dp}-pp{self.pp}-mbs{self.mbs}@{self.placement_name}"
+
+    @property
+    def expert_key(self) -> str:
+        """`-cp2-ep8-etp1` for the degrees not 1 (empty for a dense plan: FASOP's keys unchanged)."""
+        parts = [f"-{name}{v}" for name, v in (("cp", self.cp), ("ep", self.ep), ("etp", self.etp)) if v != 1]
+        return "".join(parts)
 
     def node_of_rank(self, rank: int) -> NodeType:
         return self.placement[rank // self.gpus_per_node]
 
-    def rank(self, stage: int, d: int, t: int) -> int:
-        return t + self.tp * d + self.tp * self.dp * stage
+    def rank(self, stage: int, d: int, t: int, c: int = 0) -> int:
+        return t + self.tp * c + self.tp * self.cp * d + self.tp * self.cp * self.dp * stage
 
     @property
     def stage_node_indices(self) -> tuple[tuple[int, ...], ...]:
         """Indices of the nodes holding each stage's ranks, ascending."""
-        return stage_node_indices(self.tp * self.dp, self.pp, self.gpus_per_node)
+        return stage_node_indices(self.tp * self.cp * self.dp, self.pp, self.gpus_per_node)
 
 
 @lru_cache(maxsize=4096)

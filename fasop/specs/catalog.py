@@ -34,7 +34,7 @@ VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
 """Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
-_PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
+_PARAM_KEYS = ("moe_load_imbalance", "grouped_gemm_efficiency", "memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
@@ -168,6 +168,10 @@ class AnalyticParams:
     def gpu(self, gpu: GpuType) -> GpuType:
         """`gpu` as these constants' calibration has it (itself when not calibrated)."""
         return self.calibrated_gpus.get(canonical(gpu.name), gpu)
+    moe_load_imbalance: float = 1.0
+    """Tokens the busiest expert-parallel rank receives / the mean (rho >= 1)."""
+    grouped_gemm_efficiency: float = 1.0
+    """Rate of the routed experts' grouped GEMM as a share of the GPU's dense matmul rate."""
 
 
 def canonical(name: str) -> str:
@@ -284,6 +288,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     tile = get("matmul_tile", list, lambda v: len(v) == 2 and all(type(x) is int and 1 <= x <= 1024 for x in v),
                "[rows, columns]: two integers in [1, 1024]")
     layer = r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]")
+    rho = get("moe_load_imbalance", (int, float), lambda v: 1 <= v <= 16, "in [1, 16]")
+    grouped = get("grouped_gemm_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
     r.done()
     new = AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
@@ -309,6 +315,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         layer_overhead_s=float(layer) if layer is not None else (base.layer_overhead_s if base else 0.0),
         calibrated_gpus=base.calibrated_gpus if base else {},
         calibration=base.calibration if base else (),
+        moe_load_imbalance=float(rho) if rho is not None else base.moe_load_imbalance,
+        grouped_gemm_efficiency=float(grouped) if grouped is not None else base.grouped_gemm_efficiency,
     )
     return new
 

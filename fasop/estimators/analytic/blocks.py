@@ -116,10 +116,12 @@ def mtp_params(a: Architecture) -> int:
 
 
 # ----------------------------------------------------------------------------- matmuls and scores
-def kind_gemms(a: Architecture, kind: str, b: int, s: int, t: int, ep: int = 1) -> tuple:
+def kind_gemms(a: Architecture, kind: str, b: int, s: int, t: int, ep: int = 1, routed: bool = True) -> tuple:
     """(count, m, n, k) of one layer's forward weight matmuls on one TP rank. MLA's down
     projections are replicated over TP (Megatron-Core); the router too; routed experts are a
-    grouped GEMM of E/ep experts of bs·k·ep/E tokens each (balanced routing, 07 §2.2)."""
+    grouped GEMM of E/ep experts of bs·k·ep/E tokens each (balanced routing, 07 §2.2). Without
+    `routed`, the router and the routed experts are left out (the estimator costs them per EP
+    rank: parallel.moe_s)."""
     h, bs, up = a.hidden_size, b * s, _up(a) - 1
     out = []
     if kind in ATTENTION_KINDS:
@@ -140,8 +142,9 @@ def kind_gemms(a: Architecture, kind: str, b: int, s: int, t: int, ep: int = 1) 
     if kind in MOE_KINDS:
         e = a.moe
         fe, fs, rows = e.expert_ffn_hidden_size, e.shared_width, bs * e.experts_per_token * ep / e.num_experts
-        out += [(1, bs, e.num_experts, h), (e.num_experts / ep, rows, up * fe / t, h),
-                (e.num_experts / ep, rows, h, fe / t)]
+        if routed:
+            out += [(1, bs, e.num_experts, h), (e.num_experts / ep, rows, up * fe / t, h),
+                    (e.num_experts / ep, rows, h, fe / t)]
         if fs:
             out += [(1, bs, up * fs / t, h), (1, bs, h, fs / t)]
     if kind == "mamba":
@@ -210,11 +213,12 @@ def kind_elementwise_bytes(a: Architecture, kind: str, b: int, s: int, t: int, s
     return replicated / (t if sp else 1) + split / t
 
 
-def kind_gemm_bytes(a: Architecture, kind: str, b: int, s: int, t: int, e: int, operand: float) -> float:
+def kind_gemm_bytes(a: Architecture, kind: str, b: int, s: int, t: int, e: int, operand: float,
+                    routed: bool = True) -> float:
     """Inputs, weights and outputs of one layer's weight matmuls (kind_gemms), plus the attention
     core's Q, K, V reads and context write."""
     total = 0.0
-    for c, m, n, k in kind_gemms(a, kind, b, s, t):
+    for c, m, n, k in kind_gemms(a, kind, b, s, t, routed=routed):
         total += c * (operand * (m * k + n * k) + e * m * n)
     if kind in ATTENTION_KINDS:
         ml = a.mla
@@ -224,9 +228,9 @@ def kind_gemm_bytes(a: Architecture, kind: str, b: int, s: int, t: int, e: int, 
     return total
 
 
-def kind_cast_elements(a: Architecture, kind: str, b: int, s: int, t: int) -> float:
+def kind_cast_elements(a: Architecture, kind: str, b: int, s: int, t: int, routed: bool = True) -> float:
     """Matmul inputs an FP8 run casts (the m x k operand of every weight matmul)."""
-    return sum(c * m * k for c, m, n, k in kind_gemms(a, kind, b, s, t))
+    return sum(c * m * k for c, m, n, k in kind_gemms(a, kind, b, s, t, routed=routed))
 
 
 def kind_activation_terms(a: Architecture, kind: str, s: int) -> tuple[float, float, float]:

@@ -48,32 +48,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import parallel as P
+from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
-                                   stage_memory, stage_params)
-from fasop.specs.catalog import AnalyticParams, GpuType
+                                              stage_memory, stage_param_split, stage_params, state_shards)
+from fasop.specs.catalog import GpuType
 
 ACT_BYTES = 2
 FLASH_BACKWARD_MATMULS = 5
 """FlashAttention's backward: QK^T recomputed, then dV, dP, dQ, dK -- 5 matmuls to the forward's 2."""
-
-
-@dataclass(frozen=True)
-class Link:
-    bytes_per_s: float
-    """Effective bandwidth (nominal x efficiency) one member of a collective sends at."""
-    latency_s: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageHardware:
-    gpu: GpuType
-    tp_link: Link
-    dp_link: Link
-    next_link: Link | None
-    """To the next stage (None for the last)."""
-    memory_limit_bytes: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +102,7 @@ def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     rate, tile = gpu.matmul_flops(w.recipe.precision), w.params.matmul_tile
     q = lambda m, n: L.wave_efficiency(m, n, gpu.streaming_multiprocessors, tile)
     fwd = bwd = 0.0
-    for c, m, n, k in L.layer_gemms(w.arch, w.mbs, w.seq, w.tp):
+    for c, m, n, k in L.layer_gemms(w.arch, w.mbs, w.local_seq, w.tp, routed=False):
         flops = c * 2 * m * n * k
         fwd += flops / (rate * q(m, n))
         bwd += flops / (rate * q(m, k)) + flops / (rate * q(k, n))
@@ -132,34 +117,42 @@ def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: floa
 
 
 @lru_cache(maxsize=1 << 16)
-def layer_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
-    """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included."""
-    a, b, s, t, r = w.arch, w.mbs, w.seq, w.tp, w.recipe
+def layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | None = None) -> tuple[float, float]:
+    """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included;
+    with cp > 1 or experts, the CP ring and the MoE layer over the stage's `hw_groups` links."""
+    a, b, s, t, r = w.arch, w.mbs, w.local_seq, w.tp, w.recipe
     fused = w.params.fused_attention
     linear_fwd, linear_bwd = linear_s(w, gpu)
-    core = L.attention_core_flops(a, b, s, t, 0.5 if fused else 1.0)
+    # a CP rank's queries (s/cp) meet all s keys, causally balanced: 1/cp of the s x s core
+    core = L.attention_core_flops(a, b, w.seq, t, 0.5 if fused else 1.0) / w.cp
     e = r.value_bytes
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, fused)
     operand = 1 if r.precision == "fp8" else e    # FP8 matmuls read FP8 inputs and weights
-    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand) if w.params.gemm_traffic else 0.0
+    gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand, routed=False) if w.params.gemm_traffic else 0.0
     if r.precision == "fp8":
-        moved += L.fp8_cast_elements(a, b, s, t) * w.params.fp8_cast_bytes
+        moved += L.fp8_cast_elements(a, b, s, t, routed=False) * w.params.fp8_cast_bytes
     # + the per-layer overhead (launches, framework: `layer_overhead_s`), 2x in the backward, again when recomputed
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved + gemm_bytes) + gpu.layer_overhead(w.params)
     core_bwd_extra = 0.0
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.precision == "fp8" else r.precision
         rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * gpu.attention_share(w.params)
-        fwd += core / rate
+        attention = core / rate
         # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
         core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * (core / rate) / 2
     else:
-        fwd += _kernel_s(w, gpu, 0.0, core, 0.0)
+        attention = _kernel_s(w, gpu, 0.0, core, 0.0)
+    fwd += attention
     tp_comm, tp_fwd = tp_collectives_s(w, tp_link)
     accumulate = 0.0 if w.params.gradient_accumulation_fusion else \
-        2 * L.layer_params(a) / t * w.params.gradient_reduce_bytes[r.precision]
+        2 * stage_params(w, 1, False, False) * w.params.gradient_reduce_bytes[r.precision]
     bwd = 2 * fwd + linear_bwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     fwd += linear_fwd
+    if w.cp > 1 or w.arch.moe is not None:
+        groups = hw_groups or P.FREE_LINKS
+        cf, cb = P.cp_s(w, groups, attention, 2 * attention + core_bwd_extra)
+        mf, mb = P.moe_s(w, gpu, groups)
+        fwd, bwd = fwd + cf + mf, bwd + cb + mb
     if r.recompute == "full":
         bwd += fwd + tp_fwd
     elif r.recompute == "selective" and not fused:
@@ -177,7 +170,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
     share: two all-reduces of b·s·h 16-bit values each way (with SP, reduce-scatter + all-gather).
     An FP8 run with SP all-gathers the matmul inputs already cast to FP8 (Transformer Engine gathers
     the FP8 tensor): in the forward, one byte an element for the two all-gathers."""
-    size = w.mbs * w.seq * w.arch.hidden_size * w.recipe.value_bytes
+    size = w.mbs * w.local_seq * w.arch.hidden_size * w.recipe.value_bytes
     bwd = 2 * all_reduce_s(size, w.tp, tp_link)
     fwd = bwd
     if w.recipe.sequence_parallel and w.recipe.precision == "fp8":
@@ -189,7 +182,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
 @lru_cache(maxsize=1 << 16)
 def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
     """Lookup (write b·s·h) and the vocab-parallel all-reduce; backward scatters into the table."""
-    a, b, s = w.arch, w.mbs, w.seq
+    a, b, s = w.arch, w.mbs, w.local_seq
     moved = b * s * a.hidden_size * w.recipe.value_bytes
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved) + all_reduce_s(moved, w.tp, tp_link)
     return fwd, 2 * _kernel_s(w, gpu, 0.0, 0.0, moved)
@@ -198,7 +191,7 @@ def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]
 @lru_cache(maxsize=1 << 16)
 def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     """Logits matmul (at the 16-bit peak: the output layer stays in bf16 under FP8) and the loss."""
-    a, b, s, t = w.arch, w.mbs, w.seq, w.tp
+    a, b, s, t = w.arch, w.mbs, w.local_seq, w.tp
     flops = L.head_forward_flops(a, b, s, t)
     moved = L.head_forward_bytes(a, b, s, t, w.recipe.value_bytes)
     if w.params.gemm_traffic:
@@ -208,13 +201,28 @@ def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- the step
+def shard_group(w: Workload) -> tuple[int, int]:
+    """(shard, replicate): the ranks ZeRO/FSDP shards the states over and the replicas of a shard
+    (HSDP); dense gradients reduce over DP x CP (Megatron-Core's dp-cp group; torchtitan's
+    fsdp = dp_shard x cp), so shard x replicate = dp x cp."""
+    group = w.dp * w.cp
+    shard = w.shard or group
+    return shard, group // shard
+
+
 def dp_sync_s(w: Workload, params: float, link: Link) -> float:
-    """A stage's gradient reduction over its DP group (and the weight all-gather when sharded)."""
+    """A stage's gradient reduction over its DP x CP group: all-reduce; sharded (ZeRO 1-2),
+    reduce-scatter + all-gather of the 16-bit weights; FSDP (ZeRO 3) reduce-scatter only (its
+    weights are gathered layer by layer, zero3_gather_s); HSDP adds the all-reduce of the shard
+    across the replicas."""
+    grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
     grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
     buckets = max(1, math.ceil(grad / w.params.gradient_bucket_bytes))
+    shard, replicate = shard_group(w)
     if w.recipe.zero == 0:
-        return all_reduce_s(grad, w.dp, link, buckets)
-    return gather_s(grad, w.dp, link, buckets) + gather_s(params * w.recipe.value_bytes, w.dp, link, buckets)
+        return all_reduce_s(grad, shard * replicate, link, buckets)
+    gathers = gather_s(grad, shard, link, buckets) + all_reduce_s(grad / shard, replicate, link)
+    return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
 
 
 def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
@@ -230,12 +238,16 @@ def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
     return min(flat, max(0.0, sync - cover))
 
 
-def zero3_gather_s(w: Workload, params: float, link: Link) -> float:
-    """ZeRO-3 gathers the stage's weights before its forward and again before its backward,
-    every micro-batch; the part not hidden behind compute (1 - dp_overlap) adds to the stage."""
-    if w.recipe.zero < 3:
-        return 0.0
-    return 2 * gather_s(params * w.recipe.value_bytes, w.dp, link) * (1 - w.params.dp_overlap)
+def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: float, bwd: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of FSDP's per-layer weight all-gathers over the shard
+    group, every micro-batch: each layer's gather (the stage's `params` over its `layers`) is
+    prefetched behind the previous layer's compute (`fwd`, `bwd`: one layer's seconds), the first
+    exposed (parallel.fsdp_exposed_s); then (1 - dp_overlap) of what is left."""
+    if w.recipe.zero < 3 or layers <= 0:
+        return 0.0, 0.0
+    one = gather_s(params / layers * w.recipe.value_bytes, shard_group(w)[0], link)
+    keep = 1 - w.params.dp_overlap
+    return P.fsdp_exposed_s(one, fwd, layers) * keep, P.fsdp_exposed_s(one, bwd, layers) * keep
 
 
 def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...],
@@ -244,7 +256,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     `times[i]`, when given, replaces stage i's analytic (fwd, bwd) seconds of one layer."""
     p, v = w.pp, w.recipe.virtual_stages
     fwd, bwd, params = stage_times(w, stages, counts, times)
-    size = w.mbs * w.seq * w.arch.hidden_size * w.recipe.value_bytes / w.tp
+    size = w.mbs * w.local_seq * w.arch.hidden_size * w.recipe.value_bytes / w.tp
     links = [hw.next_link for hw in stages[:-1]]
     if v > 1 and p > 1:
         links.append(stages[-1].next_link or stages[-1].dp_link)   # the wrap to stage 0
@@ -272,7 +284,8 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     if w.arch.tied_embeddings and p > 1:
         table = w.arch.vocab_size * w.arch.hidden_size / w.tp * w.params.gradient_reduce_bytes[w.recipe.precision]
         emb = all_reduce_s(table, 2, stages[0].next_link)
-    opt = max(optimizer_s(w, params[i], stages[i].gpu) for i in range(p))
+    opt = max(optimizer_s(w, params[i], stages[i].gpu, stage_param_split(w, counts[i], i == 0, i == p - 1)[1])
+              for i in range(p))
     return Step(stage_fwd_s=tuple(fwd), stage_bwd_s=tuple(bwd), p2p_s=p2p, pipeline_s=pipeline,
                 stage_end_s=tuple(ends), dp_s=dp, dp_exposed_s=exposed, embedding_sync_s=emb, optimizer_s=opt,
                 step_s=done + emb + opt)
@@ -283,8 +296,8 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
     p = w.pp
     fwd, bwd, params = [], [], []
     for i, (hw, n) in enumerate(zip(stages, counts)):
-        f, bk = times[i] if times and times[i] else layer_s(w, hw.gpu, hw.tp_link)
-        f, bk = n * f, n * bk
+        f1, b1 = times[i] if times and times[i] else layer_s(w, hw.gpu, hw.tp_link, hw.groups)
+        f, bk = n * f1, n * b1
         if i == 0:
             ef, eb = embedding_s(w, hw.gpu, hw.tp_link)
             f, bk = f + ef, bk + eb
@@ -292,15 +305,18 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             hf, hb = head_s(w, hw.gpu)
             f, bk = f + hf, bk + hb
         params.append(stage_params(w, n, i == 0, i == p - 1))
-        g = zero3_gather_s(w, params[-1], hw.dp_link)
-        fwd.append(f + g / 2)
-        bwd.append(bk + g / 2)
+        gf, gb = zero3_gather_s(w, params[-1], hw.dp_link, n, f1, b1)
+        fwd.append(f + gf)
+        bwd.append(bk + gb)
     return fwd, bwd, params
 
 
-def optimizer_s(w: Workload, params: float, gpu: GpuType) -> float:
-    """Adam over the GPU's share of the stage's parameters, and fp16's loss-scaling passes: memory bound."""
-    local = params / (w.dp if w.recipe.zero >= 1 else 1)
+def optimizer_s(w: Workload, params: float, gpu: GpuType, experts: float = 0.0) -> float:
+    """Adam over the GPU's share of the stage's `params` (of which `experts` routed-expert ones), and
+    fp16's loss-scaling passes: memory bound. Sharded (ZeRO >= 1), the dense states divide over the
+    shard group, the experts' over theirs (memory.state_shards)."""
+    dense_shard, expert_shard = state_shards(w) if w.recipe.zero >= 1 else (1, 1)
+    local = (params - experts) / dense_shard + experts / expert_shard
     moved = w.params.optimizer_step_bytes[w.recipe.precision]
     moved += w.params.loss_scaling_bytes if w.recipe.precision == "fp16" else 0.0
     return local * moved / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
@@ -319,7 +335,7 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
         return None
     per, extra, cap = [], [], []
     for i, hw in enumerate(stages):
-        per.append(sum(times[i]) if times and times[i] else sum(layer_s(w, hw.gpu, hw.tp_link)))
+        per.append(sum(times[i]) if times and times[i] else sum(layer_s(w, hw.gpu, hw.tp_link, hw.groups)))
         e = sum(embedding_s(w, hw.gpu, hw.tp_link)) if i == 0 else 0.0
         e += sum(head_s(w, hw.gpu)) if i == p - 1 else 0.0
         extra.append(e)
@@ -340,39 +356,3 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
         if counts[i] < cap[i]:
             heapq.heappush(heap, (per[i] * (counts[i] + 1) + extra[i], i))
     return tuple(counts)
-
-
-# ----------------------------------------------------------------------------- links of a plan
-def stage_hardware(tp: int, dp: int, pp: int, nodes, gpus, params: AnalyticParams) -> tuple[StageHardware, ...]:
-    """Each stage's GPU and links for Megatron's rank order (rank = t + tp·d + tp·dp·stage; node k
-    holds ranks kG .. kG + G - 1). `nodes[k]` is node k's NodeType, `gpus[k]` its catalog GPU.
-    A stage spanning GPU types runs at its slowest GPU and its groups on its slowest links. A
-    group inside a node uses the GPU link; across nodes, a GPU's share of the node's network:
-    the G GPUs of a node send at once, split over the min(G, group block) ranks crossing it."""
-    g = nodes[0].gpus_per_node
-    return tuple(one_stage(tp, dp, pp, i, g, nodes, gpus, params) for i in range(pp))
-
-
-def stage_span(tp: int, dp: int, pp: int, i: int, g: int) -> tuple[int, int, int]:
-    """(first node, last node, first node of the next stage -- the last node for the last stage)."""
-    block = tp * dp
-    first, last = i * block // g, ((i + 1) * block - 1) // g
-    return first, last, (i + 1) * block // g if i + 1 < pp else last
-
-
-def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: AnalyticParams) -> StageHardware:
-    """Stage i of stage_hardware; reads nodes[k], gpus[k] only for k in stage_span (G GPUs a node)."""
-    eff = params.link_efficiency
-    first, last, after = stage_span(tp, dp, pp, i, g)
-    ks = range(first, last + 1)
-    intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
-                            params.intra_node_latency_s)
-    inter = lambda ks, share: Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
-                                   params.inter_node_latency_s)
-    gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
-    nxt = None
-    if i + 1 < pp:
-        nxt = intra((last,)) if last == after else inter((last, after), min(g, tp * dp))
-    return StageHardware(gpu=gpu, tp_link=intra(ks) if tp <= g else inter(ks, g),
-                         dp_link=intra(ks) if len(ks) == 1 else inter(ks, min(tp, g)), next_link=nxt,
-                         memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks))

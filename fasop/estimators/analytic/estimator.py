@@ -86,7 +86,7 @@ class AnalyticEstimator:
 
     def signature(self, plan: Plan):
         stages = self._stages(plan)
-        return plan.tp, plan.dp, plan.pp, plan.mbs, tuple(
+        return plan.tp, plan.dp, plan.pp, plan.mbs, plan.cp, plan.ep, plan.etp, tuple(
             (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes) for hw in stages)
 
     def quick_bound(self, plan: Plan) -> float:
@@ -95,7 +95,7 @@ class AnalyticEstimator:
         m x max + (sum - max)/v >= (m + (p - 1)/v) x mean)."""
         if self.model.profile is not None:  # profiled layers may be faster than the analytic floor
             return 0.0
-        key = (plan.tp, plan.dp, plan.pp, plan.mbs)
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.cp, plan.ep, plan.etp)
         if key not in self._bounds:
             fast = C.Link(float("inf"), 0.0)
             self._bounds[key] = min(sum(C.layer_s(self._workload(plan, r), gpu, fast))
@@ -167,10 +167,11 @@ class AnalyticEstimator:
     # ------------------------------------------------------------------ pieces
     def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
         gpus = tuple(self.gpus[n.name] for n in plan.placement)
-        return C.stage_hardware(plan.tp, plan.dp, plan.pp, plan.placement, gpus, self.params)
+        # CP ranks sit between TP and DP (tp-cp-dp): a stage is tp x (cp*dp) ranks to its links
+        return C.stage_hardware(plan.tp, plan.cp * plan.dp, plan.pp, plan.placement, gpus, self.params)
 
     def _recipes(self, plan: Plan) -> list[Recipe]:
-        key = (plan.tp, plan.dp, plan.pp, plan.num_microbatches)
+        key = (plan.tp, plan.dp, plan.pp, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
         if key not in self._recipe_lists:
             self._recipe_lists[key] = list(self._recipes_of(plan))
         return self._recipe_lists[key]
@@ -179,7 +180,7 @@ class AnalyticEstimator:
         """The recipes whose memory could hold the model on pp stages of the inventory's largest
         GPU (a necessary condition for any placement: analytic_cost.split_layers' capacity test);
         all of them when none can (the plan does not fit whatever the recipe)."""
-        key = ("possible", plan.tp, plan.dp, plan.pp, plan.num_microbatches)
+        key = ("possible", plan.tp, plan.dp, plan.pp, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
         if key not in self._recipe_lists:
             roomiest = max(n.memory_limit_bytes for n in self.inventory)
             n = self.arch.num_layers
@@ -191,7 +192,7 @@ class AnalyticEstimator:
     def _recipes_of(self, plan: Plan):
         r = self.recipes
         sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
-        zero = [z for z in r["zero"] if plan.dp > 1 or z == 0] or [0]
+        zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
         m = plan.num_microbatches
         vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not self.arch.num_layers % (plan.pp * v)
                                                            and not m % plan.pp)] or [1]
@@ -200,12 +201,13 @@ class AnalyticEstimator:
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
         """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""
-        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.global_batch_size, recipe)
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.global_batch_size, recipe, plan.cp, plan.ep, plan.etp)
         w = self._workloads.get(key)
         if w is None:
             w = self._workloads[key] = C.Workload(
                 arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
-                num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params)
+                num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params, cp=plan.cp, ep=plan.ep,
+                etp=plan.etp)
         return w
 
     def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
@@ -216,7 +218,7 @@ class AnalyticEstimator:
 
     def _layer_times(self, w: C.Workload, stages, profiled) -> tuple[tuple[float, float], ...]:
         """Each stage's (fwd, bwd) of one layer: the profile's where it has one, else analytic."""
-        return tuple(profiled[i] if profiled and profiled[i] else C.layer_s(w, hw.gpu, hw.tp_link)
+        return tuple(profiled[i] if profiled and profiled[i] else C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
                      for i, hw in enumerate(stages))
 
     def _score(self, plan: Plan, stages, w: C.Workload, times) -> _Scored:

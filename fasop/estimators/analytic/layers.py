@@ -168,15 +168,17 @@ def layer_gemm_shapes(a: Architecture, b: int, s: int, t: int) -> tuple[tuple[in
 
 
 @lru_cache(maxsize=256)
-def layer_gemms(a: Architecture, b: int, s: int, t: int, ep: int = 1) -> tuple[tuple[float, float, float, float], ...]:
+def layer_gemms(a: Architecture, b: int, s: int, t: int, ep: int = 1,
+                routed: bool = True) -> tuple[tuple[float, float, float, float], ...]:
     """(count, m, n, k) of the mean layer's forward weight matmuls on one TP rank: each shape with
     how many times a layer runs it on average (1 for each of a dense model's four; blocks.kind_gemms
-    for the other kinds, routed experts as a grouped GEMM over ep ranks)."""
+    for the other kinds, routed experts as a grouped GEMM over ep ranks; without `routed`, router
+    and routed experts left out)."""
     if _plain(a):
         return tuple((1, m, n, k) for m, n, k in layer_gemm_shapes(a, b, s, t))
     counts: dict = {}
     for kind in a.kinds:
-        for c, m, n, k in B.kind_gemms(a, kind, b, s, t, ep):
+        for c, m, n, k in B.kind_gemms(a, kind, b, s, t, ep, routed):
             counts[(m, n, k)] = counts.get((m, n, k), 0) + c
     return tuple((c / a.num_layers, m, n, k) for (m, n, k), c in counts.items())
 
@@ -230,14 +232,15 @@ def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: in
     return replicated / (t if sp else 1) + split / t
 
 
-def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: float | None = None) -> float:
+def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: float | None = None,
+                     routed: bool = True) -> float:
     """Bytes the weight matmuls of one layer's forward read and write on one TP rank: inputs,
     weights and outputs of QKV, O, the MLP's up (and gate) and down projections, and of the
     attention core's Q, K, V reads and context write (Calculon's per-op memory traffic).
     `operand`: bytes per input and weight element when not `e` (1 for FP8 matmuls)."""
     if not _plain(a):
         op = e if operand is None else operand
-        return B.mean_over_kinds(a, lambda kind: B.kind_gemm_bytes(a, kind, b, s, t, e, op))
+        return B.mean_over_kinds(a, lambda kind: B.kind_gemm_bytes(a, kind, b, s, t, e, op, routed))
     h, f, qkv = a.hidden_size, a.ffn_hidden_size, a.q_width + 2 * a.kv_width
     up = 2 if a.gated_mlp else 1
     bs = b * s
@@ -247,12 +250,12 @@ def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: f
     return (e if operand is None else operand) * (inputs + weights) + e * outputs
 
 
-def fp8_cast_elements(a: Architecture, b: int, s: int, t: int) -> float:
+def fp8_cast_elements(a: Architecture, b: int, s: int, t: int, routed: bool = True) -> float:
     """Elements an FP8 run casts per layer forward on one TP rank: the inputs of the QKV, O, MLP up
     and MLP down matmuls (Transformer Engine casts each to FP8, with a transposed copy for the
     weight-gradient matmul; the backward casts the output gradients the same way)."""
     if not _plain(a):
-        return B.mean_over_kinds(a, lambda kind: B.kind_cast_elements(a, kind, b, s, t))
+        return B.mean_over_kinds(a, lambda kind: B.kind_cast_elements(a, kind, b, s, t, routed))
     up_in, down_in = a.hidden_size, a.ffn_hidden_size / t
     return b * s * (a.hidden_size + a.q_width / t + up_in + down_in)
 
@@ -324,3 +327,14 @@ class Workload:
     num_microbatches: int
     recipe: Recipe
     params: AnalyticParams
+    cp: int = 1
+    """Context-parallel degree: a rank holds seq/cp tokens of each sequence (fasop/estimators/analytic/parallel.py)."""
+    ep: int = 1
+    etp: int = 1
+    shard: int = 0
+    """Ranks the ZeRO/FSDP states are sharded over (HSDP's shard degree); 0: all dp*cp."""
+
+    @property
+    def local_seq(self) -> int:
+        """Tokens of a sequence one rank holds."""
+        return self.seq // self.cp

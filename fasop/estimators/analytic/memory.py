@@ -5,6 +5,12 @@ weights, m, v) bytes per parameter, divided by dp for what ZeRO shards (1: optim
 gradients, 3: + weights); activations per layer (analytic_layers.activation_bytes) x layers x
 the micro-batches in flight at the stage: min(p - i, m) under 1F1B, x (1 + (p - 1)/(p v))
 interleaved (Korthikanti et al. 2022 §4.2.3); plus the framework overhead.
+
+With experts, context parallelism and FSDP (fasop/estimators/analytic/parallel.py): the routed
+experts are held 1/(ep*etp) per GPU, the rest 1/tp (Megatron-LM theoretical_memory_usage.py); the
+sharded states divide over the DP x CP group (HSDP: its shard degree) for dense parameters and
+over the expert data-parallel group for experts; activations are those of s/cp tokens; an MoE
+layer adds its dispatch buffers (the permuted tokens received and sent back).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import Workload
 
 
@@ -58,15 +65,34 @@ class MemoryParts:
 
 @lru_cache(maxsize=1 << 16)
 def stage_params(w: Workload, layers: int, first: bool, last: bool) -> float:
-    """Parameters one GPU of a stage holds (its 1/tp share)."""
+    """Parameters one GPU of a stage holds: its 1/tp share of the dense ones, 1/(ep*etp) of the experts."""
+    dense, experts = stage_param_split(w, layers, first, last)
+    return dense + experts
+
+
+@lru_cache(maxsize=1 << 16)
+def stage_param_split(w: Workload, layers: int, first: bool, last: bool) -> tuple[float, float]:
+    """(dense, routed experts) parameters one GPU of a stage holds. `layers.layer_params` counts a
+    whole layer, routed experts included; layers.expert_layer_params is their share."""
     a = w.arch
-    n = layers * L.layer_params(a)
+    routed = L.expert_layer_params(a)
+    n = layers * (L.layer_params(a) - routed)
     if first:
         n += L.embedding_params(a)
     if last:
         shared = a.tied_embeddings and first
         n += L.head_params(a) - (a.vocab_size * a.hidden_size if shared else 0)
-    return n / w.tp
+    return n / w.tp, layers * routed / (w.ep * w.etp)
+
+
+def state_shards(w: Workload) -> tuple[int, int]:
+    """(dense, expert) ranks ZeRO / FSDP shard a GPU's states over: the dense ones over the DP x CP
+    group (HSDP: its `shard` ranks), the routed experts' over the expert data-parallel group
+    (Megatron-Core's distributed optimizer shards each over its own gradient group; under HSDP
+    the same share of it)."""
+    shard = w.shard or w.dp * w.cp
+    edp = P.expert_data_parallel(w.tp, w.cp, w.dp, w.ep, w.etp) if w.arch.moe is not None else w.dp * w.cp
+    return shard, max(1, edp * shard // (w.dp * w.cp))
 
 
 def in_flight(w: Workload, stage: int) -> float:
@@ -80,17 +106,26 @@ def in_flight(w: Workload, stage: int) -> float:
 def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
     a, r, d = w.arch, w.recipe, w.dp
     first, last = stage == 0, stage == w.pp - 1
-    n = stage_params(w, layers, first, last)
+    dense, experts = stage_param_split(w, layers, first, last)
     grad_bytes = w.params.gradient_reduce_bytes[r.precision]
-    t, b, s = w.tp, w.mbs, w.seq
-    acts = layers * L.activation_bytes(a, b, s, t, r, w.params.fused_attention) * in_flight(w, stage)
+    t, b, s = w.tp, w.mbs, w.local_seq
+    per_layer = L.activation_bytes(a, b, s, t, r, w.params.fused_attention)
+    if a.moe is not None and r.recompute != "full":
+        # activation_bytes holds the k permuted copies of the mean rank's tokens (blocks.py); the
+        # busiest EP rank receives rho x as many: its dispatch buffers' excess over the mean
+        per_layer += P.moe_layer_share(a) * P.dispatch_buffer_bytes(
+            P.routed_tokens(w), a.moe.experts_per_token, a.hidden_size, r.value_bytes,
+            w.params.moe_load_imbalance - 1)
+    acts = layers * per_layer * in_flight(w, stage)
     if first:
         acts += L.embedding_activation_bytes(a, b, s, t, r.sequence_parallel) * in_flight(w, stage)
     if last:
         acts += L.head_activation_bytes(a, b, s, t)
-    return MemoryParts(weights=n * weight_bytes(w) / (d if r.zero >= 3 else 1),
-                       gradients=n * grad_bytes / (d if r.zero >= 2 else 1),
-                       optimizer=n * optimizer_bytes(w) / (d if r.zero >= 1 else 1),
+    dense_shard, expert_shard = state_shards(w)
+    states = P.state_bytes(dense=dense, experts=experts, zero=r.zero, dense_shard=dense_shard,
+                           expert_shard=expert_shard, weight_bytes=weight_bytes(w), grad_bytes=grad_bytes,
+                           adam_bytes=optimizer_bytes(w))
+    return MemoryParts(weights=states.weights, gradients=states.gradients, optimizer=states.optimizer,
                        activations=acts, overhead=w.params.framework_overhead_bytes)
 
 

@@ -63,8 +63,8 @@ class AnalyticPrefixBounds:
         self.v = np.array([float(r.virtual_stages) for r in self.recipes])
         self.kind_of = {k.name: i for i, k in enumerate(self.kinds)}
         self.gpus = [estimator.gpus[k.name] for k in self.kinds]
-        self.size = shape.mbs * estimator.model.sequence_length * estimator.arch.hidden_size * C.ACT_BYTES / shape.tp
-        block = shape.tp * shape.dp
+        self.size = shape.mbs * estimator.model.sequence_length * estimator.arch.hidden_size * C.ACT_BYTES / (shape.tp * shape.cp)
+        block = shape.tp * shape.cp * shape.dp
         self.per_stage = block // self.g if block % self.g == 0 else 0
         """Nodes each stage spans (0: not a whole number)."""
         self.per_node = self.g // block if self.g % block == 0 else 0
@@ -93,16 +93,16 @@ class AnalyticPrefixBounds:
         sh, p = self.shape, self.p
         while len(done) < p:
             s = len(done)
-            first, last, after = C.stage_span(sh.tp, sh.dp, p, s, self.g)
+            first, last, after = C.stage_span(sh.tp, sh.cp * sh.dp, p, s, self.g)
             if max(last, after) > position:
                 break
             done = done + (self._stage_id(s, tail[:max(last, after) - first + 1], first),)
-            start = C.stage_span(sh.tp, sh.dp, p, s + 1, self.g)[0] if s + 1 < p else position + 1
+            start = C.stage_span(sh.tp, sh.cp * sh.dp, p, s + 1, self.g)[0] if s + 1 < p else position + 1
             tail = tail[start - first:]
         if self.symmetric and len(done) < p and len(tail) > 1:
             # a stage's hardware depends on its nodes before its last one only through minima
             # (analytic_cost.one_stage): their order does not matter, so the state sorts them
-            first, last, _ = C.stage_span(sh.tp, sh.dp, p, len(done), self.g)
+            first, last, _ = C.stage_span(sh.tp, sh.cp * sh.dp, p, len(done), self.g)
             inner = last - first
             tail = tuple(sorted(tail[:inner])) + tail[inner:]
         return done, tail
@@ -115,8 +115,8 @@ class AnalyticPrefixBounds:
             nodes = _Window(tuple(self.kinds[k] for k in kinds), first)
             gpus = _Window(tuple(self.gpus[k] for k in kinds), first)
             sh = self.shape
-            hw = C.one_stage(sh.tp, sh.dp, self.p, s, self.g, nodes, gpus, self.e.params)
-            sig = (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes)
+            hw = C.one_stage(sh.tp, sh.cp * sh.dp, self.p, s, self.g, nodes, gpus, self.e.params)
+            sig = (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes, hw.groups)
             got = self._sig_ids.get(sig)
             if got is None:
                 got = self._sig_ids[sig] = len(self._sigs)
@@ -127,7 +127,7 @@ class AnalyticPrefixBounds:
     def _order_free(self) -> bool:
         """Whether swapping two of stage 0's first nodes never changes its hardware, whatever its
         last node and the next stage's first (one_stage's result, pair by pair of kinds)."""
-        first, last, after = C.stage_span(self.shape.tp, self.shape.dp, self.p, 0, self.g)
+        first, last, after = C.stage_span(self.shape.tp, self.shape.cp * self.shape.dp, self.p, 0, self.g)
         n = len(self.kinds)
         for a, b, c in itertools.product(range(n), repeat=3):
             rest = (a,) * (last - first - 2) + (c,) * (max(last, after) - last + 1)
@@ -202,8 +202,8 @@ class AnalyticPrefixBounds:
             first, last = i == 0, i == self.p - 1
             tau, extra, cap = [], [], []
             for w, v in zip(self.ws, self.v):
-                tau.append(sum(C.layer_s(w, hw.gpu, hw.tp_link)) + _gather_per_layer(w, hw.dp_link))
-                e = C.zero3_gather_s(w, C.stage_params(w, 0, first, last), hw.dp_link)
+                tau.append(sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, hw.dp_link, hw))
+                e = 0.0  # FSDP's gathers of the embedding / head: none counted (a lower bound)
                 e += sum(C.embedding_s(w, hw.gpu, hw.tp_link)) if first else 0.0
                 e += sum(C.head_s(w, hw.gpu)) if last else 0.0
                 out = hw.next_link if not last else (hw.dp_link if v > 1 and self.p > 1 else None)
@@ -292,13 +292,13 @@ class AnalyticPrefixBounds:
         best = np.full(len(self.ws), np.inf)
         seen = set()
         for i in range(self.p):
-            first, last, after = C.stage_span(self.shape.tp, self.shape.dp, self.p, i, self.g)
+            first, last, after = C.stage_span(self.shape.tp, self.shape.cp * self.shape.dp, self.p, i, self.g)
             if last - first + 1 < len(kinds) or (last - first, i == 0) in seen:
                 continue
             seen.add((last - first, i == 0))
             fill = tuple(kinds[(k - first) % len(kinds)] for k in range(first, max(last, after) + 1))
             hw = self._sigs[self._stage_id(i, fill, first)][0]
-            best = np.minimum(best, [sum(C.layer_s(w, hw.gpu, hw.tp_link)) + _gather_per_layer(w, hw.dp_link)
+            best = np.minimum(best, [sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, hw.dp_link, hw)
                                      for w in self.ws])
         return best
 
@@ -313,7 +313,7 @@ class AnalyticPrefixBounds:
         out = []
         n = len(self.kinds)
         for i in range(self.p):
-            first, last, after = C.stage_span(self.shape.tp, self.shape.dp, self.p, i, self.g)
+            first, last, after = C.stage_span(self.shape.tp, self.shape.cp * self.shape.dp, self.p, i, self.g)
             times = []
             for a, b in itertools.product(range(n), repeat=2):
                 fill = tuple(a if k <= last else b for k in range(first, max(last, after) + 1))
@@ -331,11 +331,14 @@ class AnalyticPrefixBounds:
         return emb, head
 
 
-def _gather_per_layer(w: C.Workload, link: C.Link) -> float:
-    """ZeRO-3's weight gathers per layer of a stage (analytic_cost.zero3_gather_s is affine in
-    the stage's parameters, which are linear in its layers)."""
-    one = C.stage_params(w, 1, False, False)
-    return C.zero3_gather_s(w, one, link) - C.zero3_gather_s(w, 0.0, link)
+def _gather_per_layer(w: C.Workload, link: C.Link, hw=None) -> float:
+    """A lower bound per layer on FSDP's exposed weight gathers (analytic_cost.zero3_gather_s:
+    the first gather + max(0, gather - compute) per later layer >= layers x max(0, gather - compute))."""
+    if w.recipe.zero < 3:
+        return 0.0
+    f, b = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
+    one = C.gather_s(C.stage_params(w, 1, False, False) * C.WEIGHT_BYTES, C.shard_group(w)[0], link)
+    return (max(0.0, one - f) + max(0.0, one - b)) * (1 - w.params.dp_overlap)
 
 
 def pipeline_floor(m: int, v: int, layers: int, taus: list[float], ends: tuple[float, float]) -> float:

@@ -1,0 +1,72 @@
+"""The links of a placement in the analytic model: each pipeline stage's GPU and the links its
+groups use (tensor, data, pipeline; NVLink and the NIC for its expert and context groups).
+
+Megatron's rank order, rank = t + tp·d + tp·dp·stage, with node k holding ranks kG .. kG + G - 1
+(G GPUs a node). A group inside a node uses the GPU link; across nodes, a GPU's share of the node's
+network (docs/estimators.md §A3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fasop.estimators.analytic import parallel as P
+from fasop.specs.catalog import AnalyticParams
+
+
+@dataclass(frozen=True)
+class Link:
+    bytes_per_s: float
+    """Effective bandwidth (nominal x efficiency) one member of a collective sends at."""
+    latency_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageHardware:
+    gpu: GpuType
+    tp_link: Link
+    dp_link: Link
+    next_link: Link | None
+    """To the next stage (None for the last)."""
+    memory_limit_bytes: float
+    groups: P.GroupLinks | None = None
+    """NVLink and NIC of the stage, for its EP and CP groups (which live inside the stage)."""
+
+
+# ----------------------------------------------------------------------------- links of a plan
+def stage_hardware(tp: int, dp: int, pp: int, nodes, gpus, params: AnalyticParams) -> tuple[StageHardware, ...]:
+    """Each stage's GPU and links for Megatron's rank order (rank = t + tp·d + tp·dp·stage; node k
+    holds ranks kG .. kG + G - 1). `nodes[k]` is node k's NodeType, `gpus[k]` its catalog GPU.
+    A stage spanning GPU types runs at its slowest GPU and its groups on its slowest links. A
+    group inside a node uses the GPU link; across nodes, a GPU's share of the node's network:
+    the G GPUs of a node send at once, split over the min(G, group block) ranks crossing it."""
+    g = nodes[0].gpus_per_node
+    return tuple(one_stage(tp, dp, pp, i, g, nodes, gpus, params) for i in range(pp))
+
+
+def stage_span(tp: int, dp: int, pp: int, i: int, g: int) -> tuple[int, int, int]:
+    """(first node, last node, first node of the next stage -- the last node for the last stage)."""
+    block = tp * dp
+    first, last = i * block // g, ((i + 1) * block - 1) // g
+    return first, last, (i + 1) * block // g if i + 1 < pp else last
+
+
+def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: AnalyticParams) -> StageHardware:
+    """Stage i of stage_hardware; reads nodes[k], gpus[k] only for k in stage_span (G GPUs a node)."""
+    eff = params.link_efficiency
+    first, last, after = stage_span(tp, dp, pp, i, g)
+    ks = range(first, last + 1)
+    intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
+                            params.intra_node_latency_s)
+    inter = lambda ks, share: Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
+                                   params.inter_node_latency_s)
+    gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
+    nxt = None
+    if i + 1 < pp:
+        nxt = intra((last,)) if last == after else inter((last, after), min(g, tp * dp))
+    inside = intra(ks)
+    groups = P.GroupLinks(inside.bytes_per_s, min(nodes[k].inter_node_bytes_per_s for k in ks) * eff["network"],
+                          params.intra_node_latency_s, params.inter_node_latency_s, g)
+    return StageHardware(gpu=gpu, tp_link=inside if tp <= g else inter(ks, g),
+                         dp_link=inside if len(ks) == 1 else inter(ks, min(tp, g)), next_link=nxt,
+                         memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks), groups=groups)

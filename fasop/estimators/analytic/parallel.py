@@ -1,0 +1,255 @@
+"""Expert, context and fully-sharded data parallelism in the analytic model: groups, volumes, seconds.
+
+Sources (shared/reference/ecosystem/07_moe_cp_fsdp.md, each with its file and line there):
+
+- Expert groups, Megatron-Core `parallel_state.py` ("MoE parallel folding", arXiv 2504.14960): the
+  attention grid of a stage is TP x CP x DP; the expert grid carves the same tp*cp*dp ranks into
+  ETP x EP x EDP in the order tp-ep-dp (ETP innermost), so EDP = tp*cp*dp / (ep*etp). EP must
+  divide the experts, ep*etp the stage's ranks. Dense gradients reduce over DP x CP, expert
+  gradients over EDP (distributed_data_parallel.py).
+- Token dispatch (Megatron `alltoall` dispatcher, token_dispatcher.py): per MoE layer and
+  micro-batch a rank holding T tokens sends T*k*h elements in the dispatch all-to-all and
+  receives as many back in the combine, (ep-1)/ep of them to other ranks under uniform routing;
+  the backward runs one all-to-all of the same size each way. FP8 runs dispatch in FP8 ("50% EP
+  dispatch volume", Megatron moe/README.md) and combine in BF16 (DeepSeek-V3 report §3.3.3).
+  Inside a node the bytes go over NVLink, to the ep - n_in members on other nodes over the
+  NIC, every GPU of the node sending at once (its 1/G share); the two run concurrently.
+- Load imbalance: the slowest EP rank receives rho x the mean tokens (rho: `moe_load_imbalance`,
+  analytic.yaml); the expert matmuls and the all-to-all wait for it.
+- Expert matmuls run as one grouped GEMM (`--moe-grouped-gemm`) at `grouped_gemm_efficiency` of
+  the dense matmul rate; the router is an h x E matmul per token (Switch §3, Megatron router.py).
+- Context parallelism (Transformer Engine's p2p ring, context_parallel.py): the sequence in 2*cp
+  chunks, rank r holding chunks r and 2cp-1-r (causal balance). Per layer a rank sends its K and V,
+  b*(s/cp)*(kv heads/t)*(d_k + d_v) elements, cp - 1 times forward and 2(cp - 1) times backward
+  (KV and dKV), each step overlapped with one step's attention: exposed = max(0, comm - attention).
+- FSDP / ZeRO-3 (PyTorch FSDP2 `fully_shard`, ZeRO §5): each layer's 16-bit weights are
+  all-gathered over the shard group before its forward and again before its backward, the
+  gradients reduce-scattered after; the next layer's gather is prefetched behind this layer's
+  compute, so a micro-batch exposes the first gather and each layer's max(0, gather - compute).
+  HSDP shards over `shard` ranks and replicates over dp*cp/shard (torchtitan's
+  data_parallel_shard_degree x data_parallel_replicate_degree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fasop.estimators.analytic import blocks as B
+from fasop.specs.architecture import Architecture
+
+
+# ----------------------------------------------------------------------------- groups
+def expert_data_parallel(tp: int, cp: int, dp: int, ep: int, etp: int) -> int:
+    """Megatron-Core's expert data-parallel size of a stage: tp*cp*dp / (ep*etp)."""
+    block = tp * cp * dp
+    if block % (ep * etp):
+        raise ValueError(f"ep*etp={ep * etp} does not divide the stage's tp*cp*dp={block} ranks")
+    return block // (ep * etp)
+
+
+def valid_expert_degrees(tp: int, cp: int, dp: int, ep: int, etp: int, num_experts: int) -> bool:
+    """Whether (ep, etp) carves a stage of tp*cp*dp ranks as Megatron-Core allows: ep divides the
+    experts (moe_layer.py), ep*etp the stage's ranks (parallel_state.py)."""
+    return ep >= 1 and etp >= 1 and not num_experts % ep and not (tp * cp * dp) % (ep * etp)
+
+
+def expert_rank_groups(tp: int, cp: int, dp: int, ep: int, etp: int) -> dict[str, list[list[int]]]:
+    """The ETP, EP and EDP groups of one stage's ranks 0 .. tp*cp*dp - 1, as Megatron-Core's
+    RankGenerator(tp=etp, ep=ep, dp=edp, cp=1, order="tp-ep-dp") builds them: rank =
+    i_etp + etp*i_ep + etp*ep*i_edp."""
+    edp = expert_data_parallel(tp, cp, dp, ep, etp)
+    rank = lambda i, j, k: i + etp * j + etp * ep * k
+    return {"etp": [[rank(i, j, k) for i in range(etp)] for k in range(edp) for j in range(ep)],
+            "ep": [[rank(i, j, k) for j in range(ep)] for k in range(edp) for i in range(etp)],
+            "edp": [[rank(i, j, k) for k in range(edp)] for j in range(ep) for i in range(etp)]}
+
+
+def moe_layer_share(arch: Architecture) -> float:
+    """Share of the transformer layers that are MoE layers (all when `layer_kinds` is empty)."""
+    if arch.moe is None:
+        return 0.0
+    kinds = arch.layer_kinds
+    return 1.0 if not kinds else sum("moe" in k for k in kinds) / len(kinds)
+
+
+def routed_expert_params(arch: Architecture) -> float:
+    """Parameters of the routed experts of one layer, averaged over the layers (E x the expert MLP,
+    its biases included: blocks.expert_params)."""
+    return B.mean_over_kinds(arch, lambda kind: B.expert_params(arch, kind))
+
+
+# ----------------------------------------------------------------------------- volumes (bytes per rank)
+def dispatch_bytes(tokens: float, k: int, h: int, elem_bytes: float, ep: int) -> float:
+    """Bytes one rank sends to other ranks in one all-to-all of its T routed tokens: T*k*h*B*(ep-1)/ep."""
+    return tokens * k * h * elem_bytes * (ep - 1) / ep
+
+
+def cp_kv_bytes(b: int, s: int, cp: int, kv_width: int, t: int, elem_bytes: float) -> float:
+    """|KV_local|: the K and V one CP rank holds for one layer, b*(s/cp)*(kv_width/t)*2*B."""
+    return b * (s / cp) * (kv_width / t) * 2 * elem_bytes
+
+
+def cp_exchange_bytes(b: int, s: int, cp: int, kv_width: int, t: int, elem_bytes: float) -> tuple[float, float]:
+    """(forward, backward) bytes one rank sends in the CP ring per layer: (cp-1) and 2(cp-1) x |KV_local|."""
+    kv = cp_kv_bytes(b, s, cp, kv_width, t, elem_bytes)
+    return (cp - 1) * kv, 2 * (cp - 1) * kv
+
+
+def fsdp_gather_bytes(params: float, shard: int, elem_bytes: float) -> float:
+    """Bytes one rank receives all-gathering `params` parameters sharded over `shard` ranks."""
+    return params * elem_bytes * (shard - 1) / shard
+
+
+# ----------------------------------------------------------------------------- links and seconds
+@dataclass(frozen=True)
+class GroupLinks:
+    """The links a group inside one stage uses: NVLink (intra) and one node's NIC (all of it)."""
+    intra_bytes_per_s: float
+    node_bytes_per_s: float
+    """The node's network bandwidth x efficiency (shared by the GPUs of the node that send across)."""
+    intra_latency_s: float
+    inter_latency_s: float
+    gpus_per_node: int
+
+
+FREE_LINKS = GroupLinks(float("inf"), float("inf"), 0.0, 0.0, 1)
+"""Links of no cost: a layer's time asked without its stage's links (the search's quick bounds)."""
+
+
+def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks) -> float:
+    """One all-to-all in which each of ep ranks (`stride` apart) sends `sent` bytes to the others,
+    evenly: the members on its node over NVLink, the others over its 1/G share of the NIC, at once."""
+    if ep <= 1:
+        return 0.0
+    g = links.gpus_per_node
+    n_in = max(1, min(ep, g // stride)) if stride <= g else 1
+    inside = sent * (n_in - 1) / (ep - 1)
+    outside = sent - inside
+    t_in = inside / links.intra_bytes_per_s + (n_in - 1) * links.intra_latency_s if n_in > 1 else 0.0
+    t_out = outside / (links.node_bytes_per_s / g) + (ep - n_in) * links.inter_latency_s if ep > n_in else 0.0
+    return max(t_in, t_out)
+
+
+def ring_step_s(size: float, members: int, stride: int, links: GroupLinks) -> float:
+    """One step of a ring of `members` ranks `stride` apart sending `size` bytes each to the next:
+    NVLink when the ring is inside a node, else the NIC shared by the min(G, stride) rings that cross it."""
+    g = links.gpus_per_node
+    if members * stride <= g:
+        return size / links.intra_bytes_per_s + links.intra_latency_s
+    return size / (links.node_bytes_per_s / min(g, stride)) + links.inter_latency_s
+
+
+def exposed_s(comm: float, compute: float) -> float:
+    """The part of a transfer overlapped with `compute` that the step waits for."""
+    return max(0.0, comm - compute)
+
+
+def fsdp_exposed_s(gather: float, layer_compute: float, layers: int) -> float:
+    """Exposed seconds of `layers` per-layer all-gathers of `gather` seconds each, each prefetched
+    behind the previous layer's compute (FSDP2's default forward/backward prefetch): the first
+    gather in full, then max(0, gather - compute) per later layer."""
+    if layers <= 0 or gather <= 0:
+        return 0.0
+    return gather + (layers - 1) * exposed_s(gather, layer_compute)
+
+
+# ----------------------------------------------------------------------------- memory (bytes per GPU)
+@dataclass(frozen=True, kw_only=True)
+class StateBytes:
+    weights: float
+    gradients: float
+    optimizer: float
+
+
+def state_bytes(*, dense: float, experts: float, zero: int, dense_shard: int, expert_shard: int,
+                weight_bytes: float, grad_bytes: float, adam_bytes: float) -> StateBytes:
+    """Weights, gradients and optimizer of `dense` parameters (already / tp) sharded over
+    `dense_shard` ranks and `experts` parameters (already / (ep*etp)) over `expert_shard`, by ZeRO
+    stage: 1 shards the optimizer (Megatron's distributed optimizer over DP x CP and EDP), 2 also
+    the gradients, 3 (FSDP) also the weights (ZeRO §5, Fig. 1)."""
+    def part(bytes_per, sharded):
+        return dense * bytes_per / (dense_shard if sharded else 1) + experts * bytes_per / (
+            expert_shard if sharded else 1)
+    return StateBytes(weights=part(weight_bytes, zero >= 3), gradients=part(grad_bytes, zero >= 2),
+                      optimizer=part(adam_bytes, zero >= 1))
+
+
+def dispatch_buffer_bytes(tokens: float, k: int, h: int, elem_bytes: float, imbalance: float) -> float:
+    """The permuted tokens a rank receives for its experts (and sends back): 2 x rho*T*k*h*B."""
+    return 2 * imbalance * tokens * k * h * elem_bytes
+
+
+# ----------------------------------------------------------------------------- per-layer seconds
+LOW_PRECISION_DISPATCH = ("fp8", "mxfp8", "nvfp4")
+"""Precisions whose dispatch all-to-all sends 1-byte (FP8) tokens (Megatron moe/README.md: FP8
+dispatch; the combine stays BF16, DeepSeek-V3 report §3.3.3)."""
+
+
+def routed_tokens(w) -> float:
+    """Tokens one rank routes per MoE layer and micro-batch: b*s/(cp*tp) (Megatron-Core requires
+    sequence parallelism with TP under MoE; token_dispatcher.py's num_local_tokens)."""
+    return w.mbs * w.seq / (w.cp * w.tp)
+
+
+def expert_compute_s(w, gpu) -> float:
+    """Forward seconds of one MoE layer's router and routed experts on the slowest EP rank: the
+    router (an h x E matmul of its T tokens, 16-bit), and the grouped GEMM of rho*T*k rows over its
+    E/ep experts (each 1/etp of the expert width) at `grouped_gemm_efficiency` of the dense rate,
+    plus, with `gemm_traffic`, the grouped GEMM's operand bytes (its rows in and out, its E/ep
+    experts' weights) and an FP8 run's casts of its inputs. The permutation and the activation
+    function are the dense path's (blocks.kind_elementwise_bytes)."""
+    a, m, p = w.arch, w.arch.moe, w.params
+    h, fe, up = a.hidden_size, m.expert_ffn_hidden_size / w.etp, 3 if a.gated_mlp else 2
+    e = w.recipe.value_bytes
+    tokens = routed_tokens(w)
+    rows = p.moe_load_imbalance * tokens * m.experts_per_token * w.etp   # gathered over the ETP group
+    flops = 2 * rows * h * fe * up
+    router = 2 * tokens * h * m.num_experts
+    moved = 0.0
+    fp8 = w.recipe.precision == "fp8"
+    if p.gemm_traffic:
+        operand = 1 if fp8 else e
+        weights = m.num_experts / w.ep * h * fe * up
+        moved = operand * (rows * h + rows * fe + weights) + e * (rows * fe * (up - 1) + rows * h)
+    if fp8:
+        moved += rows * (h + fe) * p.fp8_cast_bytes
+    return (flops / (gpu.matmul_flops(w.recipe.precision) * p.grouped_gemm_efficiency)
+            + router / gpu.matmul_flops("bf16" if fp8 else w.recipe.precision)
+            + moved / (gpu.memory_bytes_per_s * gpu.memory_share(p)))
+
+
+def moe_s(w, gpu, links: GroupLinks) -> tuple[float, float]:
+    """(forward, backward) seconds one MoE layer adds per micro-batch, averaged over the layers
+    (x moe_layer_share of the model's `layer_kinds`): router and the routed experts' grouped GEMM
+    on the slowest rank (rho x the mean tokens; expert_compute_s), the dispatch and combine
+    all-to-alls over the EP group and the ETP all-gather / reduce-scatter. Attention, shared
+    experts, dense MLPs and the permutation are the dense path's (layers.layer_gemms without
+    `routed`)."""
+    a, m = w.arch, w.arch.moe
+    share = moe_layer_share(a)
+    if not share:
+        return 0.0, 0.0
+    h, k, rho, precision = a.hidden_size, m.experts_per_token, w.params.moe_load_imbalance, w.recipe.precision
+    e = w.recipe.value_bytes
+    tokens = routed_tokens(w)
+    compute = expert_compute_s(w, gpu)
+    dispatch = dispatch_bytes(rho * tokens, k, h, 1 if precision in LOW_PRECISION_DISPATCH else e, w.ep)
+    combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
+    comm = alltoall_s(dispatch, w.ep, w.etp, links) + alltoall_s(combine, w.ep, w.etp, links)
+    if w.etp > 1:  # all-gather before fc1 and reduce-scatter after fc2 over the ETP group (inside a node)
+        comm += 2 * (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
+    fwd = compute + comm
+    return share * fwd, share * (2 * compute + comm)
+
+
+def cp_s(w, links: GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of one layer's CP ring: cp - 1 steps forward sending
+    |KV_local|, cp - 1 backward sending KV and dKV, each hidden behind that step's share of the
+    attention core (TE's p2p ring; 1/cp of the core a step)."""
+    if w.cp <= 1:
+        return 0.0, 0.0
+    a = w.arch
+    kv = cp_kv_bytes(w.mbs, w.seq, w.cp, a.kv_width, w.tp, w.recipe.value_bytes)
+    fwd = (w.cp - 1) * exposed_s(ring_step_s(kv, w.cp, w.tp, links), attention_fwd_s / w.cp)
+    bwd = (w.cp - 1) * exposed_s(ring_step_s(2 * kv, w.cp, w.tp, links), attention_bwd_s / w.cp)
+    return fwd, bwd

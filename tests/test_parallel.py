@@ -1,0 +1,176 @@
+"""Expert, context and fully-sharded data parallelism (fasop/estimators/analytic/parallel.py):
+groups against Megatron-Core's rule on hand-made grids, volumes computed by hand, memory by mode."""
+
+import pytest
+
+from fasop.estimators.analytic import memory as M
+from fasop.estimators.analytic import parallel as P
+from fasop.estimators.analytic.layers import Recipe, Workload
+from fasop.plans.plan import Plan
+from fasop.specs.architecture import MoE, gpt_architecture, Architecture
+from fasop.specs.catalog import default_params, find_gpu
+
+
+def small_moe(**kw) -> Architecture:
+    """4 layers, h 64, 8 heads (2 KV), 8 experts top-2 of width 32, gated."""
+    return Architecture(family="mixtral", num_layers=4, hidden_size=64, num_attention_heads=8, num_kv_heads=2,
+                        head_dim=8, ffn_hidden_size=128, vocab_size=1000, gated_mlp=True, tied_embeddings=False,
+                        linear_bias=False, norm="rmsnorm", position="rotary", dropout=False,
+                        moe=MoE(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=32), **kw)
+
+
+# ----------------------------------------------------------------------------- groups
+def test_expert_data_parallel_is_megatron_cores_rule():
+    # EDP = world / (ETP*EP*PP) = tp*cp*dp/(ep*etp) per stage (parallel_state.py:874-880)
+    assert P.expert_data_parallel(tp=2, cp=1, dp=4, ep=4, etp=1) == 2
+    assert P.expert_data_parallel(tp=1, cp=8, dp=1, ep=8, etp=1) == 1   # README: CP=8, EP=8 on 8 GPUs (folding)
+    assert P.expert_data_parallel(tp=4, cp=2, dp=2, ep=8, etp=2) == 1
+    with pytest.raises(ValueError):
+        P.expert_data_parallel(tp=2, cp=1, dp=3, ep=4, etp=1)
+
+
+def test_valid_expert_degrees():
+    assert P.valid_expert_degrees(2, 1, 4, 8, 1, num_experts=8)
+    assert not P.valid_expert_degrees(2, 1, 4, 8, 1, num_experts=6)    # ep must divide the experts
+    assert not P.valid_expert_degrees(1, 1, 4, 8, 1, num_experts=8)    # ep*etp must divide tp*cp*dp
+
+
+def test_expert_groups_on_a_hand_made_grid():
+    # 8 ranks of a stage, ETP 2 x EP 2 x EDP 2 in the order tp-ep-dp (RankGenerator, parallel_state.py:887-896)
+    g = P.expert_rank_groups(tp=2, cp=2, dp=2, ep=2, etp=2)
+    assert g["etp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert g["ep"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert g["edp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # EP 4 over tp 2 x dp 2, ETP 1: contiguous EP groups, no expert data parallelism
+    g = P.expert_rank_groups(tp=2, cp=1, dp=2, ep=4, etp=1)
+    assert g["ep"] == [[0, 1, 2, 3]] and g["edp"] == [[0], [1], [2], [3]]
+    # every rank in exactly one group of each kind
+    for kind in ("etp", "ep", "edp"):
+        assert sorted(r for grp in P.expert_rank_groups(2, 2, 4, 4, 2)[kind] for r in grp) == list(range(16))
+
+
+# ----------------------------------------------------------------------------- volumes
+def test_alltoall_volume_by_hand():
+    # 1024 tokens, top-2, h 4096, bf16, EP 8: 1024*2*4096*2 * 7/8 = 14,680,064 bytes to other ranks
+    assert P.dispatch_bytes(1024, 2, 4096, 2, 8) == 1024 * 2 * 4096 * 2 * 7 / 8 == 14_680_064
+    assert P.dispatch_bytes(1024, 2, 4096, 1, 8) == 7_340_032                 # FP8 dispatch: half
+    assert P.dispatch_bytes(1024, 2, 4096, 2, 1) == 0
+
+
+def test_alltoall_seconds_split_between_nvlink_and_nic():
+    links = P.GroupLinks(intra_bytes_per_s=100.0, node_bytes_per_s=80.0, intra_latency_s=0.0,
+                         inter_latency_s=0.0, gpus_per_node=8)
+    # EP 8 inside a node: all 700 bytes over NVLink
+    assert P.alltoall_s(700.0, 8, 1, links) == pytest.approx(7.0)
+    # EP 16 over 2 nodes: 7 of 15 peers on NVLink, 8 across at 80/8 = 10 B/s per GPU; concurrent
+    assert P.alltoall_s(1500.0, 16, 1, links) == pytest.approx(max(700 / 100, 800 / 10))
+
+
+def test_cp_exchange_volume_by_hand():
+    # b 1, s 8192, cp 4, 8 KV heads x 128, tp 2, bf16: |KV| = 1*2048*(1024/2)*2*2 = 4 MiB
+    kv = P.cp_kv_bytes(1, 8192, 4, 1024, 2, 2)
+    assert kv == 4 * 2 ** 20
+    assert P.cp_exchange_bytes(1, 8192, 4, 1024, 2, 2) == (3 * kv, 6 * kv)
+    assert P.exposed_s(3.0, 5.0) == 0.0 and P.exposed_s(5.0, 3.0) == 2.0
+
+
+def test_fsdp_gather_volume_by_hand():
+    # 1e9 parameters in bf16 over 8 shards: each rank receives 7/8 of 2 GB
+    assert P.fsdp_gather_bytes(1e9, 8, 2) == 1.75e9
+    # prefetch: first gather exposed, later ones only past the previous layer's compute
+    assert P.fsdp_exposed_s(3.0, 1.0, 4) == 3.0 + 3 * 2.0
+    assert P.fsdp_exposed_s(1.0, 3.0, 4) == 1.0
+
+
+# ----------------------------------------------------------------------------- memory parts per mode
+@pytest.mark.parametrize("zero, expected", [
+    (0, (2 * 300, 4 * 300, 12 * 300)),
+    (1, (2 * 300, 4 * 300, 12 * 100 / 4 + 12 * 200 / 2)),
+    (2, (2 * 300, 4 * 100 / 4 + 4 * 200 / 2, 12 * 100 / 4 + 12 * 200 / 2)),
+    (3, (2 * 100 / 4 + 2 * 200 / 2, 4 * 100 / 4 + 4 * 200 / 2, 12 * 100 / 4 + 12 * 200 / 2)),
+])
+def test_state_bytes_by_zero_stage(zero, expected):
+    # 100 dense parameters sharded over DP x CP = 4, 200 expert parameters over EDP = 2
+    s = P.state_bytes(dense=100, experts=200, zero=zero, dense_shard=4, expert_shard=2, weight_bytes=2,
+                      grad_bytes=4, adam_bytes=12)
+    assert (s.weights, s.gradients, s.optimizer) == pytest.approx(expected)
+
+
+def _workload(arch, **kw):
+    base = dict(arch=arch, seq=1024, mbs=1, tp=1, dp=8, pp=1, num_microbatches=4, recipe=Recipe(),
+                params=default_params())
+    return Workload(**{**base, **kw})
+
+
+def test_experts_are_held_one_ep_etp_share():
+    a = small_moe()
+    routed = 8 * 64 * 32 * 3
+    assert P.routed_expert_params(a) == routed
+    for ep, etp in ((1, 1), (2, 1), (8, 1), (4, 2)):
+        _, experts = M.stage_param_split(_workload(a, ep=ep, etp=etp), 4, False, False)
+        assert experts == 4 * routed / (ep * etp)
+
+
+def test_cp_divides_activations_and_shards_states_over_dp_cp():
+    a = gpt_architecture(num_layers=4, hidden_size=256, num_attention_heads=8, vocab_size=1000, gated_mlp=True)
+    one = M.stage_memory(_workload(a, dp=2, cp=1, recipe=Recipe(zero=1)), 4, 0)
+    four = M.stage_memory(_workload(a, dp=2, cp=4, recipe=Recipe(zero=1)), 4, 0)
+    layer_acts = lambda m: m.activations
+    assert layer_acts(four) < layer_acts(one) / 3.9
+    assert four.optimizer == pytest.approx(one.optimizer / 4)       # distributed optimizer over DP x CP
+    assert four.weights == one.weights
+
+
+def test_hsdp_shards_over_its_shard_degree():
+    a = gpt_architecture(num_layers=4, hidden_size=256, num_attention_heads=8, vocab_size=1000, gated_mlp=True)
+    full = M.stage_memory(_workload(a, dp=8, recipe=Recipe(zero=3)), 4, 0)
+    hsdp = M.stage_memory(_workload(a, dp=8, recipe=Recipe(zero=3), shard=4), 4, 0)
+    assert hsdp.weights == pytest.approx(2 * full.weights)
+    assert hsdp.optimizer == pytest.approx(2 * full.optimizer)
+
+
+# ----------------------------------------------------------------------------- times
+def test_moe_layer_costs_grow_with_cross_node_ep_and_fall_with_fp8_dispatch():
+    a, gpu = small_moe(), find_gpu("H100-SXM")
+    links = P.GroupLinks(450e9 * 0.65, 400e9 / 8 * 0.9 * 8, 1e-5, 2e-5, 8)
+    w = lambda ep, precision="bf16": _workload(a, seq=4096, mbs=2, dp=16, ep=ep, recipe=Recipe(precision=precision))
+    inside, across = P.moe_s(w(8), gpu, links), P.moe_s(w(16), gpu, links)
+    assert across[0] > inside[0]
+    assert P.moe_s(w(8, "fp8"), gpu, links)[0] < inside[0]
+    assert P.moe_s(_workload(gpt_architecture(num_layers=2, hidden_size=64, num_attention_heads=8, vocab_size=10)),
+                   gpu, links) == (0.0, 0.0)
+
+
+def test_cp_ring_is_hidden_behind_long_attention():
+    a, links = small_moe(), P.GroupLinks(1e12, 1e11, 0.0, 0.0, 8)
+    w = _workload(a, seq=8192, cp=4)
+    assert P.cp_s(w, links, attention_fwd_s=1.0, attention_bwd_s=2.5) == (0.0, 0.0)
+    kv = P.cp_kv_bytes(1, 8192, 4, a.kv_width, 1, 2)
+    fwd, _ = P.cp_s(w, links, attention_fwd_s=0.0, attention_bwd_s=0.0)
+    assert fwd == pytest.approx(3 * kv / 1e12)
+
+
+def test_plan_keys_and_gpus():
+    dense = Plan(tp=2, dp=4, pp=2, mbs=1, global_batch_size=8, placement=())
+    assert dense.expert_key == "" and dense.num_gpus == 16
+    moe = Plan(tp=2, dp=4, pp=2, mbs=1, global_batch_size=8, placement=(), cp=2, ep=8)
+    assert moe.expert_key == "-cp2-ep8" and moe.num_gpus == 32 and moe.num_microbatches == 2
+    assert moe.rank(stage=1, d=1, t=1, c=1) == 1 + 2 * 1 + 4 * 1 + 16 * 1
+
+
+def test_a_step_with_ep_cp_and_fsdp_runs_on_two_nodes():
+    """The whole analytic step on 2 H100 nodes: CP and EP groups inside a stage's nodes, FSDP gathers."""
+    from fasop.estimators.analytic import cost as C
+    from fasop.specs.types import NodeType
+    node = NodeType(name="p5", instance="p5", gpu="H100-SXM", gpus_per_node=8, memory_limit_bytes=80e9,
+                    intra_node_bytes_per_s=450e9, inter_node_bytes_per_s=400e9, intra_node_shared=False,
+                    usd_per_hour=1.0, spot_usd_per_hour=None)
+    gpu, a = find_gpu("H100-SXM"), small_moe()
+    times = {}
+    for cp, ep, zero in ((1, 1, 1), (2, 8, 1), (2, 16, 3)):
+        stages = C.stage_hardware(1, cp * (16 // cp), 1, (node, node), (gpu, gpu), default_params())
+        w = _workload(a, seq=8192, dp=16 // cp, cp=cp, ep=ep, num_microbatches=2, recipe=Recipe(zero=zero))
+        times[(cp, ep, zero)] = C.step(w, stages, (4,)).step_s
+    assert all(t > 0 for t in times.values())
+    # the stage spans 2 nodes: an EP group of 16 crosses the NIC, one of 8 stays on NVLink
+    assert stages[0].groups.gpus_per_node == 8
