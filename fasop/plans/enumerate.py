@@ -111,7 +111,7 @@ def plans(placements: Iterable[tuple[NodeType, ...]], combos: Sequence[tuple[int
 
 
 def degree_list(nodes: Sequence[NodeType], *, tp_degrees: Sequence[int], global_batch_size: int,
-                num_transformer_layers: int) -> list[tuple[int, int, int, int]]:
+                num_transformer_layers: int, space: DegreeSpace = DENSE) -> list[tuple[int, ...]]:
     """`degrees` for an inventory whose node types all have the same GPUs per node."""
     gpus = {n.gpus_per_node for n in nodes}
     if len(gpus) != 1:

@@ -38,7 +38,7 @@ from fasop.specs.catalog import canonical, find_gpu
 from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
 DEFAULTS = {"recompute": ("selective",), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
-            "precision": ("bf16",)}
+            "precision": ("bf16",), "hsdp": (False,)}
 """What a search tries when not told: Megatron-LM's usual recipe (selective recompute, the
 distributed optimizer, sequence parallelism with tp > 1), no interleaving, bf16."""
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
@@ -196,8 +196,10 @@ class AnalyticEstimator:
         m = plan.num_microbatches
         vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not self.arch.num_layers % (plan.pp * v)
                                                            and not m % plan.pp)] or [1]
-        for rc, s, z, v, p in itertools.product(r["recompute"], sp, zero, vs, r["precision"]):
-            yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p)
+        hybrid = [h for h in r["hsdp"] if not h or dp_shard(plan, True) < plan.dp] or [False]
+        for rc, s, z, v, p, h in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid):
+            if not (h and z == 0):  # HSDP shards states: ZeRO 1-3 only
+                yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p, hsdp=h)
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
         """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""
@@ -207,7 +209,7 @@ class AnalyticEstimator:
             w = self._workloads[key] = C.Workload(
                 arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
                 num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params, cp=plan.cp, ep=plan.ep,
-                etp=plan.etp)
+                etp=plan.etp, shard=dp_shard(plan, True) * plan.cp if recipe.hsdp else 0)
         return w
 
     def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
@@ -262,7 +264,10 @@ class AnalyticEstimator:
                                 oom_gpumem_gib=max(totals) / GIB, is_zero_oom=oom, zero_oom_gpumem_gib=max(totals) / GIB)
         source = "analytic" if not times else "profile" if all(times) else "mixed"
         r = s.recipe
-        extra = (("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
+        shard = dp_shard(plan, r.hsdp) if r.zero else 1
+        extra = (("cp", plan.cp), ("ep", plan.ep), ("etp", plan.etp), ("dp_shard", shard),
+                 ("dp_replicate", plan.dp // shard),
+                 ("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision), ("compute_source", source),
                  ("misfit", misfit or ("activations" if oom else "")),
                  ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
@@ -305,7 +310,7 @@ class AnalyticEstimator:
         stages = self._stages(plan)
         r = dict(estimate.extra_columns)
         recipe = Recipe(recompute=r["recompute"], sequence_parallel=r["sequence_parallel"], zero=r["zero"],
-                        virtual_stages=1, precision=r["precision"])
+                        virtual_stages=1, precision=r["precision"], hsdp=r["dp_replicate"] > 1 and r["zero"] > 0)
         w = self._workload(plan, recipe)
         counts = list(estimate.partition)
         counts[0] -= 1
@@ -321,13 +326,25 @@ class AnalyticEstimator:
                      for span, hw in zip(plan.stage_node_indices, stages))
 
 
+def dp_shard(plan: Plan, hsdp: bool) -> int:
+    """The data-parallel ranks a ZeRO stage >= 1 shards the states over, beside cp (torchtitan's
+    data_parallel_shard_degree): all dp, or with HSDP the DP ranks of one node (a node holds
+    tp x cp x dp_shard ranks, its mesh's inner dims); dp itself where tp x cp does not divide a node
+    or dp does not split so (HSDP would be FSDP)."""
+    if not hsdp:
+        return plan.dp
+    per_node, block = plan.gpus_per_node, plan.tp * plan.cp
+    inner = per_node // block if not per_node % block else plan.dp
+    return inner if inner >= 1 and not plan.dp % inner else plan.dp
+
+
 def parse_recipes(options: dict) -> dict:
     """The allowed recipe values from the search options (defaults: DEFAULTS), checked."""
     out = {}
     for key, default in DEFAULTS.items():
         values = tuple(dict.fromkeys(options.get(key) or default))
         allowed = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "sequence_parallel": (False, True),
-                   "precision": PRECISIONS}.get(key)
+                   "precision": PRECISIONS, "hsdp": (False, True)}.get(key)
         bad = [v for v in values if (allowed is not None and v not in allowed)
                or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))]
         if bad:

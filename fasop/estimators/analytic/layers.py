@@ -69,6 +69,9 @@ class Recipe:
     precision: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
     """Matmul precision; weights, activations and gradients are kept as a 16-bit mixed-precision run keeps
     them, or all in fp32 (fp32, tf32)."""
+    hsdp: bool = False
+    """Hybrid sharding (zero >= 1): the states sharded over the data-parallel ranks of one node
+    (torchtitan's data_parallel_shard_degree), replicated across nodes (data_parallel_replicate_degree)."""
 
     def __post_init__(self):
         problems = []
