@@ -30,6 +30,7 @@ from fasop.costs.memory import MemoryEstimate
 from fasop.costs.parts import EstimateParts, schedule_or_note, stated_parts
 from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic import groups as G
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
@@ -306,20 +307,31 @@ class AnalyticEstimator:
         if v != 1:
             raise FasopError(f"{estimate.plan.key()}: virtual_stages {v}: the interleaved 1F1B timeline is not "
                              "drawn yet (fasop.schedule.pipeline.Schedule runs plain 1F1B only)")
-        plan = estimate.plan
-        stages = self._stages(plan)
-        r = dict(estimate.extra_columns)
-        recipe = Recipe(recompute=r["recompute"], sequence_parallel=r["sequence_parallel"], zero=r["zero"],
-                        virtual_stages=1, precision=r["precision"], hsdp=r["dp_replicate"] > 1 and r["zero"] > 0)
-        w = self._workload(plan, recipe)
-        counts = list(estimate.partition)
-        counts[0] -= 1
-        counts[-1] -= 1
+        plan, (w, stages, counts) = estimate.plan, self._scored_as(estimate, virtual_stages=1)
         fwd, bwd, _ = C.stage_times(w, stages, counts, self._layer_times(w, stages, self._profiled(plan, stages)))
         p2p = list(estimate.p2p_s)
         send_fwd = p2p + [0.0]
         send_bwd = [0.0] + p2p
         return Schedule(fwd, bwd, plan.num_microbatches, send_fwd, send_bwd)
+
+    def parallel_lines(self, estimate: Estimate) -> tuple[str, ...]:
+        """explain's lines on the plan's EP / CP / FSDP groups and their costs (groups.py); none
+        for a plan without them."""
+        w, stages, counts = self._scored_as(estimate)
+        if w.cp == 1 and w.arch.moe is None and w.recipe.zero < 3 and not w.recipe.hsdp:
+            return ()
+        return (G.group_line(w, w.tp * w.cp * w.dp), *G.stage_lines(w, stages, counts))
+
+    def _scored_as(self, estimate: Estimate, virtual_stages: int | None = None):
+        """(workload, stages, transformer layers per stage) the estimate was scored with."""
+        r, plan = dict(estimate.extra_columns), estimate.plan
+        recipe = Recipe(recompute=r["recompute"], sequence_parallel=r["sequence_parallel"], zero=r["zero"],
+                        virtual_stages=virtual_stages or r["virtual_stages"], precision=r["precision"],
+                        hsdp=r["dp_replicate"] > 1 and r["zero"] > 0)
+        counts = list(estimate.partition)
+        counts[0] -= 1
+        counts[-1] -= 1
+        return self._workload(plan, recipe), self._stages(plan), tuple(counts)
 
     def _pacing_nodes(self, plan: Plan, stages) -> tuple[NodeType, ...]:
         return tuple(next(plan.placement[k] for k in span if self.gpus[plan.placement[k].name] is hw.gpu)
