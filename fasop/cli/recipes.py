@@ -87,6 +87,16 @@ def options(args: argparse.Namespace, cluster) -> dict:
     return given
 
 
+DEGREE_COLUMNS = ("cp", "ep", "etp", "dp_replicate")
+"""The CSV columns of a plan's degrees beyond tp, dp, pp (and HSDP's replicas): rows that differ in
+them are different plans."""
+
+
+def shown_degrees(rows: list[dict]) -> list[str]:
+    """The columns of cp, ep, etp that some row has at a degree other than 1: printed after tp."""
+    return [c for c in ("cp", "ep", "etp") if any(str(r.get(c, 1)) not in ("1", "") for r in rows)]
+
+
 def misfit_line(result) -> str:
     """'not fitting: 12 weights, 30 activations, 2 both' for a search result, or ''."""
     if not result.misfits:

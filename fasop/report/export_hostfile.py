@@ -18,9 +18,9 @@ MASTER_PORT = 29500
 
 def node_table(rp: RowPlan) -> list[tuple[int, str, int, range, tuple[int, ...]]]:
     """(node rank, node type, GPUs, its global ranks, the pipeline stages on it) per node, in the
-    plan's order: node k runs ranks k*G .. k*G+G-1 and rank r belongs to stage r // (tp*dp)."""
+    plan's order: node k runs ranks k*G .. k*G+G-1 and rank r belongs to stage r // (tp*cp*dp)."""
     p = rp.plan
-    g, block = p.gpus_per_node, p.tp * p.dp
+    g, block = p.gpus_per_node, p.tp * p.cp * p.dp
     return [(k, node.name, g, range(k * g, (k + 1) * g),
              tuple(sorted({r // block for r in range(k * g, (k + 1) * g)})))
             for k, node in enumerate(p.placement)]
@@ -37,9 +37,12 @@ def hostfile(rp: RowPlan, model: ModelSpec | None = None) -> Export:
     rows = [("node_rank", "node_type", "gpus", "global_ranks", "stages")]
     rows += [(str(k), name, str(g), _span(ranks), _span(stages)) for k, name, g, ranks, stages in table]
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    block = p.tp * p.cp * p.dp
+    grid = (f"tp {p.tp}, dp {p.dp}, pp {p.pp}", "tp-dp-pp") if p.cp == 1 else \
+        (f"tp {p.tp}, cp {p.cp}, dp {p.dp}, pp {p.pp}", "tp-cp-dp-pp")
     lines = [f"# fasop export --target hostfile: {rp.where}",
-             f"# tp {p.tp}, dp {p.dp}, pp {p.pp}: stage s runs global ranks s*{p.tp * p.dp} .. "
-             f"s*{p.tp * p.dp}+{p.tp * p.dp - 1} (Megatron-LM's tp-dp-pp order and torchtitan's mesh:",
+             f"# {grid[0]}: stage s runs global ranks s*{block} .. "
+             f"s*{block}+{block - 1} (Megatron-LM's {grid[1]} order and torchtitan's mesh:",
              "# tensor-parallel fastest, pipeline slowest). Start node k on a machine of its node_type; use",
              "# torchrun's static rendezvous (--node_rank), not --rdzv-backend c10d, which assigns node ranks itself."]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]

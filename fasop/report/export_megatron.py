@@ -21,6 +21,50 @@ MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 ZeRO-1 only (its fp32 main-grad buffer stays whole: a ZeRO-2 plan would need full gradients)."""
 
 
+def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str]:
+    """Context and expert parallelism (07_moe_cp_fsdp.md §5.1): --context-parallel-size with TE's
+    p2p ring (the estimate's), and for an MoE model its experts, EP / ETP, the alltoall dispatcher
+    and grouped GEMMs (the estimate's all-to-all and grouped-GEMM efficiency)."""
+    args = [f"--context-parallel-size {p.cp}", "--cp-comm-type p2p"] if p.cp > 1 else []
+    arch = model.architecture
+    moe = arch.moe if arch is not None else None
+    if moe is None:
+        return args
+    args += [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.experts_per_token}",
+             f"--moe-ffn-hidden-size {moe.expert_ffn_hidden_size}"]
+    if moe.shared_width:
+        args.append(f"--moe-shared-expert-intermediate-size {moe.shared_width}")
+    freq = moe_layer_freq(arch.layer_kinds)
+    if freq is None:
+        warnings.append("layers other than attention + MLP / experts (Mamba or lone sublayers): Megatron-LM's "
+                        "hybrid models take --hybrid-override-pattern, not written; --moe-layer-freq not written")
+    elif freq:
+        args.append(f'--moe-layer-freq "{freq}"')
+    args += [f"--expert-model-parallel-size {p.ep}", f"--expert-tensor-parallel-size {p.etp}",
+             "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
+    if p.ep > 1 and s.precision in ("fp8", "mxfp8", "nvfp4"):
+        warnings.append("the estimate dispatches tokens in FP8 (DeepSeek-V3 §3.3.3); Megatron-LM's alltoall "
+                        "dispatcher sends bf16: its dispatch all-to-all moves up to 2x the estimate's bytes")
+    return args
+
+
+def moe_layer_freq(kinds: tuple[str, ...]) -> str | None:
+    """--moe-layer-freq's list string (e.g. "([0]*3+[1]*58)"), '' when every layer is MoE (the
+    default 1), None when a layer is neither dense nor MoE."""
+    if not kinds or set(kinds) == {"moe"}:
+        return ""
+    if set(kinds) - {"dense", "moe"}:
+        return None
+    runs: list[list] = []
+    for k in kinds:
+        bit = int(k == "moe")
+        if runs and runs[-1][0] == bit:
+            runs[-1][1] += 1
+        else:
+            runs.append([bit, 1])
+    return "(" + "+".join(f"[{b}]*{n}" for b, n in runs) + ")"
+
+
 def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...]) -> tuple[str | None, str]:
     """(layout string or None, why None) for `--pipeline-model-parallel-layout`: per stage `E` for
     the embedding, `t` per transformer layer (`t*n` for a run), `L` for the head (loss); stages
@@ -48,6 +92,7 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     warnings, notes = fit_warnings(rp, s), []
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.global_batch_size}"]
+    args += megatron_parallel(p, model, s, warnings)
     args += _megatron_split(rp, model, s, warnings, notes)
     args += _megatron_settings(p.tp, s, warnings)
     if s.precision is None:
@@ -111,6 +156,8 @@ def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
         args.append("--use-distributed-optimizer")
     elif s.zero_stage in MEGATRON_FSDP:  # gradients (and weights) sharded: Megatron-FSDP, Megatron-Core >= 0.12
         args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {MEGATRON_FSDP[s.zero_stage]}"]
+    if s.dp_replicate > 1:  # HSDP: R instances of the sharded states, each over (dp x cp) / R ranks (outer: no_shard)
+        args.append(f"--num-distributed-optimizer-instances {s.dp_replicate}")
     if s.precision is not None:
         if s.precision in PRECISION_FLAGS:
             args += PRECISION_FLAGS[s.precision]

@@ -33,6 +33,9 @@ class Settings:
     """bf16 / fp16 / ...; None: the row does not say."""
     zero_needed: bool = False
     """The row's plan fits only with ZeRO (is_oom but not is_zero_oom): the export shards the optimizer."""
+    dp_replicate: int = 1
+    """HSDP (zero >= 1): replicas of the states across nodes, each sharded over dp / dp_replicate
+    data-parallel ranks (the row's dp_replicate column); 1: sharded over all of dp."""
 
 
 @dataclass(frozen=True)
@@ -50,15 +53,20 @@ def settings_of(rp: RowPlan) -> Settings:
     zero_cell = row.get("zero") or row.get("zero_stage") or ""
     zero = int(zero_cell) if zero_cell.isdigit() and len(zero_cell) < 3 else 0
     zero_needed = rp.flag("is_oom") is True and rp.flag("is_zero_oom") is False and zero == 0
+    replicate = row.get("dp_replicate") or ""
+    hsdp = zero > 0 and replicate.isdigit() and len(replicate) < 7 and int(replicate) > 1 \
+        and not rp.plan.dp % int(replicate)
     return Settings(recompute=recompute, sequence_parallel=bool(rp.flag("sequence_parallel")),
                     zero_stage=1 if zero_needed else zero, virtual_stages=rp.virtual_stages,
-                    precision=row.get("precision") or None, zero_needed=zero_needed)
+                    precision=row.get("precision") or None, zero_needed=zero_needed,
+                    dp_replicate=int(replicate) if hsdp else 1)
 
 
 def header(rp: RowPlan, model: ModelSpec, target: str) -> list[str]:
     p = rp.plan
+    extra = "".join(f", {name} {v}" for name, v in (("cp", p.cp), ("ep", p.ep), ("etp", p.etp)) if v != 1)
     return [f"# fasop export --target {target}: {rp.where}",
-            f"# {one_line(model.name)}: tp {p.tp}, dp {p.dp}, pp {p.pp}, micro-batch {p.mbs}, "
+            f"# {one_line(model.name)}: tp {p.tp}{extra}, dp {p.dp}, pp {p.pp}, micro-batch {p.mbs}, "
             f"{counted(p.num_microbatches, 'micro-batch')} per step, global batch {p.global_batch_size}; nodes in order {p.placement_name}",
             f"# layer-list entries per stage: {'-'.join(map(str, rp.partition))}"]
 

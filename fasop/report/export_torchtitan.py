@@ -134,15 +134,33 @@ def _torchtitan_parallelism(rp: RowPlan, s: Settings, per_chunk: int | None, war
                  ("num_pp_microbatches", p.num_microbatches)]
     if per_chunk is not None:
         sets.append(("pipeline_parallel_layers_per_stage", per_chunk))
-    # FASOP's DP replicates the model and optimizer (DDP); ZeRO shards them (FSDP)
+    # FASOP's DP replicates the model and optimizer (DDP); ZeRO shards them (FSDP), HSDP over dp / replicas
     sharded = s.zero_stage >= 1
-    sets += [("data_parallel_replicate_degree", 1 if sharded else p.dp),
-             ("data_parallel_shard_degree", p.dp if sharded else 1)]
+    sets += [("data_parallel_replicate_degree", s.dp_replicate if sharded else p.dp),
+             ("data_parallel_shard_degree", p.dp // s.dp_replicate if sharded else 1)]
+    sets += _context_and_experts(p, p.dp // s.dp_replicate if sharded else 1, warnings)
     if s.zero_stage == 2:  # FSDP2 keeping the gathered parameters from forward to backward: ZeRO-2-like
         sets.append(("fsdp_reshard_after_forward", "never"))
     if s.zero_stage == 1:
         warnings.append("ZeRO stage 1: torchtitan shards with FSDP (gradients and parameters too, less memory than "
                         "estimated, more all-gathers); written as data_parallel_shard_degree")
+    return sets
+
+
+def _context_and_experts(p, dp_shard: int, warnings: list[str]) -> list[tuple]:
+    """context_parallel_degree and expert_parallel_degree (07_moe_cp_fsdp.md §2.7, §3.4): EP borrows
+    its ranks from dp_shard x cp x tp (torchtitan's parallel_dims.py), so ep must divide that; ETP
+    was removed at torchtitan's HEAD (#3167)."""
+    sets = [("context_parallel_degree", p.cp)] if p.cp > 1 else []
+    if p.ep > 1:
+        sets.append(("expert_parallel_degree", p.ep))
+        if (dp_shard * p.cp * p.tp) % p.ep:
+            warnings.append(f"torchtitan cannot express ep {p.ep}: it must divide data_parallel_shard_degree x "
+                            f"cp x tp = {dp_shard * p.cp * p.tp} (EP borrows FSDP and TP ranks); shard the states "
+                            "(--zero 1-3) or choose another plan")
+    if p.etp > 1:
+        warnings.append(f"torchtitan cannot express etp {p.etp}: expert tensor parallelism was removed at its HEAD "
+                        "(#3167; v0.2.2 took expert_tensor_parallel_degree = 1 or tp); not written")
     return sets
 
 
