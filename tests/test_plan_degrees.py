@@ -127,3 +127,14 @@ def test_hsdp_shards_within_a_node(tmp_path, monkeypatch, capsys):
             assert (shard, replicate) == (8 // (tp * cp), dp * tp * cp // 8)
         else:  # the DP group fits in a node: HSDP is FSDP
             assert (shard, replicate) == (dp, 1)
+
+
+def test_rates_of_node_types_named_with_a_dash(tmp_path, monkeypatch):
+    """`p6-b200` holds the placement's separator: the mfu / tokens-per-GPU columns count the
+    row's num_nodes_<type> columns instead of splitting node_placement (a KeyError before)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p6-b200=1,p5=1", "--heterogeneous",
+                 "--top", "2", "--no-progress", "--out", "b.csv"]) == 0
+    rows = _rows("b.csv")
+    assert rows and all(0 < float(r["mfu"]) < 1 for r in rows)
+    assert all(float(r["tokens_per_s_per_gpu"]) == pytest.approx(float(r["tokens_per_s"]) / 16) for r in rows)
