@@ -33,9 +33,16 @@ def degrees(*, num_nodes: int, gpus_per_node: int, tp_degrees: Sequence[int], gl
     transformer layers (Megatron-Core: world = tp*cp*dp*pp); dp divides the global batch;
     mbs: divisors of the per-replica batch; (ep, etp): space.experts' pairs whose ep*etp divides
     a stage's tp*cp*dp ranks (Megatron-Core carves the expert groups etp x ep x edp out of them,
-    docs/parallelism.md). With the DENSE space: FASOP's (tp, dp, pp, mbs), cp = ep = etp = 1.
+    docs/parallelism.md). With the DENSE space: FASOP's (tp, dp, pp, mbs), 4-tuples (cp = ep = etp = 1).
     """
-    world = num_nodes * gpus_per_node
+    combos = _degrees(num_nodes * gpus_per_node, gpus_per_node, tp_degrees, global_batch_size, num_transformer_layers,
+                      space)
+    yield from ((tp, dp, pp, mbs) for tp, dp, pp, mbs, *_ in combos) if space.dense else combos
+
+
+def _degrees(world: int, gpus_per_node: int, tp_degrees: Sequence[int], global_batch_size: int,
+             num_transformer_layers: int, space: DegreeSpace) -> Iterator[tuple[int, ...]]:
+    """`degrees` as 7-tuples."""
     for tp in (t for t in tp_degrees if gpus_per_node % t == 0):
         for cp in (c for c in space.cp if not (world // tp) % c):
             for dp in divisors(world // (tp * cp)):
@@ -50,7 +57,8 @@ def degrees(*, num_nodes: int, gpus_per_node: int, tp_degrees: Sequence[int], gl
 
 def combo_plan(combo: tuple[int, ...], *, global_batch_size: int, placement: tuple[NodeType, ...]) -> Plan:
     """The plan of one `degrees` combination on `placement`."""
-    tp, dp, pp, mbs, cp, ep, etp = combo
+    tp, dp, pp, mbs, *rest = combo
+    cp, ep, etp = rest or (1, 1, 1)
     return Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size, placement=placement,
                 cp=cp, ep=ep, etp=etp)
 
@@ -102,7 +110,7 @@ def plans(placements: Iterable[tuple[NodeType, ...]], combos: Sequence[tuple[int
           global_batch_size: int) -> Iterator[Plan]:
     """Every (placement, degrees) plan, placement outermost, lazily; `combos` from `degree_list`
     (cp, ep, etp stored only where some combination is not 1: dense plans as FASOP's)."""
-    columns = [[combo[k] for combo in combos] for k in range(7)]
+    columns = [[combo[k] for combo in combos] for k in range(len(combos[0]) if combos else 4)]
     extra = {name: col for name, col in zip(("cp", "ep", "etp"), columns[4:]) if any(v != 1 for v in col)}
     tp, dp, pp, mbs = columns[:4]
     for placement in placements:  # degree_list's combos are valid: no __init__ to run

@@ -42,6 +42,8 @@ DEFAULTS = {"recompute": ("selective",), "zero": (1,), "sequence_parallel": (Tru
             "precision": ("bf16",), "hsdp": (False,)}
 """What a search tries when not told: Megatron-LM's usual recipe (selective recompute, the
 distributed optimizer, sequence parallelism with tp > 1), no interleaving, bf16."""
+STAGE_CACHE = 4096
+"""Stage hardware kept per estimator (a (degrees, node order) costs ~0.1 ms to work out)."""
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
 COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
@@ -75,6 +77,7 @@ class AnalyticEstimator:
         self._bounds: dict = {}
         self._workloads: dict = {}
         self._recipe_lists: dict = {}
+        self._hardware: dict = {}
 
     # ------------------------------------------------------------------ protocol
     def tp_degrees(self) -> tuple[int, ...]:
@@ -167,9 +170,17 @@ class AnalyticEstimator:
 
     # ------------------------------------------------------------------ pieces
     def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
-        gpus = tuple(self.gpus[n.name] for n in plan.placement)
-        # CP ranks sit between TP and DP (tp-cp-dp): a stage is tp x (cp*dp) ranks to its links
-        return C.stage_hardware(plan.tp, plan.cp * plan.dp, plan.pp, plan.placement, gpus, self.params)
+        """Each stage's GPU and links, kept per (tp, cp*dp, pp, node order): plans differing in
+        micro-batch, ep or etp share them (the latest STAGE_CACHE kept)."""
+        key = (plan.tp, plan.cp * plan.dp, plan.pp, tuple(n.name for n in plan.placement))
+        hw = self._hardware.get(key)
+        if hw is None:
+            if len(self._hardware) >= STAGE_CACHE:
+                self._hardware.clear()
+            gpus = tuple(self.gpus[n.name] for n in plan.placement)
+            # CP ranks sit between TP and DP (tp-cp-dp): a stage is tp x (cp*dp) ranks to its links
+            hw = self._hardware[key] = C.stage_hardware(key[0], key[1], key[2], plan.placement, gpus, self.params)
+        return hw
 
     def _recipes(self, plan: Plan) -> list[Recipe]:
         key = (plan.tp, plan.dp, plan.pp, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
@@ -197,7 +208,7 @@ class AnalyticEstimator:
         m = plan.num_microbatches
         vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not self.arch.num_layers % (plan.pp * v)
                                                            and not m % plan.pp)] or [1]
-        hybrid = [h for h in r["hsdp"] if not h or dp_shard(plan, True) < plan.dp] or [False]
+        hybrid = [h for h in r["hsdp"] if not h or G.dp_shard(plan, True) < plan.dp] or [False]
         for rc, s, z, v, p, h in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid):
             if not (h and z == 0):  # HSDP shards states: ZeRO 1-3 only
                 yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p, hsdp=h)
@@ -210,7 +221,7 @@ class AnalyticEstimator:
             w = self._workloads[key] = C.Workload(
                 arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
                 num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params, cp=plan.cp, ep=plan.ep,
-                etp=plan.etp, shard=dp_shard(plan, True) * plan.cp if recipe.hsdp else 0)
+                etp=plan.etp, shard=G.dp_shard(plan, True) * plan.cp if recipe.hsdp else 0)
         return w
 
     def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
@@ -265,7 +276,7 @@ class AnalyticEstimator:
                                 oom_gpumem_gib=max(totals) / GIB, is_zero_oom=oom, zero_oom_gpumem_gib=max(totals) / GIB)
         source = "analytic" if not times else "profile" if all(times) else "mixed"
         r = s.recipe
-        shard = dp_shard(plan, r.hsdp) if r.zero else 1
+        shard = G.dp_shard(plan, r.hsdp) if r.zero else 1
         extra = (("cp", plan.cp), ("ep", plan.ep), ("etp", plan.etp), ("dp_shard", shard),
                  ("dp_replicate", plan.dp // shard),
                  ("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
@@ -336,18 +347,6 @@ class AnalyticEstimator:
     def _pacing_nodes(self, plan: Plan, stages) -> tuple[NodeType, ...]:
         return tuple(next(plan.placement[k] for k in span if self.gpus[plan.placement[k].name] is hw.gpu)
                      for span, hw in zip(plan.stage_node_indices, stages))
-
-
-def dp_shard(plan: Plan, hsdp: bool) -> int:
-    """The data-parallel ranks a ZeRO stage >= 1 shards the states over, beside cp (torchtitan's
-    data_parallel_shard_degree): all dp, or with HSDP the DP ranks of one node (a node holds
-    tp x cp x dp_shard ranks, its mesh's inner dims); dp itself where tp x cp does not divide a node
-    or dp does not split so (HSDP would be FSDP)."""
-    if not hsdp:
-        return plan.dp
-    per_node, block = plan.gpus_per_node, plan.tp * plan.cp
-    inner = per_node // block if not per_node % block else plan.dp
-    return inner if inner >= 1 and not plan.dp % inner else plan.dp
 
 
 def parse_recipes(options: dict) -> dict:

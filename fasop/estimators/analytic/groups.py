@@ -1,6 +1,7 @@
-"""What `fasop explain` shows of a plan's expert, context and sharded-data-parallel groups: the
-groups (Megatron-Core's folding, docs/parallelism.md) and, per stage and micro-batch, the MoE
-all-to-alls, the CP ring and the FSDP gathers, raw and as exposed after their overlap.
+"""A plan's expert, context and sharded-data-parallel groups: HSDP's shard degree (`dp_shard`),
+and what `fasop explain` shows of them: the groups (Megatron-Core's folding, docs/parallelism.md)
+and, per stage and micro-batch, the MoE all-to-alls, the CP ring and the FSDP gathers, raw and as
+exposed after their overlap.
 
 Every number is the cost model's own (parallel.py, cost.py), asked again piece by piece: the
 exposed communication of a layer is its time on the stage's links less its time on links of no
@@ -11,8 +12,19 @@ from __future__ import annotations
 
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import parallel as P
+from fasop.plans.plan import Plan
 
-LOW_PRECISION_DISPATCH = P.LOW_PRECISION_DISPATCH
+
+def dp_shard(plan: Plan, hsdp: bool) -> int:
+    """The data-parallel ranks a ZeRO stage >= 1 shards the states over, beside cp (torchtitan's
+    data_parallel_shard_degree): all dp, or with HSDP the DP ranks of one node (a node holds
+    tp x cp x dp_shard ranks, its mesh's inner dims); dp itself where tp x cp does not divide a node
+    or dp does not split so (HSDP would be FSDP)."""
+    if not hsdp:
+        return plan.dp
+    per_node, block = plan.gpus_per_node, plan.tp * plan.cp
+    inner = per_node // block if not per_node % block else plan.dp
+    return inner if inner >= 1 and not plan.dp % inner else plan.dp
 
 
 def group_line(w: C.Workload, stage_ranks: int) -> str:
@@ -41,7 +53,7 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
             share, k, h = P.moe_layer_share(w.arch), w.arch.moe.experts_per_token, w.arch.hidden_size
             tokens = w.params.moe_load_imbalance * P.routed_tokens(w)
             e = w.recipe.value_bytes
-            sent = P.dispatch_bytes(tokens, k, h, 1 if w.recipe.precision in LOW_PRECISION_DISPATCH else e, w.ep)
+            sent = P.dispatch_bytes(tokens, k, h, 1 if w.recipe.precision in P.LOW_PRECISION_DISPATCH else e, w.ep)
             both = P.alltoall_s(sent, w.ep, w.etp, groups) + P.alltoall_s(
                 P.dispatch_bytes(tokens, k, h, e, w.ep), w.ep, w.etp, groups)
             pieces.append(f"all-to-all {n * share * both * 1e3:.3f} ms fwd, as much bwd")
