@@ -174,3 +174,40 @@ def test_a_step_with_ep_cp_and_fsdp_runs_on_two_nodes():
     assert all(t > 0 for t in times.values())
     # the stage spans 2 nodes: an EP group of 16 crosses the NIC, one of 8 stays on NVLink
     assert stages[0].groups.gpus_per_node == 8
+
+
+# ----------------------------------------------------------------------------- dispatch dedup, NVLink domains
+def test_remote_copies_by_hand():
+    # top-8 over EP 16 on two nodes of 8: alltoall sends 8 x 8/16 = 4 copies across; deduplicated, a
+    # token crosses once unless all 8 experts are on its own node: 1 - (1/2)^8
+    assert P.remote_copies(8, 16, 8, dedup=False) == 4.0
+    assert P.remote_copies(8, 16, 8, dedup=True) == pytest.approx(1 - 0.5 ** 8)
+    # one node: nothing crosses either way
+    assert P.remote_copies(8, 8, 8, dedup=False) == 0.0 == P.remote_copies(8, 8, 8, dedup=True)
+
+
+def test_deduplicated_alltoall_shrinks_only_the_network_part():
+    links = P.GroupLinks(intra_bytes_per_s=100.0, node_bytes_per_s=80.0, intra_latency_s=0.0,
+                         inter_latency_s=0.0, gpus_per_node=8)
+    plain = P.alltoall_s(1500.0, 16, 1, links, k=8)
+    dedup = P.alltoall_s(1500.0, 16, 1, links, k=8, dedup=True)
+    assert plain == pytest.approx(800 / 10)
+    assert dedup == pytest.approx(max(700 / 100, 800 * (1 - 0.5 ** 8) / 4 / 10))
+
+
+def test_groups_inside_an_nvl72_domain_use_nvlink():
+    # GB200 trays of 4 GPUs, 72 GPUs an NVLink domain: EP 16 over 4 trays is all NVLink; a node of 8
+    # (no domain) sends 8 of 16 peers over the NIC
+    rack = P.GroupLinks(intra_bytes_per_s=100.0, node_bytes_per_s=80.0, intra_latency_s=0.0,
+                        inter_latency_s=0.0, gpus_per_node=4, domain_gpus=72)
+    assert P.alltoall_s(1500.0, 16, 1, rack) == pytest.approx(15.0)
+    assert P.ring_step_s(10.0, 16, 1, rack) == pytest.approx(0.1)
+    from fasop.estimators.analytic import hardware as H
+    from fasop.specs.types import NodeType
+    gpu = find_gpu("GB200")
+    tray = NodeType(name="tray", instance="t", gpu="GB200", gpus_per_node=4, memory_limit_bytes=gpu.memory_bytes,
+                    intra_node_bytes_per_s=gpu.intra_node_bytes_per_s, inter_node_bytes_per_s=200e9,
+                    intra_node_shared=False, usd_per_hour=0.0, spot_usd_per_hour=None)
+    (stage,) = H.stage_hardware(8, 4, 1, (tray,) * 8, (gpu,) * 8, default_params())
+    assert stage.tp_link.bytes_per_s == stage.dp_link.bytes_per_s > 200e9   # TP 8 and DP over 8 trays: NVLink
+    assert stage.groups.nvlink_gpus == 72

@@ -118,7 +118,7 @@ def test_empty_cells_are_picked_and_memory_compared(tmp_path, capsys):
 
 @pytest.mark.parametrize("change, message", [
     ({"tp": "x"}, "line 2: tp: expected an integer, got 'x'"),
-    ({"num_gpus": 32}, "line 2: num_gpus: tp x pp x dp = 16, not 32"),
+    ({"num_gpus": 32}, "line 2: num_gpus: tp x pp x cp x dp = 16, not 32"),
     ({"gpu": "H300"}, "line 2: gpu: unknown GPU type 'H300'"),
     ({"recompute": "some"}, "line 2: recompute: expected one of none, selective, full, got 'some'"),
     ({"measured_seconds_per_iter": "-1"}, "line 2: measured_seconds_per_iter: expected a positive number"),

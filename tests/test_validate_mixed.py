@@ -97,7 +97,7 @@ def test_a_mixed_replica_stage_is_never_faster_than_its_slowest_replica_alone(tm
     ({"cluster": "nowhere.yaml"}, "cluster: nowhere.yaml: no such file"),
     ({"cluster": ""}, "nodes: needs a `cluster`"),
     ({"cluster": "", "nodes": ""}, "gpu: empty: a row names a `gpu` or a `cluster`"),
-    ({"precision": "fp64"}, "precision: expected one of bf16, fp16, fp8, fp32, tf32, got 'fp64'"),
+    ({"precision": "fp64"}, "precision: expected one of bf16, fp16, fp8, fp32, tf32, mxfp8, nvfp4, got 'fp64'"),
 ])
 def test_a_bad_cell_is_one_line_exit_2(tmp_path, capsys, change, message):
     row = ROW.format(split=change.get("split", ""), stages=change.get("stages", ""))

@@ -28,19 +28,30 @@ from pathlib import Path
 
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
+from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
+from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
+from fasop.specs.hf_config import architecture_from_config, read_config
+from fasop.specs.load import load_model
 from fasop.specs.catalog import VALIDATE_PLAN_SOFTWARE, VALIDATE_SOFTWARE, AnalyticParams, default_params
 from fasop.specs.types import GIB
-from fasop.report.validate_rows import (CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row, layers_per_stage,  # noqa: F401
-                                        read_rows, row_hardware)
+from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
+                                        layers_per_stage, read_rows, row_hardware)
 
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
 OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter",
                "predicted_seconds_per_iter", "error_pct", "measured_peak_mem_gib", "predicted_peak_mem_gib",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
                "distributed_optimizer", "virtual_pp", "precision", "picked", "cluster", "stage_gpus",
-               "layers_per_stage")
+               "layers_per_stage", "model", "cp", "ep", "etp", "zero")
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+"""Megatron-LM's --recompute-modules names (arguments.py) a `selective:<modules>` cell may list."""
+DISPATCHERS = ("alltoall", "flex", "deepep", "hybridep")
+"""Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
+(node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
+TASKS = ("pretrain", "sft")
+"""Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
 
 
@@ -79,19 +90,29 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     `base` the physical constants (a row naming a cluster uses its cluster's)."""
     c = Cells(path, row)
     arch, seq, gbs, measured, n, tp, pp, dp = _model_and_degrees(c)
-    hw = row_hardware(c, tp, dp, pp, base)
+    par = _parallel(c, arch, seq, tp, dp)
+    hw = row_hardware(c, tp, dp * par["cp"], pp, base)   # CP ranks sit between TP and DP (tp-cp-dp)
     counts = layers_per_stage(c, pp, arch.num_layers)
     params = _software(c, hw)
     precision = c.choice("precision", PRECISIONS, "bf16")
+    for g in hw.gpus:
+        if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
+            raise c.error("precision", f"{precision}: {g.name} has no {precision.upper()} tensor cores "
+                                       f"(the GPU catalog's {precision}_tflops is null)")
+    zero = c.choice("zero", ("0", "1", "2", "3"))
     fixed = {k: v for k, v in (("micro_batch_size", c.int("micro_batch_size")),
-                                ("recompute", c.choice("recompute", RECOMPUTES)),
+                                ("recompute", _recompute(c)),
                                 ("sequence_parallel", c.flag("sequence_parallel")),
-                                ("distributed_optimizer", c.flag("distributed_optimizer")),
+                                ("distributed_optimizer", c.flag("distributed_optimizer") if zero is None
+                                 else int(zero) >= 1),
                                 ("virtual_pp", 1 if counts else c.int("virtual_pp"))) if v is not None}
+    if arch.moe is not None and tp > 1:   # Megatron-Core: MoE with TP requires sequence parallelism
+        fixed.setdefault("sequence_parallel", True)
     common = _common(hw, VALIDATE_PLAN_SOFTWARE)
     assumed = {k: v for k, v in common.items() if k not in fixed}   # what this GPU's published runs had
     fixed |= assumed
-    best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts)
+    par["zero"] = None if zero is None else int(zero)
+    best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par)
     if best is None:
         raise c.error("micro_batch_size", "no micro-batch size / virtual_pp divides the batch and the layers")
     step, peak, fits, choice, split = best
@@ -104,7 +125,11 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
            **{k: int(v) if isinstance(v, bool) else v for k, v in choice.items()}, "precision": precision,
            "picked": " ".join([f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in choice.items()
                                if k not in fixed] + [f"{k}={int(v)} (catalog)" for k, v in assumed.items()]),
-           "cluster": hw.cluster, "stage_gpus": hw.stage_gpus, "layers_per_stage": "-".join(map(str, split))}
+           "cluster": hw.cluster, "stage_gpus": hw.stage_gpus, "layers_per_stage": "-".join(map(str, split)),
+           "model": c.text("model"), "cp": par["cp"], "ep": par["ep"], "etp": par["etp"],
+           "zero": par["zero"] if par["zero"] is not None else int(choice["distributed_optimizer"])}
+    if c.text("recompute").lower().startswith("selective:"):
+        out["recompute"] = c.text("recompute").lower()
     return Prediction(row=out, error=(step - measured) / measured,
                       mem_error=None if mem is None else (peak / GIB - mem) / mem)
 
@@ -124,33 +149,95 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     base, common = hw.params, _common(hw, VALIDATE_SOFTWARE + ("tp_overlap",))
     software = {k: c.flag(k, common.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
     tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
-    return replace(base, **software, tp_overlap=tp_overlap)
+    dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
+    dedup = base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall"
+    return replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
+                   moe_node_dedup=dedup)
 
 
 def _model_and_degrees(c: Cells) -> tuple:
     """(architecture, sequence, global batch, measured seconds, GPUs, tp, pp, dp) of a row, its
-    degrees checked against the GPU count, the batch, the layers and the heads."""
-    layers, hidden, heads = c.int("num_layers"), c.int("hidden_size"), c.int("num_attention_heads")
-    seq, vocab, n, tp, pp, dp = (c.int(k) for k in ("seq_len", "vocab_size", "num_gpus", "tp", "pp", "dp"))
+    degrees checked against the GPU count (tp x pp x cp x dp), the batch, the layers and the heads."""
+    seq, n, tp, pp, dp = (c.int(k) for k in ("seq_len", "num_gpus", "tp", "pp", "dp"))
+    cp = c.int("cp", 1)
     gbs, measured = c.int("global_batch_size"), c.positive("measured_seconds_per_iter")
-    if tp * pp * dp != n:
-        raise c.error("num_gpus", f"tp x pp x dp = {tp * pp * dp}, not {n}")
+    if tp * pp * cp * dp != n:
+        raise c.error("num_gpus", f"tp x pp x cp x dp = {tp * pp * cp * dp}, not {n}")
     if gbs % dp:
         raise c.error("global_batch_size", f"{gbs} is not a multiple of dp = {dp}")
-    if layers < pp:
-        raise c.error("pp", f"{pp} stages for {layers} layers")
+    arch = _row_model(c, seq) if c.text("model") else _columns_model(c, seq, tp)
+    if arch.num_layers < pp:
+        raise c.error("pp", f"{pp} stages for {arch.num_layers} layers")
+    if arch.num_attention_heads % tp:
+        raise c.error("tp", f"tp = {tp} does not divide the {arch.num_attention_heads} attention heads")
+    return arch, seq, gbs, measured, n, tp, pp, dp
+
+
+def _row_model(c: Cells, seq: int):
+    """`model`: a config.json path relative to the CSV, or a shipped model's name; it replaces the
+    architecture columns, which must then be empty."""
+    given = [k for k in ARCHITECTURE + ("ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings")
+             if c.text(k)]
+    if given:
+        raise c.error(given[0], "a row naming a `model` leaves the architecture columns empty")
+    text = c.text("model")
+    beside = c.path.parent / text
+    try:
+        if beside.is_file():
+            return architecture_from_config(read_config(beside), str(beside))
+        return load_model(text).architecture
+    except FasopError as exc:
+        raise c.error("model", str(exc)) from None
+
+
+def _columns_model(c: Cells, seq: int, tp: int):
+    """The GPT-style architecture the row's columns give."""
+    layers, hidden, heads = c.int("num_layers"), c.int("hidden_size"), c.int("num_attention_heads")
+    vocab = c.int("vocab_size")
     gated = c.flag("gated_mlp", False)
     kv = c.int("num_kv_heads", heads)
     if heads % tp or heads % kv or hidden % heads:
         raise c.error("tp", f"tp = {tp}, heads = {heads}, kv heads = {kv}, hidden = {hidden}: heads must divide "
                             "by tp and kv heads, hidden by heads")
-    arch = gpt_architecture(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
+    return gpt_architecture(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
                             ffn_hidden_size=c.int("ffn_hidden_size", 0) or 0, num_kv_heads=kv, gated_mlp=gated,
                             tied_embeddings=c.flag("tied_embeddings", not gated), max_positions=seq)
-    return arch, seq, gbs, measured, n, tp, pp, dp
 
 
-def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, counts=None):
+def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
+    """cp, ep, etp (default 1) and HSDP's shard degree (`dp_shard`, default all dp x cp ranks),
+    checked: 2cp divides the sequence (causal load balancing), ep the experts and ep x etp the
+    stage's tp x cp x dp ranks (Megatron-Core), the shard degree dp x cp."""
+    cp, ep, etp = c.int("cp", 1), c.int("ep", 1), c.int("etp", 1)
+    c.choice("task", TASKS)
+    if cp > 1 and seq % (2 * cp):
+        raise c.error("cp", f"cp = {cp}: 2 x cp must divide seq_len {seq} (causal load balancing)")
+    experts = arch.moe.num_experts if arch.moe is not None else 1
+    if (ep > 1 or etp > 1) and arch.moe is None:
+        raise c.error("ep", "expert parallelism on a model without experts")
+    if not P.valid_expert_degrees(tp, cp, dp, ep, etp, experts):
+        raise c.error("ep", f"ep = {ep}, etp = {etp}: ep must divide the {experts} experts and ep x etp the "
+                            f"tp x cp x dp = {tp * cp * dp} ranks of a stage")
+    shard = c.int("dp_shard", 0)
+    if shard and (dp * cp) % shard:
+        raise c.error("dp_shard", f"{shard} does not divide dp x cp = {dp * cp}")
+    return {"cp": cp, "ep": ep, "etp": etp, "shard": shard}
+
+
+def _recompute(c: Cells) -> str | None:
+    """`recompute`: none, selective, full, or Megatron-LM's `selective:<modules>` (modelled as
+    selective: the attention core recomputed; the other modules' costs are not modelled apart)."""
+    text = c.text("recompute").lower()
+    if text.startswith("selective:"):
+        odd = [m for m in text[len("selective:"):].split(",") if m.strip() not in RECOMPUTE_MODULES]
+        if odd:
+            raise c.error("recompute", f"unknown module {odd[0][:40]!r} (Megatron-LM --recompute-modules: "
+                                       f"{', '.join(RECOMPUTE_MODULES)})")
+        return "selective"
+    return c.choice("recompute", RECOMPUTES)
+
+
+def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, counts=None, par=None):
     """(step s, peak bytes, fits, choice, split) of the fastest allowed recipe that fits, else the
     fastest; `counts`: the row's split of the blocks, else fasop's for the slowest replica of each stage."""
     per_replica = gbs // dp
@@ -158,7 +245,7 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         "micro_batch_size": [b for b in (1, 2, 4, 8, 16, 32) if per_replica % b == 0],
         "recompute": list(RECOMPUTES),
         "sequence_parallel": [False, True] if tp > 1 else [False],
-        "distributed_optimizer": [False, True] if dp > 1 else [False],
+        "distributed_optimizer": [False, True] if dp * par["cp"] > 1 else [False],
         "virtual_pp": [1] + [v for v in range(2, MAX_VIRTUAL + 1) if arch.num_layers % (pp * v) == 0] if pp > 1 else [1],
     }
     options |= {k: [v] for k, v in fixed.items()}
@@ -168,11 +255,12 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         m = per_replica // choice["micro_batch_size"]
         if per_replica % choice["micro_batch_size"] or (choice["virtual_pp"] > 1 and m % pp):
             continue
+        zero = par["zero"] if par["zero"] is not None else int(choice["distributed_optimizer"])
         recipe = Recipe(recompute=choice["recompute"], sequence_parallel=choice["sequence_parallel"],
-                        zero=1 if choice["distributed_optimizer"] else 0, virtual_stages=choice["virtual_pp"],
-                        precision=precision)
+                        zero=zero, virtual_stages=choice["virtual_pp"], precision=precision)
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,
-                       num_microbatches=m, recipe=recipe, params=params)
+                       num_microbatches=m, recipe=recipe, params=params, cp=par["cp"], ep=par["ep"],
+                       etp=par["etp"], shard=par["shard"])
         split = counts or C.split_layers(w, replicas[0] if len(replicas) == 1 else mixed.slowest_stages(w, replicas))
         split = split or _even(arch.num_layers, pp)
         step = mixed.step(w, replicas, split).step_s

@@ -29,7 +29,9 @@ from fasop.specs.types import ClusterSpec, NodeType
 
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "vocab_size", "gpu", "num_gpus",
             "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter")
-OPTIONAL = ("name", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "gpus_per_node", "precision",
+ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+"""Required columns a `model` column replaces (a row naming a model leaves them empty)."""
+OPTIONAL = ("name", "model", "cp", "ep", "etp", "zero", "dp_shard", "task", "moe_dispatcher", "ep_overlap", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "gpus_per_node", "precision",
             "micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp",
             "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce", "tp_overlap",
             "cluster", "nodes", "layers_per_stage", "stage_gpus")
@@ -71,7 +73,7 @@ def read_rows(path: Path) -> list[Row]:
     if odd is not None:  # DictReader's restkey (extra cells) / restval (missing ones)
         raise FasopError(f"{path}: line {odd.line}: {'more' if None in odd.cells else 'fewer'} cells than the "
                          f"header's {len(header)} columns")
-    missing = [c for c in REQUIRED if c not in header]
+    missing = [c for c in REQUIRED if c not in header and not ("model" in header and c in ARCHITECTURE)]
     if missing:
         raise FasopError(f"{path}: header: missing required column {missing[0]!r} (required: {', '.join(REQUIRED)})")
     unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
@@ -100,7 +102,7 @@ class Cells:
         text = self.text(column)
         if not text:
             if default is None and column in REQUIRED:
-                raise self.error(column, "empty required cell")
+                raise self.error(column, "empty required cell" + (" (or name a `model`)" if column in ARCHITECTURE else ""))
             return default
         try:
             value = int(text) if len(text) <= 20 else None
@@ -280,7 +282,8 @@ def row_hardware(c: Cells, tp: int, dp: int, pp: int, base: AnalyticParams) -> H
     else:
         if not c.text("gpu"):
             raise c.error("gpu", "empty: a row names a `gpu` or a `cluster`")
-        gpu, g, label = base.gpu(catalog_gpu(c, "gpu", c.text("gpu"))), c.int("gpus_per_node", 8), ""
+        gpu, label = base.gpu(catalog_gpu(c, "gpu", c.text("gpu"))), ""
+        g = c.int("gpus_per_node", gpu.reference_gpus_per_node)
         count = -(-tp * dp * pp // g)
         nodes, gpus, params = (reference_node(gpu, g),) * count, (gpu,) * count, base
         if names is None:   # one GPU type: the estimator's own stage hardware, one replica for all

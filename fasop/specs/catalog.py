@@ -1,16 +1,15 @@
-"""The hardware catalog: GPU types, the analytic estimator's physical constants, catalog clusters.
+"""The hardware catalog: GPU types and the analytic estimator's physical constants.
 
 Data lives in `fasop/data/cluster_specs/catalog/gpus.yaml` (one entry per GPU type, a source on every
 number) and `fasop/data/cluster_specs/catalog/analytic.yaml` (efficiencies, latencies, overheads). A cluster
 spec with `estimator: analytic` (fasop/data/cluster_specs/aws.yaml, gcp.yaml) names a catalog GPU per node
-type and gets its memory, intra-node link and peaks from here. Units are converted once, at load:
+type and gets its memory, intra-node link and peaks from here (catalog_clusters.py reads it). Units are converted once, at load:
 TFLOP/s -> FLOP/s, GB/s -> bytes/s, Gbit/s -> bytes/s, GiB -> bytes. YAML is read through
 :mod:`fasop.specs.load` (the one YAML module).
 """
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -19,7 +18,7 @@ from fasop.core import limits
 from fasop.core.errors import SpecError
 from fasop.specs.files import shipped_folder
 from fasop.specs.reader import Reader, read_yaml
-from fasop.specs.types import GIB, ClusterSpec, NodeType
+from fasop.specs.types import GIB
 
 CATALOG_DIR = shipped_folder("cluster_specs") / "catalog"
 LINKS = ("nvlink", "xgmi", "pcie")
@@ -29,19 +28,19 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
-             "layer_overhead_s")
+             "layer_overhead_s", "reference_gpus_per_node")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel",)
 """Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
-_PARAM_KEYS = ("moe_load_imbalance", "grouped_gemm_efficiency", "memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
+_PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
                "kernels_per_layer", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes",
-               "layer_overhead_s")
-_NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
-              "price_date", "price_source", "memory_gib")
+               "layer_overhead_s", "moe_load_imbalance", "grouped_gemm_efficiency", "ep_overlap", "moe_node_dedup")
+PARAM_KEYS = _PARAM_KEYS
+"""The keys analytic.yaml (and a cluster spec's `analytic:` section) may hold."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -76,7 +75,10 @@ class GpuType:
     """SMs (CUs) that run a matmul's output tiles in waves; 0: unknown (no wave quantization)."""
     nvlink_domain_gpus: int | None = None
     """GPUs of one NVLink domain spanning several nodes (GB200 / GB300 NVL72: 72); None: the node.
-    Recorded from gpus.yaml; placement does not read it yet (a cluster spec may give the rack as one node)."""
+    Groups of ranks inside one domain use the GPU link even across nodes (analytic/hardware.py)."""
+    reference_gpus_per_node: int = 8
+    """GPUs of the vendor's reference node (its network: reference_inter_node_bytes_per_s); GB200 /
+    GB300: the 4-GPU compute tray. `fasop validate`'s default `gpus_per_node`."""
     validate_software: dict[str, bool | float] = field(default_factory=dict)
     """What `fasop validate` assumes for a row that does not state `fused_attention`,
     `overlap_grad_reduce` or `sequence_parallel`, and its `tp_overlap`: the software the published training runs on this
@@ -105,9 +107,10 @@ class GpuType:
         bf16 without BF16 units at the fp16 peak (what a framework falls back to); tf32 without TF32
         units (pre-Ampere) at the fp32 CUDA-core peak, and an fp32 matmul at the fp32 peak."""
         chain = {"fp32": ("fp32",), "tf32": ("tf32", "fp32")}.get(precision)
-        for p in chain or (precision, "bf16" if precision == "fp8" else "fp16", "fp16"):
+        for p in chain or (precision, "bf16" if precision in ("fp8", "mxfp8", "nvfp4") else "fp16", "fp16"):
             if p in self.peak_flops:
-                fp8 = p == "fp8" and self.fp8_matmul_efficiency is not None
+                # block-scaled MXFP8 / NVFP4 GEMMs: the FP8 share measured, where it was (none measured of their own)
+                fp8 = p in ("fp8", "mxfp8", "nvfp4") and self.fp8_matmul_efficiency is not None
                 return self.peak_flops[p] * (self.fp8_matmul_efficiency if fp8 else self.matmul_efficiency)
         raise AssertionError(f"{self.name} has no {precision} peak")
 
@@ -172,6 +175,10 @@ class AnalyticParams:
     """Tokens the busiest expert-parallel rank receives / the mean (rho >= 1)."""
     grouped_gemm_efficiency: float = 1.0
     """Rate of the routed experts' grouped GEMM as a share of the GPU's dense matmul rate."""
+    ep_overlap: float = 0.0
+    """Share of the other micro-batch's compute the EP all-to-all hides behind (Megatron-Core's EP A2A overlap)."""
+    moe_node_dedup: bool = False
+    """Dispatch sends a token across the network once per remote node (DeepEP / HybridEP), not once per expert."""
 
 
 def canonical(name: str) -> str:
@@ -227,6 +234,8 @@ def _gpu(r: Reader, name: str) -> GpuType:
         intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
         validate_software=_validate_software(r),
         nvlink_domain_gpus=r.get("nvlink_domain_gpus", int, None, lambda v: 2 <= v <= limits.GPUS, f"in [2, {limits.GPUS}]"),
+        reference_gpus_per_node=r.get("reference_gpus_per_node", int, 8, lambda v: 1 <= v <= limits.GPUS_PER_NODE,
+                                      f"in [1, {limits.GPUS_PER_NODE}]"),
         streaming_multiprocessors=r.get("streaming_multiprocessors", int, 0, lambda v: 1 <= v <= 4096, "in [1, 4096]"),
         memory_bandwidth_efficiency=r.get("memory_bandwidth_efficiency", (int, float), None, lambda v: 0 < v <= 1,
                                           "in (0, 1]"),
@@ -290,6 +299,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     layer = r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]")
     rho = get("moe_load_imbalance", (int, float), lambda v: 1 <= v <= 16, "in [1, 16]")
     grouped = get("grouped_gemm_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
+    ep_overlap = get("ep_overlap", (int, float), share, "in [0, 1]")
+    dedup = get("moe_node_dedup", bool, None, "")
     r.done()
     new = AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
@@ -301,7 +312,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         fused_attention_efficiency=float(attention) if attention is not None else base.fused_attention_efficiency,
         dp_overlap=float(overlap) if overlap is not None else base.dp_overlap,
         framework_overhead_bytes=float(overhead) * GIB if overhead is not None else base.framework_overhead_bytes,
-        gradient_reduce_bytes={**(base.gradient_reduce_bytes if base else {}), **grad},
+        gradient_reduce_bytes=_block_scaled({**(base.gradient_reduce_bytes if base else {}), **grad}),
         gradient_accumulation_fusion=fusion if fusion is not None else base.gradient_accumulation_fusion,
         fp8_cast_bytes=float(cast) if cast is not None else base.fp8_cast_bytes,
         tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
@@ -309,7 +320,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         matmul_tile=tuple(tile) if tile is not None else base.matmul_tile,
         kernel_launch_s=float(launch) if launch is not None else base.kernel_launch_s,
         kernels_per_layer=tuple(kernels) if kernels is not None else base.kernels_per_layer,
-        optimizer_step_bytes={**(base.optimizer_step_bytes if base else {}), **{k: float(v) for k, v in opt.items()}},
+        optimizer_step_bytes=_block_scaled({**(base.optimizer_step_bytes if base else {}),
+                                            **{k: float(v) for k, v in opt.items()}}),
         loss_scaling_bytes=float(scaling) if scaling is not None else base.loss_scaling_bytes,
         gradient_bucket_bytes=float(bucket) if bucket is not None else base.gradient_bucket_bytes,
         layer_overhead_s=float(layer) if layer is not None else (base.layer_overhead_s if base else 0.0),
@@ -317,8 +329,23 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         calibration=base.calibration if base else (),
         moe_load_imbalance=float(rho) if rho is not None else base.moe_load_imbalance,
         grouped_gemm_efficiency=float(grouped) if grouped is not None else base.grouped_gemm_efficiency,
+        ep_overlap=float(ep_overlap) if ep_overlap is not None else base.ep_overlap,
+        moe_node_dedup=dedup if dedup is not None else base.moe_node_dedup,
     )
     return new
+
+
+def read_params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
+    """Analytic constants from the reader `r` (PARAM_KEYS), over `base` (a cluster's `analytic:` section)."""
+    return _params(r, base)
+
+
+def _block_scaled(by_precision: dict) -> dict:
+    """`by_precision` with mxfp8 and nvfp4 as fp8: block-scaled runs keep bf16 weights, fp32 main
+    gradients and Adam states as FP8 runs do (Transformer Engine; Megatron-LM --fp8-recipe mxfp8 /
+    --fp4-format); only their matmuls differ."""
+    fp8 = by_precision.get("fp8")
+    return by_precision if fp8 is None else {**by_precision, **{p: fp8 for p in ("mxfp8", "nvfp4") if p not in by_precision}}
 
 
 def _mapping(r: Reader, key: str, names: tuple[str, ...], required: bool, check, why: str) -> dict:
@@ -329,64 +356,3 @@ def _mapping(r: Reader, key: str, names: tuple[str, ...], required: bool, check,
     values = {name: sub.get(name, (int, float), ... if required else None, check, why) for name in names}
     sub.done()
     return {k: v for k, v in values.items() if v is not None}
-
-
-# ----------------------------------------------------------------------------- catalog clusters
-def load_catalog_cluster(path: Path, data: dict) -> ClusterSpec:
-    """A cluster spec with `estimator: analytic`: node types naming catalog GPUs."""
-    top = Reader(path, data, "", ("estimator", "node_types", "analytic"))
-    top.get("estimator", str)
-    params = default_params()
-    if "analytic" in top.data:
-        params = _params(top.sub("analytic", _PARAM_KEYS), params)
-    types_reader = top.sub("node_types")
-    node_types = {}
-    for name in types_reader.data:
-        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
-            raise types_reader.error(str(name), "node type names are letters, digits, '_' and '-'")
-        node_types[name] = _catalog_node(types_reader.sub(name, _NODE_KEYS), name, path)
-    if not node_types:
-        raise types_reader.error("", "at least one node type is required")
-    top.done()
-    # FASOP's link divisors and memory factor do not apply: neutral values (1.0)
-    return ClusterSpec(path=str(path), estimator=str(data.get("estimator")), node_types=node_types,
-                       p2p_inter_node_divisor=1.0, p2p_intra_node_divisor=1.0, memory_overhead_factor=1.0,
-                       analytic=params)
-
-
-def _calendar_date(value) -> bool:
-    """A date (YAML reads 2025-06-01 as one), or text YYYY-MM / YYYY-MM-DD naming a real month or day."""
-    if isinstance(value, datetime.date):
-        return True
-    try:
-        datetime.date.fromisoformat(value + "-01" if len(value) == 7 else value)
-    except ValueError:
-        return False
-    return len(value) in (7, 10)
-
-
-def _catalog_node(r: Reader, name: str, path: Path) -> NodeType:
-    gpu_name = r.get("gpu", str)
-    try:
-        gpu = find_gpu(gpu_name, str(path))
-    except SpecError:
-        raise r.error("gpu", f"unknown GPU type {gpu_name!r} (catalog: "
-                      f"{', '.join(g.name for g in load_gpus().values())})") from None
-    spot = r.get("spot_usd_per_hour", (int, float, type(None)), None,
-                 lambda v: v is None or 0 <= v <= limits.USD_PER_HOUR, f"in [0, {limits.USD_PER_HOUR:g}]")
-    memory = r.get("memory_gib", (int, float), None, lambda v: 0 < v <= limits.MEMORY_GIB, f"in (0, {limits.MEMORY_GIB}]")
-    r.get("price_date", (str, datetime.date), None, _calendar_date, "a date YYYY-MM-DD or a month YYYY-MM")
-    r.get("price_source", str)
-    node = NodeType(
-        name=name, instance=r.get("instance", str), gpu=gpu.name,
-        gpus_per_node=r.positive("gpus_per_node", int, high=limits.GPUS_PER_NODE),
-        memory_limit_bytes=float(memory) * GIB if memory is not None else gpu.memory_bytes,
-        intra_node_bytes_per_s=gpu.intra_node_bytes_per_s,
-        inter_node_bytes_per_s=float(r.positive("inter_node_gbit_per_s", high=limits.GBIT_PER_S[1])) * 1e9 / 8,
-        intra_node_shared=gpu.intra_node_link == "pcie",
-        usd_per_hour=float(r.get("usd_per_hour", (int, float), check=lambda v: 0 <= v <= limits.USD_PER_HOUR,
-                                 why=f"in [0, {limits.USD_PER_HOUR:g}]")),
-        spot_usd_per_hour=None if spot is None else float(spot),
-    )
-    r.done()
-    return node

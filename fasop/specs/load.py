@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fasop.core import limits
 from fasop.core.errors import SpecError
-from fasop.specs.catalog import load_catalog_cluster
+from fasop.specs.catalog_clusters import load_catalog_cluster
 from fasop.specs.files import resolve
 from fasop.specs.hf_config import load_config_json, load_hf_spec
 from fasop.specs.profiles import read_profile

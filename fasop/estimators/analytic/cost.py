@@ -111,7 +111,7 @@ def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
 
 def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: float) -> float:
     p = w.recipe.precision
-    core_precision = "bf16" if p == "fp8" else p
+    core_precision = "bf16" if w.recipe.low_precision else p
     return (linear / gpu.matmul_flops(p) + core / gpu.matmul_flops(core_precision)
             + moved / (gpu.memory_bytes_per_s * gpu.memory_share(w.params)))
 
@@ -127,15 +127,15 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | 
     core = L.attention_core_flops(a, b, w.seq, t, 0.5 if fused else 1.0) / w.cp
     e = r.value_bytes
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, fused)
-    operand = 1 if r.precision == "fp8" else e    # FP8 matmuls read FP8 inputs and weights
+    operand = r.operand_bytes    # FP8 / MXFP8 / NVFP4 matmuls read 8- or 4-bit inputs and weights
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand, routed=False) if w.params.gemm_traffic else 0.0
-    if r.precision == "fp8":
+    if r.low_precision:
         moved += L.fp8_cast_elements(a, b, s, t, routed=False) * w.params.fp8_cast_bytes
     # + the per-layer overhead (launches, framework: `layer_overhead_s`), 2x in the backward, again when recomputed
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved + gemm_bytes) + gpu.layer_overhead(w.params)
     core_bwd_extra = 0.0
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
-        precision = "bf16" if r.precision == "fp8" else r.precision
+        precision = "bf16" if r.low_precision else r.precision
         rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * gpu.attention_share(w.params)
         attention = core / rate
         # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
@@ -151,7 +151,7 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | 
     if w.cp > 1 or w.arch.moe is not None:
         groups = hw_groups or P.FREE_LINKS
         cf, cb = P.cp_s(w, groups, attention, 2 * attention + core_bwd_extra)
-        mf, mb = P.moe_s(w, gpu, groups)
+        mf, mb = P.moe_s(w, gpu, groups, (fwd, bwd))
         fwd, bwd = fwd + cf + mf, bwd + cb + mb
     if r.recompute == "full":
         bwd += fwd + tp_fwd
@@ -173,7 +173,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
     size = w.mbs * w.local_seq * w.arch.hidden_size * w.recipe.value_bytes
     bwd = 2 * all_reduce_s(size, w.tp, tp_link)
     fwd = bwd
-    if w.recipe.sequence_parallel and w.recipe.precision == "fp8":
+    if w.recipe.sequence_parallel and w.recipe.low_precision:
         fwd = 2 * (gather_s(size, w.tp, tp_link) + gather_s(size / ACT_BYTES, w.tp, tp_link))
     hidden = 1 - w.params.tp_overlap
     return bwd * hidden, fwd * hidden

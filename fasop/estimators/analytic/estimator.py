@@ -365,17 +365,20 @@ def parse_recipes(options: dict) -> dict:
     return out
 
 
-def _without_fp8_where_no_units(recipes: dict, gpus: list) -> dict:
-    """`recipes` with fp8 dropped where a GPU of the inventory has no FP8 tensor cores (catalog
-    fp8_tflops null: A100, A10G, V100, ...): every plan uses every node, so no plan of it could
-    train in FP8 (its CSV's precision column then never says fp8). fp8 alone: a one-line error."""
-    lacking = sorted({g.name for g in gpus if g.peak_flops.get("fp8") is None})
+def _without_fp8_where_no_units(recipes: dict, gpus: list, low: str = "fp8") -> dict:
+    """`recipes` with fp8 (or `low`: mxfp8, nvfp4) dropped where a GPU of the inventory has no such
+    tensor cores (catalog fp8_tflops null: A100, A10G, V100, ...; mxfp8 / nvfp4: all but Blackwell):
+    every plan uses every node, so no plan of it could train so (its CSV's precision column then
+    never says it). That precision alone: a one-line error."""
+    lacking = sorted({g.name for g in gpus if g.peak_flops.get(low) is None})
     if not lacking:
         return recipes
-    if recipes["precision"] == ("fp8",):
-        raise FasopError(f"--precision fp8: {', '.join(lacking)} has no FP8 tensor cores (the GPU catalog's "
-                         "fp8_tflops is null); use --precision bf16, or nodes with FP8 (H100, H200, L4, ...)")
-    return recipes | {"precision": tuple(p for p in recipes["precision"] if p != "fp8")}
+    if recipes["precision"] == (low,):
+        units = "FP8" if low == "fp8" else low.upper()
+        raise FasopError(f"--precision {low}: {', '.join(lacking)} has no {units} tensor cores (the GPU catalog's "
+                         f"{low}_tflops is null); use --precision bf16, or nodes with {units} "
+                         f"({'H100, H200, L4, ...' if low == 'fp8' else 'B200, B300, GB200, GB300'})")
+    return recipes | {"precision": tuple(p for p in recipes["precision"] if p != low)}
 
 
 @register("analytic")
@@ -386,8 +389,9 @@ def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], 
     layers for some pp >= 2) is refused rather than silently replaced by 1; for a plan whose pp
     it does not divide, the plan runs with 1 and its virtual_stages column says so."""
     recipes = parse_recipes(options)
-    if "fp8" in recipes["precision"]:
-        recipes = _without_fp8_where_no_units(recipes, [find_gpu(n.gpu, cluster.path) for n in inventory])
+    for low in ("fp8", "mxfp8", "nvfp4"):
+        if low in recipes["precision"]:
+            recipes = _without_fp8_where_no_units(recipes, [find_gpu(n.gpu, cluster.path) for n in inventory], low)
     estimator = AnalyticEstimator(model, cluster, inventory, recipes)
     layers = estimator.arch.num_layers
     usable = [v for v in range(2, layers // 2 + 1) if any(not layers % (pp * v) for pp in range(2, layers // v + 1))]

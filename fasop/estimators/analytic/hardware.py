@@ -51,11 +51,26 @@ def stage_span(tp: int, dp: int, pp: int, i: int, g: int) -> tuple[int, int, int
     return first, last, (i + 1) * block // g if i + 1 < pp else last
 
 
+def domain_gpus(gpus, ks, g: int) -> int:
+    """GPUs of the NVLink domain the nodes `ks` (G GPUs each) belong to: the GPUs' `nvlink_domain_gpus`
+    where every one has one (GB200 / GB300 NVL72: 72, 18 trays of 4), else the node's G."""
+    d = min(gpus[k].nvlink_domain_gpus or g for k in ks)
+    return d if d > g and d % g == 0 else g
+
+
+def one_domain(ks, g: int, domain: int) -> bool:
+    """Whether the nodes `ks` lie in one NVLink domain of `domain` GPUs (node k in domain k // (domain / G))."""
+    per = domain // g
+    return len({k // per for k in ks}) == 1
+
+
 def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: AnalyticParams) -> StageHardware:
-    """Stage i of stage_hardware; reads nodes[k], gpus[k] only for k in stage_span (G GPUs a node)."""
+    """Stage i of stage_hardware; reads nodes[k], gpus[k] only for k in stage_span (G GPUs a node).
+    Inside one NVLink domain larger than a node (NVL72) a group spanning nodes uses the GPU link."""
     eff = params.link_efficiency
     first, last, after = stage_span(tp, dp, pp, i, g)
     ks = range(first, last + 1)
+    domain = domain_gpus(gpus, ks, g)
     intra = lambda ks: Link(min(gpus[k].intra_node_bytes_per_s * gpus[k].intra_node_share(params) for k in ks),
                             params.intra_node_latency_s)
     inter = lambda ks, share: Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
@@ -63,10 +78,12 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
     nxt = None
     if i + 1 < pp:
-        nxt = intra((last,)) if last == after else inter((last, after), min(g, tp * dp))
+        pair = (last, after)
+        nxt = intra(pair) if one_domain(pair, g, domain_gpus(gpus, pair, g)) else inter(pair, min(g, tp * dp))
     inside = intra(ks)
     groups = P.GroupLinks(inside.bytes_per_s, min(nodes[k].inter_node_bytes_per_s for k in ks) * eff["network"],
-                          params.intra_node_latency_s, params.inter_node_latency_s, g)
-    return StageHardware(gpu=gpu, tp_link=inside if tp <= g else inter(ks, g),
-                         dp_link=inside if len(ks) == 1 else inter(ks, min(tp, g)), next_link=nxt,
+                          params.intra_node_latency_s, params.inter_node_latency_s, g, domain)
+    tp_inside = tp <= g or (tp <= domain and not domain % tp)
+    return StageHardware(gpu=gpu, tp_link=inside if tp_inside else inter(ks, g),
+                         dp_link=inside if one_domain(ks, g, domain) else inter(ks, min(tp, g)), next_link=nxt,
                          memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks), groups=groups)

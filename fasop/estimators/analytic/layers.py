@@ -47,7 +47,15 @@ from fasop.specs.architecture import Architecture
 from fasop.specs.catalog import AnalyticParams
 
 RECOMPUTES = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4")
+LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
+"""Precisions whose weight matmuls run on 8- or 4-bit tensor cores (Transformer Engine: FP8 with
+per-tensor scales, MXFP8 and NVFP4 block-scaled on Blackwell) while weights, activations and gradients
+stay as a 16-bit mixed-precision run keeps them; the attention core stays 16-bit."""
+OPERAND_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+"""Bytes a low-precision matmul reads per input or weight element: the value plus its share of the
+block scale (MXFP8: one 1-byte E8M0 scale a 32-element block; NVFP4: one 1-byte E4M3 scale a 16-element
+block; NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149 §2)."""
 FULL_PRECISIONS = ("fp32", "tf32")
 """Precisions that keep weights, activations and gradients in fp32 (no 16-bit copy, no master weights):
 fp32 matmuls on the CUDA cores, tf32 on the TF32 tensor cores where the GPU has them."""
@@ -66,7 +74,7 @@ class Recipe:
     """ZeRO stage: 1 shards optimizer states (Megatron's distributed optimizer), 2 also gradients, 3 also weights."""
     virtual_stages: int = 1
     """Model chunks per pipeline rank (interleaved 1F1B, Narayanan et al. 2021 §2.2.2)."""
-    precision: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4"] = "bf16"
     """Matmul precision; weights, activations and gradients are kept as a 16-bit mixed-precision run keeps
     them, or all in fp32 (fp32, tf32)."""
     hsdp: bool = False
@@ -90,6 +98,16 @@ class Recipe:
     def value_bytes(self) -> int:
         """Bytes of one activation or weight value: 4 in an fp32 / tf32 run, else 2 (16-bit)."""
         return 4 if self.precision in FULL_PRECISIONS else 2
+
+    @property
+    def low_precision(self) -> bool:
+        """Weight matmuls on 8- or 4-bit tensor cores (LOW_PRECISIONS)."""
+        return self.precision in LOW_PRECISIONS
+
+    @property
+    def operand_bytes(self) -> float:
+        """Bytes a weight matmul reads per input or weight element (OPERAND_BYTES, else value_bytes)."""
+        return OPERAND_BYTES.get(self.precision, self.value_bytes)
 
 
 # ----------------------------------------------------------------------------- parameters

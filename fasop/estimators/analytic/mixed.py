@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic import hardware as H
+from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.catalog import AnalyticParams, GpuType
 from fasop.specs.types import NodeType
@@ -53,7 +55,7 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
                               params.intra_node_latency_s)
     inter = lambda ks, share: C.Link(min(nodes[k].inter_node_bytes_per_s for k in ks) / share * eff["network"],
                                      params.inter_node_latency_s)
-    link = lambda ks, share: intra(ks) if len(ks) == 1 else inter(ks, share)
+    link = lambda ks, share: intra(ks) if H.one_domain(ks, g, H.domain_gpus(gpus, ks, g)) else inter(ks, share)
     span = lambda ranks: sorted({where[r] for r in ranks})
     out = []
     for d in range(dp):
@@ -68,8 +70,12 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
             limit = min(nodes[k].memory_limit_bytes for k in ks)
             if gpu_names is not None and gpu_names[i][d] is not gpu:
                 gpu, limit = gpu_names[i][d], gpu_names[i][d].memory_bytes
+            groups = P.GroupLinks(intra(block).bytes_per_s,
+                                  min(nodes[k].inter_node_bytes_per_s for k in block) * eff["network"],
+                                  params.intra_node_latency_s, params.inter_node_latency_s, g,
+                                  H.domain_gpus(gpus, block, g))
             stages.append(C.StageHardware(gpu=gpu, tp_link=link(ks, min(g, tp)), dp_link=link(block, min(g, tp)),
-                                          next_link=nxt, memory_limit_bytes=limit))
+                                          next_link=nxt, memory_limit_bytes=limit, groups=groups))
         out.append(tuple(stages))
     return tuple(out)
 
@@ -80,7 +86,7 @@ def slowest_stages(w: Workload, replicas) -> tuple[C.StageHardware, ...]:
     out = []
     for i in range(w.pp):
         column = [r[i] for r in replicas]
-        worst = max(column, key=lambda hw: sum(C.layer_s(w, hw.gpu, hw.tp_link)))
+        worst = max(column, key=lambda hw: sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)))
         out.append(replace(worst, memory_limit_bytes=min(hw.memory_limit_bytes for hw in column)))
     return tuple(out)
 

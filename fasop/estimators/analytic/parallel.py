@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fasop.estimators.analytic import blocks as B
-from fasop.specs.architecture import Architecture
+from fasop.specs.architecture import MOE_KINDS, Architecture
 
 
 # ----------------------------------------------------------------------------- groups
@@ -65,11 +65,12 @@ def expert_rank_groups(tp: int, cp: int, dp: int, ep: int, etp: int) -> dict[str
 
 
 def moe_layer_share(arch: Architecture) -> float:
-    """Share of the transformer layers that are MoE layers (all when `layer_kinds` is empty)."""
+    """Share of the layers that hold routed experts: "moe" (attention + experts) and "experts"
+    (Nemotron-H's expert block) kinds; all when `layer_kinds` is empty."""
     if arch.moe is None:
         return 0.0
     kinds = arch.layer_kinds
-    return 1.0 if not kinds else sum("moe" in k for k in kinds) / len(kinds)
+    return 1.0 if not kinds else sum(k in MOE_KINDS for k in kinds) / len(kinds)
 
 
 def routed_expert_params(arch: Architecture) -> float:
@@ -110,31 +111,56 @@ class GroupLinks:
     intra_latency_s: float
     inter_latency_s: float
     gpus_per_node: int
+    domain_gpus: int = 0
+    """GPUs of the NVLink domain (NVL72: 72, several nodes); 0: the node."""
+
+    @property
+    def nvlink_gpus(self) -> int:
+        return self.domain_gpus or self.gpus_per_node
 
 
 FREE_LINKS = GroupLinks(float("inf"), float("inf"), 0.0, 0.0, 1)
 """Links of no cost: a layer's time asked without its stage's links (the search's quick bounds)."""
 
 
-def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks) -> float:
+def remote_copies(k: int, ep: int, n_in: int, dedup: bool) -> float:
+    """Copies of a token that leave its NVLink domain per token, under uniform routing to k of the
+    experts spread over ep ranks, n_in of them in each domain: k(ep - n_in)/ep (one per remote
+    expert, Megatron's `alltoall`), or with node deduplication (DeepEP / HybridEP: a token crosses the
+    network once per remote domain that holds any of its experts, then NVLink forwards it: DeepSeek-V3
+    report §3.2.2; Megatron `--moe-token-dispatcher-type flex`) (n - 1)(1 - (1 - n_in/ep)^k) of the
+    n = ep/n_in domains."""
+    if not dedup:
+        return k * (ep - n_in) / ep
+    n = ep / n_in
+    return (n - 1) * (1 - (1 - n_in / ep) ** k)
+
+
+def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks, k: int = 0, dedup: bool = False) -> float:
     """One all-to-all in which each of ep ranks (`stride` apart) sends `sent` bytes to the others,
-    evenly: the members on its node over NVLink, the others over its 1/G share of the NIC, at once."""
+    evenly: the members in its NVLink domain (its node, or an NVL72 rack) over NVLink, the others over
+    its 1/G share of its node's NIC, at once. The peers' transfers run concurrently (NCCL issues an
+    all-to-all as one group of sends and receives), so each link pays its latency once. With `dedup`
+    (and the tokens' top-k), the bytes crossing the network shrink as remote_copies says."""
     if ep <= 1:
         return 0.0
-    g = links.gpus_per_node
-    n_in = max(1, min(ep, g // stride)) if stride <= g else 1
+    g, d = links.gpus_per_node, links.nvlink_gpus
+    n_in = max(1, min(ep, d // stride)) if stride <= d else 1
     inside = sent * (n_in - 1) / (ep - 1)
     outside = sent - inside
-    t_in = inside / links.intra_bytes_per_s + (n_in - 1) * links.intra_latency_s if n_in > 1 else 0.0
-    t_out = outside / (links.node_bytes_per_s / g) + (ep - n_in) * links.inter_latency_s if ep > n_in else 0.0
+    if dedup and k and ep > n_in:
+        outside *= remote_copies(k, ep, n_in, True) / remote_copies(k, ep, n_in, False)
+    t_in = inside / links.intra_bytes_per_s + links.intra_latency_s if n_in > 1 else 0.0
+    t_out = outside / (links.node_bytes_per_s / g) + links.inter_latency_s if ep > n_in else 0.0
     return max(t_in, t_out)
 
 
 def ring_step_s(size: float, members: int, stride: int, links: GroupLinks) -> float:
     """One step of a ring of `members` ranks `stride` apart sending `size` bytes each to the next:
-    NVLink when the ring is inside a node, else the NIC shared by the min(G, stride) rings that cross it."""
+    NVLink when the ring is inside a node (or NVLink domain), else the NIC shared by the min(G, stride)
+    rings that cross it."""
     g = links.gpus_per_node
-    if members * stride <= g:
+    if members * stride <= links.nvlink_gpus:
         return size / links.intra_bytes_per_s + links.intra_latency_s
     return size / (links.node_bytes_per_s / min(g, stride)) + links.inter_latency_s
 
@@ -206,9 +232,9 @@ def expert_compute_s(w, gpu) -> float:
     flops = 2 * rows * h * fe * up
     router = 2 * tokens * h * m.num_experts
     moved = 0.0
-    fp8 = w.recipe.precision == "fp8"
+    fp8 = w.recipe.low_precision
     if p.gemm_traffic:
-        operand = 1 if fp8 else e
+        operand = w.recipe.operand_bytes
         weights = m.num_experts / w.ep * h * fe * up
         moved = operand * (rows * h + rows * fe + weights) + e * (rows * fe * (up - 1) + rows * h)
     if fp8:
@@ -218,13 +244,15 @@ def expert_compute_s(w, gpu) -> float:
             + moved / (gpu.memory_bytes_per_s * gpu.memory_share(p)))
 
 
-def moe_s(w, gpu, links: GroupLinks) -> tuple[float, float]:
+def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """(forward, backward) seconds one MoE layer adds per micro-batch, averaged over the layers
     (x moe_layer_share of the model's `layer_kinds`): router and the routed experts' grouped GEMM
     on the slowest rank (rho x the mean tokens; expert_compute_s), the dispatch and combine
     all-to-alls over the EP group and the ETP all-gather / reduce-scatter. Attention, shared
     experts, dense MLPs and the permutation are the dense path's (layers.layer_gemms without
-    `routed`)."""
+    `routed`). With `ep_overlap` s, Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm:
+    one micro-batch's forward interleaved with another's backward) hides up to s x the other
+    pass's compute (`cover`: the rest of the layer's forward and backward seconds)."""
     a, m = w.arch, w.arch.moe
     share = moe_layer_share(a)
     if not share:
@@ -235,11 +263,14 @@ def moe_s(w, gpu, links: GroupLinks) -> tuple[float, float]:
     compute = expert_compute_s(w, gpu)
     dispatch = dispatch_bytes(rho * tokens, k, h, 1 if precision in LOW_PRECISION_DISPATCH else e, w.ep)
     combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
-    comm = alltoall_s(dispatch, w.ep, w.etp, links) + alltoall_s(combine, w.ep, w.etp, links)
+    dedup = w.params.moe_node_dedup
+    comm = alltoall_s(dispatch, w.ep, w.etp, links, k, dedup) + alltoall_s(combine, w.ep, w.etp, links, k, dedup)
     if w.etp > 1:  # all-gather before fc1 and reduce-scatter after fc2 over the ETP group (inside a node)
         comm += 2 * (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
-    fwd = compute + comm
-    return share * fwd, share * (2 * compute + comm)
+    s = w.params.ep_overlap
+    fwd = compute + exposed_s(comm, s * (cover[1] + 2 * compute))   # behind the other micro-batch's backward
+    bwd = 2 * compute + exposed_s(comm, s * (cover[0] + compute))   # behind its forward
+    return share * fwd, share * bwd
 
 
 def cp_s(w, links: GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -> tuple[float, float]:

@@ -1,0 +1,87 @@
+"""The analytic estimator against measured mixture-of-experts runs (Megatron-Bridge, 2026).
+
+Each set is documented in tests/data/VALIDATION_SOURCES.md; the models are HF config.json files in
+tests/data/hf/ named by the rows' `model` column. One parameter set (cluster_specs/catalog/
+analytic.yaml + gpus.yaml) for all of them; a row states only its plan and the software the run had
+(`moe_dispatcher`, `ep_overlap` where the source says). The bounds are what the model reaches
+today (measured with `fasop validate tests/data/<set>.csv`), a little above: they keep the figures
+from getting worse, they do not claim the issue's 10 % yet -- docs/validate.md lists what the
+model leaves out (CUDA graphs and other per-iteration framework costs of small runs, Mamba-2
+kernel efficiency, latent MoE).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from fasop.report.validate import validate
+
+DATA = Path(__file__).resolve().parent / "data"
+
+# set, MAPE bound %, max |error| bound %, rows
+SETS = [
+    ("moe_megatron_bridge_perf_summary.csv", 22, 50, 10),   # GB200 / GB300, MXFP8, EP 8-64 (performance-summary.md)
+    ("moe_megatron_bridge_docs_h100.csv", 22, 35, 12),      # H100, Qwen3-30B-A3B EP16 and Nemotron-3-Nano EP8
+    ("moe_megatron_bridge_moonlight_h100.csv", 75, 75, 6),  # H100, Moonlight-16B-A3B TP2 EP8, one micro-batch
+]
+
+
+@pytest.mark.parametrize("name, mape, worst, rows", SETS)
+def test_moe_set_within_its_bound(name, mape, worst, rows):
+    report = validate(DATA / name)
+    assert len(report.predictions) == rows
+    assert report.mape <= mape, f"{name}: MAPE {report.mape:.1f} % above {mape} %"
+    assert report.max_error <= worst, f"{name}: max |error| {report.max_error:.1f} % above {worst} %"
+
+
+def test_node_deduplicated_dispatch_is_faster_across_nodes():
+    # the same Qwen3-30B-A3B EP16 plan on two H100 nodes: HybridEP (flex) below the plain alltoall,
+    # and EP overlap below no overlap, as the measured 24.7 s / 41.3 s and 21.0 s / 24.7 s are
+    report = validate(DATA / "moe_megatron_bridge_docs_h100.csv")
+    by = {p.row["name"]: p.row["predicted_seconds_per_iter"] for p in report.predictions}
+    flex_off = by["Qwen3-30B-A3B H100x16 HybridEP EP-overlap off"]
+    assert flex_off < by["Qwen3-30B-A3B H100x16 alltoall no overlap no CUDA graphs"]
+    assert by["Qwen3-30B-A3B H100x16 HybridEP EP-overlap on (validation)"] < flex_off
+
+
+HEADER = ("name,model,gpu,num_gpus,tp,pp,cp,dp,ep,etp,zero,seq_len,global_batch_size,micro_batch_size,"
+          "precision,recompute,measured_seconds_per_iter")
+
+
+def _csv(tmp_path, row: str, header: str = HEADER) -> Path:
+    (tmp_path / "hf").mkdir(exist_ok=True)
+    (tmp_path / "hf" / "qwen3-30b-a3b.json").write_bytes((DATA / "hf" / "qwen3-30b-a3b.json").read_bytes())
+    path = tmp_path / "runs.csv"
+    path.write_text(header + "\n" + row + "\n")
+    return path
+
+
+def test_a_model_row_plans_its_config_with_cp_ep_and_fsdp(tmp_path):
+    # Qwen3-30B-A3B on 16 H100: TP1 CP2 DP8, EP 16 carved out of cp x dp (Megatron-Core folding), FSDP
+    report = validate(_csv(tmp_path, "q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,2,8,16,1,3,8192,64,1,bf16,full,10"))
+    (p,) = report.predictions
+    assert (p.row["cp"], p.row["ep"], p.row["zero"], p.row["model"]) == (2, 16, 3, "hf/qwen3-30b-a3b.json")
+    assert p.row["predicted_seconds_per_iter"] > 0
+
+
+@pytest.mark.parametrize("row, message", [
+    ("q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,2,4,16,1,1,8192,64,1,bf16,full,10", "num_gpus: tp x pp x cp x dp = 8"),
+    ("q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,1,16,12,1,1,8192,64,1,bf16,full,10", "ep: ep = 12"),
+    ("q,hf/qwen3-30b-a3b.json,B300,16,1,1,1,16,16,1,1,8192,64,1,nvfp4x,full,10", "precision: expected one of"),
+    ("q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,1,16,16,1,1,8192,64,1,mxfp8,full,10", "H100-SXM has no MXFP8"),
+    ("q,hf/missing.json,H100-SXM,16,1,1,1,16,16,1,1,8192,64,1,bf16,full,10", "line 2: model:"),
+    ("q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,1,16,16,1,1,8192,64,1,bf16,selective:attn,10", "unknown module 'attn'"),
+])
+def test_a_bad_moe_row_is_one_clear_error(tmp_path, row, message):
+    from fasop.core.errors import FasopError
+    with pytest.raises(FasopError, match=None) as err:
+        validate(_csv(tmp_path, row))
+    assert message in str(err.value)
+
+
+def test_a_model_row_leaves_the_architecture_columns_empty(tmp_path):
+    from fasop.core.errors import FasopError
+    path = _csv(tmp_path, "q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,1,16,16,1,1,8192,64,1,bf16,full,10,48",
+                HEADER + ",num_layers")
+    with pytest.raises(FasopError, match="num_layers: a row naming a `model` leaves the architecture columns empty"):
+        validate(path)
