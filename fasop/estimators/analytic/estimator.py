@@ -42,8 +42,7 @@ DEFAULTS = {"recompute": ("selective",), "zero": (1,), "sequence_parallel": (Tru
             "precision": ("bf16",), "hsdp": (False,)}
 """What a search tries when not told: Megatron-LM's usual recipe (selective recompute, the
 distributed optimizer, sequence parallelism with tp > 1), no interleaving, bf16."""
-STAGE_CACHE = 4096
-"""Stage hardware kept per estimator (a (degrees, node order) costs ~0.1 ms to work out)."""
+STAGE_CACHE = 4096  # stage hardware kept per estimator (one (degrees, node order) costs ~0.1 ms)
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
 COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
@@ -170,15 +169,13 @@ class AnalyticEstimator:
 
     # ------------------------------------------------------------------ pieces
     def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
-        """Each stage's GPU and links, kept per (tp, cp*dp, pp, node order): plans differing in
-        micro-batch, ep or etp share them (the latest STAGE_CACHE kept)."""
+        """Each stage's GPU and links, kept per (tp, cp*dp, pp, node order) (mbs, ep, etp share them)."""
         key = (plan.tp, plan.cp * plan.dp, plan.pp, tuple(n.name for n in plan.placement))
         hw = self._hardware.get(key)
         if hw is None:
             if len(self._hardware) >= STAGE_CACHE:
                 self._hardware.clear()
-            gpus = tuple(self.gpus[n.name] for n in plan.placement)
-            # CP ranks sit between TP and DP (tp-cp-dp): a stage is tp x (cp*dp) ranks to its links
+            gpus = tuple(self.gpus[n.name] for n in plan.placement)  # CP sits between TP and DP (tp-cp-dp)
             hw = self._hardware[key] = C.stage_hardware(key[0], key[1], key[2], plan.placement, gpus, self.params)
         return hw
 
