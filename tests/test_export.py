@@ -299,3 +299,34 @@ def test_analytic_recipe_columns_become_flags():
 '''
     text = torchtitan(rp, GPT8).text
     assert "p.data_parallel_shard_degree = 2" in text and "config.activation_checkpoint = SelectiveAC.Config()" in text
+
+
+def test_moe_layer_freq_is_megatrons_list_string():
+    """DeepSeek-V3's first three dense layers, as Megatron-LM's own example writes them
+    (07_moe_cp_fsdp.md §5.1: --moe-layer-freq "([0]*3+[1]*58)"); all MoE: the default, not written."""
+    from fasop.report.export_megatron import moe_layer_freq
+
+    assert moe_layer_freq(("dense",) * 3 + ("moe",) * 58) == "([0]*3+[1]*58)"
+    assert moe_layer_freq(("moe", "dense") * 2) == "([1]*1+[0]*1+[1]*1+[0]*1)"
+    assert moe_layer_freq(("moe",) * 4) == "" and moe_layer_freq(()) == ""
+    assert moe_layer_freq(("mamba", "moe")) is None
+
+
+def test_what_torchtitan_cannot_express_is_a_warning(tmp_path, monkeypatch, capsys):
+    """Without ZeRO torchtitan's DDP has data_parallel_shard_degree 1, and EP borrows only from
+    dp_shard x cp x tp: ep 8 with tp 1 cannot be written as estimated; etp > 1 is gone at its HEAD."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "mixtral-8x7b", "--cluster", "aws", "--nodes", "p5=4", "--zero", "0", "--ep", "8",
+                 "--etp", "2", "--top", "1", "--no-progress", "--out", "m.csv"]) == 0
+    capsys.readouterr()
+    assert main(["export", "--from", "m.csv", "--rank", "1", "--model", "mixtral-8x7b", "--cluster", "aws",
+                 "--target", "torchtitan"]) == 0
+    text = capsys.readouterr().out
+    assert "# warning: torchtitan cannot express etp 2" in text
+    assert "# warning: torchtitan cannot express ep 8: it must divide data_parallel_shard_degree x cp x tp = 1" in text
+    assert "p.expert_parallel_degree = 8" in text
+    assert main(["export", "--from", "m.csv", "--rank", "1", "--model", "mixtral-8x7b", "--cluster", "aws",
+                 "--target", "megatron"]) == 0
+    text = capsys.readouterr().out
+    assert "--expert-model-parallel-size 8" in text and "--expert-tensor-parallel-size 2" in text
+    assert "--num-experts 8" in text and "--moe-token-dispatcher-type alltoall" in text

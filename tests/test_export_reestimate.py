@@ -13,9 +13,11 @@ from __future__ import annotations
 import csv
 import json
 import re
+from pathlib import Path
 
 import pytest
 
+import fasop
 from fasop.cli.command import main
 
 SEARCH = ["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=2", "--top", "3", "--out", "r.csv",
@@ -110,3 +112,86 @@ def test_virtual_stages_that_no_pipeline_can_use_are_refused(tmp_path, monkeypat
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--virtual-stages" in err and "32 transformer layers" in err
     assert not (tmp_path / "o.csv").exists()
+
+
+# ---------------------------------------------------------------------------- MoE, CP, FSDP / HSDP plans
+def megatron_degrees(text: str, num_gpus: int) -> dict:
+    """The plan's degrees as Megatron-LM reads the exported flags (an MoE model's expert tensor
+    parallelism defaults to tp, data parallelism is what is left: arguments.py)."""
+    flag = lambda name, default: int(m.group(1)) if (m := re.search(rf"--{name} (\d+)", text)) else default  # noqa: E731
+    tp, pp, cp = flag("tensor-model-parallel-size", 1), flag("pipeline-model-parallel-size", 1), \
+        flag("context-parallel-size", 1)
+    return {"tp": tp, "pp": pp, "cp": cp, "ep": flag("expert-model-parallel-size", 1),
+            "etp": flag("expert-tensor-parallel-size", tp if "--num-experts" in text else 1),
+            "dp": num_gpus // (tp * cp * pp),
+            "replicas": flag("num-distributed-optimizer-instances", 1)}
+
+
+def torchtitan_degrees(text: str, num_gpus: int) -> dict:
+    key = lambda name, default: int(m.group(1)) if (m := re.search(rf"p\.{name} = (\d+)", text)) else default  # noqa: E731
+    shard, replicate = key("data_parallel_shard_degree", 1), key("data_parallel_replicate_degree", 1)
+    return {"tp": key("tensor_parallel_degree", 1), "pp": key("pipeline_parallel_degree", 1),
+            "cp": key("context_parallel_degree", 1), "ep": key("expert_parallel_degree", 1), "etp": 1,
+            "dp": shard * replicate, "replicas": replicate if shard > 1 else 1}
+
+
+LONG_LLAMA = """name: llama-3-8b-64k
+hf_config: {path}
+training:
+  sequence_length: 65536
+  global_batch_size: 64
+"""
+
+PARALLEL_CASES = {
+    "moe": ("qwen3-30b-a3b", ["--nodes", "p5=2"]),
+    "cp": ("long.yaml", ["--nodes", "p5=4"]),
+    "fsdp": ("llama-3-8b", ["--nodes", "p5=4", "--zero", "3", "--hsdp", "on"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARALLEL_CASES))
+@pytest.mark.parametrize("target", ["megatron", "torchtitan"])
+def test_parallel_plans_export_and_re_estimate(tmp_path, monkeypatch, capsys, case, target):
+    """An MoE plan (EP), a 64K-context Llama-3-8B plan (CP) and an FSDP plan with HSDP: the degrees
+    read back from each export, written over the row's, re-estimate to the searched estimate."""
+    monkeypatch.chdir(tmp_path)
+    model, flags = PARALLEL_CASES[case]
+    shipped = Path(fasop.__file__).resolve().parent / "data" / "model_specs" / "hf" / "llama-3-8b.json"
+    (tmp_path / "long.yaml").write_text(LONG_LLAMA.format(path=shipped), encoding="utf-8")
+    assert main(["search", "--model", model, "--cluster", "aws", "--top", "3", "--out", "r.csv", "--no-progress",
+                 *flags]) == 0
+    rows = [r for r in csv.DictReader(open("r.csv", newline="")) if r["rank"]]
+    used = {"moe": "ep", "cp": "cp", "fsdp": "dp_replicate"}[case]
+    assert any(int(r[used]) > 1 for r in rows), rows  # the searched plans use the dimension
+    capsys.readouterr()
+    for row in rows:
+        num_gpus = int(row["num_gpus"])
+        assert main(["export", "--from", "r.csv", "--rank", row["rank"], "--model", model, "--cluster", "aws",
+                     "--target", target]) == 0
+        text = capsys.readouterr().out
+        got = (megatron_degrees if target == "megatron" else torchtitan_degrees)(text, num_gpus)
+        zero = int(row["zero"])
+        replicas = int(row["dp_replicate"]) if zero else 1
+        want = {c: int(row[c]) for c in ("tp", "pp", "cp", "ep", "etp", "dp")} | {"replicas": replicas}
+        if target == "torchtitan" and want["etp"] > 1:
+            assert "torchtitan cannot express etp" in text
+            want["etp"] = 1
+        assert got == want, (row["rank"], text)
+        again = dict(row) | {c: str(got[c]) for c in ("tp", "pp", "cp", "ep", "etp", "dp")}
+        again["dp_replicate"] = str(got["replicas"] if zero else got["dp"])
+        again["dp_shard"] = str(got["dp"] // int(again["dp_replicate"]))
+        with open("again.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(row))
+            writer.writeheader()
+            writer.writerow(again)
+        first = _explain_model("r.csv", capsys, row["rank"], model)
+        assert first["step_time_s"] == float(row["step_time_s"])
+        assert _explain_model("again.csv", capsys, row["rank"], model) == first
+
+
+def _explain_model(path, capsys, rank, model) -> dict:
+    assert main(["explain", "--from", str(path), "--rank", str(rank), "--model", model, "--cluster", "aws",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    out.pop("where")
+    return out

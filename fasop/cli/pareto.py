@@ -195,15 +195,18 @@ def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str
     if not analysis.frontier:
         print("frontier: empty (no composition has a plan that fits in GPU memory)")
     else:
-        header = ("composition", "tp", "dp", "pp", "mbs", "placement", "time_h", "cost_usd", "")
+        extra = cli_recipes.shown_degrees([rows[i] for i in analysis.frontier])
+        header = ("composition", "tp", *extra, "dp", "pp", "mbs", "placement", "time_h", "cost_usd", "")
         table = [header] + [(
-            rows[i]["composition"], str(rows[i]["tp"]), str(rows[i]["dp"]), str(rows[i]["pp"]), str(rows[i]["mbs"]),
+            rows[i]["composition"], str(rows[i]["tp"]), *(str(rows[i][c]) for c in extra), str(rows[i]["dp"]),
+            str(rows[i]["pp"]), str(rows[i]["mbs"]),
             abbreviate(rows[i]["node_placement"]), f"{rows[i]['train_time_h']:,.1f}",
             f"{rows[i]['train_cost_usd']:,.0f}", "knee" if i == analysis.knee else "") for i in analysis.frontier]
         widths = [max(len(row[k]) for row in table) for k in range(len(header))]
         print(f"frontier ({len(analysis.frontier)} points, fastest first):")
         for row in table:
-            cells = [c.rjust(w) if k in (1, 2, 3, 4, 6, 7) else c.ljust(w) for k, (c, w) in enumerate(zip(row, widths))]
+            right = {1, 2, 3, 4, 6, 7} if not extra else set(range(1, 5 + len(extra))) | {6 + len(extra), 7 + len(extra)}
+            cells = [c.rjust(w) if k in right else c.ljust(w) for k, (c, w) in enumerate(zip(row, widths))]
             print("  " + "  ".join(cells).rstrip())
         if analysis.knee is None and len(analysis.frontier) < 3:
             print("knee: none (fewer than 3 frontier points)")

@@ -210,6 +210,8 @@ def recipe_of(rp) -> dict:
                 out[column] = (read(cell),)
             except ValueError:
                 raise FasopError(f"{rp.where}: {column}: {cell!r} is not a {column.replace('_', ' ')} value") from None
+    if out.get("zero", (0,))[0] > 0 and rp.row.get("dp_replicate", "1") not in ("", "1"):
+        out["hsdp"] = (True,)  # the states replicated across nodes: sharded over one node's DP ranks
     return out
 
 

@@ -1,8 +1,11 @@
 """Search flags of the analytic estimator's recipe: --recompute, --zero, --sequence-parallel,
---virtual-stages, --precision. Each takes the values a user allows, comma-separated; the
+--virtual-stages, --precision, --hsdp. Each takes the values a user allows, comma-separated; the
 estimator scores every allowed combination per plan and keeps the fastest that fits (the CSV's
 columns of the same names say which). Absent flags: the estimator's defaults
 (estimators/analytic.py DEFAULTS). Refused on clusters whose estimator takes no recipe.
+
+And the plan degrees beyond FASOP's tp, dp, pp: --cp, --ep, --etp, comma-separated degrees that
+are all enumerated (plans/space.py: defaults from the model, checked against it; docs/search.md).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import importlib
 
 from fasop.core.errors import FasopError
 
-FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision")
+FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "cp", "ep", "etp")
 
 
 def _choices(name: str):
@@ -61,6 +64,17 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                    help="model chunks per pipeline rank, interleaved 1F1B (default 1)")
     g.add_argument("--precision", type=_choices("PRECISIONS"), metavar="P[,P]",
                    help="matmul precision: bf16 (default), fp16, fp8, fp32, tf32")
+    g.add_argument("--hsdp", type=_switch, metavar="on|off|on,off",
+                   help="hybrid sharding: the ZeRO / FSDP states sharded over the data-parallel ranks of one node, "
+                        "replicated across nodes (torchtitan's HSDP; default off: sharded over all of them)")
+    d = parser.add_argument_group("plan degrees beyond tp, dp, pp (clusters with estimator: analytic; every value is "
+                                  "enumerated; docs/search.md)")
+    d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",
+                   help="context-parallel degrees (default 1; from a 16K-token sequence also the powers of two "
+                        "leaving each rank >= 4K tokens)")
+    d.add_argument("--ep", type=_ints(1, 1024), metavar="E[,E]",
+                   help="expert-parallel degrees (default: every divisor of an MoE model's expert count; 1 for dense)")
+    d.add_argument("--etp", type=_ints(1, 64), metavar="T[,T]", help="expert tensor-parallel degrees (default 1)")
 
 
 def options(args: argparse.Namespace, cluster) -> dict:
@@ -71,6 +85,16 @@ def options(args: argparse.Namespace, cluster) -> dict:
         raise FasopError(f"{flag}: the {cluster.estimator} estimator of {cluster.path} takes no training recipe "
                          "(use a cluster with estimator: analytic, e.g. --cluster aws)")
     return given
+
+
+DEGREE_COLUMNS = ("cp", "ep", "etp", "dp_replicate")
+"""The CSV columns of a plan's degrees beyond tp, dp, pp (and HSDP's replicas): rows that differ in
+them are different plans."""
+
+
+def shown_degrees(rows: list[dict]) -> list[str]:
+    """The columns of cp, ep, etp that some row has at a degree other than 1: printed after tp."""
+    return [c for c in ("cp", "ep", "etp") if any(str(r.get(c, 1)) not in ("1", "") for r in rows)]
 
 
 def misfit_line(result) -> str:

@@ -121,7 +121,8 @@ def _auto_top(args: argparse.Namespace, model, cluster, inventory) -> tuple[int 
     check_strategies(args.placements, args.partitioner, 1)
     if len({n.name for n in inventory}) > 1 and not args.heterogeneous:
         return None, ""  # search says why
-    plans, orders = plan_count(model, cluster, inventory, placements=args.placements, partitioner=args.partitioner)
+    plans, orders = plan_count(model, cluster, inventory, placements=args.placements, partitioner=args.partitioner,
+                               estimator_options=cli_recipes.options(args, cluster))
     if plans <= AUTO_TOP_PLANS or orders > MAX_ORDERS:
         return None, ""
     return AUTO_TOP, (f"note: {plans:,} plans, more than {AUTO_TOP_PLANS:,}: kept the {AUTO_TOP} fastest that fit, "
@@ -136,7 +137,8 @@ def _distinct(rows: list[dict], show: int) -> list[tuple[dict, int]]:
     groups: dict[tuple, list] = {}
     for r in rows:
         key = (r["tp"], r["dp"], r["pp"], r["mbs"], r["partition"], r["step_time_s"], r["usd_per_step"],
-               r["oom_gpumem_gib"], tuple(sorted(r["node_placement"].split("-"))))
+               r["oom_gpumem_gib"], tuple(sorted(r["node_placement"].split("-"))),
+               tuple(r.get(c) for c in cli_recipes.DEGREE_COLUMNS))
         if key in groups:
             groups[key][1] += 1
         elif len(groups) < show:
@@ -169,15 +171,17 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
     fitting = _distinct(fitting, show)
     if not fitting:
         return
-    header = ("rank", "tp", "dp", "pp", "mbs", "step_s", "samples/s", "usd/step", "train_h", "train_usd",
+    extra = cli_recipes.shown_degrees([r for r, _ in fitting])
+    header = ("rank", "tp", *extra, "dp", "pp", "mbs", "step_s", "samples/s", "usd/step", "train_h", "train_usd",
               "mem_GiB", "placement", "partition")
     table = [header] + [(
-        str(r["rank"]), str(r["tp"]), str(r["dp"]), str(r["pp"]), str(r["mbs"]), f"{r['step_time_s']:.4f}",
+        str(r["rank"]), str(r["tp"]), *(str(r[c]) for c in extra), str(r["dp"]), str(r["pp"]), str(r["mbs"]),
+        f"{r['step_time_s']:.4f}",
         f"{r['samples_per_s']:.1f}", f"{r['usd_per_step']:.5f}", f"{r['train_time_h']:,.1f}",
         f"{r['train_cost_usd']:,.0f}", f"{r['oom_gpumem_gib']:.2f}",
         abbreviate(r["node_placement"]) + (f" (+{n - 1} order{'s' * (n > 2)})" if n > 1 else ""),
         r["partition"]) for r, n in fitting]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
-        cells = [c.rjust(w) if i < 11 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        cells = [c.rjust(w) if i < 11 + len(extra) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
         print("  ".join(cells).rstrip())

@@ -25,8 +25,8 @@ from fasop.core.workers import process_pool
 from fasop.core.workers import stop as _stop
 from fasop.costs.estimate import Estimate
 from fasop.estimators import make_estimator
-from fasop.plans.enumerate import degree_list
-from fasop.plans.plan import Plan
+from fasop.plans.enumerate import combo_plan, degree_list
+from fasop.plans.space import split_options
 from fasop.search.engine import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
 from fasop.specs.types import ClusterSpec, ModelSpec, NodeType
 
@@ -271,14 +271,14 @@ class SweepJob:
         holds for every placement and split of a plan's degrees). FasopError when the
         estimator cannot be made; inf when no combination is valid."""
         inventory = comp.inventory(self.cluster)
+        space, recipes = split_options(self.model, self.options.get("estimator_options"))
         estimator = make_estimator(self.model, self.cluster, inventory, partitioner=self.options["partitioner"],
-                                   partition_budget=self.options["partition_budget"],
-                                   **self.options.get("estimator_options", {}))
+                                   partition_budget=self.options["partition_budget"], **recipes)
         combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=self.model.global_batch_size,
-                             num_transformer_layers=self.model.num_transformer_layers)
+                             num_transformer_layers=self.model.num_transformer_layers, space=space)
         gbs = self.model.global_batch_size
-        bound = min((estimator.quick_bound(Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=inventory))
-                     for tp, dp, pp, mbs in combos), default=math.inf)
+        bound = min((estimator.quick_bound(combo_plan(combo, global_batch_size=gbs, placement=inventory))
+                     for combo in combos), default=math.inf)
         return bound, self.spot_usd_per_hour(comp) if self.spot else estimator.usd_per_s * 3600
 
 

@@ -1,4 +1,4 @@
-"""Generators of valid plans: degrees (tp, dp, pp), micro-batch sizes and node placements.
+"""Generators of valid plans: degrees (tp, cp, dp, pp, ep, etp), micro-batch sizes and node placements.
 
 A plan that cannot exist is never generated: dp must divide the global batch, every stage needs
 a transformer layer, TP stays inside a node and uses only degrees the compute source covers.
@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from fasop.core.errors import FasopError
 from fasop.plans.plan import Plan, trusted_many
+from fasop.plans.space import DENSE, DegreeSpace
 from fasop.specs.types import NodeType
 
 
@@ -24,21 +25,42 @@ def divisors(n: int) -> list[int]:
 
 
 def degrees(*, num_nodes: int, gpus_per_node: int, tp_degrees: Sequence[int], global_batch_size: int,
-            num_transformer_layers: int) -> Iterator[tuple[int, int, int, int]]:
-    """(tp, dp, pp, mbs) in FASOP's order (docs/estimators.md §2).
+            num_transformer_layers: int, space: DegreeSpace = DENSE) -> Iterator[tuple[int, ...]]:
+    """(tp, dp, pp, mbs, cp, ep, etp) in FASOP's order (docs/estimators.md §2), cp after tp.
 
-    tp: the covered degrees that divide the GPUs per node; dp: divisors of W/tp (W GPUs in all);
-    pp = W/(tp*dp), at most the number of transformer layers; dp divides the global batch;
-    mbs: divisors of the per-replica batch.
+    tp: the covered degrees that divide the GPUs per node; cp: space.cp's degrees dividing W/tp
+    (W GPUs in all); dp: divisors of W/(tp*cp); pp = W/(tp*cp*dp), at most the number of
+    transformer layers (Megatron-Core: world = tp*cp*dp*pp); dp divides the global batch;
+    mbs: divisors of the per-replica batch; (ep, etp): space.experts' pairs whose ep*etp divides
+    a stage's tp*cp*dp ranks (Megatron-Core carves the expert groups etp x ep x edp out of them,
+    docs/parallelism.md). With the DENSE space: FASOP's (tp, dp, pp, mbs), 4-tuples (cp = ep = etp = 1).
     """
-    world = num_nodes * gpus_per_node
+    combos = _degrees(num_nodes * gpus_per_node, gpus_per_node, tp_degrees, global_batch_size, num_transformer_layers,
+                      space)
+    yield from ((tp, dp, pp, mbs) for tp, dp, pp, mbs, *_ in combos) if space.dense else combos
+
+
+def _degrees(world: int, gpus_per_node: int, tp_degrees: Sequence[int], global_batch_size: int,
+             num_transformer_layers: int, space: DegreeSpace) -> Iterator[tuple[int, ...]]:
+    """`degrees` as 7-tuples."""
     for tp in (t for t in tp_degrees if gpus_per_node % t == 0):
-        for dp in divisors(world // tp):
-            pp = world // (tp * dp)
-            if global_batch_size % dp or pp > num_transformer_layers:
-                continue
-            for mbs in divisors(global_batch_size // dp):
-                yield tp, dp, pp, mbs
+        for cp in (c for c in space.cp if not (world // tp) % c):
+            for dp in divisors(world // (tp * cp)):
+                pp = world // (tp * cp * dp)
+                if global_batch_size % dp or pp > num_transformer_layers:
+                    continue
+                experts = [(ep, etp) for ep, etp in space.experts if not (tp * cp * dp) % (ep * etp)]
+                for mbs in divisors(global_batch_size // dp):
+                    for ep, etp in experts:
+                        yield tp, dp, pp, mbs, cp, ep, etp
+
+
+def combo_plan(combo: tuple[int, ...], *, global_batch_size: int, placement: tuple[NodeType, ...]) -> Plan:
+    """The plan of one `degrees` combination on `placement`."""
+    tp, dp, pp, mbs, *rest = combo
+    cp, ep, etp = rest or (1, 1, 1)
+    return Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size, placement=placement,
+                cp=cp, ep=ep, etp=etp)
 
 
 def cyclic_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:
@@ -84,30 +106,34 @@ def grouped_placements(nodes: Sequence[NodeType]) -> list[tuple[NodeType, ...]]:
     return [tuple(node for t in perm for node in blocks[t]) for perm in itertools.permutations(kinds)]
 
 
-def plans(placements: Iterable[tuple[NodeType, ...]], combos: Sequence[tuple[int, int, int, int]], *,
+def plans(placements: Iterable[tuple[NodeType, ...]], combos: Sequence[tuple[int, ...]], *,
           global_batch_size: int) -> Iterator[Plan]:
-    """Every (placement, tp, dp, pp, mbs) plan, placement outermost, lazily; `combos` from
-    `degree_list`."""
-    tp, dp, pp, mbs = ([combo[k] for combo in combos] for k in range(4))
+    """Every (placement, degrees) plan, placement outermost, lazily; `combos` from `degree_list`
+    (cp, ep, etp stored only where some combination is not 1: dense plans as FASOP's)."""
+    columns = [[combo[k] for combo in combos] for k in range(len(combos[0]) if combos else 4)]
+    extra = {name: col for name, col in zip(("cp", "ep", "etp"), columns[4:]) if any(v != 1 for v in col)}
+    tp, dp, pp, mbs = columns[:4]
     for placement in placements:  # degree_list's combos are valid: no __init__ to run
         yield from trusted_many(Plan, len(combos), tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=global_batch_size,
-                                placement=placement)
+                                placement=placement, **extra)
 
 
 def degree_list(nodes: Sequence[NodeType], *, tp_degrees: Sequence[int], global_batch_size: int,
-                num_transformer_layers: int) -> list[tuple[int, int, int, int]]:
+                num_transformer_layers: int, space: DegreeSpace = DENSE) -> list[tuple[int, ...]]:
     """`degrees` for an inventory whose node types all have the same GPUs per node."""
     gpus = {n.gpus_per_node for n in nodes}
     if len(gpus) != 1:
         raise FasopError(f"--nodes: all node types must have the same gpus_per_node, got {sorted(gpus)}")
     (gpus_per_node,) = gpus
-    return list(_degree_tuple(len(nodes), gpus_per_node, tuple(tp_degrees), global_batch_size, num_transformer_layers))
+    return list(_degree_tuple(len(nodes), gpus_per_node, tuple(tp_degrees), global_batch_size, num_transformer_layers,
+                              space))
 
 
 @lru_cache(maxsize=256)
 def _degree_tuple(num_nodes: int, gpus_per_node: int, tp_degrees: tuple[int, ...], global_batch_size: int,
-                  num_transformer_layers: int) -> tuple[tuple[int, int, int, int], ...]:
+                  num_transformer_layers: int, space: DegreeSpace = DENSE) -> tuple[tuple[int, ...], ...]:
     """`degrees`, kept per inventory size and model: a pareto sweep's compositions of one size,
     and every search of a process, list the same."""
     return tuple(degrees(num_nodes=num_nodes, gpus_per_node=gpus_per_node, tp_degrees=tp_degrees,
-                         global_batch_size=global_batch_size, num_transformer_layers=num_transformer_layers))
+                         global_batch_size=global_batch_size, num_transformer_layers=num_transformer_layers,
+                         space=space))

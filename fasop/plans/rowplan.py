@@ -19,6 +19,7 @@ from fasop.core.cells import spreadsheet_text
 from fasop.core.errors import FasopError
 from fasop.core.limits import GLOBAL_BATCH_SIZE, SHOWN_CHARS
 from fasop.plans.plan import Plan
+from fasop.plans.space import num_experts
 from fasop.specs.types import TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 
 MAX_CSV_BYTES = 512 * 2**20
@@ -130,10 +131,13 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
         raise FasopError(f"{where}: status: {row['status']!r}, the composition has no plan that fits "
                          f"(composition {row.get('composition', '?')})")
     tp, dp, pp, mbs = (_int_cell(where, row, c) for c in ("tp", "dp", "pp", "mbs"))
+    cp, ep, etp = (_int_cell(where, row, c) if row.get(c) else 1 for c in ("cp", "ep", "etp"))
     placement = _placement(where, row.get("node_placement", ""), cluster)
-    if len({n.gpus_per_node for n in placement}) != 1 or tp * dp * pp != sum(n.gpus_per_node for n in placement):
-        raise FasopError(f"{where}: tp x dp x pp = {tp * dp * pp} does not use the {len(placement)} nodes of "
+    if len({n.gpus_per_node for n in placement}) != 1 or tp * cp * dp * pp != sum(n.gpus_per_node for n in placement):
+        degrees = "tp x dp x pp" if cp == 1 else "tp x cp x dp x pp"
+        raise FasopError(f"{where}: {degrees} = {tp * cp * dp * pp} does not use the {len(placement)} nodes of "
                          f"node_placement ({sum(n.gpus_per_node for n in placement)} GPUs)")
+    _check_experts(where, model, tp * cp * dp, ep, etp)
     if row.get("num_microbatches"):
         m = _int_cell(where, row, "num_microbatches")
         batch = m * dp * mbs
@@ -152,8 +156,19 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
     if len(partition) != stages or min(partition) < 0 or sum(partition) != len(model.layer_kinds):
         raise FasopError(f"{where}: partition: {row.get('partition', '')[:SHOWN_CHARS]!r} is not {stages} counts >= 0 summing "
                          f"to the {len(model.layer_kinds)} entries of {model.path}'s layer list")
-    plan = Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=batch, placement=placement)
+    plan = Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=batch, placement=placement,
+                **{k: v for k, v in (("cp", cp), ("ep", ep), ("etp", etp)) if v != 1})
     return RowPlan(plan=plan, partition=partition, row=dict(row), where=where, virtual_stages=v)
+
+
+def _check_experts(where: str, model: ModelSpec, stage_ranks: int, ep: int, etp: int) -> None:
+    """ep divides the model's experts and ep x etp a stage's tp x cp x dp ranks (Megatron-Core)."""
+    experts = num_experts(model)
+    if (ep > 1 or etp > 1) and not experts:
+        raise FasopError(f"{where}: ep: {ep}, etp: {etp}: {model.name} has no experts (a dense model)")
+    if experts % ep or stage_ranks % (ep * etp):
+        raise FasopError(f"{where}: ep: {ep} must divide {model.name}'s {experts} experts and ep x etp = {ep * etp} "
+                         f"the stage's tp x cp x dp = {stage_ranks} ranks")
 
 
 def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:

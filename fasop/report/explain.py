@@ -29,7 +29,7 @@ from fasop.core.cells import counted
 from fasop.core.errors import FasopError
 from fasop.costs.parts import EstimateParts, parts_of
 from fasop.plans.rowplan import RowPlan, finite, stage_layer_names
-from fasop.report.export import settings_of
+from fasop.report.export_settings import settings_of
 from fasop.schedule.pipeline import Schedule
 from fasop.schedule.timeline import timeline
 from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
@@ -113,6 +113,9 @@ class Explanation:
     row_step_time_s: float | None
     """The CSV's step time, to compare with the re-estimate."""
     fits: bool
+    parallel: tuple[str, ...] = ()
+    """The plan's expert / context / sharded-data groups and their costs per micro-batch (the
+    estimator's `parallel_lines`, where it has them: the analytic one); () for a dense plan."""
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -188,7 +191,8 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
         model_flop_per_step=flop, gpus=gpus, mfu=mfu, usd_per_hour=usd_per_hour, usd_per_step=usd_per_step,
         usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
         row_step_time_s=finite(rp.row.get("step_time_s", "")),
-        fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom)), tl
+        fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom),
+        parallel=tuple(getattr(estimator, "parallel_lines", lambda _: ())(e))), tl
 
 
 def _stages(e, parts: EstimateParts, names: list[str], tl, ends) -> list[StageBreakdown]:
@@ -336,6 +340,7 @@ def _summary(x: Explanation) -> list[str]:
              f"${x.usd_per_million_tokens:,.4f} per million tokens"]
     if x.schedule_note:
         lines.append(f"timeline  {x.schedule_note}")
+    lines += [f"{'groups' if k == 0 else 'per mb':<9} {text}" for k, text in enumerate(x.parallel)]
     if not x.fits:
         lines.append("memory    does not fit: a stage's estimate x overhead exceeds its limit")
     if x.row_step_time_s is not None and x.row_step_time_s != x.step_time_s:

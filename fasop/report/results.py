@@ -93,9 +93,11 @@ def rates(row: dict, model, cluster) -> dict:
     if row.get("step_time_s") in (None, ""):
         return dict.fromkeys(RATE_COLUMNS, "")
     gpus: dict[str, int] = {}
-    for name in str(row["node_placement"]).split("-"):
+    # the plan uses every node its row counts (node names may hold '-', the placement's separator)
+    counts = {c[len("num_nodes_"):]: int(n) for c, n in row.items() if c.startswith("num_nodes_") and n}
+    for name, n in ((name, n) for name, n in counts.items() if n > 0):
         node = cluster.node_types[name]
-        gpus[node.gpu] = gpus.get(node.gpu, 0) + node.gpus_per_node
+        gpus[node.gpu] = gpus.get(node.gpu, 0) + n * node.gpus_per_node
     peaks = catalog_peaks(gpus, str(row.get("precision") or "bf16"))
     flop_per_s = model_flop_per_sample(model) * row["samples_per_s"]
     mfu = flop_per_s / sum(peaks[g] * n for g, n in gpus.items()) if all(g in peaks for g in gpus) else ""

@@ -22,8 +22,10 @@ from fasop.core.errors import FasopError, NoPlan
 from fasop.costs.estimate import Estimate
 from fasop.estimators import Estimator, make_estimator
 from fasop.partition.splits import PARTITIONERS
-from fasop.plans.enumerate import all_placements, count_orders, cyclic_placements, degree_list, grouped_placements, plans
+from fasop.plans.enumerate import (all_placements, combo_plan, count_orders, cyclic_placements, degree_list,
+                                   grouped_placements, plans)
 from fasop.plans.plan import Plan
+from fasop.plans.space import DegreeSpace, split_options
 from fasop.search.chunks import chunks, estimate_chunks, signature_key
 from fasop.search.orders import OrderSearch
 from fasop.specs.files import show
@@ -158,12 +160,13 @@ every plan of 8 nodes of 4 types (2,520 orders, 186,480 plans) took over 20 minu
 
 
 def plan_count(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, placements: str,
-               partitioner: str) -> tuple[int, int]:
+               partitioner: str, estimator_options: dict | None = None) -> tuple[int, int]:
     """(plans, distinct node orders) a search of `inventory` enumerates (0 plans when no degree
     combination is valid); cheap: nothing is estimated."""
-    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner)
+    space, options = split_options(model, estimator_options)
+    estimator = make_estimator(model, cluster, inventory, partitioner=partitioner, **options)
     combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=model.global_batch_size,
-                         num_transformer_layers=model.num_transformer_layers)
+                         num_transformer_layers=model.num_transformer_layers, space=space)
     num_orders = count_orders(inventory) if placements == "all" else placements_of(inventory, placements)[1]
     return num_orders * len(combos), num_orders
 
@@ -206,10 +209,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     recipes: recompute, zero, sequence_parallel, virtual_stages, precision)."""
     _check_options(inventory, placements=placements, partitioner=partitioner, iterations=iterations, top=top,
                    workers=workers, partition_budget=partition_budget, heterogeneous=heterogeneous)
-    options = dict(estimator_options or {})
+    space, options = split_options(model, estimator_options)
     estimator = make_estimator(model, cluster, inventory, partitioner=partitioner, partition_budget=partition_budget,
                                **options)
-    combos = _degree_combos(model, inventory, estimator)
+    combos = _degree_combos(model, inventory, estimator, space)
     if cutoff < float("inf") and top is None:
         raise ValueError("search: a cutoff needs top")
     orders, num_orders = placements_of(inventory, placements)
@@ -219,7 +222,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
         combos = _within_cutoff(combos, model, inventory, estimator, cutoff)
     expect_shapes = getattr(estimator, "expect_shapes", None)
     if expect_shapes is not None:
-        expect_shapes((tp, dp, pp) for tp, dp, pp, _ in combos)
+        expect_shapes(combo[:3] for combo in combos)
     kept = _Kept(top, cutoff)
     tally = _Tally(pruned=num_orders * (every - len(combos)))
     tree, accounted = None, None
@@ -251,8 +254,8 @@ def _within_cutoff(combos: list, model: ModelSpec, inventory: Sequence[NodeType]
                    cutoff: float) -> list:
     """The degree combinations whose quick bound (which holds for any placement) is within `cutoff`."""
     gbs = model.global_batch_size
-    return [(tp, dp, pp, mbs) for tp, dp, pp, mbs in combos if estimator.quick_bound(
-        Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=tuple(inventory))) <= cutoff]
+    return [combo for combo in combos
+            if estimator.quick_bound(combo_plan(combo, global_batch_size=gbs, placement=tuple(inventory))) <= cutoff]
 
 
 def _check_options(inventory: Sequence[NodeType], *, placements: str, partitioner: str, iterations: int,
@@ -270,11 +273,11 @@ def _check_options(inventory: Sequence[NodeType], *, placements: str, partitione
         raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
 
 
-def _degree_combos(model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator) -> list:
-    """The valid (tp, dp, pp, mbs) of the inventory; FasopError when there is none."""
+def _degree_combos(model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator, space: DegreeSpace) -> list:
+    """The valid (tp, dp, pp, mbs, cp, ep, etp) of the inventory; FasopError when there is none."""
     tp_degrees = estimator.tp_degrees()
     combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
-                         num_transformer_layers=model.num_transformer_layers)
+                         num_transformer_layers=model.num_transformer_layers, space=space)
     if not combos:
         raise NoPlan(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
                          f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from functools import lru_cache
 
 from fasop.estimators import Estimator
+from fasop.plans.enumerate import combo_plan
 from fasop.plans.plan import Plan
 from fasop.specs.types import NodeType
 
@@ -46,7 +48,7 @@ class OrderSearch:
     `threshold()`: the K-th kept step time so far (inf until there are K)."""
 
     def __init__(self, estimator: Estimator, inventory: Sequence[NodeType],
-                 combos: Sequence[tuple[int, int, int, int]], threshold: Callable[[], float]):
+                 combos: Sequence[tuple[int, ...]], threshold: Callable[[], float]):
         self.estimator, self.combos, self.threshold = estimator, list(combos), threshold
         self.kinds = list({n.name: n for n in inventory}.values())
         self.counts = tuple(sum(n.name == k.name for n in inventory) for k in self.kinds)
@@ -57,8 +59,7 @@ class OrderSearch:
 
     def __iter__(self) -> Iterator[tuple[int, Plan]]:
         gbs = self.estimator.model.global_batch_size
-        shapes = [Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=gbs, placement=self.inventory)
-                  for tp, dp, pp, mbs in self.combos]
+        shapes = [combo_plan(combo, global_batch_size=gbs, placement=self.inventory) for combo in self.combos]
         # the most promising degrees first: the threshold tightens sooner
         for c in sorted(range(len(shapes)), key=lambda c: (self.estimator.quick_bound(shapes[c]), c)):
             yield from self._orders_of(c, shapes[c])
@@ -78,8 +79,7 @@ class OrderSearch:
                 continue
             if len(prefix) == n:
                 self.accounted += 1
-                yield rank * per_order + c, Plan(tp=shape.tp, dp=shape.dp, pp=shape.pp, mbs=shape.mbs,
-                                                 global_batch_size=shape.global_batch_size, placement=prefix)
+                yield rank * per_order + c, replace(shape, placement=prefix)
                 continue
             children = []
             offset = rank

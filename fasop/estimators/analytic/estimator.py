@@ -31,17 +31,16 @@ from fasop.costs.parts import EstimateParts, schedule_or_note, stated_parts
 from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import overheads
-from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
+from fasop.estimators.analytic import groups as G
+from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
+from fasop.estimators.analytic.recipes import DEFAULTS, parse_recipes, without_missing_units  # noqa: F401
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
 from fasop.schedule.pipeline import Schedule
 from fasop.specs.catalog import canonical, find_gpu
 from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
-DEFAULTS = {"recompute": ("selective",), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
-            "precision": ("bf16",)}
-"""What a search tries when not told: Megatron-LM's usual recipe (selective recompute, the
-distributed optimizer, sequence parallelism with tp > 1), no interleaving, bf16."""
+STAGE_CACHE = 4096  # stage hardware kept per estimator (one (degrees, node order) costs ~0.1 ms)
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
 COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
@@ -76,6 +75,7 @@ class AnalyticEstimator:
         self._bounds: dict = {}
         self._workloads: dict = {}
         self._recipe_lists: dict = {}
+        self._hardware: dict = {}
 
     # ------------------------------------------------------------------ protocol
     def tp_degrees(self) -> tuple[int, ...]:
@@ -168,9 +168,15 @@ class AnalyticEstimator:
 
     # ------------------------------------------------------------------ pieces
     def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
-        gpus = tuple(self.gpus[n.name] for n in plan.placement)
-        # CP ranks sit between TP and DP (tp-cp-dp): a stage is tp x (cp*dp) ranks to its links
-        return C.stage_hardware(plan.tp, plan.cp * plan.dp, plan.pp, plan.placement, gpus, self.params)
+        """Each stage's GPU and links, kept per (tp, cp*dp, pp, node order) (mbs, ep, etp share them)."""
+        key = (plan.tp, plan.cp * plan.dp, plan.pp, tuple(n.name for n in plan.placement))
+        hw = self._hardware.get(key)
+        if hw is None:
+            if len(self._hardware) >= STAGE_CACHE:
+                self._hardware.clear()
+            gpus = tuple(self.gpus[n.name] for n in plan.placement)  # CP sits between TP and DP (tp-cp-dp)
+            hw = self._hardware[key] = C.stage_hardware(key[0], key[1], key[2], plan.placement, gpus, self.params)
+        return hw
 
     def _recipes(self, plan: Plan) -> list[Recipe]:
         key = (plan.tp, plan.dp, plan.pp, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
@@ -198,8 +204,10 @@ class AnalyticEstimator:
         m = plan.num_microbatches
         vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not self.arch.num_layers % (plan.pp * v)
                                                            and not m % plan.pp)] or [1]
-        for rc, s, z, v, p in itertools.product(r["recompute"], sp, zero, vs, r["precision"]):
-            yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p)
+        hybrid = [h for h in r["hsdp"] if not h or G.dp_shard(plan, True) < plan.dp] or [False]
+        for rc, s, z, v, p, h in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid):
+            if not (h and z == 0):  # HSDP shards states: ZeRO 1-3 only
+                yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p, hsdp=h)
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
         """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""
@@ -209,7 +217,7 @@ class AnalyticEstimator:
             w = self._workloads[key] = C.Workload(
                 arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
                 num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params, cp=plan.cp, ep=plan.ep,
-                etp=plan.etp)
+                etp=plan.etp, shard=G.dp_shard(plan, True) * plan.cp if recipe.hsdp else 0)
         return w
 
     def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
@@ -264,7 +272,10 @@ class AnalyticEstimator:
                                 oom_gpumem_gib=max(totals) / GIB, is_zero_oom=oom, zero_oom_gpumem_gib=max(totals) / GIB)
         source = "analytic" if not times else "profile" if all(times) else "mixed"
         r = s.recipe
-        extra = (("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
+        shard = G.dp_shard(plan, r.hsdp) if r.zero else 1
+        extra = (("cp", plan.cp), ("ep", plan.ep), ("etp", plan.etp), ("dp_shard", shard),
+                 ("dp_replicate", plan.dp // shard),
+                 ("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision), ("compute_source", source),
                  ("misfit", misfit or ("activations" if oom else "")),
                  ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
@@ -303,56 +314,35 @@ class AnalyticEstimator:
         if v != 1:
             raise FasopError(f"{estimate.plan.key()}: virtual_stages {v}: the interleaved 1F1B timeline is not "
                              "drawn yet (fasop.schedule.pipeline.Schedule runs plain 1F1B only)")
-        plan = estimate.plan
-        stages = self._stages(plan)
-        r = dict(estimate.extra_columns)
-        recipe = Recipe(recompute=r["recompute"], sequence_parallel=r["sequence_parallel"], zero=r["zero"],
-                        virtual_stages=1, precision=r["precision"])
-        w = self._workload(plan, recipe)
-        counts = list(estimate.partition)
-        counts[0] -= 1
-        counts[-1] -= 1
+        plan, (w, stages, counts) = estimate.plan, self._scored_as(estimate, virtual_stages=1)
         fwd, bwd, _ = C.stage_times(w, stages, counts, self._layer_times(w, stages, self._profiled(plan, stages)))
         p2p = list(estimate.p2p_s)
         send_fwd = p2p + [0.0]
         send_bwd = [0.0] + p2p
         return Schedule(fwd, bwd, plan.num_microbatches, send_fwd, send_bwd)
 
+    def parallel_lines(self, estimate: Estimate) -> tuple[str, ...]:
+        """explain's lines on the plan's EP / CP / FSDP groups and their costs (groups.py); none
+        for a plan without them."""
+        w, stages, counts = self._scored_as(estimate)
+        if w.cp == 1 and w.arch.moe is None and w.recipe.zero < 3 and not w.recipe.hsdp:
+            return ()
+        return (G.group_line(w, w.tp * w.cp * w.dp), *G.stage_lines(w, stages, counts))
+
+    def _scored_as(self, estimate: Estimate, virtual_stages: int | None = None):
+        """(workload, stages, transformer layers per stage) the estimate was scored with."""
+        r, plan = dict(estimate.extra_columns), estimate.plan
+        recipe = Recipe(recompute=r["recompute"], sequence_parallel=r["sequence_parallel"], zero=r["zero"],
+                        virtual_stages=virtual_stages or r["virtual_stages"], precision=r["precision"],
+                        hsdp=r["dp_replicate"] > 1 and r["zero"] > 0)
+        counts = list(estimate.partition)
+        counts[0] -= 1
+        counts[-1] -= 1
+        return self._workload(plan, recipe), self._stages(plan), tuple(counts)
+
     def _pacing_nodes(self, plan: Plan, stages) -> tuple[NodeType, ...]:
         return tuple(next(plan.placement[k] for k in span if self.gpus[plan.placement[k].name] is hw.gpu)
                      for span, hw in zip(plan.stage_node_indices, stages))
-
-
-def parse_recipes(options: dict) -> dict:
-    """The allowed recipe values from the search options (defaults: DEFAULTS), checked."""
-    out = {}
-    for key, default in DEFAULTS.items():
-        values = tuple(dict.fromkeys(options.get(key) or default))
-        allowed = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "sequence_parallel": (False, True),
-                   "precision": PRECISIONS}.get(key)
-        bad = [v for v in values if (allowed is not None and v not in allowed)
-               or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))]
-        if bad:
-            raise FasopError(f"--{key.replace('_', '-')}: {bad[0]!r} is not one of "
-                             f"{', '.join(map(str, allowed or ('integers >= 1',)))}")
-        out[key] = values
-    return out
-
-
-def _without_fp8_where_no_units(recipes: dict, gpus: list, low: str = "fp8") -> dict:
-    """`recipes` with fp8 (or `low`: mxfp8, nvfp4) dropped where a GPU of the inventory has no such
-    tensor cores (catalog fp8_tflops null: A100, A10G, V100, ...; mxfp8 / nvfp4: all but Blackwell):
-    every plan uses every node, so no plan of it could train so (its CSV's precision column then
-    never says it). That precision alone: a one-line error."""
-    lacking = sorted({g.name for g in gpus if g.peak_flops.get(low) is None})
-    if not lacking:
-        return recipes
-    if recipes["precision"] == (low,):
-        units = "FP8" if low == "fp8" else low.upper()
-        raise FasopError(f"--precision {low}: {', '.join(lacking)} has no {units} tensor cores (the GPU catalog's "
-                         f"{low}_tflops is null); use --precision bf16, or nodes with {units} "
-                         f"({'H100, H200, L4, ...' if low == 'fp8' else 'B200, B300, GB200, GB300'})")
-    return recipes | {"precision": tuple(p for p in recipes["precision"] if p != low)}
 
 
 @register("analytic")
@@ -365,7 +355,7 @@ def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], 
     recipes = parse_recipes(options)
     for low in ("fp8", "mxfp8", "nvfp4"):
         if low in recipes["precision"]:
-            recipes = _without_fp8_where_no_units(recipes, [find_gpu(n.gpu, cluster.path) for n in inventory], low)
+            recipes = without_missing_units(recipes, [find_gpu(n.gpu, cluster.path) for n in inventory], low)
     estimator = AnalyticEstimator(model, cluster, inventory, recipes)
     layers = estimator.arch.num_layers
     usable = [v for v in range(2, layers // 2 + 1) if any(not layers % (pp * v) for pp in range(2, layers // v + 1))]

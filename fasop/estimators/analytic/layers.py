@@ -81,6 +81,9 @@ class Recipe:
     """With full recompute: the layers of each model chunk that recompute their forward (Megatron-LM
     --recompute-method block --recompute-num-layers N: the first N of the chunk; the others keep their
     activations); None: every layer (--recompute-method uniform). block_recompute.py."""
+    hsdp: bool = False
+    """Hybrid sharding (zero >= 1): the states sharded over the data-parallel ranks of one node
+    (torchtitan's data_parallel_shard_degree), replicated across nodes (data_parallel_replicate_degree)."""
 
     def __post_init__(self):
         problems = []

@@ -1,0 +1,75 @@
+"""A plan's expert, context and sharded-data-parallel groups: HSDP's shard degree (`dp_shard`),
+and what `fasop explain` shows of them: the groups (Megatron-Core's folding, docs/parallelism.md)
+and, per stage and micro-batch, the MoE all-to-alls, the CP ring and the FSDP gathers, raw and as
+exposed after their overlap.
+
+Every number is the cost model's own (parallel.py, cost.py), asked again piece by piece: the
+exposed communication of a layer is its time on the stage's links less its time on links of no
+cost, so the lines add up to what the step was scored with.
+"""
+
+from __future__ import annotations
+
+from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic import parallel as P
+from fasop.plans.plan import Plan
+
+
+def dp_shard(plan: Plan, hsdp: bool) -> int:
+    """The data-parallel ranks a ZeRO stage >= 1 shards the states over, beside cp (torchtitan's
+    data_parallel_shard_degree): all dp, or with HSDP the DP ranks of one node (a node holds
+    tp x cp x dp_shard ranks, its mesh's inner dims); dp itself where tp x cp does not divide a node
+    or dp does not split so (HSDP would be FSDP)."""
+    if not hsdp:
+        return plan.dp
+    per_node, block = plan.gpus_per_node, plan.tp * plan.cp
+    inner = per_node // block if not per_node % block else plan.dp
+    return inner if inner >= 1 and not plan.dp % inner else plan.dp
+
+
+def group_line(w: C.Workload, stage_ranks: int) -> str:
+    """One line: the attention grid, the expert grid and the state sharding of a stage."""
+    shard, replicate = C.shard_group(w)
+    parts = [f"a stage's {stage_ranks} ranks: attention tp {w.tp} x cp {w.cp} x dp {w.dp}"]
+    if w.arch.moe is not None:
+        edp = P.expert_data_parallel(w.tp, w.cp, w.dp, w.ep, w.etp)
+        parts.append(f"experts etp {w.etp} x ep {w.ep} x edp {edp} ({w.arch.moe.num_experts // w.ep} of "
+                     f"{w.arch.moe.num_experts} experts a rank)")
+    if w.recipe.zero:
+        what = {1: "optimizer", 2: "optimizer, gradients", 3: "weights, gradients, optimizer (FSDP)"}[w.recipe.zero]
+        parts.append(f"{what} sharded over {shard} ranks (dp x cp)" +
+                     (f", replicated {replicate}x (HSDP)" if replicate > 1 else ""))
+    return "; ".join(parts)
+
+
+def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
+    """Per stage, one micro-batch's milliseconds of the MoE all-to-alls and the CP ring (raw, the
+    time on the stage's links) and what the layer loses to them and to FSDP's gathers (exposed)."""
+    out = []
+    for i, (hw, n) in enumerate(zip(stages, counts)):
+        groups = hw.groups or P.FREE_LINKS
+        pieces = []
+        if w.arch.moe is not None and w.ep > 1:
+            share, k, h = P.moe_layer_share(w.arch), w.arch.moe.experts_per_token, w.arch.hidden_size
+            tokens = w.params.moe_load_imbalance * P.routed_tokens(w)
+            e = w.recipe.value_bytes
+            sent = P.dispatch_bytes(tokens, k, h, 1 if w.recipe.precision in P.LOW_PRECISION_DISPATCH else e, w.ep)
+            both = P.alltoall_s(sent, w.ep, w.etp, groups) + P.alltoall_s(
+                P.dispatch_bytes(tokens, k, h, e, w.ep), w.ep, w.etp, groups)
+            pieces.append(f"all-to-all {n * share * both * 1e3:.3f} ms fwd, as much bwd")
+        if w.cp > 1:
+            kv = P.cp_kv_bytes(w.mbs, w.seq, w.cp, w.arch.kv_width, w.tp, w.recipe.value_bytes)
+            ring = (w.cp - 1) * P.ring_step_s(kv, w.cp, w.tp, groups)
+            pieces.append(f"CP ring {n * ring * 1e3:.3f} ms fwd, {2 * n * ring * 1e3:.3f} ms bwd")
+        on_links = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
+        free = C.layer_s(w, hw.gpu, hw.tp_link, P.FREE_LINKS)
+        f1, b1 = on_links
+        gf, gb = C.zero3_gather_s(w, C.stage_params(w, n, i == 0, i == len(stages) - 1), hw.dp_link, n, f1, b1)
+        if gf or gb:
+            pieces.append(f"FSDP gathers exposed {gf * 1e3:.3f} ms fwd, {gb * 1e3:.3f} ms bwd")
+        if w.cp > 1 or w.arch.moe is not None:
+            pieces.append(f"exposed in its layers {n * (on_links[0] - free[0]) * 1e3:.3f} ms fwd, "
+                          f"{n * (on_links[1] - free[1]) * 1e3:.3f} ms bwd")
+        if pieces:
+            out.append(f"stage {i} ({n} layers): " + "; ".join(pieces))
+    return out

@@ -1,0 +1,101 @@
+"""Which context-, expert- and expert-tensor-parallel degrees a search tries (docs/search.md,
+"Context and expert parallelism"; the group rules in docs/parallelism.md).
+
+Defaults cover the dimensions where the model calls for them and add nothing where it does not,
+so a dense model at its usual context searches exactly the plans it always did:
+
+- cp: 1, and for a sequence of at least LONG_SEQUENCE tokens the powers of two that leave each
+  rank at least MIN_CP_TOKENS of it (Megatron-LM's MoE guide: CP "when sequence length >= 8K";
+  each of a rank's 2*cp chunks must stay large enough to keep its attention GEMMs efficient);
+  every cp must split the sequence into 2*cp equal chunks (Megatron-LM arguments.py:
+  seq_length % (2*cp) == 0, the causal load balancing of docs/parallelism.md).
+- ep: every divisor of the routed experts of an MoE model (Megatron-Core moe_layer.py: the
+  experts divide evenly over the EP group), 1 for a dense one.
+- etp: 1 (Megatron-LM's MoE guide recommends ETP 1 for fine-grained MoE; torchtitan has no ETP
+  since #3167): other degrees only when asked for.
+
+A degree the user names that the model cannot take is refused with one line naming the flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fasop.core.errors import FasopError
+from fasop.specs.types import ModelSpec
+
+LONG_SEQUENCE = 16384
+"""Sequences from this many tokens get context-parallel degrees by default."""
+MIN_CP_TOKENS = 4096
+"""Default cp degrees leave each rank at least this many tokens of a sequence."""
+
+
+@dataclass(frozen=True)
+class DegreeSpace:
+    """The cp degrees and (ep, etp) pairs a search tries on every (tp, dp, pp)."""
+    cp: tuple[int, ...] = (1,)
+    experts: tuple[tuple[int, int], ...] = ((1, 1),)
+    """(ep, etp) pairs, ep outer."""
+
+    @property
+    def dense(self) -> bool:
+        """Only cp = ep = etp = 1: FASOP's plans, nothing added."""
+        return self.cp == (1,) and self.experts == ((1, 1),)
+
+
+DENSE = DegreeSpace()
+
+
+def num_experts(model: ModelSpec) -> int:
+    """The routed experts of the model's MoE layers; 0 for a dense model."""
+    arch = model.architecture
+    return arch.moe.num_experts if arch is not None and arch.moe is not None else 0
+
+
+def default_cp(sequence_length: int) -> tuple[int, ...]:
+    """1, and for a long sequence the powers of two with >= MIN_CP_TOKENS tokens a rank."""
+    if sequence_length < LONG_SEQUENCE:
+        return (1,)
+    out, c = [1], 2
+    while sequence_length // c >= MIN_CP_TOKENS and not sequence_length % (2 * c):
+        out.append(c)
+        c *= 2
+    return tuple(out)
+
+
+def degree_space(model: ModelSpec, *, cp: tuple[int, ...] | None = None, ep: tuple[int, ...] | None = None,
+                 etp: tuple[int, ...] | None = None) -> DegreeSpace:
+    """The degrees a search of `model` tries: the flags' values where given (checked), else the
+    defaults of the module doc."""
+    seq, experts = model.sequence_length, num_experts(model)
+    if model.architecture is None and any(v is not None and set(v) != {1} for v in (cp, ep, etp)):
+        flag = "--cp" if cp else "--ep" if ep else "--etp"
+        raise FasopError(f"{flag}: model {model.name} has no architecture to split (a profiled FASOP spec); "
+                         "only 1 is possible")
+    cps = tuple(sorted(set(cp))) if cp else default_cp(seq)
+    for c in cps:
+        if c > 1 and seq % (2 * c):
+            raise FasopError(f"--cp: {c} does not split {model.name}'s sequence of {seq} tokens into 2 x {c} "
+                             f"equal chunks (Megatron-Core needs sequence_length % (2*cp) == 0)")
+    if not experts:
+        for flag, values in (("--ep", ep), ("--etp", etp)):
+            if values and set(values) != {1}:
+                raise FasopError(f"{flag}: {model.name} has no experts (a dense model); only 1 is possible")
+        return DegreeSpace(cp=cps)
+    eps = tuple(sorted(set(ep))) if ep else tuple(e for e in range(1, experts + 1) if not experts % e)
+    bad = [e for e in eps if experts % e]
+    if bad:
+        raise FasopError(f"--ep: {bad[0]} does not divide {model.name}'s {experts} routed experts")
+    etps = tuple(sorted(set(etp))) if etp else (1,)
+    return DegreeSpace(cp=cps, experts=tuple((e, t) for e in eps for t in etps))
+
+
+DEGREE_KEYS = ("cp", "ep", "etp")
+"""The search options (beside the estimator's recipes) that name degrees: `--cp`, `--ep`, `--etp`."""
+
+
+def split_options(model: ModelSpec, options: dict | None) -> tuple[DegreeSpace, dict]:
+    """(the degree space, the other options: the estimator's) of a search's options."""
+    options = dict(options or {})
+    given = {k: options.pop(k) for k in DEGREE_KEYS if k in options}
+    return degree_space(model, **given), options

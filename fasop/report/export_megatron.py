@@ -1,0 +1,167 @@
+"""`fasop export --target megatron`: Megatron-LM arguments and the `--pipeline-model-parallel-layout`
+string of a results row's plan.
+
+Sources (shared/reference/ecosystem/): Megatron-LM flags and `--pipeline-model-parallel-layout`
+(Megatron-Core >= 0.13) from 01_megatron_lm.md §1.2-1.4.
+"""
+
+from __future__ import annotations
+
+from fasop.plans.rowplan import RowPlan
+from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition,
+                                          settings_of, transformer_counts)
+from fasop.specs.types import ModelSpec
+
+PRECISION_FLAGS = {"bf16": ["--bf16"], "fp16": ["--fp16"],
+                   "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"]}
+"""Megatron-LM flags of each precision (arguments.py): fp8 = Transformer Engine FP8 matmuls (E4M3
+forward, E5M2 gradients; delayed scaling, the default --fp8-recipe) inside bf16 training."""
+MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
+"""ZeRO 2/3 -> Megatron-FSDP's --data-parallel-sharding-strategy; --use-distributed-optimizer is
+ZeRO-1 only (its fp32 main-grad buffer stays whole: a ZeRO-2 plan would need full gradients)."""
+
+
+def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str]:
+    """Context and expert parallelism (07_moe_cp_fsdp.md §5.1): --context-parallel-size with TE's
+    p2p ring (the estimate's), and for an MoE model its experts, EP / ETP, the alltoall dispatcher
+    and grouped GEMMs (the estimate's all-to-all and grouped-GEMM efficiency)."""
+    args = [f"--context-parallel-size {p.cp}", "--cp-comm-type p2p"] if p.cp > 1 else []
+    arch = model.architecture
+    moe = arch.moe if arch is not None else None
+    if moe is None:
+        return args
+    args += [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.experts_per_token}",
+             f"--moe-ffn-hidden-size {moe.expert_ffn_hidden_size}"]
+    if moe.shared_width:
+        args.append(f"--moe-shared-expert-intermediate-size {moe.shared_width}")
+    freq = moe_layer_freq(arch.layer_kinds)
+    if freq is None:
+        warnings.append("layers other than attention + MLP / experts (Mamba or lone sublayers): Megatron-LM's "
+                        "hybrid models take --hybrid-override-pattern, not written; --moe-layer-freq not written")
+    elif freq:
+        args.append(f'--moe-layer-freq "{freq}"')
+    args += [f"--expert-model-parallel-size {p.ep}", f"--expert-tensor-parallel-size {p.etp}",
+             "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
+    if p.ep > 1 and s.precision in ("fp8", "mxfp8", "nvfp4"):
+        warnings.append("the estimate dispatches tokens in FP8 (DeepSeek-V3 §3.3.3); Megatron-LM's alltoall "
+                        "dispatcher sends bf16: its dispatch all-to-all moves up to 2x the estimate's bytes")
+    return args
+
+
+def moe_layer_freq(kinds: tuple[str, ...]) -> str | None:
+    """--moe-layer-freq's list string (e.g. "([0]*3+[1]*58)"), '' when every layer is MoE (the
+    default 1), None when a layer is neither dense nor MoE."""
+    if not kinds or set(kinds) == {"moe"}:
+        return ""
+    if set(kinds) - {"dense", "moe"}:
+        return None
+    runs: list[list] = []
+    for k in kinds:
+        bit = int(k == "moe")
+        if runs and runs[-1][0] == bit:
+            runs[-1][1] += 1
+        else:
+            runs.append([bit, 1])
+    return "(" + "+".join(f"[{b}]*{n}" for b, n in runs) + ")"
+
+
+def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...]) -> tuple[str | None, str]:
+    """(layout string or None, why None) for `--pipeline-model-parallel-layout`: per stage `E` for
+    the embedding, `t` per transformer layer (`t*n` for a run), `L` for the head (loss); stages
+    joined by '|'. None when the layer list is not `embedding, transformer..., head` (the grammar
+    has one E first, one L last and no encoder layers)."""
+    allowed = ("embedding",) + ("transformer",) * (len(kinds) - 2) + ("head",)
+    if kinds != allowed:
+        found = sorted(set(kinds) - {"embedding", "transformer", "head"})
+        why = (f"{' and '.join(found)} layers" if found else
+               "a layer list that is not one embedding, transformer layers, one head")
+        return None, why
+    stages, start = [], 0
+    for n in partition:
+        part = kinds[start:start + n]
+        t = part.count("transformer")
+        text = ("E" if "embedding" in part else "") + ("t" if t == 1 else f"t*{t}" if t else "")
+        stages.append(text + ("L" if "head" in part else ""))  # an empty stage: "" (the grammar allows it)
+        start += n
+    return "|".join(stages), ""
+
+
+
+def megatron(rp: RowPlan, model: ModelSpec) -> Export:
+    p, s = rp.plan, settings_of(rp)
+    warnings, notes = fit_warnings(rp, s), []
+    args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
+            f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.global_batch_size}"]
+    args += megatron_parallel(p, model, s, warnings)
+    args += _megatron_split(rp, model, s, warnings, notes)
+    args += _megatron_settings(p.tp, s, warnings)
+    if s.precision is None:
+        notes.append("# 16-bit training as profiled: add --bf16 or --fp16")
+    if not (s.recompute != "none" or s.sequence_parallel or s.zero_stage):
+        notes.append("# as FASOP estimates: no activation recompute, no sequence parallelism, optimizer "
+                     "state replicated over data parallelism")
+    lines = header(rp, model, "megatron") + [f"# warning: {w}" for w in warnings] + notes + ["MODEL_PARALLEL_ARGS=("]
+    lines += [f"    {a}" for a in args] + [")"]
+    return Export("\n".join(lines) + "\n", tuple(warnings))
+
+
+def _megatron_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str], notes: list[str]) -> list[str]:
+    """The flags of the layer split: none for Megatron's even default, else the layout string
+    (a stage per entry of the partition: per rank, or per model chunk with virtual stages)."""
+    pp, partition = rp.plan.pp, rp.partition
+    counts = transformer_counts(model.layer_kinds, partition)
+    even = len(set(counts)) == 1
+    if s.virtual_stages > 1 and len(partition) == pp:  # the row gives each rank's layers, not its chunks'
+        if even and counts[0] % s.virtual_stages == 0:
+            return [f"--num-virtual-stages-per-pipeline-rank {s.virtual_stages}"]
+        chunks = interleaved_partition(model.layer_kinds, partition, s.virtual_stages)
+        if chunks is not None:
+            notes.append(f"# interleaved: {s.virtual_stages} x {pp} model chunks in the layout (chunk k of rank r "
+                         f"is stage k*{pp}+r; Megatron derives --num-virtual-stages-per-pipeline-rank from it)")
+            partition = chunks
+    if len(partition) == 1:
+        return []
+    layout, why = megatron_layout(model.layer_kinds, partition)
+    if layout is None:
+        warnings.append(f"Megatron-LM cannot express this split: --pipeline-model-parallel-layout has no "
+                        f"place for {why}; pass the stages' layers by hand (FASOP's Megatron fork: "
+                        f"--balance {'-'.join(map(str, partition))}, layer-list entries per stage)")
+        return []
+    if even and len(partition) == pp and s.virtual_stages == 1:
+        notes.append(f"# even split ({counts[0]} transformer layers a stage): Megatron's default, no layout")
+        return []
+    notes.append("# --pipeline-model-parallel-layout needs Megatron-Core >= 0.13; E = embedding, "
+                 "t = transformer layer, L = head and loss, | between stages")
+    if len(partition) == pp and len(set(counts[1:-1])) <= 1 and s.virtual_stages == 1:
+        notes.append(f"# Megatron-Core < 0.13: --decoder-first-pipeline-num-layers {counts[0]} "
+                     f"--decoder-last-pipeline-num-layers {counts[-1]} instead of the layout")
+    return [f"--num-layers {sum(transformer_counts(model.layer_kinds, partition))}",
+            f'--pipeline-model-parallel-layout "{layout}"']
+
+
+def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
+    args = []
+    if s.recompute == "selective":
+        args.append("--recompute-granularity selective")
+    elif s.recompute == "full":
+        args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    elif s.recompute != "none":
+        warnings.append(f"recompute {s.recompute!r}: no Megatron-LM flag known for it; none written")
+    if s.sequence_parallel:
+        if tp > 1:
+            args.append("--sequence-parallel")
+        else:
+            warnings.append("sequence parallelism needs tp > 1: Megatron-LM turns it off at tp 1; not written")
+    if s.zero_stage == 1:  # shards the fp32 main params and Adam state; the main-grad buffer stays full
+        args.append("--use-distributed-optimizer")
+    elif s.zero_stage in MEGATRON_FSDP:  # gradients (and weights) sharded: Megatron-FSDP, Megatron-Core >= 0.12
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {MEGATRON_FSDP[s.zero_stage]}"]
+    if s.dp_replicate > 1:  # HSDP: R instances of the sharded states, each over (dp x cp) / R ranks (outer: no_shard)
+        args.append(f"--num-distributed-optimizer-instances {s.dp_replicate}")
+    if s.precision is not None:
+        if s.precision in PRECISION_FLAGS:
+            args += PRECISION_FLAGS[s.precision]
+        else:
+            warnings.append(f"precision {s.precision!r}: no Megatron-LM flag known for it; none written")
+    return args
+

@@ -1,0 +1,107 @@
+"""What every `fasop export` target shares: the plan's settings beyond its degrees, read from a
+results row, the export's header and fit warnings, each stage's transformer layers and the
+layers of interleaved model chunks.
+
+Plan settings beyond the degrees (activation recompute, sequence parallelism, ZeRO / distributed
+optimizer, virtual stages, precision) are read from the row's columns where it has them (the
+analytic estimator's `recompute`, `sequence_parallel`, `zero`, `virtual_stages`, `precision`), else
+they are FASOP's: its memory estimate keeps every activation, replicates optimizer state and
+splits nothing along the sequence (docs/estimators.md §8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fasop.core.cells import counted, one_line
+from fasop.plans.rowplan import RowPlan
+from fasop.specs.types import ModelSpec
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What the plan assumes beyond its degrees."""
+    recompute: str = "none"
+    """Activation recompute: none, selective or full."""
+    sequence_parallel: bool = False
+    zero_stage: int = 0
+    """0: optimizer state replicated over dp; 1: sharded (Megatron's distributed optimizer); 2, 3."""
+    virtual_stages: int = 1
+    precision: str | None = None
+    """bf16 / fp16 / ...; None: the row does not say."""
+    zero_needed: bool = False
+    """The row's plan fits only with ZeRO (is_oom but not is_zero_oom): the export shards the optimizer."""
+    dp_replicate: int = 1
+    """HSDP (zero >= 1): replicas of the states across nodes, each sharded over dp / dp_replicate
+    data-parallel ranks (the row's dp_replicate column); 1: sharded over all of dp."""
+
+
+@dataclass(frozen=True)
+class Export:
+    text: str
+    warnings: tuple[str, ...]
+
+
+def settings_of(rp: RowPlan) -> Settings:
+    """The row's settings columns, FASOP's defaults for those it lacks."""
+    row = rp.row
+    recompute = row.get("recompute") or "none"
+    if recompute not in RECOMPUTE:
+        recompute = "full" if recompute in ("True", "true") else recompute
+    zero_cell = row.get("zero") or row.get("zero_stage") or ""
+    zero = int(zero_cell) if zero_cell.isdigit() and len(zero_cell) < 3 else 0
+    zero_needed = rp.flag("is_oom") is True and rp.flag("is_zero_oom") is False and zero == 0
+    replicate = row.get("dp_replicate") or ""
+    hsdp = zero > 0 and replicate.isdigit() and len(replicate) < 7 and int(replicate) > 1 \
+        and not rp.plan.dp % int(replicate)
+    return Settings(recompute=recompute, sequence_parallel=bool(rp.flag("sequence_parallel")),
+                    zero_stage=1 if zero_needed else zero, virtual_stages=rp.virtual_stages,
+                    precision=row.get("precision") or None, zero_needed=zero_needed,
+                    dp_replicate=int(replicate) if hsdp else 1)
+
+
+def header(rp: RowPlan, model: ModelSpec, target: str) -> list[str]:
+    p = rp.plan
+    extra = "".join(f", {name} {v}" for name, v in (("cp", p.cp), ("ep", p.ep), ("etp", p.etp)) if v != 1)
+    return [f"# fasop export --target {target}: {rp.where}",
+            f"# {one_line(model.name)}: tp {p.tp}{extra}, dp {p.dp}, pp {p.pp}, micro-batch {p.mbs}, "
+            f"{counted(p.num_microbatches, 'micro-batch')} per step, global batch {p.global_batch_size}; nodes in order {p.placement_name}",
+            f"# layer-list entries per stage: {'-'.join(map(str, rp.partition))}"]
+
+
+def fit_warnings(rp: RowPlan, s: Settings) -> list[str]:
+    if s.zero_needed:
+        return ["the plan fits in GPU memory only with the optimizer state sharded over data parallelism "
+                "(is_oom True, is_zero_oom False): the export shards it"]
+    if rp.flag("is_oom") and (rp.flag("is_zero_oom") or rp.flag("is_zero_oom") is None):
+        return ["the plan does not fit in GPU memory by the estimate (is_oom True): it will not run as exported"]
+    return []
+
+
+def interleaved_partition(kinds: tuple[str, ...], partition: tuple[int, ...], v: int) -> tuple[int, ...] | None:
+    """The layer-list entries of each of the v x pp model chunks, in model order (chunk k of rank r
+    is piece k*pp + r: Megatron's and torchtitan's interleaved order), from each rank's entries:
+    a rank's transformer layers split as evenly as they go over its v chunks (the first chunks
+    take one more where they do not divide), the embedding in the first piece, the head in the
+    last. The analytic estimator times a rank's chunks as 1/v of its layers each. None when the
+    layer list is not embedding, transformer layers, head."""
+    if kinds != ("embedding",) + ("transformer",) * (len(kinds) - 2) + ("head",):
+        return None
+    pp = len(partition)
+    counts = transformer_counts(kinds, partition)
+    pieces = [counts[r] // v + (k < counts[r] % v) for k in range(v) for r in range(pp)]
+    pieces[0] += 1   # the embedding
+    pieces[-1] += 1  # the head
+    return tuple(pieces)
+
+
+def transformer_counts(kinds: tuple[str, ...], partition: tuple[int, ...]) -> list[int]:
+    """Transformer layers per stage."""
+    out, start = [], 0
+    for n in partition:
+        out.append(sum(k != "embedding" and k != "head" for k in kinds[start:start + n]))
+        start += n
+    return out
+

@@ -1,0 +1,170 @@
+"""`fasop export --target torchtitan`: a torchtitan recipe function (ParallelismConfig keys, batch
+keys, activation checkpointing, float8) and the equivalent `--parallelism.*` overrides.
+
+Sources (shared/reference/ecosystem/): torchtitan's ParallelismConfig keys and recipe style (after
+its config refactor #2386, key names as at its 2026-08 HEAD) from 02_torchtitan.md §2.1-2.4.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fasop.core.cells import one_line
+from fasop.plans.rowplan import RowPlan
+from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition,
+                                          settings_of, transformer_counts)
+from fasop.specs.types import ModelSpec
+
+
+def torchtitan_fqns(kinds: tuple[str, ...], partition: tuple[int, ...]) -> list[str] | None:
+    """module_fqns_per_model_part, one Python expression per stage: `tok_embeddings` on the first,
+    its transformer layers as `layers.i` (a range), `norm` and `lm_head` on the last; None for a
+    layer list other than embedding, transformer layers, head (torchtitan's models are decoder-only)."""
+    if kinds != ("embedding",) + ("transformer",) * (len(kinds) - 2) + ("head",):
+        return None
+    out, start = [], 0
+    for n in partition:
+        part = kinds[start:start + n]
+        first = start - 1 + ("embedding" in part)  # the first transformer layer's number
+        t = part.count("transformer")
+        pieces = ['["tok_embeddings"]'] if "embedding" in part else []
+        if t:
+            pieces.append(f'[f"layers.{{i}}" for i in range({first}, {first + t})]')
+        if "head" in part:
+            pieces.append('["norm", "lm_head"]')
+        out.append(" + ".join(pieces) or "[]")
+        start += n
+    return out
+
+
+AC_CONFIGS = {"none": ("None", "every activation kept"), "full": ("FullAC.Config()", "full recompute"),
+              "selective": ("SelectiveAC.Config()", "selective recompute")}
+"""torchtitan's activation checkpointing at its HEAD (torchtitan/distributed/activation_checkpoint.py)."""
+
+
+def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
+    p, s = rp.plan, settings_of(rp)
+    warnings = fit_warnings(rp, s)
+    seq = model.sequence_length
+    fqns, per_chunk = _torchtitan_split(rp, model, s, warnings)
+    sets = _torchtitan_parallelism(rp, s, per_chunk, warnings)
+    training = [("num_tokens_per_microbatch_per_dp_rank", p.mbs * seq, f"micro-batch {p.mbs} x sequence {seq}"),
+                ("num_tokens_per_train_step", p.global_batch_size * seq,
+                 f"global batch {p.global_batch_size} x sequence {seq}")]
+    ac = AC_CONFIGS.get(s.recompute)
+    if ac is None:
+        warnings.append(f"recompute {s.recompute!r}: no torchtitan activation-checkpoint mode known; not written")
+    lines = header(rp, model, "torchtitan") + [f"# warning: {w}" for w in warnings]
+    local = p.mbs * p.num_microbatches if p.pp > 1 else p.mbs  # one pipeline pass, or a step's accumulation
+    lines += ["# torchtitan after its config refactor (#2386, 2026-02): a recipe function, run with",
+              "#   torchrun ... -m torchtitan.train --module <your module> --config <your function>",
+              f"# with NGPU = {p.num_gpus} and the nodes in the order of `fasop export --target hostfile`.",
+              "# Key names as at torchtitan's 2026-08 HEAD; before #4121 (2026-08-20) the batch keys were",
+              f"#   training.local_batch_size = {local}, training.global_batch_size = {p.global_batch_size}, "
+              f"training.seq_len = {seq}" + (f", parallelism.pipeline_parallel_microbatch_size = {p.mbs}"
+                                             if p.pp > 1 else ""),
+              "#   (no num_pp_microbatches); before #2937 (2026-04) the head's module is `output`, not `lm_head`.",
+              "", "", "def fasop_plan(config):",
+              '    """Apply the fasop plan to a torchtitan Trainer.Config: e.g.',
+              f'    `def my_run(): return fasop_plan(my_model())`, my_model the recipe of {_py(one_line(model.name))[1:-1]}."""']
+    if s.recompute in ("full", "selective"):
+        lines.append("    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC")
+        lines.append("")
+    lines.append("    p = config.parallelism")
+    lines += [f"    p.{key} = {_py(value)}" for key, value in sets]
+    if fqns is not None:
+        lines += ["    p.module_fqns_per_model_part = ["] + [f"        {part}," for part in fqns] + ["    ]"]
+    lines += [f"    config.training.{key} = {value}  # {why}" for key, value, why in training]
+    if ac is not None:
+        lines.append(f"    config.activation_checkpoint = {ac[0]}  # {ac[1]}")
+    lines += _torchtitan_float8(s, warnings)
+    lines += ["    return config", "", "",
+              "# The same as --parallelism.* overrides (frozen but still honoured; enable_sequence_parallel,",
+              "# module_fqns_per_model_part and activation_checkpoint only in the recipe):",
+              " ".join(f"--parallelism.{key} {_py(value)}" for key, value in sets if not isinstance(value, bool)),
+              " ".join(f"--training.{key} {value}" for key, value, _ in training)]
+    return Export("\n".join(lines) + "\n", tuple(warnings))
+
+
+def _torchtitan_float8(s: Settings, warnings: list[str]) -> list[str]:
+    """fp8: torchao's Float8Linear through torchtitan's model converter (torchtitan's
+    llama3_debugmodel_float8 recipe), compiled (float8 matmuls are fast only under torch.compile)."""
+    if s.precision != "fp8":
+        if s.precision not in (None, "bf16"):
+            warnings.append(f"precision {s.precision!r}: torchtitan trains in bf16 (FSDP mixed precision); not written")
+        return []
+    return ["    from torchtitan.components.quantization.float8 import Float8LinearConverter",
+            "    from torchtitan.protocols.model_converter import ModelConvertersContainer\n",
+            "    config.model_converters = ModelConvertersContainer.Config(  # fp8 matmuls, bf16 elsewhere",
+            "        converters=[Float8LinearConverter.Config(enable_fsdp_float8_all_gather=True,",
+            "                                                 precompute_float8_dynamic_scale_for_fsdp=True)])",
+            "    config.compile.enable = True  # float8 matmuls pay off only compiled"]
+
+
+def _torchtitan_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str]):
+    """(module_fqns_per_model_part expressions or None, layers per virtual stage or None)."""
+    partition = rp.partition
+    if s.virtual_stages > 1 and len(partition) == rp.plan.pp:  # each rank's layers, not its chunks'
+        counts = transformer_counts(model.layer_kinds, partition)
+        if len(set(counts)) == 1 and counts[0] % s.virtual_stages == 0:
+            return None, counts[0] // s.virtual_stages
+        chunks = interleaved_partition(model.layer_kinds, partition, s.virtual_stages)
+        if chunks is None:
+            warnings.append(f"{s.virtual_stages} virtual stages: torchtitan's models are decoder-only, this model's "
+                            "layer list is not; module_fqns_per_model_part not written")
+            return None, None
+        return torchtitan_fqns(model.layer_kinds, chunks), None  # v x pp parts, chunk k of rank r at k*pp+r
+    if len(partition) == 1:
+        return None, None
+    fqns = torchtitan_fqns(model.layer_kinds, partition)
+    if fqns is None:
+        warnings.append("torchtitan cannot express this split: its models are decoder-only (tok_embeddings, "
+                        "layers.i, norm, lm_head), this model's layer list is not; module_fqns_per_model_part "
+                        "not written")
+    return fqns, None
+
+
+def _torchtitan_parallelism(rp: RowPlan, s: Settings, per_chunk: int | None, warnings: list[str]) -> list[tuple]:
+    """(ParallelismConfig key, value) pairs of the plan."""
+    p = rp.plan
+    sets = [("tensor_parallel_degree", p.tp), ("enable_sequence_parallel", s.sequence_parallel and p.tp > 1),
+            ("pipeline_parallel_degree", p.pp)]
+    if p.pp > 1:
+        sets += [("pipeline_parallel_schedule", "Interleaved1F1B" if s.virtual_stages > 1 else "1F1B"),
+                 ("num_pp_microbatches", p.num_microbatches)]
+    if per_chunk is not None:
+        sets.append(("pipeline_parallel_layers_per_stage", per_chunk))
+    # FASOP's DP replicates the model and optimizer (DDP); ZeRO shards them (FSDP), HSDP over dp / replicas
+    sharded = s.zero_stage >= 1
+    sets += [("data_parallel_replicate_degree", s.dp_replicate if sharded else p.dp),
+             ("data_parallel_shard_degree", p.dp // s.dp_replicate if sharded else 1)]
+    sets += _context_and_experts(p, p.dp // s.dp_replicate if sharded else 1, warnings)
+    if s.zero_stage == 2:  # FSDP2 keeping the gathered parameters from forward to backward: ZeRO-2-like
+        sets.append(("fsdp_reshard_after_forward", "never"))
+    if s.zero_stage == 1:
+        warnings.append("ZeRO stage 1: torchtitan shards with FSDP (gradients and parameters too, less memory than "
+                        "estimated, more all-gathers); written as data_parallel_shard_degree")
+    return sets
+
+
+def _context_and_experts(p, dp_shard: int, warnings: list[str]) -> list[tuple]:
+    """context_parallel_degree and expert_parallel_degree (07_moe_cp_fsdp.md §2.7, §3.4): EP borrows
+    its ranks from dp_shard x cp x tp (torchtitan's parallel_dims.py), so ep must divide that; ETP
+    was removed at torchtitan's HEAD (#3167)."""
+    sets = [("context_parallel_degree", p.cp)] if p.cp > 1 else []
+    if p.ep > 1:
+        sets.append(("expert_parallel_degree", p.ep))
+        if (dp_shard * p.cp * p.tp) % p.ep:
+            warnings.append(f"torchtitan cannot express ep {p.ep}: it must divide data_parallel_shard_degree x "
+                            f"cp x tp = {dp_shard * p.cp * p.tp} (EP borrows FSDP and TP ranks); shard the states "
+                            "(--zero 1-3) or choose another plan")
+    if p.etp > 1:
+        warnings.append(f"torchtitan cannot express etp {p.etp}: expert tensor parallelism was removed at its HEAD "
+                        "(#3167; v0.2.2 took expert_tensor_parallel_degree = 1 or tp); not written")
+    return sets
+
+
+def _py(value) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)  # a Python string literal, quotes and backslashes escaped
+    return str(value)
