@@ -14,7 +14,7 @@ from pathlib import Path
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
 from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
-                            calibrated, iterations_of, run_tag, workers_of)
+                            calibrated, iterations_of, length_notes, model_of, run_tag, workers_of)
 from fasop.core.errors import FasopError
 from fasop.core.workers import available_cores
 
@@ -87,18 +87,20 @@ def run(args: argparse.Namespace) -> int:
     from fasop.report.output import check_target, safe_name, user_path
     from fasop.report.results import (csv_text, extra_columns, pareto_rows, provenance, with_provenance,
                                       with_rates)
-    from fasop.specs.load import load_cluster, load_model
+    from fasop.specs.load import load_cluster
     from fasop.pareto.sweep import node_prices
     from fasop.core.workers import exit_status
 
     _check_positive("--deadline-hours", args.deadline_hours)
     _check_positive("--budget-usd", args.budget_usd)
     user_prefix = user_path(args.out_prefix, "--out-prefix")
-    model = load_model(args.model)
+    model = model_of(args)
     cluster = calibrated(args, load_cluster(args.cluster))
     recipe = cli_recipes.options(args, cluster)
     max_nodes, all_comps, comps, left_out = _compositions(args, cluster)
     iterations = iterations_of(args, model)
+    for line in length_notes(args, model):
+        print(line, file=sys.stderr)
     workers = workers_of(args.workers)
     _, on_demand = node_prices(cluster, max_nodes, spot=args.spot)
     if on_demand:

@@ -35,6 +35,9 @@ def _add_row_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="name in model_specs/ or path (default: from a default CSV name "
                         "<model>_<cluster>_...csv)")
     parser.add_argument("--cluster", help="name in cluster_specs/ or path (default: from the CSV name)")
+    from fasop.cli.args import add_step_shape
+
+    add_step_shape(parser)
     flags = parser.add_argument_group("the plan by flags, instead of --from (with --model and --cluster)")
     flags.add_argument("--placement", metavar="TYPE-TYPE-...", help="node types in rank order, e.g. a100-a10-a10-a10")
     for degree in ("tp", "dp", "pp", "mbs"):
@@ -94,7 +97,26 @@ def row_plan(args: argparse.Namespace):
         if args.model and args.cluster:
             raise
         raise FasopError(f"{exc} ({how}; give --model and --cluster)") from None
+    model = _step_shape_of(args, model, row)
     return plan_of_row(row, where, model, cluster), model, cluster, rows
+
+
+def _step_shape_of(args: argparse.Namespace, model, row: dict):
+    """`model` with the sequence length and global batch of --seq-len / --global-batch-size, else
+    of the row's columns of those names (a search run with those flags), else the spec's."""
+    from fasop.cli.args import with_step_shape
+
+    def value(flag: str, column: str) -> int | None:
+        given = getattr(args, flag, None)
+        if given is not None or row.get(column) in (None, ""):
+            return given
+        text = str(row[column])
+        if not text.isdigit() or len(text) > 12 or int(text) < 1:
+            raise FasopError(f"--from: {args.source}: {column} {text[:40]!r} is not a positive integer")
+        return int(text)
+
+    return with_step_shape(model, value("seq_len", "sequence_length"),
+                           value("global_batch_size", "global_batch_size"), "--from")
 
 
 def _flag_plan(args: argparse.Namespace):
@@ -105,7 +127,10 @@ def _flag_plan(args: argparse.Namespace):
 
     if args.model is None or args.cluster is None:
         raise FasopError(f"{'--model' if args.model is None else '--cluster'}: required with the plan by flags")
-    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    from fasop.cli.args import with_step_shape
+
+    model = with_step_shape(load_model(args.model), args.seq_len, args.global_batch_size)
+    cluster = load_cluster(args.cluster)
     batch, layers = model.global_batch_size, len(model.layer_kinds)
     if batch % (args.dp * args.mbs):
         raise FasopError(f"--mbs: dp {args.dp} x mbs {args.mbs} does not divide the global batch {batch} of {model.path}")

@@ -9,7 +9,8 @@ from pathlib import Path
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
 from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
-                            calibrated, int_at_least, iterations_of, non_negative_int, run_tag, workers_of)
+                            calibrated, int_at_least, iterations_of, length_notes, model_of, non_negative_int, run_tag,
+                            workers_of)
 
 DEFAULT_SHOWN = 5
 
@@ -52,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
     from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, with_provenance,
                                       with_rates, write_atomic)
     from fasop.search.engine import parse_nodes, search
-    from fasop.specs.load import load_cluster, load_model
+    from fasop.specs.load import load_cluster
 
     out = user_path(args.out, "--out")
-    model = load_model(args.model)
+    model = model_of(args)
     cluster = calibrated(args, load_cluster(args.cluster))
     recipe = cli_recipes.options(args, cluster)
     inventory = parse_nodes(args.nodes, cluster)
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                                         provenance(model, cluster, spot=args.spot))
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
-    for line in _model_notes(model, inventory, rows):
+    for line in length_notes(args, model) + _model_notes(model, inventory, rows):
         print(line)
     if auto_note:
         print(auto_note)
@@ -88,6 +89,15 @@ def run(args: argparse.Namespace) -> int:
         print("note: --spot: costs at each node type's spot_usd_per_hour")
     if cli_recipes.misfit_line(result):
         print(cli_recipes.misfit_line(result))
+    if cluster.analytic is not None and not any(not r["is_oom"] for r in rows):
+        def search_with(options: dict) -> list[float]:
+            again = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
+                           partitioner=args.partitioner, iterations=iterations, top=top, workers=workers_of(args.workers),
+                           partition_budget=args.partition_budget, estimator_options=options)
+            return [e.step_time_s for e in again.estimates if not e.memory.is_oom]
+        hint = cli_recipes.no_fit_hint(recipe, search_with)
+        if hint:
+            print(hint)
     print(f"wrote {out}")
     return 0
 

@@ -52,9 +52,11 @@ def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], 
     return columns, rows
 
 
-PROVENANCE_COLUMNS = ("model", "model_spec", "cluster_spec", "price_basis", "fasop_version")
+PROVENANCE_COLUMNS = ("model", "model_spec", "cluster_spec", "price_basis", "fasop_version", "sequence_length",
+                      "global_batch_size")
 """Columns that say what a results CSV was made from, after the estimator's own (README, "CSV
-columns"): explain / plot / export --from read the specs from them, so a renamed, moved or
+columns"): explain / plot / export --from read the specs (and the step's sequence length and global
+batch, which --seq-len / --global-batch-size may have changed) from them, so a renamed, moved or
 spreadsheet-saved CSV still names its model and cluster. Written where the estimator adds its own
 columns (the analytic one); FASOP-2024 CSVs keep their bytes and are found by their default name."""
 
@@ -66,7 +68,8 @@ def provenance(model, cluster, *, spot: bool) -> dict:
 
     return {"model": model.name, "model_spec": _spec_ref(model.path, "model_specs"),
             "cluster_spec": _spec_ref(cluster.path, "cluster_specs"),
-            "price_basis": "spot" if spot else "on-demand", "fasop_version": __version__}
+            "price_basis": "spot" if spot else "on-demand", "fasop_version": __version__,
+            "sequence_length": model.sequence_length, "global_batch_size": model.global_batch_size}
 
 
 def _spec_ref(path: str, folder: str) -> str:

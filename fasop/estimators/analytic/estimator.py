@@ -37,10 +37,12 @@ from fasop.schedule.pipeline import Schedule
 from fasop.specs.catalog import canonical, find_gpu
 from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
-DEFAULTS = {"recompute": ("selective",), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
+DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
             "precision": ("bf16",)}
-"""What a search tries when not told: Megatron-LM's usual recipe (selective recompute, the
-distributed optimizer, sequence parallelism with tp > 1), no interleaving, bf16."""
+"""What a search tries when not told: no recompute and full recompute (the faster that fits; under
+FlashAttention selective recompute keeps what no recompute keeps at no gain, and full recompute
+lets bigger micro-batches or fewer stages fit: docs/analytic.md, "Default recipe"), the distributed
+optimizer, sequence parallelism with tp > 1, no interleaving, bf16."""
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
 COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
