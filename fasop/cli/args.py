@@ -286,10 +286,16 @@ class ProgressBar:
         return update
 
 
-def abbreviate(placement: str) -> str:
-    """a10-a10-a10-a100 -> 3xa10-a100 (runs of equal node types collapsed)."""
-    out, names = [], placement.split("-")
-    i = 0
+def abbreviate(placement: str, known=()) -> str:
+    """a10-a10-a10-a100 -> 3xa10-a100 (runs of equal node types collapsed). Node type names that
+    hold '-' (gcp's a3-highgpu-8g) are kept whole when given in `known`."""
+    names, rest = [], placement
+    by_length = sorted(known, key=len, reverse=True)
+    while rest:
+        head = next((n for n in by_length if rest == n or rest.startswith(n + "-")), rest.split("-")[0])
+        names.append(head)
+        rest = rest[len(head) + 1:]
+    out, i = [], 0
     while i < len(names):
         j = i
         while j < len(names) and names[j] == names[i]:

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if extra_columns([r.best for r in analysis.results if r.best is not None]):  # analytic: self-describing
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
                                         provenance(model, cluster, spot=args.spot))
-    title = f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps"
+    title = f"{model.name} on {Path(cluster.path).stem}" + (" (spot prices)" if args.spot else "") + f", {iterations:,} steps"
 
     def summary() -> None:
         _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fasop: interrupted after {len(done)} of {len(comps)} compositions; wrote {out.csv} "
               "(complete=False), no plots; rerun with --resume to continue", file=sys.stderr)
         return exit_status(interrupted)
-    return _write_complete(out, csv_text(columns, rows), analysis, title, summary)
+    return _write_complete(out, csv_text(columns, rows), analysis, title, summary, list(cluster.node_types))
 
 
 def _compositions(args: argparse.Namespace, cluster) -> tuple[dict[str, int], int, tuple, dict[str, int]]:
@@ -168,13 +168,13 @@ def _write(out: _Outputs, table: str, images: dict | None) -> None:
     write_files([(out.csv, table)] + extra, "--out-prefix")
 
 
-def _write_complete(out: _Outputs, table: str, analysis, title: str, summary) -> int:
+def _write_complete(out: _Outputs, table: str, analysis, title: str, summary, type_order: list[str]) -> int:
     """A complete sweep's CSV and plots; the checkpoint removed only once they are on disk."""
     from fasop.report.plots import render_pareto
     from fasop.core.workers import exit_status
 
     try:
-        images = render_pareto(analysis, title=title)
+        images = render_pareto(analysis, title=title, type_order=type_order)
     except KeyboardInterrupt as exc:
         _write(out, table, None)
         out.checkpoint.unlink(missing_ok=True)  # the sweep is complete and on disk
@@ -198,9 +198,10 @@ def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str
         print("frontier: empty (no composition has a plan that fits in GPU memory)")
     else:
         header = ("composition", "tp", "dp", "pp", "mbs", "placement", "time_h", "cost_usd", "")
+        names = [c[len("num_nodes_"):] for c in rows[0] if c.startswith("num_nodes_")]
         table = [header] + [(
             rows[i]["composition"], str(rows[i]["tp"]), str(rows[i]["dp"]), str(rows[i]["pp"]), str(rows[i]["mbs"]),
-            abbreviate(rows[i]["node_placement"]), f"{rows[i]['train_time_h']:,.1f}",
+            abbreviate(rows[i]["node_placement"], names), f"{rows[i]['train_time_h']:,.1f}",
             f"{rows[i]['train_cost_usd']:,.0f}", "knee" if i == analysis.knee else "") for i in analysis.frontier]
         widths = [max(len(row[k]) for row in table) for k in range(len(header))]
         print(f"frontier ({len(analysis.frontier)} points, fastest first):")

@@ -185,7 +185,7 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
         str(r["rank"]), str(r["tp"]), str(r["dp"]), str(r["pp"]), str(r["mbs"]), f"{r['step_time_s']:.4f}",
         f"{r['samples_per_s']:.1f}", f"{r['usd_per_step']:.5f}", f"{r['train_time_h']:,.1f}",
         f"{r['train_cost_usd']:,.0f}", f"{r['oom_gpumem_gib']:.2f}",
-        abbreviate(r["node_placement"]) + (f" (+{n - 1} order{'s' * (n > 2)})" if n > 1 else ""),
+        abbreviate(r["node_placement"], counts) + (f" (+{n - 1} order{'s' * (n > 2)})" if n > 1 else ""),
         r["partition"]) for r, n in fitting]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:

@@ -156,6 +156,11 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
     return RowPlan(plan=plan, partition=partition, row=dict(row), where=where, virtual_stages=v)
 
 
+def placement_types(names: str, cluster: ClusterSpec, where: str = "node_placement") -> tuple:
+    """The node types of a `node_placement` cell (names may hold '-': gcp's a3-highgpu-8g)."""
+    return _placement(where, names, cluster)
+
+
 def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
     """The node types of `node_placement`: fasop's node type names, or (FASOP's own CSVs) the
     instance names of the cluster's node types where each names one type."""

@@ -96,8 +96,9 @@ def rates(row: dict, model, cluster) -> dict:
     if row.get("step_time_s") in (None, ""):
         return dict.fromkeys(RATE_COLUMNS, "")
     gpus: dict[str, int] = {}
-    for name in str(row["node_placement"]).split("-"):
-        node = cluster.node_types[name]
+    from fasop.plans.rowplan import placement_types
+
+    for node in placement_types(str(row["node_placement"]), cluster):
         gpus[node.gpu] = gpus.get(node.gpu, 0) + node.gpus_per_node
     peaks = catalog_peaks(gpus, str(row.get("precision") or "bf16"))
     flop_per_s = model_flop_per_sample(model) * row["samples_per_s"]
