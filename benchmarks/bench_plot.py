@@ -10,7 +10,8 @@ The CSV is made once by this tree:
 a fresh interpreter (`python -m fasop plot --from CSV --figures timeline --out-dir TMP`), imports,
 estimate and both images (PNG, SVG) included. With --baseline PATH (a checkout of the code before,
 e.g. `git worktree add /tmp/base main`), that tree plots the same CSV in the same invocation,
-runs alternating, and the ratio of medians is printed.
+runs alternating, and the ratio of medians is printed. Wall and CPU (user + system) seconds are
+both reported: on a machine shared with other work the wall time includes waiting for a core.
 
     python benchmarks/bench_plot.py [--runs 3] [--baseline PATH] [--figures timeline]
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,12 +42,16 @@ read the same model, whatever flags they have."""
 GOAL_S = 2.0
 
 
-def _fasop(tree: Path, argv: list[str]) -> float:
+def _fasop(tree: Path, argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the child) of one `python -m fasop ARGV`."""
     env = dict(os.environ, PYTHONPATH=str(tree))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "fasop", *argv], cwd=tree, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> int:
@@ -59,19 +65,23 @@ def main() -> int:
         spec.write_text(MODEL.format(config=REPO / "fasop" / "data" / "model_specs" / "hf" / "llama-3-70b.json"))
         _fasop(REPO, SEARCH + ["--model", str(spec), "--out", str(csv)])
         trees = {"this tree": REPO} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
-        times: dict[str, list[float]] = {name: [] for name in trees}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
         for k in range(args.runs):
             for name, tree in trees.items():
                 out = Path(tmp) / f"{name.replace(' ', '_')}{k}"
                 times[name].append(_fasop(tree, ["plot", "--from", str(csv), "--model", str(spec), "--cluster", "aws",
                                                  "--figures", args.figures, "--out-dir", str(out)]))
+        med = {name: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for name, v in times.items()}
         for name, values in times.items():
-            print(f"{name}: median {statistics.median(values):.2f} s, runs " + ", ".join(f"{v:.2f}" for v in values))
-        median = statistics.median(times["this tree"])
+            print(f"{name}: median wall {med[name][0]:.2f} s, CPU {med[name][1]:.2f} s; runs (wall/CPU) "
+                  + ", ".join(f"{w:.2f}/{c:.2f}" for w, c in values))
         if args.baseline:
-            print(f"speed-up: {statistics.median(times['baseline']) / median:.1f}x (baseline median / this tree's)")
-        print(f"goal <= {GOAL_S:g} s: {'met' if median <= GOAL_S else 'missed'}")
-        return 0 if median <= GOAL_S else 1
+            print(f"speed-up: wall {med['baseline'][0] / med['this tree'][0]:.1f}x, CPU "
+                  f"{med['baseline'][1] / med['this tree'][1]:.1f}x (baseline median / this tree's)")
+        wall = med["this tree"][0]
+        print(f"goal <= {GOAL_S:g} s wall: {'met' if wall <= GOAL_S else 'missed'} (on a shared machine, the CPU "
+              "time is the fairer figure)")
+        return 0 if wall <= GOAL_S else 1
 
 
 if __name__ == "__main__":

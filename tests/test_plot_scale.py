@@ -13,6 +13,7 @@ import pytest
 from fasop.cli.args import abbreviate
 from fasop.cli.command import main
 from fasop.report import plots
+from fasop.report import timeline_cut
 from fasop.report.timeline_cut import KEEP, cut_window
 
 
@@ -56,8 +57,12 @@ def test_a_long_pipeline_is_drawn_cut_with_bounded_boxes(llama70):
     boxes = sum(len(c.get_paths()) for c in ax.collections if c.get_gid() in ("fwd", "bwd"))
     # warm-up and cool-down (<= pp micro-batches each side a stage) + KEEP steady pairs each side
     assert boxes <= 2 * tl.num_stages * (2 * tl.num_stages + 4 * KEEP + 4) < 2 * 8 * 512
-    shown = {int(t.get_text()) for t in ax.texts if t.get_text().isdigit()}
+    drawn = timeline_cut.boxes(tl, cut)
+    shown = {tl.events[b.event].microbatch for b in drawn if tl.events[b.event].stage == 0}
     assert {0, 1, KEEP, 511} <= shown and not shown & set(range(KEEP + tl.num_stages + 2, 500))
+    numbers = next(c for c in ax.collections if c.get_gid() == "microbatch").get_offsets()
+    assert 0 < len(numbers) <= boxes  # a number on boxes wide enough for it, none in the gap
+    assert not any(cut.at_s * 1e3 < x < (cut.at_s + cut.gap_s) * 1e3 for x, _ in numbers)
     assert any("steady micro-batches of stage 0 not drawn" in line for line in ax.get_xlabel().splitlines())
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels[0] == "0" and float(labels[-1].replace(",", "")) > 0.9 * tl.pipeline_time_s * 1e3  # real times

@@ -10,6 +10,7 @@ import argparse
 import re
 import sys
 import time
+from pathlib import Path
 
 from fasop.core import limits
 from fasop.core.errors import FasopError
@@ -244,6 +245,20 @@ def add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimate
                         "MILP certificate for small programs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress "
                         f"lines (otherwise, every {PROGRESS_S:g} s)")
+
+
+def partitioner_note(args: argparse.Namespace, cluster) -> str:
+    """Sets --partitioner's default (optimal); a note when --partitioner or --partition-budget was
+    given for a cluster whose estimator splits the layers its own way (the analytic estimator's
+    `balanced` split: stage times balanced across GPU types, each stage within its memory), where
+    they change nothing."""
+    given = [flag for flag, value in (("--partitioner", args.partitioner), ("--partition-budget", args.partition_budget))
+             if value is not None]
+    args.partitioner = args.partitioner or "optimal"
+    if not given or cluster.analytic is None:
+        return ""
+    return (f"note: {' and '.join(given)} do nothing with the {cluster.estimator} estimator of {Path(cluster.path).name}: "
+            "it balances each plan's layers over its stages itself (partition_method balanced; docs/analytic.md)")
 
 
 class ProgressBar:

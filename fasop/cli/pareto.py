@@ -14,7 +14,8 @@ from pathlib import Path
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
 from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
-                            calibrated, iterations_of, length_notes, model_of, run_tag, workers_of)
+                            calibrated, iterations_of, length_notes, model_of, partitioner_note, run_tag,
+                            workers_of)
 from fasop.core.errors import FasopError
 from fasop.core.workers import available_cores
 
@@ -49,8 +50,9 @@ def add_parser(sub) -> None:
     p.add_argument("--placements", choices=PLACEMENTS, default="cyclic",
                    help="node orders to try per composition: cyclic (default) = rotations of the node list, "
                    "all types' nodes in --max-nodes order; grouped; all (slow past ~10 nodes)")
-    p.add_argument("--partitioner", choices=PARTITIONERS, default="optimal",
-                   help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing)")
+    p.add_argument("--partitioner", choices=PARTITIONERS,
+                   help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing); clusters with "
+                   "estimator: fasop-2024 (the analytic estimator balances its own split and says so)")
     add_execution(p, "search the compositions in N processes, a composition per process (same output for any N; "
                    "default: the CPU cores available, here %(default)s)", default_workers=available_cores())
     from fasop.cli.sweep import add_sweep_arguments
@@ -97,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     model = model_of(args)
     cluster = calibrated(args, load_cluster(args.cluster))
     recipe = cli_recipes.options(args, cluster)
+    split_note = partitioner_note(args, cluster)
+    if split_note:
+        print(split_note, file=sys.stderr)
     max_nodes, all_comps, comps, left_out = _compositions(args, cluster)
     iterations = iterations_of(args, model)
     for line in length_notes(args, model):

@@ -9,8 +9,8 @@ from pathlib import Path
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
 from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
-                            calibrated, int_at_least, iterations_of, length_notes, model_of, non_negative_int, run_tag,
-                            workers_of)
+                            calibrated, int_at_least, iterations_of, length_notes, model_of, non_negative_int,
+                            partitioner_note, run_tag, workers_of)
 
 DEFAULT_SHOWN = 5
 
@@ -29,9 +29,10 @@ def add_parser(sub) -> None:
     s.add_argument("--placements", choices=PLACEMENTS, default="all",
                    help="node orders to try: all (default) = every distinct order, equivalent pipelines once; "
                    "grouped = each type's nodes together; cyclic = FASOP's rotations of the --nodes list")
-    s.add_argument("--partitioner", choices=PARTITIONERS, default="optimal",
+    s.add_argument("--partitioner", choices=PARTITIONERS,
                    help="layer split: optimal (default) = lowest estimated step time that fits, by branch and "
-                   "bound; fasop-minmax = FASOP's greedy balancing")
+                   "bound; fasop-minmax = FASOP's greedy balancing (clusters with estimator: fasop-2024; the "
+                   "analytic estimator balances its own split and says so)")
     s.add_argument("--top", type=int_at_least(1, "a positive integer", limits.TOP), metavar="K",
                    help="keep only the K fastest plans that fit in memory (default: every plan, or the "
                    "5 fastest past 10,000 plans); plans a lower bound proves slower are skipped")
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     model = model_of(args)
     cluster = calibrated(args, load_cluster(args.cluster))
     recipe = cli_recipes.options(args, cluster)
+    split_note = partitioner_note(args, cluster)
     inventory = parse_nodes(args.nodes, cluster)
     if args.spot:
         from fasop.specs.prices import at_spot
@@ -85,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     if auto_note:
         print(auto_note)
+    if split_note:
+        print(split_note)
     if args.spot:
         print("note: --spot: costs at each node type's spot_usd_per_hour")
     if cli_recipes.misfit_line(result):
