@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
                         partitioner=args.partitioner, iterations=iterations, top=top,
                         workers=workers_of(args.workers), partition_budget=args.partition_budget, progress=progress,
-                        estimator_options=recipe)
+                        estimator_options=recipe, keep_on_interrupt=True)
+    if result.interrupted is not None:
+        return _write_incomplete(result, out, model, cluster, args)
     columns, rows = search_rows(result, model.sequence_length)
     if extra_columns(result.estimates):  # the analytic estimator's CSVs say what they were made from
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
@@ -104,6 +106,29 @@ def run(args: argparse.Namespace) -> int:
             print(hint)
     print(f"wrote {out}")
     return 0
+
+
+def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespace) -> int:
+    """An interrupted search: the plans estimated before Ctrl-C / SIGTERM, written with a column
+    `complete` = False (as pareto marks an interrupted sweep); nothing when none was."""
+    import sys
+
+    from fasop.core.workers import exit_status
+    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, with_provenance,
+                                      with_rates, write_atomic)
+
+    if not result.estimates:
+        print("fasop: interrupted before any plan was estimated; nothing written", file=sys.stderr)
+        return exit_status(result.interrupted)
+    columns, rows = search_rows(result, model.sequence_length)
+    if extra_columns(result.estimates):
+        columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
+                                        provenance(model, cluster, spot=args.spot))
+    columns, rows = columns + ["complete"], [r | {"complete": False} for r in rows]
+    write_atomic(out, csv_text(columns, rows), "--out")
+    print(f"fasop: interrupted after {result.num_done:,} of {result.num_candidates:,} plans; wrote {out} "
+          f"(complete=False: {len(rows):,} plans, the ranks of those estimated so far)", file=sys.stderr)
+    return exit_status(result.interrupted)
 
 
 def _model_notes(model, inventory, rows: list[dict]) -> list[str]:
