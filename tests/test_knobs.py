@@ -47,7 +47,7 @@ def test_seq_len_and_global_batch_size_shape_the_step(tmp_path, capsys):
     assert main(["explain", "--from", str(tmp_path / "shaped.csv"), "--json"]) == 0
     explained = json.loads(capsys.readouterr().out)
     first = next(r for r in shaped if r["rank"] == "1")
-    assert explained["step_time_s"] == pytest.approx(float(first["step_time_s"]), rel=1e-9)  # the CSV's step, re-estimated
+    assert explained["step_time_s"] == pytest.approx(float(first["step_time_s"]), rel=5e-6)  # the CSV's step (6 digits), re-estimated
 
 
 def test_tokens_refuses_what_is_not_a_whole_count(capsys):

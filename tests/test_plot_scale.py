@@ -23,7 +23,8 @@ def _rows(path) -> list[dict]:
 
 
 def _timeline(csv_path, rank: int = 1):
-    from fasop.cli.plan import _explained
+    from fasop.cli.plan import estimator_for
+    from fasop.report.explain import explain_with_timeline
     from fasop.plans.rowplan import plan_of_row
     from fasop.specs.load import load_cluster, load_model
 
@@ -34,7 +35,7 @@ def _timeline(csv_path, rank: int = 1):
 
     model = with_step_shape(model, int(row["sequence_length"]), int(row["global_batch_size"]))
     rp = plan_of_row(row, "row", model, cluster)
-    return _explained(rp, model, cluster)
+    return explain_with_timeline(rp, model, cluster, estimator_for(rp, model, cluster))
 
 
 @pytest.fixture(scope="module")

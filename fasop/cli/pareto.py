@@ -87,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
     from fasop.pareto import frontier as pareto
     from fasop.cli.sweep import run_sweep
     from fasop.report.output import check_target, safe_name, user_path
-    from fasop.report.results import (csv_text, extra_columns, pareto_rows, provenance, with_provenance,
-                                      with_rates)
+    from fasop.report.results import (csv_text, extra_columns, pareto_rows, provenance, significant,
+                                      with_provenance, with_rates)
     from fasop.specs.load import load_cluster
     from fasop.pareto.sweep import node_prices
     from fasop.core.workers import exit_status
@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if extra_columns([r.best for r in analysis.results if r.best is not None]):  # analytic: self-describing
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
                                         provenance(model, cluster, spot=args.spot))
+        rows = significant(rows)
     title = f"{model.name} on {Path(cluster.path).stem}" + (" (spot prices)" if args.spot else "") + f", {iterations:,} steps"
 
     def summary() -> None:

@@ -51,8 +51,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fasop.report.output import check_target, safe_name, user_path
-    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, with_provenance,
-                                      with_rates, write_atomic)
+    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, significant,
+                                      with_provenance, with_rates, write_atomic)
     from fasop.search.engine import parse_nodes, search
     from fasop.specs.load import load_cluster
 
@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if extra_columns(result.estimates):  # the analytic estimator's CSVs say what they were made from
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
                                         provenance(model, cluster, spot=args.spot))
+        rows = significant(rows)
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     for line in length_notes(args, model) + _model_notes(model, inventory, rows):
@@ -114,8 +115,8 @@ def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespac
     import sys
 
     from fasop.core.workers import exit_status
-    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, with_provenance,
-                                      with_rates, write_atomic)
+    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, significant,
+                                      with_provenance, with_rates, write_atomic)
 
     if not result.estimates:
         print("fasop: interrupted before any plan was estimated; nothing written", file=sys.stderr)
@@ -124,6 +125,7 @@ def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespac
     if extra_columns(result.estimates):
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
                                         provenance(model, cluster, spot=args.spot))
+        rows = significant(rows)
     columns, rows = columns + ["complete"], [r | {"complete": False} for r in rows]
     write_atomic(out, csv_text(columns, rows), "--out")
     print(f"fasop: interrupted after {result.num_done:,} of {result.num_candidates:,} plans; wrote {out} "

@@ -207,7 +207,8 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
                 spot: bool = False) -> tuple[list[str], list[dict]]:
     """(columns, rows) for `fasop pareto`: one row per composition, in composition order, with its
     fastest plan that fits (plan cells empty when none fits). Dollar columns use the composition's
-    price on the chosen basis; `rank` is the plan's rank within its composition's search."""
+    price on the chosen basis; `rank` is the row's rank in the file: compositions with a plan that
+    fits, by training time (then cost, then composition order), 1 the fastest; empty for the rest."""
     bests = [r.best for r in analysis.results if r.best is not None]
     columns = (with_gap(SEARCH_COLUMNS, bests) + [f"num_nodes_{t}" for t in type_names] + list(PARETO_EXTRA_COLUMNS)
                + extra_columns(bests))
@@ -234,4 +235,25 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
                 "step_time_bound_s": "" if r.step_time_bound_s is None else r.step_time_bound_s,
                 "no_plan_reason": r.no_plan_reason if r.status == "no_plan" else ""}
         rows.append(row)
+    fitting = sorted((r.train_time_h, r.train_cost_usd, i) for i, r in enumerate(analysis.results) if r.status == "ok")
+    for k, (_, _, i) in enumerate(fitting, start=1):  # rank in the file: fastest training first
+        rows[i]["rank"] = k
+    for i, r in enumerate(analysis.results):
+        if r.status != "ok":
+            rows[i]["rank"] = ""
     return columns, rows
+
+
+SIGNIFICANT_DIGITS = 6
+"""Analytic-estimator CSVs write floats to this many significant digits: what an estimate can
+mean (its physical constants are known to a few per cent), not the 17 digits of a float. FASOP-2024
+CSVs keep full precision, byte for byte with FASOP's six experiments."""
+
+
+def significant(rows: list[dict], digits: int = SIGNIFICANT_DIGITS) -> list[dict]:
+    """`rows` with every float rounded to `digits` significant digits (written as Python writes the
+    rounded float: 11010200.0, 0.0499451)."""
+    def cut(value):
+        return float(f"{value:.{digits}g}") if value.__class__ is float else value
+
+    return [{k: cut(v) for k, v in row.items()} for row in rows]
