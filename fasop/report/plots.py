@@ -208,8 +208,8 @@ def _frame(ax, title: str, axis: str = "both") -> None:
     import textwrap
 
     ax.grid(True, axis=axis, lw=0.3, alpha=0.5)
-    if title:  # wrapped to the figure's width (~13 characters an inch at FONT_PT), never cut off
-        width = max(20, int(ax.figure.get_figwidth() * 13))
+    if title:  # wrapped to the figure's width (~14 characters an inch at FONT_PT), never cut off
+        width = max(20, int(ax.figure.get_figwidth() * 14))
         ax.set_title("\n".join(textwrap.fill(line, width) for line in title.split("\n")))
 
 

@@ -19,6 +19,8 @@ KEEP = 3
 """Steady micro-batches drawn on each side of the break."""
 MIN_HIDDEN = 4
 """Micro-batches of stage 0's steady state a cut must hide to be worth a break."""
+CUT_BOXES = 800
+"""Compute boxes (2 x stages x micro-batches) past which a timeline is cut: fewer stay legible whole."""
 GAP_FRACTION = 0.03
 """The break's width, as a fraction of the drawn time axis."""
 
@@ -61,7 +63,7 @@ def cut_window(tl) -> Cut | None:
     """The window to hide of a timeline.Timeline, or None when its steady state is short."""
     m, pp = tl.num_microbatches, tl.num_stages
     first, last = KEEP, m - pp - KEEP
-    if last - first - 1 < MIN_HIDDEN:
+    if 2 * pp * m <= CUT_BOXES or last - first - 1 < MIN_HIDDEN:
         return None
     bwd = {e.microbatch: e for e in tl.events if e.stage == 0 and e.kind == "bwd"}
     if first not in bwd or last not in bwd or bwd[last].start_s <= bwd[first].end_s:
