@@ -138,7 +138,7 @@ def test_search_with_calibration_uses_the_fitted_constants(runs, tmp_path, monke
     cluster = load_cluster("aws")
     cluster = replace(cluster, analytic=apply_calibration(load_calibration(tmp_path / "overlay.yaml"), cluster.analytic))
     result = search(load_model("gpt-sc21-1.7b"), cluster, parse_nodes("p4de=1", cluster), top=3)
-    assert step("calibrated.csv") == pytest.approx([e.step_time_s for e in result.estimates], rel=1e-12)
+    assert step("calibrated.csv") == pytest.approx([e.step_time_s for e in result.estimates], rel=5e-6)  # 6 digits
     assert min(step("calibrated.csv")) > 1.05 * min(step("plain.csv"))   # 0.74 of the peak, not 0.869
 
 

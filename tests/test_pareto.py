@@ -509,7 +509,7 @@ def test_cli_interrupted_sweep_keeps_a_valid_partial_csv(in_tmp, capsys, monkeyp
     rows, full_rows = _read(csv_path), _read(_outputs(full)[0])
     assert len(rows) == 2 and {r["complete"] for r in rows} == {"False"}
     def stable(row: dict) -> dict:
-        return {k: v for k, v in row.items() if k not in ("complete", "on_frontier", "is_knee")}
+        return {k: v for k, v in row.items() if k not in ("complete", "on_frontier", "is_knee", "rank")}
 
     assert [stable(r) for r in rows] == [stable(r) for r in full_rows[:2]]
 
@@ -530,7 +530,7 @@ def test_cli_interrupted_parallel_sweep_keeps_every_finished_composition(in_tmp,
     assert "interrupted after" in capsys.readouterr().err
     rows, full_rows = _read(_outputs(prefix)[0]), _read(_outputs(full)[0])
     assert 1 <= len(rows) < len(full_rows) and {r["complete"] for r in rows} == {"False"}
-    keep = [k for k in rows[0] if k not in ("complete", "on_frontier", "is_knee")]
+    keep = [k for k in rows[0] if k not in ("complete", "on_frontier", "is_knee", "rank")]  # rank: in its file
     by_composition = {r["composition"]: [r[k] for k in keep] for r in full_rows}
     assert [r["composition"] for r in rows] == [c for c in by_composition if c in {r["composition"] for r in rows}]
     assert all([r[k] for k in keep] == by_composition[r["composition"]] for r in rows)

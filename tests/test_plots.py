@@ -17,6 +17,7 @@ from fasop.plans.rowplan import plan_of_row
 from fasop.report import plots
 from fasop.report.explain import estimate_split
 from fasop.schedule.pipeline import critical_path
+from fasop.report.timeline_cut import cut_window, drawn_s
 from fasop.schedule.timeline import timeline
 from fasop.specs.load import load_cluster, load_model
 
@@ -46,10 +47,13 @@ def test_gantt_has_two_compute_boxes_per_stage_and_microbatch_and_ends_at_the_pi
         e, tl = _drawn(model, cluster, row)
         fig = plots.timeline_figure(tl, [str(i) for i in range(e.plan.pp)])
         ax = fig.axes[0]
-        boxes = [p for p in ax.patches if p.get_gid() in ("fwd", "bwd")]
-        assert len(boxes) == e.plan.pp * e.plan.num_microbatches * 2
-        right = max(p.get_x() + p.get_width() for p in boxes)
-        assert right == pytest.approx(float(row["pipeline_time_s"]) * 1e3, rel=1e-9 if e.plan.pp > 1 else 1e-6)
+        boxes = [path.vertices for c in ax.collections if c.get_gid() in ("fwd", "bwd") for path in c.get_paths()]
+        cut = cut_window(tl)  # a long steady state is cut out of the figure (test_plot_scale.py)
+        if cut is None:
+            assert len(boxes) == e.plan.pp * e.plan.num_microbatches * 2
+        right = max(v[:, 0].max() for v in boxes)
+        assert right == pytest.approx(drawn_s(cut, float(row["pipeline_time_s"])) * 1e3,
+                                      rel=1e-9 if e.plan.pp > 1 else 1e-6)
         # every (stage, micro-batch) has one forward and one backward box
         pairs = sorted((ev.stage, ev.microbatch, ev.kind) for ev in tl.events if ev.kind in ("fwd", "bwd"))
         assert pairs == sorted((s, j, k) for s in range(e.plan.pp) for j in range(e.plan.num_microbatches)

@@ -94,7 +94,7 @@ def test_mfu_and_tokens_per_gpu_by_hand(tmp_path, monkeypatch, capsys):
     for row in rows:
         peak = {"fp8": 1979e12, "bf16": 989e12}[row["precision"]] * 8
         assert float(row["mfu"]) == pytest.approx(flop * float(row["samples_per_s"]) / peak, rel=1e-3)
-        assert float(row["tokens_per_s_per_gpu"]) == pytest.approx(float(row["tokens_per_s"]) / 8, rel=1e-12)
+        assert float(row["tokens_per_s_per_gpu"]) == pytest.approx(float(row["tokens_per_s"]) / 8, rel=1e-5)  # 6 digits
         assert 0 < float(row["mfu"]) < 1
     assert main(["search", "--model", "bert", "--cluster", "fasop-paper", "--nodes", "a10=2", "--out", "b.csv",
                  "--no-progress"]) == 0

@@ -40,7 +40,7 @@ def test_search_spot_charges_spot_and_keeps_the_plans(tmp_path, capsys):
         assert (a["node_placement"], a["partition"], a["step_time_s"]) == (b["node_placement"], b["partition"],
                                                                           b["step_time_s"])
         assert float(b["usd_per_hour"]) == pytest.approx(spot_per_hour)
-        assert float(b["usd_per_step"]) == pytest.approx(spot_per_hour * float(b["step_time_s"]) / 3600)
+        assert float(b["usd_per_step"]) == pytest.approx(spot_per_hour * float(b["step_time_s"]) / 3600, rel=1e-5)
         assert float(b["usd_per_step"]) < float(a["usd_per_step"])
 
 

@@ -10,6 +10,7 @@ import argparse
 import re
 import sys
 import time
+from pathlib import Path
 
 from fasop.core import limits
 from fasop.core.errors import FasopError
@@ -82,44 +83,139 @@ positive_int = int_at_least(1, "a positive integer")
 non_negative_int = int_at_least(0, "an integer >= 0")
 
 
+TOKENS_PER_PARAMETER = 20
+"""The default length of a run of a catalog model (one scored from its architecture): 20 training
+tokens per parameter, the compute-optimal ratio of Hoffmann et al. 2022 ("Chinchilla", Table 3);
+counted over all parameters, experts included. FASOP's profiled specs keep FASOP's 12,500,000
+iterations."""
+
+
+def token_count(text: str) -> int:
+    """An argparse type: a whole number of tokens, written out or as `15e12` / `1.5e13`."""
+    from decimal import Decimal, InvalidOperation
+
+    cleaned = text.strip().replace("_", "")
+    try:
+        value = Decimal(cleaned) if len(cleaned) <= 40 else None
+    except InvalidOperation:
+        value = None
+    if value is None or not value.is_finite() or value < 1 or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"expected a whole number of tokens (e.g. 15e12), got {one_line(repr(text), 80)}")
+    if value > limits.TOKENS:
+        raise argparse.ArgumentTypeError(f"at most {limits.TOKENS:.0e}, fasop's ceiling (README: Limits), "
+                                         f"got {one_line(text, 40)}")
+    return int(value)
+
+
 def add_length(parser: argparse.ArgumentParser, default_iterations: int) -> None:
-    """--tokens or --iterations: how long the training run is (search and pareto)."""
+    """--tokens or --iterations: how long the training run is; --seq-len and --global-batch-size:
+    what a step is (search and pareto)."""
     length = parser.add_mutually_exclusive_group()
-    length.add_argument("--tokens", type=int_at_least(1, "a positive integer", limits.TOKENS),
-                        help="training tokens; iterations = ceil(tokens / (global batch x sequence length))")
+    length.add_argument("--tokens", type=token_count,
+                        help="training tokens, e.g. 15e12; iterations = ceil(tokens / (global batch x sequence "
+                        f"length)). Default for a catalog model: {TOKENS_PER_PARAMETER} tokens per parameter "
+                        "(Chinchilla); for FASOP's profiled specs: --iterations's default")
     length.add_argument("--iterations", type=int_at_least(1, "a positive integer", limits.ITERATIONS),
-                        help=f"training steps for train_cost_usd and train_time_h (default {default_iterations:,})")
+                        help=f"training steps for train_cost_usd and train_time_h (FASOP's specs: default "
+                        f"{default_iterations:,})")
+    add_step_shape(parser)
+
+
+def add_step_shape(parser: argparse.ArgumentParser) -> None:
+    """--seq-len and --global-batch-size, over the model spec's `training:` values."""
+    parser.add_argument("--seq-len", type=int_at_least(1, "a positive integer", limits.SEQUENCE_LENGTH),
+                        metavar="TOKENS", help="tokens per sequence (default: the model spec's sequence_length)")
+    parser.add_argument("--global-batch-size", type=int_at_least(1, "a positive integer", limits.GLOBAL_BATCH_SIZE),
+                        metavar="SEQUENCES", help="sequences per step, so tokens per step = this x --seq-len "
+                        "(default: the model spec's global_batch_size)")
+
+
+def with_step_shape(model, seq_len: int | None, global_batch_size: int | None, where: str = "--seq-len"):
+    """`model` with another sequence length and/or global batch (None: the spec's). A profiled
+    model (FASOP's specs) was measured at its own sequence length: another is refused."""
+    from dataclasses import replace
+
+    if seq_len is not None and seq_len != model.sequence_length and model.profile is not None:
+        raise FasopError(f"{where}: {model.path}'s profile was measured at sequence length {model.sequence_length}; "
+                         f"got {seq_len} (a model from a HuggingFace config takes any)")
+    changes = {k: v for k, v in (("sequence_length", seq_len), ("global_batch_size", global_batch_size))
+               if v is not None}
+    return replace(model, **changes) if changes else model
+
+
+def model_of(args: argparse.Namespace):
+    """The --model spec with --seq-len / --global-batch-size applied."""
+    from fasop.specs.load import load_model
+
+    return with_step_shape(load_model(args.model), getattr(args, "seq_len", None),
+                           getattr(args, "global_batch_size", None))
+
+
+def default_tokens(model) -> int | None:
+    """TOKENS_PER_PARAMETER x the parameters of a catalog model; None for FASOP's profiled specs."""
+    if model.architecture is None or model.profile is not None:
+        return None
+    from fasop.estimators.analytic.layers import total_params
+
+    return min(TOKENS_PER_PARAMETER * round(total_params(model.architecture)), limits.TOKENS)
+
+
+def length_notes(args: argparse.Namespace, model) -> list[str]:
+    """What the run assumed that the user did not say: the training length of a catalog model
+    without --tokens / --iterations, and a bare config.json's sequence length and batch."""
+    lines = []
+    if model.path.endswith(".json"):
+        assumed = [f"{what} {value:,}" for what, value, flag in (
+            ("sequence length", model.sequence_length, "seq_len"),
+            ("global batch", model.global_batch_size, "global_batch_size")) if getattr(args, flag, None) is None]
+        if assumed:
+            lines.append(f"note: {model.path} is a bare config.json: assumed {' and '.join(assumed)} "
+                         "(--seq-len, --global-batch-size to change)")
+    tokens = default_tokens(model)
+    if tokens is not None and not args.tokens and not args.iterations:
+        lines.append(f"note: training length: {TOKENS_PER_PARAMETER} tokens per parameter (Chinchilla), "
+                     f"{tokens:.3g} tokens = {iterations_of(args, model):,} iterations of "
+                     f"{model.global_batch_size:,} x {model.sequence_length:,} tokens (--tokens or --iterations "
+                     "to change)")
+    return lines
+
+
+def iterations_of(args: argparse.Namespace, model) -> int:
+    """Training steps: --iterations, or --tokens (default: default_tokens, else DEFAULT_ITERATIONS)."""
+    from fasop.search.engine import DEFAULT_ITERATIONS
+
+    tokens = args.tokens or (None if args.iterations else default_tokens(model))
+    if not tokens:
+        return args.iterations or DEFAULT_ITERATIONS
+    from fasop.pareto.sweep import iterations_for_tokens
+
+    iterations = iterations_for_tokens(tokens, global_batch_size=model.global_batch_size,
+                                       sequence_length=model.sequence_length)
+    if iterations > limits.ITERATIONS:
+        raise FasopError(f"--tokens: {iterations:.3g} iterations, more than fasop's ceiling of "
+                         f"{limits.ITERATIONS:.0e} (README: Limits)")
+    return iterations
 
 
 def run_tag(args: argparse.Namespace) -> str:
     """What distinguishes a run beyond model, cluster and nodes, for default output names, so runs
-    stop overwriting each other: `_spot`, `_tokens1.5e+13` / `_iterations1000`, and each recipe
+    stop overwriting each other: `_spot`, `_tokens1.5e+13` / `_iterations1000`, `_seq8192`, `_gbs1024`,
+    and each recipe
     flag given (`_recompute-full`, `_zero-1-2`, ...); '' for none."""
     parts = ["spot"] if getattr(args, "spot", False) else []
     if getattr(args, "tokens", None):
         parts.append(f"tokens{args.tokens:.6g}")
     elif getattr(args, "iterations", None):
         parts.append(f"iterations{args.iterations}")
+    if getattr(args, "seq_len", None):
+        parts.append(f"seq{args.seq_len}")
+    if getattr(args, "global_batch_size", None):
+        parts.append(f"gbs{args.global_batch_size}")
     for flag in ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision"):
         values = getattr(args, flag, None)
         if values is not None:
             parts.append(f"{flag.replace('_', '-')}-{'-'.join(map(str, values))}")
     return "".join("_" + p for p in parts)
-
-
-def iterations_of(args: argparse.Namespace, model) -> int:
-    from fasop.search.engine import DEFAULT_ITERATIONS
-
-    if not args.tokens:
-        return args.iterations or DEFAULT_ITERATIONS
-    from fasop.pareto.sweep import iterations_for_tokens
-
-    iterations = iterations_for_tokens(args.tokens, global_batch_size=model.global_batch_size,
-                                       sequence_length=model.sequence_length)
-    if iterations > limits.ITERATIONS:
-        raise FasopError(f"--tokens: {iterations:.3g} iterations, more than fasop's ceiling of "
-                         f"{limits.ITERATIONS:.0e} (README: Limits)")
-    return iterations
 
 
 def workers_of(requested: int) -> int:
@@ -149,6 +245,20 @@ def add_execution(parser: argparse.ArgumentParser, workers_help: str = "estimate
                         "MILP certificate for small programs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (on a terminal) or progress "
                         f"lines (otherwise, every {PROGRESS_S:g} s)")
+
+
+def partitioner_note(args: argparse.Namespace, cluster) -> str:
+    """Sets --partitioner's default (optimal); a note when --partitioner or --partition-budget was
+    given for a cluster whose estimator splits the layers its own way (the analytic estimator's
+    `balanced` split: stage times balanced across GPU types, each stage within its memory), where
+    they change nothing."""
+    given = [flag for flag, value in (("--partitioner", args.partitioner), ("--partition-budget", args.partition_budget))
+             if value is not None]
+    args.partitioner = args.partitioner or "optimal"
+    if not given or cluster.analytic is None:
+        return ""
+    return (f"note: {' and '.join(given)} do nothing with the {cluster.estimator} estimator of {Path(cluster.path).name}: "
+            "it balances each plan's layers over its stages itself (partition_method balanced; docs/analytic.md)")
 
 
 class ProgressBar:
@@ -191,10 +301,16 @@ class ProgressBar:
         return update
 
 
-def abbreviate(placement: str) -> str:
-    """a10-a10-a10-a100 -> 3xa10-a100 (runs of equal node types collapsed)."""
-    out, names = [], placement.split("-")
-    i = 0
+def abbreviate(placement: str, known=()) -> str:
+    """a10-a10-a10-a100 -> 3xa10-a100 (runs of equal node types collapsed). Node type names that
+    hold '-' (gcp's a3-highgpu-8g) are kept whole when given in `known`."""
+    names, rest = [], placement
+    by_length = sorted(known, key=len, reverse=True)
+    while rest:
+        head = next((n for n in by_length if rest == n or rest.startswith(n + "-")), rest.split("-")[0])
+        names.append(head)
+        rest = rest[len(head) + 1:]
+    out, i = [], 0
     while i < len(names):
         j = i
         while j < len(names) and names[j] == names[i]:

@@ -14,7 +14,8 @@ from pathlib import Path
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
 from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
-                            calibrated, iterations_of, run_tag, workers_of)
+                            calibrated, iterations_of, length_notes, model_of, partitioner_note, run_tag,
+                            workers_of)
 from fasop.core.errors import FasopError
 from fasop.core.workers import available_cores
 
@@ -49,8 +50,9 @@ def add_parser(sub) -> None:
     p.add_argument("--placements", choices=PLACEMENTS, default="cyclic",
                    help="node orders to try per composition: cyclic (default) = rotations of the node list, "
                    "all types' nodes in --max-nodes order; grouped; all (slow past ~10 nodes)")
-    p.add_argument("--partitioner", choices=PARTITIONERS, default="optimal",
-                   help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing)")
+    p.add_argument("--partitioner", choices=PARTITIONERS,
+                   help="layer split: optimal (default) or fasop-minmax (FASOP's greedy balancing); clusters with "
+                   "estimator: fasop-2024 (the analytic estimator balances its own split and says so)")
     add_execution(p, "search the compositions in N processes, a composition per process (same output for any N; "
                    "default: the CPU cores available, here %(default)s)", default_workers=available_cores())
     from fasop.cli.sweep import add_sweep_arguments
@@ -85,20 +87,25 @@ def run(args: argparse.Namespace) -> int:
     from fasop.pareto import frontier as pareto
     from fasop.cli.sweep import run_sweep
     from fasop.report.output import check_target, safe_name, user_path
-    from fasop.report.results import (csv_text, extra_columns, pareto_rows, provenance, with_provenance,
-                                      with_rates)
-    from fasop.specs.load import load_cluster, load_model
+    from fasop.report.results import (csv_text, extra_columns, pareto_rows, provenance, significant,
+                                      with_provenance, with_rates)
+    from fasop.specs.load import load_cluster
     from fasop.pareto.sweep import node_prices
     from fasop.core.workers import exit_status
 
     _check_positive("--deadline-hours", args.deadline_hours)
     _check_positive("--budget-usd", args.budget_usd)
     user_prefix = user_path(args.out_prefix, "--out-prefix")
-    model = load_model(args.model)
+    model = model_of(args)
     cluster = calibrated(args, load_cluster(args.cluster))
     recipe = cli_recipes.options(args, cluster)
+    split_note = partitioner_note(args, cluster)
+    if split_note:
+        print(split_note, file=sys.stderr)
     max_nodes, all_comps, comps, left_out = _compositions(args, cluster)
     iterations = iterations_of(args, model)
+    for line in length_notes(args, model):
+        print(line, file=sys.stderr)
     workers = workers_of(args.workers)
     _, on_demand = node_prices(cluster, max_nodes, spot=args.spot)
     if on_demand:
@@ -122,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
     if extra_columns([r.best for r in analysis.results if r.best is not None]):  # analytic: self-describing
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
                                         provenance(model, cluster, spot=args.spot))
-    title = f"{model.name} on {Path(cluster.path).stem}, {iterations:,} steps"
+        rows = significant(rows)
+    title = f"{model.name} on {Path(cluster.path).stem}" + (" (spot prices)" if args.spot else "") + f", {iterations:,} steps"
 
     def summary() -> None:
         _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
@@ -133,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fasop: interrupted after {len(done)} of {len(comps)} compositions; wrote {out.csv} "
               "(complete=False), no plots; rerun with --resume to continue", file=sys.stderr)
         return exit_status(interrupted)
-    return _write_complete(out, csv_text(columns, rows), analysis, title, summary)
+    return _write_complete(out, csv_text(columns, rows), analysis, title, summary, list(cluster.node_types))
 
 
 def _compositions(args: argparse.Namespace, cluster) -> tuple[dict[str, int], int, tuple, dict[str, int]]:
@@ -166,13 +174,13 @@ def _write(out: _Outputs, table: str, images: dict | None) -> None:
     write_files([(out.csv, table)] + extra, "--out-prefix")
 
 
-def _write_complete(out: _Outputs, table: str, analysis, title: str, summary) -> int:
+def _write_complete(out: _Outputs, table: str, analysis, title: str, summary, type_order: list[str]) -> int:
     """A complete sweep's CSV and plots; the checkpoint removed only once they are on disk."""
     from fasop.report.plots import render_pareto
     from fasop.core.workers import exit_status
 
     try:
-        images = render_pareto(analysis, title=title)
+        images = render_pareto(analysis, title=title, type_order=type_order)
     except KeyboardInterrupt as exc:
         _write(out, table, None)
         out.checkpoint.unlink(missing_ok=True)  # the sweep is complete and on disk
@@ -197,10 +205,11 @@ def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str
     else:
         extra = cli_recipes.shown_degrees([rows[i] for i in analysis.frontier])
         header = ("composition", "tp", *extra, "dp", "pp", "mbs", "placement", "time_h", "cost_usd", "")
+        names = [c[len("num_nodes_"):] for c in rows[0] if c.startswith("num_nodes_")]
         table = [header] + [(
             rows[i]["composition"], str(rows[i]["tp"]), *(str(rows[i][c]) for c in extra), str(rows[i]["dp"]),
             str(rows[i]["pp"]), str(rows[i]["mbs"]),
-            abbreviate(rows[i]["node_placement"]), f"{rows[i]['train_time_h']:,.1f}",
+            abbreviate(rows[i]["node_placement"], names), f"{rows[i]['train_time_h']:,.1f}",
             f"{rows[i]['train_cost_usd']:,.0f}", "knee" if i == analysis.knee else "") for i in analysis.frontier]
         widths = [max(len(row[k]) for row in table) for k in range(len(header))]
         print(f"frontier ({len(analysis.frontier)} points, fastest first):")

@@ -35,6 +35,9 @@ def _add_row_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="name in model_specs/ or path (default: from a default CSV name "
                         "<model>_<cluster>_...csv)")
     parser.add_argument("--cluster", help="name in cluster_specs/ or path (default: from the CSV name)")
+    from fasop.cli.args import add_step_shape
+
+    add_step_shape(parser)
     flags = parser.add_argument_group("the plan by flags, instead of --from (with --model and --cluster)")
     flags.add_argument("--placement", metavar="TYPE-TYPE-...", help="node types in rank order, e.g. a100-a10-a10-a10")
     for degree in ("tp", "dp", "pp", "mbs"):
@@ -94,7 +97,26 @@ def row_plan(args: argparse.Namespace):
         if args.model and args.cluster:
             raise
         raise FasopError(f"{exc} ({how}; give --model and --cluster)") from None
+    model = _step_shape_of(args, model, row)
     return plan_of_row(row, where, model, cluster), model, cluster, rows
+
+
+def _step_shape_of(args: argparse.Namespace, model, row: dict):
+    """`model` with the sequence length and global batch of --seq-len / --global-batch-size, else
+    of the row's columns of those names (a search run with those flags), else the spec's."""
+    from fasop.cli.args import with_step_shape
+
+    def value(flag: str, column: str) -> int | None:
+        given = getattr(args, flag, None)
+        if given is not None or row.get(column) in (None, ""):
+            return given
+        text = str(row[column])
+        if not text.isdigit() or len(text) > 12 or int(text) < 1:
+            raise FasopError(f"--from: {args.source}: {column} {text[:40]!r} is not a positive integer")
+        return int(text)
+
+    return with_step_shape(model, value("seq_len", "sequence_length"),
+                           value("global_batch_size", "global_batch_size"), "--from")
 
 
 def _flag_plan(args: argparse.Namespace):
@@ -105,7 +127,10 @@ def _flag_plan(args: argparse.Namespace):
 
     if args.model is None or args.cluster is None:
         raise FasopError(f"{'--model' if args.model is None else '--cluster'}: required with the plan by flags")
-    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    from fasop.cli.args import with_step_shape
+
+    model = with_step_shape(load_model(args.model), args.seq_len, args.global_batch_size)
+    cluster = load_cluster(args.cluster)
     batch, layers = model.global_batch_size, len(model.layer_kinds)
     if batch % (args.dp * args.mbs):
         raise FasopError(f"--mbs: dp {args.dp} x mbs {args.mbs} does not divide the global batch {batch} of {model.path}")
@@ -257,27 +282,32 @@ def _plot(args: argparse.Namespace) -> int:
 
     name = (Path(args.source).stem if args.source else safe_name(f"{model.name}_{rp.plan.key().replace('@', '_')}")) \
         + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "")
-    where = f"{model.name} on {Path(cluster.path).stem}" + (" (does not fit in GPU memory)" if rp.flag("is_oom") else "")
+    spot = rows[0].get("price_basis") == "spot" or (args.source is not None and "_spot" in Path(args.source).stem)
+    where = f"{model.name} on {Path(cluster.path).stem}" + (" (spot prices)" if spot else "") \
+        + (" (does not fit in GPU memory)" if rp.flag("is_oom") else "")
+    styles = plots.node_type_styles(list(cluster.node_types))
     figures = []
     if "composition" in rows[0] and "frontier" in wanted:
-        figures.append(("frontier", _frontier(rows, plots, where, args.source)))
+        figures.append(("frontier", _frontier(rows, plots, where, args.source, list(cluster.node_types))))
     x, timeline = _explained(rp, model, cluster)
     plan = rp.plan
-    label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {abbreviate(plan.placement_name)}"
+    label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {abbreviate(plan.placement_name, cluster.node_types)}"
     boxes = 2 * plan.pp * plan.num_microbatches
     if "timeline" in wanted and timeline is None:
         print(f"fasop: note: no timeline: {x.schedule_note}", file=sys.stderr)
-    elif "timeline" in wanted and boxes > plots.TIMELINE_MAX_BOXES:
+    elif "timeline" in wanted and boxes > plots.TIMELINE_MAX_BOXES and not _cut(timeline):
         print(f"fasop: note: no timeline: {plan.pp} stages x {plan.num_microbatches:,} micro-batches are {boxes:,} "
               f"boxes, past the {plots.TIMELINE_MAX_BOXES:,} a legible chart holds", file=sys.stderr)
     elif "timeline" in wanted:
-        figures.append(("timeline", plots.timeline_figure(timeline, [f"{s.stage} {s.gpu}" for s in x.stages],
-                                                          title=f"{where}: {label}")))
+        figures.append(("timeline", plots.timeline_figure(timeline, [f"{s.stage} {s.node_type} {s.gpu}" for s in x.stages],
+                                                          title=f"{where}: {label}",
+                                                          stage_colors=[styles[s.node_type]["color"] for s in x.stages])))
     if "breakdown" in wanted:
         figures.append(("breakdown", plots.breakdown_figure(_breakdown_items(rows, args, model, cluster),
                                                             title=f"{where}: step time of the top plans")))
     if "memory" in wanted:
-        figures.append(("memory", plots.memory_figure(x.stages, title=f"{where}: memory per stage\n{label}")))
+        figures.append(("memory", plots.memory_figure(x.stages, title=f"{where}: memory per stage\n{label}",
+                                                      stage_colors=[styles[s.node_type]["color"] for s in x.stages])))
     if not figures:
         raise FasopError(f"--figures: {args.figures!r}: the frontier is drawn from a pareto CSV only")
     from fasop.report.output import write_files
@@ -289,6 +319,13 @@ def _plot(args: argparse.Namespace) -> int:
     written = write_files(files, "--out-dir")  # all or none
     print("wrote " + ", ".join(map(str, written)))
     return 0
+
+
+def _cut(timeline) -> bool:
+    """Whether the timeline's figure cuts its steady state (then it draws few boxes however many)."""
+    from fasop.report.timeline_cut import cut_window
+
+    return cut_window(timeline) is not None
 
 
 def _explained(rp, model, cluster):
@@ -316,7 +353,7 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
         s = x.stages[x.last_stage]
         p = rp.plan
         label = (row["composition"] + ": " if "composition" in row else f"#{row.get('rank', k)} ") + \
-            f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {abbreviate(p.placement_name)}" + \
+            f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {abbreviate(p.placement_name, cluster.node_types)}" + \
             (" (OOM)" if row.get("is_oom") == "True" else "")
         drawn = x.bubble_fraction == x.bubble_fraction  # nan: no timeline to split the pipeline
         pipeline = ({"compute": s.computing_s, "p2p": s.sending_s, "bubble": s.idle_s} if drawn
@@ -333,7 +370,7 @@ def _need(rows, columns, source) -> None:
                          "CSV fasop pareto wrote")
 
 
-def _frontier(rows, plots, where: str, source=None):
+def _frontier(rows, plots, where: str, source=None, type_order=None):
     """The frontier figure of a pareto CSV's rows."""
     import pandas as pd
 
@@ -350,4 +387,5 @@ def _frontier(rows, plots, where: str, source=None):
         "on_frontier": [r["on_frontier"] == "True" for r in rows], "is_knee": [r["is_knee"] == "True" for r in rows]})
     iterations = rows[0].get("iterations", "")
     return plots.frontier_figure(points, kinds, title=f"{where}, {int(iterations):,} steps" if iterations.isdigit()
-                                 else where, complete=all(r.get("complete") != "False" for r in rows))
+                                 else where, complete=all(r.get("complete") != "False" for r in rows),
+                                 type_order=type_order)

@@ -34,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     prices = node_prices(cluster, args.vms_csv, args.region)
     _print_table(prices)
+    if args.region and not any(p.zones for p in prices):  # a mistyped region prices nothing: not a success
+        from fasop.core.errors import FasopError
+        raise FasopError(f"--region: no node type of {args.cluster} has a row in region {args.region!r} of "
+                         f"{args.vms_csv} (the notes above list the regions each has); nothing written")
     if out is None:
         return 0
     changes = updates(cluster, prices, Path(args.vms_csv).name, price_date)

@@ -102,3 +102,40 @@ def misfit_line(result) -> str:
     if not result.misfits:
         return ""
     return "not fitting in memory, by what alone exceeds it: " + ", ".join(f"{n:,} {why}" for why, n in result.misfits)
+
+
+ALTERNATIVES = ({"recompute": ("full",)}, {"recompute": ("full",), "zero": (3,)},
+                {"recompute": ("full",), "zero": (3,), "precision": ("fp8",)})
+"""What `no_fit_hint` tries, in order, when no plan fits with the recipe allowed: each saves memory
+over the one before (full recompute keeps one input a layer; ZeRO-3 shards the weights too; fp8
+halves the matmul inputs kept)."""
+
+
+def _described(options: dict) -> str:
+    from fasop.estimators.analytic.estimator import DEFAULTS
+
+    def text(v) -> str:
+        return {True: "on", False: "off"}.get(v, str(v)) if isinstance(v, bool) else str(v)
+
+    allowed = DEFAULTS | options
+    return ", ".join(f"{k.replace('_', ' ')} {','.join(map(text, allowed[k]))}" for k in ("recompute", "zero"))
+
+
+def no_fit_hint(options: dict, search_with) -> str:
+    """When no plan fits: the first of ALTERNATIVES (over the recipe allowed, `options`) with which
+    some plan fits, as `no plan fits with recompute none,full, zero 1; 37 fit with --recompute full
+    --zero 3 (fastest 702.01 s a step)`; '' when none does. `search_with(options)` searches again and
+    returns the fitting rows' step times (at most the search's --top)."""
+    for alternative in ALTERNATIVES:
+        tried = options | alternative
+        if all(set(v) <= set(options.get(k, ())) for k, v in alternative.items()):
+            continue  # already allowed
+        try:
+            times = search_with(tried)
+        except FasopError:  # e.g. fp8 on a GPU without FP8 units
+            continue
+        if times:
+            flags = " ".join(f"--{k.replace('_', '-')} {','.join(map(str, v))}" for k, v in alternative.items())
+            return (f"no plan fits with {_described(options)}; {len(times):,} fit with {flags} "
+                    f"(fastest {min(times):,.2f} s a step)")
+    return ""

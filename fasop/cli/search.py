@@ -9,7 +9,8 @@ from pathlib import Path
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
 from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
-                            calibrated, int_at_least, iterations_of, non_negative_int, run_tag, workers_of)
+                            calibrated, int_at_least, iterations_of, length_notes, model_of, non_negative_int,
+                            partitioner_note, run_tag, workers_of)
 
 DEFAULT_SHOWN = 5
 
@@ -28,9 +29,10 @@ def add_parser(sub) -> None:
     s.add_argument("--placements", choices=PLACEMENTS, default="all",
                    help="node orders to try: all (default) = every distinct order, equivalent pipelines once; "
                    "grouped = each type's nodes together; cyclic = FASOP's rotations of the --nodes list")
-    s.add_argument("--partitioner", choices=PARTITIONERS, default="optimal",
+    s.add_argument("--partitioner", choices=PARTITIONERS,
                    help="layer split: optimal (default) = lowest estimated step time that fits, by branch and "
-                   "bound; fasop-minmax = FASOP's greedy balancing")
+                   "bound; fasop-minmax = FASOP's greedy balancing (clusters with estimator: fasop-2024; the "
+                   "analytic estimator balances its own split and says so)")
     s.add_argument("--top", type=int_at_least(1, "a positive integer", limits.TOP), metavar="K",
                    help="keep only the K fastest plans that fit in memory (default: every plan, or the "
                    "5 fastest past 10,000 plans); plans a lower bound proves slower are skipped")
@@ -49,15 +51,16 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fasop.report.output import check_target, safe_name, user_path
-    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, with_provenance,
-                                      with_rates, write_atomic)
+    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, significant,
+                                      with_provenance, with_rates, write_atomic)
     from fasop.search.engine import parse_nodes, search
-    from fasop.specs.load import load_cluster, load_model
+    from fasop.specs.load import load_cluster
 
     out = user_path(args.out, "--out")
-    model = load_model(args.model)
+    model = model_of(args)
     cluster = calibrated(args, load_cluster(args.cluster))
     recipe = cli_recipes.options(args, cluster)
+    split_note = partitioner_note(args, cluster)
     inventory = parse_nodes(args.nodes, cluster)
     if args.spot:
         from fasop.specs.prices import at_spot
@@ -73,23 +76,61 @@ def run(args: argparse.Namespace) -> int:
         result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
                         partitioner=args.partitioner, iterations=iterations, top=top,
                         workers=workers_of(args.workers), partition_budget=args.partition_budget, progress=progress,
-                        estimator_options=recipe)
+                        estimator_options=recipe, keep_on_interrupt=True)
+    if result.interrupted is not None:
+        return _write_incomplete(result, out, model, cluster, args)
     columns, rows = search_rows(result, model.sequence_length)
     if extra_columns(result.estimates):  # the analytic estimator's CSVs say what they were made from
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
                                         provenance(model, cluster, spot=args.spot))
+        rows = significant(rows)
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
-    for line in _model_notes(model, inventory, rows):
+    for line in length_notes(args, model) + _model_notes(model, inventory, rows):
         print(line)
     if auto_note:
         print(auto_note)
+    if split_note:
+        print(split_note)
     if args.spot:
         print("note: --spot: costs at each node type's spot_usd_per_hour")
     if cli_recipes.misfit_line(result):
         print(cli_recipes.misfit_line(result))
+    if cluster.analytic is not None and not any(not r["is_oom"] for r in rows):
+        def search_with(options: dict) -> list[float]:
+            again = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
+                           partitioner=args.partitioner, iterations=iterations, top=top, workers=workers_of(args.workers),
+                           partition_budget=args.partition_budget, estimator_options=options)
+            return [e.step_time_s for e in again.estimates if not e.memory.is_oom]
+        hint = cli_recipes.no_fit_hint(recipe, search_with)
+        if hint:
+            print(hint)
     print(f"wrote {out}")
     return 0
+
+
+def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespace) -> int:
+    """An interrupted search: the plans estimated before Ctrl-C / SIGTERM, written with a column
+    `complete` = False (as pareto marks an interrupted sweep); nothing when none was."""
+    import sys
+
+    from fasop.core.workers import exit_status
+    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, significant,
+                                      with_provenance, with_rates, write_atomic)
+
+    if not result.estimates:
+        print("fasop: interrupted before any plan was estimated; nothing written", file=sys.stderr)
+        return exit_status(result.interrupted)
+    columns, rows = search_rows(result, model.sequence_length)
+    if extra_columns(result.estimates):
+        columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
+                                        provenance(model, cluster, spot=args.spot))
+        rows = significant(rows)
+    columns, rows = columns + ["complete"], [r | {"complete": False} for r in rows]
+    write_atomic(out, csv_text(columns, rows), "--out")
+    print(f"fasop: interrupted after {result.num_done:,} of {result.num_candidates:,} plans; wrote {out} "
+          f"(complete=False: {len(rows):,} plans, the ranks of those estimated so far)", file=sys.stderr)
+    return exit_status(result.interrupted)
 
 
 def _model_notes(model, inventory, rows: list[dict]) -> list[str]:
@@ -179,7 +220,7 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
         f"{r['step_time_s']:.4f}",
         f"{r['samples_per_s']:.1f}", f"{r['usd_per_step']:.5f}", f"{r['train_time_h']:,.1f}",
         f"{r['train_cost_usd']:,.0f}", f"{r['oom_gpumem_gib']:.2f}",
-        abbreviate(r["node_placement"]) + (f" (+{n - 1} order{'s' * (n > 2)})" if n > 1 else ""),
+        abbreviate(r["node_placement"], counts) + (f" (+{n - 1} order{'s' * (n > 2)})" if n > 1 else ""),
         r["partition"]) for r, n in fitting]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:

@@ -171,6 +171,11 @@ def _check_experts(where: str, model: ModelSpec, stage_ranks: int, ep: int, etp:
                          f"the stage's tp x cp x dp = {stage_ranks} ranks")
 
 
+def placement_types(names: str, cluster: ClusterSpec, where: str = "node_placement") -> tuple:
+    """The node types of a `node_placement` cell (names may hold '-': gcp's a3-highgpu-8g)."""
+    return _placement(where, names, cluster)
+
+
 def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
     """The node types of `node_placement`: fasop's node type names, or (FASOP's own CSVs) the
     instance names of the cluster's node types where each names one type."""

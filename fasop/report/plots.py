@@ -17,12 +17,20 @@ and beyond reuse them: a legend that long is unreadable anyway); mixed compositi
 MIXED_STYLE = {"marker": "D", "color": "#7f7f7f"}
 
 
-def render_pareto(analysis: ParetoAnalysis, *, title: str = "") -> dict[str, bytes]:
+def node_type_styles(type_order: list[str]) -> dict[str, dict]:
+    """{node type: its marker and colour}, by the node type's place in `type_order` (the cluster
+    spec's node types, in the spec's order): one node type looks the same in every figure of a
+    run (the frontier's points, the stage labels of the timeline and the memory figure)."""
+    return {name: KIND_STYLE[i % len(KIND_STYLE)] for i, name in enumerate(type_order)}
+
+
+def render_pareto(analysis: ParetoAnalysis, *, title: str = "", type_order: list[str] | None = None) -> dict[str, bytes]:
     """{"png": bytes (200 dpi), "svg": bytes}: training time (h) vs cost (USD) per composition,
-    the frontier as a staircase, the knee and the deadline/budget answers marked."""
+    the frontier as a staircase, the knee and the deadline/budget answers marked; node types
+    styled by their place in `type_order` (the cluster spec's; default: as they appear)."""
     kinds = list(dict.fromkeys(name for r in analysis.results for name, n in r.composition.counts if n))
     return render(frontier_figure(analysis.points(), kinds, title=title, complete=analysis.complete,
-                                  annotate=lambda ax: _annotate(ax, analysis)))
+                                  annotate=lambda ax: _annotate(ax, analysis), type_order=type_order))
 
 
 def render(fig) -> dict[str, bytes]:
@@ -42,16 +50,18 @@ def render(fig) -> dict[str, bytes]:
     return {"png": png.getvalue(), "svg": svg.getvalue()}
 
 
-def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool = True, annotate=None):
+def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool = True, annotate=None,
+                    type_order: list[str] | None = None):
     """Time vs cost: points (a DataFrame with composition, kind, status, train_time_h,
     train_cost_usd, on_frontier, is_knee) by kind, each kind its own marker and colour; the
     frontier as a staircase with its points labelled by composition; the knee starred unless
-    `annotate(ax)` marks it (and more)."""
+    `annotate(ax)` marks it (and more). Styles: node_type_styles(type_order or kinds)."""
     from matplotlib.ticker import FuncFormatter
 
     plt, style = _style()
     fits = points[points["status"] == "ok"]
-    styles = {k: KIND_STYLE[i % len(KIND_STYLE)] for i, k in enumerate(kinds)} | {"mixed": MIXED_STYLE}
+    styles = node_type_styles(list(type_order or kinds) + [k for k in kinds if k not in (type_order or kinds)]) \
+        | {"mixed": MIXED_STYLE}
     with style:
         fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
         for kind in kinds + ["mixed"]:
@@ -175,10 +185,11 @@ PART_STYLE = (("weights", "#4e79a7"), ("gradients", "#59a14f"), ("optimizer", "#
               ("activations", "#f28e2b"))
 CRITICAL_COLOR = "#d62728"
 TIMELINE_MAX_BOXES = 20_000
-"""A timeline of more compute boxes (2 x stages x micro-batches) is not drawn: unreadable, and
-matplotlib takes ~1 kB and ~50 us a box (a 16-stage pipeline of 16,384 micro-batches: GBs)."""
+"""A timeline of more compute boxes (2 x stages x micro-batches) whose steady state cannot be cut
+(report/timeline_cut.py) is not drawn: unreadable, and slow to draw."""
 LABEL_MIN_FRACTION = 1 / 90
-"""A box gets its micro-batch number when it is at least this fraction of the time axis wide."""
+"""A box gets its micro-batch number when it is at least this fraction of the time axis wide, times
+(1 + digits) / 2 (a one-digit number: this fraction; three digits: twice)."""
 
 
 def _style():
@@ -193,50 +204,108 @@ def _style():
 
 
 def _frame(ax, title: str, axis: str = "both") -> None:
-    """The light grid every figure draws along `axis`, and the title when there is one."""
+    """The light grid every figure draws along `axis`, and the title when there is one (wrapped)."""
+    import textwrap
+
     ax.grid(True, axis=axis, lw=0.3, alpha=0.5)
-    if title:
-        ax.set_title(title)
+    if title:  # wrapped to the figure's width (~14 characters an inch at FONT_PT), never cut off
+        width = max(20, int(ax.figure.get_figwidth() * 14))
+        ax.set_title("\n".join(textwrap.fill(line, width) for line in title.split("\n")))
 
 
-def timeline_figure(tl, stage_labels: list[str], *, title: str = ""):
+def timeline_figure(tl, stage_labels: list[str], *, title: str = "", stage_colors: list[str] | None = None):
     """Gantt chart of a timeline.Timeline: a row per stage (stage 0 on top), forward, backward,
     p2p sends and all-reduces in their colours, micro-batch numbers on boxes wide enough, the
-    critical path outlined. Time in milliseconds."""
+    critical path outlined; a long steady state cut out with a break mark (report/timeline_cut.py).
+    Each kind's boxes are one collection (gid: the kind). Time in milliseconds; stage labels in
+    their node type's colour (`stage_colors`, node_type_styles)."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
+    from fasop.report import timeline_cut
+
     plt, style = _style()
     ms = 1e3
+    cut = timeline_cut.cut_window(tl)
     with style:
         fig, ax = plt.subplots(figsize=(WIDE_IN, 1.2 + 0.22 * tl.num_stages), layout="constrained")
-        span = max(e.end_s for e in tl.events) * ms
+        drawn = timeline_cut.boxes(tl, cut)
+        span = max(b.end_s for b in drawn) * ms
         by_kind: dict[str, list] = {}
-        for e in tl.events:
-            by_kind.setdefault(e.kind, []).append(e)
-        labelled = set()
-        for kind, events in by_kind.items():
+        for b in drawn:
+            by_kind.setdefault(tl.events[b.event].kind, []).append(b)
+        handles, numbers = {}, []
+        for kind, pieces in by_kind.items():
             label, color = EVENT_STYLE[kind]
-            ax.barh([e.stage for e in events], [(e.end_s - e.start_s) * ms for e in events],
-                    left=[e.start_s * ms for e in events], height=0.8 if kind in ("fwd", "bwd") else 0.35,
-                    color=color, edgecolor="white", linewidth=0.2,
-                    label=None if label in labelled else label, gid=kind)
-            labelled.add(label)
-            for e in events:
-                if e.microbatch >= 0 and kind in ("fwd", "bwd") and (e.end_s - e.start_s) * ms >= span * LABEL_MIN_FRACTION:
-                    ax.text((e.start_s + e.end_s) / 2 * ms, e.stage, str(e.microbatch), ha="center", va="center",
-                            fontsize=FONT_PT - 3, color="white")
-        chain = [tl.events[k] for k in tl.critical]
-        ax.barh([e.stage for e in chain], [(e.end_s - e.start_s) * ms for e in chain], left=[e.start_s * ms for e in chain],
-                height=0.86, fill=False, edgecolor=CRITICAL_COLOR, linewidth=0.9, label="critical path",
-                gid="critical")
-        ax.axvline(tl.pipeline_time_s * ms, color="black", lw=0.6, ls="--")
+            half = 0.4 if kind in ("fwd", "bwd") else 0.175
+            ax.add_collection(PolyCollection(
+                [_rect(b.start_s * ms, b.end_s * ms, tl.events[b.event].stage, half) for b in pieces],
+                facecolors=color, edgecolors="white", linewidths=0.2, gid=kind, zorder=2))
+            handles.setdefault(label, Patch(facecolor=color, label=label))
+            for b in pieces:
+                e = tl.events[b.event]
+                wide = (b.end_s - b.start_s) * ms >= span * LABEL_MIN_FRACTION * (1 + len(str(e.microbatch))) / 2
+                if e.microbatch >= 0 and kind in ("fwd", "bwd") and wide:
+                    numbers.append(((b.start_s + b.end_s) / 2 * ms, e.stage, str(e.microbatch)))
+        _numbers(fig, ax, numbers, FONT_PT - 3)
+        chain = timeline_cut.boxes(tl, cut, tl.critical)
+        ax.add_collection(PolyCollection([_rect(b.start_s * ms, b.end_s * ms, tl.events[b.event].stage, 0.43)
+                                          for b in chain], facecolors="none", edgecolors=CRITICAL_COLOR,
+                                         linewidths=0.9, gid="critical", zorder=4))
+        handles["critical path"] = Patch(facecolor="none", edgecolor=CRITICAL_COLOR, label="critical path")
+        ax.axvline(timeline_cut.drawn_s(cut, tl.pipeline_time_s) * ms, color="black", lw=0.6, ls="--")
         ax.set_yticks(range(tl.num_stages), stage_labels)
+        for tick, color in zip(ax.get_yticklabels(), stage_colors or []):
+            tick.set_color(color)
         ax.set_ylim(tl.num_stages - 0.5, -0.5)
         ax.set_xlim(0, span * 1.005)
+        marks = timeline_cut.ticks(cut, max(e.end_s for e in tl.events))
+        ax.set_xticks([d * ms for d, _ in marks], [f"{t * ms:,.6g}" for _, t in marks])
+        note = ""
+        if cut is not None:
+            _break_mark(ax, cut.at_s * ms, (cut.at_s + cut.gap_s) * ms, tl.num_stages)
+            note = f"\n≈: {cut.hidden_microbatches:,} steady micro-batches of stage 0 not drawn"
         ax.set_xlabel(f"time within a training step (ms): pipeline {tl.pipeline_time_s * ms:,.1f} ms (dashed), "
-                      f"step {tl.step_time_s * ms:,.1f} ms")
+                      f"step {tl.step_time_s * ms:,.1f} ms{note}")
         ax.set_ylabel("pipeline stage")
         _frame(ax, title, axis="x")
-        fig.legend(loc="outside lower center", ncol=6, frameon=False, handlelength=1.2)
+        fig.legend(handles=list(handles.values()), loc="outside lower center", ncol=6, frameon=False,
+                   handlelength=1.2)
     return fig
+
+
+def _numbers(fig, ax, labels: list[tuple[float, float, str]], size_pt: float) -> None:
+    """White labels centred at data points, drawn as one collection of glyph outlines (gid
+    `microbatch`): hundreds of Text artists take ~3 ms each per image to lay out and draw."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+    from matplotlib.transforms import Affine2D
+
+    font, glyphs = FontProperties(size=size_pt), {}
+    for _, _, text in labels:
+        if text not in glyphs:
+            path = TextPath((0, 0), text, size=size_pt, prop=font)
+            (x0, y0), (x1, y1) = path.get_extents().get_points()
+            glyphs[text] = path.transformed(Affine2D().translate(-(x0 + x1) / 2, -(y0 + y1) / 2))
+    if labels:  # glyphs in points, scaled to the image's pixels at draw time
+        ax.add_collection(PathCollection([glyphs[t] for _, _, t in labels], offsets=[(x, y) for x, y, _ in labels],
+                                         offset_transform=ax.transData, transform=Affine2D().scale(1 / 72) + fig.dpi_scale_trans,
+                                         facecolors="white", edgecolors="none", zorder=3, gid="microbatch"), autolim=False)
+
+
+def _rect(x0: float, x1: float, row: int, half: float) -> list[tuple[float, float]]:
+    return [(x0, row - half), (x0, row + half), (x1, row + half), (x1, row - half)]
+
+
+def _break_mark(ax, x0: float, x1: float, rows: int) -> None:
+    """The cut: a white band over [x0, x1] with two slanted strokes at its edges, top and bottom."""
+    ax.axvspan(x0, x1, color="white", zorder=5)
+    for x in (x0, x1):
+        for y in (-0.5, rows - 0.5):
+            ax.plot([x - (x1 - x0) * 0.3, x + (x1 - x0) * 0.3], [y + 0.25, y - 0.25], color="black", lw=0.8,
+                    clip_on=False, zorder=6)
+    ax.text((x0 + x1) / 2, (rows - 1) / 2, "≈", ha="center", va="center", fontsize=FONT_PT + 2, zorder=6)
 
 
 def breakdown_figure(items: list[tuple[str, dict[str, float]]], *, title: str = ""):
@@ -264,9 +333,10 @@ def breakdown_figure(items: list[tuple[str, dict[str, float]]], *, title: str = 
     return fig
 
 
-def memory_figure(stages, *, title: str = ""):
+def memory_figure(stages, *, title: str = "", stage_colors: list[str] | None = None):
     """Per-stage memory (GiB per GPU) by part, stacked; the overhead the fit check adds hatched;
-    each stage's limit as a black tick. stages: explain.StageBreakdown items."""
+    each stage's limit as a black tick; stage labels in their node type's colour (`stage_colors`).
+    stages: explain.StageBreakdown items."""
     plt, style = _style()
     gib = 2.0**30
     with style:
@@ -289,6 +359,8 @@ def memory_figure(stages, *, title: str = ""):
         ax.scatter(x, [s.limit_bytes / gib for s in stages], marker="_", s=120, color="black", linewidths=1.4,
                    zorder=5, label="limit", gid="limit")
         ax.set_xticks(x, [f"{s.stage}\n{s.gpu}" if len(stages) <= 8 else str(s.stage) for s in stages])
+        for tick, color in zip(ax.get_xticklabels(), stage_colors or []):
+            tick.set_color(color)
         ax.set_xlabel("pipeline stage" + ("" if len(stages) <= 8 else f" (GPU: {'-'.join(s.gpu for s in stages)})"
                                           if len(stages) <= 12 else ""))
         ax.set_ylabel("memory per GPU (GiB)")

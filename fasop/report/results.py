@@ -52,9 +52,11 @@ def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], 
     return columns, rows
 
 
-PROVENANCE_COLUMNS = ("model", "model_spec", "cluster_spec", "price_basis", "fasop_version")
+PROVENANCE_COLUMNS = ("model", "model_spec", "cluster_spec", "price_basis", "fasop_version", "sequence_length",
+                      "global_batch_size")
 """Columns that say what a results CSV was made from, after the estimator's own (README, "CSV
-columns"): explain / plot / export --from read the specs from them, so a renamed, moved or
+columns"): explain / plot / export --from read the specs (and the step's sequence length and global
+batch, which --seq-len / --global-batch-size may have changed) from them, so a renamed, moved or
 spreadsheet-saved CSV still names its model and cluster. Written where the estimator adds its own
 columns (the analytic one); FASOP-2024 CSVs keep their bytes and are found by their default name."""
 
@@ -66,7 +68,8 @@ def provenance(model, cluster, *, spot: bool) -> dict:
 
     return {"model": model.name, "model_spec": _spec_ref(model.path, "model_specs"),
             "cluster_spec": _spec_ref(cluster.path, "cluster_specs"),
-            "price_basis": "spot" if spot else "on-demand", "fasop_version": __version__}
+            "price_basis": "spot" if spot else "on-demand", "fasop_version": __version__,
+            "sequence_length": model.sequence_length, "global_batch_size": model.global_batch_size}
 
 
 def _spec_ref(path: str, folder: str) -> str:
@@ -205,7 +208,8 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
                 spot: bool = False) -> tuple[list[str], list[dict]]:
     """(columns, rows) for `fasop pareto`: one row per composition, in composition order, with its
     fastest plan that fits (plan cells empty when none fits). Dollar columns use the composition's
-    price on the chosen basis; `rank` is the plan's rank within its composition's search."""
+    price on the chosen basis; `rank` is the row's rank in the file: compositions with a plan that
+    fits, by training time (then cost, then composition order), 1 the fastest; empty for the rest."""
     bests = [r.best for r in analysis.results if r.best is not None]
     columns = (with_gap(SEARCH_COLUMNS, bests) + [f"num_nodes_{t}" for t in type_names] + list(PARETO_EXTRA_COLUMNS)
                + extra_columns(bests))
@@ -232,4 +236,25 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
                 "step_time_bound_s": "" if r.step_time_bound_s is None else r.step_time_bound_s,
                 "no_plan_reason": r.no_plan_reason if r.status == "no_plan" else ""}
         rows.append(row)
+    fitting = sorted((r.train_time_h, r.train_cost_usd, i) for i, r in enumerate(analysis.results) if r.status == "ok")
+    for k, (_, _, i) in enumerate(fitting, start=1):  # rank in the file: fastest training first
+        rows[i]["rank"] = k
+    for i, r in enumerate(analysis.results):
+        if r.status != "ok":
+            rows[i]["rank"] = ""
     return columns, rows
+
+
+SIGNIFICANT_DIGITS = 6
+"""Analytic-estimator CSVs write floats to this many significant digits: what an estimate can
+mean (its physical constants are known to a few per cent), not the 17 digits of a float. FASOP-2024
+CSVs keep full precision, byte for byte with FASOP's six experiments."""
+
+
+def significant(rows: list[dict], digits: int = SIGNIFICANT_DIGITS) -> list[dict]:
+    """`rows` with every float rounded to `digits` significant digits (written as Python writes the
+    rounded float: 11010200.0, 0.0499451)."""
+    def cut(value):
+        return float(f"{value:.{digits}g}") if value.__class__ is float else value
+
+    return [{k: cut(v) for k, v in row.items()} for row in rows]

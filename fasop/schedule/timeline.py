@@ -48,13 +48,19 @@ def timeline(estimate, schedule: Schedule) -> Timeline:
 
 
 def _syncs(estimate, ends: list[float]) -> list[Event]:
-    """The DP all-reduce after each stage's end and the embedding all-reduce before the step's
-    end, on the first and last stages. The estimate keeps the DP all-reduce of the stage that sets
+    """The DP all-reduce and the embedding all-reduce before the step's end, on the first and last
+    stages. An estimate that states the DP sync's part not overlapped with the backward (its
+    step_parts' `DP sync not overlapped`: the analytic estimator) has the all-reduce end that long
+    after each stage's end, so it is drawn where the step time puts it (over the backward's tail
+    when overlapped, not past the step's end). Otherwise (fasop-2024) it follows each stage's end. The estimate keeps the DP all-reduce of the stage that sets
     the step time; stages differ in it only by their bus (docs/estimators.md §7), so it is drawn on the
     stages of that stage's bus only."""
     out = []
     dp, emb = estimate.dp_allreduce_s, estimate.embedding_allreduce_s
-    if dp > 0:
+    exposed = dict(getattr(estimate, "step_parts", ()) or ()).get("DP sync not overlapped")
+    if dp > 0 and exposed is not None:  # overlapped with the backward: it ends `exposed` after the stage's end
+        out += [Event(i, -1, "dp_sync", end + exposed - dp, end + exposed) for i, end in enumerate(ends)]
+    elif dp > 0:
         last = min(range(len(ends)), key=lambda i: (abs(ends[i] + dp + emb - estimate.step_time_s), i))
         bus = estimate.stage_node_types[last].intra_node_shared
         out += [Event(i, -1, "dp_sync", end, end + dp) for i, end in enumerate(ends)

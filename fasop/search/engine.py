@@ -81,6 +81,9 @@ class SearchResult:
     misfits: tuple[tuple[str, int], ...] = ()
     """Estimated plans that do not fit in memory, by the reason their estimator gives (the
     analytic one: weights, activations, both); empty for estimators that give none."""
+    interrupted: BaseException | None = None
+    """The KeyboardInterrupt (Ctrl-C, SIGTERM) that stopped the search (`estimates`: the chunks done); None: complete."""
+    num_done: int = 0  # plans enumerated or ruled out when the search ended (num_candidates when complete)
 
     @property
     def num_oom(self) -> int:
@@ -195,7 +198,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
            placements: str = "all", partitioner: str = "optimal", iterations: int = DEFAULT_ITERATIONS,
            top: int | None = None, workers: int = 1, partition_budget: int | None = None,
            progress: Progress | None = None, max_orders: int | None = None,
-           cutoff: float = float("inf"), estimator_options: dict | None = None) -> SearchResult:
+           cutoff: float = float("inf"), estimator_options: dict | None = None,
+           keep_on_interrupt: bool = False) -> SearchResult:
     """Estimate the plans for `inventory` and rank them by step time (see the module doc).
     cutoff (with `top`): keep only plans of at most this step time; the plans kept are the K
     fastest that fit among those, found with the cutoff as the pruning threshold from the start
@@ -206,7 +210,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     many distinct node orders, `placements="all"` needs `top`. With `top`, past max_orders or
     TREE_ORDERS orders, the orders are searched by branch and bound (orders.OrderSearch)
     instead of listed. estimator_options: passed to the estimator (the analytic one's allowed
-    recipes: recompute, zero, sequence_parallel, virtual_stages, precision)."""
+    recipes: recompute, zero, sequence_parallel, virtual_stages, precision). keep_on_interrupt: a
+    KeyboardInterrupt returns what is finished (`interrupted` set) instead of propagating."""
     _check_options(inventory, placements=placements, partitioner=partitioner, iterations=iterations, top=top,
                    workers=workers, partition_budget=partition_budget, heterogeneous=heterogeneous)
     space, options = split_options(model, estimator_options)
@@ -237,17 +242,25 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     size = BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK
     report = progress or (lambda done, n: None)
     spec = (model, cluster, tuple(inventory), partitioner, partition_budget, options)
-    for done, results in estimate_chunks(chunks(candidates, size), estimator, spec, top, kept.values, workers,
-                                         accounted, set(), cutoff):
-        tally.add(results, kept)
-        report(done, total)
-    report(total, total)
-    if tree is not None:
-        tally.add_tree(tree)
+    interrupted, done = None, 0
+    try:
+        for done, results in estimate_chunks(chunks(candidates, size), estimator, spec, top, kept.values, workers,
+                                             accounted, set(), cutoff):
+            tally.add(results, kept)
+            report(done, total)
+    except KeyboardInterrupt as exc:  # keep what is finished: the caller writes it, marked incomplete
+        if not keep_on_interrupt:
+            raise
+        interrupted = exc
+    else:
+        report(total, total)
+        if tree is not None:
+            tally.add_tree(tree)
     return SearchResult(estimates=kept.ranked(), inventory=tuple(inventory), iterations=iterations,
                         usd_per_hour=estimator.usd_per_s * 3600, num_candidates=total,
                         num_duplicates=tally.duplicates, num_pruned=tally.pruned,
-                        num_estimated_oom=tally.oom, top=top, misfits=tuple(sorted(tally.misfits.items())))
+                        num_estimated_oom=tally.oom, top=top, misfits=tuple(sorted(tally.misfits.items())),
+                        interrupted=interrupted, num_done=total if interrupted is None else done)
 
 
 def _within_cutoff(combos: list, model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator,

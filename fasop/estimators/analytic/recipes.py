@@ -6,10 +6,13 @@ from __future__ import annotations
 from fasop.core.errors import FasopError
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES
 
-DEFAULTS = {"recompute": ("selective",), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
+DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
             "precision": ("bf16",), "hsdp": (False,)}
-"""What a search tries when not told: Megatron-LM's usual recipe (selective recompute, the
-distributed optimizer, sequence parallelism with tp > 1), no interleaving, bf16."""
+"""What a search tries when not told: no recompute and full recompute (the faster that fits; under
+FlashAttention selective recompute keeps what no recompute keeps at no gain, and full recompute
+lets bigger micro-batches or fewer stages fit: docs/analytic.md, "Default recipe"), the distributed
+optimizer, sequence parallelism with tp > 1, no interleaving, bf16, no HSDP."""
+
 
 def parse_recipes(options: dict) -> dict:
     """The allowed recipe values from the search options (defaults: DEFAULTS), checked."""
