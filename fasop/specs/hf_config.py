@@ -7,7 +7,9 @@ Three ways in:
   `training:` (sequence_length, global_batch_size) and optionally a FASOP `profile:` for the
   layer list embedding, transformer x N, head;
 - shipped models by name: fasop/data/model_specs/llama-3-8b.yaml, llama-3-70b, llama-3.1-405b, qwen2.5-7b,
-  gpt3-175b and the GPT shapes of Narayanan et al. 2021 Table 1 (gpt-sc21-*).
+  gpt3-175b, the GPT shapes of Narayanan et al. 2021 Table 1 (gpt-sc21-*), and the small models of
+  mixed older-GPU clusters: gpt2, gpt2-medium, gpt2-large, gpt2-xl, opt-350m/1.3b/2.7b/6.7b,
+  gpt-neo-1.3b/2.7b (docs/models.md).
 
 Families (keys per shared/reference/ecosystem/03_hf_config_keys.md §3.1, with HF's defaults):
 - `gpt2`: n_embd, n_layer, n_head, n_inner (None -> 4h), n_positions; GELU, LayerNorm, biases,
