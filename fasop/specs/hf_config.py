@@ -159,8 +159,9 @@ def _neo_attention_layers(k: _Keys, n: int) -> list:
             raise SpecError(k.where, "attention_types", f"must list [[pattern], repeats] pairs, got {str(types)[:60]!r}")
         layers = [t for pattern, repeat in types for _ in range(repeat) for t in pattern[:n]]
     if not isinstance(layers, list) or len(layers) != n or not set(map(str, layers)) <= {"global", "local"}:
-        raise SpecError(k.where, "attention_types", f"must give {n} layers of global / local, got "
-                                                    f"{str(layers)[:60]!r}")
+        bad = [t for t in layers if t not in ("global", "local")] if isinstance(layers, list) else [layers]
+        got = repr(str(bad[0])[:60]) if bad else f"{len(layers)} layers"
+        raise SpecError(k.where, "attention_types", f"must give {n} layers of global / local, got {got}")
     return layers
 
 
