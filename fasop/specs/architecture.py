@@ -113,6 +113,14 @@ class Architecture:
     position: Literal["learned", "rotary", "relative"] = "learned"
     """Learned position embeddings add max_positions x hidden parameters to the first stage."""
     max_positions: int = 0
+    position_offset: int = 0
+    """Extra rows of the learned position table (OPT: 2, its positions start at index 2)."""
+    embedding_width: int = 0
+    """Width of the token embedding when it differs from hidden_size (OPT-350M's word_embed_proj_dim
+    512): project_in (e x h) and project_out (h x e) linears, no bias, sit between it and the layers;
+    0: the embedding is hidden_size wide."""
+    final_norm: bool = True
+    """A norm after the last layer (False: OPT-350M, post-LN, has none)."""
     dropout: bool = True
     """Dropout after attention, after the MLP and on the attention probabilities (its masks
     are stored activations, Korthikanti et al. 2022 §4.1); False for the Llama family."""
@@ -173,6 +181,16 @@ class Architecture:
     def kinds(self) -> tuple[str, ...]:
         """Each layer's kind (`layer_kinds`, or all "dense" / all "moe")."""
         return self.layer_kinds or ("moe" if self.moe else "dense",) * self.num_layers
+
+    @property
+    def embed_width(self) -> int:
+        """Width of the token embedding (and of a tied head's matrix)."""
+        return self.embedding_width or self.hidden_size
+
+    @property
+    def projection_params(self) -> int:
+        """One of the two embedding projections (project_in or project_out): e x h, 0 without."""
+        return self.embed_width * self.hidden_size if self.embed_width != self.hidden_size else 0
 
     @property
     def q_width(self) -> int:

@@ -7,11 +7,20 @@ Three ways in:
   `training:` (sequence_length, global_batch_size) and optionally a FASOP `profile:` for the
   layer list embedding, transformer x N, head;
 - shipped models by name: fasop/data/model_specs/llama-3-8b.yaml, llama-3-70b, llama-3.1-405b, qwen2.5-7b,
-  gpt3-175b and the GPT shapes of Narayanan et al. 2021 Table 1 (gpt-sc21-*).
+  gpt3-175b, the GPT shapes of Narayanan et al. 2021 Table 1 (gpt-sc21-*), and the small models of
+  mixed older-GPU clusters: gpt2, gpt2-medium, gpt2-large, gpt2-xl, opt-350m/1.3b/2.7b/6.7b,
+  gpt-neo-1.3b/2.7b (docs/models.md).
 
 Families (keys per shared/reference/ecosystem/03_hf_config_keys.md §3.1, with HF's defaults):
 - `gpt2`: n_embd, n_layer, n_head, n_inner (None -> 4h), n_positions; GELU, LayerNorm, biases,
   learned positions, tied embeddings (default true), dropout.
+- `opt`: hidden_size, num_hidden_layers, num_attention_heads, ffn_dim, word_embed_proj_dim (a
+  narrower token embedding with project_in / project_out linears, OPT-350M), enable_bias,
+  do_layer_norm_before (False: post-LN, no final norm); ReLU MLP, LayerNorm, learned positions
+  offset by 2 (max_position_embeddings + 2 rows), tied embeddings, dropout.
+- `gpt_neo`: hidden_size, num_layers, num_heads, intermediate_size (None -> 4h), attention_types
+  (or attention_layers): the "local" layers attend to the last window_size tokens; GPT-2 otherwise
+  (its Q/K/V projections have no bias: fasop counts one, 3h a layer, 0.01 % of the model).
 - `bert`: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
   max_position_embeddings; as GPT-2 (the MLM head is tied).
 - `t5`: d_model, num_layers + num_decoder_layers, num_heads, d_kv, d_ff, feed_forward_proj
@@ -42,7 +51,7 @@ from fasop.specs.profiles import read_profile
 from fasop.specs.reader import Reader
 from fasop.specs.types import ModelSpec
 
-FAMILIES = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2") + hf_families.MOE_FAMILIES
+FAMILIES = ("gpt2", "opt", "gpt_neo", "bert", "t5", "llama", "mistral", "qwen2") + hf_families.MOE_FAMILIES
 DEFAULT_SEQUENCE_LENGTH = 4096
 """For a bare config.json: min(this, max_position_embeddings)."""
 DEFAULT_GLOBAL_BATCH_SIZE = 256
@@ -84,7 +93,7 @@ def architecture_from_config(cfg: dict, where: str) -> Architecture:
                                             f"{family!r} config")
     if family not in FAMILIES:
         raise SpecError(where, "model_type", f"unsupported model_type {family!r} (supported: {', '.join(FAMILIES)})")
-    build = {"gpt2": _gpt2, "bert": _bert, "t5": _t5}.get(family, _llama)
+    build = {"gpt2": _gpt2, "opt": _opt, "gpt_neo": _gpt_neo, "bert": _bert, "t5": _t5}.get(family, _llama)
     if family in hf_families.MOE_FAMILIES:
         build = hf_families.build
     try:
@@ -104,6 +113,56 @@ def _gpt2(k: _Keys, family: str) -> Architecture:
                         vocab_size=k.int("vocab_size", 50257), tied_embeddings=k.flag("tie_word_embeddings", True),
                         max_positions=k.int("n_positions", 1024),
                         dropout=k.rate("resid_pdrop", "attn_pdrop", "embd_pdrop") or "resid_pdrop" not in k.cfg)
+
+
+def _opt(k: _Keys, family: str) -> Architecture:
+    """HF OPTForCausalLM: embed_tokens (vocab x word_embed_proj_dim), embed_positions
+    (max_position_embeddings + 2 rows), project_in/out when word_embed_proj_dim != hidden_size."""
+    h, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    if not k.flag("layer_norm_elementwise_affine", True):
+        k.refuse("layer_norm_elementwise_affine", "LayerNorms without weights")
+    pre = k.flag("do_layer_norm_before", True)
+    return Architecture(family=family, num_layers=k.int("num_hidden_layers"), hidden_size=h, num_attention_heads=heads,
+                        num_kv_heads=heads, head_dim=h // heads, ffn_hidden_size=k.int("ffn_dim"),
+                        vocab_size=k.int("vocab_size"), tied_embeddings=k.flag("tie_word_embeddings", True),
+                        linear_bias=k.flag("enable_bias", True), max_positions=k.int("max_position_embeddings"),
+                        position_offset=2, embedding_width=k.int("word_embed_proj_dim", h),
+                        final_norm=pre and not k.flag("_remove_final_layer_norm", False),
+                        dropout=k.rate("dropout", "attention_dropout") or "dropout" not in k.cfg)
+
+
+def _gpt_neo(k: _Keys, family: str) -> Architecture:
+    """HF GPTNeoForCausalLM: GPT-2's layer with local (windowed) attention on the `local` layers."""
+    h, heads, n = k.int("hidden_size"), k.int("num_heads"), k.int("num_layers")
+    kinds = _neo_attention_layers(k, n)
+    window = k.int("window_size", 256)
+    return Architecture(family=family, num_layers=n, hidden_size=h, num_attention_heads=heads, num_kv_heads=heads,
+                        head_dim=h // heads, ffn_hidden_size=k.int("intermediate_size", 4 * h),
+                        vocab_size=k.int("vocab_size", 50257), tied_embeddings=k.flag("tie_word_embeddings", True),
+                        max_positions=k.int("max_position_embeddings", 2048), window=window,
+                        windowed_layers=tuple(i for i, t in enumerate(kinds) if t == "local"),
+                        dropout=k.rate("resid_dropout", "attention_dropout", "embed_dropout")
+                        or "resid_dropout" not in k.cfg)
+
+
+def _neo_attention_layers(k: _Keys, n: int) -> list:
+    """Each layer's attention ("global" / "local"): attention_types [[pattern, repeats], ...]
+    expanded as GPTNeoConfig.expand_attention_types_params does, else attention_layers."""
+    types = k.cfg.get("attention_types")
+    if types is None:
+        layers = k.cfg.get("attention_layers") or ["global"] * n
+    else:
+        ok = isinstance(types, list) and all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], list) and isinstance(p[1], int)
+            and not isinstance(p[1], bool) and 1 <= p[1] <= n for p in types)
+        if not ok:
+            raise SpecError(k.where, "attention_types", f"must list [[pattern], repeats] pairs, got {str(types)[:60]!r}")
+        layers = [t for pattern, repeat in types for _ in range(repeat) for t in pattern[:n]]
+    if not isinstance(layers, list) or len(layers) != n or not set(map(str, layers)) <= {"global", "local"}:
+        bad = [t for t in layers if t not in ("global", "local")] if isinstance(layers, list) else [layers]
+        got = repr(str(bad[0])[:60]) if bad else f"{len(layers)} layers"
+        raise SpecError(k.where, "attention_types", f"must give {n} layers of global / local, got {got}")
+    return layers
 
 
 def _bert(k: _Keys, family: str) -> Architecture:

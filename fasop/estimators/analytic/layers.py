@@ -142,28 +142,28 @@ def layer_params(a: Architecture) -> float:
 
 
 def embedding_params(a: Architecture) -> int:
-    """Input embedding (+ learned positions); the final norm is counted with the head."""
-    positions = a.max_positions * a.hidden_size if a.position == "learned" else 0
-    return a.vocab_size * a.hidden_size + positions
+    """Input embedding (+ learned positions, + OPT's project_in); the final norm is counted with the head."""
+    positions = (a.max_positions + a.position_offset) * a.hidden_size if a.position == "learned" else 0
+    return a.vocab_size * a.embed_width + positions + a.projection_params
 
 
 def head_params(a: Architecture) -> int:
     """Final norm + output projection as stored on the last stage (a tied head still keeps a
     copy of the embedding there when the first and last stages differ, Megatron-LM)."""
-    norm = a.hidden_size if a.norm == "rmsnorm" else 2 * a.hidden_size
-    return norm + a.vocab_size * a.hidden_size
+    norm = (a.hidden_size if a.norm == "rmsnorm" else 2 * a.hidden_size) if a.final_norm else 0
+    return norm + a.projection_params + a.vocab_size * a.embed_width
 
 
 def total_params(a: Architecture) -> int:
     """All parameters (MTP modules apart: blocks.mtp_params)."""
-    head = head_params(a) - (a.vocab_size * a.hidden_size if a.tied_embeddings else 0)
+    head = head_params(a) - (a.vocab_size * a.embed_width if a.tied_embeddings else 0)
     return sum(B.kind_params(a, k) for k in a.kinds) + embedding_params(a) + head
 
 
 def active_params(a: Architecture, input_embedding: bool = True) -> int:
     """Parameters one token uses: k of the E routed experts. Publishers differ on the input
     embedding (a gather, not a matmul): Mixtral, Qwen, Llama 4 count it, GPT-OSS leaves it out."""
-    head = head_params(a) - (a.vocab_size * a.hidden_size if a.tied_embeddings and input_embedding else 0)
+    head = head_params(a) - (a.vocab_size * a.embed_width if a.tied_embeddings and input_embedding else 0)
     embedding = embedding_params(a) if input_embedding else 0
     return sum(B.kind_params(a, k, active=True) for k in a.kinds) + embedding + head
 
