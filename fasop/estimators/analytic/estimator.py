@@ -30,6 +30,7 @@ from fasop.costs.memory import MemoryEstimate
 from fasop.costs.parts import EstimateParts, schedule_or_note, stated_parts
 from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic.bound import CompositionBound, least_bound
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
@@ -72,6 +73,7 @@ class AnalyticEstimator:
         self.gpus = {n.name: self.params.gpu(find_gpu(n.gpu, cluster.path)) for n in self.inventory}
         self.recipes = recipes
         self._bounds: dict = {}
+        self._composition: CompositionBound | None = None
         self._workloads: dict = {}
         self._recipe_lists: dict = {}
 
@@ -90,18 +92,20 @@ class AnalyticEstimator:
             (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes) for hw in stages)
 
     def quick_bound(self, plan: Plan) -> float:
-        """(m + (p - 1)/v) x all layers on the inventory's fastest GPU (fastest link, cheapest
-        allowed recipe) / p: the 1F1B step of p equal stages never beats that (analytic_cost.step:
-        m x max + (sum - max)/v >= (m + (p - 1)/v) x mean)."""
+        """A step time no fitting plan of `plan`'s degrees beats on this inventory, whatever the
+        node order, split and allowed recipe; inf when no recipe's memory floor fits
+        (fasop/estimators/analytic/bound.py: the composition's best pace, memory floors, the
+        optimizer, DP and embedding terms that do not shrink). The plan's placement is an order
+        of the inventory (every plan uses every node)."""
         if self.model.profile is not None:  # profiled layers may be faster than the analytic floor
             return 0.0
-        key = (plan.tp, plan.dp, plan.pp, plan.mbs)
-        if key not in self._bounds:
-            fast = C.Link(float("inf"), 0.0)
-            self._bounds[key] = min(sum(C.layer_s(self._workload(plan, r), gpu, fast))
-                                    for r in self._possible(plan) for gpu in self.gpus.values())
-        v = max(r.virtual_stages for r in self._recipes(plan))
-        return (plan.num_microbatches + (plan.pp - 1) / v) * self.arch.num_layers * self._bounds[key] / plan.pp
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.num_microbatches)
+        bound = self._bounds.get(key)
+        if bound is None:
+            if self._composition is None:
+                self._composition = CompositionBound(self.inventory, self.gpus, self.params)
+            bound = self._bounds[key] = least_bound(self._composition, self.workloads(plan))
+        return bound
 
     def lower_bound(self, plan: Plan, above: float = float("inf")) -> float:
         return self.quick_bound(plan)
@@ -112,19 +116,24 @@ class AnalyticEstimator:
     def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
         if self.lower_bound(plan) > cutoff:
             return None
-        e = self._best(plan, cutoff)
+        e = self._best(plan, cutoff, fitting_only=True)
         return None if e is None or e.memory.is_oom or not e.step_time_s <= cutoff else e
 
-    def _best(self, plan: Plan, cutoff: float) -> Estimate | None:
+    def _best(self, plan: Plan, cutoff: float, fitting_only: bool = False) -> Estimate | None:
         """The fastest allowed recipe that fits, else (cutoff infinite) the closest to fitting.
         Recipes are tried by their lower bound (the plan's own stages' layer times, the split's
         continuous relaxation, no transfers: analytic_orders.pipeline_floor); one whose bound
-        exceeds the best step found, or the cutoff, cannot win and ends the search. With a finite cutoff, None when none fits below it."""
+        exceeds the best step found, or the cutoff, cannot win and ends the search. With a finite cutoff,
+        None when none fits below it; `fitting_only`: None when no recipe has room, without scoring."""
         stages = self._stages(plan)
         profiled = self._profiled(plan, stages)
         tried = []
         limits = [hw.memory_limit_bytes for hw in stages]
-        recipes = [r for r in self._possible(plan) if self._room(plan, r, limits)] or self._recipes(plan)
+        recipes = [r for r in self._possible(plan) if self._room(plan, r, limits)]
+        if not recipes:  # none can hold the layers: nothing fits (fitting_only: say so at once)
+            if fitting_only:
+                return None
+            recipes = self._recipes(plan)
         for recipe in recipes:
             w = self._workload(plan, recipe)
             times = self._layer_times(w, stages, profiled)
