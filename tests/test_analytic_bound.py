@@ -138,3 +138,23 @@ def test_pruned_analytic_sweep_gives_the_exhaustive_frontier(limits, memory, tmp
             assert (r.status, r.best) == (f.status, f.best)
         elif f.best is not None:
             assert r.step_time_bound_s <= f.best.step_time_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5).flatmap(lambda p: st.tuples(
+    st.lists(st.lists(st.integers(0, 6), min_size=3, max_size=3), min_size=p, max_size=p),
+    st.lists(st.integers(0, p), min_size=2, max_size=2).filter(lambda c: sum(c) <= p))))
+def test_assignment_ceiling_is_at_least_every_assignment(case):
+    """Brute force over every assignment of the stage limits (counts of each, largest first) to stages."""
+    import itertools
+
+    import numpy as np
+
+    from fasop.estimators.analytic.bound import assignment_ceiling
+
+    rows, (a, b) = case
+    caps = np.array([sorted(r, reverse=True) for r in rows])
+    counts = [a, b, len(rows) - a - b]
+    limits = [0] * a + [1] * b + [2] * counts[2]
+    best = max(sum(caps[i, j] for i, j in enumerate(order)) for order in set(itertools.permutations(limits)))
+    assert assignment_ceiling(caps, counts) >= best

@@ -17,8 +17,8 @@ first stage and the head on the last), sum_i n_i = L layers. Its floors:
   stages), and sum_i c_i >= L x the fastest layer time + the least embedding and head times.
 - **Memory floor.** Stage i holds at most max_layers(stage i, its limit) layers, its limit the
   least of its nodes'. Grouped the same way in descending limit, the j-th stage limit is at most
-  the (j x b)-th largest; the best assignment of those limits to stage positions (exact, by
-  scipy's linear_sum_assignment) must hold L layers, else the recipe fits no placement: with no
+  the (j x b)-th largest; the best assignment of those limits to stage positions must hold L
+  layers (`assignment_ceiling`: at least the best's), else the recipe fits no placement: with no
   such recipe the bound is inf (no plan of these degrees fits; the search keeps only fitting ones).
 - **Terms that do not shrink.** The optimizer step over the largest stage's share (>= the mean
   share of all parameters) at the fastest memory; without `overlap_grad_reduce`, stage 0's
@@ -133,17 +133,20 @@ class CompositionBound:
             return False
         if len(distinct) == 1 or int(caps[:, 0].sum()) < n:
             return int(caps[:, 0].sum()) >= n
-        columns = [distinct.index(u) for u in upper]
-        gain = caps[:, columns]
-        # one feasible assignment first: the largest limits to the stages holding the most
-        # layers at the largest limit (ties: later stages); enough layers there settles it
-        order = sorted(range(p), key=lambda i: (-caps[i, 0], -i))
-        if int(sum(gain[i, j] for j, i in enumerate(order))) >= n:
-            return True
-        from scipy.optimize import linear_sum_assignment  # (on first use: most searches never need it)
+        return assignment_ceiling(caps, [upper.count(u) for u in distinct]) >= n
 
-        rows, cols = linear_sum_assignment(gain, maximize=True)
-        return int(gain[rows, cols].sum()) >= n
+
+def assignment_ceiling(caps: np.ndarray, counts: list[int]) -> int:
+    """At least the most layers any assignment of the stage limits to stages holds: caps[i, j]
+    is stage i's layers at limit j (limits largest first, non-increasing along j), counts[j] the
+    stages with limit j. Each stage holds its layers at the least limit plus the steps up to its
+    own; at most counts[0] + ... + counts[j] stages get limit j or more, so the step from j + 1 to j
+    is summed over at most that many stages: the largest ones."""
+    steps = caps[:, :-1] - caps[:, 1:]
+    ceiling = int(caps[:, -1].sum())
+    for j in range(steps.shape[1]):
+        ceiling += int(np.sort(steps[:, j])[::-1][:sum(counts[:j + 1])].sum())
+    return ceiling
 
 
 def _pace_key(gpu: GpuType) -> tuple[float, float]:

@@ -212,9 +212,7 @@ class AnalyticEstimator:
         key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.global_batch_size, recipe)
         w = self._workloads.get(key)
         if w is None:
-            w = self._workloads[key] = C.Workload(
-                arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
-                num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params)
+            w = self._workloads[key] = shared_workload(self.arch, self.params, self.model.sequence_length, plan, recipe)
         return w
 
     def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
@@ -326,6 +324,24 @@ class AnalyticEstimator:
     def _pacing_nodes(self, plan: Plan, stages) -> tuple[NodeType, ...]:
         return tuple(next(plan.placement[k] for k in span if self.gpus[plan.placement[k].name] is hw.gpu)
                      for span, hw in zip(plan.stage_node_indices, stages))
+
+
+_SHARED: dict = {}
+"""Workloads of this process by value (model, constants, degrees, batch, recipe): the estimators
+of a sweep's compositions share them, and with them the cost model's caches (which key on the
+Workload object). Each entry holds its arch and params, so the ids in its key stay theirs."""
+
+
+def shared_workload(arch, params, seq: int, plan: Plan, recipe: Recipe) -> C.Workload:
+    """The process's one Workload of these values (made on first use)."""
+    key = (id(arch), id(params), seq, plan.tp, plan.dp, plan.pp, plan.mbs, plan.num_microbatches, recipe)
+    w = _SHARED.get(key)
+    if w is None:
+        if len(_SHARED) >= 1 << 15:  # a long-lived process: start over rather than grow
+            _SHARED.clear()
+        w = _SHARED[key] = C.Workload(arch=arch, seq=seq, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
+                                      num_microbatches=plan.num_microbatches, recipe=recipe, params=params)
+    return w
 
 
 def parse_recipes(options: dict) -> dict:
