@@ -74,6 +74,7 @@ class AnalyticEstimator:
         self.recipes = recipes
         self._bounds: dict = {}
         self._composition: CompositionBound | None = None
+        self._last_stages: tuple | None = None
         self._workloads: dict = {}
         self._recipe_lists: dict = {}
 
@@ -175,8 +176,14 @@ class AnalyticEstimator:
 
     # ------------------------------------------------------------------ pieces
     def _stages(self, plan: Plan) -> tuple[C.StageHardware, ...]:
+        """Each stage's hardware; the last plan's kept (a search asks its signature, then its estimate)."""
+        last = self._last_stages
+        if last is not None and last[0] is plan:
+            return last[1]
         gpus = tuple(self.gpus[n.name] for n in plan.placement)
-        return C.stage_hardware(plan.tp, plan.dp, plan.pp, plan.placement, gpus, self.params)
+        stages = C.stage_hardware(plan.tp, plan.dp, plan.pp, plan.placement, gpus, self.params)
+        self._last_stages = (plan, stages)
+        return stages
 
     def _recipes(self, plan: Plan) -> list[Recipe]:
         key = (plan.tp, plan.dp, plan.pp, plan.num_microbatches)
@@ -327,9 +334,8 @@ class AnalyticEstimator:
 
 
 _SHARED: dict = {}
-"""Workloads of this process by value (model, constants, degrees, batch, recipe): the estimators
-of a sweep's compositions share them, and with them the cost model's caches (which key on the
-Workload object). Each entry holds its arch and params, so the ids in its key stay theirs."""
+"""Workloads of this process by value: a sweep's estimators share them and the cost model's caches
+(keyed on the Workload object). An entry holds its arch and params: the ids in its key stay theirs."""
 
 
 def shared_workload(arch, params, seq: int, plan: Plan, recipe: Recipe) -> C.Workload:
