@@ -128,7 +128,7 @@ class CompositionBound:
         limits = {k: self.kind_of[k].memory_limit_bytes for k in self.types}
         upper = self._grouped(limits, w.tp * w.dp, p)
         distinct = sorted(set(upper), reverse=True)
-        caps = np.array([[C.max_layers(w, i, u, n) for u in distinct] for i in range(p)])
+        caps = np.column_stack([stage_caps(w, u) for u in distinct])
         if caps[:, 0].min() < 1:  # a stage that holds no layer even at the largest limit
             return False
         if len(distinct) == 1 or int(caps[:, 0].sum()) < n:
@@ -147,6 +147,23 @@ def assignment_ceiling(caps: np.ndarray, counts: list[int]) -> int:
     for j in range(steps.shape[1]):
         ceiling += int(np.sort(steps[:, j])[::-1][:sum(counts[:j + 1])].sum())
     return ceiling
+
+
+_CAPS: dict = {}
+"""stage_caps by (Workload object, limit): the estimators of a sweep share Workloads
+(estimator.shared_workload), so a composition reuses what another computed."""
+
+
+def stage_caps(w: Workload, limit: float) -> np.ndarray:
+    """Each stage's most layers (at most all L) within `limit` bytes (analytic_cost.max_layers)."""
+    key = (w, limit)
+    got = _CAPS.get(key)
+    if got is None:
+        if len(_CAPS) >= 1 << 16:
+            _CAPS.clear()
+        n = w.arch.num_layers
+        got = _CAPS[key] = np.array([C.max_layers(w, i, limit, n) for i in range(w.pp)])
+    return got
 
 
 def _pace_key(gpu: GpuType) -> tuple[float, float]:

@@ -30,7 +30,7 @@ from fasop.costs.memory import MemoryEstimate
 from fasop.costs.parts import EstimateParts, schedule_or_note, stated_parts
 from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
-from fasop.estimators.analytic.bound import CompositionBound, least_bound
+from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
@@ -89,8 +89,9 @@ class AnalyticEstimator:
 
     def signature(self, plan: Plan):
         stages = self._stages(plan)
-        return plan.tp, plan.dp, plan.pp, plan.mbs, tuple(
-            (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes) for hw in stages)
+        links = lambda hw: tuple((x.bytes_per_s, x.latency_s) if x else None  # noqa: E731 (plain: a cheap repr)
+                                 for x in (hw.tp_link, hw.dp_link, hw.next_link))
+        return plan.tp, plan.dp, plan.pp, plan.mbs, tuple((hw.gpu.name, links(hw), hw.memory_limit_bytes) for hw in stages)
 
     def quick_bound(self, plan: Plan) -> float:
         """A step time no fitting plan of `plan`'s degrees beats on this inventory, whatever the
@@ -199,8 +200,7 @@ class AnalyticEstimator:
         if key not in self._recipe_lists:
             roomiest = max(n.memory_limit_bytes for n in self.inventory)
             n = self.arch.num_layers
-            fits = [r for r in self._recipes(plan)
-                    if sum(C.max_layers(self._workload(plan, r), i, roomiest, n) for i in range(plan.pp)) >= n]
+            fits = [r for r in self._recipes(plan) if stage_caps(self._workload(plan, r), roomiest).sum() >= n]
             self._recipe_lists[key] = fits or self._recipes(plan)
         return self._recipe_lists[key]
 
