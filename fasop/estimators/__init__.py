@@ -81,11 +81,12 @@ class Estimator(Protocol):
 
     def quick_bound(self, plan: Plan) -> float:
         """A cheap step time no split or placement of `plan`'s degrees beats (may ignore the
-        placement); at most `estimate(plan).step_time_s`."""
+        placement); at most `estimate(plan).step_time_s` of each such plan that fits in memory
+        (the only ones a search with `top` keeps or a sweep compares): inf when none can fit."""
 
     def lower_bound(self, plan: Plan, above: float = float("inf")) -> float:
-        """A step time `plan` never beats, at most its estimate's; once it is above `above` it
-        may stop tightening."""
+        """A step time `plan` never beats, at most its estimate's if it fits (as quick_bound);
+        once it is above `above` it may stop tightening."""
 
     def estimate(self, plan: Plan) -> Estimate:
         """The plan's estimate."""

@@ -32,6 +32,7 @@ from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic import groups as G
+from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
 from fasop.estimators.analytic.recipes import DEFAULTS, parse_recipes, without_missing_units  # noqa: F401
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
@@ -73,6 +74,7 @@ class AnalyticEstimator:
         self.params = overheads.job_params(self.params, self.gpus.values())   # no FlashAttention below sm80
         self.recipes = recipes
         self._bounds: dict = {}
+        self._composition: CompositionBound | None = None
         self._workloads: dict = {}
         self._recipe_lists: dict = {}
         self._hardware: dict = {}
@@ -88,22 +90,26 @@ class AnalyticEstimator:
 
     def signature(self, plan: Plan):
         stages = self._stages(plan)
+        links = lambda hw: tuple((x.bytes_per_s, x.latency_s) if x else None  # noqa: E731 (plain: a cheap repr)
+                                 for x in (hw.tp_link, hw.dp_link, hw.next_link))
         return plan.tp, plan.dp, plan.pp, plan.mbs, plan.cp, plan.ep, plan.etp, tuple(
-            (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes) for hw in stages)
+            (hw.gpu.name, links(hw), hw.memory_limit_bytes) for hw in stages)
 
     def quick_bound(self, plan: Plan) -> float:
-        """(m + (p - 1)/v) x all layers on the inventory's fastest GPU (fastest link, cheapest
-        allowed recipe) / p: the 1F1B step of p equal stages never beats that (analytic_cost.step:
-        m x max + (sum - max)/v >= (m + (p - 1)/v) x mean)."""
+        """A step time no fitting plan of `plan`'s degrees beats on this inventory, whatever the
+        node order, split and allowed recipe; inf when no recipe's memory floor fits
+        (fasop/estimators/analytic/bound.py: the composition's best pace, memory floors, the
+        optimizer, DP and embedding terms that do not shrink). The plan's placement is an order
+        of the inventory (every plan uses every node)."""
         if self.model.profile is not None:  # profiled layers may be faster than the analytic floor
             return 0.0
-        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.cp, plan.ep, plan.etp)
-        if key not in self._bounds:
-            fast = C.Link(float("inf"), 0.0)
-            self._bounds[key] = min(sum(C.layer_s(self._workload(plan, r), gpu, fast))
-                                    for r in self._possible(plan) for gpu in self.gpus.values())
-        v = max(r.virtual_stages for r in self._recipes(plan))
-        return (plan.num_microbatches + (plan.pp - 1) / v) * self.arch.num_layers * self._bounds[key] / plan.pp
+        key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
+        bound = self._bounds.get(key)
+        if bound is None:
+            if self._composition is None:
+                self._composition = CompositionBound(self.inventory, self.gpus, self.params)
+            bound = self._bounds[key] = least_bound(self._composition, self.workloads(plan))
+        return bound
 
     def lower_bound(self, plan: Plan, above: float = float("inf")) -> float:
         return self.quick_bound(plan)
@@ -114,19 +120,24 @@ class AnalyticEstimator:
     def estimate_below(self, plan: Plan, cutoff: float) -> Estimate | None:
         if self.lower_bound(plan) > cutoff:
             return None
-        e = self._best(plan, cutoff)
+        e = self._best(plan, cutoff, fitting_only=True)
         return None if e is None or e.memory.is_oom or not e.step_time_s <= cutoff else e
 
-    def _best(self, plan: Plan, cutoff: float) -> Estimate | None:
+    def _best(self, plan: Plan, cutoff: float, fitting_only: bool = False) -> Estimate | None:
         """The fastest allowed recipe that fits, else (cutoff infinite) the closest to fitting.
         Recipes are tried by their lower bound (the plan's own stages' layer times, the split's
         continuous relaxation, no transfers: analytic_orders.pipeline_floor); one whose bound
-        exceeds the best step found, or the cutoff, cannot win and ends the search. With a finite cutoff, None when none fits below it."""
+        exceeds the best step found, or the cutoff, cannot win and ends the search. With a finite cutoff,
+        None when none fits below it; `fitting_only`: None when no recipe has room, without scoring."""
         stages = self._stages(plan)
         profiled = self._profiled(plan, stages)
         tried = []
         limits = [hw.memory_limit_bytes for hw in stages]
-        recipes = [r for r in self._possible(plan) if self._room(plan, r, limits)] or self._recipes(plan)
+        recipes = [r for r in self._possible(plan) if self._room(plan, r, limits)]
+        if not recipes:  # none can hold the layers: nothing fits (fitting_only: say so at once)
+            if fitting_only:
+                return None
+            recipes = self._recipes(plan)
         for recipe in recipes:
             w = self._workload(plan, recipe)
             times = self._layer_times(w, stages, profiled)
@@ -192,8 +203,7 @@ class AnalyticEstimator:
         if key not in self._recipe_lists:
             roomiest = max(n.memory_limit_bytes for n in self.inventory)
             n = self.arch.num_layers
-            fits = [r for r in self._recipes(plan)
-                    if sum(C.max_layers(self._workload(plan, r), i, roomiest, n) for i in range(plan.pp)) >= n]
+            fits = [r for r in self._recipes(plan) if stage_caps(self._workload(plan, r), roomiest).sum() >= n]
             self._recipe_lists[key] = fits or self._recipes(plan)
         return self._recipe_lists[key]
 
@@ -214,10 +224,8 @@ class AnalyticEstimator:
         key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.global_batch_size, recipe, plan.cp, plan.ep, plan.etp)
         w = self._workloads.get(key)
         if w is None:
-            w = self._workloads[key] = C.Workload(
-                arch=self.arch, seq=self.model.sequence_length, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
-                num_microbatches=plan.num_microbatches, recipe=recipe, params=self.params, cp=plan.cp, ep=plan.ep,
-                etp=plan.etp, shard=G.dp_shard(plan, True) * plan.cp if recipe.hsdp else 0)
+            w = self._workloads[key] = shared_workload(self.arch, self.params, self.model.sequence_length, plan, recipe,
+                                                       G.dp_shard(plan, True) * plan.cp if recipe.hsdp else 0)
         return w
 
     def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
@@ -343,6 +351,25 @@ class AnalyticEstimator:
     def _pacing_nodes(self, plan: Plan, stages) -> tuple[NodeType, ...]:
         return tuple(next(plan.placement[k] for k in span if self.gpus[plan.placement[k].name] is hw.gpu)
                      for span, hw in zip(plan.stage_node_indices, stages))
+
+
+_SHARED: dict = {}
+"""Workloads of this process by value: a sweep's estimators share them and the cost model's caches
+(keyed on the Workload object). An entry holds its arch and params: the ids in its key stay theirs."""
+
+
+def shared_workload(arch, params, seq: int, plan: Plan, recipe: Recipe, shard: int = 0) -> C.Workload:
+    """The process's one Workload of these values (made on first use); `shard`: HSDP's shard group."""
+    key = (id(arch), id(params), seq, plan.tp, plan.dp, plan.pp, plan.mbs, plan.num_microbatches, recipe,
+           plan.cp, plan.ep, plan.etp, shard)
+    w = _SHARED.get(key)
+    if w is None:
+        if len(_SHARED) >= 1 << 15:  # a long-lived process: start over rather than grow
+            _SHARED.clear()
+        w = _SHARED[key] = C.Workload(arch=arch, seq=seq, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
+                                      num_microbatches=plan.num_microbatches, recipe=recipe, params=params,
+                                      cp=plan.cp, ep=plan.ep, etp=plan.etp, shard=shard)
+    return w
 
 
 @register("analytic")

@@ -1,0 +1,31 @@
+"""Issue 31, row 1: `fasop pareto --model llama-3-70b --cluster aws --max-nodes p5=8,p4de=8,g6e=8
+--tokens 15000000000000` (729 compositions), this tree against main before issue 31, medians of --runs.
+
+The full row takes the baseline about 11 minutes a run on 2 idle cores, so by default this runs
+the same question on p5=4,p4de=4,g6e=4 (124 compositions) with one worker; `--max-nodes
+p5=8,p4de=8,g6e=8 --workers 2` is the row itself (goal: <= 30 s). Same results: the frontier rows
+(every column, the knee's flag included) of both CSVs are equal.
+
+    python benchmarks/bench_issue31_pareto_3types.py [--runs 3] [--max-nodes p5=8,p4de=8,g6e=8] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from _pareto_row import command, same_frontier
+from issue31 import compare_trees, parser
+
+
+def main() -> int:
+    p = parser(__doc__)
+    p.add_argument("--max-nodes", default="p5=4,p4de=4,g6e=4")
+    p.add_argument("--tokens", default="15000000000000")
+    p.add_argument("--workers", type=int, default=1)
+    args = p.parse_args()
+    return compare_trees(args, [("pareto", command(args.max_nodes, args.tokens, args.workers), "out_pareto.csv")],
+                         same_frontier)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
