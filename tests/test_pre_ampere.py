@@ -190,3 +190,24 @@ def test_sanity_table_is_printable(tmp_path, capsys):
     csv.writer(buf).writerows(sorted(t.items()))
     print(buf.getvalue())
     assert all(0.3 < v < 10 for v in t.values())
+
+
+def test_gpus_without_bf16_search_in_fp16_by_default(tmp_path, monkeypatch, capsys):
+    """V100 and T4 have no BF16 (catalog bf16_tflops null): a search without --precision trains in
+    fp16 and says so in one note; --precision bf16 there is one line, exit 2; an A100 search stays
+    bf16 with no note."""
+    from fasop.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    nodes = ["--model", "gpt2-medium", "--cluster", "aws", "--no-progress", "--top", "3"]
+    assert main(["search", *nodes, "--nodes", "p3=1,g4dn=1", "--heterogeneous", "--out", "v.csv"]) == 0
+    out = capsys.readouterr().out
+    assert "note: precision fp16 with loss scaling: T4, V100-SXM2-16GB have no BF16" in out
+    assert {r["precision"] for r in csv.DictReader(open("v.csv"))} == {"fp16"}
+    assert main(["search", *nodes, "--nodes", "p3=1", "--precision", "bf16", "--out", "b.csv"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "V100-SXM2-16GB has no BF16 tensor cores" in err[0] and "--precision fp16" in err[0]
+    assert not (tmp_path / "b.csv").exists()
+    assert main(["search", *nodes, "--nodes", "p4d=1", "--out", "a.csv"]) == 0
+    assert "precision fp16" not in capsys.readouterr().out
+    assert {r["precision"] for r in csv.DictReader(open("a.csv"))} == {"bf16"}

@@ -139,3 +139,17 @@ def no_fit_hint(options: dict, search_with) -> str:
             return (f"no plan fits with {_described(options)}; {len(times):,} fit with {flags} "
                     f"(fastest {min(times):,.2f} s a step)")
     return ""
+
+
+def precision_note(args: argparse.Namespace, cluster, inventory) -> list[str]:
+    """Without --precision on GPUs that have no BF16 (V100, T4, ...): the fp16 the search used instead."""
+    if cluster.estimator != "analytic" or getattr(args, "precision", None):
+        return []
+    from fasop.specs.catalog import find_gpu
+
+    lacking = sorted({find_gpu(n.gpu, cluster.path).name for n in inventory
+                      if find_gpu(n.gpu, cluster.path).peak_flops.get("bf16") is None})
+    if not lacking:
+        return []
+    verb = "has" if len(lacking) == 1 else "have"
+    return [f"note: precision fp16 with loss scaling: {', '.join(lacking)} {verb} no BF16 (--precision to change)"]

@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         rows = significant(rows)
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
-    for line in length_notes(args, model) + _model_notes(model, inventory, rows):
+    for line in length_notes(args, model) + cli_recipes.precision_note(args, cluster, inventory) + \
+            _model_notes(model, inventory, rows):
         print(line)
     if auto_note:
         print(auto_note)

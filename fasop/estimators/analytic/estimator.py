@@ -34,7 +34,7 @@ from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic import groups as G
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
-from fasop.estimators.analytic.recipes import DEFAULTS, parse_recipes, without_missing_units  # noqa: F401
+from fasop.estimators.analytic.recipes import DEFAULTS, default_precision, parse_recipes, without_missing_units  # noqa: F401
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
 from fasop.schedule.pipeline import Schedule
@@ -379,10 +379,11 @@ def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], 
     virtual-stage count that no pipeline of the model can use (v x pp must divide its transformer
     layers for some pp >= 2) is refused rather than silently replaced by 1; for a plan whose pp
     it does not divide, the plan runs with 1 and its virtual_stages column says so."""
-    recipes = parse_recipes(options)
-    for low in ("fp8", "mxfp8", "nvfp4"):
+    gpus = [find_gpu(n.gpu, cluster.path) for n in inventory]
+    recipes = parse_recipes(default_precision(options, gpus))
+    for low in ("bf16", "fp8", "mxfp8", "nvfp4"):
         if low in recipes["precision"]:
-            recipes = without_missing_units(recipes, [find_gpu(n.gpu, cluster.path) for n in inventory], low)
+            recipes = without_missing_units(recipes, gpus, low)
     estimator = AnalyticEstimator(model, cluster, inventory, recipes)
     layers = estimator.arch.num_layers
     usable = [v for v in range(2, layers // 2 + 1) if any(not layers % (pp * v) for pp in range(2, layers // v + 1))]
