@@ -70,10 +70,32 @@ def test_a_grace_host_issues_kernels_slower():
 
 
 def test_sailor_clusters_state_their_runtime():
-    """Sailor's cluster files carry its runtime: DeepSpeed's synchronising PipelineEngine, no fused
+    """Sailor's cluster files carry its runtime: DeepSpeed's synchronising PipelineEngine with blocking p2p, no fused
     weight-gradient accumulation (Megatron-DeepSpeed layers.py L360-368 commented out)."""
     from pathlib import Path
     from fasop.specs.load import load_cluster
     for name in ("sailor_clariden_cluster.yaml", "sailor_mit_cluster.yaml", "sailor_mit_v0_cluster.yaml"):
         params = load_cluster(str(Path(__file__).parent / "data" / name)).analytic
-        assert params.micro_batch_sync and not params.gradient_accumulation_fusion, name
+        assert params.micro_batch_sync and params.p2p_blocking and not params.gradient_accumulation_fusion, name
+
+
+def test_blocking_p2p_pays_both_directions_of_a_boundary_each_cycle():
+    """p2p_blocking (DeepSpeed's PipelineEngine): a stage's 1F1B cycle is F + B + 2 x (in + out)
+    transfers, where paired sends (Megatron) overlap the activation and the gradient: F + B + (in + out)."""
+    gpu = find_gpu("H100-SXM")
+    slow = C.Link(1e9, 1e-5)
+    hw = C.StageHardware(gpu=gpu, tp_link=LINK, dp_link=slow, next_link=slow, memory_limit_bytes=1e15)
+    stages = (hw, replace(hw, next_link=None))
+    arch = replace(ARCH, vocab_size=8, tied_embeddings=False, max_positions=0)
+
+    def step(blocking):
+        p = replace(default_params(), p2p_blocking=blocking)
+        w = Workload(arch=arch, seq=128, mbs=1, tp=1, dp=1, pp=2, num_microbatches=8, recipe=Recipe(), params=p)
+        return C.step(w, stages, (1, 1))
+    paired, blocking = step(False), step(True)
+    transfer = paired.p2p_s[0]
+    assert transfer == pytest.approx(128 * 256 * 2 / 1e9 + 1e-5)     # b·s·h 16-bit values + the latency
+    cycle = max(f + b for f, b in zip(paired.stage_fwd_s, paired.stage_bwd_s))
+    assert paired.pipeline_s == pytest.approx(8 * (cycle + transfer) + (min(
+        f + b for f, b in zip(paired.stage_fwd_s, paired.stage_bwd_s)) + transfer))
+    assert blocking.pipeline_s - paired.pipeline_s == pytest.approx(9 * transfer)   # (m + p - 1) cycles, one more each

@@ -42,7 +42,7 @@ _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
-               "kernels_per_layer", "micro_batch_sync", "optimizer_step_bytes", "loss_scaling_bytes",
+               "kernels_per_layer", "micro_batch_sync", "p2p_blocking", "optimizer_step_bytes", "loss_scaling_bytes",
                "gradient_bucket_bytes",
                "layer_overhead_s", "moe_load_imbalance", "grouped_gemm_efficiency", "ep_overlap", "moe_node_dedup")
 PARAM_KEYS = _PARAM_KEYS
@@ -164,6 +164,9 @@ class AnalyticParams:
     micro_batch_sync: bool = False
     """The runtime synchronises the device at every micro-batch (DeepSpeed's PipelineEngine): the
     host's kernel issue adds to a layer pass instead of hiding behind it (estimators.analytic.host)."""
+    p2p_blocking: bool = False
+    """Each pipeline transfer is its own blocking send / recv (DeepSpeed's PipelineEngine): a boundary's
+    activation and gradient do not overlap, a 1F1B cycle pays both (estimators.analytic.host)."""
     kernels_per_layer: tuple[int, int] = (0, 0)
     """Kernels one Transformer layer issues per micro-batch, (forward, backward): a layer never takes
     less than their issue time (the CPU-bound floor of small layers)."""
@@ -310,6 +313,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     grad_overlap = get("overlap_grad_reduce", bool, None, "")
     launch = get("kernel_launch_s", (int, float), lambda v: 0 <= v <= 1e-3, "in [0, 0.001]")
     sync = get("micro_batch_sync", bool, None, "")
+    blocking = get("p2p_blocking", bool, None, "")
     kernels = get("kernels_per_layer", list, lambda v: len(v) == 2 and all(type(x) is int and 0 <= x <= 10_000 for x in v),
                   "[forward, backward]: two integers in [0, 10000]")
     opt = _mapping(r, "optimizer_step_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
@@ -343,6 +347,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         kernel_launch_s=float(launch) if launch is not None else base.kernel_launch_s,
         kernels_per_layer=tuple(kernels) if kernels is not None else base.kernels_per_layer,
         micro_batch_sync=sync if sync is not None else base.micro_batch_sync,
+        p2p_blocking=blocking if blocking is not None else base.p2p_blocking,
         optimizer_step_bytes=_block_scaled({**(base.optimizer_step_bytes if base else {}),
                                             **{k: float(v) for k, v in opt.items()}}),
         loss_scaling_bytes=float(scaling) if scaling is not None else base.loss_scaling_bytes,

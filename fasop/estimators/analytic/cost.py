@@ -282,7 +282,9 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     for i in range(p):
         out_s = p2p[i] if i < len(p2p) else 0.0
         in_s = p2p[i - 1] if i > 0 else (p2p[-1] if v > 1 and p > 1 else 0.0)
-        cycles.append(fwd[i] + bwd[i] + v * (out_s + in_s))
+        # a boundary carries the activation one way and the gradient back: paired (Megatron's
+        # send_forward_recv_backward) they overlap on a full-duplex link, blocking they queue (host.py)
+        cycles.append(fwd[i] + bwd[i] + v * H.p2p_directions(w.params) * (out_s + in_s))
     worst = max(cycles)
     pipeline = w.num_microbatches * worst + (sum(cycles) - worst) / v
     ends, back = [], 0.0

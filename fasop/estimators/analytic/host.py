@@ -1,4 +1,5 @@
-"""The host's share of a layer pass: issuing its kernels, and whether that hides behind the GPU.
+"""The host's share of a layer pass (issuing its kernels, hidden behind the GPU or not) and how a
+runtime posts its pipeline transfers (paired or blocking).
 
 The CPU issues every kernel of an eager PyTorch layer (Python, dispatcher, autograd, launch:
 `kernel_launch_s` each, `kernels_per_layer` of them). Two facts decide what that costs:
@@ -48,3 +49,12 @@ def layer_pass_s(params: AnalyticParams, gpu_s: float, host_s: float) -> float:
     """Seconds of one layer pass whose GPU work takes `gpu_s` and whose kernels take `host_s` to issue:
     their max when the host can queue ahead, their sum when the runtime drains the queue every micro-batch."""
     return gpu_s + host_s if params.micro_batch_sync else max(gpu_s, host_s)
+
+
+def p2p_directions(params: AnalyticParams) -> int:
+    """Pipeline transfers a boundary costs per 1F1B cycle: 1 when the activation going forward and the
+    gradient coming back are posted together and overlap on the full-duplex link (Megatron-LM's
+    `send_forward_recv_backward` batched isend/irecv), 2 when each is its own blocking send / recv
+    (`p2p_blocking`: DeepSpeed's PipelineEngine, SendActivation and RecvGrad are separate instructions
+    and its `p2p.send` asserts `async_op == False`, eth-easl/sailor deepspeed/p2p.py L45-47)."""
+    return 2 if params.p2p_blocking else 1
