@@ -28,7 +28,7 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
-             "layer_overhead_s", "reference_gpus_per_node", "compute_capability")
+             "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel", "distributed_optimizer", "virtual_pp")
@@ -42,7 +42,8 @@ _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
-               "kernels_per_layer", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes",
+               "kernels_per_layer", "micro_batch_sync", "p2p_blocking", "optimizer_step_bytes", "loss_scaling_bytes",
+               "gradient_bucket_bytes",
                "layer_overhead_s", "moe_load_imbalance", "grouped_gemm_efficiency", "ep_overlap", "moe_node_dedup")
 PARAM_KEYS = _PARAM_KEYS
 """The keys analytic.yaml (and a cluster spec's `analytic:` section) may hold."""
@@ -101,6 +102,10 @@ class GpuType:
     def memory_share(self, params: "AnalyticParams") -> float:
         return self.memory_bandwidth_efficiency or params.memory_bandwidth_efficiency
 
+    kernel_launch_s: float | None = None
+    """Host seconds to issue one kernel where the GPU's package fixes its host CPU (GH200: Grace);
+    None: analytic.yaml's `kernel_launch_s` (estimators.analytic.host)."""
+
     def layer_overhead(self, params: "AnalyticParams") -> float:
         return params.layer_overhead_s if self.layer_overhead_s is None else self.layer_overhead_s
 
@@ -156,6 +161,12 @@ class AnalyticParams:
     tiles over the GPU's SMs (wave quantization). (1, 1): none."""
     kernel_launch_s: float = 0.0
     """Host (CPU) seconds to issue one kernel: framework dispatch, autograd and the launch itself."""
+    micro_batch_sync: bool = False
+    """The runtime synchronises the device at every micro-batch (DeepSpeed's PipelineEngine): the
+    host's kernel issue adds to a layer pass instead of hiding behind it (estimators.analytic.host)."""
+    p2p_blocking: bool = False
+    """Each pipeline transfer is its own blocking send / recv (DeepSpeed's PipelineEngine): a boundary's
+    activation and gradient do not overlap, a 1F1B cycle pays both (estimators.analytic.host)."""
     kernels_per_layer: tuple[int, int] = (0, 0)
     """Kernels one Transformer layer issues per micro-batch, (forward, backward): a layer never takes
     less than their issue time (the CPU-bound floor of small layers)."""
@@ -249,6 +260,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
                                           "in (0, 1]"),
         layer_overhead_s=r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]"),
         compute_capability=r.get("compute_capability", (int, float), None, lambda v: 1 <= v < 100, "in [1, 100)"),
+        kernel_launch_s=r.get("kernel_launch_s", (int, float), None, lambda v: 0 <= v <= 1e-3, "in [0, 0.001]"),
     )
     r.done()
     return gpu
@@ -300,6 +312,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
     grad_overlap = get("overlap_grad_reduce", bool, None, "")
     launch = get("kernel_launch_s", (int, float), lambda v: 0 <= v <= 1e-3, "in [0, 0.001]")
+    sync = get("micro_batch_sync", bool, None, "")
+    blocking = get("p2p_blocking", bool, None, "")
     kernels = get("kernels_per_layer", list, lambda v: len(v) == 2 and all(type(x) is int and 0 <= x <= 10_000 for x in v),
                   "[forward, backward]: two integers in [0, 10000]")
     opt = _mapping(r, "optimizer_step_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
@@ -332,6 +346,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         matmul_tile=tuple(tile) if tile is not None else base.matmul_tile,
         kernel_launch_s=float(launch) if launch is not None else base.kernel_launch_s,
         kernels_per_layer=tuple(kernels) if kernels is not None else base.kernels_per_layer,
+        micro_batch_sync=sync if sync is not None else base.micro_batch_sync,
+        p2p_blocking=blocking if blocking is not None else base.p2p_blocking,
         optimizer_step_bytes=_block_scaled({**(base.optimizer_step_bytes if base else {}),
                                             **{k: float(v) for k, v in opt.items()}}),
         loss_scaling_bytes=float(scaling) if scaling is not None else base.loss_scaling_bytes,

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fasop.estimators.analytic import block_recompute as BR
+from fasop.estimators.analytic import host as H
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
@@ -169,10 +170,11 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
         softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
                    - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True))
         bwd += _kernel_s(w, gpu, 0.0, core, softmax)
-    # the host issues every kernel: a layer never runs faster than its kernels' issue time
-    issue_fwd, issue_bwd = (k * w.params.kernel_launch_s for k in w.params.kernels_per_layer)
+    # the host issues every kernel: a layer never runs faster than its kernels' issue time, and
+    # a runtime that drains the GPU every micro-batch adds that time (host.py)
+    issue_fwd, issue_bwd = H.issue_s(w.params, gpu)
     recomputed = issue_fwd if r.recompute == "full" else 0.0
-    return max(fwd + tp_fwd, issue_fwd), max(bwd, issue_bwd + recomputed)
+    return H.layer_pass_s(w.params, fwd + tp_fwd, issue_fwd), H.layer_pass_s(w.params, bwd, issue_bwd + recomputed)
 
 
 def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
@@ -280,7 +282,9 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     for i in range(p):
         out_s = p2p[i] if i < len(p2p) else 0.0
         in_s = p2p[i - 1] if i > 0 else (p2p[-1] if v > 1 and p > 1 else 0.0)
-        cycles.append(fwd[i] + bwd[i] + v * (out_s + in_s))
+        # a boundary carries the activation one way and the gradient back: paired (Megatron's
+        # send_forward_recv_backward) they overlap on a full-duplex link, blocking they queue (host.py)
+        cycles.append(fwd[i] + bwd[i] + v * H.p2p_directions(w.params) * (out_s + in_s))
     worst = max(cycles)
     pipeline = w.num_microbatches * worst + (sum(cycles) - worst) / v
     ends, back = [], 0.0
