@@ -355,8 +355,9 @@ class SplitSearch:
             found = self.certified(optimal(self.fitting, above=cutoff, tables=self.tables, **self.budget))
             return None if found is None or not found.objective <= cutoff else found
         found = self.certified(optimal(self.fitting, tables=self.tables, **self.budget))
-        if found is None:  # nothing fits: the fastest split, flagged OOM
-            found = optimal(self.times, tables=self.oom_tables, **self.budget)
+        if found is None:  # nothing fits: the fastest of all splits, flagged OOM, proven as above
+            self.fitting, self.tables = self.times, self.oom_tables
+            found = self.certified(optimal(self.fitting, tables=self.tables, **self.budget))
         return found
 
 
