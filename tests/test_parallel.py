@@ -211,3 +211,15 @@ def test_groups_inside_an_nvl72_domain_use_nvlink():
     (stage,) = H.stage_hardware(8, 4, 1, (tray,) * 8, (gpu,) * 8, default_params())
     assert stage.tp_link.bytes_per_s == stage.dp_link.bytes_per_s > 200e9   # TP 8 and DP over 8 trays: NVLink
     assert stage.groups.nvlink_gpus == 72
+
+
+def test_ep_overlap_pairs_megatron_cores_three_phases():
+    # one all-to-all: dispatch 3 s, combine 2 s; experts' forward 0.5 s; attention 1 s forward, 4 s backward
+    # phase 1: B combine-backward (2) | F attention (1)                  -> 1 exposed, the backward's
+    # phase 2: F dispatch + B dispatch-backward (6) | experts 3 x 0.5    -> 4.5, half to each pass
+    # phase 3: F combine (2) | B attention backward (4)                 -> 0, the forward's
+    assert P.ep_overlap_exposed(3.0, 2.0, 0.5, (1.0, 4.0), 1.0) == (2.25, 1.0 + 2.25)
+    # a share s = 0.5 of each compute hides: phase 1 2 - 0.5, phase 2 6 - 0.75, phase 3 2 - 2
+    assert P.ep_overlap_exposed(3.0, 2.0, 0.5, (1.0, 4.0), 0.5) == (2.625, 1.5 + 2.625)
+    # enough compute in every phase: nothing exposed
+    assert P.ep_overlap_exposed(1.0, 1.0, 1.0, (1.0, 1.0), 1.0) == (0.0, 0.0)

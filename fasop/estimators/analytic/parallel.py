@@ -264,13 +264,33 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     dispatch = dispatch_bytes(rho * tokens, k, h, 1 if precision in LOW_PRECISION_DISPATCH else e, w.ep)
     combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
     dedup = w.params.moe_node_dedup
-    comm = alltoall_s(dispatch, w.ep, w.etp, links, k, dedup) + alltoall_s(combine, w.ep, w.etp, links, k, dedup)
+    to = alltoall_s(dispatch, w.ep, w.etp, links, k, dedup)
+    back = alltoall_s(combine, w.ep, w.etp, links, k, dedup)
     if w.etp > 1:  # all-gather before fc1 and reduce-scatter after fc2 over the ETP group (inside a node)
-        comm += 2 * (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
+        etp = (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
+        to, back = to + etp, back + etp
     s = w.params.ep_overlap
-    fwd = compute + exposed_s(comm, s * (cover[1] + 2 * compute))   # behind the other micro-batch's backward
-    bwd = 2 * compute + exposed_s(comm, s * (cover[0] + compute))   # behind its forward
-    return share * fwd, share * bwd
+    if not s:
+        return share * (compute + to + back), share * (2 * compute + to + back)
+    fwd_x, bwd_x = ep_overlap_exposed(to, back, compute, cover, s)
+    return share * (compute + fwd_x), share * (2 * compute + bwd_x)
+
+
+def ep_overlap_exposed(dispatch: float, combine: float, experts: float, cover: tuple[float, float],
+                       s: float) -> tuple[float, float]:
+    """(forward, backward) exposed all-to-all seconds of one MoE layer under Megatron-Core's EP A2A
+    overlap (--overlap-moe-expert-parallel-comm), which pairs one micro-batch's forward F with another's
+    backward B in three phases, each on a compute and a communication stream that wait for each other
+    at the phase's end (megatron/core/models/common/model_chunk_schedule_plan.py,
+    TransformerLayerSchedulePlan.run):
+        comm:    B combine-backward | F dispatch -> B dispatch-backward     | F combine
+        compute: F attention        | B expert dgrad + wgrad -> F experts   | B attention backward
+    A phase exposes max(0, comm - s x compute) (s = `ep_overlap`); the middle one's two all-to-alls
+    share the experts' 3x forward seconds (`experts`) and split their exposure between the passes.
+    `dispatch`, `combine`: one all-to-all each (the backward's as long as the forward's); `cover`: the
+    rest of the layer's forward and backward seconds (attention, shared experts: its attention node)."""
+    middle = exposed_s(2 * dispatch, s * 3 * experts) / 2
+    return middle + exposed_s(combine, s * cover[1]), exposed_s(combine, s * cover[0]) + middle
 
 
 def cp_s(w, links: GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -> tuple[float, float]:
