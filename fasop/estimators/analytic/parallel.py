@@ -244,6 +244,18 @@ def expert_compute_s(w, gpu) -> float:
             + moved / (gpu.memory_bytes_per_s * gpu.memory_share(p)))
 
 
+def local_sort_bytes(rows: float, h: int, elem_bytes: float, local_experts: float) -> float:
+    """Bytes of the receiving rank's second permutation, per pass: Megatron-Core's alltoall dispatcher
+    sorts the rows it received by local expert after the dispatch all-to-all ("Permutation 2",
+    `sort_chunks_by_idxs`) and restores their rank order before the combine ("Unpermutation 2";
+    token_dispatcher.py, both only when num_local_experts > 1). Each reads and writes the rows:
+    2 x 2 x rows*h*B; the backward sorts the gradients once more each way. Charged for the plain
+    alltoall dispatcher only: the flex dispatchers differ (DeepEP permutes its received tokens after
+    the dispatch, HybridEP fuses the permutation into its dispatch kernel) and a row that says `flex`
+    does not say which."""
+    return 4 * rows * h * elem_bytes if local_experts > 1 else 0.0
+
+
 def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """(forward, backward) seconds one MoE layer adds per micro-batch, averaged over the layers
     (x moe_layer_share of the model's `layer_kinds`): router and the routed experts' grouped GEMM
@@ -260,7 +272,10 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     h, k, rho, precision = a.hidden_size, m.experts_per_token, w.params.moe_load_imbalance, w.recipe.precision
     e = w.recipe.value_bytes
     tokens = routed_tokens(w)
+    rows = rho * tokens * k * w.etp
     compute = expert_compute_s(w, gpu)
+    sort = 0.0 if w.params.moe_node_dedup else \
+        local_sort_bytes(rows, h, e, m.num_experts / w.ep) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     dispatch = dispatch_bytes(rho * tokens, k, h, 1 if precision in LOW_PRECISION_DISPATCH else e, w.ep)
     combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
     dedup = w.params.moe_node_dedup
@@ -271,9 +286,9 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
         to, back = to + etp, back + etp
     s = w.params.ep_overlap
     if not s:
-        return share * (compute + to + back), share * (2 * compute + to + back)
+        return share * (compute + sort + to + back), share * (2 * compute + sort + to + back)
     fwd_x, bwd_x = ep_overlap_exposed(to, back, compute, cover, s)
-    return share * (compute + fwd_x), share * (2 * compute + bwd_x)
+    return share * (compute + sort + fwd_x), share * (2 * compute + sort + bwd_x)
 
 
 def ep_overlap_exposed(dispatch: float, combine: float, experts: float, cover: tuple[float, float],
