@@ -150,3 +150,22 @@ def test_text_config_plans_the_language_model_with_a_note():
 def test_shipped_by_name(name):
     spec = load_model(name)
     assert spec.architecture is not None and spec.name == name
+
+
+def test_mamba_scan_bytes_by_hand():
+    # the small config of test_mamba_params_by_hand: I = 8 (2 heads x 4), G = 1, N = 3, Q = 2, H = 2
+    cfg = {"model_type": "nemotron_h", "hidden_size": 8, "hybrid_override_pattern": "M*-E", "num_attention_heads": 2,
+           "num_key_value_heads": 1, "intermediate_size": 4, "vocab_size": 10, "mamba_num_heads": 2,
+           "mamba_head_dim": 4, "ssm_state_size": 3, "n_groups": 1, "conv_kernel": 4, "chunk_size": 2,
+           "n_routed_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 4}
+    a = architecture_from_config(cfg, "h.json")
+    e, i, gn, s = 2, 8, 3, 8 * 3 / 2          # S = I*N/Q chunk-state elements per token
+    x_y_b_c = e * (2 * i + i + 2 * gn + 2 * gn)   # x read by chunk_state and chunk_scan, y written, B and C twice
+    states = 4 * s + 4 * s + e * s + e * s      # fp32 written, fp32 read, 16-bit written, 16-bit read
+    cb = 4 * 1 * 2 * 2                          # C.B^T in fp32 (G*Q per token), written and read
+    dt = 4 * 4 * 2                              # dt / cumsum, fp32, 4 passes of H
+    assert B.scan_bytes_per_token(a, 2) == x_y_b_c + states + cb + dt == 72 + 144 + 16 + 32
+    # the mamba layer's elementwise bytes carry it on every token, split over TP like the heads
+    with_scan = B.kind_elementwise_bytes(a, "mamba", 1, 4, 2, False, 2)
+    conv_norm = 2 * 4 * (2 * (8 + 6) + 3 * 8) / 2 + 5 * 2 * 4 * 8
+    assert with_scan == pytest.approx(conv_norm + 4 * 264 / 2)

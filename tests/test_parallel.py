@@ -1,6 +1,8 @@
 """Expert, context and fully-sharded data parallelism (fasop/estimators/analytic/parallel.py):
 groups against Megatron-Core's rule on hand-made grids, volumes computed by hand, memory by mode."""
 
+from dataclasses import replace
+
 import pytest
 
 from fasop.estimators.analytic import memory as M
@@ -211,3 +213,31 @@ def test_groups_inside_an_nvl72_domain_use_nvlink():
     (stage,) = H.stage_hardware(8, 4, 1, (tray,) * 8, (gpu,) * 8, default_params())
     assert stage.tp_link.bytes_per_s == stage.dp_link.bytes_per_s > 200e9   # TP 8 and DP over 8 trays: NVLink
     assert stage.groups.nvlink_gpus == 72
+
+
+def test_ep_overlap_pairs_megatron_cores_three_phases():
+    # one all-to-all: dispatch 3 s, combine 2 s; experts' forward 0.5 s; attention 1 s forward, 4 s backward
+    # phase 1: B combine-backward (2) | F attention (1)                  -> 1 exposed, the backward's
+    # phase 2: F dispatch + B dispatch-backward (6) | experts 3 x 0.5    -> 4.5, half to each pass
+    # phase 3: F combine (2) | B attention backward (4)                 -> 0, the forward's
+    assert P.ep_overlap_exposed(3.0, 2.0, 0.5, (1.0, 4.0), 1.0) == (2.25, 1.0 + 2.25)
+    # a share s = 0.5 of each compute hides: phase 1 2 - 0.5, phase 2 6 - 0.75, phase 3 2 - 2
+    assert P.ep_overlap_exposed(3.0, 2.0, 0.5, (1.0, 4.0), 0.5) == (2.625, 1.5 + 2.625)
+    # enough compute in every phase: nothing exposed
+    assert P.ep_overlap_exposed(1.0, 1.0, 1.0, (1.0, 1.0), 1.0) == (0.0, 0.0)
+
+
+def test_alltoall_sorts_the_received_rows_by_local_expert():
+    # 10 rows of h = 4 in 2-byte values: sorted after the dispatch and restored before the combine,
+    # each read + written: 2 x 2 x 10 x 4 x 2 = 320 bytes; one local expert: no sort
+    assert P.local_sort_bytes(10, 4, 2, local_experts=2) == 320
+    assert P.local_sort_bytes(10, 4, 2, local_experts=1) == 0.0
+    # in moe_s: the small MoE (8 experts, top-2, h 64) at ep 4 holds 2 local experts; free links, so the
+    # difference between the alltoall and a flex dispatcher is the sort: rows = 1 x 4096 x 2, once per pass
+    a, gpu = small_moe(), find_gpu("H100-SXM")
+    w = lambda dedup: _workload(a, seq=4096, dp=4, ep=4, params=replace(default_params(), moe_node_dedup=dedup))
+    plain, flex = P.moe_s(w(False), gpu, P.FREE_LINKS), P.moe_s(w(True), gpu, P.FREE_LINKS)
+    share = P.moe_layer_share(a)
+    sort = share * 4 * 4096 * 2 * 64 * 2 / (gpu.memory_bytes_per_s * gpu.memory_share(default_params()))
+    assert plain[0] - flex[0] == pytest.approx(sort)
+    assert plain[1] - flex[1] == pytest.approx(sort)

@@ -38,8 +38,8 @@ from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
 from fasop.specs.load import load_model
-from fasop.specs.catalog import (VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE, VALIDATE_SOFTWARE,
-                                 VALIDATE_STACK_SOFTWARE, AnalyticParams,
+from fasop.specs.catalog import (VALIDATE_MOE_SOFTWARE, VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE,
+                                 VALIDATE_SOFTWARE, VALIDATE_STACK_SOFTWARE, AnalyticParams,
                                  default_params)
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
@@ -157,12 +157,12 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     """The row's software switches: its cells, else what its GPUs' published runs had, else the constants'."""
     # a row's GPUs below sm80 have no FlashAttention kernels: the unfused path unless the row says otherwise
     base, common = overheads.job_params(hw.params, hw.gpus), _common(hw, VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE
-                                                                      + ("tp_overlap",))
+                                                                      + VALIDATE_MOE_SOFTWARE + ("tp_overlap",))
     software = {k: c.flag(k, common.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
     software |= {k: common[k] for k in VALIDATE_STACK_SOFTWARE if k in common}
     tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
     dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
-    dedup = base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall"
+    dedup = common.get("moe_node_dedup", base.moe_node_dedup) if dispatcher is None else dispatcher != "alltoall"
     return replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
                    moe_node_dedup=dedup)
 

@@ -38,6 +38,9 @@ VALIDATE_RECIPE_SOFTWARE = ("block_recompute",)
 `recompute_num_layers` recomputed the fewest layers per chunk that fit (block_recompute.py)."""
 VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
 """analytic.yaml switches a GPU's `validate_software` may set for its rows, with no CSV column of their own."""
+VALIDATE_MOE_SOFTWARE = ("moe_node_dedup",)
+"""The MoE dispatcher a GPU's published runs had (true: a flex dispatcher, DeepEP / HybridEP), for rows
+whose `moe_dispatcher` cell is empty."""
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -270,7 +273,8 @@ def _validate_software(r: Reader) -> dict[str, bool]:
     if "validate_software" not in r.data:
         r.seen.add("validate_software")
         return {}
-    switches = VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE + VALIDATE_PLAN_SOFTWARE + VALIDATE_RECIPE_SOFTWARE
+    switches = (VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE + VALIDATE_PLAN_SOFTWARE + VALIDATE_RECIPE_SOFTWARE
+                + VALIDATE_MOE_SOFTWARE)
     sub = r.sub("validate_software", switches + ("tp_overlap",))
     values = {k: sub.get(k, bool) for k in switches if k in sub.data and k != "virtual_pp"}
     if "virtual_pp" in sub.data:

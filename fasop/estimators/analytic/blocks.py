@@ -209,8 +209,29 @@ def kind_elementwise_bytes(a: Architecture, kind: str, b: int, s: int, t: int, s
         split += _up(a) * e * bs * (x.experts_per_token * x.expert_ffn_hidden_size + x.shared_width)
         replicated += 2 * 2 * e * bs * x.experts_per_token * h
     if kind == "mamba":
-        split += e * bs * (2 * a.mamba.conv_width + 3 * a.mamba.inner)
+        split += e * bs * (2 * a.mamba.conv_width + 3 * a.mamba.inner) + bs * scan_bytes_per_token(a, e)
     return replicated / (t if sp else 1) + split / t
+
+
+FP32 = 4
+
+
+def scan_bytes_per_token(a: Architecture, e: int) -> float:
+    """Bytes the Mamba-2 chunked scan's kernels move per token in the forward, on all heads (mamba_ssm
+    ssd_combined.py `_mamba_chunk_scan_combined_fwd`; Megatron's MambaMixer passes z=None to it when
+    the gated RMSNorm follows). With I = d_inner, G groups of N states, H heads, chunks of Q tokens
+    and S = I·N/Q chunk-state elements per token: chunk_state reads x and B and writes the chunk
+    states in fp32 (`states_in_fp32=True`); state_passing reads them and writes the passed states in
+    the 16-bit dtype; bmm_chunk reads C and B and writes C·Bᵀ in fp32 (G·Q per token); chunk_scan
+    reads C·Bᵀ, x, C and the passed states and writes y; chunk_cumsum and the scans read and write
+    dt and its cumulative sum (fp32, H per token, 4 passes). Per token:
+        e(3I + 4GN) [x read twice, y written, B and C read twice each] + S(4 + 4 + 2e) + 8GQ + 16H.
+    The backward (recomputed states, dz/dstates/dx/dB/dC kernels) is charged 2x, as every
+    elementwise byte of the layer is (cost._layer_s)."""
+    m = a.mamba
+    i, gn, h = m.inner, m.groups * m.state_size, m.num_heads
+    states = i * m.state_size / m.chunk_size
+    return e * (3 * i + 4 * gn) + states * (2 * FP32 + 2 * e) + 2 * FP32 * m.groups * m.chunk_size + 4 * FP32 * h
 
 
 def kind_gemm_bytes(a: Architecture, kind: str, b: int, s: int, t: int, e: int, operand: float,

@@ -244,6 +244,18 @@ def expert_compute_s(w, gpu) -> float:
             + moved / (gpu.memory_bytes_per_s * gpu.memory_share(p)))
 
 
+def local_sort_bytes(rows: float, h: int, elem_bytes: float, local_experts: float) -> float:
+    """Bytes of the receiving rank's second permutation, per pass: Megatron-Core's alltoall dispatcher
+    sorts the rows it received by local expert after the dispatch all-to-all ("Permutation 2",
+    `sort_chunks_by_idxs`) and restores their rank order before the combine ("Unpermutation 2";
+    token_dispatcher.py, both only when num_local_experts > 1). Each reads and writes the rows:
+    2 x 2 x rows*h*B; the backward sorts the gradients once more each way. Charged for the plain
+    alltoall dispatcher only: the flex dispatchers differ (DeepEP permutes its received tokens after
+    the dispatch, HybridEP fuses the permutation into its dispatch kernel) and a row that says `flex`
+    does not say which."""
+    return 4 * rows * h * elem_bytes if local_experts > 1 else 0.0
+
+
 def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """(forward, backward) seconds one MoE layer adds per micro-batch, averaged over the layers
     (x moe_layer_share of the model's `layer_kinds`): router and the routed experts' grouped GEMM
@@ -260,17 +272,40 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     h, k, rho, precision = a.hidden_size, m.experts_per_token, w.params.moe_load_imbalance, w.recipe.precision
     e = w.recipe.value_bytes
     tokens = routed_tokens(w)
+    rows = rho * tokens * k * w.etp
     compute = expert_compute_s(w, gpu)
+    sort = 0.0 if w.params.moe_node_dedup else \
+        local_sort_bytes(rows, h, e, m.num_experts / w.ep) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     dispatch = dispatch_bytes(rho * tokens, k, h, 1 if precision in LOW_PRECISION_DISPATCH else e, w.ep)
     combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
     dedup = w.params.moe_node_dedup
-    comm = alltoall_s(dispatch, w.ep, w.etp, links, k, dedup) + alltoall_s(combine, w.ep, w.etp, links, k, dedup)
+    to = alltoall_s(dispatch, w.ep, w.etp, links, k, dedup)
+    back = alltoall_s(combine, w.ep, w.etp, links, k, dedup)
     if w.etp > 1:  # all-gather before fc1 and reduce-scatter after fc2 over the ETP group (inside a node)
-        comm += 2 * (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
+        etp = (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
+        to, back = to + etp, back + etp
     s = w.params.ep_overlap
-    fwd = compute + exposed_s(comm, s * (cover[1] + 2 * compute))   # behind the other micro-batch's backward
-    bwd = 2 * compute + exposed_s(comm, s * (cover[0] + compute))   # behind its forward
-    return share * fwd, share * bwd
+    if not s:
+        return share * (compute + sort + to + back), share * (2 * compute + sort + to + back)
+    fwd_x, bwd_x = ep_overlap_exposed(to, back, compute, cover, s)
+    return share * (compute + sort + fwd_x), share * (2 * compute + sort + bwd_x)
+
+
+def ep_overlap_exposed(dispatch: float, combine: float, experts: float, cover: tuple[float, float],
+                       s: float) -> tuple[float, float]:
+    """(forward, backward) exposed all-to-all seconds of one MoE layer under Megatron-Core's EP A2A
+    overlap (--overlap-moe-expert-parallel-comm), which pairs one micro-batch's forward F with another's
+    backward B in three phases, each on a compute and a communication stream that wait for each other
+    at the phase's end (megatron/core/models/common/model_chunk_schedule_plan.py,
+    TransformerLayerSchedulePlan.run):
+        comm:    B combine-backward | F dispatch -> B dispatch-backward     | F combine
+        compute: F attention        | B expert dgrad + wgrad -> F experts   | B attention backward
+    A phase exposes max(0, comm - s x compute) (s = `ep_overlap`); the middle one's two all-to-alls
+    share the experts' 3x forward seconds (`experts`) and split their exposure between the passes.
+    `dispatch`, `combine`: one all-to-all each (the backward's as long as the forward's); `cover`: the
+    rest of the layer's forward and backward seconds (attention, shared experts: its attention node)."""
+    middle = exposed_s(2 * dispatch, s * 3 * experts) / 2
+    return middle + exposed_s(combine, s * cover[1]), exposed_s(combine, s * cover[0]) + middle
 
 
 def cp_s(w, links: GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -> tuple[float, float]:
