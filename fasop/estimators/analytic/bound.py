@@ -175,5 +175,11 @@ def _pace_key(gpu: GpuType) -> tuple[float, float]:
 
 
 def least_bound(bounds: "CompositionBound", workloads: Sequence[tuple[Recipe, Workload]]) -> float:
-    """The least bound over the recipes a search may choose (inf when none can fit)."""
-    return min((bounds.bound(w) for _, w in workloads), default=float("inf"))
+    """The least bound over the recipes a search may choose (inf when none can fit), lowered by
+    ROUNDING: the floor and the estimate sum the same terms in different orders, so a plan at the
+    floor can come out an ulp below it (a pruning bound must never be above a plan)."""
+    return min((bounds.bound(w) for _, w in workloads), default=float("inf")) * (1 - ROUNDING)
+
+
+ROUNDING = 1e-9
+"""Relative slack of least_bound for floating-point summation order (~1e4 ulps: no pruning power lost)."""
