@@ -32,6 +32,7 @@ from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic import groups as G
+from fasop.estimators.analytic.hardware import cached_stage_hardware
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
 from fasop.estimators.analytic.recipes import DEFAULTS, default_precision, parse_recipes, without_missing_units  # noqa: F401
@@ -78,6 +79,7 @@ class AnalyticEstimator:
         self._workloads: dict = {}
         self._recipe_lists: dict = {}
         self._hardware: dict = {}
+        self._stage_spans: dict = {}  # one stage's hardware by (degrees, stage, its nodes' names)
 
     # ------------------------------------------------------------------ protocol
     def tp_degrees(self) -> tuple[int, ...]:
@@ -185,8 +187,10 @@ class AnalyticEstimator:
         if hw is None:
             if len(self._hardware) >= STAGE_CACHE:
                 self._hardware.clear()
+                self._stage_spans.clear()
             gpus = tuple(self.gpus[n.name] for n in plan.placement)  # CP sits between TP and DP (tp-cp-dp)
-            hw = self._hardware[key] = C.stage_hardware(key[0], key[1], key[2], plan.placement, gpus, self.params)
+            hw = self._hardware[key] = cached_stage_hardware(self._stage_spans, *key[:3], plan.placement, gpus,
+                                                             self.params, key[3])
         return hw
 
     def _recipes(self, plan: Plan) -> list[Recipe]:
