@@ -78,8 +78,7 @@ class AnalyticEstimator:
         self._composition: CompositionBound | None = None
         self._workloads: dict = {}
         self._recipe_lists: dict = {}
-        self._hardware: dict = {}
-        self._stage_spans: dict = {}  # one stage's hardware by (degrees, stage, its nodes' names)
+        self._hardware, self._stage_spans = {}, {}  # stages by (degrees, order); one by (degrees, index, its nodes)
 
     # ------------------------------------------------------------------ protocol
     def tp_degrees(self) -> tuple[int, ...]:
@@ -159,7 +158,9 @@ class AnalyticEstimator:
             elif best is None and (closest is None or scored.excess < closest.excess):
                 closest = scored
         chosen = best or (closest if cutoff == float("inf") else None)
-        return None if chosen is None else self._estimate(plan, stages, chosen, profiled)
+        if chosen is None or (fitting_only and not chosen.step.step_s <= cutoff):  # estimate_below's None, unbuilt
+            return None
+        return self._estimate(plan, stages, chosen, profiled)
 
     def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
         out = []
