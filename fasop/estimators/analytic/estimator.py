@@ -32,6 +32,7 @@ from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic import groups as G
+from fasop.estimators.analytic.hardware import cached_stage_hardware
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
 from fasop.estimators.analytic.recipes import DEFAULTS, default_precision, parse_recipes, without_missing_units  # noqa: F401
@@ -77,7 +78,7 @@ class AnalyticEstimator:
         self._composition: CompositionBound | None = None
         self._workloads: dict = {}
         self._recipe_lists: dict = {}
-        self._hardware: dict = {}
+        self._hardware, self._stage_spans = {}, {}  # stages by (degrees, order); one by (degrees, index, its nodes)
 
     # ------------------------------------------------------------------ protocol
     def tp_degrees(self) -> tuple[int, ...]:
@@ -157,7 +158,9 @@ class AnalyticEstimator:
             elif best is None and (closest is None or scored.excess < closest.excess):
                 closest = scored
         chosen = best or (closest if cutoff == float("inf") else None)
-        return None if chosen is None else self._estimate(plan, stages, chosen, profiled)
+        if chosen is None or (fitting_only and not chosen.step.step_s <= cutoff):  # estimate_below's None, unbuilt
+            return None
+        return self._estimate(plan, stages, chosen, profiled)
 
     def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
         out = []
@@ -185,8 +188,10 @@ class AnalyticEstimator:
         if hw is None:
             if len(self._hardware) >= STAGE_CACHE:
                 self._hardware.clear()
+                self._stage_spans.clear()
             gpus = tuple(self.gpus[n.name] for n in plan.placement)  # CP sits between TP and DP (tp-cp-dp)
-            hw = self._hardware[key] = C.stage_hardware(key[0], key[1], key[2], plan.placement, gpus, self.params)
+            hw = self._hardware[key] = cached_stage_hardware(self._stage_spans, *key[:3], plan.placement, gpus,
+                                                             self.params, key[3])
         return hw
 
     def _recipes(self, plan: Plan) -> list[Recipe]:

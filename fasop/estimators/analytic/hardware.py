@@ -45,6 +45,23 @@ def stage_hardware(tp: int, dp: int, pp: int, nodes, gpus, params: AnalyticParam
     return tuple(one_stage(tp, dp, pp, i, g, nodes, gpus, params) for i in range(pp))
 
 
+def cached_stage_hardware(cache: dict, tp: int, dp: int, pp: int, nodes, gpus, params: AnalyticParams,
+                          names: tuple[str, ...]) -> tuple[StageHardware, ...]:
+    """stage_hardware, each stage kept in `cache` by (tp, dp, pp, stage, its span's node names):
+    one_stage reads only the nodes of the stage's span (and the next stage's first), so orders
+    that share a span share its stage (`names[k]`: node k's name, one NodeType per name)."""
+    g = nodes[0].gpus_per_node
+    out = []
+    for i in range(pp):
+        first, last, after = stage_span(tp, dp, pp, i, g)
+        key = (tp, dp, pp, i, names[first:max(last, after) + 1])
+        hw = cache.get(key)
+        if hw is None:
+            hw = cache[key] = one_stage(tp, dp, pp, i, g, nodes, gpus, params)
+        out.append(hw)
+    return tuple(out)
+
+
 def stage_span(tp: int, dp: int, pp: int, i: int, g: int) -> tuple[int, int, int]:
     """(first node, last node, first node of the next stage -- the last node for the last stage)."""
     block = tp * dp

@@ -74,6 +74,9 @@ class AnalyticPrefixBounds:
         self._hardware: dict = {}
         self._cache: dict = {}
         self._fixed: dict = {}
+        self._all_rows = np.arange(len(self.ws))
+        self._levels: dict = {}  # 1..k as floats, by k
+        self._floors: dict = {}  # per recipe row, by fixed stages, nodes left to place, rows
         self.symmetric = self.per_stage > 2 and self._order_free()
         """Whether a stage's hardware is the same for any order of its nodes before the last
         (one_stage takes minima over them; a tie between two GPUs as the slowest would not be)."""
@@ -145,55 +148,62 @@ class AnalyticPrefixBounds:
         never grows) cannot give a completion among the kept plans and are dropped."""
         if self.e.model.profile is not None:  # profiled layers may be faster than the analytic floor
             return 0.0, None
-        rows = np.arange(len(self.ws)) if hint is None else hint
+        rows = self._all_rows if hint is None else hint
         done, tail = state
-        tau, extra, cap = (a[rows] for a in self._fixed_columns(done))
         d = len(done)
-        if d < self.p:
-            paces = self._paces(d, tail, left)[rows]
-            caps = self._open_caps(d, tail, left)[rows]
-            e_open = self._open_extra(d, done[-1] if d else None)[rows]
-            tau = np.concatenate([tau, paces], axis=1)
-            extra = np.concatenate([extra, np.repeat(e_open[:, None], self.p - d, axis=1)], axis=1)
-            cap = np.concatenate([cap, caps], axis=1)
-        floors = self._floor(tau, extra, cap, rows)
+        # the unfixed stages' columns depend on the nodes not in fixed stages (tail and left) only
+        # as a multiset, but with per_node on which one the tail starts with (_paces): a child
+        # that fixes no stage mostly has its parent's floors
+        pool = tuple(n + tail.count(k) for k, n in enumerate(left))
+        key = (done, pool, tail[:1] if self.per_node and not self.per_stage else (), rows.tobytes())
+        floors = self._floors.get(key)
+        if floors is None:
+            columns = self._fixed_columns(done)  # (tau, e, cap) x recipe x stage
+            if d < self.p:
+                columns = np.concatenate([columns, self._open_columns(d, tail, left, done[-1] if d else None)], axis=2)
+            columns = columns[:, rows]
+            floors = self._floor(columns[0], columns[1], columns[2], rows)
+            if len(self._floors) > CACHE_ENTRIES:
+                self._floors.clear()
+            self._floors[key] = floors
         return float(floors.min()), rows[floors <= threshold]
 
     def _floor(self, tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Per recipe row: (m - 1/v) x the L-th slot (or the largest e + tau) + (L cheapest + sum e) / v."""
         n, v = len(rows), self.v[rows]
-        k = np.arange(1, int(cap.max(initial=0)) + 1, dtype=float)
-        if not len(k) or cap.shape[1] * len(k) < self.L:
+        most = int(cap.max(initial=0))
+        if not most or cap.shape[1] * most < self.L:
             return np.full(n, np.inf)
-        open_slot = k[None, None, :] <= cap[:, :, None]
-        slots = np.where(open_slot, extra[:, :, None] + tau[:, :, None] * k[None, None, :], np.inf).reshape(n, -1)
-        level = np.partition(slots, self.L - 1, axis=1)[:, self.L - 1]
-        level = np.maximum(level, (extra + tau).max(axis=1))
-        level = np.where(cap.min(axis=1) < 1, np.inf, level)  # a stage holds no layer: nothing fits
+        k = self._levels.get(most)
+        if k is None:
+            k = self._levels[most] = np.arange(1, most + 1, dtype=float)
+        open_slot = k <= cap[:, :, None]
+        slots = np.where(open_slot, extra[:, :, None] + tau[:, :, None] * k, np.inf).reshape(n, -1)
+        level = np.maximum(np.partition(slots, self.L - 1, axis=1)[:, self.L - 1], (extra + tau).max(axis=1))
         costs = np.where(open_slot, tau[:, :, None], np.inf).reshape(n, -1)
         total = np.partition(costs, self.L - 1, axis=1)[:, :self.L].sum(axis=1) + extra.sum(axis=1)
-        finite = np.where(np.isinf(level), 0.0, level)
-        return np.where(np.isinf(level), np.inf, (self.m - 1 / v) * finite + total / v)
+        bad = np.isinf(level) | (cap.min(axis=1) < 1)  # too few slots, or a stage holds no layer: nothing fits
+        out = (self.m - 1 / v) * np.where(bad, 0.0, level) + total / v
+        out[bad] = np.inf
+        return out
 
     # ------------------------------------------------------------------ fixed stages
-    def _fixed_columns(self, done) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tau, e, cap) per recipe (rows) and fixed stage (columns)."""
+    def _fixed_columns(self, done) -> np.ndarray:
+        """(tau, e, cap) x recipe (rows) x fixed stage (columns)."""
         got = self._fixed.get(done)
         if got is None:
             if not done:
-                empty = np.zeros((len(self.ws), 0))
-                got = (empty, empty, empty)
+                got = np.zeros((3, len(self.ws), 0))
             else:
-                columns = self._fixed_columns(done[:-1])
-                got = tuple(np.column_stack([a, b]) for a, b in
-                            zip(columns, self._stage(len(done) - 1, done[-1], done[-2] if len(done) > 1 else None)))
+                stage = self._stage(len(done) - 1, done[-1], done[-2] if len(done) > 1 else None)
+                got = np.concatenate([self._fixed_columns(done[:-1]), stage[:, :, None]], axis=2)
             if len(self._fixed) > CACHE_ENTRIES:
                 self._fixed.clear()
             self._fixed[done] = got
         return got
 
-    def _stage(self, i: int, sig: int, prev: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A fixed stage's (tau, e, cap) per recipe; `prev`: stage i - 1's hardware id."""
+    def _stage(self, i: int, sig: int, prev: int | None) -> np.ndarray:
+        """A fixed stage's (tau, e, cap) x recipe; `prev`: stage i - 1's hardware id."""
         key = ("stage", i, sig, prev)
         got = self._cache.get(key)
         if got is None:
@@ -212,7 +222,7 @@ class AnalyticPrefixBounds:
                     e += v * self._p2p_best[-1]  # the wrap from the last stage, not fixed yet
                 extra.append(e)
                 cap.append(C.max_layers(w, i, hw.memory_limit_bytes, self.most))
-            got = (np.array(tau), np.array(extra), np.array(cap, dtype=float))
+            got = np.array([tau, extra, cap], dtype=float)
             self._remember(key, got)
         return got
 
@@ -225,6 +235,17 @@ class AnalyticPrefixBounds:
         return 0.0 if link is None else C.p2p_s(self.size, link)
 
     # ------------------------------------------------------------------ open stages
+    def _open_columns(self, d: int, tail, left, prev: int | None) -> np.ndarray:
+        """(pace, e, cap) x recipe x unfixed position d.. (the three below, in one array)."""
+        key = ("open", d, tail, left, prev)
+        got = self._cache.get(key)
+        if got is None:
+            extra = self._open_extra(d, prev)
+            got = np.array([self._paces(d, tail, left), np.repeat(extra[:, None], self.p - d, axis=1),
+                            self._open_caps(d, tail, left)])
+            self._remember(key, got)
+        return got
+
     def _paces(self, d: int, tail, left) -> np.ndarray:
         """(R, p - d) paces no unfixed stages of a completion beat, ascending (module doc)."""
         key = ("paces", d, tail, left)
