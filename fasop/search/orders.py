@@ -60,17 +60,17 @@ class OrderSearch:
     def __iter__(self) -> Iterator[tuple[int, Plan]]:
         gbs = self.estimator.model.global_batch_size
         shapes = [combo_plan(combo, global_batch_size=gbs, placement=self.inventory) for combo in self.combos]
-        # the most promising degrees first: the threshold tightens sooner; once a shape's quick
-        # bound (which holds for every order) is above it, so are the later shapes': none of
-        # their plans can be kept, and their trees are not built
+        # the most promising degrees first (the estimator's search_order where it has one, else the
+        # quick bound): the threshold tightens sooner; a shape whose quick bound (which holds for
+        # every order) is above it has no plan that can be kept, and its tree is not built
         bounds = [self.estimator.quick_bound(shape) for shape in shapes]
-        order = sorted(range(len(shapes)), key=lambda c: (bounds[c], c))
-        for k, c in enumerate(order):
+        rank = getattr(self.estimator, "search_order", None)
+        keys = [rank(shape) for shape in shapes] if rank is not None else bounds
+        for c in sorted(range(len(shapes)), key=lambda c: (keys[c], c)):
             if bounds[c] > self.threshold():
-                cut = (len(order) - k) * _orders(self.counts)
-                self.pruned += cut
-                self.accounted += cut
-                return
+                self.pruned += _orders(self.counts)
+                self.accounted += _orders(self.counts)
+                continue
             yield from self._orders_of(c, shapes[c])
 
     def _orders_of(self, c: int, shape: Plan) -> Iterator[tuple[int, Plan]]:

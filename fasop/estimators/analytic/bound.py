@@ -155,7 +155,7 @@ def assignment_ceiling(caps: np.ndarray, counts: list[int]) -> int:
 
 _CAPS: dict = {}
 """stage_caps by (Workload object, limit): the estimators of a sweep share Workloads
-(estimator.shared_workload), so a composition reuses what another computed."""
+(workloads.shared_workload), so a composition reuses what another computed."""
 
 
 def stage_caps(w: Workload, limit: float) -> np.ndarray:

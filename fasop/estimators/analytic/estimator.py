@@ -35,6 +35,7 @@ from fasop.estimators.analytic import groups as G
 from fasop.estimators.analytic.hardware import cached_stage_hardware
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
+from fasop.estimators.analytic.workloads import shared_workload
 from fasop.estimators.analytic.recipes import DEFAULTS, default_precision, parse_recipes, without_missing_units  # noqa: F401
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
@@ -111,6 +112,18 @@ class AnalyticEstimator:
                 self._composition = CompositionBound(self.inventory, self.gpus, self.params)
             bound = self._bounds[key] = least_bound(self._composition, self.workloads(plan))
         return bound
+
+    def search_order(self, plan: Plan) -> float:
+        """The order tree's visiting key of a degree shape (not a bound of it): all layers on the
+        inventory's fastest GPU at a free link, (m + (p - 1)/v) / p of them, the cheapest recipe that
+        may fit. Shapes good on the fast GPUs come first, so the kept threshold tightens early: by
+        quick_bound the search visited one 17,000-order shape first (llama-3-70b p5=4,p4de=4,g6e=4:
+        12.5 s CPU against 1.3 s, the same rows)."""
+        fast = C.Link(float("inf"), 0.0)
+        t = min(sum(C.layer_s(self._workload(plan, r), gpu, fast))
+                for r in self._possible(plan) for gpu in self.gpus.values())
+        v = max(r.virtual_stages for r in self._recipes(plan))
+        return (plan.num_microbatches + (plan.pp - 1) / v) * self.arch.num_layers * t / plan.pp
 
     def lower_bound(self, plan: Plan, above: float = float("inf")) -> float:
         return self.quick_bound(plan)
@@ -356,25 +369,6 @@ class AnalyticEstimator:
     def _pacing_nodes(self, plan: Plan, stages) -> tuple[NodeType, ...]:
         return tuple(next(plan.placement[k] for k in span if self.gpus[plan.placement[k].name] is hw.gpu)
                      for span, hw in zip(plan.stage_node_indices, stages))
-
-
-_SHARED: dict = {}
-"""Workloads of this process by value: a sweep's estimators share them and the cost model's caches
-(keyed on the Workload object). An entry holds its arch and params: the ids in its key stay theirs."""
-
-
-def shared_workload(arch, params, seq: int, plan: Plan, recipe: Recipe, shard: int = 0) -> C.Workload:
-    """The process's one Workload of these values (made on first use); `shard`: HSDP's shard group."""
-    key = (id(arch), id(params), seq, plan.tp, plan.dp, plan.pp, plan.mbs, plan.num_microbatches, recipe,
-           plan.cp, plan.ep, plan.etp, shard)
-    w = _SHARED.get(key)
-    if w is None:
-        if len(_SHARED) >= 1 << 15:  # a long-lived process: start over rather than grow
-            _SHARED.clear()
-        w = _SHARED[key] = C.Workload(arch=arch, seq=seq, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
-                                      num_microbatches=plan.num_microbatches, recipe=recipe, params=params,
-                                      cp=plan.cp, ep=plan.ep, etp=plan.etp, shard=shard)
-    return w
 
 
 @register("analytic")
