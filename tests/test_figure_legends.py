@@ -107,3 +107,23 @@ def test_pareto_runs_number_their_frontier_as_the_csv_ranks():
 
     assert pareto_ranks([3.0, 1.0, 2.0, float("nan"), 2.0], [1.0, 5.0, 2.0, float("nan"), 1.0],
                         ["ok", "ok", "ok", "oom", "ok"]) == [4, 1, 3, "", 2]  # time, then cost
+
+
+def test_memory_tick_labels_of_long_gpu_names_do_not_overprint():
+    """Llama-3-70B's 8 stages on 2 p4de + 2 p5: 'A100-SXM4-80GB' under each of four bars overprinted
+    its neighbours; now broken after its '-'s, on a figure as wide as the longest part needs."""
+    from types import SimpleNamespace
+
+    gib = 2.0**30
+    stages = [SimpleNamespace(stage=k, gpu="A100-SXM4-80GB" if k < 4 else "H100-SXM", weights_bytes=3 * gib,
+                              gradients_bytes=6 * gib, optimizer_bytes=18 * gib, activations_bytes=25 * gib,
+                              overhead_bytes=2 * gib, memory_bytes=54 * gib, overhead_factor=1.0, limit_bytes=79 * gib)
+              for k in range(8)]
+    fig = plots.memory_figure(stages)
+    fig.canvas.draw()
+    ticks = fig.axes[0].get_xticklabels()
+    assert ticks[0].get_text() == "0\nA100-\nSXM4-\n80GB" and ticks[4].get_text() == "4\nH100-\nSXM"
+    boxes = [t.get_window_extent() for t in ticks]
+    assert not any(_overlaps(a, b) for a, b in zip(boxes, boxes[1:]))
+    _close(fig)
+    assert plots.wrap_name("A100-SXM4-80GB", 9) == "A100-\nSXM4-80GB" and plots.wrap_name("L4", 3) == "L4"

@@ -35,3 +35,17 @@ def usd(value: float, _pos=None) -> str:
     if abs(value) >= 1e3:
         return f"${value / 1e3:g}k"
     return f"${value:g}"
+
+
+def wrap_name(name: str, chars: int) -> str:
+    """A GPU or node name in lines of at most `chars` characters, broken after its '-'s (a part
+    longer than that stays whole): 'A100-SXM4-80GB' in 5 -> 'A100-\\nSXM4-\\n80GB'. Tick labels of
+    neighbouring bars then do not overprint."""
+    lines: list[str] = []
+    for part in name.replace("-", "-\n").split("\n"):
+        if lines and len(lines[-1]) + len(part) <= chars:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+

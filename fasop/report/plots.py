@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from fasop.pareto.frontier import ParetoAnalysis
-from fasop.report.figure_styles import KIND_STYLE, MIXED_STYLE, fits_on_chart, usd, node_type_styles  # noqa: F401 (API)
+from fasop.report.figure_styles import KIND_STYLE, MIXED_STYLE, fits_on_chart, node_type_styles, usd, wrap_name  # noqa: F401
 from fasop.report.results import pareto_ranks
 
 WIDTH_IN, HEIGHT_IN, DPI, FONT_PT = 3.5, 2.9, 200, 8
@@ -361,7 +361,9 @@ def memory_figure(stages, *, title: str = "", stage_colors: list[str] | None = N
     plt, style = _style()
     gib = 2.0**30
     with style:
-        fig, ax = plt.subplots(figsize=(max(WIDTH_IN, 0.9 + 0.28 * len(stages)), HEIGHT_IN), layout="constrained")
+        part = max(len(p) for s in stages for p in s.gpu.replace("-", "-\n").split("\n")) if len(stages) <= 8 else 0
+        slot = max(0.28, part / 12 + 0.06)  # inches a bar: its GPU name's longest part at ~12 characters an inch
+        fig, ax = plt.subplots(figsize=(max(WIDTH_IN, 0.9 + slot * len(stages)), HEIGHT_IN), layout="constrained")
         x = list(range(len(stages)))
         bottom = [0.0] * len(stages)
         parts = PART_STYLE if all(s.weights_bytes is not None for s in stages) else (("estimate", "#4e79a7"),)
@@ -379,7 +381,8 @@ def memory_figure(stages, *, title: str = "", stage_colors: list[str] | None = N
                    linewidth=0.4, label="overhead", gid="overhead")
         ax.scatter(x, [s.limit_bytes / gib for s in stages], marker="_", s=120, color="black", linewidths=1.4,
                    zorder=5, label="limit", gid="limit")
-        ax.set_xticks(x, [f"{s.stage}\n{s.gpu}" if len(stages) <= 8 else str(s.stage) for s in stages])
+        chars = max(4, int((fig.get_figwidth() - 0.9) / len(stages) * 12))
+        ax.set_xticks(x, [f"{s.stage}\n{wrap_name(s.gpu, chars)}" if len(stages) <= 8 else str(s.stage) for s in stages])
         for tick, color in zip(ax.get_xticklabels(), stage_colors or []):
             tick.set_color(color)
         ax.set_xlabel("pipeline stage" + ("" if len(stages) <= 8 else f" (GPU: {'-'.join(s.gpu for s in stages)})"
