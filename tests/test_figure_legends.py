@@ -127,3 +127,21 @@ def test_memory_tick_labels_of_long_gpu_names_do_not_overprint():
     assert not any(_overlaps(a, b) for a, b in zip(boxes, boxes[1:]))
     _close(fig)
     assert plots.wrap_name("A100-SXM4-80GB", 9) == "A100-\nSXM4-80GB" and plots.wrap_name("L4", 3) == "L4"
+
+
+def test_notes_go_under_the_axis_and_the_legend_stays_on_the_figure():
+    """The pruned count (and a deadline / budget off the chart) were written inside the axes' bottom
+    left, over the frontier once the time axis is logarithmic; a legend of long labels in two
+    columns ran off both sides of the figure."""
+    points = pd.concat([WIDE.assign(composition=[f"2xp5+2xp4de+2xg6e+{k}xg5" for k in range(len(WIDE))],
+                                    is_knee=[False, True] + [False] * (len(WIDE) - 2)),
+                        _points([float("nan")] * 3, [float("nan")] * 3, ["mixed"] * 3, [False] * 3)
+                        .assign(status="pruned")], ignore_index=True)
+    fig = plots.frontier_figure(points, KINDS)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert "3 compositions pruned (off the frontier), not drawn" in ax.get_xlabel()
+    assert all(t.get_gid() == "frontier_number" for t in ax.texts)  # nothing else written inside the axes
+    legend, width = fig.legends[0].get_window_extent(), fig.get_figwidth() * fig.dpi
+    assert 0 <= legend.x0 and legend.x1 <= width
+    _close(fig)

@@ -52,9 +52,8 @@ def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool
     styles = node_type_styles(list(type_order or kinds) + [k for k in kinds if k not in (type_order or kinds)]) \
         | {"mixed": MIXED_STYLE}
     front = fits[fits["on_frontier"]].sort_values(["train_time_h", "train_cost_usd"])
-    entries = len(set(fits["kind"])) + 2 + len(front)
     with style:
-        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN + 0.13 * ((entries + 1) // 2)), layout="constrained")
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
         for kind in kinds + ["mixed"]:
             sub = fits[fits["kind"] == kind]
             if len(sub):
@@ -69,9 +68,8 @@ def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool
             ax.scatter(front["train_cost_usd"], front["train_time_h"], s=14, facecolors="none",
                        edgecolors="black", linewidths=0.8, zorder=4)
         pruned = int((points["status"] == "pruned").sum())
-        if pruned:  # no time or cost of their own: not drawn, but counted (bottom left: below the frontier)
-            ax.text(0.01, 0.01, f"{pruned:,} compositions pruned (off the frontier), not drawn",
-                    transform=ax.transAxes, ha="left", va="bottom", color="#7f7f7f", fontsize=FONT_PT - 2)
+        if pruned:  # no time or cost of their own: not drawn, but counted (under the axis: it covers no point)
+            _note(ax, f"{pruned:,} compositions pruned (off the frontier), not drawn")
         if annotate is not None:
             annotate(ax)
         else:
@@ -84,12 +82,22 @@ def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool
         handles, labels = ax.get_legend_handles_labels()
         handles += _frontier_handles(front)
         labels += [r.composition for r in front.itertuples(index=False)]
+        columns = 2 if max(map(len, labels), default=0) <= LEGEND_COLUMN_CHARS else 1  # within the figure's width
+        fig.set_size_inches(WIDTH_IN, HEIGHT_IN + 0.13 * -(-len(labels) // columns))
         if handles:
-            fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False, handlelength=1.2,
+            fig.legend(handles, labels, loc="outside lower center", ncol=columns, frameon=False, handlelength=1.2,
                        columnspacing=1.0)
         if len(front):
             _number_frontier(fig, ax, front, fits)
     return fig
+
+
+LEGEND_COLUMN_CHARS = 22  # legend labels up to this long fit two to a line on a one-column figure
+
+
+def _note(ax, text: str) -> None:
+    """A line under the x axis's label: outside the axes, so it covers no point."""
+    ax.set_xlabel(f"{ax.get_xlabel()}\n{text}")
 
 
 LOG_SPAN = 30
@@ -169,8 +177,7 @@ def _annotate(ax, analysis: ParetoAnalysis) -> None:
         marks.append((analysis.knee, "knee", "*", "#d62728", 70))
     fits = [r for r in analysis.results if r.status == "ok"]
     if analysis.deadline_hours is not None and not fits_on_chart(analysis.deadline_hours, [r.train_time_h for r in fits]):
-        ax.text(0.01, 0.01, f"deadline {analysis.deadline_hours:,.4g} h: off the chart", transform=ax.transAxes,
-                ha="left", va="bottom", color="#ff7f0e", fontsize=FONT_PT - 1)
+        _note(ax, f"deadline {analysis.deadline_hours:,.4g} h: off the chart")
     elif analysis.deadline_hours is not None:
         ax.axhline(analysis.deadline_hours, color="#ff7f0e", lw=0.7, ls="--", zorder=1)
         ax.annotate(f"deadline {analysis.deadline_hours:,.0f} h", (1.0, analysis.deadline_hours),
@@ -179,8 +186,7 @@ def _annotate(ax, analysis: ParetoAnalysis) -> None:
         if analysis.deadline is not None:
             marks.append((analysis.deadline, "cheapest in deadline", "v", "#ff7f0e", 30))
     if analysis.budget_usd is not None and not fits_on_chart(analysis.budget_usd, [r.train_cost_usd for r in fits]):
-        ax.text(0.01, 0.06, f"budget {usd(analysis.budget_usd)}: off the chart", transform=ax.transAxes,
-                ha="left", va="bottom", color="#17becf", fontsize=FONT_PT - 1)
+        _note(ax, f"budget {usd(analysis.budget_usd)}: off the chart")
     elif analysis.budget_usd is not None:
         ax.axvline(analysis.budget_usd, color="#17becf", lw=0.7, ls="--", zorder=1)
         ax.annotate(f"budget {usd(analysis.budget_usd)}", (analysis.budget_usd, 1.0),
