@@ -112,3 +112,15 @@ def test_default_recipes_find_the_fastest_plan(tmp_path, capsys, model, nodes):
         best[recompute] = min(float(r["step_time_s"]) for r in rows if r["is_oom"] == "False")
     assert best[None] == min(best.values())
     assert best["selective"] == best["none"]  # under FlashAttention: the same memory, the same time
+
+
+def test_pareto_with_no_fit_names_the_recipe_that_would(tmp_path, capsys):
+    """`fasop pareto` as `fasop search`: 16 p5 (128 H100) for Llama-3.1-405B, the only composition,
+    has no plan that fits with selective recompute; the line names full recompute, counting compositions."""
+    assert main(["pareto", "--model", "llama-3.1-405b", "--cluster", "aws", "--max-nodes", "p5=16", "--min-nodes",
+                 "p5=16", "--recompute", "selective", "--no-progress", "--workers", "1",
+                 "--out-prefix", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "frontier: empty" in out
+    hint = [line for line in out.splitlines() if line.startswith("no plan fits with recompute selective")]
+    assert len(hint) == 1 and "1 composition fits with --recompute full (fastest" in hint[0], out

@@ -132,8 +132,13 @@ def run(args: argparse.Namespace) -> int:
         rows = significant(rows)
     title = f"{model.name} on {Path(cluster.path).stem}" + (" (spot prices)" if args.spot else "") + f", {iterations:,} steps"
 
+    hint = _no_fit_hint(args, model, cluster, comps, iterations, recipe) if not analysis.frontier and not interrupted \
+        else ""
+
     def summary() -> None:
         _print_pareto(analysis, rows, model.name, Path(cluster.path).stem, iterations, len(comps))
+        if hint:
+            print(hint)
 
     if interrupted:
         _write(out, csv_text(columns, rows), None)
@@ -142,6 +147,22 @@ def run(args: argparse.Namespace) -> int:
               "(complete=False), no plots; rerun with --resume to continue", file=sys.stderr)
         return exit_status(interrupted)
     return _write_complete(out, csv_text(columns, rows), analysis, title, summary, list(cluster.node_types))
+
+
+def _no_fit_hint(args: argparse.Namespace, model, cluster, comps, iterations: int, recipe: dict) -> str:
+    """When no composition has a plan that fits (analytic clusters): the first recipe with which some
+    would, as `fasop search` says it (cli_recipes.no_fit_hint), counting compositions."""
+    if cluster.analytic is None:
+        return ""
+    from fasop.pareto.sweep import sweep
+
+    def search_with(options: dict) -> list[float]:
+        found = sweep(model, cluster, comps, placements=args.placements, partitioner=args.partitioner,
+                      iterations=iterations, spot=args.spot, top=1, workers=workers_of(args.workers),
+                      partition_budget=args.partition_budget, estimator_options=options)
+        return [r.best.step_time_s for r in found if r.best is not None]
+
+    return cli_recipes.no_fit_hint(recipe, search_with, counted=("composition", "compositions"))
 
 
 def _compositions(args: argparse.Namespace, cluster) -> tuple[dict[str, int], int, tuple, dict[str, int]]:

@@ -385,6 +385,9 @@ def _frontier(rows, plots, where: str, source=None, type_order=None):
         "train_time_h": [finite(r["train_time_h"]) for r in rows],
         "train_cost_usd": [finite(r["train_cost_usd"]) for r in rows],
         "on_frontier": [r["on_frontier"] == "True" for r in rows], "is_knee": [r["is_knee"] == "True" for r in rows]})
+    ranks = [r.get("rank", "") for r in rows if r["status"] == "ok"]
+    if all(k.isdigit() for k in ranks) and len(set(ranks)) == len(ranks):  # the CSV's ranks number the frontier
+        points["rank"] = [int(r["rank"]) if r["status"] == "ok" else "" for r in rows]
     iterations = rows[0].get("iterations", "")
     return plots.frontier_figure(points, kinds, title=f"{where}, {int(iterations):,} steps" if iterations.isdigit()
                                  else where, complete=all(r.get("complete") != "False" for r in rows),

@@ -121,11 +121,12 @@ def _described(options: dict) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {','.join(map(text, allowed[k]))}" for k in ("recompute", "zero"))
 
 
-def no_fit_hint(options: dict, search_with) -> str:
+def no_fit_hint(options: dict, search_with, counted: tuple[str, str] = ("", "")) -> str:
     """When no plan fits: the first of ALTERNATIVES (over the recipe allowed, `options`) with which
     some plan fits, as `no plan fits with recompute none,full, zero 1; 37 fit with --recompute full
     --zero 3 (fastest 702.01 s a step)`; '' when none does. `search_with(options)` searches again and
-    returns the fitting rows' step times (at most the search's --top)."""
+    returns the fitting rows' step times (at most the search's --top); `counted` names what they
+    count when not plans, singular and plural (("composition", "compositions"): `2 compositions fit with ...`)."""
     for alternative in ALTERNATIVES:
         tried = options | alternative
         if all(set(v) <= set(options.get(k, ())) for k, v in alternative.items()):
@@ -135,8 +136,11 @@ def no_fit_hint(options: dict, search_with) -> str:
         except FasopError:  # e.g. fp8 on a GPU without FP8 units
             continue
         if times:
+            noun = counted[len(times) != 1]
+            counted_text = f"{len(times):,} {noun} fits" if noun and len(times) == 1 else \
+                f"{len(times):,} {noun + ' ' if noun else ''}fit"
             flags = " ".join(f"--{k.replace('_', '-')} {','.join(map(str, v))}" for k, v in alternative.items())
-            return (f"no plan fits with {_described(options)}; {len(times):,} fit with {flags} "
+            return (f"no plan fits with {_described(options)}; {counted_text} with {flags} "
                     f"(fastest {min(times):,.2f} s a step)")
     return ""
 

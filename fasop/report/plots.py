@@ -4,25 +4,11 @@
 from __future__ import annotations
 
 from fasop.pareto.frontier import ParetoAnalysis
+from fasop.report.figure_styles import KIND_STYLE, MIXED_STYLE, fits_on_chart, node_type_styles, usd, wrap_name  # noqa: F401
+from fasop.report.results import pareto_ranks
 
 WIDTH_IN, HEIGHT_IN, DPI, FONT_PT = 3.5, 2.9, 200, 8
 """One report column wide; fonts readable at that size."""
-
-KIND_STYLE = ({"marker": "o", "color": "#1f77b4"}, {"marker": "s", "color": "#2ca02c"},
-              {"marker": "^", "color": "#9467bd"}, {"marker": "v", "color": "#8c564b"},
-              {"marker": "P", "color": "#e377c2"}, {"marker": "X", "color": "#bcbd22"},
-              {"marker": "<", "color": "#17becf"}, {"marker": ">", "color": "#393b79"})
-"""Homogeneous node types in --max-nodes order, each its own marker and colour (a ninth type
-and beyond reuse them: a legend that long is unreadable anyway); mixed compositions use MIXED_STYLE."""
-MIXED_STYLE = {"marker": "D", "color": "#7f7f7f"}
-
-
-def node_type_styles(type_order: list[str]) -> dict[str, dict]:
-    """{node type: its marker and colour}, by the node type's place in `type_order` (the cluster
-    spec's node types, in the spec's order): one node type looks the same in every figure of a
-    run (the frontier's points, the stage labels of the timeline and the memory figure)."""
-    return {name: KIND_STYLE[i % len(KIND_STYLE)] for i, name in enumerate(type_order)}
-
 
 def render_pareto(analysis: ParetoAnalysis, *, title: str = "", type_order: list[str] | None = None) -> dict[str, bytes]:
     """{"png": bytes (200 dpi), "svg": bytes}: training time (h) vs cost (USD) per composition,
@@ -53,15 +39,19 @@ def render(fig) -> dict[str, bytes]:
 def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool = True, annotate=None,
                     type_order: list[str] | None = None):
     """Time vs cost: points (a DataFrame with composition, kind, status, train_time_h,
-    train_cost_usd, on_frontier, is_knee) by kind, each kind its own marker and colour; the
-    frontier as a staircase with its points labelled by composition; the knee starred unless
-    `annotate(ax)` marks it (and more). Styles: node_type_styles(type_order or kinds)."""
-    from matplotlib.ticker import FuncFormatter
-
+    train_cost_usd, on_frontier, is_knee, and rank when it has one: the pareto CSV's) by kind, each
+    kind its own marker and colour; the frontier as a staircase, each of its points numbered by its
+    rank and listed (number: composition) in the legend, which is below the axes and so covers no
+    data; an axis whose values span more than LOG_SPAN times is logarithmic; the knee starred
+    unless `annotate(ax)` marks it (and more). Styles: node_type_styles(type_order or kinds)."""
     plt, style = _style()
     fits = points[points["status"] == "ok"]
+    if "rank" not in points:  # the pareto CSV's rule (results.pareto_ranks)
+        points = points.assign(rank=pareto_ranks(points["train_time_h"], points["train_cost_usd"], points["status"]))
+        fits = points[points["status"] == "ok"]
     styles = node_type_styles(list(type_order or kinds) + [k for k in kinds if k not in (type_order or kinds)]) \
         | {"mixed": MIXED_STYLE}
+    front = fits[fits["on_frontier"]].sort_values(["train_time_h", "train_cost_usd"])
     with style:
         fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
         for kind in kinds + ["mixed"]:
@@ -70,17 +60,16 @@ def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool
                 label = f"{kind} only" if kind != "mixed" else "mixed"
                 ax.scatter(sub["train_cost_usd"], sub["train_time_h"], s=12, alpha=0.55, linewidths=0,
                            label=label, zorder=2, **styles[kind])
-        front = fits[fits["on_frontier"]].sort_values(["train_cost_usd", "train_time_h"])
+        _scales(ax, fits)
         if len(front):
-            ax.step(front["train_cost_usd"], front["train_time_h"], where="post", color="black", lw=0.9,
+            stairs = front.sort_values(["train_cost_usd", "train_time_h"])
+            ax.step(stairs["train_cost_usd"], stairs["train_time_h"], where="post", color="black", lw=0.9,
                     zorder=3, label="frontier")
             ax.scatter(front["train_cost_usd"], front["train_time_h"], s=14, facecolors="none",
                        edgecolors="black", linewidths=0.8, zorder=4)
-            _label_frontier(ax, front)
         pruned = int((points["status"] == "pruned").sum())
-        if pruned:  # no time or cost of their own: not drawn, but counted
-            ax.text(0.01, 0.01, f"{pruned:,} compositions pruned (off the frontier), not drawn",
-                    transform=ax.transAxes, ha="left", va="bottom", color="#7f7f7f", fontsize=FONT_PT - 2)
+        if pruned:  # no time or cost of their own: not drawn, but counted (under the axis: it covers no point)
+            _note(ax, f"{pruned:,} compositions pruned (off the frontier), not drawn")
         if annotate is not None:
             annotate(ax)
         else:
@@ -89,56 +78,96 @@ def frontier_figure(points, kinds: list[str], *, title: str = "", complete: bool
                 ax.scatter(knee["train_cost_usd"], knee["train_time_h"], marker="*", s=70, color="#d62728",
                            zorder=5, edgecolors="black", linewidths=0.4,
                            label=f"knee: {knee['composition'].iloc[0]}")
-        ax.set_xlabel("training cost (USD)")
-        ax.set_ylabel("training time (hours)")
-        ax.xaxis.set_major_formatter(FuncFormatter(_usd))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        _frame(ax, title)
-        if not complete:
-            ax.text(0.99, 0.99, "incomplete sweep", transform=ax.transAxes, ha="right", va="top", color="red")
-        ax.legend(loc="upper right", frameon=False, handlelength=1.2, borderaxespad=0.2)
+        _frame(ax, title + ("" if complete else " (incomplete sweep)"))
+        handles, labels = ax.get_legend_handles_labels()
+        handles += _frontier_handles(front)
+        labels += [r.composition for r in front.itertuples(index=False)]
+        columns = 2 if max(map(len, labels), default=0) <= LEGEND_COLUMN_CHARS else 1  # within the figure's width
+        fig.set_size_inches(WIDTH_IN, HEIGHT_IN + 0.13 * -(-len(labels) // columns))
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", ncol=columns, frameon=False, handlelength=1.2,
+                       columnspacing=1.0)
+        if len(front):
+            _number_frontier(fig, ax, front, fits)
     return fig
 
 
-def _near(value: float, data: list[float]) -> bool:
-    """Whether a deadline or budget line at `value` fits on the chart of `data` (at most twice
-    its largest value): a line far beyond would stretch the axis over empty space, to infinity."""
-    return bool(data) and value <= 2 * max(data)
+LEGEND_COLUMN_CHARS = 22  # legend labels up to this long fit two to a line on a one-column figure
 
 
-CHAR_W, LABEL_H = 0.0145, 0.045
-"""Size of a frontier label's character and line, as fractions of the axes (5-pt type on a
-one-column figure), to keep labels from overlapping."""
+def _note(ax, text: str) -> None:
+    """A line under the x axis's label: outside the axes, so it covers no point."""
+    ax.set_xlabel(f"{ax.get_xlabel()}\n{text}")
 
 
-def _label_frontier(ax, front) -> None:
-    """Frontier points' compositions in small type beside them, the fastest first; a label that
-    would overlap one already placed is left out. Labels lean towards the middle of the axes."""
-    ax.autoscale_view()
-    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
-    boxes: list[tuple[float, float, float, float]] = []
-    for r in front.sort_values(["train_time_h", "train_cost_usd"]).itertuples(index=False):
-        x, y = (r.train_cost_usd - x0) / ((x1 - x0) or 1), (r.train_time_h - y0) / ((y1 - y0) or 1)
-        right = x > 0.55
-        width = CHAR_W * len(r.composition)
-        box = (x - width - 0.02 if right else x + 0.01, y + 0.005, x - 0.01 if right else x + width + 0.02,
-               y + LABEL_H)
-        if any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes):
-            continue
-        boxes.append(box)
-        ax.annotate(r.composition, (r.train_cost_usd, r.train_time_h), xytext=(-4 if right else 4, 4),
-                    textcoords="offset points", fontsize=FONT_PT - 3, color="#333333", zorder=6,
-                    ha="right" if right else "left", va="bottom")
+LOG_SPAN = 30
+"""An axis whose plotted values span more than this factor is logarithmic: on a linear one the
+points near its low end would merge into a corner."""
 
 
-def _usd(value: float, _pos=None) -> str:
-    if abs(value) >= 1e9:
-        return f"${value:.3g}"
-    if abs(value) >= 1e6:
-        return f"${value / 1e6:g}M"
-    if abs(value) >= 1e3:
-        return f"${value / 1e3:g}k"
-    return f"${value:g}"
+def _scales(ax, fits) -> None:
+    """Cost (x) and time (y) axes: linear, or logarithmic past LOG_SPAN (ticks at 1, 2, 5 a decade
+    over at most 2.5 decades, else at decades), labelled in dollars and hours."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    hours = lambda v, _=None: f"{v:,.0f}" if v >= 10 else f"{v:,.2g}"  # noqa: E731
+    for axis, scale, column, name, fmt in ((ax.xaxis, ax.set_xscale, "train_cost_usd", "training cost (USD)", usd),
+                                           (ax.yaxis, ax.set_yscale, "train_time_h", "training time (hours)", hours)):
+        values = [v for v in fits[column] if v > 0]
+        wide = bool(values) and max(values) > LOG_SPAN * min(values)
+        if wide:
+            scale("log")
+            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if math.log10(max(values) / min(values)) <= 2.5
+                                              else (1.0,)))
+            axis.set_minor_formatter(NullFormatter())
+        axis.set_major_formatter(FuncFormatter(fmt))
+        axis.set_label_text(name + (", log scale" if wide else ""))
+
+
+NUMBER_PLACES = tuple((r * dx, r * dy) for r in (2, 8, 14, 20, 28)
+                      for dx, dy in ((-0.7, -0.7), (0, -1), (-1, 0), (0.7, -0.7), (-0.7, 0.7), (1, 0)))
+"""Where a frontier point's number may go, in points from it, in order of preference: near first,
+below and to the left first (no point lies there: it would dominate the frontier point); past the
+first ring with a leader line."""
+
+
+def _number_frontier(fig, ax, front, fits) -> None:
+    """Each frontier point's rank beside it, at the first of NUMBER_PLACES where it overlaps no
+    number already placed and no point drawn (laid out first: positions in the final pixels)."""
+    fig.canvas.draw()
+    pt = fig.dpi / 72
+    points = ax.transData.transform(fits[["train_cost_usd", "train_time_h"]].to_numpy(dtype=float))
+    taken = [(x - 2.5 * pt, y - 2.5 * pt, x + 2.5 * pt, y + 2.5 * pt) for x, y in points]
+    frame = ax.get_window_extent()
+    for r in front.itertuples(index=False):
+        x, y = ax.transData.transform((r.train_cost_usd, r.train_time_h))
+        h = (FONT_PT - 2) * pt  # a digit's height in pixels, its width ~0.6 of it
+        w = 0.6 * h * len(str(r.rank))
+        for k, (dx, dy) in enumerate(NUMBER_PLACES):
+            cx, cy = x + dx * pt + (w / 2 + pt) * (dx > 0) - (w / 2 + pt) * (dx < 0), y + dy * pt - h / 2 * (dy < 0) \
+                + h / 2 * (dy > 0)
+            box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+            inside = frame.x0 <= box[0] and box[2] <= frame.x1 and frame.y0 <= box[1] and box[3] <= frame.y1
+            if inside and not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in taken):
+                break
+        else:
+            k, cx, cy = 0, x - pt - w / 2, y - pt - h / 2
+        taken.append((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2))
+        text = ax.annotate(str(r.rank), (r.train_cost_usd, r.train_time_h), xytext=((cx - x) / pt, (cy - y) / pt),
+                           textcoords="offset points", fontsize=FONT_PT - 2, zorder=6, gid="frontier_number",
+                           ha="center", va="center", arrowprops=None if k < 6 else
+                           {"arrowstyle": "-", "lw": 0.3, "color": "#555555", "shrinkA": 0, "shrinkB": 2})
+        text.set_in_layout(False)
+
+
+def _frontier_handles(front) -> list:
+    """The legend's entries of the frontier's points: the number as the marker."""
+    from matplotlib.lines import Line2D
+
+    return [Line2D([], [], ls="none", marker=f"${r.rank}$", color="black", markeredgewidth=0,
+                   markersize=3 + 2 * len(str(r.rank))) for r in front.itertuples(index=False)]
 
 
 def _annotate(ax, analysis: ParetoAnalysis) -> None:
@@ -147,9 +176,8 @@ def _annotate(ax, analysis: ParetoAnalysis) -> None:
     if analysis.knee is not None:
         marks.append((analysis.knee, "knee", "*", "#d62728", 70))
     fits = [r for r in analysis.results if r.status == "ok"]
-    if analysis.deadline_hours is not None and not _near(analysis.deadline_hours, [r.train_time_h for r in fits]):
-        ax.text(0.01, 0.01, f"deadline {analysis.deadline_hours:,.4g} h: off the chart", transform=ax.transAxes,
-                ha="left", va="bottom", color="#ff7f0e", fontsize=FONT_PT - 1)
+    if analysis.deadline_hours is not None and not fits_on_chart(analysis.deadline_hours, [r.train_time_h for r in fits]):
+        _note(ax, f"deadline {analysis.deadline_hours:,.4g} h: off the chart")
     elif analysis.deadline_hours is not None:
         ax.axhline(analysis.deadline_hours, color="#ff7f0e", lw=0.7, ls="--", zorder=1)
         ax.annotate(f"deadline {analysis.deadline_hours:,.0f} h", (1.0, analysis.deadline_hours),
@@ -157,12 +185,11 @@ def _annotate(ax, analysis: ParetoAnalysis) -> None:
                     fontsize=FONT_PT - 1)
         if analysis.deadline is not None:
             marks.append((analysis.deadline, "cheapest in deadline", "v", "#ff7f0e", 30))
-    if analysis.budget_usd is not None and not _near(analysis.budget_usd, [r.train_cost_usd for r in fits]):
-        ax.text(0.01, 0.06, f"budget {_usd(analysis.budget_usd)}: off the chart", transform=ax.transAxes,
-                ha="left", va="bottom", color="#17becf", fontsize=FONT_PT - 1)
+    if analysis.budget_usd is not None and not fits_on_chart(analysis.budget_usd, [r.train_cost_usd for r in fits]):
+        _note(ax, f"budget {usd(analysis.budget_usd)}: off the chart")
     elif analysis.budget_usd is not None:
         ax.axvline(analysis.budget_usd, color="#17becf", lw=0.7, ls="--", zorder=1)
-        ax.annotate(f"budget {_usd(analysis.budget_usd)}", (analysis.budget_usd, 1.0),
+        ax.annotate(f"budget {usd(analysis.budget_usd)}", (analysis.budget_usd, 1.0),
                     xycoords=("data", "axes fraction"), ha="left", va="top", rotation=90, color="#17becf",
                     fontsize=FONT_PT - 1)
         if analysis.budget is not None:
@@ -340,7 +367,9 @@ def memory_figure(stages, *, title: str = "", stage_colors: list[str] | None = N
     plt, style = _style()
     gib = 2.0**30
     with style:
-        fig, ax = plt.subplots(figsize=(max(WIDTH_IN, 0.9 + 0.28 * len(stages)), HEIGHT_IN), layout="constrained")
+        part = max(len(p) for s in stages for p in s.gpu.replace("-", "-\n").split("\n")) if len(stages) <= 8 else 0
+        slot = max(0.28, part / 12 + 0.06)  # inches a bar: its GPU name's longest part at ~12 characters an inch
+        fig, ax = plt.subplots(figsize=(max(WIDTH_IN, 0.9 + slot * len(stages)), HEIGHT_IN), layout="constrained")
         x = list(range(len(stages)))
         bottom = [0.0] * len(stages)
         parts = PART_STYLE if all(s.weights_bytes is not None for s in stages) else (("estimate", "#4e79a7"),)
@@ -358,7 +387,8 @@ def memory_figure(stages, *, title: str = "", stage_colors: list[str] | None = N
                    linewidth=0.4, label="overhead", gid="overhead")
         ax.scatter(x, [s.limit_bytes / gib for s in stages], marker="_", s=120, color="black", linewidths=1.4,
                    zorder=5, label="limit", gid="limit")
-        ax.set_xticks(x, [f"{s.stage}\n{s.gpu}" if len(stages) <= 8 else str(s.stage) for s in stages])
+        chars = max(4, int((fig.get_figwidth() - 0.9) / len(stages) * 12))
+        ax.set_xticks(x, [f"{s.stage}\n{wrap_name(s.gpu, chars)}" if len(stages) <= 8 else str(s.stage) for s in stages])
         for tick, color in zip(ax.get_xticklabels(), stage_colors or []):
             tick.set_color(color)
         ax.set_xlabel("pipeline stage" + ("" if len(stages) <= 8 else f" (GPU: {'-'.join(s.gpu for s in stages)})"

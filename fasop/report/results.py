@@ -236,13 +236,21 @@ def pareto_rows(analysis, sequence_length: int, type_names: Sequence[str], *,
                 "step_time_bound_s": "" if r.step_time_bound_s is None else r.step_time_bound_s,
                 "no_plan_reason": r.no_plan_reason if r.status == "no_plan" else ""}
         rows.append(row)
-    fitting = sorted((r.train_time_h, r.train_cost_usd, i) for i, r in enumerate(analysis.results) if r.status == "ok")
-    for k, (_, _, i) in enumerate(fitting, start=1):  # rank in the file: fastest training first
-        rows[i]["rank"] = k
-    for i, r in enumerate(analysis.results):
-        if r.status != "ok":
-            rows[i]["rank"] = ""
+    ranks = pareto_ranks([r.train_time_h for r in analysis.results], [r.train_cost_usd for r in analysis.results],
+                         [r.status for r in analysis.results])
+    for row, rank in zip(rows, ranks):
+        row["rank"] = rank
     return columns, rows
+
+
+def pareto_ranks(times_h, costs_usd, statuses) -> list[int | str]:
+    """A pareto CSV's `rank` of each composition: those with a plan that fits (status ok) by training
+    time, then cost, then composition order, 1 the fastest; '' for the rest (the frontier figure's numbers)."""
+    fitting = sorted((t, c, i) for i, (t, c, s) in enumerate(zip(times_h, costs_usd, statuses)) if s == "ok")
+    ranks: list[int | str] = [""] * len(list(statuses))
+    for k, (_, _, i) in enumerate(fitting, start=1):
+        ranks[i] = k
+    return ranks
 
 
 SIGNIFICANT_DIGITS = 6

@@ -24,6 +24,22 @@ def chunks(items: Iterator, size: int) -> Iterator[list]:
         yield chunk
 
 
+def steady(progress: Callable[[int, int], None] | None, total: int) -> Callable[[int], None]:
+    """report(done) for a search's `progress(done, total)`: passes on counts that go up (chunks
+    back from workers may say less than the order tree already did), at most about 1,000 of them
+    and always the last (done = total)."""
+    step, last = max(1, total // 1000), [-1, -1]  # [last passed on, last seen]
+
+    def report(done: int) -> None:
+        if progress is None or done <= last[1]:
+            return
+        last[1] = done
+        if done - last[0] >= step or done >= total:
+            last[0] = done
+            progress(done, total)
+    return report
+
+
 def estimate_chunk(estimator: Estimator, chunk: list[tuple[int, Plan]], top: int | None,
                    kept: Sequence[float], asked: set[bytes],
                    cutoff: float = float("inf")) -> list[tuple[int, Estimate | None]]:

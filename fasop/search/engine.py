@@ -26,7 +26,7 @@ from fasop.plans.enumerate import (all_placements, combo_plan, count_orders, cyc
                                    grouped_placements, plans)
 from fasop.plans.plan import Plan
 from fasop.plans.space import DegreeSpace, split_options
-from fasop.search.chunks import chunks, estimate_chunks, signature_key
+from fasop.search.chunks import chunks, estimate_chunks, signature_key, steady
 from fasop.search.orders import OrderSearch
 from fasop.specs.files import show
 from fasop.specs.types import ClusterSpec, ModelSpec, NodeType
@@ -228,32 +228,30 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     expect_shapes = getattr(estimator, "expect_shapes", None)
     if expect_shapes is not None:
         expect_shapes(combo[:3] for combo in combos)
-    kept = _Kept(top, cutoff)
-    tally = _Tally(pruned=num_orders * (every - len(combos)))
-    tree, accounted = None, None
+    precut = num_orders * (every - len(combos))  # resolved before any work: progress counts them done
+    kept, tally, report, tree, accounted = _Kept(top, cutoff), _Tally(pruned=precut), steady(progress, total), None, None
     if _by_prefix(cluster, estimator, placements, num_orders, top, MAX_ORDERS if max_orders is None else max_orders):
-        tree = OrderSearch(estimator, inventory, combos, kept.threshold)
+        tree = OrderSearch(estimator, inventory, combos, kept.threshold, lambda n: report(precut + n))
         candidates: Iterator[tuple[int, Plan]] = iter(tree)
-        accounted = lambda: tree.accounted  # noqa: E731
+        accounted = lambda: precut + tree.resolved()  # noqa: E731
     else:
         candidates = enumerate(plans(orders, combos, global_batch_size=model.global_batch_size))
     if placements != "cyclic":  # cyclic: FASOP's, no dedupe
         candidates = tally.unique(candidates, estimator)
     size = BATCH_CHUNK if partitioner == "fasop-minmax" and top is None else CHUNK
-    report = progress or (lambda done, n: None)
     spec = (model, cluster, tuple(inventory), partitioner, partition_budget, options)
     interrupted, done = None, 0
     try:
         for done, results in estimate_chunks(chunks(candidates, size), estimator, spec, top, kept.values, workers,
                                              accounted, set(), cutoff):
             tally.add(results, kept)
-            report(done, total)
+            report(done)
     except KeyboardInterrupt as exc:  # keep what is finished: the caller writes it, marked incomplete
         if not keep_on_interrupt:
             raise
         interrupted = exc
     else:
-        report(total, total)
+        report(total)
         if tree is not None:
             tally.add_tree(tree)
     return SearchResult(estimates=kept.ranked(), inventory=tuple(inventory), iterations=iterations,

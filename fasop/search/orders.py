@@ -24,6 +24,7 @@ states and bounds: fasop/estimators/fasop2024/orders.py.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -45,15 +46,20 @@ class OrderSearch:
     """The plans of `combos` x every order of `inventory` that can enter the K fastest, as
     (enumeration index, plan) in enumeration order per (tp, dp, pp, mbs); plans of a subtree
     cut by an equivalent prefix or by the bound are counted in `duplicates` / `pruned`.
-    `threshold()`: the K-th kept step time so far (inf until there are K)."""
+    `threshold()`: the K-th kept step time so far (inf until there are K). `progress(accounted)`:
+    called as plans are resolved, cut subtrees included, so that a search's progress advances with
+    the tree walked, not only with the plans it yields."""
 
     def __init__(self, estimator: Estimator, inventory: Sequence[NodeType],
-                 combos: Sequence[tuple[int, ...]], threshold: Callable[[], float]):
+                 combos: Sequence[tuple[int, ...]], threshold: Callable[[], float],
+                 progress: Callable[[int], None] | None = None):
         self.estimator, self.combos, self.threshold = estimator, list(combos), threshold
+        self.progress = progress or (lambda accounted: None)
         self.kinds = list({n.name: n for n in inventory}.values())
         self.counts = tuple(sum(n.name == k.name for n in inventory) for k in self.kinds)
         self.inventory = tuple(inventory)
         self.duplicates = self.pruned = self.accounted = 0
+        self._ahead: list[float] = []
         """Plans skipped as equivalent, plans cut by the bound, plans resolved so far (all three
         include yielded plans' share: accounted = yielded + duplicates + pruned)."""
 
@@ -66,12 +72,24 @@ class OrderSearch:
         bounds = [self.estimator.quick_bound(shape) for shape in shapes]
         rank = getattr(self.estimator, "search_order", None)
         keys = [rank(shape) for shape in shapes] if rank is not None else bounds
+        self._ahead = sorted(bounds)  # the quick bounds of the shapes not yet begun, ascending
         for c in sorted(range(len(shapes)), key=lambda c: (keys[c], c)):
+            del self._ahead[bisect.bisect_left(self._ahead, bounds[c])]
             if bounds[c] > self.threshold():
                 self.pruned += _orders(self.counts)
-                self.accounted += _orders(self.counts)
+                self._account(_orders(self.counts))
                 continue
             yield from self._orders_of(c, shapes[c])
+
+    def _account(self, plans: int) -> None:
+        self.accounted += plans
+        self.progress(self.resolved())
+
+    def resolved(self) -> int:
+        """Plans resolved: `accounted`, and those of the shapes not yet begun whose quick bound is above
+        the threshold now (the threshold only falls: they will be cut, unvisited)."""
+        ahead = len(self._ahead) - bisect.bisect_right(self._ahead, self.threshold())
+        return self.accounted + ahead * _orders(self.counts)
 
     def _orders_of(self, c: int, shape: Plan) -> Iterator[tuple[int, Plan]]:
         """Depth-first over prefixes in enumeration order (children pushed last-kind first)."""
@@ -84,10 +102,10 @@ class OrderSearch:
             prefix, left, state, rank, bound, hint = stack.pop()
             if bound > self.threshold():  # the threshold has tightened since it was pushed
                 self.pruned += _orders(left)
-                self.accounted += _orders(left)
+                self._account(_orders(left))
                 continue
             if len(prefix) == n:
-                self.accounted += 1
+                self._account(1)
                 yield rank * per_order + c, replace(shape, placement=prefix)
                 continue
             children = []
@@ -102,7 +120,7 @@ class OrderSearch:
                 key = (child_left, child_state)
                 if key in seen:
                     self.duplicates += size
-                    self.accounted += size
+                    self._account(size)
                     continue
                 seen.add(key)
                 if hinted is None:
@@ -111,7 +129,7 @@ class OrderSearch:
                     child_bound, child_hint = hinted(child_state, len(prefix) + 1, child_left, hint, self.threshold())
                 if child_bound > self.threshold():
                     self.pruned += size
-                    self.accounted += size
+                    self._account(size)
                     continue
                 children.append((prefix + (kind,), child_left, child_state, child_rank, child_bound, child_hint))
             stack.extend(reversed(children))
