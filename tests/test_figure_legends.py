@@ -56,9 +56,9 @@ def test_breakdown_legend_covers_no_bar():
 
 
 def test_axes_go_logarithmic_past_a_30x_span():
-    fig = plots.frontier_figure(WIDE, KINDS)  # times span 88x, costs 8.4x
+    fig = plots.frontier_figure(WIDE, KINDS)  # times span 88x; costs 8.4x, the frontier's 5 % of them: crowded
     ax = fig.axes[0]
-    assert (ax.get_yscale(), ax.get_xscale()) == ("log", "linear") and "log scale" in ax.get_ylabel()
+    assert (ax.get_yscale(), ax.get_xscale()) == ("log", "log") and "log scale" in ax.get_ylabel()
     _close(fig)
     narrow = _points([1.0, 2.0, 29.0], [3.0, 2.0, 1.0], ["p5"] * 3, [True] * 3)  # 29x: linear
     fig = plots.frontier_figure(narrow, ["p5"])
@@ -140,8 +140,20 @@ def test_notes_go_under_the_axis_and_the_legend_stays_on_the_figure():
     fig = plots.frontier_figure(points, KINDS)
     fig.canvas.draw()
     ax = fig.axes[0]
-    assert "3 compositions pruned (off the frontier), not drawn" in ax.get_xlabel()
+    assert "3 compositions pruned (off the frontier), not drawn" in " ".join(ax.get_xlabel().split())  # wrapped
     assert all(t.get_gid() == "frontier_number" for t in ax.texts)  # nothing else written inside the axes
     legend, width = fig.legends[0].get_window_extent(), fig.get_figwidth() * fig.dpi
     assert 0 <= legend.x0 and legend.x1 <= width
     _close(fig)
+
+
+def test_a_frontier_crammed_in_a_corner_gets_a_log_axis():
+    """Far-off slow points (29x: under LOG_SPAN) squeeze the frontier into under 10 % of a linear
+    time axis: that axis goes logarithmic; the same points with the frontier spread stay linear."""
+    from fasop.report.figure_styles import crowded
+
+    values = [30e3, 31e3, 33e3, 35e3, 870e3]
+    assert crowded(values, [30e3, 31e3, 33e3])            # 3,000 of 840,000 hours
+    assert not crowded(values, [30e3, 870e3])             # the frontier spans the axis
+    assert not crowded([10.0, 12.0, 20.0], [10.0])        # under 3x: a log axis would not help
+    assert not crowded(values, [])

@@ -49,3 +49,24 @@ def wrap_name(name: str, chars: int) -> str:
             lines.append(part)
     return "\n".join(lines)
 
+
+
+CROWDED_SHARE = 0.1
+"""A frontier taking less than this share of a linear axis's range sits merged in a corner."""
+
+
+def crowded(values: list[float], frontier: list[float]) -> bool:
+    """Whether on a linear axis over `values` the `frontier`'s would take less than CROWDED_SHARE of
+    it (the frontier crammed into a corner by far-off points) while the values span at least 3x,
+    so that a logarithmic axis spreads them."""
+    lo, hi = min(values, default=0.0), max(values, default=0.0)
+    if not frontier or lo <= 0 or hi < 3 * lo:
+        return False
+    return max(frontier) - min(frontier) < CROWDED_SHARE * (hi - lo)
+
+
+def wrap_note(text: str, chars: int = 48) -> str:
+    """A note under an axis in lines of at most `chars` characters (it must not run off the figure)."""
+    import textwrap
+
+    return textwrap.fill(text, chars)

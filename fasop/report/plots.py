@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from fasop.pareto.frontier import ParetoAnalysis
-from fasop.report.figure_styles import KIND_STYLE, MIXED_STYLE, fits_on_chart, node_type_styles, usd, wrap_name  # noqa: F401
+from fasop.report.figure_styles import (KIND_STYLE, MIXED_STYLE, crowded, fits_on_chart, node_type_styles,  # noqa: F401
+                                       usd, wrap_name, wrap_note)
 from fasop.report.results import pareto_ranks
 
 WIDTH_IN, HEIGHT_IN, DPI, FONT_PT = 3.5, 2.9, 200, 8
@@ -97,17 +98,15 @@ LEGEND_COLUMN_CHARS = 22  # legend labels up to this long fit two to a line on a
 
 def _note(ax, text: str) -> None:
     """A line under the x axis's label: outside the axes, so it covers no point."""
-    ax.set_xlabel(f"{ax.get_xlabel()}\n{text}")
+    ax.set_xlabel(f"{ax.get_xlabel()}\n{wrap_note(text)}")
 
 
 LOG_SPAN = 30
-"""An axis whose plotted values span more than this factor is logarithmic: on a linear one the
-points near its low end would merge into a corner."""
+"""An axis whose values span more than this factor (or whose frontier is `crowded`) is logarithmic."""
 
 
 def _scales(ax, fits) -> None:
-    """Cost (x) and time (y) axes: linear, or logarithmic past LOG_SPAN (ticks at 1, 2, 5 a decade
-    over at most 2.5 decades, else at decades), labelled in dollars and hours."""
+    """Cost (x) and time (y) axes: linear, or logarithmic (LOG_SPAN, `crowded`; ticks 1-2-5 to 2.5 decades), $ and h."""
     import math
 
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -116,7 +115,8 @@ def _scales(ax, fits) -> None:
     for axis, scale, column, name, fmt in ((ax.xaxis, ax.set_xscale, "train_cost_usd", "training cost (USD)", usd),
                                            (ax.yaxis, ax.set_yscale, "train_time_h", "training time (hours)", hours)):
         values = [v for v in fits[column] if v > 0]
-        wide = bool(values) and max(values) > LOG_SPAN * min(values)
+        front = [v for v in fits.loc[fits["on_frontier"], column] if v > 0] if "on_frontier" in fits else []
+        wide = bool(values) and (max(values) > LOG_SPAN * min(values) or crowded(values, front))
         if wide:
             scale("log")
             axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if math.log10(max(values) / min(values)) <= 2.5
