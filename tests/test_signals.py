@@ -186,3 +186,21 @@ def test_stop_kills_a_worker_that_ignores_sigterm(monkeypatch, tmp_path):
     started = set(_children(os.getpid())) - before
     workers.stop(pool)
     assert started and not any(_alive(pid) for pid in started)
+
+
+def test_a_sigterm_inside_a_futures_wait_is_a_termination_not_a_lock_error(monkeypatch):
+    """SIGTERM's Terminated raised between a Condition's release and re-acquire inside
+    future.result() surfaces as threading's RuntimeError "cannot release un-acquired lock" (seen
+    in CI): after a SIGTERM, result_of raises Terminated for it; without one the error stands."""
+    from fasop.core import workers
+
+    class Broken:
+        def result(self):
+            raise RuntimeError("cannot release un-acquired lock")
+
+    monkeypatch.setattr(workers, "_TERMINATED", [False])
+    with pytest.raises(RuntimeError):
+        workers.result_of(Broken())
+    monkeypatch.setattr(workers, "_TERMINATED", [True])
+    with pytest.raises(workers.Terminated):
+        workers.result_of(Broken())

@@ -40,10 +40,15 @@ def exit_status(interrupt: BaseException) -> int:
     return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
 
 
+_TERMINATED: list[bool] = [False]
+"""Whether sigterm_as_interrupt's handler has run in this process."""
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """While inside, SIGTERM raises Terminated in the main thread (no-op outside the main thread)."""
     def raise_terminated(signum, frame):
+        _TERMINATED[0] = True
         raise Terminated()
 
     try:
@@ -55,6 +60,19 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def result_of(future):
+    """`future.result()`; a SIGTERM whose Terminated is raised inside the wait, between its
+    Condition's release and re-acquire, surfaces as threading's RuntimeError "cannot release
+    un-acquired lock" instead: after a SIGTERM that is the termination, raised as Terminated (a
+    search then writes what it finished and exits 143, not a traceback and 1)."""
+    try:
+        return future.result()
+    except RuntimeError:
+        if _TERMINATED[0]:
+            raise Terminated() from None
+        raise
 
 
 def available_cores() -> int:

@@ -105,7 +105,7 @@ def estimate_chunks(chunks: Iterator[list], estimator: Estimator, spec: tuple, t
         for chunk in chunks:
             yield done(chunk), estimate_chunk(estimator, chunk, top, kept(), asked, cutoff)
         return
-    from fasop.core.workers import process_pool
+    from fasop.core.workers import process_pool, result_of
 
     with process_pool(workers, _init_worker, spec) as pool:
         window: list = []
@@ -113,9 +113,9 @@ def estimate_chunks(chunks: Iterator[list], estimator: Estimator, spec: tuple, t
             window.append((done(chunk), pool.submit(_worker_chunk, chunk, top, kept(), cutoff)))
             if len(window) >= 2 * workers:
                 count, future = window.pop(0)
-                yield count, future.result()
+                yield count, result_of(future)
         for count, future in window:
-            yield count, future.result()
+            yield count, result_of(future)
 
 
 _WORKER: dict = {}
