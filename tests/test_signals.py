@@ -188,19 +188,33 @@ def test_stop_kills_a_worker_that_ignores_sigterm(monkeypatch, tmp_path):
     assert started and not any(_alive(pid) for pid in started)
 
 
-def test_a_sigterm_inside_a_futures_wait_is_a_termination_not_a_lock_error(monkeypatch):
+def test_a_sigterm_inside_a_futures_wait_is_a_termination_not_a_lock_error(tmp_path):
     """SIGTERM's Terminated raised between a Condition's release and re-acquire inside
     future.result() surfaces as threading's RuntimeError "cannot release un-acquired lock" (seen
-    in CI): after a SIGTERM, result_of raises Terminated for it; without one the error stands."""
-    from fasop.core import workers
+    in CI): after a SIGTERM, result_of raises Terminated for it; before one the error stands.
+    In a process of its own: the SIGTERM is real and its mark stays in that process."""
+    script = """
+import os, signal, time
+from fasop.core import workers
 
-    class Broken:
-        def result(self):
-            raise RuntimeError("cannot release un-acquired lock")
+class Broken:
+    def result(self):
+        raise RuntimeError("cannot release un-acquired lock")
 
-    monkeypatch.setattr(workers, "_TERMINATED", [False])
-    with pytest.raises(RuntimeError):
+try:
+    workers.result_of(Broken())
+except RuntimeError:
+    print("before: RuntimeError")
+with workers.sigterm_as_interrupt():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    except workers.Terminated:
+        print("sigterm: Terminated")
+    try:
         workers.result_of(Broken())
-    monkeypatch.setattr(workers, "_TERMINATED", [True])
-    with pytest.raises(workers.Terminated):
-        workers.result_of(Broken())
+    except workers.Terminated:
+        print("after: Terminated")
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split("\n")[:3] == ["before: RuntimeError", "sigterm: Terminated", "after: Terminated"], out
