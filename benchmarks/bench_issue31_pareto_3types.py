@@ -13,19 +13,8 @@ from __future__ import annotations
 
 import sys
 
-from _pareto_row import command, same_frontier
-from issue31 import compare_trees, parser
-
-
-def main() -> int:
-    p = parser(__doc__)
-    p.add_argument("--max-nodes", default="p5=4,p4de=4,g6e=4")
-    p.add_argument("--tokens", default="15000000000000")
-    p.add_argument("--workers", type=int, default=1)
-    args = p.parse_args()
-    return compare_trees(args, [("pareto", command(args.max_nodes, args.tokens, args.workers), "out_pareto.csv")],
-                         same_frontier)
+from _pareto_row import run
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__doc__, "p5=4,p4de=4,g6e=4"))

@@ -140,23 +140,19 @@ def test_a_file_of_cluster_rows_needs_no_gpu_column(tmp_path):
     the header is refused."""
     path = _run(tmp_path, ROW.format(split="", stages=""))
     with_column = _out(validate(path))[0]
-    rows = list(csv.DictReader(io.StringIO(path.read_text())))
-    for r in rows:
-        del r["gpu"]
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    path.write_text(out.getvalue())
-    without = _out(validate(path))[0]
+    without = _out(validate(_drop_column(path, "gpu")))[0]
     assert without["predicted_seconds_per_iter"] == with_column["predicted_seconds_per_iter"]
     assert without["stage_gpus"] == "V100-SXM2-16GB|V100-SXM2-16GB/T4/T4"
-    for r in rows:
-        del r["cluster"]
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    path.write_text(out.getvalue())
     with pytest.raises(Exception, match="missing required column 'gpu'"):
-        validate(path)
+        validate(_drop_column(path, "cluster"))
+
+
+def _drop_column(path, column: str):
+    """`path` rewritten without `column` (header and cells)."""
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[c for c in rows[0] if c != column])
+    writer.writeheader()
+    writer.writerows({k: v for k, v in r.items() if k != column} for r in rows)
+    path.write_text(out.getvalue())
+    return path

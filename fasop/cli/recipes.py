@@ -149,11 +149,11 @@ def precision_note(args: argparse.Namespace, cluster, inventory) -> list[str]:
     """Without --precision on GPUs that have no BF16 (V100, T4, ...): the fp16 the search used instead."""
     if cluster.estimator != "analytic" or getattr(args, "precision", None):
         return []
+    from fasop.estimators.analytic.recipes import lacking
     from fasop.specs.catalog import find_gpu
 
-    lacking = sorted({find_gpu(n.gpu, cluster.path).name for n in inventory
-                      if find_gpu(n.gpu, cluster.path).peak_flops.get("bf16") is None})
-    if not lacking:
+    missing = lacking({find_gpu(gpu, cluster.path) for gpu in {n.gpu for n in inventory}}, "bf16")
+    if not missing:
         return []
-    verb = "has" if len(lacking) == 1 else "have"
-    return [f"note: precision fp16 with loss scaling: {', '.join(lacking)} {verb} no BF16 (--precision to change)"]
+    verb = "has" if len(missing) == 1 else "have"
+    return [f"note: precision fp16 with loss scaling: {', '.join(missing)} {verb} no BF16 (--precision to change)"]

@@ -30,11 +30,16 @@ def parse_recipes(options: dict) -> dict:
     return out
 
 
+def lacking(gpus, precision: str) -> list[str]:
+    """The names of `gpus` (catalog GPU types) with no tensor cores for `precision` (catalog peak null), sorted."""
+    return sorted({g.name for g in gpus if g.peak_flops.get(precision) is None})
+
+
 def default_precision(options: dict, gpus: list) -> dict:
     """`options` with the precision a search tries when not told: bf16, or fp16 where a GPU of the
     inventory has no BF16 (Volta, Turing, Pascal: catalog bf16_tflops null) -- such clusters train
     in fp16 with loss scaling, not in a bf16 their GPUs would emulate."""
-    if options.get("precision") or all(g.peak_flops.get("bf16") is not None for g in gpus):
+    if options.get("precision") or not lacking(gpus, "bf16"):
         return options
     return {**options, "precision": ("fp16",)}
 
@@ -44,14 +49,14 @@ def without_missing_units(recipes: dict, gpus: list, low: str = "fp8") -> dict:
     tensor cores (catalog fp8_tflops null: A100, A10G, V100, ...; mxfp8 / nvfp4: all but Blackwell):
     every plan uses every node, so no plan of it could train so (its CSV's precision column then
     never says it). That precision alone: a one-line error."""
-    lacking = sorted({g.name for g in gpus if g.peak_flops.get(low) is None})
-    if not lacking:
+    missing = lacking(gpus, low)
+    if not missing:
         return recipes
     if recipes["precision"] == (low,):
         units = "FP8" if low == "fp8" else low.upper()
         instead, where = {"fp8": ("bf16", "H100, H200, L4, ..."), "bf16": ("fp16", "A100, A10G, L4, H100, ...")}.get(
             low, ("bf16", "B200, B300, GB200, GB300"))
-        verb = "has" if len(lacking) == 1 else "have"
-        raise FasopError(f"--precision {low}: {', '.join(lacking)} {verb} no {units} tensor cores (the GPU catalog's "
+        verb = "has" if len(missing) == 1 else "have"
+        raise FasopError(f"--precision {low}: {', '.join(missing)} {verb} no {units} tensor cores (the GPU catalog's "
                          f"{low}_tflops is null); use --precision {instead}, or nodes with {units} ({where})")
     return recipes | {"precision": tuple(p for p in recipes["precision"] if p != low)}
