@@ -66,7 +66,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                    help="matmul precision: bf16 (default), fp16, fp8, fp32, tf32")
     g.add_argument("--hsdp", type=_switch, metavar="on|off|on,off",
                    help="hybrid sharding: the ZeRO / FSDP states sharded over the data-parallel ranks of one node, "
-                        "replicated across nodes (torchtitan's HSDP; default off: sharded over all of them)")
+                        "replicated across nodes (torchtitan's HSDP; default off: sharded over all of them, but FSDP "
+                        "(--zero 3) is also tried as HSDP)")
     d = parser.add_argument_group("plan degrees beyond tp, dp, pp (clusters with estimator: analytic; every value is "
                                   "enumerated; docs/search.md)")
     d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",

@@ -32,7 +32,7 @@ from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic import groups as G
-from fasop.estimators.analytic.hardware import cached_stage_hardware
+from fasop.estimators.analytic.hardware import cached_stage_hardware, domain_gpus
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
 from fasop.estimators.analytic.workloads import shared_workload
@@ -74,7 +74,8 @@ class AnalyticEstimator:
         self.usd_per_s = sum(n.usd_per_hour for n in self.inventory) / 3600
         self.gpus = {n.name: self.params.gpu(find_gpu(n.gpu, cluster.path)) for n in self.inventory}
         self.params = overheads.job_params(self.params, self.gpus.values())   # no FlashAttention below sm80
-        self.recipes = recipes
+        self.recipes, g = recipes, self.inventory[0].gpus_per_node
+        self.domain_gpus = domain_gpus([self.gpus[n.name] for n in self.inventory], range(len(self.inventory)), g)
         self._bounds: dict = {}
         self._composition: CompositionBound | None = None
         self._workloads: dict = {}
@@ -232,9 +233,9 @@ class AnalyticEstimator:
         m = plan.num_microbatches
         vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not self.arch.num_layers % (plan.pp * v)
                                                            and not m % plan.pp)] or [1]
-        hybrid = [h for h in r["hsdp"] if not h or G.dp_shard(plan, True) < plan.dp] or [False]
+        hybrid = [h for h in r["hsdp"] if not h or G.dp_shard(plan, True, self.domain_gpus) < plan.dp] or [False]
         for rc, s, z, v, p, h in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid):
-            if not (h and z == 0):  # HSDP shards states: ZeRO 1-3 only
+            if not h or z in r["hsdp_stages"]:  # HSDP shards states: ZeRO 1-3 (by default 3) only
                 yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p, hsdp=h)
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
@@ -242,8 +243,9 @@ class AnalyticEstimator:
         key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.global_batch_size, recipe, plan.cp, plan.ep, plan.etp)
         w = self._workloads.get(key)
         if w is None:
+            shard = G.dp_shard(plan, True, self.domain_gpus) * plan.cp if recipe.hsdp else 0
             w = self._workloads[key] = shared_workload(self.arch, self.params, self.model.sequence_length, plan, recipe,
-                                                       G.dp_shard(plan, True) * plan.cp if recipe.hsdp else 0)
+                                                       shard)
         return w
 
     def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
@@ -298,7 +300,7 @@ class AnalyticEstimator:
                                 oom_gpumem_gib=max(totals) / GIB, is_zero_oom=oom, zero_oom_gpumem_gib=max(totals) / GIB)
         source = "analytic" if not times else "profile" if all(times) else "mixed"
         r = s.recipe
-        shard = G.dp_shard(plan, r.hsdp) if r.zero else 1
+        shard = G.dp_shard(plan, r.hsdp, self.domain_gpus) if r.zero else 1
         extra = (("cp", plan.cp), ("ep", plan.ep), ("etp", plan.etp), ("dp_shard", shard),
                  ("dp_replicate", plan.dp // shard),
                  ("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),

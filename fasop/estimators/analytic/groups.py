@@ -12,17 +12,24 @@ from __future__ import annotations
 
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import parallel as P
+from fasop.plans.enumerate import divisors
 from fasop.plans.plan import Plan
 
 
-def dp_shard(plan: Plan, hsdp: bool) -> int:
+def dp_shard(plan: Plan, hsdp: bool, domain_gpus: int = 0) -> int:
     """The data-parallel ranks a ZeRO stage >= 1 shards the states over, beside cp (torchtitan's
     data_parallel_shard_degree): all dp, or with HSDP the DP ranks of one node (a node holds
     tp x cp x dp_shard ranks, its mesh's inner dims); dp itself where tp x cp does not divide a node
-    or dp does not split so (HSDP would be FSDP)."""
+    or dp does not split so (HSDP would be FSDP). In an NVLink domain of `domain_gpus` > a node's
+    GPUs (NVL72: 72), the most DP ranks d | dp whose tp x cp x d ranks divide the domain (shard
+    groups never straddle two domains): on GB200 trays of 4 at tp 1, dp 64: 8, not a tray's 4."""
     if not hsdp:
         return plan.dp
     per_node, block = plan.gpus_per_node, plan.tp * plan.cp
+    if domain_gpus > per_node:
+        wide = [d for d in divisors(plan.dp) if not domain_gpus % (block * d)]
+        if wide:
+            return wide[-1]
     inner = per_node // block if not per_node % block else plan.dp
     return inner if inner >= 1 and not plan.dp % inner else plan.dp
 
@@ -64,7 +71,8 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
         on_links = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
         free = C.layer_s(w, hw.gpu, hw.tp_link, P.FREE_LINKS)
         f1, b1 = on_links
-        gf, gb = C.zero3_gather_s(w, C.stage_params(w, n, i == 0, i == len(stages) - 1), hw.dp_link, n, f1, b1)
+        gf, gb = C.zero3_gather_s(w, C.stage_params(w, n, i == 0, i == len(stages) - 1), C.state_links(w, hw)[0], n,
+                                  f1, b1)
         if gf or gb:
             pieces.append(f"FSDP gathers exposed {gf * 1e3:.3f} ms fwd, {gb * 1e3:.3f} ms bwd")
         if w.cp > 1 or w.arch.moe is not None:

@@ -105,3 +105,18 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     return StageHardware(gpu=gpu, tp_link=inside if tp_inside else inter(ks, g),
                          dp_link=inside if one_domain(ks, g, domain) else inter(ks, min(tp, g)), next_link=nxt,
                          memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks), groups=groups)
+
+
+def shard_links(hw: StageHardware, block: int) -> tuple[Link, Link]:
+    """(shard link, replica link) of a stage's HSDP groups, `block` = tp x cp x dp_shard consecutive
+    ranks holding one shard group: a block dividing the stage's NVLink domain (a node, or NVL72's 72
+    GPUs) gathers and reduce-scatters on NVLink, and the all-reduce across replicas crosses nodes
+    with each of a node's GPUs in a replica ring of its own (the NIC shared by min(G, block) of
+    them). A larger block, or a stage without group links: the stage's DP link for both."""
+    groups = hw.groups
+    if groups is None or block > groups.nvlink_gpus or groups.nvlink_gpus % block:
+        return hw.dp_link, hw.dp_link
+    inside = Link(groups.intra_bytes_per_s, groups.intra_latency_s)
+    if hw.dp_link == inside:  # the stage's DP group stays inside the domain: no NIC at all
+        return inside, inside
+    return inside, Link(groups.node_bytes_per_s / min(groups.gpus_per_node, block), groups.inter_latency_s)

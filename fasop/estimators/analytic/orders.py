@@ -212,7 +212,7 @@ class AnalyticPrefixBounds:
             first, last = i == 0, i == self.p - 1
             tau, extra, cap = [], [], []
             for w, v in zip(self.ws, self.v):
-                tau.append(sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, hw.dp_link, hw))
+                tau.append(sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, hw))
                 e = 0.0  # FSDP's gathers of the embedding / head: none counted (a lower bound)
                 e += sum(C.embedding_s(w, hw.gpu, hw.tp_link)) if first else 0.0
                 e += sum(C.head_s(w, hw.gpu)) if last else 0.0
@@ -319,7 +319,7 @@ class AnalyticPrefixBounds:
             seen.add((last - first, i == 0))
             fill = tuple(kinds[(k - first) % len(kinds)] for k in range(first, max(last, after) + 1))
             hw = self._sigs[self._stage_id(i, fill, first)][0]
-            best = np.minimum(best, [sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, hw.dp_link, hw)
+            best = np.minimum(best, [sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, hw)
                                      for w in self.ws])
         return best
 
@@ -352,13 +352,13 @@ class AnalyticPrefixBounds:
         return emb, head
 
 
-def _gather_per_layer(w: C.Workload, link: C.Link, hw=None) -> float:
+def _gather_per_layer(w: C.Workload, hw) -> float:
     """A lower bound per layer on FSDP's exposed weight gathers (analytic_cost.zero3_gather_s:
     the first gather + max(0, gather - compute) per later layer >= layers x max(0, gather - compute))."""
     if w.recipe.zero < 3:
         return 0.0
     f, b = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
-    one = C.gather_s(C.stage_params(w, 1, False, False) * C.WEIGHT_BYTES, C.shard_group(w)[0], link)
+    one = C.gather_s(C.stage_params(w, 1, False, False) * C.WEIGHT_BYTES, C.shard_group(w)[0], C.state_links(w, hw)[0])
     return (max(0.0, one - f) + max(0.0, one - b)) * (1 - w.params.dp_overlap)
 
 

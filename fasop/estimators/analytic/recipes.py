@@ -11,11 +11,20 @@ DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (T
 """What a search tries when not told: no recompute and full recompute (the faster that fits; under
 FlashAttention selective recompute keeps what no recompute keeps at no gain, and full recompute
 lets bigger micro-batches or fewer stages fit: docs/analytic.md, "Default recipe"), the distributed
-optimizer, sequence parallelism with tp > 1, no interleaving, bf16, no HSDP."""
+optimizer, sequence parallelism with tp > 1, no interleaving, bf16, no HSDP -- except that where
+ZeRO 3 (FSDP) is allowed and --hsdp is not given, FSDP is also tried as HSDP (HSDP_DEFAULT_STAGES)."""
+
+HSDP_DEFAULT_STAGES = (3,)
+"""The ZeRO stages a search pairs HSDP with when not told (--hsdp absent): FSDP's per-layer weight
+gathers and gradient reduce-scatters are where sharding over one node's (or NVLink domain's) ranks,
+replicated across them, pays (torchtitan's data_parallel_shard_degree x data_parallel_replicate_degree);
+ZeRO 1-2 gather once a step, so HSDP there only with --hsdp on."""
 
 
 def parse_recipes(options: dict) -> dict:
-    """The allowed recipe values from the search options (defaults: DEFAULTS), checked."""
+    """The allowed recipe values from the search options (defaults: DEFAULTS), checked; and
+    `hsdp_stages`, the ZeRO stages HSDP is tried with: all of 1-3 when --hsdp is given, else
+    HSDP_DEFAULT_STAGES (hsdp then (False, True) where --zero allows such a stage)."""
     out = {}
     for key, default in DEFAULTS.items():
         values = tuple(dict.fromkeys(options.get(key) or default))
@@ -27,6 +36,10 @@ def parse_recipes(options: dict) -> dict:
             raise FasopError(f"--{key.replace('_', '-')}: {bad[0]!r} is not one of "
                              f"{', '.join(map(str, allowed or ('integers >= 1',)))}")
         out[key] = values
+    given = bool(options.get("hsdp"))
+    if not given and any(z in HSDP_DEFAULT_STAGES for z in out["zero"]):
+        out["hsdp"] = (False, True)
+    out["hsdp_stages"] = (1, 2, 3) if given else HSDP_DEFAULT_STAGES
     return out
 
 
