@@ -8,7 +8,7 @@ Sources (shared/reference/ecosystem/): Megatron-LM flags and `--pipeline-model-p
 from __future__ import annotations
 
 from fasop.plans.rowplan import RowPlan
-from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition,
+from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
                                           settings_of, transformer_counts)
 from fasop.specs.types import ModelSpec
 
@@ -35,10 +35,7 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
     if moe.shared_width:
         args.append(f"--moe-shared-expert-intermediate-size {moe.shared_width}")
     freq = moe_layer_freq(arch.layer_kinds)
-    if freq is None:
-        warnings.append("layers other than attention + MLP / experts (Mamba or lone sublayers): Megatron-LM's "
-                        "hybrid models take --hybrid-override-pattern, not written; --moe-layer-freq not written")
-    elif freq:
+    if freq:  # None: a hybrid model, whose --hybrid-layer-pattern places the experts (hybrid_args)
         args.append(f'--moe-layer-freq "{freq}"')
     args += [f"--expert-model-parallel-size {p.ep}", f"--expert-tensor-parallel-size {p.etp}",
              "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
@@ -63,6 +60,50 @@ def moe_layer_freq(kinds: tuple[str, ...]) -> str | None:
         else:
             runs.append([bit, 1])
     return "(" + "+".join(f"[{b}]*{n}" for b, n in runs) + ")"
+
+
+HYBRID_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "experts": "E", "dense": "*-", "moe": "*E"}
+"""Megatron-Core's hybrid layer symbols (models/hybrid/hybrid_layer_allocation.py Symbols: M Mamba,
+* attention, - MLP, E MoE; one Megatron layer each) of fasop's layer kinds; a whole Transformer
+layer (dense, moe) is its attention and its MLP / experts, two Megatron layers."""
+MEGATRON_MAMBA = {"conv_kernel": 4, "chunk_size": 128, "conv_bias": True, "proj_bias": False}
+"""What Megatron-Core's MambaMixer fixes without a flag (ssm/mamba_mixer.py: d_conv=4,
+chunk_size=128, conv_bias=True asserted, bias=False)."""
+
+
+def hybrid_pattern(arch_kinds: tuple[str, ...], kinds: tuple[str, ...], partition: tuple[int, ...]) -> str:
+    """`--hybrid-layer-pattern`: each transformer entry of the layer list (`kinds`, with the
+    embedding and head) as the symbols of its architecture kind (`arch_kinds`, in order), '|'
+    between the entries of `partition` (pipeline stages, or v x pp model chunks)."""
+    symbols = iter(HYBRID_SYMBOLS[k] for k in arch_kinds)
+    stages, start = [], 0
+    for n in partition:
+        stages.append("".join(next(symbols) for k in kinds[start:start + n] if k not in ("embedding", "head")))
+        start += n
+    return "|".join(stages)
+
+
+def hybrid_args(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str], notes: list[str]) -> list[str]:
+    """A hybrid Mamba model's flags (Megatron-LM arguments.py, TransformerConfig): the layer pattern
+    with the plan's split in it ('|' between stages or, interleaved, between the v x pp model
+    chunks, from which Megatron derives the virtual stages; no --num-layers, no layout) and the
+    Mamba-2 mixer's shape; a warning for what MambaMixer fixes otherwise than the model."""
+    arch, partition, pp = model.architecture, rp.partition, rp.plan.pp
+    if s.virtual_stages > 1 and len(partition) == pp:
+        partition = interleaved_partition(model.layer_kinds, partition, s.virtual_stages) or partition
+    m = arch.mamba
+    args = [f'--hybrid-layer-pattern "{hybrid_pattern(arch.layer_kinds, model.layer_kinds, partition)}"']
+    if m is not None:
+        args += [f"--mamba-num-heads {m.num_heads}", f"--mamba-head-dim {m.head_dim}",
+                 f"--mamba-state-dim {m.state_size}", f"--mamba-num-groups {m.groups}"]
+        odd = [f"{k} {getattr(m, k)} (Megatron: {v})" for k, v in MEGATRON_MAMBA.items() if getattr(m, k) != v]
+        if odd:
+            warnings.append(f"Megatron-Core's MambaMixer has no flag for the model's {', '.join(odd)}: "
+                            "it trains another mixer than the one estimated")
+    notes.append("# a hybrid model: run pretrain_hybrid.py; the pattern gives the layers (M Mamba, * attention, "
+                 "- MLP, E MoE) and '|' each pipeline stage's (Megatron-LM before --hybrid-layer-pattern: "
+                 "--hybrid-override-pattern without '|', an even split only)")
+    return args
 
 
 def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...]) -> tuple[str | None, str]:
@@ -93,7 +134,8 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.global_batch_size}"]
     args += megatron_parallel(p, model, s, warnings)
-    args += _megatron_split(rp, model, s, warnings, notes)
+    split = hybrid_args if is_hybrid(model) else _megatron_split
+    args += split(rp, model, s, warnings, notes)
     args += _megatron_settings(p.tp, s, warnings)
     if s.precision is None:
         notes.append("# 16-bit training as profiled: add --bf16 or --fp16")

@@ -62,6 +62,12 @@ def settings_of(rp: RowPlan) -> Settings:
                     dp_replicate=int(replicate) if hsdp else 1)
 
 
+def is_hybrid(model: ModelSpec) -> bool:
+    """Whether the model has layers other than attention + MLP / experts (Mamba, lone sublayers)."""
+    arch = model.architecture
+    return arch is not None and bool(set(arch.layer_kinds) - {"dense", "moe"})
+
+
 def header(rp: RowPlan, model: ModelSpec, target: str) -> list[str]:
     p = rp.plan
     extra = "".join(f", {name} {v}" for name, v in (("cp", p.cp), ("ep", p.ep), ("etp", p.etp)) if v != 1)

@@ -11,7 +11,7 @@ import json
 
 from fasop.core.cells import one_line
 from fasop.plans.rowplan import RowPlan
-from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition,
+from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
                                           settings_of, transformer_counts)
 from fasop.specs.types import ModelSpec
 
@@ -45,6 +45,9 @@ AC_CONFIGS = {"none": ("None", "every activation kept"), "full": ("FullAC.Config
 def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     p, s = rp.plan, settings_of(rp)
     warnings = fit_warnings(rp, s)
+    if is_hybrid(model):
+        warnings.append("torchtitan has no hybrid Mamba / attention model (torchtitan/models at its 2026-08 HEAD): "
+                        "the recipe's module names assume Transformer blocks; bring a model of your own")
     seq = model.sequence_length
     fqns, per_chunk = _torchtitan_split(rp, model, s, warnings)
     sets = _torchtitan_parallelism(rp, s, per_chunk, warnings)
