@@ -105,8 +105,10 @@ class Architecture:
     """SwiGLU/GeGLU: gate and up projections (3 matrices) instead of 2."""
     tied_embeddings: bool = True
     """The output head reuses the input embedding matrix (synchronised across first/last stage)."""
-    qkv_bias: bool = False
-    """Bias on the Q, K and V projections (Qwen2)."""
+    qkv_bias: bool | None = None
+    """Bias on the Q, K and V projections: None as the other linears (`linear_bias`, or with
+    `o_bias`); True alone (Qwen2); False beside biased output and MLP linears (GPT-Neo's q/k/v_proj
+    have none, its out_proj and MLP do). `qkv_biased` resolves it."""
     linear_bias: bool = True
     """Bias on every linear layer (GPT-2, BERT, GPT-3); False for the Llama family."""
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
@@ -186,6 +188,11 @@ class Architecture:
     def embed_width(self) -> int:
         """Width of the token embedding (and of a tied head's matrix)."""
         return self.embedding_width or self.hidden_size
+
+    @property
+    def qkv_biased(self) -> bool:
+        """Whether the Q, K and V projections have biases (qkv_bias resolved)."""
+        return self.linear_bias or self.o_bias if self.qkv_bias is None else self.qkv_bias
 
     @property
     def projection_params(self) -> int:

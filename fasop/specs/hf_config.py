@@ -132,14 +132,15 @@ def _opt(k: _Keys, family: str) -> Architecture:
 
 
 def _gpt_neo(k: _Keys, family: str) -> Architecture:
-    """HF GPTNeoForCausalLM: GPT-2's layer with local (windowed) attention on the `local` layers."""
+    """HF GPTNeoForCausalLM: GPT-2's layer with local (windowed) attention on the `local` layers;
+    its q_proj, k_proj, v_proj have no bias, out_proj and the MLP do (modeling_gpt_neo.py)."""
     h, heads, n = k.int("hidden_size"), k.int("num_heads"), k.int("num_layers")
     kinds = _neo_attention_layers(k, n)
     window = k.int("window_size", 256)
     return Architecture(family=family, num_layers=n, hidden_size=h, num_attention_heads=heads, num_kv_heads=heads,
                         head_dim=h // heads, ffn_hidden_size=k.int("intermediate_size", 4 * h),
                         vocab_size=k.int("vocab_size", 50257), tied_embeddings=k.flag("tie_word_embeddings", True),
-                        max_positions=k.int("max_position_embeddings", 2048), window=window,
+                        max_positions=k.int("max_position_embeddings", 2048), window=window, qkv_bias=False,
                         windowed_layers=tuple(i for i, t in enumerate(kinds) if t == "local"),
                         dropout=k.rate("resid_dropout", "attention_dropout", "embed_dropout")
                         or "resid_dropout" not in k.cfg)

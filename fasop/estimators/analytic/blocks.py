@@ -48,10 +48,7 @@ def attention_params(a: Architecture) -> int:
             m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
         return q + kv + heads * m.v_head_dim * h
     n = h * a.q_width + 2 * h * a.kv_width + a.q_width * h
-    if a.linear_bias or a.o_bias:
-        n += a.q_width + 2 * a.kv_width + h
-    elif a.qkv_bias:
-        n += a.q_width + 2 * a.kv_width
+    n += (a.q_width + 2 * a.kv_width if a.qkv_biased else 0) + (h if a.linear_bias or a.o_bias else 0)
     return n + (2 * a.head_dim if a.qk_norm else 0) + (a.num_attention_heads if a.attention_sinks else 0)
 
 

@@ -118,7 +118,7 @@ class CompositionBound:
             dp = (1 - self.params.dp_overlap) * C.dp_sync_s(w, first, self.fastest)
         emb = 0.0
         if a.tied_embeddings and p > 1:
-            table = a.vocab_size * a.hidden_size / w.tp * self.params.gradient_reduce_bytes[w.recipe.precision]
+            table = a.vocab_size * a.embed_width / w.tp * self.params.gradient_reduce_bytes[w.recipe.precision]
             emb = C.all_reduce_s(table, 2, self.fastest)
         return opt + dp + emb
 

@@ -194,11 +194,16 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
 
 @lru_cache(maxsize=1 << 16)
 def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]:
-    """Lookup (write b·s·h) and the vocab-parallel all-reduce; backward scatters into the table."""
+    """Lookup (write b·s·h) and the vocab-parallel all-reduce; backward scatters into the table.
+    An embedding narrower than h (OPT-350M) adds project_in's matmul, twice over in the backward."""
     a, b, s = w.arch, w.mbs, w.local_seq
     moved = b * s * a.hidden_size * w.recipe.value_bytes
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved) + all_reduce_s(moved, w.tp, tp_link)
-    return fwd, 2 * _kernel_s(w, gpu, 0.0, 0.0, moved)
+    bwd = 2 * _kernel_s(w, gpu, 0.0, 0.0, moved)
+    if a.projection_params:
+        flops = L.embedding_forward_flops(a, b, s, w.tp)
+        fwd, bwd = fwd + _kernel_s(w, gpu, 0.0, flops, 0.0), bwd + _kernel_s(w, gpu, 0.0, 2 * flops, 0.0)
+    return fwd, bwd
 
 
 @lru_cache(maxsize=1 << 16)
@@ -302,7 +307,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     done = max(e + x for e, x in zip(ends, exposed))
     emb = 0.0
     if w.arch.tied_embeddings and p > 1:
-        table = w.arch.vocab_size * w.arch.hidden_size / w.tp * w.params.gradient_reduce_bytes[w.recipe.precision]
+        table = w.arch.vocab_size * w.arch.embed_width / w.tp * w.params.gradient_reduce_bytes[w.recipe.precision]
         # between the first and the last stage: on different nodes whenever any pipeline hop crosses
         # nodes (ranks are numbered node by node), so over the pipeline's slowest hop
         emb = all_reduce_s(table, 2, min((hw.next_link for hw in stages[:-1]), key=lambda k: k.bytes_per_s))

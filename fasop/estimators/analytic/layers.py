@@ -133,11 +133,8 @@ def layer_params(a: Architecture) -> float:
     attention = h * a.q_width + 2 * h * a.kv_width + a.q_width * h
     mlp = h * f * (3 if a.gated_mlp else 2)
     norms = 2 * h if a.norm == "rmsnorm" else 4 * h
-    bias = 0
-    if a.linear_bias:
-        bias = a.q_width + 2 * a.kv_width + h + f * (2 if a.gated_mlp else 1) + h
-    elif a.qkv_bias:
-        bias = a.q_width + 2 * a.kv_width
+    bias = (h + f * (2 if a.gated_mlp else 1) + h if a.linear_bias else 0) \
+        + (a.q_width + 2 * a.kv_width if a.qkv_biased else 0)
     return attention + mlp + norms + bias
 
 
@@ -233,8 +230,14 @@ def attention_core_flops(a: Architecture, b: int, s: int, t: int, causal_fractio
 
 
 def head_forward_flops(a: Architecture, b: int, s: int, t: int) -> float:
-    """Logits matmul of the output head on one TP rank (Narayanan et al. 2021: 2bshV)."""
-    return 2 * b * s * a.hidden_size * a.vocab_size / t
+    """Logits matmul of the output head on one TP rank (Narayanan et al. 2021: 2bshV), over the
+    embedding's width e (OPT-350M: 512), after project_out's 2bs·h·e where e != h."""
+    return 2 * b * s * (a.embed_width * a.vocab_size + a.projection_params) / t
+
+
+def embedding_forward_flops(a: Architecture, b: int, s: int, t: int) -> float:
+    """project_in's matmul (2bs·e·h) after the lookup where the embedding is e != h wide; else 0."""
+    return 2 * b * s * a.projection_params / t
 
 
 def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int, fused_attention: bool) -> float:
@@ -288,8 +291,12 @@ def fp8_cast_elements(a: Architecture, b: int, s: int, t: int, routed: bool = Tr
 
 
 def head_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:
-    """Bytes of the logits matmul: input b·s·h, the h x V/t weight, b·s·V/t logits."""
-    return e * (b * s * a.hidden_size + a.hidden_size * a.vocab_size / t + b * s * a.vocab_size / t)
+    """Bytes of the logits matmul: input b·s·w, the w x V/t weight, b·s·V/t logits (w the embedding's
+    width); and project_out's where w != h: input b·s·h, the h x w/t weight, b·s·w/t out."""
+    w = a.embed_width
+    logits = b * s * w + w * a.vocab_size / t + b * s * a.vocab_size / t
+    projection = b * s * a.hidden_size + (a.projection_params + b * s * w) / t if a.projection_params else 0
+    return e * (logits + projection)
 
 
 def head_forward_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:

@@ -82,7 +82,7 @@ def stage_param_split(w: Workload, layers: int, first: bool, last: bool) -> tupl
         n += L.embedding_params(a)
     if last:
         shared = a.tied_embeddings and first
-        n += L.head_params(a) - (a.vocab_size * a.hidden_size if shared else 0)
+        n += L.head_params(a) - (a.vocab_size * a.embed_width if shared else 0)
     return n / w.tp, layers * routed / (w.ep * w.etp)
 
 
