@@ -144,11 +144,26 @@ def estimate_split(estimator, plan, partition: tuple[int, ...]):
 
 
 def model_flop_per_sample(model: ModelSpec) -> float:
-    """Fwd+bwd FLOPs of one sample (Narayanan et al. 2021, Eq. 3, no recompute)."""
+    """Fwd+bwd FLOPs of one sample (Narayanan et al. 2021, Eq. 3, no recompute); an MoE model's
+    from the parameters a token uses (active_flop_per_token), not every expert's."""
+    arch = model.architecture
+    if arch is not None and arch.moe is not None:
+        return 3.0 * active_flop_per_token(arch, model.sequence_length) * model.sequence_length
     h, s, v = model.hidden_size, model.sequence_length, model.vocab_size
     per_token = sum(24 * h * h + 4 * s * h for k in model.layer_kinds if k in TRANSFORMER_KINDS)
     per_token += sum(2 * h * v for k in model.layer_kinds if k == "head")
     return 3.0 * per_token * s
+
+
+def active_flop_per_token(a, s: int) -> float:
+    """Forward FLOPs of one token of a sequence of s: 2 per active parameter (Eq. 3's 24h² a layer
+    generalised: attention, the router, the k routed experts a token goes to, the shared experts,
+    the head; not the input embedding, a lookup) + each layer's scores over all s keys as Eq. 3
+    counts them (4·s·width, no causal halving) and its Mamba scan (blocks.core_flops)."""
+    from fasop.estimators.analytic import blocks as B
+    from fasop.estimators.analytic import layers as L
+
+    return 2 * L.active_params(a, input_embedding=False) + a.num_layers * B.core_flops(a, 1, s, 1, 1.0) / s
 
 
 def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,
