@@ -51,7 +51,7 @@ from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import host as H
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic import parallel as P
-from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
+from fasop.estimators.analytic.hardware import Link, StageHardware, hsdp_links, one_stage, stage_hardware, stage_span  # noqa: F401
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
@@ -138,6 +138,8 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     core = L.attention_core_flops(a, b, w.seq, t, 0.5 if fused else 1.0) / w.cp
     e = r.value_bytes
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, fused)
+    if not w.params.fused_elementwise:   # eager PyTorch: every elementwise op its own kernel
+        moved += L.eager_extra_bytes(a, b, s, t, r.sequence_parallel, e)
     operand = r.operand_bytes    # FP8 / MXFP8 / NVFP4 matmuls read 8- or 4-bit inputs and weights
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand, routed=False) if w.params.gemm_traffic else 0.0
     if r.low_precision:
@@ -222,18 +224,23 @@ def shard_group(w: Workload) -> tuple[int, int]:
     return shard, group // shard
 
 
-def dp_sync_s(w: Workload, params: float, link: Link) -> float:
+def shard_links(w: Workload, hw: StageHardware) -> tuple[Link, Link]:
+    """The stage's (shard, replicate) links (hardware.hsdp_links)."""
+    return hsdp_links(hw, w.tp, *shard_group(w))
+
+
+def dp_sync_s(w: Workload, params: float, link: Link, replicas: Link | None = None) -> float:
     """A stage's gradient reduction over its DP x CP group: all-reduce; sharded (ZeRO 1-2),
     reduce-scatter + all-gather of the 16-bit weights; FSDP (ZeRO 3) reduce-scatter only (its
     weights are gathered layer by layer, zero3_gather_s); HSDP adds the all-reduce of the shard
-    across the replicas."""
+    across the replicas (over `replicas`, hardware.hsdp_links; else `link`)."""
     grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
     grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
     buckets = max(1, math.ceil(grad / w.params.gradient_bucket_bytes))
     shard, replicate = shard_group(w)
     if w.recipe.zero == 0:
         return all_reduce_s(grad, shard * replicate, link, buckets)
-    gathers = gather_s(grad, shard, link, buckets) + all_reduce_s(grad / shard, replicate, link)
+    gathers = gather_s(grad, shard, link, buckets) + all_reduce_s(grad / shard, replicate, replicas or link)
     return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
 
 
@@ -291,7 +298,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     for i in range(p):
         ends.append(pipeline - back)
         back += (bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v
-    dp = tuple(dp_sync_s(w, params[i], stages[i].dp_link) for i in range(p))
+    dp = tuple(dp_sync_s(w, params[i], *shard_links(w, stages[i])) for i in range(p))
     exposed = tuple(dp_exposed_s(w, d, f, bk) for d, f, bk in zip(dp, fwd, bwd))
     done = max(e + x for e, x in zip(ends, exposed))
     emb = 0.0
@@ -321,7 +328,7 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             hf, hb = head_s(w, hw.gpu)
             f, bk = f + hf, bk + hb
         params.append(stage_params(w, n, i == 0, i == p - 1))
-        gf, gb = zero3_gather_s(w, params[-1], hw.dp_link, n, f1, b1)
+        gf, gb = zero3_gather_s(w, params[-1], shard_links(w, hw)[0], n, f1, b1)
         fwd.append(f + gf)
         bwd.append(bk + gb)
     return fwd, bwd, params

@@ -64,7 +64,7 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
         on_links = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
         free = C.layer_s(w, hw.gpu, hw.tp_link, P.FREE_LINKS)
         f1, b1 = on_links
-        gf, gb = C.zero3_gather_s(w, C.stage_params(w, n, i == 0, i == len(stages) - 1), hw.dp_link, n, f1, b1)
+        gf, gb = C.zero3_gather_s(w, C.stage_params(w, n, i == 0, i == len(stages) - 1), C.shard_links(w, hw)[0], n, f1, b1)
         if gf or gb:
             pieces.append(f"FSDP gathers exposed {gf * 1e3:.3f} ms fwd, {gb * 1e3:.3f} ms bwd")
         if w.cp > 1 or w.arch.moe is not None:

@@ -105,3 +105,22 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     return StageHardware(gpu=gpu, tp_link=inside if tp_inside else inter(ks, g),
                          dp_link=inside if one_domain(ks, g, domain) else inter(ks, min(tp, g)), next_link=nxt,
                          memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks), groups=groups)
+
+
+def hsdp_links(hw: StageHardware, tp: int, shard: int, replicate: int) -> tuple[Link, Link]:
+    """(shard, replicate) links of a stage's sharded data-parallel groups. FSDP (replicate 1) uses the
+    stage's DP link for both. HSDP (torchtitan's mesh: replicate outer, shard inner; rank order
+    tp-cp-dp) keeps a shard group on NVLink when its shard x tp consecutive ranks fit the NVLink
+    domain, and runs `g / tp` replicate all-reduces at once from each node (one per local shard
+    rank), each over its 1/(g/tp) share of the node's NIC -- the node then moves 2 x its ranks'
+    shards, as one flat all-reduce would its whole buffer."""
+    if replicate <= 1 or hw.groups is None:
+        return hw.dp_link, hw.dp_link
+    links, width = hw.groups, shard * tp
+    intra = Link(links.intra_bytes_per_s, links.intra_latency_s)
+    inside = width <= links.nvlink_gpus and not links.nvlink_gpus % width
+    if inside and width * replicate <= links.nvlink_gpus:
+        return intra, intra
+    share = max(1, links.gpus_per_node // tp)
+    across = Link(links.node_bytes_per_s / share, links.inter_latency_s)
+    return (intra if inside else hw.dp_link), across

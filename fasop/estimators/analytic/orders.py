@@ -212,7 +212,7 @@ class AnalyticPrefixBounds:
             first, last = i == 0, i == self.p - 1
             tau, extra, cap = [], [], []
             for w, v in zip(self.ws, self.v):
-                tau.append(sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, hw.dp_link, hw))
+                tau.append(sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, C.shard_links(w, hw)[0], hw))
                 e = 0.0  # FSDP's gathers of the embedding / head: none counted (a lower bound)
                 e += sum(C.embedding_s(w, hw.gpu, hw.tp_link)) if first else 0.0
                 e += sum(C.head_s(w, hw.gpu)) if last else 0.0
@@ -319,7 +319,7 @@ class AnalyticPrefixBounds:
             seen.add((last - first, i == 0))
             fill = tuple(kinds[(k - first) % len(kinds)] for k in range(first, max(last, after) + 1))
             hw = self._sigs[self._stage_id(i, fill, first)][0]
-            best = np.minimum(best, [sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, hw.dp_link, hw)
+            best = np.minimum(best, [sum(C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)) + _gather_per_layer(w, C.shard_links(w, hw)[0], hw)
                                      for w in self.ws])
         return best
 
