@@ -119,7 +119,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     fixed |= assumed
     par["zero"] = None if zero is None else int(zero)
     block = c.int("recompute_num_layers", low=0)
-    if block is None and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):
+    # a FSDP (ZeRO 3) row is a PyTorch FSDP stack (torchtitan, fms-fsdp), whose full AC checkpoints every block
+    if block is None and par["zero"] != 3 and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):
         block = "fit"
     best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block)
     if best is None:

@@ -244,17 +244,23 @@ def dp_sync_s(w: Workload, params: float, link: Link, replicas: Link | None = No
     return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
 
 
-def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
+def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float, busy: float = 0.0) -> float:
     """The part of a stage's DP sync (`sync` s) the step waits for: (1 - dp_overlap) of it; with
     `overlap_grad_reduce` (gradient buckets reduced during the backward: PyTorch DDP, FSDP,
     Megatron-Core --overlap-grad-reduce) only what the stage's last micro-batch backward (`bwd`),
-    and for a sharded optimizer's weight all-gather the next step's first forward (`fwd`), cannot
-    cover."""
+    and for a ZeRO 1-2 optimizer's weight all-gather the next step's first forward (`fwd`), cannot
+    cover. FSDP (ZeRO 3) reduces only gradients, which the optimizer step waits for: the backward
+    covers them, less the `busy` seconds its own weight gathers hold the same link."""
     flat = (1 - w.params.dp_overlap) * sync
     if not w.params.overlap_grad_reduce:
         return flat
-    cover = bwd + (fwd if w.recipe.zero >= 1 else 0.0)
+    cover = bwd - busy if w.recipe.zero >= 3 else bwd + (fwd if w.recipe.zero >= 1 else 0.0)
     return min(flat, max(0.0, sync - cover))
+
+
+def zero3_busy_s(w: Workload, params: float, hw: StageHardware) -> float:
+    """Seconds FSDP's backward weight gathers of a stage's `params` hold its shard link (0 below ZeRO 3)."""
+    return gather_s(params * w.recipe.value_bytes, shard_group(w)[0], shard_links(w, hw)[0]) if w.recipe.zero >= 3 else 0.0
 
 
 def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: float, bwd: float) -> tuple[float, float]:
@@ -299,7 +305,8 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
         ends.append(pipeline - back)
         back += (bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v
     dp = tuple(dp_sync_s(w, params[i], *shard_links(w, stages[i])) for i in range(p))
-    exposed = tuple(dp_exposed_s(w, d, f, bk) for d, f, bk in zip(dp, fwd, bwd))
+    exposed = tuple(dp_exposed_s(w, d, f, bk, zero3_busy_s(w, params[i], stages[i]))
+                    for i, (d, f, bk) in enumerate(zip(dp, fwd, bwd)))
     done = max(e + x for e, x in zip(ends, exposed))
     emb = 0.0
     if w.arch.tied_embeddings and p > 1:

@@ -200,6 +200,15 @@ def state_bytes(*, dense: float, experts: float, zero: int, dense_shard: int, ex
                       optimizer=part(adam_bytes, zero >= 1))
 
 
+def fsdp_unsharded_bytes(layer_params: float, param_bytes: float, reduce_bytes: float) -> float:
+    """FSDP's unsharded working set on a GPU: two units (the layer computing and the one prefetched)
+    of all-gathered `param_bytes` weights and of unsharded `reduce_bytes` gradients awaiting their
+    reduce-scatter -- 2 x layer_params x (param_bytes + reduce_bytes) ("at least two FSDP units worth
+    of un-sharded weight memory ... [and] two FSDP units worth of un-sharded gradient memory",
+    Megatron-LM docs/user-guide/features/megatron_fsdp.md; 07_moe_cp_fsdp.md §4.2)."""
+    return 2 * layer_params * (param_bytes + reduce_bytes)
+
+
 def dispatch_buffer_bytes(tokens: float, k: int, h: int, elem_bytes: float, imbalance: float) -> float:
     """The permuted tokens a rank receives for its experts (and sends back): 2 x rho*T*k*h*B."""
     return 2 * imbalance * tokens * k * h * elem_bytes
