@@ -1,0 +1,114 @@
+"""The analytic estimator against measured FSDP / HSDP runs (PyTorch FSDP1 and FSDP2 stacks), and the
+FSDP pieces it charges, each computed by hand.
+
+The sets are documented in tests/data/VALIDATION_SOURCES.md ("FSDP"). One parameter set for all; a row
+states its plan and the software the run had (eager or compiled elementwise kernels, FlashAttention,
+the cluster's network and reduce dtype where the source gives them). The bounds are the figures
+measured with `fasop validate tests/data/<set>.csv`, a little above: they keep the figures from
+getting worse; the time figures are NOT within the issue's 10 % yet (docs/validate.md says what is
+left: the estimate leans fast on every row, most on H100).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import parallel as P
+from fasop.estimators.analytic.hardware import Link, StageHardware, hsdp_links
+from fasop.estimators.analytic.layers import Recipe, Workload
+from fasop.report.validate import validate
+from fasop.specs.architecture import gpt_architecture
+from fasop.specs.catalog import default_params, find_gpu
+
+DATA = Path(__file__).resolve().parent / "data"
+
+# set, time MAPE bound %, time max bound %, memory MAPE bound % (None: no memory measured), rows
+SETS = [
+    ("fsdp_ibm_pytorch_blog.csv", 17, 32, None, 10),          # 128 A100 / 96 H100, FSDP1, FSDP and HSDP
+    ("fsdp_torchtitan_docs_a100.csv", 13, 21, None, 8),       # 64 A100, FSDP2, torchtitan docs
+    ("fsdp_torchtitan_issue929_a100.csv", 18, 18, 8, 1),      # 8 A100, FSDP2 compiled, peak memory
+]
+
+
+@pytest.mark.parametrize("name, mape, worst, mem_mape, rows", SETS)
+def test_fsdp_set_within_its_bound(name, mape, worst, mem_mape, rows):
+    report = validate(DATA / name)
+    assert len(report.predictions) == rows
+    assert all(p.row["zero"] == 3 for p in report.predictions)
+    assert report.mape <= mape, f"{name}: MAPE {report.mape:.1f} % above {mape} %"
+    assert report.max_error <= worst, f"{name}: max |error| {report.max_error:.1f} % above {worst} %"
+    if mem_mape is not None:
+        mem = 100 * sum(abs(e) for e in report.memory_errors) / len(report.memory_errors)
+        assert mem <= mem_mape, f"{name}: memory MAPE {mem:.1f} % above {mem_mape} %"
+
+
+def _llama(**kw):
+    base = dict(num_layers=2, hidden_size=64, num_attention_heads=8, num_kv_heads=2, vocab_size=100,
+                ffn_hidden_size=160, gated_mlp=True)
+    return gpt_architecture(**{**base, **kw})
+
+
+def test_eager_elementwise_bytes_by_hand():
+    # b 1, s 10, h 64, q 64, kv 16 (8 heads of 8, 2 KV heads), f 160, bf16 (e 2), t 1, per token:
+    # two norms 2 x (28 + 4e - 2e) x h = 2 x 32 x 64 = 4096; rotary (16 + 2e - 2e)(q + kv) = 16 x 80 = 1280;
+    # SwiGLU (5e - 3e) f = 4 x 160 = 640; output contiguous 2e q = 256; repeat_kv 2e (kv + q) = 4 x 80 = 320
+    a = _llama()
+    assert a.kv_width == 16 and a.q_width == 64
+    assert L.eager_extra_bytes(a, 1, 10, 1, False, 2) == 10 * (4096 + 1280 + 640 + 256 + 320)
+    # TP 2 with SP: everything / 2; without SP the norms stay whole
+    assert L.eager_extra_bytes(a, 1, 10, 2, True, 2) == 10 * (4096 + 1280 + 640 + 256 + 320) / 2
+    assert L.eager_extra_bytes(a, 1, 10, 2, False, 2) == 10 * (4096 + (1280 + 640 + 256 + 320) / 2)
+    # MHA (kv = q): no repeat_kv copies
+    assert L.eager_extra_bytes(_llama(num_kv_heads=8), 1, 10, 1, False, 2) == 10 * (4096 + 16 * 128 + 640 + 256)
+
+
+def test_eager_kernels_make_a_layer_slower():
+    a, gpu = _llama(num_layers=4, hidden_size=1024, num_attention_heads=8, num_kv_heads=8, ffn_hidden_size=2816), \
+        find_gpu("A100-SXM4-80GB")
+    params = default_params()
+    w = lambda fused: Workload(arch=a, seq=2048, mbs=1, tp=1, dp=8, pp=1, num_microbatches=1,
+                               recipe=Recipe(zero=3), params=params.__class__(**{**params.__dict__,
+                                                                                 "fused_elementwise": fused}))
+    link = Link(1e11, 1e-5)
+    assert sum(C.layer_s(w(False), gpu, link)) > sum(C.layer_s(w(True), gpu, link))
+
+
+def test_fsdp_unsharded_working_set_by_hand():
+    # two units of 1e9 parameters: bf16 gathered weights (2) and fp32 unsharded gradients (4)
+    assert P.fsdp_unsharded_bytes(1e9, 2, 4) == 12e9
+    assert P.fsdp_unsharded_bytes(1e9, 2, 2) == 8e9     # bf16 reduction (fms-fsdp's bfSixteen policy)
+
+
+def _stage(node_bytes: float = 50e9) -> StageHardware:
+    groups = P.GroupLinks(intra_bytes_per_s=200e9, node_bytes_per_s=node_bytes, intra_latency_s=1e-5,
+                          inter_latency_s=2e-5, gpus_per_node=8)
+    return StageHardware(gpu=find_gpu("A100-SXM4-80GB"), tp_link=Link(200e9, 1e-5), dp_link=Link(node_bytes, 2e-5),
+                         next_link=None, memory_limit_bytes=80e9, groups=groups)
+
+
+def test_hsdp_links_by_hand():
+    hw = _stage()
+    # FSDP over all ranks: the stage's DP link for both
+    assert hsdp_links(hw, tp=1, shard=128, replicate=1) == (hw.dp_link, hw.dp_link)
+    # HSDP 8 x 16: the shard group is one node (NVLink); 8 replicate all-reduces leave each node at once,
+    # each over 1/8 of its 50 GB/s NIC
+    shard, across = hsdp_links(hw, tp=1, shard=8, replicate=16)
+    assert shard == Link(200e9, 1e-5) and across == Link(50e9 / 8, 2e-5)
+    # TP 2 x shard 4 fills the node: 4 replicate rings per node
+    assert hsdp_links(hw, tp=2, shard=4, replicate=4)[1] == Link(50e9 / 4, 2e-5)
+    # shard 2 x replicate 4 inside one node: all NVLink
+    assert hsdp_links(hw, tp=1, shard=2, replicate=4) == (Link(200e9, 1e-5), Link(200e9, 1e-5))
+    # a shard group wider than the node stays on the DP link
+    assert hsdp_links(hw, tp=1, shard=16, replicate=8)[0] == hw.dp_link
+
+
+def test_zero3_gradient_reduction_is_covered_by_the_backward_only():
+    a = _llama()
+    w = lambda zero: Workload(arch=a, seq=16, mbs=1, tp=1, dp=8, pp=1, num_microbatches=1,
+                              recipe=Recipe(zero=zero), params=default_params())
+    # sync 5 s, forward 2 s, backward 4 s: ZeRO 1 hides 6 s (backward + next forward's weight gather) ...
+    assert C.dp_exposed_s(w(1), 5.0, 2.0, 4.0) == 0.0
+    # ... FSDP only the backward, less the 1.5 s its own weight gathers hold the link: 5 - (4 - 1.5)
+    assert C.dp_exposed_s(w(3), 5.0, 2.0, 4.0, busy=1.5) == 2.5
