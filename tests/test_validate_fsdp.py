@@ -111,3 +111,31 @@ def test_zero3_gradient_reduction_is_covered_by_the_backward_only():
     assert C.dp_exposed_s(w(1), 5.0, 2.0, 4.0) == 0.0
     # ... FSDP only the backward, less the 1.5 s its own weight gathers hold the link: 5 - (4 - 1.5)
     assert C.dp_exposed_s(w(3), 5.0, 2.0, 4.0, busy=1.5) == 2.5
+
+
+ROW_HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_len,vocab_size,gpu,num_gpus,tp,pp,dp,zero,"
+              "global_batch_size,micro_batch_size,recompute,recompute_num_layers,fused_elementwise,"
+              "measured_seconds_per_iter")
+
+
+def _run(tmp_path, *rows):
+    path = tmp_path / "runs.csv"
+    path.write_text(ROW_HEADER + "\n" + "\n".join(rows) + "\n")
+    return {p.row["name"]: p.row["predicted_seconds_per_iter"] for p in validate(path).predictions}
+
+
+def test_a_zero3_full_row_recomputes_every_layer_and_eager_kernels_cost(tmp_path):
+    # H100's validate_software picks the fewest recomputed layers that fit for a "full" row (NeMo's
+    # recipes); a ZeRO-3 row is a PyTorch FSDP stack whose full AC checkpoints every block
+    by = _run(tmp_path, "empty,8,2048,16,4096,32000,H100-SXM,8,1,1,8,3,8,1,full,,1,1.0",
+              "all,8,2048,16,4096,32000,H100-SXM,8,1,1,8,3,8,1,full,8,1,1.0",
+              "eager,8,2048,16,4096,32000,H100-SXM,8,1,1,8,3,8,1,full,8,0,1.0")
+    assert by["empty"] == by["all"]
+    assert by["eager"] > by["all"]
+
+
+def test_a_bad_fused_elementwise_cell_is_one_clear_error(tmp_path):
+    from fasop.core.errors import FasopError
+    with pytest.raises(FasopError) as err:
+        _run(tmp_path, "x,8,2048,16,4096,32000,H100-SXM,8,1,1,8,3,8,1,full,8,2,1.0")
+    assert "fused_elementwise" in str(err.value) and "line 2" in str(err.value)
