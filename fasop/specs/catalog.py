@@ -42,6 +42,7 @@ VALIDATE_MOE_SOFTWARE = ("moe_node_dedup",)
 """The MoE dispatcher a GPU's published runs had (true: a flex dispatcher, DeepEP / HybridEP), for rows
 whose `moe_dispatcher` cell is empty."""
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
+               "fsdp_copy_out",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
@@ -145,10 +146,13 @@ class AnalyticParams:
     fused_attention_efficiency: float
     """Share of the 16-bit peak a fused attention kernel reaches (forward and backward)."""
     gemm_traffic: bool
+    """Charge a matmul's operand bytes on top of its FLOPs (Calculon's `no_overlap` processing mode)."""
     fused_elementwise: bool = True
     """Norms, rotary, the MLP activation and residual adds run as fused kernels (Megatron / Transformer
     Engine); false: one eager PyTorch kernel per op (layers.eager_extra_bytes)."""
-    """Charge a matmul's operand bytes on top of its FLOPs (Calculon's `no_overlap` processing mode)."""
+    fsdp_copy_out: bool = True
+    """FSDP2 copies each gathered unit into its parameters and its gradients into the reduce-scatter
+    buffer (parallel.fsdp_copy_bytes); false: FSDP1's flat parameter, gathered in place."""
     dp_overlap: float
     framework_overhead_bytes: float
     gradient_reduce_bytes: dict[str, int]
@@ -307,7 +311,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
                        lambda v: isinstance(v, (int, float)) and v >= 0, ">= 0")
     fused = get("fused_attention", bool, None, "")
     traffic = get("gemm_traffic", bool, None, "")
-    elementwise = get("fused_elementwise", bool, None, "")
+    elementwise, copy_out = get("fused_elementwise", bool, None, ""), get("fsdp_copy_out", bool, None, "")
     attention = get("fused_attention_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
     overlap = get("dp_overlap", (int, float), share, "in [0, 1]")
     overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
@@ -344,6 +348,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         fused_attention=fused if fused is not None else base.fused_attention,
         gemm_traffic=traffic if traffic is not None else base.gemm_traffic,
         fused_elementwise=elementwise if elementwise is not None else base.fused_elementwise,
+        fsdp_copy_out=copy_out if copy_out is not None else base.fsdp_copy_out,
         fused_attention_efficiency=float(attention) if attention is not None else base.fused_attention_efficiency,
         dp_overlap=float(overlap) if overlap is not None else base.dp_overlap,
         framework_overhead_bytes=float(overhead) * GIB if overhead is not None else base.framework_overhead_bytes,
