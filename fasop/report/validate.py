@@ -9,9 +9,10 @@ One CSV row is one measured run. Columns (exact names):
             sequence_parallel (0/1), distributed_optimizer (0/1), virtual_pp,
             recompute_num_layers (full recompute of only N layers per model chunk, Megatron's
             block method; empty: every layer, or where the GPU's `validate_software` says
-            block_recompute -- H100/H200 -- the fewest that fit),
-            measured_peak_mem_gib, fused_attention and overlap_grad_reduce (0/1: software the run
-            had, FlashAttention and gradient reduction during the backward; empty: the GPU's
+            block_recompute -- H100/H200 -- the fewest that fit; a ZeRO-3 row: every layer),
+            measured_peak_mem_gib, fused_attention, overlap_grad_reduce and fused_elementwise (0/1:
+            software the run had, FlashAttention, gradient reduction during the backward, fused
+            elementwise kernels or eager PyTorch; empty: the GPU's
             `validate_software` in gpus.yaml -- what its published runs had -- else analytic.yaml),
             tp_overlap (share of the TP collectives hidden behind the matmuls, same defaults)
 An empty plan cell (micro_batch_size, recompute, sequence_parallel, distributed_optimizer,
@@ -119,7 +120,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     fixed |= assumed
     par["zero"] = None if zero is None else int(zero)
     block = c.int("recompute_num_layers", low=0)
-    if block is None and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):
+    # a FSDP (ZeRO 3) row is a PyTorch FSDP stack (torchtitan, fms-fsdp), whose full AC checkpoints every block
+    if block is None and par["zero"] != 3 and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):
         block = "fit"
     best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block)
     if best is None:

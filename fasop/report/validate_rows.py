@@ -33,7 +33,7 @@ ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"
 """Required columns a `model` column replaces (a row naming a model leaves them empty)."""
 OPTIONAL = ("name", "model", "cp", "ep", "etp", "zero", "dp_shard", "task", "moe_dispatcher", "ep_overlap", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "gpus_per_node", "precision",
             "micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp",
-            "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce", "tp_overlap",
+            "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce", "fused_elementwise", "tp_overlap",
             "cluster", "nodes", "layers_per_stage", "stage_gpus", "recompute_num_layers")
 CEILINGS = {"num_layers": limits.LAYERS, "hidden_size": limits.HIDDEN_SIZE, "num_attention_heads": limits.ATTENTION_HEADS,
             "num_kv_heads": limits.ATTENTION_HEADS, "seq_len": limits.SEQUENCE_LENGTH, "vocab_size": limits.VOCAB_SIZE,

@@ -29,7 +29,7 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
              "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s")
-VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce")
+VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce", "fused_elementwise")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel", "distributed_optimizer", "virtual_pp")
 """Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
@@ -41,7 +41,8 @@ VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
 VALIDATE_MOE_SOFTWARE = ("moe_node_dedup",)
 """The MoE dispatcher a GPU's published runs had (true: a flex dispatcher, DeepEP / HybridEP), for rows
 whose `moe_dispatcher` cell is empty."""
-_PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention",
+_PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
+               "fsdp_copy_out",
                "fused_attention_efficiency", "gemm_traffic",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
@@ -146,6 +147,12 @@ class AnalyticParams:
     """Share of the 16-bit peak a fused attention kernel reaches (forward and backward)."""
     gemm_traffic: bool
     """Charge a matmul's operand bytes on top of its FLOPs (Calculon's `no_overlap` processing mode)."""
+    fused_elementwise: bool = True
+    """Norms, rotary, the MLP activation and residual adds run as fused kernels (Megatron / Transformer
+    Engine); false: one eager PyTorch kernel per op (layers.eager_extra_bytes)."""
+    fsdp_copy_out: bool = True
+    """FSDP2 copies each gathered unit into its parameters and its gradients into the reduce-scatter
+    buffer (parallel.fsdp_copy_bytes); false: FSDP1's flat parameter, gathered in place."""
     dp_overlap: float
     framework_overhead_bytes: float
     gradient_reduce_bytes: dict[str, int]
@@ -304,6 +311,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
                        lambda v: isinstance(v, (int, float)) and v >= 0, ">= 0")
     fused = get("fused_attention", bool, None, "")
     traffic = get("gemm_traffic", bool, None, "")
+    elementwise, copy_out = get("fused_elementwise", bool, None, ""), get("fsdp_copy_out", bool, None, "")
     attention = get("fused_attention_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
     overlap = get("dp_overlap", (int, float), share, "in [0, 1]")
     overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
@@ -339,6 +347,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         inter_node_latency_s=float(latency.get("inter_node", base.inter_node_latency_s if base else 0)),
         fused_attention=fused if fused is not None else base.fused_attention,
         gemm_traffic=traffic if traffic is not None else base.gemm_traffic,
+        fused_elementwise=elementwise if elementwise is not None else base.fused_elementwise,
+        fsdp_copy_out=copy_out if copy_out is not None else base.fsdp_copy_out,
         fused_attention_efficiency=float(attention) if attention is not None else base.fused_attention_efficiency,
         dp_overlap=float(overlap) if overlap is not None else base.dp_overlap,
         framework_overhead_bytes=float(overhead) * GIB if overhead is not None else base.framework_overhead_bytes,

@@ -139,6 +139,8 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     core = L.attention_core_flops(a, b, w.seq, t, 0.5 if fused else 1.0) / w.cp
     e = r.value_bytes
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, fused)
+    if not w.params.fused_elementwise:   # eager PyTorch: every elementwise op its own kernel
+        moved += L.eager_extra_bytes(a, b, s, t, r.sequence_parallel, e)
     operand = r.operand_bytes    # FP8 / MXFP8 / NVFP4 matmuls read 8- or 4-bit inputs and weights
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand, routed=False) if w.params.gemm_traffic else 0.0
     if r.low_precision:
@@ -248,17 +250,23 @@ def dp_sync_s(w: Workload, params: float, link: Link, replica: Link | None = Non
     return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
 
 
-def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float) -> float:
+def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float, busy: float = 0.0) -> float:
     """The part of a stage's DP sync (`sync` s) the step waits for: (1 - dp_overlap) of it; with
     `overlap_grad_reduce` (gradient buckets reduced during the backward: PyTorch DDP, FSDP,
     Megatron-Core --overlap-grad-reduce) only what the stage's last micro-batch backward (`bwd`),
-    and for a sharded optimizer's weight all-gather the next step's first forward (`fwd`), cannot
-    cover."""
+    and for a ZeRO 1-2 optimizer's weight all-gather the next step's first forward (`fwd`), cannot
+    cover. FSDP (ZeRO 3) reduces only gradients, which the optimizer step waits for: the backward
+    covers them, less the `busy` seconds its own weight gathers hold the same link."""
     flat = (1 - w.params.dp_overlap) * sync
     if not w.params.overlap_grad_reduce:
         return flat
-    cover = bwd + (fwd if w.recipe.zero >= 1 else 0.0)
+    cover = bwd - busy if w.recipe.zero >= 3 else bwd + (fwd if w.recipe.zero >= 1 else 0.0)
     return min(flat, max(0.0, sync - cover))
+
+
+def zero3_busy_s(w: Workload, params: float, hw: StageHardware) -> float:
+    """Seconds FSDP's backward weight gathers of a stage's `params` hold its shard link (0 below ZeRO 3)."""
+    return gather_s(params * w.recipe.value_bytes, shard_group(w)[0], state_links(w, hw)[0]) if w.recipe.zero >= 3 else 0.0
 
 
 def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: float, bwd: float) -> tuple[float, float]:
@@ -303,7 +311,8 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
         ends.append(pipeline - back)
         back += (bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v
     dp = tuple(dp_sync_s(w, params[i], *state_links(w, stages[i])) for i in range(p))
-    exposed = tuple(dp_exposed_s(w, d, f, bk) for d, f, bk in zip(dp, fwd, bwd))
+    exposed = tuple(dp_exposed_s(w, d, f, bk, zero3_busy_s(w, params[i], stages[i]))
+                    for i, (d, f, bk) in enumerate(zip(dp, fwd, bwd)))
     done = max(e + x for e, x in zip(ends, exposed))
     emb = 0.0
     if w.arch.tied_embeddings and p > 1:
@@ -333,6 +342,10 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             f, bk = f + hf, bk + hb
         params.append(stage_params(w, n, i == 0, i == p - 1))
         gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1)
+        if w.recipe.zero >= 3 and w.params.fsdp_copy_out and n:   # FSDP2's copies, memory bound
+            cf, cb = P.fsdp_copy_bytes(params[-1], w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision])
+            rate = hw.gpu.memory_bytes_per_s * hw.gpu.memory_share(w.params)
+            gf, gb = gf + cf / rate, gb + cb / rate
         fwd.append(f + gf)
         bwd.append(bk + gb)
     return fwd, bwd, params

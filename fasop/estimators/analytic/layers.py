@@ -262,6 +262,27 @@ def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: in
     return replicated / (t if sp else 1) + split / t
 
 
+def eager_extra_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int) -> float:
+    """Bytes one layer's forward moves beyond layer_forward_bytes' fused kernels when its elementwise
+    ops run as separate eager PyTorch kernels (`fused_elementwise: false`), counted op by op from the
+    reference Llama block (meta-llama/llama llama/model.py; torchtitan's and IBM FMS's follow it):
+    RMSNorm `x.float()` (e+4 per element), `pow(2)` (8), `mean` (4), `x * rsqrt` (8), `type_as`
+    (4+e), `* weight` (2e) = 28 + 4e, against a fused norm's 2e; rotary on Q and K in fp32 through
+    `view_as_complex` (`float()` e+4, complex multiply 8, `type_as` 4+e = 16 + 2e, against 2e);
+    SwiGLU as `silu` (2e) and `*` (3e) = 5e per gate element, against 3e; the attention output's
+    `transpose(1, 2).contiguous()` copy (2e); GQA's `repeat_kv` copies of K and V to the query
+    heads (torchtitan model.py: e per kv element read, e per q element written, each). Dense
+    Transformer layers only (0 for other kinds)."""
+    if not _plain(a):
+        return 0.0
+    bs, h, f, q, kv = b * s, a.hidden_size, a.ffn_hidden_size, a.q_width, a.kv_width
+    norms = 2 * (28 + 4 * e - 2 * e) * bs * h
+    rotary = (16 + 2 * e - 2 * e) * bs * (q + kv) if a.position == "rotary" else 0.0
+    mlp = (5 * e - 3 * e) * bs * f if a.gated_mlp else 0.0
+    repeat = 2 * e * bs * (kv + q) if kv < q else 0.0
+    return norms / (t if sp else 1) + (rotary + mlp + 2 * e * bs * q + repeat) / t
+
+
 def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: float | None = None,
                      routed: bool = True) -> float:
     """Bytes the weight matmuls of one layer's forward read and write on one TP rank: inputs,

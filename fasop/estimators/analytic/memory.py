@@ -126,7 +126,11 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
     states = P.state_bytes(dense=dense, experts=experts, zero=r.zero, dense_shard=dense_shard,
                            expert_shard=expert_shard, weight_bytes=weight_bytes(w), grad_bytes=grad_bytes,
                            adam_bytes=optimizer_bytes(w))
-    return MemoryParts(weights=states.weights, gradients=states.gradients, optimizer=states.optimizer,
+    weights = states.weights
+    if r.zero >= 3:   # FSDP: the gathered units beside the shards (one layer = one unit)
+        unit = sum(stage_param_split(w, 1, False, False))
+        weights += P.fsdp_unsharded_bytes(unit, r.value_bytes, grad_bytes)
+    return MemoryParts(weights=weights, gradients=states.gradients, optimizer=states.optimizer,
                        activations=acts, overhead=w.params.framework_overhead_bytes)
 
 

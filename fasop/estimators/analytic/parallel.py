@@ -200,6 +200,25 @@ def state_bytes(*, dense: float, experts: float, zero: int, dense_shard: int, ex
                       optimizer=part(adam_bytes, zero >= 1))
 
 
+def fsdp_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float) -> tuple[float, float]:
+    """(forward, backward) bytes FSDP2 moves per unit and micro-batch beside its collectives (PyTorch
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): `foreach_all_gather_copy_out` copies the
+    gathered buffer into the unit's parameters on the compute stream (read + write, 2 x param_bytes),
+    again for the backward's re-gather; `foreach_reduce`'s `_chunk_cat` writes the unsharded
+    gradients (param_bytes read) into the reduce-scatter input (reduce_bytes written)."""
+    copy = 2 * param_bytes * layer_params
+    return copy, copy + (param_bytes + reduce_bytes) * layer_params
+
+
+def fsdp_unsharded_bytes(layer_params: float, param_bytes: float, reduce_bytes: float) -> float:
+    """FSDP's unsharded working set on a GPU: two units (the layer computing and the one prefetched)
+    of all-gathered `param_bytes` weights and of unsharded `reduce_bytes` gradients awaiting their
+    reduce-scatter -- 2 x layer_params x (param_bytes + reduce_bytes) ("at least two FSDP units worth
+    of un-sharded weight memory ... [and] two FSDP units worth of un-sharded gradient memory",
+    Megatron-LM docs/user-guide/features/megatron_fsdp.md; 07_moe_cp_fsdp.md §4.2)."""
+    return 2 * layer_params * (param_bytes + reduce_bytes)
+
+
 def dispatch_buffer_bytes(tokens: float, k: int, h: int, elem_bytes: float, imbalance: float) -> float:
     """The permuted tokens a rank receives for its experts (and sends back): 2 x rho*T*k*h*B."""
     return 2 * imbalance * tokens * k * h * elem_bytes

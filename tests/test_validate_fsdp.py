@@ -1,0 +1,149 @@
+"""The analytic estimator against measured FSDP / HSDP runs (PyTorch FSDP1 and FSDP2 stacks), and the
+FSDP pieces it charges, each computed by hand.
+
+The sets are documented in tests/data/VALIDATION_SOURCES.md ("FSDP"). One parameter set for all; a row
+states its plan and the software the run had (eager or compiled elementwise kernels, FlashAttention,
+the cluster's network and reduce dtype where the source gives them). The bounds are the figures
+measured with `fasop validate tests/data/<set>.csv`, a little above: they keep the figures from
+getting worse. Only the torchtitan-docs set is within the issue's 10 % on time (docs/validate.md says
+what is left: the estimate leans fast on every row, most on IBM's H100 cluster).
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import parallel as P
+from fasop.estimators.analytic.hardware import Link, StageHardware, shard_links
+from fasop.estimators.analytic.layers import Recipe, Workload
+from fasop.report.validate import validate
+from fasop.specs.architecture import gpt_architecture
+from fasop.specs.catalog import default_params, find_gpu
+
+DATA = Path(__file__).resolve().parent / "data"
+
+# set, time MAPE bound %, time max bound %, memory MAPE bound % (None: no memory measured), rows
+SETS = [
+    ("fsdp_ibm_pytorch_blog.csv", 17, 32, None, 10),          # 128 A100 / 96 H100, FSDP1, FSDP and HSDP
+    ("fsdp_torchtitan_docs_a100.csv", 10, 16, None, 8),       # 64 A100, FSDP2, torchtitan docs
+    ("fsdp_torchtitan_issue929_a100.csv", 16, 16, 8, 1),      # 8 A100, FSDP2 compiled, peak memory
+]
+
+
+@pytest.mark.parametrize("name, mape, worst, mem_mape, rows", SETS)
+def test_fsdp_set_within_its_bound(name, mape, worst, mem_mape, rows):
+    report = validate(DATA / name)
+    assert len(report.predictions) == rows
+    assert all(p.row["zero"] == 3 for p in report.predictions)
+    assert report.mape <= mape, f"{name}: MAPE {report.mape:.1f} % above {mape} %"
+    assert report.max_error <= worst, f"{name}: max |error| {report.max_error:.1f} % above {worst} %"
+    if mem_mape is not None:
+        mem = 100 * sum(abs(e) for e in report.memory_errors) / len(report.memory_errors)
+        assert mem <= mem_mape, f"{name}: memory MAPE {mem:.1f} % above {mem_mape} %"
+
+
+def _llama(**kw):
+    base = dict(num_layers=2, hidden_size=64, num_attention_heads=8, num_kv_heads=2, vocab_size=100,
+                ffn_hidden_size=160, gated_mlp=True)
+    return gpt_architecture(**{**base, **kw})
+
+
+def test_eager_elementwise_bytes_by_hand():
+    # b 1, s 10, h 64, q 64, kv 16 (8 heads of 8, 2 KV heads), f 160, bf16 (e 2), t 1, per token:
+    # two norms 2 x (28 + 4e - 2e) x h = 2 x 32 x 64 = 4096; rotary (16 + 2e - 2e)(q + kv) = 16 x 80 = 1280;
+    # SwiGLU (5e - 3e) f = 4 x 160 = 640; output contiguous 2e q = 256; repeat_kv 2e (kv + q) = 4 x 80 = 320
+    a = _llama()
+    assert a.kv_width == 16 and a.q_width == 64
+    assert L.eager_extra_bytes(a, 1, 10, 1, False, 2) == 10 * (4096 + 1280 + 640 + 256 + 320)
+    # TP 2 with SP: everything / 2; without SP the norms stay whole
+    assert L.eager_extra_bytes(a, 1, 10, 2, True, 2) == 10 * (4096 + 1280 + 640 + 256 + 320) / 2
+    assert L.eager_extra_bytes(a, 1, 10, 2, False, 2) == 10 * (4096 + (1280 + 640 + 256 + 320) / 2)
+    # MHA (kv = q): no repeat_kv copies
+    assert L.eager_extra_bytes(_llama(num_kv_heads=8), 1, 10, 1, False, 2) == 10 * (4096 + 16 * 128 + 640 + 256)
+
+
+def test_eager_kernels_make_a_layer_slower():
+    a, gpu = _llama(num_layers=4, hidden_size=1024, num_attention_heads=8, num_kv_heads=8, ffn_hidden_size=2816), \
+        find_gpu("A100-SXM4-80GB")
+    w = lambda fused: Workload(arch=a, seq=2048, mbs=1, tp=1, dp=8, pp=1, num_microbatches=1,
+                               recipe=Recipe(zero=3), params=replace(default_params(), fused_elementwise=fused))
+    link = Link(1e11, 1e-5)
+    assert sum(C.layer_s(w(False), gpu, link)) > sum(C.layer_s(w(True), gpu, link))
+
+
+def test_fsdp2_copies_by_hand():
+    # 1e9 parameters, bf16 weights, fp32 reduction: forward copy-out read + write 2 + 2 = 4 GB; backward
+    # the same again, plus the gradients' chunk_cat into the reduce-scatter input, read 2 + write 4
+    assert P.fsdp_copy_bytes(1e9, 2, 4) == (4e9, 4e9 + 6e9)
+
+
+def test_fsdp_unsharded_working_set_by_hand():
+    # two units of 1e9 parameters: bf16 gathered weights (2) and fp32 unsharded gradients (4)
+    assert P.fsdp_unsharded_bytes(1e9, 2, 4) == 12e9
+    assert P.fsdp_unsharded_bytes(1e9, 2, 2) == 8e9     # bf16 reduction (fms-fsdp's bfSixteen policy)
+
+
+def _stage(node_bytes: float = 50e9) -> StageHardware:
+    groups = P.GroupLinks(intra_bytes_per_s=200e9, node_bytes_per_s=node_bytes, intra_latency_s=1e-5,
+                          inter_latency_s=2e-5, gpus_per_node=8)
+    return StageHardware(gpu=find_gpu("A100-SXM4-80GB"), tp_link=Link(200e9, 1e-5), dp_link=Link(node_bytes, 2e-5),
+                         next_link=None, memory_limit_bytes=80e9, groups=groups)
+
+
+def test_hsdp_links_by_hand():
+    hw = _stage()
+    # a block (tp x shard ranks) wider than the node: the stage's DP link for both
+    assert shard_links(hw, 128) == (hw.dp_link, hw.dp_link)
+    assert shard_links(hw, 16)[0] == hw.dp_link
+    # HSDP 8 x 16: the shard group is one node (NVLink); 8 replicate all-reduces leave each node at once,
+    # each over 1/8 of its 50 GB/s NIC
+    shard, across = shard_links(hw, 8)
+    assert shard == Link(200e9, 1e-5) and across == Link(50e9 / 8, 2e-5)
+    # TP 2 x shard 4 fills the node: every one of its 8 GPUs is in a replicate ring of its own
+    assert shard_links(hw, 2 * 4)[1] == Link(50e9 / 8, 2e-5)
+    # a 2-rank block: the node's 4 blocks chain into 2 replicate rings (one per block position), each crossing the NIC
+    assert shard_links(hw, 2)[1] == Link(50e9 / 2, 2e-5)
+    # the whole DP group inside the node (its DP link is NVLink): all NVLink
+    inside = replace(hw, dp_link=Link(200e9, 1e-5))
+    assert shard_links(inside, 2) == (Link(200e9, 1e-5), Link(200e9, 1e-5))
+
+
+def test_zero3_gradient_reduction_is_covered_by_the_backward_only():
+    a = _llama()
+    w = lambda zero: Workload(arch=a, seq=16, mbs=1, tp=1, dp=8, pp=1, num_microbatches=1,
+                              recipe=Recipe(zero=zero), params=default_params())
+    # sync 5 s, forward 2 s, backward 4 s: ZeRO 1 hides 6 s (backward + next forward's weight gather) ...
+    assert C.dp_exposed_s(w(1), 5.0, 2.0, 4.0) == 0.0
+    # ... FSDP only the backward, less the 1.5 s its own weight gathers hold the link: 5 - (4 - 1.5)
+    assert C.dp_exposed_s(w(3), 5.0, 2.0, 4.0, busy=1.5) == 2.5
+
+
+ROW_HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_len,vocab_size,gpu,num_gpus,tp,pp,dp,zero,"
+              "global_batch_size,micro_batch_size,recompute,recompute_num_layers,fused_elementwise,"
+              "measured_seconds_per_iter")
+
+
+def _run(tmp_path, *rows):
+    path = tmp_path / "runs.csv"
+    path.write_text(ROW_HEADER + "\n" + "\n".join(rows) + "\n")
+    return {p.row["name"]: p.row["predicted_seconds_per_iter"] for p in validate(path).predictions}
+
+
+def test_a_zero3_full_row_recomputes_every_layer_and_eager_kernels_cost(tmp_path):
+    # H100's validate_software picks the fewest recomputed layers that fit for a "full" row (NeMo's
+    # recipes); a ZeRO-3 row is a PyTorch FSDP stack whose full AC checkpoints every block
+    by = _run(tmp_path, "empty,8,2048,16,4096,32000,H100-SXM,8,1,1,8,3,8,1,full,,1,1.0",
+              "all,8,2048,16,4096,32000,H100-SXM,8,1,1,8,3,8,1,full,8,1,1.0",
+              "eager,8,2048,16,4096,32000,H100-SXM,8,1,1,8,3,8,1,full,8,0,1.0")
+    assert by["empty"] == by["all"]
+    assert by["eager"] > by["all"]
+
+
+def test_a_bad_fused_elementwise_cell_is_one_clear_error(tmp_path):
+    from fasop.core.errors import FasopError
+    with pytest.raises(FasopError) as err:
+        _run(tmp_path, "x,8,2048,16,4096,32000,H100-SXM,8,1,1,8,3,8,1,full,8,2,1.0")
+    assert "fused_elementwise" in str(err.value) and "line 2" in str(err.value)
