@@ -34,6 +34,7 @@ from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed, overheads
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
+from fasop.estimators.analytic.modules import MODULES
 from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
@@ -51,8 +52,8 @@ OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
                "distributed_optimizer", "virtual_pp", "precision", "picked", "cluster", "stage_gpus",
                "layers_per_stage", "model", "cp", "ep", "etp", "zero")
-RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
-"""Megatron-LM's --recompute-modules names (arguments.py) a `selective:<modules>` cell may list."""
+RECOMPUTE_MODULES = MODULES
+"""Megatron-LM's --recompute-modules names a `selective:<modules>` cell may list."""
 DISPATCHERS = ("alltoall", "flex", "deepep", "hybridep")
 """Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
 (node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
@@ -236,16 +237,17 @@ def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
     return {"cp": cp, "ep": ep, "etp": etp, "shard": shard}
 
 
-def _recompute(c: Cells) -> str | None:
-    """`recompute`: none, selective, full, or Megatron-LM's `selective:<modules>` (modelled as
-    selective: the attention core recomputed; the other modules' costs are not modelled apart)."""
+def _recompute(c: Cells) -> str | tuple | None:
+    """`recompute`: none, selective, full, or Megatron-LM's `selective:<modules>` (each module with its
+    own recompute cost and saved memory: estimators/analytic/modules.py), returned as the module tuple."""
     text = c.text("recompute").lower()
     if text.startswith("selective:"):
-        odd = [m for m in text[len("selective:"):].split(",") if m.strip() not in RECOMPUTE_MODULES]
+        names = tuple(dict.fromkeys(m.strip() for m in text[len("selective:"):].split(",")))
+        odd = [m for m in names if m not in RECOMPUTE_MODULES]
         if odd:
             raise c.error("recompute", f"unknown module {odd[0][:40]!r} (Megatron-LM --recompute-modules: "
                                        f"{', '.join(RECOMPUTE_MODULES)})")
-        return "selective"
+        return tuple(sorted(names))
     return c.choice("recompute", RECOMPUTES)
 
 
@@ -269,7 +271,9 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         if per_replica % choice["micro_batch_size"] or (choice["virtual_pp"] > 1 and m % pp):
             continue
         zero = par["zero"] if par["zero"] is not None else int(choice["distributed_optimizer"])
-        recipe = Recipe(recompute=choice["recompute"], sequence_parallel=choice["sequence_parallel"],
+        modules = choice["recompute"] if isinstance(choice["recompute"], tuple) else ()
+        recipe = Recipe(recompute="selective" if modules else choice["recompute"], recompute_modules=modules,
+                        sequence_parallel=choice["sequence_parallel"],
                         zero=zero, virtual_stages=choice["virtual_pp"], precision=precision,
                         recompute_layers=block if isinstance(block, int) else None)
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,

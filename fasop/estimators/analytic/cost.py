@@ -13,7 +13,8 @@ FP8 runs the weight matmuls at the FP8 peak x the GPU's FP8 efficiency, the atte
 fused (FlashAttention) core runs at `fused_attention_efficiency` of the 16-bit peak. Backward =
 2 x forward, + half the fused core's time (FlashAttention recomputes QK^T), + adding the weight
 gradients into the fp32 buffer unless `gradient_accumulation_fusion` does it in the matmul; full
-recompute adds a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5).
+recompute adds a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5), or
+the forward of each Megatron-Core module it names (modules.py).
 
 Collectives are rings (Calculon's `all_reduce: [2, -1]`): all-reduce 2(n-1)/n x size / bandwidth
 + 2(n-1) latencies, reduce-scatter and all-gather half of that each. Tensor parallelism costs
@@ -159,6 +160,7 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
         2 * stage_params(w, 1, False, False) * w.params.gradient_reduce_bytes[r.precision]
     bwd = 2 * fwd + linear_bwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     fwd += linear_fwd
+    mf = 0.0
     if w.cp > 1 or w.arch.moe is not None:
         groups = hw_groups or P.FREE_LINKS
         cf, cb = P.cp_s(w, groups, attention, 2 * attention + core_bwd_extra)
@@ -166,10 +168,12 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
         fwd, bwd = fwd + cf + mf, bwd + cb + mb
     if r.recompute == "full":
         bwd += fwd + tp_fwd
-    elif r.recompute == "selective" and not fused:
-        softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
-                   - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True))
-        bwd += _kernel_s(w, gpu, 0.0, core, softmax)
+    elif r.recompute == "selective" and (r.recompute_modules or not fused):
+        # the attention core again: the fused kernel's forward, or the unfused scores and their softmax bytes
+        core_again = attention if fused else _kernel_s(w, gpu, 0.0, core, (
+            L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
+            - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True)))
+        bwd += BR.modules_rerun_s(w, gpu, core_again, mf) if r.recompute_modules else core_again
     # the host issues every kernel: a layer never runs faster than its kernels' issue time, and
     # a runtime that drains the GPU every micro-batch adds that time (host.py)
     issue_fwd, issue_bwd = H.issue_s(w.params, gpu)
