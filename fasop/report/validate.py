@@ -57,6 +57,15 @@ RECOMPUTE_MODULES = MODULES
 DISPATCHERS = ("alltoall", "flex", "deepep", "hybridep")
 """Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
 (node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
+OPTIMIZER_STATES = ("fp32", "bf16")
+"""`optimizer_states`: the dtype of the main gradients and Adam's moments; bf16 is Megatron-Core's
+precision-aware optimizer as Megatron-Bridge's Moonlight recipe sets it (use_precision_aware_optimizer,
+main_grads_dtype / exp_avg_dtype / exp_avg_sq_dtype bfloat16, main_params_dtype float32)."""
+BF16_STEP_BYTES = 22
+"""Bytes the optimizer step moves per parameter with bf16 gradients and moments: gradient norm (read
+the grad 2) + FusedAdam with fp32 master weights (read grad 2, master 4, m 2, v 2; write master 4, m 2,
+v 2 and the bf16 weight 2) -- analytic.yaml `optimizer_step_bytes` 38 with each fp32 grad / moment halved
+and the master -> weight copy fused into the step."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
@@ -164,8 +173,19 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
     dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
     dedup = common.get("moe_node_dedup", base.moe_node_dedup) if dispatcher is None else dispatcher != "alltoall"
-    return replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
-                   moe_node_dedup=dedup)
+    params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
+                     moe_node_dedup=dedup)
+    return _bf16_states(params) if c.choice("optimizer_states", OPTIMIZER_STATES) == "bf16" else params
+
+
+def _bf16_states(p: AnalyticParams) -> AnalyticParams:
+    """Megatron-Core's precision-aware optimizer with bf16 main gradients and bf16 Adam moments (master
+    weights fp32): gradients kept and reduced in 2 bytes, moments 2 bytes each, and the step (Transformer
+    Engine's FusedAdam with master weights) moves BF16_STEP_BYTES a parameter. fp32 / tf32 runs keep fp32."""
+    full = ("fp32", "tf32")
+    return replace(p, adam_moment_bytes=2,
+                   gradient_reduce_bytes={k: v if k in full else 2 for k, v in p.gradient_reduce_bytes.items()},
+                   optimizer_step_bytes={k: v if k in full else BF16_STEP_BYTES for k, v in p.optimizer_step_bytes.items()})
 
 
 def _model_and_degrees(c: Cells) -> tuple:
