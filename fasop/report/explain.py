@@ -28,6 +28,8 @@ from pathlib import Path
 from fasop.core.cells import counted
 from fasop.core.errors import FasopError
 from fasop.costs.parts import EstimateParts, parts_of
+from fasop.estimators.analytic import blocks as B
+from fasop.estimators.analytic import layers as L
 from fasop.plans.rowplan import RowPlan, finite, stage_layer_names
 from fasop.report.export_settings import settings_of
 from fasop.schedule.pipeline import Schedule
@@ -144,11 +146,24 @@ def estimate_split(estimator, plan, partition: tuple[int, ...]):
 
 
 def model_flop_per_sample(model: ModelSpec) -> float:
-    """Fwd+bwd FLOPs of one sample (Narayanan et al. 2021, Eq. 3, no recompute)."""
+    """Fwd+bwd FLOPs of one sample (Narayanan et al. 2021, Eq. 3, no recompute); of a mixture-of-experts
+    model, from the parameters a token uses (moe_flop_per_sample)."""
+    if getattr(model.architecture, "moe", None) is not None:
+        return moe_flop_per_sample(model.architecture, model.sequence_length)
     h, s, v = model.hidden_size, model.sequence_length, model.vocab_size
     per_token = sum(24 * h * h + 4 * s * h for k in model.layer_kinds if k in TRANSFORMER_KINDS)
     per_token += sum(2 * h * v for k in model.layer_kinds if k == "head")
     return 3.0 * per_token * s
+
+
+def moe_flop_per_sample(a, s: int) -> float:
+    """Fwd+bwd FLOPs of one s-token sample of an MoE model: 3 x (2 FLOPs per active weight per token --
+    the k routed experts a token uses, not all E; router, shared experts and head included, the input
+    embedding a lookup -- + the attention scores over all s keys and the Mamba scans). Narayanan et
+    al. 2021 Eq. 3's 24h² + 4sh per layer is this count for a dense GPT layer (12h² weights, 4sh scores)."""
+    weights = L.active_params(a, input_embedding=False)
+    scores = a.num_layers * B.core_flops(a, 1, s, 1, 1.0)
+    return 3.0 * (2 * weights * s + scores)
 
 
 def explain(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, estimator, *,

@@ -83,7 +83,8 @@ def _spec_ref(path: str, folder: str) -> str:
 
 RATE_COLUMNS = ("mfu", "tokens_per_s_per_gpu")
 """Analytic-estimator CSVs only (FASOP-2024 CSVs keep their bytes): the model FLOPs utilisation
-(model FLOPs a step, Narayanan et al. 2021 Eq. 3 without recompute, as `fasop explain` counts them,
+(model FLOPs a step, Narayanan et al. 2021 Eq. 3 without recompute -- of an MoE model its active
+parameters' -- as `fasop explain` counts them,
 / step time / the summed dense peaks of the plan's GPUs in the plan's precision: the GPU catalog's
 fp8 peak for an fp8 plan, bf16 or fp16 otherwise; empty where a GPU's peak is unknown) and tokens a
 second per GPU."""
