@@ -100,8 +100,8 @@ def test_bf16_optimizer_states_by_hand(tmp_path):
     # Megatron-Core's precision-aware optimizer (bf16 main grads and moments): 2 + 2 + 8 bytes a parameter
     # of gradients, weights and Adam where fp32 states give 2 + 4 + 12
     from fasop.estimators.analytic import memory
-    from fasop.report.validate import _bf16_states
-    bf16 = _bf16_states(PARAMS)
+    from fasop.report.validate import bf16_optimizer_states
+    bf16 = bf16_optimizer_states(PARAMS)
     w = _w(recompute="none")
     wb = C.Workload(**{**{f: getattr(w, f) for f in ("arch", "seq", "mbs", "tp", "dp", "pp", "num_microbatches",
                                                       "recipe", "ep")}, "params": bf16})

@@ -175,10 +175,10 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     dedup = common.get("moe_node_dedup", base.moe_node_dedup) if dispatcher is None else dispatcher != "alltoall"
     params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
                      moe_node_dedup=dedup)
-    return _bf16_states(params) if c.choice("optimizer_states", OPTIMIZER_STATES) == "bf16" else params
+    return bf16_optimizer_states(params) if c.choice("optimizer_states", OPTIMIZER_STATES) == "bf16" else params
 
 
-def _bf16_states(p: AnalyticParams) -> AnalyticParams:
+def bf16_optimizer_states(p: AnalyticParams) -> AnalyticParams:
     """Megatron-Core's precision-aware optimizer with bf16 main gradients and bf16 Adam moments (master
     weights fp32): gradients kept and reduced in 2 bytes, moments 2 bytes each, and the step (Transformer
     Engine's FusedAdam with master weights) moves BF16_STEP_BYTES a parameter. fp32 / tf32 runs keep fp32."""
