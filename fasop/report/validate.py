@@ -66,6 +66,9 @@ BF16_STEP_BYTES = 22
 the grad 2) + FusedAdam with fp32 master weights (read grad 2, master 4, m 2, v 2; write master 4, m 2,
 v 2 and the bf16 weight 2) -- analytic.yaml `optimizer_step_bytes` 38 with each fp32 grad / moment halved
 and the master -> weight copy fused into the step."""
+DISPATCHER_SMS = {"deepep": 20, "hybridep": 16}
+"""SMs a backend's dispatch / combine kernels hold: Megatron-Core TransformerConfig `moe_deepep_num_sms`
+20, `moe_hybridep_num_sms` 16 (defaults); `flex` names no backend and `alltoall` runs NCCL: none counted."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
@@ -174,7 +177,7 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
     dedup = common.get("moe_node_dedup", base.moe_node_dedup) if dispatcher is None else dispatcher != "alltoall"
     params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
-                     moe_node_dedup=dedup)
+                     moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0))
     return bf16_optimizer_states(params) if c.choice("optimizer_states", OPTIMIZER_STATES) == "bf16" else params
 
 
