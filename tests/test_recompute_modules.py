@@ -96,12 +96,16 @@ def test_moonlight_rows_rank_by_memory_as_measured():
     assert all(t > time["none"] for k, t in time.items() if k != "none")
 
 
-def test_bf16_optimizer_states_by_hand(tmp_path):
-    # Megatron-Core's precision-aware optimizer (bf16 main grads and moments): 2 + 2 + 8 bytes a parameter
-    # of gradients, weights and Adam where fp32 states give 2 + 4 + 12
+def test_bf16_gradients_and_moments_by_hand(tmp_path):
+    # bf16 gradients (Megatron grad_reduce_in_fp32 false) and Megatron-Core's precision-aware optimizer
+    # (bf16 moments): 2 + 2 + 8 bytes a parameter of gradients, weights and Adam where fp32 gives 2 + 4 + 12;
+    # the step's 38 bytes: -2 x 2 for the two reads of a 2-byte gradient, -8 for 2-byte m and v read
+    # and written, -4 for the master weight no longer re-read for the 16-bit copy
     from fasop.estimators.analytic import memory
-    from fasop.report.validate import bf16_optimizer_states
-    bf16 = bf16_optimizer_states(PARAMS)
+    from fasop.report.validate import state_dtypes
+    bf16 = state_dtypes(PARAMS, True, True)
+    assert state_dtypes(PARAMS, False, False) is PARAMS
+    assert [state_dtypes(PARAMS, g, m).optimizer_step_bytes["bf16"] for g, m in ((1, 0), (0, 1), (1, 1))] == [34, 26, 22]
     w = _w(recompute="none")
     wb = C.Workload(**{**{f: getattr(w, f) for f in ("arch", "seq", "mbs", "tp", "dp", "pp", "num_microbatches",
                                                       "recipe", "ep")}, "params": bf16})

@@ -57,15 +57,11 @@ RECOMPUTE_MODULES = MODULES
 DISPATCHERS = ("alltoall", "flex", "deepep", "hybridep")
 """Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
 (node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
-OPTIMIZER_STATES = ("fp32", "bf16")
-"""`optimizer_states`: the dtype of the main gradients and Adam's moments; bf16 is Megatron-Core's
-precision-aware optimizer as Megatron-Bridge's Moonlight recipe sets it (use_precision_aware_optimizer,
-main_grads_dtype / exp_avg_dtype / exp_avg_sq_dtype bfloat16, main_params_dtype float32)."""
-BF16_STEP_BYTES = 22
-"""Bytes the optimizer step moves per parameter with bf16 gradients and moments: gradient norm (read
-the grad 2) + FusedAdam with fp32 master weights (read grad 2, master 4, m 2, v 2; write master 4, m 2,
-v 2 and the bf16 weight 2) -- analytic.yaml `optimizer_step_bytes` 38 with each fp32 grad / moment halved
-and the master -> weight copy fused into the step."""
+STATE_DTYPES = ("fp32", "bf16")
+"""`main_grads`: the dtype of the gradient buffer and its DP reduction (bf16: Megatron's
+grad_reduce_in_fp32 false, as every Megatron-Bridge performance config sets it); `optimizer_states`:
+the dtype of Adam's moments (bf16: Megatron-Core's precision-aware optimizer, exp_avg_dtype /
+exp_avg_sq_dtype bfloat16, as Megatron-Bridge's Moonlight recipe sets it; master weights stay fp32)."""
 DISPATCHER_SMS = {"deepep": 20, "hybridep": 16}
 """SMs a backend's dispatch / combine kernels hold: Megatron-Core TransformerConfig `moe_deepep_num_sms`
 20, `moe_hybridep_num_sms` 16 (defaults); `flex` names no backend and `alltoall` runs NCCL: none counted."""
@@ -178,17 +174,23 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     dedup = common.get("moe_node_dedup", base.moe_node_dedup) if dispatcher is None else dispatcher != "alltoall"
     params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
                      moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0))
-    return bf16_optimizer_states(params) if c.choice("optimizer_states", OPTIMIZER_STATES) == "bf16" else params
+    return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
+                        c.choice("optimizer_states", STATE_DTYPES) == "bf16")
 
 
-def bf16_optimizer_states(p: AnalyticParams) -> AnalyticParams:
-    """Megatron-Core's precision-aware optimizer with bf16 main gradients and bf16 Adam moments (master
-    weights fp32): gradients kept and reduced in 2 bytes, moments 2 bytes each, and the step (Transformer
-    Engine's FusedAdam with master weights) moves BF16_STEP_BYTES a parameter. fp32 / tf32 runs keep fp32."""
+def state_dtypes(p: AnalyticParams, bf16_grads: bool, bf16_moments: bool) -> AnalyticParams:
+    """`p` with 16-bit gradients (kept and reduced in 2 bytes: the step reads them twice, gradient norm
+    and Adam, 2 bytes each) and / or bf16 Adam moments (2 bytes each, read and written; Transformer
+    Engine's FusedAdam with master weights writes the 16-bit weight itself: no master re-read for the
+    copy) -- analytic.yaml's `optimizer_step_bytes` 38 becomes 34, 26, 22. fp32 / tf32 runs keep fp32."""
+    if not (bf16_grads or bf16_moments):
+        return p
     full = ("fp32", "tf32")
-    return replace(p, adam_moment_bytes=2,
-                   gradient_reduce_bytes={k: v if k in full else 2 for k, v in p.gradient_reduce_bytes.items()},
-                   optimizer_step_bytes={k: v if k in full else BF16_STEP_BYTES for k, v in p.optimizer_step_bytes.items()})
+    grads = {k: v if k in full or not bf16_grads else 2 for k, v in p.gradient_reduce_bytes.items()}
+    step = {k: v if k in full else v - 2 * (p.gradient_reduce_bytes[k] - grads[k]) - (12 if bf16_moments else 0)
+            for k, v in p.optimizer_step_bytes.items()}
+    return replace(p, adam_moment_bytes=2 if bf16_moments else p.adam_moment_bytes,
+                   gradient_reduce_bytes=grads, optimizer_step_bytes=step)
 
 
 def _model_and_degrees(c: Cells) -> tuple:
@@ -241,7 +243,8 @@ def _columns_model(c: Cells, seq: int, tp: int):
 
 
 def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
-    """cp, ep, etp (default 1) and HSDP's shard degree (`dp_shard`, default all dp x cp ranks),
+    """cp, ep, etp (default 1), HSDP's shard degree (`dp_shard`, default all dp x cp ranks) and the
+    multi-token-prediction depths trained (`mtp_layers`, default the config's modules),
     checked: 2cp divides the sequence (causal load balancing), ep the experts and ep x etp the
     stage's tp x cp x dp ranks (Megatron-Core), the shard degree dp x cp."""
     cp, ep, etp = c.int("cp", 1), c.int("ep", 1), c.int("etp", 1)
@@ -257,7 +260,10 @@ def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
     shard = c.int("dp_shard", 0)
     if shard and (dp * cp) % shard:
         raise c.error("dp_shard", f"{shard} does not divide dp x cp = {dp * cp}")
-    return {"cp": cp, "ep": ep, "etp": etp, "shard": shard}
+    mtp = c.int("mtp_layers", arch.mtp_layers, low=0)
+    if mtp and not arch.mtp_kinds:
+        raise c.error("mtp_layers", f"{mtp}: the model has no multi-token-prediction module")
+    return {"cp": cp, "ep": ep, "etp": etp, "shard": shard, "mtp": mtp}
 
 
 def _recompute(c: Cells) -> str | tuple | None:
@@ -301,7 +307,7 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
                         recompute_layers=block if isinstance(block, int) else None)
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,
                        num_microbatches=m, recipe=recipe, params=params, cp=par["cp"], ep=par["ep"],
-                       etp=par["etp"], shard=par["shard"])
+                       etp=par["etp"], shard=par["shard"], mtp=par["mtp"])
         if block == "fit" and recipe.recompute == "full":
             n = BR.fewest_layers_that_fit(w, lambda x: _estimate(x, replicas, counts)[2])
             w = w if n is None else replace(w, recipe=replace(recipe, recompute_layers=n))

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from fasop.estimators.analytic import block_recompute as BR
@@ -323,12 +323,31 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             f, bk = f + ef, bk + eb
         if i == p - 1:
             hf, hb = head_s(w, hw.gpu)
-            f, bk = f + hf, bk + hb
+            mf, mb = mtp_s(w, hw)
+            f, bk = f + hf + mf, bk + hb + mb
         params.append(stage_params(w, n, i == 0, i == p - 1))
         gf, gb = zero3_gather_s(w, params[-1], hw.dp_link, n, f1, b1)
         fwd.append(f + gf)
         bwd.append(bk + gb)
     return fwd, bwd, params
+
+
+def mtp_s(w: Workload, hw: StageHardware) -> tuple[float, float]:
+    """(forward, backward) seconds of one micro-batch's multi-token-prediction depths on the last stage
+    (DeepSeek-V3 §2.2; Megatron-Core MultiTokenPredictionBlock): each runs its block's layers
+    (Architecture.mtp_kinds), the 2h -> h projection of the normed hidden state and next token's
+    embedding (and the two norms' bytes), and the shared output head with its loss."""
+    a, b, s = w.arch, w.mbs, w.local_seq
+    if not (w.mtp and a.mtp_kinds):
+        return 0.0, 0.0
+    block = replace(w, mtp=0, arch=replace(a, layer_kinds=a.mtp_kinds, num_layers=len(a.mtp_kinds),
+                                           windowed_layers=(), mtp_layers=0, mtp_kinds=()))
+    lf, lb = layer_s(block, hw.gpu, hw.tp_link, hw.groups)
+    proj = _kernel_s(w, hw.gpu, 2 * b * s * 2 * a.hidden_size ** 2 / w.tp, 0.0,
+                     3 * 2 * b * s * a.hidden_size * w.recipe.value_bytes)
+    hf, hb = head_s(w, hw.gpu)
+    n = len(a.mtp_kinds)
+    return w.mtp * (n * lf + proj + hf), w.mtp * (n * lb + 2 * proj + hb)
 
 
 def optimizer_s(w: Workload, params: float, gpu: GpuType, experts: float = 0.0) -> float:
@@ -357,7 +376,7 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
     for i, hw in enumerate(stages):
         per.append(sum(times[i]) if times and times[i] else sum(layer_s(w, hw.gpu, hw.tp_link, hw.groups)))
         e = sum(embedding_s(w, hw.gpu, hw.tp_link)) if i == 0 else 0.0
-        e += sum(head_s(w, hw.gpu)) if i == p - 1 else 0.0
+        e += sum(head_s(w, hw.gpu)) + sum(mtp_s(w, hw)) if i == p - 1 else 0.0
         extra.append(e)
         cap.append(max_layers(w, i, hw.memory_limit_bytes, total - (p - 1)))
     if min(cap) < 1 or sum(cap) < total:

@@ -372,6 +372,8 @@ class Workload:
     etp: int = 1
     shard: int = 0
     """Ranks the ZeRO/FSDP states are sharded over (HSDP's shard degree); 0: all dp*cp."""
+    mtp: int = 0
+    """Multi-token-prediction depths the last stage trains (Megatron --mtp-num-layers; cost.mtp_s)."""
 
     @property
     def local_seq(self) -> int:
