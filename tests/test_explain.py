@@ -97,6 +97,26 @@ def test_model_flops_by_hand():
     assert model_flop_per_sample(model) == 3 * s * (layers * (24 * h * h + 4 * s * h) + 2 * h * v)
 
 
+def test_moe_model_flops_count_the_active_experts():
+    # Qwen3-30B-A3B (tests/data/hf): 48 layers, h 2048, 32 heads x 128 (QK-norm), 4 kv heads, 128
+    # experts top-8 of width 768, vocab 151936 untied, s 4096. Weights a token uses, per layer:
+    # attention 2048*4096 + 2*2048*512 + 4096*2048 + 2*128, router 128*2048, 8 experts of 3*2048*768,
+    # two norms 2*2048; + the head 2048*151936 and final norm 2048 (the input embedding is a lookup)
+    from pathlib import Path
+    from fasop.specs.hf_config import architecture_from_config, model_spec, read_config
+    path = Path(__file__).parent / "data" / "hf" / "qwen3-30b-a3b.json"
+    arch = architecture_from_config(read_config(path), str(path))
+    model = model_spec(arch, path=str(path), name="q", sequence_length=4096, global_batch_size=8)
+    layer = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 128 + 128 * 2048 + 8 * 3 * 2048 * 768 + 2 * 2048
+    active = 48 * layer + 2048 * 151936 + 2048
+    assert active == 3_041_867_776                         # 3.0 B of the published 3.3 B active (+ the embedding)
+    scores = 48 * 2 * 2 * 4096 * 4096 * 4096               # QK^T and scores x V over all keys (Eq. 3's 4sh)
+    assert model_flop_per_sample(model) == 3 * (2 * active * 4096 + scores)
+    # all 128 experts would count 16x the expert weights: the MFU of an MoE plan is not that
+    dense_like = 3 * (2 * (active + 48 * 120 * 3 * 2048 * 768) * 4096 + scores)
+    assert model_flop_per_sample(model) < dense_like / 5
+
+
 def test_cli_explain_text_and_json(searched, capsys):
     model, _, rows, out = searched
     assert main(["explain", "--from", str(out), "--rank", "2", "--model", model.name, "--cluster", "fasop-paper",

@@ -2,6 +2,7 @@
 groups against Megatron-Core's rule on hand-made grids, volumes computed by hand, memory by mode."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -227,6 +228,30 @@ def test_ep_overlap_pairs_megatron_cores_three_phases():
     assert P.ep_overlap_exposed(3.0, 2.0, 0.5, (1.0, 4.0), 0.5) == (2.625, 1.5 + 2.625)
     # enough compute in every phase: nothing exposed
     assert P.ep_overlap_exposed(1.0, 1.0, 1.0, (1.0, 1.0), 1.0) == (0.0, 0.0)
+    # a HybridEP kernel holding 16 of 132 SMs (Megatron-Core moe_hybridep_num_sms): the compute keeps
+    # 116/132 of its rate while the transfer runs, so a phase whose compute would have hidden it
+    # still exposes 16/132 of it: phase 1: 1 s of comm, 4 s of compute -> 16/132 s
+    assert P.exposed_s(1.0, 4.0, 116 / 132) == pytest.approx(16 / 132)
+    assert P.exposed_s(1.0, 0.5, 116 / 132) == 0.5              # less compute than 116/132 of the comm: as before
+    # half the SMs kept: phase 2's 2 s of comm hide only 1 s of its 3 s of compute's work (0.5 each pass),
+    # phases 1 and 3 expose 1 - 0.5 each
+    assert P.ep_overlap_exposed(1.0, 1.0, 1.0, (1.0, 1.0), 1.0, 0.5) == (0.5 + 0.5, 0.5 + 0.5)
+
+
+def test_hybridep_overlap_loses_the_sms_its_kernels_hold(tmp_path):
+    # the Qwen3-30B-A3B EP16 H100 row with EP overlap: the same plan with `hybridep` (16 SMs held) is
+    # slower than with `flex` (no backend named: no SMs counted), both faster than no overlap
+    from fasop.report.validate import validate
+    data = Path(__file__).parent / "data"
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "q.json").write_bytes((data / "hf" / "qwen3-30b-a3b.json").read_bytes())
+    head = ("name,model,gpu,num_gpus,tp,pp,cp,dp,ep,etp,zero,seq_len,global_batch_size,micro_batch_size,"
+            "moe_dispatcher,ep_overlap,precision,recompute,measured_seconds_per_iter\n")
+    rows = [f"{d}{o},hf/q.json,H100-SXM,16,1,1,1,16,16,1,1,4096,1024,1,{d},{o},bf16,none,20\n"
+            for d, o in (("flex", 1), ("hybridep", 1), ("hybridep", 0))]
+    (tmp_path / "r.csv").write_text(head + "".join(rows))
+    t = {p.row["name"]: p.row["predicted_seconds_per_iter"] for p in validate(tmp_path / "r.csv").predictions}
+    assert t["flex1"] < t["hybridep1"] < t["hybridep0"]
 
 
 def test_alltoall_sorts_the_received_rows_by_local_expert():

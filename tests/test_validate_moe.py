@@ -20,9 +20,9 @@ DATA = Path(__file__).resolve().parent / "data"
 
 # set, MAPE bound %, max |error| bound %, rows
 SETS = [
-    ("moe_megatron_bridge_perf_summary.csv", 21, 47, 10),   # GB200 / GB300, MXFP8, EP 8-64 (performance-summary.md)
-    ("moe_megatron_bridge_docs_h100.csv", 20, 29, 12),      # H100, Qwen3-30B-A3B EP16 and Nemotron-3-Nano EP8
-    ("moe_megatron_bridge_moonlight_h100.csv", 72, 73, 6),  # H100, Moonlight-16B-A3B TP2 EP8, one micro-batch
+    ("moe_megatron_bridge_perf_summary.csv", 19, 30, 10),   # GB200 / GB300, MXFP8, EP 8-64 (performance-summary.md)
+    ("moe_megatron_bridge_docs_h100.csv", 15, 27, 12),      # H100, Qwen3-30B-A3B EP16 and Nemotron-3-Nano EP8
+    ("moe_megatron_bridge_moonlight_h100.csv", 73, 74, 6),  # H100, Moonlight-16B-A3B TP2 EP8, one micro-batch
 ]
 
 
@@ -96,3 +96,42 @@ def test_gb200_rows_default_to_the_flex_dispatcher_their_recipes_ran(tmp_path):
     flex = predicted(HEADER + ",moe_dispatcher", row + ",flex")
     plain = predicted(HEADER + ",moe_dispatcher", row + ",alltoall")
     assert empty == flex < plain     # the alltoall adds its sort of the received rows by local expert (16 each)
+
+
+def test_multi_token_prediction_is_trained_as_the_recipes_say(tmp_path):
+    # Nemotron-3.5-Lightning's config: one MTP module whose block is attention + experts
+    # (mtp_layers_block_type); DeepSeek-V3's: one MoE layer. Megatron-Bridge's Lightning recipe trains it
+    # as 2 depths of a repeated layer (mtp_num_layers 2), DeepSeek-V3's as 1: each depth runs the block,
+    # the 2h -> h projection and the output head with its loss on the last stage (cost.mtp_s)
+    from dataclasses import replace
+    from fasop.estimators.analytic import cost as C
+    from fasop.estimators.analytic.layers import Recipe
+    from fasop.specs.catalog import default_params, find_gpu
+    from fasop.specs.hf_config import architecture_from_config, read_config
+    light = architecture_from_config(read_config(DATA / "hf" / "nemotron-3.5-lightning-30b-a3b.json"), "l")
+    deep = architecture_from_config(read_config(DATA / "hf" / "deepseek-v3.json"), "d")
+    assert (light.mtp_layers, light.mtp_kinds, deep.mtp_layers, deep.mtp_kinds) == (1, ("attention", "experts"), 1, ("moe",))
+    from fasop.estimators.analytic import hardware as H
+    from fasop.specs.types import NodeType
+    gpu = find_gpu("GB200")
+    tray = NodeType(name="tray", instance="t", gpu="GB200", gpus_per_node=4, memory_limit_bytes=gpu.memory_bytes,
+                    intra_node_bytes_per_s=gpu.intra_node_bytes_per_s, inter_node_bytes_per_s=200e9,
+                    intra_node_shared=False, usd_per_hour=0.0, spot_usd_per_hour=None)
+    (stage,) = H.stage_hardware(1, 8, 1, (tray,) * 2, (gpu,) * 2, default_params())
+    w = C.Workload(arch=light, seq=8192, mbs=2, tp=1, dp=8, pp=1, num_microbatches=32, recipe=Recipe(precision="mxfp8"),
+                   params=default_params(), ep=8)
+    one, two = C.mtp_s(replace(w, mtp=1), stage), C.mtp_s(replace(w, mtp=2), stage)
+    assert C.mtp_s(w, stage) == (0.0, 0.0)
+    assert two == pytest.approx((2 * one[0], 2 * one[1]))
+    head = C.head_s(w, gpu)
+    assert one[0] > head[0] and one[1] > head[1]
+
+
+@pytest.mark.parametrize("mtp, message", [("3", None), ("x", "mtp_layers: expected an integer")])
+def test_a_row_states_the_mtp_depths_it_trained(tmp_path, mtp, message):
+    from fasop.core.errors import FasopError
+    row = "q,hf/qwen3-30b-a3b.json,GB200,8,1,1,1,8,8,1,1,4096,64,1,bf16,none,10"
+    path = _csv(tmp_path, row + "," + mtp, HEADER + ",mtp_layers")
+    with pytest.raises(FasopError) as err:       # Qwen3 has no MTP module
+        validate(path)
+    assert (message or "mtp_layers: 3: the model has no multi-token-prediction module") in str(err.value)

@@ -35,6 +35,7 @@ from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed, overheads
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
+from fasop.estimators.analytic.modules import MODULES
 from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
@@ -52,11 +53,19 @@ OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
                "distributed_optimizer", "virtual_pp", "precision", "picked", "cluster", "stage_gpus",
                "layers_per_stage", "model", "cp", "ep", "etp", "zero")
-RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
-"""Megatron-LM's --recompute-modules names (arguments.py) a `selective:<modules>` cell may list."""
+RECOMPUTE_MODULES = MODULES
+"""Megatron-LM's --recompute-modules names a `selective:<modules>` cell may list."""
 DISPATCHERS = ("alltoall", "flex", "deepep", "hybridep")
 """Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
 (node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
+STATE_DTYPES = ("fp32", "bf16")
+"""`main_grads`: the dtype of the gradient buffer and its DP reduction (bf16: Megatron's
+grad_reduce_in_fp32 false, as every Megatron-Bridge performance config sets it); `optimizer_states`:
+the dtype of Adam's moments (bf16: Megatron-Core's precision-aware optimizer, exp_avg_dtype /
+exp_avg_sq_dtype bfloat16, as Megatron-Bridge's Moonlight recipe sets it; master weights stay fp32)."""
+DISPATCHER_SMS = {"deepep": 20, "hybridep": 16}
+"""SMs a backend's dispatch / combine kernels hold: Megatron-Core TransformerConfig `moe_deepep_num_sms`
+20, `moe_hybridep_num_sms` 16 (defaults); `flex` names no backend and `alltoall` runs NCCL: none counted."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
@@ -165,8 +174,25 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
     dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
     dedup = common.get("moe_node_dedup", base.moe_node_dedup) if dispatcher is None else dispatcher != "alltoall"
-    return replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
-                   moe_node_dedup=dedup)
+    params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
+                     moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0))
+    return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
+                        c.choice("optimizer_states", STATE_DTYPES) == "bf16")
+
+
+def state_dtypes(p: AnalyticParams, bf16_grads: bool, bf16_moments: bool) -> AnalyticParams:
+    """`p` with 16-bit gradients (kept and reduced in 2 bytes: the step reads them twice, gradient norm
+    and Adam, 2 bytes each) and / or bf16 Adam moments (2 bytes each, read and written; Transformer
+    Engine's FusedAdam with master weights writes the 16-bit weight itself: no master re-read for the
+    copy) -- analytic.yaml's `optimizer_step_bytes` 38 becomes 34, 26, 22. fp32 / tf32 runs keep fp32."""
+    if not (bf16_grads or bf16_moments):
+        return p
+    full = ("fp32", "tf32")
+    grads = {k: v if k in full or not bf16_grads else 2 for k, v in p.gradient_reduce_bytes.items()}
+    step = {k: v if k in full else v - 2 * (p.gradient_reduce_bytes[k] - grads[k]) - (12 if bf16_moments else 0)
+            for k, v in p.optimizer_step_bytes.items()}
+    return replace(p, adam_moment_bytes=2 if bf16_moments else p.adam_moment_bytes,
+                   gradient_reduce_bytes=grads, optimizer_step_bytes=step)
 
 
 def _model_and_degrees(c: Cells) -> tuple:
@@ -219,7 +245,8 @@ def _columns_model(c: Cells, seq: int, tp: int):
 
 
 def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
-    """cp, ep, etp (default 1) and HSDP's shard degree (`dp_shard`, default all dp x cp ranks),
+    """cp, ep, etp (default 1), HSDP's shard degree (`dp_shard`, default all dp x cp ranks) and the
+    multi-token-prediction depths trained (`mtp_layers`, default the config's modules),
     checked: 2cp divides the sequence (causal load balancing), ep the experts and ep x etp the
     stage's tp x cp x dp ranks (Megatron-Core), the shard degree dp x cp."""
     cp, ep, etp = c.int("cp", 1), c.int("ep", 1), c.int("etp", 1)
@@ -235,19 +262,23 @@ def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
     shard = c.int("dp_shard", 0)
     if shard and (dp * cp) % shard:
         raise c.error("dp_shard", f"{shard} does not divide dp x cp = {dp * cp}")
-    return {"cp": cp, "ep": ep, "etp": etp, "shard": shard}
+    mtp = c.int("mtp_layers", arch.mtp_layers, low=0)
+    if mtp and not arch.mtp_kinds:
+        raise c.error("mtp_layers", f"{mtp}: the model has no multi-token-prediction module")
+    return {"cp": cp, "ep": ep, "etp": etp, "shard": shard, "mtp": mtp}
 
 
-def _recompute(c: Cells) -> str | None:
-    """`recompute`: none, selective, full, or Megatron-LM's `selective:<modules>` (modelled as
-    selective: the attention core recomputed; the other modules' costs are not modelled apart)."""
+def _recompute(c: Cells) -> str | tuple | None:
+    """`recompute`: none, selective, full, or Megatron-LM's `selective:<modules>` (each module with its
+    own recompute cost and saved memory: estimators/analytic/modules.py), returned as the module tuple."""
     text = c.text("recompute").lower()
     if text.startswith("selective:"):
-        odd = [m for m in text[len("selective:"):].split(",") if m.strip() not in RECOMPUTE_MODULES]
+        names = tuple(dict.fromkeys(m.strip() for m in text[len("selective:"):].split(",")))
+        odd = [m for m in names if m not in RECOMPUTE_MODULES]
         if odd:
             raise c.error("recompute", f"unknown module {odd[0][:40]!r} (Megatron-LM --recompute-modules: "
                                        f"{', '.join(RECOMPUTE_MODULES)})")
-        return "selective"
+        return tuple(sorted(names))
     return c.choice("recompute", RECOMPUTES)
 
 
@@ -271,12 +302,14 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         if per_replica % choice["micro_batch_size"] or (choice["virtual_pp"] > 1 and m % pp):
             continue
         zero = par["zero"] if par["zero"] is not None else int(choice["distributed_optimizer"])
-        recipe = Recipe(recompute=choice["recompute"], sequence_parallel=choice["sequence_parallel"],
+        modules = choice["recompute"] if isinstance(choice["recompute"], tuple) else ()
+        recipe = Recipe(recompute="selective" if modules else choice["recompute"], recompute_modules=modules,
+                        sequence_parallel=choice["sequence_parallel"],
                         zero=zero, virtual_stages=choice["virtual_pp"], precision=precision,
                         recompute_layers=block if isinstance(block, int) else None)
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,
                        num_microbatches=m, recipe=recipe, params=params, cp=par["cp"], ep=par["ep"],
-                       etp=par["etp"], shard=par["shard"])
+                       etp=par["etp"], shard=par["shard"], mtp=par["mtp"])
         if block == "fit" and recipe.recompute == "full":
             n = BR.fewest_layers_that_fit(w, lambda x: _estimate(x, replicas, counts)[2])
             w = w if n is None else replace(w, recipe=replace(recipe, recompute_layers=n))

@@ -151,8 +151,11 @@ class Architecture:
     windowed_layers: tuple[int, ...] = ()
     """Indices of the layers whose attention is windowed."""
     mtp_layers: int = 0
-    """DeepSeek-V3's multi-token-prediction modules: counted apart (not in the published totals),
-    not planned."""
+    """Multi-token-prediction modules (DeepSeek-V3 §2.2; Nemotron-H `num_nextn_predict_layers`): counted
+    apart (not in the published totals), not planned; a `fasop validate` row trains them (estimators.md)."""
+    mtp_kinds: tuple[str, ...] = ()
+    """The layer kinds of one MTP module's block (DeepSeek-V3: one MoE layer; Nemotron-H: its
+    `mtp_layers_block_type`)."""
     logit_softcap: float = 0.0
     """Gemma-2's tanh soft-capping of the final logits (elementwise; 0: none)."""
     notes: tuple[str, ...] = ()

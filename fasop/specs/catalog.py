@@ -208,6 +208,12 @@ class AnalyticParams:
     """Share of the other micro-batch's compute the EP all-to-all hides behind (Megatron-Core's EP A2A overlap)."""
     moe_node_dedup: bool = False
     """Dispatch sends a token across the network once per remote node (DeepEP / HybridEP), not once per expert."""
+    moe_comm_sms: int = 0
+    """SMs a DeepEP / HybridEP dispatch or combine kernel holds while it runs (0: unknown, none taken)."""
+    adam_moment_bytes: int = 4
+    """Bytes of each of Adam's two moments per parameter: 4 (fp32), 2 under Megatron-Core's precision-aware
+    optimizer with bf16 moments (--exp-avg-dtype / --exp-avg-sq-dtype bf16; a `fasop validate` row's
+    `optimizer_states` bf16)."""
 
 
 def canonical(name: str) -> str:

@@ -9,7 +9,7 @@ defaults; docs/models.md gives each family's formulas and published counts).
   QK-norm on qwen3_moe. `qwen3`: the Llama shape with QK-norm.
 - `deepseek_v2`, `deepseek_v3`, `kimi_k2`: MLA (q_lora_rank, kv_lora_rank, qk_nope/rope_head_dim,
   v_head_dim), n_routed_experts + n_shared_experts, first_k_dense_replace dense layers,
-  num_nextn_predict_layers MTP modules (counted apart, not planned).
+  num_nextn_predict_layers MTP modules (counted apart, not planned; a validate row trains them).
 - `gpt_oss`: experts with biases, router bias, attention biases and sinks, layer_types with
   sliding_window.
 - `llama4` / `llama4_text`: text_config, interleave_moe_layer_step, a shared expert in every MoE
@@ -147,7 +147,7 @@ def _deepseek(k: Keys, family: str) -> Architecture:
     heads = k.int("num_attention_heads")
     return Architecture(**_base(k, family, mla=mla, moe=moe, num_kv_heads=heads, head_dim=mla.qk_head_dim,
                                 layer_kinds=tuple("dense" if i < first else "moe" for i in range(n)),
-                                mtp_layers=mtp, notes=notes))
+                                mtp_layers=mtp, mtp_kinds=("moe",) if mtp else (), notes=notes))
 
 
 def _windowed(k: Keys, n: int, window: int, default_sliding) -> tuple[int, ...]:
@@ -223,6 +223,10 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
     heads = k.int("num_attention_heads")
     head_dim = k.int("head_dim", 0) or k.int("attention_head_dim", k.int("hidden_size") // heads)
     mtp = k.count("num_nextn_predict_layers")
+    block = k.cfg.get("mtp_layers_block_type") or ()
+    known = mtp and block and isinstance(block, list) and all(b in _NEMOTRON_BLOCKS for b in block)
+    mtp_kinds = tuple(_NEMOTRON_BLOCKS[b] for b in block) if known else ()
     return Architecture(**_base(k, family, num_layers=len(kinds), layer_kinds=kinds, mamba=mamba, moe=moe,
-                                head_dim=head_dim, gated_mlp=False, layer_norms=1, mtp_layers=0,
-                                notes=(f"{mtp} multi-token-prediction module(s) not modelled",) if mtp else ()))
+                                head_dim=head_dim, gated_mlp=False, layer_norms=1, mtp_layers=mtp if known else 0,
+                                mtp_kinds=mtp_kinds,
+                                notes=(f"{mtp} multi-token-prediction module(s) not planned",) if mtp else ()))

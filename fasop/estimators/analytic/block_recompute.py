@@ -13,13 +13,19 @@ The estimator sees one mean layer per stage (cost.layer_s, memory.stage_memory):
 chunk's layers that recompute, the mean layer's time and stored activations are
   (1 - q) x (no recompute) + q x (full recompute),
 exact for totals when the stage's layers divide evenly into its v chunks of num_layers / (pp v) layers.
+
+Selective recompute of named modules (`--recompute-granularity selective --recompute-modules ...`):
+the seconds each module's forward costs again in the backward (modules_rerun_s; what each module
+drops and recomputes: modules.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from fasop.estimators.analytic import blocks as B
 from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import modules as M
 from fasop.estimators.analytic.layers import Workload
 
 
@@ -68,3 +74,26 @@ def fewest_layers_that_fit(w: Workload, fits) -> int | None:
         if fits(replace(w, recipe=replace(w.recipe, recompute_layers=n))):
             return n
     return None
+
+
+def modules_rerun_s(w: Workload, gpu, core_again: float, routed_fwd: float) -> float:
+    """Seconds one mean layer's backward spends running again the forward of the Megatron-Core
+    modules w.recipe.recompute_modules names (modules.py): `core_again` (the attention core's
+    forward) for core_attn, `routed_fwd` (the routed MoE forward of parallel.moe_s: router,
+    dispatch, grouped GEMM, combine) for moe, and each module's weight matmuls (at the precision's
+    rate, wave-quantised, with their operand bytes as cost.linear_s and layers.layer_gemm_bytes
+    count them) and memory-bound kernels."""
+    a, b, s, t, r = w.arch, w.mbs, w.local_seq, w.tp, w.recipe
+    mods, e, op = r.recompute_modules, r.value_bytes, r.operand_bytes
+    rate, memory = gpu.matmul_flops(r.precision), gpu.memory_bytes_per_s * gpu.memory_share(w.params)
+    traffic = w.params.gemm_traffic
+
+    def one(kind: str) -> float:
+        seconds = M.rerun_bytes(a, kind, b, s, t, r.sequence_parallel, e, mods) / memory
+        for c, m, n, k in M.rerun_gemms(a, kind, b, s, t, mods):
+            q = L.wave_efficiency(m, n, gpu.streaming_multiprocessors, w.params.matmul_tile)
+            seconds += c * (2 * m * n * k / (rate * q) + (op * (m * k + n * k) + e * m * n) * traffic / memory)
+        return seconds
+
+    again = (core_again if "core_attn" in mods else 0.0) + (routed_fwd if M.rerun_routed(a, mods) else 0.0)
+    return again + B.mean_over_kinds(a, one)

@@ -13,7 +13,8 @@ FP8 runs the weight matmuls at the FP8 peak x the GPU's FP8 efficiency, the atte
 fused (FlashAttention) core runs at `fused_attention_efficiency` of the 16-bit peak. Backward =
 2 x forward, + half the fused core's time (FlashAttention recomputes QK^T), + adding the weight
 gradients into the fp32 buffer unless `gradient_accumulation_fusion` does it in the matmul; full
-recompute adds a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5).
+recompute adds a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5), or
+the forward of each Megatron-Core module it names (modules.py).
 
 Collectives are rings (Calculon's `all_reduce: [2, -1]`): all-reduce 2(n-1)/n x size / bandwidth
 + 2(n-1) latencies, reduce-scatter and all-gather half of that each. Tensor parallelism costs
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from fasop.estimators.analytic import block_recompute as BR
@@ -162,6 +163,7 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
         2 * stage_params(w, 1, False, False) * w.params.gradient_reduce_bytes[r.precision]
     bwd = 2 * fwd + linear_bwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     fwd += linear_fwd
+    mf = 0.0
     if w.cp > 1 or w.arch.moe is not None:
         groups = hw_groups or P.FREE_LINKS
         cf, cb = P.cp_s(w, groups, attention, 2 * attention + core_bwd_extra)
@@ -169,10 +171,12 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
         fwd, bwd = fwd + cf + mf, bwd + cb + mb
     if r.recompute == "full":
         bwd += fwd + tp_fwd
-    elif r.recompute == "selective" and not fused:
-        softmax = (L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
-                   - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True))
-        bwd += _kernel_s(w, gpu, 0.0, core, softmax)
+    elif r.recompute == "selective" and (r.recompute_modules or not fused):
+        # the attention core again: the fused kernel's forward, or the unfused scores and their softmax bytes
+        core_again = attention if fused else _kernel_s(w, gpu, 0.0, core, (
+            L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
+            - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True)))
+        bwd += BR.modules_rerun_s(w, gpu, core_again, mf) if r.recompute_modules else core_again
     # the host issues every kernel: a layer never runs faster than its kernels' issue time, and
     # a runtime that drains the GPU every micro-batch adds that time (host.py)
     issue_fwd, issue_bwd = H.issue_s(w.params, gpu)
@@ -339,7 +343,8 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             f, bk = f + ef, bk + eb
         if i == p - 1:
             hf, hb = head_s(w, hw.gpu)
-            f, bk = f + hf, bk + hb
+            mf, mb = mtp_s(w, hw)
+            f, bk = f + hf + mf, bk + hb + mb
         params.append(stage_params(w, n, i == 0, i == p - 1))
         gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1)
         if w.recipe.zero >= 3 and w.params.fsdp_copy_out and n:   # FSDP2's copies, memory bound
@@ -349,6 +354,24 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
         fwd.append(f + gf)
         bwd.append(bk + gb)
     return fwd, bwd, params
+
+
+def mtp_s(w: Workload, hw: StageHardware) -> tuple[float, float]:
+    """(forward, backward) seconds of one micro-batch's multi-token-prediction depths on the last stage
+    (DeepSeek-V3 §2.2; Megatron-Core MultiTokenPredictionBlock): each runs its block's layers
+    (Architecture.mtp_kinds), the 2h -> h projection of the normed hidden state and next token's
+    embedding (and the two norms' bytes), and the shared output head with its loss."""
+    a, b, s = w.arch, w.mbs, w.local_seq
+    if not (w.mtp and a.mtp_kinds):
+        return 0.0, 0.0
+    block = replace(w, mtp=0, arch=replace(a, layer_kinds=a.mtp_kinds, num_layers=len(a.mtp_kinds),
+                                           windowed_layers=(), mtp_layers=0, mtp_kinds=()))
+    lf, lb = layer_s(block, hw.gpu, hw.tp_link, hw.groups)
+    proj = _kernel_s(w, hw.gpu, 2 * b * s * 2 * a.hidden_size ** 2 / w.tp, 0.0,
+                     3 * 2 * b * s * a.hidden_size * w.recipe.value_bytes)
+    hf, hb = head_s(w, hw.gpu)
+    n = len(a.mtp_kinds)
+    return w.mtp * (n * lf + proj + hf), w.mtp * (n * lb + 2 * proj + hb)
 
 
 def optimizer_s(w: Workload, params: float, gpu: GpuType, experts: float = 0.0) -> float:
@@ -377,7 +400,7 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
     for i, hw in enumerate(stages):
         per.append(sum(times[i]) if times and times[i] else sum(layer_s(w, hw.gpu, hw.tp_link, hw.groups)))
         e = sum(embedding_s(w, hw.gpu, hw.tp_link)) if i == 0 else 0.0
-        e += sum(head_s(w, hw.gpu)) if i == p - 1 else 0.0
+        e += sum(head_s(w, hw.gpu)) + sum(mtp_s(w, hw)) if i == p - 1 else 0.0
         extra.append(e)
         cap.append(max_layers(w, i, hw.memory_limit_bytes, total - (p - 1)))
     if min(cap) < 1 or sum(cap) < total:

@@ -43,6 +43,7 @@ from functools import lru_cache
 from typing import Literal
 
 from fasop.estimators.analytic import blocks as B
+from fasop.estimators.analytic import modules as M
 from fasop.specs.architecture import Architecture
 from fasop.specs.catalog import AnalyticParams
 
@@ -81,6 +82,10 @@ class Recipe:
     """With full recompute: the layers of each model chunk that recompute their forward (Megatron-LM
     --recompute-method block --recompute-num-layers N: the first N of the chunk; the others keep their
     activations); None: every layer (--recompute-method uniform). block_recompute.py."""
+    recompute_modules: tuple[str, ...] = ()
+    """With selective recompute: Megatron-Core's --recompute-modules (modules.MODULES) each with its
+    own recompute cost and saved memory (modules.py); () is the attention core as Korthikanti et al.
+    2022 recompute it (free under a fused kernel)."""
     hsdp: bool = False
     """Hybrid sharding (zero >= 1): the states sharded over the data-parallel ranks of one node
     (torchtitan's data_parallel_shard_degree), replicated across nodes (data_parallel_replicate_degree)."""
@@ -95,6 +100,10 @@ class Recipe:
             problems.append(f"virtual_stages={self.virtual_stages!r} (>= 1)")
         if self.recompute_layers is not None and not (type(self.recompute_layers) is int and self.recompute_layers >= 0):
             problems.append(f"recompute_layers={self.recompute_layers!r} (an int >= 0, or None: every layer)")
+        odd = [m for m in self.recompute_modules if m not in M.MODULES]
+        if odd or (self.recompute_modules and self.recompute != "selective"):
+            problems.append(f"recompute_modules={self.recompute_modules!r} (with recompute='selective', "
+                            f"of {', '.join(M.MODULES)})")
         if self.precision not in PRECISIONS:
             problems.append(f"precision={self.precision!r} (one of {', '.join(PRECISIONS)})")
         if problems:
@@ -339,11 +348,14 @@ def activation_bytes_16(a: Architecture, b: int, s: int, t: int, recipe: Recipe,
     sbh = s * b * h
     if recipe.recompute == "full":
         return 2 * sbh / (t if sp else 1)
-    if not _plain(a):
+    modules = recipe.recompute_modules
+    if not _plain(a) or modules:
         def one(kind):
             replicated, split, core = B.kind_activation_terms(a, kind, s)
-            if recipe.recompute != "none" or fused_attention:
+            if (recipe.recompute != "none" and (not modules or "core_attn" in modules)) or fused_attention:
                 core = 0.0
+            dropped = M.saved_terms(a, kind, modules)
+            replicated, split = replicated - dropped[0], split - dropped[1]
             return sbh * (replicated + split + core) / t if sp else sbh * (replicated + (split + core) / t)
         return B.mean_over_kinds(a, one)
     mask = 1 if a.dropout else 0
@@ -388,6 +400,8 @@ class Workload:
     etp: int = 1
     shard: int = 0
     """Ranks the ZeRO/FSDP states are sharded over (HSDP's shard degree); 0: all dp*cp."""
+    mtp: int = 0
+    """Multi-token-prediction depths the last stage trains (Megatron --mtp-num-layers; cost.mtp_s)."""
 
     @property
     def local_seq(self) -> int:

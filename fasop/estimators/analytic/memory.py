@@ -38,8 +38,10 @@ def weight_bytes(w: Workload) -> int:
 
 
 def optimizer_bytes(w: Workload) -> int:
-    """Optimizer state bytes per parameter: fp32 master + m + v (12), or m + v (8) in an fp32 run."""
-    return FP32_ADAM_BYTES if w.recipe.value_bytes == 4 else ADAM_BYTES
+    """Optimizer state bytes per parameter: fp32 master + m + v (12), or m + v (8) in an fp32 run; with
+    bf16 moments (`adam_moment_bytes` 2: Megatron-Core's precision-aware optimizer) 4 + 2 + 2 = 8."""
+    moments = 2 * (4 - w.params.adam_moment_bytes)
+    return (FP32_ADAM_BYTES if w.recipe.value_bytes == 4 else ADAM_BYTES) - moments
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -165,9 +165,11 @@ def ring_step_s(size: float, members: int, stride: int, links: GroupLinks) -> fl
     return size / (links.node_bytes_per_s / min(g, stride)) + links.inter_latency_s
 
 
-def exposed_s(comm: float, compute: float) -> float:
-    """The part of a transfer overlapped with `compute` that the step waits for."""
-    return max(0.0, comm - compute)
+def exposed_s(comm: float, compute: float, share: float = 1.0) -> float:
+    """The part of a transfer overlapped with `compute` that the step waits for; with `share` < 1, the
+    compute runs on that share of the SMs while the transfer's kernels hold the rest: it advances
+    share x comm seconds of its work during the transfer, and the phase is comm + what is left."""
+    return comm - min(compute, share * comm)
 
 
 def fsdp_exposed_s(gather: float, layer_compute: float, layers: int) -> float:
@@ -306,12 +308,14 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     s = w.params.ep_overlap
     if not s:
         return share * (compute + sort + to + back), share * (2 * compute + sort + to + back)
-    fwd_x, bwd_x = ep_overlap_exposed(to, back, compute, cover, s)
+    sms = gpu.streaming_multiprocessors   # the compute keeps the SMs a DeepEP / HybridEP kernel does not hold
+    kept = 1.0 - w.params.moe_comm_sms / sms if sms and w.params.moe_node_dedup else 1.0
+    fwd_x, bwd_x = ep_overlap_exposed(to, back, compute, cover, s, kept)
     return share * (compute + sort + fwd_x), share * (2 * compute + sort + bwd_x)
 
 
 def ep_overlap_exposed(dispatch: float, combine: float, experts: float, cover: tuple[float, float],
-                       s: float) -> tuple[float, float]:
+                       s: float, share: float = 1.0) -> tuple[float, float]:
     """(forward, backward) exposed all-to-all seconds of one MoE layer under Megatron-Core's EP A2A
     overlap (--overlap-moe-expert-parallel-comm), which pairs one micro-batch's forward F with another's
     backward B in three phases, each on a compute and a communication stream that wait for each other
@@ -322,9 +326,10 @@ def ep_overlap_exposed(dispatch: float, combine: float, experts: float, cover: t
     A phase exposes max(0, comm - s x compute) (s = `ep_overlap`); the middle one's two all-to-alls
     share the experts' 3x forward seconds (`experts`) and split their exposure between the passes.
     `dispatch`, `combine`: one all-to-all each (the backward's as long as the forward's); `cover`: the
-    rest of the layer's forward and backward seconds (attention, shared experts: its attention node)."""
-    middle = exposed_s(2 * dispatch, s * 3 * experts) / 2
-    return middle + exposed_s(combine, s * cover[1]), exposed_s(combine, s * cover[0]) + middle
+    rest of the layer's forward and backward seconds (attention, shared experts: its attention node);
+    `share`: the SMs the compute keeps while a DeepEP / HybridEP kernel runs (exposed_s)."""
+    middle = exposed_s(2 * dispatch, s * 3 * experts, share) / 2
+    return middle + exposed_s(combine, s * cover[1], share), exposed_s(combine, s * cover[0], share) + middle
 
 
 def cp_s(w, links: GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -> tuple[float, float]:
