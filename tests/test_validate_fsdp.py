@@ -17,6 +17,7 @@ import pytest
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic import parallel as P
+from fasop.estimators.analytic.eager import eager_extra_bytes
 from fasop.estimators.analytic.hardware import Link, StageHardware, shard_links
 from fasop.estimators.analytic.layers import Recipe, Workload
 from fasop.report.validate import validate
@@ -57,12 +58,12 @@ def test_eager_elementwise_bytes_by_hand():
     # SwiGLU (5e - 3e) f = 4 x 160 = 640; output contiguous 2e q = 256; repeat_kv 2e (kv + q) = 4 x 80 = 320
     a = _llama()
     assert a.kv_width == 16 and a.q_width == 64
-    assert L.eager_extra_bytes(a, 1, 10, 1, False, 2) == 10 * (4096 + 1280 + 640 + 256 + 320)
+    assert eager_extra_bytes(a, 1, 10, 1, False, 2) == 10 * (4096 + 1280 + 640 + 256 + 320)
     # TP 2 with SP: everything / 2; without SP the norms stay whole
-    assert L.eager_extra_bytes(a, 1, 10, 2, True, 2) == 10 * (4096 + 1280 + 640 + 256 + 320) / 2
-    assert L.eager_extra_bytes(a, 1, 10, 2, False, 2) == 10 * (4096 + (1280 + 640 + 256 + 320) / 2)
+    assert eager_extra_bytes(a, 1, 10, 2, True, 2) == 10 * (4096 + 1280 + 640 + 256 + 320) / 2
+    assert eager_extra_bytes(a, 1, 10, 2, False, 2) == 10 * (4096 + (1280 + 640 + 256 + 320) / 2)
     # MHA (kv = q): no repeat_kv copies
-    assert L.eager_extra_bytes(_llama(num_kv_heads=8), 1, 10, 1, False, 2) == 10 * (4096 + 16 * 128 + 640 + 256)
+    assert eager_extra_bytes(_llama(num_kv_heads=8), 1, 10, 1, False, 2) == 10 * (4096 + 16 * 128 + 640 + 256)
 
 
 def test_eager_kernels_make_a_layer_slower():

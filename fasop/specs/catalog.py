@@ -149,7 +149,7 @@ class AnalyticParams:
     """Charge a matmul's operand bytes on top of its FLOPs (Calculon's `no_overlap` processing mode)."""
     fused_elementwise: bool = True
     """Norms, rotary, the MLP activation and residual adds run as fused kernels (Megatron / Transformer
-    Engine); false: one eager PyTorch kernel per op (layers.eager_extra_bytes)."""
+    Engine); false: one eager PyTorch kernel per op (eager.eager_extra_bytes)."""
     fsdp_copy_out: bool = True
     """FSDP2 copies each gathered unit into its parameters and its gradients into the reduce-scatter
     buffer (parallel.fsdp_copy_bytes); false: FSDP1's flat parameter, gathered in place."""
@@ -311,18 +311,18 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         return r.get(key, kind, default, check, why)
     share = lambda v: 0 <= v <= 1
     eff = get("memory_bandwidth_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
-    links = _mapping(r, "link_efficiency", ("nvlink", "xgmi", "pcie", "network"), base is None,
-                     lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "in (0, 1]")
-    latency = _mapping(r, "link_latency_s", ("intra_node", "inter_node"), base is None,
-                       lambda v: isinstance(v, (int, float)) and v >= 0, ">= 0")
+    links = r.numbers("link_efficiency", ("nvlink", "xgmi", "pcie", "network"), base is None,
+                   lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "in (0, 1]")
+    latency = r.numbers("link_latency_s", ("intra_node", "inter_node"), base is None,
+                     lambda v: isinstance(v, (int, float)) and v >= 0, ">= 0")
     fused = get("fused_attention", bool, None, "")
     traffic = get("gemm_traffic", bool, None, "")
     elementwise, copy_out = get("fused_elementwise", bool, None, ""), get("fsdp_copy_out", bool, None, "")
     attention = get("fused_attention_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
     overlap = get("dp_overlap", (int, float), share, "in [0, 1]")
     overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
-    grad = _mapping(r, "gradient_reduce_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
-                    lambda v: v in (2, 4) and not isinstance(v, bool), "2 or 4")
+    grad = r.numbers("gradient_reduce_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
+                  lambda v: v in (2, 4) and not isinstance(v, bool), "2 or 4")
     if any(grad.get(p, 4) != 4 for p in ("fp32", "tf32")):
         raise r.error("gradient_reduce_bytes", "fp32 / tf32 runs reduce fp32 gradients: 4")
     fusion = get("gradient_accumulation_fusion", bool, None, "")
@@ -334,7 +334,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     blocking = get("p2p_blocking", bool, None, "")
     kernels = get("kernels_per_layer", list, lambda v: len(v) == 2 and all(type(x) is int and 0 <= x <= 10_000 for x in v),
                   "[forward, backward]: two integers in [0, 10000]")
-    opt = _mapping(r, "optimizer_step_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
+    opt = r.numbers("optimizer_step_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
                    lambda v: isinstance(v, (int, float)) and 0 <= v <= 1000, "in [0, 1000]")
     scaling = get("loss_scaling_bytes", (int, float), lambda v: 0 <= v <= 1000, "in [0, 1000]")
     bucket = get("gradient_bucket_bytes", (int, float), lambda v: v >= 1 << 10, ">= 1024")
@@ -394,13 +394,3 @@ def _block_scaled(by_precision: dict) -> dict:
     --fp4-format); only their matmuls differ."""
     fp8 = by_precision.get("fp8")
     return by_precision if fp8 is None else {**by_precision, **{p: fp8 for p in ("mxfp8", "nvfp4") if p not in by_precision}}
-
-
-def _mapping(r: Reader, key: str, names: tuple[str, ...], required: bool, check, why: str) -> dict:
-    if key not in r.data and not required:
-        r.get(key, dict, None)
-        return {}
-    sub = r.sub(key, names)
-    values = {name: sub.get(name, (int, float), ... if required else None, check, why) for name in names}
-    sub.done()
-    return {k: v for k, v in values.items() if v is not None}

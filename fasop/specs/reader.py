@@ -151,6 +151,17 @@ class Reader:
             raise self.error(key, f"must be <= {high:,g}, fasop's ceiling (README: Limits), got {show(value)}")
         return value
 
+    def numbers(self, key: str, names: tuple[str, ...], required: bool, check, why: str) -> dict:
+        """The numbers under `key` by name (each `check`ed, `why` its rule): all of `names` when
+        `required`, else those given; {} when an optional `key` is absent."""
+        if key not in self.data and not required:
+            self.get(key, dict, None)
+            return {}
+        sub = self.sub(key, names)
+        values = {name: sub.get(name, (int, float), ... if required else None, check, why) for name in names}
+        sub.done()
+        return {k: v for k, v in values.items() if v is not None}
+
     def sub(self, key: str, known: tuple[str, ...] = ()) -> "Reader":
         return Reader(self.path, self.get(key, dict), self.qualified(key), known)
 

@@ -44,16 +44,17 @@ min(p - i, m) at stage i under 1F1B, x (1 + (p - 1)/(p v)) interleaved (Korthika
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from fasop.estimators.analytic import block_recompute as BR
+from fasop.estimators.analytic import eager as E
 from fasop.estimators.analytic import host as H
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic import parallel as P
-from fasop.estimators.analytic.hardware import (Link, StageHardware, one_stage, shard_links, stage_hardware,  # noqa: F401
-                                                stage_span)
+from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
+from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s, dp_sync_s, gather_s, p2p_s,  # noqa: F401
+                                                     shard_group, state_links, zero3_busy_s, zero3_gather_s)
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
@@ -78,25 +79,6 @@ class Step:
     embedding_sync_s: float
     optimizer_s: float
     step_s: float
-
-
-# ----------------------------------------------------------------------------- collectives
-def all_reduce_s(size: float, n: int, link: Link, buckets: int = 1) -> float:
-    """Ring all-reduce of `size` bytes over n ranks, sent as `buckets` collectives: the ring's 2(n-1)
-    latencies once (NCCL pipelines consecutive buckets), and each further bucket its fixed launch
-    latency (NCCL's per-collective base latency, src/graph/tuning.cc)."""
-    if n <= 1:
-        return 0.0
-    return 2 * (n - 1) / n * size / link.bytes_per_s + (2 * (n - 1) + buckets - 1) * link.latency_s
-
-
-def gather_s(size: float, n: int, link: Link, buckets: int = 1) -> float:
-    """Reduce-scatter or all-gather of a `size`-byte buffer over n ranks (buckets: as all_reduce_s)."""
-    return 0.0 if n <= 1 else (n - 1) / n * size / link.bytes_per_s + (n - 1 + buckets - 1) * link.latency_s
-
-
-def p2p_s(size: float, link: Link) -> float:
-    return size / link.bytes_per_s + link.latency_s
 
 
 # ----------------------------------------------------------------------------- per-layer times
@@ -141,7 +123,7 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     e = r.value_bytes
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, fused)
     if not w.params.fused_elementwise:   # eager PyTorch: every elementwise op its own kernel
-        moved += L.eager_extra_bytes(a, b, s, t, r.sequence_parallel, e)
+        moved += E.eager_extra_bytes(a, b, s, t, r.sequence_parallel, e)
     operand = r.operand_bytes    # FP8 / MXFP8 / NVFP4 matmuls read 8- or 4-bit inputs and weights
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand, routed=False) if w.params.gemm_traffic else 0.0
     if r.low_precision:
@@ -225,66 +207,6 @@ def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- the step
-def shard_group(w: Workload) -> tuple[int, int]:
-    """(shard, replicate): the ranks ZeRO/FSDP shards the states over and the replicas of a shard
-    (HSDP); dense gradients reduce over DP x CP (Megatron-Core's dp-cp group; torchtitan's
-    fsdp = dp_shard x cp), so shard x replicate = dp x cp."""
-    group = w.dp * w.cp
-    shard = w.shard or group
-    return shard, group // shard
-
-
-def state_links(w: Workload, hw: StageHardware) -> tuple[Link, Link]:
-    """(shard link, replica link): the links of the stage's ZeRO / FSDP shard group and of the
-    all-reduce across its replicas -- the DP link for both, or with HSDP hardware.shard_links."""
-    return shard_links(hw, w.tp * w.shard) if w.shard else (hw.dp_link, hw.dp_link)
-
-
-def dp_sync_s(w: Workload, params: float, link: Link, replica: Link | None = None) -> float:
-    """A stage's gradient reduction over its DP x CP group: all-reduce; sharded (ZeRO 1-2),
-    reduce-scatter + all-gather of the 16-bit weights; FSDP (ZeRO 3) reduce-scatter only (its
-    weights are gathered layer by layer, zero3_gather_s); HSDP adds the all-reduce of the shard
-    across the replicas (on `replica`; default `link`)."""
-    grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
-    buckets = max(1, math.ceil(grad / w.params.gradient_bucket_bytes))
-    shard, replicate = shard_group(w)
-    if w.recipe.zero == 0:
-        return all_reduce_s(grad, shard * replicate, link, buckets)
-    gathers = gather_s(grad, shard, link, buckets) + all_reduce_s(grad / shard, replicate, replica or link)
-    return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
-
-
-def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float, busy: float = 0.0) -> float:
-    """The part of a stage's DP sync (`sync` s) the step waits for: (1 - dp_overlap) of it; with
-    `overlap_grad_reduce` (gradient buckets reduced during the backward: PyTorch DDP, FSDP,
-    Megatron-Core --overlap-grad-reduce) only what the stage's last micro-batch backward (`bwd`),
-    and for a ZeRO 1-2 optimizer's weight all-gather the next step's first forward (`fwd`), cannot
-    cover. FSDP (ZeRO 3) reduces only gradients, which the optimizer step waits for: the backward
-    covers them, less the `busy` seconds its own weight gathers hold the same link."""
-    flat = (1 - w.params.dp_overlap) * sync
-    if not w.params.overlap_grad_reduce:
-        return flat
-    cover = bwd - busy if w.recipe.zero >= 3 else bwd + (fwd if w.recipe.zero >= 1 else 0.0)
-    return min(flat, max(0.0, sync - cover))
-
-
-def zero3_busy_s(w: Workload, params: float, hw: StageHardware) -> float:
-    """Seconds FSDP's backward weight gathers of a stage's `params` hold its shard link (0 below ZeRO 3)."""
-    return gather_s(params * w.recipe.value_bytes, shard_group(w)[0], state_links(w, hw)[0]) if w.recipe.zero >= 3 else 0.0
-
-
-def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: float, bwd: float) -> tuple[float, float]:
-    """(forward, backward) exposed seconds of FSDP's per-layer weight all-gathers over the shard
-    group, every micro-batch: each layer's gather (the stage's `params` over its `layers`) is
-    prefetched behind the previous layer's compute (`fwd`, `bwd`: one layer's seconds), the first
-    exposed (parallel.fsdp_exposed_s); then (1 - dp_overlap) of what is left."""
-    if w.recipe.zero < 3 or layers <= 0:
-        return 0.0, 0.0
-    one = gather_s(params / layers * w.recipe.value_bytes, shard_group(w)[0], link)
-    keep = 1 - w.params.dp_overlap
-    return P.fsdp_exposed_s(one, fwd, layers) * keep, P.fsdp_exposed_s(one, bwd, layers) * keep
-
-
 def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...],
          times: tuple[tuple[float, float] | None, ...] | None = None) -> Step:
     """The step time of `counts[i]` layers on stage i (embedding on the first, head on the last);

@@ -126,7 +126,7 @@ class Recipe:
 
 
 # ----------------------------------------------------------------------------- parameters
-def _plain(a: Architecture) -> bool:
+def plain_dense(a: Architecture) -> bool:
     """Every layer a dense GQA Transformer layer of the original formulas (below)."""
     return (not a.layer_kinds or set(a.layer_kinds) == {"dense"}) and a.moe is None and a.mla is None \
         and not (a.qk_norm or a.attention_sinks or a.o_bias or a.window) and a.layer_norms == 2
@@ -136,7 +136,7 @@ def _plain(a: Architecture) -> bool:
 def layer_params(a: Architecture) -> float:
     """Parameters of one Transformer layer (all TP ranks together); the mean layer of a model
     whose layers differ (blocks.py)."""
-    if not _plain(a):
+    if not plain_dense(a):
         return B.mean_over_kinds(a, lambda kind: B.kind_params(a, kind))
     h, f = a.hidden_size, a.ffn_hidden_size
     attention = h * a.q_width + 2 * h * a.kv_width + a.q_width * h
@@ -182,7 +182,7 @@ def expert_layer_params(a: Architecture) -> float:
 # ----------------------------------------------------------------------------- FLOPs and bytes
 def layer_linear_flops(a: Architecture, b: int, s: int, t: int) -> float:
     """FLOPs of one layer's forward projections and MLP (the weight matmuls) on one of t TP ranks."""
-    if not _plain(a):
+    if not plain_dense(a):
         return sum(c * 2 * m * n * k for c, m, n, k in layer_gemms(a, b, s, t))
     h, f = a.hidden_size, a.ffn_hidden_size
     projections = 2 * b * s * h * (a.q_width + 2 * a.kv_width) + 2 * b * s * a.q_width * h
@@ -207,7 +207,7 @@ def layer_gemms(a: Architecture, b: int, s: int, t: int, ep: int = 1,
     how many times a layer runs it on average (1 for each of a dense model's four; blocks.kind_gemms
     for the other kinds, routed experts as a grouped GEMM over ep ranks; without `routed`, router
     and routed experts left out)."""
-    if _plain(a):
+    if plain_dense(a):
         return tuple((1, m, n, k) for m, n, k in layer_gemm_shapes(a, b, s, t))
     counts: dict = {}
     for kind in a.kinds:
@@ -233,7 +233,7 @@ def wave_efficiency(m: float, n: float, sms: int, tile: tuple[int, int]) -> floa
 def attention_core_flops(a: Architecture, b: int, s: int, t: int, causal_fraction: float) -> float:
     """FLOPs of one layer's forward QK^T and scores x V on one TP rank (heads split over t); of the
     mean layer, windows and Mamba scans included, when the layers differ (blocks.core_flops)."""
-    if not _plain(a):
+    if not plain_dense(a):
         return B.core_flops(a, b, s, t, causal_fraction)
     return 2 * 2 * b * s * s * a.q_width * causal_fraction / t
 
@@ -251,7 +251,7 @@ def embedding_forward_flops(a: Architecture, b: int, s: int, t: int) -> float:
 
 def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int, fused_attention: bool) -> float:
     """Bytes the memory-bound kernels of one layer's forward read and write on one TP rank."""
-    if not _plain(a):
+    if not plain_dense(a):
         extra = 0.0
         if not fused_attention:  # unfused attention's s x s scores, on attention layers only
             share = sum(k in B.ATTENTION_KINDS for k in a.kinds) / a.num_layers
@@ -271,34 +271,13 @@ def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: in
     return replicated / (t if sp else 1) + split / t
 
 
-def eager_extra_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int) -> float:
-    """Bytes one layer's forward moves beyond layer_forward_bytes' fused kernels when its elementwise
-    ops run as separate eager PyTorch kernels (`fused_elementwise: false`), counted op by op from the
-    reference Llama block (meta-llama/llama llama/model.py; torchtitan's and IBM FMS's follow it):
-    RMSNorm `x.float()` (e+4 per element), `pow(2)` (8), `mean` (4), `x * rsqrt` (8), `type_as`
-    (4+e), `* weight` (2e) = 28 + 4e, against a fused norm's 2e; rotary on Q and K in fp32 through
-    `view_as_complex` (`float()` e+4, complex multiply 8, `type_as` 4+e = 16 + 2e, against 2e);
-    SwiGLU as `silu` (2e) and `*` (3e) = 5e per gate element, against 3e; the attention output's
-    `transpose(1, 2).contiguous()` copy (2e); GQA's `repeat_kv` copies of K and V to the query
-    heads (torchtitan model.py: e per kv element read, e per q element written, each). Dense
-    Transformer layers only (0 for other kinds)."""
-    if not _plain(a):
-        return 0.0
-    bs, h, f, q, kv = b * s, a.hidden_size, a.ffn_hidden_size, a.q_width, a.kv_width
-    norms = 2 * (28 + 4 * e - 2 * e) * bs * h
-    rotary = (16 + 2 * e - 2 * e) * bs * (q + kv) if a.position == "rotary" else 0.0
-    mlp = (5 * e - 3 * e) * bs * f if a.gated_mlp else 0.0
-    repeat = 2 * e * bs * (kv + q) if kv < q else 0.0
-    return norms / (t if sp else 1) + (rotary + mlp + 2 * e * bs * q + repeat) / t
-
-
 def layer_gemm_bytes(a: Architecture, b: int, s: int, t: int, e: int, operand: float | None = None,
                      routed: bool = True) -> float:
     """Bytes the weight matmuls of one layer's forward read and write on one TP rank: inputs,
     weights and outputs of QKV, O, the MLP's up (and gate) and down projections, and of the
     attention core's Q, K, V reads and context write (Calculon's per-op memory traffic).
     `operand`: bytes per input and weight element when not `e` (1 for FP8 matmuls)."""
-    if not _plain(a):
+    if not plain_dense(a):
         op = e if operand is None else operand
         return B.mean_over_kinds(a, lambda kind: B.kind_gemm_bytes(a, kind, b, s, t, e, op, routed))
     h, f, qkv = a.hidden_size, a.ffn_hidden_size, a.q_width + 2 * a.kv_width
@@ -314,7 +293,7 @@ def fp8_cast_elements(a: Architecture, b: int, s: int, t: int, routed: bool = Tr
     """Elements an FP8 run casts per layer forward on one TP rank: the inputs of the QKV, O, MLP up
     and MLP down matmuls (Transformer Engine casts each to FP8, with a transposed copy for the
     weight-gradient matmul; the backward casts the output gradients the same way)."""
-    if not _plain(a):
+    if not plain_dense(a):
         return B.mean_over_kinds(a, lambda kind: B.kind_cast_elements(a, kind, b, s, t, routed))
     up_in, down_in = a.hidden_size, a.ffn_hidden_size / t
     return b * s * (a.hidden_size + a.q_width / t + up_in + down_in)
@@ -349,7 +328,7 @@ def activation_bytes_16(a: Architecture, b: int, s: int, t: int, recipe: Recipe,
     if recipe.recompute == "full":
         return 2 * sbh / (t if sp else 1)
     modules = recipe.recompute_modules
-    if not _plain(a) or modules:
+    if not plain_dense(a) or modules:
         def one(kind):
             replicated, split, core = B.kind_activation_terms(a, kind, s)
             if (recipe.recompute != "none" and (not modules or "core_attn" in modules)) or fused_attention:

@@ -1,0 +1,91 @@
+"""Data-parallel and sharded-state communication of a stage: the ring collectives' times, the
+gradient reduction over the DP x CP group (all-reduce; ZeRO 1-2 reduce-scatter + weight all-gather;
+FSDP reduce-scatter, HSDP's replica all-reduce), what of it the step waits for, and FSDP's per-layer
+weight gathers (docs/estimators.md "Data parallelism", "FSDP")."""
+
+from __future__ import annotations
+
+import math
+
+from fasop.estimators.analytic import parallel as P
+from fasop.estimators.analytic.hardware import Link, StageHardware, shard_links
+from fasop.estimators.analytic.layers import Workload
+
+
+def all_reduce_s(size: float, n: int, link: Link, buckets: int = 1) -> float:
+    """Ring all-reduce of `size` bytes over n ranks, sent as `buckets` collectives: the ring's 2(n-1)
+    latencies once (NCCL pipelines consecutive buckets), and each further bucket its fixed launch
+    latency (NCCL's per-collective base latency, src/graph/tuning.cc)."""
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) / n * size / link.bytes_per_s + (2 * (n - 1) + buckets - 1) * link.latency_s
+
+
+def gather_s(size: float, n: int, link: Link, buckets: int = 1) -> float:
+    """Reduce-scatter or all-gather of a `size`-byte buffer over n ranks (buckets: as all_reduce_s)."""
+    return 0.0 if n <= 1 else (n - 1) / n * size / link.bytes_per_s + (n - 1 + buckets - 1) * link.latency_s
+
+
+def p2p_s(size: float, link: Link) -> float:
+    return size / link.bytes_per_s + link.latency_s
+
+
+
+def shard_group(w: Workload) -> tuple[int, int]:
+    """(shard, replicate): the ranks ZeRO/FSDP shards the states over and the replicas of a shard
+    (HSDP); dense gradients reduce over DP x CP (Megatron-Core's dp-cp group; torchtitan's
+    fsdp = dp_shard x cp), so shard x replicate = dp x cp."""
+    group = w.dp * w.cp
+    shard = w.shard or group
+    return shard, group // shard
+
+
+def state_links(w: Workload, hw: StageHardware) -> tuple[Link, Link]:
+    """(shard link, replica link): the links of the stage's ZeRO / FSDP shard group and of the
+    all-reduce across its replicas -- the DP link for both, or with HSDP hardware.shard_links."""
+    return shard_links(hw, w.tp * w.shard) if w.shard else (hw.dp_link, hw.dp_link)
+
+
+def dp_sync_s(w: Workload, params: float, link: Link, replica: Link | None = None) -> float:
+    """A stage's gradient reduction over its DP x CP group: all-reduce; sharded (ZeRO 1-2),
+    reduce-scatter + all-gather of the 16-bit weights; FSDP (ZeRO 3) reduce-scatter only (its
+    weights are gathered layer by layer, zero3_gather_s); HSDP adds the all-reduce of the shard
+    across the replicas (on `replica`; default `link`)."""
+    grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
+    buckets = max(1, math.ceil(grad / w.params.gradient_bucket_bytes))
+    shard, replicate = shard_group(w)
+    if w.recipe.zero == 0:
+        return all_reduce_s(grad, shard * replicate, link, buckets)
+    gathers = gather_s(grad, shard, link, buckets) + all_reduce_s(grad / shard, replicate, replica or link)
+    return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
+
+
+def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float, busy: float = 0.0) -> float:
+    """The part of a stage's DP sync (`sync` s) the step waits for: (1 - dp_overlap) of it; with
+    `overlap_grad_reduce` (gradient buckets reduced during the backward: PyTorch DDP, FSDP,
+    Megatron-Core --overlap-grad-reduce) only what the stage's last micro-batch backward (`bwd`),
+    and for a ZeRO 1-2 optimizer's weight all-gather the next step's first forward (`fwd`), cannot
+    cover. FSDP (ZeRO 3) reduces only gradients, which the optimizer step waits for: the backward
+    covers them, less the `busy` seconds its own weight gathers hold the same link."""
+    flat = (1 - w.params.dp_overlap) * sync
+    if not w.params.overlap_grad_reduce:
+        return flat
+    cover = bwd - busy if w.recipe.zero >= 3 else bwd + (fwd if w.recipe.zero >= 1 else 0.0)
+    return min(flat, max(0.0, sync - cover))
+
+
+def zero3_busy_s(w: Workload, params: float, hw: StageHardware) -> float:
+    """Seconds FSDP's backward weight gathers of a stage's `params` hold its shard link (0 below ZeRO 3)."""
+    return gather_s(params * w.recipe.value_bytes, shard_group(w)[0], state_links(w, hw)[0]) if w.recipe.zero >= 3 else 0.0
+
+
+def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: float, bwd: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of FSDP's per-layer weight all-gathers over the shard
+    group, every micro-batch: each layer's gather (the stage's `params` over its `layers`) is
+    prefetched behind the previous layer's compute (`fwd`, `bwd`: one layer's seconds), the first
+    exposed (parallel.fsdp_exposed_s); then (1 - dp_overlap) of what is left."""
+    if w.recipe.zero < 3 or layers <= 0:
+        return 0.0, 0.0
+    one = gather_s(params / layers * w.recipe.value_bytes, shard_group(w)[0], link)
+    keep = 1 - w.params.dp_overlap
+    return P.fsdp_exposed_s(one, fwd, layers) * keep, P.fsdp_exposed_s(one, bwd, layers) * keep

@@ -1,0 +1,29 @@
+"""Eager PyTorch's elementwise kernels: the bytes a dense layer moves beyond fused kernels when its
+norms, rotary, activation and copies run op by op (`fused_elementwise: false`; docs/estimators.md
+"Eager elementwise kernels")."""
+
+from __future__ import annotations
+
+from fasop.estimators.analytic import layers as L
+from fasop.specs.architecture import Architecture
+
+
+def eager_extra_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int) -> float:
+    """Bytes one layer's forward moves beyond layer_forward_bytes' fused kernels when its elementwise
+    ops run as separate eager PyTorch kernels (`fused_elementwise: false`), counted op by op from the
+    reference Llama block (meta-llama/llama llama/model.py; torchtitan's and IBM FMS's follow it):
+    RMSNorm `x.float()` (e+4 per element), `pow(2)` (8), `mean` (4), `x * rsqrt` (8), `type_as`
+    (4+e), `* weight` (2e) = 28 + 4e, against a fused norm's 2e; rotary on Q and K in fp32 through
+    `view_as_complex` (`float()` e+4, complex multiply 8, `type_as` 4+e = 16 + 2e, against 2e);
+    SwiGLU as `silu` (2e) and `*` (3e) = 5e per gate element, against 3e; the attention output's
+    `transpose(1, 2).contiguous()` copy (2e); GQA's `repeat_kv` copies of K and V to the query
+    heads (torchtitan model.py: e per kv element read, e per q element written, each). Dense
+    Transformer layers only (0 for other kinds)."""
+    if not L.plain_dense(a):
+        return 0.0
+    bs, h, f, q, kv = b * s, a.hidden_size, a.ffn_hidden_size, a.q_width, a.kv_width
+    norms = 2 * (28 + 4 * e - 2 * e) * bs * h
+    rotary = (16 + 2 * e - 2 * e) * bs * (q + kv) if a.position == "rotary" else 0.0
+    mlp = (5 * e - 3 * e) * bs * f if a.gated_mlp else 0.0
+    repeat = 2 * e * bs * (kv + q) if kv < q else 0.0
+    return norms / (t if sp else 1) + (rotary + mlp + 2 * e * bs * q + repeat) / t
