@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fasop.schedule.bounds import _unit_sends, first_layers, sweep_completion, sweep_unit_weights
+from fasop.schedule.bounds import first_layers, sweep_completion, sweep_unit_sends, sweep_unit_weights
 
 
 def _dense(times, m, fwd_bwd_factor, send_fwd, send_bwd) -> np.ndarray:
     """The table as written before the pairs: every (first, length) of a stage, masked."""
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, m, fwd_bwd_factor=fwd_bwd_factor)
-    waits = _unit_sends(pp, m, send_fwd, send_bwd)
+    waits = sweep_unit_sends(m, send_fwd, send_bwd)
     longest, reachable = first_layers(times)
     table = np.full((pp + 1, size, weights.shape[1]), np.inf)
     table[pp, size - 1] = -np.inf
