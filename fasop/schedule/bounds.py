@@ -222,20 +222,24 @@ def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor
     table[pp, size - 1] = -np.inf
     table[pp, size - 1, 0] = 0.0  # micro-batch 0's backward at the last stage
     for k in range(pp - 1, -1, -1):
-        # the runs of layers stage k may hold, by first layer (where a split can start it) and
-        # length (memory caps keep them short)
-        first = np.arange(*reachable[k])[:, None]
-        if not longest[k] or not len(first):
+        # the runs of layers stage k may hold that fit, by first layer (where a split can start
+        # it) and length (memory caps keep them short): as pairs, grouped by first layer
+        lo, hi = reachable[k]
+        if not longest[k] or hi <= lo:
             continue
-        stop = np.minimum(first + np.arange(1, longest[k] + 1)[None, :], size - 1)  # [first, length]
-        t = times[k][first, stop]
-        fits = np.isfinite(t) & (stop > first)
-        t = np.where(fits, t, 0.0)[:, :, None]
-        g, h = weights[k][None, None, :], waits[k][None, None, :]
+        first = np.arange(lo, hi)[:, None]
+        stop = first + np.arange(1, longest[k] + 1)[None, :]
+        t = times[k][first, np.minimum(stop, size - 1)]
+        runs, length = np.nonzero((stop <= size - 1) & np.isfinite(t))
+        if not len(runs):
+            continue
+        stop, t = stop[runs, length], t[runs, length][:, None]
+        g, h = weights[k][None, :], waits[k][None, :]
         # the sweep enters stage k at micro-batch x' <= x and advances to x there:
         # t (G(x) - G(x')) + H(x) - H(x') + t
-        entering = np.maximum.accumulate(table[k + 1][stop] - t * g - h, axis=2)
-        table[k, first[:, 0]] = np.where(fits[:, :, None], entering + t * (g + 1.0) + h, np.inf).min(axis=1)
+        entering = np.maximum.accumulate(table[k + 1][stop] - t * g - h, axis=1)
+        starts = np.flatnonzero(np.concatenate([[True], runs[1:] != runs[:-1]]))  # each first layer's pairs
+        table[k, lo + runs[starts]] = np.minimum.reduceat(entering + t * (g + 1.0) + h, starts, axis=0)
     return table
 
 

@@ -1,0 +1,63 @@
+"""The backward sweep's completion table (fasop/schedule/bounds.py: sweep_completion) is computed
+over the runs of layers that fit, as pairs grouped by first layer: it must be the table of the
+dense formulation over every (first layer, length) of each stage -- clipped lengths and runs
+that do not fit included, masked to inf -- bit for bit, on pipelines with memory caps (runs that
+do not fit), end sends, and more micro-batches than sweep points."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fasop.schedule.bounds import first_layers, sweep_completion, sweep_unit_sends, sweep_unit_weights
+
+
+def _dense(times, m, fwd_bwd_factor, send_fwd, send_bwd) -> np.ndarray:
+    """The table as written before the pairs: every (first, length) of a stage, masked."""
+    pp, size, _ = times.shape
+    weights = sweep_unit_weights(pp, m, fwd_bwd_factor=fwd_bwd_factor)
+    waits = sweep_unit_sends(m, send_fwd, send_bwd)
+    longest, reachable = first_layers(times)
+    table = np.full((pp + 1, size, weights.shape[1]), np.inf)
+    table[pp, size - 1] = -np.inf
+    table[pp, size - 1, 0] = 0.0
+    for k in range(pp - 1, -1, -1):
+        first = np.arange(*reachable[k])[:, None]
+        if not longest[k] or not len(first):
+            continue
+        stop = np.minimum(first + np.arange(1, longest[k] + 1)[None, :], size - 1)
+        t = times[k][first, stop]
+        fits = np.isfinite(t) & (stop > first)
+        t = np.where(fits, t, 0.0)[:, :, None]
+        g, h = weights[k][None, None, :], waits[k][None, None, :]
+        entering = np.maximum.accumulate(table[k + 1][stop] - t * g - h, axis=2)
+        table[k, first[:, 0]] = np.where(fits[:, :, None], entering + t * (g + 1.0) + h, np.inf).min(axis=1)
+    return table
+
+
+def _times(rng, pp: int, layers: int, cap: int) -> np.ndarray:
+    """Stage times of contiguous runs (per-layer costs summed), inf past `cap` layers on some
+    stages (a memory cap)."""
+    per_layer = rng.uniform(0.5, 2.0, (pp, layers)) * rng.uniform(0.5, 3.0, (pp, 1))
+    edges = np.concatenate([np.zeros((pp, 1)), np.cumsum(per_layer, axis=1)], axis=1)
+    times = edges[:, None, :] - edges[:, :, None]
+    a, b = np.meshgrid(np.arange(layers + 1), np.arange(layers + 1), indexing="ij")
+    times = np.where(b > a, times, np.inf)
+    capped = rng.random(pp) < 0.5
+    return np.where(capped[:, None, None] & (b - a > cap), np.inf, times)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sweep_table_equals_the_dense_formulation(seed):
+    rng = np.random.default_rng(seed)
+    pp = int(rng.integers(2, 9))
+    layers = int(rng.integers(pp, 3 * pp + 6))
+    m = int(rng.choice([1, 2, 4, 7, 40]))  # 40 > the 33 sweep points
+    times = _times(rng, pp, layers, cap=int(rng.integers(2, 6)))
+    send_fwd, send_bwd = np.zeros(pp), np.zeros(pp)
+    send_fwd[0], send_bwd[-1] = rng.uniform(0, 0.5, 2)
+    got = sweep_completion(times, m, fwd_bwd_factor=3.0, send_fwd=send_fwd, send_bwd=send_bwd)
+    want = _dense(times, m, 3.0, send_fwd, send_bwd)
+    assert got.shape == want.shape
+    assert np.array_equal(got, want)  # inf and -inf included, bit for bit
+    assert np.isfinite(got[0, 0]).any() == np.isfinite(want[0, 0]).any()
