@@ -42,8 +42,7 @@ VALIDATE_MOE_SOFTWARE = ("moe_node_dedup",)
 """The MoE dispatcher a GPU's published runs had (true: a flex dispatcher, DeepEP / HybridEP), for rows
 whose `moe_dispatcher` cell is empty."""
 _PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
-               "fsdp_copy_out",
-               "fused_attention_efficiency", "gemm_traffic",
+               "fsdp_copy_out", "fused_attention_efficiency", "gemm_traffic", "overlap_slowdown",
                "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
                "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
                "kernels_per_layer", "micro_batch_sync", "p2p_blocking", "optimizer_step_bytes", "loss_scaling_bytes",
@@ -166,6 +165,8 @@ class AnalyticParams:
     its last micro-batch's backward (and next forward, for the weight all-gather) cannot cover."""
     tp_overlap: float = 0.0
     """Share of the tensor-parallel collectives hidden behind the layer's matmuls."""
+    overlap_slowdown: float = 0.0
+    """Compute beside an overlapped DP / FSDP collective runs (1 + this) times slower (data_parallel.overlap_share)."""
     matmul_tile: tuple[int, int] = (1, 1)
     """Output tile (rows, columns) one SM computes at a time; a matmul runs in whole waves of
     tiles over the GPU's SMs (wave quantization). (1, 1): none."""
@@ -344,6 +345,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     rho = get("moe_load_imbalance", (int, float), lambda v: 1 <= v <= 16, "in [1, 16]")
     grouped = get("grouped_gemm_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
     ep_overlap = get("ep_overlap", (int, float), share, "in [0, 1]")
+    slowdown = get("overlap_slowdown", (int, float), share, "in [0, 1]")
     dedup = get("moe_node_dedup", bool, None, "")
     r.done()
     new = AnalyticParams(
@@ -362,6 +364,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         gradient_accumulation_fusion=fusion if fusion is not None else base.gradient_accumulation_fusion,
         fp8_cast_bytes=float(cast) if cast is not None else base.fp8_cast_bytes,
         tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
+        overlap_slowdown=float(slowdown) if slowdown is not None else base.overlap_slowdown,
         overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,
         matmul_tile=tuple(tile) if tile is not None else base.matmul_tile,
         kernel_launch_s=float(launch) if launch is not None else base.kernel_launch_s,

@@ -66,12 +66,20 @@ def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float, busy: float =
     Megatron-Core --overlap-grad-reduce) only what the stage's last micro-batch backward (`bwd`),
     and for a ZeRO 1-2 optimizer's weight all-gather the next step's first forward (`fwd`), cannot
     cover. FSDP (ZeRO 3) reduces only gradients, which the optimizer step waits for: the backward
-    covers them, less the `busy` seconds its own weight gathers hold the same link."""
+    covers them, less the `busy` seconds its own weight gathers hold the same link. The compute that
+    hides a transfer runs slower beside it (overlap_share), which adds to the step."""
     flat = (1 - w.params.dp_overlap) * sync
     if not w.params.overlap_grad_reduce:
         return flat
     cover = bwd - busy if w.recipe.zero >= 3 else bwd + (fwd if w.recipe.zero >= 1 else 0.0)
-    return min(flat, max(0.0, sync - cover))
+    return min(flat, P.exposed_s(sync, max(0.0, cover), overlap_share(w)))
+
+
+def overlap_share(w: Workload) -> float:
+    """The rate, as a share of its own, of compute that runs beside a DP / FSDP collective: 1 / (1 +
+    overlap_slowdown) -- NCCL's kernels hold SMs and HBM bandwidth while the transfer is in flight
+    (Lee et al. 2025, arXiv 2507.03114: compute overlapped with communication 18.9 % slower on average)."""
+    return 1 / (1 + w.params.overlap_slowdown)
 
 
 def zero3_busy_s(w: Workload, params: float, hw: StageHardware) -> float:
@@ -83,9 +91,11 @@ def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: flo
     """(forward, backward) exposed seconds of FSDP's per-layer weight all-gathers over the shard
     group, every micro-batch: each layer's gather (the stage's `params` over its `layers`) is
     prefetched behind the previous layer's compute (`fwd`, `bwd`: one layer's seconds), the first
-    exposed (parallel.fsdp_exposed_s); then (1 - dp_overlap) of what is left."""
+    exposed (parallel.fsdp_exposed_s, the compute beside the others at overlap_share); then
+    (1 - dp_overlap) of what is left."""
     if w.recipe.zero < 3 or layers <= 0:
         return 0.0, 0.0
     one = gather_s(params / layers * w.recipe.value_bytes, shard_group(w)[0], link)
     keep = 1 - w.params.dp_overlap
-    return P.fsdp_exposed_s(one, fwd, layers) * keep, P.fsdp_exposed_s(one, bwd, layers) * keep
+    share = overlap_share(w)
+    return P.fsdp_exposed_s(one, fwd, layers, share) * keep, P.fsdp_exposed_s(one, bwd, layers, share) * keep

@@ -172,13 +172,14 @@ def exposed_s(comm: float, compute: float, share: float = 1.0) -> float:
     return comm - min(compute, share * comm)
 
 
-def fsdp_exposed_s(gather: float, layer_compute: float, layers: int) -> float:
+def fsdp_exposed_s(gather: float, layer_compute: float, layers: int, share: float = 1.0) -> float:
     """Exposed seconds of `layers` per-layer all-gathers of `gather` seconds each, each prefetched
     behind the previous layer's compute (FSDP2's default forward/backward prefetch): the first
-    gather in full, then max(0, gather - compute) per later layer."""
+    gather in full, then exposed_s(gather, compute, share) per later layer (share < 1: the compute
+    beside the gather runs at that share of its rate)."""
     if layers <= 0 or gather <= 0:
         return 0.0
-    return gather + (layers - 1) * exposed_s(gather, layer_compute)
+    return gather + (layers - 1) * exposed_s(gather, layer_compute, share)
 
 
 # ----------------------------------------------------------------------------- memory (bytes per GPU)
