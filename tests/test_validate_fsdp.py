@@ -6,7 +6,7 @@ states its plan and the software the run had (eager or compiled elementwise kern
 the cluster's network and reduce dtype where the source gives them). The bounds are the figures
 measured with `fasop validate tests/data/<set>.csv`, a little above: they keep the figures from
 getting worse. Only the torchtitan-docs set is within the issue's 10 % on time (docs/validate.md says
-what is left: the estimate leans fast on every row, most on IBM's H100 cluster).
+what is left: the estimate still leans fast on every row, most on IBM's H100 cluster).
 """
 
 from dataclasses import replace
@@ -28,9 +28,9 @@ DATA = Path(__file__).resolve().parent / "data"
 
 # set, time MAPE bound %, time max bound %, memory MAPE bound % (None: no memory measured), rows
 SETS = [
-    ("fsdp_ibm_pytorch_blog.csv", 17, 32, None, 10),          # 128 A100 / 96 H100, FSDP1, FSDP and HSDP
-    ("fsdp_torchtitan_docs_a100.csv", 10, 16, None, 8),       # 64 A100, FSDP2, torchtitan docs
-    ("fsdp_torchtitan_issue929_a100.csv", 16, 16, 8, 1),      # 8 A100, FSDP2 compiled, peak memory
+    ("fsdp_ibm_pytorch_blog.csv", 11.5, 26, None, 10),        # 128 A100 / 96 H100, FSDP1, FSDP and HSDP
+    ("fsdp_torchtitan_docs_a100.csv", 7, 11, None, 8),        # 64 A100, FSDP2, torchtitan docs
+    ("fsdp_torchtitan_issue929_a100.csv", 13.5, 13.5, 8, 1),  # 8 A100, FSDP2 compiled, peak memory
 ]
 
 
@@ -114,12 +114,51 @@ def test_hsdp_links_by_hand():
 
 def test_zero3_gradient_reduction_is_covered_by_the_backward_only():
     a = _llama()
+    free = replace(default_params(), overlap_slowdown=0.0)     # overlap that costs the compute nothing
     w = lambda zero: Workload(arch=a, seq=16, mbs=1, tp=1, dp=8, pp=1, num_microbatches=1,
-                              recipe=Recipe(zero=zero), params=default_params())
+                              recipe=Recipe(zero=zero), params=free)
     # sync 5 s, forward 2 s, backward 4 s: ZeRO 1 hides 6 s (backward + next forward's weight gather) ...
     assert C.dp_exposed_s(w(1), 5.0, 2.0, 4.0) == 0.0
     # ... FSDP only the backward, less the 1.5 s its own weight gathers hold the link: 5 - (4 - 1.5)
     assert C.dp_exposed_s(w(3), 5.0, 2.0, 4.0, busy=1.5) == 2.5
+
+
+def test_overlapped_compute_slowdown_by_hand():
+    # compute at 1/1.25 of its rate while a transfer is in flight (overlap_slowdown 0.25, share 0.8): 4 s of
+    # compute beside a 2 s transfer -- the 2 s do 1.6 s of the work, 2.4 s remain: 4.4 s, 0.4 s more
+    assert P.exposed_s(2.0, 4.0, 1 / 1.25) == pytest.approx(0.4)
+    # a transfer longer than the slowed compute (6 s > 4 x 1.25): the pair takes the transfer, 2 s more
+    assert P.exposed_s(6.0, 4.0, 1 / 1.25) == pytest.approx(2.0)
+    # FSDP's gathers, 3 layers of 1 s compute, 0.5 s gathers: the first exposed 0.5, then 0.5 x 0.2 each
+    assert P.fsdp_exposed_s(0.5, 1.0, 3, 1 / 1.25) == pytest.approx(0.5 + 2 * 0.1)
+    assert P.fsdp_exposed_s(0.5, 1.0, 3) == 0.5                     # free overlap: only the first
+
+
+def test_overlapped_gradient_reduction_slows_the_backward_by_hand():
+    a = _llama()
+    params = replace(default_params(), overlap_slowdown=0.25)
+    w = lambda zero: Workload(arch=a, seq=16, mbs=1, tp=1, dp=8, pp=1, num_microbatches=1,
+                              recipe=Recipe(zero=zero), params=params)
+    # DDP: a 2 s all-reduce under a 4 s backward adds 2 x 0.25 / 1.25 = 0.4 s
+    assert C.dp_exposed_s(w(0), 2.0, 1.0, 4.0) == pytest.approx(0.4)
+    # FSDP: 2 s of reduce-scatters under the 4 - 1.5 s of backward its gathers leave: 0.4 s again
+    assert C.dp_exposed_s(w(3), 2.0, 1.0, 4.0, busy=1.5) == pytest.approx(0.4)
+    # a sync longer than the slowed cover (5 s > 2.5 x 1.25): only what the cover cannot hide, 2.5 s
+    assert C.dp_exposed_s(w(3), 5.0, 1.0, 4.0, busy=1.5) == pytest.approx(2.5)
+    # the catalog's constant is Lee et al. 2025's measured mean (analytic.yaml)
+    assert default_params().overlap_slowdown == 0.189
+
+
+def test_a_cluster_states_its_overlap_slowdown(tmp_path):
+    from fasop.core.errors import SpecError
+    from fasop.specs.load import load_cluster
+    text = (DATA / "ibm_a100_400g_cluster.yaml").read_text()
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace("analytic:\n", "analytic:\n  overlap_slowdown: 0\n", 1))
+    assert load_cluster(str(path)).analytic.overlap_slowdown == 0.0
+    path.write_text(text.replace("analytic:\n", "analytic:\n  overlap_slowdown: 1.5\n", 1))
+    with pytest.raises(SpecError, match=r"analytic\.overlap_slowdown: must be in \[0, 1\], got 1.5"):
+        load_cluster(str(path))
 
 
 ROW_HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_len,vocab_size,gpu,num_gpus,tp,pp,dp,zero,"
