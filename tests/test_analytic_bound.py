@@ -64,7 +64,7 @@ worlds = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(world=worlds)
 def test_quick_bound_is_never_above_a_fitting_plan(world, tmp_path):
     """Every (tp, dp, pp, mbs) and every node order: quick_bound <= the step time of the plan's

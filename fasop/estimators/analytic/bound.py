@@ -37,6 +37,7 @@ floor). tests/test_analytic_bound.py checks the bound against every fitting plan
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 import numpy as np
@@ -72,7 +73,10 @@ class CompositionBound:
                                   + [n.inter_node_bytes_per_s * params.link_efficiency["network"] for n in self.nodes]),
                               min(params.intra_node_latency_s, params.inter_node_latency_s))
         self.shared = {} if shared is None else shared
+        keys = sorted({_pace_key(gpus[k]) for k in self.types})  # the pacing order, equal keys together
+        self._pace_order = [[k for k in self.types if _pace_key(gpus[k]) == key] for key in keys]
         self._cache: dict = {}
+        self._whole: dict = {}
         self._runs: dict = {}
 
     def bound(self, w: Workload) -> float:
@@ -80,11 +84,29 @@ class CompositionBound:
         when the memory floor says none fits."""
         return self.floor(w) if self.holds(w) else float("inf")
 
-    def floor(self, w: Workload) -> float:
-        """`bound` without the memory floor: the pace and the terms that do not shrink."""
+    def floor(self, w: Workload, whole: bool = True) -> float:
+        """`bound` without the memory floor: the pace and the terms that do not shrink. whole=False:
+        the continuous split's level for the slowest stage instead of whole layers' (at most
+        `floor(w)`, and cheaper)."""
+        if whole:
+            got = self._whole.get(w)
+            if got is None:
+                runs, level, a, rest, fixed = self._parts(w)
+                got = self._whole[w] = a * max(integer_level(runs, w.arch.num_layers), level) + rest + fixed
+            return got
+        _, level, a, rest, fixed = self._parts(w)
+        return a * level + rest + fixed
+
+    def _parts(self, w: Workload) -> tuple:
+        """(stage rate runs, the continuous level, m - 1/v, the pipeline's other terms, the fixed terms):
+        floor = (m - 1/v) x the slowest stage + the rest + the fixed terms."""
         got = self._cache.get(w)
         if got is None:
-            got = self._cache[w] = self._bound(w)
+            p, v, m, n = w.pp, w.recipe.virtual_stages, w.num_microbatches, w.arch.num_layers
+            rates, fastest_layer, ends, fixed = self._shared(("pace", w, self.kinds), lambda: self._pace(w))
+            runs = self._grouped(rates, w.tp * w.cp * w.dp, p)
+            level = max(n / sum(r * c for r, c in runs), 1 / runs[-1][0])  # every stage holds a layer
+            got = self._cache[w] = (runs, level, m - 1 / v, (n * fastest_layer + ends) / v, fixed)
         return got
 
     def _shared(self, key: tuple, make):
@@ -97,19 +119,23 @@ class CompositionBound:
         return got
 
     # ------------------------------------------------------------------ pace
+    def _pace(self, w: Workload) -> tuple[dict[str, float], float, float, float]:
+        """(rate_hat per node type, the fastest layer time, the least embedding and head times, the
+        fixed terms) for this set of GPU types."""
+        rates = self._rates(w)
+        ends = min(sum(C.embedding_s(w, self.gpus[k], self._tp_link(w, k))) for k in self.types) \
+            + min(sum(C.head_s(w, self.gpus[k])) for k in self.types)
+        return rates, 1 / max(rates.values()), ends, self._fixed(w)
+
     def _rates(self, w: Workload) -> dict[str, float]:
         """rate_hat per node type: 1 / layer time (fwd + bwd), raised to its upper envelope in
         the pacing order, so that the pacing GPU of a stage has the least rate_hat of the stage."""
-        return self._shared(("rates", w, self.kinds), lambda: self._envelope(w))
-
-    def _envelope(self, w: Workload) -> dict[str, float]:
-        raw = {k: 1 / sum(C.layer_s(w, self.gpus[k], self._tp_link(w, k))) for k in self.types}
-        order = sorted(self.types, key=lambda k: (self.gpus[k].matmul_flops("bf16"), self.gpus[k].memory_bytes_per_s))
+        raw = {k: self._shared(("rate", w, k), lambda: 1 / sum(C.layer_s(w, self.gpus[k], self._tp_link(w, k))))
+               for k in self.types}
         out, best = {}, 0.0
-        for k in order:  # equal keys: a stage may be paced by either, so both get the larger
-            same = [j for j in order if _pace_key(self.gpus[j]) == _pace_key(self.gpus[k])]
+        for same in self._pace_order:  # equal keys: a stage may be paced by either, so both get the larger
             best = max(best, max(raw[j] for j in same))
-            out[k] = best
+            out.update((k, best) for k in same)
         return out
 
     def _tp_link(self, w: Workload, k: str) -> C.Link:
@@ -137,18 +163,6 @@ class CompositionBound:
                     runs.append((v, here))
                 done += here
         return runs
-
-    def _bound(self, w: Workload) -> float:
-        p, v, m, n = w.pp, w.recipe.virtual_stages, w.num_microbatches, w.arch.num_layers
-        rates = self._rates(w)
-        runs = self._grouped(rates, w.tp * w.cp * w.dp, p)
-        fastest_layer = 1 / max(rates.values())
-        ends = self._shared(("ends", w, self.kinds), lambda: min(sum(C.embedding_s(w, self.gpus[k], self._tp_link(w, k)))
-                                                                 for k in self.types)
-                            + min(sum(C.head_s(w, self.gpus[k])) for k in self.types))
-        worst = max(integer_level(runs, n), 1 / runs[-1][0])  # every stage holds a layer
-        pipeline = (m - 1 / v) * worst + (n * fastest_layer + ends) / v
-        return pipeline + self._shared(("fixed", w, self.kinds), lambda: self._fixed(w))
 
     def _fixed(self, w: Workload) -> float:
         """Optimizer step, exposed DP sync of stage 0 and the tied embedding's all-reduce floors (none
@@ -207,14 +221,22 @@ def integer_level(runs: Sequence[tuple[float, int]], layers: int) -> float:
     """At most the least max_i n_i / r_i over whole layer counts n_i >= 0 summing to `layers`, for
     stage rates r_i (layers a second) given as runs (rate, stages): the `layers`-th smallest of the
     slots k / r_i (k >= 1), as the greedy split fills them, a run's stages a slot value at once. It
-    starts from counts a little below the continuous level L / sum r, whose slots are all below it
-    (one less than the floor: no rounding can put a count above the level)."""
+    starts from the counts of the continuous level L / sum r, each lowered while its slot is above
+    the level (rounding), so that all their slots are at most the least's."""
     level = layers / sum(r * c for r, c in runs)
-    counts = [max(0, int(level * r) - 1) for r, _ in runs]
+    counts = []
+    for r, _ in runs:
+        k = int(level * r)
+        while k > 0 and k / r > level:
+            k -= 1
+        counts.append(k)
     filled = sum(k * c for k, (_, c) in zip(counts, runs))
-    slot = 0.0
+    if filled > layers:  # (not seen: counts at the level fill at most the layers) one slot fewer each
+        counts = [max(0, k - 1) for k in counts]
+        filled = sum(k * c for k, (_, c) in zip(counts, runs))
+    slot = max(k / r for k, (r, _) in zip(counts, runs))  # the slots filled: all at most the least
     while filled < layers:
-        slot, j = min(((k + 1) / r, j) for j, (k, (r, _)) in enumerate(zip(counts, runs)))
+        slot, j = min(((counts[j] + 1) / runs[j][0], j) for j in range(len(runs)))
         counts[j] += 1
         filled += runs[j][1]
     return slot
@@ -259,13 +281,19 @@ def least_bound(bounds: "CompositionBound", workloads: Sequence[tuple[Recipe, Wo
     """The least bound over the recipes a search may choose (inf when none can fit), lowered by
     ROUNDING: the floor and the estimate sum the same terms in different orders, so a plan at the
     floor can come out an ulp below it (a pruning bound must never be above a plan). The recipes'
-    pace floors are taken in ascending order and the first whose memory floor holds is the least;
-    one above `limit` is returned as it is (above `limit`, at most the least bound): the memory
-    test, most of the cost, is then not made."""
-    floors = sorted((bounds.floor(w), k) for k, (_, w) in enumerate(workloads))
-    for floor, k in floors:
+    pace floors are taken in ascending order (each first at the continuous split, then at whole
+    layers) and the first whole one whose memory floor holds is the least; one above `limit` is
+    returned as it is (above `limit`, at most the least bound): the rest is then not computed."""
+    heap = [(bounds.floor(w, whole=False), False, k) for k, (_, w) in enumerate(workloads)]
+    heapq.heapify(heap)
+    while heap:  # the least first; a continuous split's floor is made whole before it counts
+        floor, whole, k = heapq.heappop(heap)
         value = floor * (1 - ROUNDING)  # x (1 - ROUNDING) is monotone: the least floor's is the least value
-        if value > limit or bounds.holds(workloads[k][1]):
+        if value > limit:
+            return value
+        if not whole:
+            heapq.heappush(heap, (bounds.floor(workloads[k][1]), True, k))
+        elif bounds.holds(workloads[k][1]):
             return value
     return float("inf")
 
