@@ -4,7 +4,7 @@
 The full row takes the baseline about 11 minutes a run on 2 idle cores, so by default this runs
 the same question on p5=4,p4de=4,g6e=4 (124 compositions) with one worker; `--max-nodes
 p5=8,p4de=8,g6e=8 --workers 2` is the row itself (goal: <= 30 s). Same results: the frontier rows
-(every column, the knee's flag included) of both CSVs are equal.
+(every column but rank, the knee's flag included) of both CSVs are equal.
 
     python benchmarks/bench_issue31_pareto_3types.py [--runs 3] [--max-nodes p5=8,p4de=8,g6e=8] [--workers 2]
 """

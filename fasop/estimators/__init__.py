@@ -10,6 +10,7 @@ API (the names other modules use):
 
 - `Estimator` -- the protocol below; search/engine.py (with search/chunks.py), search/orders.py and pareto/sweep.py call nothing else.
 - `register(name)` -- decorator; a name registered twice is an error.
+- `quick_bound_within(estimator)` -- the optional capability of that name, or quick_bound.
 - `make_estimator(model, cluster, inventory, **options)` -- the estimator named by
   `cluster.estimator`; an unknown name raises SpecError naming the cluster file, the key and
   the value. `options` are the search's: `partitioner`, `partition_budget`; an estimator takes
@@ -26,6 +27,10 @@ API (the names other modules use):
     search node orders too many to list by branch and bound over order prefixes
     (orders.OrderSearch). An estimator without it gets its orders listed, up to
     search.MAX_ORDERS; past that the search is refused with a one-line error.
+  - `quick_bound_within(plan, limit) -> float`: `quick_bound(plan)` when it is at most `limit`,
+    else any value above `limit` and at most it (a sweep's least bound over degrees, a search's
+    cut-off need no more, and the estimator may skip work); `quick_bound_within(estimator)` below
+    gives it, or quick_bound itself for an estimator without it.
   - `estimate_split(plan, partition) -> Estimate`: the estimate with the given layer split
     (layer-list entries per stage), for `fasop explain` / `fasop plot` of a results row; without
     it they accept only rows whose split is the one `estimate(plan)` chooses.
@@ -157,3 +162,10 @@ def make_estimator(model: ModelSpec, cluster: ClusterSpec, inventory: Iterable[N
                                                    f"(known: {', '.join(names())})")
     return factory(model, cluster, tuple(inventory), **options)
 
+
+
+def quick_bound_within(estimator: Estimator) -> Callable[[Plan, float], float]:
+    """within(plan, limit): the estimator's `quick_bound_within` capability, or its quick_bound
+    (exact everywhere, so within the capability's contract)."""
+    within = getattr(estimator, "quick_bound_within", None)
+    return within if within is not None else lambda plan, limit: estimator.quick_bound(plan)

@@ -24,7 +24,7 @@ from fasop.core.errors import FasopError, NoPlan
 from fasop.core.workers import process_pool
 from fasop.core.workers import stop as _stop
 from fasop.costs.estimate import Estimate
-from fasop.estimators import make_estimator
+from fasop.estimators import make_estimator, quick_bound_within
 from fasop.plans.enumerate import combo_plan, degree_list
 from fasop.plans.space import split_options
 from fasop.search.engine import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
@@ -277,8 +277,10 @@ class SweepJob:
         combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=self.model.global_batch_size,
                              num_transformer_layers=self.model.num_transformer_layers, space=space)
         gbs = self.model.global_batch_size
-        bound = min((estimator.quick_bound(combo_plan(combo, global_batch_size=gbs, placement=inventory))
-                     for combo in combos), default=math.inf)
+        within = quick_bound_within(estimator)
+        bound = math.inf
+        for combo in combos:  # exact where below the least so far: the least is exact
+            bound = min(bound, within(combo_plan(combo, global_batch_size=gbs, placement=inventory), bound))
         return bound, self.spot_usd_per_hour(comp) if self.spot else estimator.usd_per_s * 3600
 
 

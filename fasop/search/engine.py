@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fasop.core import limits
 from fasop.core.errors import FasopError, NoPlan
 from fasop.costs.estimate import Estimate
-from fasop.estimators import Estimator, make_estimator
+from fasop.estimators import Estimator, make_estimator, quick_bound_within
 from fasop.partition.splits import PARTITIONERS
 from fasop.plans.enumerate import (all_placements, combo_plan, count_orders, cyclic_placements, degree_list,
                                    grouped_placements, plans)
@@ -264,9 +264,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
 def _within_cutoff(combos: list, model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator,
                    cutoff: float) -> list:
     """The degree combinations whose quick bound (which holds for any placement) is within `cutoff`."""
-    gbs = model.global_batch_size
+    gbs, within = model.global_batch_size, quick_bound_within(estimator)
     return [combo for combo in combos
-            if estimator.quick_bound(combo_plan(combo, global_batch_size=gbs, placement=tuple(inventory))) <= cutoff]
+            if within(combo_plan(combo, global_batch_size=gbs, placement=tuple(inventory)), cutoff) <= cutoff]
 
 
 def _check_options(inventory: Sequence[NodeType], *, placements: str, partitioner: str, iterations: int,

@@ -35,7 +35,7 @@ from fasop.estimators.analytic import groups as G
 from fasop.estimators.analytic.hardware import cached_stage_hardware, domain_gpus
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
-from fasop.estimators.analytic.workloads import shared_workload
+from fasop.estimators.analytic.workloads import TABLE_ROWS, shared_tables, shared_workload
 from fasop.estimators.analytic.recipes import DEFAULTS, default_precision, parse_recipes, without_missing_units  # noqa: F401
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
@@ -43,7 +43,6 @@ from fasop.schedule.pipeline import Schedule
 from fasop.specs.catalog import canonical, find_gpu
 from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
 
-STAGE_CACHE = 4096  # stage hardware kept per estimator (one (degrees, node order) costs ~0.1 ms)
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
 COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
@@ -77,10 +76,11 @@ class AnalyticEstimator:
         self.recipes, g = recipes, self.inventory[0].gpus_per_node
         self.domain_gpus = domain_gpus([self.gpus[n.name] for n in self.inventory], range(len(self.inventory)), g)
         self._bounds: dict = {}
+        self._roomiest = max(n.memory_limit_bytes for n in self.inventory)
         self._composition: CompositionBound | None = None
-        self._workloads: dict = {}
-        self._recipe_lists: dict = {}
-        self._hardware, self._stage_spans = {}, {}  # stages by (degrees, order); one by (degrees, index, its nodes)
+        t = shared_tables(model, cluster, self.params, recipes, {n.gpus_per_node for n in self.inventory})  # a sweep's
+        self._workloads, self._recipe_lists, self._bound_parts, self._hardware, self._stage_spans = \
+            t["workloads"], t["recipes"], t["bound"], t["hardware"], t["spans"]
 
     # ------------------------------------------------------------------ protocol
     def tp_degrees(self) -> tuple[int, ...]:
@@ -104,14 +104,20 @@ class AnalyticEstimator:
         (fasop/estimators/analytic/bound.py: the composition's best pace, memory floors, the
         optimizer, DP and embedding terms that do not shrink). The plan's placement is an order
         of the inventory (every plan uses every node)."""
+        return self.quick_bound_within(plan, float("inf"))
+
+    def quick_bound_within(self, plan: Plan, limit: float) -> float:
+        """quick_bound(plan) if at most `limit`, else a value in (limit, quick_bound]: bound.least_bound."""
         if self.model.profile is not None:  # profiled layers may be faster than the analytic floor
             return 0.0
         key = (plan.tp, plan.dp, plan.pp, plan.mbs, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
         bound = self._bounds.get(key)
         if bound is None:
             if self._composition is None:
-                self._composition = CompositionBound(self.inventory, self.gpus, self.params)
-            bound = self._bounds[key] = least_bound(self._composition, self.workloads(plan))
+                self._composition = CompositionBound(self.inventory, self.gpus, self.params, self._bound_parts)
+            bound = least_bound(self._composition, self.workloads(plan), limit)
+            if bound <= limit:  # the bound itself
+                self._bounds[key] = bound
         return bound
 
     def search_order(self, plan: Plan) -> float:
@@ -200,7 +206,7 @@ class AnalyticEstimator:
         key = (plan.tp, plan.cp * plan.dp, plan.pp, tuple(n.name for n in plan.placement))
         hw = self._hardware.get(key)
         if hw is None:
-            if len(self._hardware) >= STAGE_CACHE:
+            if len(self._hardware) >= TABLE_ROWS:
                 self._hardware.clear()
                 self._stage_spans.clear()
             gpus = tuple(self.gpus[n.name] for n in plan.placement)  # CP sits between TP and DP (tp-cp-dp)
@@ -218,9 +224,9 @@ class AnalyticEstimator:
         """The recipes whose memory could hold the model on pp stages of the inventory's largest
         GPU (a necessary condition for any placement: analytic_cost.split_layers' capacity test);
         all of them when none can (the plan does not fit whatever the recipe)."""
-        key = ("possible", plan.tp, plan.dp, plan.pp, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
+        roomiest = self._roomiest
+        key = ("possible", roomiest, plan.tp, plan.dp, plan.pp, plan.num_microbatches, plan.cp, plan.ep, plan.etp)
         if key not in self._recipe_lists:
-            roomiest = max(n.memory_limit_bytes for n in self.inventory)
             n = self.arch.num_layers
             fits = [r for r in self._recipes(plan) if stage_caps(self._workload(plan, r), roomiest).sum() >= n]
             self._recipe_lists[key] = fits or self._recipes(plan)

@@ -1,8 +1,10 @@
 """Workloads shared by value in a process: the analytic estimators of a sweep (one per composition)
-ask the cost model for the same Workloads, and its caches are keyed on the Workload object."""
+ask the cost model for the same Workloads, and its caches are keyed on the Workload object; and
+the other tables those estimators share (`shared_tables`)."""
 
 from __future__ import annotations
 
+from fasop.core.recent import recent
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic.layers import Recipe
 from fasop.plans.plan import Plan
@@ -24,3 +26,27 @@ def shared_workload(arch, params, seq: int, plan: Plan, recipe: Recipe, shard: i
                                       num_microbatches=plan.num_microbatches, recipe=recipe, params=params,
                                       cp=plan.cp, ep=plan.ep, etp=plan.etp, shard=shard)
     return w
+
+
+_TABLES: dict = {}
+"""shared_tables' tables by (model, cluster, params) (fasop.core.recent: the latest few kept)."""
+TABLE_ROWS = 1 << 16
+"""Entries a shared table holds before it starts over (bounded memory in a long-lived process)."""
+
+
+def shared_tables(model, cluster, params, recipes: dict, gpus_per_node: set[int]) -> dict[str, dict]:
+    """The tables the analytic estimators of one (model, cluster, job params, allowed recipes, GPUs a
+    node) share in a process -- a sweep makes one estimator per composition, and what does not
+    depend on the composition is computed once: Workloads by degrees and recipe (HSDP's shard
+    follows the GPUs a node), recipe lists, each stage's hardware by its span's node names (one
+    NodeType per name in a cluster), and the bound's per-GPU-type pieces. Each table: {key: value},
+    cleared past TABLE_ROWS entries by its user. An inventory mixing GPUs a node gets its own."""
+    names = ("workloads", "recipes", "hardware", "spans", "bound")
+    if len(gpus_per_node) != 1:
+        return {name: {} for name in names}
+    by_recipes = recent(_TABLES, (model, cluster, params), dict)
+    key = (*gpus_per_node, tuple((name, tuple(values)) for name, values in sorted(recipes.items())))
+    tables = by_recipes.get(key)
+    if tables is None:
+        tables = by_recipes[key] = {name: {} for name in names}
+    return tables
