@@ -20,7 +20,6 @@ in its docstring and fasop/estimators/analytic/layers.py's); this module maps fa
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,7 +35,8 @@ from fasop.estimators.analytic.hardware import cached_stage_hardware, domain_gpu
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
 from fasop.estimators.analytic.workloads import TABLE_ROWS, shared_tables, shared_workload
-from fasop.estimators.analytic.recipes import DEFAULTS, default_precision, parse_recipes, without_missing_units  # noqa: F401
+from fasop.estimators.analytic.recipes import (DEFAULTS, default_precision, parse_recipes, recipe_grid,  # noqa: F401
+                                              without_missing_units)
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
 from fasop.schedule.pipeline import Schedule
@@ -233,16 +233,7 @@ class AnalyticEstimator:
         return self._recipe_lists[key]
 
     def _recipes_of(self, plan: Plan):
-        r = self.recipes
-        sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
-        zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
-        m = plan.num_microbatches
-        vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not self.arch.num_layers % (plan.pp * v)
-                                                           and not m % plan.pp)] or [1]
-        hybrid = [h for h in r["hsdp"] if not h or G.dp_shard(plan, True, self.domain_gpus) < plan.dp] or [False]
-        for rc, s, z, v, p, h in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid):
-            if not h or z in r["hsdp_stages"]:  # HSDP shards states: ZeRO 1-3 (by default 3) only
-                yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p, hsdp=h)
+        return recipe_grid(self.recipes, plan, self.arch.num_layers, G.dp_shard(plan, True, self.domain_gpus) < plan.dp)
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
         """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""

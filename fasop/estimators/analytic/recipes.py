@@ -3,8 +3,12 @@ checked, and low precisions dropped where the inventory has no tensor cores for 
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
+
 from fasop.core.errors import FasopError
-from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES
+from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
+from fasop.plans.plan import Plan
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
             "precision": ("bf16",), "hsdp": (False,)}
@@ -73,3 +77,19 @@ def without_missing_units(recipes: dict, gpus: list, low: str = "fp8") -> dict:
         raise FasopError(f"--precision {low}: {', '.join(missing)} {verb} no {units} tensor cores (the GPU catalog's "
                          f"{low}_tflops is null); use --precision {instead}, or nodes with {units} ({where})")
     return recipes | {"precision": tuple(p for p in recipes["precision"] if p != low)}
+
+
+def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool) -> Iterator[Recipe]:
+    """The recipes of `r` (parse_recipes) a plan's degrees admit: sequence parallelism only with
+    tp > 1, ZeRO only with dp x cp > 1, interleaving v only where pp x v divides the layers and pp
+    the micro-batches, HSDP only where its shard group (`shard_in_dp`) is smaller than dp and with
+    the ZeRO stages `hsdp_stages` names."""
+    sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
+    zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
+    m = plan.num_microbatches
+    vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not num_layers % (plan.pp * v)
+                                                       and not m % plan.pp)] or [1]
+    hybrid = [h for h in r["hsdp"] if not h or shard_in_dp] or [False]
+    for rc, s, z, v, p, h in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid):
+        if not h or z in r["hsdp_stages"]:  # HSDP shards states: ZeRO 1-3 (by default 3) only
+            yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p, hsdp=h)
