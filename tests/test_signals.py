@@ -215,6 +215,23 @@ with workers.sigterm_as_interrupt():
         workers.result_of(Broken())
     except workers.Terminated:
         print("after: Terminated")
+    try:
+        with workers.terminable():  # around futures.wait, as the pareto executors wait
+            raise RuntimeError("cannot release un-acquired lock")
+    except workers.Terminated:
+        print("wait: Terminated")
 """
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert out.stdout.split("\n")[:3] == ["before: RuntimeError", "sigterm: Terminated", "after: Terminated"], out
+    assert out.stdout.split("\n")[:4] == ["before: RuntimeError", "sigterm: Terminated", "after: Terminated",
+                                          "wait: Terminated"], out
+
+
+def test_completed_yields_every_future_as_it_finishes():
+    import concurrent.futures as futures
+
+    from fasop.core.workers import completed
+
+    with futures.ThreadPoolExecutor(2) as pool:
+        fs = [pool.submit(pow, 2, k) for k in range(5)]
+        assert sorted(f.result() for f in completed(fs)) == [1, 2, 4, 8, 16]
+    assert list(completed([])) == []

@@ -62,17 +62,38 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def result_of(future):
-    """`future.result()`; a SIGTERM whose Terminated is raised inside the wait, between its
-    Condition's release and re-acquire, surfaces as threading's RuntimeError "cannot release
-    un-acquired lock" instead: after a SIGTERM that is the termination, raised as Terminated (a
-    search then writes what it finished and exits 143, not a traceback and 1)."""
+@contextlib.contextmanager
+def terminable() -> Iterator[None]:
+    """Around a wait on worker futures (`future.result()`, `futures.wait`, `as_completed`): a
+    SIGTERM whose Terminated is raised inside the wait, between its Condition's release and
+    re-acquire, surfaces as threading's RuntimeError "cannot release un-acquired lock" instead;
+    after a SIGTERM that is the termination, raised as Terminated (a search or sweep then writes
+    what it finished and exits 143, not a traceback and 1)."""
     try:
-        return future.result()
+        yield
     except RuntimeError:
         if _TERMINATED[0]:
             raise Terminated() from None
         raise
+
+
+def result_of(future):
+    """`future.result()` under `terminable`."""
+    with terminable():
+        return future.result()
+
+
+def completed(fs) -> Iterator:
+    """`concurrent.futures.as_completed(fs)`, each wait under `terminable`."""
+    import concurrent.futures as futures
+
+    done = futures.as_completed(fs)
+    while True:
+        with terminable():
+            future = next(done, None)
+        if future is None:
+            return
+        yield future
 
 
 def available_cores() -> int:

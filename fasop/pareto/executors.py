@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from fasop.core.errors import FasopError
-from fasop.core.workers import process_pool
+from fasop.core.workers import process_pool, terminable
 from fasop.core.workers import stop as _stop
 from fasop.pareto.sweep import Composition, CompositionResult, Interrupted, SweepJob, init_sweep_worker, sweep_worker
 
@@ -93,7 +93,8 @@ class PoolExecutor:
         import concurrent.futures as futures
         from concurrent.futures.process import BrokenProcessPool
 
-        done, _ = futures.wait(self.running, return_when=futures.FIRST_COMPLETED)
+        with terminable():
+            done, _ = futures.wait(self.running, return_when=futures.FIRST_COMPLETED)
         # finished compositions before an interruption or a lost worker among the same done
         # futures: a worker interrupted on its second task has finished its first, keep that one
         finished = [f for f in done if f.exception() is None]

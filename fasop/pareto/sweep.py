@@ -21,7 +21,7 @@ from typing import Literal
 
 from fasop.core import limits
 from fasop.core.errors import FasopError, NoPlan
-from fasop.core.workers import process_pool
+from fasop.core.workers import completed, process_pool
 from fasop.core.workers import stop as _stop
 from fasop.costs.estimate import Estimate
 from fasop.estimators import make_estimator, quick_bound_within
@@ -185,8 +185,6 @@ def sweep(model: ModelSpec, cluster: ClusterSpec, comps: Sequence[Composition], 
 def _in_processes(job: SweepJob, comps: Sequence[Composition], workers: int,
                   progress: Progress | None) -> Iterator[CompositionResult]:
     """`sweep` over worker processes, a composition per process: results in composition order."""
-    import concurrent.futures as futures
-
     pool = process_pool(min(workers, len(comps)), init_sweep_worker, (job,))
     # the largest compositions first, so that no worker is left with a big one at the end
     order = sorted(range(len(comps)), key=lambda i: (-comps[i].num_nodes, i))
@@ -194,7 +192,7 @@ def _in_processes(job: SweepJob, comps: Sequence[Composition], workers: int,
     finished: dict[int, CompositionResult] = {}
     yielded = 0
     try:
-        for future in futures.as_completed(running):
+        for future in completed(running):
             try:
                 finished[running[future]] = future.result()  # a worker's error (or its death) is raised here
             except Interrupted:
