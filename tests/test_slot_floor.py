@@ -20,9 +20,9 @@ def _best_split(tau, extra, cap, layers, m, v):
     return min((_pipeline(tau, extra, n, m, v) for n in splits), default=float("inf"))
 
 
-def _floor(tau, extra, cap, layers, m, v):
+def _floor(tau, extra, cap, layers, m, v, threshold=float("inf")):
     args = [np.array([x], dtype=float) for x in (tau, extra, cap)]
-    return float(slot_floor(*args, layers, m, np.array([float(v)]), {})[0])
+    return float(slot_floor(*args, layers, m, np.array([float(v)]), {}, threshold)[0])
 
 
 def test_hand_case_two_stages():
@@ -31,6 +31,9 @@ def test_hand_case_two_stages():
     # with a layer on every stage and only slots <= lambda = 2: 3 + 1 = 4 -> 22, the best split.
     assert _best_split((1, 2), (0, 0), (3, 3), 3, 10, 1) == 22
     assert abs(_floor((1, 2), (0, 0), (3, 3), 3, 10, 1) - 22) < 1e-6
+    # a search whose threshold is already below the simple floor (21) gets it untightened: pruned either way
+    assert _floor((1, 2), (0, 0), (3, 3), 3, 10, 1, threshold=20.0) == 21
+    assert abs(_floor((1, 2), (0, 0), (3, 3), 3, 10, 1, threshold=21.5) - 22) < 1e-6
 
 
 def test_never_above_a_split_never_below_the_simple_floor():

@@ -164,15 +164,17 @@ class AnalyticPrefixBounds:
             if d < self.p:
                 columns = np.concatenate([columns, self._open_columns(d, tail, left, done[-1] if d else None)], axis=2)
             columns = columns[:, rows]
-            floors = self._floor(columns[0], columns[1], columns[2], rows)
+            floors = self._floor(columns[0], columns[1], columns[2], rows, threshold)
             if len(self._floors) > CACHE_ENTRIES:
                 self._floors.clear()
             self._floors[key] = floors
         return float(floors.min()), rows[floors <= threshold]
 
-    def _floor(self, tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Per recipe row: the pipeline floor of slots.slot_floor over these stage columns."""
-        return slot_floor(tau, extra, cap, self.L, self.m, self.v[rows], self._levels)
+    def _floor(self, tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, rows: np.ndarray,
+               threshold: float = float("inf")) -> np.ndarray:
+        """Per recipe row: the pipeline floor of slots.slot_floor over these stage columns (the
+        simple one where all are above `threshold`, which never grows: cached, it stays above)."""
+        return slot_floor(tau, extra, cap, self.L, self.m, self.v[rows], self._levels, threshold)
 
     # ------------------------------------------------------------------ fixed stages
     def _fixed_columns(self, done) -> np.ndarray:

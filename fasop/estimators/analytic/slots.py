@@ -34,10 +34,11 @@ ROUNDING = 1e-9
 
 
 def slot_floor(tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, layers: int, m: int, v: np.ndarray,
-               levels: dict) -> np.ndarray:
+               levels: dict, threshold: float = float("inf")) -> np.ndarray:
     """Per row (recipe): a pipeline time no split of `layers` layers over the columns (stages)
     beats (module doc); inf where none fits. tau, extra, cap: (rows, stages); v: (rows,);
-    `levels`: a cache of 1..k as floats, by k."""
+    `levels`: a cache of 1..k as floats, by k. Where every row's simple floor is above `threshold`
+    (a search's, which only falls) the simple floors are returned: tightening cannot matter."""
     n, stages = tau.shape
     most = int(cap.max(initial=0))
     if not most or stages * most < layers:
@@ -53,7 +54,7 @@ def slot_floor(tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, layers: int,
     bad = np.isinf(level) | (cap.min(axis=1) < 1)  # too few slots, or a stage holds no layer: nothing fits
     simple = (m - 1 / v) * np.where(bad, 0.0, level) + total / v
     simple[bad] = np.inf
-    if bad.all() or stages > layers:  # (more stages than layers: nothing fits)
+    if bad.all() or stages > layers or not (simple <= threshold).any():  # (more stages than layers: nothing fits)
         return simple
     with np.errstate(invalid="ignore"):  # inf - inf where a row has no slot: bad, replaced below
         tight = _tight(tau, extra, slots, costs, level, layers, m, v)
