@@ -20,7 +20,7 @@ def _best_split(tau, extra, cap, layers, m, v):
     return min((_pipeline(tau, extra, n, m, v) for n in splits), default=float("inf"))
 
 
-def _floor(tau, extra, cap, layers, m, v, threshold=float("inf")):
+def _floor(tau, extra, cap, layers, m, v, threshold=None):
     args = [np.array([x], dtype=float) for x in (tau, extra, cap)]
     return float(slot_floor(*args, layers, m, np.array([float(v)]), {}, threshold)[0])
 
@@ -34,6 +34,8 @@ def test_hand_case_two_stages():
     # a search whose threshold is already below the simple floor (21) gets it untightened: pruned either way
     assert _floor((1, 2), (0, 0), (3, 3), 3, 10, 1, threshold=20.0) == 21
     assert abs(_floor((1, 2), (0, 0), (3, 3), 3, 10, 1, threshold=21.5) - 22) < 1e-6
+    # nor where the tightened floor's ceiling, (m - 1/v + p/v) lambda = 22, is within it
+    assert _floor((1, 2), (0, 0), (3, 3), 3, 10, 1, threshold=23.0) == 21
 
 
 def test_never_above_a_split_never_below_the_simple_floor():

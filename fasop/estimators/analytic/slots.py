@@ -34,11 +34,11 @@ ROUNDING = 1e-9
 
 
 def slot_floor(tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, layers: int, m: int, v: np.ndarray,
-               levels: dict, threshold: float = float("inf")) -> np.ndarray:
+               levels: dict, threshold: float | None = None) -> np.ndarray:
     """Per row (recipe): a pipeline time no split of `layers` layers over the columns (stages)
     beats (module doc); inf where none fits. tau, extra, cap: (rows, stages); v: (rows,);
-    `levels`: a cache of 1..k as floats, by k. Where every row's simple floor is above `threshold`
-    (a search's, which only falls) the simple floors are returned: tightening cannot matter."""
+    `levels`: a cache of 1..k as floats, by k. Given a search's `threshold` (which only falls), the
+    simple floors are returned where tightening cannot move any row across it."""
     n, stages = tau.shape
     most = int(cap.max(initial=0))
     if not most or stages * most < layers:
@@ -54,7 +54,12 @@ def slot_floor(tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, layers: int,
     bad = np.isinf(level) | (cap.min(axis=1) < 1)  # too few slots, or a stage holds no layer: nothing fits
     simple = (m - 1 / v) * np.where(bad, 0.0, level) + total / v
     simple[bad] = np.inf
-    if bad.all() or stages > layers or not (simple <= threshold).any():  # (more stages than layers: nothing fits)
+    # the tightened floor is at most its first term, (m - 1/v + p/v) lambda (each cycle at most lambda
+    # there): where no row has its simple floor within the threshold and that ceiling above it,
+    # tightening prunes nothing now (cached, the simple floors stay floors, only less sharp later)
+    ceiling = (m - 1 / v + stages / v) * np.where(bad, 0.0, level) * (1 + ROUNDING)
+    idle = threshold is not None and not ((simple <= threshold) & (ceiling > threshold)).any()
+    if bad.all() or stages > layers or idle:
         return simple
     with np.errstate(invalid="ignore"):  # inf - inf where a row has no slot: bad, replaced below
         tight = _tight(tau, extra, slots, costs, level, layers, m, v)
