@@ -17,7 +17,8 @@ constant gathers, v x the p2p in and out). The step adds the DP sync, embedding 
 optimizer, all >= 0, so it is at least `pipeline`. Any split that fits puts n_i <= cap_i layers on
 stage i (analytic_cost.max_layers of its memory limit at its position), so max_i c_i is at least
 the L-th smallest of the *slots* {e_i + k tau_i : 1 <= k <= cap_i} and at least every e_i + tau_i;
-sum_i c_i is at least the L cheapest layer times plus the e_i.
+sum_i c_i is at least the L cheapest layer times plus the e_i (slots.py tightens both: a layer on
+every stage, and only the slots under the level where the slowest stage is at it).
 
 Placed stages enter with their own tau, e and cap. The stages not yet fixed get, from the nodes
 they must be made of (the tail and the nodes left), an optimistic multiset: a stage runs at the
@@ -38,6 +39,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic.slots import slot_floor
 from fasop.plans.plan import Plan
 from fasop.specs.types import NodeType
 
@@ -162,30 +164,17 @@ class AnalyticPrefixBounds:
             if d < self.p:
                 columns = np.concatenate([columns, self._open_columns(d, tail, left, done[-1] if d else None)], axis=2)
             columns = columns[:, rows]
-            floors = self._floor(columns[0], columns[1], columns[2], rows)
+            floors = self._floor(columns[0], columns[1], columns[2], rows, threshold)
             if len(self._floors) > CACHE_ENTRIES:
                 self._floors.clear()
             self._floors[key] = floors
         return float(floors.min()), rows[floors <= threshold]
 
-    def _floor(self, tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Per recipe row: (m - 1/v) x the L-th slot (or the largest e + tau) + (L cheapest + sum e) / v."""
-        n, v = len(rows), self.v[rows]
-        most = int(cap.max(initial=0))
-        if not most or cap.shape[1] * most < self.L:
-            return np.full(n, np.inf)
-        k = self._levels.get(most)
-        if k is None:
-            k = self._levels[most] = np.arange(1, most + 1, dtype=float)
-        open_slot = k <= cap[:, :, None]
-        slots = np.where(open_slot, extra[:, :, None] + tau[:, :, None] * k, np.inf).reshape(n, -1)
-        level = np.maximum(np.partition(slots, self.L - 1, axis=1)[:, self.L - 1], (extra + tau).max(axis=1))
-        costs = np.where(open_slot, tau[:, :, None], np.inf).reshape(n, -1)
-        total = np.partition(costs, self.L - 1, axis=1)[:, :self.L].sum(axis=1) + extra.sum(axis=1)
-        bad = np.isinf(level) | (cap.min(axis=1) < 1)  # too few slots, or a stage holds no layer: nothing fits
-        out = (self.m - 1 / v) * np.where(bad, 0.0, level) + total / v
-        out[bad] = np.inf
-        return out
+    def _floor(self, tau: np.ndarray, extra: np.ndarray, cap: np.ndarray, rows: np.ndarray,
+               threshold: float = float("inf")) -> np.ndarray:
+        """Per recipe row: the pipeline floor of slots.slot_floor over these stage columns (the
+        simple one where all are above `threshold`, which never grows: cached, it stays above)."""
+        return slot_floor(tau, extra, cap, self.L, self.m, self.v[rows], self._levels, threshold)
 
     # ------------------------------------------------------------------ fixed stages
     def _fixed_columns(self, done) -> np.ndarray:
