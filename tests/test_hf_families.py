@@ -169,3 +169,38 @@ def test_mamba_scan_bytes_by_hand():
     with_scan = B.kind_elementwise_bytes(a, "mamba", 1, 4, 2, False, 2)
     conv_norm = 2 * 4 * (2 * (8 + 6) + 3 * 8) / 2 + 5 * 2 * 4 * 8
     assert with_scan == pytest.approx(conv_norm + 4 * 264 / 2)
+
+
+def test_mamba_scan_flops_by_hand():
+    # the small config above: Q = 2, G = 1, N = 3, I = 8; per token 2QGN + 2QI + 4IN = 12 + 32 + 96
+    cfg = {"model_type": "nemotron_h", "hidden_size": 8, "hybrid_override_pattern": "M*-E", "num_attention_heads": 2,
+           "num_key_value_heads": 1, "intermediate_size": 4, "vocab_size": 10, "mamba_num_heads": 2,
+           "mamba_head_dim": 4, "ssm_state_size": 3, "n_groups": 1, "conv_kernel": 4, "chunk_size": 2,
+           "n_routed_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 4}
+    a = architecture_from_config(cfg, "h.json")
+    assert B.scan_flops(a, 1, 4, 2) == 4 * 140 / 2       # 4 tokens, heads split over TP 2
+    assert B.mean_scan_flops(a, 1, 4, 1) == 4 * 140 / 4  # one Mamba layer of four
+    assert B.mean_scan_flops(arch("qwen3-30b-a3b"), 1, 4, 1) == 0.0
+
+
+def test_mamba_scan_runs_at_its_measured_share_of_flash_attention(monkeypatch):
+    # SSD_FLASH_RATIO = 0.42 (docs/models.md "Mamba-2 scan rate"): the scan's forward takes
+    # scan / (FA rate x 0.42) where it took scan / FA rate; the backward 2.5x that (2x + the fused
+    # core's half); the attention layers' core is untouched
+    from fasop.estimators.analytic import cost as C
+    from fasop.specs.catalog import default_params, find_gpu
+    cfg = {"model_type": "nemotron_h", "hidden_size": 2048, "hybrid_override_pattern": "M*-",
+           "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 8192,
+           "vocab_size": 1000, "mamba_num_heads": 32, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+           "conv_kernel": 4, "chunk_size": 128}
+    a = architecture_from_config(cfg, "h.json")
+    params, gpu = default_params(), find_gpu("H100-SXM")
+    w = C.Workload(arch=a, seq=8192, mbs=1, tp=1, dp=1, pp=1, num_microbatches=1, recipe=L.Recipe(), params=params)
+    assert B.SSD_FLASH_RATIO == 0.42
+    f, b = C._layer_s(w, gpu, C.Link(100e9, 0.0))
+    monkeypatch.setattr(B, "SSD_FLASH_RATIO", 1.0)
+    f1, b1 = C._layer_s(w, gpu, C.Link(100e9, 0.0))
+    scan = 8192 * (2 * 128 * 8 * 128 + 2 * 128 * 2048 + 4 * 2048 * 128) / 3    # one Mamba layer of three
+    rate = gpu.peak_flops["bf16"] * gpu.attention_share(params)
+    extra = scan / rate * (1 / 0.42 - 1)
+    assert f - f1 == pytest.approx(extra) and b - b1 == pytest.approx(2.5 * extra)

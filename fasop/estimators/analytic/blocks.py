@@ -169,6 +169,25 @@ def scan_flops(a: Architecture, b: int, s: int, t: int) -> float:
     return b * s * per_token / t
 
 
+SSD_FLASH_RATIO = 0.42
+"""Share of FlashAttention-2's FLOP rate that Mamba-2's chunked scan reaches on the same GPU, both in
+this module's FLOP count (docs/models.md "Mamba-2 scan rate"). Measured: mamba_ssm 2.2.6's Triton
+`_chunk_scan_fwd` on H800 SXM (tile-ai/tilelang benchmark/mamba2, README and its bar chart: batch 8,
+80 heads, 1 group, chunk 256, head dim 64, state 128, seq 8192) ran 90.8 TFLOP/s in that benchmark's
+count, Q·H·P (causal half of the intra-chunk scores x x) + 2·H·P·N per token; this module counts the
+same kernel's work as 2·Q·H·P + 2·H·P·N, 1.5x as many (Q = 256, P = 64, N = 128), so 136.2 TFLOP/s,
+0.138 of the 989 TFLOP/s 16-bit peak, against FlashAttention-2's measured 0.33 on the same die
+(gpus.yaml H100-SXM): 0.138 / 0.33 = 0.42. The other scan kernels (bmm_chunk, chunk_state) are
+taken to run at the same rate (not measured)."""
+
+
+def mean_scan_flops(a: Architecture, b: int, s: int, t: int) -> float:
+    """Mean over the layers of the Mamba-scan FLOPs on one TP rank (core_flops' scan part)."""
+    if a.mamba is None:
+        return 0.0
+    return sum(1 for kind in a.kinds if kind == "mamba") * scan_flops(a, b, s, t) / a.num_layers
+
+
 @lru_cache(maxsize=256)
 def core_flops(a: Architecture, b: int, s: int, t: int, causal_fraction: float) -> float:
     """Mean over the layers of the attention-score and Mamba-scan FLOPs on one TP rank."""

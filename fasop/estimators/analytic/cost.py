@@ -10,7 +10,8 @@ matmuls' own operands (1 byte an input or weight element in FP8). Each weight ma
 its wave quantization: its output tiles (`matmul_tile`) run in whole waves over the GPU's SMs.
 Each layer pass adds the GPU's `layer_overhead_s` (launches, framework; the backward twice).
 FP8 runs the weight matmuls at the FP8 peak x the GPU's FP8 efficiency, the attention core in 16 bits (Transformer Engine); a
-fused (FlashAttention) core runs at `fused_attention_efficiency` of the 16-bit peak. Backward =
+fused (FlashAttention) core runs at `fused_attention_efficiency` of the 16-bit peak, a Mamba-2 scan at
+blocks.SSD_FLASH_RATIO of that (measured, docs/models.md). Backward =
 2 x forward, + half the fused core's time (FlashAttention recomputes QK^T), + adding the weight
 gradients into the fp32 buffer unless `gradient_accumulation_fusion` does it in the matmul; full
 recompute adds a forward, selective recompute the attention core's (Korthikanti et al. 2022 §5), or
@@ -48,6 +49,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from fasop.estimators.analytic import block_recompute as BR
+from fasop.estimators.analytic import blocks as B
 from fasop.estimators.analytic import eager as E
 from fasop.estimators.analytic import host as H
 from fasop.estimators.analytic import layers as L
@@ -134,9 +136,11 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.low_precision else r.precision
         rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * gpu.attention_share(w.params)
-        attention = core / rate
+        # a Mamba-2 layer's chunked scan at its measured share of that rate (blocks.SSD_FLASH_RATIO)
+        scan = B.mean_scan_flops(a, b, w.seq, t) / w.cp
+        attention = (core - scan) / rate + scan / (rate * B.SSD_FLASH_RATIO)
         # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
-        core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * (core / rate) / 2
+        core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * attention / 2
     else:
         attention = _kernel_s(w, gpu, 0.0, core, 0.0)
     fwd += attention
