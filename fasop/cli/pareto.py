@@ -262,5 +262,7 @@ def _print_answer(question: str, rows: list[dict], answer: int | None, nearest_m
 
 
 def _describe(row: dict) -> str:
-    return (f"{row['composition']} (tp {row['tp']}, dp {row['dp']}, pp {row['pp']}, mbs {row['mbs']}): "
+    grid = ", ".join(f"{k} {row[k]}" for k in ("tp", "cp", "ep", "etp", "dp", "pp")
+                     if k in ("tp", "dp", "pp") or str(row.get(k, 1)) not in ("1", ""))  # cp, ep, etp where not 1
+    return (f"{row['composition']} ({grid}, mbs {row['mbs']}): "
             f"{row['train_time_h']:,.1f} h, ${row['train_cost_usd']:,.0f}")

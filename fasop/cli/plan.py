@@ -291,7 +291,7 @@ def _plot(args: argparse.Namespace) -> int:
         figures.append(("frontier", _frontier(rows, plots, where, args.source, list(cluster.node_types))))
     x, timeline = _explained(rp, model, cluster)
     plan = rp.plan
-    label = f"tp {plan.tp}, dp {plan.dp}, pp {plan.pp}, mbs {plan.mbs} on {abbreviate(plan.placement_name, cluster.node_types)}"
+    label = f"{plan.grid()}, mbs {plan.mbs} on {abbreviate(plan.placement_name, cluster.node_types)}"
     boxes = 2 * plan.pp * plan.num_microbatches
     if "timeline" in wanted and timeline is None:
         print(f"fasop: note: no timeline: {x.schedule_note}", file=sys.stderr)
@@ -353,7 +353,7 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
         s = x.stages[x.last_stage]
         p = rp.plan
         label = (row["composition"] + ": " if "composition" in row else f"#{row.get('rank', k)} ") + \
-            f"tp{p.tp} dp{p.dp} pp{p.pp} mbs{p.mbs} {abbreviate(p.placement_name, cluster.node_types)}" + \
+            f"{p.grid(' ', '')} mbs{p.mbs} {abbreviate(p.placement_name, cluster.node_types)}" + \
             (" (OOM)" if row.get("is_oom") == "True" else "")
         drawn = x.bubble_fraction == x.bubble_fraction  # nan: no timeline to split the pipeline
         pipeline = ({"compute": s.computing_s, "p2p": s.sending_s, "bubble": s.idle_s} if drawn

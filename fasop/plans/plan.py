@@ -114,6 +114,11 @@ class Plan:
         parts = [f"-{name}{v}" for name, v in (("cp", self.cp), ("ep", self.ep), ("etp", self.etp)) if v != 1]
         return "".join(parts)
 
+    def grid(self, sep: str = ", ", space: str = " ") -> str:
+        """`tp 1, ep 8, dp 16, pp 2`: the degrees in the search table's order, cp, ep, etp where not 1."""
+        named = (("tp", self.tp), ("cp", self.cp), ("ep", self.ep), ("etp", self.etp), ("dp", self.dp), ("pp", self.pp))
+        return sep.join(f"{name}{space}{v}" for name, v in named if name in ("tp", "dp", "pp") or v != 1)
+
     def node_of_rank(self, rank: int) -> NodeType:
         return self.placement[rank // self.gpus_per_node]
 

@@ -303,12 +303,20 @@ def render(x: Explanation) -> str:
     head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
             f"plan {x.plan_key}: {counted(x.num_microbatches, 'micro-batch')} a step per replica, global batch "
             f"{x.global_batch_size}, sequence {x.sequence_length}", ""]
-    memory_title = "memory GiB per GPU" + (f" (optimizer sharded over dp, ZeRO-{x.zero_stage})" if x.zero_stage else "")
+    memory_title = "memory GiB per GPU" + _sharding(x)
     lines = head + _time_table(x)
     sends = f" ({x.sends})" if x.sends else ""
     lines += [f"compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only{sends}, waiting",
               "", memory_title] + _memory_table(x) + [""]
     return "\n".join(lines + _summary(x)) + "\n"
+
+
+def _sharding(x: Explanation) -> str:
+    """What the ZeRO stage shards and over which ranks: dp, or the groups line's (cp, HSDP)."""
+    if not x.zero_stage:
+        return ""
+    what = {1: "optimizer", 2: "optimizer and gradients", 3: "weights, gradients and optimizer"}[x.zero_stage]
+    return f" ({what} sharded {'as the groups line says' if x.parallel else 'over dp'}, ZeRO-{x.zero_stage})"
 
 
 def _time_table(x: Explanation) -> list[str]:

@@ -44,8 +44,8 @@ def group_line(w: C.Workload, stage_ranks: int) -> str:
                      f"{w.arch.moe.num_experts} experts a rank)")
     if w.recipe.zero:
         what = {1: "optimizer", 2: "optimizer, gradients", 3: "weights, gradients, optimizer (FSDP)"}[w.recipe.zero]
-        parts.append(f"{what} sharded over {shard} ranks (dp x cp)" +
-                     (f", replicated {replicate}x (HSDP)" if replicate > 1 else ""))
+        parts.append(f"{what} sharded over {shard} ranks " +
+                     (f"(dp_shard x cp), replicated {replicate}x (HSDP)" if replicate > 1 else "(dp x cp)"))
     return "; ".join(parts)
 
 
@@ -75,9 +75,9 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
                                   f1, b1)
         if gf or gb:
             pieces.append(f"FSDP gathers exposed {gf * 1e3:.3f} ms fwd, {gb * 1e3:.3f} ms bwd")
-        if w.cp > 1 or w.arch.moe is not None:
-            pieces.append(f"exposed in its layers {n * (on_links[0] - free[0]) * 1e3:.3f} ms fwd, "
-                          f"{n * (on_links[1] - free[1]) * 1e3:.3f} ms bwd")
+        exposed = (n * (on_links[0] - free[0]) * 1e3, n * (on_links[1] - free[1]) * 1e3)
+        if w.cp > 1 or w.ep > 1 or max(exposed) >= 5e-4:  # an MoE plan at ep 1 exchanges nothing: no line of zeros
+            pieces.append(f"exposed in its layers {exposed[0]:.3f} ms fwd, {exposed[1]:.3f} ms bwd")
         if pieces:
             out.append(f"stage {i} ({n} layers): " + "; ".join(pieces))
     return out
