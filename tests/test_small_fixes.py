@@ -96,9 +96,15 @@ def test_one_micro_batch_and_no_other_models_recipe(tmp_path, capsys, monkeypatc
      "--partitioner"),
     (["pareto", "--model", "bert", "--cluster", "fasop-paper", "--max-nodes", "a10=1", "--budgetusd", "3"],
      "--budget-usd"),
+    # no abbreviations: argparse took these as --out-dir (a directory named q.png) and --out-prefix
+    (["plot", "--from", "x.csv", "--out", "q.png"], "--out-dir"),
+    (["pareto", "--model", "bert", "--cluster", "fasop-paper", "--max-nodes", "a10=1", "--out", "p.csv"],
+     "--out-prefix"),
 ])
-def test_a_mistyped_flag_gets_did_you_mean(capsys, argv, close):
+def test_a_mistyped_flag_gets_did_you_mean(capsys, argv, close, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
     _one_line(capsys, f"did you mean {close}?")
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -20,9 +20,13 @@ PROGRESS_S = 5.0
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with its errors in one line (`fasop search: error: ...`), exit status 2."""
+    """argparse with its errors in one line (`fasop search: error: ...`), exit status 2, and no
+    abbreviated options: argparse would take `fasop plot --out x.png` as --out-dir (a directory
+    named x.png) and `fasop pareto --out x.csv` as --out-prefix (x.csv_pareto.csv); unabbreviated,
+    each is refused with a did-you-mean."""
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
         self.subcommands: list = []
         """The add_subparsers actions of this parser (their .choices: name -> sub-parser)."""
         super().__init__(*args, **kwargs)
@@ -36,21 +40,30 @@ class Parser(argparse.ArgumentParser):
         hint = self._did_you_mean(message)
         self.exit(2, f"{self.prog}: error: {one_line(message)}{hint} (see {self.prog} --help)\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        self.seen = list(sys.argv[1:] if args is None else args)  # its subcommand: whose options a hint names
+        return super().parse_known_args(args, namespace)
+
     def _did_you_mean(self, message: str) -> str:
-        """`; did you mean --partitioner?` for an unrecognized option close to one of this
-        parser's or its subcommands' (difflib's ratio >= 0.6), read from their help text
-        (argparse has no public list of a parser's options; argument groups' are included)."""
+        """`; did you mean --partitioner?` for an unrecognized option: the options of the
+        subcommand given (else of this parser and all its subcommands) it begins (`--out` for
+        --out-dir), else the closest (difflib's ratio >= 0.6), read from their help text (argparse
+        has no public list of a parser's options; argument groups' are included)."""
         import difflib
 
         prefix = "unrecognized arguments: "
         if not message.startswith(prefix):
             return ""
-        parsers = [self] + [sub for action in self.subcommands for sub in action.choices.values()]
+        subs = {name: sub for action in self.subcommands for name, sub in action.choices.items()}
+        given = [subs[token] for token in getattr(self, "seen", [])[:1] if token in subs]
+        parsers = [self] + (given or list(subs.values()))
         known = {option for p in parsers for option in re.findall(r"--[A-Za-z0-9][\w-]*", p.format_help())}
         hints = []
         for token in message[len(prefix):].split():
             if token.startswith("--"):
-                hints += difflib.get_close_matches(token.split("=")[0][:100], sorted(known), n=1, cutoff=0.6)
+                option = token.split("=")[0][:100]
+                longer = sorted(o for o in known if o.startswith(option) and o != option)
+                hints += longer[:1] or difflib.get_close_matches(option, sorted(known - {option}), n=1, cutoff=0.6)
         return f"; did you mean {' / '.join(hints[:3])}?" if hints else ""
 
 
