@@ -128,7 +128,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     assumed = {k: v for k, v in common.items() if k not in fixed}   # what this GPU's published runs had
     fixed |= assumed
     par["zero"] = None if zero is None else int(zero)
-    block = c.int("recompute_num_layers", low=0)
+    block = _block(c, arch.num_layers, fixed.get("recompute"))
     # a FSDP (ZeRO 3) row is a PyTorch FSDP stack (torchtitan, fms-fsdp), whose full AC checkpoints every block
     if block is None and par["zero"] != 3 and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):
         block = "fit"
@@ -265,7 +265,22 @@ def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
     mtp = c.int("mtp_layers", arch.mtp_layers, low=0)
     if mtp and not arch.mtp_kinds:
         raise c.error("mtp_layers", f"{mtp}: the model has no multi-token-prediction module")
+    if mtp > arch.num_layers:
+        raise c.error("mtp_layers", f"{mtp} is more than the model's {arch.num_layers} layers")
     return {"cp": cp, "ep": ep, "etp": etp, "shard": shard, "mtp": mtp}
+
+
+def _block(c: Cells, layers: int, recompute) -> int | None:
+    """`recompute_num_layers`: at most the model's layers, and a positive count only with `recompute`
+    full or empty (a stated none / selective recomputes no whole layers)."""
+    block = c.int("recompute_num_layers", low=0)
+    if block is not None and block > layers:
+        raise c.error("recompute_num_layers", f"{block} is more than the model's {layers} layers")
+    if block and recompute not in (None, "full"):
+        shown = recompute if isinstance(recompute, str) else "selective:" + ",".join(recompute)
+        raise c.error("recompute_num_layers", f"{block} needs recompute full (Megatron's --recompute-method "
+                                              f"block), the row's recompute is {shown}")
+    return block
 
 
 def _recompute(c: Cells) -> str | tuple | None:
@@ -274,6 +289,9 @@ def _recompute(c: Cells) -> str | tuple | None:
     text = c.text("recompute").lower()
     if text.startswith("selective:"):
         names = tuple(dict.fromkeys(m.strip() for m in text[len("selective:"):].split(",")))
+        if names == ("",):
+            raise c.error("recompute", f"{text!r} lists no module (Megatron-LM --recompute-modules: "
+                                       f"{', '.join(RECOMPUTE_MODULES)})")
         odd = [m for m in names if m not in RECOMPUTE_MODULES]
         if odd:
             raise c.error("recompute", f"unknown module {odd[0][:40]!r} (Megatron-LM --recompute-modules: "
