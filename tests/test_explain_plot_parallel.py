@@ -90,7 +90,7 @@ def test_a_dense_plans_grid_is_as_before():
 def test_pareto_answer_line_states_the_expert_degree(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["pareto", "--model", "qwen3-30b-a3b", "--cluster", "aws", "--max-nodes", "p5=1,p4de=1",
-                 "--budget-usd", "200000", "--out", "pq", "--no-progress"]) == 0
+                 "--budget-usd", "200000", "--out-prefix", "pq", "--no-progress"]) == 0
     answer = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("fastest within"))
     row = next(r for r in csv.DictReader(open("pq_pareto.csv", newline="")) if r["on_frontier"] == "True")
     grid = ", ".join(f"{k} {row[k]}" for k in ("tp", "cp", "ep", "etp", "dp", "pp")
