@@ -66,6 +66,7 @@ MODEL_PARALLEL_ARGS=(
     --pipeline-model-parallel-size 4
     --micro-batch-size 1
     --global-batch-size 16
+    --seq-length 128
     --num-layers 8
     --pipeline-model-parallel-layout "Et|t*3|t*3|tL"
 )
@@ -82,6 +83,7 @@ def test_megatron_even_split_needs_no_layout_and_settings_columns_become_flags()
     --pipeline-model-parallel-size 2
     --micro-batch-size 2
     --global-batch-size 8
+    --seq-length 128
     --recompute-granularity full
     --recompute-method uniform
     --recompute-num-layers 1
@@ -99,6 +101,7 @@ def test_megatron_data_parallel_only():
     --pipeline-model-parallel-size 1
     --micro-batch-size 4
     --global-batch-size 32
+    --seq-length 128
 )
 """)
 
@@ -330,3 +333,14 @@ def test_what_torchtitan_cannot_express_is_a_warning(tmp_path, monkeypatch, caps
     text = capsys.readouterr().out
     assert "--expert-model-parallel-size 8" in text and "--expert-tensor-parallel-size 2" in text
     assert "--num-experts 8" in text and "--moe-token-dispatcher-type alltoall" in text
+
+
+def test_the_sequence_length_estimated_is_the_one_exported():
+    """A plan estimated at another sequence length (`--seq-len`) launches at that length: Megatron-LM's
+    --seq-length and torchtitan's tokens per micro-batch both carry it."""
+    from dataclasses import replace
+
+    rp = row_plan(1, 8, 1, 4, 1, "big-small", "10")
+    long = replace(GPT8, sequence_length=16384)
+    assert "    --seq-length 16384\n" in megatron(rp, long).text
+    assert "num_tokens_per_microbatch_per_dp_rank = 65536" in torchtitan(rp, long).text  # micro-batch 4

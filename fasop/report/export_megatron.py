@@ -132,7 +132,8 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     p, s = rp.plan, settings_of(rp)
     warnings, notes = fit_warnings(rp, s), []
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
-            f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.global_batch_size}"]
+            f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.global_batch_size}",
+            f"--seq-length {model.sequence_length}"]  # the estimate's tokens per sequence (--seq-len)
     args += megatron_parallel(p, model, s, warnings)
     split = hybrid_args if is_hybrid(model) else _megatron_split
     args += split(rp, model, s, warnings, notes)
