@@ -112,12 +112,16 @@ def test_mla_params_by_hand():
     assert L.layer_params(a) == q + kv + o + 3 * 16 * 8 + 2 * 16   # the one layer is dense
 
 
+SMALL_HYBRID = {"model_type": "nemotron_h", "hidden_size": 8, "hybrid_override_pattern": "M*-E", "num_attention_heads": 2,
+                "num_key_value_heads": 1, "intermediate_size": 4, "vocab_size": 10, "mamba_num_heads": 2,
+                "mamba_head_dim": 4, "ssm_state_size": 3, "n_groups": 1, "conv_kernel": 4, "chunk_size": 2,
+                "n_routed_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 4}
+"""A Nemotron-H config small enough to count by hand: h 8, one layer of each kind (Mamba-2, attention,
+MLP, experts), I = 8 (2 heads x 4), G = 1, N = 3, Q = 2."""
+
+
 def test_mamba_params_by_hand():
-    cfg = {"model_type": "nemotron_h", "hidden_size": 8, "hybrid_override_pattern": "M*-E", "num_attention_heads": 2,
-           "num_key_value_heads": 1, "intermediate_size": 4, "vocab_size": 10, "mamba_num_heads": 2,
-           "mamba_head_dim": 4, "ssm_state_size": 3, "n_groups": 1, "conv_kernel": 4, "chunk_size": 2,
-           "n_routed_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 4}
-    a = architecture_from_config(cfg, "h.json")
+    a = architecture_from_config(SMALL_HYBRID, "h.json")
     assert a.kinds == ("mamba", "attention", "mlp", "experts")
     d_in = 8
     in_proj = 8 * (2 * d_in + 2 * 3 + 2)
@@ -154,11 +158,7 @@ def test_shipped_by_name(name):
 
 def test_mamba_scan_bytes_by_hand():
     # the small config of test_mamba_params_by_hand: I = 8 (2 heads x 4), G = 1, N = 3, Q = 2, H = 2
-    cfg = {"model_type": "nemotron_h", "hidden_size": 8, "hybrid_override_pattern": "M*-E", "num_attention_heads": 2,
-           "num_key_value_heads": 1, "intermediate_size": 4, "vocab_size": 10, "mamba_num_heads": 2,
-           "mamba_head_dim": 4, "ssm_state_size": 3, "n_groups": 1, "conv_kernel": 4, "chunk_size": 2,
-           "n_routed_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 4}
-    a = architecture_from_config(cfg, "h.json")
+    a = architecture_from_config(SMALL_HYBRID, "h.json")
     e, i, gn, s = 2, 8, 3, 8 * 3 / 2          # S = I*N/Q chunk-state elements per token
     x_y_b_c = e * (2 * i + i + 2 * gn + 2 * gn)   # x read by chunk_state and chunk_scan, y written, B and C twice
     states = 4 * s + 4 * s + e * s + e * s      # fp32 written, fp32 read, 16-bit written, 16-bit read
@@ -173,11 +173,7 @@ def test_mamba_scan_bytes_by_hand():
 
 def test_mamba_scan_flops_by_hand():
     # the small config above: Q = 2, G = 1, N = 3, I = 8; per token 2QGN + 2QI + 4IN = 12 + 32 + 96
-    cfg = {"model_type": "nemotron_h", "hidden_size": 8, "hybrid_override_pattern": "M*-E", "num_attention_heads": 2,
-           "num_key_value_heads": 1, "intermediate_size": 4, "vocab_size": 10, "mamba_num_heads": 2,
-           "mamba_head_dim": 4, "ssm_state_size": 3, "n_groups": 1, "conv_kernel": 4, "chunk_size": 2,
-           "n_routed_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 4}
-    a = architecture_from_config(cfg, "h.json")
+    a = architecture_from_config(SMALL_HYBRID, "h.json")
     assert B.scan_flops(a, 1, 4, 2) == 4 * 140 / 2       # 4 tokens, heads split over TP 2
     assert B.mean_scan_flops(a, 1, 4, 1) == 4 * 140 / 4  # one Mamba layer of four
     assert B.mean_scan_flops(arch("qwen3-30b-a3b"), 1, 4, 1) == 0.0
