@@ -275,8 +275,7 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
         gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1)
         if w.recipe.zero >= 3 and w.params.fsdp_copy_out and n:   # FSDP2's copies, memory bound
             cf, cb = P.fsdp_copy_bytes(params[-1], w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision])
-            rate = hw.gpu.memory_bytes_per_s * hw.gpu.memory_share(w.params)
-            gf, gb = gf + cf / rate, gb + cb / rate
+            gf, gb = gf + _kernel_s(w, hw.gpu, 0.0, 0.0, cf), gb + _kernel_s(w, hw.gpu, 0.0, 0.0, cb)
         fwd.append(f + gf)
         bwd.append(bk + gb)
     return fwd, bwd, params
