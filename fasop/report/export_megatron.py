@@ -7,9 +7,11 @@ Sources (shared/reference/ecosystem/): Megatron-LM flags and `--pipeline-model-p
 
 from __future__ import annotations
 
+import itertools
+
 from fasop.plans.rowplan import RowPlan
 from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
-                                          settings_of, transformer_counts)
+                                          settings_of, stage_slices, transformer_counts)
 from fasop.specs.types import ModelSpec
 
 PRECISION_FLAGS = {"bf16": ["--bf16"], "fp16": ["--fp16"],
@@ -52,13 +54,7 @@ def moe_layer_freq(kinds: tuple[str, ...]) -> str | None:
         return ""
     if set(kinds) - {"dense", "moe"}:
         return None
-    runs: list[list] = []
-    for k in kinds:
-        bit = int(k == "moe")
-        if runs and runs[-1][0] == bit:
-            runs[-1][1] += 1
-        else:
-            runs.append([bit, 1])
+    runs = ((bit, len(list(run))) for bit, run in itertools.groupby(int(k == "moe") for k in kinds))
     return "(" + "+".join(f"[{b}]*{n}" for b, n in runs) + ")"
 
 
@@ -76,11 +72,8 @@ def hybrid_pattern(arch_kinds: tuple[str, ...], kinds: tuple[str, ...], partitio
     embedding and head) as the symbols of its architecture kind (`arch_kinds`, in order), '|'
     between the entries of `partition` (pipeline stages, or v x pp model chunks)."""
     symbols = iter(HYBRID_SYMBOLS[k] for k in arch_kinds)
-    stages, start = [], 0
-    for n in partition:
-        stages.append("".join(next(symbols) for k in kinds[start:start + n] if k not in ("embedding", "head")))
-        start += n
-    return "|".join(stages)
+    return "|".join("".join(next(symbols) for k in part if k not in ("embedding", "head"))
+                    for part in stage_slices(kinds, partition))
 
 
 def hybrid_args(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str], notes: list[str]) -> list[str]:
@@ -117,13 +110,11 @@ def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...]) -> tuple
         why = (f"{' and '.join(found)} layers" if found else
                "a layer list that is not one embedding, transformer layers, one head")
         return None, why
-    stages, start = [], 0
-    for n in partition:
-        part = kinds[start:start + n]
+    stages = []
+    for part in stage_slices(kinds, partition):
         t = part.count("transformer")
         text = ("E" if "embedding" in part else "") + ("t" if t == 1 else f"t*{t}" if t else "")
         stages.append(text + ("L" if "head" in part else ""))  # an empty stage: "" (the grammar allows it)
-        start += n
     return "|".join(stages), ""
 
 

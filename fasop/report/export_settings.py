@@ -103,11 +103,15 @@ def interleaved_partition(kinds: tuple[str, ...], partition: tuple[int, ...], v:
     return tuple(pieces)
 
 
+def stage_slices(kinds: tuple[str, ...], partition: tuple[int, ...]):
+    """The layer list's entries of each pipeline stage (or model chunk): `partition` entries at a time."""
+    start = 0
+    for n in partition:
+        yield kinds[start:start + n]
+        start += n
+
+
 def transformer_counts(kinds: tuple[str, ...], partition: tuple[int, ...]) -> list[int]:
     """Transformer layers per stage."""
-    out, start = [], 0
-    for n in partition:
-        out.append(sum(k != "embedding" and k != "head" for k in kinds[start:start + n]))
-        start += n
-    return out
+    return [sum(k != "embedding" and k != "head" for k in part) for part in stage_slices(kinds, partition)]
 
