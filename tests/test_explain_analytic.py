@@ -11,7 +11,6 @@ import pytest
 
 from fasop.cli.command import main
 from fasop.cli.plan import estimator_for
-from fasop.core.errors import FasopError
 from fasop.plans.rowplan import plan_of_row
 from fasop.report.explain import explain_with_timeline
 from fasop.specs.load import load_cluster, load_model
@@ -60,12 +59,65 @@ def test_the_default_recipe_would_give_another_step_time(searched):
     k, row = next((k, r) for k, r in enumerate(rows, 1) if r["recompute"] == "full" and r["is_oom"] == "False")
     rp = plan_of_row(row, f"row {k}", model, cluster)
     default = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal", recompute=("selective",))
-    try:
-        x, _ = explain_with_timeline(rp, model, cluster, default)
-    except FasopError as exc:  # the default recipe splits the layers otherwise: not this row's plan
-        assert "cannot be given a layer split" in str(exc)
-    else:
-        assert x.step_time_s != float(row["step_time_s"])
+    x, _ = explain_with_timeline(rp, model, cluster, default)  # the row's split, the other recipe
+    assert x.step_time_s != float(row["step_time_s"])
+
+
+def test_a_given_split_is_estimated_as_given(searched):
+    """estimate_split keeps the split it is given: the estimator's own split gives its own estimate
+    back; moving one block between two stages of the same GPU moves one block's compute from one
+    stage's fwd+bwd per micro-batch to the other's."""
+    model, cluster, rows, _ = searched
+    checked = 0
+    for k, row in _plain(rows)[:40]:
+        rp = plan_of_row(row, f"row {k}", model, cluster)
+        est = estimator_for(rp, model, cluster)
+        own = est.estimate(rp.plan)
+        again = est.estimate_split(rp.plan, own.partition)
+        assert again.partition == own.partition and again.step_time_s == own.step_time_s
+        parts, gpus = list(own.partition), [n.name for n in own.stage_node_types]
+        for i in range(len(parts) - 1):
+            if gpus[i] != gpus[i + 1] or parts[i] < 3:
+                continue
+            moved = parts.copy()
+            moved[i] -= 1
+            moved[i + 1] += 1
+            e = est.estimate_split(rp.plan, tuple(moved))
+            assert e.partition == tuple(moved)
+            less = own.stage_compute_s[i] - e.stage_compute_s[i]
+            assert less > 0 and e.stage_compute_s[i + 1] - own.stage_compute_s[i + 1] == pytest.approx(less, rel=1e-9)
+            checked += 1
+    assert checked > 0
+
+
+def test_explain_at_another_sequence_length_keeps_the_rows_split(searched, capsys):
+    """--seq-len other than the search's: the row's plan and split at that length (before, refused:
+    the analytic estimator would have split it otherwise); a split without the embedding's stage
+    entry is refused naming --partition, exit 2."""
+    model, cluster, rows, out = searched
+    k, row = _plain(rows)[0]
+    assert main(["explain", "--from", str(out), "--row", str(k), "--model", "llama-3-8b", "--cluster", "aws",
+                 "--seq-len", "512"]) == 0
+    assert "sequence 512" in capsys.readouterr().out
+    at_512, as_searched = json.loads(_json(out, k, capsys, "--seq-len", "512")), json.loads(_json(out, k, capsys))
+    assert at_512["sequence_length"] == 512 != as_searched["sequence_length"]
+    assert [s["layers"] for s in at_512["stages"]] == [s["layers"] for s in as_searched["stages"]]
+    assert at_512["step_time_s"] < as_searched["step_time_s"]
+    pp = int(row["pp"])
+    placement = row["node_placement"]
+    bad = "-".join(["0"] + ["34" if i == pp - 1 else "0" for i in range(1, pp)])
+    assert main(["explain", "--model", "llama-3-8b", "--cluster", "aws", "--placement", placement,
+                 "--tp", row["tp"], "--dp", row["dp"], "--pp", row["pp"], "--mbs", row["mbs"],
+                 "--partition", bad]) == 2
+    err = capsys.readouterr().err
+    assert f"partition {bad}: not" in err and "Traceback" not in err
+
+
+def _json(out, k, capsys, *more):
+    capsys.readouterr()
+    assert main(["explain", "--from", str(out), "--row", str(k), "--model", "llama-3-8b", "--cluster", "aws",
+                 "--json", *more]) == 0
+    return capsys.readouterr().out
 
 
 def test_step_time_is_the_sum_of_its_parts(searched):
@@ -83,7 +135,7 @@ def test_step_time_is_the_sum_of_its_parts(searched):
 
 def test_stage_time_is_compute_plus_p2p_plus_idle_on_the_timeline(searched):
     model, cluster, rows, _ = searched
-    for k, row in _plain(rows)[:8]:
+    for k, row in _plain(rows)[:40]:
         rp, x, tl = _explained(model, cluster, row, k)
         m, pp = x.num_microbatches, rp.plan.pp
         for s in x.stages:

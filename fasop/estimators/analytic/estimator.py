@@ -34,7 +34,7 @@ from fasop.estimators.analytic import groups as G
 from fasop.estimators.analytic.hardware import cached_stage_hardware, domain_gpus
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
-from fasop.estimators.analytic.workloads import TABLE_ROWS, shared_tables, shared_workload
+from fasop.estimators.analytic.workloads import TABLE_ROWS, profiled_times, shared_tables, shared_workload
 from fasop.estimators.analytic.recipes import (DEFAULTS, default_precision, parse_recipes, recipe_grid,  # noqa: F401
                                               without_missing_units)
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
@@ -151,7 +151,7 @@ class AnalyticEstimator:
         exceeds the best step found, or the cutoff, cannot win and ends the search. With a finite cutoff,
         None when none fits below it; `fitting_only`: None when no recipe has room, without scoring."""
         stages = self._stages(plan)
-        profiled = self._profiled(plan, stages)
+        profiled = profiled_times(self.model, plan, stages)
         tried = []
         limits = [hw.memory_limit_bytes for hw in stages]
         recipes = [r for r in self._possible(plan) if self._room(plan, r, limits)]
@@ -181,6 +181,25 @@ class AnalyticEstimator:
         if chosen is None or (fitting_only and not chosen.step.step_s <= cutoff):  # estimate_below's None, unbuilt
             return None
         return self._estimate(plan, stages, chosen, profiled)
+
+    def estimate_split(self, plan: Plan, partition: tuple[int, ...]) -> Estimate:
+        """The estimate with the layers split as `partition` (layer-list entries per stage; the first
+        and last stages also hold the embedding and the head), not as split_layers would: explain and
+        plot of a row at another --seq-len, or of a hand-written --partition. Recipes as `estimate`."""
+        counts = [*partition]
+        counts[0] -= 1
+        counts[-1] -= 1  # pp 1: the same stage holds both
+        if len(counts) != plan.pp or min(counts) < 0 or sum(counts) != self.arch.num_layers:
+            raise FasopError(f"partition {'-'.join(map(str, partition))}: not {plan.pp} stages' entries of the "
+                             f"{self.arch.num_layers + 2}-entry layer list (embedding, {self.arch.num_layers} layers, "
+                             "head) with the embedding on the first stage and the head on the last")
+        stages, scored = self._stages(plan), []
+        profiled = profiled_times(self.model, plan, stages)
+        for recipe in self._possible(plan):
+            w = self._workload(plan, recipe)
+            scored.append(self._score(plan, stages, w, self._layer_times(w, stages, profiled), tuple(counts)))
+        best = min(scored, key=lambda s: (not s.fits, s.step.step_s if s.fits else s.excess))
+        return self._estimate(plan, stages, best, profiled)
 
     def estimate_many(self, plans: Sequence[Plan], progress=None) -> list[Estimate]:
         out = []
@@ -256,8 +275,8 @@ class AnalyticEstimator:
         return tuple(profiled[i] if profiled and profiled[i] else C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
                      for i, hw in enumerate(stages))
 
-    def _score(self, plan: Plan, stages, w: C.Workload, times) -> _Scored:
-        counts = C.split_layers(w, stages, times)
+    def _score(self, plan: Plan, stages, w: C.Workload, times, given: tuple[int, ...] | None = None) -> _Scored:
+        counts = C.split_layers(w, stages, times) if given is None else given
         fits = counts is not None
         if counts is None:
             n, p = self.arch.num_layers, plan.pp
@@ -265,24 +284,6 @@ class AnalyticEstimator:
         memory = tuple(C.stage_memory(w, n, i) for i, n in enumerate(counts))
         excess = max(m.total / hw.memory_limit_bytes for m, hw in zip(memory, stages))
         return _Scored(w.recipe, counts, fits and excess <= 1, C.step(w, stages, counts, times), memory, excess)
-
-    def _profiled(self, plan: Plan, stages) -> tuple | None:
-        """Per-stage (fwd, bwd) of one layer from the model's profile, None where not profiled."""
-        profile = self.model.profile
-        if profile is None:
-            return None
-        first = next(i for i, k in enumerate(self.model.layer_kinds) if k in TRANSFORMER_KINDS)
-        names = {canonical(g): g for g, _ in profile.forward_s}
-        out = []
-        for hw in stages:
-            name = names.get(canonical(hw.gpu.name))
-            forward = profile.forward_s.get((name, plan.tp)) if name else None
-            if forward is None:
-                out.append(None)
-                continue
-            f = forward[first] * profile.scaling[(name, self.model.layer_kinds[first])].factor(plan.mbs)
-            out.append((f, (profile.fwd_bwd_factor - 1) * f))
-        return tuple(out) if any(out) else None
 
     def _estimate(self, plan: Plan, stages, s: _Scored, times) -> Estimate:
         step, counts = s.step, s.counts
@@ -340,7 +341,7 @@ class AnalyticEstimator:
             raise FasopError(f"{estimate.plan.key()}: virtual_stages {v}: the interleaved 1F1B timeline is not "
                              "drawn yet (fasop.schedule.pipeline.Schedule runs plain 1F1B only)")
         plan, (w, stages, counts) = estimate.plan, self._scored_as(estimate, virtual_stages=1)
-        fwd, bwd, _ = C.stage_times(w, stages, counts, self._layer_times(w, stages, self._profiled(plan, stages)))
+        fwd, bwd, _ = C.stage_times(w, stages, counts, self._layer_times(w, stages, profiled_times(self.model, plan, stages)))
         p2p = list(estimate.p2p_s)
         send_fwd = p2p + [0.0]
         send_bwd = [0.0] + p2p

@@ -8,6 +8,8 @@ from fasop.core.recent import recent
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic.layers import Recipe
 from fasop.plans.plan import Plan
+from fasop.specs.catalog import canonical
+from fasop.specs.types import TRANSFORMER_KINDS
 
 _SHARED: dict = {}
 """Workloads of this process by value: a sweep's estimators share them and the cost model's caches
@@ -50,3 +52,24 @@ def shared_tables(model, cluster, params, recipes: dict, gpus_per_node: set[int]
     if tables is None:
         tables = by_recipes[key] = {name: {} for name in names}
     return tables
+
+
+def profiled_times(model, plan: Plan, stages) -> tuple | None:
+    """Per-stage (fwd, bwd) of one layer from the model's profile (model spec `profile:`), None where
+    a stage's (GPU type, tp) is not profiled; None for a model without one. Forward = the profiled
+    first transformer entry x its micro-batch scaling, backward = (fwd_bwd_factor - 1) x forward."""
+    profile = model.profile
+    if profile is None:
+        return None
+    first = next(i for i, k in enumerate(model.layer_kinds) if k in TRANSFORMER_KINDS)
+    names = {canonical(g): g for g, _ in profile.forward_s}
+    out = []
+    for hw in stages:
+        name = names.get(canonical(hw.gpu.name))
+        forward = profile.forward_s.get((name, plan.tp)) if name else None
+        if forward is None:
+            out.append(None)
+            continue
+        f = forward[first] * profile.scaling[(name, model.layer_kinds[first])].factor(plan.mbs)
+        out.append((f, (profile.fwd_bwd_factor - 1) * f))
+    return tuple(out) if any(out) else None
