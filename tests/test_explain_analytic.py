@@ -220,3 +220,23 @@ def test_plot_of_a_plain_analytic_row_draws_its_timeline(searched, tmp_path):
     assert {f"llama_row{k}_{f}.{e}" for f in ("timeline", "breakdown", "memory") for e in ("png", "svg")} <= set(written)
     svg = (tmp_path / f"llama_row{k}_breakdown.svg").read_text()
     assert "optimizer step" in svg and "DP sync not overlapped" in svg
+
+
+def test_plot_titles_state_the_rows_recipe(searched, tmp_path):
+    """The timeline's and memory figure's titles say the row's recipe cells (recompute, ZeRO,
+    sequence parallel, virtual stages, precision) under the plan's degrees: two rows of one plan
+    with other recipes are told apart in a report."""
+    from fasop.report.explain import recipe_words
+
+    _, _, rows, path = searched
+    k, row = next((k, r) for k, r in _plain(rows) if r["zero"] == "1")
+    assert main(["plot", "--from", str(path), "--model", "llama-3-8b", "--cluster", "aws", "--row", str(k),
+                 "--figures", "timeline,memory", "--out-dir", str(tmp_path)]) == 0
+    words = recipe_words(row)
+    assert words.startswith(f"recompute {row['recompute']}, ZeRO-1") and words.endswith(row["precision"])
+    for figure in ("timeline", "memory"):
+        assert words in (tmp_path / f"llama_row{k}_{figure}.svg").read_text()
+    assert recipe_words({"zero": "3", "dp_replicate": "2", "dp_shard": "8", "virtual_stages": "2",
+                         "sequence_parallel": "True", "recompute": "full", "precision": "fp8"}) \
+        == "recompute full, ZeRO-3 HSDP (shards of 8), sequence parallel, 2 virtual stages, fp8"
+    assert recipe_words({"partition": "3-3"}) == ""

@@ -278,6 +278,7 @@ def _plot(args: argparse.Namespace) -> int:
     if unknown or not wanted:
         raise FasopError(f"--figures: expected some of {', '.join(FIGURES)}, got {args.figures!r}")
     rp, model, cluster, rows = row_plan(args)
+    from fasop.report.explain import recipe_words
     from fasop.report.output import safe_name
 
     name = (Path(args.source).stem if args.source else safe_name(f"{model.name}_{rp.plan.key().replace('@', '_')}")) \
@@ -291,7 +292,8 @@ def _plot(args: argparse.Namespace) -> int:
         figures.append(("frontier", _frontier(rows, plots, where, args.source, list(cluster.node_types))))
     x, timeline = _explained(rp, model, cluster)
     plan = rp.plan
-    label = f"{plan.grid()}, mbs {plan.mbs} on {abbreviate(plan.placement_name, cluster.node_types)}"
+    label = f"{plan.grid()}, mbs {plan.mbs} on {abbreviate(plan.placement_name, cluster.node_types)}" \
+        + "".join(f"\n{w}" for w in [recipe_words(rp.row)] if w)
     boxes = 2 * plan.pp * plan.num_microbatches
     if "timeline" in wanted and timeline is None:
         print(f"fasop: note: no timeline: {x.schedule_note}", file=sys.stderr)

@@ -311,6 +311,18 @@ def render(x: Explanation) -> str:
     return "\n".join(lines + _summary(x)) + "\n"
 
 
+def recipe_words(row: dict) -> str:
+    """A results row's recipe cells as a figure's title says them, e.g. `recompute full, ZeRO-3 HSDP
+    (shards of 8), sequence parallel, 2 virtual stages, fp8`; '' for a row without them (FASOP's)."""
+    words = [f"recompute {row['recompute']}"] if row.get("recompute") else []
+    if row.get("zero", "0") not in ("", "0"):
+        hsdp = row.get("dp_replicate", "") not in ("", "1")
+        words.append(f"ZeRO-{row['zero']}" + (f" HSDP (shards of {row.get('dp_shard', '?')})" if hsdp else ""))
+    words += ["sequence parallel"] if row.get("sequence_parallel") in ("True", "1") else []
+    words += [f"{row['virtual_stages']} virtual stages"] if row.get("virtual_stages", "1") not in ("", "1") else []
+    return ", ".join(words + ([row["precision"]] if row.get("precision") else []))
+
+
 def _sharding(x: Explanation) -> str:
     """What the ZeRO stage shards and over which ranks: dp, or the groups line's (cp, HSDP)."""
     if not x.zero_stage:
