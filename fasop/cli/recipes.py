@@ -31,6 +31,28 @@ def _choices(name: str):
     return parse
 
 
+def _recomputes(text: str) -> tuple[str, ...]:
+    """--recompute's values: none, selective, full, and Megatron-LM's `selective:<module>,<module>`
+    (its --recompute-modules names): a module name after a `selective:` value belongs to it, so
+    `none,selective:moe_act,layernorm,full` is three values."""
+    from fasop.estimators.analytic.layers import RECOMPUTES
+    from fasop.estimators.analytic.modules import MODULES, split_recompute
+
+    values: list[str] = []
+    for v in (v.strip().lower() for v in text.split(",")):
+        if v in MODULES and values and values[-1].startswith("selective:"):
+            values[-1] += "," + v
+        elif v in RECOMPUTES or v.startswith("selective:"):
+            values.append(v)
+        else:
+            raise argparse.ArgumentTypeError(f"expected values from {', '.join(RECOMPUTES)} or selective:<modules> "
+                                             f"({', '.join(MODULES)}), got {v[:40]!r}")
+    try:
+        return tuple(dict.fromkeys("selective:" + ",".join(split_recompute(v)[1]) if ":" in v else v for v in values))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _ints(low: int, high: int):
     def parse(text: str) -> tuple[int, ...]:
         try:
@@ -54,8 +76,10 @@ def _switch(text: str) -> tuple[bool, ...]:
 def add_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("training recipe (clusters with estimator: analytic; comma-separated values "
                                   "are all tried, the fastest that fits is kept per plan)")
-    g.add_argument("--recompute", type=_choices("RECOMPUTES"), metavar="MODE[,MODE]",
-                   help="activation recomputation: none, selective, full (default selective)")
+    g.add_argument("--recompute", type=_recomputes, metavar="MODE[,MODE]",
+                   help="activation recomputation: none, selective, full, or selective:<modules> (Megatron-LM's "
+                   "--recompute-modules names, e.g. selective:moe_act,layernorm; each module's own cost and saved "
+                   "memory) (default none,full)")
     g.add_argument("--zero", type=_ints(0, 3), metavar="STAGE[,STAGE]",
                    help="ZeRO stage: 0, 1 = sharded optimizer (default), 2 = + gradients, 3 = + weights")
     g.add_argument("--sequence-parallel", type=_switch, metavar="on|off|on,off",

@@ -55,7 +55,10 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
                 ("num_tokens_per_train_step", p.global_batch_size * seq,
                  f"global batch {p.global_batch_size} x sequence {seq}")]
     ac = AC_CONFIGS.get(s.recompute)
-    if ac is None:
+    if ac is None and s.recompute.startswith("selective:"):
+        warnings.append(f"recompute {s.recompute!r}: torchtitan's activation checkpointing takes no module list "
+                        "(SelectiveAC picks ops or every n-th layer); not written")
+    elif ac is None:
         warnings.append(f"recompute {s.recompute!r}: no torchtitan activation-checkpoint mode known; not written")
     lines = header(rp, model, "torchtitan") + [f"# warning: {w}" for w in warnings]
     local = p.mbs * p.num_microbatches if p.pp > 1 else p.mbs  # one pipeline pass, or a step's accumulation

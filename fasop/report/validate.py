@@ -35,7 +35,7 @@ from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed, overheads
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
-from fasop.estimators.analytic.modules import MODULES
+from fasop.estimators.analytic.modules import MODULES, split_recompute
 from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
@@ -148,8 +148,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
            "cluster": hw.cluster, "stage_gpus": hw.stage_gpus, "layers_per_stage": "-".join(map(str, split)),
            "model": c.text("model"), "cp": par["cp"], "ep": par["ep"], "etp": par["etp"],
            "zero": par["zero"] if par["zero"] is not None else int(choice["distributed_optimizer"])}
-    if c.text("recompute").lower().startswith("selective:"):
-        out["recompute"] = c.text("recompute").lower()
+    if isinstance(choice["recompute"], tuple):  # a module list, in the search CSV's one spelling
+        out["recompute"] = "selective:" + ",".join(choice["recompute"])
     return Prediction(row=out, error=(step - measured) / measured,
                       mem_error=None if mem is None else (peak / GIB - mem) / mem)
 
@@ -288,15 +288,10 @@ def _recompute(c: Cells) -> str | tuple | None:
     own recompute cost and saved memory: estimators/analytic/modules.py), returned as the module tuple."""
     text = c.text("recompute").lower()
     if text.startswith("selective:"):
-        names = tuple(dict.fromkeys(m.strip() for m in text[len("selective:"):].split(",")))
-        if names == ("",):
-            raise c.error("recompute", f"{text!r} lists no module (Megatron-LM --recompute-modules: "
-                                       f"{', '.join(RECOMPUTE_MODULES)})")
-        odd = [m for m in names if m not in RECOMPUTE_MODULES]
-        if odd:
-            raise c.error("recompute", f"unknown module {odd[0][:40]!r} (Megatron-LM --recompute-modules: "
-                                       f"{', '.join(RECOMPUTE_MODULES)})")
-        return tuple(sorted(names))
+        try:
+            return split_recompute(text)[1]
+        except ValueError as exc:
+            raise c.error("recompute", str(exc)) from None
     return c.choice("recompute", RECOMPUTES)
 
 

@@ -34,6 +34,7 @@ from fasop.estimators.analytic import groups as G
 from fasop.estimators.analytic.hardware import cached_stage_hardware, domain_gpus
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
+from fasop.estimators.analytic.modules import split_recompute
 from fasop.estimators.analytic.workloads import TABLE_ROWS, profiled_times, shared_tables, shared_workload
 from fasop.estimators.analytic.recipes import (DEFAULTS, default_precision, parse_recipes, recipe_grid,  # noqa: F401
                                               without_missing_units)
@@ -301,7 +302,7 @@ class AnalyticEstimator:
         shard = G.dp_shard(plan, r.hsdp, self.domain_gpus) if r.zero else 1
         extra = (("cp", plan.cp), ("ep", plan.ep), ("etp", plan.etp), ("dp_shard", shard),
                  ("dp_replicate", plan.dp // shard),
-                 ("recompute", r.recompute), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
+                 ("recompute", r.recompute_name), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision), ("compute_source", source),
                  ("misfit", misfit or ("activations" if oom else "")),
                  ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
@@ -358,7 +359,8 @@ class AnalyticEstimator:
     def _scored_as(self, estimate: Estimate, virtual_stages: int | None = None):
         """(workload, stages, transformer layers per stage) the estimate was scored with."""
         r, plan = dict(estimate.extra_columns), estimate.plan
-        recipe = Recipe(recompute=r["recompute"], sequence_parallel=r["sequence_parallel"], zero=r["zero"],
+        mode, modules = split_recompute(r["recompute"])
+        recipe = Recipe(recompute=mode, recompute_modules=modules, sequence_parallel=r["sequence_parallel"], zero=r["zero"],
                         virtual_stages=virtual_stages or r["virtual_stages"], precision=r["precision"],
                         hsdp=r["dp_replicate"] > 1 and r["zero"] > 0)
         counts = list(estimate.partition)

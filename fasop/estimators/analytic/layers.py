@@ -110,6 +110,11 @@ class Recipe:
             raise ValueError("invalid recipe: " + "; ".join(problems))
 
     @property
+    def recompute_name(self) -> str:
+        """The CSV's recompute cell: the mode, or `selective:<modules>` (modules.split_recompute reads it)."""
+        return f"selective:{','.join(self.recompute_modules)}" if self.recompute_modules else self.recompute
+
+    @property
     def value_bytes(self) -> int:
         """Bytes of one activation or weight value: 4 in an fp32 / tf32 run, else 2 (16-bit)."""
         return 4 if self.precision in FULL_PRECISIONS else 2

@@ -30,6 +30,21 @@ MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "sh
 """Megatron-LM's --recompute-modules names (megatron/core/transformer/transformer_config.py)."""
 
 
+def split_recompute(value: str) -> tuple[str, tuple[str, ...]]:
+    """(mode, modules) of a recompute value: `selective:<module>,<module>` -> ("selective", the modules
+    deduplicated and sorted, one spelling per set: Megatron-Core applies them as a set); none, selective,
+    full -> (value, ()). ValueError naming an unknown module, or a `selective:` listing none."""
+    if not value.startswith("selective:"):
+        return value, ()
+    listed = [m.strip() for m in value[len("selective:"):].split(",")]
+    odd = [m for m in listed if m not in MODULES]
+    if odd:
+        raise ValueError(f"{value!r} " + ("lists no module" if not any(listed) else f"unknown module {odd[0][:40]!r}")
+                         + f" (Megatron-LM --recompute-modules: {', '.join(MODULES)})")
+    names = tuple(sorted(set(listed)))
+    return "selective", names
+
+
 def _sublayers(kind: str) -> int:
     return 1 if kind in ("mamba", "attention", "mlp", "experts") else 2
 

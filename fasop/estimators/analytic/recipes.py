@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from fasop.core.errors import FasopError
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
+from fasop.estimators.analytic.modules import split_recompute
 from fasop.plans.plan import Plan
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
@@ -32,9 +33,11 @@ def parse_recipes(options: dict) -> dict:
     out = {}
     for key, default in DEFAULTS.items():
         values = tuple(dict.fromkeys(options.get(key) or default))
+        if key == "recompute":  # selective:<modules> in one spelling (a bad list: the error names it)
+            values = tuple(dict.fromkeys(_recompute_value(v) for v in values))
         allowed = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "sequence_parallel": (False, True),
                    "precision": PRECISIONS, "hsdp": (False, True)}.get(key)
-        bad = [v for v in values if (allowed is not None and v not in allowed)
+        bad = [v for v in values if (allowed is not None and v not in allowed and not str(v).startswith("selective:"))
                or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))]
         if bad:
             raise FasopError(f"--{key.replace('_', '-')}: {bad[0]!r} is not one of "
@@ -45,6 +48,16 @@ def parse_recipes(options: dict) -> dict:
         out["hsdp"] = (False, True)
     out["hsdp_stages"] = (1, 2, 3) if given else HSDP_DEFAULT_STAGES
     return out
+
+
+def _recompute_value(value) -> str:
+    """A recompute value as the CSV writes it (selective:<modules> sorted and deduplicated)."""
+    if not str(value).startswith("selective:"):
+        return value
+    try:
+        return "selective:" + ",".join(split_recompute(value)[1])
+    except ValueError as exc:
+        raise FasopError(f"--recompute: {exc}") from None
 
 
 def lacking(gpus, precision: str) -> list[str]:
@@ -92,4 +105,6 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool) -> Iter
     hybrid = [h for h in r["hsdp"] if not h or shard_in_dp] or [False]
     for rc, s, z, v, p, h in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid):
         if not h or z in r["hsdp_stages"]:  # HSDP shards states: ZeRO 1-3 (by default 3) only
-            yield Recipe(recompute=rc, sequence_parallel=s, zero=z, virtual_stages=v, precision=p, hsdp=h)
+            mode, modules = split_recompute(rc)
+            yield Recipe(recompute=mode, recompute_modules=modules, sequence_parallel=s, zero=z, virtual_stages=v,
+                         precision=p, hsdp=h)
