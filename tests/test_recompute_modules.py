@@ -102,7 +102,7 @@ def test_bf16_gradients_and_moments_by_hand(tmp_path):
     # the step's 38 bytes: -2 x 2 for the two reads of a 2-byte gradient, -8 for 2-byte m and v read
     # and written, -4 for the master weight no longer re-read for the 16-bit copy
     from fasop.estimators.analytic import memory
-    from fasop.report.validate import state_dtypes
+    from fasop.estimators.analytic.memory import state_dtypes
     bf16 = state_dtypes(PARAMS, True, True)
     assert state_dtypes(PARAMS, False, False) is PARAMS
     assert [state_dtypes(PARAMS, g, m).optimizer_step_bytes["bf16"] for g, m in ((1, 0), (0, 1), (1, 1))] == [34, 26, 22]

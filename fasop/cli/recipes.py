@@ -1,5 +1,5 @@
 """Search flags of the analytic estimator's recipe: --recompute, --zero, --sequence-parallel,
---virtual-stages, --precision, --hsdp. Each takes the values a user allows, comma-separated; the
+--virtual-stages, --precision, --hsdp, --main-grads, --optimizer-states. Each takes the values a user allows, comma-separated; the
 estimator scores every allowed combination per plan and keeps the fastest that fits (the CSV's
 columns of the same names say which). Absent flags: the estimator's defaults
 (estimators/analytic.py DEFAULTS). Refused on clusters whose estimator takes no recipe.
@@ -15,7 +15,8 @@ import importlib
 
 from fasop.core.errors import FasopError
 
-FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "cp", "ep", "etp")
+FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "main_grads", "optimizer_states",
+         "cp", "ep", "etp")
 
 
 def _choices(name: str):
@@ -51,6 +52,13 @@ def _recomputes(text: str) -> tuple[str, ...]:
         return tuple(dict.fromkeys("selective:" + ",".join(split_recompute(v)[1]) if ":" in v else v for v in values))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _dtype(text: str) -> tuple[str]:
+    value = text.strip().lower()
+    if value not in ("fp32", "bf16"):
+        raise argparse.ArgumentTypeError(f"expected fp32 or bf16 (one dtype for every plan), got {text[:40]!r}")
+    return (value,)
 
 
 def _ints(low: int, high: int):
@@ -92,6 +100,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                    help="hybrid sharding: the ZeRO / FSDP states sharded over the data-parallel ranks of one node, "
                         "replicated across nodes (torchtitan's HSDP; default off: sharded over all of them, but FSDP "
                         "(--zero 3) is also tried as HSDP)")
+    g.add_argument("--main-grads", type=_dtype, metavar="fp32|bf16",
+                   help="dtype of the gradient buffer and its data-parallel reduction (default fp32; bf16: Megatron-LM "
+                        "--grad-reduce-in-bf16, as Megatron-Bridge's performance recipes); one value for every plan")
+    g.add_argument("--optimizer-states", type=_dtype, metavar="fp32|bf16",
+                   help="dtype of Adam's two moments (default fp32; bf16: Megatron-LM's precision-aware optimizer, "
+                        "--exp-avg-dtype / --exp-avg-sq-dtype bf16, as DeepSeek-V3 trained); one value for every plan")
     d = parser.add_argument_group("plan degrees beyond tp, dp, pp (clusters with estimator: analytic; every value is "
                                   "enumerated; docs/search.md)")
     d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",
@@ -129,11 +143,21 @@ def misfit_line(result) -> str:
     return "not fitting in memory, by what alone exceeds it: " + ", ".join(f"{n:,} {why}" for why, n in result.misfits)
 
 
+BF16_STATES = {"main_grads": ("bf16",), "optimizer_states": ("bf16",)}
+BF16_STATES_NOTE = ("note: no plan fits with fp32 gradients and Adam moments: planned with bf16 ones (the columns "
+                    "main_grads, optimizer_states; Megatron-LM --grad-reduce-in-bf16 and its precision-aware optimizer, "
+                    "as DeepSeek-V3 trained); --main-grads fp32 --optimizer-states fp32 to keep fp32")
+"""What `fasop search` plans with when no plan fits with fp32 gradients and Adam moments and neither
+--main-grads nor --optimizer-states is given (6 bytes a parameter less), and the note it prints then."""
+
 ALTERNATIVES = ({"recompute": ("full",)}, {"recompute": ("full",), "zero": (3,)},
-                {"recompute": ("full",), "zero": (3,), "precision": ("fp8",)})
+                {"recompute": ("full",), "zero": (3,), "precision": ("fp8",)},
+                {"main_grads": ("bf16",), "optimizer_states": ("bf16",)},
+                {"recompute": ("full",), "zero": (3,), "main_grads": ("bf16",), "optimizer_states": ("bf16",)})
 """What `no_fit_hint` tries, in order, when no plan fits with the recipe allowed: each saves memory
 over the one before (full recompute keeps one input a layer; ZeRO-3 shards the weights too; fp8
-halves the matmul inputs kept)."""
+halves the matmul inputs kept); last bf16 gradients and Adam moments (6 bytes a parameter less: a
+numerics change, so only when nothing else fits), with the recipe allowed, then with the two above."""
 
 
 def _described(options: dict) -> str:

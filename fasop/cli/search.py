@@ -72,11 +72,20 @@ def run(args: argparse.Namespace) -> int:
         out = Path("results") / f"{safe_name(f'{model.name}_{Path(cluster.path).stem}_{nodes}{run_tag(args)}')}.csv"
     check_target(out, "--out")  # before the work, not after
     top, auto_note = _auto_top(args, model, cluster, inventory)
-    with ProgressBar(args.no_progress, "estimating", "plans") as progress:
-        result = search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
-                        partitioner=args.partitioner, iterations=iterations, top=top,
-                        workers=workers_of(args.workers), partition_budget=args.partition_budget, progress=progress,
-                        estimator_options=recipe, keep_on_interrupt=True)
+    def searched(options: dict):
+        with ProgressBar(args.no_progress, "estimating", "plans") as progress:
+            return search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
+                          partitioner=args.partitioner, iterations=iterations, top=top,
+                          workers=workers_of(args.workers), partition_budget=args.partition_budget, progress=progress,
+                          estimator_options=options, keep_on_interrupt=True)
+    result = searched(recipe)
+    states_note = ""
+    if cluster.analytic is not None and result.interrupted is None and not _fits(result) \
+            and not {"main_grads", "optimizer_states"} & set(recipe):  # the states in bf16, as the largest MoE runs
+        lighter = recipe | cli_recipes.BF16_STATES
+        again = searched(lighter)
+        if again.interrupted is not None or _fits(again):
+            result, recipe, states_note = again, lighter, cli_recipes.BF16_STATES_NOTE
     if result.interrupted is not None:
         return _write_incomplete(result, out, model, cluster, args)
     columns, rows = search_rows(result, model.sequence_length)
@@ -87,10 +96,12 @@ def run(args: argparse.Namespace) -> int:
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     for line in length_notes(args, model) + cli_recipes.precision_note(args, cluster, inventory) + \
-            _model_notes(model, inventory, rows):
+            _model_notes(model, inventory, rows, recipe):
         print(line)
     if auto_note:
         print(auto_note)
+    if states_note:
+        print(states_note)
     if split_note:
         print(split_note)
     if args.spot:
@@ -108,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
             print(hint)
     print(f"wrote {out}")
     return 0
+
+
+def _fits(result) -> bool:
+    return any(not e.memory.is_oom for e in result.estimates)
 
 
 def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespace) -> int:
@@ -134,9 +149,10 @@ def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespac
     return exit_status(result.interrupted)
 
 
-def _model_notes(model, inventory, rows: list[dict]) -> list[str]:
+def _model_notes(model, inventory, rows: list[dict], recipe: dict) -> list[str]:
     """The architecture's notes (what of its config is not modelled), and when no plan fits, whether
-    its weights, gradients and Adam states alone exceed all the GPUs' memory however sharded."""
+    its weights, gradients and Adam states alone exceed all the GPUs' memory however sharded (and
+    whether bf16 gradients and moments, --main-grads / --optimizer-states bf16, would leave room)."""
     arch = model.architecture
     if arch is None:
         return []
@@ -144,12 +160,18 @@ def _model_notes(model, inventory, rows: list[dict]) -> list[str]:
     if not any(not r["is_oom"] for r in rows):
         from fasop.estimators.analytic.layers import total_params
         from fasop.estimators.analytic.memory import ADAM_BYTES, WEIGHT_BYTES
-        states = total_params(arch) * (WEIGHT_BYTES + 4 + ADAM_BYTES)
-        room = sum(n.memory_limit_bytes * n.gpus_per_node for n in inventory)
+        n, room = total_params(arch), sum(n.memory_limit_bytes * n.gpus_per_node for n in inventory)
+        grads, moments = (2 if recipe.get(k) == ("bf16",) else 4 for k in ("main_grads", "optimizer_states"))
+        states = n * (WEIGHT_BYTES + grads + ADAM_BYTES - 2 * (4 - moments))
         if states > room:
-            lines.append(f"note: {model.name}'s {total_params(arch) / 1e9:,.0f}B parameters need {states / 2**40:.1f} TiB "
-                         f"for weights, fp32 gradients and Adam states, more than the {room / 2**40:.1f} TiB of all "
-                         "its GPUs even fully sharded (ZeRO-3 / expert parallelism): add GPUs")
+            what = f"{'bf16' if grads == 2 else 'fp32'} gradients and {'bf16' if moments == 2 else 'fp32'} Adam moments"
+            least = n * (WEIGHT_BYTES + 2 + ADAM_BYTES - 4)
+            instead = "" if least > room or (grads, moments) == (2, 2) else \
+                f", or keep gradients and Adam moments in bf16 (--main-grads bf16 --optimizer-states bf16: " \
+                f"{least / 2**40:.1f} TiB; Megatron-LM's precision-aware optimizer, as DeepSeek-V3 trained)"
+            lines.append(f"note: {model.name}'s {n / 1e9:,.0f}B parameters need {states / 2**40:.1f} TiB for weights, "
+                         f"{what}, more than the {room / 2**40:.1f} TiB of all its GPUs even fully sharded "
+                         f"(ZeRO-3 / expert parallelism): add GPUs{instead}")
     return lines
 
 

@@ -199,5 +199,12 @@ def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
             args += PRECISION_FLAGS[s.precision]
         else:
             warnings.append(f"precision {s.precision!r}: no Megatron-LM flag known for it; none written")
+    if s.main_grads == "bf16":  # the gradient buffer and its reduce-scatter in bf16 (default: fp32 with --bf16)
+        args.append("--grad-reduce-in-bf16")
+    if s.optimizer_states == "bf16" and s.zero_stage == 0:  # megatron/core/optimizer/__init__.py raises then
+        warnings.append("optimizer_states bf16: Megatron-LM's precision-aware optimizer runs only with the distributed "
+                        "optimizer (ZeRO >= 1); not written (fp32 moments: 4 bytes a parameter more than estimated)")
+    elif s.optimizer_states == "bf16":  # Transformer Engine's FusedAdam keeping both moments in bf16
+        args += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
     return args
 

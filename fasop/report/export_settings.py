@@ -36,6 +36,10 @@ class Settings:
     dp_replicate: int = 1
     """HSDP (zero >= 1): replicas of the states across nodes, each sharded over dp / dp_replicate
     data-parallel ranks (the row's dp_replicate column); 1: sharded over all of dp."""
+    main_grads: str = "fp32"
+    """The gradient buffer's and its reduction's dtype (the row's main_grads column): fp32 or bf16."""
+    optimizer_states: str = "fp32"
+    """Adam's moments' dtype (the row's optimizer_states column): fp32 or bf16."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,9 @@ def settings_of(rp: RowPlan) -> Settings:
     return Settings(recompute=recompute, sequence_parallel=bool(rp.flag("sequence_parallel")),
                     zero_stage=1 if zero_needed else zero, virtual_stages=rp.virtual_stages,
                     precision=row.get("precision") or None, zero_needed=zero_needed,
-                    dp_replicate=int(replicate) if hsdp else 1)
+                    dp_replicate=int(replicate) if hsdp else 1,
+                    main_grads="bf16" if row.get("main_grads") == "bf16" else "fp32",
+                    optimizer_states="bf16" if row.get("optimizer_states") == "bf16" else "fp32")
 
 
 def is_hybrid(model: ModelSpec) -> bool:

@@ -54,6 +54,11 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     training = [("num_tokens_per_microbatch_per_dp_rank", p.mbs * seq, f"micro-batch {p.mbs} x sequence {seq}"),
                 ("num_tokens_per_train_step", p.global_batch_size * seq,
                  f"global batch {p.global_batch_size} x sequence {seq}")]
+    if s.main_grads == "bf16":  # FSDP2's MixedPrecisionPolicy reduce_dtype (default float32)
+        training.append(("mixed_precision_reduce", '"bfloat16"', "gradients reduced in bf16, as estimated"))
+    if s.optimizer_states == "bf16":
+        warnings.append("optimizer_states bf16: torchtitan keeps Adam's moments in the sharded parameters' fp32 "
+                        "(4 bytes a parameter more than estimated); not written")
     ac = AC_CONFIGS.get(s.recompute)
     if ac is None and s.recompute.startswith("selective:"):
         warnings.append(f"recompute {s.recompute!r}: torchtitan's activation checkpointing takes no module list "

@@ -33,6 +33,7 @@ from pathlib import Path
 from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed, overheads
+from fasop.estimators.analytic.memory import state_dtypes
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
 from fasop.estimators.analytic.modules import MODULES, split_recompute
@@ -178,21 +179,6 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
                      moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0))
     return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
                         c.choice("optimizer_states", STATE_DTYPES) == "bf16")
-
-
-def state_dtypes(p: AnalyticParams, bf16_grads: bool, bf16_moments: bool) -> AnalyticParams:
-    """`p` with 16-bit gradients (kept and reduced in 2 bytes: the step reads them twice, gradient norm
-    and Adam, 2 bytes each) and / or bf16 Adam moments (2 bytes each, read and written; Transformer
-    Engine's FusedAdam with master weights writes the 16-bit weight itself: no master re-read for the
-    copy) -- analytic.yaml's `optimizer_step_bytes` 38 becomes 34, 26, 22. fp32 / tf32 runs keep fp32."""
-    if not (bf16_grads or bf16_moments):
-        return p
-    full = ("fp32", "tf32")
-    grads = {k: v if k in full or not bf16_grads else 2 for k, v in p.gradient_reduce_bytes.items()}
-    step = {k: v if k in full else v - 2 * (p.gradient_reduce_bytes[k] - grads[k]) - (12 if bf16_moments else 0)
-            for k, v in p.optimizer_step_bytes.items()}
-    return replace(p, adam_moment_bytes=2 if bf16_moments else p.adam_moment_bytes,
-                   gradient_reduce_bytes=grads, optimizer_step_bytes=step)
 
 
 def _model_and_degrees(c: Cells) -> tuple:

@@ -34,6 +34,7 @@ from fasop.estimators.analytic import groups as G
 from fasop.estimators.analytic.hardware import cached_stage_hardware, domain_gpus
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
+from fasop.estimators.analytic.memory import state_dtypes
 from fasop.estimators.analytic.modules import split_recompute
 from fasop.estimators.analytic.workloads import TABLE_ROWS, profiled_times, shared_tables, shared_workload
 from fasop.estimators.analytic.recipes import (DEFAULTS, default_precision, parse_recipes, recipe_grid,  # noqa: F401
@@ -46,8 +47,8 @@ from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, No
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
-COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "compute_source", "misfit",
-           "stage_memory_gib", "stage_memory_limit_gib")
+COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads", "optimizer_states",
+           "compute_source", "misfit", "stage_memory_gib", "stage_memory_limit_gib")
 """Extra CSV columns of this estimator's plans (report/results.py appends them after the common ones)."""
 
 
@@ -74,6 +75,7 @@ class AnalyticEstimator:
         self.usd_per_s = sum(n.usd_per_hour for n in self.inventory) / 3600
         self.gpus = {n.name: self.params.gpu(find_gpu(n.gpu, cluster.path)) for n in self.inventory}
         self.params = overheads.job_params(self.params, self.gpus.values())   # no FlashAttention below sm80
+        self.params = state_dtypes(self.params, recipes["main_grads"] == ("bf16",), recipes["optimizer_states"] == ("bf16",))
         self.recipes, g = recipes, self.inventory[0].gpus_per_node
         self.domain_gpus = domain_gpus([self.gpus[n.name] for n in self.inventory], range(len(self.inventory)), g)
         self._bounds: dict = {}
@@ -303,7 +305,9 @@ class AnalyticEstimator:
         extra = (("cp", plan.cp), ("ep", plan.ep), ("etp", plan.etp), ("dp_shard", shard),
                  ("dp_replicate", plan.dp // shard),
                  ("recompute", r.recompute_name), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
-                 ("virtual_stages", r.virtual_stages), ("precision", r.precision), ("compute_source", source),
+                 ("virtual_stages", r.virtual_stages), ("precision", r.precision),
+                 ("main_grads", self.recipes["main_grads"][0]), ("optimizer_states", self.recipes["optimizer_states"][0]),
+                 ("compute_source", source),
                  ("misfit", misfit or ("activations" if oom else "")),
                  ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
                  ("stage_memory_limit_gib", "-".join(f"{hw.memory_limit_bytes / GIB:.2f}" for hw in stages)))

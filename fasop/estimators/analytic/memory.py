@@ -15,7 +15,7 @@ layer adds its dispatch buffers (the permuted tokens received and sent back).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from fasop.estimators.analytic import block_recompute as BR
@@ -42,6 +42,23 @@ def optimizer_bytes(w: Workload) -> int:
     bf16 moments (`adam_moment_bytes` 2: Megatron-Core's precision-aware optimizer) 4 + 2 + 2 = 8."""
     moments = 2 * (4 - w.params.adam_moment_bytes)
     return (FP32_ADAM_BYTES if w.recipe.value_bytes == 4 else ADAM_BYTES) - moments
+
+
+def state_dtypes(p, bf16_grads: bool, bf16_moments: bool):
+    """AnalyticParams `p` with 16-bit gradients (kept and reduced in 2 bytes: the step reads them
+    twice, gradient norm and Adam, 2 bytes each) and / or bf16 Adam moments (2 bytes each, read and written; Transformer
+    Engine's FusedAdam with master weights writes the 16-bit weight itself: no master re-read for the
+    copy) -- analytic.yaml's `optimizer_step_bytes` 38 becomes 34, 26, 22. fp32 / tf32 runs keep fp32.
+    Megatron-LM: --grad-reduce-in-bf16; --use-precision-aware-optimizer --exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16 (a search's --main-grads / --optimizer-states, a validate row's columns)."""
+    if not (bf16_grads or bf16_moments):
+        return p
+    full = ("fp32", "tf32")
+    grads = {k: v if k in full or not bf16_grads else 2 for k, v in p.gradient_reduce_bytes.items()}
+    step = {k: v if k in full else v - 2 * (p.gradient_reduce_bytes[k] - grads[k]) - (12 if bf16_moments else 0)
+            for k, v in p.optimizer_step_bytes.items()}
+    return replace(p, adam_moment_bytes=2 if bf16_moments else p.adam_moment_bytes,
+                   gradient_reduce_bytes=grads, optimizer_step_bytes=step)
 
 
 @dataclass(frozen=True, kw_only=True)

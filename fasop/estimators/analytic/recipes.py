@@ -12,12 +12,17 @@ from fasop.estimators.analytic.modules import split_recompute
 from fasop.plans.plan import Plan
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
-            "precision": ("bf16",), "hsdp": (False,)}
+            "precision": ("bf16",), "hsdp": (False,), "main_grads": ("fp32",), "optimizer_states": ("fp32",)}
 """What a search tries when not told: no recompute and full recompute (the faster that fits; under
 FlashAttention selective recompute keeps what no recompute keeps at no gain, and full recompute
 lets bigger micro-batches or fewer stages fit: docs/analytic.md, "Default recipe"), the distributed
 optimizer, sequence parallelism with tp > 1, no interleaving, bf16, no HSDP -- except that where
-ZeRO 3 (FSDP) is allowed and --hsdp is not given, FSDP is also tried as HSDP (HSDP_DEFAULT_STAGES)."""
+ZeRO 3 (FSDP) is allowed and --hsdp is not given, FSDP is also tried as HSDP (HSDP_DEFAULT_STAGES) --,
+fp32 gradients and Adam moments. `main_grads` / `optimizer_states` take one value each (bf16:
+memory.state_dtypes), the same for every plan: not a dimension the search tries."""
+
+STATE_DTYPES = ("fp32", "bf16")
+"""The dtypes of the main gradients and of Adam's moments (--main-grads, --optimizer-states)."""
 
 HSDP_DEFAULT_STAGES = (3,)
 """The ZeRO stages a search pairs HSDP with when not told (--hsdp absent): FSDP's per-layer weight
@@ -36,12 +41,16 @@ def parse_recipes(options: dict) -> dict:
         if key == "recompute":  # selective:<modules> in one spelling (a bad list: the error names it)
             values = tuple(dict.fromkeys(_recompute_value(v) for v in values))
         allowed = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "sequence_parallel": (False, True),
-                   "precision": PRECISIONS, "hsdp": (False, True)}.get(key)
+                   "precision": PRECISIONS, "hsdp": (False, True), "main_grads": STATE_DTYPES,
+                   "optimizer_states": STATE_DTYPES}.get(key)
         bad = [v for v in values if (allowed is not None and v not in allowed and not str(v).startswith("selective:"))
                or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))]
         if bad:
             raise FasopError(f"--{key.replace('_', '-')}: {bad[0]!r} is not one of "
                              f"{', '.join(map(str, allowed or ('integers >= 1',)))}")
+        if key in ("main_grads", "optimizer_states") and len(values) > 1:
+            raise FasopError(f"--{key.replace('_', '-')}: one of {', '.join(STATE_DTYPES)}, got {','.join(values)} "
+                             "(one dtype for every plan: it is not searched)")
         out[key] = values
     given = bool(options.get("hsdp"))
     if not given and any(z in HSDP_DEFAULT_STAGES for z in out["zero"]):
