@@ -80,7 +80,7 @@ def test_deepseek_v3_plans_on_four_p5_and_four_p6_b200(tmp_path, monkeypatch, ca
     rows = _rows("ds.csv")
     assert rows and {r["compute_source"] for r in rows} == {"analytic"} and {r["is_oom"] for r in rows} == {"False"}
     assert {(r["main_grads"], r["optimizer_states"]) for r in rows} == {("bf16", "bf16")}
-    assert "planned with bf16 ones" in out
+    assert "exceed all the GPUs' memory: planned with bf16 ones" in out
     assert main(base + ["--out", "fp32.csv", "--main-grads", "fp32", "--optimizer-states", "fp32"]) == 0
     out = capsys.readouterr().out
     assert not _rows("fp32.csv") and "11.0 TiB" in out and "--main-grads bf16 --optimizer-states bf16: 7.3 TiB" in out

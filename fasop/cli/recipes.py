@@ -144,11 +144,12 @@ def misfit_line(result) -> str:
 
 
 BF16_STATES = {"main_grads": ("bf16",), "optimizer_states": ("bf16",)}
-BF16_STATES_NOTE = ("note: no plan fits with fp32 gradients and Adam moments: planned with bf16 ones (the columns "
+BF16_STATES_NOTE = ("note: fp32 gradients and Adam moments exceed all the GPUs' memory: planned with bf16 ones (the columns "
                     "main_grads, optimizer_states; Megatron-LM --grad-reduce-in-bf16 and its precision-aware optimizer, "
                     "as DeepSeek-V3 trained); --main-grads fp32 --optimizer-states fp32 to keep fp32")
-"""What `fasop search` plans with when no plan fits with fp32 gradients and Adam moments and neither
---main-grads nor --optimizer-states is given (6 bytes a parameter less), and the note it prints then."""
+"""What `fasop search` plans with when the weights, fp32 gradients and fp32 Adam states alone exceed all
+the GPUs' memory (no recipe or sharding can fit them) and neither --main-grads nor --optimizer-states
+is given (6 bytes a parameter less), and the note it prints then."""
 
 ALTERNATIVES = ({"recompute": ("full",)}, {"recompute": ("full",), "zero": (3,)},
                 {"recompute": ("full",), "zero": (3,), "precision": ("fp8",)},

@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     result = searched(recipe)
     states_note = ""
     if cluster.analytic is not None and result.interrupted is None and not _fits(result) \
-            and not {"main_grads", "optimizer_states"} & set(recipe):  # the states in bf16, as the largest MoE runs
+            and not {"main_grads", "optimizer_states"} & set(recipe) \
+            and _state_bytes(model, 4, 4) > _room(inventory):  # no recipe can help: the states in bf16, as DeepSeek-V3
         lighter = recipe | cli_recipes.BF16_STATES
         again = searched(lighter)
         if again.interrupted is not None or _fits(again):
@@ -125,6 +126,22 @@ def _fits(result) -> bool:
     return any(not e.memory.is_oom for e in result.estimates)
 
 
+def _room(inventory) -> float:
+    """Bytes of all the inventory's GPUs, each at its memory limit."""
+    return sum(n.memory_limit_bytes * n.gpus_per_node for n in inventory)
+
+
+def _state_bytes(model, grad_bytes: int, moment_bytes: int) -> float:
+    """Bytes of the model's 16-bit weights, gradients of `grad_bytes`, fp32 master weights and Adam's two
+    moments of `moment_bytes` each: what no sharding or recompute makes smaller in total (0 for a
+    profiled model without an architecture)."""
+    from fasop.estimators.analytic.layers import total_params
+    from fasop.estimators.analytic.memory import WEIGHT_BYTES
+
+    arch = model.architecture
+    return 0.0 if arch is None else total_params(arch) * (WEIGHT_BYTES + grad_bytes + 4 + 2 * moment_bytes)
+
+
 def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespace) -> int:
     """An interrupted search: the plans estimated before Ctrl-C / SIGTERM, written with a column
     `complete` = False (as pareto marks an interrupted sweep); nothing when none was."""
@@ -159,13 +176,12 @@ def _model_notes(model, inventory, rows: list[dict], recipe: dict) -> list[str]:
     lines = [f"note: {model.name}: {n}" for n in arch.notes]
     if not any(not r["is_oom"] for r in rows):
         from fasop.estimators.analytic.layers import total_params
-        from fasop.estimators.analytic.memory import ADAM_BYTES, WEIGHT_BYTES
-        n, room = total_params(arch), sum(n.memory_limit_bytes * n.gpus_per_node for n in inventory)
+        n, room = total_params(arch), _room(inventory)
         grads, moments = (2 if recipe.get(k) == ("bf16",) else 4 for k in ("main_grads", "optimizer_states"))
-        states = n * (WEIGHT_BYTES + grads + ADAM_BYTES - 2 * (4 - moments))
+        states = _state_bytes(model, grads, moments)
         if states > room:
             what = f"{'bf16' if grads == 2 else 'fp32'} gradients and {'bf16' if moments == 2 else 'fp32'} Adam moments"
-            least = n * (WEIGHT_BYTES + 2 + ADAM_BYTES - 4)
+            least = _state_bytes(model, 2, 2)
             instead = "" if least > room or (grads, moments) == (2, 2) else \
                 f", or keep gradients and Adam moments in bf16 (--main-grads bf16 --optimizer-states bf16: " \
                 f"{least / 2**40:.1f} TiB; Megatron-LM's precision-aware optimizer, as DeepSeek-V3 trained)"
