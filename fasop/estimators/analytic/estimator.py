@@ -75,7 +75,7 @@ class AnalyticEstimator:
         self.usd_per_s = sum(n.usd_per_hour for n in self.inventory) / 3600
         self.gpus = {n.name: self.params.gpu(find_gpu(n.gpu, cluster.path)) for n in self.inventory}
         self.params = overheads.job_params(self.params, self.gpus.values())   # no FlashAttention below sm80
-        self.params = state_dtypes(self.params, recipes["main_grads"] == ("bf16",), recipes["optimizer_states"] == ("bf16",))
+        self.params = state_dtypes(self.params, *(recipes.get(k) == ("bf16",) for k in ("main_grads", "optimizer_states")))
         self.recipes, g = recipes, self.inventory[0].gpus_per_node
         self.domain_gpus = domain_gpus([self.gpus[n.name] for n in self.inventory], range(len(self.inventory)), g)
         self._bounds: dict = {}
@@ -306,7 +306,7 @@ class AnalyticEstimator:
                  ("dp_replicate", plan.dp // shard),
                  ("recompute", r.recompute_name), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision),
-                 ("main_grads", self.recipes["main_grads"][0]), ("optimizer_states", self.recipes["optimizer_states"][0]),
+                 *((k, self.recipes.get(k, DEFAULTS[k])[0]) for k in ("main_grads", "optimizer_states")),
                  ("compute_source", source),
                  ("misfit", misfit or ("activations" if oom else "")),
                  ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
