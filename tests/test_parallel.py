@@ -268,3 +268,41 @@ def test_alltoall_sorts_the_received_rows_by_local_expert():
     sort = share * 4 * 4096 * 2 * 64 * 2 / (gpu.memory_bytes_per_s * gpu.memory_share(default_params()))
     assert plain[0] - flex[0] == pytest.approx(sort)
     assert plain[1] - flex[1] == pytest.approx(sort)
+
+
+def test_ep_overlap_pairs_only_the_steady_state_passes():
+    # Megatron-LM combined_1f1b.py / schedules.py: pp 1 runs the first forward and the last backward
+    # alone, (m - 1)/m paired; interleaved p 4, v 2, m 8: W = (4 - 1) + (2 - 1) * 4 + 1 = 8 warm-up
+    # forwards of the 16 chunk passes (the mean over the ranks), half paired; pp > 1 without virtual
+    # stages and full recompute: Megatron refuses the overlap, none paired
+    a = small_moe()
+    assert P.ep_overlap_paired_share(_workload(a, num_microbatches=4)) == 0.75
+    assert P.ep_overlap_paired_share(_workload(a, pp=4, num_microbatches=8, recipe=Recipe(virtual_stages=2))) == 0.5
+    assert P.ep_overlap_paired_share(_workload(a, pp=4, num_microbatches=2, recipe=Recipe(virtual_stages=2))) == 0.0
+    assert P.ep_overlap_paired_share(_workload(a, pp=4, num_microbatches=8)) == 0.0
+    assert P.ep_overlap_paired_share(_workload(a, num_microbatches=8, recipe=Recipe(recompute="full"))) == 0.0
+
+
+def test_ep_overlap_exposes_the_unpaired_passes_in_full():
+    # free compute cover, so a paired pass exposes (almost) nothing beyond its own exposure; with m = 1 no
+    # pass is paired: the overlap changes nothing; with m = 4, 1/4 of the passes expose the plain all-to-alls
+    a, gpu = small_moe(), find_gpu("H100-SXM")
+    links = P.GroupLinks(100e9, 400e9, 0.0, 0.0, 8)
+    on = replace(default_params(), ep_overlap=1.0, moe_node_dedup=True)
+    w = lambda m, params: _workload(a, seq=4096, dp=16, ep=8, num_microbatches=m, params=params)
+    off = P.moe_s(w(4, replace(on, ep_overlap=0.0)), gpu, links, (1.0, 1.0))
+    assert P.moe_s(w(1, on), gpu, links, (1.0, 1.0)) == off
+    full = P.moe_s(w(10 ** 6, on), gpu, links, (1.0, 1.0))
+    quarter = P.moe_s(w(4, on), gpu, links, (1.0, 1.0))
+    for k in (0, 1):
+        assert quarter[k] == pytest.approx(full[k] + (off[k] - full[k]) / 4, rel=1e-5)
+
+
+def test_nccl_alltoall_overlap_slows_the_compute_beside_it():
+    # NCCL's alltoall under EP overlap: the compute keeps 1 / (1 + overlap_slowdown) of its rate (Lee et al.
+    # 2025, as a DP bucket's reduction); a HybridEP kernel holding 32 of 132 SMs leaves it 100/132
+    gpu = find_gpu("H100-SXM")
+    nccl = _workload(small_moe(), params=replace(default_params(), overlap_slowdown=0.25))
+    assert P.overlap_kept_share(nccl, gpu) == 0.8
+    flex = _workload(small_moe(), params=replace(default_params(), moe_node_dedup=True, moe_comm_sms=32))
+    assert P.overlap_kept_share(flex, gpu) == pytest.approx(100 / 132)

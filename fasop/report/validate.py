@@ -63,7 +63,7 @@ STATE_DTYPES = ("fp32", "bf16")
 grad_reduce_in_fp32 false, as every Megatron-Bridge performance config sets it); `optimizer_states`:
 the dtype of Adam's moments (bf16: Megatron-Core's precision-aware optimizer, exp_avg_dtype /
 exp_avg_sq_dtype bfloat16, as Megatron-Bridge's Moonlight recipe sets it; master weights stay fp32)."""
-DISPATCHER_SMS = {"deepep": 20, "hybridep": 16}
+DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
 """SMs a backend's dispatch / combine kernels hold: Megatron-Core TransformerConfig `moe_deepep_num_sms`
 20, `moe_hybridep_num_sms` 16 (defaults); `flex` names no backend and `alltoall` runs NCCL: none counted."""
 TASKS = ("pretrain", "sft")

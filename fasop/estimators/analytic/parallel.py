@@ -306,13 +306,44 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     if w.etp > 1:  # all-gather before fc1 and reduce-scatter after fc2 over the ETP group (inside a node)
         etp = (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
         to, back = to + etp, back + etp
-    s = w.params.ep_overlap
-    if not s:
+    s, paired = w.params.ep_overlap, ep_overlap_paired_share(w)
+    if not (s and paired):
         return share * (compute + sort + to + back), share * (2 * compute + sort + to + back)
-    sms = gpu.streaming_multiprocessors   # the compute keeps the SMs a DeepEP / HybridEP kernel does not hold
-    kept = 1.0 - w.params.moe_comm_sms / sms if sms and w.params.moe_node_dedup else 1.0
-    fwd_x, bwd_x = ep_overlap_exposed(to, back, compute, cover, s, kept)
+    fwd_x, bwd_x = ep_overlap_exposed(to, back, compute, cover, s, overlap_kept_share(w, gpu))
+    # the micro-batch passes the schedule leaves unpaired (warm-up forwards, cool-down backwards) expose all
+    fwd_x, bwd_x = paired * fwd_x + (1 - paired) * (to + back), paired * bwd_x + (1 - paired) * (to + back)
     return share * (compute + sort + fwd_x), share * (2 * compute + sort + bwd_x)
+
+
+def overlap_kept_share(w, gpu) -> float:
+    """Share of its rate the compute keeps beside an EP all-to-all under EP overlap: a DeepEP / HybridEP
+    kernel holds `moe_comm_sms` of the GPU's SMs for its whole run, the compute gets the rest; NCCL's
+    `alltoall` kernels contend as any NCCL collective does, 1 / (1 + overlap_slowdown) (Lee et al. 2025,
+    as data_parallel.overlap_share charges a DP bucket's reduction)."""
+    sms = gpu.streaming_multiprocessors
+    if w.params.moe_node_dedup:
+        return 1.0 - w.params.moe_comm_sms / sms if sms else 1.0
+    return 1.0 / (1.0 + w.params.overlap_slowdown)
+
+
+def ep_overlap_paired_share(w) -> float:
+    """Share of a rank's micro-batch passes that Megatron-Core's EP A2A overlap pairs (a forward with
+    another micro-batch's backward); the others run alone and expose their all-to-alls in full.
+    megatron/core/pipeline_parallel/combined_1f1b.py, schedules.py (Megatron-LM @d98e8a6):
+    - pp 1 (`combined_1f1b_schedule_for_no_pipelining`): the first micro-batch's forward and the last
+      one's backward run alone, (m - 1)/m of the passes paired;
+    - interleaved (pp > 1, v chunks): the warm-up forwards, (p - r - 1)·2 + (v - 1)·p + 1 on rank r
+      (`get_pp_rank_microbatches`: one more than without the overlap "to ensure the forward and
+      backward computations are independent"), and as many cool-down backwards run alone: of m·v
+      chunk passes, 1 - W/(m·v), W the mean over the ranks, (p - 1) + (v - 1)·p + 1;
+    - pp > 1 without virtual stages, or full recompute: Megatron-LM refuses the overlap
+      (`virtual_pipeline_model_parallel_size` must be set; `recompute_granularity != "full"`): 0."""
+    m, p, v = w.num_microbatches, w.pp, w.recipe.virtual_stages
+    if w.recipe.recompute == "full" or (p > 1 and v == 1):
+        return 0.0
+    if p == 1:
+        return (m - 1) / m
+    return max(0.0, 1.0 - ((p - 1) + (v - 1) * p + 1) / (m * v))
 
 
 def ep_overlap_exposed(dispatch: float, combine: float, experts: float, cover: tuple[float, float],
