@@ -306,3 +306,16 @@ def test_nccl_alltoall_overlap_slows_the_compute_beside_it():
     assert P.overlap_kept_share(nccl, gpu) == 0.8
     flex = _workload(small_moe(), params=replace(default_params(), moe_node_dedup=True, moe_comm_sms=32))
     assert P.overlap_kept_share(flex, gpu) == pytest.approx(100 / 132)
+
+
+def test_unfused_permutation_moves_its_extra_rows():
+    # N = 10 rows of h = 4 in 2-byte values: forward 3N·h·B (N - T more rows read, the probability
+    # product read + written, the zero-filled output), backward 4N·h·B: 7 x 80 / 2 = 280 bytes a pass
+    assert P.unfused_permute_bytes(10, 4, 2) == 280
+    # in moe_s: the same plan with moe_permute_fusion false is slower by rows = T·k = 4096 x 2 of h 64 each pass
+    a, gpu = small_moe(), find_gpu("H100-SXM")
+    w = lambda fused: _workload(a, seq=4096, dp=4, ep=4, params=replace(default_params(), moe_permute_fusion=fused))
+    fused, unfused = P.moe_s(w(True), gpu, P.FREE_LINKS), P.moe_s(w(False), gpu, P.FREE_LINKS)
+    extra = P.moe_layer_share(a) * 3.5 * 4096 * 2 * 64 * 2 / (gpu.memory_bytes_per_s * gpu.memory_share(default_params()))
+    assert unfused[0] - fused[0] == pytest.approx(extra)
+    assert unfused[1] - fused[1] == pytest.approx(extra)

@@ -135,3 +135,17 @@ def test_a_row_states_the_mtp_depths_it_trained(tmp_path, mtp, message):
     with pytest.raises(FasopError) as err:       # Qwen3 has no MTP module
         validate(path)
     assert (message or "mtp_layers: 3: the model has no multi-token-prediction module") in str(err.value)
+
+
+def test_a_row_without_fused_permutation_is_slower(tmp_path):
+    # moe_permute_fusion 0 (the alltoall A/B runs of Megatron-Bridge's docs disabled it): the unfused
+    # PyTorch permutation moves more bytes; a bad cell is one clear error
+    head = HEADER + ",moe_dispatcher,moe_permute_fusion"
+    row = "q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,1,16,16,1,1,4096,64,1,bf16,none,10,alltoall,"
+    fused = validate(_csv(tmp_path, row + "1", head)).predictions[0].row["predicted_seconds_per_iter"]
+    unfused = validate(_csv(tmp_path, row + "0", head)).predictions[0].row["predicted_seconds_per_iter"]
+    assert unfused > fused
+    from fasop.core.errors import FasopError
+    with pytest.raises(FasopError) as err:
+        validate(_csv(tmp_path, row + "yes", head))
+    assert "moe_permute_fusion: expected 0 or 1" in str(err.value)

@@ -175,7 +175,8 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
     dedup = common.get("moe_node_dedup", base.moe_node_dedup) if dispatcher is None else dispatcher != "alltoall"
     params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
-                     moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0))
+                     moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
+                     moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
     return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
                         c.choice("optimizer_states", STATE_DTYPES) == "bf16")
 

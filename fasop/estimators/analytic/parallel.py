@@ -278,6 +278,21 @@ def local_sort_bytes(rows: float, h: int, elem_bytes: float, local_experts: floa
     return 4 * rows * h * elem_bytes if local_experts > 1 else 0.0
 
 
+def unfused_permute_bytes(rows: float, h: int, elem_bytes: float) -> float:
+    """Bytes a rank's first permutation and its unpermutation move per pass beyond the fused kernels the
+    dense path charges, when `moe_permute_fusion` is false (Megatron-Core moe_utils.py `permute` /
+    `unpermute`, unfused path; `rows` = N = T·k copies of the T local tokens):
+    forward: `tokens.index_select(0, sorted_indices)` reads the N copies, not T tokens (N - T); the
+    unpermutation multiplies the N rows by their probabilities (read + write, 2N) and scatter-adds them
+    into a zero-filled T x h output (T written first): 3N·h·B in all;
+    backward: the scatter-add's gradient gathers N rows (read + write) and the product's gradient
+    reads and writes them again and reads the tokens for the probabilities' gradient (6N against the
+    fused kernel's 2N + T), the index_select's gradient zero-fills its T x h input: 4N·h·B.
+    Averaged over the two passes (moe_s adds it to each): 3.5N·h·B. Atomics, the argsort over the
+    T x E routing map and the extra kernels' launches are not counted."""
+    return 3.5 * rows * h * elem_bytes
+
+
 def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """(forward, backward) seconds one MoE layer adds per micro-batch, averaged over the layers
     (x moe_layer_share of the model's `layer_kinds`): router and the routed experts' grouped GEMM
@@ -298,6 +313,8 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     compute = expert_compute_s(w, gpu)
     sort = 0.0 if w.params.moe_node_dedup else \
         local_sort_bytes(rows, h, e, m.num_experts / w.ep) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
+    if not w.params.moe_permute_fusion:
+        sort += unfused_permute_bytes(tokens * k, h, e) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     dispatch = dispatch_bytes(rho * tokens, k, h, 1 if precision in LOW_PRECISION_DISPATCH else e, w.ep)
     combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
     dedup = w.params.moe_node_dedup
