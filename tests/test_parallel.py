@@ -319,3 +319,18 @@ def test_unfused_permutation_moves_its_extra_rows():
     extra = P.moe_layer_share(a) * 3.5 * 4096 * 2 * 64 * 2 / (gpu.memory_bytes_per_s * gpu.memory_share(default_params()))
     assert unfused[0] - fused[0] == pytest.approx(extra)
     assert unfused[1] - fused[1] == pytest.approx(extra)
+
+
+def test_grouped_gemm_tiles_each_expert_then_runs_whole_waves():
+    # 4 experts of 100 rows, n 256, tile 128 x 256 on 8 SMs: each expert's 100 rows fill one 128-row tile
+    # (100/128), 4 tiles in one wave of 8 slots: 4 x 100 x 256 / (8 x 128 x 256) = 0.390625
+    assert P.grouped_wave_efficiency(100, 256, 4, 8, (128, 256)) == pytest.approx(400 / 1024)
+    # full tiles and full waves: 1; no SM count or a 1 x 1 tile: 1
+    assert P.grouped_wave_efficiency(256, 256, 4, 8, (128, 256)) == 1.0
+    assert P.grouped_wave_efficiency(100, 256, 4, 0, (128, 256)) == 1.0
+    assert P.grouped_wave_efficiency(100, 256, 4, 8, (1, 1)) == 1.0
+    # the same rows over more local experts: each expert's last tile emptier, the GEMM slower
+    a, gpu = small_moe(), find_gpu("H100-SXM")
+    tiled = replace(default_params(), matmul_tile=(128, 256))
+    few, many = (P.expert_compute_s(_workload(a, seq=256, dp=8, ep=ep, params=tiled), gpu) for ep in (8, 1))
+    assert few < many

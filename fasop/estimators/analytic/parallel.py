@@ -32,6 +32,7 @@ Sources (shared/reference/ecosystem/07_moe_cp_fsdp.md, each with its file and li
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fasop.estimators.analytic import blocks as B
@@ -261,9 +262,29 @@ def expert_compute_s(w, gpu) -> float:
         moved = operand * (rows * h + rows * fe + weights) + e * (rows * fe * (up - 1) + rows * h)
     if fp8:
         moved += rows * (h + fe) * p.fp8_cast_bytes
-    return (flops / (gpu.matmul_flops(w.recipe.precision) * p.grouped_gemm_efficiency)
+    # fc1 (up - 1 outputs of fe) and fc2 (h outputs), each of the E/ep experts' rows a group of its own
+    local, sms = m.num_experts / w.ep, gpu.streaming_multiprocessors
+    waves = (up - 1) / (up * grouped_wave_efficiency(rows / local, fe * (up - 1), local, sms, p.matmul_tile)) \
+        + 1 / (up * grouped_wave_efficiency(rows / local, h, local, sms, p.matmul_tile))
+    return (flops * waves / (gpu.matmul_flops(w.recipe.precision) * p.grouped_gemm_efficiency)
             + router / gpu.matmul_flops("bf16" if fp8 else w.recipe.precision)
             + moved / (gpu.memory_bytes_per_s * gpu.memory_share(p)))
+
+
+def grouped_wave_efficiency(m: float, n: float, groups: float, sms: int, tile: tuple[int, int]) -> float:
+    """Share of the GPU's tile slots a grouped GEMM of `groups` m x n outputs keeps busy (one group a
+    local expert, m its rows): each group is tiled on its own -- its last row of tiles partly empty
+    when m is not a multiple of the tile (a local expert's rows/(E/ep), small at large E or small
+    batches) -- and all groups' tiles run in whole waves over the SMs (CUTLASS grouped GEMM, one
+    persistent launch over every problem's tiles; NVIDIA "Matrix Multiplication Background User's
+    Guide": tile and wave quantization). The better tile orientation; 1 without an SM count or tile."""
+    if not sms or tile == (1, 1) or m <= 0:
+        return 1.0
+    best = 0.0
+    for r, c in (tile, tile[::-1]):
+        tiles = groups * math.ceil(m / r) * math.ceil(n / c)
+        best = max(best, groups * m * n / (math.ceil(tiles / sms) * sms * r * c))
+    return best
 
 
 def local_sort_bytes(rows: float, h: int, elem_bytes: float, local_experts: float) -> float:
