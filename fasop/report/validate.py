@@ -64,8 +64,10 @@ grad_reduce_in_fp32 false, as every Megatron-Bridge performance config sets it);
 the dtype of Adam's moments (bf16: Megatron-Core's precision-aware optimizer, exp_avg_dtype /
 exp_avg_sq_dtype bfloat16, as Megatron-Bridge's Moonlight recipe sets it; master weights stay fp32)."""
 DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
-"""SMs a backend's dispatch / combine kernels hold: Megatron-Core TransformerConfig `moe_deepep_num_sms`
-20, `moe_hybridep_num_sms` 16 (defaults); `flex` names no backend and `alltoall` runs NCCL: none counted."""
+"""SMs a backend's dispatch / combine kernels hold: DeepEP 20 (Megatron-Core TransformerConfig
+`moe_deepep_num_sms`, its historical default), HybridEP 32 (Megatron-Bridge's performance recipes set
+`moe_hybridep_num_sms = 32` for every HybridEP run, perf_recipes/_common.py @067f987); `flex` names no
+backend and `alltoall` runs NCCL (moe_kernels.overlap_kept_share): none held."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8

@@ -32,10 +32,11 @@ Sources (shared/reference/ecosystem/07_moe_cp_fsdp.md, each with its file and li
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from fasop.estimators.analytic import blocks as B
+from fasop.estimators.analytic.moe_kernels import (ep_overlap_paired_share, grouped_wave_efficiency,  # noqa: F401
+                                                   local_sort_bytes, overlap_kept_share, unfused_permute_bytes)
 from fasop.specs.architecture import MOE_KINDS, Architecture
 
 
@@ -271,49 +272,6 @@ def expert_compute_s(w, gpu) -> float:
             + moved / (gpu.memory_bytes_per_s * gpu.memory_share(p)))
 
 
-def grouped_wave_efficiency(m: float, n: float, groups: float, sms: int, tile: tuple[int, int]) -> float:
-    """Share of the GPU's tile slots a grouped GEMM of `groups` m x n outputs keeps busy (one group a
-    local expert, m its rows): each group is tiled on its own -- its last row of tiles partly empty
-    when m is not a multiple of the tile (a local expert's rows/(E/ep), small at large E or small
-    batches) -- and all groups' tiles run in whole waves over the SMs (CUTLASS grouped GEMM, one
-    persistent launch over every problem's tiles; NVIDIA "Matrix Multiplication Background User's
-    Guide": tile and wave quantization). The better tile orientation; 1 without an SM count or tile."""
-    if not sms or tile == (1, 1) or m <= 0:
-        return 1.0
-    best = 0.0
-    for r, c in (tile, tile[::-1]):
-        tiles = groups * math.ceil(m / r) * math.ceil(n / c)
-        best = max(best, groups * m * n / (math.ceil(tiles / sms) * sms * r * c))
-    return best
-
-
-def local_sort_bytes(rows: float, h: int, elem_bytes: float, local_experts: float) -> float:
-    """Bytes of the receiving rank's second permutation, per pass: Megatron-Core's alltoall dispatcher
-    sorts the rows it received by local expert after the dispatch all-to-all ("Permutation 2",
-    `sort_chunks_by_idxs`) and restores their rank order before the combine ("Unpermutation 2";
-    token_dispatcher.py, both only when num_local_experts > 1). Each reads and writes the rows:
-    2 x 2 x rows*h*B; the backward sorts the gradients once more each way. Charged for the plain
-    alltoall dispatcher only: the flex dispatchers differ (DeepEP permutes its received tokens after
-    the dispatch, HybridEP fuses the permutation into its dispatch kernel) and a row that says `flex`
-    does not say which."""
-    return 4 * rows * h * elem_bytes if local_experts > 1 else 0.0
-
-
-def unfused_permute_bytes(rows: float, h: int, elem_bytes: float) -> float:
-    """Bytes a rank's first permutation and its unpermutation move per pass beyond the fused kernels the
-    dense path charges, when `moe_permute_fusion` is false (Megatron-Core moe_utils.py `permute` /
-    `unpermute`, unfused path; `rows` = N = T·k copies of the T local tokens):
-    forward: `tokens.index_select(0, sorted_indices)` reads the N copies, not T tokens (N - T); the
-    unpermutation multiplies the N rows by their probabilities (read + write, 2N) and scatter-adds them
-    into a zero-filled T x h output (T written first): 3N·h·B in all;
-    backward: the scatter-add's gradient gathers N rows (read + write) and the product's gradient
-    reads and writes them again and reads the tokens for the probabilities' gradient (6N against the
-    fused kernel's 2N + T), the index_select's gradient zero-fills its T x h input: 4N·h·B.
-    Averaged over the two passes (moe_s adds it to each): 3.5N·h·B. Atomics, the argsort over the
-    T x E routing map and the extra kernels' launches are not counted."""
-    return 3.5 * rows * h * elem_bytes
-
-
 def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """(forward, backward) seconds one MoE layer adds per micro-batch, averaged over the layers
     (x moe_layer_share of the model's `layer_kinds`): router and the routed experts' grouped GEMM
@@ -351,37 +309,6 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     # the micro-batch passes the schedule leaves unpaired (warm-up forwards, cool-down backwards) expose all
     fwd_x, bwd_x = paired * fwd_x + (1 - paired) * (to + back), paired * bwd_x + (1 - paired) * (to + back)
     return share * (compute + sort + fwd_x), share * (2 * compute + sort + bwd_x)
-
-
-def overlap_kept_share(w, gpu) -> float:
-    """Share of its rate the compute keeps beside an EP all-to-all under EP overlap: a DeepEP / HybridEP
-    kernel holds `moe_comm_sms` of the GPU's SMs for its whole run, the compute gets the rest; NCCL's
-    `alltoall` kernels contend as any NCCL collective does, 1 / (1 + overlap_slowdown) (Lee et al. 2025,
-    as data_parallel.overlap_share charges a DP bucket's reduction)."""
-    sms = gpu.streaming_multiprocessors
-    if w.params.moe_node_dedup:
-        return 1.0 - w.params.moe_comm_sms / sms if sms else 1.0
-    return 1.0 / (1.0 + w.params.overlap_slowdown)
-
-
-def ep_overlap_paired_share(w) -> float:
-    """Share of a rank's micro-batch passes that Megatron-Core's EP A2A overlap pairs (a forward with
-    another micro-batch's backward); the others run alone and expose their all-to-alls in full.
-    megatron/core/pipeline_parallel/combined_1f1b.py, schedules.py (Megatron-LM @d98e8a6):
-    - pp 1 (`combined_1f1b_schedule_for_no_pipelining`): the first micro-batch's forward and the last
-      one's backward run alone, (m - 1)/m of the passes paired;
-    - interleaved (pp > 1, v chunks): the warm-up forwards, (p - r - 1)·2 + (v - 1)·p + 1 on rank r
-      (`get_pp_rank_microbatches`: one more than without the overlap "to ensure the forward and
-      backward computations are independent"), and as many cool-down backwards run alone: of m·v
-      chunk passes, 1 - W/(m·v), W the mean over the ranks, (p - 1) + (v - 1)·p + 1;
-    - pp > 1 without virtual stages, or full recompute: Megatron-LM refuses the overlap
-      (`virtual_pipeline_model_parallel_size` must be set; `recompute_granularity != "full"`): 0."""
-    m, p, v = w.num_microbatches, w.pp, w.recipe.virtual_stages
-    if w.recipe.recompute == "full" or (p > 1 and v == 1):
-        return 0.0
-    if p == 1:
-        return (m - 1) / m
-    return max(0.0, 1.0 - ((p - 1) + (v - 1) * p + 1) / (m * v))
 
 
 def ep_overlap_exposed(dispatch: float, combine: float, experts: float, cover: tuple[float, float],
