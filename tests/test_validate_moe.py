@@ -5,7 +5,7 @@ tests/data/hf/ named by the rows' `model` column. One parameter set (cluster_spe
 analytic.yaml + gpus.yaml) for all of them; a row states only its plan and the software the run had
 (`moe_dispatcher`, `ep_overlap` where the source says). The bounds are what the model reaches
 today (measured with `fasop validate tests/data/<set>.csv`), a little above: they keep the figures
-from getting worse, they do not claim the issue's 10 % yet -- docs/validate.md lists what the
+from getting worse; the H100 set's is inside the issue's 10 %, the others are not yet -- docs/validate.md lists what the
 model leaves out (CUDA graphs and other per-iteration framework costs of small runs, what else
 makes the hybrid Mamba-2 steps slow -- not the scan's rate, now measured --, latent MoE).
 """
@@ -21,7 +21,7 @@ DATA = Path(__file__).resolve().parent / "data"
 # set, MAPE bound %, max |error| bound %, rows
 SETS = [
     ("moe_megatron_bridge_perf_summary.csv", 18, 28.5, 10),   # GB200 / GB300, MXFP8, EP 8-64 (performance-summary.md)
-    ("moe_megatron_bridge_docs_h100.csv", 11.5, 21, 12),    # H100, Qwen3-30B-A3B EP16 and Nemotron-3-Nano EP8
+    ("moe_megatron_bridge_docs_h100.csv", 8.5, 17, 12),     # H100, Qwen3-30B-A3B EP16 and Nemotron-3-Nano EP8 (issue: <= 10 %)
     ("moe_megatron_bridge_moonlight_h100.csv", 73, 74, 6),  # H100, Moonlight-16B-A3B TP2 EP8, one micro-batch
 ]
 

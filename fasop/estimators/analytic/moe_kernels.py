@@ -12,6 +12,16 @@ from __future__ import annotations
 
 import math
 
+EP_A2A_OVERLAP_SLOWDOWN = 0.31
+"""How much longer the EP all-to-all kernels run when Megatron-Core's EP overlap puts them beside the
+other micro-batch's compute (they share SMs, HBM and L2 with it; the mirror of `overlap_slowdown`,
+which slows the compute). Measured in Megatron-Bridge's HybridEP A/B (Qwen3-30B-A3B, 16 H100, EP16;
+skills/nemo-mbridge-perf-expert-parallel-overlap/SKILL.md @067f987, Nsight Systems on rank 0, the
+same 463,348 kernels each case): communication concurrent with GEMM and attention 9.079 ms = 0.11 %
+of the communication time with the overlap off, 3,958.997 ms = 36.55 % with it on -- 8.25 s of
+communication kernels against 10.83 s: 10.83 / 8.25 - 1 = 0.31 (0.25-0.37 as 0.11 % is rounded).
+One profile of one backend; kernel time includes waits on peers. docs/estimators.md §A1.1."""
+
 
 def grouped_wave_efficiency(m: float, n: float, groups: float, sms: int, tile: tuple[int, int]) -> float:
     """Share of the GPU's tile slots a grouped GEMM of `groups` m x n outputs keeps busy (one group a

@@ -35,8 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fasop.estimators.analytic import blocks as B
-from fasop.estimators.analytic.moe_kernels import (ep_overlap_paired_share, grouped_wave_efficiency,  # noqa: F401
-                                                   local_sort_bytes, overlap_kept_share, unfused_permute_bytes)
+from fasop.estimators.analytic.moe_kernels import (EP_A2A_OVERLAP_SLOWDOWN, ep_overlap_paired_share,  # noqa: F401
+                                                   grouped_wave_efficiency, local_sort_bytes, overlap_kept_share,
+                                                   unfused_permute_bytes)
 from fasop.specs.architecture import MOE_KINDS, Architecture
 
 
@@ -305,7 +306,8 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     s, paired = w.params.ep_overlap, ep_overlap_paired_share(w)
     if not (s and paired):
         return share * (compute + sort + to + back), share * (2 * compute + sort + to + back)
-    fwd_x, bwd_x = ep_overlap_exposed(to, back, compute, cover, s, overlap_kept_share(w, gpu))
+    slow = 1 + EP_A2A_OVERLAP_SLOWDOWN   # the all-to-all beside the compute runs longer (moe_kernels)
+    fwd_x, bwd_x = ep_overlap_exposed(slow * to, slow * back, compute, cover, s, overlap_kept_share(w, gpu))
     # the micro-batch passes the schedule leaves unpaired (warm-up forwards, cool-down backwards) expose all
     fwd_x, bwd_x = paired * fwd_x + (1 - paired) * (to + back), paired * bwd_x + (1 - paired) * (to + back)
     return share * (compute + sort + fwd_x), share * (2 * compute + sort + bwd_x)
