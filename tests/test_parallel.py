@@ -268,3 +268,88 @@ def test_alltoall_sorts_the_received_rows_by_local_expert():
     sort = share * 4 * 4096 * 2 * 64 * 2 / (gpu.memory_bytes_per_s * gpu.memory_share(default_params()))
     assert plain[0] - flex[0] == pytest.approx(sort)
     assert plain[1] - flex[1] == pytest.approx(sort)
+
+
+def test_ep_overlap_pairs_only_the_steady_state_passes():
+    # Megatron-LM combined_1f1b.py / schedules.py: pp 1 runs the first forward and the last backward
+    # alone, (m - 1)/m paired; interleaved p 4, v 2, m 8: W = (4 - 1) + (2 - 1) * 4 + 1 = 8 warm-up
+    # forwards of the 16 chunk passes (the mean over the ranks), half paired; pp > 1 without virtual
+    # stages and full recompute: Megatron refuses the overlap, none paired
+    a = small_moe()
+    assert P.ep_overlap_paired_share(_workload(a, num_microbatches=4)) == 0.75
+    assert P.ep_overlap_paired_share(_workload(a, pp=4, num_microbatches=8, recipe=Recipe(virtual_stages=2))) == 0.5
+    assert P.ep_overlap_paired_share(_workload(a, pp=4, num_microbatches=2, recipe=Recipe(virtual_stages=2))) == 0.0
+    assert P.ep_overlap_paired_share(_workload(a, pp=4, num_microbatches=8)) == 0.0
+    assert P.ep_overlap_paired_share(_workload(a, num_microbatches=8, recipe=Recipe(recompute="full"))) == 0.0
+
+
+def test_ep_overlap_exposes_the_unpaired_passes_in_full():
+    # free compute cover, so a paired pass exposes (almost) nothing beyond its own exposure; with m = 1 no
+    # pass is paired: the overlap changes nothing; with m = 4, 1/4 of the passes expose the plain all-to-alls
+    a, gpu = small_moe(), find_gpu("H100-SXM")
+    links = P.GroupLinks(100e9, 400e9, 0.0, 0.0, 8)
+    on = replace(default_params(), ep_overlap=1.0, moe_node_dedup=True)
+    w = lambda m, params: _workload(a, seq=4096, dp=16, ep=8, num_microbatches=m, params=params)
+    off = P.moe_s(w(4, replace(on, ep_overlap=0.0)), gpu, links, (1.0, 1.0))
+    assert P.moe_s(w(1, on), gpu, links, (1.0, 1.0)) == off
+    full = P.moe_s(w(10 ** 6, on), gpu, links, (1.0, 1.0))
+    quarter = P.moe_s(w(4, on), gpu, links, (1.0, 1.0))
+    for k in (0, 1):
+        assert quarter[k] == pytest.approx(full[k] + (off[k] - full[k]) / 4, rel=1e-5)
+
+
+def test_nccl_alltoall_overlap_slows_the_compute_beside_it():
+    # NCCL's alltoall under EP overlap: the compute keeps 1 / (1 + overlap_slowdown) of its rate (Lee et al.
+    # 2025, as a DP bucket's reduction); a HybridEP kernel holding 32 of 132 SMs leaves it 100/132
+    gpu = find_gpu("H100-SXM")
+    nccl = _workload(small_moe(), params=replace(default_params(), overlap_slowdown=0.25))
+    assert P.overlap_kept_share(nccl, gpu) == 0.8
+    flex = _workload(small_moe(), params=replace(default_params(), moe_node_dedup=True, moe_comm_sms=32))
+    assert P.overlap_kept_share(flex, gpu) == pytest.approx(100 / 132)
+
+
+def test_unfused_permutation_moves_its_extra_rows():
+    # N = 10 rows of h = 4 in 2-byte values: forward 3N·h·B (N - T more rows read, the probability
+    # product read + written, the zero-filled output), backward 4N·h·B: 7 x 80 / 2 = 280 bytes a pass
+    assert P.unfused_permute_bytes(10, 4, 2) == 280
+    # in moe_s: the same plan with moe_permute_fusion false is slower by rows = T·k = 4096 x 2 of h 64 each pass
+    a, gpu = small_moe(), find_gpu("H100-SXM")
+    w = lambda fused: _workload(a, seq=4096, dp=4, ep=4, params=replace(default_params(), moe_permute_fusion=fused))
+    fused, unfused = P.moe_s(w(True), gpu, P.FREE_LINKS), P.moe_s(w(False), gpu, P.FREE_LINKS)
+    extra = P.moe_layer_share(a) * 3.5 * 4096 * 2 * 64 * 2 / (gpu.memory_bytes_per_s * gpu.memory_share(default_params()))
+    assert unfused[0] - fused[0] == pytest.approx(extra)
+    assert unfused[1] - fused[1] == pytest.approx(extra)
+
+
+def test_grouped_gemm_tiles_each_expert_then_runs_whole_waves():
+    # 4 experts of 100 rows, n 256, tile 128 x 256 on 8 SMs: each expert's 100 rows fill one 128-row tile
+    # (100/128), 4 tiles in one wave of 8 slots: 4 x 100 x 256 / (8 x 128 x 256) = 0.390625
+    assert P.grouped_wave_efficiency(100, 256, 4, 8, (128, 256)) == pytest.approx(400 / 1024)
+    # full tiles and full waves: 1; no SM count or a 1 x 1 tile: 1
+    assert P.grouped_wave_efficiency(256, 256, 4, 8, (128, 256)) == 1.0
+    assert P.grouped_wave_efficiency(100, 256, 4, 0, (128, 256)) == 1.0
+    assert P.grouped_wave_efficiency(100, 256, 4, 8, (1, 1)) == 1.0
+    # the same rows over more local experts: each expert's last tile emptier, the GEMM slower
+    a, gpu = small_moe(), find_gpu("H100-SXM")
+    tiled = replace(default_params(), matmul_tile=(128, 256))
+    few, many = (P.expert_compute_s(_workload(a, seq=256, dp=8, ep=ep, params=tiled), gpu) for ep in (8, 1))
+    assert few < many
+
+
+def test_an_overlapped_all_to_all_runs_longer_beside_the_compute():
+    # the HybridEP A/B's Nsight profile: 8.25 s of communication kernels with the overlap off, 10.83 s on
+    # (9.079 ms = 0.11 %, 3,958.997 ms = 36.55 % of it concurrent with GEMM and attention): x 1.31
+    assert 3958.997 / 0.3655 / (9.079 / 0.0011) - 1 == pytest.approx(P.EP_A2A_OVERLAP_SLOWDOWN, abs=0.005)
+    # wiring: with the overlap, moe_s exposes ep_overlap_exposed of the 1.31 x longer all-to-alls on the
+    # paired passes (here all but 1 in 10**6), NCCL's compute at 1 / (1 + overlap_slowdown)
+    a, gpu = small_moe(), find_gpu("H100-SXM")
+    links = P.GroupLinks(100e9, 400e9, 0.0, 0.0, 8)
+    w = _workload(a, seq=4096, dp=16, ep=8, num_microbatches=10 ** 6,   # 1 local expert: no sort
+                  params=replace(default_params(), ep_overlap=1.0))
+    to = back = P.alltoall_s(P.dispatch_bytes(4096, 2, 64, 2, 8), 8, 1, links, 2, False)
+    compute = P.expert_compute_s(w, gpu)
+    f, b = P.ep_overlap_exposed(1.31 * to, 1.31 * back, compute, (0.5e-3, 1e-3), 1.0, 1 / 1.189)
+    share = P.moe_layer_share(a)
+    got = P.moe_s(w, gpu, links, (0.5e-3, 1e-3))
+    assert got[0] == pytest.approx(share * (compute + f), rel=1e-4)
+    assert got[1] == pytest.approx(share * (2 * compute + b), rel=1e-4)

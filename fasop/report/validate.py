@@ -64,9 +64,11 @@ STATE_DTYPES = ("fp32", "bf16")
 grad_reduce_in_fp32 false, as every Megatron-Bridge performance config sets it); `optimizer_states`:
 the dtype of Adam's moments (bf16: Megatron-Core's precision-aware optimizer, exp_avg_dtype /
 exp_avg_sq_dtype bfloat16, as Megatron-Bridge's Moonlight recipe sets it; master weights stay fp32)."""
-DISPATCHER_SMS = {"deepep": 20, "hybridep": 16}
-"""SMs a backend's dispatch / combine kernels hold: Megatron-Core TransformerConfig `moe_deepep_num_sms`
-20, `moe_hybridep_num_sms` 16 (defaults); `flex` names no backend and `alltoall` runs NCCL: none counted."""
+DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
+"""SMs a backend's dispatch / combine kernels hold: DeepEP 20 (Megatron-Core TransformerConfig
+`moe_deepep_num_sms`, its historical default), HybridEP 32 (Megatron-Bridge's performance recipes set
+`moe_hybridep_num_sms = 32` for every HybridEP run, perf_recipes/_common.py @067f987); `flex` names no
+backend and `alltoall` runs NCCL (moe_kernels.overlap_kept_share): none held."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
@@ -176,7 +178,8 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
     dedup = common.get("moe_node_dedup", base.moe_node_dedup) if dispatcher is None else dispatcher != "alltoall"
     params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
-                     moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0))
+                     moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
+                     moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
     return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
                         c.choice("optimizer_states", STATE_DTYPES) == "bf16")
 

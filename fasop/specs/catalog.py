@@ -211,6 +211,7 @@ class AnalyticParams:
     """Dispatch sends a token across the network once per remote node (DeepEP / HybridEP), not once per expert."""
     moe_comm_sms: int = 0
     """SMs a DeepEP / HybridEP dispatch or combine kernel holds while it runs (0: unknown, none taken)."""
+    moe_permute_fusion: bool = True  # Megatron-Core's --moe-permute-fusion; false: the unfused path (moe_kernels.py)
     adam_moment_bytes: int = 4
     """Bytes of each of Adam's two moments per parameter: 4 (fp32), 2 under Megatron-Core's precision-aware
     optimizer with bf16 moments (--exp-avg-dtype / --exp-avg-sq-dtype bf16; a `fasop validate` row's

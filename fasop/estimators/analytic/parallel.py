@@ -35,6 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fasop.estimators.analytic import blocks as B
+from fasop.estimators.analytic.moe_kernels import (EP_A2A_OVERLAP_SLOWDOWN, ep_overlap_paired_share,  # noqa: F401
+                                                   grouped_wave_efficiency, local_sort_bytes, overlap_kept_share,
+                                                   unfused_permute_bytes)
 from fasop.specs.architecture import MOE_KINDS, Architecture
 
 
@@ -261,21 +264,13 @@ def expert_compute_s(w, gpu) -> float:
         moved = operand * (rows * h + rows * fe + weights) + e * (rows * fe * (up - 1) + rows * h)
     if fp8:
         moved += rows * (h + fe) * p.fp8_cast_bytes
-    return (flops / (gpu.matmul_flops(w.recipe.precision) * p.grouped_gemm_efficiency)
+    # fc1 (up - 1 outputs of fe) and fc2 (h outputs), each of the E/ep experts' rows a group of its own
+    local, sms = m.num_experts / w.ep, gpu.streaming_multiprocessors
+    waves = (up - 1) / (up * grouped_wave_efficiency(rows / local, fe * (up - 1), local, sms, p.matmul_tile)) \
+        + 1 / (up * grouped_wave_efficiency(rows / local, h, local, sms, p.matmul_tile))
+    return (flops * waves / (gpu.matmul_flops(w.recipe.precision) * p.grouped_gemm_efficiency)
             + router / gpu.matmul_flops("bf16" if fp8 else w.recipe.precision)
             + moved / (gpu.memory_bytes_per_s * gpu.memory_share(p)))
-
-
-def local_sort_bytes(rows: float, h: int, elem_bytes: float, local_experts: float) -> float:
-    """Bytes of the receiving rank's second permutation, per pass: Megatron-Core's alltoall dispatcher
-    sorts the rows it received by local expert after the dispatch all-to-all ("Permutation 2",
-    `sort_chunks_by_idxs`) and restores their rank order before the combine ("Unpermutation 2";
-    token_dispatcher.py, both only when num_local_experts > 1). Each reads and writes the rows:
-    2 x 2 x rows*h*B; the backward sorts the gradients once more each way. Charged for the plain
-    alltoall dispatcher only: the flex dispatchers differ (DeepEP permutes its received tokens after
-    the dispatch, HybridEP fuses the permutation into its dispatch kernel) and a row that says `flex`
-    does not say which."""
-    return 4 * rows * h * elem_bytes if local_experts > 1 else 0.0
 
 
 def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
@@ -298,6 +293,8 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     compute = expert_compute_s(w, gpu)
     sort = 0.0 if w.params.moe_node_dedup else \
         local_sort_bytes(rows, h, e, m.num_experts / w.ep) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
+    if not w.params.moe_permute_fusion:
+        sort += unfused_permute_bytes(tokens * k, h, e) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     dispatch = dispatch_bytes(rho * tokens, k, h, 1 if precision in LOW_PRECISION_DISPATCH else e, w.ep)
     combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
     dedup = w.params.moe_node_dedup
@@ -306,12 +303,13 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     if w.etp > 1:  # all-gather before fc1 and reduce-scatter after fc2 over the ETP group (inside a node)
         etp = (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
         to, back = to + etp, back + etp
-    s = w.params.ep_overlap
-    if not s:
+    s, paired = w.params.ep_overlap, ep_overlap_paired_share(w)
+    if not (s and paired):
         return share * (compute + sort + to + back), share * (2 * compute + sort + to + back)
-    sms = gpu.streaming_multiprocessors   # the compute keeps the SMs a DeepEP / HybridEP kernel does not hold
-    kept = 1.0 - w.params.moe_comm_sms / sms if sms and w.params.moe_node_dedup else 1.0
-    fwd_x, bwd_x = ep_overlap_exposed(to, back, compute, cover, s, kept)
+    slow = 1 + EP_A2A_OVERLAP_SLOWDOWN   # the all-to-all beside the compute runs longer (moe_kernels)
+    fwd_x, bwd_x = ep_overlap_exposed(slow * to, slow * back, compute, cover, s, overlap_kept_share(w, gpu))
+    # the micro-batch passes the schedule leaves unpaired (warm-up forwards, cool-down backwards) expose all
+    fwd_x, bwd_x = paired * fwd_x + (1 - paired) * (to + back), paired * bwd_x + (1 - paired) * (to + back)
     return share * (compute + sort + fwd_x), share * (2 * compute + sort + bwd_x)
 
 

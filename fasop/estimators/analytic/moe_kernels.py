@@ -1,0 +1,97 @@
+"""The MoE layer's kernels and schedule shares beside the all-to-all (parallel.moe_s uses them): the
+grouped GEMM's tile and wave quantization per local expert, the permutation bytes of Megatron-Core's
+alltoall dispatcher and of its unfused path, and under EP overlap the share of the compute kept beside
+the all-to-all and the share of micro-batch passes the schedule pairs.
+
+Sources: docs/estimators.md §A1.1 (Megatron-LM @d98e8a6 moe_utils.py, token_dispatcher.py,
+pipeline_parallel/combined_1f1b.py and schedules.py; Megatron-Bridge @067f987 perf recipes; NVIDIA's
+"Matrix Multiplication Background User's Guide"; Lee et al. 2025, arXiv 2507.03114).
+"""
+
+from __future__ import annotations
+
+import math
+
+EP_A2A_OVERLAP_SLOWDOWN = 0.31
+"""How much longer the EP all-to-all kernels run when Megatron-Core's EP overlap puts them beside the
+other micro-batch's compute (they share SMs, HBM and L2 with it; the mirror of `overlap_slowdown`,
+which slows the compute). Measured in Megatron-Bridge's HybridEP A/B (Qwen3-30B-A3B, 16 H100, EP16;
+skills/nemo-mbridge-perf-expert-parallel-overlap/SKILL.md @067f987, Nsight Systems on rank 0, the
+same 463,348 kernels each case): communication concurrent with GEMM and attention 9.079 ms = 0.11 %
+of the communication time with the overlap off, 3,958.997 ms = 36.55 % with it on -- 8.25 s of
+communication kernels against 10.83 s: 10.83 / 8.25 - 1 = 0.31 (0.25-0.37 as 0.11 % is rounded).
+One profile of one backend; kernel time includes waits on peers. docs/estimators.md §A1.1."""
+
+
+def grouped_wave_efficiency(m: float, n: float, groups: float, sms: int, tile: tuple[int, int]) -> float:
+    """Share of the GPU's tile slots a grouped GEMM of `groups` m x n outputs keeps busy (one group a
+    local expert, m its rows): each group is tiled on its own -- its last row of tiles partly empty
+    when m is not a multiple of the tile (a local expert's rows/(E/ep), small at large E or small
+    batches) -- and all groups' tiles run in whole waves over the SMs (CUTLASS grouped GEMM, one
+    persistent launch over every problem's tiles; NVIDIA "Matrix Multiplication Background User's
+    Guide": tile and wave quantization). The better tile orientation; 1 without an SM count or tile."""
+    if not sms or tile == (1, 1) or m <= 0:
+        return 1.0
+    best = 0.0
+    for r, c in (tile, tile[::-1]):
+        tiles = groups * math.ceil(m / r) * math.ceil(n / c)
+        best = max(best, groups * m * n / (math.ceil(tiles / sms) * sms * r * c))
+    return best
+
+
+def local_sort_bytes(rows: float, h: int, elem_bytes: float, local_experts: float) -> float:
+    """Bytes of the receiving rank's second permutation, per pass: Megatron-Core's alltoall dispatcher
+    sorts the rows it received by local expert after the dispatch all-to-all ("Permutation 2",
+    `sort_chunks_by_idxs`) and restores their rank order before the combine ("Unpermutation 2";
+    token_dispatcher.py, both only when num_local_experts > 1). Each reads and writes the rows:
+    2 x 2 x rows*h*B; the backward sorts the gradients once more each way. Charged for the plain
+    alltoall dispatcher only: the flex dispatchers differ (DeepEP permutes its received tokens after
+    the dispatch, HybridEP fuses the permutation into its dispatch kernel) and a row that says `flex`
+    does not say which."""
+    return 4 * rows * h * elem_bytes if local_experts > 1 else 0.0
+
+
+def unfused_permute_bytes(rows: float, h: int, elem_bytes: float) -> float:
+    """Bytes a rank's first permutation and its unpermutation move per pass beyond the fused kernels the
+    dense path charges, when `moe_permute_fusion` is false (Megatron-Core moe_utils.py `permute` /
+    `unpermute`, unfused path; `rows` = N = T·k copies of the T local tokens):
+    forward: `tokens.index_select(0, sorted_indices)` reads the N copies, not T tokens (N - T); the
+    unpermutation multiplies the N rows by their probabilities (read + write, 2N) and scatter-adds them
+    into a zero-filled T x h output (T written first): 3N·h·B in all;
+    backward: the scatter-add's gradient gathers N rows (read + write) and the product's gradient
+    reads and writes them again and reads the tokens for the probabilities' gradient (6N against the
+    fused kernel's 2N + T), the index_select's gradient zero-fills its T x h input: 4N·h·B.
+    Averaged over the two passes (moe_s adds it to each): 3.5N·h·B. Atomics, the argsort over the
+    T x E routing map and the extra kernels' launches are not counted."""
+    return 3.5 * rows * h * elem_bytes
+
+
+def overlap_kept_share(w, gpu) -> float:
+    """Share of its rate the compute keeps beside an EP all-to-all under EP overlap: a DeepEP / HybridEP
+    kernel holds `moe_comm_sms` of the GPU's SMs for its whole run, the compute gets the rest; NCCL's
+    `alltoall` kernels contend as any NCCL collective does, 1 / (1 + overlap_slowdown) (Lee et al. 2025,
+    as data_parallel.overlap_share charges a DP bucket's reduction)."""
+    sms = gpu.streaming_multiprocessors
+    if w.params.moe_node_dedup:
+        return 1.0 - w.params.moe_comm_sms / sms if sms else 1.0
+    return 1.0 / (1.0 + w.params.overlap_slowdown)
+
+
+def ep_overlap_paired_share(w) -> float:
+    """Share of a rank's micro-batch passes that Megatron-Core's EP A2A overlap pairs (a forward with
+    another micro-batch's backward); the others run alone and expose their all-to-alls in full.
+    megatron/core/pipeline_parallel/combined_1f1b.py, schedules.py (Megatron-LM @d98e8a6):
+    - pp 1 (`combined_1f1b_schedule_for_no_pipelining`): the first micro-batch's forward and the last
+      one's backward run alone, (m - 1)/m of the passes paired;
+    - interleaved (pp > 1, v chunks): the warm-up forwards, (p - r - 1)·2 + (v - 1)·p + 1 on rank r
+      (`get_pp_rank_microbatches`: one more than without the overlap "to ensure the forward and
+      backward computations are independent"), and as many cool-down backwards run alone: of m·v
+      chunk passes, 1 - W/(m·v), W the mean over the ranks, (p - 1) + (v - 1)·p + 1;
+    - pp > 1 without virtual stages, or full recompute: Megatron-LM refuses the overlap
+      (`virtual_pipeline_model_parallel_size` must be set; `recompute_granularity != "full"`): 0."""
+    m, p, v = w.num_microbatches, w.pp, w.recipe.virtual_stages
+    if w.recipe.recompute == "full" or (p > 1 and v == 1):
+        return 0.0
+    if p == 1:
+        return (m - 1) / m
+    return max(0.0, 1.0 - ((p - 1) + (v - 1) * p + 1) / (m * v))
