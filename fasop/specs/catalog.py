@@ -28,7 +28,7 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
-             "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s")
+             "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s", "nvfp4_matmul_efficiency")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce", "fused_elementwise")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel", "distributed_optimizer", "virtual_pp")
@@ -72,10 +72,11 @@ class GpuType:
     """Network of the vendor's reference node, per node (used by `fasop validate`)."""
     fp8_matmul_efficiency: float | None = None
     """Achievable share of the FP8 peak on large matmuls, where measured; None: matmul_efficiency."""
+    nvfp4_matmul_efficiency: float | None = None
+    """Achievable share of the NVFP4 peak, where measured (or a same-die proxy); None: the FP8 share."""
     intra_node_efficiency: float | None = None
     """Share of the intra-node link NCCL achieves on this GPU, where measured; None: the link
     kind's `link_efficiency` (analytic.yaml)."""
-
     fused_attention_efficiency: float | None = None
     """Share of the 16-bit peak a fused attention kernel reaches on this GPU, where measured; None:
     analytic.yaml's `fused_attention_efficiency`."""
@@ -125,9 +126,10 @@ class GpuType:
         chain = {"fp32": ("fp32",), "tf32": ("tf32", "fp32")}.get(precision)
         for p in chain or (precision, "bf16" if precision in ("fp8", "mxfp8", "nvfp4") else "fp16", "fp16"):
             if p in self.peak_flops:
-                # block-scaled MXFP8 / NVFP4 GEMMs: the FP8 share measured, where it was (none measured of their own)
+                # block-scaled GEMMs: NVFP4's own share where given, else the FP8 share measured, where it was
+                own = self.nvfp4_matmul_efficiency if p == "nvfp4" else None
                 fp8 = p in ("fp8", "mxfp8", "nvfp4") and self.fp8_matmul_efficiency is not None
-                return self.peak_flops[p] * (self.fp8_matmul_efficiency if fp8 else self.matmul_efficiency)
+                return self.peak_flops[p] * (own or (self.fp8_matmul_efficiency if fp8 else self.matmul_efficiency))
         raise AssertionError(f"{self.name} has no {precision} peak")
 
 
@@ -245,6 +247,7 @@ def find_gpu(name: str, where: str = "gpu") -> GpuType:
 
 def _gpu(r: Reader, name: str) -> GpuType:
     optional = lambda key: r.get(key, (int, float, type(None)), None, lambda v: v is None or v > 0, "> 0 or null")
+    share = lambda key: r.get(key, (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]")
     peaks = {p: optional(f"{p}_tflops") for p in PEAK_PRECISIONS}
     if peaks["fp16"] is None and peaks["bf16"] is None:
         raise r.error("fp16_tflops", "a GPU needs a 16-bit peak")
@@ -265,17 +268,14 @@ def _gpu(r: Reader, name: str) -> GpuType:
         intra_node_link=r.get("intra_node_link", str, check=lambda v: v in LINKS, why=f"one of {LINKS}"),
         matmul_efficiency=float(r.get("matmul_efficiency", (int, float), check=lambda v: 0 < v <= 1, why="in (0, 1]")),
         reference_inter_node_bytes_per_s=float(r.positive("reference_inter_node_gbit_per_s", high=limits.GBIT_PER_S[1])) * 1e9 / 8,
-        fp8_matmul_efficiency=r.get("fp8_matmul_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
-        fused_attention_efficiency=r.get("fused_attention_efficiency", (int, float), None, lambda v: 0 < v <= 1,
-                                         "in (0, 1]"),
-        intra_node_efficiency=r.get("intra_node_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
+        fp8_matmul_efficiency=share("fp8_matmul_efficiency"), nvfp4_matmul_efficiency=share("nvfp4_matmul_efficiency"),
+        fused_attention_efficiency=share("fused_attention_efficiency"), intra_node_efficiency=share("intra_node_efficiency"),
         validate_software=_validate_software(r),
         nvlink_domain_gpus=r.get("nvlink_domain_gpus", int, None, lambda v: 2 <= v <= limits.GPUS, f"in [2, {limits.GPUS}]"),
         reference_gpus_per_node=r.get("reference_gpus_per_node", int, 8, lambda v: 1 <= v <= limits.GPUS_PER_NODE,
                                       f"in [1, {limits.GPUS_PER_NODE}]"),
         streaming_multiprocessors=r.get("streaming_multiprocessors", int, 0, lambda v: 1 <= v <= 4096, "in [1, 4096]"),
-        memory_bandwidth_efficiency=r.get("memory_bandwidth_efficiency", (int, float), None, lambda v: 0 < v <= 1,
-                                          "in (0, 1]"),
+        memory_bandwidth_efficiency=share("memory_bandwidth_efficiency"),
         layer_overhead_s=r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]"),
         compute_capability=r.get("compute_capability", (int, float), None, lambda v: 1 <= v < 100, "in [1, 100)"),
         kernel_launch_s=r.get("kernel_launch_s", (int, float), None, lambda v: 0 <= v <= 1e-3, "in [0, 0.001]"),
