@@ -106,6 +106,62 @@ def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
         native.kernels._set_poison(False)
 
 
+@compiled
+@pytest.mark.parametrize("seed", range(30))
+def test_traced_run_is_the_python_trace(seed):
+    """one_f_one_b_traced (the proven-split search's cuts, schedule.pipeline.critical_path) against
+    its Python reference (recurrences.trace and chain): its ends are the recurrences', bit for
+    bit; its critical path is the Python chain's duration rows, less the sends of 0 s the kernel
+    does not add (ties on a coarse grid included, so the first-of-equals rule is checked);
+    summed in path order, the durations give the stage-0 end exactly, and for other durations
+    with the same zero sends the sum is at most their stage-0 end. Poisoned cells too; and
+    critical_path gives the same bits with the kernel and without."""
+    from fasop.schedule.pipeline import _rows, critical_path
+    from fasop.schedule.recurrences import chain, trace
+
+    rng = np.random.default_rng(seed)
+    pp, m = int(rng.integers(1, 13)), int(rng.integers(1, 21))
+    for poisoned in (False, True):
+        native.kernels._set_poison(poisoned)
+        try:
+            for coarse in (False, True):
+                for sends in ("ends", "none", "anywhere"):
+                    fwd, bwd, sf, sb = _pipelines(rng, pp, 1, coarse, sends)
+                    durations = np.concatenate([fwd, bwd, sf, sb])[:, 0].copy()
+                    ends = np.empty(pp)
+                    path = native.kernels.one_f_one_b_traced(durations, pp, m, ends)
+                    assert np.array_equal(ends, stage_ends(fwd, bwd, sf, sb, m)[:, 0]), (pp, m)
+                    events, last = trace(*durations.reshape(4, pp), m)
+                    rows = _rows(events, chain(events, last[0]), pp)
+                    assert path == [r for r in rows if r < 2 * pp or durations[r] != 0.0], (pp, m, coarse, sends)
+                    total = 0.0
+                    for k in path:
+                        total += durations[k]
+                    assert total == ends[0]
+                    for _ in range(5):  # other pipelines of the same events
+                        o_fwd, o_bwd, _, _ = _pipelines(rng, pp, 1, coarse, "none")
+                        o_sf, o_sb = (np.where(x > 0, rng.uniform(0.01, 0.3, x.shape), 0.0) for x in (sf, sb))
+                        other = np.concatenate([o_fwd, o_bwd, o_sf, o_sb])[:, 0].copy()
+                        total = 0.0
+                        for k in path:
+                            total += other[k]
+                        assert total <= stage_ends(o_fwd, o_bwd, o_sf, o_sb, m)[0, 0]
+        finally:
+            native.kernels._set_poison(False)
+    comp = rng.uniform(0.1, 1.0, (pp, 6))
+    comp[:, :3] = np.round(comp[:, :3] * 4) / 4
+    send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
+    send_fwd[0], send_bwd[-1] = 0.05, rng.uniform(0, 0.2, 6)
+    with_kernel = critical_path(comp, send_fwd, send_bwd, m, fwd_bwd_factor=3.0)
+    kernels, native.kernels = native.kernels, None
+    try:
+        without = critical_path(comp, send_fwd, send_bwd, m, fwd_bwd_factor=3.0)
+    finally:
+        native.kernels = kernels
+    for a, b in zip(with_kernel, without):
+        assert np.array_equal(a, b)
+
+
 # ----------------------------------------------------------------------------- whole estimates
 def _node(name: str, gpu: str, rng, shared: bool, memory_gib: float) -> NodeType:
     return NodeType(name=name, instance=f"{name}.box", gpu=gpu, gpus_per_node=2, memory_limit_bytes=memory_gib * GIB,

@@ -9,6 +9,8 @@
  *   Every event end is (the largest of the events it waits for) + its duration: comparisons,
  *   exact, and one IEEE double addition. one_f_one_b_many: the same for pipelines of mixed
  *   (pp, m) in one call.
+ * - one_f_one_b_traced: one pipeline's run that also returns the critical path of stage 0's end
+ *   (fasop.schedule.pipeline.critical_path: the proven-split search's cuts).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
  *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima.
  *
@@ -82,8 +84,8 @@ static void sched_free(sched_t *s)
     free(s->ends);
 }
 
-/* Set by _set_poison (tests only): the 1F1B runs (run_1f1b) fill the cells they do not zero
- * with 1e300. */
+/* Set by _set_poison (tests only): the 1F1B runs (run_1f1b, run_traced) fill the cells they do
+ * not zero with 1e300. */
 static int poison = 0;
 
 /* run_1f1b: the recurrences of fasop.schedule.recurrences.run (_one_f_one_b.h) on the LANES pipelines of
@@ -97,6 +99,110 @@ static int poison = 0;
 #define ONE_F_ONE_B_ZERO {{0.0}}
 #define ONE_F_ONE_B_BIG {{1e300, 1e300, 1e300, 1e300}}
 #include "_one_f_one_b.h"
+
+/* ------------------------------------------------------------------------ traced 1F1B */
+
+/* One pipeline's 1F1B run that also records which event set each value, so that the chain of
+ * events that sets stage 0's end (its critical path) can be read back. Every event of the
+ * recurrences is (the latest of its inputs) + its duration, and rounding is monotone, so for
+ * any chain of events the float sum of its durations, added in chain order from 0.0, is at most
+ * the run's value at its last event, for whatever durations the run is given (the events and
+ * their inputs depend only on pp, m and which sends are 0). Summed with another pipeline's
+ * durations, a critical path is thus an exact lower bound on that pipeline's stage-0 end, equal
+ * to it when its own critical path is the same chain (the partitioner's cuts,
+ * fasop.schedule.pipeline.critical_path). */
+
+#define TRACE_MAX_CELLS ((INT32_MAX - 2) / 4) /* event ids are int32 */
+
+typedef struct {
+    double v;
+    int32_t id; /* the event that set v (0: none, v is 0.0) */
+} ev_t;
+
+typedef struct {
+    int pp, m;
+    ev_t *grid;              /* 6 * pp * m */
+    int *flags;              /* 3 * pp */
+    double *dur;             /* 4 * pp: F, B, SF, SB of each stage */
+    double *ends;            /* pp: each stage's last backward end */
+    int32_t *pred, *code;    /* event k: the event its value came from, its duration (index into dur) */
+    int32_t events;          /* events so far (event 0: none) */
+    int32_t *path, length;   /* the critical path: duration indices, first event first */
+} trace_t;
+
+static int trace_init(trace_t *s, int max_pp, int64_t max_cells)
+{
+    const size_t events = 4 * (size_t)max_cells + 2;
+    s->grid = malloc(6 * (size_t)max_cells * sizeof(ev_t));
+    s->flags = malloc(3 * (size_t)max_pp * sizeof(int));
+    s->dur = malloc(4 * (size_t)max_pp * sizeof(double));
+    s->ends = malloc((size_t)max_pp * sizeof(double));
+    s->pred = malloc(events * sizeof(int32_t));
+    s->code = malloc(events * sizeof(int32_t));
+    s->path = malloc(events * sizeof(int32_t));
+    return (s->grid && s->flags && s->dur && s->ends && s->pred && s->code && s->path) ? 0 : -1;
+}
+
+static void trace_free(trace_t *s)
+{
+    free(s->grid);
+    free(s->flags);
+    free(s->dur);
+    free(s->ends);
+    free(s->pred);
+    free(s->code);
+    free(s->path);
+}
+
+/* t = max(a, b) (a unless b is later), then + dur[code] as a new event when add */
+static inline void traced_maxadd(trace_t *s, ev_t *t, const ev_t *a, const ev_t *b, int code, int add)
+{
+    /* selected without branches: which input is later is as good as random */
+    const double av = a->v, bv = b->v;
+    const int later = bv > av;
+    const double v = later ? bv : av;
+    const int32_t id = later ? b->id : a->id;
+    if (add) {
+        const int32_t k = s->events++;
+        s->pred[k] = id;
+        s->code[k] = code;
+        t->v = v + s->dur[code];
+        t->id = k;
+    } else {
+        t->v = v;
+        t->id = id;
+    }
+}
+
+/* run_1f1b's recurrences (_one_f_one_b.h), the same operations in the same order, on one
+ * pipeline, every event recorded. */
+#define ONE_F_ONE_B_NAME traced_recurrences
+#define ONE_F_ONE_B_STATE trace_t
+#define CELL ev_t
+#define MAXADD(t, a, b, row, add) traced_maxadd(s, t, a, b, row, add)
+#define ONE_F_ONE_B_SENDS(row) (s->dur[row] != 0.0)
+#define ONE_F_ONE_B_END(cell) ((cell).v)
+#define ONE_F_ONE_B_ZERO {0.0, 0}
+#define ONE_F_ONE_B_BIG {1e300, 0}
+#include "_one_f_one_b.h"
+
+/* A traced run of s->dur: s->ends, and the critical path of stage 0's end. */
+static void run_traced(trace_t *s)
+{
+    s->events = 1;
+    traced_recurrences(s);
+    /* stage 0's critical path, read back from its end */
+    const size_t size = (size_t)s->pp * (size_t)s->m;
+    const ev_t *end = &s->grid[3 * size + (size_t)(s->m - 1) * (size_t)s->pp];  /* bce[0][m - 1] */
+    int32_t length = 0;
+    for (int32_t k = end->id; k; k = s->pred[k]) s->path[length++] = s->code[k];
+    for (int32_t a = 0, b = length - 1; a < b; a++, b--) {
+        const int32_t c = s->path[a];
+        s->path[a] = s->path[b];
+        s->path[b] = c;
+    }
+    s->length = length;
+}
 
 /* ----------------------------------------------------------- the optimal partitioner's tables */
 
@@ -384,6 +490,56 @@ static PyObject *py_set_poison(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(one_f_one_b_traced_doc,
+"one_f_one_b_traced(durations, pp, m, ends) -> list[int]\n\n"
+"One pipeline's 1F1B run as one_f_one_b's (durations: its 4 pp rows F, B, SF, SB; ends: pp\n"
+"float64, written) that also returns the critical path of stage 0's end: the indices into\n"
+"durations of the events of the chain that sets it, first first. Summed in that order from\n"
+"0.0, any durations' entries on the path are at most the stage-0 end of a run on those\n"
+"durations (the same pp, m and zero sends), and equal to it for these. ValueError past\n"
+"TRACE_MAX_CELLS pp x m cells (event ids are int32).");
+
+static PyObject *py_one_f_one_b_traced(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer durations, ends;
+    int pp, m;
+    if (!PyArg_ParseTuple(args, "y*iiw*", &durations, &pp, &m, &ends)) return NULL;
+    PyObject *result = NULL;
+    trace_t tr = {0};
+    if (check_pipeline(pp, m, "one_f_one_b_traced") < 0) goto done;
+    if (check_buffer(&durations, 4 * (Py_ssize_t)pp, sizeof(double), "durations") < 0 ||
+        check_buffer(&ends, pp, sizeof(double), "ends") < 0)
+        goto done;
+    if ((int64_t)pp * m > TRACE_MAX_CELLS) {
+        PyErr_SetString(PyExc_ValueError, "one_f_one_b_traced: too many events for int32 ids");
+        goto done;
+    }
+    if (trace_init(&tr, pp, (int64_t)pp * m) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    tr.pp = pp;
+    tr.m = m;
+    memcpy(tr.dur, durations.buf, 4 * (size_t)pp * sizeof(double));
+    run_traced(&tr);
+    memcpy(ends.buf, tr.ends, (size_t)pp * sizeof(double));
+    result = PyList_New(tr.length);
+    for (int32_t k = 0; result && k < tr.length; k++) {
+        PyObject *code = PyLong_FromLong(tr.path[k]);
+        if (!code) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, k, code);
+    }
+done:
+    trace_free(&tr);
+    PyBuffer_Release(&durations);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
 /* The stage-time array (n x size x size float64) and, when given, the stage weights (n) of the
  * partitioner's tables; n, size >= 1. */
 static int check_stage_times(const Py_buffer *times, int n, Py_ssize_t size, const Py_buffer *weights, const char *name)
@@ -497,6 +653,7 @@ done:
 static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
     {"one_f_one_b_many", py_one_f_one_b_many, METH_VARARGS, one_f_one_b_many_doc},
+    {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
     {"completion", py_completion, METH_VARARGS, completion_doc},
     {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
     {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
@@ -511,13 +668,15 @@ static struct PyModuleDef module = {
 
 /* The interface version fasop/schedule/native.py expects (native.API): bump with every change of a signature
  * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
- * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many). */
-#define API 10
+ * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
+ * again, for the proven-split search's cuts). */
+#define API 11
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "API", API) < 0) {
+    if (m && (PyModule_AddIntConstant(m, "API", API) < 0 ||
+              PyModule_AddIntConstant(m, "TRACE_MAX_CELLS", TRACE_MAX_CELLS) < 0)) {
         Py_DECREF(m);
         return NULL;
     }
