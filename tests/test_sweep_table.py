@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fasop.schedule import native
 from fasop.schedule.bounds import first_layers, sweep_completion, sweep_unit_sends, sweep_unit_weights
 
 
@@ -61,3 +62,31 @@ def test_sweep_table_equals_the_dense_formulation(seed):
     assert got.shape == want.shape
     assert np.array_equal(got, want)  # inf and -inf included, bit for bit
     assert np.isfinite(got[0, 0]).any() == np.isfinite(want[0, 0]).any()
+
+
+@pytest.mark.skipif(native.kernels is None, reason="the compiled kernels were not built")
+@pytest.mark.parametrize("seed", range(20))
+def test_compiled_sweep_table_is_the_python_one(seed):
+    """The compiled table (_native.c: sweep_completion) against the numpy loop it replaces
+    (native.kernels = None), bit for bit: memory caps, coarse stage times (ties), sends at the
+    ends, anywhere or none, more micro-batches than sweep points, one-stage pipelines."""
+    rng = np.random.default_rng(100 + seed)
+    pp = int(rng.integers(1, 9))
+    layers = int(rng.integers(pp, 3 * pp + 6))
+    m = int(rng.choice([1, 2, 3, 4, 7, 40]))
+    times = _times(rng, pp, layers, cap=int(rng.integers(1, 6)))
+    if seed % 3 == 1:
+        times = np.round(times * 2) / 2  # ties
+    send_fwd, send_bwd = np.zeros(pp), np.zeros(pp)
+    if seed % 3 == 0:
+        send_fwd[0], send_bwd[-1] = rng.uniform(0, 0.5, 2)
+    elif seed % 3 == 1:
+        send_fwd, send_bwd = rng.uniform(0, 0.3, (2, pp)) * (rng.random((2, pp)) < 0.5)
+    for sends in ({"send_fwd": send_fwd, "send_bwd": send_bwd}, {}):
+        got = sweep_completion(times, m, fwd_bwd_factor=3.0, **sends)
+        kernels, native.kernels = native.kernels, None
+        try:
+            want = sweep_completion(times, m, fwd_bwd_factor=3.0, **sends)
+        finally:
+            native.kernels = kernels
+        assert np.array_equal(got, want), (pp, layers, m)

@@ -12,7 +12,8 @@
  * - one_f_one_b_traced: one pipeline's run that also returns the critical path of stage 0's end
  *   (fasop.schedule.pipeline.critical_path: the proven-split search's cuts).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
- *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima.
+ *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima;
+ *   sweep_completion: the backward sweep's table (fasop.schedule.bounds), the same kind.
  *
  * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
  * only a C compiler and Python's headers.
@@ -552,6 +553,49 @@ static int check_stage_times(const Py_buffer *times, int n, Py_ssize_t size, con
     return weights ? check_buffer(weights, n, sizeof(double), "weights") : 0;
 }
 
+/* fasop.schedule.bounds.sweep_completion's stages (its numpy loop over the runs that fit, one
+ * stage at a time from the last): table ((pp + 1) x size x points) comes with its last stage's
+ * row set and inf elsewhere; for stage k (longest[k] > 0) and each first layer a in
+ * [lo[k], hi[k]), each run a..stop-1 (stop <= size - 1, up to longest[k] layers) whose time t is
+ * finite: entering[x] = the running maximum over x' <= x of (table[k+1][stop][x'] - t g[x']) -
+ * h[x'], then (entering[x] + t (g[x] + 1.0)) + h[x]; table[k][a][x] the least over the runs of
+ * a (in run order), numpy's operations one by one (maxima and minima exact, NaN propagated as
+ * numpy's maximum and minimum do), so the same bits. g, h: weights and waits, pp x points. */
+#define T3(k, a, b) times[((size_t)(k) * (size_t)size + (size_t)(a)) * (size_t)size + (size_t)(b)]
+static inline double np_max(double a, double b) { return (isnan(a) || a >= b) ? a : b; }
+static inline double np_min(double a, double b) { return (isnan(a) || a <= b) ? a : b; }
+
+static void sweep_table(const double *times, int pp, Py_ssize_t size, const double *weights, const double *waits,
+                        const int64_t *lo, const int64_t *hi, const int64_t *longest, Py_ssize_t points,
+                        double *table)
+{
+    for (int k = pp - 1; k >= 0; k--) {
+        if (!longest[k] || hi[k] <= lo[k]) continue;
+        const double *g = weights + (size_t)k * (size_t)points, *h = waits + (size_t)k * (size_t)points;
+        const double *next = table + (size_t)(k + 1) * (size_t)size * (size_t)points;
+        for (Py_ssize_t a = lo[k]; a < hi[k]; a++) {
+            double *row = table + ((size_t)k * (size_t)size + (size_t)a) * (size_t)points;
+            int seen = 0;
+            for (int64_t length = 1; length <= longest[k]; length++) {
+                const Py_ssize_t stop = a + (Py_ssize_t)length;
+                if (stop > size - 1) break;
+                const double t = T3(k, a, stop);
+                if (!isfinite(t)) continue;
+                const double *later = next + (size_t)stop * (size_t)points;
+                double entering = 0.0;
+                for (Py_ssize_t x = 0; x < points; x++) {
+                    const double v = (later[x] - t * g[x]) - h[x];
+                    entering = x ? np_max(entering, v) : v;
+                    const double c = (entering + t * (g[x] + 1.0)) + h[x];
+                    row[x] = seen ? np_min(row[x], c) : c;
+                }
+                seen = 1;
+            }
+        }
+    }
+}
+#undef T3
+
 PyDoc_STRVAR(completion_doc,
 "completion(times, n, size, weights, largest, table)\n\n"
 "fasop.partition.splits.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
@@ -576,6 +620,55 @@ static PyObject *py_completion(PyObject *self, PyObject *args)
 done:
     PyBuffer_Release(&times);
     PyBuffer_Release(&weights);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+PyDoc_STRVAR(sweep_completion_doc,
+"sweep_completion(times, pp, size, weights, waits, lo, hi, longest, table)\n\n"
+"fasop.schedule.bounds.sweep_completion's stages: times float64 pp x size x size; weights, waits\n"
+"float64 pp x points; lo, hi, longest int64 pp (first_layers); table: writable float64\n"
+"(pp + 1) x size x points, its last stage set and inf elsewhere, stages pp - 1..0 written.");
+
+static PyObject *py_sweep_completion(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer times, weights, waits, lo, hi, longest, table;
+    int pp;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*iny*y*y*y*y*w*", &times, &pp, &size, &weights, &waits, &lo, &hi, &longest, &table))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t points = pp > 0 ? weights.len / (Py_ssize_t)sizeof(double) / pp : 0;
+    if (pp < 1 || size < 1 || points < 1) {
+        PyErr_SetString(PyExc_ValueError, "sweep_completion: need pp, size and points >= 1");
+        goto done;
+    }
+    if (check_buffer(&times, (Py_ssize_t)pp * size * size, sizeof(double), "times") < 0 ||
+        check_buffer(&weights, (Py_ssize_t)pp * points, sizeof(double), "weights") < 0 ||
+        check_buffer(&waits, (Py_ssize_t)pp * points, sizeof(double), "waits") < 0 ||
+        check_buffer(&lo, pp, sizeof(int64_t), "lo") < 0 || check_buffer(&hi, pp, sizeof(int64_t), "hi") < 0 ||
+        check_buffer(&longest, pp, sizeof(int64_t), "longest") < 0 ||
+        check_buffer(&table, (Py_ssize_t)(pp + 1) * size * points, sizeof(double), "table") < 0)
+        goto done;
+    const int64_t *l = lo.buf, *u = hi.buf;
+    for (int k = 0; k < pp; k++)
+        if (l[k] < 0 || u[k] > size) {
+            PyErr_SetString(PyExc_ValueError, "sweep_completion: first layers out of range");
+            goto done;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    sweep_table(times.buf, pp, size, weights.buf, waits.buf, lo.buf, hi.buf, longest.buf, points, table.buf);
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&weights);
+    PyBuffer_Release(&waits);
+    PyBuffer_Release(&lo);
+    PyBuffer_Release(&hi);
+    PyBuffer_Release(&longest);
     PyBuffer_Release(&table);
     return result;
 }
@@ -656,6 +749,7 @@ static PyMethodDef methods[] = {
     {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
     {"completion", py_completion, METH_VARARGS, completion_doc},
     {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
+    {"sweep_completion", py_sweep_completion, METH_VARARGS, sweep_completion_doc},
     {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
     {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
     {NULL, NULL, 0, NULL},
@@ -669,7 +763,7 @@ static struct PyModuleDef module = {
 /* The interface version fasop/schedule/native.py expects (native.API): bump with every change of a signature
  * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
- * again, for the proven-split search's cuts). */
+ * again, for the proven-split search's cuts; sweep_completion). */
 #define API 11
 
 PyMODINIT_FUNC PyInit__fasop_native(void)

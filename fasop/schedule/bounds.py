@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fasop.schedule import native
+
 
 def steady_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
     """c_i with stage 0's end >= (all stage times + both end sends) + c_i t_i for every stage i:
@@ -221,6 +223,11 @@ def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor
     table = np.full((pp + 1, size, weights.shape[1]), np.inf)
     table[pp, size - 1] = -np.inf
     table[pp, size - 1, 0] = 0.0  # micro-batch 0's backward at the last stage
+    if native.kernels is not None:  # the same operations per entry in C
+        native.kernels.sweep_completion(np.ascontiguousarray(times, dtype=float), pp, size, *(
+            np.ascontiguousarray(x, dtype=float) for x in (weights, waits)), *(
+            np.array(x, dtype=np.int64) for x in zip(*reachable)), np.array(longest, dtype=np.int64), table)
+        return table
     for k in range(pp - 1, -1, -1):
         # the runs of layers stage k may hold that fit, by first layer (where a split can start
         # it) and length (memory caps keep them short): as pairs, grouped by first layer
