@@ -90,3 +90,44 @@ def test_compiled_sweep_table_is_the_python_one(seed):
         finally:
             native.kernels = kernels
         assert np.array_equal(got, want), (pp, layers, m)
+
+
+@pytest.mark.skipif(native.kernels is None, reason="the compiled kernels were not built")
+@pytest.mark.parametrize("seed", range(10))
+def test_compiled_sweep_bound_at_a_node_is_the_python_one(seed):
+    """SweepBound.at (the settle passes' sweep at one node) with the compiled kernel
+    (_native.c: sweep_at) and with numpy (native.kernels = None): the same bounds and prefixes,
+    bit for bit, from the first stage (the start's -inf points) down a random split, on tables
+    with unreachable (inf) entries."""
+    from fasop.partition.splits import Rest
+    from fasop.schedule.bounds import SweepBound
+
+    rng = np.random.default_rng(200 + seed)
+    pp = int(rng.integers(2, 9))
+    layers = int(rng.integers(pp, 3 * pp + 6))
+    m = int(rng.choice([2, 4, 7, 40]))
+    times = _times(rng, pp, layers, cap=int(rng.integers(2, 6)))
+    send_fwd, send_bwd = np.zeros(pp), np.zeros(pp)
+    send_fwd[0], send_bwd[-1] = rng.uniform(0, 0.5, 2)
+    sends = {"num_microbatches": m, "fwd_bwd_factor": 3.0, "send_first": send_fwd[0], "send_last": send_bwd[-1],
+             "send_fwd": send_fwd, "send_bwd": send_bwd}
+    sweep = SweepBound(sweep_completion(times, m, fwd_bwd_factor=3.0, send_fwd=send_fwd, send_bwd=send_bwd), **sends)
+    kernels = native.kernels
+    first, before = 0, (None, None)
+    for k in range(pp):
+        stops = np.arange(first + 1, layers + 1)
+        t = times[k, first, stops]
+        stops, t = stops[np.isfinite(t)], t[np.isfinite(t)]
+        if not len(stops):
+            break
+        got = sweep.at(k, before[0], Rest(stops, t, t, t, t, None, None, None))
+        native.kernels = None
+        try:
+            want = sweep.at(k, before[1], Rest(stops, t, t, t, t, None, None, None))
+        finally:
+            native.kernels = kernels
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), (k, pp, m)
+        i = int(rng.integers(len(stops)))
+        first, before = int(stops[i]), (got[1][i], want[1][i])
+        if first >= layers:
+            break

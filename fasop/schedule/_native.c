@@ -13,7 +13,8 @@
  *   (fasop.schedule.pipeline.critical_path: the proven-split search's cuts).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
  *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima;
- *   sweep_completion: the backward sweep's table (fasop.schedule.bounds), the same kind.
+ *   sweep_completion: the backward sweep's table (fasop.schedule.bounds), the same kind;
+ *   sweep_at: that sweep's bound at one node of the partitioner's search (SweepBound.at).
  *
  * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
  * only a C compiler and Python's headers.
@@ -596,6 +597,27 @@ static void sweep_table(const double *times, int pp, Py_ssize_t size, const doub
 }
 #undef T3
 
+/* fasop.schedule.bounds.SweepBound.at's numpy operations at one node of n choices and P points:
+ * prefixes[i][x] = (acc[i][x] - g[i][x]) + col[i] with acc[i][x] the running maximum over x' <= x
+ * of later[x'] + g[i][x']; bounds[i] = (the largest over x of prefixes[i][x] + below[i][x]) +
+ * sends. Maxima as numpy's (NaN propagated), so the same bits. */
+static void sweep_at(const double *later, const double *g, const double *col, const double *below, double sends,
+                     Py_ssize_t n, Py_ssize_t points, double *prefixes, double *bounds)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const double *gi = g + i * points, *bi = below + i * points;
+        double *pi = prefixes + i * points, acc = 0.0, most = 0.0;
+        for (Py_ssize_t x = 0; x < points; x++) {
+            const double v = later[x] + gi[x];
+            acc = x ? np_max(acc, v) : v;
+            pi[x] = (acc - gi[x]) + col[i];
+            const double w = pi[x] + bi[x];
+            most = x ? np_max(most, w) : w;
+        }
+        bounds[i] = most + sends;
+    }
+}
+
 PyDoc_STRVAR(completion_doc,
 "completion(times, n, size, weights, largest, table)\n\n"
 "fasop.partition.splits.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
@@ -670,6 +692,41 @@ done:
     PyBuffer_Release(&hi);
     PyBuffer_Release(&longest);
     PyBuffer_Release(&table);
+    return result;
+}
+
+PyDoc_STRVAR(sweep_at_doc,
+"sweep_at(later, g, col, below, sends, prefixes, bounds)\n\n"
+"fasop.schedule.bounds.SweepBound.at's operations: later float64 P; g, below float64 n x P; col\n"
+"float64 n; prefixes (n x P) and bounds (n): writable float64, written.");
+
+static PyObject *py_sweep_at(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer later, g, col, below, prefixes, bounds;
+    double sends;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*dw*w*", &later, &g, &col, &below, &sends, &prefixes, &bounds)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t points = later.len / (Py_ssize_t)sizeof(double), n = col.len / (Py_ssize_t)sizeof(double);
+    if (points < 1) {
+        PyErr_SetString(PyExc_ValueError, "sweep_at: need points >= 1");
+        goto done;
+    }
+    if (check_buffer(&g, n * points, sizeof(double), "g") < 0 ||
+        check_buffer(&below, n * points, sizeof(double), "below") < 0 ||
+        check_buffer(&prefixes, n * points, sizeof(double), "prefixes") < 0 ||
+        check_buffer(&bounds, n, sizeof(double), "bounds") < 0)
+        goto done;
+    sweep_at(later.buf, g.buf, col.buf, below.buf, sends, n, points, prefixes.buf, bounds.buf);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&later);
+    PyBuffer_Release(&g);
+    PyBuffer_Release(&col);
+    PyBuffer_Release(&below);
+    PyBuffer_Release(&prefixes);
+    PyBuffer_Release(&bounds);
     return result;
 }
 
@@ -750,6 +807,7 @@ static PyMethodDef methods[] = {
     {"completion", py_completion, METH_VARARGS, completion_doc},
     {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
     {"sweep_completion", py_sweep_completion, METH_VARARGS, sweep_completion_doc},
+    {"sweep_at", py_sweep_at, METH_VARARGS, sweep_at_doc},
     {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
     {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
     {NULL, NULL, 0, NULL},
@@ -763,7 +821,7 @@ static struct PyModuleDef module = {
 /* The interface version fasop/schedule/native.py expects (native.API): bump with every change of a signature
  * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
- * again, for the proven-split search's cuts; sweep_completion). */
+ * again, for the proven-split search's cuts; sweep_completion, sweep_at). */
 #define API 11
 
 PyMODINIT_FUNC PyInit__fasop_native(void)

@@ -298,13 +298,17 @@ class SweepBound:
         its stops) kept on the node."""
         t, g, col, later_table = rest.cached(self, self._node, k, rest)
         later = self.start if before is None else before
+        if native.kernels is not None:  # the same operations in C
+            prefixes, bounds = np.empty(g.shape), np.empty(len(t))
+            native.kernels.sweep_at(later, g, t, later_table, self.sends, prefixes, bounds)
+            return bounds, prefixes
         prefixes = np.maximum.accumulate(later[None, :] + g, axis=1) - g + col
         return (prefixes + later_table).max(axis=1) + self.sends, prefixes
 
     def _node(self, k: int, rest) -> tuple:
         t = rest.t
         return (t, t[:, None] * self.weights[k][None, :] + self.waits[k][None, :], t[:, None],
-                self.table[k + 1][rest.stops])
+                np.ascontiguousarray(self.table[k + 1][rest.stops]))
 
 
 def with_sweep(bound, sweep: SweepBound):
