@@ -162,6 +162,54 @@ def test_traced_run_is_the_python_trace(seed):
         assert np.array_equal(a, b)
 
 
+@compiled
+@pytest.mark.parametrize("seed", range(20))
+def test_chain_bounds_at_nodes_are_the_python_ones(seed):
+    """one_f_one_b_bound (the partitioner's chains at a node: _native.c chain_terms and
+    chain_bounds) with the kernels and with numpy (native.kernels = None), down random partial
+    splits: the same bounds and chains, bit for bit, with and without the capped tables (inf
+    entries included), the round trips on and off, sends at the ends, coarse times (ties)."""
+    from fasop.partition.splits import Rest
+    from fasop.schedule.bounds import one_f_one_b_bound, steady_weights
+
+    rng = np.random.default_rng(300 + seed)
+    pp, m = int(rng.integers(1, 10)), int(rng.integers(1, 40))
+    sends = {"send_first": float(rng.uniform(0, 0.3)), "send_last": float(rng.uniform(0, 0.3))}
+    weights = steady_weights(pp, m, fwd_bwd_factor=3.0)
+    caps = int(rng.integers(0, 5))
+    kernels = native.kernels
+
+    def rest(n):
+        t = rng.uniform(0.5, 2.0, n)
+        if seed % 2:
+            t = np.round(t * 2) / 2
+        capped = rng.uniform(1, 20, (caps, n)) if caps else None
+        if caps:
+            capped[rng.random((caps, n)) < 0.3] = np.inf
+        return (t, rng.uniform(0, 30, n), rng.uniform(0, 3, n), rng.uniform(0, 9, n), capped,
+                np.sort(rng.uniform(0, 9, caps)) if caps else None)
+
+    chains, before = [None, None], 0.0
+    for k in range(pp):
+        n = int(rng.integers(1, 12))
+        t, total, most, wmax, capped, below = rest(n)
+        got = []
+        for way in (kernels, None):
+            native.kernels = way
+            try:
+                node = Rest(np.arange(n), t, total, most, wmax, capped, below, None)
+                got.append(one_f_one_b_bound(k, before, chains[len(got)], t, node, num_stages=pp, num_microbatches=m,
+                                             weights=weights, round_trips=bool(seed % 3), **sends))
+            finally:
+                native.kernels = kernels
+        (bounds, new), (want, want_new) = got
+        assert np.array_equal(bounds, want), (k, pp, m)
+        for i in range(n):
+            assert new[i] == want_new[i]
+        i = int(rng.integers(n))
+        chains, before = [new[i], want_new[i]], before + float(t[i])
+
+
 # ----------------------------------------------------------------------------- whole estimates
 def _node(name: str, gpu: str, rng, shared: bool, memory_gib: float) -> NodeType:
     return NodeType(name=name, instance=f"{name}.box", gpu=gpu, gpus_per_node=2, memory_limit_bytes=memory_gib * GIB,

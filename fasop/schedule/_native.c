@@ -14,7 +14,8 @@
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
  *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima;
  *   sweep_completion: the backward sweep's table (fasop.schedule.bounds), the same kind;
- *   sweep_at: that sweep's bound at one node of the partitioner's search (SweepBound.at).
+ *   sweep_at: that sweep's bound at one node of the partitioner's search (SweepBound.at);
+ *   chain_terms, chain_bounds: one_f_one_b_bound's chains at a node (fasop.schedule.bounds).
  *
  * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
  * only a C compiler and Python's headers.
@@ -618,6 +619,72 @@ static void sweep_at(const double *later, const double *g, const double *col, co
     }
 }
 
+/* fasop.schedule.bounds._shared's operations (what the nodes of one_f_one_b_bound with the same
+ * choices share) on n choices t of stage k and J caps: out rows (6 x n) steady, everything, busy,
+ * terms, twice, trips; least[0] the least of max(steady, wmax), least[1] the least term. The
+ * float operations of the numpy code one by one, maxima and minima as numpy's. capped: J x n
+ * (J = 0: none), below: J. */
+static void chain_terms(const double *t, const double *sum, const double *most, const double *wmax,
+                        const double *capped, const double *below, Py_ssize_t J, Py_ssize_t n,
+                        double c, double send_first, double send_last, double m, int k, int pp, double a,
+                        double *out, double *least)
+{
+    double *steady = out, *everything = out + n, *busy = out + 2 * n, *terms = out + 3 * n;
+    double *twice = out + 4 * n, *trips = out + 5 * n;
+    const double sends = send_first + send_last;
+    const double own = (k > 0 ? send_first : 0.0) + (k == pp - 1 ? send_last : 0.0);
+    const double trip_sends = (k > 0 ? send_first : 0.0) + (k < pp - 1 ? send_last : 0.0);
+    double least_steady = 0.0, least_terms = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        steady[i] = c * t[i];
+        everything[i] = (t[i] + sum[i]) + sends;
+        busy[i] = m * t[i] + own;
+        const double top = np_max(steady[i], wmax[i]);
+        double chain = everything[i] + top;
+        if (J) {
+            double low = 0.0;
+            for (Py_ssize_t j = 0; j < J; j++) {
+                const double largest = np_max(np_max(steady[i], below[j]), wmax[i]);
+                const double v = capped[j * n + i] + largest;
+                low = j ? np_min(low, v) : v;
+            }
+            chain = np_max(chain, (t[i] + sends) + low);
+        }
+        double term = np_max(chain, busy[i]);
+        if (k < pp - 1) term = np_max(term, (t[i] + send_first) + m * most[i]);
+        twice[i] = 2.0 * (t[i] + sum[i]);
+        trips[i] = -INFINITY;
+        if (a >= 0.0) {
+            trips[i] = a * t[i] + trip_sends;
+            term = np_max(term, twice[i] + trips[i]);
+        }
+        terms[i] = term;
+        least_steady = i ? np_min(least_steady, top) : top;
+        least_terms = i ? np_min(least_terms, term) : term;
+    }
+    least[0] = least_steady;
+    least[1] = least_terms;
+}
+
+/* one_f_one_b_bound's operations at a node: bounds[i] from the shared terms and the chain of the
+ * stages before (before, own_before, steady_before, trips_before), as its numpy code. */
+static void chain_bounds(double before, double own_before, double steady_before, double trips_before,
+                         double least_steady, double least_terms, const double *terms, const double *everything,
+                         const double *twice, Py_ssize_t n, double *bounds)
+{
+    const int steadier = steady_before > least_steady, trips = trips_before > -INFINITY;
+    const int own = own_before > before + least_terms;
+    const double twice_before = 2.0 * before;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double v = terms[i];
+        if (steadier) v = np_max(v, everything[i] + steady_before);
+        v = before + v;
+        if (trips) v = np_max(v, (twice_before + twice[i]) + trips_before);
+        if (own) v = np_max(v, own_before);
+        bounds[i] = v;
+    }
+}
+
 PyDoc_STRVAR(completion_doc,
 "completion(times, n, size, weights, largest, table)\n\n"
 "fasop.partition.splits.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
@@ -730,6 +797,75 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(chain_terms_doc,
+"chain_terms(t, sum, most, wmax, capped, below, c, send_first, send_last, m, k, pp, a, out, least)\n\n"
+"fasop.schedule.bounds._shared's operations: t, sum, most, wmax float64 n; capped float64 J x n\n"
+"and below float64 J (J = 0: no caps); out writable float64 6 x n (steady, everything, busy,\n"
+"terms, twice, trips), least writable float64 2.");
+
+static PyObject *py_chain_terms(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer t, sum, most, wmax, capped, below, out, least;
+    double c, send_first, send_last, m, a;
+    int k, pp;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*ddddiidw*w*", &t, &sum, &most, &wmax, &capped, &below, &c, &send_first,
+                          &send_last, &m, &k, &pp, &a, &out, &least))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = t.len / (Py_ssize_t)sizeof(double), J = below.len / (Py_ssize_t)sizeof(double);
+    if (check_buffer(&sum, n, sizeof(double), "sum") < 0 || check_buffer(&most, n, sizeof(double), "most") < 0 ||
+        check_buffer(&wmax, n, sizeof(double), "wmax") < 0 ||
+        check_buffer(&capped, J * n, sizeof(double), "capped") < 0 ||
+        check_buffer(&out, 6 * n, sizeof(double), "out") < 0 || check_buffer(&least, 2, sizeof(double), "least") < 0)
+        goto done;
+    chain_terms(t.buf, sum.buf, most.buf, wmax.buf, capped.buf, below.buf, J, n, c, send_first, send_last, m, k, pp, a,
+                out.buf, least.buf);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&sum);
+    PyBuffer_Release(&most);
+    PyBuffer_Release(&wmax);
+    PyBuffer_Release(&capped);
+    PyBuffer_Release(&below);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&least);
+    return result;
+}
+
+PyDoc_STRVAR(chain_bounds_doc,
+"chain_bounds(before, own_before, steady_before, trips_before, least_steady, least_terms, terms,\n"
+"             everything, twice, bounds)\n\n"
+"fasop.schedule.bounds.one_f_one_b_bound's operations at a node: terms, everything, twice float64 n;\n"
+"bounds writable float64 n, written.");
+
+static PyObject *py_chain_bounds(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer terms, everything, twice, bounds;
+    double before, own_before, steady_before, trips_before, least_steady, least_terms;
+    if (!PyArg_ParseTuple(args, "ddddddy*y*y*w*", &before, &own_before, &steady_before, &trips_before, &least_steady,
+                          &least_terms, &terms, &everything, &twice, &bounds))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = terms.len / (Py_ssize_t)sizeof(double);
+    if (check_buffer(&everything, n, sizeof(double), "everything") < 0 ||
+        check_buffer(&twice, n, sizeof(double), "twice") < 0 || check_buffer(&bounds, n, sizeof(double), "bounds") < 0)
+        goto done;
+    chain_bounds(before, own_before, steady_before, trips_before, least_steady, least_terms, terms.buf, everything.buf,
+                 twice.buf, n, bounds.buf);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&terms);
+    PyBuffer_Release(&everything);
+    PyBuffer_Release(&twice);
+    PyBuffer_Release(&bounds);
+    return result;
+}
+
 PyDoc_STRVAR(capped_completion_doc,
 "capped_completion(times, n, size, weights, caps, table)\n\n"
 "fasop.partition.splits.capped_completion's table: times and weights as for completion, caps float64 J;\n"
@@ -808,6 +944,8 @@ static PyMethodDef methods[] = {
     {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
     {"sweep_completion", py_sweep_completion, METH_VARARGS, sweep_completion_doc},
     {"sweep_at", py_sweep_at, METH_VARARGS, sweep_at_doc},
+    {"chain_terms", py_chain_terms, METH_VARARGS, chain_terms_doc},
+    {"chain_bounds", py_chain_bounds, METH_VARARGS, chain_bounds_doc},
     {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
     {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
     {NULL, NULL, 0, NULL},
@@ -821,7 +959,8 @@ static struct PyModuleDef module = {
 /* The interface version fasop/schedule/native.py expects (native.API): bump with every change of a signature
  * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
- * again, for the proven-split search's cuts; sweep_completion, sweep_at). */
+ * again, for the proven-split search's cuts; sweep_completion, sweep_at,
+ * chain_terms, chain_bounds). */
 #define API 11
 
 PyMODINIT_FUNC PyInit__fasop_native(void)

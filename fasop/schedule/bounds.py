@@ -14,6 +14,8 @@ import numpy as np
 
 from fasop.schedule import native
 
+_EMPTY = np.zeros(0)
+
 
 def steady_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
     """c_i with stage 0's end >= (all stage times + both end sends) + c_i t_i for every stage i:
@@ -67,6 +69,11 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
     own_before, steady_before, trips_before = (0.0, 0.0, -np.inf) if chain is None else chain
     steady, everything, busy, terms, least_steady, least_terms, twice, trips = rest.memo(
         _shared, k, t, rest, num_stages, num_microbatches, send_first, send_last, weights, round_trips)
+    if native.kernels is not None:  # the same operations in C
+        bounds = np.empty(len(terms))
+        native.kernels.chain_bounds(before, own_before, steady_before, trips_before, least_steady, least_terms, terms,
+                                    everything, twice, bounds)
+        return bounds, _Chains(before, busy, own_before, steady, steady_before, trips, trips_before)
     if steady_before > least_steady:  # an earlier stage's steady chain is the longer for some choices
         terms = np.maximum(terms, everything + steady_before)
     bounds = before + terms
@@ -80,7 +87,14 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
 def _shared(k: int, t: np.ndarray, rest, pp: int, m: int, send_first: float, send_last: float, weights: np.ndarray,
             round_trips: bool) -> tuple:
     """What every node of `one_f_one_b_bound` with these choices shares (once per `rest`, its memo)."""
-    c = weights[k]
+    c, a = weights[k], round_trip_weights(pp, m)[k] if round_trips else -1.0
+    if native.kernels is not None:  # the same operations in C
+        out, least, no_caps = np.empty((6, len(t))), np.empty(2), rest.capped is None
+        native.kernels.chain_terms(t, rest.sum, rest.max, rest.wmax, _EMPTY if no_caps else np.ascontiguousarray(
+            rest.capped), _EMPTY if no_caps else rest.below, float(c), send_first, send_last, float(m), k, pp, float(a),
+            out, least)
+        steady, everything, busy, terms, twice, trips = out
+        return steady, everything, busy, terms, float(least[0]), float(least[1]), twice, trips
     steady = c * t
     sends = send_first + send_last
     everything = t + rest.sum + sends  # + before: micro-batch 0 through every stage and back
@@ -95,7 +109,6 @@ def _shared(k: int, t: np.ndarray, rest, pp: int, m: int, send_first: float, sen
     if k < pp - 1:  # the slowest later stage's own chain
         terms = np.maximum(terms, t + send_first + m * rest.max)
     twice = 2 * (t + rest.sum)  # + 2 before: every stage time twice
-    a = round_trip_weights(pp, m)[k] if round_trips else -1.0
     trips = np.full_like(t, -np.inf)
     if a >= 0:  # stage k's two round trips (+ before - before)
         trips = a * t + ((send_first if k > 0 else 0.0) + (send_last if k < pp - 1 else 0.0))
@@ -332,69 +345,3 @@ class _SweptChains:
 
     def __getitem__(self, i: int) -> tuple:
         return self.chains[i], self.prefixes[i]
-
-
-# ------------------------------------------------------------------ the sweep from the last stage
-def sweep_prefix_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float,
-                            send_fwd: np.ndarray, send_bwd: np.ndarray) -> np.ndarray:
-    """`sweep_completion` from the other end: table[j, b, x] <= the least, over the splits of
-    layers 0..b-1 into stages 0..j-1, of their stage times + the longest advance of the backward
-    sweep from micro-batch x (entering stage j-1) to m - 1 (leaving stage 0); inf where no split
-    fits. For a search that fixes the last stages first (`ReverseSweepBound`). Shape (pp + 1,
-    layers + 1, points)."""
-    pp, size, _ = times.shape
-    weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
-    waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
-    points = weights.shape[1]
-    longest, reachable = first_layers(times)
-    reachable.append((size - 1, size))  # the last stage stops at the last layer
-    table = np.full((pp + 1, size, points), np.inf)
-    table[0, 0] = -np.inf
-    table[0, 0, points - 1] = 0.0  # no stage left: the sweep must have reached micro-batch m - 1
-    for j in range(pp):
-        stop = np.arange(*reachable[j + 1])[:, None]  # where stage j can stop: where j + 1 starts
-        if not longest[j] or not len(stop):
-            continue
-        first = np.maximum(stop - np.arange(1, longest[j] + 1)[None, :], 0)  # [stop, length]
-        t = times[j][first, stop]
-        fits = np.isfinite(t) & (first < stop) & np.isfinite(table[j][first]).any(axis=2)
-        t = np.where(fits, t, 0.0)[:, :, None]
-        g = t * weights[j][None, None, :] + waits[j][None, None, :]
-        # enter stage j at x, advance there to x' >= x, then stages < j from x': t + g(x') - g(x) + table[j][a][x']
-        later = np.maximum.accumulate((table[j][first] + g)[:, :, ::-1], axis=2)[:, :, ::-1]
-        table[j + 1, stop[:, 0]] = np.where(fits[:, :, None], later - g + t, np.inf).min(axis=1)
-    return table
-
-
-class ReverseSweepBound:
-    """`SweepBound` for a search that fixes the stages from the last one down: the fixed stages
-    j..pp-1 exact (`suffix`: their times + the longest advance of the backward sweep from
-    micro-batch 0 at the last stage to x leaving stage j), the free stages 0..j-1 bounded by
-    `sweep_prefix_completion`'s table; the bound is the largest over x of the two, + both end
-    sends. The same chains as the sweep, relaxed on the other side: measured on FASOP's
-    experiments, it proves many of the splits whose critical chain is set by the last stages,
-    where the sweep's least over the free last stages is loose."""
-
-    def __init__(self, table: np.ndarray, *, num_microbatches: int, fwd_bwd_factor: float, send_first: float,
-                 send_last: float, send_fwd: np.ndarray, send_bwd: np.ndarray):
-        """table: `sweep_prefix_completion` of the stage times, with the same sends."""
-        pp = table.shape[0] - 1
-        self.weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
-        self.waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
-        self.table = table
-        self.sends = send_first + send_last
-        self.start = np.full(self.weights.shape[1], -np.inf)
-        self.start[0] = 0.0  # micro-batch 0's backward at the last stage
-
-    def suffix(self, j: int, after: np.ndarray | None, t: np.ndarray) -> np.ndarray:
-        """Per choice t of stage j's time, per point x: the stage times of stages j.. + the
-        longest advance from micro-batch 0 at the last stage to x leaving stage j (`after`: this
-        for stage j + 1)."""
-        later = self.start if after is None else after
-        g = t[:, None] * self.weights[j][None, :] + self.waits[j][None, :]
-        return np.maximum.accumulate(later[None, :] - g, axis=1) + g + t[:, None]
-
-    def __call__(self, j: int, after: np.ndarray | None, t: np.ndarray, firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(bounds, suffixes) of the choices t of stage j starting at layers `firsts`."""
-        suffixes = self.suffix(j, after, t)
-        return (suffixes + self.table[j][firsts]).max(axis=1) + self.sends, suffixes
