@@ -15,7 +15,8 @@
  *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima;
  *   sweep_completion: the backward sweep's table (fasop.schedule.bounds), the same kind;
  *   sweep_at: that sweep's bound at one node of the partitioner's search (SweepBound.at);
- *   chain_terms, chain_bounds: one_f_one_b_bound's chains at a node (fasop.schedule.bounds).
+ *   chain_terms, chain_bounds: one_f_one_b_bound's chains at a node (fasop.schedule.bounds);
+ *   reverse_sweep, zigzag: the reverse sweep's and the zigzag chains' bounds at a node.
  *
  * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
  * only a C compiler and Python's headers.
@@ -685,6 +686,62 @@ static void chain_bounds(double before, double own_before, double steady_before,
     }
 }
 
+/* fasop.schedule.reverse_sweep.ReverseSweepBound.__call__'s operations on n choices t of stage j
+ * and P points: g[x] = t w[x] + h[x]; suffixes[i][x] = (acc[x] + g[x]) + t with acc the running
+ * maximum of after[x'] - g[x']; bounds[i] = (the largest over x of suffixes[i][x] +
+ * table[firsts[i]][x]) + sends. Maxima as numpy's, so the same bits. */
+static void reverse_sweep(const double *after, const double *t, const double *w, const double *h, const double *table,
+                          const int64_t *firsts, double sends, Py_ssize_t n, Py_ssize_t points, double *suffixes,
+                          double *bounds)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const double *below = table + (size_t)firsts[i] * (size_t)points;
+        double *si = suffixes + i * points, acc = 0.0, most = 0.0;
+        for (Py_ssize_t x = 0; x < points; x++) {
+            const double g = t[i] * w[x] + h[x], v = after[x] - g;
+            acc = x ? np_max(acc, v) : v;
+            si[x] = (acc + g) + t[i];
+            const double b = si[x] + below[x];
+            most = x ? np_max(most, b) : b;
+        }
+        bounds[i] = most + sends;
+    }
+}
+
+/* fasop.partition.zigzag.ZigzagBound.__call__'s operations on n choices t of stage k and the J
+ * turns j >= k: top = max(largest, t); turns[i][j] = row[j] + t, raised to (steady t + turn[j]
+ * top) + no_turn[j] where steady > -inf; fixed[i] = max(fixed, turns[i][0]); out[i] = (t + sends)
+ * + max(fixed[i] + sum[i], the largest over j >= 1 of turns[i][j] + free[i][j - 1]). Maxima as
+ * numpy's, so the same bits. */
+static void zigzag(const double *row, double fixed, double largest, const double *t, double steady, const double *turn,
+                   const double *no_turn, const double *sum, const double *free_, double sends, Py_ssize_t n,
+                   Py_ssize_t J, double *out, double *turns, double *fixed_out, double *top_out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const double top = np_max(largest, t[i]);
+        double *ti = turns + i * J;
+        for (Py_ssize_t j = 0; j < J; j++) {
+            double v = row[j] + t[i];
+            if (steady > -INFINITY) v = np_max(v, (steady * t[i] + turn[j] * top) + no_turn[j]);
+            ti[j] = v;
+        }
+        const double f = np_max(fixed, ti[0]);
+        double b = f + sum[i];
+        if (J > 1) {
+            const double *fi = free_ + i * (J - 1);
+            double most = 0.0;
+            for (Py_ssize_t j = 1; j < J; j++) {
+                const double v = ti[j] + fi[j - 1];
+                most = j > 1 ? np_max(most, v) : v;
+            }
+            b = np_max(b, most);
+        }
+        out[i] = (t[i] + sends) + b;
+        fixed_out[i] = f;
+        top_out[i] = top;
+    }
+}
+
 PyDoc_STRVAR(completion_doc,
 "completion(times, n, size, weights, largest, table)\n\n"
 "fasop.partition.splits.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
@@ -866,6 +923,91 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(reverse_sweep_doc,
+"reverse_sweep(after, t, w, h, table, firsts, sends, suffixes, bounds)\n\n"
+"ReverseSweepBound.__call__'s operations: after, w, h float64 P; t float64 n; table float64\n"
+"rows x P (the stage's rows); firsts int64 n; suffixes (n x P), bounds (n) writable float64.");
+
+static PyObject *py_reverse_sweep(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer after, t, w, h, table, firsts, suffixes, bounds;
+    double sends;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*dw*w*", &after, &t, &w, &h, &table, &firsts, &sends, &suffixes, &bounds))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t points = after.len / (Py_ssize_t)sizeof(double), n = t.len / (Py_ssize_t)sizeof(double);
+    const Py_ssize_t rows = points ? table.len / (Py_ssize_t)sizeof(double) / points : 0;
+    if (points < 1 || check_buffer(&w, points, sizeof(double), "w") < 0 ||
+        check_buffer(&h, points, sizeof(double), "h") < 0 || check_buffer(&table, rows * points, sizeof(double), "table") < 0 ||
+        check_buffer(&firsts, n, sizeof(int64_t), "firsts") < 0 ||
+        check_buffer(&suffixes, n * points, sizeof(double), "suffixes") < 0 ||
+        check_buffer(&bounds, n, sizeof(double), "bounds") < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "reverse_sweep: need points >= 1");
+        goto done;
+    }
+    const int64_t *f = firsts.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (f[i] < 0 || f[i] >= rows) {
+            PyErr_SetString(PyExc_ValueError, "reverse_sweep: first layer out of range");
+            goto done;
+        }
+    reverse_sweep(after.buf, t.buf, w.buf, h.buf, table.buf, f, sends, n, points, suffixes.buf, bounds.buf);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&after);
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&h);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&firsts);
+    PyBuffer_Release(&suffixes);
+    PyBuffer_Release(&bounds);
+    return result;
+}
+
+PyDoc_STRVAR(zigzag_doc,
+"zigzag(row, fixed, largest, t, steady, turn, no_turn, sum, free, sends, out, turns, fixed_out, top)\n\n"
+"ZigzagBound.__call__'s operations: row, turn, no_turn float64 J; t, sum float64 n; free float64\n"
+"n x (J - 1); out, fixed_out, top (n) and turns (n x J) writable float64.");
+
+static PyObject *py_zigzag(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer row, t, turn, no_turn, sum, free_, out, turns, fixed_out, top;
+    double fixed, largest, steady, sends;
+    if (!PyArg_ParseTuple(args, "y*ddy*dy*y*y*y*dw*w*w*w*", &row, &fixed, &largest, &t, &steady, &turn, &no_turn, &sum,
+                          &free_, &sends, &out, &turns, &fixed_out, &top))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t J = row.len / (Py_ssize_t)sizeof(double), n = t.len / (Py_ssize_t)sizeof(double);
+    if (J < 1 || check_buffer(&turn, J, sizeof(double), "turn") < 0 ||
+        check_buffer(&no_turn, J, sizeof(double), "no_turn") < 0 || check_buffer(&sum, n, sizeof(double), "sum") < 0 ||
+        check_buffer(&free_, n * (J - 1), sizeof(double), "free") < 0 ||
+        check_buffer(&out, n, sizeof(double), "out") < 0 || check_buffer(&turns, n * J, sizeof(double), "turns") < 0 ||
+        check_buffer(&fixed_out, n, sizeof(double), "fixed_out") < 0 || check_buffer(&top, n, sizeof(double), "top") < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "zigzag: need J >= 1");
+        goto done;
+    }
+    zigzag(row.buf, fixed, largest, t.buf, steady, turn.buf, no_turn.buf, sum.buf, free_.buf, sends, n, J, out.buf,
+           turns.buf, fixed_out.buf, top.buf);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&row);
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&turn);
+    PyBuffer_Release(&no_turn);
+    PyBuffer_Release(&sum);
+    PyBuffer_Release(&free_);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&turns);
+    PyBuffer_Release(&fixed_out);
+    PyBuffer_Release(&top);
+    return result;
+}
+
 PyDoc_STRVAR(capped_completion_doc,
 "capped_completion(times, n, size, weights, caps, table)\n\n"
 "fasop.partition.splits.capped_completion's table: times and weights as for completion, caps float64 J;\n"
@@ -946,6 +1088,8 @@ static PyMethodDef methods[] = {
     {"sweep_at", py_sweep_at, METH_VARARGS, sweep_at_doc},
     {"chain_terms", py_chain_terms, METH_VARARGS, chain_terms_doc},
     {"chain_bounds", py_chain_bounds, METH_VARARGS, chain_bounds_doc},
+    {"reverse_sweep", py_reverse_sweep, METH_VARARGS, reverse_sweep_doc},
+    {"zigzag", py_zigzag, METH_VARARGS, zigzag_doc},
     {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
     {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
     {NULL, NULL, 0, NULL},
@@ -960,7 +1104,7 @@ static struct PyModuleDef module = {
  * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
  * again, for the proven-split search's cuts; sweep_completion, sweep_at,
- * chain_terms, chain_bounds). */
+ * chain_terms, chain_bounds, reverse_sweep, zigzag). */
 #define API 11
 
 PyMODINIT_FUNC PyInit__fasop_native(void)

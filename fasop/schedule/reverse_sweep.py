@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fasop.schedule import native
 from fasop.schedule.bounds import _unit_sends, first_layers, sweep_unit_weights
 
 
@@ -54,8 +55,8 @@ class ReverseSweepBound:
                  send_last: float, send_fwd: np.ndarray, send_bwd: np.ndarray):
         """table: `sweep_prefix_completion` of the stage times, with the same sends."""
         pp = table.shape[0] - 1
-        self.weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
-        self.waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
+        self.weights = np.ascontiguousarray(sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor))
+        self.waits = np.ascontiguousarray(_unit_sends(pp, num_microbatches, send_fwd, send_bwd))
         self.table = table
         self.sends = send_first + send_last
         self.start = np.full(self.weights.shape[1], -np.inf)
@@ -71,5 +72,10 @@ class ReverseSweepBound:
 
     def __call__(self, j: int, after: np.ndarray | None, t: np.ndarray, firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(bounds, suffixes) of the choices t of stage j starting at layers `firsts`."""
+        if native.kernels is not None:  # the same operations in C
+            suffixes, bounds = np.empty((len(t), len(self.start))), np.empty(len(t))
+            native.kernels.reverse_sweep(self.start if after is None else after, t, self.weights[j], self.waits[j],
+                                         self.table[j], np.asarray(firsts, dtype=np.int64), self.sends, suffixes, bounds)
+            return bounds, suffixes
         suffixes = self.suffix(j, after, t)
         return (suffixes + self.table[j][firsts]).max(axis=1) + self.sends, suffixes
