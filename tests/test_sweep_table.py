@@ -120,10 +120,11 @@ def test_compiled_sweep_bound_at_a_node_is_the_python_one(seed):
         stops, t = stops[np.isfinite(t)], t[np.isfinite(t)]
         if not len(stops):
             break
-        got = sweep.at(k, before[0], Rest(stops, t, t, t, t, None, None, None))
+        floor = rng.uniform(0, 2, len(t)) * t.sum() if k % 2 else np.full(len(t), -np.inf)
+        got = sweep.at(k, before[0], Rest(stops, t, t, t, t, None, None, None), floor)
         native.kernels = None
         try:
-            want = sweep.at(k, before[1], Rest(stops, t, t, t, t, None, None, None))
+            want = sweep.at(k, before[1], Rest(stops, t, t, t, t, None, None, None), floor)
         finally:
             native.kernels = kernels
         assert all(np.array_equal(a, b) for a, b in zip(got, want)), (k, pp, m)

@@ -228,7 +228,9 @@ class _Search:
     def child_bounds(self, k: int, first: int, counts: tuple, before: float, chain, dots: np.ndarray) -> tuple | None:
         """(bounds of the children, their chains, their Rest) of a node; None: no child.
         dots: cut_w . stage times of stages < k, one per cut."""
-        rest = self.children(k, first)
+        rest = self.nodes.get((k, first), _UNSEEN)
+        if rest is _UNSEEN:
+            rest = self.children(k, first)
         if rest is None:
             return None
         lb, chains = self.bound(k, before, chain, rest.t, rest)
@@ -368,6 +370,10 @@ class _Search:
             if len(order) > 1 and not self.hopeless(lbs[order[1]]):
                 self.push(family, 1)
             k, first, counts, before, chain, dots = family.child(0, self.cut_w)
+
+
+_UNSEEN = object()
+"""`_Search.nodes` has no entry for the key yet (None is an entry: no child)."""
 
 
 class _Budget(Exception):

@@ -602,9 +602,10 @@ static void sweep_table(const double *times, int pp, Py_ssize_t size, const doub
 /* fasop.schedule.bounds.SweepBound.at's numpy operations at one node of n choices and P points:
  * prefixes[i][x] = (acc[i][x] - g[i][x]) + col[i] with acc[i][x] the running maximum over x' <= x
  * of later[x'] + g[i][x']; bounds[i] = (the largest over x of prefixes[i][x] + below[i][x]) +
- * sends. Maxima as numpy's (NaN propagated), so the same bits. */
+ * sends, raised to floor[i] (max(floor, bound), floor first) where floor is given. Maxima as
+ * numpy's (NaN propagated), so the same bits. */
 static void sweep_at(const double *later, const double *g, const double *col, const double *below, double sends,
-                     Py_ssize_t n, Py_ssize_t points, double *prefixes, double *bounds)
+                     const double *floor, Py_ssize_t n, Py_ssize_t points, double *prefixes, double *bounds)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         const double *gi = g + i * points, *bi = below + i * points;
@@ -616,7 +617,7 @@ static void sweep_at(const double *later, const double *g, const double *col, co
             const double w = pi[x] + bi[x];
             most = x ? np_max(most, w) : w;
         }
-        bounds[i] = most + sends;
+        bounds[i] = floor ? np_max(floor[i], most + sends) : most + sends;
     }
 }
 
@@ -820,16 +821,18 @@ done:
 }
 
 PyDoc_STRVAR(sweep_at_doc,
-"sweep_at(later, g, col, below, sends, prefixes, bounds)\n\n"
+"sweep_at(later, g, col, below, sends, floor, prefixes, bounds)\n\n"
 "fasop.schedule.bounds.SweepBound.at's operations: later float64 P; g, below float64 n x P; col\n"
-"float64 n; prefixes (n x P) and bounds (n): writable float64, written.");
+"float64 n; floor float64 n (the bounds raised to it) or empty (none); prefixes (n x P) and\n"
+"bounds (n): writable float64, written.");
 
 static PyObject *py_sweep_at(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer later, g, col, below, prefixes, bounds;
+    Py_buffer later, g, col, below, floor, prefixes, bounds;
     double sends;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*dw*w*", &later, &g, &col, &below, &sends, &prefixes, &bounds)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*dy*w*w*", &later, &g, &col, &below, &sends, &floor, &prefixes, &bounds))
+        return NULL;
     PyObject *result = NULL;
     const Py_ssize_t points = later.len / (Py_ssize_t)sizeof(double), n = col.len / (Py_ssize_t)sizeof(double);
     if (points < 1) {
@@ -838,10 +841,12 @@ static PyObject *py_sweep_at(PyObject *self, PyObject *args)
     }
     if (check_buffer(&g, n * points, sizeof(double), "g") < 0 ||
         check_buffer(&below, n * points, sizeof(double), "below") < 0 ||
+        (floor.len && check_buffer(&floor, n, sizeof(double), "floor") < 0) ||
         check_buffer(&prefixes, n * points, sizeof(double), "prefixes") < 0 ||
         check_buffer(&bounds, n, sizeof(double), "bounds") < 0)
         goto done;
-    sweep_at(later.buf, g.buf, col.buf, below.buf, sends, n, points, prefixes.buf, bounds.buf);
+    sweep_at(later.buf, g.buf, col.buf, below.buf, sends, floor.len ? (const double *)floor.buf : NULL, n, points,
+             prefixes.buf, bounds.buf);
     result = Py_None;
     Py_INCREF(result);
 done:
@@ -849,6 +854,7 @@ done:
     PyBuffer_Release(&g);
     PyBuffer_Release(&col);
     PyBuffer_Release(&below);
+    PyBuffer_Release(&floor);
     PyBuffer_Release(&prefixes);
     PyBuffer_Release(&bounds);
     return result;

@@ -10,6 +10,8 @@ stage of a partial split, with the rest bounded by partition.Rest's least comple
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from fasop.schedule import native
@@ -135,6 +137,7 @@ class _Chains:
                 max(self.trips_before, float(self.trips[i]) - self.before))
 
 
+@functools.lru_cache(maxsize=256)
 def round_trip_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
     """a_i = m - w_i - 2 (w_i = min(pp-i-1, m) warm-up forwards), -1 where negative: stage 0's
     end >= sends + 2 (all stage times) + a_i t_i - sum_{j<i} t_j for every stage with a_i >= 0
@@ -142,7 +145,9 @@ def round_trip_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
     backward and micro-batch m-1's forward is m-1-w_i forwards and m-2-w_i backwards."""
     warm = np.minimum(num_stages - 1 - np.arange(num_stages), num_microbatches)
     a = num_microbatches - warm - 2.0
-    return np.where(a >= 0, a, -1.0)
+    weights = np.where(a >= 0, a, -1.0)
+    weights.flags.writeable = False  # kept (lru_cache): read, never changed
+    return weights
 
 
 # ---------------------------------------------------------------------------- the backward sweep
@@ -305,18 +310,18 @@ class SweepBound:
         return (prefixes + self.table[k + 1][stops]).max(axis=1) + self.sends, prefixes
 
 
-    def at(self, k: int, before: np.ndarray | None, rest) -> tuple[np.ndarray, np.ndarray]:
+    def at(self, k: int, before: np.ndarray | None, rest, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`__call__` at a node of partition.optimal (`rest`: its partition.Rest), the same
         operations, what depends on the node alone (its stage times' shares, the table's rows of
-        its stops) kept on the node."""
+        its stops) kept on the node; the bounds raised to `floor` (np.maximum(floor, bounds))."""
         t, g, col, later_table = rest.cached(self, self._node, k, rest)
         later = self.start if before is None else before
         if native.kernels is not None:  # the same operations in C
             prefixes, bounds = np.empty(g.shape), np.empty(len(t))
-            native.kernels.sweep_at(later, g, t, later_table, self.sends, prefixes, bounds)
+            native.kernels.sweep_at(later, g, t, later_table, self.sends, floor, prefixes, bounds)
             return bounds, prefixes
         prefixes = np.maximum.accumulate(later[None, :] + g, axis=1) - g + col
-        return (prefixes + later_table).max(axis=1) + self.sends, prefixes
+        return np.maximum(floor, (prefixes + later_table).max(axis=1) + self.sends), prefixes
 
     def _node(self, k: int, rest) -> tuple:
         t = rest.t
@@ -330,7 +335,10 @@ def with_sweep(bound, sweep: SweepBound):
     def raised(k, before, chain, t, rest):
         inner, prefix = (None, None) if chain is None else chain
         bounds, chains = bound(k, before, inner, t, rest)
-        swept, prefixes = sweep.at(k, prefix, rest) if t is rest.t else sweep(k, prefix, t, rest.stops)
+        if t is rest.t:
+            raised_bounds, prefixes = sweep.at(k, prefix, rest, bounds)
+            return raised_bounds, _SweptChains(chains, prefixes)
+        swept, prefixes = sweep(k, prefix, t, rest.stops)
         return np.maximum(bounds, swept), _SweptChains(chains, prefixes)
     return raised
 
