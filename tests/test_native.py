@@ -210,6 +210,28 @@ def test_chain_bounds_at_nodes_are_the_python_ones(seed):
         chains, before = [new[i], want_new[i]], before + float(t[i])
 
 
+@compiled
+@pytest.mark.parametrize("seed", range(10))
+def test_cut_raise_is_child_bounds_numpy(seed):
+    """cut_raise (partition.splits' child bounds raised to the learnt cuts, plus stage 0's extra)
+    against child_bounds' numpy expression, bit for bit: 0..3 cuts, an extra per child or one for
+    all, ties on a coarse grid, infinite entries."""
+    rng = np.random.default_rng(400 + seed)
+    for cuts in range(4):
+        n = int(rng.integers(1, 30))
+        lb, extra = rng.uniform(0, 10, n), rng.uniform(0, 1, n)
+        dots, rows = rng.uniform(0, 5, cuts), rng.uniform(0, 10, (cuts, n))
+        if seed % 2:
+            lb, rows = np.round(lb), np.round(rows)
+        rows[rng.random((cuts, n)) < 0.1] = np.inf
+        for per_child in (True, False):
+            out = np.empty(n)
+            native.kernels.cut_raise(lb, dots, rows, extra if per_child else np.zeros(0), 0.0 if per_child else 0.25,
+                                     out)
+            want = np.maximum(lb, (dots[:, None] + rows).max(axis=0)) if cuts else lb
+            assert np.array_equal(out, want + (extra if per_child else 0.25))
+
+
 # ----------------------------------------------------------------------------- whole estimates
 def _node(name: str, gpu: str, rng, shared: bool, memory_gib: float) -> NodeType:
     return NodeType(name=name, instance=f"{name}.box", gpu=gpu, gpus_per_node=2, memory_limit_bytes=memory_gib * GIB,

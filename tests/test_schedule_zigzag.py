@@ -200,3 +200,36 @@ def test_compiled_zigzag_and_reverse_sweep_are_the_python_ones(seed):
         assert np.array_equal(value, want) and np.array_equal(rows, w_rows), (j, pp, m)
         i = int(rng.integers(len(firsts)))
         afters, stop = (rows[i], w_rows[i]), int(firsts[i])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_searches_with_and_without_the_kernels_are_the_same(seed):
+    """The whole branch and bound (partition.optimal: the chains, the sweep, the zigzag chains and
+    the cuts at every node, the compiled kernels of _native.c or numpy) on generated cases, first
+    pass and settle pass as fasop runs them: the same split, objective, proof and bound, to the
+    bit, with the kernels and without (native.kernels = None)."""
+    from fasop.schedule import native
+
+    if native.kernels is None:
+        pytest.skip("the compiled kernels were not built")
+    fitting, extra, objective, _, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
+    if not np.isfinite(brute):
+        return
+    kernels, found = native.kernels, []
+    for way in (kernels, None):
+        native.kernels = way
+        try:
+            kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
+            sends = {"send_fwd": sends_fwd[:, 0], "send_bwd": sends_bwd[:, 0]}
+            sweep = SweepBound(sweep_completion(fitting, m, fwd_bwd_factor=3.0, **sends), num_microbatches=m,
+                               fwd_bwd_factor=3.0, send_first=float(sends_fwd[0, 0]),
+                               send_last=float(sends_bwd[-1, 0]), **sends)
+            first = optimal(fitting, **(kwargs | {"max_nodes": 5}))
+            closer = with_zigzag(with_sweep(kwargs["bound"], sweep), _zigzag(fitting, m, sends_fwd[:, 0],
+                                                                             sends_bwd[:, 0]))
+            found.append((first, optimal(fitting, **(kwargs | {"bound": closer})),
+                          optimal(fitting, settle=True, last_stages=3, **(kwargs | {"bound": closer, "seeds": [
+                              max(_splits(fitting), key=objective)]}))))
+        finally:
+            native.kernels = kernels
+    assert found[0] == found[1]

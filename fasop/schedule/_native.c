@@ -16,7 +16,8 @@
  *   sweep_completion: the backward sweep's table (fasop.schedule.bounds), the same kind;
  *   sweep_at: that sweep's bound at one node of the partitioner's search (SweepBound.at);
  *   chain_terms, chain_bounds: one_f_one_b_bound's chains at a node (fasop.schedule.bounds);
- *   reverse_sweep, zigzag: the reverse sweep's and the zigzag chains' bounds at a node.
+ *   reverse_sweep, zigzag: the reverse sweep's and the zigzag chains' bounds at a node; cut_raise:
+ *   a node's child bounds raised to the learnt cuts (fasop.partition.splits).
  *
  * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
  * only a C compiler and Python's headers.
@@ -743,6 +744,26 @@ static void zigzag(const double *row, double fixed, double largest, const double
     }
 }
 
+/* fasop.partition.splits._Search.child_bounds's last operations on a node's n children: out[i]
+ * = max(lb[i], the largest over the C cuts of dots[c] + cuts[c][i]) (C = 0: lb[i]) + (extra[i],
+ * or extra0 where extra is empty). Maxima as numpy's, so the same bits. */
+static void cut_raise(const double *lb, const double *dots, const double *cuts, Py_ssize_t C, const double *extra,
+                      double extra0, Py_ssize_t n, double *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double v = lb[i];
+        if (C) {
+            double most = 0.0;
+            for (Py_ssize_t c = 0; c < C; c++) {
+                const double w = dots[c] + cuts[c * n + i];
+                most = c ? np_max(most, w) : w;
+            }
+            v = np_max(v, most);
+        }
+        out[i] = v + (extra ? extra[i] : extra0);
+    }
+}
+
 PyDoc_STRVAR(completion_doc,
 "completion(times, n, size, weights, largest, table)\n\n"
 "fasop.partition.splits.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
@@ -1014,6 +1035,35 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(cut_raise_doc,
+"cut_raise(lb, dots, cuts, extra, extra0, out)\n\n"
+"fasop.partition.splits' child bounds raised to the cuts: lb float64 n; dots float64 C; cuts\n"
+"float64 C x n; extra float64 n or empty (then extra0 for every child); out writable float64 n.");
+
+static PyObject *py_cut_raise(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer lb, dots, cuts, extra, out;
+    double extra0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*dw*", &lb, &dots, &cuts, &extra, &extra0, &out)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = lb.len / (Py_ssize_t)sizeof(double), C = dots.len / (Py_ssize_t)sizeof(double);
+    if (check_buffer(&cuts, C * n, sizeof(double), "cuts") < 0 ||
+        (extra.len && check_buffer(&extra, n, sizeof(double), "extra") < 0) ||
+        check_buffer(&out, n, sizeof(double), "out") < 0)
+        goto done;
+    cut_raise(lb.buf, dots.buf, cuts.buf, C, extra.len ? (const double *)extra.buf : NULL, extra0, n, out.buf);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&lb);
+    PyBuffer_Release(&dots);
+    PyBuffer_Release(&cuts);
+    PyBuffer_Release(&extra);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 PyDoc_STRVAR(capped_completion_doc,
 "capped_completion(times, n, size, weights, caps, table)\n\n"
 "fasop.partition.splits.capped_completion's table: times and weights as for completion, caps float64 J;\n"
@@ -1096,6 +1146,7 @@ static PyMethodDef methods[] = {
     {"chain_bounds", py_chain_bounds, METH_VARARGS, chain_bounds_doc},
     {"reverse_sweep", py_reverse_sweep, METH_VARARGS, reverse_sweep_doc},
     {"zigzag", py_zigzag, METH_VARARGS, zigzag_doc},
+    {"cut_raise", py_cut_raise, METH_VARARGS, cut_raise_doc},
     {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
     {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
     {NULL, NULL, 0, NULL},
@@ -1110,7 +1161,7 @@ static struct PyModuleDef module = {
  * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
  * again, for the proven-split search's cuts; sweep_completion, sweep_at,
- * chain_terms, chain_bounds, reverse_sweep, zigzag). */
+ * chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise). */
 #define API 11
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
