@@ -304,7 +304,7 @@ class _Search:
         balanced = self.shared["balanced"]
         for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
             edges = boundaries(seed)
-            if len(seed) == self.n and all(np.isfinite(self.times[i, edges[i], edges[i + 1]]) for i in range(self.n)):
+            if len(seed) == self.n and np.isfinite(self.times[np.arange(self.n), edges[:-1], edges[1:]]).all():
                 self.pending.append(tuple(seed))
         self.flush()
 
