@@ -217,7 +217,7 @@ def first_layers(times: np.ndarray) -> tuple[list[int], list[tuple[int, int]]]:
     return longest, [(max(k, layers - int(back[k])), min(layers - (pp - k), int(front[k])) + 1) for k in range(pp)]
 
 
-def _unit_sends(pp: int, num_microbatches: int, send_fwd, send_bwd) -> np.ndarray:
+def unit_sends(pp: int, num_microbatches: int, send_fwd, send_bwd) -> np.ndarray:
     """`sweep_unit_sends`, or zeros without sends."""
     if send_fwd is None:
         return np.zeros((pp, len(sweep_points(num_microbatches))))
@@ -236,7 +236,7 @@ def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor
     (`sweep_unit_sends`)."""
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
-    waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
+    waits = unit_sends(pp, num_microbatches, send_fwd, send_bwd)
     longest, reachable = first_layers(times)
     table = np.full((pp + 1, size, weights.shape[1]), np.inf)
     table[pp, size - 1] = -np.inf
@@ -290,7 +290,7 @@ class SweepBound:
         pp = table.shape[0] - 1
         # points in reverse order (last micro-batch first), as `prefix` keeps its vectors
         self.weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)[:, ::-1]
-        self.waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)[:, ::-1]
+        self.waits = unit_sends(pp, num_microbatches, send_fwd, send_bwd)[:, ::-1]
         self.table = table[:, :, ::-1]
         self.sends = send_first + send_last
         self.start = np.full(self.weights.shape[1], -np.inf)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from fasop.schedule import native
-from fasop.schedule.bounds import _unit_sends, first_layers, sweep_unit_weights
+from fasop.schedule.bounds import unit_sends, first_layers, sweep_unit_weights
 
 
 def sweep_prefix_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float,
@@ -20,7 +20,7 @@ def sweep_prefix_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd
     layers + 1, points)."""
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
-    waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
+    waits = unit_sends(pp, num_microbatches, send_fwd, send_bwd)
     points = weights.shape[1]
     longest, reachable = first_layers(times)
     reachable.append((size - 1, size))  # the last stage stops at the last layer
@@ -56,7 +56,7 @@ class ReverseSweepBound:
         """table: `sweep_prefix_completion` of the stage times, with the same sends."""
         pp = table.shape[0] - 1
         self.weights = np.ascontiguousarray(sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor))
-        self.waits = np.ascontiguousarray(_unit_sends(pp, num_microbatches, send_fwd, send_bwd))
+        self.waits = np.ascontiguousarray(unit_sends(pp, num_microbatches, send_fwd, send_bwd))
         self.table = table
         self.sends = send_first + send_last
         self.start = np.full(self.weights.shape[1], -np.inf)
