@@ -8,6 +8,10 @@ choices), each a fresh interpreter, with
   fasop2024_plans.py read `native.kernels` as None);
 - `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
   Python (partition_tables.py reads None);
+- `no-bounds`: the proven-split search's node bounds and sweep tables (sweep_completion,
+  sweep_at, chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise) in Python
+  (schedule/bounds.py, schedule/reverse_sweep.py, partition/zigzag.py and partition/splits.py
+  read None; the traced run, one_f_one_b_traced, goes with `no-1f1b`);
 - `python`: no kernel (FASOP_PURE_PYTHON=1);
 - `baseline` (with --baseline PATH): another checkout, its own kernels; `baseline-python`: that
   checkout with no kernel (FASOP_PURE_PYTHON=1), to compare the Python fallbacks.
@@ -41,7 +45,7 @@ COMMANDS = [  # (name, fasop argv without --out)
                    ("t5", "a10=8"), ("t5", "a100=1,a10=7")]],
     *[(f"search {m} {n} defaults", ["search", "--model", m, "--cluster", "fasop-paper", "--nodes", n,
                                     "--heterogeneous"])
-      for m, n in [("t5", "a10=8"), ("t5", "a100=1,a10=7")]],
+      for m, n in [("t5", "a10=8"), ("t5", "a100=1,a10=7"), ("gpt2xl", "a100=1,a10=7")]],
     ("pareto gpt2xl defaults --workers 1", ["pareto", "--model", "gpt2xl", "--cluster", "fasop-paper-pareto",
                                             "--max-nodes", "a100=8,a10=8", "--iterations", "12500000",
                                             "--workers", "1"]),
@@ -60,10 +64,14 @@ if "1f1b" in off:
     fasop.schedule.pipeline.native = plans.native = types.SimpleNamespace(kernels=None)
 if "tables" in off:
     fasop.partition.tables.native = types.SimpleNamespace(kernels=None)
+if "bounds" in off:
+    import fasop.partition.splits, fasop.partition.zigzag, fasop.schedule.bounds, fasop.schedule.reverse_sweep
+    for module in (fasop.partition.splits, fasop.partition.zigzag, fasop.schedule.bounds, fasop.schedule.reverse_sweep):
+        module.native = types.SimpleNamespace(kernels=None)
 from fasop.cli.command import main
 sys.exit(main(sys.argv[3:]))
 """
-VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-tables": "tables", "python": ""}
+VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-tables": "tables", "no-bounds": "bounds", "python": ""}
 
 
 BYTECODE = Path(tempfile.mkdtemp(prefix="kernel_value_pyc_"))

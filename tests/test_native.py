@@ -106,6 +106,132 @@ def test_one_f_one_b_reads_only_the_cells_it_zeroes_or_writes(pp):
         native.kernels._set_poison(False)
 
 
+@compiled
+@pytest.mark.parametrize("seed", range(30))
+def test_traced_run_is_the_python_trace(seed):
+    """one_f_one_b_traced (the proven-split search's cuts, schedule.pipeline.critical_path) against
+    its Python reference (recurrences.trace and chain): its ends are the recurrences', bit for
+    bit; its critical path is the Python chain's duration rows, less the sends of 0 s the kernel
+    does not add (ties on a coarse grid included, so the first-of-equals rule is checked);
+    summed in path order, the durations give the stage-0 end exactly, and for other durations
+    with the same zero sends the sum is at most their stage-0 end. Poisoned cells too; and
+    critical_path gives the same bits with the kernel and without."""
+    from fasop.schedule.pipeline import critical_path
+    from fasop.schedule.recurrences import KINDS, chain, trace
+
+    rng = np.random.default_rng(seed)
+    pp, m = int(rng.integers(1, 13)), int(rng.integers(1, 21))
+    for poisoned in (False, True):
+        native.kernels._set_poison(poisoned)
+        try:
+            for coarse in (False, True):
+                for sends in ("ends", "none", "anywhere"):
+                    fwd, bwd, sf, sb = _pipelines(rng, pp, 1, coarse, sends)
+                    durations = np.concatenate([fwd, bwd, sf, sb])[:, 0].copy()
+                    ends = np.empty(pp)
+                    path = native.kernels.one_f_one_b_traced(durations, pp, m, ends)
+                    assert np.array_equal(ends, stage_ends(fwd, bwd, sf, sb, m)[:, 0]), (pp, m)
+                    events, last = trace(*durations.reshape(4, pp), m)
+                    rows = [KINDS.index(events[e][1]) * pp + events[e][0] for e in chain(events, last[0])]
+                    assert path == [r for r in rows if r < 2 * pp or durations[r] != 0.0], (pp, m, coarse, sends)
+                    total = 0.0
+                    for k in path:
+                        total += durations[k]
+                    assert total == ends[0]
+                    for _ in range(5):  # other pipelines of the same events
+                        o_fwd, o_bwd, _, _ = _pipelines(rng, pp, 1, coarse, "none")
+                        o_sf, o_sb = (np.where(x > 0, rng.uniform(0.01, 0.3, x.shape), 0.0) for x in (sf, sb))
+                        other = np.concatenate([o_fwd, o_bwd, o_sf, o_sb])[:, 0].copy()
+                        total = 0.0
+                        for k in path:
+                            total += other[k]
+                        assert total <= stage_ends(o_fwd, o_bwd, o_sf, o_sb, m)[0, 0]
+        finally:
+            native.kernels._set_poison(False)
+    comp = rng.uniform(0.1, 1.0, (pp, 6))
+    comp[:, :3] = np.round(comp[:, :3] * 4) / 4
+    send_fwd, send_bwd = np.zeros_like(comp), np.zeros_like(comp)
+    send_fwd[0], send_bwd[-1] = 0.05, rng.uniform(0, 0.2, 6)
+    with_kernel = critical_path(comp, send_fwd, send_bwd, m, fwd_bwd_factor=3.0)
+    kernels, native.kernels = native.kernels, None
+    try:
+        without = critical_path(comp, send_fwd, send_bwd, m, fwd_bwd_factor=3.0)
+    finally:
+        native.kernels = kernels
+    for a, b in zip(with_kernel, without):
+        assert np.array_equal(a, b)
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(20))
+def test_chain_bounds_at_nodes_are_the_python_ones(seed):
+    """one_f_one_b_bound (the partitioner's chains at a node: _native.c chain_terms and
+    chain_bounds) with the kernels and with numpy (native.kernels = None), down random partial
+    splits: the same bounds and chains, bit for bit, with and without the capped tables (inf
+    entries included), the round trips on and off, sends at the ends, coarse times (ties)."""
+    from fasop.partition.splits import Rest
+    from fasop.schedule.bounds import one_f_one_b_bound, steady_weights
+
+    rng = np.random.default_rng(300 + seed)
+    pp, m = int(rng.integers(1, 10)), int(rng.integers(1, 40))
+    sends = {"send_first": float(rng.uniform(0, 0.3)), "send_last": float(rng.uniform(0, 0.3))}
+    weights = steady_weights(pp, m, fwd_bwd_factor=3.0)
+    caps = int(rng.integers(0, 5))
+    kernels = native.kernels
+
+    def rest(n):
+        t = rng.uniform(0.5, 2.0, n)
+        if seed % 2:
+            t = np.round(t * 2) / 2
+        capped = rng.uniform(1, 20, (caps, n)) if caps else None
+        if caps:
+            capped[rng.random((caps, n)) < 0.3] = np.inf
+        return (t, rng.uniform(0, 30, n), rng.uniform(0, 3, n), rng.uniform(0, 9, n), capped,
+                np.sort(rng.uniform(0, 9, caps)) if caps else None)
+
+    chains, before = [None, None], 0.0
+    for k in range(pp):
+        n = int(rng.integers(1, 12))
+        t, total, most, wmax, capped, below = rest(n)
+        got = []
+        for way in (kernels, None):
+            native.kernels = way
+            try:
+                node = Rest(np.arange(n), t, total, most, wmax, capped, below, None)
+                got.append(one_f_one_b_bound(k, before, chains[len(got)], t, node, num_stages=pp, num_microbatches=m,
+                                             weights=weights, round_trips=bool(seed % 3), **sends))
+            finally:
+                native.kernels = kernels
+        (bounds, new), (want, want_new) = got
+        assert np.array_equal(bounds, want), (k, pp, m)
+        for i in range(n):
+            assert new[i] == want_new[i]
+        i = int(rng.integers(n))
+        chains, before = [new[i], want_new[i]], before + float(t[i])
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(10))
+def test_cut_raise_is_child_bounds_numpy(seed):
+    """cut_raise (partition.splits' child bounds raised to the learnt cuts, plus stage 0's extra)
+    against child_bounds' numpy expression, bit for bit: 0..3 cuts, an extra per child or one for
+    all, ties on a coarse grid, infinite entries."""
+    rng = np.random.default_rng(400 + seed)
+    for cuts in range(4):
+        n = int(rng.integers(1, 30))
+        lb, extra = rng.uniform(0, 10, n), rng.uniform(0, 1, n)
+        dots, rows = rng.uniform(0, 5, cuts), rng.uniform(0, 10, (cuts, n))
+        if seed % 2:
+            lb, rows = np.round(lb), np.round(rows)
+        rows[rng.random((cuts, n)) < 0.1] = np.inf
+        for per_child in (True, False):
+            out = np.empty(n)
+            native.kernels.cut_raise(lb, dots, rows, extra if per_child else np.zeros(0), 0.0 if per_child else 0.25,
+                                     out)
+            want = np.maximum(lb, (dots[:, None] + rows).max(axis=0)) if cuts else lb
+            assert np.array_equal(out, want + (extra if per_child else 0.25))
+
+
 # ----------------------------------------------------------------------------- whole estimates
 def _node(name: str, gpu: str, rng, shared: bool, memory_gib: float) -> NodeType:
     return NodeType(name=name, instance=f"{name}.box", gpu=gpu, gpus_per_node=2, memory_limit_bytes=memory_gib * GIB,

@@ -23,7 +23,8 @@ import pytest
 
 from fasop.estimators.fasop2024.optimal import by_last_stage, reversed_times
 from fasop.partition.splits import optimal
-from fasop.schedule.bounds import ReverseSweepBound, first_layers, sweep_prefix_completion
+from fasop.schedule.bounds import first_layers
+from fasop.schedule.reverse_sweep import ReverseSweepBound, sweep_prefix_completion
 from fasop.schedule.legs import LegBound, Legs, leg_completion, with_legs
 from fasop.schedule.pipeline import one_f_one_b
 from test_split_milp import _case, _edges, _kwargs

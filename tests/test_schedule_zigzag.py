@@ -147,3 +147,89 @@ def test_branch_and_bound_with_zigzag_is_the_brute_force_optimum(seed):
     slowest = max(_splits(fitting), key=objective)
     settled = optimal(fitting, settle=True, last_stages=3, **(kwargs | {"seeds": [slowest]}))
     assert settled.proven and brute <= settled.objective <= brute * (1 + MARGIN)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_compiled_zigzag_and_reverse_sweep_are_the_python_ones(seed):
+    """ZigzagBound.__call__ and ReverseSweepBound.__call__ at the nodes of random partial splits
+    (every feasible choice of the stage at once) with the compiled kernels (_native.c: zigzag,
+    reverse_sweep) and with numpy (native.kernels = None): the same values and chains, bit for
+    bit."""
+    from fasop.schedule import native
+    from fasop.schedule.reverse_sweep import ReverseSweepBound, sweep_prefix_completion
+
+    if native.kernels is None:
+        pytest.skip("the compiled kernels were not built")
+    kernels, rng = native.kernels, np.random.default_rng(seed)
+    fitting, (m, send_fwd, send_bwd), _, _ = _simulated(seed)
+    pp, layers = fitting.shape[0], fitting.shape[1] - 1
+    least = completion(fitting, np.ones(pp))
+    zigzag = _zigzag(fitting, m, send_fwd, send_bwd)
+    sends = {"send_fwd": send_fwd, "send_bwd": send_bwd}
+    reverse = ReverseSweepBound(sweep_prefix_completion(fitting, m, fwd_bwd_factor=3.0, **sends), num_microbatches=m,
+                                fwd_bwd_factor=3.0, send_first=float(send_fwd[0]), send_last=float(send_bwd[-1]), **sends)
+
+    def both(call):
+        got = call()
+        native.kernels = None
+        try:
+            return got, call()
+        finally:
+            native.kernels = kernels
+
+    chains, first = (None, None), 0
+    for k in range(pp):
+        stops = np.arange(first + 1, layers + 1)
+        stops = stops[np.isfinite(fitting[k, first, stops]) & np.isfinite(least[k + 1, stops])]
+        if not len(stops):
+            break
+        t = fitting[k, first, stops]
+        (value, (turns, fixed, top)), (want, (w_turns, w_fixed, w_top)) = both(lambda: zigzag(
+            k, chains[0] if native.kernels else chains[1], t, Rest(stops, t, least[k + 1, stops], t, t, None, None, None)))
+        assert all(np.array_equal(a, b) for a, b in ((value, want), (turns, w_turns), (fixed, w_fixed), (top, w_top)))
+        i = int(rng.integers(len(stops)))
+        chains, first = ((turns[i], float(fixed[i]), float(top[i])), (w_turns[i], float(w_fixed[i]), float(w_top[i]))), int(stops[i])
+    afters, stop = (None, None), layers
+    for j in range(pp - 1, -1, -1):
+        firsts = np.arange(0, stop)
+        firsts = firsts[np.isfinite(fitting[j, firsts, stop])]
+        if not len(firsts):
+            break
+        t = fitting[j, firsts, stop]
+        (value, rows), (want, w_rows) = both(lambda: reverse(j, afters[0] if native.kernels else afters[1], t, firsts))
+        assert np.array_equal(value, want) and np.array_equal(rows, w_rows), (j, pp, m)
+        i = int(rng.integers(len(firsts)))
+        afters, stop = (rows[i], w_rows[i]), int(firsts[i])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_searches_with_and_without_the_kernels_are_the_same(seed):
+    """The whole branch and bound (partition.optimal: the chains, the sweep, the zigzag chains and
+    the cuts at every node, the compiled kernels of _native.c or numpy) on generated cases, first
+    pass and settle pass as fasop runs them: the same split, objective, proof and bound, to the
+    bit, with the kernels and without (native.kernels = None)."""
+    from fasop.schedule import native
+
+    if native.kernels is None:
+        pytest.skip("the compiled kernels were not built")
+    fitting, extra, objective, _, brute, (pp, m, sends_fwd, sends_bwd, stage_times) = _case(seed)
+    if not np.isfinite(brute):
+        return
+    kernels, found = native.kernels, []
+    for way in (kernels, None):
+        native.kernels = way
+        try:
+            kwargs = _kwargs(pp, m, sends_fwd, sends_bwd, stage_times, extra, objective)
+            sends = {"send_fwd": sends_fwd[:, 0], "send_bwd": sends_bwd[:, 0]}
+            sweep = SweepBound(sweep_completion(fitting, m, fwd_bwd_factor=3.0, **sends), num_microbatches=m,
+                               fwd_bwd_factor=3.0, send_first=float(sends_fwd[0, 0]),
+                               send_last=float(sends_bwd[-1, 0]), **sends)
+            first = optimal(fitting, **(kwargs | {"max_nodes": 5}))
+            closer = with_zigzag(with_sweep(kwargs["bound"], sweep), _zigzag(fitting, m, sends_fwd[:, 0],
+                                                                             sends_bwd[:, 0]))
+            found.append((first, optimal(fitting, **(kwargs | {"bound": closer})),
+                          optimal(fitting, settle=True, last_stages=3, **(kwargs | {"bound": closer, "seeds": [
+                              max(_splits(fitting), key=objective)]}))))
+        finally:
+            native.kernels = kernels
+    assert found[0] == found[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fasop.schedule import native
 from fasop.schedule.bounds import first_layers, sweep_completion, sweep_unit_sends, sweep_unit_weights
 
 
@@ -61,3 +62,73 @@ def test_sweep_table_equals_the_dense_formulation(seed):
     assert got.shape == want.shape
     assert np.array_equal(got, want)  # inf and -inf included, bit for bit
     assert np.isfinite(got[0, 0]).any() == np.isfinite(want[0, 0]).any()
+
+
+@pytest.mark.skipif(native.kernels is None, reason="the compiled kernels were not built")
+@pytest.mark.parametrize("seed", range(20))
+def test_compiled_sweep_table_is_the_python_one(seed):
+    """The compiled table (_native.c: sweep_completion) against the numpy loop it replaces
+    (native.kernels = None), bit for bit: memory caps, coarse stage times (ties), sends at the
+    ends, anywhere or none, more micro-batches than sweep points, one-stage pipelines."""
+    rng = np.random.default_rng(100 + seed)
+    pp = int(rng.integers(1, 9))
+    layers = int(rng.integers(pp, 3 * pp + 6))
+    m = int(rng.choice([1, 2, 3, 4, 7, 40]))
+    times = _times(rng, pp, layers, cap=int(rng.integers(1, 6)))
+    if seed % 3 == 1:
+        times = np.round(times * 2) / 2  # ties
+    send_fwd, send_bwd = np.zeros(pp), np.zeros(pp)
+    if seed % 3 == 0:
+        send_fwd[0], send_bwd[-1] = rng.uniform(0, 0.5, 2)
+    elif seed % 3 == 1:
+        send_fwd, send_bwd = rng.uniform(0, 0.3, (2, pp)) * (rng.random((2, pp)) < 0.5)
+    for sends in ({"send_fwd": send_fwd, "send_bwd": send_bwd}, {}):
+        got = sweep_completion(times, m, fwd_bwd_factor=3.0, **sends)
+        kernels, native.kernels = native.kernels, None
+        try:
+            want = sweep_completion(times, m, fwd_bwd_factor=3.0, **sends)
+        finally:
+            native.kernels = kernels
+        assert np.array_equal(got, want), (pp, layers, m)
+
+
+@pytest.mark.skipif(native.kernels is None, reason="the compiled kernels were not built")
+@pytest.mark.parametrize("seed", range(10))
+def test_compiled_sweep_bound_at_a_node_is_the_python_one(seed):
+    """SweepBound.at (the settle passes' sweep at one node) with the compiled kernel
+    (_native.c: sweep_at) and with numpy (native.kernels = None): the same bounds and prefixes,
+    bit for bit, from the first stage (the start's -inf points) down a random split, on tables
+    with unreachable (inf) entries."""
+    from fasop.partition.splits import Rest
+    from fasop.schedule.bounds import SweepBound
+
+    rng = np.random.default_rng(200 + seed)
+    pp = int(rng.integers(2, 9))
+    layers = int(rng.integers(pp, 3 * pp + 6))
+    m = int(rng.choice([2, 4, 7, 40]))
+    times = _times(rng, pp, layers, cap=int(rng.integers(2, 6)))
+    send_fwd, send_bwd = np.zeros(pp), np.zeros(pp)
+    send_fwd[0], send_bwd[-1] = rng.uniform(0, 0.5, 2)
+    sends = {"num_microbatches": m, "fwd_bwd_factor": 3.0, "send_first": send_fwd[0], "send_last": send_bwd[-1],
+             "send_fwd": send_fwd, "send_bwd": send_bwd}
+    sweep = SweepBound(sweep_completion(times, m, fwd_bwd_factor=3.0, send_fwd=send_fwd, send_bwd=send_bwd), **sends)
+    kernels = native.kernels
+    first, before = 0, (None, None)
+    for k in range(pp):
+        stops = np.arange(first + 1, layers + 1)
+        t = times[k, first, stops]
+        stops, t = stops[np.isfinite(t)], t[np.isfinite(t)]
+        if not len(stops):
+            break
+        floor = rng.uniform(0, 2, len(t)) * t.sum() if k % 2 else np.full(len(t), -np.inf)
+        got = sweep.at(k, before[0], Rest(stops, t, t, t, t, None, None, None), floor)
+        native.kernels = None
+        try:
+            want = sweep.at(k, before[1], Rest(stops, t, t, t, t, None, None, None), floor)
+        finally:
+            native.kernels = kernels
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), (k, pp, m)
+        i = int(rng.integers(len(stops)))
+        first, before = int(stops[i]), (got[1][i], want[1][i])
+        if first >= layers:
+            break

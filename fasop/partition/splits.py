@@ -17,6 +17,7 @@ import numpy as np
 from fasop.partition.tables import (  # noqa: F401 -- re-exported: callers import them from here
     CAP_RANGE, CHAIN_LEVELS, PARTITION_CAPS, bottleneck_split, capped_completion, capped_sums, chain_floor, completion,
     least_chain, least_completions, steady_caps, weighted_times)
+from fasop.schedule import native
 
 _weighted = weighted_times  # its earlier private name, which fasop2024_orders still imports (OWNERSHIP_PENDING)
 
@@ -212,8 +213,7 @@ class _Search:
         """What every node at stage k starting at layer `first` shares: its feasible stops, their
         stage times, the least completions after them (the `Rest` given to `bound`) and, at
         stage 0, extra(stop). None: no child."""
-        key = (k, first)
-        if key not in self.nodes:
+        if (key := (k, first)) not in self.nodes:
             n, num_layers = self.n, self.num_layers
             stops = np.arange(first + 1, num_layers + 1 if k == n - 1 else num_layers - (n - k - 1) + 1)
             t = self.times[k, first, stops]
@@ -228,16 +228,20 @@ class _Search:
     def child_bounds(self, k: int, first: int, counts: tuple, before: float, chain, dots: np.ndarray) -> tuple | None:
         """(bounds of the children, their chains, their Rest) of a node; None: no child.
         dots: cut_w . stage times of stages < k, one per cut."""
-        rest = self.children(k, first)
+        rest = self.nodes[k, first] if (k, first) in self.nodes else self.children(k, first)
         if rest is None:
             return None
         lb, chains = self.bound(k, before, chain, rest.t, rest)
         cut_c = self.cut_c
-        if len(cut_c):
-            if rest.cuts[0] != len(cut_c):  # this node's share of the cuts, for the cuts known now
-                rest.cuts = (len(cut_c), self.cut_w[:, k, None] * rest.t[None, :]
-                             + self.cut_tables[:, k + 1, rest.stops] + cut_c[:, None])
-            lb = np.maximum(lb, (dots[:, None] + rest.cuts[1]).max(axis=0))
+        if len(cut_c) and rest.cuts[0] != len(cut_c):  # this node's share of the cuts, for the cuts known now
+            rest.cuts = (len(cut_c), self.cut_w[:, k, None] * rest.t[None, :]
+                         + self.cut_tables[:, k + 1, rest.stops] + cut_c[:, None])
+        if native.kernels is not None:  # the same operations in C
+            out = np.empty(len(lb))
+            native.kernels.cut_raise(lb, dots if len(cut_c) else _NONE, rest.cuts[1] if len(cut_c) else _NONE,
+                                     rest.extra if k == 0 else _NONE, 0.0 if k == 0 else self.extra(counts[0]), out)
+            return out, chains, rest
+        lb = np.maximum(lb, (dots[:, None] + rest.cuts[1]).max(axis=0)) if len(cut_c) else lb
         return lb + (rest.extra if k == 0 else self.extra(counts[0])), chains, rest
 
     def known_dots(self, counts: tuple) -> np.ndarray:
@@ -300,7 +304,7 @@ class _Search:
         balanced = self.shared["balanced"]
         for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
             edges = boundaries(seed)
-            if len(seed) == self.n and all(np.isfinite(self.times[i, edges[i], edges[i + 1]]) for i in range(self.n)):
+            if len(seed) == self.n and np.isfinite(self.times[np.arange(self.n), edges[:-1], edges[1:]]).all():
                 self.pending.append(tuple(seed))
         self.flush()
 
@@ -368,6 +372,9 @@ class _Search:
             if len(order) > 1 and not self.hopeless(lbs[order[1]]):
                 self.push(family, 1)
             k, first, counts, before, chain, dots = family.child(0, self.cut_w)
+
+
+_NONE = np.zeros(0)  # cut_raise's "no cuts", "no per-child extra"
 
 
 class _Budget(Exception):

@@ -28,6 +28,9 @@ from __future__ import annotations
 import numpy as np
 
 from fasop.partition.tables import completion
+from fasop.schedule import native
+
+_EMPTY = np.zeros(0)
 
 
 def zigzag_coefficients(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> tuple[np.ndarray, np.ndarray]:
@@ -73,6 +76,13 @@ class ZigzagBound:
         """(bounds - before, (A, fixed, largest) per choice) of the choices t of stage k at a node
         of partition.optimal (`rest`: its partition.Rest, with the stops of t)."""
         row, fixed, largest = self.start if chain is None else chain  # row: A[j] for j >= k
+        if native.kernels is not None:  # the same operations in C
+            n, turns = len(t), np.empty((len(t), len(row)))
+            out, fixed_out, top = np.empty(n), np.empty(n), np.empty(n)
+            native.kernels.zigzag(row, fixed, largest, t, self.steady[k], self.turn[k], self.no_turn[k], rest.sum,
+                                  rest.cached(self, self._free, k, rest.stops) if k + 1 < self.pp else _EMPTY,
+                                  self.sends, out, turns, fixed_out, top)
+            return out, (turns[:, 1:], fixed_out, top)
         top = np.maximum(largest, t)
         turns = row[None, :] + t[:, None]
         if self.steady[k] > -np.inf:  # stage k may be i (and i')
@@ -86,7 +96,7 @@ class ZigzagBound:
 
     def _free(self, k: int, stops: np.ndarray) -> np.ndarray:
         """The table's rows of a node's stops: (choices, turns j > k)."""
-        return self.table[k + 1:, k + 1, stops].T
+        return np.ascontiguousarray(self.table[k + 1:, k + 1, stops].T)
 
 
 def with_zigzag(bound, zigzag: ZigzagBound):

@@ -10,7 +10,13 @@ stage of a partial split, with the rest bounded by partition.Rest's least comple
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+
+from fasop.schedule import native
+
+_EMPTY = np.zeros(0)
 
 
 def steady_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
@@ -65,6 +71,11 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
     own_before, steady_before, trips_before = (0.0, 0.0, -np.inf) if chain is None else chain
     steady, everything, busy, terms, least_steady, least_terms, twice, trips = rest.memo(
         _shared, k, t, rest, num_stages, num_microbatches, send_first, send_last, weights, round_trips)
+    if native.kernels is not None:  # the same operations in C
+        bounds = np.empty(len(terms))
+        native.kernels.chain_bounds(before, own_before, steady_before, trips_before, least_steady, least_terms, terms,
+                                    everything, twice, bounds)
+        return bounds, _Chains(before, busy, own_before, steady, steady_before, trips, trips_before)
     if steady_before > least_steady:  # an earlier stage's steady chain is the longer for some choices
         terms = np.maximum(terms, everything + steady_before)
     bounds = before + terms
@@ -78,7 +89,14 @@ def one_f_one_b_bound(k: int, before: float, chain, t: np.ndarray, rest, *, num_
 def _shared(k: int, t: np.ndarray, rest, pp: int, m: int, send_first: float, send_last: float, weights: np.ndarray,
             round_trips: bool) -> tuple:
     """What every node of `one_f_one_b_bound` with these choices shares (once per `rest`, its memo)."""
-    c = weights[k]
+    c, a = weights[k], round_trip_weights(pp, m)[k] if round_trips else -1.0
+    if native.kernels is not None:  # the same operations in C
+        out, least, no_caps = np.empty((6, len(t))), np.empty(2), rest.capped is None
+        native.kernels.chain_terms(t, rest.sum, rest.max, rest.wmax, _EMPTY if no_caps else np.ascontiguousarray(
+            rest.capped), _EMPTY if no_caps else rest.below, float(c), send_first, send_last, float(m), k, pp, float(a),
+            out, least)
+        steady, everything, busy, terms, twice, trips = out
+        return steady, everything, busy, terms, float(least[0]), float(least[1]), twice, trips
     steady = c * t
     sends = send_first + send_last
     everything = t + rest.sum + sends  # + before: micro-batch 0 through every stage and back
@@ -93,7 +111,6 @@ def _shared(k: int, t: np.ndarray, rest, pp: int, m: int, send_first: float, sen
     if k < pp - 1:  # the slowest later stage's own chain
         terms = np.maximum(terms, t + send_first + m * rest.max)
     twice = 2 * (t + rest.sum)  # + 2 before: every stage time twice
-    a = round_trip_weights(pp, m)[k] if round_trips else -1.0
     trips = np.full_like(t, -np.inf)
     if a >= 0:  # stage k's two round trips (+ before - before)
         trips = a * t + ((send_first if k > 0 else 0.0) + (send_last if k < pp - 1 else 0.0))
@@ -120,6 +137,7 @@ class _Chains:
                 max(self.trips_before, float(self.trips[i]) - self.before))
 
 
+@functools.lru_cache(maxsize=256)
 def round_trip_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
     """a_i = m - w_i - 2 (w_i = min(pp-i-1, m) warm-up forwards), -1 where negative: stage 0's
     end >= sends + 2 (all stage times) + a_i t_i - sum_{j<i} t_j for every stage with a_i >= 0
@@ -127,7 +145,9 @@ def round_trip_weights(num_stages: int, num_microbatches: int) -> np.ndarray:
     backward and micro-batch m-1's forward is m-1-w_i forwards and m-2-w_i backwards."""
     warm = np.minimum(num_stages - 1 - np.arange(num_stages), num_microbatches)
     a = num_microbatches - warm - 2.0
-    return np.where(a >= 0, a, -1.0)
+    weights = np.where(a >= 0, a, -1.0)
+    weights.flags.writeable = False  # kept (lru_cache): read, never changed
+    return weights
 
 
 # ---------------------------------------------------------------------------- the backward sweep
@@ -197,7 +217,7 @@ def first_layers(times: np.ndarray) -> tuple[list[int], list[tuple[int, int]]]:
     return longest, [(max(k, layers - int(back[k])), min(layers - (pp - k), int(front[k])) + 1) for k in range(pp)]
 
 
-def _unit_sends(pp: int, num_microbatches: int, send_fwd, send_bwd) -> np.ndarray:
+def unit_sends(pp: int, num_microbatches: int, send_fwd, send_bwd) -> np.ndarray:
     """`sweep_unit_sends`, or zeros without sends."""
     if send_fwd is None:
         return np.zeros((pp, len(sweep_points(num_microbatches))))
@@ -216,11 +236,16 @@ def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor
     (`sweep_unit_sends`)."""
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
-    waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
+    waits = unit_sends(pp, num_microbatches, send_fwd, send_bwd)
     longest, reachable = first_layers(times)
     table = np.full((pp + 1, size, weights.shape[1]), np.inf)
     table[pp, size - 1] = -np.inf
     table[pp, size - 1, 0] = 0.0  # micro-batch 0's backward at the last stage
+    if native.kernels is not None:  # the same operations per entry in C
+        native.kernels.sweep_completion(np.ascontiguousarray(times, dtype=float), pp, size, *(
+            np.ascontiguousarray(x, dtype=float) for x in (weights, waits)), *(
+            np.array(x, dtype=np.int64) for x in zip(*reachable)), np.array(longest, dtype=np.int64), table)
+        return table
     for k in range(pp - 1, -1, -1):
         # the runs of layers stage k may hold that fit, by first layer (where a split can start
         # it) and length (memory caps keep them short): as pairs, grouped by first layer
@@ -265,7 +290,7 @@ class SweepBound:
         pp = table.shape[0] - 1
         # points in reverse order (last micro-batch first), as `prefix` keeps its vectors
         self.weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)[:, ::-1]
-        self.waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)[:, ::-1]
+        self.waits = unit_sends(pp, num_microbatches, send_fwd, send_bwd)[:, ::-1]
         self.table = table[:, :, ::-1]
         self.sends = send_first + send_last
         self.start = np.full(self.weights.shape[1], -np.inf)
@@ -285,19 +310,23 @@ class SweepBound:
         return (prefixes + self.table[k + 1][stops]).max(axis=1) + self.sends, prefixes
 
 
-    def at(self, k: int, before: np.ndarray | None, rest) -> tuple[np.ndarray, np.ndarray]:
+    def at(self, k: int, before: np.ndarray | None, rest, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`__call__` at a node of partition.optimal (`rest`: its partition.Rest), the same
         operations, what depends on the node alone (its stage times' shares, the table's rows of
-        its stops) kept on the node."""
+        its stops) kept on the node; the bounds raised to `floor` (np.maximum(floor, bounds))."""
         t, g, col, later_table = rest.cached(self, self._node, k, rest)
         later = self.start if before is None else before
+        if native.kernels is not None:  # the same operations in C
+            prefixes, bounds = np.empty(g.shape), np.empty(len(t))
+            native.kernels.sweep_at(later, g, t, later_table, self.sends, floor, prefixes, bounds)
+            return bounds, prefixes
         prefixes = np.maximum.accumulate(later[None, :] + g, axis=1) - g + col
-        return (prefixes + later_table).max(axis=1) + self.sends, prefixes
+        return np.maximum(floor, (prefixes + later_table).max(axis=1) + self.sends), prefixes
 
     def _node(self, k: int, rest) -> tuple:
         t = rest.t
         return (t, t[:, None] * self.weights[k][None, :] + self.waits[k][None, :], t[:, None],
-                self.table[k + 1][rest.stops])
+                np.ascontiguousarray(self.table[k + 1][rest.stops]))
 
 
 def with_sweep(bound, sweep: SweepBound):
@@ -306,7 +335,10 @@ def with_sweep(bound, sweep: SweepBound):
     def raised(k, before, chain, t, rest):
         inner, prefix = (None, None) if chain is None else chain
         bounds, chains = bound(k, before, inner, t, rest)
-        swept, prefixes = sweep.at(k, prefix, rest) if t is rest.t else sweep(k, prefix, t, rest.stops)
+        if t is rest.t:
+            raised_bounds, prefixes = sweep.at(k, prefix, rest, bounds)
+            return raised_bounds, _SweptChains(chains, prefixes)
+        swept, prefixes = sweep(k, prefix, t, rest.stops)
         return np.maximum(bounds, swept), _SweptChains(chains, prefixes)
     return raised
 
@@ -321,69 +353,3 @@ class _SweptChains:
 
     def __getitem__(self, i: int) -> tuple:
         return self.chains[i], self.prefixes[i]
-
-
-# ------------------------------------------------------------------ the sweep from the last stage
-def sweep_prefix_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float,
-                            send_fwd: np.ndarray, send_bwd: np.ndarray) -> np.ndarray:
-    """`sweep_completion` from the other end: table[j, b, x] <= the least, over the splits of
-    layers 0..b-1 into stages 0..j-1, of their stage times + the longest advance of the backward
-    sweep from micro-batch x (entering stage j-1) to m - 1 (leaving stage 0); inf where no split
-    fits. For a search that fixes the last stages first (`ReverseSweepBound`). Shape (pp + 1,
-    layers + 1, points)."""
-    pp, size, _ = times.shape
-    weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
-    waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
-    points = weights.shape[1]
-    longest, reachable = first_layers(times)
-    reachable.append((size - 1, size))  # the last stage stops at the last layer
-    table = np.full((pp + 1, size, points), np.inf)
-    table[0, 0] = -np.inf
-    table[0, 0, points - 1] = 0.0  # no stage left: the sweep must have reached micro-batch m - 1
-    for j in range(pp):
-        stop = np.arange(*reachable[j + 1])[:, None]  # where stage j can stop: where j + 1 starts
-        if not longest[j] or not len(stop):
-            continue
-        first = np.maximum(stop - np.arange(1, longest[j] + 1)[None, :], 0)  # [stop, length]
-        t = times[j][first, stop]
-        fits = np.isfinite(t) & (first < stop) & np.isfinite(table[j][first]).any(axis=2)
-        t = np.where(fits, t, 0.0)[:, :, None]
-        g = t * weights[j][None, None, :] + waits[j][None, None, :]
-        # enter stage j at x, advance there to x' >= x, then stages < j from x': t + g(x') - g(x) + table[j][a][x']
-        later = np.maximum.accumulate((table[j][first] + g)[:, :, ::-1], axis=2)[:, :, ::-1]
-        table[j + 1, stop[:, 0]] = np.where(fits[:, :, None], later - g + t, np.inf).min(axis=1)
-    return table
-
-
-class ReverseSweepBound:
-    """`SweepBound` for a search that fixes the stages from the last one down: the fixed stages
-    j..pp-1 exact (`suffix`: their times + the longest advance of the backward sweep from
-    micro-batch 0 at the last stage to x leaving stage j), the free stages 0..j-1 bounded by
-    `sweep_prefix_completion`'s table; the bound is the largest over x of the two, + both end
-    sends. The same chains as the sweep, relaxed on the other side: measured on FASOP's
-    experiments, it proves many of the splits whose critical chain is set by the last stages,
-    where the sweep's least over the free last stages is loose."""
-
-    def __init__(self, table: np.ndarray, *, num_microbatches: int, fwd_bwd_factor: float, send_first: float,
-                 send_last: float, send_fwd: np.ndarray, send_bwd: np.ndarray):
-        """table: `sweep_prefix_completion` of the stage times, with the same sends."""
-        pp = table.shape[0] - 1
-        self.weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
-        self.waits = _unit_sends(pp, num_microbatches, send_fwd, send_bwd)
-        self.table = table
-        self.sends = send_first + send_last
-        self.start = np.full(self.weights.shape[1], -np.inf)
-        self.start[0] = 0.0  # micro-batch 0's backward at the last stage
-
-    def suffix(self, j: int, after: np.ndarray | None, t: np.ndarray) -> np.ndarray:
-        """Per choice t of stage j's time, per point x: the stage times of stages j.. + the
-        longest advance from micro-batch 0 at the last stage to x leaving stage j (`after`: this
-        for stage j + 1)."""
-        later = self.start if after is None else after
-        g = t[:, None] * self.weights[j][None, :] + self.waits[j][None, :]
-        return np.maximum.accumulate(later[None, :] - g, axis=1) + g + t[:, None]
-
-    def __call__(self, j: int, after: np.ndarray | None, t: np.ndarray, firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(bounds, suffixes) of the choices t of stage j starting at layers `firsts`."""
-        suffixes = self.suffix(j, after, t)
-        return (suffixes + self.table[j][firsts]).max(axis=1) + self.sends, suffixes

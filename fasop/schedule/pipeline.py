@@ -157,16 +157,24 @@ def critical_path(comp: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray, 
     other comp' (same pp, m and sends): a linear lower bound (a cut) for the partitioner.
 
     Where an event waits for several, the chain follows the first of the latest (in the order the
-    recurrences name them); weights and const add up the chain's durations in event order
-    (recurrences.trace and chain).
+    recurrences name them); weights and const add up the chain's durations in event order. The
+    chain comes from the compiled kernels' traced run when they are built, else from
+    recurrences.trace and chain: the same chain, the same bits (tests/test_native.py).
     """
     pp, batch = comp.shape
     rows = _durations(*split_stage_times(comp, fwd_bwd_factor), send_fwd, send_bwd)
     ends, weights, const = np.empty(batch), np.zeros((pp, batch)), np.zeros(batch)
+    kernels = native.kernels
+    compiled = kernels is not None and pp * num_microbatches <= kernels.TRACE_MAX_CELLS  # int32 event ids
+    stage_ends_ = np.empty(pp)
     for col, durations in enumerate(rows):
-        events, last = trace(*durations.reshape(4, pp), num_microbatches)
-        path = _rows(events, chain(events, last[0]), pp)
-        ends[col] = events[last[0]][4]
+        if compiled:
+            path = kernels.one_f_one_b_traced(durations, pp, num_microbatches, stage_ends_)
+            ends[col] = stage_ends_[0]
+        else:
+            events, last = trace(*durations.reshape(4, pp), num_microbatches)
+            path = _rows(events, chain(events, last[0]), pp)
+            ends[col] = events[last[0]][4]
         weights[:, col], const[col] = _chain_sums(path, durations.tolist(), pp, fwd_bwd_factor)
     return ends, weights, const
 

@@ -19,9 +19,10 @@ from fasop.partition.milp import certify
 from fasop.partition.polish import polish
 from fasop.partition.splits import Found, optimal
 from fasop.partition.zigzag import ZigzagBound, with_zigzag, zigzag_completion
-from fasop.schedule.bounds import ReverseSweepBound, SweepBound, sweep_completion, sweep_prefix_completion, with_sweep
+from fasop.schedule.bounds import SweepBound, sweep_completion, with_sweep
 from fasop.schedule.legs import LegBound, Legs, leg_completion, with_legs
 from fasop.schedule.pipeline import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
+from fasop.schedule.reverse_sweep import ReverseSweepBound, sweep_prefix_completion
 
 # `Fasop2024Estimator` in annotations: the estimator (estimator.py) that calls in; not imported, as it imports this module
 
