@@ -142,6 +142,11 @@ class Architecture:
     """RMSNorm over head_dim on queries and keys (Qwen3, Gemma-3): 2 x head_dim parameters a layer."""
     attention_sinks: bool = False
     """One learned logit per head added to the softmax (GPT-OSS): heads parameters a layer."""
+    rope_mscale: float = 1.0
+    """YaRN's attention (concentration) factor on RoPE's cos / sin, as Megatron-Core computes it from
+    the config's `rope_scaling` (yarn_rotary_pos_embedding.py: 0.1 ln(factor) + 1, or the ratio of
+    the `mscale` / `mscale_all_dim` ones; GPT-OSS 1.35, DeepSeek-V3 1.0). Not 1: Megatron-Core
+    applies RoPE unfused (rope_utils.py), costed in eager.unfused_rope_extra_bytes."""
     layer_norms: int = 2
     """Norms per transformer layer (Gemma-2/3, Grok-1: 4; a Nemotron-H block: 1)."""
     window: int = 0

@@ -24,6 +24,8 @@ A key that would change the arithmetic in a way fasop does not model is refused,
 
 from __future__ import annotations
 
+import math
+
 from fasop.core import limits
 from fasop.core.errors import SpecError
 from fasop.specs.architecture import MLA, Architecture, Mamba, MoE
@@ -101,9 +103,27 @@ def _base(k: Keys, family: str, **kw) -> dict:
                ffn_hidden_size=k.int("intermediate_size"), vocab_size=k.int("vocab_size"), gated_mlp=True,
                tied_embeddings=k.flag("tie_word_embeddings", False), linear_bias=False, norm="rmsnorm",
                position="rotary", max_positions=k.int("max_position_embeddings", 0),
-               dropout=k.rate("attention_dropout"))
+               dropout=k.rate("attention_dropout"), rope_mscale=_yarn_mscale(k))
     out.update(kw)
     return out
+
+
+def _yarn_mscale(k: Keys) -> float:
+    """Megatron-Core's YaRN concentration factor for `rope_scaling` (1.0 unless rope_type yarn):
+    yarn_rotary_pos_embedding.py `_yarn_get_concentration_factor`, m(f, c) = 0.1 c ln f + 1 (1 for
+    f <= 1): m(f, 1) without `mscale` / `mscale_all_dim`, else m(f, mscale) / m(f, mscale_all_dim)."""
+    rs = k.cfg.get("rope_scaling")
+    if not isinstance(rs, dict) or (rs.get("rope_type") or rs.get("type")) != "yarn":
+        return 1.0
+    def m(f, c):
+        return 1.0 if f <= 1 else 0.1 * c * math.log(f) + 1.0
+    f, c, c_all = rs.get("factor"), rs.get("mscale"), rs.get("mscale_all_dim")
+    for key, v in (("factor", f), ("mscale", c), ("mscale_all_dim", c_all)):
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
+            raise SpecError(k.where, f"rope_scaling.{key}", f"must be a number >= 0, got {str(v)[:60]!r}")
+    if f is None:
+        return 1.0
+    return m(f, 1.0) if c is None or c_all is None else m(f, c) / m(f, c_all)
 
 
 def _mixtral(k: Keys, family: str) -> Architecture:

@@ -4,6 +4,7 @@ norms, rotary, activation and copies run op by op (`fused_elementwise: false`; d
 
 from __future__ import annotations
 
+from fasop.estimators.analytic import blocks as B
 from fasop.estimators.analytic import layers as L
 from fasop.specs.architecture import Architecture
 
@@ -27,3 +28,22 @@ def eager_extra_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int)
     mlp = (5 * e - 3 * e) * bs * f if a.gated_mlp else 0.0
     repeat = 2 * e * bs * (kv + q) if kv < q else 0.0
     return norms / (t if sp else 1) + (rotary + mlp + 2 * e * bs * q + repeat) / t
+
+
+UNFUSED_ROPE_BYTES = 12
+"""Bytes per Q / K element per value byte that Megatron-Core's unfused RoPE moves in the forward
+(rope_utils.py `_apply_rotary_pos_emb_bshd`, one kernel per op): `t * cos` (2), `_rotate_half`'s
+`-x2` on half the elements (1) and `torch.cat` (2), `* sin` (2), the add (3), and the final
+`torch.cat((t, t_pass))` (2, t_pass empty) -- 12, against the fused kernel's 2 (read and write)."""
+
+
+def unfused_rope_extra_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:
+    """Bytes one layer's forward (mean over the layers) moves beyond the fused RoPE that
+    layer_forward_bytes counts, when Megatron-Core applies RoPE unfused because YaRN's attention
+    factor is not 1 (`rope_mscale`; rope_utils.py `apply_rotary_pos_emb`: "mscale=... is not
+    supported by TE's fused RoPE. Using unfused implementation."): (12 - 2) e per element of Q and
+    K on the attention layers. MLA's RoPE (its own path) is not included."""
+    if a.rope_mscale == 1.0 or a.position != "rotary" or a.mla is not None:
+        return 0.0
+    share = sum(kind in B.ATTENTION_KINDS for kind in a.kinds) / a.num_layers
+    return share * (UNFUSED_ROPE_BYTES - 2) * e * b * s * (a.q_width + a.kv_width) / t
