@@ -37,7 +37,7 @@ def _recomputes(text: str) -> tuple[str, ...]:
     (its --recompute-modules names): a module name after a `selective:` value belongs to it, so
     `none,selective:moe_act,layernorm,full` is three values."""
     from fasop.estimators.analytic.layers import RECOMPUTES
-    from fasop.estimators.analytic.modules import MODULES, split_recompute
+    from fasop.estimators.analytic.modules import MODULES, recompute_text, split_recompute
 
     values: list[str] = []
     for v in (v.strip().lower() for v in text.split(",")):
@@ -49,7 +49,7 @@ def _recomputes(text: str) -> tuple[str, ...]:
             raise argparse.ArgumentTypeError(f"expected values from {', '.join(RECOMPUTES)} or selective:<modules> "
                                              f"({', '.join(MODULES)}), got {v[:40]!r}")
     try:
-        return tuple(dict.fromkeys("selective:" + ",".join(split_recompute(v)[1]) if ":" in v else v for v in values))
+        return tuple(dict.fromkeys(recompute_text(*split_recompute(v)[::-1]) for v in values))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -36,7 +36,7 @@ from fasop.estimators.analytic import mixed, overheads
 from fasop.estimators.analytic.memory import state_dtypes
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
-from fasop.estimators.analytic.modules import MODULES, split_recompute
+from fasop.estimators.analytic.modules import MODULES, recompute_text, split_recompute
 from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
@@ -152,7 +152,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
            "model": c.text("model"), "cp": par["cp"], "ep": par["ep"], "etp": par["etp"],
            "zero": par["zero"] if par["zero"] is not None else int(choice["distributed_optimizer"])}
     if isinstance(choice["recompute"], tuple):  # a module list, in the search CSV's one spelling
-        out["recompute"] = "selective:" + ",".join(choice["recompute"])
+        out["recompute"] = recompute_text(choice["recompute"])
     return Prediction(row=out, error=(step - measured) / measured,
                       mem_error=None if mem is None else (peak / GIB - mem) / mem)
 
@@ -266,7 +266,7 @@ def _block(c: Cells, layers: int, recompute) -> int | None:
     if block is not None and block > layers:
         raise c.error("recompute_num_layers", f"{block} is more than the model's {layers} layers")
     if block and recompute not in (None, "full"):
-        shown = recompute if isinstance(recompute, str) else "selective:" + ",".join(recompute)
+        shown = recompute if isinstance(recompute, str) else recompute_text(recompute)
         raise c.error("recompute_num_layers", f"{block} needs recompute full (Megatron's --recompute-method "
                                               f"block), the row's recompute is {shown}")
     return block

@@ -112,7 +112,7 @@ class Recipe:
     @property
     def recompute_name(self) -> str:
         """The CSV's recompute cell: the mode, or `selective:<modules>` (modules.split_recompute reads it)."""
-        return f"selective:{','.join(self.recompute_modules)}" if self.recompute_modules else self.recompute
+        return M.recompute_text(self.recompute_modules, self.recompute)
 
     @property
     def value_bytes(self) -> int:

@@ -45,6 +45,11 @@ def split_recompute(value: str) -> tuple[str, tuple[str, ...]]:
     return "selective", names
 
 
+def recompute_text(modules: tuple[str, ...], mode: str = "selective") -> str:
+    """The CSV's recompute cell: `selective:<modules>` (as given: split_recompute's order) or the mode."""
+    return f"selective:{','.join(modules)}" if modules else mode
+
+
 def _sublayers(kind: str) -> int:
     return 1 if kind in ("mamba", "attention", "mlp", "experts") else 2
 

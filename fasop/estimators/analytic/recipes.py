@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from fasop.core.errors import FasopError
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
-from fasop.estimators.analytic.modules import split_recompute
+from fasop.estimators.analytic.modules import recompute_text, split_recompute
 from fasop.plans.plan import Plan
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
@@ -64,7 +64,7 @@ def _recompute_value(value) -> str:
     if not str(value).startswith("selective:"):
         return value
     try:
-        return "selective:" + ",".join(split_recompute(value)[1])
+        return recompute_text(*split_recompute(value)[::-1])
     except ValueError as exc:
         raise FasopError(f"--recompute: {exc}") from None
 
