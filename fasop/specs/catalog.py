@@ -41,15 +41,14 @@ VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
 VALIDATE_MOE_SOFTWARE = ("moe_node_dedup",)
 """The MoE dispatcher a GPU's published runs had (true: a flex dispatcher, DeepEP / HybridEP), for rows
 whose `moe_dispatcher` cell is empty."""
-_PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
-               "fsdp_copy_out", "fused_attention_efficiency", "gemm_traffic", "overlap_slowdown",
-               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
-               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s",
-               "kernels_per_layer", "micro_batch_sync", "p2p_blocking", "optimizer_step_bytes", "loss_scaling_bytes",
-               "gradient_bucket_bytes",
-               "layer_overhead_s", "moe_load_imbalance", "grouped_gemm_efficiency", "ep_overlap", "moe_node_dedup")
-PARAM_KEYS = _PARAM_KEYS
+PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
+              "eager_rope", "fsdp_copy_out", "fused_attention_efficiency", "gemm_traffic", "overlap_slowdown",
+              "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
+              "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s", "kernels_per_layer",
+              "micro_batch_sync", "p2p_blocking", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes",
+              "layer_overhead_s", "moe_load_imbalance", "grouped_gemm_efficiency", "ep_overlap", "moe_node_dedup")
 """The keys analytic.yaml (and a cluster spec's `analytic:` section) may hold."""
+EAGER_ROPES = ("complex", "matrix")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -80,7 +79,6 @@ class GpuType:
     fused_attention_efficiency: float | None = None
     """Share of the 16-bit peak a fused attention kernel reaches on this GPU, where measured; None:
     analytic.yaml's `fused_attention_efficiency`."""
-
     streaming_multiprocessors: int = 0
     """SMs (CUs) that run a matmul's output tiles in waves; 0: unknown (no wave quantization)."""
     nvlink_domain_gpus: int | None = None
@@ -151,6 +149,8 @@ class AnalyticParams:
     fused_elementwise: bool = True
     """Norms, rotary, the MLP activation and residual adds run as fused kernels (Megatron / Transformer
     Engine); false: one eager PyTorch kernel per op (eager.eager_extra_bytes)."""
+    eager_rope: str = "complex"
+    """Eager RoPE in fp32 (EAGER_ROPES; eager.EAGER_ROPE_BYTES): `complex` meta-llama / torchtitan, `matrix` IBM FMS."""
     fsdp_copy_out: bool = True
     """FSDP2 copies each gathered unit into its parameters and its gradients into the reduce-scatter
     buffer (parallel.fsdp_copy_bytes); false: FSDP1's flat parameter, gathered in place."""
@@ -303,7 +303,7 @@ def _validate_software(r: Reader) -> dict[str, bool]:
 # ----------------------------------------------------------------------------- physical constants
 @lru_cache(maxsize=4)
 def default_params(path: str = str(CATALOG_DIR / "analytic.yaml")) -> AnalyticParams:
-    return _params(Reader(Path(path), read_yaml(Path(path)), "", _PARAM_KEYS), None)
+    return _params(Reader(Path(path), read_yaml(Path(path)), "", PARAM_KEYS), None)
 
 
 def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
@@ -319,7 +319,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
                      lambda v: isinstance(v, (int, float)) and v >= 0, ">= 0")
     fused = get("fused_attention", bool, None, "")
     traffic = get("gemm_traffic", bool, None, "")
-    elementwise, copy_out = get("fused_elementwise", bool, None, ""), get("fsdp_copy_out", bool, None, "")
+    elementwise, copy_out, rope = get("fused_elementwise", bool, None, ""), get("fsdp_copy_out", bool, None, ""), \
+        get("eager_rope", str, lambda v: v in EAGER_ROPES, f"one of {', '.join(EAGER_ROPES)}")
     attention = get("fused_attention_efficiency", (int, float), lambda v: 0 < v <= 1, "in (0, 1]")
     overlap = get("dp_overlap", (int, float), share, "in [0, 1]")
     overhead = get("framework_overhead_gib", (int, float), lambda v: v >= 0, ">= 0")
@@ -349,7 +350,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     slowdown = get("overlap_slowdown", (int, float), share, "in [0, 1]")
     dedup = get("moe_node_dedup", bool, None, "")
     r.done()
-    new = AnalyticParams(
+    return AnalyticParams(
         memory_bandwidth_efficiency=float(eff) if eff is not None else base.memory_bandwidth_efficiency,
         link_efficiency={**(base.link_efficiency if base else {}), **links},
         intra_node_latency_s=float(latency.get("intra_node", base.intra_node_latency_s if base else 0)),
@@ -357,7 +358,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         fused_attention=fused if fused is not None else base.fused_attention,
         gemm_traffic=traffic if traffic is not None else base.gemm_traffic,
         fused_elementwise=elementwise if elementwise is not None else base.fused_elementwise,
-        fsdp_copy_out=copy_out if copy_out is not None else base.fsdp_copy_out,
+        fsdp_copy_out=copy_out if copy_out is not None else base.fsdp_copy_out, eager_rope=rope or base.eager_rope,
         fused_attention_efficiency=float(attention) if attention is not None else base.fused_attention_efficiency,
         dp_overlap=float(overlap) if overlap is not None else base.dp_overlap,
         framework_overhead_bytes=float(overhead) * GIB if overhead is not None else base.framework_overhead_bytes,
@@ -384,7 +385,6 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         ep_overlap=float(ep_overlap) if ep_overlap is not None else base.ep_overlap,
         moe_node_dedup=dedup if dedup is not None else base.moe_node_dedup,
     )
-    return new
 
 
 def read_params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:

@@ -9,22 +9,32 @@ from fasop.estimators.analytic import layers as L
 from fasop.specs.architecture import Architecture
 
 
-def eager_extra_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int) -> float:
+EAGER_ROPE_BYTES = {"complex": 16, "matrix": 32}
+"""Bytes per Q / K element an eager fp32 RoPE moves beyond 2e (e the 16-bit size; a fused kernel's read
+and write), by implementation (analytic.yaml `eager_rope`, catalog.EAGER_ROPES):
+`complex` -- meta-llama/llama llama/model.py `apply_rotary_emb`, torchtitan's: `float()` e+4, the
+`view_as_complex` multiply (read 4, write 4), `type_as` 4+e = 16 + 2e;
+`matrix` -- IBM FMS fms/modules/positions.py `RotaryEmbedding.adjusted_qk` (v0.0.3, 2024-01, to
+006bd7ed, 2024-03): `q.float()` e+4, `freqs.mul(q_.unsqueeze(-2))` each (x0, x1) pair against its 2 x 2
+rotation (read 4, write two fp32 per element: 8), `.sum(5)` (read 8, write 4), `type_as` 4+e = 32 + 2e
+(the gathered cos / sin table, per token and not per head, left out)."""
+
+
+def eager_extra_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: int, rope: str = "complex") -> float:
     """Bytes one layer's forward moves beyond layer_forward_bytes' fused kernels when its elementwise
     ops run as separate eager PyTorch kernels (`fused_elementwise: false`), counted op by op from the
     reference Llama block (meta-llama/llama llama/model.py; torchtitan's and IBM FMS's follow it):
     RMSNorm `x.float()` (e+4 per element), `pow(2)` (8), `mean` (4), `x * rsqrt` (8), `type_as`
-    (4+e), `* weight` (2e) = 28 + 4e, against a fused norm's 2e; rotary on Q and K in fp32 through
-    `view_as_complex` (`float()` e+4, complex multiply 8, `type_as` 4+e = 16 + 2e, against 2e);
-    SwiGLU as `silu` (2e) and `*` (3e) = 5e per gate element, against 3e; the attention output's
-    `transpose(1, 2).contiguous()` copy (2e); GQA's `repeat_kv` copies of K and V to the query
-    heads (torchtitan model.py: e per kv element read, e per q element written, each). Dense
-    Transformer layers only (0 for other kinds)."""
+    (4+e), `* weight` (2e) = 28 + 4e, against a fused norm's 2e; rotary on Q and K in fp32,
+    EAGER_ROPE_BYTES[rope] + 2e against 2e; SwiGLU as `silu` (2e) and `*` (3e) = 5e per gate element,
+    against 3e; the attention output's `transpose(1, 2).contiguous()` copy (2e); GQA's `repeat_kv`
+    copies of K and V to the query heads (torchtitan model.py: e per kv element read, e per q element
+    written, each). Dense Transformer layers only (0 for other kinds)."""
     if not L.plain_dense(a):
         return 0.0
     bs, h, f, q, kv = b * s, a.hidden_size, a.ffn_hidden_size, a.q_width, a.kv_width
     norms = 2 * (28 + 4 * e - 2 * e) * bs * h
-    rotary = (16 + 2 * e - 2 * e) * bs * (q + kv) if a.position == "rotary" else 0.0
+    rotary = EAGER_ROPE_BYTES[rope] * bs * (q + kv) if a.position == "rotary" else 0.0
     mlp = (5 * e - 3 * e) * bs * f if a.gated_mlp else 0.0
     repeat = 2 * e * bs * (kv + q) if kv < q else 0.0
     return norms / (t if sp else 1) + (rotary + mlp + 2 * e * bs * q + repeat) / t
