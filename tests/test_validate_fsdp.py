@@ -28,7 +28,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 # set, time MAPE bound %, time max bound %, memory MAPE bound % (None: no memory measured), rows
 SETS = [
-    ("fsdp_ibm_pytorch_blog.csv", 10, 23, None, 10),          # 128 A100 / 96 H100, FSDP1, FSDP and HSDP
+    ("fsdp_ibm_pytorch_blog.csv", 9.5, 21.5, None, 10),       # 128 A100 / 96 H100, FSDP1, FSDP and HSDP
     ("fsdp_torchtitan_docs_a100.csv", 7, 11, None, 8),        # 64 A100, FSDP2, torchtitan docs
     ("fsdp_torchtitan_issue929_a100.csv", 13.5, 13.5, 8, 1),  # 8 A100, FSDP2 compiled, peak memory
 ]
@@ -87,6 +87,21 @@ def test_fms_rope_makes_the_ibm_rows_slower_only(tmp_path):
     complex_s = validate(tmp_path / "runs.csv").predictions[0].row["predicted_seconds_per_iter"]
     matrix_s = validate(DATA / "fsdp_ibm_pytorch_blog.csv").predictions[7].row["predicted_seconds_per_iter"]
     assert matrix_s > complex_s
+
+
+def test_fms_fsdp_optimizer_step_by_hand():
+    # fms-fsdp's torch.optim.AdamW (foreach): 8 passes of 8, 12, 8, 12, 8, 8, 8, 16 bytes = 80, and FSDP's
+    # clip_grad_norm_ (norm read 4, grad.mul_ read 4 write 4) = 92 a parameter of the GPU's shard
+    from fasop.specs.load import load_cluster
+    for name in ("ibm_a100_400g_cluster.yaml", "ibm_h100_800g_cluster.yaml"):
+        params = load_cluster(str(DATA / name)).analytic
+        assert params.optimizer_step_bytes["bf16"] == 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16 + 12 == 92
+    params = load_cluster(str(DATA / "ibm_a100_400g_cluster.yaml")).analytic
+    gpu = find_gpu("A100-SXM4-80GB")
+    # HSDP over 8 ranks of one node (dp 16): 8e9 parameters, 1e9 a GPU, 92 GB at 0.9 x 2039 GB/s
+    w = Workload(arch=_llama(), seq=16, mbs=1, tp=1, dp=16, pp=1, num_microbatches=1,
+                 recipe=Recipe(zero=3, hsdp=True), params=params, shard=8)
+    assert C.optimizer_s(w, 8e9, gpu) == pytest.approx(1e9 * 92 / (0.9 * 2039e9))
 
 
 def test_a_bad_eager_rope_is_one_clear_error(tmp_path):
