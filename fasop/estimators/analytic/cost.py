@@ -275,8 +275,9 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             f, bk = f + hf + mf, bk + hb + mb
         params.append(stage_params(w, n, i == 0, i == p - 1))
         gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1)
-        if w.recipe.zero >= 3 and w.params.fsdp_copy_out and n:   # FSDP2's copies, memory bound
-            cf, cb = P.fsdp_copy_bytes(params[-1], w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision])
+        if w.recipe.zero >= 3 and n:   # FSDP2's copies, or FSDP1's gradient concatenation: memory bound
+            e, reduce = w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision]
+            cf, cb = P.fsdp_copy_bytes(params[-1], e, reduce) if w.params.fsdp_copy_out else P.fsdp1_copy_bytes(params[-1], e)
             gf, gb = gf + _kernel_s(w, hw.gpu, 0.0, 0.0, cf), gb + _kernel_s(w, hw.gpu, 0.0, 0.0, cb)
         fwd.append(f + gf)
         bwd.append(bk + gb)

@@ -216,6 +216,16 @@ def fsdp_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float
     return copy, copy + (param_bytes + reduce_bytes) * layer_params
 
 
+def fsdp1_copy_bytes(layer_params: float, param_bytes: float) -> tuple[float, float]:
+    """(forward, backward) bytes FSDP1 moves per unit and micro-batch beside its collectives: its
+    all-gather fills the flat parameter in place and the unit's parameters are views of it, made by
+    `torch.split` of the flat parameter (torch/distributed/fsdp/_flat_param.py
+    `_get_unflat_views_unaligned`), so nothing is copied forward; autograd's backward of that split
+    concatenates the views' gradients into the flat gradient the reduce-scatter takes (param_bytes
+    read and written per parameter)."""
+    return 0.0, 2 * param_bytes * layer_params
+
+
 def fsdp_unsharded_bytes(layer_params: float, param_bytes: float, reduce_bytes: float) -> float:
     """FSDP's unsharded working set on a GPU: two units (the layer computing and the one prefetched)
     of all-gathered `param_bytes` weights and of unsharded `reduce_bytes` gradients awaiting their
