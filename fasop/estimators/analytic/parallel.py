@@ -216,14 +216,22 @@ def fsdp_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float
     return copy, copy + (param_bytes + reduce_bytes) * layer_params
 
 
-def fsdp1_copy_bytes(layer_params: float, param_bytes: float) -> tuple[float, float]:
+def fsdp1_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float = 4,
+                     shard: int = 1) -> tuple[float, float]:
     """(forward, backward) bytes FSDP1 moves per unit and micro-batch beside its collectives: its
     all-gather fills the flat parameter in place and the unit's parameters are views of it, made by
     `torch.split` of the flat parameter (torch/distributed/fsdp/_flat_param.py
     `_get_unflat_views_unaligned`), so nothing is copied forward; autograd's backward of that split
     concatenates the views' gradients into the flat gradient the reduce-scatter takes (param_bytes
-    read and written per parameter)."""
-    return 0.0, 2 * param_bytes * layer_params
+    read and written per parameter). Under mixed precision (16-bit parameters) each all-gather,
+    forward and the backward's re-gather, first casts the GPU's fp32 shard (1/shard of the unit) to
+    16 bits (`_use_low_precision_shard`: read 4, write param_bytes), and a 16-bit reduced gradient
+    shard is cast back to fp32 for the optimizer (_runtime_utils.py `_cast_grad_to_param_dtype`:
+    read reduce_bytes, write 4)."""
+    local = layer_params / shard
+    cast = (4 + param_bytes) * local if param_bytes < 4 else 0.0
+    grad = (reduce_bytes + 4) * local if reduce_bytes < 4 else 0.0
+    return cast, cast + 2 * param_bytes * layer_params + grad
 
 
 def fsdp_unsharded_bytes(layer_params: float, param_bytes: float, reduce_bytes: float) -> float:
