@@ -127,13 +127,13 @@ def test_fsdp2_copies_by_hand():
     # the same again, plus the gradients' chunk_cat into the reduce-scatter input, read 2 + write 4
     assert P.fsdp_copy_bytes(1e9, 2, 4) == (4e9, 4e9 + 6e9)
     # FSDP1: parameters are views of the flat parameter (nothing copied forward); the backward of the
-    # split concatenates the bf16 gradients into the flat gradient, read 2 + write 2
-    assert P.fsdp1_copy_bytes(1e9, 2) == (0.0, 4e9)
-    # with mixed precision over a shard of 8: each all-gather first casts the GPU's fp32 eighth to bf16
-    # (read 4 + write 2 = 6 x 1.25e8), forward and again backward; the bf16 reduced gradient shard is cast
-    # back to fp32 (read 2 + write 4 = 6 x 1.25e8): forward 0.75e9, backward 0.75e9 + 4e9 + 0.75e9
+    # split concatenates the gradients into the flat gradient, read + write: 2 x 4 bytes in an fp32 run
+    assert P.fsdp1_copy_bytes(1e9, 4, 4, 8) == (0.0, 8e9)
+    # bf16 over a shard of 8: the concatenation 2 + 2; each all-gather first casts the GPU's fp32 eighth to
+    # bf16 (read 4 + write 2 = 6 x 1.25e8), forward and again backward; the bf16 reduced gradient shard is
+    # cast back to fp32 (read 2 + write 4 = 6 x 1.25e8): forward 0.75e9, backward 0.75e9 + 4e9 + 0.75e9
     assert P.fsdp1_copy_bytes(1e9, 2, 2, 8) == (0.75e9, 0.75e9 + 4e9 + 0.75e9)
-    assert P.fsdp1_copy_bytes(1e9, 4, 4, 8) == (0.0, 8e9)        # fp32 throughout: no casts
+    assert P.fsdp1_copy_bytes(1e9, 2, 4, 8) == (0.75e9, 0.75e9 + 4e9)   # fp32 reduction: no gradient cast
 
 
 def test_fsdp_unsharded_working_set_by_hand():

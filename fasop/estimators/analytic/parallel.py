@@ -216,8 +216,7 @@ def fsdp_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float
     return copy, copy + (param_bytes + reduce_bytes) * layer_params
 
 
-def fsdp1_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float = 4,
-                     shard: int = 1) -> tuple[float, float]:
+def fsdp1_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float, shard: int) -> tuple[float, float]:
     """(forward, backward) bytes FSDP1 moves per unit and micro-batch beside its collectives: its
     all-gather fills the flat parameter in place and the unit's parameters are views of it, made by
     `torch.split` of the flat parameter (torch/distributed/fsdp/_flat_param.py
