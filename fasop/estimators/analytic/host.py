@@ -1,8 +1,12 @@
 """The host's share of a layer pass (issuing its kernels, hidden behind the GPU or not) and how a
 runtime posts its pipeline transfers (paired or blocking).
 
-The CPU issues every kernel of an eager PyTorch layer (Python, dispatcher, autograd, launch:
-`kernel_launch_s` each, `kernels_per_layer` of them). Two facts decide what that costs:
+The CPU issues every op of an eager PyTorch layer (Python, dispatcher, autograd, launch:
+`kernel_launch_s` each): the dense block's `kernels_per_layer`, and the ops and Transformer Engine
+calls (`te_module_call_s` each) of the Megatron-Core modules a layer has beyond it, counted from the
+source (analytic.yaml `host_ops`, specs/host_ops.py; MLA, unfused RoPE, the MoE router, dispatcher,
+grouped experts, shared experts), less the scopes a run captured in CUDA graphs. Three facts decide
+what that costs:
 
 - **How fast the host issues.** `kernel_launch_s` (analytic.yaml, ~8 us on an x86 server host) is
   a property of the host CPU; a GPU type whose host is fixed by its package carries its own. The
@@ -24,6 +28,9 @@ The CPU issues every kernel of an eager PyTorch layer (Python, dispatcher, autog
   time (`micro_batch_sync: true`), the upper bound of the two. Sailor's measured GH200 runs show
   that form: OPT-350M at TP 4 takes ~45 ms + ~26 ms x micro-batch per micro-batch for micro-batches
   1-8 (tests/data/sailor_homogeneous.csv), a fixed part that max(GPU, issue) cannot produce.
+- **Where the host waits inside a pass.** A dropless MoE dispatcher copies its token counts to the host
+  and waits on them once per layer forward (Megatron-LM token_dispatcher.py L958): the host cannot queue
+  across it, so the forward is costed piece by piece between waits (after_wait_s, moe_forward_s).
 
 Sources and magnitudes: docs/estimators.md, "Host issue time".
 """
