@@ -40,6 +40,7 @@ from fasop.estimators.analytic.modules import MODULES, recompute_text, split_rec
 from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
+from fasop.specs.host_ops import GRAPH_SCOPES, graph_scopes
 from fasop.specs.load import load_model
 from fasop.specs.catalog import (VALIDATE_MOE_SOFTWARE, VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE,
                                  VALIDATE_SOFTWARE, VALIDATE_STACK_SOFTWARE, AnalyticParams,
@@ -180,8 +181,18 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
                      moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
                      moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
+    params = replace(params, host=replace(params.host, graphed=_graphed(c)))
     return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
                         c.choice("optimizer_states", STATE_DTYPES) == "bf16")
+
+
+def _graphed(c: Cells) -> tuple[str, ...]:
+    """The row's `cuda_graphs` scopes (Megatron-Core's cuda_graph_scope names; empty or `none`: eager)."""
+    scopes = graph_scopes(c.text("cuda_graphs") or "none")
+    if scopes is None:
+        raise c.error("cuda_graphs", f"expected none or a comma list of {', '.join(GRAPH_SCOPES)}, "
+                      f"got {c.text('cuda_graphs')[:60]!r}")
+    return scopes
 
 
 def _model_and_degrees(c: Cells) -> tuple:

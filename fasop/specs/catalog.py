@@ -17,6 +17,7 @@ from pathlib import Path
 from fasop.core import limits
 from fasop.core.errors import SpecError
 from fasop.specs.files import shipped_folder
+from fasop.specs.host_ops import HostOps, read_host_ops
 from fasop.specs.reader import Reader, read_yaml
 from fasop.specs.types import GIB
 
@@ -46,7 +47,8 @@ PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s"
               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
               "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s", "kernels_per_layer",
               "micro_batch_sync", "p2p_blocking", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes",
-              "layer_overhead_s", "moe_load_imbalance", "grouped_gemm_efficiency", "ep_overlap", "moe_node_dedup")
+              "te_module_call_s", "host_ops", "layer_overhead_s", "moe_load_imbalance", "grouped_gemm_efficiency",
+              "ep_overlap", "moe_node_dedup")
 """The keys analytic.yaml (and a cluster spec's `analytic:` section) may hold."""
 EAGER_ROPES = ("complex", "matrix")
 
@@ -170,8 +172,7 @@ class AnalyticParams:
     overlap_slowdown: float = 0.0
     """Compute beside an overlapped DP / FSDP collective runs (1 + this) times slower (data_parallel.overlap_share)."""
     matmul_tile: tuple[int, int] = (1, 1)
-    """Output tile (rows, columns) one SM computes at a time; a matmul runs in whole waves of
-    tiles over the GPU's SMs (wave quantization). (1, 1): none."""
+    """Output tile (rows, columns) an SM computes at a time: a matmul runs in whole waves of them (1, 1: none)."""
     kernel_launch_s: float = 0.0
     """Host (CPU) seconds to issue one kernel: framework dispatch, autograd and the launch itself."""
     micro_batch_sync: bool = False
@@ -181,19 +182,18 @@ class AnalyticParams:
     """Each pipeline transfer is its own blocking send / recv (DeepSpeed's PipelineEngine): a boundary's
     activation and gradient do not overlap, a 1F1B cycle pays both (estimators.analytic.host)."""
     kernels_per_layer: tuple[int, int] = (0, 0)
-    """Kernels one Transformer layer issues per micro-batch, (forward, backward): a layer never takes
-    less than their issue time (the CPU-bound floor of small layers)."""
+    """Kernels the dense block issues per layer and micro-batch, (forward, backward) (estimators.analytic.host)."""
+    host: HostOps = HostOps()
+    """Host ops of the modules beyond the dense block, a TE call's price, graphed scopes (specs/host_ops.py)."""
     optimizer_step_bytes: dict[str, float] = field(default_factory=lambda: {"bf16": 30.0, "fp16": 30.0, "fp8": 30.0,
                                                                                "fp32": 28.0, "tf32": 28.0})
     """Bytes the optimizer step moves per parameter a GPU updates, per precision (memory bound)."""
     loss_scaling_bytes: float = 0.0
-    """fp16 only: bytes per parameter of the loss-scaling passes (unscale the fp32 gradients and check them
-    for inf / NaN) before the step."""
+    """fp16 only: bytes per parameter of the loss-scaling passes (unscale, check for inf / NaN) before the step."""
     gradient_bucket_bytes: float = float("inf")
     """Gradient bytes per DP all-reduce bucket: each bucket pays the ring's latencies."""
     layer_overhead_s: float = 0.0
-    """Seconds per layer and micro-batch forward (backward 2x) that do not scale with FLOPs or
-    bytes (kernel launches, framework); a GPU's own `layer_overhead_s` overrides it."""
+    """Seconds per layer and micro-batch forward (backward 2x) beyond FLOPs and bytes; a GPU's own overrides it."""
     calibrated_gpus: dict[str, GpuType] = field(default_factory=dict)
     """GPU types as a calibration overlay has them (fasop/specs/calibration.py), by canonical name."""
     calibration: tuple[tuple[str, float], ...] = ()
@@ -333,8 +333,8 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
     grad_overlap = get("overlap_grad_reduce", bool, None, "")
     launch = get("kernel_launch_s", (int, float), lambda v: 0 <= v <= 1e-3, "in [0, 0.001]")
-    sync = get("micro_batch_sync", bool, None, "")
-    blocking = get("p2p_blocking", bool, None, "")
+    sync, blocking = get("micro_batch_sync", bool, None, ""), get("p2p_blocking", bool, None, "")
+    host = read_host_ops(r, base.host if base else None)
     kernels = get("kernels_per_layer", list, lambda v: len(v) == 2 and all(type(x) is int and 0 <= x <= 10_000 for x in v),
                   "[forward, backward]: two integers in [0, 10000]")
     opt = r.numbers("optimizer_step_bytes", ("bf16", "fp16", "fp8", "fp32", "tf32"), base is None,
@@ -370,7 +370,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,
         matmul_tile=tuple(tile) if tile is not None else base.matmul_tile,
         kernel_launch_s=float(launch) if launch is not None else base.kernel_launch_s,
-        kernels_per_layer=tuple(kernels) if kernels is not None else base.kernels_per_layer,
+        kernels_per_layer=tuple(kernels) if kernels is not None else base.kernels_per_layer, host=host,
         micro_batch_sync=sync if sync is not None else base.micro_batch_sync,
         p2p_blocking=blocking if blocking is not None else base.p2p_blocking,
         optimizer_step_bytes=_block_scaled({**(base.optimizer_step_bytes if base else {}),

@@ -165,11 +165,13 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
             L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
             - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True)))
         bwd += BR.modules_rerun_s(w, gpu, core_again, mf) if r.recompute_modules else core_again
-    # the host issues every kernel: a layer never runs faster than its kernels' issue time, and
-    # a runtime that drains the GPU every micro-batch adds that time (host.py)
-    issue_fwd, issue_bwd = H.issue_s(w.params, gpu)
-    recomputed = issue_fwd if r.recompute == "full" else 0.0
-    return H.layer_pass_s(w.params, fwd + tp_fwd, issue_fwd), H.layer_pass_s(w.params, bwd, issue_bwd + recomputed)
+    # the host issues every op: a layer never runs faster than its issue time, a runtime that drains the
+    # GPU every micro-batch adds it, and a MoE forward's host wait splits it in two (host.py)
+    before, after, issue_bwd = H.mean_issue_s(w.params, gpu, a)
+    recomputed = before + after if r.recompute == "full" else 0.0
+    forward = H.moe_forward_s(w.params, fwd + tp_fwd, mf, (before, after)) if mf > 0 else \
+        H.layer_pass_s(w.params, fwd + tp_fwd, before + after)
+    return forward, H.layer_pass_s(w.params, bwd, issue_bwd + recomputed)
 
 
 def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:

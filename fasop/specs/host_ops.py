@@ -1,0 +1,84 @@
+"""The host's side of an eager Megatron-Core layer as data: how many PyTorch ops and Transformer Engine
+module calls each counted module issues from Python beyond the dense block (analytic.yaml `host_ops`,
+counted from the source: docs/validate.md "Host ops of a Megatron-Core MLA + MoE layer"), what one TE
+call costs the host (`te_module_call_s`), and which modules a run captured in CUDA graphs (a
+`fasop validate` row's `cuda_graphs`). The estimator prices them (estimators/analytic/host.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HOST_OP_MODULES = ("mla_attention", "unfused_rope", "moe_router", "moe_dispatch", "moe_combine", "grouped_experts",
+                   "shared_experts")
+"""The counted modules, each an addition to (or, for the experts, a replacement of part of) the dense
+block that `kernels_per_layer` counts: mla_attention and unfused_rope on the attention side, the
+router and the dispatcher's preprocessing before its host wait (moe_dispatch), the rest after it."""
+BEFORE_WAIT = ("mla_attention", "unfused_rope", "moe_router", "moe_dispatch")
+"""The modules a MoE layer's forward issues before the dispatcher's host wait (token_dispatcher.py L958)."""
+GRAPH_SCOPES = ("full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+"""Megatron-Core's CUDA graph scopes (transformer/enums.py `CudaGraphScope`): a captured scope issues
+no op from Python, its host cost goes (one graph launch aside)."""
+GRAPHED_MODULES = {"attn": ("mla_attention", "unfused_rope"), "moe_router": ("moe_router",),
+                   "moe_preprocess": ("moe_dispatch",),
+                   "moe": ("moe_router", "moe_dispatch", "moe_combine", "grouped_experts", "shared_experts")}
+"""The counted modules each graph scope captures (full_iteration: all of them and the dense block)."""
+OP_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class HostOps:
+    """Per module (HOST_OP_MODULES) its (forward ops, backward ops, forward TE calls, backward TE calls)
+    per layer and micro-batch; the host seconds of one TE module call; the CUDA graph scopes a run
+    captured."""
+    te_module_call_s: float = 0.0
+    modules: tuple[tuple[str, tuple[int, int, int, int]], ...] = ()
+    graphed: tuple[str, ...] = ()
+
+    def counts(self, module: str) -> tuple[int, int, int, int]:
+        """The module's counts, zero where a captured scope removed its host work."""
+        if self.captured(module):
+            return (0, 0, 0, 0)
+        return dict(self.modules).get(module, (0, 0, 0, 0))
+
+    def captured(self, module: str) -> bool:
+        """True when a graphed scope holds `module` ("dense": the dense block's own ops, attention and MLP)."""
+        if "full_iteration" in self.graphed:
+            return True
+        if module == "dense":
+            return "attn" in self.graphed and ("mlp" in self.graphed or "moe" in self.graphed)
+        return any(module in GRAPHED_MODULES.get(scope, ()) for scope in self.graphed)
+
+    def dense_share(self) -> float:
+        """The share of the dense block's issue time left to the host: half on each side (attention,
+        MLP) for a scope that captures one of them."""
+        if "full_iteration" in self.graphed:
+            return 0.0
+        return 1.0 - 0.5 * ("attn" in self.graphed) - 0.5 * ("mlp" in self.graphed or "moe" in self.graphed)
+
+
+def read_host_ops(r, base: HostOps | None) -> HostOps:
+    """`te_module_call_s` and `host_ops` from the analytic constants' reader `r`, over `base`."""
+    price = r.get("te_module_call_s", (int, float), ... if base is None else None, lambda v: 0 <= v <= 1e-3,
+                  "in [0, 0.001]")
+    table = r.get("host_ops", dict, ... if base is None else None, None, "")
+    modules = dict(base.modules) if base else {}
+    if table is not None:
+        sub = r.sub("host_ops", HOST_OP_MODULES)
+        for name in HOST_OP_MODULES:
+            v = sub.get(name, list, ... if base is None else None, lambda v: len(v) == 4 and all(
+                type(x) is int and 0 <= x <= OP_LIMIT for x in v), f"[forward ops, backward ops, forward TE calls, "
+                f"backward TE calls]: four integers in [0, {OP_LIMIT}]")
+            if v is not None:
+                modules[name] = tuple(v)
+        sub.done()
+    return HostOps(te_module_call_s=float(price) if price is not None else base.te_module_call_s,
+                   modules=tuple((k, modules[k]) for k in HOST_OP_MODULES if k in modules),
+                   graphed=base.graphed if base else ())
+
+
+def graph_scopes(text: str) -> tuple[str, ...] | None:
+    """A `cuda_graphs` cell's scopes ("none": ()), or None when one is not a GRAPH_SCOPES name."""
+    names = tuple(sorted({n.strip() for n in text.lower().split(",") if n.strip()}))
+    if names == ("none",):
+        return ()
+    return names if names and all(n in GRAPH_SCOPES for n in names) else None
