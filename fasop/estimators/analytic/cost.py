@@ -149,6 +149,8 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     tp_comm, tp_fwd = tp_collectives_s(w, tp_link)
     accumulate = 0.0 if w.params.gradient_accumulation_fusion else \
         2 * stage_params(w, 1, False, False) * w.params.gradient_reduce_bytes[r.precision]
+    # the Mamba scan's backward kernels and layout copies, counted kernel by kernel (blocks.py), beyond 2 x forward
+    accumulate += B.mamba_backward_extra_bytes(a, b, s, t, e)
     bwd = 2 * fwd + linear_bwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     fwd += linear_fwd
     mf = 0.0
