@@ -87,7 +87,7 @@ class Step:
 def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's weight matmuls at the precision's achievable rate,
     each slowed by its wave efficiency (backward: input-gradient and weight-gradient matmuls)."""
-    rate, tile = gpu.matmul_flops(w.recipe.precision), w.params.matmul_tile
+    rate, tile = gpu.gemm_flops(w.recipe.precision), w.params.matmul_tile   # at layer GEMM shapes (gpus.yaml)
     q = lambda m, n: L.wave_efficiency(m, n, gpu.streaming_multiprocessors, tile)
     fwd = bwd = 0.0
     for c, m, n, k in L.layer_gemms(w.arch, w.mbs, w.local_seq, w.tp, routed=False):
@@ -100,7 +100,7 @@ def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
 def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: float) -> float:
     p = w.recipe.precision
     core_precision = "bf16" if w.recipe.low_precision else p
-    return (linear / gpu.matmul_flops(p) + core / gpu.matmul_flops(core_precision)
+    return (linear / gpu.gemm_flops(p) + core / gpu.matmul_flops(core_precision)
             + moved / (gpu.memory_bytes_per_s * gpu.memory_share(w.params)))
 
 
