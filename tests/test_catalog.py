@@ -155,3 +155,21 @@ def test_a_layer_gemm_share_above_one_is_refused(tmp_path):
     path.write_text(bad)
     with pytest.raises(SpecError, match=r"B300\.layer_gemm_share\.bf16.*in \(0, 1\]"):
         load_gpus(str(path))
+
+
+def test_the_output_heads_logits_gemm_takes_the_bf16_share_under_mxfp8():
+    """cost.head_s: the logits matmul stays 16-bit in an MXFP8 run and is a weight GEMM at its training shape:
+    its time grows by 1 / layer_gemm_share['bf16'] on a Blackwell GPU; the loss bytes do not change."""
+    from dataclasses import replace
+    from fasop.estimators.analytic import cost as C
+    from fasop.estimators.analytic import layers as L
+    from fasop.estimators.analytic.layers import Recipe
+    from fasop.specs.architecture import gpt_architecture
+    from fasop.specs.catalog import default_params
+    a = gpt_architecture(num_layers=2, hidden_size=2880, num_attention_heads=64, vocab_size=201088)
+    w = C.Workload(arch=a, seq=4096, mbs=4, tp=1, dp=1, pp=1, num_microbatches=1, recipe=Recipe(precision="mxfp8"),
+                   params=default_params())
+    gb200 = find_gpu("GB200")
+    flops = L.head_forward_flops(a, 4, 4096, 1)
+    with_share, without = C.head_s(w, gb200)[0], C.head_s(w, replace(gb200, layer_gemm_share={}))[0]
+    assert with_share - without == pytest.approx(flops / gb200.matmul_flops("bf16") * (1 / 0.853 - 1))

@@ -204,13 +204,14 @@ def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]
 
 @lru_cache(maxsize=1 << 16)
 def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
-    """Logits matmul (at the 16-bit peak: the output layer stays in bf16 under FP8) and the loss."""
+    """Logits matmul (16-bit: the output layer stays in bf16 under FP8; a weight GEMM at its training shape,
+    gpu.gemm_flops) and the loss."""
     a, b, s, t = w.arch, w.mbs, w.local_seq, w.tp
     flops = L.head_forward_flops(a, b, s, t)
     moved = L.head_forward_bytes(a, b, s, t, w.recipe.value_bytes)
     if w.params.gemm_traffic:
         moved += L.head_gemm_bytes(a, b, s, t, w.recipe.value_bytes)
-    fwd = _kernel_s(w, gpu, 0.0, flops, moved)
+    fwd = flops / gpu.gemm_flops("bf16" if w.recipe.low_precision else w.recipe.precision) + _kernel_s(w, gpu, 0.0, 0.0, moved)
     return fwd, 2 * fwd
 
 
