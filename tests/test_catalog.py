@@ -122,3 +122,54 @@ def test_validate_software_is_read_and_checked(tmp_path):
     path.write_text(bad)
     with pytest.raises(SpecError, match=r"V100-SXM2\.validate_software\.colour: unknown key"):
         load_gpus(str(path))
+
+
+@pytest.mark.parametrize("precision, measured_s", [("bf16", 13.102e-3), ("fp8", 6.812e-3), ("mxfp8", 7.161e-3),
+                                                   ("nvfp4", 3.764e-3)])
+def test_blackwell_layer_gemms_take_the_te_tutorials_measured_time(precision, measured_s):
+    """gpus.yaml `layer_gemm_share`: Transformer Engine's GEMM profiling tutorial times the 12 GEMMs of one
+    layer (h 4096, ffn 16384, 32 heads, M = 31 x 512 tokens) kernel-only on a B300; fasop's weight matmuls
+    of that layer (cost.linear_s: MAMF-based rate x share, wave-quantised) take those times."""
+    from dataclasses import replace
+    from fasop.estimators.analytic import cost as C
+    from fasop.estimators.analytic.layers import Recipe
+    from fasop.specs.architecture import gpt_architecture
+    from fasop.specs.catalog import default_params
+    a = gpt_architecture(num_layers=24, hidden_size=4096, num_attention_heads=32, vocab_size=32000, ffn_hidden_size=16384)
+    w = C.Workload(arch=a, seq=512, mbs=31, tp=1, dp=1, pp=1, num_microbatches=1, recipe=Recipe(precision=precision),
+                   params=default_params())
+    b300 = find_gpu("B300")
+    assert sum(C.linear_s(w, b300)) == pytest.approx(measured_s, rel=1e-3)
+    # the share is what separates it from the MAMF-based rate; GPUs without a measured share keep theirs
+    assert sum(C.linear_s(w, replace(b300, layer_gemm_share={}))) == pytest.approx(
+        measured_s * b300.layer_gemm_share[precision], rel=1e-3)
+    assert find_gpu("H100-SXM").gemm_flops("bf16") == find_gpu("H100-SXM").matmul_flops("bf16")
+
+
+def test_a_layer_gemm_share_above_one_is_refused(tmp_path):
+    text = (shipped_folder("cluster_specs") / "catalog" / "gpus.yaml").read_text()
+    bad = text.replace("layer_gemm_share: {bf16: 0.853, fp8: 0.866, mxfp8: 0.823, nvfp4: 0.824}  # [TE-GEMM]",
+                       "layer_gemm_share: {bf16: 1.853, fp8: 0.866, mxfp8: 0.823, nvfp4: 0.824}  # [TE-GEMM]")
+    assert bad != text
+    path = tmp_path / "gpus.yaml"
+    path.write_text(bad)
+    with pytest.raises(SpecError, match=r"B300\.layer_gemm_share\.bf16.*in \(0, 1\]"):
+        load_gpus(str(path))
+
+
+def test_the_output_heads_logits_gemm_takes_the_bf16_share_under_mxfp8():
+    """cost.head_s: the logits matmul stays 16-bit in an MXFP8 run and is a weight GEMM at its training shape:
+    its time grows by 1 / layer_gemm_share['bf16'] on a Blackwell GPU; the loss bytes do not change."""
+    from dataclasses import replace
+    from fasop.estimators.analytic import cost as C
+    from fasop.estimators.analytic import layers as L
+    from fasop.estimators.analytic.layers import Recipe
+    from fasop.specs.architecture import gpt_architecture
+    from fasop.specs.catalog import default_params
+    a = gpt_architecture(num_layers=2, hidden_size=2880, num_attention_heads=64, vocab_size=201088)
+    w = C.Workload(arch=a, seq=4096, mbs=4, tp=1, dp=1, pp=1, num_microbatches=1, recipe=Recipe(precision="mxfp8"),
+                   params=default_params())
+    gb200 = find_gpu("GB200")
+    flops = L.head_forward_flops(a, 4, 4096, 1)
+    with_share, without = C.head_s(w, gb200)[0], C.head_s(w, replace(gb200, layer_gemm_share={}))[0]
+    assert with_share - without == pytest.approx(flops / gb200.matmul_flops("bf16") * (1 / 0.853 - 1))

@@ -160,15 +160,37 @@ def test_mamba_scan_bytes_by_hand():
     # the small config of test_mamba_params_by_hand: I = 8 (2 heads x 4), G = 1, N = 3, Q = 2, H = 2
     a = architecture_from_config(SMALL_HYBRID, "h.json")
     e, i, gn, s = 2, 8, 3, 8 * 3 / 2          # S = I*N/Q chunk-state elements per token
-    x_y_b_c = e * (2 * i + i + 2 * gn + 2 * gn)   # x read by chunk_state and chunk_scan, y written, B and C twice
+    # x read by chunk_state and chunk_scan, z read, out and out_x written; B and C read twice each
+    x_z_y_b_c = e * (2 * i + i + 2 * i + 2 * gn + 2 * gn)
     states = 4 * s + 4 * s + e * s + e * s      # fp32 written, fp32 read, 16-bit written, 16-bit read
     cb = 4 * 1 * 2 * 2                          # C.B^T in fp32 (G*Q per token), written and read
     dt = 4 * 4 * 2                              # dt / cumsum, fp32, 4 passes of H
-    assert B.scan_bytes_per_token(a, 2) == x_y_b_c + states + cb + dt == 72 + 144 + 16 + 32
-    # the mamba layer's elementwise bytes carry it on every token, split over TP like the heads
+    assert B.scan_bytes_per_token(a, 2) == x_z_y_b_c + states + cb + dt == 104 + 144 + 16 + 32
+    # the mamba layer's elementwise bytes carry it on every token, split over TP like the heads; one
+    # sequence a micro-batch: no layout copies
     with_scan = B.kind_elementwise_bytes(a, "mamba", 1, 4, 2, False, 2)
-    conv_norm = 2 * 4 * (2 * (8 + 6) + 3 * 8) / 2 + 5 * 2 * 4 * 8
-    assert with_scan == pytest.approx(conv_norm + 4 * 264 / 2)
+    conv_norm = 2 * 4 * (2 * (8 + 6) + 2 * 8) / 2 + 5 * 2 * 4 * 8
+    assert with_scan == pytest.approx(conv_norm + 4 * 296 / 2)
+
+
+def test_mamba_backward_bytes_by_hand():
+    # _mamba_chunk_scan_combined_bwd kernel by kernel (blocks.scan_backward_bytes_per_token), same config
+    a = architecture_from_config(SMALL_HYBRID, "h.json")
+    e, i, gn, s, gq, h = 2, 8, 3, 12, 2, 2
+    recompute = e * 2 * gn + 4 * gq + e * (i + gn) + 4 * s + 4 * s + 4 * s     # C.B^T, chunk states, passed states
+    grads = (6 * e * i + e * (gn + i) + 4 * s + 8 * s + 2 * e * s              # dz, dstates, state_passing_bwd
+             + e * (3 * i + s + gn) + 4 * gq + 2 * e * (i + s + 2 * gn)        # dx; dB, dC
+             + 2 * e * i + 4 * gq + 2 * (3 * e * gn + 4 * gq) + 2 * e * i + 4 * gq)   # dcb, 2 bmm_bwd, ddAcs
+    # the closed form e(17I + 15GN) + S(24 + 5e) + 24GQ + 32H
+    assert B.scan_backward_bytes_per_token(a, 2) == recompute + grads + 32 * h == 362 + 408 + 48 + 64 == 882
+    # layout copies: none for one sequence; for two, zxBCdt and y forward (2e(W + I)), dzxbcdt backward (2eW)
+    w_in = 2 * 8 + 2 * 3 + 2
+    assert B.layout_copy_bytes(a, 1, 2) == (0.0, 0.0)
+    assert B.layout_copy_bytes(a, 2, 2) == (4 * (w_in + 8), 4 * w_in) == (128, 96)
+    # the backward beyond 2 x forward, one Mamba layer of four, 2 x 4 tokens, TP 2
+    extra = 882 + 96 - 2 * (296 + 128)
+    assert B.mamba_backward_extra_bytes(a, 2, 4, 2, 2) == pytest.approx(8 * extra / 2 / 4)
+    assert B.mamba_backward_extra_bytes(arch("qwen3-30b-a3b"), 2, 4, 1, 2) == 0.0
 
 
 def test_mamba_scan_flops_by_hand():
@@ -203,3 +225,23 @@ def test_mamba_scan_runs_at_its_measured_share_of_flash_attention(monkeypatch):
     rate = gpu.peak_flops["bf16"] * gpu.attention_share(params)
     extra = scan / rate * (1 / 0.42 - 1)
     assert f - f1 == pytest.approx(extra) and b - b1 == pytest.approx(2.5 * extra)
+
+
+def test_mamba_backward_bytes_reach_the_layer_backward_only(monkeypatch):
+    # cost._layer_s adds blocks.mamba_backward_extra_bytes to the backward at the memory rate; the forward
+    # does not change
+    from fasop.estimators.analytic import cost as C
+    from fasop.specs.catalog import default_params, find_gpu
+    from dataclasses import replace
+    a = architecture_from_config(SMALL_HYBRID, "h.json")
+    params, gpu = replace(default_params(), kernel_launch_s=0.0), find_gpu("H100-SXM")   # no host floor
+    w = C.Workload(arch=a, seq=4096, mbs=2, tp=1, dp=1, pp=1, num_microbatches=1, recipe=L.Recipe(), params=params)
+    extra = B.mamba_backward_extra_bytes(a, 2, 4096, 1, 2)
+    assert extra > 0
+    C.layer_s.cache_clear()
+    f, b = C.layer_s(w, gpu, C.Link(100e9, 0.0))
+    monkeypatch.setattr(B, "mamba_backward_extra_bytes", lambda *args: 0.0)
+    C.layer_s.cache_clear()
+    f0, b0 = C.layer_s(w, gpu, C.Link(100e9, 0.0))
+    C.layer_s.cache_clear()
+    assert f == f0 and b - b0 == pytest.approx(extra / (gpu.memory_bytes_per_s * gpu.memory_share(params)))

@@ -67,6 +67,9 @@ def test_a_grace_host_issues_kernels_slower():
     assert host.kernel_launch_s(p, find_gpu("GH200")) == pytest.approx(8e-6 * 33.17 / 13.48, rel=1e-3)
     assert host.kernel_launch_s(p, find_gpu("H100-SXM")) == 8e-6
     assert host.issue_s(p, find_gpu("GH200")) == pytest.approx((20 * 19.7e-6, 40 * 19.7e-6))
+    # GB200 / GB300 trays are hosted by Grace CPUs too (one per two GPUs): the same issue time
+    for name in ("GB200", "GB300"):
+        assert host.issue_s(p, find_gpu(name)) == host.issue_s(p, find_gpu("GH200"))
 
 
 def test_sailor_clusters_state_their_runtime():

@@ -56,7 +56,7 @@ def test_expert_groups_on_a_hand_made_grid():
 def test_alltoall_volume_by_hand():
     # 1024 tokens, top-2, h 4096, bf16, EP 8: 1024*2*4096*2 * 7/8 = 14,680,064 bytes to other ranks
     assert P.dispatch_bytes(1024, 2, 4096, 2, 8) == 1024 * 2 * 4096 * 2 * 7 / 8 == 14_680_064
-    assert P.dispatch_bytes(1024, 2, 4096, 1, 8) == 7_340_032                 # FP8 dispatch: half
+    assert P.dispatch_bytes(1024, 2, 4096, 1, 8) == 7_340_032                 # 1-byte elements: half
     assert P.dispatch_bytes(1024, 2, 4096, 2, 1) == 0
 
 
@@ -135,13 +135,19 @@ def test_hsdp_shards_over_its_shard_degree():
 
 
 # ----------------------------------------------------------------------------- times
-def test_moe_layer_costs_grow_with_cross_node_ep_and_fall_with_fp8_dispatch():
+def test_moe_layer_costs_grow_with_cross_node_ep_and_fp8_dispatches_16_bit_tokens():
     a, gpu = small_moe(), find_gpu("H100-SXM")
     links = P.GroupLinks(450e9 * 0.65, 400e9 / 8 * 0.9 * 8, 1e-5, 2e-5, 8)
     w = lambda ep, precision="bf16": _workload(a, seq=4096, mbs=2, dp=16, ep=ep, recipe=Recipe(precision=precision))
     inside, across = P.moe_s(w(8), gpu, links), P.moe_s(w(16), gpu, links)
     assert across[0] > inside[0]
-    assert P.moe_s(w(8, "fp8"), gpu, links)[0] < inside[0]
+    # Megatron-Core's dispatchers (alltoall, DeepEP, HybridEP) send bf16 tokens in an FP8 / MXFP8 run too:
+    # the all-to-alls are the same, only the experts' matmuls (and their casts) run faster
+    assert P.dispatch_value_bytes(Recipe(precision="mxfp8")) == P.dispatch_value_bytes(Recipe()) == 2
+    low = P.moe_s(w(8, "fp8"), gpu, links)
+    compute = P.expert_compute_s(w(8, "fp8"), gpu) - P.expert_compute_s(w(8), gpu)
+    assert low[0] - inside[0] == pytest.approx(compute)         # forward: one pass of the experts
+    assert low[1] - inside[1] == pytest.approx(2 * compute)     # backward: two
     assert P.moe_s(_workload(gpt_architecture(num_layers=2, hidden_size=64, num_attention_heads=8, vocab_size=10)),
                    gpu, links) == (0.0, 0.0)
 

@@ -41,9 +41,6 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
         args.append(f'--moe-layer-freq "{freq}"')
     args += [f"--expert-model-parallel-size {p.ep}", f"--expert-tensor-parallel-size {p.etp}",
              "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
-    if p.ep > 1 and s.precision in ("fp8", "mxfp8", "nvfp4"):
-        warnings.append("the estimate dispatches tokens in FP8 (DeepSeek-V3 §3.3.3); Megatron-LM's alltoall "
-                        "dispatcher sends bf16: its dispatch all-to-all moves up to 2x the estimate's bytes")
     return args
 
 

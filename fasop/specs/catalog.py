@@ -29,7 +29,8 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "intra_node_gbyte_per_s", "intra_node_link", "matmul_efficiency", "reference_inter_node_gbit_per_s",
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
-             "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s", "nvfp4_matmul_efficiency")
+             "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s", "nvfp4_matmul_efficiency",
+             "layer_gemm_share")
 VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce", "fused_elementwise")
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel", "distributed_optimizer", "virtual_pp")
@@ -59,8 +60,7 @@ class GpuType:
 
     name: str
     peak_flops: dict[str, float]
-    """Dense peak per precision, FLOP/s: tensor-core `bf16`, `fp16`, `fp8`, `tf32`, `mxfp8`, `nvfp4`, and
-    `fp32` (CUDA cores, no tensor cores); a missing key: no such unit."""
+    """Dense peak per precision, FLOP/s (tensor cores; `fp32`: CUDA cores); a missing key: no such unit."""
     memory_bytes: float
     """GPU memory usable by training (before the framework overhead)."""
     memory_bytes_per_s: float
@@ -76,39 +76,35 @@ class GpuType:
     nvfp4_matmul_efficiency: float | None = None
     """Achievable share of the NVFP4 peak, where measured (or a same-die proxy); None: the FP8 share."""
     intra_node_efficiency: float | None = None
-    """Share of the intra-node link NCCL achieves on this GPU, where measured; None: the link
-    kind's `link_efficiency` (analytic.yaml)."""
+    """Share of the intra-node link NCCL achieves, where measured; None: the link kind's (analytic.yaml)."""
     fused_attention_efficiency: float | None = None
-    """Share of the 16-bit peak a fused attention kernel reaches on this GPU, where measured; None:
-    analytic.yaml's `fused_attention_efficiency`."""
+    """Share of the 16-bit peak a fused attention kernel reaches, where measured; None: analytic.yaml's."""
     streaming_multiprocessors: int = 0
     """SMs (CUs) that run a matmul's output tiles in waves; 0: unknown (no wave quantization)."""
     nvlink_domain_gpus: int | None = None
-    """GPUs of one NVLink domain spanning several nodes (GB200 / GB300 NVL72: 72); None: the node.
-    Groups of ranks inside one domain use the GPU link even across nodes (analytic/hardware.py)."""
+    """GPUs of an NVLink domain spanning nodes (NVL72: 72; its groups use the GPU link); None: the node."""
     reference_gpus_per_node: int = 8
-    """GPUs of the vendor's reference node (its network: reference_inter_node_bytes_per_s); GB200 /
-    GB300: the 4-GPU compute tray. `fasop validate`'s default `gpus_per_node`."""
+    """GPUs of the vendor's reference node (GB200 / GB300: a 4-GPU tray): validate's `gpus_per_node`."""
     validate_software: dict[str, bool | float] = field(default_factory=dict)
     """What `fasop validate` assumes for a row that does not state `fused_attention`,
     `overlap_grad_reduce` or `sequence_parallel`, its `tp_overlap` and `block_recompute` (VALIDATE_RECIPE_SOFTWARE): the software the published training runs on this
     GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
     memory_bandwidth_efficiency: float | None = None
-    """Share of the memory bandwidth memory-bound kernels reach on this GPU, where measured or
-    calibrated (`fasop calibrate`); None: analytic.yaml's `memory_bandwidth_efficiency`."""
+    """Share of the memory bandwidth memory-bound kernels reach, measured or calibrated; None: analytic.yaml's."""
     compute_capability: float | None = None
     """CUDA compute capability (7.5: Turing); None: not an NVIDIA GPU, or unknown. FlashAttention-2 and
     PyTorch SDPA's flash backend need 8.0+ (estimators.analytic.overheads.fused_attention)."""
     layer_overhead_s: float | None = None
-    """Seconds of kernel-launch and framework overhead per layer and micro-batch forward (the
-    backward 2x), where measured or calibrated; None: analytic.yaml's `layer_overhead_s`."""
+    """Launch / framework seconds per layer and micro-batch forward (backward 2x); None: analytic.yaml's."""
+    layer_gemm_share: dict[str, float] = field(default_factory=dict)
+    """Per precision, the share of matmul_flops a training layer's weight GEMMs reach after their waves,
+    where measured at such shapes (Blackwell: Transformer Engine's GEMM profiling tutorial); none: 1."""
 
     def memory_share(self, params: "AnalyticParams") -> float:
         return self.memory_bandwidth_efficiency or params.memory_bandwidth_efficiency
 
     kernel_launch_s: float | None = None
-    """Host seconds to issue one kernel where the GPU's package fixes its host CPU (GH200: Grace);
-    None: analytic.yaml's `kernel_launch_s` (estimators.analytic.host)."""
+    """Host seconds a kernel where the package fixes the host (Grace); None: analytic.yaml's (host.py)."""
 
     def layer_overhead(self, params: "AnalyticParams") -> float:
         return params.layer_overhead_s if self.layer_overhead_s is None else self.layer_overhead_s
@@ -131,6 +127,10 @@ class GpuType:
                 fp8 = p in ("fp8", "mxfp8", "nvfp4") and self.fp8_matmul_efficiency is not None
                 return self.peak_flops[p] * (own or (self.fp8_matmul_efficiency if fp8 else self.matmul_efficiency))
         raise AssertionError(f"{self.name} has no {precision} peak")
+
+    def gemm_flops(self, precision: str) -> float:
+        """matmul_flops at a training layer's weight-GEMM shapes (x layer_gemm_share; fp16 as bf16)."""
+        return self.matmul_flops(precision) * self.layer_gemm_share.get("bf16" if precision == "fp16" else precision, 1.0)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -197,8 +197,7 @@ class AnalyticParams:
     calibrated_gpus: dict[str, GpuType] = field(default_factory=dict)
     """GPU types as a calibration overlay has them (fasop/specs/calibration.py), by canonical name."""
     calibration: tuple[tuple[str, float], ...] = ()
-    """The overlay's values as applied (`Calibration.values`), so that a cluster's own constants can
-    take the same overlay (a `fasop validate` row naming a cluster)."""
+    """The overlay's values as applied (`Calibration.values`), for a cluster's own constants (validate rows)."""
 
     def gpu(self, gpu: GpuType) -> GpuType:
         """`gpu` as these constants' calibration has it (itself when not calibrated)."""
@@ -279,6 +278,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
         layer_overhead_s=r.get("layer_overhead_s", (int, float), None, lambda v: 0 <= v <= 1, "in [0, 1]"),
         compute_capability=r.get("compute_capability", (int, float), None, lambda v: 1 <= v < 100, "in [1, 100)"),
         kernel_launch_s=r.get("kernel_launch_s", (int, float), None, lambda v: 0 <= v <= 1e-3, "in [0, 0.001]"),
+        layer_gemm_share=r.numbers("layer_gemm_share", ("bf16", "fp8", "mxfp8", "nvfp4"), False, lambda v: 0 < v <= 1, "in (0, 1]"),
     )
     r.done()
     return gpu

@@ -85,7 +85,7 @@ def modules_rerun_s(w: Workload, gpu, core_again: float, routed_fwd: float) -> f
     count them) and memory-bound kernels."""
     a, b, s, t, r = w.arch, w.mbs, w.local_seq, w.tp, w.recipe
     mods, e, op = r.recompute_modules, r.value_bytes, r.operand_bytes
-    rate, memory = gpu.matmul_flops(r.precision), gpu.memory_bytes_per_s * gpu.memory_share(w.params)
+    rate, memory = gpu.gemm_flops(r.precision), gpu.memory_bytes_per_s * gpu.memory_share(w.params)
     traffic = w.params.gemm_traffic
 
     def one(kind: str) -> float:

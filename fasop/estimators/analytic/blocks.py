@@ -224,8 +224,9 @@ def kind_elementwise_bytes(a: Architecture, kind: str, b: int, s: int, t: int, s
         x = a.moe
         split += _up(a) * e * bs * (x.experts_per_token * x.expert_ffn_hidden_size + x.shared_width)
         replicated += 2 * 2 * e * bs * x.experts_per_token * h
-    if kind == "mamba":
-        split += e * bs * (2 * a.mamba.conv_width + 3 * a.mamba.inner) + bs * scan_bytes_per_token(a, e)
+    if kind == "mamba":   # conv read + written, the (ungated) RMSNorm read + written, the scan, the layout copies
+        split += e * bs * (2 * a.mamba.conv_width + 2 * a.mamba.inner) + bs * scan_bytes_per_token(a, e) \
+            + bs * layout_copy_bytes(a, b, e)[0]
     return replicated / (t if sp else 1) + split / t
 
 
@@ -233,21 +234,71 @@ FP32 = 4
 
 
 def scan_bytes_per_token(a: Architecture, e: int) -> float:
-    """Bytes the Mamba-2 chunked scan's kernels move per token in the forward, on all heads (mamba_ssm
-    ssd_combined.py `_mamba_chunk_scan_combined_fwd`; Megatron's MambaMixer passes z=None to it when
-    the gated RMSNorm follows). With I = d_inner, G groups of N states, H heads, chunks of Q tokens
-    and S = I·N/Q chunk-state elements per token: chunk_state reads x and B and writes the chunk
-    states in fp32 (`states_in_fp32=True`); state_passing reads them and writes the passed states in
-    the 16-bit dtype; bmm_chunk reads C and B and writes C·Bᵀ in fp32 (G·Q per token); chunk_scan
-    reads C·Bᵀ, x, C and the passed states and writes y; chunk_cumsum and the scans read and write
-    dt and its cumulative sum (fp32, H per token, 4 passes). Per token:
-        e(3I + 4GN) [x read twice, y written, B and C read twice each] + S(4 + 4 + 2e) + 8GQ + 16H.
-    The backward (recomputed states, dz/dstates/dx/dB/dC kernels) is charged 2x, as every
-    elementwise byte of the layer is (cost._layer_s)."""
+    """Bytes the Mamba-2 chunked scan's kernels move per token in the forward, on all heads. Megatron-Core's
+    MambaMixer trains through mamba_ssm's `mamba_split_conv1d_scan_combined` (`_ssm_training`, the
+    memory-efficient path) without its RMSNorm weight, so z goes into the scan (`_mamba_chunk_scan_combined_fwd`
+    with z: chunk_scan gates y by silu(z) and also writes the ungated `out_x` it saves for the backward), and
+    the mixer's RMSNorm follows ungated. With I = d_inner, G groups of N states, H heads, chunks of Q tokens
+    and S = I·N/Q chunk-state elements per token: chunk_state reads x and B and writes the chunk states in
+    fp32 (`states_in_fp32=True`); state_passing reads them and writes the passed states in the 16-bit
+    dtype; bmm_chunk reads C and B and writes C·Bᵀ in fp32 (G·Q per token); chunk_scan reads C·Bᵀ, x, z, C
+    and the passed states and writes out and out_x; chunk_cumsum and the scans read and write dt and its
+    cumulative sum (fp32, H per token, 4 passes). Per token:
+        e(5I + 4GN) [x read twice, z read, out and out_x written, B and C read twice each] + S(4 + 4 + 2e)
+        + 8GQ + 16H.
+    The backward's kernels are counted on their own (scan_backward_bytes_per_token)."""
     m = a.mamba
     i, gn, h = m.inner, m.groups * m.state_size, m.num_heads
     states = i * m.state_size / m.chunk_size
-    return e * (3 * i + 4 * gn) + states * (2 * FP32 + 2 * e) + 2 * FP32 * m.groups * m.chunk_size + 4 * FP32 * h
+    return e * (5 * i + 4 * gn) + states * (2 * FP32 + 2 * e) + 2 * FP32 * m.groups * m.chunk_size + 4 * FP32 * h
+
+
+def scan_backward_bytes_per_token(a: Architecture, e: int) -> float:
+    """Bytes the chunked scan's backward kernels move per token, on all heads: mamba_ssm ssd_combined.py
+    `_mamba_chunk_scan_combined_bwd` (z given, as the forward), kernel by kernel, notation as
+    scan_bytes_per_token. It first recomputes the forward's C·Bᵀ (reads C, B: 2eGN; writes 4GQ), chunk
+    states (reads x, B: e(I + GN); writes 4S) and passed states (reads 4S, writes them in fp32: 4S), then
+    chunk_scan_bwd_dz (reads x, z, out_x, dout; writes dz and the gated dout: 6eI), chunk_scan_bwd_dstates
+    (reads C, dout: e(GN + I); writes dstates in fp32: 4S), state_passing_bwd (reads states and dstates: 8S;
+    writes both in 16 bits: 2eS), chunk_scan_chunk_state_bwd_dx (reads x, C·Bᵀ, dout, dstates, B; writes dx:
+    e(3I + S + GN) + 4GQ), chunk_state_bwd_db (reads x, dstates, B; writes dB: e(I + S + 2GN)),
+    chunk_scan_bwd_dC (reads states, dout, C; writes dC: e(I + S + 2GN)), chunk_scan_bwd_dcb (reads x, dout:
+    2eI; writes dC·B in fp32: 4GQ), the two bmm_chunk_bwd (each reads C or B, dCB and the residual, writes
+    dB or dC: 2(3eGN + 4GQ)) and chunk_scan_bwd_ddAcs_stable (reads x, dout, C·Bᵀ: 2eI + 4GQ); the dt
+    recompute and gradient kernels read and write dt-sized fp32 rows twice the forward's (32H). Per token:
+        e(17I + 15GN) + S(24 + 5e) + 24GQ + 32H.
+    Nemotron-3-Nano (I 4096, G 8, N 128, Q 128, H 64), bf16: 335,872 bytes, against the 2 x 107,520 of the
+    forward's that the old rule (backward = 2 x forward) charged."""
+    m = a.mamba
+    i, gn, h = m.inner, m.groups * m.state_size, m.num_heads
+    states = i * m.state_size / m.chunk_size
+    return e * (17 * i + 15 * gn) + states * (6 * FP32 + 5 * e) + 6 * FP32 * m.groups * m.chunk_size + 8 * FP32 * h
+
+
+def layout_copy_bytes(a: Architecture, b: int, e: int) -> tuple[float, float]:
+    """(forward, backward) bytes per token of Megatron-Core's MambaMixer layout copies. The model's
+    activations are [s, b, h]; the scan takes [b, s, ...]: `_ssm_training` copies the in_proj output
+    (`rearrange(zxBCdt, "l b d -> b l d").contiguous()`, W = in_proj width) and the scan's output back
+    (`rearrange(y, "b l d -> l b d").contiguous()`, I wide), each read and written: 2e(W + I). The
+    backward's permuted dzxbcdt is copied once more before the in_proj's weight and input gradients
+    (Transformer Engine's Linear takes a contiguous gradient): 2eW; dy needs none (its last dimension
+    stays contiguous, which the scan's kernels accept). With one sequence a micro-batch (b = 1) the
+    [s, 1, d] -> [1, s, d] view is already contiguous and nothing is copied."""
+    if b <= 1:
+        return 0.0, 0.0
+    m = a.mamba
+    return 2 * e * (m.in_proj_width + m.inner), 2 * e * m.in_proj_width
+
+
+def mamba_backward_extra_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:
+    """Bytes the Mamba layers' backward moves beyond the 2 x forward bytes cost._layer_s charges every
+    layer's backward, averaged over the layers, on one TP rank (heads split over t): the scan's backward
+    kernels and the layout copy of dzxbcdt against twice the scan's and the copies' forward bytes."""
+    if a.mamba is None:
+        return 0.0
+    fwd, bwd = layout_copy_bytes(a, b, e)
+    per_token = scan_backward_bytes_per_token(a, e) + bwd - 2 * (scan_bytes_per_token(a, e) + fwd)
+    return sum(1 for kind in a.kinds if kind == "mamba") * b * s * per_token / t / a.num_layers
 
 
 def kind_gemm_bytes(a: Architecture, kind: str, b: int, s: int, t: int, e: int, operand: float,

@@ -87,7 +87,7 @@ class Step:
 def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's weight matmuls at the precision's achievable rate,
     each slowed by its wave efficiency (backward: input-gradient and weight-gradient matmuls)."""
-    rate, tile = gpu.matmul_flops(w.recipe.precision), w.params.matmul_tile
+    rate, tile = gpu.gemm_flops(w.recipe.precision), w.params.matmul_tile   # at layer GEMM shapes (gpus.yaml)
     q = lambda m, n: L.wave_efficiency(m, n, gpu.streaming_multiprocessors, tile)
     fwd = bwd = 0.0
     for c, m, n, k in L.layer_gemms(w.arch, w.mbs, w.local_seq, w.tp, routed=False):
@@ -100,7 +100,7 @@ def linear_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
 def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: float) -> float:
     p = w.recipe.precision
     core_precision = "bf16" if w.recipe.low_precision else p
-    return (linear / gpu.matmul_flops(p) + core / gpu.matmul_flops(core_precision)
+    return (linear / gpu.gemm_flops(p) + core / gpu.matmul_flops(core_precision)
             + moved / (gpu.memory_bytes_per_s * gpu.memory_share(w.params)))
 
 
@@ -149,6 +149,8 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     tp_comm, tp_fwd = tp_collectives_s(w, tp_link)
     accumulate = 0.0 if w.params.gradient_accumulation_fusion else \
         2 * stage_params(w, 1, False, False) * w.params.gradient_reduce_bytes[r.precision]
+    # the Mamba scan's backward kernels and layout copies, counted kernel by kernel (blocks.py), beyond 2 x forward
+    accumulate += B.mamba_backward_extra_bytes(a, b, s, t, e)
     bwd = 2 * fwd + linear_bwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     fwd += linear_fwd
     mf = 0.0
@@ -204,13 +206,14 @@ def embedding_s(w: Workload, gpu: GpuType, tp_link: Link) -> tuple[float, float]
 
 @lru_cache(maxsize=1 << 16)
 def head_s(w: Workload, gpu: GpuType) -> tuple[float, float]:
-    """Logits matmul (at the 16-bit peak: the output layer stays in bf16 under FP8) and the loss."""
+    """Logits matmul (16-bit: the output layer stays in bf16 under FP8; a weight GEMM at its training shape,
+    gpu.gemm_flops) and the loss."""
     a, b, s, t = w.arch, w.mbs, w.local_seq, w.tp
     flops = L.head_forward_flops(a, b, s, t)
     moved = L.head_forward_bytes(a, b, s, t, w.recipe.value_bytes)
     if w.params.gemm_traffic:
         moved += L.head_gemm_bytes(a, b, s, t, w.recipe.value_bytes)
-    fwd = _kernel_s(w, gpu, 0.0, flops, moved)
+    fwd = flops / gpu.gemm_flops("bf16" if w.recipe.low_precision else w.recipe.precision) + _kernel_s(w, gpu, 0.0, 0.0, moved)
     return fwd, 2 * fwd
 
 

@@ -60,7 +60,7 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
             share, k, h = P.moe_layer_share(w.arch), w.arch.moe.experts_per_token, w.arch.hidden_size
             tokens = w.params.moe_load_imbalance * P.routed_tokens(w)
             e = w.recipe.value_bytes
-            sent = P.dispatch_bytes(tokens, k, h, 1 if w.recipe.precision in P.LOW_PRECISION_DISPATCH else e, w.ep)
+            sent = P.dispatch_bytes(tokens, k, h, P.dispatch_value_bytes(w.recipe), w.ep)
             both = P.alltoall_s(sent, w.ep, w.etp, groups) + P.alltoall_s(
                 P.dispatch_bytes(tokens, k, h, e, w.ep), w.ep, w.etp, groups)
             pieces.append(f"all-to-all {n * share * both * 1e3:.3f} ms fwd, as much bwd")

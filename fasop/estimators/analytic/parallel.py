@@ -10,8 +10,8 @@ Sources (shared/reference/ecosystem/07_moe_cp_fsdp.md, each with its file and li
 - Token dispatch (Megatron `alltoall` dispatcher, token_dispatcher.py): per MoE layer and
   micro-batch a rank holding T tokens sends T*k*h elements in the dispatch all-to-all and
   receives as many back in the combine, (ep-1)/ep of them to other ranks under uniform routing;
-  the backward runs one all-to-all of the same size each way. FP8 runs dispatch in FP8 ("50% EP
-  dispatch volume", Megatron moe/README.md) and combine in BF16 (DeepSeek-V3 report §3.3.3).
+  the backward runs one all-to-all of the same size each way. Every dispatcher sends 16-bit tokens,
+  FP8 / MXFP8 runs too (dispatch_value_bytes).
   Inside a node the bytes go over NVLink, to the ep - n_in members on other nodes over the
   NIC, every GPU of the node sending at once (its 1/G share); the two run concurrently.
 - Load imbalance: the slowest EP rank receives rho x the mean tokens (rho: `moe_load_imbalance`,
@@ -248,9 +248,17 @@ def dispatch_buffer_bytes(tokens: float, k: int, h: int, elem_bytes: float, imba
 
 
 # ----------------------------------------------------------------------------- per-layer seconds
-LOW_PRECISION_DISPATCH = ("fp8", "mxfp8", "nvfp4")
-"""Precisions whose dispatch all-to-all sends 1-byte (FP8) tokens (Megatron moe/README.md: FP8
-dispatch; the combine stays BF16, DeepSeek-V3 report §3.3.3)."""
+def dispatch_value_bytes(recipe) -> int:
+    """Bytes of one token element in the dispatch all-to-all: the run's 16-bit (or fp32) value, FP8 /
+    MXFP8 / NVFP4 runs included. Megatron-Core @d98e8a6 sends the hidden states as they are on every
+    dispatcher a row can name: `alltoall` (token_dispatcher.py `all_to_all` of the permuted tokens),
+    DeepEP (fused_a2a.py `buffer.dispatch(x, ...)` of the 16-bit x) and HybridEP (fused_a2a.py:
+    `fp8_dispatch = False  # Currently, we do not support fp8 dispatch`; `init_hybrid_ep_buffer`
+    asserts "HybridEP dispatcher does not support fp8 dispatch now"). Only the `ncclep` flex backend
+    quantizes the payload, with `moe_dispatch_fwd_dtype` 'mxfp8' (default 'bf16';
+    transformer_config.py), which no row states. (Megatron moe/README.md's "50% EP dispatch volume"
+    for FP8 and DeepSeek-V3 §3.3.3's FP8 dispatch are not what these dispatchers run.)"""
+    return recipe.value_bytes
 
 
 def routed_tokens(w) -> float:
@@ -303,7 +311,7 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     share = moe_layer_share(a)
     if not share:
         return 0.0, 0.0
-    h, k, rho, precision = a.hidden_size, m.experts_per_token, w.params.moe_load_imbalance, w.recipe.precision
+    h, k, rho = a.hidden_size, m.experts_per_token, w.params.moe_load_imbalance
     e = w.recipe.value_bytes
     tokens = routed_tokens(w)
     rows = rho * tokens * k * w.etp
@@ -312,7 +320,7 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
         local_sort_bytes(rows, h, e, m.num_experts / w.ep) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     if not w.params.moe_permute_fusion:
         sort += unfused_permute_bytes(tokens * k, h, e) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
-    dispatch = dispatch_bytes(rho * tokens, k, h, 1 if precision in LOW_PRECISION_DISPATCH else e, w.ep)
+    dispatch = dispatch_bytes(rho * tokens, k, h, dispatch_value_bytes(w.recipe), w.ep)
     combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
     dedup = w.params.moe_node_dedup
     to = alltoall_s(dispatch, w.ep, w.etp, links, k, dedup)
