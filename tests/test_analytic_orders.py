@@ -105,3 +105,27 @@ def test_order_tree_writes_the_listed_top_k_rows(world, tmp_path, monkeypatch):
     assert len(fitting) == top
     expected = report.csv_text(*report.search_rows(dataclasses.replace(listed, estimates=fitting), model.sequence_length))
     assert report.csv_text(*report.search_rows(tree, model.sequence_length)) == expected
+
+
+@pytest.mark.parametrize("world", WORLDS[:4])
+def test_seeded_order_tree_keeps_the_same_plans(world, tmp_path, monkeypatch):
+    """The grouped orders' K fastest seed the tree's threshold and visiting order (engine._seed):
+    the rows are those of the unseeded tree, and the seed's threshold is the K-th of K real plans."""
+    model, cluster, inventory = _world(*world, tmp_path)
+    top = 6
+    monkeypatch.setattr(search_module, "TREE_ORDERS", 1)
+    runs = [search(model, cluster, inventory, heterogeneous=True, top=top, estimator_options=EVERY_RECIPE,
+                   seed_orders=seeded) for seeded in (True, False)]
+    texts = [report.csv_text(*report.search_rows(r, model.sequence_length)) for r in runs]
+    assert texts[0] == texts[1] and len(runs[0].estimates) == top
+    grouped = search(model, cluster, inventory, heterogeneous=True, top=top, placements="grouped",
+                     estimator_options=EVERY_RECIPE)
+    threshold, first = search_module._seed(model, cluster, inventory, heterogeneous=True, top=top,
+                                           cutoff=float("inf"), estimator_options=EVERY_RECIPE)
+    steps = [e.step_time_s for e in grouped.estimates]
+    assert threshold == (max(steps) if len(steps) == top else float("inf"))
+    assert threshold >= max(e.step_time_s for e in runs[0].estimates)  # the K-th kept is at most the seed's
+    assert min(first.values(), default=float("inf")) == min(steps, default=float("inf"))
+    tight, _ = search_module._seed(model, cluster, inventory, heterogeneous=True, top=top,
+                                   cutoff=min(steps) / 2, estimator_options=EVERY_RECIPE)
+    assert tight == min(steps) / 2  # fewer than K grouped plans under the cutoff: the cutoff stays

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,8 @@ from fasop.plans.enumerate import (all_placements, combo_plan, count_orders, cyc
                                    grouped_placements, plans)
 from fasop.plans.plan import Plan
 from fasop.plans.space import DegreeSpace, split_options
-from fasop.search.chunks import chunks, estimate_chunks, signature_key, steady
+from fasop.search.chunks import chunks, estimate_chunks, steady
+from fasop.search.kept import Kept, Tally
 from fasop.search.orders import OrderSearch
 from fasop.specs.files import show
 from fasop.specs.types import ClusterSpec, ModelSpec, NodeType
@@ -154,6 +154,8 @@ def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterato
     return all_placements(inventory), count_orders(inventory)
 
 
+SEED_ORDERS = 24
+"""The order tree is seeded from the grouped orders (_seed) up to this many of them (4 node types)."""
 AUTO_TOP = 5
 """`fasop search` without --top on more than AUTO_TOP_PLANS plans keeps the AUTO_TOP fastest that
 fit (found exactly, by branch and bound), and says so; --every-plan lists them all."""
@@ -199,7 +201,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
            top: int | None = None, workers: int = 1, partition_budget: int | None = None,
            progress: Progress | None = None, max_orders: int | None = None,
            cutoff: float = float("inf"), estimator_options: dict | None = None,
-           keep_on_interrupt: bool = False) -> SearchResult:
+           keep_on_interrupt: bool = False, seed_orders: bool = True) -> SearchResult:
     """Estimate the plans for `inventory` and rank them by step time (see the module doc).
     cutoff (with `top`): keep only plans of at most this step time; the plans kept are the K
     fastest that fit among those, found with the cutoff as the pruning threshold from the start
@@ -211,7 +213,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     TREE_ORDERS orders, the orders are searched by branch and bound (orders.OrderSearch)
     instead of listed. estimator_options: passed to the estimator (the analytic one's allowed
     recipes: recompute, zero, sequence_parallel, virtual_stages, precision). keep_on_interrupt: a
-    KeyboardInterrupt returns what is finished (`interrupted` set) instead of propagating."""
+    KeyboardInterrupt returns what is finished (`interrupted` set) instead of propagating.
+    seed_orders: before an order tree, search the grouped orders for its threshold and visiting
+    order (_seed; the same plans kept, found sooner)."""
     _check_options(inventory, placements=placements, partitioner=partitioner, iterations=iterations, top=top,
                    workers=workers, partition_budget=partition_budget, heterogeneous=heterogeneous)
     space, options = split_options(model, estimator_options)
@@ -223,15 +227,21 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     orders, num_orders = placements_of(inventory, placements)
     total = num_orders * len(combos)
     every = len(combos)
+    by_prefix = _by_prefix(cluster, estimator, placements, num_orders, top, MAX_ORDERS if max_orders is None else max_orders)
+    first: dict = {}
+    if by_prefix and seed_orders:  # grouped orders' plans: a threshold and a visiting order (_seed)
+        cutoff, first = _seed(model, cluster, inventory, heterogeneous=heterogeneous, partitioner=partitioner,
+                              iterations=iterations, top=top, partition_budget=partition_budget, cutoff=cutoff,
+                              estimator_options=estimator_options)
     if cutoff < float("inf"):  # degrees whose quick bound (any placement) is above the cutoff: none of their plans
         combos = _within_cutoff(combos, model, inventory, estimator, cutoff)
     expect_shapes = getattr(estimator, "expect_shapes", None)
     if expect_shapes is not None:
         expect_shapes(combo[:3] for combo in combos)
     precut = num_orders * (every - len(combos))  # resolved before any work: progress counts them done
-    kept, tally, report, tree, accounted = _Kept(top, cutoff), _Tally(pruned=precut), steady(progress, total), None, None
-    if _by_prefix(cluster, estimator, placements, num_orders, top, MAX_ORDERS if max_orders is None else max_orders):
-        tree = OrderSearch(estimator, inventory, combos, kept.threshold, lambda n: report(precut + n))
+    kept, tally, report, tree, accounted = Kept(top, cutoff), Tally(pruned=precut), steady(progress, total), None, None
+    if by_prefix:
+        tree = OrderSearch(estimator, inventory, combos, kept.threshold, lambda n: report(precut + n), first)
         candidates: Iterator[tuple[int, Plan]] = iter(tree)
         accounted = lambda: precut + tree.resolved()  # noqa: E731
     else:
@@ -259,6 +269,32 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
                         num_duplicates=tally.duplicates, num_pruned=tally.pruned,
                         num_estimated_oom=tally.oom, top=top, misfits=tuple(sorted(tally.misfits.items())),
                         interrupted=interrupted, num_done=total if interrupted is None else done)
+
+
+def _seed(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, top: int, cutoff: float,
+          **options) -> tuple[float, dict]:
+    """(threshold, first) for the order tree, from the K fastest plans that fit with each type's
+    nodes together (`--placements grouped`: a few orders a degree shape). threshold: the K-th of
+    their step times if there are K, else `cutoff`. They have distinct signatures and are among
+    the orders the tree walks, so the K-th kept of the whole search is at most theirs: cutting
+    above it drops no plan the search keeps, and the tree finds them again (the same rows, ties
+    broken by index as before). first: the fastest of them per degree shape; the tree visits
+    those shapes first. Without these the tree's threshold is the K-th of the first shapes it
+    walks, whatever they are worth: a bare DeepSeek-V3 config.json on p5=16,p6-b200=16 walked
+    tp 4 x dp 4 x pp 16's near-equal orders for over ten minutes at 3.59 s a step, while a
+    grouped order of tp 2 x dp 8 x pp 16 takes 3.16 s (docs/partitions.md)."""
+    if math.factorial(len({n.name for n in inventory})) > min(SEED_ORDERS, MAX_ORDERS):
+        return cutoff, {}
+    grouped = search(model, cluster, inventory, placements="grouped", top=top, cutoff=cutoff, seed_orders=False,
+                     **options)
+    fitting = [e for e in grouped.estimates if not e.memory.is_oom and e.step_time_s <= cutoff]
+    first: dict = {}
+    for e in fitting:
+        p = e.plan
+        key = (p.tp, p.dp, p.pp, p.mbs, p.cp, p.ep, p.etp)
+        first[key] = min(first.get(key, float("inf")), e.step_time_s)
+    steps = sorted(e.step_time_s for e in fitting)
+    return (min(cutoff, steps[top - 1]) if len(steps) >= top else cutoff), first
 
 
 def _within_cutoff(combos: list, model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator,
@@ -315,84 +351,3 @@ def _by_prefix(cluster: ClusterSpec, estimator: Estimator, placements: str, num_
                          "too many plans to list: add --top K (the K fastest, found exactly by branch and bound "
                          "over node orders) or use --placements grouped or cyclic")
     return by_prefix
-
-
-class _Tally:
-    """A search's counts as its chunks come back: duplicates, pruned, out of memory, misfits by reason."""
-
-    def __init__(self, pruned: int):
-        self.duplicates, self.pruned, self.oom = 0, pruned, 0
-        self.misfits: dict[str, int] = {}  # estimated plans that do not fit, by the estimator's reason (if it gives one)
-        self.seen: set[bytes] = set()  # 16-byte digests of signatures: bounded memory per unique pipeline
-
-    def unique(self, candidates: Iterator[tuple[int, Plan]], estimator: Estimator) -> Iterator[tuple[int, Plan]]:
-        """(enumeration index, plan), skipping plans equivalent to one already yielded."""
-        for index, plan in candidates:
-            key = signature_key(estimator, plan)
-            if key in self.seen:
-                self.duplicates += 1
-                continue
-            self.seen.add(key)
-            yield index, plan
-
-    def add(self, results: Sequence[tuple[int, Estimate | None]], kept: _Kept) -> None:
-        """A chunk's results: every one kept (without `top`), or each that was estimated offered
-        to the K kept (None: pruned)."""
-        if kept.top is None:  # every plan estimated and kept
-            kept.extend(results)
-            oom = [estimate for _, estimate in results if estimate.memory.is_oom]
-            self.oom += len(oom)
-            self._count_misfits(oom)
-            return
-        for index, estimate in results:
-            if estimate is None:
-                self.pruned += 1
-                continue
-            self.oom += estimate.memory.is_oom
-            self._count_misfits((estimate,))
-            kept.add(index, estimate)
-
-    def add_tree(self, tree: OrderSearch) -> None:
-        """What the order tree skipped: prefixes equivalent to earlier ones, and pruned plans."""
-        self.duplicates += tree.duplicates
-        self.pruned += tree.pruned
-
-    def _count_misfits(self, estimates) -> None:
-        for estimate in estimates:
-            reason = dict(estimate.extra_columns).get("misfit") if estimate.memory.is_oom else None
-            if reason:
-                self.misfits[reason] = self.misfits.get(reason, 0) + 1
-
-
-class _Kept:
-    """Every estimate, or the K fastest that fit (a max-heap on (step time, index))."""
-
-    def __init__(self, top: int | None, cutoff: float = float("inf")):
-        self.top, self.cutoff = top, cutoff
-        self.items: list = []
-
-    def add(self, index: int, estimate: Estimate) -> None:
-        """With `top`: kept if it fits and is among the K fastest so far."""
-        if not estimate.memory.is_oom:
-            item = (-estimate.step_time_s, -index, estimate)
-            if len(self.items) < self.top:
-                heapq.heappush(self.items, item)
-            elif item[:2] > self.items[0][:2]:
-                heapq.heapreplace(self.items, item)
-
-    def extend(self, results: Sequence[tuple[int, Estimate]]) -> None:
-        """Without `top`: every (index, estimate) kept."""
-        self.items.extend([(estimate.step_time_s, index, estimate) for index, estimate in results])
-
-    def threshold(self) -> float:
-        """The K-th kept step time (with `top`; the cutoff until K plans are kept; inf without)."""
-        return -self.items[0][0] if self.top is not None and len(self.items) >= self.top else self.cutoff
-
-    def values(self) -> list[float]:
-        """Step times of the kept plans (with `top`; empty without)."""
-        return [] if self.top is None else [-item[0] for item in self.items]
-
-    def ranked(self) -> tuple[Estimate, ...]:
-        if self.top is None:  # (step time, index): indices differ, so estimates are never compared
-            return tuple(e for _, _, e in sorted(self.items))
-        return tuple(e for _, _, e in sorted(self.items, key=lambda x: (-x[0], -x[1])))

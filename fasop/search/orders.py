@@ -52,8 +52,11 @@ class OrderSearch:
 
     def __init__(self, estimator: Estimator, inventory: Sequence[NodeType],
                  combos: Sequence[tuple[int, ...]], threshold: Callable[[], float],
-                 progress: Callable[[int], None] | None = None):
+                 progress: Callable[[int], None] | None = None, first: dict | None = None):
         self.estimator, self.combos, self.threshold = estimator, list(combos), threshold
+        self.first = first or {}
+        """Step times of known plans by (tp, dp, pp, mbs, cp, ep, etp): those shapes are visited
+        first, fastest first (the order changes which plans are cut, never which are kept)."""
         self.progress = progress or (lambda accounted: None)
         self.kinds = list({n.name: n for n in inventory}.values())
         self.counts = tuple(sum(n.name == k.name for n in inventory) for k in self.kinds)
@@ -72,6 +75,7 @@ class OrderSearch:
         bounds = [self.estimator.quick_bound(shape) for shape in shapes]
         rank = getattr(self.estimator, "search_order", None)
         keys = [rank(shape) for shape in shapes] if rank is not None else bounds
+        keys = [(0, self.first[_key(shape)]) if _key(shape) in self.first else (1, k) for shape, k in zip(shapes, keys)]
         self._ahead = sorted(bounds)  # the quick bounds of the shapes not yet begun, ascending
         for c in sorted(range(len(shapes)), key=lambda c: (keys[c], c)):
             del self._ahead[bisect.bisect_left(self._ahead, bounds[c])]
@@ -133,3 +137,7 @@ class OrderSearch:
                     continue
                 children.append((prefix + (kind,), child_left, child_state, child_rank, child_bound, child_hint))
             stack.extend(reversed(children))
+
+
+def _key(shape: Plan) -> tuple[int, ...]:
+    return shape.tp, shape.dp, shape.pp, shape.mbs, shape.cp, shape.ep, shape.etp
