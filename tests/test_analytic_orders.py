@@ -109,7 +109,7 @@ def test_order_tree_writes_the_listed_top_k_rows(world, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("world", WORLDS[:4])
 def test_seeded_order_tree_keeps_the_same_plans(world, tmp_path, monkeypatch):
-    """The grouped orders' K fastest seed the tree's threshold and visiting order (engine._seed):
+    """The grouped orders' K fastest seed the tree's threshold and visiting order (engine.grouped_seed):
     the rows are those of the unseeded tree, and the seed's threshold is the K-th of K real plans."""
     model, cluster, inventory = _world(*world, tmp_path)
     top = 6
@@ -120,12 +120,12 @@ def test_seeded_order_tree_keeps_the_same_plans(world, tmp_path, monkeypatch):
     assert texts[0] == texts[1] and len(runs[0].estimates) == top
     grouped = search(model, cluster, inventory, heterogeneous=True, top=top, placements="grouped",
                      estimator_options=EVERY_RECIPE)
-    threshold, first = search_module._seed(model, cluster, inventory, heterogeneous=True, top=top,
+    threshold, first = search_module.grouped_seed(model, cluster, inventory, heterogeneous=True, top=top,
                                            cutoff=float("inf"), estimator_options=EVERY_RECIPE)
     steps = [e.step_time_s for e in grouped.estimates]
     assert threshold == (max(steps) if len(steps) == top else float("inf"))
     assert threshold >= max(e.step_time_s for e in runs[0].estimates)  # the K-th kept is at most the seed's
     assert min(first.values(), default=float("inf")) == min(steps, default=float("inf"))
-    tight, _ = search_module._seed(model, cluster, inventory, heterogeneous=True, top=top,
+    tight, _ = search_module.grouped_seed(model, cluster, inventory, heterogeneous=True, top=top,
                                    cutoff=min(steps) / 2, estimator_options=EVERY_RECIPE)
     assert tight == min(steps) / 2  # fewer than K grouped plans under the cutoff: the cutoff stays

@@ -155,7 +155,7 @@ def placements_of(inventory: Sequence[NodeType], strategy: str) -> tuple[Iterato
 
 
 SEED_ORDERS = 24
-"""The order tree is seeded from the grouped orders (_seed) up to this many of them (4 node types)."""
+"""The order tree is seeded from the grouped orders (grouped_seed) up to this many of them (4 node types)."""
 AUTO_TOP = 5
 """`fasop search` without --top on more than AUTO_TOP_PLANS plans keeps the AUTO_TOP fastest that
 fit (found exactly, by branch and bound), and says so; --every-plan lists them all."""
@@ -215,7 +215,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     recipes: recompute, zero, sequence_parallel, virtual_stages, precision). keep_on_interrupt: a
     KeyboardInterrupt returns what is finished (`interrupted` set) instead of propagating.
     seed_orders: before an order tree, search the grouped orders for its threshold and visiting
-    order (_seed; the same plans kept, found sooner)."""
+    order (grouped_seed; the same plans kept, found sooner)."""
     _check_options(inventory, placements=placements, partitioner=partitioner, iterations=iterations, top=top,
                    workers=workers, partition_budget=partition_budget, heterogeneous=heterogeneous)
     space, options = split_options(model, estimator_options)
@@ -229,8 +229,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     every = len(combos)
     by_prefix = _by_prefix(cluster, estimator, placements, num_orders, top, MAX_ORDERS if max_orders is None else max_orders)
     first: dict = {}
-    if by_prefix and seed_orders:  # grouped orders' plans: a threshold and a visiting order (_seed)
-        cutoff, first = _seed(model, cluster, inventory, heterogeneous=heterogeneous, partitioner=partitioner,
+    if by_prefix and seed_orders:  # grouped orders' plans: a threshold and a visiting order (grouped_seed)
+        cutoff, first = grouped_seed(model, cluster, inventory, heterogeneous=heterogeneous, partitioner=partitioner,
                               iterations=iterations, top=top, partition_budget=partition_budget, cutoff=cutoff,
                               estimator_options=estimator_options)
     if cutoff < float("inf"):  # degrees whose quick bound (any placement) is above the cutoff: none of their plans
@@ -271,7 +271,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
                         interrupted=interrupted, num_done=total if interrupted is None else done)
 
 
-def _seed(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, top: int, cutoff: float,
+def grouped_seed(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, top: int, cutoff: float,
           **options) -> tuple[float, dict]:
     """(threshold, first) for the order tree, from the K fastest plans that fit with each type's
     nodes together (`--placements grouped`: a few orders a degree shape). threshold: the K-th of
