@@ -95,12 +95,15 @@ def test_a_model_row_leaves_the_architecture_columns_empty(tmp_path):
 def test_gb200_rows_default_to_the_flex_dispatcher_their_recipes_ran(tmp_path):
     # gpus.yaml GB200 validate_software: moe_node_dedup (Megatron-Bridge's GB200/GB300 recipes: flex,
     # HybridEP); a row that leaves moe_dispatcher empty is costed as one that says flex, not as alltoall
-    row = "q,hf/qwen3-30b-a3b.json,GB200,8,1,1,1,8,8,1,1,4096,64,1,bf16,none,10"
+    # graphed as those recipes run (full_iteration): eager, a Grace host's kernel issue would hide the sort
+    row = "q,hf/qwen3-30b-a3b.json,GB200,8,1,1,1,8,8,1,1,4096,64,1,bf16,none,10,full_iteration"
     predicted = lambda header, r: validate(_csv(tmp_path, r, header)).predictions[0].row["predicted_seconds_per_iter"]
-    empty = predicted(HEADER, row)
-    flex = predicted(HEADER + ",moe_dispatcher", row + ",flex")
-    plain = predicted(HEADER + ",moe_dispatcher", row + ",alltoall")
+    empty = predicted(HEADER + ",cuda_graphs", row)
+    flex = predicted(HEADER + ",cuda_graphs,moe_dispatcher", row + ",flex")
+    plain = predicted(HEADER + ",cuda_graphs,moe_dispatcher", row + ",alltoall")
     assert empty == flex < plain     # the alltoall adds its sort of the received rows by local expert (16 each)
+    eager = predicted(HEADER + ",cuda_graphs,moe_dispatcher", row.rsplit(",", 1)[0] + ",none,alltoall")
+    assert eager > plain  # eager on the Grace host, the layer's kernel issue outlasts its GPU work
 
 
 def test_multi_token_prediction_is_trained_as_the_recipes_say(tmp_path):
@@ -184,3 +187,16 @@ def test_nvfp4_gemms_run_at_the_measured_ratio_to_mxfp8(gpu):
     from fasop.specs.catalog import find_gpu
     g = find_gpu(gpu)
     assert g.matmul_flops("nvfp4") / g.matmul_flops("mxfp8") == pytest.approx(7.161 / 3.764, rel=2e-3)
+
+
+def test_gb_rows_without_a_cuda_graphs_cell_run_graphed_as_their_recipes(tmp_path):
+    # gpus.yaml GB200 / GB300 validate_software cuda_graphs: an empty cell is full_iteration (the Bridge
+    # recipes' capture); `none` states an eager run, whose Grace host issues each kernel at 19.7 us
+    row = "q,hf/qwen3-30b-a3b.json,GB200,8,1,1,1,8,8,1,1,4096,512,1,mxfp8,none,6"
+    predicted = lambda header, r: validate(_csv(tmp_path, r, header)).predictions[0].row["predicted_seconds_per_iter"]
+    empty = predicted(HEADER + ",cuda_graphs", row + ",")
+    graphed = predicted(HEADER + ",cuda_graphs", row + ",full_iteration")
+    eager = predicted(HEADER + ",cuda_graphs", row + ",none")
+    assert empty == graphed < eager
+    h100 = row.replace("GB200", "H100-SXM").replace("mxfp8", "fp8")
+    assert predicted(HEADER + ",cuda_graphs", h100 + ",") == predicted(HEADER + ",cuda_graphs", h100 + ",none")

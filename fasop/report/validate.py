@@ -181,14 +181,15 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
                      moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
                      moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
-    params = replace(params, host=replace(params.host, graphed=_graphed(c)))
+    params = replace(params, host=replace(params.host, graphed=_graphed(c, common.get("cuda_graphs", False))))
     return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
                         c.choice("optimizer_states", STATE_DTYPES) == "bf16")
 
 
-def _graphed(c: Cells) -> tuple[str, ...]:
-    """The row's `cuda_graphs` scopes (Megatron-Core's cuda_graph_scope names; empty or `none`: eager)."""
-    scopes = graph_scopes(c.text("cuda_graphs") or "none")
+def _graphed(c: Cells, whole: bool) -> tuple[str, ...]:
+    """The row's `cuda_graphs` scopes (Megatron-Core's cuda_graph_scope names; `none`: eager); empty:
+    `full_iteration` where the GPU's published runs were captured whole (`whole`), else eager."""
+    scopes = graph_scopes(c.text("cuda_graphs") or ("full_iteration" if whole else "none"))
     if scopes is None:
         raise c.error("cuda_graphs", f"expected none or a comma list of {', '.join(GRAPH_SCOPES)}, "
                       f"got {c.text('cuda_graphs')[:60]!r}")
