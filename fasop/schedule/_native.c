@@ -17,7 +17,8 @@
  *   sweep_at: that sweep's bound at one node of the partitioner's search (SweepBound.at);
  *   chain_terms, chain_bounds: one_f_one_b_bound's chains at a node (fasop.schedule.bounds);
  *   reverse_sweep, zigzag: the reverse sweep's and the zigzag chains' bounds at a node; cut_raise:
- *   a node's child bounds raised to the learnt cuts (fasop.partition.splits).
+ *   a node's child bounds raised to the learnt cuts (fasop.partition.splits); branch_and_bound:
+ *   the partitioner's whole node loop over those kernels (_node_loop.h).
  *
  * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
  * only a C compiler and Python's headers.
@@ -764,6 +765,8 @@ static void cut_raise(const double *lb, const double *dots, const double *cuts, 
     }
 }
 
+#include "_node_loop.h"
+
 PyDoc_STRVAR(completion_doc,
 "completion(times, n, size, weights, largest, table)\n\n"
 "fasop.partition.splits.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
@@ -1148,6 +1151,7 @@ static PyMethodDef methods[] = {
     {"zigzag", py_zigzag, METH_VARARGS, zigzag_doc},
     {"cut_raise", py_cut_raise, METH_VARARGS, cut_raise_doc},
     {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
+    {"branch_and_bound", py_branch_and_bound, METH_VARARGS, branch_and_bound_doc},
     {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -1161,8 +1165,9 @@ static struct PyModuleDef module = {
  * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
  * again, for the proven-split search's cuts; sweep_completion, sweep_at,
- * chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise). */
-#define API 11
+ * chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise; 12: branch_and_bound, the partitioner's node
+ * loop, fasop/schedule/_node_loop.h). */
+#define API 12
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {

@@ -340,6 +340,7 @@ def with_sweep(bound, sweep: SweepBound):
             return raised_bounds, _SweptChains(chains, prefixes)
         swept, prefixes = sweep(k, prefix, t, rest.stops)
         return np.maximum(bounds, swept), _SweptChains(chains, prefixes)
+    raised.compiled = ("sweep", bound, sweep)  # what fasop.partition.compiled hands to the C node loop
     return raised
 
 

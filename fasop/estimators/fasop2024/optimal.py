@@ -22,7 +22,7 @@ from fasop.partition.zigzag import ZigzagBound, with_zigzag, zigzag_completion
 from fasop.schedule.bounds import SweepBound, sweep_completion, with_sweep
 from fasop.schedule.legs import LegBound, Legs, leg_completion, with_legs
 from fasop.schedule.pipeline import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
-from fasop.schedule.reverse_sweep import ReverseSweepBound, sweep_prefix_completion
+from fasop.schedule.reverse_sweep import ReverseSweepBound, flipped_bound, sweep_prefix_completion
 
 # `Fasop2024Estimator` in annotations: the estimator (estimator.py) that calls in; not imported, as it imports this module
 
@@ -247,7 +247,7 @@ class SplitSearch:
             weights, const = self.cut(split[::-1])
             return weights[::-1].copy(), const
 
-        found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
+        found_r = optimal(flipped, bound=flipped_bound(sweep, pp, layers),
                           evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
                           extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=nodes or REVERSE_NODES, max_cuts=REVERSE_CUTS,
                           last_stages=SETTLE_LAST_STAGES, tables=tables, cuts_after=CUTS_AFTER)
