@@ -240,7 +240,9 @@ static void completion_table(const double *times, int n, Py_ssize_t size, const 
         for (Py_ssize_t a = 0; a < size; a++) {
             double least = INFINITY;
             for (Py_ssize_t b = 0; b < size; b++) {
-                const double x = weighted_time(T3(k, a, b), w);
+                const double t = T3(k, a, b);
+                if (!isfinite(t)) continue;  /* x inf or NaN: v never below `least` */
+                const double x = weighted_time(t, w);
                 const double v = largest ? mx(x, next[b]) : x + next[b];
                 if (v < least) least = v;
             }
@@ -264,7 +266,9 @@ static void capped_table(const double *times, int n, Py_ssize_t size, const doub
         for (Py_ssize_t a = 0; a < size; a++) {
             double *least = table + (size_t)k * (size_t)size + (size_t)a;  /* + j * plane: cap j's, from inf */
             for (Py_ssize_t b = 0; b < size; b++) {
-                const double t = T3(k, a, b), x = weighted_time(t, w);
+                const double t = T3(k, a, b);
+                if (!isfinite(t)) continue;  /* x inf or NaN: above every cap */
+                const double x = weighted_time(t, w);
                 const double *next = table + (size_t)(k + 1) * (size_t)size + (size_t)b;
                 for (Py_ssize_t j = 0; j < J; j++) {
                     if (!(x <= caps[j])) continue;  /* numpy: inf there */
