@@ -69,6 +69,17 @@ def run(search, max_nodes: int | None) -> tuple[int, float] | None:
     """Search's best-first loop (partition.splits._Search.run's) in C: (status, floor: the lowest
     bound of an open node when it stopped), or None where it runs in Python. The splits found
     are left pending on the search, as its Python loop leaves them."""
+    return _call(search, max_nodes, root_only=False)
+
+
+def least(search) -> float | None:
+    """partition.optimal's `least` (the least bound of the root's children, before any cut) in C,
+    or None where the search runs in Python or the root has no child."""
+    got = _call(search, None, root_only=True)
+    return got[1] if got is not None and got[0] == DONE else None
+
+
+def _call(search, max_nodes: int | None, root_only: bool) -> tuple[int, float] | None:
     if native.kernels is None or not ENABLED or search.max_cuts > MAX_CUTS:
         return None
     found = parts(search.bound, search.n, search.num_layers)
@@ -82,7 +93,7 @@ def run(search, max_nodes: int | None) -> tuple[int, float] | None:
 
     capped = (_EMPTY, _EMPTY) if search.capped is None else (_c(search.capped), _c(search.below))
     options = (float(search.margin), bool(search.settle), float(search.above), float(search.least), int(search.batch),
-               int(search.last_stages), -1 if max_nodes is None else int(max_nodes))
+               int(search.last_stages), -1 if max_nodes is None else int(max_nodes), root_only)
     status, floor, visited = native.kernels.branch_and_bound(
         _c(search.times, dtype=float), search.n, search.size, _c(search.least_sum), _c(search.least_max),
         _c(search.least_wmax), *capped, found, options, (search.extra, flush, search.evaluate, search.pending),

@@ -144,10 +144,11 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
                      cuts_after=cuts_after)
     if not np.isfinite(search.least_sum[0, 0]):
         return None
-    root = search.child_bounds(0, 0, (), 0.0, None, np.zeros(0))
-    if root is None:
+    least = compiled.least(search)  # no split is below the root's least child bound; in C where it can
+    root = None if least is not None else search.child_bounds(0, 0, (), 0.0, None, np.zeros(0))
+    if least is None and root is None:
         return None
-    search.least = float(root[0].min())  # no split is below the root's least child bound
+    search.least = float(root[0].min()) if least is None else least
     if search.beyond(search.least):  # every split is above: nothing to search
         return Found((), np.inf, True)
     search.seed(seeds)
@@ -308,8 +309,8 @@ class _Search:
             return Found((), np.inf, True)  # every open node is above, and nothing found is at or below
         proven = status == compiled.DONE
         self.flush()
-        best = self.best
-        return Found(best[1], best[0], proven, best[0] if proven else min(floor, best[0]), self.visited)
+        value, split = self.best
+        return Found(split, value, proven, value if proven else min(floor, value), self.visited)
 
     def loop(self) -> tuple[int, float]:
         """`run`'s loop in Python: (compiled.DONE / BUDGET / ABOVE, the lowest bound of an open
@@ -367,8 +368,7 @@ class _Search:
             lbs = lbs.tolist()
             if self.hopeless(lbs[order[0]]):
                 return
-            family = _Family(k, first, counts, before, chains, dots, len(self.cut_c), order, lbs, rest.stops,
-                             rest.times)
+            family = _Family(k, first, counts, before, chains, dots, len(self.cut_c), order, lbs, rest.stops, rest.times)
             if len(order) > 1 and not self.hopeless(lbs[order[1]]):
                 self.push(family, 1)
             k, first, counts, before, chain, dots = family.child(0, self.cut_w)

@@ -454,7 +454,7 @@ static int bb_last(bb_search *s, const bb_node *node)
     return status;
 }
 
-enum { BB_DONE = 0, BB_BUDGET = 1, BB_ABOVE = 2, BB_ERROR = -1 };
+enum { BB_DONE = 0, BB_BUDGET = 1, BB_ABOVE = 2, BB_NO_CHILD = 3, BB_ERROR = -1 };
 
 /* _Search.dive: follow a node down to a split, always into its lowest-bound child, its next
  * child becoming an open node. `holder`: the family the node's chains point into (released). */
@@ -546,6 +546,25 @@ static int bb_any_within(bb_search *s)
     return found;
 }
 
+/* partition.optimal's `least`: the least bound of the root's children (numpy's min: NaN
+ * propagated), before any cut; BB_NO_CHILD: the root has none. */
+static int bb_root(bb_search *s, double *least)
+{
+    bb_rest *r = bb_children(s, 0, 0);
+    if (!r) return PyErr_Occurred() ? BB_ERROR : BB_NO_CHILD;
+    bb_node node = {0};
+    node.trips = node.zfixed = -INFINITY;
+    node.prefix = s->reverse ? s->rstart : s->sstart, node.zrow = s->zstart;
+    bb_family *f = bb_family_new(s, &node, r, s->counts);
+    if (!f || bb_bounds(s, &node, f) < 0) {
+        bb_release(f);
+        return BB_ERROR;
+    }
+    for (Py_ssize_t i = 0; i < f->n; i++) *least = i ? np_min(*least, f->lbs[i]) : f->lbs[i];
+    bb_release(f);
+    return BB_DONE;
+}
+
 /* _Search.run's loop: best-first with dives from the root; *floor: the lowest bound of an open
  * node when it stopped. */
 static int bb_run(bb_search *s, double *floor)
@@ -614,9 +633,10 @@ PyDoc_STRVAR(branch_and_bound_doc,
 "fasop.partition.splits._Search.run in C (fasop.partition.compiled builds the arguments): times\n"
 "float64 n x size x size; least_* (n + 1) x size; capped J x (n + 1) x size and below J (J = 0:\n"
 "none); parts: (chain, sweep, zigzag, reverse) argument tuples or None; options: (margin, settle,\n"
-"above, least, batch, last_stages, max_nodes); callbacks: (extra, flush, evaluate, pending);\n"
-"state: (best, cut_w, cut_c, cut_tables). status 0: searched to the end, 1: stopped at max_nodes,\n"
-"2: every open node above `above` and nothing found at or below it.");
+"above, least, batch, last_stages, max_nodes, root_only); callbacks: (extra, flush, evaluate,\n"
+"pending); state: (best, cut_w, cut_c, cut_tables). status 0: searched to the end, 1: stopped at\n"
+"max_nodes, 2: every open node above `above` and nothing found at or below it, 3 (root_only): the\n"
+"root has no child. root_only: floor is the least bound of the root's children, nothing searched.");
 
 /* The buffers' slots in `views`: times, the least tables, capped, below (0-5), the chains' (6-7),
  * the sweep's (8-11), the zigzag's (12-16), the reverse sweep's (BB_RW...). */
@@ -702,8 +722,9 @@ static PyObject *py_branch_and_bound(PyObject *self, PyObject *args)
     s.times = views[0].buf, s.lsum = views[1].buf, s.lmax = views[2].buf, s.lwmax = views[3].buf;
     s.capped = views[4].buf, s.below = views[5].buf;
     long long max_nodes;
-    if (!PyArg_ParseTuple(options, "dpddniL", &s.margin, &s.settle, &s.above, &s.least, &s.batch, &s.last_stages,
-                          &max_nodes) ||
+    int root_only;
+    if (!PyArg_ParseTuple(options, "dpddniLp", &s.margin, &s.settle, &s.above, &s.least, &s.batch, &s.last_stages,
+                          &max_nodes, &root_only) ||
         !PyArg_ParseTuple(callbacks, "OOOO!", &s.extra_cb, &s.flush_cb, &s.evaluate_cb, &PyList_Type, &s.pending))
         goto done;
     s.max_nodes = max_nodes;
@@ -719,7 +740,7 @@ static PyObject *py_branch_and_bound(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < size; i++) s.extras[i] = NAN;
     if (bb_take_state(&s, state) < 0) goto done;
     double floor = -INFINITY;
-    const int status = bb_run(&s, &floor);
+    const int status = root_only ? bb_root(&s, &floor) : bb_run(&s, &floor);
     if (status != BB_ERROR) result = Py_BuildValue("idL", status, floor, (long long)s.visited);
 done:
     bb_free(&s);
