@@ -12,6 +12,7 @@ found and learning cuts (`_Search.flush`) and stage 0's extra time.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 
@@ -26,6 +27,8 @@ MAX_CUTS = 64
 ENABLED = True
 """False: every search runs its Python loop (the tests compare the two)."""
 
+_EXTRAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per search (while it lives): extra(n) by layer count n, NaN where not yet asked."""
 _EMPTY = np.zeros(0)
 _c = np.ascontiguousarray
 
@@ -91,12 +94,15 @@ def _call(search, max_nodes: int | None, root_only: bool) -> tuple[int, float] |
         search.flush()
         return _state(search)
 
+    extras = _EXTRAS.get(search)  # stage 0's extra by layer count: asked once for `least` and `run`
+    if extras is None:
+        extras = _EXTRAS[search] = np.full(search.size, np.nan)
     capped = (_EMPTY, _EMPTY) if search.capped is None else (_c(search.capped), _c(search.below))
     options = (float(search.margin), bool(search.settle), float(search.above), float(search.least), int(search.batch),
                int(search.last_stages), -1 if max_nodes is None else int(max_nodes), root_only)
     status, floor, visited = native.kernels.branch_and_bound(
         _c(search.times, dtype=float), search.n, search.size, _c(search.least_sum), _c(search.least_max),
-        _c(search.least_wmax), *capped, found, options, (search.extra, flush, search.evaluate, search.pending),
+        _c(search.least_wmax), *capped, found, options, (search.extra, flush, search.evaluate, search.pending, extras),
         _state(search))
     search.visited = visited
     return status, floor

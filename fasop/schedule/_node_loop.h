@@ -66,7 +66,7 @@ typedef struct {
     Py_buffer cut_views[3];             /* cut_w (C x n), cut_c (C), cut_tables (C x (n + 1) x size) */
     int have_cuts;
     bb_rest **rests;                    /* (n + 1) x size; &bb_none: no child */
-    double *extras;                     /* by layer count; NaN: not yet asked */
+    double *extras;                     /* by layer count; NaN: not yet asked (the caller's, kept between calls) */
     int64_t *counts;                    /* n + 1 */
     double *scratch;                    /* size */
     int64_t *firsts;                    /* size */
@@ -634,7 +634,7 @@ PyDoc_STRVAR(branch_and_bound_doc,
 "float64 n x size x size; least_* (n + 1) x size; capped J x (n + 1) x size and below J (J = 0:\n"
 "none); parts: (chain, sweep, zigzag, reverse) argument tuples or None; options: (margin, settle,\n"
 "above, least, batch, last_stages, max_nodes, root_only); callbacks: (extra, flush, evaluate,\n"
-"pending); state: (best, cut_w, cut_c, cut_tables). status 0: searched to the end, 1: stopped at\n"
+"pending, extras: writable float64 size, extra(n) by n, NaN where not yet asked); state: (best, cut_w, cut_c, cut_tables). status 0: searched to the end, 1: stopped at\n"
 "max_nodes, 2: every open node above `above` and nothing found at or below it, 3 (root_only): the\n"
 "root has no child. root_only: floor is the least bound of the root's children, nothing searched.");
 
@@ -693,7 +693,6 @@ static void bb_free(bb_search *s)
     for (Py_ssize_t i = 0; i < s->heap_len; i++) bb_release(s->heap[i].family);
     free(s->heap);
     free(s->rests);
-    free(s->extras);
     free(s->counts);
     free(s->scratch);
     free(s->firsts);
@@ -709,6 +708,7 @@ static PyObject *py_branch_and_bound(PyObject *self, PyObject *args)
     bb_search s;
     memset(&s, 0, sizeof(s));
     PyObject *parts, *options, *callbacks, *state, *result = NULL;
+    Py_buffer extras = {0};
     int used = 6;
     if (!PyArg_ParseTuple(args, "y*iny*y*y*y*y*OOOO", &views[0], &s.n, &s.size, &views[1], &views[2], &views[3],
                           &views[4], &views[5], &parts, &options, &callbacks, &state))
@@ -725,19 +725,20 @@ static PyObject *py_branch_and_bound(PyObject *self, PyObject *args)
     int root_only;
     if (!PyArg_ParseTuple(options, "dpddniLp", &s.margin, &s.settle, &s.above, &s.least, &s.batch, &s.last_stages,
                           &max_nodes, &root_only) ||
-        !PyArg_ParseTuple(callbacks, "OOOO!", &s.extra_cb, &s.flush_cb, &s.evaluate_cb, &PyList_Type, &s.pending))
+        !PyArg_ParseTuple(callbacks, "OOOO!w*", &s.extra_cb, &s.flush_cb, &s.evaluate_cb, &PyList_Type, &s.pending,
+                          &extras) ||
+        check_buffer(&extras, size, sizeof(double), "extras") < 0)
         goto done;
     s.max_nodes = max_nodes;
     s.rests = calloc((size_t)(n + 1) * (size_t)size, sizeof(bb_rest *));
-    s.extras = malloc((size_t)size * sizeof(double));
+    s.extras = extras.buf;
     s.counts = calloc((size_t)n + 1, sizeof(int64_t));
     s.scratch = malloc((size_t)size * sizeof(double));
     s.firsts = malloc((size_t)size * sizeof(int64_t));
-    if (!s.rests || !s.extras || !s.counts || !s.scratch || !s.firsts) {
+    if (!s.rests || !s.counts || !s.scratch || !s.firsts) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t i = 0; i < size; i++) s.extras[i] = NAN;
     if (bb_take_state(&s, state) < 0) goto done;
     double floor = -INFINITY;
     const int status = root_only ? bb_root(&s, &floor) : bb_run(&s, &floor);
@@ -745,6 +746,7 @@ static PyObject *py_branch_and_bound(PyObject *self, PyObject *args)
 done:
     bb_free(&s);
     for (int i = 0; i < BB_VIEWS; i++) PyBuffer_Release(&views[i]);
+    PyBuffer_Release(&extras);
     (void)used;
     return result;
 }

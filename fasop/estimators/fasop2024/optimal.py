@@ -128,6 +128,7 @@ class SplitSearch:
         self.dp_by_stage0: dict[int, np.ndarray] = {}
         self.extras: dict[int, float] = {}
         self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
+        self.values: dict[tuple[int, ...], float] = {}  # step times of the splits evaluated (each pipeline's own)
         self.stages = np.arange(self.pp)
         self.weights = e.steady_weights(self.pp, self.m)
         bound = partial(one_f_one_b_bound, num_stages=self.pp, num_microbatches=self.m, weights=self.weights,
@@ -180,16 +181,19 @@ class SplitSearch:
         """(pp, splits) compute seconds per stage: the entries of `times`, the same sums as
         Prepared.stage_compute."""
         edges = np.zeros((len(splits), self.pp + 1), dtype=np.intp)
-        np.cumsum(splits, axis=1, out=edges[:, 1:])
+        np.cumsum(np.array(splits, dtype=np.intp), axis=1, out=edges[:, 1:])  # an array: numpy wraps a list slowly
         return self.times[self.stages, edges[:, :-1], edges[:, 1:]].T
 
     def evaluate(self, splits: list[tuple[int, ...]]) -> list[float]:
-        """The step time of many splits at once: the estimate's float32 operations, so its values."""
-        comp = self.stage_compute(splits)
-        ones = np.ones(len(splits))
-        ends = one_f_one_b(*self.e.split(comp), self.sends_fwd * ones, self.sends_bwd * ones, self.m).astype(f32)
-        dp = np.stack([self.dp_costs(c[0]) for c in splits], axis=1)
-        return ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()
+        """The step time of many splits at once: the estimate's float32 operations, so its values;
+        each split once per plan (every pass starts from the splits of the one before)."""
+        if new := [s for s in dict.fromkeys(splits) if s not in self.values]:
+            comp = self.stage_compute(new)
+            ones = np.ones(len(new))
+            ends = one_f_one_b(*self.e.split(comp), self.sends_fwd * ones, self.sends_bwd * ones, self.m).astype(f32)
+            dp = np.stack([self.dp_costs(c[0]) for c in new], axis=1)
+            self.values.update(zip(new, ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()))
+        return [self.values[s] for s in splits]
 
     def steady_floor(self, splits: list[tuple[int, ...]]) -> np.ndarray:
         """A lower bound on each split's step time: stage 0's end is at least every stage's steady
