@@ -291,13 +291,13 @@ class _Search:
 
     def seed(self, seeds: Sequence[tuple[int, ...]]) -> None:
         """Evaluate the seeds that fit and the bottleneck-balanced split."""
-        if "balanced" not in self.shared:
-            self.shared["balanced"] = bottleneck_split(self.times)
-        balanced = self.shared["balanced"]
-        for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
-            edges = boundaries(seed)
-            if len(seed) == self.n and np.isfinite(self.times[np.arange(self.n), edges[:-1], edges[1:]]).all():
-                self.pending.append(tuple(seed))
+        if (balanced := self.shared.get("balanced", ())) == ():
+            balanced = self.shared["balanced"] = bottleneck_split(self.times)
+        seeds = [s for s in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else []))
+                 if len(s) == self.n]
+        edges = np.array([boundaries(s) for s in seeds], dtype=np.intp).reshape(len(seeds), self.n + 1)
+        fits = np.isfinite(self.times[np.arange(self.n), edges[:, :-1], edges[:, 1:]]).all(axis=1)  # all at once
+        self.pending.extend(seed for seed, fit in zip(seeds, fits.tolist()) if fit)
         self.flush()
 
     def run(self, max_nodes: int | None) -> Found:
