@@ -167,13 +167,18 @@ def sweep_points(num_microbatches: int) -> np.ndarray:
     return spread[np.concatenate([[True], spread[1:] != spread[:-1]])]  # (np.unique would import numpy.ma)
 
 
-@functools.lru_cache(maxsize=256)
 def sweep_unit_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
     """G[i, j] = sum over u = 1..x_j of stage i's cost of advancing the way back from micro-batch
     u - 1 to u, in units of its stage time t_i, at the points x_j = `sweep_points`: 1 while
     u <= m - 1 - w_i (a steady forward and backward, F B), (k - 1)/k after (a cool-down
     backward); w_i = min(pp - i - 1, m) warm-up forwards, k the fwd_bwd_factor. Shape
     (pp, points)."""
+    return _unit_weights(num_stages, num_microbatches, fwd_bwd_factor, SWEEP_POINTS)
+
+
+@functools.lru_cache(maxsize=256)
+def _unit_weights(num_stages: int, num_microbatches: int, fwd_bwd_factor: float, points: int) -> np.ndarray:
+    """`sweep_unit_weights`, kept per (pp, m, k, SWEEP_POINTS): read, never changed."""
     m, k = num_microbatches, fwd_bwd_factor
     warm = np.minimum(num_stages - 1 - np.arange(num_stages), m)
     u = np.arange(1, m)

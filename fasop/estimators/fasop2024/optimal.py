@@ -195,13 +195,14 @@ class SplitSearch:
             self.values.update(zip(new, ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()))
         return [self.values[s] for s in splits]
 
-    def steady_floor(self, splits: list[tuple[int, ...]]) -> np.ndarray:
-        """A lower bound on each split's step time: stage 0's end is at least every stage's steady
+    def steady_floor(self, counts: np.ndarray, stage_times: np.ndarray) -> np.ndarray:
+        """A lower bound on the step time of each split (rows of layer counts, and of their stage
+        times as stage_compute's transposed): stage 0's end is at least every stage's steady
         chain (schedule_bounds.steady_weights: all stage times + both end sends + c_i t_i), and
         the step time at least that end + stage 0's extra (its DP all-reduce + the embedding's)."""
-        comp = self.stage_compute(splits)
+        comp = stage_times.T
         chain = comp.sum(axis=0) + (self.weights[:, None] * comp).max(axis=0) + (self.send_first + self.send_last)
-        return chain + np.array([self.extra(s[0]) for s in splits])
+        return chain + np.array([self.extra(n) for n in counts[:, 0].tolist()])
 
     def cut(self, split: tuple[int, ...]) -> tuple[np.ndarray, float]:
         """The critical chain of `split` as a cut (partition.Cut), once per split: every pass asks
