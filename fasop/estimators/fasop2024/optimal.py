@@ -125,7 +125,7 @@ class SplitSearch:
         self.sends_fwd, self.sends_bwd = np.zeros((self.pp, 1)), np.zeros((self.pp, 1))
         self.sends_fwd[0], self.sends_bwd[self.pp - 1] = self.send_first, self.send_last  # p2p-ends-only
         self.times, self.fitting, self.tables, self.oom_tables = self._tables(recent)
-        self.dp_by_stage0: dict[int, np.ndarray] = {}
+        self.dp_rows: np.ndarray | None = None  # the estimator's dp_costs by stage 0's layers, made on first use
         self.extras: dict[int, float] = {}
         self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
         self.values: dict[tuple[int, ...], float] = {}  # step times of the splits evaluated (each pipeline's own)
@@ -165,11 +165,12 @@ class SplitSearch:
         return recent[key]
 
     def dp_costs(self, stage0_layers: int) -> np.ndarray:
-        """Each stage's DP all-reduce (float32), as the estimate computes it."""
-        if stage0_layers not in self.dp_by_stage0:
-            self.dp_by_stage0[stage0_layers] = self.e.dp_costs(self.plan, self.layout, self.p.stage_types,
-                                                               stage0_layers)
-        return self.dp_by_stage0[stage0_layers]
+        """Each stage's DP all-reduce (float32), as the estimate computes it (the estimator's
+        dp_costs: its table's row by stage 0's layers, each stage's bus column)."""
+        if self.dp_rows is None:
+            self.dp_rows = self.e.dp_table(self.plan, self.layout)[:, [int(t.intra_node_shared)
+                                                                      for t in self.p.stage_types]]
+        return self.dp_rows[stage0_layers]
 
     def extra(self, stage0_layers: int) -> float:
         """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
