@@ -191,3 +191,23 @@ def test_mixed_experiments_search_the_same_nodes_both_ways(model_name, tmp_path,
         assert status == 0 and any(in_c) == use
         got.append((out.read_bytes(), record))
     assert got[0] == got[1]
+
+
+@needs_kernels
+def test_the_kernel_rejects_buffers_of_the_wrong_size_and_unknown_bounds():
+    case = _pipeline(5)
+    n, size = case["pp"], case["layers"] + 1
+    chain = compiled.parts(case["chains"], n, case["layers"])[0]
+    tables = [np.zeros((n + 1) * size)] * 3
+    options = (1e-6, False, np.inf, 0.0, 16, 2, -1, False)
+    state = (np.inf, np.zeros((0, n)), np.zeros(0), np.zeros((0, n + 1, size)))
+
+    def call(least_sum, parts):
+        callbacks = (case["extra"], lambda *a: state, case["evaluate"], [], np.full(size, np.nan))
+        return native.kernels.branch_and_bound(case["fitting"], n, size, least_sum, *tables[1:], np.zeros(0),
+                                               np.zeros(0), parts, options, callbacks, state)
+
+    with pytest.raises(ValueError, match="least_sum"):
+        call(np.zeros(size), (chain, None, None, None))
+    with pytest.raises(ValueError, match="reverse sweep alone"):
+        call(tables[0], (None, None, None, None))

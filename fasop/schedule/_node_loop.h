@@ -644,18 +644,17 @@ enum { BB_RW = 17, BB_RH, BB_RT, BB_RS, BB_VIEWS };
 
 #define BB_BUF(i, name, count) check_buffer(&views[i], (count), sizeof(double), name)
 
-static int bb_parse_parts(bb_search *s, PyObject *parts, Py_buffer *views, int *used)
+static int bb_parse_parts(bb_search *s, PyObject *parts, Py_buffer *views)
 {
     PyObject *chain, *sweep, *zig, *rev;
     if (!PyArg_ParseTuple(parts, "OOOO", &chain, &sweep, &zig, &rev)) return -1;
     const Py_ssize_t n = s->n, size = s->size;
     s->chain = chain != Py_None, s->sweep = sweep != Py_None, s->zig = zig != Py_None, s->reverse = rev != Py_None;
     if (s->chain && (!PyArg_ParseTuple(chain, "y*y*ddd", &views[6], &views[7], &s->send_first, &s->send_last, &s->m) ||
-                     (*used = 8, BB_BUF(6, "weights", n) < 0 || BB_BUF(7, "round trips", n) < 0)))
+                     BB_BUF(6, "weights", n) < 0 || BB_BUF(7, "round trips", n) < 0))
         return -1;
     if (s->sweep) {
         if (!PyArg_ParseTuple(sweep, "y*y*y*y*d", &views[8], &views[9], &views[10], &views[11], &s->ssends)) return -1;
-        *used = 12;
         s->P = views[11].len / (Py_ssize_t)sizeof(double);
         if (s->P < 1 || BB_BUF(8, "sweep weights", n * s->P) < 0 || BB_BUF(9, "sweep waits", n * s->P) < 0 ||
             BB_BUF(10, "sweep table", (n + 1) * size * s->P) < 0)
@@ -663,13 +662,12 @@ static int bb_parse_parts(bb_search *s, PyObject *parts, Py_buffer *views, int *
     }
     if (s->zig && (!PyArg_ParseTuple(zig, "y*y*y*y*y*d", &views[12], &views[13], &views[14], &views[15], &views[16],
                                      &s->zsends) ||
-                   (*used = 17, BB_BUF(12, "steady", n) < 0 || BB_BUF(13, "turn", n) < 0 ||
-                    BB_BUF(14, "no_turn", n) < 0 || BB_BUF(15, "zigzag table", n * (n + 1) * size) < 0 ||
-                    BB_BUF(16, "zigzag start", n) < 0)))
+                   BB_BUF(12, "steady", n) < 0 || BB_BUF(13, "turn", n) < 0 ||
+                   BB_BUF(14, "no_turn", n) < 0 || BB_BUF(15, "zigzag table", n * (n + 1) * size) < 0 ||
+                   BB_BUF(16, "zigzag start", n) < 0))
         return -1;
     if (s->reverse) {
         if (!PyArg_ParseTuple(rev, "y*y*y*y*d", &views[BB_RW], &views[BB_RH], &views[BB_RT], &views[BB_RS], &s->rsends)) return -1;
-        *used = BB_VIEWS;
         s->P = views[BB_RS].len / (Py_ssize_t)sizeof(double);
         if (s->P < 1 || BB_BUF(BB_RW, "reverse weights", n * s->P) < 0 || BB_BUF(BB_RH, "reverse waits", n * s->P) < 0 ||
             BB_BUF(BB_RT, "reverse table", (n + 1) * size * s->P) < 0)
@@ -709,7 +707,6 @@ static PyObject *py_branch_and_bound(PyObject *self, PyObject *args)
     memset(&s, 0, sizeof(s));
     PyObject *parts, *options, *callbacks, *state, *result = NULL;
     Py_buffer extras = {0};
-    int used = 6;
     if (!PyArg_ParseTuple(args, "y*iny*y*y*y*y*OOOO", &views[0], &s.n, &s.size, &views[1], &views[2], &views[3],
                           &views[4], &views[5], &parts, &options, &callbacks, &state))
         return NULL;
@@ -717,7 +714,7 @@ static PyObject *py_branch_and_bound(PyObject *self, PyObject *args)
     s.J = views[5].len / (Py_ssize_t)sizeof(double), s.L = size - 1;
     if (check_stage_times(&views[0], s.n, size, NULL, "branch_and_bound") < 0 || BB_BUF(1, "least_sum", (n + 1) * size) < 0 ||
         BB_BUF(2, "least_max", (n + 1) * size) < 0 || BB_BUF(3, "least_wmax", (n + 1) * size) < 0 ||
-        BB_BUF(4, "capped", s.J * (n + 1) * size) < 0 || bb_parse_parts(&s, parts, views, &used) < 0)
+        BB_BUF(4, "capped", s.J * (n + 1) * size) < 0 || bb_parse_parts(&s, parts, views) < 0)
         goto done;
     s.times = views[0].buf, s.lsum = views[1].buf, s.lmax = views[2].buf, s.lwmax = views[3].buf;
     s.capped = views[4].buf, s.below = views[5].buf;
@@ -747,7 +744,6 @@ done:
     bb_free(&s);
     for (int i = 0; i < BB_VIEWS; i++) PyBuffer_Release(&views[i]);
     PyBuffer_Release(&extras);
-    (void)used;
     return result;
 }
 #undef BB_BUF
