@@ -8,10 +8,12 @@ choices), each a fresh interpreter, with
   fasop2024_plans.py read `native.kernels` as None);
 - `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
   Python (partition_tables.py reads None);
-- `no-bounds`: the proven-split search's node bounds and sweep tables (sweep_completion,
+- `no-loop`: the proven-split search's node loop (branch_and_bound) in Python, each node's bounds
+  still compiled (partition/compiled.py's ENABLED False);
+- `no-bounds`: the proven-split search's node loop, node bounds and sweep tables (sweep_completion,
   sweep_at, chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise) in Python
-  (schedule/bounds.py, schedule/reverse_sweep.py, partition/zigzag.py and partition/splits.py
-  read None; the traced run, one_f_one_b_traced, goes with `no-1f1b`);
+  (partition/compiled.py off; schedule/bounds.py, schedule/reverse_sweep.py, partition/zigzag.py
+  and partition/splits.py read None; the traced run, one_f_one_b_traced, goes with `no-1f1b`);
 - `python`: no kernel (FASOP_PURE_PYTHON=1);
 - `baseline` (with --baseline PATH): another checkout, its own kernels; `baseline-python`: that
   checkout with no kernel (FASOP_PURE_PYTHON=1), to compare the Python fallbacks.
@@ -64,6 +66,9 @@ if "1f1b" in off:
     fasop.schedule.pipeline.native = plans.native = types.SimpleNamespace(kernels=None)
 if "tables" in off:
     fasop.partition.tables.native = types.SimpleNamespace(kernels=None)
+if "bounds" in off or "loop" in off:
+    import fasop.partition.compiled
+    fasop.partition.compiled.ENABLED = False
 if "bounds" in off:
     import fasop.partition.splits, fasop.partition.zigzag, fasop.schedule.bounds, fasop.schedule.reverse_sweep
     for module in (fasop.partition.splits, fasop.partition.zigzag, fasop.schedule.bounds, fasop.schedule.reverse_sweep):
@@ -71,7 +76,7 @@ if "bounds" in off:
 from fasop.cli.command import main
 sys.exit(main(sys.argv[3:]))
 """
-VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-tables": "tables", "no-bounds": "bounds", "python": ""}
+VARIANTS = {"all": "", "no-1f1b": "1f1b", "no-tables": "tables", "no-loop": "loop", "no-bounds": "bounds", "python": ""}
 
 
 BYTECODE = Path(tempfile.mkdtemp(prefix="kernel_value_pyc_"))

@@ -671,3 +671,23 @@ def test_rounded_is_pythons_round():
 
 def test_divisors_ascending():
     assert all(divisors(n) == [d for d in range(1, n + 1) if n % d == 0] for n in range(1, 3000))
+
+
+@pytest.mark.parametrize("most", [3, 4096])
+def test_element_tables_are_the_stage_sums_however_they_grow(most, monkeypatch):
+    """memory.element_tables of plans met one by one (their planes added a few at a time, the
+    stack grown by doubling, started over past MAX_ELEMENT_TABLES): entry [a, b] is
+    stage_elements of layers a..b-1, bit for bit, and a table handed out earlier never changes."""
+    from fasop.costs import memory
+
+    monkeypatch.setattr(memory, "MAX_ELEMENT_TABLES", most)
+    m = model(kinds=("embedding",) + ("transformer",) * 5 + ("head",), forward=(0.001,) * 7, gbs=16)
+    plans = [plan(tp, 1, pp, *([node(gpus=tp)] * pp), mbs=mbs, gbs=16)
+             for mbs, tp, pp in itertools.product((1, 2), (1, 2), (1, 2, 3))]
+    kept = []
+    for p in plans + plans[::-1]:  # the second time round: planes added long before
+        params, act = memory.element_tables(p, m)
+        kept.append((params.copy(), act.copy(), params, act))
+        for a, b in itertools.combinations(range(len(m.layer_kinds) + 1), 2):
+            assert (params[a, b], act[a, b]) == memory.stage_elements(p, m, m.layer_kinds[a:b])
+    assert all(np.array_equal(x, y) and np.array_equal(u, w) for x, u, y, w in kept)

@@ -141,3 +141,23 @@ def test_partition_tables_are_the_same_compiled_and_in_numpy(seed, monkeypatch):
     for ours, theirs in zip(compiled[0] + compiled[1], numpy_[0] + numpy_[1]):
         assert ours.shape == theirs.shape and np.array_equal(ours, theirs)
     assert compiled[2] == numpy_[2]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("encoder_decoder", [False, True], ids=["decoder", "encoder-decoder"])
+def test_a_chunks_seeds_are_each_plans_greedy_splits(seed, encoder_decoder):
+    """finish.greedy_splits (the optimal partitioner's seeds of a chunk of plans, its min-max
+    problems solved together on arrays) gives every plan the candidate splits its own min-max
+    gives (prepare with fasop-minmax: fasop_minmax_splits), in order: every plan of 4 nodes in
+    every order, pp = 1 and encoder-decoder splits included."""
+    from fasop.estimators.fasop2024.finish import greedy_splits
+    from fasop.plans.enumerate import all_placements, degree_list, plans
+    from test_native import _world
+
+    model, cluster, types = _world(seed, encoder_decoder, memory_gib=1000.0)
+    nodes = (types["x"], types["y"], types["x"], types["y"])
+    combos = degree_list(nodes, tp_degrees=(1, 2), global_batch_size=16, num_transformer_layers=10)
+    candidates = list(plans(all_placements(nodes), combos, global_batch_size=16))
+    est = Fasop2024Estimator(model, cluster, nodes)
+    assert greedy_splits(est, candidates, {}) == [est.prepare(p).splits for p in candidates]
+    assert any(p.pp == 1 for p in candidates) and any(p.pp == 4 for p in candidates)

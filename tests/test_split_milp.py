@@ -214,10 +214,11 @@ def test_polish_with_a_lower_bound_is_polish():
             continue
         weights = steady_weights(pp, m, fwd_bwd_factor=3.0)
 
-        def lower(splits, scale=1.0):
-            comp = np.stack([stage_times(s) for s in splits], axis=1)
+        def lower(counts, times, scale=1.0):
+            assert np.array_equal(times, [stage_times(s) for s in counts.tolist()])  # move_rows' stage times
+            comp = times.T
             chain = comp.sum(axis=0) + (weights[:, None] * comp).max(axis=0) + sends_fwd[0, 0] + sends_bwd[-1, 0]
-            return scale * (chain + np.array([extra[s[0], 0] for s in splits]))
+            return scale * (chain + extra[counts[:, 0], 0])
 
         def counted(splits, tally):
             tally.append(len(splits))
@@ -229,7 +230,7 @@ def test_polish_with_a_lower_bound_is_polish():
         assert polish(start, objective(start), fitting, lambda s: counted(s, bounded), lower=lower) == found
         plain_evals, bounded_evals = plain_evals + sum(plain), bounded_evals + sum(bounded)
         differs += polish(start, objective(start), fitting, lambda s: [objective(x) for x in s],
-                          lower=lambda s: lower(s, 1.01)) != found
+                          lower=lambda c, t: lower(c, t, 1.01)) != found
     assert bounded_evals < plain_evals and differs > 0
 
 

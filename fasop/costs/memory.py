@@ -101,6 +101,7 @@ class _ElementTables:
         self.planes: dict[tuple, int] = {}
         size = len(model.layer_kinds) + 1
         self.params = self.act = np.zeros((0, size, size))
+        self.room = (self.params, self.act)  # what `params` and `act` view the first planes of: grown by doubling
 
     def of(self, plans: Sequence[Plan]) -> np.ndarray:
         """The plane of each plan, adding the planes of new contexts."""
@@ -121,10 +122,14 @@ class _ElementTables:
             per_kind = np.array([[_elements(m.hidden_size, m.vocab_size, m.sequence_length, m.num_attention_heads,
                                             *key, (kind,)) for kind in kinds] for key in new])  # (new, kinds, 2)
             params, act = run_sums(per_kind[:, code, 0]), run_sums(per_kind[:, code, 1])
-            self.planes.update({key: len(self.planes) + k for k, key in enumerate(new)})
-            if len(self.params):  # (none yet: the new planes are the tables, no copy)
-                params, act = np.concatenate([self.params, params]), np.concatenate([self.act, act])
-            self.params, self.act = params, act
+            count = len(self.planes)
+            self.planes.update({key: count + k for k, key in enumerate(new)})
+            if count + len(new) > len(self.room[0]):  # (a plane at a time: doubling keeps the copies linear)
+                grown = tuple(np.empty((max(count + len(new), min(2 * count, most)),) + params.shape[1:]) for _ in "pa")
+                grown[0][:count], grown[1][:count] = self.params, self.act
+                self.room = grown
+            self.room[0][count:count + len(new)], self.room[1][count:count + len(new)] = params, act
+            self.params, self.act = self.room[0][:count + len(new)], self.room[1][:count + len(new)]
         return np.array([self.planes[key] for key in keys], dtype=np.intp)
 
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 
+from fasop.partition import compiled
 from fasop.partition.tables import (  # noqa: F401 -- re-exported: callers import them from here
     CAP_RANGE, CHAIN_LEVELS, PARTITION_CAPS, bottleneck_split, capped_completion, capped_sums, chain_floor, completion,
     least_chain, least_completions, steady_caps, weighted_times)
 from fasop.schedule import native
-
-_weighted = weighted_times  # its earlier private name, which fasop2024_orders still imports (OWNERSHIP_PENDING)
 
 PARTITIONERS = ("fasop-minmax", "optimal")
 """How a plan's layers are split into stages: FASOP's min-max heuristic, or the exact optimum."""
@@ -39,20 +39,15 @@ class Split:
 
 def boundaries(counts: Sequence[int]) -> list[int]:
     """[0, c0, c0+c1, ...]: stage i covers layers boundaries[i]..boundaries[i+1]-1."""
-    edges = [0]
-    for c in counts:
-        edges.append(edges[-1] + c)
-    return edges
+    return [0, *accumulate(counts)]
 
 
 class Rest:
-    """What every search-tree node at stage k starting at one layer shares: its feasible stops
-    (where stage k may end), their stage times `t`, and the least completions after each stop --
-    the stages after k need at least `sum` seconds in all, with a largest stage of at least `max`
-    and a largest weighted stage (weight `stage_weights[i]`) of at least `wmax`; `capped` and
-    `below` (None, or partition.capped_completion's rows) bound the sum and the largest weighted
-    stage together. A bound keeps what it derives from these once per node with `memo` (or, for a
-    bound of several parts, `cached` per part)."""
+    """What every search-tree node at stage k starting at one layer shares: its feasible stops,
+    their stage times `t`, and the least completions after each stop (the stages after k: `sum`
+    in all, a largest stage `max`, a largest weighted stage `wmax`; `capped` and `below`, None or
+    partition.capped_completion's rows, bound the sum and `wmax` together). A bound keeps what it
+    derives from these once per node with `memo` (or, for a bound of several parts, `cached`)."""
 
     __slots__ = ("stops", "t", "times", "sum", "max", "wmax", "capped", "below", "extra", "cuts", "_memo", "_cache")
 
@@ -81,10 +76,9 @@ class Rest:
 
 
 Bound = Callable[[int, float, object, np.ndarray, Rest], tuple[np.ndarray, np.ndarray]]
-"""bound(k, before, chain, t, rest) -> (lower bounds, new chains), vectorised over candidate
-times t of stage k: stages < k take `before` seconds in all, `chain` is the caller's running
-state (None at the first stage; then the row of new chains of the choice taken), and `rest`
-(a `Rest`) says what the stages after k need at least."""
+"""bound(k, before, chain, t, rest) -> (lower bounds, new chains), vectorised over candidate times
+t of stage k: stages < k take `before` seconds in all, `chain` is the caller's running state (None
+at the first stage; then the chain of the choice taken), `rest` (a `Rest`) what stages after k need."""
 Evaluate = Callable[[list[tuple[int, ...]]], Sequence[float]]
 """evaluate(splits) -> the objective of each split."""
 Cut = Callable[[tuple[int, ...]], tuple[np.ndarray, float]]
@@ -102,6 +96,8 @@ class Found:
     bound: float = -np.inf
     """No split has a lower objective (the lowest bound of the nodes left open; the objective
     itself when proven)."""
+    visited: int = field(default=0, compare=False)
+    """Search-tree nodes visited (0 where no search ran)."""
 
 
 def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, extra: Callable[[int], float],
@@ -127,25 +123,20 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
     always into its lowest-bound child, its other children becoming open nodes. A node that
     fixes all stages but the last `last_stages` (2 or more) is one node: the splits below it
     whose bounds (and their parents') are not hopeless are evaluated, exactly, in the next
-    batch; the last two stages are never bounded, only simulated. `max_nodes`
-    caps the nodes visited; a search stopped there returns the best split found (never worse
-    than the seeds) with proven=False.
-
+    batch. `max_nodes` caps the nodes visited; a search stopped there returns the best split
+    found (never worse than the seeds) with proven=False. The loop runs in C where it can
+    (partition.compiled: the same nodes, the same bits).
     `above`: the caller only needs the result if its objective is at most `above`. Best-first
     order visits every node whose bound is at most `above` before any other, so once the lowest
-    open bound exceeds it and no split found is at or below it, the result is known to be above
-    and the search stops, returning Found((), inf, True). Otherwise the result is exactly the
-    one without `above`: it never depends on `above`.
-
+    open bound exceeds it and no split found is at or below it, the search stops, returning
+    Found((), inf, True); otherwise the result is exactly the one without `above`.
     `tables`: a dict the caller passes to every search over the same `times` (and stage
     weights): the dynamic programmes computed by one are reused by the next (no result changes).
     `settle`: only prove that no split is faster by more than `margin` than the best seed (or a
-    split found faster than it): nodes whose bound is within the margin of the best are dropped
-    too, so the many splits of (nearly) equal objective -- e.g. layers moved between stages of
-    one GPU type -- are not searched for the lexicographically smallest. proven=True then means
-    optimal within the margin; the split is the best seed unless a faster one was found.
-    `cuts_after`: cuts are learned only once this many nodes are visited (a search that proves
-    its seed within fewer computes no critical chain).
+    split found faster than it): nodes within the margin of the best are dropped too, so the
+    many splits of (nearly) equal objective are not searched for the lexicographically smallest;
+    proven=True then means optimal within the margin. `cuts_after`: cuts are learned only once
+    this many nodes are visited (a search that proves its seed within fewer traces no chain).
     """
     search = _Search(times, bound=bound, evaluate=evaluate, cut=cut, extra=extra, batch=batch, margin=margin,
                      max_cuts=max_cuts, above=above, stage_weights=stage_weights,
@@ -153,10 +144,11 @@ def optimal(times: np.ndarray, *, bound: Bound, evaluate: Evaluate, cut: Cut, ex
                      cuts_after=cuts_after)
     if not np.isfinite(search.least_sum[0, 0]):
         return None
-    root = search.child_bounds(0, 0, (), 0.0, None, np.zeros(0))
-    if root is None:
+    least = compiled.least(search)  # no split is below the root's least child bound; in C where it can
+    root = None if least is not None else search.child_bounds(0, 0, (), 0.0, None, np.zeros(0))
+    if least is None and root is None:
         return None
-    search.least = float(root[0].min())  # no split is below the root's least child bound
+    search.least = float(root[0].min()) if least is None else least
     if search.beyond(search.least):  # every split is above: nothing to search
         return Found((), np.inf, True)
     search.seed(seeds)
@@ -299,25 +291,36 @@ class _Search:
 
     def seed(self, seeds: Sequence[tuple[int, ...]]) -> None:
         """Evaluate the seeds that fit and the bottleneck-balanced split."""
-        if "balanced" not in self.shared:
-            self.shared["balanced"] = bottleneck_split(self.times)
-        balanced = self.shared["balanced"]
-        for seed in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else [])):
-            edges = boundaries(seed)
-            if len(seed) == self.n and np.isfinite(self.times[np.arange(self.n), edges[:-1], edges[1:]]).all():
-                self.pending.append(tuple(seed))
+        if (balanced := self.shared.get("balanced", ())) == ():
+            balanced = self.shared["balanced"] = bottleneck_split(self.times)
+        seeds = [s for s in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else []))
+                 if len(s) == self.n]
+        edges = np.array([boundaries(s) for s in seeds], dtype=np.intp).reshape(len(seeds), self.n + 1)
+        fits = np.isfinite(self.times[np.arange(self.n), edges[:, :-1], edges[:, 1:]]).all(axis=1)  # all at once
+        self.pending.extend(seed for seed, fit in zip(seeds, fits.tolist()) if fit)
         self.flush()
 
     def run(self, max_nodes: int | None) -> Found:
-        """Best-first with dives from the root, at most max_nodes nodes visited."""
+        """Best-first with dives from the root, at most max_nodes nodes visited: in C where it can
+        (partition.compiled), else `loop`; the same nodes either way."""
         self.visited, self.opened, self.max_nodes = 0, 0, max_nodes
+        status, floor = compiled.run(self, max_nodes) or self.loop()
+        if status == compiled.ABOVE:
+            return Found((), np.inf, True)  # every open node is above, and nothing found is at or below
+        proven = status == compiled.DONE
+        self.flush()
+        value, split = self.best
+        return Found(split, value, proven, value if proven else min(floor, value), self.visited)
+
+    def loop(self) -> tuple[int, float]:
+        """`run`'s loop in Python: (compiled.DONE / BUDGET / ABOVE, the lowest bound of an open
+        node when it stopped)."""
         # Open nodes are the children of expanded nodes not yet taken. A heap entry stands for the
         # next such child of one expanded node (its siblings in bound order): (its bound, order
         # opened, the expanded node's _Family, position in that order). Taking it opens the next one.
         root_family = _Family(-1, 0, (), 0.0, [None], np.zeros(0), 0, [0], [0.0], [0], [0.0])
         self.heap: list = [(0.0, 0, root_family, 0)]
-        proven = True
-        floor = -np.inf  # the lowest bound of an open node when the search stopped
+        status, floor = compiled.DONE, -np.inf
         while self.heap:
             lb, _, family, position = heapq.heappop(self.heap)
             floor = max(lb, self.least)
@@ -325,7 +328,7 @@ class _Search:
                 break  # every open node is: proven
             if self.beyond(lb) and self.best[0] > self.above and not any(v <= self.above for v in
                                                                         self.evaluate(self.pending)):
-                return Found((), np.inf, True)  # every open node is above, and nothing found is at or below
+                return compiled.ABOVE, floor
             if position + 1 < len(family.order) and not self.hopeless(family.lbs[family.order[position + 1]]):
                 self.push(family, position + 1)
             node = family.child(position, self.cut_w)
@@ -337,11 +340,9 @@ class _Search:
             try:
                 self.dive(*node)
             except _Budget:
-                proven = False
+                status = compiled.BUDGET
                 break
-        self.flush()
-        best = self.best
-        return Found(best[1], best[0], proven, best[0] if proven else min(floor, best[0]))
+        return status, floor
 
     def push(self, family: "_Family", position: int) -> None:  # open the child at `position`
         self.opened += 1
@@ -367,8 +368,7 @@ class _Search:
             lbs = lbs.tolist()
             if self.hopeless(lbs[order[0]]):
                 return
-            family = _Family(k, first, counts, before, chains, dots, len(self.cut_c), order, lbs, rest.stops,
-                             rest.times)
+            family = _Family(k, first, counts, before, chains, dots, len(self.cut_c), order, lbs, rest.stops, rest.times)
             if len(order) > 1 and not self.hopeless(lbs[order[1]]):
                 self.push(family, 1)
             k, first, counts, before, chain, dots = family.child(0, self.cut_w)

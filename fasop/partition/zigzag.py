@@ -107,6 +107,7 @@ def with_zigzag(bound, zigzag: ZigzagBound):
         bounds, chains = bound(k, before, inner, t, rest)
         zig, (turns, fixed, top) = zigzag(k, own, t, rest)
         return np.maximum(bounds, before + zig), _ZigzagChains(chains, turns, fixed, top)
+    raised.compiled = ("zigzag", bound, zigzag)  # what fasop.partition.compiled hands to the C node loop
     return raised
 
 

@@ -17,7 +17,8 @@
  *   sweep_at: that sweep's bound at one node of the partitioner's search (SweepBound.at);
  *   chain_terms, chain_bounds: one_f_one_b_bound's chains at a node (fasop.schedule.bounds);
  *   reverse_sweep, zigzag: the reverse sweep's and the zigzag chains' bounds at a node; cut_raise:
- *   a node's child bounds raised to the learnt cuts (fasop.partition.splits).
+ *   a node's child bounds raised to the learnt cuts (fasop.partition.splits); branch_and_bound:
+ *   the partitioner's whole node loop over those kernels (_node_loop.h).
  *
  * Arrays are C-contiguous buffers (numpy arrays) read without numpy's C API, so building needs
  * only a C compiler and Python's headers.
@@ -239,7 +240,9 @@ static void completion_table(const double *times, int n, Py_ssize_t size, const 
         for (Py_ssize_t a = 0; a < size; a++) {
             double least = INFINITY;
             for (Py_ssize_t b = 0; b < size; b++) {
-                const double x = weighted_time(T3(k, a, b), w);
+                const double t = T3(k, a, b);
+                if (!isfinite(t)) continue;  /* x inf or NaN: v never below `least` */
+                const double x = weighted_time(t, w);
                 const double v = largest ? mx(x, next[b]) : x + next[b];
                 if (v < least) least = v;
             }
@@ -263,7 +266,9 @@ static void capped_table(const double *times, int n, Py_ssize_t size, const doub
         for (Py_ssize_t a = 0; a < size; a++) {
             double *least = table + (size_t)k * (size_t)size + (size_t)a;  /* + j * plane: cap j's, from inf */
             for (Py_ssize_t b = 0; b < size; b++) {
-                const double t = T3(k, a, b), x = weighted_time(t, w);
+                const double t = T3(k, a, b);
+                if (!isfinite(t)) continue;  /* x inf or NaN: above every cap */
+                const double x = weighted_time(t, w);
                 const double *next = table + (size_t)(k + 1) * (size_t)size + (size_t)b;
                 for (Py_ssize_t j = 0; j < J; j++) {
                     if (!(x <= caps[j])) continue;  /* numpy: inf there */
@@ -764,6 +769,8 @@ static void cut_raise(const double *lb, const double *dots, const double *cuts, 
     }
 }
 
+#include "_node_loop.h"
+
 PyDoc_STRVAR(completion_doc,
 "completion(times, n, size, weights, largest, table)\n\n"
 "fasop.partition.splits.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
@@ -1148,6 +1155,7 @@ static PyMethodDef methods[] = {
     {"zigzag", py_zigzag, METH_VARARGS, zigzag_doc},
     {"cut_raise", py_cut_raise, METH_VARARGS, cut_raise_doc},
     {"bottleneck_split", py_bottleneck_split, METH_VARARGS, bottleneck_split_doc},
+    {"branch_and_bound", py_branch_and_bound, METH_VARARGS, branch_and_bound_doc},
     {"_set_poison", py_set_poison, METH_VARARGS, set_poison_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -1161,8 +1169,9 @@ static struct PyModuleDef module = {
  * or of what a call returns (9: the generic kernels only; FASOP's partitioner, schedule choice,
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
  * again, for the proven-split search's cuts; sweep_completion, sweep_at,
- * chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise). */
-#define API 11
+ * chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise; 12: branch_and_bound, the partitioner's node
+ * loop, fasop/schedule/_node_loop.h). */
+#define API 12
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {

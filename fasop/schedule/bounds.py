@@ -163,7 +163,8 @@ def sweep_points(num_microbatches: int) -> np.ndarray:
     m = num_microbatches
     if m <= SWEEP_POINTS:
         return np.arange(m)
-    return np.unique(np.round(np.linspace(0, m - 1, SWEEP_POINTS)).astype(int))
+    spread = np.round(np.linspace(0, m - 1, SWEEP_POINTS)).astype(int)  # non-decreasing: its distinct values
+    return spread[np.concatenate([[True], spread[1:] != spread[:-1]])]  # (np.unique would import numpy.ma)
 
 
 def sweep_unit_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor: float) -> np.ndarray:
@@ -172,11 +173,19 @@ def sweep_unit_weights(num_stages: int, num_microbatches: int, *, fwd_bwd_factor
     u <= m - 1 - w_i (a steady forward and backward, F B), (k - 1)/k after (a cool-down
     backward); w_i = min(pp - i - 1, m) warm-up forwards, k the fwd_bwd_factor. Shape
     (pp, points)."""
+    return _unit_weights(num_stages, num_microbatches, fwd_bwd_factor, SWEEP_POINTS)
+
+
+@functools.lru_cache(maxsize=256)
+def _unit_weights(num_stages: int, num_microbatches: int, fwd_bwd_factor: float, points: int) -> np.ndarray:
+    """`sweep_unit_weights`, kept per (pp, m, k, SWEEP_POINTS): read, never changed."""
     m, k = num_microbatches, fwd_bwd_factor
     warm = np.minimum(num_stages - 1 - np.arange(num_stages), m)
     u = np.arange(1, m)
     per = np.where(u[None, :] <= (m - 1 - warm)[:, None], 1.0, (k - 1) / k)
-    return np.concatenate([np.zeros((num_stages, 1)), np.cumsum(per, axis=1)], axis=1)[:, sweep_points(m)]
+    weights = np.concatenate([np.zeros((num_stages, 1)), np.cumsum(per, axis=1)], axis=1)[:, sweep_points(m)]
+    weights.flags.writeable = False  # kept (lru_cache): read, never changed
+    return weights
 
 
 def sweep_unit_sends(num_microbatches: int, send_fwd: np.ndarray, send_bwd: np.ndarray) -> np.ndarray:
@@ -208,13 +217,21 @@ def first_layers(times: np.ndarray) -> tuple[list[int], list[tuple[int, int]]]:
     only there: a search from stage 0 asks for nothing else (every other entry is inf or
     unreachable). times as in partition.optimal."""
     pp, size, _ = times.shape
-    a, b = np.triu_indices(size, k=1)
-    fits = np.isfinite(times[:, a, b])  # (pp, runs)
-    longest = [int((b - a)[row].max(initial=0)) for row in fits]
+    lengths = _run_lengths(size)  # b - a above the diagonal, 0 elsewhere
+    longest = np.where(np.isfinite(times), lengths, 0).max(axis=(1, 2), initial=0).tolist()
     front = np.concatenate([[0], np.cumsum(longest)])  # most layers stages < k hold
     back = np.concatenate([np.cumsum(longest[::-1])[::-1], [0]])  # most layers stages >= k hold
     layers = size - 1
     return longest, [(max(k, layers - int(back[k])), min(layers - (pp - k), int(front[k])) + 1) for k in range(pp)]
+
+
+@functools.lru_cache(maxsize=16)
+def _run_lengths(size: int) -> np.ndarray:
+    """lengths[a, b] = b - a layers of the run a..b-1 where b > a, else 0."""
+    stops = np.arange(size)
+    lengths = np.maximum(stops[None, :] - stops[:, None], 0)
+    lengths.flags.writeable = False  # kept (lru_cache): read, never changed
+    return lengths
 
 
 def unit_sends(pp: int, num_microbatches: int, send_fwd, send_bwd) -> np.ndarray:
@@ -340,6 +357,7 @@ def with_sweep(bound, sweep: SweepBound):
             return raised_bounds, _SweptChains(chains, prefixes)
         swept, prefixes = sweep(k, prefix, t, rest.stops)
         return np.maximum(bounds, swept), _SweptChains(chains, prefixes)
+    raised.compiled = ("sweep", bound, sweep)  # what fasop.partition.compiled hands to the C node loop
     return raised
 
 

@@ -79,3 +79,13 @@ class ReverseSweepBound:
             return bounds, suffixes
         suffixes = self.suffix(j, after, t)
         return (suffixes + self.table[j][firsts]).max(axis=1) + self.sends, suffixes
+
+
+def flipped_bound(sweep: ReverseSweepBound, pp: int, layers: int):
+    """`sweep` as the partition.Bound of a search over the stages and layers in reverse order
+    (fasop2024's reverse settle pass): the search's stage k is stage pp - 1 - k, a stop there is
+    the first layer layers - stop."""
+    def bound(k, before, chain, t, rest):
+        return sweep(pp - 1 - k, chain, t, layers - rest.stops)
+    bound.compiled = ("reverse", sweep, pp, layers)  # what fasop.partition.compiled hands to the C node loop
+    return bound

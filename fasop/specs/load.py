@@ -13,9 +13,7 @@ from pathlib import Path
 
 from fasop.core import limits
 from fasop.core.errors import SpecError
-from fasop.specs.catalog_clusters import load_catalog_cluster
 from fasop.specs.files import resolve
-from fasop.specs.hf_config import load_config_json, load_hf_spec
 from fasop.specs.profiles import read_profile
 from fasop.specs.reader import Reader, read_yaml
 from fasop.specs.types import CATALOG_ESTIMATORS, GIB, LAYER_KINDS, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
@@ -36,6 +34,8 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
     path = resolve(name_or_path, "cluster_specs")
     data = read_yaml(path)
     if data.get("estimator") in CATALOG_ESTIMATORS:
+        from fasop.specs.catalog_clusters import load_catalog_cluster  # (FASOP's clusters never import the catalog)
+
         return load_catalog_cluster(path, data)
     top = Reader(path, data, "", _CLUSTER_KEYS)
     estimator = top.get("estimator", str, check=_ESTIMATOR_NAME.fullmatch,
@@ -96,10 +96,14 @@ def _is_dir(path: Path) -> bool:
 def load_model(name_or_path: str) -> ModelSpec:
     candidate = Path(name_or_path)
     if candidate.suffix == ".json" or _is_dir(candidate):
+        from fasop.specs.hf_config import load_config_json  # (FASOP's profiled models never import it)
+
         return load_config_json(candidate)
     path = resolve(name_or_path, "model_specs")
     data = read_yaml(path)
     if "hf_config" in data:
+        from fasop.specs.hf_config import load_hf_spec
+
         return load_hf_spec(path, data)
     top = Reader(path, data, "", _MODEL_KEYS)
     name = top.get("name", str)

@@ -35,7 +35,7 @@ from fasop.estimators import register
 from fasop.estimators.fasop2024 import comm as fasop2024_comm
 from fasop.estimators.fasop2024 import dp as fasop2024_dp
 from fasop.estimators.fasop2024.batch import Combos, Prepared
-from fasop.estimators.fasop2024.finish import chosen_split, estimate_chunk, finish_many, schedule_all
+from fasop.estimators.fasop2024.finish import chosen_split, estimate_chunk, finish_many, greedy_splits, schedule_all
 from fasop.estimators.fasop2024.layout import Layout, Layouts, Stages
 from fasop.estimators.fasop2024.memory import PARAM_BYTES
 from fasop.estimators.fasop2024.minmax import fasop_minmax_splits, minmax_supported
@@ -281,11 +281,12 @@ class Fasop2024Estimator:
             self._costs_by_gpu[(tp, mbs)] = {g: self.compute.layer_costs(g, tp, mbs) for g in self.gpus}
         return self._costs_by_gpu[(tp, mbs)]
 
-    def prepare(self, plan: Plan, cutoff: float = np.inf) -> Prepared | None:
+    def prepare(self, plan: Plan, cutoff: float = np.inf, splits: list[Split] | None = None) -> Prepared | None:
         types, costs, p2p = self.stage_types(plan), self._stage_costs(plan), self.p2p(plan)
         # FASOP's splits (the optimal partitioner's seeds, where FASOP's greedy applies; one stage: the one split)
         greedy = plan.pp == 1 or minmax_supported(self.segment_lengths)
-        splits = fasop_minmax_splits(costs, self.segment_lengths, p2p) if greedy else []
+        if splits is None:  # (estimate_many has them: greedy_splits)
+            splits = fasop_minmax_splits(costs, self.segment_lengths, p2p) if greedy else []
         prepared = Prepared(plan, types, costs, p2p, splits, layout=self.layout(plan))
         if self.partitioner != "optimal":
             return prepared
@@ -314,9 +315,10 @@ class Fasop2024Estimator:
                                        self._shared.setdefault(("pipelines", self.compute), {}))
             report(total, total)
             return estimates
-        prepared = []
-        for k, plan in enumerate(plans, start=1):
-            prepared.append(self.prepare(plan))
+        prepared, seeds = [], (greedy_splits(self, plans, self._shared.setdefault(("min-max", self.compute), {}))
+                               if minmax_supported(self.segment_lengths) else [None] * len(plans))
+        for k, (plan, splits) in enumerate(zip(plans, seeds), start=1):
+            prepared.append(self.prepare(plan, splits=splits))
             if k % 64 == 0 or k == len(plans):
                 report(k, total)
         ends = self._schedule_all(prepared, lambda share: report(len(plans) + share, total))

@@ -16,7 +16,8 @@ from fasop.costs.memory import MemoryEstimate, memory_tables
 from fasop.estimators.fasop2024.batch import Chosen, Chunk, Prepared, bus_rows, first_of_ints, gathered, rows_of
 from fasop.estimators.fasop2024.dp import step_times
 from fasop.estimators.fasop2024.memory import PARAM_BYTES, estimate_memory_many, memory_bytes, memory_report
-from fasop.estimators.fasop2024.plans import plan_splits
+from fasop.estimators.fasop2024.plans import candidate_splits, plan_splits
+from fasop.partition.splits import Split
 from fasop.plans.plan import Plan, trusted_many
 from fasop.schedule.pipeline import one_f_one_b
 
@@ -64,6 +65,15 @@ def estimate_chunk(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict, 
         embedding_allreduce_s=c.embedding.astype(float)[c.layout_of].tolist(), step_time_s=step.tolist(),
         memory=memory, usd_per_step=(e.usd_per_s * step).tolist(), partitioner=e.partitioner,
         partition_proven_optimal=False)
+
+
+def greedy_splits(e: "Fasop2024Estimator", plans: Sequence[Plan], known: dict) -> list[list[Split]]:
+    """Each plan's fasop2024_minmax.fasop_minmax_splits (the optimal partitioner's seeds), the
+    min-max problems of all of them solved together on the chunk's arrays
+    (fasop2024_plans.candidate_splits), move for move the same; `known` as estimate_chunk's."""
+    c = Chunk(e, plans)
+    found = candidate_splits(e.compute.table, c.which, c.p2p, c.pps, e.segment_lengths, known)
+    return [[Split(*pair) for pair in pairs] for pairs in found]
 
 
 KEPT_PIPELINES = 1 << 16

@@ -22,7 +22,7 @@ from fasop.partition.zigzag import ZigzagBound, with_zigzag, zigzag_completion
 from fasop.schedule.bounds import SweepBound, sweep_completion, with_sweep
 from fasop.schedule.legs import LegBound, Legs, leg_completion, with_legs
 from fasop.schedule.pipeline import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
-from fasop.schedule.reverse_sweep import ReverseSweepBound, sweep_prefix_completion
+from fasop.schedule.reverse_sweep import ReverseSweepBound, flipped_bound, sweep_prefix_completion
 
 # `Fasop2024Estimator` in annotations: the estimator (estimator.py) that calls in; not imported, as it imports this module
 
@@ -125,9 +125,10 @@ class SplitSearch:
         self.sends_fwd, self.sends_bwd = np.zeros((self.pp, 1)), np.zeros((self.pp, 1))
         self.sends_fwd[0], self.sends_bwd[self.pp - 1] = self.send_first, self.send_last  # p2p-ends-only
         self.times, self.fitting, self.tables, self.oom_tables = self._tables(recent)
-        self.dp_by_stage0: dict[int, np.ndarray] = {}
+        self.dp_rows: np.ndarray | None = None  # the estimator's dp_costs by stage 0's layers, made on first use
         self.extras: dict[int, float] = {}
         self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
+        self.values: dict[tuple[int, ...], float] = {}  # step times of the splits evaluated (each pipeline's own)
         self.stages = np.arange(self.pp)
         self.weights = e.steady_weights(self.pp, self.m)
         bound = partial(one_f_one_b_bound, num_stages=self.pp, num_microbatches=self.m, weights=self.weights,
@@ -164,11 +165,12 @@ class SplitSearch:
         return recent[key]
 
     def dp_costs(self, stage0_layers: int) -> np.ndarray:
-        """Each stage's DP all-reduce (float32), as the estimate computes it."""
-        if stage0_layers not in self.dp_by_stage0:
-            self.dp_by_stage0[stage0_layers] = self.e.dp_costs(self.plan, self.layout, self.p.stage_types,
-                                                               stage0_layers)
-        return self.dp_by_stage0[stage0_layers]
+        """Each stage's DP all-reduce (float32), as the estimate computes it (the estimator's
+        dp_costs: its table's row by stage 0's layers, each stage's bus column)."""
+        if self.dp_rows is None:
+            self.dp_rows = self.e.dp_table(self.plan, self.layout)[:, [int(t.intra_node_shared)
+                                                                      for t in self.p.stage_types]]
+        return self.dp_rows[stage0_layers]
 
     def extra(self, stage0_layers: int) -> float:
         """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
@@ -180,24 +182,28 @@ class SplitSearch:
         """(pp, splits) compute seconds per stage: the entries of `times`, the same sums as
         Prepared.stage_compute."""
         edges = np.zeros((len(splits), self.pp + 1), dtype=np.intp)
-        np.cumsum(splits, axis=1, out=edges[:, 1:])
+        np.cumsum(np.array(splits, dtype=np.intp), axis=1, out=edges[:, 1:])  # an array: numpy wraps a list slowly
         return self.times[self.stages, edges[:, :-1], edges[:, 1:]].T
 
     def evaluate(self, splits: list[tuple[int, ...]]) -> list[float]:
-        """The step time of many splits at once: the estimate's float32 operations, so its values."""
-        comp = self.stage_compute(splits)
-        ones = np.ones(len(splits))
-        ends = one_f_one_b(*self.e.split(comp), self.sends_fwd * ones, self.sends_bwd * ones, self.m).astype(f32)
-        dp = np.stack([self.dp_costs(c[0]) for c in splits], axis=1)
-        return ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()
+        """The step time of many splits at once: the estimate's float32 operations, so its values;
+        each split once per plan (every pass starts from the splits of the one before)."""
+        if new := [s for s in dict.fromkeys(splits) if s not in self.values]:
+            comp = self.stage_compute(new)
+            ones = np.ones(len(new))
+            ends = one_f_one_b(*self.e.split(comp), self.sends_fwd * ones, self.sends_bwd * ones, self.m).astype(f32)
+            dp = np.stack([self.dp_costs(c[0]) for c in new], axis=1)
+            self.values.update(zip(new, ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()))
+        return [self.values[s] for s in splits]
 
-    def steady_floor(self, splits: list[tuple[int, ...]]) -> np.ndarray:
-        """A lower bound on each split's step time: stage 0's end is at least every stage's steady
+    def steady_floor(self, counts: np.ndarray, stage_times: np.ndarray) -> np.ndarray:
+        """A lower bound on the step time of each split (rows of layer counts, and of their stage
+        times as stage_compute's transposed): stage 0's end is at least every stage's steady
         chain (schedule_bounds.steady_weights: all stage times + both end sends + c_i t_i), and
         the step time at least that end + stage 0's extra (its DP all-reduce + the embedding's)."""
-        comp = self.stage_compute(splits)
+        comp = stage_times.T
         chain = comp.sum(axis=0) + (self.weights[:, None] * comp).max(axis=0) + (self.send_first + self.send_last)
-        return chain + np.array([self.extra(s[0]) for s in splits])
+        return chain + np.array([self.extra(n) for n in counts[:, 0].tolist()])
 
     def cut(self, split: tuple[int, ...]) -> tuple[np.ndarray, float]:
         """The critical chain of `split` as a cut (partition.Cut), once per split: every pass asks
@@ -247,7 +253,7 @@ class SplitSearch:
             weights, const = self.cut(split[::-1])
             return weights[::-1].copy(), const
 
-        found_r = optimal(flipped, bound=lambda k, before, chain, t, rest: sweep(pp - 1 - k, chain, t, layers - rest.stops),
+        found_r = optimal(flipped, bound=flipped_bound(sweep, pp, layers),
                           evaluate=lambda splits: self.evaluate([split[::-1] for split in splits]), cut=cut,
                           extra=lambda n: least_extra, seeds=[found.split[::-1]], settle=True, max_nodes=nodes or REVERSE_NODES, max_cuts=REVERSE_CUTS,
                           last_stages=SETTLE_LAST_STAGES, tables=tables, cuts_after=CUTS_AFTER)

@@ -30,7 +30,7 @@ import numpy as np
 from fasop.costs import comm
 from fasop.estimators.fasop2024 import comm as fasop2024_comm
 from fasop.estimators.fasop2024.layout import fasop_limit_node
-from fasop.partition.splits import _weighted, chain_floor, least_completions, steady_caps
+from fasop.partition.splits import chain_floor, least_completions, steady_caps, weighted_times
 from fasop.plans.plan import Plan
 from fasop.specs.types import NodeType
 
@@ -304,7 +304,7 @@ class _Floors:
             else:
                 (j,) = kinds
                 matrix = self.matrices[j]
-                weighted = _weighted(matrix, weight)
+                weighted = weighted_times(matrix, weight)
                 capped = np.where(weighted[None] <= self.caps[:, None, None], matrix[None], np.inf)
                 self._tables[key] = np.concatenate([capped, matrix[None], weighted[None]])
         return self._tables[key]

@@ -240,3 +240,42 @@ def end_bounds(times: np.ndarray, first_send: np.ndarray, last_send: np.ndarray,
     c *= t
     chain = t.sum(axis=0) + first_send + last_send + np.maximum(c.max(axis=0), 0.0)
     return np.maximum(chain, busy.max(axis=0)) * (1 - 1e-9)
+
+
+def candidate_splits(table: np.ndarray, which: np.ndarray, comm: np.ndarray, pps: np.ndarray,
+                     segment_lengths: Sequence[int], known: dict | None = None) -> list[list[tuple[tuple, tuple]]]:
+    """fasop2024_minmax.fasop_minmax_splits of every plan (rows as in `plan_splits`): its candidate
+    splits as (reported, scheduled) counts, in its order -- one stage: every layer; one segment:
+    the min-max split; an encoder and a decoder: per number of encoder stages pe (those with a
+    decoder of fewer stages than its layers), the two min-max splits joined (reported both). The
+    problems of all rows solved together (minmax_many), move for move the same."""
+    problems = _Problems(table, segment_lengths[0], known)
+    found: list[list[tuple[tuple, tuple]]] = [[] for _ in range(len(pps))]
+    groups = []
+    for pp in sorted(set(pps.tolist())):
+        rows = np.flatnonzero(pps == pp)
+        if pp == 1:
+            for r in rows.tolist():
+                found[r] = [((sum(segment_lengths),), (sum(segment_lengths),))]
+            continue
+        w, c = which[rows, :pp], comm[rows, :pp - 1]
+        if len(segment_lengths) == 1:
+            groups.append((rows, [(0, problems.add(w, middle_extra(c, pp)), None)]))
+        else:
+            n_enc, n_dec = segment_lengths
+            groups.append((rows, [(pe, problems.add(w[:, :pe], middle_extra(c, pe)),
+                                   problems.add(w[:, pe:], middle_extra(c, pp - pe)))
+                                  for pe in range(1, min(pp, n_enc)) if pp - pe <= n_dec - 1]))
+    problems.solve()
+    for rows, tickets in groups:
+        for _, first, second in tickets:
+            reported, scheduled = problems[first]
+            if second is None:
+                pairs = zip(map(tuple, reported.tolist()), map(tuple, scheduled.tolist()))
+            else:
+                decoder = map(tuple, problems[second][0].tolist())
+                joined = [a + b for a, b in zip(map(tuple, reported.tolist()), decoder)]
+                pairs = zip(joined, joined)
+            for r, pair in zip(rows.tolist(), pairs):
+                found[r].append(pair)
+    return found
