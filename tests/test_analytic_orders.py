@@ -129,3 +129,25 @@ def test_seeded_order_tree_keeps_the_same_plans(world, tmp_path, monkeypatch):
     tight, _ = search_module.grouped_seed(model, cluster, inventory, heterogeneous=True, top=top,
                                    cutoff=min(steps) / 2, estimator_options=EVERY_RECIPE)
     assert tight == min(steps) / 2  # fewer than K grouped plans under the cutoff: the cutoff stays
+
+
+def test_an_interrupt_while_seeding_returns_what_it_found(tmp_path, monkeypatch):
+    """Ctrl-C during the grouped orders' search (the seed) is kept like one during the tree: an
+    interrupted result (the CLI writes it, marked incomplete), no exception."""
+    model, cluster, inventory = _world(*WORLDS[0], tmp_path)
+    monkeypatch.setattr(search_module, "TREE_ORDERS", 1)
+    real = search_module.estimate_chunks
+
+    def interrupted(*args, **kwargs):
+        yield from real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(search_module, "estimate_chunks", interrupted)
+    result = search(model, cluster, inventory, heterogeneous=True, top=5, estimator_options=EVERY_RECIPE,
+                    keep_on_interrupt=True)
+    assert result.interrupted is not None and result.num_done == 0
+    assert result.num_candidates == search_module.count_orders(inventory) * len(
+        degree_list(inventory, tp_degrees=make_estimator(model, cluster, inventory).tp_degrees(),
+                    global_batch_size=model.global_batch_size, num_transformer_layers=model.num_transformer_layers))
+    with pytest.raises(KeyboardInterrupt):
+        search(model, cluster, inventory, heterogeneous=True, top=5, estimator_options=EVERY_RECIPE)

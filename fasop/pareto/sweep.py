@@ -247,7 +247,7 @@ class SweepJob:
         extra = {"cutoff": cutoff} if cutoff < math.inf else {}
         try:
             result = search(self.model, self.cluster, comp.inventory(self.cluster), heterogeneous=True,
-                            seed_orders=False, **self.options, **extra)  # the sweep's cutoff seeds it
+                            seed_orders=False, **self.options, **extra)  # (seeding a composition's tree: not measured)
         except NoPlan as exc:  # no (tp, dp, pp) fits the batch and layer count; any other error stops the sweep
             return CompositionResult(composition=comp, search=None, usd_per_hour=usd_per_hour,
                                      iterations=iterations, no_plan_reason=str(exc))

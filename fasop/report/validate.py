@@ -113,7 +113,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     par = _parallel(c, arch, seq, tp, dp)
     hw = row_hardware(c, tp, dp * par["cp"], pp, base)   # CP ranks sit between TP and DP (tp-cp-dp)
     counts = layers_per_stage(c, pp, arch.num_layers)
-    params = _software(c, hw)
+    params = _software(c, hw, arch.moe is not None and arch.mamba is None)
     precision = c.choice("precision", PRECISIONS, "bf16")
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
@@ -168,8 +168,9 @@ def _common(hw: Hardware, keys: tuple[str, ...]) -> dict:
     return out
 
 
-def _software(c: Cells, hw: Hardware) -> AnalyticParams:
-    """The row's software switches: its cells, else what its GPUs' published runs had, else the constants'."""
+def _software(c: Cells, hw: Hardware, moe: bool) -> AnalyticParams:
+    """The row's software switches: its cells, else what its GPUs' published runs had, else the constants'
+    (`moe`: a Transformer MoE model, the only rows the GPUs' `cuda_graphs` default is sourced for)."""
     # a row's GPUs below sm80 have no FlashAttention kernels: the unfused path unless the row says otherwise
     base, common = overheads.job_params(hw.params, hw.gpus), _common(hw, VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE
                                                                       + VALIDATE_MOE_SOFTWARE + ("tp_overlap",))
@@ -181,7 +182,7 @@ def _software(c: Cells, hw: Hardware) -> AnalyticParams:
     params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
                      moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
                      moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
-    params = replace(params, host=replace(params.host, graphed=_graphed(c, common.get("cuda_graphs", False))))
+    params = replace(params, host=replace(params.host, graphed=_graphed(c, moe and common.get("cuda_graphs", False))))
     return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
                         c.choice("optimizer_states", STATE_DTYPES) == "bf16")
 

@@ -14,7 +14,7 @@ import functools
 import gc
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fasop.core import limits
 from fasop.core.errors import FasopError, NoPlan
@@ -27,7 +27,7 @@ from fasop.plans.plan import Plan
 from fasop.plans.space import DegreeSpace, split_options
 from fasop.search.chunks import chunks, estimate_chunks, steady
 from fasop.search.kept import Kept, Tally
-from fasop.search.orders import OrderSearch
+from fasop.search.orders import OrderSearch, shape_key
 from fasop.specs.files import show
 from fasop.specs.types import ClusterSpec, ModelSpec, NodeType
 
@@ -230,9 +230,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     by_prefix = _by_prefix(cluster, estimator, placements, num_orders, top, MAX_ORDERS if max_orders is None else max_orders)
     first: dict = {}
     if by_prefix and seed_orders:  # grouped orders' plans: a threshold and a visiting order (grouped_seed)
-        cutoff, first = grouped_seed(model, cluster, inventory, heterogeneous=heterogeneous, partitioner=partitioner,
-                              iterations=iterations, top=top, partition_budget=partition_budget, cutoff=cutoff,
-                              estimator_options=estimator_options)
+        seed = grouped_seed(model, cluster, inventory, heterogeneous=heterogeneous, partitioner=partitioner,
+                            iterations=iterations, top=top, partition_budget=partition_budget, cutoff=cutoff,
+                            estimator_options=estimator_options, workers=workers, keep_on_interrupt=keep_on_interrupt)
+        if isinstance(seed, SearchResult):  # interrupted while seeding: what it found, marked incomplete
+            return replace(seed, num_candidates=total, num_done=0)
+        cutoff, first = seed
     if cutoff < float("inf"):  # degrees whose quick bound (any placement) is above the cutoff: none of their plans
         combos = _within_cutoff(combos, model, inventory, estimator, cutoff)
     expect_shapes = getattr(estimator, "expect_shapes", None)
@@ -272,7 +275,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
 
 
 def grouped_seed(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, top: int, cutoff: float,
-          **options) -> tuple[float, dict]:
+          **options) -> tuple[float, dict] | SearchResult:
     """(threshold, first) for the order tree, from the K fastest plans that fit with each type's
     nodes together (`--placements grouped`: a few orders a degree shape). threshold: the K-th of
     their step times if there are K, else `cutoff`. They have distinct signatures and are among
@@ -282,16 +285,18 @@ def grouped_seed(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[Nod
     those shapes first. Without these the tree's threshold is the K-th of the first shapes it
     walks, whatever they are worth: a bare DeepSeek-V3 config.json on p5=16,p6-b200=16 walked
     tp 4 x dp 4 x pp 16's near-equal orders for over ten minutes at 3.59 s a step, while a
-    grouped order of tp 2 x dp 8 x pp 16 takes 3.16 s (docs/partitions.md)."""
+    grouped order of tp 2 x dp 8 x pp 16 takes 3.16 s (docs/partitions.md). Interrupted with
+    `keep_on_interrupt`: the grouped search's result, marked interrupted."""
     if math.factorial(len({n.name for n in inventory})) > min(SEED_ORDERS, MAX_ORDERS):
         return cutoff, {}
     grouped = search(model, cluster, inventory, placements="grouped", top=top, cutoff=cutoff, seed_orders=False,
                      **options)
+    if grouped.interrupted is not None:
+        return grouped
     fitting = [e for e in grouped.estimates if not e.memory.is_oom and e.step_time_s <= cutoff]
     first: dict = {}
     for e in fitting:
-        p = e.plan
-        key = (p.tp, p.dp, p.pp, p.mbs, p.cp, p.ep, p.etp)
+        key = shape_key(e.plan)
         first[key] = min(first.get(key, float("inf")), e.step_time_s)
     steps = sorted(e.step_time_s for e in fitting)
     return (min(cutoff, steps[top - 1]) if len(steps) >= top else cutoff), first

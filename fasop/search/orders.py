@@ -75,7 +75,7 @@ class OrderSearch:
         bounds = [self.estimator.quick_bound(shape) for shape in shapes]
         rank = getattr(self.estimator, "search_order", None)
         keys = [rank(shape) for shape in shapes] if rank is not None else bounds
-        keys = [(0, self.first[_key(shape)]) if _key(shape) in self.first else (1, k) for shape, k in zip(shapes, keys)]
+        keys = [(0, self.first[shape_key(shape)]) if shape_key(shape) in self.first else (1, k) for shape, k in zip(shapes, keys)]
         self._ahead = sorted(bounds)  # the quick bounds of the shapes not yet begun, ascending
         for c in sorted(range(len(shapes)), key=lambda c: (keys[c], c)):
             del self._ahead[bisect.bisect_left(self._ahead, bounds[c])]
@@ -139,5 +139,6 @@ class OrderSearch:
             stack.extend(reversed(children))
 
 
-def _key(shape: Plan) -> tuple[int, ...]:
+def shape_key(shape: Plan) -> tuple[int, ...]:
+    """A plan's degree shape, as `first` keys it: (tp, dp, pp, mbs, cp, ep, etp)."""
     return shape.tp, shape.dp, shape.pp, shape.mbs, shape.cp, shape.ep, shape.etp

@@ -41,8 +41,8 @@ VALIDATE_RECIPE_SOFTWARE = ("block_recompute",)
 VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
 """analytic.yaml switches a GPU's `validate_software` may set for its rows, with no CSV column of their own."""
 VALIDATE_MOE_SOFTWARE = ("moe_node_dedup", "cuda_graphs")
-"""What a GPU's published MoE runs had, for rows whose `moe_dispatcher` / `cuda_graphs` cells are empty:
-a flex dispatcher (DeepEP / HybridEP), the full iteration captured in CUDA graphs."""
+"""What a GPU's published MoE runs had, for MoE rows whose `moe_dispatcher` / `cuda_graphs` cells are empty:
+a flex dispatcher (DeepEP / HybridEP); the full iteration in CUDA graphs (Transformer MoE, not hybrid, rows)."""
 PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
               "eager_rope", "fsdp_copy_out", "fused_attention_efficiency", "gemm_traffic", "overlap_slowdown",
               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",

@@ -41,12 +41,8 @@ class HostOps:
         return dict(self.modules).get(module, (0, 0, 0, 0))
 
     def captured(self, module: str) -> bool:
-        """True when a graphed scope holds `module` ("dense": the dense block's own ops, attention and MLP)."""
-        if "full_iteration" in self.graphed:
-            return True
-        if module == "dense":
-            return "attn" in self.graphed and ("mlp" in self.graphed or "moe" in self.graphed)
-        return any(module in GRAPHED_MODULES.get(scope, ()) for scope in self.graphed)
+        """True when a graphed scope holds the counted `module` (the dense block: dense_share)."""
+        return "full_iteration" in self.graphed or any(module in GRAPHED_MODULES.get(scope, ()) for scope in self.graphed)
 
     def dense_share(self) -> float:
         """The share of the dense block's issue time left to the host: half on each side (attention,

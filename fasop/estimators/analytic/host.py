@@ -89,7 +89,8 @@ def kind_issue_s(params: AnalyticParams, gpu: GpuType, a: Architecture, kind: st
     ops at kernel_launch_s and TE calls at te_module_call_s (a backward TE call one launch more: its
     second GEMM), a Grace host's prices scaled alike; what a graphed scope captured is left out."""
     launch, host = kernel_launch_s(params, gpu), params.host
-    te = host.te_module_call_s * (launch / params.kernel_launch_s if params.kernel_launch_s else 1.0)
+    # a TE call at the GPU's host's price: scaled as its launches are (Grace), none where launches are free
+    te = host.te_module_call_s * (launch / params.kernel_launch_s if params.kernel_launch_s else float(launch > 0))
     dense_fwd, dense_bwd = (k * launch * host.dense_share() for k in params.kernels_per_layer)
     before = after = dense_fwd / 2
     bwd = dense_bwd
