@@ -107,7 +107,7 @@ def test_order_tree_writes_the_listed_top_k_rows(world, tmp_path, monkeypatch):
     assert report.csv_text(*report.search_rows(tree, model.sequence_length)) == expected
 
 
-@pytest.mark.parametrize("world", WORLDS[:4])
+@pytest.mark.parametrize("world", WORLDS[:4] + [("qwen3-30b-a3b", "p5=2,p4de=2", 64, 4)])
 def test_seeded_order_tree_keeps_the_same_plans(world, tmp_path, monkeypatch):
     """The grouped orders' K fastest seed the tree's threshold and visiting order (engine.grouped_seed):
     the rows are those of the unseeded tree, and the seed's threshold is the K-th of K real plans."""
