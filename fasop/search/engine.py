@@ -275,7 +275,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
 
 
 def grouped_seed(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], *, top: int, cutoff: float,
-          **options) -> tuple[float, dict] | SearchResult:
+                 **options) -> tuple[float, dict] | SearchResult:
     """(threshold, first) for the order tree, from the K fastest plans that fit with each type's
     nodes together (`--placements grouped`: a few orders a degree shape). threshold: the K-th of
     their step times if there are K, else `cutoff`. They have distinct signatures and are among
@@ -293,13 +293,10 @@ def grouped_seed(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[Nod
                      **options)
     if grouped.interrupted is not None:
         return grouped
-    fitting = [e for e in grouped.estimates if not e.memory.is_oom and e.step_time_s <= cutoff]
     first: dict = {}
-    for e in fitting:
-        key = shape_key(e.plan)
-        first[key] = min(first.get(key, float("inf")), e.step_time_s)
-    steps = sorted(e.step_time_s for e in fitting)
-    return (min(cutoff, steps[top - 1]) if len(steps) >= top else cutoff), first
+    for e in grouped.estimates:  # the K fastest that fit, at most the cutoff, fastest first
+        first.setdefault(shape_key(e.plan), e.step_time_s)
+    return (grouped.estimates[top - 1].step_time_s if len(grouped.estimates) >= top else cutoff), first
 
 
 def _within_cutoff(combos: list, model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator,

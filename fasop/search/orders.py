@@ -75,7 +75,8 @@ class OrderSearch:
         bounds = [self.estimator.quick_bound(shape) for shape in shapes]
         rank = getattr(self.estimator, "search_order", None)
         keys = [rank(shape) for shape in shapes] if rank is not None else bounds
-        keys = [(0, self.first[shape_key(shape)]) if shape_key(shape) in self.first else (1, k) for shape, k in zip(shapes, keys)]
+        known = [self.first.get(shape_key(shape)) for shape in shapes]  # shapes with a known plan first
+        keys = [(1, k) if t is None else (0, t) for t, k in zip(known, keys)]
         self._ahead = sorted(bounds)  # the quick bounds of the shapes not yet begun, ascending
         for c in sorted(range(len(shapes)), key=lambda c: (keys[c], c)):
             del self._ahead[bisect.bisect_left(self._ahead, bounds[c])]
