@@ -73,3 +73,47 @@ def test_the_embedding_gradient_is_synced_between_the_first_and_last_stage():
     sync = C.step(w, stages, counts).embedding_sync_s
     table = 129_280 * 7_168 * 4 / 400e9 * 8   # fp32 gradients, 2 ranks: about the table once over a 50 GB/s hop
     assert 0.5 * table < sync < 3 * table
+
+
+LIGHTNING = DATA / "hf" / "nemotron-3.5-lightning-30b-a3b.json"
+
+
+def _plan_of(estimator, inventory, pp):
+    from fasop.plans.enumerate import combo_plan
+    return combo_plan((1, len(inventory) * 8 // pp, pp, 1, 1, 8, 1),
+                      global_batch_size=estimator.model.global_batch_size, placement=tuple(inventory))
+
+
+def test_a_search_trains_the_models_own_modules_unless_told():
+    from fasop.estimators import make_estimator
+    from fasop.search.engine import parse_nodes
+    from fasop.specs.load import load_cluster, load_model
+    model, cluster = load_model(str(LIGHTNING)), load_cluster("aws")
+    assert model.architecture.mtp_layers == 1
+    inventory = parse_nodes("p6-b200=2", cluster)
+    columns = {}
+    for given in (None, (0,), (2,)):
+        e = make_estimator(model, cluster, inventory, **({} if given is None else {"mtp_layers": given}))
+        plan = _plan_of(e, inventory, 2)
+        got = e.estimate(plan)
+        columns[given] = (dict(got.extra_columns)["mtp_layers"], got.step_time_s, got.memory.stage_bytes[-1])
+    assert columns[None][0] == 1 and columns[(0,)][0] == 0 and columns[(2,)][0] == 2
+    assert columns[(0,)][1] < columns[None][1] < columns[(2,)][1]          # each depth costs the last stage time
+    assert columns[(0,)][2] < columns[None][2] < columns[(2,)][2]          # and memory
+
+
+def test_mtp_layers_on_a_model_without_a_module_is_refused(tmp_path, capsys):
+    from fasop.cli.command import main
+    status = main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=1", "--mtp-layers", "1",
+                   "--out", str(tmp_path / "x.csv"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert status == 2 and "--mtp-layers: 1: the model has no multi-token-prediction module" in err
+    assert "Traceback" not in err and not (tmp_path / "x.csv").exists()
+
+
+def test_the_layout_puts_each_depth_on_the_last_stage_before_the_loss():
+    from fasop.report.export_megatron import megatron_layout
+    kinds = ("embedding",) + ("transformer",) * 6 + ("head",)
+    assert megatron_layout(kinds, (3, 3, 2), mtp=1) == ("Et*2|t*3|tmL", "")
+    assert megatron_layout(kinds, (3, 3, 2), mtp=2)[0].endswith("|tmmL")
+    assert megatron_layout(kinds, (3, 3, 2))[0].endswith("|tL")
