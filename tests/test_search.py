@@ -474,3 +474,24 @@ def test_kept_makes_a_value_once_and_starts_over_when_full():
     assert [kept(store, k, make, 2) for k in "aab"] == [1, 1, 2] and len(made) == 2
     assert kept(store, "c", make, 2) == 3 and store == {"c": 3}  # full (a, b): starts over
     assert kept(store, "a", make, 2) == 4 and store == {"c": 3, "a": 4}
+
+
+@pytest.mark.parametrize("placements", ["all", "grouped"])
+def test_an_interrupted_top_search_of_every_order_names_the_grouped_orders(tmp_path, monkeypatch, capsys, placements):
+    """Exact ties cannot be cut by a bound (docs/partitions.md): an interrupted `--placements all --top`
+    search says that `--placements grouped` searches far fewer orders; a grouped one does not."""
+    import fasop.search.engine as engine
+
+    real = engine.estimate_chunks
+
+    def interrupted(*args, **kwargs):
+        yield from itertools.islice(real(*args, **kwargs), 1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "estimate_chunks", interrupted)
+    out = tmp_path / "s.csv"
+    status = main(["search", "--model", "gpt2xl", "--cluster", "fasop-paper", "--nodes", "a100=1,a10=3",
+                   "--heterogeneous", "--placements", placements, "--top", "3", "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert status == 130 and "interrupted after" in err and out.exists()
+    assert ("--placements grouped (each type's nodes together)" in err) == (placements == "all"), err

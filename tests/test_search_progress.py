@@ -64,3 +64,15 @@ def test_steady_passes_on_rising_counts_and_always_the_total():
         report(done)
     assert seen == [(5, 5000), (11, 5000), (4998, 5000), (5000, 5000)]
     steady(None, 10)(3)  # no callback: nothing to do
+
+
+def test_steady_passes_on_a_slow_rise_once_a_second():
+    """An order tree among near-equal orders resolves a few plans a second: the count still goes out
+    (each STEADY_S), so a progress line shows the search alive."""
+    now = [0.0]
+    seen: list[int] = []
+    report = steady(lambda done, total: seen.append(done), 10**12, clock=lambda: now[0])
+    for done, t in ((1, 0.2), (2, 0.9), (3, 1.0), (4, 1.5), (4, 2.5), (5, 2.6), (6, 3.2)):
+        now[0] = t
+        report(done)
+    assert seen == [3, 5]  # a rise after a second since the last passed on; never a repeat

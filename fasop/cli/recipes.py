@@ -16,7 +16,7 @@ import importlib
 from fasop.core.errors import FasopError
 
 FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "main_grads", "optimizer_states",
-         "cp", "ep", "etp")
+         "mtp_layers", "cp", "ep", "etp")
 
 
 def _choices(name: str):
@@ -106,6 +106,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--optimizer-states", type=_dtype, metavar="fp32|bf16",
                    help="dtype of Adam's two moments (default fp32; bf16: Megatron-LM's precision-aware optimizer, "
                         "--exp-avg-dtype / --exp-avg-sq-dtype bf16, as DeepSeek-V3 trained); one value for every plan")
+    g.add_argument("--mtp-layers", type=_ints(0, 64), metavar="N",
+                   help="multi-token-prediction depths trained on the last stage (default: the model's own modules, "
+                        "DeepSeek-V3's 1, as it was pretrained; 0 leaves them out; Megatron-LM --mtp-num-layers); "
+                        "one value for every plan")
     d = parser.add_argument_group("plan degrees beyond tp, dp, pp (clusters with estimator: analytic; every value is "
                                   "enumerated; docs/search.md)")
     d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",

@@ -163,6 +163,10 @@ def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespac
     write_atomic(out, csv_text(columns, rows), "--out")
     print(f"fasop: interrupted after {result.num_done:,} of {result.num_candidates:,} plans; wrote {out} "
           f"(complete=False: {len(rows):,} plans, the ranks of those estimated so far)", file=sys.stderr)
+    if args.placements == "all" and result.top is not None:
+        print("note: --placements all proves the --top plans against every node order, and orders whose step times "
+              "tie the kept ones cannot be cut by a bound; --placements grouped (each type's nodes together) "
+              "searches far fewer orders (docs/partitions.md: exact ties)", file=sys.stderr)
     return exit_status(result.interrupted)
 
 

@@ -81,8 +81,10 @@ def hybrid_args(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str],
     arch, partition, pp = model.architecture, rp.partition, rp.plan.pp
     if s.virtual_stages > 1 and len(partition) == pp:
         partition = interleaved_partition(model.layer_kinds, partition, s.virtual_stages) or partition
-    m = arch.mamba
-    args = [f'--hybrid-layer-pattern "{hybrid_pattern(arch.layer_kinds, model.layer_kinds, partition)}"']
+    m, pattern = arch.mamba, hybrid_pattern(arch.layer_kinds, model.layer_kinds, partition)
+    if s.mtp_layers and arch.mtp_kinds:  # the MTP depths' block after '/' each (arguments.py: Symbols.MTP_SEPARATOR,
+        pattern += ("/" + "".join(HYBRID_SYMBOLS[k] for k in arch.mtp_kinds)) * s.mtp_layers  # 'M*M*/MM/MM')
+    args = [f'--hybrid-layer-pattern "{pattern}"']
     if m is not None:
         args += [f"--mamba-num-heads {m.num_heads}", f"--mamba-head-dim {m.head_dim}",
                  f"--mamba-state-dim {m.state_size}", f"--mamba-num-groups {m.groups}"]
@@ -96,11 +98,12 @@ def hybrid_args(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str],
     return args
 
 
-def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...]) -> tuple[str | None, str]:
+def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...], mtp: int = 0) -> tuple[str | None, str]:
     """(layout string or None, why None) for `--pipeline-model-parallel-layout`: per stage `E` for
-    the embedding, `t` per transformer layer (`t*n` for a run), `L` for the head (loss); stages
-    joined by '|'. None when the layer list is not `embedding, transformer..., head` (the grammar
-    has one E first, one L last and no encoder layers)."""
+    the embedding, `t` per transformer layer (`t*n` for a run), `m` per multi-token-prediction depth
+    (`mtp`, on the last stage: the grammar wants as many as --mtp-num-layers, after every `t`), `L`
+    for the head (loss); stages joined by '|'. None when the layer list is not `embedding,
+    transformer..., head` (the grammar has one E first, one L last and no encoder layers)."""
     allowed = ("embedding",) + ("transformer",) * (len(kinds) - 2) + ("head",)
     if kinds != allowed:
         found = sorted(set(kinds) - {"embedding", "transformer", "head"})
@@ -111,7 +114,7 @@ def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...]) -> tuple
     for part in stage_slices(kinds, partition):
         t = part.count("transformer")
         text = ("E" if "embedding" in part else "") + ("t" if t == 1 else f"t*{t}" if t else "")
-        stages.append(text + ("L" if "head" in part else ""))  # an empty stage: "" (the grammar allows it)
+        stages.append(text + ("m" * mtp + "L" if "head" in part else ""))  # an empty stage: "" (the grammar allows it)
     return "|".join(stages), ""
 
 
@@ -126,6 +129,8 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     split = hybrid_args if is_hybrid(model) else _megatron_split
     args += split(rp, model, s, warnings, notes)
     args += _megatron_settings(p.tp, s, warnings)
+    if s.mtp_layers:  # TransformerConfig.mtp_num_layers: the depths on the last stage (cost.mtp_s)
+        args.append(f"--mtp-num-layers {s.mtp_layers}")
     if s.precision is None:
         notes.append("# 16-bit training as profiled: add --bf16 or --fp16")
     if not (s.recompute != "none" or s.sequence_parallel or s.zero_stage):
@@ -152,7 +157,7 @@ def _megatron_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[s
             partition = chunks
     if len(partition) == 1:
         return []
-    layout, why = megatron_layout(model.layer_kinds, partition)
+    layout, why = megatron_layout(model.layer_kinds, partition, s.mtp_layers)
     if layout is None:
         warnings.append(f"Megatron-LM cannot express this split: --pipeline-model-parallel-layout has no "
                         f"place for {why}; pass the stages' layers by hand (FASOP's Megatron fork: "
@@ -162,7 +167,8 @@ def _megatron_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[s
         notes.append(f"# even split ({counts[0]} transformer layers a stage): Megatron's default, no layout")
         return []
     notes.append("# --pipeline-model-parallel-layout needs Megatron-Core >= 0.13; E = embedding, "
-                 "t = transformer layer, L = head and loss, | between stages")
+                 "t = transformer layer, " + ("m = multi-token prediction, " if s.mtp_layers else "")
+                 + "L = head and loss, | between stages")
     if len(partition) == pp and len(set(counts[1:-1])) <= 1 and s.virtual_stages == 1:
         notes.append(f"# Megatron-Core < 0.13: --decoder-first-pipeline-num-layers {counts[0]} "
                      f"--decoder-last-pipeline-num-layers {counts[-1]} instead of the layout")

@@ -65,6 +65,10 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
                         "(SelectiveAC picks ops or every n-th layer); not written")
     elif ac is None:
         warnings.append(f"recompute {s.recompute!r}: no torchtitan activation-checkpoint mode known; not written")
+    if s.mtp_layers:
+        warnings.append(f"mtp_layers {s.mtp_layers}: torchtitan's DeepSeek-V3 takes multi-token prediction as "
+                        f"model_registry(..., num_mtp_layers={s.mtp_layers}), not a config key, and refuses it with "
+                        "pp or cp > 1 (torchtitan/models/deepseek_v3/MTP.md); not written")
     lines = header(rp, model, "torchtitan") + [f"# warning: {w}" for w in warnings]
     local = p.mbs * p.num_microbatches if p.pp > 1 else p.mbs  # one pipeline pass, or a step's accumulation
     lines += ["# torchtitan after its config refactor (#2386, 2026-02): a recipe function, run with",

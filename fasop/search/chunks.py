@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import gc
 import itertools
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 from fasop.costs.estimate import Estimate
@@ -24,18 +25,25 @@ def chunks(items: Iterator, size: int) -> Iterator[list]:
         yield chunk
 
 
-def steady(progress: Callable[[int, int], None] | None, total: int) -> Callable[[int], None]:
+STEADY_S = 1.0
+"""A rising count goes to the progress callback at least this often, however small its rise."""
+
+
+def steady(progress: Callable[[int, int], None] | None, total: int,
+           clock: Callable[[], float] = time.monotonic) -> Callable[[int], None]:
     """report(done) for a search's `progress(done, total)`: passes on counts that go up (chunks
-    back from workers may say less than the order tree already did), at most about 1,000 of them
-    and always the last (done = total)."""
-    step, last = max(1, total // 1000), [-1, -1]  # [last passed on, last seen]
+    back from workers may say less than the order tree already did), each 0.1 % of the total and
+    always the last (done = total), and a smaller rise when STEADY_S has passed since the last
+    passed on: an order tree proving its plans against near-equal orders resolves few plans a
+    second, and its progress must still show it is alive (docs/partitions.md: exact ties)."""
+    step, last, at = max(1, total // 1000), [-1, -1], [clock()]  # [last passed on, last seen], when passed
 
     def report(done: int) -> None:
         if progress is None or done <= last[1]:
             return
         last[1] = done
-        if done - last[0] >= step or done >= total:
-            last[0] = done
+        if done - last[0] >= step or done >= total or clock() - at[0] >= STEADY_S:
+            last[0], at[0] = done, clock()
             progress(done, total)
     return report
 

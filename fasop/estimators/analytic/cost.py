@@ -60,7 +60,7 @@ from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s,
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
-                                              stage_memory, stage_param_split, stage_params, state_shards)
+                                              mtp_block, stage_memory, stage_param_split, stage_params, state_shards)
 from fasop.specs.catalog import GpuType
 
 ACT_BYTES = 2
@@ -252,7 +252,7 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
                     for i, (d, f, bk) in enumerate(zip(dp, fwd, bwd)))
     done = max(e + x for e, x in zip(ends, exposed))
     emb = 0.0
-    if w.arch.tied_embeddings and p > 1:
+    if (w.arch.tied_embeddings or (w.mtp and w.arch.mtp_kinds)) and p > 1:  # MTP: finalize_model_grads.py:146
         table = w.arch.vocab_size * w.arch.embed_width / w.tp * w.params.gradient_reduce_bytes[w.recipe.precision]
         # between the first and the last stage: on different nodes whenever any pipeline hop crosses
         # nodes (ranks are numbered node by node), so over the pipeline's slowest hop
@@ -298,9 +298,7 @@ def mtp_s(w: Workload, hw: StageHardware) -> tuple[float, float]:
     a, b, s = w.arch, w.mbs, w.local_seq
     if not (w.mtp and a.mtp_kinds):
         return 0.0, 0.0
-    block = replace(w, mtp=0, arch=replace(a, layer_kinds=a.mtp_kinds, num_layers=len(a.mtp_kinds),
-                                           windowed_layers=(), mtp_layers=0, mtp_kinds=()))
-    lf, lb = layer_s(block, hw.gpu, hw.tp_link, hw.groups)
+    lf, lb = layer_s(mtp_block(w), hw.gpu, hw.tp_link, hw.groups)
     proj = _kernel_s(w, hw.gpu, 2 * b * s * 2 * a.hidden_size ** 2 / w.tp, 0.0,
                      3 * 2 * b * s * a.hidden_size * w.recipe.value_bytes)
     hf, hb = head_s(w, hw.gpu)

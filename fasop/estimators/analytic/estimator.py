@@ -37,8 +37,8 @@ from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES
 from fasop.estimators.analytic.memory import state_dtypes
 from fasop.estimators.analytic.modules import split_recompute
 from fasop.estimators.analytic.workloads import TABLE_ROWS, profiled_times, shared_tables, shared_workload
-from fasop.estimators.analytic.recipes import (DEFAULTS, default_precision, parse_recipes, recipe_grid,  # noqa: F401
-                                              without_missing_units)
+from fasop.estimators.analytic.recipes import (DEFAULTS, default_precision, mtp_depths, parse_recipes,  # noqa: F401
+                                              recipe_grid, without_missing_units)
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
 from fasop.schedule.pipeline import Schedule
@@ -47,7 +47,7 @@ from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, No
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
-COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads", "optimizer_states",
+COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads", "optimizer_states", "mtp_layers",
            "compute_source", "misfit", "stage_memory_gib", "stage_memory_limit_gib")
 """Extra CSV columns of this estimator's plans (report/results.py appends them after the common ones)."""
 
@@ -76,7 +76,7 @@ class AnalyticEstimator:
         self.gpus = {n.name: self.params.gpu(find_gpu(n.gpu, cluster.path)) for n in self.inventory}
         self.params = overheads.job_params(self.params, self.gpus.values())   # no FlashAttention below sm80
         self.params = state_dtypes(self.params, *(recipes.get(k) == ("bf16",) for k in ("main_grads", "optimizer_states")))
-        self.recipes, g = recipes, self.inventory[0].gpus_per_node
+        self.recipes, g, self.mtp = recipes, self.inventory[0].gpus_per_node, mtp_depths(recipes, self.arch)
         self.domain_gpus = domain_gpus([self.gpus[n.name] for n in self.inventory], range(len(self.inventory)), g)
         self._bounds: dict = {}
         self._roomiest = max(n.memory_limit_bytes for n in self.inventory)
@@ -264,7 +264,7 @@ class AnalyticEstimator:
         if w is None:
             shard = G.dp_shard(plan, True, self.domain_gpus) * plan.cp if recipe.hsdp else 0
             w = self._workloads[key] = shared_workload(self.arch, self.params, self.model.sequence_length, plan, recipe,
-                                                       shard)
+                                                       shard, self.mtp)
         return w
 
     def _room(self, plan: Plan, recipe: Recipe, limits: list[float]) -> bool:
@@ -306,7 +306,7 @@ class AnalyticEstimator:
                  ("dp_replicate", plan.dp // shard),
                  ("recompute", r.recompute_name), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision),
-                 *((k, self.recipes.get(k, DEFAULTS[k])[0]) for k in ("main_grads", "optimizer_states")),
+                 *((k, self.recipes.get(k, DEFAULTS[k])[0]) for k in ("main_grads", "optimizer_states")), ("mtp_layers", self.mtp),
                  ("compute_source", source),
                  ("misfit", misfit or ("activations" if oom else "")),
                  ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from fasop.estimators.analytic import block_recompute as BR
+from fasop.estimators.analytic import blocks as B
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import Workload
@@ -102,7 +103,45 @@ def stage_param_split(w: Workload, layers: int, first: bool, last: bool) -> tupl
     if last:
         shared = a.tied_embeddings and first
         n += L.head_params(a) - (a.vocab_size * a.embed_width if shared else 0)
-    return n / w.tp, layers * routed / (w.ep * w.etp)
+    mtp_dense, mtp_routed = mtp_param_split(w, first) if last else (0.0, 0.0)
+    return (n + mtp_dense) / w.tp, (layers * routed + mtp_routed) / (w.ep * w.etp)
+
+
+def mtp_block(w: Workload) -> Workload:
+    """The Workload of one multi-token-prediction module's block: its layers (Architecture.mtp_kinds)
+    at the plan's degrees and recipe (cost.mtp_s times it, mtp_param_split / stage_memory hold it)."""
+    a = w.arch
+    return replace(w, mtp=0, arch=replace(a, layer_kinds=a.mtp_kinds, num_layers=len(a.mtp_kinds),
+                                          windowed_layers=(), mtp_layers=0, mtp_kinds=()))
+
+
+def mtp_param_split(w: Workload, first: bool) -> tuple[float, float]:
+    """(dense, routed experts) parameters of the last stage's `w.mtp` multi-token-prediction modules,
+    all TP / EP ranks together: each has two norms, the 2h -> h projection, its block's layers and
+    a final norm (DeepSeek-V3 §2.2; blocks.mtp_params); they read the word embedding, so an untied
+    model's last stage also holds a copy of it when it is not the first (Megatron-Core
+    gpt_model.py:173 builds the embedding where `pre_process or mtp_process`; its gradient is
+    all-reduced with the first stage's, finalize_model_grads.py:146)."""
+    a = w.arch
+    if not (w.mtp and a.mtp_kinds):
+        return 0.0, 0.0
+    h = a.hidden_size
+    norms = 3 * (h if a.norm == "rmsnorm" else 2 * h)
+    dense = sum(B.kind_params(a, k) - B.expert_params(a, k) for k in a.mtp_kinds)
+    routed = sum(B.expert_params(a, k) for k in a.mtp_kinds)
+    embedding = a.vocab_size * a.embed_width if not (first or a.tied_embeddings) else 0
+    return w.mtp * (norms + 2 * h * h + dense) + embedding, w.mtp * routed
+
+
+def mtp_activation_bytes(w: Workload) -> float:
+    """What the last stage keeps per micro-batch for its MTP modules' backward: each block's layers'
+    activations, the 2h-wide input of the projection and the module's own fp32 logits for its loss."""
+    a, b, s, t = w.arch, w.mbs, w.local_seq, w.tp
+    if not (w.mtp and a.mtp_kinds):
+        return 0.0
+    block = BR.activation_bytes(mtp_block(w)) * len(a.mtp_kinds)
+    concat = 2 * s * b * a.hidden_size * w.recipe.value_bytes / t
+    return w.mtp * (block + concat + L.head_activation_bytes(a, b, s, t))
 
 
 def state_shards(w: Workload) -> tuple[int, int]:
@@ -140,7 +179,7 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
     if first:
         acts += L.embedding_activation_bytes(a, b, s, t, r.sequence_parallel) * in_flight(w, stage)
     if last:
-        acts += L.head_activation_bytes(a, b, s, t)
+        acts += L.head_activation_bytes(a, b, s, t) + mtp_activation_bytes(w)
     dense_shard, expert_shard = state_shards(w)
     states = P.state_bytes(dense=dense, experts=experts, zero=r.zero, dense_shard=dense_shard,
                            expert_shard=expert_shard, weight_bytes=weight_bytes(w), grad_bytes=grad_bytes,

@@ -56,7 +56,25 @@ def parse_recipes(options: dict) -> dict:
     if not given and any(z in HSDP_DEFAULT_STAGES for z in out["zero"]):
         out["hsdp"] = (False, True)
     out["hsdp_stages"] = (1, 2, 3) if given else HSDP_DEFAULT_STAGES
+    mtp = tuple(dict.fromkeys(options.get("mtp_layers") or ()))
+    if len(mtp) > 1 or any(not (isinstance(v, int) and v >= 0) for v in mtp):
+        raise FasopError(f"--mtp-layers: one count >= 0 for every plan, got {','.join(map(str, mtp))}")
+    out["mtp_layers"] = mtp  # empty: the model's own modules (mtp_depths)
     return out
+
+
+def mtp_depths(recipes: dict, arch) -> int:
+    """The multi-token-prediction depths the last stage trains: --mtp-layers, else the model's own
+    modules (DeepSeek-V3: 1, as it was pretrained and as `fasop validate` rows train by default);
+    refused for a model without a module (or past its layers)."""
+    given = recipes.get("mtp_layers") or ()
+    if not given:
+        return arch.mtp_layers if arch.mtp_kinds else 0
+    if given[0] and not arch.mtp_kinds:
+        raise FasopError(f"--mtp-layers: {given[0]}: the model has no multi-token-prediction module")
+    if given[0] > arch.num_layers:
+        raise FasopError(f"--mtp-layers: {given[0]} is more than the model's {arch.num_layers} layers")
+    return given[0]
 
 
 def _recompute_value(value) -> str:

@@ -16,17 +16,18 @@ _SHARED: dict = {}
 (keyed on the Workload object). An entry holds its arch and params: the ids in its key stay theirs."""
 
 
-def shared_workload(arch, params, seq: int, plan: Plan, recipe: Recipe, shard: int = 0) -> C.Workload:
-    """The process's one Workload of these values (made on first use); `shard`: HSDP's shard group."""
+def shared_workload(arch, params, seq: int, plan: Plan, recipe: Recipe, shard: int = 0, mtp: int = 0) -> C.Workload:
+    """The process's one Workload of these values (made on first use); `shard`: HSDP's shard group;
+    `mtp`: the multi-token-prediction depths on the last stage."""
     key = (id(arch), id(params), seq, plan.tp, plan.dp, plan.pp, plan.mbs, plan.num_microbatches, recipe,
-           plan.cp, plan.ep, plan.etp, shard)
+           plan.cp, plan.ep, plan.etp, shard, mtp)
     w = _SHARED.get(key)
     if w is None:
         if len(_SHARED) >= 1 << 15:  # a long-lived process: start over rather than grow
             _SHARED.clear()
         w = _SHARED[key] = C.Workload(arch=arch, seq=seq, mbs=plan.mbs, tp=plan.tp, dp=plan.dp, pp=plan.pp,
                                       num_microbatches=plan.num_microbatches, recipe=recipe, params=params,
-                                      cp=plan.cp, ep=plan.ep, etp=plan.etp, shard=shard)
+                                      cp=plan.cp, ep=plan.ep, etp=plan.etp, shard=shard, mtp=mtp)
     return w
 
 
