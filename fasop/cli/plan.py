@@ -220,7 +220,8 @@ def estimator_for(rp, model, cluster):
 
 
 RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": lambda v: v == "True",
-                  "virtual_stages": int, "precision": str, "main_grads": str, "optimizer_states": str}
+                  "virtual_stages": int, "precision": str, "main_grads": str, "optimizer_states": str,
+                  "cuda_graphs": str}
 """The recipe columns of a results row (the analytic estimator's) and how to read each cell."""
 
 

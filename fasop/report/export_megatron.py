@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 from fasop.plans.rowplan import RowPlan
+from fasop.report.export_graphs import megatron_graphs
 from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
                                           settings_of, stage_slices, transformer_counts)
 from fasop.specs.types import ModelSpec
@@ -126,6 +127,7 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     split = hybrid_args if is_hybrid(model) else _megatron_split
     args += split(rp, model, s, warnings, notes)
     args += _megatron_settings(p.tp, s, warnings)
+    args += megatron_graphs(model, s, warnings)
     if s.precision is None:
         notes.append("# 16-bit training as profiled: add --bf16 or --fp16")
     if not (s.recompute != "none" or s.sequence_parallel or s.zero_stage):

@@ -40,6 +40,8 @@ class Settings:
     """The gradient buffer's and its reduction's dtype (the row's main_grads column): fp32 or bf16."""
     optimizer_states: str = "fp32"
     """Adam's moments' dtype (the row's optimizer_states column): fp32 or bf16."""
+    cuda_graphs: str = "none"
+    """What the run captures in CUDA graphs (the row's cuda_graphs column; none: eager)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ def settings_of(rp: RowPlan) -> Settings:
                     precision=row.get("precision") or None, zero_needed=zero_needed,
                     dp_replicate=int(replicate) if hsdp else 1,
                     main_grads="bf16" if row.get("main_grads") == "bf16" else "fp32",
-                    optimizer_states="bf16" if row.get("optimizer_states") == "bf16" else "fp32")
+                    optimizer_states="bf16" if row.get("optimizer_states") == "bf16" else "fp32",
+                    cuda_graphs=row.get("cuda_graphs") or "none")
 
 
 def is_hybrid(model: ModelSpec) -> bool:
