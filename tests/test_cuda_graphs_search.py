@@ -77,6 +77,19 @@ def test_a_search_costs_the_step_eager_and_graphed(tmp_path, monkeypatch):
     assert float(graphed["step_time_s"]) < float(eager["step_time_s"])
 
 
+@pytest.mark.parametrize("setting", ["full_iteration", "attn,moe_router,moe_preprocess"])
+def test_a_graphed_top_k_is_the_every_plan_search_s_first_k(tmp_path, monkeypatch, setting):
+    """The bounds that prune a --top search are the graphed estimator's own: it keeps the same plans."""
+    monkeypatch.chdir(tmp_path)
+    base = ["search", "--model", "qwen3-30b-a3b", "--cluster", str(GB200), "--nodes", "gb200=4", "--no-progress",
+            "--show", "0", "--global-batch-size", "64", "--cuda-graphs", setting]
+    assert main(base + ["--top", "4", "--out", "top.csv"]) == 0
+    assert main(base + ["--every-plan", "--out", "all.csv"]) == 0
+    fitting = [r for r in _rows("all.csv") if r["is_oom"] == "False"][:4]
+    key = lambda r: (r["tp"], r["ep"], r["dp"], r["pp"], r["mbs"], r["recompute"], r["step_time_s"])  # noqa: E731
+    assert [key(r) for r in _rows("top.csv")] == [key(r) for r in fitting]
+
+
 @pytest.mark.parametrize("value, message", [
     ("attn,bogus", "expected none, full_iteration or a comma list of attn"),
     ("full_iteration,attn", "full_iteration stands alone"),

@@ -37,7 +37,8 @@ from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES
 from fasop.estimators.analytic.memory import state_dtypes
 from fasop.estimators.analytic.modules import split_recompute
 from fasop.estimators.analytic.workloads import TABLE_ROWS, profiled_times, shared_tables, shared_workload
-from fasop.estimators.analytic.recipes import DEFAULTS, default_precision, parse_recipes, recipe_grid, without_missing_units  # noqa: F401,E501
+from fasop.estimators.analytic.recipes import (DEFAULTS, default_precision, parse_recipes, recipe_grid,  # noqa: F401
+                                              without_missing_units)
 from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
 from fasop.plans.plan import Plan
 from fasop.schedule.pipeline import Schedule
@@ -379,11 +380,10 @@ class AnalyticEstimator:
 
 @register("analytic")
 def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], **options) -> AnalyticEstimator:
-    """The analytic estimator; options `recompute`, `zero`, `sequence_parallel`, `virtual_stages`, `precision`,
-    `cuda_graphs` ...: tuples of allowed values (recipes.DEFAULTS when absent); others are ignored. A
-    virtual-stage count that no pipeline of the model can use (v x pp must divide its transformer
-    layers for some pp >= 2) is refused rather than silently replaced by 1; for a plan whose pp
-    it does not divide, the plan runs with 1 and its virtual_stages column says so."""
+    """The analytic estimator; options `recompute`, `zero`, ..., `cuda_graphs`: tuples of allowed values
+    (recipes.DEFAULTS when absent); others are ignored. A virtual-stage count no pipeline of the model can
+    use (v x pp must divide its transformer layers for some pp >= 2) is refused, not replaced by 1; a plan
+    whose pp it does not divide runs with 1, as its virtual_stages column says."""
     gpus = [find_gpu(n.gpu, cluster.path) for n in inventory]
     recipes = parse_recipes(default_precision(options, gpus))
     for low in ("bf16", "fp8", "mxfp8", "nvfp4"):
