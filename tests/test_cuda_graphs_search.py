@@ -255,3 +255,25 @@ def test_every_graph_flag_exists_in_megatron_lm(graphed_rows, tmp_path, monkeypa
     assert {"'transformer_engine'", "'full_iteration'"} <= set(v.strip() for v in impl.split(","))
     modules = enums.split("class CudaGraphModule")[1].split("class ")[0]
     assert all(re.search(rf"^    {m} = \d", modules, re.M) for m in ("attn", "moe_router", "moe_preprocess"))
+
+
+def test_the_plan_by_flags_takes_the_setting_and_a_csv_row_keeps_its_own(graphed_rows, capsys):
+    """explain / export --placement ... --cuda-graphs: the plan estimated as captured (tp 4 at micro-batch 1
+    is host-bound on the Grace trays); beside --from it is refused in one line (the row says what it was)."""
+    plan = ["--model", "qwen3-30b-a3b", "--cluster", str(GB200), "--placement", "gb200-gb200", "--tp", "4",
+            "--dp", "2", "--global-batch-size", "64", "--json"]
+    times = {}
+    for setting in ("none", "full_iteration"):
+        capsys.readouterr()
+        assert main(["explain", *plan, "--cuda-graphs", setting]) == 0
+        x = json.loads(capsys.readouterr().out)
+        times[setting] = x["step_time_s"]
+        assert x["cuda_graphs"] == setting
+    assert times["full_iteration"] < 0.8 * times["none"]
+    assert main(["export", *plan[:-1], "--cuda-graphs", "attn,moe_router", "--target", "megatron"]) == 0
+    assert "    --cuda-graph-modules attn moe_router\n" in capsys.readouterr().out
+    out, rows = graphed_rows
+    assert main(["explain", "--from", str(out), "--rank", "1", "--model", "qwen3-30b-a3b", "--cluster", str(GB200),
+                 "--cuda-graphs", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "--cuda-graphs: for the plan by flags" in err and err.count("\n") == 1

@@ -244,3 +244,19 @@ def graphs_note(args: argparse.Namespace, cluster, inventory, model) -> list[str
     return [f"note: planned eager; {', '.join(graphed)} MoE runs are published captured in CUDA graphs (a Grace host "
             "issues each kernel in ~20 us): --cuda-graphs full_iteration or attn,moe_router,moe_preprocess to plan so"]
 
+
+def add_plan_graphs(group) -> None:
+    """explain / export / plot's --cuda-graphs for the plan by flags (a --from row's column says it)."""
+    group.add_argument("--cuda-graphs", type=_graphs, metavar="none|full_iteration|MODULE[,MODULE]",
+                       help="what the run captures in CUDA graphs (default none; as fasop search --cuda-graphs)")
+
+
+def plan_graphs(args: argparse.Namespace, from_csv: bool) -> dict:
+    """The row cell --cuda-graphs gives the plan by flags ({} without it); refused beside --from, whose
+    row was estimated with its own cuda_graphs column."""
+    value = getattr(args, "cuda_graphs", None)
+    if value and from_csv:
+        raise FasopError("--cuda-graphs: for the plan by flags; a --from row is explained and exported as it was "
+                         "estimated (its cuda_graphs column): search again with --cuda-graphs")
+    return {"cuda_graphs": value[0]} if value else {}
+
