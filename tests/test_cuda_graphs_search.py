@@ -277,3 +277,6 @@ def test_the_plan_by_flags_takes_the_setting_and_a_csv_row_keeps_its_own(graphed
                  "--cuda-graphs", "none"]) == 2
     err = capsys.readouterr().err
     assert "--cuda-graphs: for the plan by flags" in err and err.count("\n") == 1
+    assert main(["explain", "--model", "gpt2xl", "--cluster", "fasop-paper", "--placement", "a100-a10-a10-a10",
+                 "--dp", "4", "--cuda-graphs", "full_iteration"]) == 2
+    assert "--cuda-graphs: the fasop-2024 estimator" in capsys.readouterr().err

@@ -251,12 +251,12 @@ def add_plan_graphs(group) -> None:
                        help="what the run captures in CUDA graphs (default none; as fasop search --cuda-graphs)")
 
 
-def plan_graphs(args: argparse.Namespace, from_csv: bool) -> dict:
-    """The row cell --cuda-graphs gives the plan by flags ({} without it); refused beside --from, whose
-    row was estimated with its own cuda_graphs column."""
+def plan_graphs(args: argparse.Namespace, cluster=None) -> dict:
+    """The row cell --cuda-graphs gives the plan by flags on `cluster` ({} without it); refused beside
+    --from (no `cluster`: the row was estimated with its own cuda_graphs column) and on a cluster whose
+    estimator takes no recipe."""
     value = getattr(args, "cuda_graphs", None)
-    if value and from_csv:
+    if value and cluster is None:
         raise FasopError("--cuda-graphs: for the plan by flags; a --from row is explained and exported as it was "
                          "estimated (its cuda_graphs column): search again with --cuda-graphs")
-    return {"cuda_graphs": value[0]} if value else {}
-
+    return options(args, cluster) if value else {}
