@@ -174,11 +174,13 @@ def test_torchtitan_recipe_runs_and_sets_the_split():
     # tokens: micro-batch 1 x 128; a step: 8 micro-batches x dp 2 x 128
     assert out.training.num_tokens_per_microbatch_per_dp_rank == 128
     assert out.training.num_tokens_per_train_step == 2048
+    # FASOP's plans are eager; torchtitan's HEAD captures fwd+bwd by default and refuses it with pp > 1
+    assert out.training.disable_cuda_graphs is True
     assert text.endswith("--parallelism.tensor_parallel_degree 2 --parallelism.pipeline_parallel_degree 4 "
                          '--parallelism.pipeline_parallel_schedule "1F1B" --parallelism.num_pp_microbatches 8 '
                          "--parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 1\n"
                          "--training.num_tokens_per_microbatch_per_dp_rank 128 "
-                         "--training.num_tokens_per_train_step 2048\n")
+                         "--training.num_tokens_per_train_step 2048 --training.disable_cuda_graphs\n")
 
 
 # ------------------------------------------------------------------ node-rank table

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fasop.cli import recipes as cli_recipes
 from fasop.cli.args import abbreviate
 from fasop.core.errors import FasopError
 
@@ -44,6 +45,7 @@ def _add_row_args(parser: argparse.ArgumentParser) -> None:
         flags.add_argument(f"--{degree}", type=_positive, default=1, help="default 1")
     flags.add_argument("--partition", metavar="N-N-...",
                        help="layer-list entries per stage (default: the split the estimator chooses)")
+    cli_recipes.add_plan_graphs(flags)
 
 
 def add_plan_parsers(sub) -> None:
@@ -79,6 +81,7 @@ def row_plan(args: argparse.Namespace):
                          "--cluster), not both")
     if args.source is None:
         return _flag_plan(args)
+    cli_recipes.plan_graphs(args)  # refused beside --from
     if not Path(args.source).exists() and not Path(args.source).is_symlink():
         raise FasopError(f"--from: {args.source}: no such file")
     rows = read_rows(args.source)
@@ -138,7 +141,8 @@ def _flag_plan(args: argparse.Namespace):
         raise FasopError(f"--pp: {args.pp} stages for the {layers} entries of {model.path}'s layer list")
     row = {"tp": str(args.tp), "dp": str(args.dp), "pp": str(args.pp), "mbs": str(args.mbs),
            "node_placement": args.placement, "num_microbatches": str(batch // (args.dp * args.mbs)),
-           "partition": args.partition or "-".join([str(layers)] + ["0"] * (args.pp - 1))}
+           "partition": args.partition or "-".join([str(layers)] + ["0"] * (args.pp - 1))} | \
+        {k: v[0] for k, v in cli_recipes.plan_graphs(args, cluster).items()}
     where = "the plan of the flags"
     rp = plan_of_row(row, where, model, cluster)  # checks the degrees against the nodes
     if args.partition is None:
@@ -220,7 +224,8 @@ def estimator_for(rp, model, cluster):
 
 
 RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": lambda v: v == "True",
-                  "virtual_stages": int, "precision": str, "main_grads": str, "optimizer_states": str, "mtp_layers": int}
+                  "virtual_stages": int, "precision": str, "main_grads": str, "optimizer_states": str,
+                  "mtp_layers": int, "cuda_graphs": str}
 """The recipe columns of a results row (the analytic estimator's) and how to read each cell."""
 
 
@@ -383,8 +388,7 @@ def _frontier(rows, plots, where: str, source=None, type_order=None):
     kinds = [c[len("num_nodes_"):] for c in rows[0] if c.startswith("num_nodes_")]
     points = pd.DataFrame({
         "composition": [r["composition"] for r in rows], "kind": [r["cluster_kind"] for r in rows],
-        "status": [r["status"] for r in rows],
-        "train_time_h": [finite(r["train_time_h"]) for r in rows],
+        "status": [r["status"] for r in rows], "train_time_h": [finite(r["train_time_h"]) for r in rows],
         "train_cost_usd": [finite(r["train_cost_usd"]) for r in rows],
         "on_frontier": [r["on_frontier"] == "True" for r in rows], "is_knee": [r["is_knee"] == "True" for r in rows]})
     ranks = [r.get("rank", "") for r in rows if r["status"] == "ok"]

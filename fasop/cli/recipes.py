@@ -1,7 +1,9 @@
 """Search flags of the analytic estimator's recipe: --recompute, --zero, --sequence-parallel,
---virtual-stages, --precision, --hsdp, --main-grads, --optimizer-states. Each takes the values a user allows, comma-separated; the
-estimator scores every allowed combination per plan and keeps the fastest that fits (the CSV's
-columns of the same names say which). Absent flags: the estimator's defaults
+--virtual-stages, --precision, --hsdp, --main-grads, --optimizer-states, --cuda-graphs. Each takes the values a user
+allows, comma-separated; the estimator scores every allowed combination per plan and keeps the
+fastest that fits (the CSV's columns of the same names say which) -- except --main-grads,
+--optimizer-states and --cuda-graphs: one setting for every plan (--cuda-graphs' comma list is the
+set of modules captured, not alternatives). Absent flags: the estimator's defaults
 (estimators/analytic.py DEFAULTS). Refused on clusters whose estimator takes no recipe.
 
 And the plan degrees beyond FASOP's tp, dp, pp: --cp, --ep, --etp, comma-separated degrees that
@@ -16,7 +18,7 @@ import importlib
 from fasop.core.errors import FasopError
 
 FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "main_grads", "optimizer_states",
-         "mtp_layers", "cp", "ep", "etp")
+         "mtp_layers", "cuda_graphs", "cp", "ep", "etp")
 
 
 def _choices(name: str):
@@ -59,6 +61,16 @@ def _dtype(text: str) -> tuple[str]:
     if value not in ("fp32", "bf16"):
         raise argparse.ArgumentTypeError(f"expected fp32 or bf16 (one dtype for every plan), got {text[:40]!r}")
     return (value,)
+
+
+def _graphs(text: str) -> tuple[str]:
+    """--cuda-graphs' one setting, in the CSV's spelling (specs/host_ops.search_scopes)."""
+    from fasop.specs.host_ops import scope_text, search_scopes
+
+    scopes, why = search_scopes(text)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return (scope_text(scopes),)
 
 
 def _ints(low: int, high: int):
@@ -110,6 +122,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                    help="multi-token-prediction depths trained on the last stage (default: the model's own modules, "
                         "DeepSeek-V3's 1, as it was pretrained; 0 leaves them out; Megatron-LM --mtp-num-layers); "
                         "one value for every plan")
+    g.add_argument("--cuda-graphs", type=_graphs, metavar="none|full_iteration|MODULE[,MODULE]",
+                   help="what the run captures in CUDA graphs, one setting for every plan (default none: eager): "
+                        "full_iteration (the whole forward-backward, Megatron-LM --cuda-graph-impl full_iteration) "
+                        "or the per-layer modules captured together (Megatron-LM --cuda-graph-modules: attn, mlp, moe, "
+                        "moe_router, moe_preprocess, mamba); a captured module issues no kernel from the host "
+                        "(docs/estimators.md, \"Host issue time\")")
     d = parser.add_argument_group("plan degrees beyond tp, dp, pp (clusters with estimator: analytic; every value is "
                                   "enumerated; docs/search.md)")
     d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",
@@ -211,3 +229,38 @@ def precision_note(args: argparse.Namespace, cluster, inventory) -> list[str]:
         return []
     verb = "has" if len(missing) == 1 else "have"
     return [f"note: precision fp16 with loss scaling: {', '.join(missing)} {verb} no BF16 (--precision to change)"]
+
+
+def graphs_note(args: argparse.Namespace, cluster, inventory, model) -> list[str]:
+    """Without --cuda-graphs, for a Transformer MoE model on GPUs whose published MoE runs captured CUDA
+    graphs (catalog validate_software cuda_graphs: GB200, GB300): that this search planned them eager
+    (the default stays eager, Megatron-LM's; `fasop validate` keeps its own default for such rows)."""
+    arch = getattr(model, "architecture", None)
+    if cluster.estimator != "analytic" or getattr(args, "cuda_graphs", None) or arch is None or arch.moe is None \
+            or arch.mamba is not None:  # the catalog's default is sourced for Transformer MoE runs only
+        return []
+    from fasop.specs.catalog import find_gpu
+
+    graphed = sorted({g.name for g in (find_gpu(n.gpu, cluster.path) for n in inventory)
+                      if g.validate_software.get("cuda_graphs")})
+    if not graphed:
+        return []
+    return [f"note: planned eager; {', '.join(graphed)} MoE runs are published captured in CUDA graphs (a Grace host "
+            "issues each kernel in ~20 us): --cuda-graphs full_iteration or attn,moe_router,moe_preprocess to plan so"]
+
+
+def add_plan_graphs(group) -> None:
+    """explain / export / plot's --cuda-graphs for the plan by flags (a --from row's column says it)."""
+    group.add_argument("--cuda-graphs", type=_graphs, metavar="none|full_iteration|MODULE[,MODULE]",
+                       help="what the run captures in CUDA graphs (default none; as fasop search --cuda-graphs)")
+
+
+def plan_graphs(args: argparse.Namespace, cluster=None) -> dict:
+    """The row cell --cuda-graphs gives the plan by flags on `cluster` ({} without it); refused beside
+    --from (no `cluster`: the row was estimated with its own cuda_graphs column) and on a cluster whose
+    estimator takes no recipe."""
+    value = getattr(args, "cuda_graphs", None)
+    if value and cluster is None:
+        raise FasopError("--cuda-graphs: for the plan by flags; a --from row is explained and exported as it was "
+                         "estimated (its cuda_graphs column): search again with --cuda-graphs")
+    return options(args, cluster) if value else {}

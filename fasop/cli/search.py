@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     for line in length_notes(args, model) + cli_recipes.precision_note(args, cluster, inventory) + \
-            _model_notes(model, inventory, rows, recipe):
+            _model_notes(model, inventory, rows, recipe) + cli_recipes.graphs_note(args, cluster, inventory, model):
         print(line)
     if auto_note:
         print(auto_note)

@@ -116,6 +116,8 @@ class Explanation:
     parallel: tuple[str, ...] = ()
     """The plan's expert / context / sharded-data groups and their costs per micro-batch (the
     estimator's `parallel_lines`, where it has them: the analytic one); () for a dense plan."""
+    cuda_graphs: str = "none"
+    """What the row's run captures in CUDA graphs (its cuda_graphs column; none: eager, FASOP's rows)."""
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -207,7 +209,7 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
         usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
         row_step_time_s=finite(rp.row.get("step_time_s", "")),
         fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom),
-        parallel=tuple(getattr(estimator, "parallel_lines", lambda _: ())(e))), tl
+        parallel=tuple(getattr(estimator, "parallel_lines", lambda _: ())(e)), cuda_graphs=rp.row.get("cuda_graphs") or "none"), tl
 
 
 def _stages(e, parts: EstimateParts, names: list[str], tl, ends) -> list[StageBreakdown]:
@@ -302,7 +304,8 @@ def render(x: Explanation) -> str:
     """The explanation as a report: a time table, a memory table and the whole plan's lines."""
     head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
             f"plan {x.plan_key}: {counted(x.num_microbatches, 'micro-batch')} a step per replica, global batch "
-            f"{x.global_batch_size}, sequence {x.sequence_length}", ""]
+            f"{x.global_batch_size}, sequence {x.sequence_length}" + (
+                f"; CUDA graphs {x.cuda_graphs}" if x.cuda_graphs != "none" else ""), ""]
     memory_title = "memory GiB per GPU" + _sharding(x)
     lines = head + _time_table(x)
     sends = f" ({x.sends})" if x.sends else ""
@@ -320,6 +323,7 @@ def recipe_words(row: dict) -> str:
         words.append(f"ZeRO-{row['zero']}" + (f" HSDP (shards of {row.get('dp_shard', '?')})" if hsdp else ""))
     words += ["sequence parallel"] if row.get("sequence_parallel") in ("True", "1") else []
     words += [f"{row['virtual_stages']} virtual stages"] if row.get("virtual_stages", "1") not in ("", "1") else []
+    words += [f"CUDA graphs {row['cuda_graphs']}"] if row.get("cuda_graphs", "none") not in ("", "none") else []
     return ", ".join(words + ([row["precision"]] if row.get("precision") else []))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 from fasop.plans.rowplan import RowPlan
+from fasop.report.export_graphs import megatron_graphs
 from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
                                           settings_of, stage_slices, transformer_counts)
 from fasop.specs.types import ModelSpec
@@ -131,6 +132,7 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     args += _megatron_settings(p.tp, s, warnings)
     if s.mtp_layers:  # TransformerConfig.mtp_num_layers: the depths on the last stage (cost.mtp_s)
         args.append(f"--mtp-num-layers {s.mtp_layers}")
+    args += megatron_graphs(model, s, warnings)
     if s.precision is None:
         notes.append("# 16-bit training as profiled: add --bf16 or --fp16")
     if not (s.recompute != "none" or s.sequence_parallel or s.zero_stage):

@@ -42,6 +42,8 @@ class Settings:
     """Adam's moments' dtype (the row's optimizer_states column): fp32 or bf16."""
     mtp_layers: int = 0
     """Multi-token-prediction depths trained on the last stage (the row's mtp_layers column)."""
+    cuda_graphs: str = "none"
+    """What the run captures in CUDA graphs (the row's cuda_graphs column; none: eager)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ def settings_of(rp: RowPlan) -> Settings:
                     dp_replicate=int(replicate) if hsdp else 1,
                     main_grads="bf16" if row.get("main_grads") == "bf16" else "fp32",
                     optimizer_states="bf16" if row.get("optimizer_states") == "bf16" else "fp32",
-                    mtp_layers=int(mtp) if (mtp := row.get("mtp_layers") or "").isdigit() and len(mtp) < 3 else 0)
+                    mtp_layers=int(mtp) if (mtp := row.get("mtp_layers") or "").isdigit() and len(mtp) < 3 else 0,
+                    cuda_graphs=row.get("cuda_graphs") or "none")
 
 
 def is_hybrid(model: ModelSpec) -> bool:

@@ -11,6 +11,7 @@ import json
 
 from fasop.core.cells import one_line
 from fasop.plans.rowplan import RowPlan
+from fasop.report.export_graphs import torchtitan_graphs
 from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
                                           settings_of, transformer_counts)
 from fasop.specs.types import ModelSpec
@@ -56,6 +57,7 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
                  f"global batch {p.global_batch_size} x sequence {seq}")]
     if s.main_grads == "bf16":  # FSDP2's MixedPrecisionPolicy reduce_dtype (default float32)
         training.append(("mixed_precision_reduce", '"bfloat16"', "gradients reduced in bf16, as estimated"))
+    training += torchtitan_graphs(p, s, warnings)
     if s.optimizer_states == "bf16":
         warnings.append("optimizer_states bf16: torchtitan keeps Adam's moments in the sharded parameters' fp32 "
                         "(4 bytes a parameter more than estimated); not written")
@@ -97,7 +99,7 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
               "# The same as --parallelism.* overrides (frozen but still honoured; enable_sequence_parallel,",
               "# module_fqns_per_model_part and activation_checkpoint only in the recipe):",
               " ".join(f"--parallelism.{key} {_py(value)}" for key, value in sets if not isinstance(value, bool)),
-              " ".join(f"--training.{key} {value}" for key, value, _ in training)]
+              " ".join(_flag("training", key, value) for key, value, _ in training if value != "False")]
     return Export("\n".join(lines) + "\n", tuple(warnings))
 
 
@@ -177,6 +179,12 @@ def _context_and_experts(p, dp_shard: int, warnings: list[str]) -> list[tuple]:
         warnings.append(f"torchtitan cannot express etp {p.etp}: expert tensor parallelism was removed at its HEAD "
                         "(#3167; v0.2.2 took expert_tensor_parallel_degree = 1 or tp); not written")
     return sets
+
+
+def _flag(section: str, key: str, value: str) -> str:
+    """One `--section.key value` override; a true switch bare (tyro's flags, as torchtitan's CI passes
+    `--training.disable_cuda_graphs`); a false one is the default and left out by the caller."""
+    return f"--{section}.{key}" if value == "True" else f"--{section}.{key} {value}"
 
 
 def _py(value) -> str:

@@ -2,7 +2,8 @@
 module calls each counted module issues from Python beyond the dense block (analytic.yaml `host_ops`,
 counted from the source: docs/validate.md "Host ops of a Megatron-Core MLA + MoE layer"), what one TE
 call costs the host (`te_module_call_s`), and which modules a run captured in CUDA graphs (a
-`fasop validate` row's `cuda_graphs`). The estimator prices them (estimators/analytic/host.py)."""
+`fasop validate` row's `cuda_graphs`; `fasop search --cuda-graphs`, checked by Megatron-Core's rules:
+search_scopes). The estimator prices them (estimators/analytic/host.py)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,32 @@ def graph_scopes(text: str) -> tuple[str, ...] | None:
     if names == ("none",):
         return ()
     return names if names and all(n in GRAPH_SCOPES for n in names) else None
+
+
+def search_scopes(text: str) -> tuple[tuple[str, ...], str]:
+    """`--cuda-graphs`' value (search, pareto, explain, export: one setting for every plan) as
+    (scopes, '') or ((), why not): `none`, `full_iteration` alone (Megatron-Core's
+    --cuda-graph-impl full_iteration: one graph of the whole forward-backward, modules empty), or a
+    comma list of per-layer modules (--cuda-graph-modules) under Megatron-Core's rules
+    (transformer_config.py __post_init__ at d98e8a6): moe and moe_router exclude each other,
+    moe_preprocess needs moe_router."""
+    names = tuple(sorted({n.strip() for n in text.lower().split(",") if n.strip()}))
+    bad = [n for n in names if n not in GRAPH_SCOPES + ("none",)]
+    if bad or not names:
+        return (), (f"expected none, full_iteration or a comma list of {', '.join(GRAPH_SCOPES[1:])}, "
+                    f"got {(bad[0] if bad else text)[:40]!r}")
+    if names == ("none",):
+        return (), ""
+    if len(names) > 1 and ("none" in names or "full_iteration" in names):
+        return (), f"{'none' if 'none' in names else 'full_iteration'} stands alone, got {','.join(names)!r}"
+    if "moe" in names and "moe_router" in names:
+        return (), "moe and moe_router exclude each other (Megatron-Core captures the MoE layer whole or its router)"
+    if "moe_preprocess" in names and "moe_router" not in names:
+        return (), "moe_preprocess needs moe_router (Megatron-Core graphs the preprocessing with the router)"
+    return names, ""
+
+
+def scope_text(scopes: tuple[str, ...]) -> str:
+    """The CSV's one spelling of graphed scopes: `none`, `full_iteration` or the sorted module list."""
+    return ",".join(scopes) or "none"
+

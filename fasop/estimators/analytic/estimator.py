@@ -29,8 +29,8 @@ from fasop.costs.memory import MemoryEstimate
 from fasop.costs.parts import EstimateParts, schedule_or_note, stated_parts
 from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
-from fasop.estimators.analytic import overheads
 from fasop.estimators.analytic import groups as G
+from fasop.estimators.analytic import host, overheads
 from fasop.estimators.analytic.hardware import cached_stage_hardware, domain_gpus
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
@@ -47,8 +47,8 @@ from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, No
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
-COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads", "optimizer_states", "mtp_layers",
-           "compute_source", "misfit", "stage_memory_gib", "stage_memory_limit_gib")
+COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads", "optimizer_states",
+           "mtp_layers", "cuda_graphs", "compute_source", "misfit", "stage_memory_gib", "stage_memory_limit_gib")
 """Extra CSV columns of this estimator's plans (report/results.py appends them after the common ones)."""
 
 
@@ -71,11 +71,12 @@ class AnalyticEstimator:
             raise FasopError(f"{model.path}: the analytic estimator needs the model's architecture: use a "
                              "HuggingFace config (hf_config: in the spec, or --model path/to/config.json)")
         self.model, self.cluster, self.inventory = model, cluster, tuple(inventory)
-        self.arch, self.params = model.architecture, cluster.analytic
-        self.usd_per_s = sum(n.usd_per_hour for n in self.inventory) / 3600
+        self.arch, self.params, self.usd_per_s = model.architecture, cluster.analytic, sum(
+            n.usd_per_hour for n in self.inventory) / 3600
         self.gpus = {n.name: self.params.gpu(find_gpu(n.gpu, cluster.path)) for n in self.inventory}
         self.params = overheads.job_params(self.params, self.gpus.values())   # no FlashAttention below sm80
-        self.params = state_dtypes(self.params, *(recipes.get(k) == ("bf16",) for k in ("main_grads", "optimizer_states")))
+        self.params = host.graphed(state_dtypes(self.params, *(recipes.get(k) == ("bf16",) for k in (
+            "main_grads", "optimizer_states"))), self.arch, recipes.get("cuda_graphs", ("none",))[0])
         self.recipes, g, self.mtp = recipes, self.inventory[0].gpus_per_node, mtp_depths(recipes, self.arch)
         self.domain_gpus = domain_gpus([self.gpus[n.name] for n in self.inventory], range(len(self.inventory)), g)
         self._bounds: dict = {}
@@ -306,7 +307,7 @@ class AnalyticEstimator:
                  ("dp_replicate", plan.dp // shard),
                  ("recompute", r.recompute_name), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision),
-                 *((k, self.recipes.get(k, DEFAULTS[k])[0]) for k in ("main_grads", "optimizer_states")), ("mtp_layers", self.mtp),
+                 *((k, self.mtp if k == "mtp_layers" else self.recipes.get(k, DEFAULTS[k])[0]) for k in COLUMNS[5:9]),
                  ("compute_source", source),
                  ("misfit", misfit or ("activations" if oom else "")),
                  ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
@@ -379,11 +380,10 @@ class AnalyticEstimator:
 
 @register("analytic")
 def make(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType], **options) -> AnalyticEstimator:
-    """The analytic estimator; options `recompute`, `zero`, `sequence_parallel`, `virtual_stages`,
-    `precision`: tuples of allowed values (DEFAULTS when absent); the others are ignored. A
-    virtual-stage count that no pipeline of the model can use (v x pp must divide its transformer
-    layers for some pp >= 2) is refused rather than silently replaced by 1; for a plan whose pp
-    it does not divide, the plan runs with 1 and its virtual_stages column says so."""
+    """The analytic estimator; options `recompute`, `zero`, ..., `cuda_graphs`: tuples of allowed values
+    (recipes.DEFAULTS when absent); others are ignored. A virtual-stage count no pipeline of the model can
+    use (v x pp must divide its transformer layers for some pp >= 2) is refused, not replaced by 1; a plan
+    whose pp it does not divide runs with 1, as its virtual_stages column says."""
     gpus = [find_gpu(n.gpu, cluster.path) for n in inventory]
     recipes = parse_recipes(default_precision(options, gpus))
     for low in ("bf16", "fp8", "mxfp8", "nvfp4"):

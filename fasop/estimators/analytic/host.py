@@ -38,10 +38,12 @@ Sources and magnitudes: docs/estimators.md, "Host issue time".
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
+from fasop.core.errors import FasopError
 from fasop.specs.architecture import ATTENTION_KINDS, MOE_KINDS, Architecture
 from fasop.specs.catalog import AnalyticParams, GpuType
-from fasop.specs.host_ops import BEFORE_WAIT
+from fasop.specs.host_ops import BEFORE_WAIT, search_scopes
 
 
 def kernel_launch_s(params: AnalyticParams, gpu: GpuType) -> float:
@@ -58,6 +60,27 @@ def issue_s(params: AnalyticParams, gpu: GpuType, a: Architecture | None = None)
         return fwd * launch, bwd * launch
     before, after, bwd = mean_issue_s(params, gpu, a)
     return before + after, bwd
+
+
+SCOPE_KINDS = {"attn": ATTENTION_KINDS, "mlp": ("dense", "mlp"), "moe": MOE_KINDS, "moe_router": MOE_KINDS,
+               "moe_preprocess": MOE_KINDS, "mamba": ("mamba",)}
+"""The layer kinds a per-layer graph module captures in (Megatron-Core CudaGraphModule: mlp in dense
+layers only, moe / moe_router / moe_preprocess in MoE layers, mamba in Mamba layers)."""
+
+
+def graphed(params: AnalyticParams, a: Architecture, setting: str) -> AnalyticParams:
+    """`params` with the host's work of what a run captures in CUDA graphs left out (`setting`: the
+    --cuda-graphs value); a module the model has no layer for is refused (Megatron-Core asserts
+    "mlp cuda graph is only supported for dense layers", "moe cuda graph is only supported for MoE")."""
+    scopes, why = search_scopes(setting)
+    if why:
+        raise FasopError(f"--cuda-graphs: {why}")
+    missing = [m for m in scopes if m in SCOPE_KINDS and not set(SCOPE_KINDS[m]) & set(a.kinds)]
+    if missing:
+        raise FasopError(f"--cuda-graphs: {missing[0]}: the model has no layer it captures in "
+                         f"(Megatron-Core graphs {missing[0]} in {' / '.join(SCOPE_KINDS[missing[0]])} layers; "
+                         f"its layers: {', '.join(sorted(set(a.kinds)))})")
+    return replace(params, host=replace(params.host, graphed=scopes))
 
 
 def layer_pass_s(params: AnalyticParams, gpu_s: float, host_s: float) -> float:

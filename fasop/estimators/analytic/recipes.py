@@ -10,16 +10,19 @@ from fasop.core.errors import FasopError
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.modules import recompute_text, split_recompute
 from fasop.plans.plan import Plan
+from fasop.specs.host_ops import search_scopes
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
-            "precision": ("bf16",), "hsdp": (False,), "main_grads": ("fp32",), "optimizer_states": ("fp32",)}
+            "precision": ("bf16",), "hsdp": (False,), "main_grads": ("fp32",), "optimizer_states": ("fp32",),
+            "cuda_graphs": ("none",)}
 """What a search tries when not told: no recompute and full recompute (the faster that fits; under
 FlashAttention selective recompute keeps what no recompute keeps at no gain, and full recompute
 lets bigger micro-batches or fewer stages fit: docs/analytic.md, "Default recipe"), the distributed
 optimizer, sequence parallelism with tp > 1, no interleaving, bf16, no HSDP -- except that where
 ZeRO 3 (FSDP) is allowed and --hsdp is not given, FSDP is also tried as HSDP (HSDP_DEFAULT_STAGES) --,
-fp32 gradients and Adam moments. `main_grads` / `optimizer_states` take one value each (bf16:
-memory.state_dtypes), the same for every plan: not a dimension the search tries."""
+fp32 gradients and Adam moments, eager (no CUDA graph). `main_grads` / `optimizer_states` take one
+value each (bf16: memory.state_dtypes), and `cuda_graphs` one setting (specs/host_ops.search_scopes:
+what the run captures), the same for every plan: not dimensions the search tries."""
 
 STATE_DTYPES = ("fp32", "bf16")
 """The dtypes of the main gradients and of Adam's moments (--main-grads, --optimizer-states)."""
@@ -52,6 +55,7 @@ def parse_recipes(options: dict) -> dict:
             raise FasopError(f"--{key.replace('_', '-')}: one of {', '.join(STATE_DTYPES)}, got {','.join(values)} "
                              "(one dtype for every plan: it is not searched)")
         out[key] = values
+    out["recompute"] = _graphable(out["recompute"], _scopes(out["cuda_graphs"]))
     given = bool(options.get("hsdp"))
     if not given and any(z in HSDP_DEFAULT_STAGES for z in out["zero"]):
         out["hsdp"] = (False, True)
@@ -75,6 +79,30 @@ def mtp_depths(recipes: dict, arch) -> int:
     if given[0] > arch.num_layers:
         raise FasopError(f"--mtp-layers: {given[0]} is more than the model's {arch.num_layers} layers")
     return given[0]
+
+
+def _scopes(values: tuple) -> tuple[str, ...]:
+    """--cuda-graphs' one setting as graphed scopes, checked (specs/host_ops.search_scopes)."""
+    if len(values) != 1:
+        raise FasopError(f"--cuda-graphs: one setting for every plan, got {len(values)} ({', '.join(map(str, values))})")
+    scopes, why = search_scopes(str(values[0]))
+    if why:
+        raise FasopError(f"--cuda-graphs: {why}")
+    return scopes
+
+
+def _graphable(recomputes: tuple, scopes: tuple[str, ...]) -> tuple:
+    """The recompute modes a run graphed as `scopes` can use: per-layer graphs refuse full recompute
+    (Megatron-Core transformer_config.py at d98e8a6: "full recompute is only supported with full
+    iteration CUDA graph"), so the search drops it there; full recompute alone is refused."""
+    if not scopes or scopes == ("full_iteration",) or "full" not in recomputes:
+        return recomputes
+    kept = tuple(v for v in recomputes if v != "full")
+    if not kept:
+        raise FasopError(f"--recompute full: Megatron-Core recomputes whole layers only under a full-iteration CUDA graph, "
+                         f"not with --cuda-graphs {','.join(scopes)} (use --recompute none or selective, or "
+                         "--cuda-graphs full_iteration)")
+    return kept
 
 
 def _recompute_value(value) -> str:
