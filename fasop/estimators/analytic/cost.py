@@ -283,7 +283,7 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
         if w.recipe.zero >= 3 and n:   # FSDP2's copies, or FSDP1's gradient concatenation: memory bound
             e, reduce = w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision]
             cf, cb = P.fsdp_copy_bytes(params[-1], e, reduce) if w.params.fsdp_copy_out else \
-                P.fsdp1_copy_bytes(params[-1], e, reduce, state_shards(w)[0])
+                P.fsdp1_copy_bytes(params[-1], e, reduce, state_shards(w)[0], w.dp * w.cp)
             gf, gb = gf + _kernel_s(w, hw.gpu, 0.0, 0.0, cf), gb + _kernel_s(w, hw.gpu, 0.0, 0.0, cb)
         fwd.append(f + gf)
         bwd.append(bk + gb)
