@@ -127,8 +127,9 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, fused)
     if not w.params.fused_elementwise:   # eager PyTorch: every elementwise op its own kernel
         moved += E.eager_extra_bytes(a, b, s, t, r.sequence_parallel, e, w.params.eager_rope)
-    else:   # Megatron-Core's RoPE runs unfused under YaRN's attention factor (eager.py)
+    else:   # Megatron-Core's RoPE runs unfused under YaRN's attention factor; compiled complex RoPE (eager.py)
         moved += E.unfused_rope_extra_bytes(a, b, s, t, e)
+        moved += E.compiled_rope_extra_bytes(a, b, s, t) if w.params.compiled_rope else 0.0
     operand = r.operand_bytes    # FP8 / MXFP8 / NVFP4 matmuls read 8- or 4-bit inputs and weights
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand, routed=False) if w.params.gemm_traffic else 0.0
     if r.low_precision:
