@@ -304,19 +304,22 @@ def test_compiled_complex_rope_by_hand():
     assert f1 - f0 == pytest.approx(extra) and b1 - b0 == pytest.approx(2 * extra)   # backward: twice the bytes
 
 
-def test_validate_compiled_fsdp_row_keeps_complex_rope_eager(tmp_path, monkeypatch):
-    # a compiled (fused_elementwise 1) ZeRO-3 row is a PyTorch FSDP stack: its complex RoPE (eager_rope
-    # complex, the default) is charged; the same row as a Megatron-style ZeRO-1 run is not
-    import fasop.report.validate as V
-    rows = (DATA / "fsdp_torchtitan_issue929_a100.csv").read_text().splitlines()
+def test_validate_compiled_fsdp_row_keeps_complex_rope_eager(tmp_path):
+    # a compiled (fused_elementwise 1) ZeRO-3 row is a PyTorch FSDP stack: a complex RoPE is charged (Inductor
+    # runs complex ops as aten kernels), a real-valued one (FMS's matrix) fuses; the same row as a
+    # Megatron-style ZeRO-1 run is charged neither way
+    rows = (DATA / "fsdp_ibm_pytorch_blog.csv").read_text().splitlines()
     header, cells = rows[0].split(","), rows[1].split(",")
-    (tmp_path / "fsdp.csv").write_text("\n".join([rows[0], rows[1]]) + "\n")
-    cells[header.index("zero")] = "1"
-    (tmp_path / "zero1.csv").write_text("\n".join([rows[0], ",".join(cells)]) + "\n")
-    seen, estimate = [], V._estimate
-    monkeypatch.setattr(V, "_estimate", lambda w, r, c: (seen.append(w.params.compiled_rope), estimate(w, r, c))[1])
-    validate(tmp_path / "fsdp.csv")
-    assert seen and all(seen)
-    seen.clear()
-    validate(tmp_path / "zero1.csv")
-    assert seen and not any(seen)
+    cells[header.index("fused_elementwise")] = "1"
+    text = (DATA / "ibm_a100_400g_cluster.yaml").read_text().replace("fused_elementwise: false", "fused_elementwise: true")
+
+    def predicted(rope, zero):
+        (tmp_path / f"{rope}.yaml").write_text(text.replace("eager_rope: matrix", f"eager_rope: {rope}"))
+        row = list(cells)
+        row[header.index("cluster")], row[header.index("zero")] = f"{rope}.yaml", zero
+        row[header.index("dp_shard")] = "8" if zero == "3" else ""
+        (tmp_path / "runs.csv").write_text("\n".join([rows[0], ",".join(row)]) + "\n")
+        return validate(tmp_path / "runs.csv").predictions[0].row["predicted_seconds_per_iter"]
+
+    assert predicted("complex", "3") > predicted("matrix", "3")
+    assert predicted("complex", "1") == predicted("matrix", "1")
