@@ -132,6 +132,9 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     assumed = {k: v for k, v in common.items() if k not in fixed}   # what this GPU's published runs had
     fixed |= assumed
     par["zero"] = None if zero is None else int(zero)
+    if par["zero"] == 3 and params.fused_elementwise and params.eager_rope == "complex":
+        # a compiled PyTorch FSDP stack (torchtitan) whose RoPE is a complex multiply: Inductor leaves it eager
+        params = replace(params, compiled_rope=True)
     block = _block(c, arch.num_layers, fixed.get("recompute"))
     # a FSDP (ZeRO 3) row is a PyTorch FSDP stack (torchtitan, fms-fsdp), whose full AC checkpoints every block
     if block is None and par["zero"] != 3 and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):

@@ -154,14 +154,14 @@ class AnalyticParams:
     eager_rope: str = "complex"
     """Eager RoPE in fp32 (EAGER_ROPES; eager.EAGER_ROPE_BYTES): `complex` meta-llama / torchtitan, `matrix` IBM FMS."""
     fsdp_copy_out: bool = True
-    """FSDP2 copies each gathered unit into its parameters and its gradients into the reduce-scatter
-    buffer (parallel.fsdp_copy_bytes); false: FSDP1's flat parameter, gathered in place."""
+    """FSDP2's copy-out and reduce-scatter copy-in (parallel.fsdp_copy_bytes); false: FSDP1's flat parameter, in place."""
+    compiled_rope: bool = False
+    """A compiled block's `complex` RoPE stays eager: Inductor runs complex ops as aten kernels (eager.py)."""
     dp_overlap: float
     framework_overhead_bytes: float
     gradient_reduce_bytes: dict[str, int]
     gradient_accumulation_fusion: bool = False
-    """The weight-gradient matmul adds into the fp32 main gradient in its epilogue (Megatron-LM
-    `--gradient-accumulation-fusion`): no separate read-modify-write pass over the gradients."""
+    """The weight-gradient matmul adds into the fp32 main gradient (Megatron-LM `--gradient-accumulation-fusion`)."""
     fp8_cast_bytes: float = 0.0
     """Bytes moved per matmul-input element an FP8 run casts (read 16-bit, write FP8 and its transpose)."""
     overlap_grad_reduce: bool = False

@@ -55,8 +55,9 @@ from fasop.estimators.analytic import host as H
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
-from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s, dp_sync_s, gather_s, p2p_s,  # noqa: F401
-                                                     shard_group, state_links, zero3_busy_s, zero3_gather_s)
+from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s, dp_sync_s, fsdp_sync_s,  # noqa: F401
+                                                     gather_s, p2p_s, shard_group, state_links, zero3_busy_s,
+                                                     zero3_gather_s)
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
@@ -126,8 +127,9 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     moved = L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, fused)
     if not w.params.fused_elementwise:   # eager PyTorch: every elementwise op its own kernel
         moved += E.eager_extra_bytes(a, b, s, t, r.sequence_parallel, e, w.params.eager_rope)
-    else:   # Megatron-Core's RoPE runs unfused under YaRN's attention factor (eager.py)
+    else:   # Megatron-Core's RoPE runs unfused under YaRN's attention factor; compiled complex RoPE (eager.py)
         moved += E.unfused_rope_extra_bytes(a, b, s, t, e)
+        moved += E.compiled_rope_extra_bytes(a, b, s, t) if w.params.compiled_rope else 0.0
     operand = r.operand_bytes    # FP8 / MXFP8 / NVFP4 matmuls read 8- or 4-bit inputs and weights
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand, routed=False) if w.params.gemm_traffic else 0.0
     if r.low_precision:
@@ -247,9 +249,12 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
     for i in range(p):
         ends.append(pipeline - back)
         back += (bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v
-    dp = tuple(dp_sync_s(w, params[i], *state_links(w, stages[i])) for i in range(p))
-    exposed = tuple(dp_exposed_s(w, d, f, bk, zero3_busy_s(w, params[i], stages[i]))
-                    for i, (d, f, bk) in enumerate(zip(dp, fwd, bwd)))
+    if w.recipe.zero >= 3:   # FSDP: the root unit's reduction waits for the end of the backward
+        sync = [fsdp_sync_s(w, params[i], fsdp_root_params(w, i), fwd[i], bwd[i], stages[i]) for i in range(p)]
+        dp, exposed = tuple(s for s, _ in sync), tuple(x for _, x in sync)
+    else:
+        dp = tuple(dp_sync_s(w, params[i], *state_links(w, stages[i])) for i in range(p))
+        exposed = tuple(dp_exposed_s(w, d, f, bk) for d, f, bk in zip(dp, fwd, bwd))
     done = max(e + x for e, x in zip(ends, exposed))
     emb = 0.0
     if (w.arch.tied_embeddings or (w.mtp and w.arch.mtp_kinds)) and p > 1:  # MTP: finalize_model_grads.py:146
@@ -279,15 +284,24 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             mf, mb = mtp_s(w, hw)
             f, bk = f + hf + mf, bk + hb + mb
         params.append(stage_params(w, n, i == 0, i == p - 1))
-        gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1)
+        gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1, fsdp_root_params(w, i))
         if w.recipe.zero >= 3 and n:   # FSDP2's copies, or FSDP1's gradient concatenation: memory bound
             e, reduce = w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision]
             cf, cb = P.fsdp_copy_bytes(params[-1], e, reduce) if w.params.fsdp_copy_out else \
-                P.fsdp1_copy_bytes(params[-1], e, reduce, state_shards(w)[0])
+                P.fsdp1_copy_bytes(params[-1], e, reduce, state_shards(w)[0], w.dp * w.cp)
             gf, gb = gf + _kernel_s(w, hw.gpu, 0.0, 0.0, cf), gb + _kernel_s(w, hw.gpu, 0.0, 0.0, cb)
         fwd.append(f + gf)
         bwd.append(bk + gb)
     return fwd, bwd, params
+
+
+def fsdp_root_params(w: Workload, i: int) -> float:
+    """Parameters of stage i's FSDP root unit on one GPU (0 below ZeRO 3): what the stage holds outside
+    its Transformer layers -- the embedding on the first stage, the final norm and output head on the
+    last. PyTorch FSDP wraps each block as a unit and leaves these to the root (torchtitan
+    parallelize_llama.py `fully_shard(model)` after the blocks, to 2025-07's #1094; fms-fsdp's block
+    auto-wrap policy): gathered first, kept through the backward, reduced last (fsdp_sync_s)."""
+    return stage_params(w, 0, i == 0, i == w.pp - 1) if w.recipe.zero >= 3 else 0.0
 
 
 def mtp_s(w: Workload, hw: StageHardware) -> tuple[float, float]:

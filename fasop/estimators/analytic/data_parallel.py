@@ -82,20 +82,39 @@ def overlap_share(w: Workload) -> float:
     return 1 / (1 + w.params.overlap_slowdown)
 
 
-def zero3_busy_s(w: Workload, params: float, hw: StageHardware) -> float:
-    """Seconds FSDP's backward weight gathers of a stage's `params` hold its shard link (0 below ZeRO 3)."""
-    return gather_s(params * w.recipe.value_bytes, shard_group(w)[0], state_links(w, hw)[0]) if w.recipe.zero >= 3 else 0.0
+def zero3_busy_s(w: Workload, params: float, hw: StageHardware, root: float = 0.0) -> float:
+    """Seconds FSDP's backward weight gathers of a stage's `params` hold its shard link (0 below ZeRO 3);
+    the `root` unit's stay gathered from the forward (not re-gathered)."""
+    if w.recipe.zero < 3:
+        return 0.0
+    return gather_s((params - root) * w.recipe.value_bytes, shard_group(w)[0], state_links(w, hw)[0])
 
 
-def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: float, bwd: float) -> tuple[float, float]:
-    """(forward, backward) exposed seconds of FSDP's per-layer weight all-gathers over the shard
-    group, every micro-batch: each layer's gather (the stage's `params` over its `layers`) is
+def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: float, bwd: float,
+                   root: float = 0.0) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of FSDP's weight all-gathers over the shard group, every
+    micro-batch: each layer's gather (the stage's `params` less its `root` unit, over its `layers`) is
     prefetched behind the previous layer's compute (`fwd`, `bwd`: one layer's seconds), the first
-    exposed (parallel.fsdp_exposed_s, the compute beside the others at overlap_share); then
-    (1 - dp_overlap) of what is left."""
+    exposed (parallel.fsdp_exposed_s, the compute beside the others at overlap_share); the root unit
+    (embedding and head, fsdp_root_s) is gathered before anything computes and kept for the backward;
+    then (1 - dp_overlap) of what is left."""
     if w.recipe.zero < 3 or layers <= 0:
         return 0.0, 0.0
-    one = gather_s(params / layers * w.recipe.value_bytes, shard_group(w)[0], link)
+    shard = shard_group(w)[0]
+    one = gather_s((params - root) / layers * w.recipe.value_bytes, shard, link)
+    first = gather_s(root * w.recipe.value_bytes, shard, link) if root else 0.0
     keep = 1 - w.params.dp_overlap
     share = overlap_share(w)
-    return P.fsdp_exposed_s(one, fwd, layers, share) * keep, P.fsdp_exposed_s(one, bwd, layers, share) * keep
+    return (first + P.fsdp_exposed_s(one, fwd, layers, share)) * keep, P.fsdp_exposed_s(one, bwd, layers, share) * keep
+
+
+def fsdp_sync_s(w: Workload, params: float, root: float, fwd: float, bwd: float, hw: StageHardware
+                ) -> tuple[float, float]:
+    """(all, exposed) seconds of a FSDP (ZeRO 3) stage's gradient reduction: the layers' reduce-scatters
+    (and HSDP all-reduces) issued during the backward (dp_exposed_s), and the root unit's, which PyTorch
+    FSDP issues only once the whole backward is done (FSDP2 in its final callback, FSDP1 in the root's
+    post-backward hook: the embedding's gradient is the last one computed), nothing left to hide it."""
+    links = state_links(w, hw)
+    layers, last = dp_sync_s(w, params - root, *links), dp_sync_s(w, root, *links) if root else 0.0
+    exposed = dp_exposed_s(w, layers, fwd, bwd, zero3_busy_s(w, params, hw, root))
+    return layers + last, exposed + (1 - w.params.dp_overlap) * last

@@ -57,3 +57,16 @@ def unfused_rope_extra_bytes(a: Architecture, b: int, s: int, t: int, e: int) ->
         return 0.0
     share = sum(kind in B.ATTENTION_KINDS for kind in a.kinds) / a.num_layers
     return share * (UNFUSED_ROPE_BYTES - 2) * e * b * s * (a.q_width + a.kv_width) / t
+
+
+def compiled_rope_extra_bytes(a: Architecture, b: int, s: int, t: int) -> float:
+    """Bytes one layer's forward moves beyond a fused RoPE when a torch.compile'd block applies RoPE as
+    a complex multiply (torchtitan's `apply_rotary_emb`: `view_as_complex`, `*`, `view_as_real`):
+    Inductor does not generate code for complex tensors (torch/_inductor/lowering.py
+    `unsupported_input_tensor`: "Torchinductor does not support code generation for complex
+    operators"), so the multiply runs as its eager aten kernel and the fp32 upcast before it and the
+    cast back after it are kernels of their own -- the eager count EAGER_ROPE_BYTES["complex"] per Q / K
+    element (dense Transformer layers with rotary positions only)."""
+    if not L.plain_dense(a) or a.position != "rotary":
+        return 0.0
+    return EAGER_ROPE_BYTES["complex"] * b * s * (a.q_width + a.kv_width) / t

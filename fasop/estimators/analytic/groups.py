@@ -72,7 +72,7 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
         free = C.layer_s(w, hw.gpu, hw.tp_link, P.FREE_LINKS)
         f1, b1 = on_links
         gf, gb = C.zero3_gather_s(w, C.stage_params(w, n, i == 0, i == len(stages) - 1), C.state_links(w, hw)[0], n,
-                                  f1, b1)
+                                  f1, b1, C.fsdp_root_params(w, i))
         if gf or gb:
             pieces.append(f"FSDP gathers exposed {gf * 1e3:.3f} ms fwd, {gb * 1e3:.3f} ms bwd")
         exposed = (n * (on_links[0] - free[0]) * 1e3, n * (on_links[1] - free[1]) * 1e3)

@@ -216,7 +216,8 @@ def fsdp_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float
     return copy, copy + (param_bytes + reduce_bytes) * layer_params
 
 
-def fsdp1_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float, shard: int) -> tuple[float, float]:
+def fsdp1_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: float, shard: int,
+                     world: int = 1) -> tuple[float, float]:
     """(forward, backward) bytes FSDP1 moves per unit and micro-batch beside its collectives: its
     all-gather fills the flat parameter in place and the unit's parameters are views of it, made by
     `torch.split` of the flat parameter (torch/distributed/fsdp/_flat_param.py
@@ -226,11 +227,26 @@ def fsdp1_copy_bytes(layer_params: float, param_bytes: float, reduce_bytes: floa
     forward and the backward's re-gather, first casts the GPU's fp32 shard (1/shard of the unit) to
     16 bits (`_use_low_precision_shard`: read 4, write param_bytes), and a 16-bit reduced gradient
     shard is cast back to fp32 for the optimizer (_runtime_utils.py `_cast_grad_to_param_dtype`:
-    read reduce_bytes, write 4)."""
+    read reduce_bytes, write 4). FSDP1 sums (no NCCL average) and divides the flat gradient by the
+    data-parallel `world` (shard x replicas) in two in-place passes, fsdp1_divide_factors: before the
+    reduce-scatter the whole unsharded gradient, after it (and after HSDP's all-reduce) the shard
+    (_runtime_utils.py `_reduce_grad`, `_div_if_needed`; read + write reduce_bytes each)."""
     local = layer_params / shard
     cast = (4 + param_bytes) * local if param_bytes < 4 else 0.0
     grad = (reduce_bytes + 4) * local if reduce_bytes < 4 else 0.0
-    return cast, cast + 2 * param_bytes * layer_params + grad
+    pre, post = fsdp1_divide_factors(world)
+    divide = 2 * reduce_bytes * ((layer_params if pre > 1 else 0.0) + (local if post > 1 else 0.0))
+    return cast, cast + 2 * param_bytes * layer_params + grad + divide
+
+
+def fsdp1_divide_factors(world: int) -> tuple[int, float]:
+    """(pre, post) divide factors of FSDP1's gradient reduction over `world` data-parallel ranks
+    (torch/distributed/algorithms/_comm_hooks/default_hooks.py `DefaultState._get_gradient_predivide_factor`,
+    from FairScale): pre doubles while it divides world and world / pre > pre; post = world / pre."""
+    pre = 1
+    while world % pre == 0 and world / pre > pre:
+        pre *= 2
+    return pre, world / pre
 
 
 def fsdp_unsharded_bytes(layer_params: float, param_bytes: float, reduce_bytes: float) -> float:
