@@ -84,7 +84,7 @@ def _plan_of(estimator, inventory, pp):
                       global_batch_size=estimator.model.global_batch_size, placement=tuple(inventory))
 
 
-def test_a_search_trains_the_models_own_modules_unless_told():
+def test_a_search_trains_the_modules_it_is_told_to():
     from fasop.estimators import make_estimator
     from fasop.search.engine import parse_nodes
     from fasop.specs.load import load_cluster, load_model
@@ -92,14 +92,15 @@ def test_a_search_trains_the_models_own_modules_unless_told():
     assert model.architecture.mtp_layers == 1
     inventory = parse_nodes("p6-b200=2", cluster)
     columns = {}
-    for given in (None, (0,), (2,)):
+    for given in (None, (0,), (1,), (2,)):
         e = make_estimator(model, cluster, inventory, **({} if given is None else {"mtp_layers": given}))
         plan = _plan_of(e, inventory, 2)
         got = e.estimate(plan)
         columns[given] = (dict(got.extra_columns)["mtp_layers"], got.step_time_s, got.memory.stage_bytes[-1])
-    assert columns[None][0] == 1 and columns[(0,)][0] == 0 and columns[(2,)][0] == 2
-    assert columns[(0,)][1] < columns[None][1] < columns[(2,)][1]          # each depth costs the last stage time
-    assert columns[(0,)][2] < columns[None][2] < columns[(2,)][2]          # and memory
+    assert columns[None] == columns[(0,)]                                    # default: the main model only
+    assert columns[None][0] == 0 and columns[(2,)][0] == 2
+    assert columns[(0,)][1] < columns[(1,)][1] < columns[(2,)][1]          # each depth costs the last stage time
+    assert columns[(0,)][2] < columns[(1,)][2] < columns[(2,)][2]          # and memory
 
 
 def test_mtp_layers_on_a_model_without_a_module_is_refused(tmp_path, capsys):

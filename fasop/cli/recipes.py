@@ -119,9 +119,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                    help="dtype of Adam's two moments (default fp32; bf16: Megatron-LM's precision-aware optimizer, "
                         "--exp-avg-dtype / --exp-avg-sq-dtype bf16, as DeepSeek-V3 trained); one value for every plan")
     g.add_argument("--mtp-layers", type=_ints(0, 64), metavar="N",
-                   help="multi-token-prediction depths trained on the last stage (default: the model's own modules, "
-                        "DeepSeek-V3's 1, as it was pretrained; 0 leaves them out; Megatron-LM --mtp-num-layers); "
-                        "one value for every plan")
+                   help="multi-token-prediction depths trained on the last stage (default 0: the main model only; "
+                        "DeepSeek-V3 pretrained with 1; Megatron-LM --mtp-num-layers); one value for every plan")
     g.add_argument("--cuda-graphs", type=_graphs, metavar="none|full_iteration|MODULE[,MODULE]",
                    help="what the run captures in CUDA graphs, one setting for every plan (default none: eager): "
                         "full_iteration (the whole forward-backward, Megatron-LM --cuda-graph-impl full_iteration) "

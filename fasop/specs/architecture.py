@@ -157,8 +157,8 @@ class Architecture:
     """Indices of the layers whose attention is windowed."""
     mtp_layers: int = 0
     """Multi-token-prediction modules (DeepSeek-V3 §2.2; Nemotron-H `num_nextn_predict_layers`): counted
-    apart (not in the published totals); trained on the last stage by default (search --mtp-layers,
-    a validate row's `mtp_layers`; estimators.md)."""
+    apart (not in the published totals); trained on the last stage by a `fasop validate` row by default
+    (its `mtp_layers`), by a search with --mtp-layers (estimators.md)."""
     mtp_kinds: tuple[str, ...] = ()
     """The layer kinds of one MTP module's block (DeepSeek-V3: one MoE layer; Nemotron-H: its
     `mtp_layers_block_type`)."""

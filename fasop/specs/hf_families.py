@@ -9,7 +9,7 @@ defaults; docs/models.md gives each family's formulas and published counts).
   QK-norm on qwen3_moe. `qwen3`: the Llama shape with QK-norm.
 - `deepseek_v2`, `deepseek_v3`, `kimi_k2`: MLA (q_lora_rank, kv_lora_rank, qk_nope/rope_head_dim,
   v_head_dim), n_routed_experts + n_shared_experts, first_k_dense_replace dense layers,
-  num_nextn_predict_layers MTP modules (counted apart; trained on the last stage unless --mtp-layers 0).
+  num_nextn_predict_layers MTP modules (counted apart; a search trains them with --mtp-layers N).
 - `gpt_oss`: experts with biases, router bias, attention biases and sinks, layer_types with
   sliding_window.
 - `llama4` / `llama4_text`: text_config, interleave_moe_layer_step, a shared expert in every MoE
@@ -163,8 +163,8 @@ def _deepseek(k: Keys, family: str) -> Architecture:
     moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
               expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"))
     mtp = k.count("num_nextn_predict_layers")
-    notes = (f"{mtp} multi-token-prediction module(s) trained on the last stage, as pretrained "
-             "(--mtp-layers 0 leaves them out)",) if mtp else ()
+    notes = (f"{mtp} multi-token-prediction module(s) not planned (--mtp-layers {mtp} trains them on the "
+             "last stage, as pretrained)",) if mtp else ()
     heads = k.int("num_attention_heads")
     return Architecture(**_base(k, family, mla=mla, moe=moe, num_kv_heads=heads, head_dim=mla.qk_head_dim,
                                 layer_kinds=tuple("dense" if i < first else "moe" for i in range(n)),
@@ -250,7 +250,7 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
     return Architecture(**_base(k, family, num_layers=len(kinds), layer_kinds=kinds, mamba=mamba, moe=moe,
                                 head_dim=head_dim, gated_mlp=False, layer_norms=1, mtp_layers=mtp if known else 0,
                                 mtp_kinds=mtp_kinds,
-                                notes=(f"{mtp} multi-token-prediction module(s) trained on the last stage "
-                                       "(--mtp-layers 0 leaves them out)" if known else
+                                notes=(f"{mtp} multi-token-prediction module(s) not planned (--mtp-layers "
+                                       f"{mtp} trains them on the last stage)" if known else
                                        f"{mtp} multi-token-prediction module(s) not planned (block type unknown)",)
                                 if mtp else ()))

@@ -68,12 +68,15 @@ def parse_recipes(options: dict) -> dict:
 
 
 def mtp_depths(recipes: dict, arch) -> int:
-    """The multi-token-prediction depths the last stage trains: --mtp-layers, else the model's own
-    modules (DeepSeek-V3: 1, as it was pretrained and as `fasop validate` rows train by default);
-    refused for a model without a module (or past its layers)."""
+    """The multi-token-prediction depths the last stage trains: --mtp-layers, else none (a search
+    plans the main model; `fasop validate` rows train the config's modules by default, as the
+    published runs did); refused for a model without a module (or past its layers). Not the
+    config's modules by default: on DeepSeek-V3's config (p5=16,p6-b200=16 --top 10) the heavier
+    last stage makes a shape's node orders tie exactly by the thousand, which the order tree cannot
+    cut (docs/partitions.md: exact ties) -- the search took > 60 s instead of ~10 s."""
     given = recipes.get("mtp_layers") or ()
     if not given:
-        return arch.mtp_layers if arch.mtp_kinds else 0
+        return 0
     if given[0] and not arch.mtp_kinds:
         raise FasopError(f"--mtp-layers: {given[0]}: the model has no multi-token-prediction module")
     if given[0] > arch.num_layers:
