@@ -187,10 +187,24 @@ def test_mamba_backward_bytes_by_hand():
     w_in = 2 * 8 + 2 * 3 + 2
     assert B.layout_copy_bytes(a, 1, 2) == (0.0, 0.0)
     assert B.layout_copy_bytes(a, 2, 2) == (4 * (w_in + 8), 4 * w_in) == (128, 96)
+    # the conv's backward (mamba_ssm MambaSplitConv1dScanCombinedFn.backward): its forward run again on xBC
+    # (read + write W = I + 2GN = 14 wide, 2eW) then causal_conv1d_bwd (read xBC and dxBC, write dxBC: 3eW),
+    # 5eW against the 4eW twice the forward charges: eW = 28 bytes a token more
+    assert B.conv_backward_extra_bytes(a, 2) == 2 * (8 + 2 * 3) == 28
     # the backward beyond 2 x forward, one Mamba layer of four, 2 x 4 tokens, TP 2
-    extra = 882 + 96 - 2 * (296 + 128)
+    extra = 882 + 96 - 2 * (296 + 128) + 28
     assert B.mamba_backward_extra_bytes(a, 2, 4, 2, 2) == pytest.approx(8 * extra / 2 / 4)
     assert B.mamba_backward_extra_bytes(arch("qwen3-30b-a3b"), 2, 4, 1, 2) == 0.0
+
+
+def test_nemotron_h_attention_has_no_position_embedding():
+    # NoPE: Megatron-Bridge's nemotron_h_bridge sets position_embedding_type "none" (Megatron-Core HybridModel's
+    # default); the attention layer's elementwise bytes carry no RoPE term (blocks.kind_elementwise_bytes)
+    a = architecture_from_config(SMALL_HYBRID, "h.json")
+    assert a.position == "none"
+    bs, h, e = 4, 8, 2
+    assert B.kind_elementwise_bytes(a, "attention", 1, 4, 1, False, e) == 5 * e * bs * h   # norm + residual only
+    assert arch("qwen3-30b-a3b").position == "rotary"
 
 
 def test_mamba_scan_flops_by_hand():

@@ -200,3 +200,25 @@ def test_gb_rows_without_a_cuda_graphs_cell_run_graphed_as_their_recipes(tmp_pat
     assert empty == graphed < eager
     h100 = row.replace("GB200", "H100-SXM").replace("mxfp8", "fp8")
     assert predicted(HEADER + ",cuda_graphs", h100 + ",") == predicted(HEADER + ",cuda_graphs", h100 + ",none")
+
+
+def test_gb_hybrid_rows_without_a_cuda_graphs_cell_capture_their_recipes_scopes(tmp_path):
+    # validate.RECIPE_GRAPHS: Megatron-Bridge's GB200 / GB300 Nemotron 3 recipes capture attn, mamba,
+    # moe_router and moe_preprocess (the experts and the dispatcher stay eager), NemotronH 56B mamba and attn;
+    # at one sequence a micro-batch the eager run is host-bound on the Grace host and slower
+    import json
+    (tmp_path / "hf").mkdir()
+    nano = json.loads((DATA / "hf" / "nemotron-3-nano-30b-a3b.json").read_text())
+    (tmp_path / "hf" / "nano.json").write_text(json.dumps(nano))
+    dense = dict(nano, hybrid_override_pattern="M*M*", num_hidden_layers=4)
+    (tmp_path / "hf" / "dense.json").write_text(json.dumps(dense))
+    header = HEADER + ",cuda_graphs"
+
+    def predicted(model, graphs, ep=8):
+        path = tmp_path / "runs.csv"
+        path.write_text(header + "\n" + f"n,hf/{model}.json,GB200,8,1,1,1,8,{ep},1,1,8192,64,1,mxfp8,none,6,{graphs}\n")
+        return validate(path).predictions[0].row["predicted_seconds_per_iter"]
+
+    stated = predicted("nano", '"attn,mamba,moe_router,moe_preprocess"')
+    assert predicted("nano", "") == stated < predicted("nano", "none")
+    assert predicted("dense", "", 1) == predicted("dense", '"attn,mamba"', 1)

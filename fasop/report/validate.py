@@ -70,6 +70,13 @@ DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
 `moe_deepep_num_sms`, its historical default), HybridEP 32 (Megatron-Bridge's performance recipes set
 `moe_hybridep_num_sms = 32` for every HybridEP run, perf_recipes/_common.py @067f987); `flex` names no
 backend and `alltoall` runs NCCL (moe_kernels.overlap_kept_share): none held."""
+RECIPE_GRAPHS = {"moe": "full_iteration", "hybrid_moe": "attn,mamba,moe_router,moe_preprocess", "hybrid": "attn,mamba"}
+"""The CUDA graph scopes a GPU's published runs captured (its `validate_software` `cuda_graphs` true: GB200 /
+GB300), by model kind, for rows whose `cuda_graphs` cell is empty (Megatron-Bridge @067f987
+`perf_recipes/`): Transformer MoE the whole iteration (DeepSeek-V3, Qwen3, GPT-OSS MXFP8 recipes); hybrid
+Mamba MoE attn, mamba, moe_router and moe_preprocess (`nemotronh/{gb200,gb300}/nemotronh.py`: every Nemotron
+3 Nano, 3.5 Lightning and 3 Super function but the FSDP ones and Ultra's); a hybrid without experts mamba
+and attn (NemotronH 56B). Dense Transformers run eager (none sourced)."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
@@ -113,7 +120,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     par = _parallel(c, arch, seq, tp, dp)
     hw = row_hardware(c, tp, dp * par["cp"], pp, base)   # CP ranks sit between TP and DP (tp-cp-dp)
     counts = layers_per_stage(c, pp, arch.num_layers)
-    params = _software(c, hw, arch.moe is not None and arch.mamba is None)
+    kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
+    params = _software(c, hw, RECIPE_GRAPHS.get(kind.rstrip("_")))
     precision = c.choice("precision", PRECISIONS, "bf16")
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
@@ -171,9 +179,9 @@ def _common(hw: Hardware, keys: tuple[str, ...]) -> dict:
     return out
 
 
-def _software(c: Cells, hw: Hardware, moe: bool) -> AnalyticParams:
+def _software(c: Cells, hw: Hardware, graphs: str | None) -> AnalyticParams:
     """The row's software switches: its cells, else what its GPUs' published runs had, else the constants'
-    (`moe`: a Transformer MoE model, the only rows the GPUs' `cuda_graphs` default is sourced for)."""
+    (`graphs`: the scopes the GPUs' published runs of this kind of model captured, RECIPE_GRAPHS; None: eager)."""
     # a row's GPUs below sm80 have no FlashAttention kernels: the unfused path unless the row says otherwise
     base, common = overheads.job_params(hw.params, hw.gpus), _common(hw, VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE
                                                                       + VALIDATE_MOE_SOFTWARE + ("tp_overlap",))
@@ -185,15 +193,16 @@ def _software(c: Cells, hw: Hardware, moe: bool) -> AnalyticParams:
     params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
                      moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
                      moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
-    params = replace(params, host=replace(params.host, graphed=_graphed(c, moe and common.get("cuda_graphs", False))))
+    params = replace(params, host=replace(params.host, graphed=_graphed(c, graphs if common.get("cuda_graphs", False)
+                                                                       else None)))
     return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
                         c.choice("optimizer_states", STATE_DTYPES) == "bf16")
 
 
-def _graphed(c: Cells, whole: bool) -> tuple[str, ...]:
+def _graphed(c: Cells, default: str | None) -> tuple[str, ...]:
     """The row's `cuda_graphs` scopes (Megatron-Core's cuda_graph_scope names; `none`: eager); empty:
-    `full_iteration` where the GPU's published runs were captured whole (`whole`), else eager."""
-    scopes = graph_scopes(c.text("cuda_graphs") or ("full_iteration" if whole else "none"))
+    the scopes the GPU's published runs captured (`default`, RECIPE_GRAPHS), else eager."""
+    scopes = graph_scopes(c.text("cuda_graphs") or default or "none")
     if scopes is None:
         raise c.error("cuda_graphs", f"expected none or a comma list of {', '.join(GRAPH_SCOPES)}, "
                       f"got {c.text('cuda_graphs')[:60]!r}")

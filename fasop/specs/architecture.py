@@ -112,8 +112,10 @@ class Architecture:
     linear_bias: bool = True
     """Bias on every linear layer (GPT-2, BERT, GPT-3); False for the Llama family."""
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    position: Literal["learned", "rotary", "relative"] = "learned"
-    """Learned position embeddings add max_positions x hidden parameters to the first stage."""
+    position: Literal["learned", "rotary", "relative", "none"] = "learned"
+    """Learned position embeddings add max_positions x hidden parameters to the first stage; rotary
+    ones (RoPE) cost elementwise bytes on Q and K; none: the attention sees no positions (NoPE:
+    Nemotron-H's hybrids, whose Mamba layers carry the order)."""
     max_positions: int = 0
     position_offset: int = 0
     """Extra rows of the learned position table (OPT: 2, its positions start at index 2)."""

@@ -18,7 +18,7 @@ defaults; docs/models.md gives each family's formulas and published counts).
 - `gemma2`, `gemma3` / `gemma3_text`: head_dim, four norms a layer, sliding windows
   (layer_types, or every other layer / sliding_window_pattern), final-logit soft-capping, tied.
 - `nemotron_h`: hybrid_override_pattern (or layers_block_type): M Mamba-2, * attention, - MLP,
-  E MoE; relu² MLPs and experts (not gated), one norm per block.
+  E MoE; relu² MLPs and experts (not gated), one norm per block, no position embedding (NoPE).
 A key that would change the arithmetic in a way fasop does not model is refused, naming it.
 """
 
@@ -247,8 +247,11 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
     block = k.cfg.get("mtp_layers_block_type") or ()
     known = mtp and block and isinstance(block, list) and all(b in _NEMOTRON_BLOCKS for b in block)
     mtp_kinds = tuple(_NEMOTRON_BLOCKS[b] for b in block) if known else ()
+    # no position embedding (Megatron-Bridge nemotron_h_bridge.py: "Mamba doesn't use position embeddings",
+    # position_embedding_type "none"; Megatron-Core HybridModel's default): the attention layers run no RoPE
     return Architecture(**_base(k, family, num_layers=len(kinds), layer_kinds=kinds, mamba=mamba, moe=moe,
-                                head_dim=head_dim, gated_mlp=False, layer_norms=1, mtp_layers=mtp if known else 0,
+                                head_dim=head_dim, gated_mlp=False, layer_norms=1, position="none",
+                                mtp_layers=mtp if known else 0,
                                 mtp_kinds=mtp_kinds,
                                 notes=(f"{mtp} multi-token-prediction module(s) not planned (--mtp-layers "
                                        f"{mtp} trains them on the last stage)" if known else

@@ -290,14 +290,26 @@ def layout_copy_bytes(a: Architecture, b: int, e: int) -> tuple[float, float]:
     return 2 * e * (m.in_proj_width + m.inner), 2 * e * m.in_proj_width
 
 
+def conv_backward_extra_bytes(a: Architecture, e: int) -> float:
+    """Bytes per token the causal conv1d's backward moves beyond twice its forward's (read xBC, write the
+    conv output: 2e·W, W = conv_width). mamba_ssm's `MambaSplitConv1dScanCombinedFn.backward` (ssd_combined.py,
+    the fused path Megatron-Core's `_ssm_training` calls) saves only zxbcdt, so it first runs the conv's
+    forward again (`causal_conv1d_fwd` on xBC: 2e·W) to recompute x, B, C for the scan's backward, then
+    `causal_conv1d_bwd` reads xBC and dxBC and writes dxBC into dzxbcdt (3e·W; the SiLU is recomputed inside
+    it): 5e·W against the 4e·W of twice the forward, e·W more."""
+    return e * a.mamba.conv_width
+
+
 def mamba_backward_extra_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float:
     """Bytes the Mamba layers' backward moves beyond the 2 x forward bytes cost._layer_s charges every
     layer's backward, averaged over the layers, on one TP rank (heads split over t): the scan's backward
-    kernels and the layout copy of dzxbcdt against twice the scan's and the copies' forward bytes."""
+    kernels, the conv's recomputed forward and the layout copy of dzxbcdt against twice the scan's, the
+    conv's and the copies' forward bytes."""
     if a.mamba is None:
         return 0.0
     fwd, bwd = layout_copy_bytes(a, b, e)
-    per_token = scan_backward_bytes_per_token(a, e) + bwd - 2 * (scan_bytes_per_token(a, e) + fwd)
+    per_token = scan_backward_bytes_per_token(a, e) + bwd - 2 * (scan_bytes_per_token(a, e) + fwd) \
+        + conv_backward_extra_bytes(a, e)
     return sum(1 for kind in a.kinds if kind == "mamba") * b * s * per_token / t / a.num_layers
 
 
