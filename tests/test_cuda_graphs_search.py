@@ -280,3 +280,17 @@ def test_the_plan_by_flags_takes_the_setting_and_a_csv_row_keeps_its_own(graphed
     assert main(["explain", "--model", "gpt2xl", "--cluster", "fasop-paper", "--placement", "a100-a10-a10-a10",
                  "--dp", "4", "--cuda-graphs", "full_iteration"]) == 2
     assert "--cuda-graphs: the fasop-2024 estimator" in capsys.readouterr().err
+
+
+def test_an_eager_setting_keeps_the_params_object_the_estimators_share():
+    """A sweep's estimators share their tables by the params object (workloads.shared_tables): an
+    eager --cuda-graphs (the default) must not make a new one (it did: the Llama-3-70B CP / FSDP
+    search's seed and tree each built their own Workloads, 4.2 s CPU instead of 3.1)."""
+    from fasop.estimators.analytic import host
+    from fasop.specs.catalog import default_params
+    from fasop.specs.load import load_model
+    params, arch = default_params(), load_model("llama-3-8b").architecture
+    assert host.graphed(params, arch, "none") is params
+    graphed = host.graphed(params, arch, "full_iteration")
+    assert graphed is not params and graphed.host.graphed == ("full_iteration",)
+    assert host.graphed(graphed, arch, "full_iteration") is graphed

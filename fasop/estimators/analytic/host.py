@@ -80,6 +80,8 @@ def graphed(params: AnalyticParams, a: Architecture, setting: str) -> AnalyticPa
         raise FasopError(f"--cuda-graphs: {missing[0]}: the model has no layer it captures in "
                          f"(Megatron-Core graphs {missing[0]} in {' / '.join(SCOPE_KINDS[missing[0]])} layers; "
                          f"its layers: {', '.join(sorted(set(a.kinds)))})")
+    if scopes == params.host.graphed:  # the same object: estimators share their tables by params (workloads.py)
+        return params
     return replace(params, host=replace(params.host, graphed=scopes))
 
 
