@@ -294,3 +294,22 @@ def test_an_eager_setting_keeps_the_params_object_the_estimators_share():
     graphed = host.graphed(params, arch, "full_iteration")
     assert graphed is not params and graphed.host.graphed == ("full_iteration",)
     assert host.graphed(graphed, arch, "full_iteration") is graphed
+
+
+def test_a_graphed_module_saves_host_time_only_in_the_layers_it_captures_in():
+    """attn captures attention (not a Mamba mixer nor a lone experts sublayer), mlp dense MLPs, moe the
+    experts side, mamba the Mamba mixer (Megatron-Core CudaGraphModule); full_iteration everything."""
+    from fasop.specs.catalog import default_params, find_gpu
+    from fasop.specs.hf_config import architecture_from_config, read_config
+    a = architecture_from_config(read_config(Path(__file__).parent / "data" / "hf" / "nemotron-3.5-lightning-30b-a3b.json"),
+                                 "lightning")
+    assert {"mamba", "attention", "experts"} <= set(a.kinds)
+    p, gpu = default_params(), find_gpu("GB200")
+    issue = lambda setting, kind: sum(H.kind_issue_s(H.graphed(p, a, setting), gpu, a, kind))  # noqa: E731
+    eager = {k: issue("none", k) for k in ("mamba", "attention", "experts")}
+    assert issue("attn", "mamba") == eager["mamba"] and issue("attn", "experts") == eager["experts"]
+    assert issue("attn", "attention") < eager["attention"]
+    assert issue("mamba", "mamba") < eager["mamba"] and issue("mamba", "attention") == eager["attention"]
+    dense_mamba = sum(k * H.kernel_launch_s(p, gpu) for k in p.kernels_per_layer)  # a mixer's whole dense-block issue
+    assert eager["mamba"] - issue("mamba", "mamba") == pytest.approx(dense_mamba)
+    assert issue("full_iteration", "mamba") == 0.0

@@ -23,6 +23,9 @@ GRAPHED_MODULES = {"attn": ("mla_attention", "unfused_rope"), "moe_router": ("mo
                    "moe_preprocess": ("moe_dispatch",),
                    "moe": ("moe_router", "moe_dispatch", "moe_combine", "grouped_experts", "shared_experts")}
 """The counted modules each graph scope captures (full_iteration: all of them and the dense block)."""
+KIND_SIDES = {"dense": ("attn", "mlp"), "moe": ("attn", "moe"), "attention": ("attn", "attn"), "mlp": ("mlp", "mlp"),
+              "experts": ("moe", "moe"), "mamba": ("mamba", "mamba")}
+"""The graph scope that captures each half of a layer kind's dense block (HostOps.dense_share)."""
 OP_LIMIT = 10_000
 
 
@@ -45,12 +48,15 @@ class HostOps:
         """True when a graphed scope holds the counted `module` (the dense block: dense_share)."""
         return "full_iteration" in self.graphed or any(module in GRAPHED_MODULES.get(scope, ()) for scope in self.graphed)
 
-    def dense_share(self) -> float:
-        """The share of the dense block's issue time left to the host: half on each side (attention,
-        MLP) for a scope that captures one of them."""
+    def dense_share(self, kind: str = "dense") -> float:
+        """The share of a `kind` layer's dense-block issue time left to the host: each half (its
+        attention side, its MLP / experts side; a lone sublayer or a Mamba mixer is both halves) goes
+        where a graphed scope captures it in that kind of layer (Megatron-Core CudaGraphModule: attn in
+        attention, mlp in dense MLPs only, moe in MoE layers, mamba in Mamba mixers)."""
         if "full_iteration" in self.graphed:
             return 0.0
-        return 1.0 - 0.5 * ("attn" in self.graphed) - 0.5 * ("mlp" in self.graphed or "moe" in self.graphed)
+        sides = KIND_SIDES.get(kind, (None, None))
+        return 1.0 - 0.5 * sum(side in self.graphed for side in sides)
 
 
 def read_host_ops(r, base: HostOps | None) -> HostOps:

@@ -116,7 +116,7 @@ def kind_issue_s(params: AnalyticParams, gpu: GpuType, a: Architecture, kind: st
     launch, host = kernel_launch_s(params, gpu), params.host
     # a TE call at the GPU's host's price: scaled as its launches are (Grace), none where launches are free
     te = host.te_module_call_s * (launch / params.kernel_launch_s if params.kernel_launch_s else float(launch > 0))
-    dense_fwd, dense_bwd = (k * launch * host.dense_share() for k in params.kernels_per_layer)
+    dense_fwd, dense_bwd = (k * launch * host.dense_share(kind) for k in params.kernels_per_layer)
     before = after = dense_fwd / 2
     bwd = dense_bwd
     for module in layer_modules(a, kind):
