@@ -61,7 +61,8 @@ from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s,
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
-                                              mtp_block, stage_memory, stage_param_split, stage_params, state_shards)
+                                              mtp_block, root_params, stage_memory, stage_param_split, stage_params,
+                                              state_shards)
 from fasop.specs.catalog import GpuType
 
 ACT_BYTES = 2
@@ -301,7 +302,7 @@ def fsdp_root_params(w: Workload, i: int) -> float:
     last. PyTorch FSDP wraps each block as a unit and leaves these to the root (torchtitan
     parallelize_llama.py `fully_shard(model)` after the blocks, to 2025-07's #1094; fms-fsdp's block
     auto-wrap policy): gathered first, kept through the backward, reduced last (fsdp_sync_s)."""
-    return stage_params(w, 0, i == 0, i == w.pp - 1) if w.recipe.zero >= 3 else 0.0
+    return root_params(w, i) if w.recipe.zero >= 3 else 0.0
 
 
 def mtp_s(w: Workload, hw: StageHardware) -> tuple[float, float]:

@@ -107,6 +107,21 @@ def stage_param_split(w: Workload, layers: int, first: bool, last: bool) -> tupl
     return (n + mtp_dense) / w.tp, (layers * routed + mtp_routed) / (w.ep * w.etp)
 
 
+def root_params(w: Workload, stage: int) -> float:
+    """Parameters of stage `stage`'s FSDP root unit on one GPU: what it holds outside its Transformer
+    layers -- the embedding on the first stage, the final norm and output head on the last (not the
+    MTP modules: units of their own). PyTorch FSDP wraps each block as a unit and leaves these to the
+    root (torchtitan parallelize_llama.py `fully_shard(model)` after the blocks, to 2025-07's #1094;
+    fms-fsdp's block auto-wrap policy): gathered first and kept gathered through the backward
+    (cost.fsdp_sync_s times it; stage_memory holds it), reduced last."""
+    first, last = stage == 0, stage == w.pp - 1
+    dense, routed = stage_param_split(w, 0, first, last)
+    if last and w.mtp:
+        mtp_dense, mtp_routed = mtp_param_split(w, first)
+        dense, routed = dense - mtp_dense / w.tp, routed - mtp_routed / (w.ep * w.etp)
+    return dense + routed
+
+
 def mtp_block(w: Workload) -> Workload:
     """The Workload of one multi-token-prediction module's block: its layers (Architecture.mtp_kinds)
     at the plan's degrees and recipe (cost.mtp_s times it, mtp_param_split / stage_memory hold it)."""
@@ -185,9 +200,10 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
                            expert_shard=expert_shard, weight_bytes=weight_bytes(w), grad_bytes=grad_bytes,
                            adam_bytes=optimizer_bytes(w))
     weights = states.weights
-    if r.zero >= 3:   # FSDP: the gathered units beside the shards (one layer = one unit)
+    if r.zero >= 3:   # FSDP: the gathered units beside the shards (one layer = one unit), and the root kept
         unit = sum(stage_param_split(w, 1, False, False))
         weights += P.fsdp_unsharded_bytes(unit, r.value_bytes, grad_bytes)
+        weights += root_params(w, stage) * r.value_bytes * (1 - 1 / dense_shard)
     return MemoryParts(weights=weights, gradients=states.gradients, optimizer=states.optimizer,
                        activations=acts, overhead=w.params.framework_overhead_bytes)
 
