@@ -118,3 +118,31 @@ def test_the_layout_puts_each_depth_on_the_last_stage_before_the_loss():
     assert megatron_layout(kinds, (3, 3, 2), mtp=1) == ("Et*2|t*3|tmL", "")
     assert megatron_layout(kinds, (3, 3, 2), mtp=2)[0].endswith("|tmmL")
     assert megatron_layout(kinds, (3, 3, 2))[0].endswith("|tL")
+
+
+@pytest.mark.parametrize("column, cell, message", [
+    ("mtp_layers", "abc", "mtp_layers: expected a count of multi-token-prediction depths, got 'abc'"),
+    ("mtp_layers", "1", "mtp_layers: 1: llama-3-8b has no multi-token-prediction module"),
+    ("cuda_graphs", "moe,moe_router", "cuda_graphs: moe and moe_router"),
+    ("cuda_graphs", "attn,bogus", "cuda_graphs: expected none, full_iteration or a comma list"),
+])
+@pytest.mark.parametrize("command", ["export", "explain"])
+def test_a_rows_software_cells_are_checked_not_dropped(tmp_path, capsys, column, cell, message, command):
+    """A CSV row edited to a value the search could not have written is refused with its column (before,
+    export wrote it as eager and without MTP)."""
+    import csv
+    from fasop.cli.command import main
+    out = tmp_path / "s.csv"
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=1", "--top", "1",
+                 "--out", str(out), "--no-progress"]) == 0
+    rows = list(csv.DictReader(out.open()))
+    rows[0][column] = cell
+    with out.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    capsys.readouterr()
+    extra = ["--target", "megatron"] if command == "export" else []
+    assert main([command, "--from", str(out), "--rank", "1", "--model", "llama-3-8b", "--cluster", "aws", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "rank 1" in err and "Traceback" not in err, err

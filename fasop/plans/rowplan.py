@@ -20,6 +20,7 @@ from fasop.core.errors import FasopError
 from fasop.core.limits import GLOBAL_BATCH_SIZE, SHOWN_CHARS
 from fasop.plans.plan import Plan
 from fasop.plans.space import num_experts
+from fasop.specs.host_ops import search_scopes
 from fasop.specs.types import TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 
 MAX_CSV_BYTES = 512 * 2**20
@@ -151,6 +152,7 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
     except ValueError:
         partition = ()
     v = _virtual_stages(where, row)
+    _check_software(where, row, model)
     stages = pp if len(partition) != pp * v else pp * v  # per rank, or per virtual stage (model chunk)
     # a stage of no layers is odd but FASOP's min-max partitioner reports some (its t5 outputs)
     if len(partition) != stages or min(partition) < 0 or sum(partition) != len(model.layer_kinds):
@@ -199,6 +201,23 @@ def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
     if not parts:
         raise FasopError(f"{where}: node_placement: empty")
     return tuple(parts)
+
+
+def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
+    """The row's `mtp_layers` and `cuda_graphs` cells (the analytic estimator's), where it has them: a cell
+    the search could not have written is refused with its column and value, not read as none / eager."""
+    mtp = (row.get("mtp_layers") or "0").strip()
+    arch = model.architecture
+    if not (mtp.isdigit() and len(mtp) < 3):
+        raise FasopError(f"{where}: mtp_layers: expected a count of multi-token-prediction depths, got "
+                         f"{mtp[:SHOWN_CHARS]!r}")
+    if int(mtp) and (arch is None or not arch.mtp_kinds or int(mtp) > arch.num_layers):
+        raise FasopError(f"{where}: mtp_layers: {mtp}: {model.name} has "
+                         + ("no multi-token-prediction module" if arch is None or not arch.mtp_kinds
+                            else f"{arch.num_layers} layers"))
+    why = search_scopes((row.get("cuda_graphs") or "none").strip())[1]
+    if why:
+        raise FasopError(f"{where}: cuda_graphs: {why}")
 
 
 def _virtual_stages(where: str, row: dict[str, str]) -> int:

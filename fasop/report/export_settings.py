@@ -70,8 +70,13 @@ def settings_of(rp: RowPlan) -> Settings:
                     dp_replicate=int(replicate) if hsdp else 1,
                     main_grads="bf16" if row.get("main_grads") == "bf16" else "fp32",
                     optimizer_states="bf16" if row.get("optimizer_states") == "bf16" else "fp32",
-                    mtp_layers=int(mtp) if (mtp := row.get("mtp_layers") or "").isdigit() and len(mtp) < 3 else 0,
-                    cuda_graphs=row.get("cuda_graphs") or "none")
+                    **row_software(rp))
+
+
+def row_software(rp: RowPlan) -> dict:
+    """The row's `mtp_layers` and `cuda_graphs` cells (checked when the row was read: rowplan.plan_of_row)."""
+    return {"mtp_layers": int((rp.row.get("mtp_layers") or "0").strip()),
+            "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip()}
 
 
 def is_hybrid(model: ModelSpec) -> bool:
