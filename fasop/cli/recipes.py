@@ -245,7 +245,8 @@ def graphs_note(args: argparse.Namespace, cluster, inventory, model) -> list[str
     if not graphed:
         return []
     return [f"note: planned eager; {', '.join(graphed)} MoE runs are published captured in CUDA graphs (a Grace host "
-            "issues each kernel in ~20 us): --cuda-graphs full_iteration or attn,moe_router,moe_preprocess to plan so"]
+            "issues each kernel in ~20 us): --cuda-graphs attn,moe_router,moe_preprocess to plan so (full_iteration "
+            "needs a static-shape dispatcher, HybridEP with a capacity factor, that the estimate does not model)"]
 
 
 def add_plan_graphs(group) -> None:

@@ -80,7 +80,8 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
               f"#   training.local_batch_size = {local}, training.global_batch_size = {p.global_batch_size}, "
               f"training.seq_len = {seq}" + (f", parallelism.pipeline_parallel_microbatch_size = {p.mbs}"
                                              if p.pp > 1 else ""),
-              "#   (no num_pp_microbatches); before #2937 (2026-04) the head's module is `output`, not `lm_head`.",
+              "#   (no num_pp_microbatches); before #2937 (2026-04) the head's module is `output`, not `lm_head`;",
+              "#   before #3559 (2026-08-13) there is no training.disable_cuda_graphs (nothing captured): drop it.",
               "", "", "def fasop_plan(config):",
               '    """Apply the fasop plan to a torchtitan Trainer.Config: e.g.',
               f'    `def my_run(): return fasop_plan(my_model())`, my_model the recipe of {_py(one_line(model.name))[1:-1]}."""']

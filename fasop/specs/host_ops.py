@@ -105,6 +105,10 @@ def search_scopes(text: str) -> tuple[tuple[str, ...], str]:
         return (), f"{'none' if 'none' in names else 'full_iteration'} stands alone, got {','.join(names)!r}"
     if "moe" in names and "moe_router" in names:
         return (), "moe and moe_router exclude each other (Megatron-Core captures the MoE layer whole or its router)"
+    if "moe" in names:  # transformer_config.py:2844 at d98e8a6
+        return (), ("moe: Megatron-Core captures a whole MoE layer only with drop-and-pad routing ('moe cuda graph is "
+                    "only supported with drop-padding MoE'), which fasop does not estimate (dropless); "
+                    "use moe_router,moe_preprocess")
     if "moe_preprocess" in names and "moe_router" not in names:
         return (), "moe_preprocess needs moe_router (Megatron-Core graphs the preprocessing with the router)"
     return names, ""
