@@ -315,8 +315,7 @@ def render(x: Explanation) -> str:
 
 
 def recipe_words(row: dict) -> str:
-    """A results row's recipe cells as a figure's title says them, e.g. `recompute full, ZeRO-3 HSDP
-    (shards of 8), sequence parallel, 2 virtual stages, fp8`; '' for a row without them (FASOP's)."""
+    """A row's recipe cells as a title says them (`recompute full, ZeRO-3 HSDP (shards of 8), fp8`; FASOP's: '')."""
     words = [f"recompute {row['recompute']}"] if row.get("recompute") else []
     if row.get("zero", "0") not in ("", "0"):
         hsdp = row.get("dp_replicate", "") not in ("", "1")
@@ -324,6 +323,7 @@ def recipe_words(row: dict) -> str:
     words += ["sequence parallel"] if row.get("sequence_parallel") in ("True", "1") else []
     words += [f"{row['virtual_stages']} virtual stages"] if row.get("virtual_stages", "1") not in ("", "1") else []
     words += [f"CUDA graphs {row['cuda_graphs']}"] if row.get("cuda_graphs", "none") not in ("", "none") else []
+    words += [f"MTP x{row['mtp_layers']}"] if row.get("mtp_layers", "0") not in ("", "0") else []
     return ", ".join(words + ([row["precision"]] if row.get("precision") else []))
 
 

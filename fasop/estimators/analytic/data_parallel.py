@@ -102,10 +102,10 @@ def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: flo
         return 0.0, 0.0
     shard = shard_group(w)[0]
     one = gather_s((params - root) / layers * w.recipe.value_bytes, shard, link)
-    first = gather_s(root * w.recipe.value_bytes, shard, link) if root else 0.0
+    first = gather_s(root * w.recipe.value_bytes, shard, link) if root else 0.0  # nothing beside it to hide it
     keep = 1 - w.params.dp_overlap
     share = overlap_share(w)
-    return (first + P.fsdp_exposed_s(one, fwd, layers, share)) * keep, P.fsdp_exposed_s(one, bwd, layers, share) * keep
+    return first + P.fsdp_exposed_s(one, fwd, layers, share) * keep, P.fsdp_exposed_s(one, bwd, layers, share) * keep
 
 
 def fsdp_sync_s(w: Workload, params: float, root: float, fwd: float, bwd: float, hw: StageHardware
