@@ -11,6 +11,8 @@
  *   (pp, m) in one call.
  * - one_f_one_b_traced: one pipeline's run that also returns the critical path of stage 0's end
  *   (fasop.schedule.pipeline.critical_path: the proven-split search's cuts).
+ * - split_values: the step times of many layer splits of one plan (one_f_one_b's recurrences, then
+ *   FASOP's float32 step time; fasop.estimators.fasop2024.optimal.SplitSearch.evaluate).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
  *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima;
  *   sweep_completion: the backward sweep's table (fasop.schedule.bounds), the same kind;
@@ -394,6 +396,8 @@ done:
     PyBuffer_Release(&ends);
     return result;
 }
+
+#include "_split_values.h"
 
 /* Pipelines of one_f_one_b_many, ordered by stage count, then micro-batch count, then index. */
 typedef struct {
@@ -1144,6 +1148,7 @@ done:
 static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
     {"one_f_one_b_many", py_one_f_one_b_many, METH_VARARGS, one_f_one_b_many_doc},
+    {"split_values", py_split_values, METH_VARARGS, split_values_doc},
     {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
     {"completion", py_completion, METH_VARARGS, completion_doc},
     {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
@@ -1170,8 +1175,9 @@ static struct PyModuleDef module = {
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
  * again, for the proven-split search's cuts; sweep_completion, sweep_at,
  * chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise; 12: branch_and_bound, the partitioner's node
- * loop, fasop/schedule/_node_loop.h). */
-#define API 12
+ * loop, fasop/schedule/_node_loop.h; 13: split_values, the proven-split search's step times,
+ * fasop/schedule/_split_values.h). */
+#define API 13
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {

@@ -20,6 +20,7 @@ from fasop.partition.polish import polish
 from fasop.partition.splits import Found, optimal
 from fasop.partition.zigzag import ZigzagBound, with_zigzag, zigzag_completion
 from fasop.schedule.bounds import SweepBound, sweep_completion, with_sweep
+from fasop.schedule import native
 from fasop.schedule.legs import LegBound, Legs, leg_completion, with_legs
 from fasop.schedule.pipeline import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
 from fasop.schedule.reverse_sweep import ReverseSweepBound, flipped_bound, sweep_prefix_completion
@@ -125,7 +126,7 @@ class SplitSearch:
         self.sends_fwd, self.sends_bwd = np.zeros((self.pp, 1)), np.zeros((self.pp, 1))
         self.sends_fwd[0], self.sends_bwd[self.pp - 1] = self.send_first, self.send_last  # p2p-ends-only
         self.times, self.fitting, self.tables, self.oom_tables = self._tables(recent)
-        self.dp_rows: np.ndarray | None = None  # the estimator's dp_costs by stage 0's layers, made on first use
+        self.dp_rows: np.ndarray | None = None  # `rows`
         self.extras: dict[int, float] = {}
         self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
         self.values: dict[tuple[int, ...], float] = {}  # step times of the splits evaluated (each pipeline's own)
@@ -164,18 +165,18 @@ class SplitSearch:
                 recent.popitem(last=False)
         return recent[key]
 
-    def dp_costs(self, stage0_layers: int) -> np.ndarray:
-        """Each stage's DP all-reduce (float32), as the estimate computes it (the estimator's
-        dp_costs: its table's row by stage 0's layers, each stage's bus column)."""
+    def rows(self) -> np.ndarray:
+        """Each stage's DP all-reduce (float32) by stage 0's layers (row), as the estimate computes it
+        (the estimator's dp_costs: its table's row, each stage's bus column); made on first use."""
         if self.dp_rows is None:
-            self.dp_rows = self.e.dp_table(self.plan, self.layout)[:, [int(t.intra_node_shared)
-                                                                      for t in self.p.stage_types]]
-        return self.dp_rows[stage0_layers]
+            self.dp_rows = np.ascontiguousarray(self.e.dp_table(self.plan, self.layout)[
+                :, [int(t.intra_node_shared) for t in self.p.stage_types]])  # rows read by split_values
+        return self.dp_rows
 
     def extra(self, stage0_layers: int) -> float:
         """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
         if stage0_layers not in self.extras:
-            self.extras[stage0_layers] = float(self.dp_costs(stage0_layers)[0]) + self.embedding
+            self.extras[stage0_layers] = float(self.rows()[stage0_layers, 0]) + self.embedding
         return self.extras[stage0_layers]
 
     def stage_compute(self, splits: list[tuple[int, ...]]) -> np.ndarray:
@@ -188,11 +189,19 @@ class SplitSearch:
     def evaluate(self, splits: list[tuple[int, ...]]) -> list[float]:
         """The step time of many splits at once: the estimate's float32 operations, so its values;
         each split once per plan (every pass starts from the splits of the one before)."""
-        if new := [s for s in dict.fromkeys(splits) if s not in self.values]:
+        if not (new := [s for s in dict.fromkeys(splits) if s not in self.values]):
+            pass
+        elif native.kernels is not None:  # the same operations in C (schedule/_split_values.h)
+            out = np.empty(len(new), dtype=f32)
+            native.kernels.split_values(self.times, self.times.shape[1], np.array(new, dtype=np.int64), self.pp,
+                                        self.m, float(self.e.fwd_bwd_factor), float(self.send_first),
+                                        float(self.send_last), self.rows(), self.embedding, out)
+            self.values.update(zip(new, out.tolist()))
+        else:
             comp = self.stage_compute(new)
             ones = np.ones(len(new))
             ends = one_f_one_b(*self.e.split(comp), self.sends_fwd * ones, self.sends_bwd * ones, self.m).astype(f32)
-            dp = np.stack([self.dp_costs(c[0]) for c in new], axis=1)
+            dp = np.stack([self.rows()[c[0]] for c in new], axis=1)
             self.values.update(zip(new, ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()))
         return [self.values[s] for s in splits]
 
@@ -203,7 +212,7 @@ class SplitSearch:
         the step time at least that end + stage 0's extra (its DP all-reduce + the embedding's)."""
         comp = stage_times.T
         chain = comp.sum(axis=0) + (self.weights[:, None] * comp).max(axis=0) + (self.send_first + self.send_last)
-        return chain + np.array([self.extra(n) for n in counts[:, 0].tolist()])
+        return chain + (self.rows()[counts[:, 0], 0].astype(float) + self.embedding)  # `extra` of each
 
     def cut(self, split: tuple[int, ...]) -> tuple[np.ndarray, float]:
         """The critical chain of `split` as a cut (partition.Cut), once per split: every pass asks
@@ -324,10 +333,9 @@ class SplitSearch:
             if legged.proven:
                 return legged
             found = legged
-        table = self.e.dp_table(self.plan, self.layout)[:, [int(t.intra_node_shared) for t in self.p.stage_types]]
         sure = certify(self.fitting, lambda t: stage_chains(t, self.sends_fwd[:, 0], self.sends_bwd[:, 0], self.m,
                                                             fwd_bwd_factor=self.e.fwd_bwd_factor),
-                       table.astype(float) + self.embedding, lambda split: self.evaluate([split])[0], found.split,
+                       self.rows().astype(float) + self.embedding, lambda split: self.evaluate([split])[0], found.split,
                        found.objective)
         found = Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound, found.bound))
         if found.proven:

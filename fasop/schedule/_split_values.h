@@ -1,0 +1,98 @@
+/* split_values: the step times of many layer splits of one plan, as
+ * fasop.estimators.fasop2024.optimal.SplitSearch.evaluate computes them with numpy (included by
+ * _native.c after run_1f1b; the same operations in the same order, so the same bits):
+ *
+ *   comp[i]  = times[i, e_i, e_{i+1}]            (e: the split's layer boundaries)
+ *   F[i]     = comp[i] / k,  B[i] = ((k - 1) comp[i]) / k   (split_stage_times)
+ *   SF       = send_first at stage 0, else 0;  SB = send_last at the last stage, else 0
+ *   ends     = the 1F1B recurrences (run_1f1b, as one_f_one_b)
+ *   value    = max_i (float32(ends[i]) + dp[c_0, i]) + float32(embedding)   (float32 throughout;
+ *              numpy's max: a NaN anywhere gives NaN)
+ *
+ * c_0 is the split's stage-0 layer count (the DP table's row). */
+
+PyDoc_STRVAR(split_values_doc,
+"split_values(times, size, splits, pp, m, factor, send_first, send_last, dp, embedding, out)\n\n"
+"The step times of n splits (SplitSearch.evaluate's float32 values). times: float64 pp x size x\n"
+"size (C-contiguous); splits: int64 n x pp layer counts (each >= 1, summing to size - 1); dp:\n"
+"float32 rows x pp (row = stage 0's layer count); out: writable float32 n.");
+
+static PyObject *py_split_values(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer times, splits, dp, out;
+    int size, pp, m;
+    double factor, send_first, send_last, embedding;
+    if (!PyArg_ParseTuple(args, "y*iy*iidddy*dw*", &times, &size, &splits, &pp, &m, &factor, &send_first,
+                          &send_last, &dp, &embedding, &out))
+        return NULL;
+    PyObject *result = NULL;
+    sched_t s = {0};
+    if (check_pipeline(pp, m, "split_values") < 0) goto done;
+    const Py_ssize_t n = splits.len / ((Py_ssize_t)pp * (Py_ssize_t)sizeof(int64_t));
+    const Py_ssize_t rows = dp.len / ((Py_ssize_t)pp * (Py_ssize_t)sizeof(float));
+    if (size < 2 || check_buffer(&times, (Py_ssize_t)pp * size * size, sizeof(double), "times") < 0 ||
+        check_buffer(&splits, n * pp, sizeof(int64_t), "splits") < 0 ||
+        check_buffer(&dp, rows * pp, sizeof(float), "dp") < 0 || check_buffer(&out, n, sizeof(float), "out") < 0)
+        goto done;
+    const int64_t *counts = splits.buf;
+    for (Py_ssize_t r = 0; r < n; r++) {  /* every read below stays inside the buffers */
+        int64_t edge = 0;
+        for (int i = 0; i < pp; i++) {
+            const int64_t c = counts[r * pp + i];
+            if (c < 1 || edge + c > size - 1) edge = -1;
+            if (edge < 0) break;
+            edge += c;
+        }
+        if (edge != size - 1 || counts[r * pp] >= rows) {
+            PyErr_SetString(PyExc_ValueError, "split_values: a split's counts must be >= 1, sum to size - 1 "
+                            "and its stage 0 count index a row of dp");
+            goto done;
+        }
+    }
+    if (sched_init(&s, pp, (int64_t)pp * m) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    s.m = m;
+    const double *t = times.buf;
+    const float *d = dp.buf;
+    float *o = out.buf;
+    const float embedding32 = (float)embedding;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k0 = 0; k0 < n; k0 += LANES) {
+        for (int l = 0; l < LANES; l++) {  /* lanes past the last split repeat it, unread */
+            const int64_t *c = counts + (k0 + l < n ? k0 + l : n - 1) * pp;
+            int64_t a = 0;
+            for (int i = 0; i < pp; i++) {
+                const int64_t b = a + c[i];
+                const double comp = t[((size_t)i * (size_t)size + (size_t)a) * (size_t)size + (size_t)b];
+                s.dur[i].v[l] = comp / factor;
+                s.dur[pp + i].v[l] = ((factor - 1.0) * comp) / factor;
+                s.dur[2 * pp + i].v[l] = i == 0 ? send_first : 0.0;
+                s.dur[3 * pp + i].v[l] = i == pp - 1 ? send_last : 0.0;
+                a = b;
+            }
+        }
+        run_1f1b(&s);
+        for (int l = 0; l < LANES && k0 + l < n; l++) {
+            const float *row = d + counts[(k0 + l) * pp] * pp;
+            float most = (float)s.ends[0].v[l] + row[0];
+            for (int i = 1; i < pp && !isnan(most); i++) {
+                const float v = (float)s.ends[i].v[l] + row[i];
+                if (isnan(v) || v > most) most = v;
+            }
+            o[k0 + l] = most + embedding32;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    sched_free(&s);
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&splits);
+    PyBuffer_Release(&dp);
+    PyBuffer_Release(&out);
+    return result;
+}

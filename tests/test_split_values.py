@@ -1,0 +1,78 @@
+"""The kernel split_values (fasop/schedule/_split_values.h) against SplitSearch.evaluate's numpy
+code (fasop/estimators/fasop2024/optimal.py), bit for bit: the step times of many splits of one
+plan -- the stage times read from the plan's table, split into forward and backward, the 1F1B
+recurrences with FASOP's end sends, FASOP's float32 step time (+ the DP all-reduce by stage 0's
+layers, the embedding's all-reduce)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fasop.estimators.fasop2024.optimal import SplitSearch
+from fasop.schedule import native
+from fasop.schedule.pipeline import split_stage_times
+
+compiled = pytest.mark.skipif(native.kernels is None, reason="the compiled kernels were not built")
+f32 = np.float32
+
+
+def _search(seed: int) -> tuple[SplitSearch, list[tuple[int, ...]]]:
+    """A SplitSearch with only what `evaluate` reads (a random table of stage times, sends, DP
+    rows, embedding) and a few random splits of it. Coarse times on odd seeds (ties)."""
+    rng = np.random.default_rng(4100 + seed)
+    pp = int(rng.integers(1, 13))
+    layers = int(rng.integers(pp, 3 * pp + 8))
+    m = int(rng.integers(1, 3 * pp + 3))
+    work, speed = rng.uniform(0.5, 2.0, layers), rng.uniform(0.5, 2.0, pp)
+    if seed % 2:
+        work, speed = np.round(work * 2) / 2, np.round(speed * 2) / 2
+    size = layers + 1
+    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    sums = np.concatenate([np.zeros((pp, 1)), np.cumsum(speed[:, None] * work[None, :], axis=1)], axis=1)
+    s = object.__new__(SplitSearch)
+    s.times = np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf)
+    s.pp, s.m, s.stages, s.values = pp, m, np.arange(pp), {}
+    factor = float(rng.choice([3.0, 2.5]))
+    s.e = SimpleNamespace(fwd_bwd_factor=factor, split=lambda comp: split_stage_times(comp, factor))
+    s.send_first, s.send_last = (0.0, 0.0) if seed % 3 == 0 else tuple(rng.uniform(0, 0.3, 2).tolist())
+    s.sends_fwd, s.sends_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
+    s.sends_fwd[0], s.sends_bwd[pp - 1] = s.send_first, s.send_last
+    s.dp_rows = np.ascontiguousarray(rng.uniform(0, 0.2, (size, pp)).astype(f32))
+    s.embedding = float(rng.uniform(0, 0.05))
+    splits = []
+    for _ in range(int(rng.integers(1, 11))):
+        cuts = np.sort(rng.choice(np.arange(1, layers), pp - 1, replace=False)) if pp > 1 else np.zeros(0, int)
+        splits.append(tuple(np.diff(np.concatenate([[0], cuts, [layers]])).tolist()))
+    return s, splits
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(40))
+def test_split_values_are_evaluate_numpy(seed, monkeypatch):
+    """Every split's step time, for batches of 1..10 splits (the kernel runs 4 lanes, padding the
+    last group), pp 1..12, micro-batches on both sides of pp, sends or none: the same float32."""
+    ours, splits = _search(seed)
+    theirs, _ = _search(seed)
+    got = ours.evaluate(splits)
+    monkeypatch.setattr(native, "kernels", None)
+    want = theirs.evaluate(splits)
+    assert np.array(got, dtype=f32).tobytes() == np.array(want, dtype=f32).tobytes()
+    assert all(type(v) is float for v in got)
+
+
+@compiled
+def test_split_values_rejects_splits_that_leave_the_table():
+    """A split whose counts do not cover the layers, or a buffer of the wrong size, is a
+    ValueError, not a read past a buffer."""
+    s, _ = _search(2)
+    times, pp = s.times, s.pp
+    size = times.shape[1]
+    args = (s.pp, s.m, 3.0, 0.1, 0.1, s.dp_rows, 0.0)
+    with pytest.raises(ValueError, match="sum to size - 1"):
+        native.kernels.split_values(times, size, np.full((1, pp), size, dtype=np.int64), *args,
+                                    np.empty(1, dtype=f32))
+    with pytest.raises(ValueError, match="out"):
+        native.kernels.split_values(times, size, np.ones((1, pp), dtype=np.int64), *args, np.empty(2, dtype=f32))
