@@ -12,6 +12,7 @@ import pytest
 
 from fasop.partition.tables import bottleneck_split, capped_completion, completion, finite_runs, steady_caps
 from fasop.schedule import native
+from fasop.schedule.bounds import first_layers, sweep_completion
 
 compiled = pytest.mark.skipif(native.kernels is None, reason="the compiled kernels were not built")
 
@@ -95,3 +96,17 @@ def test_runs_outside_the_table_are_refused():
     bad[0, 0] = (0, size + 1)
     with pytest.raises(ValueError, match="outside"):
         native.kernels.completion(times, n, size, np.ones(n), False, bad, table)
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(40))
+def test_first_layers_from_the_runs_are_those_from_the_times(seed):
+    """schedule.bounds.first_layers (the longest run each stage fits, where each can start) read
+    from the runs is the one read from the times; so is the sweep's table built on it."""
+    times = _times(seed)
+    runs = finite_runs(times)
+    assert first_layers(times, runs) == first_layers(times)
+    m = seed % 7 + 1
+    sends = {"send_fwd": np.full(len(times), 0.05), "send_bwd": np.full(len(times), 0.07)}
+    assert (sweep_completion(times, m, fwd_bwd_factor=3.0, runs=runs, **sends).tobytes()
+            == sweep_completion(times, m, fwd_bwd_factor=3.0, **sends).tobytes())

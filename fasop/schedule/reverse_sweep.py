@@ -12,17 +12,17 @@ from fasop.schedule.bounds import unit_sends, first_layers, sweep_unit_weights
 
 
 def sweep_prefix_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float,
-                            send_fwd: np.ndarray, send_bwd: np.ndarray) -> np.ndarray:
+                            send_fwd: np.ndarray, send_bwd: np.ndarray, runs: np.ndarray | None = None) -> np.ndarray:
     """`sweep_completion` from the other end: table[j, b, x] <= the least, over the splits of
     layers 0..b-1 into stages 0..j-1, of their stage times + the longest advance of the backward
     sweep from micro-batch x (entering stage j-1) to m - 1 (leaving stage 0); inf where no split
     fits. For a search that fixes the last stages first (`ReverseSweepBound`). Shape (pp + 1,
-    layers + 1, points)."""
+    layers + 1, points). runs: bounds.first_layers'."""
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
     waits = unit_sends(pp, num_microbatches, send_fwd, send_bwd)
     points = weights.shape[1]
-    longest, reachable = first_layers(times)
+    longest, reachable = first_layers(times, runs)
     reachable.append((size - 1, size))  # the last stage stops at the last layer
     table = np.full((pp + 1, size, points), np.inf)
     table[0, 0] = -np.inf

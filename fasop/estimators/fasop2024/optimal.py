@@ -17,7 +17,7 @@ from fasop.estimators.fasop2024.batch import Prepared
 from fasop.estimators.fasop2024.memory import PARAM_BYTES
 from fasop.partition.milp import certify
 from fasop.partition.polish import polish
-from fasop.partition.splits import Found, optimal
+from fasop.partition.splits import Found, finite_runs, optimal
 from fasop.partition.zigzag import ZigzagBound, with_zigzag, zigzag_completion
 from fasop.schedule.bounds import SweepBound, sweep_completion, with_sweep
 from fasop.schedule import native
@@ -228,7 +228,8 @@ class SplitSearch:
         sends = {"send_fwd": self.sends_fwd[:, 0], "send_bwd": self.sends_bwd[:, 0]}
         key = ("sweep", self.send_first, self.send_last)  # the advances wait for the sends
         if key not in self.tables:
-            self.tables[key] = sweep_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, **sends)
+            self.tables[key] = sweep_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, **sends,
+                                                runs=finite_runs(self.fitting, self.tables))
         return with_sweep(self.tight, SweepBound(self.tables[key], num_microbatches=self.m,
                                                  fwd_bwd_factor=self.e.fwd_bwd_factor,
                                                  send_first=self.send_first, send_last=self.send_last, **sends))
@@ -252,7 +253,8 @@ class SplitSearch:
         key = ("reverse", self.send_first, self.send_last)
         if key not in self.tables:
             self.tables[key] = (sweep_prefix_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor,
-                                                        **sends), reversed_times(self.fitting), {})
+                                                        runs=finite_runs(self.fitting, self.tables), **sends),
+                                reversed_times(self.fitting), {})
         table, flipped, tables = self.tables[key]
         sweep = ReverseSweepBound(table, num_microbatches=self.m, fwd_bwd_factor=self.e.fwd_bwd_factor,
                                   send_first=self.send_first, send_last=self.send_last, **sends)
