@@ -4,10 +4,10 @@ them, and `fasop pareto` on FASOP's Pareto experiment (defaults with --workers 1
 choices), each a fresh interpreter, with
 
 - `all`: every kernel the build has;
-- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many) in Python (schedule.py and
-  fasop2024_plans.py read `native.kernels` as None);
-- `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
-  Python (partition_tables.py reads None);
+- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many, split_values) in Python
+  (schedule.py, fasop2024_plans.py and fasop2024/optimal.py read `native.kernels` as None);
+- `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split,
+  finite_runs) in Python (partition_tables.py reads None);
 - `no-loop`: the proven-split search's node loop (branch_and_bound) in Python, each node's bounds
   still compiled (partition/compiled.py's ENABLED False);
 - `no-bounds`: the proven-split search's node loop, node bounds and sweep tables (sweep_completion,
@@ -62,8 +62,8 @@ import fasop
 assert fasop.__file__.startswith(tree), fasop.__file__
 import fasop.partition.tables, fasop.schedule.pipeline
 if "1f1b" in off:
-    import fasop.estimators.fasop2024.plans as plans
-    fasop.schedule.pipeline.native = plans.native = types.SimpleNamespace(kernels=None)
+    import fasop.estimators.fasop2024.optimal as optimal, fasop.estimators.fasop2024.plans as plans
+    fasop.schedule.pipeline.native = plans.native = optimal.native = types.SimpleNamespace(kernels=None)
 if "tables" in off:
     fasop.partition.tables.native = types.SimpleNamespace(kernels=None)
 if "bounds" in off or "loop" in off:

@@ -14,7 +14,8 @@
  * - split_values: the step times of many layer splits of one plan (one_f_one_b's recurrences, then
  *   FASOP's float32 step time; fasop.estimators.fasop2024.optimal.SplitSearch.evaluate).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
- *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima;
+ *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima, reading
+ *   only where finite_runs found the stage times finite;
  *   sweep_completion: the backward sweep's table (fasop.schedule.bounds), the same kind;
  *   sweep_at: that sweep's bound at one node of the partitioner's search (SweepBound.at);
  *   chain_terms, chain_bounds: one_f_one_b_bound's chains at a node (fasop.schedule.bounds);
