@@ -76,3 +76,36 @@ def test_split_values_rejects_splits_that_leave_the_table():
                                     np.empty(1, dtype=f32))
     with pytest.raises(ValueError, match="out"):
         native.kernels.split_values(times, size, np.ones((1, pp), dtype=np.int64), *args, np.empty(2, dtype=f32))
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(30))
+def test_polish_moves_are_move_rows_numpy(seed, monkeypatch):
+    """partition.polish.move_rows by the kernel polish_moves: the same rows (one layer moved from
+    stage i to stage j, in numpy's order, stages left empty and runs that do not fit dropped) and
+    the same stage times, on tables with memory caps and splits with one-layer stages."""
+    from fasop.partition.polish import move_rows
+
+    s, splits = _search(seed)
+    rng = np.random.default_rng(seed)
+    pp, size = s.times.shape[:2]
+    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    caps = rng.integers(1, size, pp)
+    fitting = np.where((b - a)[None] <= caps[:, None, None], s.times, np.inf)
+    got = [move_rows(split, fitting) for split in splits]
+    monkeypatch.setattr(native, "kernels", None)
+    for split, (counts, times) in zip(splits, got):
+        want_counts, want_times = move_rows(split, fitting)
+        assert counts.dtype == want_counts.dtype and np.array_equal(counts, want_counts)
+        assert times.tobytes() == want_times.tobytes()
+
+
+@compiled
+def test_polish_moves_rejects_a_split_outside_the_table():
+    """Counts that are not >= 1 or that pass the table's layers are a ValueError, not a read
+    past a buffer."""
+    times = np.zeros((2, 5, 5))
+    rows = (np.empty((2, 2), dtype=np.int64), np.empty((2, 2)))
+    for split in ([9, -5], [0, 4], [3, 2]):
+        with pytest.raises(ValueError, match="sum to size - 1"):
+            native.kernels.polish_moves(np.array(split, dtype=np.int64), times, 5, *rows)

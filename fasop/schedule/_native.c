@@ -12,7 +12,9 @@
  * - one_f_one_b_traced: one pipeline's run that also returns the critical path of stage 0's end
  *   (fasop.schedule.pipeline.critical_path: the proven-split search's cuts).
  * - split_values: the step times of many layer splits of one plan (one_f_one_b's recurrences, then
- *   FASOP's float32 step time; fasop.estimators.fasop2024.optimal.SplitSearch.evaluate).
+ *   FASOP's float32 step time; fasop.estimators.fasop2024.optimal.SplitSearch.evaluate);
+ *   polish_moves: the splits one layer away from a split that fit, and their stage times
+ *   (fasop.partition.polish.move_rows).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
  *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima, reading
  *   only where finite_runs found the stage times finite;
@@ -1229,6 +1231,7 @@ static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
     {"one_f_one_b_many", py_one_f_one_b_many, METH_VARARGS, one_f_one_b_many_doc},
     {"split_values", py_split_values, METH_VARARGS, split_values_doc},
+    {"polish_moves", py_polish_moves, METH_VARARGS, polish_moves_doc},
     {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
     {"completion", py_completion, METH_VARARGS, completion_doc},
     {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
@@ -1257,8 +1260,8 @@ static struct PyModuleDef module = {
  * again, for the proven-split search's cuts; sweep_completion, sweep_at,
  * chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise; 12: branch_and_bound, the partitioner's node
  * loop, fasop/schedule/_node_loop.h; 13: split_values, the proven-split search's step times,
- * fasop/schedule/_split_values.h; finite_runs, read by completion, capped_completion and
- * bottleneck_split). */
+ * fasop/schedule/_split_values.h, and polish_moves; finite_runs, read by completion,
+ * capped_completion and bottleneck_split). */
 #define API 13
 
 PyMODINIT_FUNC PyInit__fasop_native(void)

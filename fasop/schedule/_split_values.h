@@ -96,3 +96,64 @@ done:
     PyBuffer_Release(&out);
     return result;
 }
+
+/* polish_moves: partition.polish.move_rows -- the splits one layer away from a split (a layer
+ * moved from stage i to stage j, every i != j, i first, then j, as np.nonzero(~np.eye(n)) lists
+ * them) that keep every stage non-empty and whose every stage time times[k][e_k][e_{k+1}] is
+ * finite, each with its stage times (copied). Returns how many rows were written. */
+
+PyDoc_STRVAR(polish_moves_doc,
+"polish_moves(split, times, size, counts, stage_times) -> int\n\n"
+"partition.polish.move_rows: split int64 n (each >= 1, summing to size - 1); times float64 n x size x\n"
+"size; counts (int64) and stage_times (float64): writable n (n - 1) x n, their first rows written.");
+
+static PyObject *py_polish_moves(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer split, times, counts, stage_times;
+    int size;
+    if (!PyArg_ParseTuple(args, "y*y*iw*w*", &split, &times, &size, &counts, &stage_times)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = split.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *s = split.buf;
+    int64_t total = 0;
+    for (Py_ssize_t k = 0; k < n && total >= 0; k++)
+        total = s[k] >= 1 && total + s[k] <= size - 1 ? total + s[k] : -1;  /* every edge inside the table */
+    if (n < 1 || size < 2 || total != size - 1) {
+        PyErr_SetString(PyExc_ValueError, "polish_moves: the split's counts must be >= 1 and sum to size - 1");
+        goto done;
+    }
+    if (check_buffer(&times, n * size * size, sizeof(double), "times") < 0 ||
+        check_buffer(&counts, n * (n - 1) * n, sizeof(int64_t), "counts") < 0 ||
+        check_buffer(&stage_times, n * (n - 1) * n, sizeof(double), "stage_times") < 0)
+        goto done;
+    const double *t = times.buf;
+    int64_t *c = counts.buf;
+    double *st = stage_times.buf;
+    Py_ssize_t rows = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < 2) continue;  /* stage i would be left empty */
+        for (Py_ssize_t j = 0; j < n; j++) {
+            if (j == i) continue;
+            int64_t *row = c + rows * n;
+            double *times_row = st + rows * n;
+            int64_t a = 0;
+            int fits = 1;
+            for (Py_ssize_t k = 0; k < n && fits; k++) {
+                row[k] = s[k] - (k == i) + (k == j);
+                const int64_t b = a + row[k];
+                times_row[k] = t[((size_t)k * (size_t)size + (size_t)a) * (size_t)size + (size_t)b];
+                fits = isfinite(times_row[k]);
+                a = b;
+            }
+            rows += fits;
+        }
+    }
+    result = PyLong_FromSsize_t(rows);
+done:
+    PyBuffer_Release(&split);
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&counts);
+    PyBuffer_Release(&stage_times);
+    return result;
+}
