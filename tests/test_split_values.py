@@ -20,8 +20,10 @@ f32 = np.float32
 
 
 def _search(seed: int) -> tuple[SplitSearch, list[tuple[int, ...]]]:
-    """A SplitSearch with only what `evaluate` reads (a random table of stage times, sends, DP
-    rows, embedding) and a few random splits of it. Coarse times on odd seeds (ties)."""
+    """A SplitSearch with only what `evaluate` reads (a random table of stage times and of those
+    that fit, sends, DP rows, embedding) and a few random splits of it. Coarse times and memory
+    caps on odd seeds (ties; splits that do not fit, which the kernel evaluates on every stage
+    time, as numpy does)."""
     rng = np.random.default_rng(4100 + seed)
     pp = int(rng.integers(1, 13))
     layers = int(rng.integers(pp, 3 * pp + 8))
@@ -33,7 +35,9 @@ def _search(seed: int) -> tuple[SplitSearch, list[tuple[int, ...]]]:
     a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
     sums = np.concatenate([np.zeros((pp, 1)), np.cumsum(speed[:, None] * work[None, :], axis=1)], axis=1)
     s = object.__new__(SplitSearch)
-    s.times = np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf)
+    s.every = np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf)  # `times`
+    caps = rng.integers(-(-layers // pp), layers + 1, pp) if seed % 2 else np.full(pp, layers)
+    s.fitting = np.where((b - a)[None] <= caps[:, None, None], s.every, np.inf)  # odd seeds: some splits do not fit
     s.pp, s.m, s.stages, s.values = pp, m, np.arange(pp), {}
     factor = float(rng.choice([3.0, 2.5]))
     s.e = SimpleNamespace(fwd_bwd_factor=factor, split=lambda comp: split_stage_times(comp, factor))
@@ -68,7 +72,7 @@ def test_split_values_rejects_splits_that_leave_the_table():
     """A split whose counts do not cover the layers, or a buffer of the wrong size, is a
     ValueError, not a read past a buffer."""
     s, _ = _search(2)
-    times, pp = s.times, s.pp
+    times, pp = s.every, s.pp
     size = times.shape[1]
     args = (s.pp, s.m, 3.0, 0.1, 0.1, s.dp_rows, 0.0)
     with pytest.raises(ValueError, match="sum to size - 1"):
@@ -88,10 +92,10 @@ def test_polish_moves_are_move_rows_numpy(seed, monkeypatch):
 
     s, splits = _search(seed)
     rng = np.random.default_rng(seed)
-    pp, size = s.times.shape[:2]
+    pp, size = s.every.shape[:2]
     a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
     caps = rng.integers(1, size, pp)
-    fitting = np.where((b - a)[None] <= caps[:, None, None], s.times, np.inf)
+    fitting = np.where((b - a)[None] <= caps[:, None, None], s.every, np.inf)
     got = [move_rows(split, fitting) for split in splits]
     monkeypatch.setattr(native, "kernels", None)
     for split, (counts, times) in zip(splits, got):

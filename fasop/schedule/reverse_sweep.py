@@ -89,3 +89,10 @@ def flipped_bound(sweep: ReverseSweepBound, pp: int, layers: int):
         return sweep(pp - 1 - k, chain, t, layers - rest.stops)
     bound.compiled = ("reverse", sweep, pp, layers)  # what fasop.partition.compiled hands to the C node loop
     return bound
+
+
+def reversed_times(times: np.ndarray) -> np.ndarray:
+    """times with the stages and the layers in reverse order: reversed[k, a, b] = times[pp - 1 - k,
+    L - b, L - a] (a split s of times is s[::-1] of it): the tables a search that fixes the last
+    stages first runs on."""
+    return np.ascontiguousarray(times[::-1, ::-1, ::-1].transpose(0, 2, 1))

@@ -21,9 +21,11 @@ from fasop.partition.splits import Found, finite_runs, optimal
 from fasop.partition.zigzag import ZigzagBound, with_zigzag, zigzag_completion
 from fasop.schedule.bounds import SweepBound, sweep_completion, with_sweep
 from fasop.schedule import native
-from fasop.schedule.legs import LegBound, Legs, leg_completion, with_legs
+from fasop.schedule.legs import (  # noqa: F401 -- by_last_stage re-exported
+    LegBound, Legs, by_last_stage, leg_completion, with_legs)
 from fasop.schedule.pipeline import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
-from fasop.schedule.reverse_sweep import ReverseSweepBound, flipped_bound, sweep_prefix_completion
+from fasop.schedule.reverse_sweep import (  # noqa: F401 -- reversed_times re-exported
+    ReverseSweepBound, flipped_bound, reversed_times, sweep_prefix_completion)
 
 # `Fasop2024Estimator` in annotations: the estimator (estimator.py) that calls in; not imported, as it imports this module
 
@@ -125,7 +127,8 @@ class SplitSearch:
         self.embedding = float(self.layout.embedding_s)
         self.sends_fwd, self.sends_bwd = np.zeros((self.pp, 1)), np.zeros((self.pp, 1))
         self.sends_fwd[0], self.sends_bwd[self.pp - 1] = self.send_first, self.send_last  # p2p-ends-only
-        self.times, self.fitting, self.tables, self.oom_tables = self._tables(recent)
+        self.fitting, self.tables, self.oom_tables = self._tables(recent)
+        self.every: np.ndarray | None = None  # `times`
         self.dp_rows: np.ndarray | None = None  # `rows`
         self.extras: dict[int, float] = {}
         self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
@@ -151,17 +154,18 @@ class SplitSearch:
                 "cuts_after": CUTS_AFTER if self.e.max_nodes is None else 0}
 
     def _tables(self, recent: OrderedDict) -> tuple:
-        """(stage times, those that fit, the dynamic programmes' tables over them, over all),
-        kept in `recent` for plans of the same shape (a few MB each: the latest only)."""
+        """(the stage times that fit, inf elsewhere; the dynamic programmes' tables over them, over all
+        stage times), kept in `recent` for plans of the same shape (a few MB each: the latest only)."""
         plan, layout = self.plan, self.layout
         key = (tuple(t.gpu for t in self.p.stage_types), plan.tp, plan.mbs, self.pp, self.m, layout.limits)
         if key in recent:
             recent.move_to_end(key)
         else:
-            times = np.stack([c.matrix for c in self.p.costs])
+            fitting = np.stack([c.matrix for c in self.p.costs])
             fits = stage_fit_mask(plan, self.e.model, self.e.cluster, layout.limits, param_bytes=PARAM_BYTES)
-            recent[key] = (times, np.where(fits, times, np.inf), {}, {})
-            while len(recent) > max(1, min(RECENT_SHAPES, RECENT_BYTES // (2 * times.nbytes))):  # (times, fitting)
+            np.copyto(fitting, np.inf, where=~fits)
+            recent[key] = (fitting, {}, {})
+            while len(recent) > max(1, min(RECENT_SHAPES, RECENT_BYTES // (2 * fitting.nbytes))):
                 recent.popitem(last=False)
         return recent[key]
 
@@ -179,12 +183,20 @@ class SplitSearch:
             self.extras[stage0_layers] = float(self.rows()[stage0_layers, 0]) + self.embedding
         return self.extras[stage0_layers]
 
-    def stage_compute(self, splits: list[tuple[int, ...]]) -> np.ndarray:
+    @property
+    def times(self) -> np.ndarray:
+        """Every stage time, fitting or not (the stack of the stages' tables, made on first use:
+        the searches over `fitting` evaluate only splits that fit, read there)."""
+        if self.every is None:
+            self.every = np.stack([c.matrix for c in self.p.costs])
+        return self.every
+
+    def stage_compute(self, splits: list[tuple[int, ...]], times: np.ndarray | None = None) -> np.ndarray:
         """(pp, splits) compute seconds per stage: the entries of `times`, the same sums as
         Prepared.stage_compute."""
         edges = np.zeros((len(splits), self.pp + 1), dtype=np.intp)
         np.cumsum(np.array(splits, dtype=np.intp), axis=1, out=edges[:, 1:])  # an array: numpy wraps a list slowly
-        return self.times[self.stages, edges[:, :-1], edges[:, 1:]].T
+        return (self.times if times is None else times)[self.stages, edges[:, :-1], edges[:, 1:]].T
 
     def evaluate(self, splits: list[tuple[int, ...]]) -> list[float]:
         """The step time of many splits at once: the estimate's float32 operations, so its values;
@@ -192,10 +204,11 @@ class SplitSearch:
         if not (new := [s for s in dict.fromkeys(splits) if s not in self.values]):
             pass
         elif native.kernels is not None:  # the same operations in C (schedule/_split_values.h)
-            out = np.empty(len(new), dtype=f32)
-            native.kernels.split_values(self.times, self.times.shape[1], np.array(new, dtype=np.int64), self.pp,
-                                        self.m, float(self.e.fwd_bwd_factor), float(self.send_first),
-                                        float(self.send_last), self.rows(), self.embedding, out)
+            out, args = np.empty(len(new), dtype=f32), (np.array(new, dtype=np.int64), self.pp, self.m,
+                                                        self.e.fwd_bwd_factor, self.send_first, self.send_last)
+            native.kernels.split_values(self.fitting, self.fitting.shape[1], *args, self.rows(), self.embedding, out)
+            if not np.isfinite(out).all():  # a split that does not fit (another caller's): every stage time
+                native.kernels.split_values(self.times, self.times.shape[1], *args, self.rows(), self.embedding, out)
             self.values.update(zip(new, out.tolist()))
         else:
             comp = self.stage_compute(new)
@@ -218,7 +231,7 @@ class SplitSearch:
         """The critical chain of `split` as a cut (partition.Cut), once per split: every pass asks
         for its best split's."""
         if split not in self.cuts:
-            _, weights, const = critical_path(self.stage_compute([split]), self.sends_fwd, self.sends_bwd, self.m,
+            _, weights, const = critical_path(self.stage_compute([split], self.fitting), self.sends_fwd, self.sends_bwd, self.m,
                                               fwd_bwd_factor=self.e.fwd_bwd_factor)
             self.cuts[split] = (weights[:, 0], float(const[0]))
         return self.cuts[split]
@@ -376,24 +389,3 @@ class SplitSearch:
             self.fitting, self.tables = self.times, self.oom_tables
             found = self.certified(optimal(self.fitting, tables=self.tables, **self.budget))
         return found
-
-
-def by_last_stage(fitting: np.ndarray, first: tuple[int, ...]) -> list[np.ndarray]:
-    """`fitting` once per layer count of the last stage that fits (that of the split `first`
-    first), the last stage's other runs made infeasible."""
-    pp, size, _ = fitting.shape
-    starts = [c for c in range(size - 2, 0, -1) if np.isfinite(fitting[pp - 1, c, size - 1])]
-    starts.sort(key=lambda c: c != size - 1 - first[-1])
-    found = []
-    for c in starts:
-        only = fitting.copy()
-        only[pp - 1] = np.inf
-        only[pp - 1, c, size - 1] = fitting[pp - 1, c, size - 1]
-        found.append(only)
-    return found
-
-
-def reversed_times(times: np.ndarray) -> np.ndarray:
-    """times with the stages and the layers in reverse order: reversed[k, a, b] = times[pp - 1 - k,
-    L - b, L - a] (a split s of times is s[::-1] of it)."""
-    return np.ascontiguousarray(times[::-1, ::-1, ::-1].transpose(0, 2, 1))
