@@ -11,8 +11,8 @@
  *   (pp, m) in one call.
  * - one_f_one_b_traced: one pipeline's run that also returns the critical path of stage 0's end
  *   (fasop.schedule.pipeline.critical_path: the proven-split search's cuts).
- * - split_values: the step times of many layer splits of one plan (one_f_one_b's recurrences, then
- *   FASOP's float32 step time; fasop.estimators.fasop2024.optimal.SplitSearch.evaluate);
+ * - split_ends: one_f_one_b of many layer splits of one pipeline, their stage times read from a
+ *   table of stage times by first and last layer (the proven-split search's candidate splits);
  *   polish_moves: the splits one layer away from a split that fit, and their stage times
  *   (fasop.partition.polish.move_rows).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
@@ -427,7 +427,7 @@ done:
     return result;
 }
 
-#include "_split_values.h"
+#include "_splits.h"
 
 /* Pipelines of one_f_one_b_many, ordered by stage count, then micro-batch count, then index. */
 typedef struct {
@@ -1230,7 +1230,7 @@ done:
 static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
     {"one_f_one_b_many", py_one_f_one_b_many, METH_VARARGS, one_f_one_b_many_doc},
-    {"split_values", py_split_values, METH_VARARGS, split_values_doc},
+    {"split_ends", py_split_ends, METH_VARARGS, split_ends_doc},
     {"polish_moves", py_polish_moves, METH_VARARGS, polish_moves_doc},
     {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
     {"completion", py_completion, METH_VARARGS, completion_doc},
@@ -1259,8 +1259,8 @@ static struct PyModuleDef module = {
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
  * again, for the proven-split search's cuts; sweep_completion, sweep_at,
  * chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise; 12: branch_and_bound, the partitioner's node
- * loop, fasop/schedule/_node_loop.h; 13: split_values, the proven-split search's step times,
- * fasop/schedule/_split_values.h, and polish_moves; finite_runs, read by completion,
+ * loop, fasop/schedule/_node_loop.h; 13: split_ends, the stage ends of the proven-split search's splits,
+ * fasop/schedule/_splits.h, and polish_moves; finite_runs, read by completion,
  * capped_completion and bottleneck_split). */
 #define API 13
 

@@ -174,7 +174,7 @@ class SplitSearch:
         (the estimator's dp_costs: its table's row, each stage's bus column); made on first use."""
         if self.dp_rows is None:
             self.dp_rows = np.ascontiguousarray(self.e.dp_table(self.plan, self.layout)[
-                :, [int(t.intra_node_shared) for t in self.p.stage_types]])  # rows read by split_values
+                :, [int(t.intra_node_shared) for t in self.p.stage_types]])  # rows read by `evaluate`
         return self.dp_rows
 
     def extra(self, stage0_layers: int) -> float:
@@ -203,13 +203,14 @@ class SplitSearch:
         each split once per plan (every pass starts from the splits of the one before)."""
         if not (new := [s for s in dict.fromkeys(splits) if s not in self.values]):
             pass
-        elif native.kernels is not None:  # the same operations in C (schedule/_split_values.h)
-            out, args = np.empty(len(new), dtype=f32), (np.array(new, dtype=np.int64), self.pp, self.m,
-                                                        self.e.fwd_bwd_factor, self.send_first, self.send_last)
-            native.kernels.split_values(self.fitting, self.fitting.shape[1], *args, self.rows(), self.embedding, out)
-            if not np.isfinite(out).all():  # a split that does not fit (another caller's): every stage time
-                native.kernels.split_values(self.times, self.times.shape[1], *args, self.rows(), self.embedding, out)
-            self.values.update(zip(new, out.tolist()))
+        elif native.kernels is not None:  # the stage ends by the same operations in C (schedule/_splits.h)
+            counts, ends = np.array(new, dtype=np.int64), np.empty((len(new), self.pp))
+            args = (counts, self.pp, self.m, self.e.fwd_bwd_factor, self.sends_fwd[:, 0], self.sends_bwd[:, 0], ends)
+            native.kernels.split_ends(self.fitting, self.fitting.shape[1], *args)
+            if not np.isfinite(ends).all():  # a split that does not fit (another caller's): every stage time
+                native.kernels.split_ends(self.times, self.times.shape[1], *args)
+            step = (ends.astype(f32) + self.rows()[counts[:, 0]]).max(axis=1) + f32(self.embedding)
+            self.values.update(zip(new, step.tolist()))
         else:
             comp = self.stage_compute(new)
             ones = np.ones(len(new))

@@ -1,8 +1,9 @@
-"""The kernel split_values (fasop/schedule/_split_values.h) against SplitSearch.evaluate's numpy
-code (fasop/estimators/fasop2024/optimal.py), bit for bit: the step times of many splits of one
-plan -- the stage times read from the plan's table, split into forward and backward, the 1F1B
-recurrences with FASOP's end sends, FASOP's float32 step time (+ the DP all-reduce by stage 0's
-layers, the embedding's all-reduce)."""
+"""The kernels over one plan's splits (fasop/schedule/_splits.h) against the numpy code they
+replace, bit for bit: split_ends (the stage times of many splits read from the plan's table,
+split into forward and backward, the 1F1B recurrences with the sends) under
+SplitSearch.evaluate (fasop/estimators/fasop2024/optimal.py: then FASOP's float32 step time, + the
+DP all-reduce by stage 0's layers and the embedding's), and polish_moves under
+partition.polish.move_rows."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def _search(seed: int) -> tuple[SplitSearch, list[tuple[int, ...]]]:
 
 @compiled
 @pytest.mark.parametrize("seed", range(40))
-def test_split_values_are_evaluate_numpy(seed, monkeypatch):
+def test_split_ends_give_evaluate_numpys_step_times(seed, monkeypatch):
     """Every split's step time, for batches of 1..10 splits (the kernel runs 4 lanes, padding the
     last group), pp 1..12, micro-batches on both sides of pp, sends or none: the same float32."""
     ours, splits = _search(seed)
@@ -68,18 +69,19 @@ def test_split_values_are_evaluate_numpy(seed, monkeypatch):
 
 
 @compiled
-def test_split_values_rejects_splits_that_leave_the_table():
+def test_split_ends_rejects_splits_that_leave_the_table():
     """A split whose counts do not cover the layers, or a buffer of the wrong size, is a
     ValueError, not a read past a buffer."""
     s, _ = _search(2)
     times, pp = s.every, s.pp
     size = times.shape[1]
-    args = (s.pp, s.m, 3.0, 0.1, 0.1, s.dp_rows, 0.0)
+    sends = (np.zeros(pp), np.zeros(pp))
     with pytest.raises(ValueError, match="sum to size - 1"):
-        native.kernels.split_values(times, size, np.full((1, pp), size, dtype=np.int64), *args,
-                                    np.empty(1, dtype=f32))
-    with pytest.raises(ValueError, match="out"):
-        native.kernels.split_values(times, size, np.ones((1, pp), dtype=np.int64), *args, np.empty(2, dtype=f32))
+        native.kernels.split_ends(times, size, np.full((1, pp), size, dtype=np.int64), pp, s.m, 3.0, *sends,
+                                  np.empty((1, pp)))
+    with pytest.raises(ValueError, match="ends"):
+        native.kernels.split_ends(times, size, np.ones((1, pp), dtype=np.int64), pp, s.m, 3.0, *sends,
+                                  np.empty((2, pp)))
 
 
 @compiled

@@ -1,52 +1,46 @@
-/* split_values: the step times of many layer splits of one plan, as
- * fasop.estimators.fasop2024.optimal.SplitSearch.evaluate computes them with numpy (included by
+/* split_ends: the 1F1B stage ends of many layer splits of one pipeline, as
+ * fasop.schedule.pipeline.one_f_one_b computes them from the splits' stage times (included by
  * _native.c after run_1f1b; the same operations in the same order, so the same bits):
  *
  *   comp[i]  = times[i, e_i, e_{i+1}]            (e: the split's layer boundaries)
  *   F[i]     = comp[i] / k,  B[i] = ((k - 1) comp[i]) / k   (split_stage_times)
- *   SF       = send_first at stage 0, else 0;  SB = send_last at the last stage, else 0
- *   ends     = the 1F1B recurrences (run_1f1b, as one_f_one_b)
- *   value    = max_i (float32(ends[i]) + dp[c_0, i]) + float32(embedding)   (float32 throughout;
- *              numpy's max: a NaN anywhere gives NaN)
- *
- * c_0 is the split's stage-0 layer count (the DP table's row). */
+ *   ends     = the 1F1B recurrences (run_1f1b, as one_f_one_b) with sends SF, SB per stage. */
 
-PyDoc_STRVAR(split_values_doc,
-"split_values(times, size, splits, pp, m, factor, send_first, send_last, dp, embedding, out)\n\n"
-"The step times of n splits (SplitSearch.evaluate's float32 values). times: float64 pp x size x\n"
-"size (C-contiguous); splits: int64 n x pp layer counts (each >= 1, summing to size - 1); dp:\n"
-"float32 rows x pp (row = stage 0's layer count); out: writable float32 n.");
+PyDoc_STRVAR(split_ends_doc,
+"split_ends(times, size, splits, pp, m, factor, send_fwd, send_bwd, ends)\n\n"
+"one_f_one_b of n splits of one pipeline: times float64 pp x size x size (C-contiguous, stage k's\n"
+"seconds of layers a..b-1); splits int64 n x pp layer counts (each >= 1, summing to size - 1);\n"
+"factor: the stage time is factor x its forward (split_stage_times); send_fwd, send_bwd float64 pp;\n"
+"ends: writable float64 n x pp, each split's stage ends.");
 
-static PyObject *py_split_values(PyObject *self, PyObject *args)
+static PyObject *py_split_ends(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer times, splits, dp, out;
+    Py_buffer times, splits, send_fwd, send_bwd, ends;
     int size, pp, m;
-    double factor, send_first, send_last, embedding;
-    if (!PyArg_ParseTuple(args, "y*iy*iidddy*dw*", &times, &size, &splits, &pp, &m, &factor, &send_first,
-                          &send_last, &dp, &embedding, &out))
+    double factor;
+    if (!PyArg_ParseTuple(args, "y*iy*iidy*y*w*", &times, &size, &splits, &pp, &m, &factor, &send_fwd, &send_bwd,
+                          &ends))
         return NULL;
     PyObject *result = NULL;
     sched_t s = {0};
-    if (check_pipeline(pp, m, "split_values") < 0) goto done;
+    if (check_pipeline(pp, m, "split_ends") < 0) goto done;
     const Py_ssize_t n = splits.len / ((Py_ssize_t)pp * (Py_ssize_t)sizeof(int64_t));
-    const Py_ssize_t rows = dp.len / ((Py_ssize_t)pp * (Py_ssize_t)sizeof(float));
     if (size < 2 || check_buffer(&times, (Py_ssize_t)pp * size * size, sizeof(double), "times") < 0 ||
         check_buffer(&splits, n * pp, sizeof(int64_t), "splits") < 0 ||
-        check_buffer(&dp, rows * pp, sizeof(float), "dp") < 0 || check_buffer(&out, n, sizeof(float), "out") < 0)
+        check_buffer(&send_fwd, pp, sizeof(double), "send_fwd") < 0 ||
+        check_buffer(&send_bwd, pp, sizeof(double), "send_bwd") < 0 ||
+        check_buffer(&ends, n * pp, sizeof(double), "ends") < 0)
         goto done;
     const int64_t *counts = splits.buf;
     for (Py_ssize_t r = 0; r < n; r++) {  /* every read below stays inside the buffers */
         int64_t edge = 0;
-        for (int i = 0; i < pp; i++) {
+        for (int i = 0; i < pp && edge >= 0; i++) {
             const int64_t c = counts[r * pp + i];
-            if (c < 1 || edge + c > size - 1) edge = -1;
-            if (edge < 0) break;
-            edge += c;
+            edge = c >= 1 && edge + c <= size - 1 ? edge + c : -1;
         }
-        if (edge != size - 1 || counts[r * pp] >= rows) {
-            PyErr_SetString(PyExc_ValueError, "split_values: a split's counts must be >= 1, sum to size - 1 "
-                            "and its stage 0 count index a row of dp");
+        if (edge != size - 1) {
+            PyErr_SetString(PyExc_ValueError, "split_ends: a split's counts must be >= 1 and sum to size - 1");
             goto done;
         }
     }
@@ -55,10 +49,8 @@ static PyObject *py_split_values(PyObject *self, PyObject *args)
         goto done;
     }
     s.m = m;
-    const double *t = times.buf;
-    const float *d = dp.buf;
-    float *o = out.buf;
-    const float embedding32 = (float)embedding;
+    const double *t = times.buf, *sf = send_fwd.buf, *sb = send_bwd.buf;
+    double *out = ends.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k0 = 0; k0 < n; k0 += LANES) {
         for (int l = 0; l < LANES; l++) {  /* lanes past the last split repeat it, unread */
@@ -69,21 +61,14 @@ static PyObject *py_split_values(PyObject *self, PyObject *args)
                 const double comp = t[((size_t)i * (size_t)size + (size_t)a) * (size_t)size + (size_t)b];
                 s.dur[i].v[l] = comp / factor;
                 s.dur[pp + i].v[l] = ((factor - 1.0) * comp) / factor;
-                s.dur[2 * pp + i].v[l] = i == 0 ? send_first : 0.0;
-                s.dur[3 * pp + i].v[l] = i == pp - 1 ? send_last : 0.0;
+                s.dur[2 * pp + i].v[l] = sf[i];
+                s.dur[3 * pp + i].v[l] = sb[i];
                 a = b;
             }
         }
         run_1f1b(&s);
-        for (int l = 0; l < LANES && k0 + l < n; l++) {
-            const float *row = d + counts[(k0 + l) * pp] * pp;
-            float most = (float)s.ends[0].v[l] + row[0];
-            for (int i = 1; i < pp && !isnan(most); i++) {
-                const float v = (float)s.ends[i].v[l] + row[i];
-                if (isnan(v) || v > most) most = v;
-            }
-            o[k0 + l] = most + embedding32;
-        }
+        for (int l = 0; l < LANES && k0 + l < n; l++)
+            for (int i = 0; i < pp; i++) out[(k0 + l) * pp + i] = s.ends[i].v[l];
     }
     Py_END_ALLOW_THREADS
     result = Py_None;
@@ -92,8 +77,9 @@ done:
     sched_free(&s);
     PyBuffer_Release(&times);
     PyBuffer_Release(&splits);
-    PyBuffer_Release(&dp);
-    PyBuffer_Release(&out);
+    PyBuffer_Release(&send_fwd);
+    PyBuffer_Release(&send_bwd);
+    PyBuffer_Release(&ends);
     return result;
 }
 
