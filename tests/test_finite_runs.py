@@ -110,3 +110,27 @@ def test_first_layers_from_the_runs_are_those_from_the_times(seed):
     sends = {"send_fwd": np.full(len(times), 0.05), "send_bwd": np.full(len(times), 0.07)}
     assert (sweep_completion(times, m, fwd_bwd_factor=3.0, runs=runs, **sends).tobytes()
             == sweep_completion(times, m, fwd_bwd_factor=3.0, **sends).tobytes())
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(20))
+def test_fit_table_is_numpys_masked_stack_and_its_runs(seed):
+    """The kernel fit_table (SplitSearch's table of the stage times that fit): the planes of each
+    stage stacked, inf where need > the stage's limit (numpy's where(~(need > limits), ...)), NaN
+    needs fitting as in numpy, and finite_runs of the result."""
+    rng = np.random.default_rng(8800 + seed)
+    size = int(rng.integers(3, 30))
+    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    table = np.where(b > a, rng.uniform(0.1, 2.0, (4, size, size)), np.inf)
+    pp = int(rng.integers(1, 9))
+    planes = rng.integers(0, 4, pp)
+    need = np.where(b > a, (b - a) * rng.uniform(0.5, 1.5, (size, size)), 0.0)
+    need[rng.uniform(size=need.shape) < 0.02] = np.nan
+    limits = rng.uniform(1.0, size, pp)
+    fitting, runs = np.empty((pp, size, size)), np.empty((pp, size, 2), dtype=np.int64)
+    native.kernels.fit_table(table, size, planes.astype(np.int64), need, limits, fitting, runs)
+    want = np.where(~(need[None] > limits[:, None, None]), np.stack([table[p] for p in planes]), np.inf)
+    assert fitting.tobytes() == want.tobytes()
+    assert runs.tobytes() == finite_runs(want).tobytes()
+    with pytest.raises(ValueError, match="plane outside"):
+        native.kernels.fit_table(table, size, np.array([4] * pp, dtype=np.int64), need, limits, fitting, runs)

@@ -14,7 +14,8 @@
  * - split_ends: one_f_one_b of many layer splits of one pipeline, their stage times read from a
  *   table of stage times by first and last layer (the proven-split search's candidate splits);
  *   polish_moves: the splits one layer away from a split that fit, and their stage times
- *   (fasop.partition.polish.move_rows).
+ *   (fasop.partition.polish.move_rows); fit_table: a plan's stage times where its layers fit, with
+ *   their finite runs (fasop.estimators.fasop2024.optimal.SplitSearch._tables).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
  *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima, reading
  *   only where finite_runs found the stage times finite;
@@ -1232,6 +1233,7 @@ static PyMethodDef methods[] = {
     {"one_f_one_b_many", py_one_f_one_b_many, METH_VARARGS, one_f_one_b_many_doc},
     {"split_ends", py_split_ends, METH_VARARGS, split_ends_doc},
     {"polish_moves", py_polish_moves, METH_VARARGS, polish_moves_doc},
+    {"fit_table", py_fit_table, METH_VARARGS, fit_table_doc},
     {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
     {"completion", py_completion, METH_VARARGS, completion_doc},
     {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},

@@ -143,3 +143,69 @@ done:
     PyBuffer_Release(&stage_times);
     return result;
 }
+
+/* fit_table: one plan's stage times where its layers fit, inf elsewhere, and partition's
+ * finite_runs of them, in one pass: fitting[k][a][b] = need[a][b] > limits[k] ? inf :
+ * table[planes[k]][a][b] (numpy's where(~(need > limits), times, inf) with times the stack of
+ * the planes: the same values), runs as finite_runs. */
+
+PyDoc_STRVAR(fit_table_doc,
+"fit_table(table, size, planes, need, limits, fitting, runs)\n\n"
+"table float64 P x size x size (stage times by first and last layer, one plane per kind of stage);\n"
+"planes int64 pp (each < P); need float64 size x size; limits float64 pp; fitting (float64 pp x size\n"
+"x size) and runs (int64 pp x size x 2, finite_runs') writable.");
+
+static PyObject *py_fit_table(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer table, planes, need, limits, fitting, runs;
+    int size;
+    if (!PyArg_ParseTuple(args, "y*iy*y*y*w*w*", &table, &size, &planes, &need, &limits, &fitting, &runs)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t pp = planes.len / (Py_ssize_t)sizeof(int64_t);
+    const Py_ssize_t plane = (Py_ssize_t)size * size, count = size > 0 ? table.len / (Py_ssize_t)sizeof(double) / plane : 0;
+    if (size < 1 || pp < 1 || check_buffer(&table, count * plane, sizeof(double), "table") < 0 ||
+        check_buffer(&planes, pp, sizeof(int64_t), "planes") < 0 ||
+        check_buffer(&need, plane, sizeof(double), "need") < 0 || check_buffer(&limits, pp, sizeof(double), "limits") < 0 ||
+        check_buffer(&fitting, pp * plane, sizeof(double), "fitting") < 0 ||
+        check_buffer(&runs, 2 * pp * size, sizeof(int64_t), "runs") < 0)
+        goto done;
+    const int64_t *p = planes.buf;
+    for (Py_ssize_t k = 0; k < pp; k++)
+        if (p[k] < 0 || p[k] >= count) {
+            PyErr_SetString(PyExc_ValueError, "fit_table: a plane outside the table");
+            goto done;
+        }
+    const double *t = table.buf, *nd = need.buf, *lim = limits.buf;
+    double *out = fitting.buf;
+    int64_t *r = runs.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < pp; k++) {
+        const double *src = t + (size_t)p[k] * (size_t)plane, limit = lim[k];
+        for (Py_ssize_t a = 0; a < size; a++) {
+            double *row = out + ((size_t)k * (size_t)size + (size_t)a) * (size_t)size;
+            const double *from = src + (size_t)a * (size_t)size, *over = nd + (size_t)a * (size_t)size;
+            Py_ssize_t lo = 0, hi = 0;
+            for (Py_ssize_t b = 0; b < size; b++) {
+                row[b] = over[b] > limit ? INFINITY : from[b];
+                if (isfinite(row[b])) {
+                    if (hi == 0) lo = b;
+                    hi = b + 1;
+                }
+            }
+            r[2 * ((size_t)k * (size_t)size + (size_t)a)] = lo;
+            r[2 * ((size_t)k * (size_t)size + (size_t)a) + 1] = hi;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&planes);
+    PyBuffer_Release(&need);
+    PyBuffer_Release(&limits);
+    PyBuffer_Release(&fitting);
+    PyBuffer_Release(&runs);
+    return result;
+}

@@ -12,7 +12,7 @@ from functools import partial
 
 import numpy as np
 
-from fasop.costs.memory import stage_fit_mask
+from fasop.costs.memory import stage_need
 from fasop.estimators.fasop2024.batch import Prepared
 from fasop.estimators.fasop2024.memory import PARAM_BYTES
 from fasop.partition.milp import certify
@@ -127,8 +127,8 @@ class SplitSearch:
         self.embedding = float(self.layout.embedding_s)
         self.sends_fwd, self.sends_bwd = np.zeros((self.pp, 1)), np.zeros((self.pp, 1))
         self.sends_fwd[0], self.sends_bwd[self.pp - 1] = self.send_first, self.send_last  # p2p-ends-only
-        self.fitting, self.tables, self.oom_tables = self._tables(recent)
         self.every: np.ndarray | None = None  # `times`
+        self.fitting, self.tables, self.oom_tables = self._tables(recent)
         self.dp_rows: np.ndarray | None = None  # `rows`
         self.extras: dict[int, float] = {}
         self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
@@ -161,10 +161,16 @@ class SplitSearch:
         if key in recent:
             recent.move_to_end(key)
         else:
-            fitting = np.stack([c.matrix for c in self.p.costs])
-            fits = stage_fit_mask(plan, self.e.model, self.e.cluster, layout.limits, param_bytes=PARAM_BYTES)
-            np.copyto(fitting, np.inf, where=~fits)
-            recent[key] = (fitting, {}, {})
+            need = stage_need(plan, self.e.model, self.e.cluster, param_bytes=PARAM_BYTES)
+            if native.kernels is not None:  # stacked, masked and its finite runs found in one pass in C
+                planes = self.e.compute.planes([(t.gpu, plan.tp, plan.mbs) for t in self.p.stage_types])
+                fitting, runs = np.empty((self.pp,) + need.shape), np.empty((self.pp, len(need), 2), dtype=np.int64)
+                native.kernels.fit_table(self.e.compute.table, len(need), np.array(planes, dtype=np.int64), need,
+                                         np.array(layout.limits, dtype=float), fitting, runs)
+                recent[key] = (fitting, {"runs": runs}, {})  # partition.finite_runs' key
+            else:
+                fitting = np.where(~(need[None] > np.array(layout.limits)[:, None, None]), self.times, np.inf)
+                recent[key] = (fitting, {}, {})
             while len(recent) > max(1, min(RECENT_SHAPES, RECENT_BYTES // (2 * fitting.nbytes))):
                 recent.popitem(last=False)
         return recent[key]
