@@ -4,8 +4,9 @@ them, and `fasop pareto` on FASOP's Pareto experiment (defaults with --workers 1
 choices), each a fresh interpreter, with
 
 - `all`: every kernel the build has;
-- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many, split_ends) in Python
-  (schedule.py, fasop2024_plans.py and fasop2024/optimal.py read `native.kernels` as None);
+- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many, split_ends) in Python, and with
+  them SplitSearch's table (fit_table) (schedule.py, fasop2024_plans.py and fasop2024/optimal.py
+  read `native.kernels` as None);
 - `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split,
   finite_runs) in Python (partition_tables.py reads None);
 - `no-loop`: the proven-split search's node loop (branch_and_bound) in Python, each node's bounds
