@@ -13,4 +13,7 @@ LICENSE = "Apache-2.0"
 license_field = ({"license_expression": LICENSE} if int(setuptools.__version__.split(".")[0]) >= 77
                  else {"license": LICENSE})
 
-setup(ext_modules=[Extension("_fasop_native", ["fasop/schedule/_native.c"], depends=["fasop/schedule/_one_f_one_b.h", "fasop/schedule/_node_loop.h"], optional=True)], **license_field)
+HEADERS = ["fasop/schedule/_one_f_one_b.h", "fasop/schedule/_node_loop.h", "fasop/schedule/_splits.h"]
+
+setup(ext_modules=[Extension("_fasop_native", ["fasop/schedule/_native.c"], depends=HEADERS, optional=True)],
+      **license_field)

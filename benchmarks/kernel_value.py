@@ -4,16 +4,17 @@ them, and `fasop pareto` on FASOP's Pareto experiment (defaults with --workers 1
 choices), each a fresh interpreter, with
 
 - `all`: every kernel the build has;
-- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many) in Python (schedule.py and
-  fasop2024_plans.py read `native.kernels` as None);
-- `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split) in
-  Python (partition_tables.py reads None);
+- `no-1f1b`: the 1F1B recurrences (one_f_one_b, one_f_one_b_many, split_ends) in Python, and with
+  them SplitSearch's table (fit_table) (schedule.py, fasop2024_plans.py and fasop2024/optimal.py
+  read `native.kernels` as None);
+- `no-tables`: the partitioner's tables (completion, capped_completion, bottleneck_split,
+  finite_runs) in Python (partition_tables.py reads None);
 - `no-loop`: the proven-split search's node loop (branch_and_bound) in Python, each node's bounds
   still compiled (partition/compiled.py's ENABLED False);
-- `no-bounds`: the proven-split search's node loop, node bounds and sweep tables (sweep_completion,
-  sweep_at, chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise) in Python
-  (partition/compiled.py off; schedule/bounds.py, schedule/reverse_sweep.py, partition/zigzag.py
-  and partition/splits.py read None; the traced run, one_f_one_b_traced, goes with `no-1f1b`);
+- `no-bounds`: the proven-split search's node loop, node bounds, sweep tables and polish's moves
+  (sweep_completion, sweep_at, chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise,
+  polish_moves) in Python (partition/compiled.py off; schedule/bounds.py, schedule/reverse_sweep.py,
+  partition/zigzag.py, partition/polish.py and partition/splits.py read None; the traced run, one_f_one_b_traced, goes with `no-1f1b`);
 - `python`: no kernel (FASOP_PURE_PYTHON=1);
 - `baseline` (with --baseline PATH): another checkout, its own kernels; `baseline-python`: that
   checkout with no kernel (FASOP_PURE_PYTHON=1), to compare the Python fallbacks.
@@ -62,16 +63,18 @@ import fasop
 assert fasop.__file__.startswith(tree), fasop.__file__
 import fasop.partition.tables, fasop.schedule.pipeline
 if "1f1b" in off:
-    import fasop.estimators.fasop2024.plans as plans
-    fasop.schedule.pipeline.native = plans.native = types.SimpleNamespace(kernels=None)
+    import fasop.estimators.fasop2024.optimal as optimal, fasop.estimators.fasop2024.plans as plans
+    fasop.schedule.pipeline.native = plans.native = optimal.native = types.SimpleNamespace(kernels=None)
 if "tables" in off:
     fasop.partition.tables.native = types.SimpleNamespace(kernels=None)
 if "bounds" in off or "loop" in off:
     import fasop.partition.compiled
     fasop.partition.compiled.ENABLED = False
 if "bounds" in off:
-    import fasop.partition.splits, fasop.partition.zigzag, fasop.schedule.bounds, fasop.schedule.reverse_sweep
-    for module in (fasop.partition.splits, fasop.partition.zigzag, fasop.schedule.bounds, fasop.schedule.reverse_sweep):
+    import fasop.partition.polish, fasop.partition.splits, fasop.partition.zigzag, fasop.schedule.bounds
+    import fasop.schedule.reverse_sweep
+    for module in (fasop.partition.polish, fasop.partition.splits, fasop.partition.zigzag, fasop.schedule.bounds,
+                   fasop.schedule.reverse_sweep):
         module.native = types.SimpleNamespace(kernels=None)
 from fasop.cli.command import main
 sys.exit(main(sys.argv[3:]))

@@ -78,10 +78,16 @@ def stage_fit_mask(plan: Plan, model: ModelSpec, cluster: ClusterSpec, limits: S
                    param_bytes: ParamBytes) -> np.ndarray:
     """mask[i, a, b]: do layers a..b-1 fit on stage i under limits[i] (bytes; without ZeRO)?
     Shape (pp, L+1, L+1); the same sums and test as `estimate_memory`."""
-    params, act = element_tables(plan, model)
-    need = cluster.memory_overhead_factor * (param_bytes.full * params + act)
+    need = stage_need(plan, model, cluster, param_bytes=param_bytes)
     limits = np.array(limits)
     return ~(need[None, :, :] > limits[:, None, None])
+
+
+def stage_need(plan: Plan, model: ModelSpec, cluster: ClusterSpec, *, param_bytes: ParamBytes) -> np.ndarray:
+    """need[a, b]: the bytes layers a..b-1 take on a stage (without ZeRO), which `stage_fit_mask`
+    compares with each stage's limit."""
+    params, act = element_tables(plan, model)
+    return cluster.memory_overhead_factor * (param_bytes.full * params + act)
 
 
 def element_tables(plan: Plan, model: ModelSpec) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fasop.partition.splits import Evaluate
+from fasop.schedule import native
 
 POLISH_ROUNDS = 64
 """Most rounds of `polish` (each evaluates every one-layer move at once); measured on FASOP's
@@ -27,8 +28,14 @@ def moves(split: tuple[int, ...], times: np.ndarray) -> list[tuple[int, ...]]:
 
 def move_rows(split: tuple[int, ...], times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(counts, stage times): `moves` as rows of layer counts, in its order, and each one's stage
-    times (row r, stage k: times[k, a, b] of its layers a..b-1)."""
+    times (row r, stage k: times[k, a, b] of its layers a..b-1). In C where the kernels are built
+    (polish_moves: the same rows, the same copied times)."""
     n = len(split)
+    if native.kernels is not None and n > 1:
+        counts, stage_times = np.empty((n * (n - 1), n), dtype=np.int64), np.empty((n * (n - 1), n))
+        rows = native.kernels.polish_moves(np.array(split, dtype=np.int64), np.ascontiguousarray(times, dtype=float),
+                                           times.shape[1], counts, stage_times)
+        return counts[:rows], stage_times[:rows]
     i, j = _pairs(n)
     counts = np.tile(np.array(split), (len(i), 1))
     counts[np.arange(len(i)), i] -= 1

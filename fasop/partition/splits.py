@@ -18,7 +18,7 @@ import numpy as np
 from fasop.partition import compiled
 from fasop.partition.tables import (  # noqa: F401 -- re-exported: callers import them from here
     CAP_RANGE, CHAIN_LEVELS, PARTITION_CAPS, bottleneck_split, capped_completion, capped_sums, chain_floor, completion,
-    least_chain, least_completions, steady_caps, weighted_times)
+    finite_runs, least_chain, least_completions, steady_caps, weighted_times)
 from fasop.schedule import native
 
 PARTITIONERS = ("fasop-minmax", "optimal")
@@ -189,7 +189,7 @@ class _Search:
     def table(self, weights: np.ndarray, largest: bool = False) -> np.ndarray:
         key = ("completion", weights.tobytes(), largest)
         if key not in self.shared:
-            self.shared[key] = completion(self.times, weights, largest)
+            self.shared[key] = completion(self.times, weights, largest, finite_runs(self.times, self.shared))
         return self.shared[key]
 
     def capped_tables(self, stage_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -197,7 +197,7 @@ class _Search:
         if "capped" not in self.shared:
             least = float(self.least_wmax[0, 0])
             caps = steady_caps(least, CAP_RANGE * least, PARTITION_CAPS)
-            self.shared["capped"] = (capped_completion(self.times, stage_weights, caps),
+            self.shared["capped"] = (capped_completion(self.times, stage_weights, caps, finite_runs(self.times, self.shared)),
                                      np.concatenate([[0.0], caps[:-1]]))
         return self.shared["capped"]
 
@@ -279,7 +279,7 @@ class _Search:
             if not any(np.array_equal(w, row) for row in self.cut_w):
                 self.cut_w = np.vstack([self.cut_w, w])
                 self.cut_c = np.append(self.cut_c, const)
-                self.cut_tables = np.concatenate([self.cut_tables, completion(self.times, w)[None]], axis=0)
+                self.cut_tables = np.concatenate([self.cut_tables, completion(self.times, w, runs=finite_runs(self.times, self.shared))[None]], axis=0)
 
     def hopeless(self, value: float) -> bool:
         if self.settle:
@@ -292,7 +292,7 @@ class _Search:
     def seed(self, seeds: Sequence[tuple[int, ...]]) -> None:
         """Evaluate the seeds that fit and the bottleneck-balanced split."""
         if (balanced := self.shared.get("balanced", ())) == ():
-            balanced = self.shared["balanced"] = bottleneck_split(self.times)
+            balanced = self.shared["balanced"] = bottleneck_split(self.times, finite_runs(self.times, self.shared))
         seeds = [s for s in dict.fromkeys([tuple(s) for s in seeds] + ([balanced] if balanced else []))
                  if len(s) == self.n]
         edges = np.array([boundaries(s) for s in seeds], dtype=np.intp).reshape(len(seeds), self.n + 1)

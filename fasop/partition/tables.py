@@ -3,7 +3,8 @@ the plan bounds use: least completions of a partial split (sums, largest stage, 
 weighted stage, sums under caps on the largest weighted stage), the coupled chain floor, and the
 bottleneck-balanced split. times[k, a, b]: seconds of layers a..b-1 on stage k, inf where b <= a
 or they do not fit that stage's memory (partition.optimal). In C where the compiled kernels are
-built (fasop/schedule/_native.c: completion, capped_completion, bottleneck_split), the same operations.
+built (fasop/schedule/_native.c: completion, capped_completion, bottleneck_split), the same operations;
+there each reads only where `finite_runs` says a stage's times are finite (the same values).
 """
 
 from __future__ import annotations
@@ -12,15 +13,34 @@ import numpy as np
 
 from fasop.schedule import native
 
+_NO_RUNS = np.zeros(0, dtype=np.int64)
+
+
+def finite_runs(times: np.ndarray, shared: dict | None = None) -> np.ndarray | None:
+    """runs[k, a] = [the first b where times[k, a, b] is finite, the last one + 1) ([0, 0):
+    none), for the compiled tables: they read only those entries (every other one is inf or
+    nan, which they skip: the same values); kept in `shared` (a search's tables over this
+    `times`). None without the kernels."""
+    if native.kernels is None:
+        return None
+    if shared is not None and "runs" in shared:
+        return shared["runs"]
+    n, size, _ = times.shape
+    runs = np.empty((n, size, 2), dtype=np.int64)
+    native.kernels.finite_runs(np.ascontiguousarray(times, dtype=float), n, size, runs)
+    if shared is not None:
+        shared["runs"] = runs
+    return runs
+
 
 def least_completions(times: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, float, float]:
     """(least sum of stage times, least largest stage time, least largest weighted stage time
     weights[i] x t_i) over all splits; times as in `optimal` (the three minima may come from
     different splits). Without weights the third is 0."""
     times = np.ascontiguousarray(times, dtype=float)  # once, not per table (a broadcast stack is copied)
-    ones = np.ones(len(times))
-    return (float(completion(times, ones)[0, 0]), float(completion(times, ones, largest=True)[0, 0]),
-            float(completion(times, ones * 0 if weights is None else weights, largest=True)[0, 0]))
+    ones, runs = np.ones(len(times)), finite_runs(times)
+    return (float(completion(times, ones, runs=runs)[0, 0]), float(completion(times, ones, True, runs)[0, 0]),
+            float(completion(times, ones * 0 if weights is None else weights, True, runs)[0, 0]))
 
 
 PARTITION_CAPS, CAP_RANGE = 8, 3.0
@@ -58,15 +78,17 @@ def capped_sums(times: np.ndarray, weights: np.ndarray, caps: np.ndarray) -> np.
     return capped_completion(times, weights, caps)[:, 0, 0]
 
 
-def capped_completion(times: np.ndarray, weights: np.ndarray, caps: np.ndarray) -> np.ndarray:
+def capped_completion(times: np.ndarray, weights: np.ndarray, caps: np.ndarray,
+                      runs: np.ndarray | None = None) -> np.ndarray:
     """table[j, k, l] = least sum of stage times over the splits of layers l.. into stages k..
-    whose every weights[i] t_i <= caps[j]; times as in `optimal`."""
+    whose every weights[i] t_i <= caps[j]; times as in `optimal`, runs its `finite_runs`."""
     n, size, _ = times.shape
     if native.kernels is not None:  # the same operations per entry in C (no (caps, size, size) temporaries)
         table = np.empty((len(caps), n + 1, size))
         native.kernels.capped_completion(np.ascontiguousarray(times, dtype=float), n, size,
                                          np.ascontiguousarray(weights, dtype=float),
-                                         np.ascontiguousarray(caps, dtype=float), table)
+                                         np.ascontiguousarray(caps, dtype=float),
+                                         _NO_RUNS if runs is None else runs, table)
         return table
     table = np.full((len(caps), n + 1, size), np.inf)
     table[:, n, size - 1] = 0.0
@@ -93,14 +115,17 @@ def weighted_times(times: np.ndarray, weight: float) -> np.ndarray:
     return np.where(np.isfinite(times), 0.0, np.inf)
 
 
-def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False) -> np.ndarray:
+def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False,
+               runs: np.ndarray | None = None) -> np.ndarray:
     """table[k, l] = least, over the splits of layers l.. into stages k.., of the sum (or with
-    `largest` the largest) of weights[i] x stage time; times as in `optimal`."""
+    `largest` the largest) of weights[i] x stage time; times as in `optimal`, runs its
+    `finite_runs` (read by the kernel)."""
     n, size, _ = times.shape
     if native.kernels is not None:  # the same operations per entry in C
         table = np.empty((n + 1, size))
         native.kernels.completion(np.ascontiguousarray(times, dtype=float), n, size,
-                                  np.ascontiguousarray(weights, dtype=float), largest, table)
+                                  np.ascontiguousarray(weights, dtype=float), largest,
+                                  _NO_RUNS if runs is None else runs, table)
         return table
     table = np.full((n + 1, size), np.inf)
     table[n, size - 1] = 0.0
@@ -113,15 +138,16 @@ def completion(times: np.ndarray, weights: np.ndarray, largest: bool = False) ->
     return table
 
 
-def bottleneck_split(times: np.ndarray) -> tuple[int, ...] | None:
+def bottleneck_split(times: np.ndarray, runs: np.ndarray | None = None) -> tuple[int, ...] | None:
     """A split minimising the largest stage time, by dynamic programming over (stage, first
     layer); among the suffixes with the same largest time the one with the smaller sum (a
     heuristic tie-break, not the least sum overall). None when no split fits. A seed for
-    `optimal`; times as there."""
+    `optimal`; times as there, runs its `finite_runs`."""
     n, size, _ = times.shape
     if native.kernels is not None:  # the same operations and choices in C
         counts = np.empty(n, dtype=np.int64)
-        found = native.kernels.bottleneck_split(np.ascontiguousarray(times, dtype=float), n, size, counts)
+        found = native.kernels.bottleneck_split(np.ascontiguousarray(times, dtype=float), n, size,
+                                                _NO_RUNS if runs is None else runs, counts)
         return tuple(counts.tolist()) if found else None
     last = size - 1
     best = np.full((n + 1, size, 2), np.inf)  # (max, sum) of stages k.. covering layers l..

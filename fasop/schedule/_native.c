@@ -11,8 +11,14 @@
  *   (pp, m) in one call.
  * - one_f_one_b_traced: one pipeline's run that also returns the critical path of stage 0's end
  *   (fasop.schedule.pipeline.critical_path: the proven-split search's cuts).
+ * - split_ends: one_f_one_b of many layer splits of one pipeline, their stage times read from a
+ *   table of stage times by first and last layer (the proven-split search's candidate splits);
+ *   polish_moves: the splits one layer away from a split that fit, and their stage times
+ *   (fasop.partition.polish.move_rows); fit_table: a plan's stage times where its layers fit, with
+ *   their finite runs (fasop.estimators.fasop2024.optimal.SplitSearch._tables).
  * - completion, capped_completion, bottleneck_split: the layer partitioner's dynamic programmes
- *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima;
+ *   over (stage, first layer) (fasop.partition.splits), sums, maxima and exact minima, reading
+ *   only where finite_runs found the stage times finite;
  *   sweep_completion: the backward sweep's table (fasop.schedule.bounds), the same kind;
  *   sweep_at: that sweep's bound at one node of the partitioner's search (SweepBound.at);
  *   chain_terms, chain_bounds: one_f_one_b_bound's chains at a node (fasop.schedule.bounds);
@@ -219,6 +225,29 @@ static void run_traced(trace_t *s)
 
 #define T3(k, a, b) times[((size_t)(k) * (size_t)size + (size_t)(a)) * (size_t)size + (size_t)(b)]
 
+/* finite_runs: runs[2 (k size + a)], runs[2 (k size + a) + 1] = the first b where times[k][a][b] is
+ * finite and the last one + 1 (0, 0: none). The tables below read only the b in that range when
+ * given it (runs, else NULL: every b): every entry outside is inf or NaN, which each of them
+ * skips, so the values are the same; a search's tables over one `times` share one scan. */
+static void finite_runs(const double *times, int n, Py_ssize_t size, int64_t *runs)
+{
+    for (int k = 0; k < n; k++)
+        for (Py_ssize_t a = 0; a < size; a++) {
+            Py_ssize_t lo = 0, hi = 0;
+            for (Py_ssize_t b = 0; b < size; b++)
+                if (isfinite(T3(k, a, b))) {
+                    if (hi == 0) lo = b;
+                    hi = b + 1;
+                }
+            runs[2 * ((size_t)k * (size_t)size + (size_t)a)] = lo;
+            runs[2 * ((size_t)k * (size_t)size + (size_t)a) + 1] = hi;
+        }
+}
+
+/* The range of b that (k, a)'s loops read: `finite_runs`', or every b without runs. */
+#define B_LO(k, a) (runs ? (Py_ssize_t)runs[2 * ((size_t)(k) * (size_t)size + (size_t)(a))] : 0)
+#define B_HI(k, a) (runs ? (Py_ssize_t)runs[2 * ((size_t)(k) * (size_t)size + (size_t)(a)) + 1] : size)
+
 /* partition._weighted: w x t; w == 1: t; w == 0: 0 where t is finite (0 x inf would be nan). */
 static inline double weighted_time(double t, double w)
 {
@@ -230,7 +259,7 @@ static inline double weighted_time(double t, double w)
 /* partition.completion: table[k][a] = least over the splits of layers a.. into stages k.. of the
  * sum (largest: the largest) of weights[i] x stage time; table (n + 1) x size. */
 static void completion_table(const double *times, int n, Py_ssize_t size, const double *weights, int largest,
-                             double *table)
+                             const int64_t *runs, double *table)
 {
     for (Py_ssize_t q = 0; q < (Py_ssize_t)(n + 1) * size; q++) table[q] = INFINITY;
     table[(size_t)n * (size_t)size + (size_t)(size - 1)] = 0.0;
@@ -239,7 +268,7 @@ static void completion_table(const double *times, int n, Py_ssize_t size, const 
         double *row = table + (size_t)k * (size_t)size;
         for (Py_ssize_t a = 0; a < size; a++) {
             double least = INFINITY;
-            for (Py_ssize_t b = 0; b < size; b++) {
+            for (Py_ssize_t b = B_LO(k, a), hi = B_HI(k, a); b < hi; b++) {
                 const double t = T3(k, a, b);
                 if (!isfinite(t)) continue;  /* x inf or NaN: v never below `least` */
                 const double x = weighted_time(t, w);
@@ -256,7 +285,7 @@ static void completion_table(const double *times, int n, Py_ssize_t size, const 
  * J x (n + 1) x size. Each entry's weighted time is compared with every cap in turn (minima are
  * exact: the order they are taken in changes no bit). */
 static void capped_table(const double *times, int n, Py_ssize_t size, const double *weights, const double *caps,
-                         Py_ssize_t J, double *table)
+                         Py_ssize_t J, const int64_t *runs, double *table)
 {
     const size_t plane = (size_t)(n + 1) * (size_t)size;
     for (size_t q = 0; q < (size_t)J * plane; q++) table[q] = INFINITY;
@@ -265,7 +294,8 @@ static void capped_table(const double *times, int n, Py_ssize_t size, const doub
         const double w = weights[k];
         for (Py_ssize_t a = 0; a < size; a++) {
             double *least = table + (size_t)k * (size_t)size + (size_t)a;  /* + j * plane: cap j's, from inf */
-            for (Py_ssize_t b = 0; b < size; b++) {
+            const Py_ssize_t lo = B_LO(k, a), hi = B_HI(k, a);
+            for (Py_ssize_t b = lo; b < hi; b++) {
                 const double t = T3(k, a, b);
                 if (!isfinite(t)) continue;  /* x inf or NaN: above every cap */
                 const double x = weighted_time(t, w);
@@ -283,8 +313,8 @@ static void capped_table(const double *times, int n, Py_ssize_t size, const doub
 /* partition.bottleneck_split: a split minimising the largest stage time, among the suffixes of
  * the same largest the one of least sum, then the first stop; counts (n) written, 0 when no
  * split fits. most, sum: (n + 1) x size scratch; stop: n x size. */
-static int bottleneck_counts(const double *times, int n, Py_ssize_t size, double *most, double *sum, int64_t *stop,
-                             int64_t *counts)
+static int bottleneck_counts(const double *times, int n, Py_ssize_t size, const int64_t *runs, double *most,
+                             double *sum, int64_t *stop, int64_t *counts)
 {
     for (Py_ssize_t q = 0; q < (Py_ssize_t)(n + 1) * size; q++) most[q] = sum[q] = INFINITY;
     for (Py_ssize_t q = 0; q < (Py_ssize_t)n * size; q++) stop[q] = 0;
@@ -292,8 +322,9 @@ static int bottleneck_counts(const double *times, int n, Py_ssize_t size, double
     for (int k = n - 1; k >= 0; k--) {
         const double *next_most = most + (size_t)(k + 1) * (size_t)size, *next_sum = sum + (size_t)(k + 1) * (size_t)size;
         for (Py_ssize_t a = 0; a < size; a++) {
-            double lowest = INFINITY;
-            for (Py_ssize_t b = 0; b < size; b++) {
+            double lowest = INFINITY;  /* an inf or NaN time gives x inf or NaN: never below it */
+            const Py_ssize_t lo = B_LO(k, a), hi = B_HI(k, a);
+            for (Py_ssize_t b = lo; b < hi; b++) {
                 const double x = mx(T3(k, a, b), next_most[b]);
                 if (x < lowest) lowest = x;
             }
@@ -301,7 +332,7 @@ static int bottleneck_counts(const double *times, int n, Py_ssize_t size, double
             /* numpy's argmin of (total where the largest is lowest, else inf): the first least */
             Py_ssize_t best = 0;
             double least = INFINITY;
-            for (Py_ssize_t b = 0; b < size; b++) {
+            for (Py_ssize_t b = lo; b < hi; b++) {  /* lowest is finite: never equal outside */
                 const double t = T3(k, a, b);
                 if (mx(t, next_most[b]) != lowest) continue;
                 const double total = t + next_sum[b];
@@ -325,6 +356,8 @@ static int bottleneck_counts(const double *times, int n, Py_ssize_t size, double
     return 1;
 }
 
+#undef B_LO
+#undef B_HI
 #undef T3
 
 /* ------------------------------------------------------------------------------ Python */
@@ -394,6 +427,8 @@ done:
     PyBuffer_Release(&ends);
     return result;
 }
+
+#include "_splits.h"
 
 /* Pipelines of one_f_one_b_many, ordered by stage count, then micro-batch count, then index. */
 typedef struct {
@@ -560,6 +595,51 @@ static int check_stage_times(const Py_buffer *times, int n, Py_ssize_t size, con
     }
     if (check_buffer(times, (Py_ssize_t)n * size * size, sizeof(double), "times") < 0) return -1;
     return weights ? check_buffer(weights, n, sizeof(double), "weights") : 0;
+}
+
+/* A runs buffer (finite_runs) for n x size stage times: empty (NULL: every b), or 2 n size int64
+ * ranges inside [0, size]. */
+static int check_runs(const Py_buffer *runs, int n, Py_ssize_t size, const int64_t **out)
+{
+    *out = NULL;
+    if (!runs->len) return 0;
+    if (check_buffer(runs, 2 * (Py_ssize_t)n * size, sizeof(int64_t), "runs") < 0) return -1;
+    const int64_t *r = runs->buf;
+    for (Py_ssize_t q = 0; q < (Py_ssize_t)n * size; q++)
+        if (r[2 * q] < 0 || r[2 * q] > r[2 * q + 1] || r[2 * q + 1] > size) {
+            PyErr_SetString(PyExc_ValueError, "runs: a range outside [0, size]");
+            return -1;
+        }
+    *out = r;
+    return 0;
+}
+
+PyDoc_STRVAR(finite_runs_doc,
+"finite_runs(times, n, size, runs)\n\n"
+"For stage times as for completion: runs (writable int64 n x size x 2) = the first b where\n"
+"times[k][a][b] is finite and the last one + 1 (0, 0: none), what completion, capped_completion\n"
+"and bottleneck_split read when given it.");
+
+static PyObject *py_finite_runs(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer times, runs;
+    int n;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*inw*", &times, &n, &size, &runs)) return NULL;
+    PyObject *result = NULL;
+    if (check_stage_times(&times, n, size, NULL, "finite_runs") < 0 ||
+        check_buffer(&runs, 2 * (Py_ssize_t)n * size, sizeof(int64_t), "runs") < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    finite_runs(times.buf, n, size, runs.buf);
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&runs);
+    return result;
 }
 
 /* fasop.schedule.bounds.sweep_completion's stages (its numpy loop over the runs that fit, one
@@ -772,29 +852,32 @@ static void cut_raise(const double *lb, const double *dots, const double *cuts, 
 #include "_node_loop.h"
 
 PyDoc_STRVAR(completion_doc,
-"completion(times, n, size, weights, largest, table)\n\n"
+"completion(times, n, size, weights, largest, runs, table)\n\n"
 "fasop.partition.splits.completion's table: times float64 n x size x size (stage k, layers a..b-1),\n"
-"weights float64 n, largest 0 or 1; table: writable float64 (n + 1) x size.");
+"weights float64 n, largest 0 or 1, runs: finite_runs' of times or empty; table: writable float64\n"
+"(n + 1) x size.");
 
 static PyObject *py_completion(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer times, weights, table;
+    Py_buffer times, weights, runs, table;
     int n, largest;
     Py_ssize_t size;
-    if (!PyArg_ParseTuple(args, "y*iny*pw*", &times, &n, &size, &weights, &largest, &table)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*iny*py*w*", &times, &n, &size, &weights, &largest, &runs, &table)) return NULL;
     PyObject *result = NULL;
-    if (check_stage_times(&times, n, size, &weights, "completion") < 0 ||
+    const int64_t *r;
+    if (check_stage_times(&times, n, size, &weights, "completion") < 0 || check_runs(&runs, n, size, &r) < 0 ||
         check_buffer(&table, (Py_ssize_t)(n + 1) * size, sizeof(double), "table") < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
-    completion_table(times.buf, n, size, weights.buf, largest, table.buf);
+    completion_table(times.buf, n, size, weights.buf, largest, r, table.buf);
     Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
 done:
     PyBuffer_Release(&times);
     PyBuffer_Release(&weights);
+    PyBuffer_Release(&runs);
     PyBuffer_Release(&table);
     return result;
 }
@@ -1072,25 +1155,26 @@ done:
 }
 
 PyDoc_STRVAR(capped_completion_doc,
-"capped_completion(times, n, size, weights, caps, table)\n\n"
+"capped_completion(times, n, size, weights, caps, runs, table)\n\n"
 "fasop.partition.splits.capped_completion's table: times and weights as for completion, caps float64 J;\n"
 "table: writable float64 J x (n + 1) x size.");
 
 static PyObject *py_capped_completion(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer times, weights, caps, table;
+    Py_buffer times, weights, caps, runs, table;
     int n;
     Py_ssize_t size;
-    if (!PyArg_ParseTuple(args, "y*iny*y*w*", &times, &n, &size, &weights, &caps, &table)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*iny*y*y*w*", &times, &n, &size, &weights, &caps, &runs, &table)) return NULL;
     PyObject *result = NULL;
     const Py_ssize_t J = caps.len / (Py_ssize_t)sizeof(double);
-    if (check_stage_times(&times, n, size, &weights, "capped_completion") < 0 ||
+    const int64_t *r;
+    if (check_stage_times(&times, n, size, &weights, "capped_completion") < 0 || check_runs(&runs, n, size, &r) < 0 ||
         check_buffer(&caps, J, sizeof(double), "caps") < 0 ||
         check_buffer(&table, J * (n + 1) * size, sizeof(double), "table") < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
-    capped_table(times.buf, n, size, weights.buf, caps.buf, J, table.buf);
+    capped_table(times.buf, n, size, weights.buf, caps.buf, J, r, table.buf);
     Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
@@ -1098,26 +1182,28 @@ done:
     PyBuffer_Release(&times);
     PyBuffer_Release(&weights);
     PyBuffer_Release(&caps);
+    PyBuffer_Release(&runs);
     PyBuffer_Release(&table);
     return result;
 }
 
 PyDoc_STRVAR(bottleneck_split_doc,
-"bottleneck_split(times, n, size, counts) -> bool\n\n"
-"fasop.partition.splits.bottleneck_split: times as for completion; counts: writable int64 n, the\n"
+"bottleneck_split(times, n, size, runs, counts) -> bool\n\n"
+"fasop.partition.splits.bottleneck_split: times and runs as for completion; counts: writable int64 n, the\n"
 "split's layers per stage. False (counts unset) when no split fits.");
 
 static PyObject *py_bottleneck_split(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer times, counts;
+    Py_buffer times, runs, counts;
     int n;
     Py_ssize_t size;
-    if (!PyArg_ParseTuple(args, "y*inw*", &times, &n, &size, &counts)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*iny*w*", &times, &n, &size, &runs, &counts)) return NULL;
     PyObject *result = NULL;
     double *most = NULL, *sum = NULL;
     int64_t *stop = NULL;
-    if (check_stage_times(&times, n, size, NULL, "bottleneck_split") < 0 ||
+    const int64_t *r;
+    if (check_stage_times(&times, n, size, NULL, "bottleneck_split") < 0 || check_runs(&runs, n, size, &r) < 0 ||
         check_buffer(&counts, n, sizeof(int64_t), "counts") < 0)
         goto done;
     most = malloc((size_t)(n + 1) * (size_t)size * sizeof(double));
@@ -1129,7 +1215,7 @@ static PyObject *py_bottleneck_split(PyObject *self, PyObject *args)
     }
     int found;
     Py_BEGIN_ALLOW_THREADS
-    found = bottleneck_counts(times.buf, n, size, most, sum, stop, counts.buf);
+    found = bottleneck_counts(times.buf, n, size, r, most, sum, stop, counts.buf);
     Py_END_ALLOW_THREADS
     result = PyBool_FromLong(found);
 done:
@@ -1137,6 +1223,7 @@ done:
     free(sum);
     free(stop);
     PyBuffer_Release(&times);
+    PyBuffer_Release(&runs);
     PyBuffer_Release(&counts);
     return result;
 }
@@ -1144,9 +1231,13 @@ done:
 static PyMethodDef methods[] = {
     {"one_f_one_b", py_one_f_one_b, METH_VARARGS, one_f_one_b_doc},
     {"one_f_one_b_many", py_one_f_one_b_many, METH_VARARGS, one_f_one_b_many_doc},
+    {"split_ends", py_split_ends, METH_VARARGS, split_ends_doc},
+    {"polish_moves", py_polish_moves, METH_VARARGS, polish_moves_doc},
+    {"fit_table", py_fit_table, METH_VARARGS, fit_table_doc},
     {"one_f_one_b_traced", py_one_f_one_b_traced, METH_VARARGS, one_f_one_b_traced_doc},
     {"completion", py_completion, METH_VARARGS, completion_doc},
     {"capped_completion", py_capped_completion, METH_VARARGS, capped_completion_doc},
+    {"finite_runs", py_finite_runs, METH_VARARGS, finite_runs_doc},
     {"sweep_completion", py_sweep_completion, METH_VARARGS, sweep_completion_doc},
     {"sweep_at", py_sweep_at, METH_VARARGS, sweep_at_doc},
     {"chain_terms", py_chain_terms, METH_VARARGS, chain_terms_doc},
@@ -1170,8 +1261,10 @@ static struct PyModuleDef module = {
  * step time and memory moved to fasop/estimators/fasop2024/plans.py; one_f_one_b_many; 11: one_f_one_b_traced
  * again, for the proven-split search's cuts; sweep_completion, sweep_at,
  * chain_terms, chain_bounds, reverse_sweep, zigzag, cut_raise; 12: branch_and_bound, the partitioner's node
- * loop, fasop/schedule/_node_loop.h). */
-#define API 12
+ * loop, fasop/schedule/_node_loop.h; 13: split_ends, the stage ends of the proven-split search's splits,
+ * fasop/schedule/_splits.h, and polish_moves; finite_runs, read by completion,
+ * capped_completion and bottleneck_split). */
+#define API 13
 
 PyMODINIT_FUNC PyInit__fasop_native(void)
 {

@@ -210,15 +210,20 @@ def sweep_unit_sends(num_microbatches: int, send_fwd: np.ndarray, send_bwd: np.n
     return np.concatenate([np.zeros((pp, 1)), np.cumsum(per, axis=1)], axis=1)[:, sweep_points(m)]
 
 
-def first_layers(times: np.ndarray) -> tuple[list[int], list[tuple[int, int]]]:
+def first_layers(times: np.ndarray, runs: np.ndarray | None = None) -> tuple[list[int], list[tuple[int, int]]]:
     """(the longest run of layers each stage fits, [lo, hi) of the first layers stage k can
     start at in a split that fits: the stages before it hold at least one layer each and at most
     their longest run, and so do it and the stages after it). The completion tables are computed
     only there: a search from stage 0 asks for nothing else (every other entry is inf or
-    unreachable). times as in partition.optimal."""
+    unreachable). times as in partition.optimal; runs, if given, its partition.finite_runs: each
+    (stage, first layer)'s last finite entry, whence the same longest runs without a pass over
+    times."""
     pp, size, _ = times.shape
-    lengths = _run_lengths(size)  # b - a above the diagonal, 0 elsewhere
-    longest = np.where(np.isfinite(times), lengths, 0).max(axis=(1, 2), initial=0).tolist()
+    if runs is not None:  # the last finite b of row a: b - a where above the diagonal, else 0
+        longest = np.maximum(runs[:, :, 1] - 1 - np.arange(size), 0).max(axis=1, initial=0).tolist()
+    else:
+        lengths = _run_lengths(size)  # b - a above the diagonal, 0 elsewhere
+        longest = np.where(np.isfinite(times), lengths, 0).max(axis=(1, 2), initial=0).tolist()
     front = np.concatenate([[0], np.cumsum(longest)])  # most layers stages < k hold
     back = np.concatenate([np.cumsum(longest[::-1])[::-1], [0]])  # most layers stages >= k hold
     layers = size - 1
@@ -235,14 +240,26 @@ def _run_lengths(size: int) -> np.ndarray:
 
 
 def unit_sends(pp: int, num_microbatches: int, send_fwd, send_bwd) -> np.ndarray:
-    """`sweep_unit_sends`, or zeros without sends."""
+    """`sweep_unit_sends`, or zeros without sends; the latest kept for the next call with the same
+    arguments and SWEEP_POINTS (a plan's sweep table and its bound ask for it in turn): read,
+    never changed."""
     if send_fwd is None:
         return np.zeros((pp, len(sweep_points(num_microbatches))))
-    return sweep_unit_sends(num_microbatches, send_fwd, send_bwd)
+    key = (num_microbatches, SWEEP_POINTS, np.asarray(send_fwd, dtype=float).tobytes(),
+           np.asarray(send_bwd, dtype=float).tobytes())
+    if _LATEST_SENDS[0] != key:
+        waits = sweep_unit_sends(num_microbatches, send_fwd, send_bwd)
+        waits.flags.writeable = False
+        _LATEST_SENDS[:] = key, waits
+    return _LATEST_SENDS[1]
+
+
+_LATEST_SENDS: list = [None, None]
 
 
 def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float,
-                     send_fwd: np.ndarray | None = None, send_bwd: np.ndarray | None = None) -> np.ndarray:
+                     send_fwd: np.ndarray | None = None, send_bwd: np.ndarray | None = None,
+                     runs: np.ndarray | None = None) -> np.ndarray:
     """table[k, a, x] <= the least, over the splits of layers a.. into stages k.., of the longest
     backward sweep through them that leaves stage k at micro-batch x (`sweep_bound`): the stage
     times of stages k.. + their share of the advance from micro-batch 0 to x; inf where no split
@@ -250,11 +267,11 @@ def sweep_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor
     where the advance enters it (a min-max relaxed to the least per x, so a lower bound); times
     as in partition.optimal. Shape (pp + 1, layers + 1, points): x at the `sweep_points`.
     send_fwd, send_bwd (per stage, default none): the sends each advance waits for
-    (`sweep_unit_sends`)."""
+    (`sweep_unit_sends`); runs: `first_layers`'."""
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
     waits = unit_sends(pp, num_microbatches, send_fwd, send_bwd)
-    longest, reachable = first_layers(times)
+    longest, reachable = first_layers(times, runs)
     table = np.full((pp + 1, size, weights.shape[1]), np.inf)
     table[pp, size - 1] = -np.inf
     table[pp, size - 1, 0] = 0.0  # micro-batch 0's backward at the last stage

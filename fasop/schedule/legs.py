@@ -202,3 +202,19 @@ class _Pairs:
 
     def __getitem__(self, i: int) -> tuple:
         return self.a[i], self.b[i]
+
+
+def by_last_stage(fitting: np.ndarray, first: tuple[int, ...]) -> list[np.ndarray]:
+    """`fitting` once per layer count of the last stage that fits (that of the split `first`
+    first), the last stage's other runs made infeasible: the legs pass's searches, each of which
+    knows where the last stage starts (fasop.estimators.fasop2024.optimal.SplitSearch.legged)."""
+    pp, size, _ = fitting.shape
+    starts = [c for c in range(size - 2, 0, -1) if np.isfinite(fitting[pp - 1, c, size - 1])]
+    starts.sort(key=lambda c: c != size - 1 - first[-1])
+    found = []
+    for c in starts:
+        only = fitting.copy()
+        only[pp - 1] = np.inf
+        only[pp - 1, c, size - 1] = fitting[pp - 1, c, size - 1]
+        found.append(only)
+    return found

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-API = 12
+API = 13
 """The kernels' interface version (_fasop_native.API): bumped with every change of a signature or
 of what a call returns."""
 

@@ -12,17 +12,17 @@ from fasop.schedule.bounds import unit_sends, first_layers, sweep_unit_weights
 
 
 def sweep_prefix_completion(times: np.ndarray, num_microbatches: int, *, fwd_bwd_factor: float,
-                            send_fwd: np.ndarray, send_bwd: np.ndarray) -> np.ndarray:
+                            send_fwd: np.ndarray, send_bwd: np.ndarray, runs: np.ndarray | None = None) -> np.ndarray:
     """`sweep_completion` from the other end: table[j, b, x] <= the least, over the splits of
     layers 0..b-1 into stages 0..j-1, of their stage times + the longest advance of the backward
     sweep from micro-batch x (entering stage j-1) to m - 1 (leaving stage 0); inf where no split
     fits. For a search that fixes the last stages first (`ReverseSweepBound`). Shape (pp + 1,
-    layers + 1, points)."""
+    layers + 1, points). runs: bounds.first_layers'."""
     pp, size, _ = times.shape
     weights = sweep_unit_weights(pp, num_microbatches, fwd_bwd_factor=fwd_bwd_factor)
     waits = unit_sends(pp, num_microbatches, send_fwd, send_bwd)
     points = weights.shape[1]
-    longest, reachable = first_layers(times)
+    longest, reachable = first_layers(times, runs)
     reachable.append((size - 1, size))  # the last stage stops at the last layer
     table = np.full((pp + 1, size, points), np.inf)
     table[0, 0] = -np.inf
@@ -89,3 +89,10 @@ def flipped_bound(sweep: ReverseSweepBound, pp: int, layers: int):
         return sweep(pp - 1 - k, chain, t, layers - rest.stops)
     bound.compiled = ("reverse", sweep, pp, layers)  # what fasop.partition.compiled hands to the C node loop
     return bound
+
+
+def reversed_times(times: np.ndarray) -> np.ndarray:
+    """times with the stages and the layers in reverse order: reversed[k, a, b] = times[pp - 1 - k,
+    L - b, L - a] (a split s of times is s[::-1] of it): the tables a search that fixes the last
+    stages first runs on."""
+    return np.ascontiguousarray(times[::-1, ::-1, ::-1].transpose(0, 2, 1))

@@ -12,17 +12,20 @@ from functools import partial
 
 import numpy as np
 
-from fasop.costs.memory import stage_fit_mask
+from fasop.costs.memory import stage_need
 from fasop.estimators.fasop2024.batch import Prepared
 from fasop.estimators.fasop2024.memory import PARAM_BYTES
 from fasop.partition.milp import certify
 from fasop.partition.polish import polish
-from fasop.partition.splits import Found, optimal
+from fasop.partition.splits import Found, finite_runs, optimal
 from fasop.partition.zigzag import ZigzagBound, with_zigzag, zigzag_completion
 from fasop.schedule.bounds import SweepBound, sweep_completion, with_sweep
-from fasop.schedule.legs import LegBound, Legs, leg_completion, with_legs
+from fasop.schedule import native
+from fasop.schedule.legs import (  # noqa: F401 -- by_last_stage re-exported
+    LegBound, Legs, by_last_stage, leg_completion, with_legs)
 from fasop.schedule.pipeline import critical_path, one_f_one_b, one_f_one_b_bound, stage_chains
-from fasop.schedule.reverse_sweep import ReverseSweepBound, flipped_bound, sweep_prefix_completion
+from fasop.schedule.reverse_sweep import (  # noqa: F401 -- reversed_times re-exported
+    ReverseSweepBound, flipped_bound, reversed_times, sweep_prefix_completion)
 
 # `Fasop2024Estimator` in annotations: the estimator (estimator.py) that calls in; not imported, as it imports this module
 
@@ -124,8 +127,9 @@ class SplitSearch:
         self.embedding = float(self.layout.embedding_s)
         self.sends_fwd, self.sends_bwd = np.zeros((self.pp, 1)), np.zeros((self.pp, 1))
         self.sends_fwd[0], self.sends_bwd[self.pp - 1] = self.send_first, self.send_last  # p2p-ends-only
-        self.times, self.fitting, self.tables, self.oom_tables = self._tables(recent)
-        self.dp_rows: np.ndarray | None = None  # the estimator's dp_costs by stage 0's layers, made on first use
+        self.every: np.ndarray | None = None  # `times`
+        self.fitting, self.tables, self.oom_tables = self._tables(recent)
+        self.dp_rows: np.ndarray | None = None  # `rows`
         self.extras: dict[int, float] = {}
         self.cuts: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
         self.values: dict[tuple[int, ...], float] = {}  # step times of the splits evaluated (each pipeline's own)
@@ -150,49 +154,74 @@ class SplitSearch:
                 "cuts_after": CUTS_AFTER if self.e.max_nodes is None else 0}
 
     def _tables(self, recent: OrderedDict) -> tuple:
-        """(stage times, those that fit, the dynamic programmes' tables over them, over all),
-        kept in `recent` for plans of the same shape (a few MB each: the latest only)."""
+        """(the stage times that fit, inf elsewhere; the dynamic programmes' tables over them, over all
+        stage times), kept in `recent` for plans of the same shape (a few MB each: the latest only)."""
         plan, layout = self.plan, self.layout
         key = (tuple(t.gpu for t in self.p.stage_types), plan.tp, plan.mbs, self.pp, self.m, layout.limits)
         if key in recent:
             recent.move_to_end(key)
         else:
-            times = np.stack([c.matrix for c in self.p.costs])
-            fits = stage_fit_mask(plan, self.e.model, self.e.cluster, layout.limits, param_bytes=PARAM_BYTES)
-            recent[key] = (times, np.where(fits, times, np.inf), {}, {})
-            while len(recent) > max(1, min(RECENT_SHAPES, RECENT_BYTES // (2 * times.nbytes))):  # (times, fitting)
+            need = stage_need(plan, self.e.model, self.e.cluster, param_bytes=PARAM_BYTES)
+            if native.kernels is not None:  # stacked, masked and its finite runs found in one pass in C
+                planes = self.e.compute.planes([(t.gpu, plan.tp, plan.mbs) for t in self.p.stage_types])
+                fitting, runs = np.empty((self.pp,) + need.shape), np.empty((self.pp, len(need), 2), dtype=np.int64)
+                native.kernels.fit_table(self.e.compute.table, len(need), np.array(planes, dtype=np.int64), need,
+                                         np.array(layout.limits, dtype=float), fitting, runs)
+                recent[key] = (fitting, {"runs": runs}, {})  # partition.finite_runs' key
+            else:
+                fitting = np.where(~(need[None] > np.array(layout.limits)[:, None, None]), self.times, np.inf)
+                recent[key] = (fitting, {}, {})
+            while len(recent) > max(1, min(RECENT_SHAPES, RECENT_BYTES // (2 * fitting.nbytes))):
                 recent.popitem(last=False)
         return recent[key]
 
-    def dp_costs(self, stage0_layers: int) -> np.ndarray:
-        """Each stage's DP all-reduce (float32), as the estimate computes it (the estimator's
-        dp_costs: its table's row by stage 0's layers, each stage's bus column)."""
+    def rows(self) -> np.ndarray:
+        """Each stage's DP all-reduce (float32) by stage 0's layers (row), as the estimate computes it
+        (the estimator's dp_costs: its table's row, each stage's bus column); made on first use."""
         if self.dp_rows is None:
-            self.dp_rows = self.e.dp_table(self.plan, self.layout)[:, [int(t.intra_node_shared)
-                                                                      for t in self.p.stage_types]]
-        return self.dp_rows[stage0_layers]
+            self.dp_rows = np.ascontiguousarray(self.e.dp_table(self.plan, self.layout)[
+                :, [int(t.intra_node_shared) for t in self.p.stage_types]])  # rows read by `evaluate`
+        return self.dp_rows
 
     def extra(self, stage0_layers: int) -> float:
         """Stage 0's gradient all-reduce (depends on its layers) + the embedding all-reduce."""
         if stage0_layers not in self.extras:
-            self.extras[stage0_layers] = float(self.dp_costs(stage0_layers)[0]) + self.embedding
+            self.extras[stage0_layers] = float(self.rows()[stage0_layers, 0]) + self.embedding
         return self.extras[stage0_layers]
 
-    def stage_compute(self, splits: list[tuple[int, ...]]) -> np.ndarray:
+    @property
+    def times(self) -> np.ndarray:
+        """Every stage time, fitting or not (the stack of the stages' tables, made on first use:
+        the searches over `fitting` evaluate only splits that fit, read there)."""
+        if self.every is None:
+            self.every = np.stack([c.matrix for c in self.p.costs])
+        return self.every
+
+    def stage_compute(self, splits: list[tuple[int, ...]], times: np.ndarray | None = None) -> np.ndarray:
         """(pp, splits) compute seconds per stage: the entries of `times`, the same sums as
         Prepared.stage_compute."""
         edges = np.zeros((len(splits), self.pp + 1), dtype=np.intp)
         np.cumsum(np.array(splits, dtype=np.intp), axis=1, out=edges[:, 1:])  # an array: numpy wraps a list slowly
-        return self.times[self.stages, edges[:, :-1], edges[:, 1:]].T
+        return (self.times if times is None else times)[self.stages, edges[:, :-1], edges[:, 1:]].T
 
     def evaluate(self, splits: list[tuple[int, ...]]) -> list[float]:
         """The step time of many splits at once: the estimate's float32 operations, so its values;
         each split once per plan (every pass starts from the splits of the one before)."""
-        if new := [s for s in dict.fromkeys(splits) if s not in self.values]:
+        if not (new := [s for s in dict.fromkeys(splits) if s not in self.values]):
+            pass
+        elif native.kernels is not None:  # the stage ends by the same operations in C (schedule/_splits.h)
+            counts, ends = np.array(new, dtype=np.int64), np.empty((len(new), self.pp))
+            args = (counts, self.pp, self.m, self.e.fwd_bwd_factor, self.sends_fwd[:, 0], self.sends_bwd[:, 0], ends)
+            native.kernels.split_ends(self.fitting, self.fitting.shape[1], *args)
+            if not np.isfinite(ends).all():  # a split that does not fit (another caller's): every stage time
+                native.kernels.split_ends(self.times, self.times.shape[1], *args)
+            step = (ends.astype(f32) + self.rows()[counts[:, 0]]).max(axis=1) + f32(self.embedding)
+            self.values.update(zip(new, step.tolist()))
+        else:
             comp = self.stage_compute(new)
             ones = np.ones(len(new))
             ends = one_f_one_b(*self.e.split(comp), self.sends_fwd * ones, self.sends_bwd * ones, self.m).astype(f32)
-            dp = np.stack([self.dp_costs(c[0]) for c in new], axis=1)
+            dp = np.stack([self.rows()[c[0]] for c in new], axis=1)
             self.values.update(zip(new, ((ends + dp).max(axis=0) + f32(self.embedding)).tolist()))
         return [self.values[s] for s in splits]
 
@@ -203,13 +232,13 @@ class SplitSearch:
         the step time at least that end + stage 0's extra (its DP all-reduce + the embedding's)."""
         comp = stage_times.T
         chain = comp.sum(axis=0) + (self.weights[:, None] * comp).max(axis=0) + (self.send_first + self.send_last)
-        return chain + np.array([self.extra(n) for n in counts[:, 0].tolist()])
+        return chain + (self.rows()[counts[:, 0], 0].astype(float) + self.embedding)  # `extra` of each
 
     def cut(self, split: tuple[int, ...]) -> tuple[np.ndarray, float]:
         """The critical chain of `split` as a cut (partition.Cut), once per split: every pass asks
         for its best split's."""
         if split not in self.cuts:
-            _, weights, const = critical_path(self.stage_compute([split]), self.sends_fwd, self.sends_bwd, self.m,
+            _, weights, const = critical_path(self.stage_compute([split], self.fitting), self.sends_fwd, self.sends_bwd, self.m,
                                               fwd_bwd_factor=self.e.fwd_bwd_factor)
             self.cuts[split] = (weights[:, 0], float(const[0]))
         return self.cuts[split]
@@ -219,7 +248,8 @@ class SplitSearch:
         sends = {"send_fwd": self.sends_fwd[:, 0], "send_bwd": self.sends_bwd[:, 0]}
         key = ("sweep", self.send_first, self.send_last)  # the advances wait for the sends
         if key not in self.tables:
-            self.tables[key] = sweep_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, **sends)
+            self.tables[key] = sweep_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor, **sends,
+                                                runs=finite_runs(self.fitting, self.tables))
         return with_sweep(self.tight, SweepBound(self.tables[key], num_microbatches=self.m,
                                                  fwd_bwd_factor=self.e.fwd_bwd_factor,
                                                  send_first=self.send_first, send_last=self.send_last, **sends))
@@ -243,7 +273,8 @@ class SplitSearch:
         key = ("reverse", self.send_first, self.send_last)
         if key not in self.tables:
             self.tables[key] = (sweep_prefix_completion(self.fitting, self.m, fwd_bwd_factor=self.e.fwd_bwd_factor,
-                                                        **sends), reversed_times(self.fitting), {})
+                                                        runs=finite_runs(self.fitting, self.tables), **sends),
+                                reversed_times(self.fitting), {})
         table, flipped, tables = self.tables[key]
         sweep = ReverseSweepBound(table, num_microbatches=self.m, fwd_bwd_factor=self.e.fwd_bwd_factor,
                                   send_first=self.send_first, send_last=self.send_last, **sends)
@@ -324,10 +355,9 @@ class SplitSearch:
             if legged.proven:
                 return legged
             found = legged
-        table = self.e.dp_table(self.plan, self.layout)[:, [int(t.intra_node_shared) for t in self.p.stage_types]]
         sure = certify(self.fitting, lambda t: stage_chains(t, self.sends_fwd[:, 0], self.sends_bwd[:, 0], self.m,
                                                             fwd_bwd_factor=self.e.fwd_bwd_factor),
-                       table.astype(float) + self.embedding, lambda split: self.evaluate([split])[0], found.split,
+                       self.rows().astype(float) + self.embedding, lambda split: self.evaluate([split])[0], found.split,
                        found.objective)
         found = Found(sure.split, sure.objective, sure.proven, max(sure.bound, settled.bound, found.bound))
         if found.proven:
@@ -366,24 +396,3 @@ class SplitSearch:
             self.fitting, self.tables = self.times, self.oom_tables
             found = self.certified(optimal(self.fitting, tables=self.tables, **self.budget))
         return found
-
-
-def by_last_stage(fitting: np.ndarray, first: tuple[int, ...]) -> list[np.ndarray]:
-    """`fitting` once per layer count of the last stage that fits (that of the split `first`
-    first), the last stage's other runs made infeasible."""
-    pp, size, _ = fitting.shape
-    starts = [c for c in range(size - 2, 0, -1) if np.isfinite(fitting[pp - 1, c, size - 1])]
-    starts.sort(key=lambda c: c != size - 1 - first[-1])
-    found = []
-    for c in starts:
-        only = fitting.copy()
-        only[pp - 1] = np.inf
-        only[pp - 1, c, size - 1] = fitting[pp - 1, c, size - 1]
-        found.append(only)
-    return found
-
-
-def reversed_times(times: np.ndarray) -> np.ndarray:
-    """times with the stages and the layers in reverse order: reversed[k, a, b] = times[pp - 1 - k,
-    L - b, L - a] (a split s of times is s[::-1] of it)."""
-    return np.ascontiguousarray(times[::-1, ::-1, ::-1].transpose(0, 2, 1))
