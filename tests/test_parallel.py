@@ -126,11 +126,14 @@ def test_cp_divides_activations_and_shards_states_over_dp_cp():
 
 def test_hsdp_shards_over_its_shard_degree():
     a = gpt_architecture(num_layers=4, hidden_size=256, num_attention_heads=8, vocab_size=1000, gated_mlp=True)
-    full = M.stage_memory(_workload(a, dp=8, recipe=Recipe(zero=3)), 4, 0)
-    hsdp = M.stage_memory(_workload(a, dp=8, recipe=Recipe(zero=3), shard=4), 4, 0)
-    # beside the shards, both hold the same unsharded working set: 2 units x (2 + 4 bytes) per layer parameter
+    w_full, w_hsdp = _workload(a, dp=8, recipe=Recipe(zero=3)), _workload(a, dp=8, recipe=Recipe(zero=3), shard=4)
+    full, hsdp = M.stage_memory(w_full, 4, 0), M.stage_memory(w_hsdp, 4, 0)
+    # beside the shards, both hold the same unsharded working set: 2 units x (2 + 4 bytes) per layer parameter,
+    # and the root unit (the embedding here) kept gathered: the 16-bit rest beside its shard, 7/8 or 3/4 of it
     unit = 2 * M.stage_params(_workload(a), 1, False, False) * (2 + 4)
-    assert hsdp.weights - unit == pytest.approx(2 * (full.weights - unit))
+    root = M.root_params(w_full, 0)
+    assert root == M.root_params(w_hsdp, 0) > 0
+    assert hsdp.weights - unit - root * 2 * 3 / 4 == pytest.approx(2 * (full.weights - unit - root * 2 * 7 / 8))
     assert hsdp.optimizer == pytest.approx(2 * full.optimizer)
 
 
