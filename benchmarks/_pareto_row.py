@@ -10,7 +10,7 @@ from issue31 import compare_trees, parser
 
 def command(max_nodes: str, tokens: str, workers: int) -> list[str]:
     return ["pareto", "--model", "llama-3-70b", "--cluster", "aws", "--max-nodes", max_nodes, "--tokens", tokens,
-            "--workers", str(workers), "--out", "{out}", "--no-progress"]
+            "--workers", str(workers), "--out-prefix", "{out}", "--no-progress"]
 
 
 def frontier(path: Path) -> list[dict]:
