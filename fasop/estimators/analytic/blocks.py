@@ -104,12 +104,19 @@ def expert_params(a: Architecture, kind: str) -> int:
     return e.num_experts * one
 
 
+def mtp_module_params(a: Architecture) -> tuple[int, int]:
+    """(dense, routed experts) parameters of one multi-token-prediction module (DeepSeek-V3 §2.2):
+    two norms, the 2h x h projection, its block's layers (Architecture.mtp_kinds: DeepSeek-V3 one MoE
+    layer) and a final norm; embedding and head shared with the main model."""
+    h = a.hidden_size
+    norms = 3 * (h if a.norm == "rmsnorm" else 2 * h)
+    dense = norms + 2 * h * h + sum(kind_params(a, k) - expert_params(a, k) for k in a.mtp_kinds)
+    return dense, sum(expert_params(a, k) for k in a.mtp_kinds)
+
+
 def mtp_params(a: Architecture) -> int:
-    """DeepSeek-V3's MTP modules (§2.2 of its report): two norms, the 2h x h projection, one MoE
-    layer and a final norm each; embedding and head shared with the main model."""
-    if not a.mtp_layers:
-        return 0
-    return a.mtp_layers * (3 * a.hidden_size + 2 * a.hidden_size ** 2 + kind_params(a, "moe"))
+    """The config's MTP modules' parameters (counted apart from the published totals)."""
+    return a.mtp_layers * sum(mtp_module_params(a)) if a.mtp_layers and a.mtp_kinds else 0
 
 
 # ----------------------------------------------------------------------------- matmuls and scores

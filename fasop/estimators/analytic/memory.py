@@ -133,19 +133,16 @@ def mtp_block(w: Workload) -> Workload:
 def mtp_param_split(w: Workload, first: bool) -> tuple[float, float]:
     """(dense, routed experts) parameters of the last stage's `w.mtp` multi-token-prediction modules,
     all TP / EP ranks together: each has two norms, the 2h -> h projection, its block's layers and
-    a final norm (DeepSeek-V3 §2.2; blocks.mtp_params); they read the word embedding, so an untied
+    a final norm (DeepSeek-V3 §2.2; blocks.mtp_module_params); they read the word embedding, so an untied
     model's last stage also holds a copy of it when it is not the first (Megatron-Core
     gpt_model.py:173 builds the embedding where `pre_process or mtp_process`; its gradient is
     all-reduced with the first stage's, finalize_model_grads.py:146)."""
     a = w.arch
     if not (w.mtp and a.mtp_kinds):
         return 0.0, 0.0
-    h = a.hidden_size
-    norms = 3 * (h if a.norm == "rmsnorm" else 2 * h)
-    dense = sum(B.kind_params(a, k) - B.expert_params(a, k) for k in a.mtp_kinds)
-    routed = sum(B.expert_params(a, k) for k in a.mtp_kinds)
+    dense, routed = B.mtp_module_params(a)
     embedding = a.vocab_size * a.embed_width if not (first or a.tied_embeddings) else 0
-    return w.mtp * (norms + 2 * h * h + dense) + embedding, w.mtp * routed
+    return w.mtp * dense + embedding, w.mtp * routed
 
 
 def mtp_activation_bytes(w: Workload) -> float:
