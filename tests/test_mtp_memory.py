@@ -146,3 +146,15 @@ def test_a_rows_software_cells_are_checked_not_dropped(tmp_path, capsys, column,
     assert main([command, "--from", str(out), "--rank", "1", "--model", "llama-3-8b", "--cluster", "aws", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "rank 1" in err and "Traceback" not in err, err
+
+
+def test_explain_names_the_modules_on_the_last_stage():
+    from fasop.plans.rowplan import stage_layer_names
+    from fasop.specs.load import load_model
+    model = load_model("gpt2xl")
+    entries = len(model.layer_kinds)
+    split = (entries // 2, entries - entries // 2)
+    assert stage_layer_names(model, split)[-1].endswith(", head") and "MTP" not in stage_layer_names(model, split)[-1]
+    assert stage_layer_names(model, split, 1)[-1].endswith(", MTP, head")
+    assert stage_layer_names(model, split, 2)[-1].endswith(", MTP x2, head")
+    assert stage_layer_names(model, split, 1)[0] == stage_layer_names(model, split)[0]

@@ -240,9 +240,10 @@ def block_index(kinds: tuple[str, ...], index: int) -> int:
     return sum(k == kinds[index] for k in kinds[:index])
 
 
-def stage_layer_names(model: ModelSpec, partition: tuple[int, ...]) -> list[str]:
-    """Each stage's layers by name, e.g. `embedding, blocks 0-4` or `blocks 45-47, head`.
-    Transformer blocks are numbered from 0 over the model, encoder and decoder blocks apart."""
+def stage_layer_names(model: ModelSpec, partition: tuple[int, ...], mtp: int = 0) -> list[str]:
+    """Each stage's layers by name, e.g. `embedding, blocks 0-4` or `blocks 45-47, MTP, head` (`mtp`:
+    the multi-token-prediction depths the last stage trains). Transformer blocks are numbered from 0
+    over the model, encoder and decoder blocks apart."""
     out, start = [], 0
     kinds = model.layer_kinds
     for n in partition:
@@ -257,7 +258,7 @@ def stage_layer_names(model: ModelSpec, partition: tuple[int, ...]) -> list[str]
                 word = "blocks" if kind == "transformer" else f"{kind} blocks"
                 runs.append(f"{word} {first}" if first == last else f"{word} {first}-{last}")
             else:
-                runs += [kind] * (j - k)
+                runs += (["MTP" if mtp == 1 else f"MTP x{mtp}"] if kind == "head" and mtp else []) + [kind] * (j - k)
             k = j
         out.append(", ".join(runs) or "(no layers)")
         start += n

@@ -183,7 +183,7 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
     parts = parts_of(estimator, e, zero)
     tl, note = _timeline(e, parts)
     ends = tl.stage_end_s if tl and note else e.stage_end_s  # the ends the events reach
-    stages = _stages(e, parts, stage_layer_names(model, rp.partition), tl, ends)
+    stages = _stages(e, parts, stage_layer_names(model, rp.partition, settings_of(rp).mtp_layers), tl, ends)
     drawn = ends[0]
     idle_total = sum(s.idle_s + (drawn - s.end_s) for s in stages)
     last, step_parts = parts.last_stage, parts.step_parts
