@@ -158,3 +158,16 @@ def test_explain_names_the_modules_on_the_last_stage():
     assert stage_layer_names(model, split, 1)[-1].endswith(", MTP, head")
     assert stage_layer_names(model, split, 2)[-1].endswith(", MTP x2, head")
     assert stage_layer_names(model, split, 1)[0] == stage_layer_names(model, split)[0]
+
+
+def test_a_plan_by_flags_states_its_mtp_depths(capsys):
+    from fasop.cli.command import main
+    base = ["explain", "--model", str(LIGHTNING), "--cluster", "aws", "--placement", "p6-b200-p6-b200", "--dp", "8",
+            "--pp", "2"]
+    assert main(base + ["--mtp-layers", "2"]) == 0
+    assert ", MTP x2, head" in capsys.readouterr().out
+    assert main(base) == 0
+    assert "MTP" not in capsys.readouterr().out.split("\n\n")[1]
+    assert main(["explain", "--model", "llama-3-8b", "--cluster", "aws", "--placement", "p5", "--tp", "8",
+                 "--mtp-layers", "1"]) == 2
+    assert "mtp_layers: 1: llama-3-8b has no multi-token-prediction module" in capsys.readouterr().err

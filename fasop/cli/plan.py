@@ -142,7 +142,7 @@ def _flag_plan(args: argparse.Namespace):
     row = {"tp": str(args.tp), "dp": str(args.dp), "pp": str(args.pp), "mbs": str(args.mbs),
            "node_placement": args.placement, "num_microbatches": str(batch // (args.dp * args.mbs)),
            "partition": args.partition or "-".join([str(layers)] + ["0"] * (args.pp - 1))} | \
-        {k: v[0] for k, v in cli_recipes.plan_graphs(args, cluster).items()}
+        {k: str(v[0]) for k, v in cli_recipes.plan_graphs(args, cluster).items()}
     where = "the plan of the flags"
     rp = plan_of_row(row, where, model, cluster)  # checks the degrees against the nodes
     if args.partition is None:

@@ -250,17 +250,21 @@ def graphs_note(args: argparse.Namespace, cluster, inventory, model) -> list[str
 
 
 def add_plan_graphs(group) -> None:
-    """explain / export / plot's --cuda-graphs for the plan by flags (a --from row's column says it)."""
+    """explain / export / plot's --cuda-graphs and --mtp-layers for the plan by flags (a --from row's
+    columns say them)."""
     group.add_argument("--cuda-graphs", type=_graphs, metavar="none|full_iteration|MODULE[,MODULE]",
                        help="what the run captures in CUDA graphs (default none; as fasop search --cuda-graphs)")
+    group.add_argument("--mtp-layers", type=_ints(0, 64), metavar="N",
+                       help="multi-token-prediction depths the last stage trains (default 0; as fasop search)")
 
 
 def plan_graphs(args: argparse.Namespace, cluster=None) -> dict:
-    """The row cell --cuda-graphs gives the plan by flags on `cluster` ({} without it); refused beside
-    --from (no `cluster`: the row was estimated with its own cuda_graphs column) and on a cluster whose
-    estimator takes no recipe."""
-    value = getattr(args, "cuda_graphs", None)
-    if value and cluster is None:
-        raise FasopError("--cuda-graphs: for the plan by flags; a --from row is explained and exported as it was "
-                         "estimated (its cuda_graphs column): search again with --cuda-graphs")
-    return options(args, cluster) if value else {}
+    """The row cells --cuda-graphs and --mtp-layers give the plan by flags on `cluster` ({} without
+    them); refused beside --from (no `cluster`: the row was estimated with its own columns) and on a
+    cluster whose estimator takes no recipe."""
+    given = [k for k in ("cuda_graphs", "mtp_layers") if getattr(args, k, None) is not None]
+    if given and cluster is None:
+        flag = "--" + given[0].replace("_", "-")
+        raise FasopError(f"{flag}: for the plan by flags; a --from row is explained and exported as it was "
+                         f"estimated (its {given[0]} column): search again with {flag}")
+    return {k: v for k, v in options(args, cluster).items() if k in given} if given else {}
