@@ -6,6 +6,16 @@
  *   F[i]     = comp[i] / k,  B[i] = ((k - 1) comp[i]) / k   (split_stage_times)
  *   ends     = the 1F1B recurrences (run_1f1b, as one_f_one_b) with sends SF, SB per stage. */
 
+/* Whether the n layer counts c are each >= 1 and sum to size - 1: every edge of the split inside a
+ * size x size table (the check both kernels make before reading it). */
+static int split_fits_table(const int64_t *c, Py_ssize_t n, int size)
+{
+    int64_t edge = 0;
+    for (Py_ssize_t i = 0; i < n && edge >= 0; i++)
+        edge = c[i] >= 1 && edge + c[i] <= size - 1 ? edge + c[i] : -1;
+    return n >= 1 && size >= 2 && edge == size - 1;
+}
+
 PyDoc_STRVAR(split_ends_doc,
 "split_ends(times, size, splits, pp, m, factor, send_fwd, send_bwd, ends)\n\n"
 "one_f_one_b of n splits of one pipeline: times float64 pp x size x size (C-contiguous, stage k's\n"
@@ -34,12 +44,7 @@ static PyObject *py_split_ends(PyObject *self, PyObject *args)
         goto done;
     const int64_t *counts = splits.buf;
     for (Py_ssize_t r = 0; r < n; r++) {  /* every read below stays inside the buffers */
-        int64_t edge = 0;
-        for (int i = 0; i < pp && edge >= 0; i++) {
-            const int64_t c = counts[r * pp + i];
-            edge = c >= 1 && edge + c <= size - 1 ? edge + c : -1;
-        }
-        if (edge != size - 1) {
+        if (!split_fits_table(counts + r * pp, pp, size)) {
             PyErr_SetString(PyExc_ValueError, "split_ends: a split's counts must be >= 1 and sum to size - 1");
             goto done;
         }
@@ -102,10 +107,7 @@ static PyObject *py_polish_moves(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     const Py_ssize_t n = split.len / (Py_ssize_t)sizeof(int64_t);
     const int64_t *s = split.buf;
-    int64_t total = 0;
-    for (Py_ssize_t k = 0; k < n && total >= 0; k++)
-        total = s[k] >= 1 && total + s[k] <= size - 1 ? total + s[k] : -1;  /* every edge inside the table */
-    if (n < 1 || size < 2 || total != size - 1) {
+    if (!split_fits_table(s, n, size)) {  /* every edge inside the table */
         PyErr_SetString(PyExc_ValueError, "polish_moves: the split's counts must be >= 1 and sum to size - 1");
         goto done;
     }
