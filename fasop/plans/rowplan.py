@@ -211,10 +211,10 @@ def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
     if not (mtp.isdigit() and len(mtp) < 3):
         raise FasopError(f"{where}: mtp_layers: expected a count of multi-token-prediction depths, got "
                          f"{mtp[:SHOWN_CHARS]!r}")
-    if int(mtp) and (arch is None or not arch.mtp_kinds or int(mtp) > arch.num_layers):
-        raise FasopError(f"{where}: mtp_layers: {mtp}: {model.name} has "
-                         + ("no multi-token-prediction module" if arch is None or not arch.mtp_kinds
-                            else f"{arch.num_layers} layers"))
+    why = arch.mtp_problem(int(mtp), model.name) if arch is not None else \
+        (f"{int(mtp)}: {model.name} has no multi-token-prediction module" if int(mtp) else "")
+    if why:
+        raise FasopError(f"{where}: mtp_layers: {why}")
     why = search_scopes((row.get("cuda_graphs") or "none").strip())[1]
     if why:
         raise FasopError(f"{where}: cuda_graphs: {why}")

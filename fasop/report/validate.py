@@ -277,10 +277,8 @@ def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
     if shard and (dp * cp) % shard:
         raise c.error("dp_shard", f"{shard} does not divide dp x cp = {dp * cp}")
     mtp = c.int("mtp_layers", arch.mtp_layers, low=0)
-    if mtp and not arch.mtp_kinds:
-        raise c.error("mtp_layers", f"{mtp}: the model has no multi-token-prediction module")
-    if mtp > arch.num_layers:
-        raise c.error("mtp_layers", f"{mtp} is more than the model's {arch.num_layers} layers")
+    if arch.mtp_problem(mtp):
+        raise c.error("mtp_layers", arch.mtp_problem(mtp))
     return {"cp": cp, "ep": ep, "etp": etp, "shard": shard, "mtp": mtp}
 
 

@@ -190,6 +190,13 @@ class Architecture:
         if "mamba" in self.kinds and self.mamba is None:
             raise ValueError("Mamba layers without the mixer's shape (mamba)")
 
+    def mtp_problem(self, depths: int, name: str = "the model") -> str:
+        """Why the last stage cannot train `depths` multi-token-prediction depths of this model ('' when it
+        can): no module whose block is known, or more depths than layers. `name` the model, in the message."""
+        if depths and not self.mtp_kinds:
+            return f"{depths}: {name} has no multi-token-prediction module"
+        return f"{depths} is more than {name}'s {self.num_layers} layers" if depths > self.num_layers else ""
+
     @property
     def kinds(self) -> tuple[str, ...]:
         """Each layer's kind (`layer_kinds`, or all "dense" / all "moe")."""

@@ -77,10 +77,8 @@ def mtp_depths(recipes: dict, arch) -> int:
     given = recipes.get("mtp_layers") or ()
     if not given:
         return 0
-    if given[0] and not arch.mtp_kinds:
-        raise FasopError(f"--mtp-layers: {given[0]}: the model has no multi-token-prediction module")
-    if given[0] > arch.num_layers:
-        raise FasopError(f"--mtp-layers: {given[0]} is more than the model's {arch.num_layers} layers")
+    if arch.mtp_problem(given[0]):
+        raise FasopError(f"--mtp-layers: {arch.mtp_problem(given[0])}")
     return given[0]
 
 
