@@ -15,8 +15,8 @@ transformer_config.py`, `megatron/training/config/common_config.py`):
   moe_router, transformer_config.py). The old `--cuda-graph-scope` is deprecated.
 - `--te-rng-tracker` (RNGConfig.te_rng_tracker): required; arguments.py turns it on with a warning.
 - A dropless MoE layer cannot be captured where it syncs with the host: the `moe` module only with
-  drop-and-pad (`--moe-expert-capacity-factor`, `--moe-pad-expert-input-to-capacity`), the whole
-  iteration only with static shapes (Megatron-Bridge's full-iteration MoE recipes: HybridEP with
+  drop-and-pad (`--moe-expert-capacity-factor`, `--moe-pad-expert-input-to-capacity`: a row never
+  has it, search refuses it, specs/host_ops.search_scopes), the whole iteration only with static shapes (Megatron-Bridge's full-iteration MoE recipes: HybridEP with
   `--moe-expert-rank-capacity-factor`, tokens over the budget dropped, perf_recipes/deepseek/common.py
   @067f987). fasop estimates dropless all-to-all MoE layers: a warning, nothing written.
 - Per-layer graphs and full recompute exclude each other (the search never pairs them,
@@ -65,10 +65,6 @@ def megatron_graphs(model: ModelSpec, s, warnings: list[str]) -> list[str]:
         return list(MEGATRON_FULL_ITERATION)
     args = [f"--cuda-graph-impl {MEGATRON_PER_LAYER_IMPL}", "--cuda-graph-modules " + " ".join(scopes),
             "--te-rng-tracker"]
-    if "moe" in scopes:
-        warnings.append("cuda_graphs moe: Megatron-Core captures a whole MoE layer only with drop-and-pad "
-                        "(--moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity: tokens dropped, experts "
-                        "padded), not the dropless layer estimated; not written")
     if "moe_router" in scopes and s.recompute.startswith("selective:") and "moe" in s.recompute[10:].split(","):
         warnings.append("recompute of the moe module with a graphed moe_router: Megatron-Core refuses the pair under "
                         "--cuda-graph-impl transformer_engine (transformer_config.py); drop one")
