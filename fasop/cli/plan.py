@@ -45,7 +45,7 @@ def _add_row_args(parser: argparse.ArgumentParser) -> None:
         flags.add_argument(f"--{degree}", type=_positive, default=1, help="default 1")
     flags.add_argument("--partition", metavar="N-N-...",
                        help="layer-list entries per stage (default: the split the estimator chooses)")
-    cli_recipes.add_plan_graphs(flags)
+    cli_recipes.add_plan_software(flags)
 
 
 def add_plan_parsers(sub) -> None:
@@ -81,7 +81,7 @@ def row_plan(args: argparse.Namespace):
                          "--cluster), not both")
     if args.source is None:
         return _flag_plan(args)
-    cli_recipes.plan_graphs(args)  # refused beside --from
+    cli_recipes.plan_software(args)  # refused beside --from
     if not Path(args.source).exists() and not Path(args.source).is_symlink():
         raise FasopError(f"--from: {args.source}: no such file")
     rows = read_rows(args.source)
@@ -142,7 +142,7 @@ def _flag_plan(args: argparse.Namespace):
     row = {"tp": str(args.tp), "dp": str(args.dp), "pp": str(args.pp), "mbs": str(args.mbs),
            "node_placement": args.placement, "num_microbatches": str(batch // (args.dp * args.mbs)),
            "partition": args.partition or "-".join([str(layers)] + ["0"] * (args.pp - 1))} | \
-        {k: str(v[0]) for k, v in cli_recipes.plan_graphs(args, cluster).items()}
+        {k: str(v[0]) for k, v in cli_recipes.plan_software(args, cluster).items()}
     where = "the plan of the flags"
     rp = plan_of_row(row, where, model, cluster)  # checks the degrees against the nodes
     if args.partition is None:

@@ -249,7 +249,7 @@ def graphs_note(args: argparse.Namespace, cluster, inventory, model) -> list[str
             "needs a static-shape dispatcher, HybridEP with a capacity factor, that the estimate does not model)"]
 
 
-def add_plan_graphs(group) -> None:
+def add_plan_software(group) -> None:
     """explain / export / plot's --cuda-graphs and --mtp-layers for the plan by flags (a --from row's
     columns say them)."""
     group.add_argument("--cuda-graphs", type=_graphs, metavar="none|full_iteration|MODULE[,MODULE]",
@@ -258,7 +258,7 @@ def add_plan_graphs(group) -> None:
                        help="multi-token-prediction depths the last stage trains (default 0; as fasop search)")
 
 
-def plan_graphs(args: argparse.Namespace, cluster=None) -> dict:
+def plan_software(args: argparse.Namespace, cluster=None) -> dict:
     """The row cells --cuda-graphs and --mtp-layers give the plan by flags on `cluster` ({} without
     them); refused beside --from (no `cluster`: the row was estimated with its own columns) and on a
     cluster whose estimator takes no recipe."""
