@@ -52,3 +52,18 @@ def tiny_specs(tmp_path, monkeypatch) -> Path:
     (tmp_path / "model.yaml").write_text(MODEL)
     (tmp_path / "tiny.profile.csv").write_text(PROFILE)
     return tmp_path
+
+
+def layer_time_table(rng, pp: int, layers: int, coarse: bool):
+    """A random pipeline's stage times as the partitioner reads them: stage k's seconds for layers
+    a..b-1 (inf where b <= a), from per-layer work times per-stage speed, both drawn from `rng`
+    (in halves when `coarse`: ties); and the layer counts b - a of the same grid."""
+    import numpy as np
+
+    work, speed = rng.uniform(0.5, 2.0, layers), rng.uniform(0.5, 2.0, pp)
+    if coarse:
+        work, speed = np.round(work * 2) / 2, np.round(speed * 2) / 2
+    size = layers + 1
+    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    sums = np.concatenate([np.zeros((pp, 1)), np.cumsum(speed[:, None] * work[None, :], axis=1)], axis=1)
+    return np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf), b - a

@@ -14,6 +14,8 @@ import functools
 import numpy as np
 import pytest
 
+from conftest import layer_time_table
+
 import fasop.estimators.fasop2024.optimal as split_search
 from fasop.cli.command import main
 from fasop.partition import compiled
@@ -37,15 +39,9 @@ def _pipeline(seed: int) -> dict:
     pp = int(rng.integers(1, 9))
     layers = int(rng.integers(pp + 1, 3 * pp + 8))
     m = int(rng.integers(1, 12))
-    work, speed = rng.uniform(0.5, 2.0, layers), rng.uniform(0.5, 2.0, pp)
-    if seed % 2:
-        work, speed = np.round(work * 2) / 2, np.round(speed * 2) / 2
-    size = layers + 1
-    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
-    sums = np.concatenate([np.zeros((pp, 1)), np.cumsum(speed[:, None] * work[None, :], axis=1)], axis=1)
-    times = np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf)
+    times, span = layer_time_table(rng, pp, layers, coarse=bool(seed % 2))
     caps = rng.integers(max(2, -(-layers // pp)), layers + 1, pp)
-    fitting = np.where((b - a)[None] <= caps[:, None, None], times, np.inf)
+    fitting = np.where(span[None] <= caps[:, None, None], times, np.inf)
     send_fwd, send_bwd = np.zeros((pp, 1)), np.zeros((pp, 1))
     send_fwd[0], send_bwd[pp - 1] = rng.uniform(0, 0.3, 2)
     dp = np.concatenate([[0.0], np.cumsum(rng.uniform(0, 0.2, layers))]).astype(f32)

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from conftest import layer_time_table
+
 from fasop.estimators.fasop2024.optimal import SplitSearch
 from fasop.schedule import native
 from fasop.schedule.pipeline import split_stage_times
@@ -29,16 +31,11 @@ def _search(seed: int) -> tuple[SplitSearch, list[tuple[int, ...]]]:
     pp = int(rng.integers(1, 13))
     layers = int(rng.integers(pp, 3 * pp + 8))
     m = int(rng.integers(1, 3 * pp + 3))
-    work, speed = rng.uniform(0.5, 2.0, layers), rng.uniform(0.5, 2.0, pp)
-    if seed % 2:
-        work, speed = np.round(work * 2) / 2, np.round(speed * 2) / 2
     size = layers + 1
-    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
-    sums = np.concatenate([np.zeros((pp, 1)), np.cumsum(speed[:, None] * work[None, :], axis=1)], axis=1)
     s = object.__new__(SplitSearch)
-    s.every = np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf)  # `times`
+    s.every, span = layer_time_table(rng, pp, layers, coarse=bool(seed % 2))  # `times`
     caps = rng.integers(-(-layers // pp), layers + 1, pp) if seed % 2 else np.full(pp, layers)
-    s.fitting = np.where((b - a)[None] <= caps[:, None, None], s.every, np.inf)  # odd seeds: some splits do not fit
+    s.fitting = np.where(span[None] <= caps[:, None, None], s.every, np.inf)  # odd seeds: some splits do not fit
     s.pp, s.m, s.stages, s.values = pp, m, np.arange(pp), {}
     factor = float(rng.choice([3.0, 2.5]))
     s.e = SimpleNamespace(fwd_bwd_factor=factor, split=lambda comp: split_stage_times(comp, factor))
