@@ -345,3 +345,41 @@ def test_the_root_unit_stays_gathered_in_memory_too():
     shards = (M.stage_params(w, 32, True, True) / 8) * 2       # the 16-bit weights, sharded over 8
     assert fsdp == pytest.approx(shards + 2 * unit * (2 + w.params.gradient_reduce_bytes["bf16"]) + root * 2 * 7 / 8)
     assert zero1 == pytest.approx(M.stage_params(w, 32, True, True) * 2)   # ZeRO 1: every weight, nothing gathered
+
+
+FSDP_ROW = ("name,num_layers,hidden_size,num_attention_heads,num_kv_heads,seq_len,vocab_size,ffn_hidden_size,"
+            "gated_mlp,gpu,num_gpus,tp,pp,dp,zero,global_batch_size,micro_batch_size,precision,recompute{extra},"
+            "measured_seconds_per_iter\n"
+            "r,32,4096,32,8,8192,128256,14336,1,A100-SXM4-80GB,16,{tp},1,{dp},{zero},{gbs},1,bf16,none{cells},3.0\n")
+
+
+def _fsdp_row(tmp_path, name: str, *, zero: int = 3, tp: int = 1, cells: str = "") -> dict:
+    extra = ",fused_attention,overlap_grad_reduce,fused_elementwise" if cells else ""
+    path = tmp_path / name
+    path.write_text(FSDP_ROW.format(extra=extra, tp=tp, dp=16 // tp, zero=zero, gbs=16 // tp,
+                                    cells="," + cells if cells else ""))
+    return validate(path).predictions[0].row
+
+
+def test_a_zero3_row_without_software_cells_is_the_pytorch_fsdp_stack(tmp_path):
+    # A100's validate_software is its Megatron-era runs' (no FlashAttention, reduction after the backward);
+    # an FSDP row leaving the cells empty ran torchtitan / fms-fsdp: SDPA flash, overlapped
+    # reduce-scatter, eager elementwise -- the same estimate as the row that states 1, 1, 0
+    bare = _fsdp_row(tmp_path, "bare.csv")
+    stated = _fsdp_row(tmp_path, "stated.csv", cells="1,1,0")
+    assert bare["predicted_seconds_per_iter"] == stated["predicted_seconds_per_iter"]
+    old = _fsdp_row(tmp_path, "old.csv", cells="0,0,0")
+    assert old["predicted_seconds_per_iter"] > 1.05 * bare["predicted_seconds_per_iter"]
+
+
+def test_a_zero1_row_keeps_the_gpus_published_software(tmp_path):
+    # the same row as ZeRO 1 is a Megatron run: A100's validate_software (unfused attention, no overlap)
+    bare = _fsdp_row(tmp_path, "bare.csv", zero=1)
+    megatron_era = _fsdp_row(tmp_path, "era.csv", zero=1, cells="0,0,1")
+    assert bare["predicted_seconds_per_iter"] == megatron_era["predicted_seconds_per_iter"]
+
+
+def test_a_zero3_row_with_tp_is_sequence_parallel(tmp_path):
+    # torchtitan's TP shards the norms' sequence by default; A100's "sequence_parallel: false" is not it
+    assert _fsdp_row(tmp_path, "tp.csv", tp=2)["sequence_parallel"] == 1
+    assert _fsdp_row(tmp_path, "tp1.csv", tp=2, zero=1)["sequence_parallel"] == 0

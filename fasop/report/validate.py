@@ -77,6 +77,13 @@ GB300), by model kind, for rows whose `cuda_graphs` cell is empty (Megatron-Brid
 Mamba MoE attn, mamba, moe_router and moe_preprocess (`nemotronh/{gb200,gb300}/nemotronh.py`: every Nemotron
 3 Nano, 3.5 Lightning and 3 Super function but the FSDP ones and Ultra's); a hybrid without experts mamba
 and attn (NemotronH 56B). Dense Transformers run eager (none sourced)."""
+FSDP_STACK = {"overlap_grad_reduce": True, "fused_elementwise": False}
+"""What a ZeRO-3 row's empty software cells mean, whatever the GPU's Megatron-era runs had (its
+`validate_software`): such a row is a PyTorch FSDP stack (torchtitan, fms-fsdp), which reduce-scatters a
+unit's gradients as its backward ends and runs PyTorch's eager elementwise ops (torchtitan
+`CompileConfig.enable` False, torchtitan/config/configs.py:295 @b5bcd76); its attention is SDPA,
+FlashAttention where the GPU has the kernels (analytic.yaml `fused_attention`, overheads.job_params),
+and its TP shards the norms' sequence (`enable_sequence_parallel` True, configs.py:169)."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
@@ -121,7 +128,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     hw = row_hardware(c, tp, dp * par["cp"], pp, base)   # CP ranks sit between TP and DP (tp-cp-dp)
     counts = layers_per_stage(c, pp, arch.num_layers)
     kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
-    params = _software(c, hw, RECIPE_GRAPHS.get(kind.rstrip("_")))
+    zero = c.choice("zero", ("0", "1", "2", "3"))
+    params = _software(c, hw, RECIPE_GRAPHS.get(kind.rstrip("_")), fsdp=zero == "3")
     precision = c.choice("precision", PRECISIONS, "bf16")
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
@@ -135,6 +143,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
                                  else int(zero) >= 1),
                                 ("virtual_pp", 1 if counts else c.int("virtual_pp"))) if v is not None}
     if arch.moe is not None and tp > 1:   # Megatron-Core: MoE with TP requires sequence parallelism
+        fixed.setdefault("sequence_parallel", True)
+    if zero == "3" and tp > 1:            # torchtitan's TP shards the norms' sequence (FSDP_STACK)
         fixed.setdefault("sequence_parallel", True)
     common = _common(hw, VALIDATE_PLAN_SOFTWARE)
     assumed = {k: v for k, v in common.items() if k not in fixed}   # what this GPU's published runs had
@@ -179,13 +189,15 @@ def _common(hw: Hardware, keys: tuple[str, ...]) -> dict:
     return out
 
 
-def _software(c: Cells, hw: Hardware, graphs: str | None) -> AnalyticParams:
-    """The row's software switches: its cells, else what its GPUs' published runs had, else the constants'
-    (`graphs`: the scopes the GPUs' published runs of this kind of model captured, RECIPE_GRAPHS; None: eager)."""
+def _software(c: Cells, hw: Hardware, graphs: str | None, fsdp: bool = False) -> AnalyticParams:
+    """The row's software switches: its cells, else what its GPUs' published runs had (a ZeRO-3 row:
+    FSDP_STACK's), else the constants' (`graphs`: the scopes the GPUs' published runs of this kind of
+    model captured, RECIPE_GRAPHS; None: eager)."""
     # a row's GPUs below sm80 have no FlashAttention kernels: the unfused path unless the row says otherwise
     base, common = overheads.job_params(hw.params, hw.gpus), _common(hw, VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE
                                                                       + VALIDATE_MOE_SOFTWARE + ("tp_overlap",))
-    software = {k: c.flag(k, common.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
+    stack = {k: FSDP_STACK.get(k, getattr(base, k)) for k in VALIDATE_SOFTWARE} if fsdp else common
+    software = {k: c.flag(k, stack.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
     software |= {k: common[k] for k in VALIDATE_STACK_SOFTWARE if k in common}
     tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
     dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
