@@ -114,7 +114,13 @@ def test_validate_software_is_read_and_checked(tmp_path):
     """A GPU's `validate_software` names only analytic.yaml switches a validate row may state."""
     assert load_gpus()[canonical("A100-SXM4-80GB")].validate_software == {
         "fused_attention": False, "overlap_grad_reduce": False, "sequence_parallel": False}
-    assert load_gpus()[canonical("H100-SXM")].validate_software == {"tp_overlap": 0.5, "block_recompute": True}
+    assert load_gpus()[canonical("H100-SXM")].validate_software == {
+        "tp_overlap": 0.5, "block_recompute": True,
+        "moe_software": {"moe_dispatcher": "hybridep", "main_grads": "bf16", "cuda_graphs": {"other": "none"},
+                         "ep_overlap": {"other": 0}}}
+    gb = load_gpus()[canonical("GB200")].validate_software["moe_software"]
+    assert gb["cuda_graphs"] == {"mxfp8": "full_iteration", "other": "attn,moe_router,moe_preprocess"}
+    assert gb["ep_overlap"] == {"mxfp8": 1, "other": 0}
     text = (shipped_folder("cluster_specs") / "catalog" / "gpus.yaml").read_text()
     bad = text.replace("    fused_attention: false    # FlashAttention(-2)", "    colour: false    # FlashAttention(-2)")
     assert bad != text
@@ -122,6 +128,24 @@ def test_validate_software_is_read_and_checked(tmp_path):
     path.write_text(bad)
     with pytest.raises(SpecError, match=r"V100-SXM2\.validate_software\.colour: unknown key"):
         load_gpus(str(path))
+    for before, after, message in (
+            ("      moe_dispatcher: hybridep  # the flex HybridEP backend: 10 of 19",
+             "      moe_dispatcher: nccl  # the flex HybridEP backend: 10 of 19",
+             r"H100-SXM\.validate_software\.moe_software\.moe_dispatcher: must be one of alltoall, flex, deepep, "
+             r"hybridep, got 'nccl'"),
+            ("        mxfp8: 1              # those full-iteration recipes (3 of 9)",
+             "        mxfp9: 1              # those full-iteration recipes (3 of 9)",
+             r"B300\.validate_software\.moe_software\.ep_overlap: unknown precision 'mxfp9'"),
+            ("        other: 0              # no other (18 of 18)", "        other: 2              # no other",
+             r"B300\.validate_software\.moe_software\.ep_overlap: other: must be a share in \[0, 1\], got 2"),
+            ("        other: none\n", "        bf16: none\n",
+             r"B300\.validate_software\.moe_software\.cuda_graphs: a precision map needs an `other` entry"),
+            ("        other: none\n", "        other: everything\n",
+             r"B300\.validate_software\.moe_software\.cuda_graphs: other: must be none or a comma list")):
+        assert text.count(before) == 1, before
+        path.write_text(text.replace(before, after))
+        with pytest.raises(SpecError, match=message):
+            load_gpus(str(path))
 
 
 @pytest.mark.parametrize("precision, measured_s", [("bf16", 13.102e-3), ("fp8", 6.812e-3), ("mxfp8", 7.161e-3),

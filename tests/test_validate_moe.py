@@ -93,17 +93,40 @@ def test_a_model_row_leaves_the_architecture_columns_empty(tmp_path):
 
 
 def test_gb200_rows_default_to_the_flex_dispatcher_their_recipes_ran(tmp_path):
-    # gpus.yaml GB200 validate_software: moe_node_dedup (Megatron-Bridge's GB200/GB300 recipes: flex,
-    # HybridEP); a row that leaves moe_dispatcher empty is costed as one that says flex, not as alltoall
-    # graphed as those recipes run (full_iteration): eager, a Grace host's kernel issue would hide the sort
+    # gpus.yaml GB200 moe_software: Megatron-Bridge's GB200 recipes run the flex HybridEP dispatcher; a row that
+    # leaves moe_dispatcher empty is costed as one that says hybridep, not as alltoall
     row = "q,hf/qwen3-30b-a3b.json,GB200,8,1,1,1,8,8,1,1,4096,64,1,bf16,none,10,full_iteration"
     predicted = lambda header, r: validate(_csv(tmp_path, r, header)).predictions[0].row["predicted_seconds_per_iter"]
     empty = predicted(HEADER + ",cuda_graphs", row)
-    flex = predicted(HEADER + ",cuda_graphs,moe_dispatcher", row + ",flex")
+    flex = predicted(HEADER + ",cuda_graphs,moe_dispatcher", row + ",hybridep")
     plain = predicted(HEADER + ",cuda_graphs,moe_dispatcher", row + ",alltoall")
     assert empty == flex < plain     # the alltoall adds its sort of the received rows by local expert (16 each)
     eager = predicted(HEADER + ",cuda_graphs,moe_dispatcher", row.rsplit(",", 1)[0] + ",none,alltoall")
     assert eager > plain  # eager on the Grace host, the layer's kernel issue outlasts its GPU work
+
+
+SOFTWARE = ",moe_dispatcher,ep_overlap,cuda_graphs,main_grads"
+
+
+@pytest.mark.parametrize("gpu, precision, recipe", [
+    # Megatron-Bridge's performance recipes for the GPU and precision (gpus.yaml moe_software; the survey in
+    # tests/data/VALIDATION_SOURCES.md): MXFP8 on GB200 / B300 is the full-iteration recipe with EP overlap
+    ("GB200", "mxfp8", "hybridep,1,full_iteration,bf16"),
+    ("GB300", "bf16", 'hybridep,0,"attn,moe_router,moe_preprocess",bf16'),
+    ("B300", "mxfp8", "hybridep,1,full_iteration,bf16"),
+    ("B300", "bf16", "hybridep,0,none,bf16"),
+    ("B200", "mxfp8", "hybridep,0,none,bf16"),
+    ("H100-SXM", "fp8", "hybridep,0,none,bf16"),
+    ("A100-SXM4-80GB", "bf16", "alltoall,0,none,fp32"),   # no recipe: Megatron-Core's defaults
+])
+def test_an_moe_row_that_does_not_say_runs_its_gpus_recipe(tmp_path, gpu, precision, recipe):
+    # Qwen3-30B-A3B EP 16 over two nodes (four GB trays): the dispatcher, the EP overlap and the gradient dtype all move it
+    nodes = "16,1,1,1,16,16,1,1,4096,64,1"
+    row = f"q,hf/qwen3-30b-a3b.json,{gpu},{nodes},{precision},none,10"
+    predicted = lambda header, r: validate(_csv(tmp_path, r, header)).predictions[0].row["predicted_seconds_per_iter"]
+    assert predicted(HEADER + SOFTWARE, row + ",,,,") == predicted(HEADER + SOFTWARE, row + "," + recipe)
+    other = "alltoall,0,none,fp32" if recipe != "alltoall,0,none,fp32" else "hybridep,0,none,bf16"
+    assert predicted(HEADER + SOFTWARE, row + ",,,,") != predicted(HEADER + SOFTWARE, row + "," + other)
 
 
 def test_multi_token_prediction_is_trained_as_the_recipes_say(tmp_path):

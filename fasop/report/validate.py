@@ -42,9 +42,10 @@ from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
 from fasop.specs.host_ops import GRAPH_SCOPES, graph_scopes
 from fasop.specs.load import load_model
-from fasop.specs.catalog import (VALIDATE_MOE_SOFTWARE, VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE,
-                                 VALIDATE_SOFTWARE, VALIDATE_STACK_SOFTWARE, AnalyticParams,
-                                 default_params)
+from fasop.specs.catalog import AnalyticParams, default_params
+from fasop.specs.validate_software import (MOE_DISPATCHERS, STATE_DTYPES, VALIDATE_MOE_SOFTWARE, VALIDATE_PLAN_SOFTWARE,
+                                           VALIDATE_RECIPE_SOFTWARE, VALIDATE_SOFTWARE, VALIDATE_STACK_SOFTWARE,
+                                           moe_default)
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
                                         layers_per_stage, read_rows, row_hardware)
@@ -57,11 +58,10 @@ OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size",
                "layers_per_stage", "model", "cp", "ep", "etp", "zero")
 RECOMPUTE_MODULES = MODULES
 """Megatron-LM's --recompute-modules names a `selective:<modules>` cell may list."""
-DISPATCHERS = ("alltoall", "flex", "deepep", "hybridep")
+DISPATCHERS = MOE_DISPATCHERS
 """Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
 (node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
-STATE_DTYPES = ("fp32", "bf16")
-"""`main_grads`: the dtype of the gradient buffer and its DP reduction (bf16: Megatron's
+"""STATE_DTYPES (specs.validate_software): `main_grads`: the dtype of the gradient buffer and its DP reduction (bf16: Megatron's
 grad_reduce_in_fp32 false, as every Megatron-Bridge performance config sets it); `optimizer_states`:
 the dtype of Adam's moments (bf16: Megatron-Core's precision-aware optimizer, exp_avg_dtype /
 exp_avg_sq_dtype bfloat16, as Megatron-Bridge's Moonlight recipe sets it; master weights stay fp32)."""
@@ -70,13 +70,13 @@ DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
 `moe_deepep_num_sms`, its historical default), HybridEP 32 (Megatron-Bridge's performance recipes set
 `moe_hybridep_num_sms = 32` for every HybridEP run, perf_recipes/_common.py @067f987); `flex` names no
 backend and `alltoall` runs NCCL (moe_kernels.overlap_kept_share): none held."""
-RECIPE_GRAPHS = {"moe": "full_iteration", "hybrid_moe": "attn,mamba,moe_router,moe_preprocess", "hybrid": "attn,mamba"}
+RECIPE_GRAPHS = {"hybrid_moe": "attn,mamba,moe_router,moe_preprocess", "hybrid": "attn,mamba"}
 """The CUDA graph scopes a GPU's published runs captured (its `validate_software` `cuda_graphs` true: GB200 /
 GB300), by model kind, for rows whose `cuda_graphs` cell is empty (Megatron-Bridge @067f987
-`perf_recipes/`): Transformer MoE the whole iteration (DeepSeek-V3, Qwen3, GPT-OSS MXFP8 recipes); hybrid
-Mamba MoE attn, mamba, moe_router and moe_preprocess (`nemotronh/{gb200,gb300}/nemotronh.py`: every Nemotron
+`perf_recipes/`): hybrid Mamba MoE attn, mamba, moe_router and moe_preprocess (`nemotronh/{gb200,gb300}/nemotronh.py`: every Nemotron
 3 Nano, 3.5 Lightning and 3 Super function but the FSDP ones and Ultra's); a hybrid without experts mamba
-and attn (NemotronH 56B). Dense Transformers run eager (none sourced)."""
+and attn (NemotronH 56B). A Transformer MoE row takes its GPU's `moe_software` `cuda_graphs` by precision
+(gpus.yaml); dense Transformers run eager (none sourced)."""
 FSDP_STACK = {"overlap_grad_reduce": True, "fused_elementwise": False}
 """What a ZeRO-3 row's empty software cells mean, whatever the GPU's Megatron-era runs had (its
 `validate_software`): such a row is a PyTorch FSDP stack (torchtitan, fms-fsdp), which reduce-scatters a
@@ -129,8 +129,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     counts = layers_per_stage(c, pp, arch.num_layers)
     kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
     zero = c.choice("zero", ("0", "1", "2", "3"))
-    params = _software(c, hw, RECIPE_GRAPHS.get(kind.rstrip("_")), fsdp=zero == "3")
     precision = c.choice("precision", PRECISIONS, "bf16")
+    params = _software(c, hw, kind.rstrip("_"), precision, fsdp=zero == "3")
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
             raise c.error("precision", f"{precision}: {g.name} has no {precision.upper()} tensor cores "
@@ -189,10 +189,10 @@ def _common(hw: Hardware, keys: tuple[str, ...]) -> dict:
     return out
 
 
-def _software(c: Cells, hw: Hardware, graphs: str | None, fsdp: bool = False) -> AnalyticParams:
+def _software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = False) -> AnalyticParams:
     """The row's software switches: its cells, else what its GPUs' published runs had (a ZeRO-3 row:
-    FSDP_STACK's), else the constants' (`graphs`: the scopes the GPUs' published runs of this kind of
-    model captured, RECIPE_GRAPHS; None: eager)."""
+    FSDP_STACK's; an MoE row -- `kind` moe / hybrid_moe -- the GPUs' `moe_software` for `precision`), else
+    the constants'."""
     # a row's GPUs below sm80 have no FlashAttention kernels: the unfused path unless the row says otherwise
     base, common = overheads.job_params(hw.params, hw.gpus), _common(hw, VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE
                                                                       + VALIDATE_MOE_SOFTWARE + ("tp_overlap",))
@@ -200,15 +200,25 @@ def _software(c: Cells, hw: Hardware, graphs: str | None, fsdp: bool = False) ->
     software = {k: c.flag(k, stack.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
     software |= {k: common[k] for k in VALIDATE_STACK_SOFTWARE if k in common}
     tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
-    dispatcher = c.choice("moe_dispatcher", DISPATCHERS)
-    dedup = common.get("moe_node_dedup", base.moe_node_dedup) if dispatcher is None else dispatcher != "alltoall"
-    params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=c.share("ep_overlap", base.ep_overlap),
+    recipe = lambda key: _moe_recipe(hw, key, precision) if "moe" in kind else None
+    dispatcher = c.choice("moe_dispatcher", DISPATCHERS) or recipe("moe_dispatcher")
+    dedup = base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall"
+    transformer_moe = kind == "moe"
+    ep_overlap = c.share("ep_overlap", (transformer_moe and recipe("ep_overlap")) or base.ep_overlap)
+    params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=ep_overlap,
                      moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
                      moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
-    params = replace(params, host=replace(params.host, graphed=_graphed(c, graphs if common.get("cuda_graphs", False)
-                                                                       else None)))
-    return state_dtypes(params, c.choice("main_grads", STATE_DTYPES) == "bf16",
+    graphs = recipe("cuda_graphs") if transformer_moe else \
+        RECIPE_GRAPHS.get(kind) if common.get("cuda_graphs", False) else None
+    params = replace(params, host=replace(params.host, graphed=_graphed(c, graphs)))
+    return state_dtypes(params, (c.choice("main_grads", STATE_DTYPES) or recipe("main_grads")) == "bf16",
                         c.choice("optimizer_states", STATE_DTYPES) == "bf16")
+
+
+def _moe_recipe(hw: Hardware, key: str, precision: str):
+    """The `moe_software` value of `key` for `precision` that every GPU of the row agrees on, else None."""
+    values = {moe_default(g.validate_software, key, precision) for g in hw.gpus}
+    return values.pop() if len(values) == 1 else None
 
 
 def _graphed(c: Cells, default: str | None) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from fasop.specs.files import shipped_folder
 from fasop.specs.host_ops import HostOps, read_host_ops
 from fasop.specs.reader import Reader, read_yaml
 from fasop.specs.types import GIB
+from fasop.specs.validate_software import read_validate_software
 
 CATALOG_DIR = shipped_folder("cluster_specs") / "catalog"
 LINKS = ("nvlink", "xgmi", "pcie")
@@ -31,18 +32,6 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
              "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s", "nvfp4_matmul_efficiency",
              "layer_gemm_share")
-VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce", "fused_elementwise")
-"""analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
-VALIDATE_PLAN_SOFTWARE = ("sequence_parallel", "distributed_optimizer", "virtual_pp")
-"""Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
-VALIDATE_RECIPE_SOFTWARE = ("block_recompute",)
-"""How a GPU's published runs recomputed: `block_recompute` true = a "full" row without
-`recompute_num_layers` recomputed the fewest layers per chunk that fit (block_recompute.py)."""
-VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
-"""analytic.yaml switches a GPU's `validate_software` may set for its rows, with no CSV column of their own."""
-VALIDATE_MOE_SOFTWARE = ("moe_node_dedup", "cuda_graphs")
-"""What a GPU's published MoE runs had, for MoE rows whose `moe_dispatcher` / `cuda_graphs` cells are empty:
-a flex dispatcher (DeepEP / HybridEP); the full iteration in CUDA graphs (Transformer MoE, not hybrid, rows)."""
 PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
               "eager_rope", "fsdp_copy_out", "fused_attention_efficiency", "gemm_traffic", "overlap_slowdown",
               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -85,7 +74,7 @@ class GpuType:
     """GPUs of an NVLink domain spanning nodes (NVL72: 72; its groups use the GPU link); None: the node."""
     reference_gpus_per_node: int = 8
     """GPUs of the vendor's reference node (GB200 / GB300: a 4-GPU tray): validate's `gpus_per_node`."""
-    validate_software: dict[str, bool | float] = field(default_factory=dict)
+    validate_software: dict = field(default_factory=dict)
     """What `fasop validate` assumes for a row that does not state `fused_attention`,
     `overlap_grad_reduce` or `sequence_parallel`, its `tp_overlap` and `block_recompute` (VALIDATE_RECIPE_SOFTWARE): the software the published training runs on this
     GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
@@ -269,7 +258,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
         reference_inter_node_bytes_per_s=float(r.positive("reference_inter_node_gbit_per_s", high=limits.GBIT_PER_S[1])) * 1e9 / 8,
         fp8_matmul_efficiency=share("fp8_matmul_efficiency"), nvfp4_matmul_efficiency=share("nvfp4_matmul_efficiency"),
         fused_attention_efficiency=share("fused_attention_efficiency"), intra_node_efficiency=share("intra_node_efficiency"),
-        validate_software=_validate_software(r),
+        validate_software=read_validate_software(r),
         nvlink_domain_gpus=r.get("nvlink_domain_gpus", int, None, lambda v: 2 <= v <= limits.GPUS, f"in [2, {limits.GPUS}]"),
         reference_gpus_per_node=r.get("reference_gpus_per_node", int, 8, lambda v: 1 <= v <= limits.GPUS_PER_NODE,
                                       f"in [1, {limits.GPUS_PER_NODE}]"),
@@ -282,22 +271,6 @@ def _gpu(r: Reader, name: str) -> GpuType:
     )
     r.done()
     return gpu
-
-
-def _validate_software(r: Reader) -> dict[str, bool]:
-    if "validate_software" not in r.data:
-        r.seen.add("validate_software")
-        return {}
-    switches = (VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE + VALIDATE_PLAN_SOFTWARE + VALIDATE_RECIPE_SOFTWARE
-                + VALIDATE_MOE_SOFTWARE)
-    sub = r.sub("validate_software", switches + ("tp_overlap",))
-    values = {k: sub.get(k, bool) for k in switches if k in sub.data and k != "virtual_pp"}
-    if "virtual_pp" in sub.data:
-        values["virtual_pp"] = sub.get("virtual_pp", int, check=lambda v: 1 <= v <= 64, why="in [1, 64]")
-    if "tp_overlap" in sub.data:
-        values["tp_overlap"] = float(sub.get("tp_overlap", (int, float), check=lambda v: 0 <= v <= 1, why="in [0, 1]"))
-    sub.done()
-    return values
 
 
 # ----------------------------------------------------------------------------- physical constants
