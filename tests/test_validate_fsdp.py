@@ -353,11 +353,11 @@ FSDP_ROW = ("name,num_layers,hidden_size,num_attention_heads,num_kv_heads,seq_le
             "r,32,4096,32,8,8192,128256,14336,1,A100-SXM4-80GB,16,{tp},1,{dp},{zero},{gbs},1,bf16,none{cells},3.0\n")
 
 
-def _fsdp_row(tmp_path, name: str, *, zero: int = 3, tp: int = 1, cells: str = "") -> dict:
+def _fsdp_row(tmp_path, name: str, *, zero: int = 3, tp: int = 1, cells: str = "", gpu: str = "") -> dict:
     extra = ",fused_attention,overlap_grad_reduce,fused_elementwise" if cells else ""
     path = tmp_path / name
-    path.write_text(FSDP_ROW.format(extra=extra, tp=tp, dp=16 // tp, zero=zero, gbs=16 // tp,
-                                    cells="," + cells if cells else ""))
+    text = FSDP_ROW.format(extra=extra, tp=tp, dp=16 // tp, zero=zero, gbs=16 // tp, cells="," + cells if cells else "")
+    path.write_text(text.replace("A100-SXM4-80GB", gpu) if gpu else text)
     return validate(path).predictions[0].row
 
 
@@ -383,3 +383,25 @@ def test_a_zero3_row_with_tp_is_sequence_parallel(tmp_path):
     # torchtitan's TP shards the norms' sequence by default; A100's "sequence_parallel: false" is not it
     assert _fsdp_row(tmp_path, "tp.csv", tp=2)["sequence_parallel"] == 1
     assert _fsdp_row(tmp_path, "tp1.csv", tp=2, zero=1)["sequence_parallel"] == 0
+
+
+def test_a_zero3_row_on_blackwell_is_megatron_fsdp(tmp_path):
+    # gpus.yaml GB200 `megatron_fsdp`: Megatron-Bridge's FSDP recipes there shard with Megatron-FSDP, whose
+    # Transformer Engine layers keep fused kernels -- not the PyTorch stack's eager elementwise ops
+    bare = _fsdp_row(tmp_path, "bare.csv", gpu="GB200")
+    assert bare["predicted_seconds_per_iter"] == _fsdp_row(tmp_path, "te.csv", gpu="GB200",
+                                                           cells="1,1,1")["predicted_seconds_per_iter"]
+    assert bare["predicted_seconds_per_iter"] < _fsdp_row(tmp_path, "eager.csv", gpu="GB200",
+                                                          cells="1,1,0")["predicted_seconds_per_iter"]
+
+
+def test_a_zero3_row_with_tp_on_h100_does_not_overlap_its_tp_collectives(tmp_path):
+    # H100's validate_software tp_overlap 0.5 is NeMo's userbuffers; torchtitan's async TP is off by default
+    fsdp = _fsdp_row(tmp_path, "fsdp.csv", tp=2, gpu="H100-SXM")
+    path = tmp_path / "stated.csv"
+    path.write_text((tmp_path / "fsdp.csv").read_text().replace("recompute,", "recompute,tp_overlap,")
+                    .replace("bf16,none,", "bf16,none,0,"))
+    assert validate(path).predictions[0].row["predicted_seconds_per_iter"] == fsdp["predicted_seconds_per_iter"]
+    path.write_text((tmp_path / "fsdp.csv").read_text().replace("recompute,", "recompute,tp_overlap,")
+                    .replace("bf16,none,", "bf16,none,0.5,"))
+    assert validate(path).predictions[0].row["predicted_seconds_per_iter"] < fsdp["predicted_seconds_per_iter"]

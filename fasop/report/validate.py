@@ -83,7 +83,10 @@ FSDP_STACK = {"overlap_grad_reduce": True, "fused_elementwise": False}
 unit's gradients as its backward ends and runs PyTorch's eager elementwise ops (torchtitan
 `CompileConfig.enable` False, torchtitan/config/configs.py:295 @b5bcd76); its attention is SDPA,
 FlashAttention where the GPU has the kernels (analytic.yaml `fused_attention`, overheads.job_params),
-and its TP shards the norms' sequence (`enable_sequence_parallel` True, configs.py:169)."""
+and its TP shards the norms' sequence (`enable_sequence_parallel` True, configs.py:169) without overlapping
+its collectives (`enable_async_tensor_parallel` False, configs.py:298). Not on a GPU whose `validate_software`
+says `megatron_fsdp` (B200, B300, GB200, GB300: Megatron-Bridge's FSDP recipes shard with Megatron-FSDP,
+whose Transformer Engine layers keep the GPU's software)."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
@@ -130,12 +133,13 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
     zero = c.choice("zero", ("0", "1", "2", "3"))
     precision = c.choice("precision", PRECISIONS, "bf16")
-    params = _software(c, hw, kind.rstrip("_"), precision, fsdp=zero == "3")
+    # a ZeRO-3 row is PyTorch FSDP unless the GPU's published FSDP runs are Megatron-FSDP's (FSDP_STACK)
+    torch_fsdp = zero == "3" and not _common(hw, VALIDATE_RECIPE_SOFTWARE).get("megatron_fsdp", False)
+    params = _software(c, hw, kind.rstrip("_"), precision, fsdp=torch_fsdp)
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
             raise c.error("precision", f"{precision}: {g.name} has no {precision.upper()} tensor cores "
                                        f"(the GPU catalog's {precision}_tflops is null)")
-    zero = c.choice("zero", ("0", "1", "2", "3"))
     fixed = {k: v for k, v in (("micro_batch_size", c.int("micro_batch_size")),
                                 ("recompute", _recompute(c)),
                                 ("sequence_parallel", c.flag("sequence_parallel")),
@@ -144,18 +148,18 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
                                 ("virtual_pp", 1 if counts else c.int("virtual_pp"))) if v is not None}
     if arch.moe is not None and tp > 1:   # Megatron-Core: MoE with TP requires sequence parallelism
         fixed.setdefault("sequence_parallel", True)
-    if zero == "3" and tp > 1:            # torchtitan's TP shards the norms' sequence (FSDP_STACK)
+    if torch_fsdp and tp > 1:             # torchtitan's TP shards the norms' sequence (FSDP_STACK)
         fixed.setdefault("sequence_parallel", True)
     common = _common(hw, VALIDATE_PLAN_SOFTWARE)
     assumed = {k: v for k, v in common.items() if k not in fixed}   # what this GPU's published runs had
     fixed |= assumed
     par["zero"] = None if zero is None else int(zero)
-    if par["zero"] == 3 and params.fused_elementwise and params.eager_rope == "complex":
+    if torch_fsdp and params.fused_elementwise and params.eager_rope == "complex":
         # a compiled PyTorch FSDP stack (torchtitan) whose RoPE is a complex multiply: Inductor leaves it eager
         params = replace(params, compiled_rope=True)
     block = _block(c, arch.num_layers, fixed.get("recompute"))
-    # a FSDP (ZeRO 3) row is a PyTorch FSDP stack (torchtitan, fms-fsdp), whose full AC checkpoints every block
-    if block is None and par["zero"] != 3 and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):
+    # a PyTorch FSDP stack (torchtitan, fms-fsdp): its full AC checkpoints every block
+    if block is None and not torch_fsdp and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):
         block = "fit"
     best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block)
     if best is None:
@@ -199,7 +203,7 @@ def _software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fa
     stack = {k: FSDP_STACK.get(k, getattr(base, k)) for k in VALIDATE_SOFTWARE} if fsdp else common
     software = {k: c.flag(k, stack.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
     software |= {k: common[k] for k in VALIDATE_STACK_SOFTWARE if k in common}
-    tp_overlap = c.share("tp_overlap", common.get("tp_overlap", base.tp_overlap))
+    tp_overlap = c.share("tp_overlap", 0.0 if fsdp else common.get("tp_overlap", base.tp_overlap))
     recipe = lambda key: _moe_recipe(hw, key, precision) if "moe" in kind else None
     dispatcher = c.choice("moe_dispatcher", DISPATCHERS) or recipe("moe_dispatcher")
     dedup = base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall"

@@ -14,9 +14,10 @@ VALIDATE_SOFTWARE = ("fused_attention", "overlap_grad_reduce", "fused_elementwis
 """analytic.yaml switches a GPU's `validate_software` may set, which a `fasop validate` row may also state."""
 VALIDATE_PLAN_SOFTWARE = ("sequence_parallel", "distributed_optimizer", "virtual_pp")
 """Plan cells a GPU's `validate_software` may fix for rows that leave them empty (instead of picking)."""
-VALIDATE_RECIPE_SOFTWARE = ("block_recompute",)
-"""How a GPU's published runs recomputed: `block_recompute` true = a "full" row without
-`recompute_num_layers` recomputed the fewest layers per chunk that fit (block_recompute.py)."""
+VALIDATE_RECIPE_SOFTWARE = ("block_recompute", "megatron_fsdp")
+"""How a GPU's published runs recomputed and sharded: `block_recompute` true = a "full" row without
+`recompute_num_layers` recomputed the fewest layers per chunk that fit (block_recompute.py);
+`megatron_fsdp` true = a ZeRO-3 row is Megatron-FSDP (Megatron-Core's layers), not PyTorch FSDP."""
 VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
 """analytic.yaml switches a GPU's `validate_software` may set for its rows, with no CSV column of their own."""
 VALIDATE_MOE_SOFTWARE = ("cuda_graphs",)
