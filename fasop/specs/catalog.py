@@ -35,7 +35,7 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
 PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
               "eager_rope", "fsdp_copy_out", "fused_attention_efficiency", "gemm_traffic", "overlap_slowdown",
               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
-              "fp8_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s", "kernels_per_layer",
+              "fp8_cast_bytes", "nvfp4_cast_bytes", "tp_overlap", "overlap_grad_reduce", "matmul_tile", "kernel_launch_s", "kernels_per_layer",
               "micro_batch_sync", "p2p_blocking", "optimizer_step_bytes", "loss_scaling_bytes", "gradient_bucket_bytes",
               "te_module_call_s", "host_ops", "layer_overhead_s", "moe_load_imbalance", "grouped_gemm_efficiency",
               "ep_overlap", "moe_node_dedup")
@@ -153,6 +153,8 @@ class AnalyticParams:
     """The weight-gradient matmul adds into the fp32 main gradient (Megatron-LM `--gradient-accumulation-fusion`)."""
     fp8_cast_bytes: float = 0.0
     """Bytes moved per matmul-input element an FP8 run casts (read 16-bit, write FP8 and its transpose)."""
+    nvfp4_cast_bytes: float = 0.0
+    """The same for an NVFP4 run (layers.Recipe.cast_bytes)."""
     overlap_grad_reduce: bool = False
     """DP gradient buckets are reduced during the backward: a stage's DP sync waits only for what
     its last micro-batch's backward (and next forward, for the weight all-gather) cannot cover."""
@@ -302,7 +304,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
     if any(grad.get(p, 4) != 4 for p in ("fp32", "tf32")):
         raise r.error("gradient_reduce_bytes", "fp32 / tf32 runs reduce fp32 gradients: 4")
     fusion = get("gradient_accumulation_fusion", bool, None, "")
-    cast = get("fp8_cast_bytes", (int, float), lambda v: v >= 0, ">= 0")
+    cast, cast4 = (get(k, (int, float), lambda v: v >= 0, ">= 0") for k in ("fp8_cast_bytes", "nvfp4_cast_bytes"))
     tp_overlap = get("tp_overlap", (int, float), share, "in [0, 1]")
     grad_overlap = get("overlap_grad_reduce", bool, None, "")
     launch = get("kernel_launch_s", (int, float), lambda v: 0 <= v <= 1e-3, "in [0, 0.001]")
@@ -338,6 +340,7 @@ def _params(r: Reader, base: AnalyticParams | None) -> AnalyticParams:
         gradient_reduce_bytes=_block_scaled({**(base.gradient_reduce_bytes if base else {}), **grad}),
         gradient_accumulation_fusion=fusion if fusion is not None else base.gradient_accumulation_fusion,
         fp8_cast_bytes=float(cast) if cast is not None else base.fp8_cast_bytes,
+        nvfp4_cast_bytes=float(cast4) if cast4 is not None else base.nvfp4_cast_bytes,
         tp_overlap=float(tp_overlap) if tp_overlap is not None else base.tp_overlap,
         overlap_slowdown=float(slowdown) if slowdown is not None else base.overlap_slowdown,
         overlap_grad_reduce=grad_overlap if grad_overlap is not None else base.overlap_grad_reduce,

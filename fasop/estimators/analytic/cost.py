@@ -134,7 +134,7 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     operand = r.operand_bytes    # FP8 / MXFP8 / NVFP4 matmuls read 8- or 4-bit inputs and weights
     gemm_bytes = L.layer_gemm_bytes(a, b, s, t, e, operand, routed=False) if w.params.gemm_traffic else 0.0
     if r.low_precision:
-        moved += L.fp8_cast_elements(a, b, s, t, routed=False) * w.params.fp8_cast_bytes
+        moved += L.fp8_cast_elements(a, b, s, t, routed=False) * r.cast_bytes(w.params)
     # + the per-layer overhead (launches, framework: `layer_overhead_s`), 2x in the backward, again when recomputed
     fwd = _kernel_s(w, gpu, 0.0, 0.0, moved + gemm_bytes) + gpu.layer_overhead(w.params)
     core_bwd_extra = 0.0

@@ -129,6 +129,13 @@ class Recipe:
         """Bytes a weight matmul reads per input or weight element (OPERAND_BYTES, else value_bytes)."""
         return OPERAND_BYTES.get(self.precision, self.value_bytes)
 
+    def cast_bytes(self, params: AnalyticParams) -> float:
+        """Bytes moved per matmul-input element this run quantizes (0 in a 16-bit run): analytic.yaml
+        `fp8_cast_bytes`, NVFP4 `nvfp4_cast_bytes` (its amax pass, Hadamard transform and 2D scales)."""
+        if not self.low_precision:
+            return 0.0
+        return params.nvfp4_cast_bytes if self.precision == "nvfp4" else params.fp8_cast_bytes
+
 
 # ----------------------------------------------------------------------------- parameters
 def plain_dense(a: Architecture) -> bool:

@@ -304,7 +304,7 @@ def expert_compute_s(w, gpu) -> float:
         weights = m.num_experts / w.ep * h * fe * up
         moved = operand * (rows * h + rows * fe + weights) + e * (rows * fe * (up - 1) + rows * h)
     if fp8:
-        moved += rows * (h + fe) * p.fp8_cast_bytes
+        moved += rows * (h + fe) * w.recipe.cast_bytes(p)
     # fc1 (up - 1 outputs of fe) and fc2 (h outputs), each of the E/ep experts' rows a group of its own
     local, sms = m.num_experts / w.ep, gpu.streaming_multiprocessors
     waves = (up - 1) / (up * grouped_wave_efficiency(rows / local, fe * (up - 1), local, sms, p.matmul_tile)) \
