@@ -241,6 +241,30 @@ def test_mamba_scan_runs_at_its_measured_share_of_flash_attention(monkeypatch):
     assert f - f1 == pytest.approx(extra) and b - b1 == pytest.approx(2.5 * extra)
 
 
+def test_mamba_scan_on_blackwell_runs_at_hoppers_rate():
+    # gpus.yaml GB200 ssd_scan_efficiency 0.055 (docs/models.md "Mamba-2 scan rate", state-spaces/mamba#904):
+    # the scan's forward takes scan / (2500 TFLOP/s x 0.055) = scan / 137.5 TFLOP/s, not scan / (0.42 x the
+    # FlashAttention rate); by hand against the same GPU with the share taken away
+    from dataclasses import replace
+    from fasop.estimators.analytic import cost as C
+    from fasop.specs.catalog import default_params, find_gpu
+    cfg = {"model_type": "nemotron_h", "hidden_size": 2048, "hybrid_override_pattern": "M*-",
+           "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 8192,
+           "vocab_size": 1000, "mamba_num_heads": 32, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+           "conv_kernel": 4, "chunk_size": 128}
+    a = architecture_from_config(cfg, "h.json")
+    params, gb200 = default_params(), find_gpu("GB200")
+    assert gb200.ssd_scan_efficiency == 0.055 and find_gpu("H100-SXM").ssd_scan_efficiency is None
+    w = C.Workload(arch=a, seq=8192, mbs=1, tp=1, dp=1, pp=1, num_microbatches=1, recipe=L.Recipe(), params=params)
+    link = C.Link(100e9, 0.0)
+    f, b = C.layer_s(w, gb200, link)
+    f0, b0 = C.layer_s(w, replace(gb200, ssd_scan_efficiency=None), link)
+    scan = 8192 * (2 * 128 * 8 * 128 + 2 * 128 * 2048 + 4 * 2048 * 128) / 3    # one Mamba layer of three
+    flash = 2500e12 * gb200.attention_share(params)
+    extra = scan / (2500e12 * 0.055) - scan / (flash * 0.42)
+    assert f - f0 == pytest.approx(extra) and b - b0 == pytest.approx(2.5 * extra)
+
+
 def test_mamba_backward_bytes_reach_the_layer_backward_only(monkeypatch):
     # cost._layer_s adds blocks.mamba_backward_extra_bytes to the backward at the memory rate; the forward
     # does not change

@@ -31,7 +31,7 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
              "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s", "nvfp4_matmul_efficiency",
-             "layer_gemm_share")
+             "layer_gemm_share", "ssd_scan_efficiency")
 PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
               "eager_rope", "fsdp_copy_out", "fused_attention_efficiency", "gemm_traffic", "overlap_slowdown",
               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -100,6 +100,10 @@ class GpuType:
 
     def intra_node_share(self, params: "AnalyticParams") -> float:
         return self.intra_node_efficiency or params.link_efficiency[self.intra_node_link]
+
+    ssd_scan_efficiency: float | None = None
+    """Share of the 16-bit peak Mamba-2's chunked scan (mamba_ssm's Triton kernels) reaches where measured;
+    None: blocks.SSD_FLASH_RATIO of the GPU's fused attention rate."""
 
     def attention_share(self, params: "AnalyticParams") -> float:
         return self.fused_attention_efficiency or params.fused_attention_efficiency
@@ -270,6 +274,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
         compute_capability=r.get("compute_capability", (int, float), None, lambda v: 1 <= v < 100, "in [1, 100)"),
         kernel_launch_s=r.get("kernel_launch_s", (int, float), None, lambda v: 0 <= v <= 1e-3, "in [0, 0.001]"),
         layer_gemm_share=r.numbers("layer_gemm_share", ("bf16", "fp8", "mxfp8", "nvfp4"), False, lambda v: 0 < v <= 1, "in (0, 1]"),
+        ssd_scan_efficiency=r.get("ssd_scan_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
     )
     r.done()
     return gpu

@@ -141,9 +141,12 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     if fused:  # a FlashAttention kernel runs at its own share of the 16-bit peak
         precision = "bf16" if r.low_precision else r.precision
         rate = gpu.matmul_flops(precision) / gpu.matmul_efficiency * gpu.attention_share(w.params)
-        # a Mamba-2 layer's chunked scan at its measured share of that rate (blocks.SSD_FLASH_RATIO)
+        # a Mamba-2 layer's chunked scan at its measured share of the peak (gpus.yaml ssd_scan_efficiency), else
+        # at its measured share of that rate (blocks.SSD_FLASH_RATIO)
         scan = B.mean_scan_flops(a, b, w.seq, t) / w.cp
-        attention = (core - scan) / rate + scan / (rate * B.SSD_FLASH_RATIO)
+        peak = gpu.matmul_flops(precision) / gpu.matmul_efficiency
+        scan_rate = peak * gpu.ssd_scan_efficiency if gpu.ssd_scan_efficiency else rate * B.SSD_FLASH_RATIO
+        attention = (core - scan) / rate + scan / scan_rate
         # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
         core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * attention / 2
     else:
