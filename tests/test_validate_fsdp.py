@@ -405,3 +405,21 @@ def test_a_zero3_row_with_tp_on_h100_does_not_overlap_its_tp_collectives(tmp_pat
     path.write_text((tmp_path / "fsdp.csv").read_text().replace("recompute,", "recompute,tp_overlap,")
                     .replace("bf16,none,", "bf16,none,0.5,"))
     assert validate(path).predictions[0].row["predicted_seconds_per_iter"] < fsdp["predicted_seconds_per_iter"]
+
+
+def test_megatron_fsdp_copies_nothing(tmp_path, monkeypatch):
+    # Megatron-FSDP (a ZeRO-3 row on GB200) gathers into its buckets and accumulates into its reduce-scatter
+    # buffer: the row costs what the same FSDP2 row costs with FSDP2's copy-out / copy-in taken away
+    from fasop.estimators.analytic import cost as C
+    megatron = _fsdp_row(tmp_path, "m.csv", gpu="GB200")["predicted_seconds_per_iter"]
+    monkeypatch.setattr(C.P, "fsdp_copy_bytes", lambda *a: (0.0, 0.0))
+    monkeypatch.setattr(C.P, "fsdp1_copy_bytes", lambda *a, **k: (1e30, 1e30))   # must not be charged either
+    C.layer_s.cache_clear()
+    assert _fsdp_row(tmp_path, "m2.csv", gpu="GB200")["predicted_seconds_per_iter"] == megatron
+    monkeypatch.undo()
+    C.layer_s.cache_clear()
+    a100 = _fsdp_row(tmp_path, "a.csv", cells="1,1,1")["predicted_seconds_per_iter"]
+    monkeypatch.setattr(C.P, "fsdp_copy_bytes", lambda *a: (0.0, 0.0))
+    C.layer_s.cache_clear()
+    assert _fsdp_row(tmp_path, "a2.csv", cells="1,1,1")["predicted_seconds_per_iter"] < a100   # PyTorch FSDP2 copies
+    C.layer_s.cache_clear()

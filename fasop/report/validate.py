@@ -154,6 +154,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     assumed = {k: v for k, v in common.items() if k not in fixed}   # what this GPU's published runs had
     fixed |= assumed
     par["zero"] = None if zero is None else int(zero)
+    if zero == "3" and not torch_fsdp:    # Megatron-FSDP: in its buffers, no FSDP1 / FSDP2 copies
+        params = replace(params, megatron_fsdp=True)
     if torch_fsdp and params.fused_elementwise and params.eager_rope == "complex":
         # a compiled PyTorch FSDP stack (torchtitan) whose RoPE is a complex multiply: Inductor leaves it eager
         params = replace(params, compiled_rope=True)

@@ -150,6 +150,9 @@ class AnalyticParams:
     """FSDP2's copy-out and reduce-scatter copy-in (parallel.fsdp_copy_bytes); false: FSDP1's flat parameter, in place."""
     compiled_rope: bool = False
     """A compiled block's `complex` RoPE stays eager: Inductor runs complex ops as aten kernels (eager.py)."""
+    megatron_fsdp: bool = False
+    """ZeRO 3 is Megatron-FSDP: parameters are views of the gathered bucket and gradients accumulate into the
+    reduce-scatter buffer, so neither FSDP2's copies nor FSDP1's concatenation (set by `fasop validate`)."""
     dp_overlap: float
     framework_overhead_bytes: float
     gradient_reduce_bytes: dict[str, int]

@@ -289,7 +289,8 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             f, bk = f + hf + mf, bk + hb + mb
         params.append(stage_params(w, n, i == 0, i == p - 1))
         gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1, fsdp_root_params(w, i))
-        if w.recipe.zero >= 3 and n:   # FSDP2's copies, or FSDP1's gradient concatenation: memory bound
+        if w.recipe.zero >= 3 and n and not w.params.megatron_fsdp:   # FSDP2's copies, or FSDP1's gradient
+            # concatenation: memory bound (Megatron-FSDP works in its buffers)
             e, reduce = w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision]
             cf, cb = P.fsdp_copy_bytes(params[-1], e, reduce) if w.params.fsdp_copy_out else \
                 P.fsdp1_copy_bytes(params[-1], e, reduce, state_shards(w)[0], w.dp * w.cp)
