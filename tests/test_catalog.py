@@ -116,7 +116,7 @@ def test_validate_software_is_read_and_checked(tmp_path):
         "fused_attention": False, "overlap_grad_reduce": False, "sequence_parallel": False}
     assert load_gpus()[canonical("H100-SXM")].validate_software == {
         "tp_overlap": 0.5, "block_recompute": True,
-        "moe_software": {"moe_dispatcher": "hybridep", "main_grads": "bf16", "cuda_graphs": {"other": "none"},
+        "moe_software": {"moe_dispatcher": "alltoall", "main_grads": "bf16", "cuda_graphs": {"other": "none"},
                          "ep_overlap": {"other": 0}}}
     gb = load_gpus()[canonical("GB200")].validate_software["moe_software"]
     assert gb["cuda_graphs"] == {"mxfp8": "full_iteration", "other": "attn,moe_router,moe_preprocess"}
@@ -129,18 +129,23 @@ def test_validate_software_is_read_and_checked(tmp_path):
     with pytest.raises(SpecError, match=r"V100-SXM2\.validate_software\.colour: unknown key"):
         load_gpus(str(path))
     for before, after, message in (
-            ("      moe_dispatcher: hybridep  # the flex HybridEP backend: 10 of 19",
-             "      moe_dispatcher: nccl  # the flex HybridEP backend: 10 of 19",
-             r"H100-SXM\.validate_software\.moe_software\.moe_dispatcher: must be one of alltoall, flex, deepep, "
+            ("      moe_dispatcher: hybridep  # the flex HybridEP backend: 22 of 27",
+             "      moe_dispatcher: nccl  # the flex HybridEP backend: 22 of 27",
+             r"B300\.validate_software\.moe_software\.moe_dispatcher: must be one of alltoall, flex, deepep, "
              r"hybridep, got 'nccl'"),
-            ("        mxfp8: 1              # those full-iteration recipes (3 of 9)",
-             "        mxfp9: 1              # those full-iteration recipes (3 of 9)",
-             r"B300\.validate_software\.moe_software\.ep_overlap: unknown precision 'mxfp9'"),
-            ("        other: 0              # no other (18 of 18)", "        other: 2              # no other",
-             r"B300\.validate_software\.moe_software\.ep_overlap: other: must be a share in \[0, 1\], got 2"),
-            ("        other: none\n", "        bf16: none\n",
+            ("        mxfp8: 1              # the full-iteration DeepSeek-V3, Qwen3, GPT-OSS-120B recipes (5 of 8)\n"
+             "        other: 0              # no other (19 of 20)",
+             "        mxfp9: 1              # the full-iteration DeepSeek-V3, Qwen3, GPT-OSS-120B recipes (5 of 8)\n"
+             "        other: 0              # no other (19 of 20)",
+             r"GB200\.validate_software\.moe_software\.ep_overlap: unknown precision 'mxfp9'"),
+            ("        other: 0              # no other (19 of 20)", "        other: 2              # no other",
+             r"GB200\.validate_software\.moe_software\.ep_overlap: other: must be a share in \[0, 1\], got 2"),
+            ("      ep_overlap: 0           # EP all-to-all overlap off in 21 of 25",
+             "      ep_overlap: 3           # EP all-to-all overlap off in 21 of 25",
+             r"B200\.validate_software\.moe_software\.ep_overlap: must be a share in \[0, 1\], got 3"),
+            ("        other: none           # (4 of 7, 3 of 5)", "        bf16: none           # (4 of 7, 3 of 5)",
              r"B300\.validate_software\.moe_software\.cuda_graphs: a precision map needs an `other` entry"),
-            ("        other: none\n", "        other: everything\n",
+            ("        other: none           # (4 of 7, 3 of 5)", "        other: everything     # (4 of 7, 3 of 5)",
              r"B300\.validate_software\.moe_software\.cuda_graphs: other: must be none or a comma list")):
         assert text.count(before) == 1, before
         path.write_text(text.replace(before, after))

@@ -242,8 +242,8 @@ def test_mamba_scan_runs_at_its_measured_share_of_flash_attention(monkeypatch):
 
 
 def test_mamba_scan_on_blackwell_runs_at_hoppers_rate():
-    # gpus.yaml GB200 ssd_scan_efficiency 0.055 (docs/models.md "Mamba-2 scan rate", state-spaces/mamba#904):
-    # the scan's forward takes scan / (2500 TFLOP/s x 0.055) = scan / 137.5 TFLOP/s, not scan / (0.42 x the
+    # gpus.yaml GB200 ssd_scan_efficiency 0.0545 (docs/models.md "Mamba-2 scan rate", state-spaces/mamba#904):
+    # the scan's forward takes scan / (2500 TFLOP/s x 0.0545) = scan / 136.25 TFLOP/s, not scan / (0.42 x the
     # FlashAttention rate); by hand against the same GPU with the share taken away
     from dataclasses import replace
     from fasop.estimators.analytic import cost as C
@@ -254,14 +254,14 @@ def test_mamba_scan_on_blackwell_runs_at_hoppers_rate():
            "conv_kernel": 4, "chunk_size": 128}
     a = architecture_from_config(cfg, "h.json")
     params, gb200 = default_params(), find_gpu("GB200")
-    assert gb200.ssd_scan_efficiency == 0.055 and find_gpu("H100-SXM").ssd_scan_efficiency is None
+    assert gb200.ssd_scan_efficiency == 0.0545 and find_gpu("H100-SXM").ssd_scan_efficiency is None
     w = C.Workload(arch=a, seq=8192, mbs=1, tp=1, dp=1, pp=1, num_microbatches=1, recipe=L.Recipe(), params=params)
     link = C.Link(100e9, 0.0)
     f, b = C.layer_s(w, gb200, link)
     f0, b0 = C.layer_s(w, replace(gb200, ssd_scan_efficiency=None), link)
     scan = 8192 * (2 * 128 * 8 * 128 + 2 * 128 * 2048 + 4 * 2048 * 128) / 3    # one Mamba layer of three
     flash = 2500e12 * gb200.attention_share(params)
-    extra = scan / (2500e12 * 0.055) - scan / (flash * 0.42)
+    extra = scan / (2500e12 * 0.0545) - scan / (flash * 0.42)
     assert f - f0 == pytest.approx(extra) and b - b0 == pytest.approx(2.5 * extra)
 
 

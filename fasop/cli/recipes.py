@@ -232,20 +232,21 @@ def precision_note(args: argparse.Namespace, cluster, inventory) -> list[str]:
 
 def graphs_note(args: argparse.Namespace, cluster, inventory, model) -> list[str]:
     """Without --cuda-graphs, for a Transformer MoE model on GPUs whose published MoE runs captured CUDA
-    graphs (catalog validate_software cuda_graphs: GB200, GB300): that this search planned them eager
-    (the default stays eager, Megatron-LM's; `fasop validate` keeps its own default for such rows)."""
+    graphs (catalog validate_software moe_software cuda_graphs: B300, GB200, GB300): that this search planned
+    them eager (the default stays eager, Megatron-LM's; `fasop validate` keeps its own default for such rows)."""
     arch = getattr(model, "architecture", None)
     if cluster.estimator != "analytic" or getattr(args, "cuda_graphs", None) or arch is None or arch.moe is None \
             or arch.mamba is not None:  # the catalog's default is sourced for Transformer MoE runs only
         return []
     from fasop.specs.catalog import find_gpu
+    from fasop.specs.validate_software import captures_moe_graphs
 
     graphed = sorted({g.name for g in (find_gpu(n.gpu, cluster.path) for n in inventory)
-                      if g.validate_software.get("cuda_graphs")})
+                      if captures_moe_graphs(g.validate_software)})
     if not graphed:
         return []
-    return [f"note: planned eager; {', '.join(graphed)} MoE runs are published captured in CUDA graphs (a Grace host "
-            "issues each kernel in ~20 us): --cuda-graphs attn,moe_router,moe_preprocess to plan so (full_iteration "
+    return [f"note: planned eager; {', '.join(graphed)} MoE runs are published captured in CUDA graphs (on a Grace host "
+            "each kernel issues in ~20 us): --cuda-graphs attn,moe_router,moe_preprocess to plan so (full_iteration "
             "needs a static-shape dispatcher, HybridEP with a capacity factor, that the estimate does not model)"]
 
 

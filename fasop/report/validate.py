@@ -32,20 +32,18 @@ from pathlib import Path
 
 from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import cost as C
-from fasop.estimators.analytic import mixed, overheads
-from fasop.estimators.analytic.memory import state_dtypes
+from fasop.estimators.analytic import mixed
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
 from fasop.estimators.analytic.modules import MODULES, recompute_text, split_recompute
 from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
-from fasop.specs.host_ops import GRAPH_SCOPES, graph_scopes
 from fasop.specs.load import load_model
 from fasop.specs.catalog import AnalyticParams, default_params
-from fasop.specs.validate_software import (MOE_DISPATCHERS, STATE_DTYPES, VALIDATE_MOE_SOFTWARE, VALIDATE_PLAN_SOFTWARE,
-                                           VALIDATE_RECIPE_SOFTWARE, VALIDATE_SOFTWARE, VALIDATE_STACK_SOFTWARE,
-                                           moe_default)
+from fasop.specs.validate_software import VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE
+from fasop.report.validate_defaults import (DISPATCHERS, DISPATCHER_SMS, FSDP_STACK, RECIPE_GRAPHS,  # noqa: F401
+                                            common as _common, software as _software)
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
                                         layers_per_stage, read_rows, row_hardware)
@@ -58,35 +56,6 @@ OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size",
                "layers_per_stage", "model", "cp", "ep", "etp", "zero")
 RECOMPUTE_MODULES = MODULES
 """Megatron-LM's --recompute-modules names a `selective:<modules>` cell may list."""
-DISPATCHERS = MOE_DISPATCHERS
-"""Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
-(node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
-"""STATE_DTYPES (specs.validate_software): `main_grads`: the dtype of the gradient buffer and its DP reduction (bf16: Megatron's
-grad_reduce_in_fp32 false, as every Megatron-Bridge performance config sets it); `optimizer_states`:
-the dtype of Adam's moments (bf16: Megatron-Core's precision-aware optimizer, exp_avg_dtype /
-exp_avg_sq_dtype bfloat16, as Megatron-Bridge's Moonlight recipe sets it; master weights stay fp32)."""
-DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
-"""SMs a backend's dispatch / combine kernels hold: DeepEP 20 (Megatron-Core TransformerConfig
-`moe_deepep_num_sms`, its historical default), HybridEP 32 (Megatron-Bridge's performance recipes set
-`moe_hybridep_num_sms = 32` for every HybridEP run, perf_recipes/_common.py @067f987); `flex` names no
-backend and `alltoall` runs NCCL (moe_kernels.overlap_kept_share): none held."""
-RECIPE_GRAPHS = {"hybrid_moe": "attn,mamba,moe_router,moe_preprocess", "hybrid": "attn,mamba"}
-"""The CUDA graph scopes a GPU's published runs captured (its `validate_software` `cuda_graphs` true: GB200 /
-GB300), by model kind, for rows whose `cuda_graphs` cell is empty (Megatron-Bridge @067f987
-`perf_recipes/`): hybrid Mamba MoE attn, mamba, moe_router and moe_preprocess (`nemotronh/{gb200,gb300}/nemotronh.py`: every Nemotron
-3 Nano, 3.5 Lightning and 3 Super function but the FSDP ones and Ultra's); a hybrid without experts mamba
-and attn (NemotronH 56B). A Transformer MoE row takes its GPU's `moe_software` `cuda_graphs` by precision
-(gpus.yaml); dense Transformers run eager (none sourced)."""
-FSDP_STACK = {"overlap_grad_reduce": True, "fused_elementwise": False}
-"""What a ZeRO-3 row's empty software cells mean, whatever the GPU's Megatron-era runs had (its
-`validate_software`): such a row is a PyTorch FSDP stack (torchtitan, fms-fsdp), which reduce-scatters a
-unit's gradients as its backward ends and runs PyTorch's eager elementwise ops (torchtitan
-`CompileConfig.enable` False, torchtitan/config/configs.py:295 @b5bcd76); its attention is SDPA,
-FlashAttention where the GPU has the kernels (analytic.yaml `fused_attention`, overheads.job_params),
-and its TP shards the norms' sequence (`enable_sequence_parallel` True, configs.py:169) without overlapping
-its collectives (`enable_async_tensor_parallel` False, configs.py:298). Not on a GPU whose `validate_software`
-says `megatron_fsdp` (B200, B300, GB200, GB300: Megatron-Bridge's FSDP recipes shard with Megatron-FSDP,
-whose Transformer Engine layers keep the GPU's software)."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
 MAX_VIRTUAL = 8
@@ -135,7 +104,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     precision = c.choice("precision", PRECISIONS, "bf16")
     # a ZeRO-3 row is PyTorch FSDP unless the GPU's published FSDP runs are Megatron-FSDP's (FSDP_STACK)
     torch_fsdp = zero == "3" and not _common(hw, VALIDATE_RECIPE_SOFTWARE).get("megatron_fsdp", False)
-    params = _software(c, hw, kind.rstrip("_"), precision, fsdp=torch_fsdp)
+    params, recipe_software = _software(c, hw, kind.rstrip("_"), precision, fsdp=torch_fsdp)
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
             raise c.error("precision", f"{precision}: {g.name} has no {precision.upper()} tensor cores "
@@ -175,7 +144,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
            "mem_error_pct": "" if mem is None else 100 * (peak / GIB - mem) / mem, "fits": fits,
            **{k: int(v) if isinstance(v, bool) else v for k, v in choice.items() if k in PICKED}, "precision": precision,
            "picked": " ".join([f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in choice.items()
-                               if k not in fixed] + [f"{k}={int(v)} (catalog)" for k, v in assumed.items()]),
+                               if k not in fixed] + [f"{k}={int(v)} (catalog)" for k, v in assumed.items()]
+                              + [f"{k}={v} (recipe)" for k, v in recipe_software.items()]),
            "cluster": hw.cluster, "stage_gpus": hw.stage_gpus, "layers_per_stage": "-".join(map(str, split)),
            "model": c.text("model"), "cp": par["cp"], "ep": par["ep"], "etp": par["etp"],
            "zero": par["zero"] if par["zero"] is not None else int(choice["distributed_optimizer"])}
@@ -183,58 +153,6 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
         out["recompute"] = recompute_text(choice["recompute"])
     return Prediction(row=out, error=(step - measured) / measured,
                       mem_error=None if mem is None else (peak / GIB - mem) / mem)
-
-
-def _common(hw: Hardware, keys: tuple[str, ...]) -> dict:
-    """The `validate_software` values of `keys` every GPU of the row agrees on."""
-    out = {}
-    for k in keys:
-        values = {g.validate_software.get(k) for g in hw.gpus}
-        if len(values) == 1 and None not in values:
-            out[k] = values.pop()
-    return out
-
-
-def _software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = False) -> AnalyticParams:
-    """The row's software switches: its cells, else what its GPUs' published runs had (a ZeRO-3 row:
-    FSDP_STACK's; an MoE row -- `kind` moe / hybrid_moe -- the GPUs' `moe_software` for `precision`), else
-    the constants'."""
-    # a row's GPUs below sm80 have no FlashAttention kernels: the unfused path unless the row says otherwise
-    base, common = overheads.job_params(hw.params, hw.gpus), _common(hw, VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE
-                                                                      + VALIDATE_MOE_SOFTWARE + ("tp_overlap",))
-    stack = {k: FSDP_STACK.get(k, getattr(base, k)) for k in VALIDATE_SOFTWARE} if fsdp else common
-    software = {k: c.flag(k, stack.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
-    software |= {k: common[k] for k in VALIDATE_STACK_SOFTWARE if k in common}
-    tp_overlap = c.share("tp_overlap", 0.0 if fsdp else common.get("tp_overlap", base.tp_overlap))
-    recipe = lambda key: _moe_recipe(hw, key, precision) if "moe" in kind else None
-    dispatcher = c.choice("moe_dispatcher", DISPATCHERS) or recipe("moe_dispatcher")
-    dedup = base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall"
-    transformer_moe = kind == "moe"
-    ep_overlap = c.share("ep_overlap", (transformer_moe and recipe("ep_overlap")) or base.ep_overlap)
-    params = replace(base, **software, tp_overlap=tp_overlap, ep_overlap=ep_overlap,
-                     moe_node_dedup=dedup, moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
-                     moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
-    graphs = recipe("cuda_graphs") if transformer_moe else \
-        RECIPE_GRAPHS.get(kind) if common.get("cuda_graphs", False) else None
-    params = replace(params, host=replace(params.host, graphed=_graphed(c, graphs)))
-    return state_dtypes(params, (c.choice("main_grads", STATE_DTYPES) or recipe("main_grads")) == "bf16",
-                        c.choice("optimizer_states", STATE_DTYPES) == "bf16")
-
-
-def _moe_recipe(hw: Hardware, key: str, precision: str):
-    """The `moe_software` value of `key` for `precision` that every GPU of the row agrees on, else None."""
-    values = {moe_default(g.validate_software, key, precision) for g in hw.gpus}
-    return values.pop() if len(values) == 1 else None
-
-
-def _graphed(c: Cells, default: str | None) -> tuple[str, ...]:
-    """The row's `cuda_graphs` scopes (Megatron-Core's cuda_graph_scope names; `none`: eager); empty:
-    the scopes the GPU's published runs captured (`default`, RECIPE_GRAPHS), else eager."""
-    scopes = graph_scopes(c.text("cuda_graphs") or default or "none")
-    if scopes is None:
-        raise c.error("cuda_graphs", f"expected none or a comma list of {', '.join(GRAPH_SCOPES)}, "
-                      f"got {c.text('cuda_graphs')[:60]!r}")
-    return scopes
 
 
 def _model_and_degrees(c: Cells) -> tuple:

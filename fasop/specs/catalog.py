@@ -75,9 +75,9 @@ class GpuType:
     reference_gpus_per_node: int = 8
     """GPUs of the vendor's reference node (GB200 / GB300: a 4-GPU tray): validate's `gpus_per_node`."""
     validate_software: dict = field(default_factory=dict)
-    """What `fasop validate` assumes for a row that does not state `fused_attention`,
-    `overlap_grad_reduce` or `sequence_parallel`, its `tp_overlap` and `block_recompute` (VALIDATE_RECIPE_SOFTWARE): the software the published training runs on this
-    GPU had; a missing key: analytic.yaml's value. Search and pareto do not read it."""
+    """What `fasop validate` assumes for a row that leaves a software cell empty: the software the published
+    training runs on this GPU had (specs/validate_software.py: the flat switches, `moe_software` by precision,
+    `megatron_fsdp`); a missing key: analytic.yaml's value. Search and pareto do not estimate with it."""
     memory_bandwidth_efficiency: float | None = None
     """Share of the memory bandwidth memory-bound kernels reach, measured or calibrated; None: analytic.yaml's."""
     compute_capability: float | None = None

@@ -74,7 +74,9 @@ def _by_precision(r: Reader, key: str, ok, why: str) -> dict:
     """One value (as {"other": value}) or a precision map with `other`."""
     value = r.get(key, (str, int, float, dict))
     if not isinstance(value, dict):
-        value = {"other": value}
+        if not ok(value):
+            raise r.error(key, f"must be {why}, got {value!r}")
+        return {"other": value}
     for precision, v in value.items():
         if precision not in _PRECISION_KEYS:
             raise r.error(key, f"unknown precision {precision!r} (known: {', '.join(_PRECISION_KEYS)})")
@@ -91,3 +93,9 @@ def moe_default(software: dict, key: str, precision: str):
     if isinstance(values, dict):
         return values.get(precision, values["other"])
     return values
+
+
+def captures_moe_graphs(software: dict) -> bool:
+    """Whether the GPU's published MoE runs captured CUDA graphs in some precision (`moe_software`)."""
+    graphs = software.get("moe_software", {}).get("cuda_graphs", {})
+    return any(scopes != "none" for scopes in graphs.values())

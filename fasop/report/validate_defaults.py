@@ -1,0 +1,107 @@
+"""What a `fasop validate` row's software is: its cells, else what its GPUs' published runs had.
+
+The GPU catalog says what those runs had (gpus.yaml `validate_software`, read by specs.validate_software);
+this module turns it, with the row's own cells, into the analytic constants the row is estimated with, and
+names every value it assumed, so the output row can say so (docs/validate.md)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fasop.estimators.analytic import overheads
+from fasop.estimators.analytic.memory import state_dtypes
+from fasop.report.validate_rows import Cells, Hardware
+from fasop.specs.catalog import AnalyticParams
+from fasop.specs.host_ops import GRAPH_SCOPES, graph_scopes
+from fasop.specs.validate_software import (MOE_DISPATCHERS, STATE_DTYPES, VALIDATE_MOE_SOFTWARE, VALIDATE_SOFTWARE,
+                                           VALIDATE_STACK_SOFTWARE, moe_default)
+
+DISPATCHERS = MOE_DISPATCHERS
+"""Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
+(node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
+DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
+"""SMs a backend's dispatch / combine kernels hold: DeepEP 20 (Megatron-Core TransformerConfig
+`moe_deepep_num_sms`, its historical default), HybridEP 32 (Megatron-Bridge's performance recipes set
+`moe_hybridep_num_sms = 32` for every HybridEP run, perf_recipes/_common.py @067f987); `flex` names no
+backend and `alltoall` runs NCCL (moe_kernels.overlap_kept_share): none held."""
+RECIPE_GRAPHS = {"hybrid_moe": "attn,mamba,moe_router,moe_preprocess", "hybrid": "attn,mamba"}
+"""The CUDA graph scopes a GPU's published runs captured (its `validate_software` `cuda_graphs` true: GB200 /
+GB300), by model kind, for hybrid rows whose `cuda_graphs` cell is empty (Megatron-Bridge @067f987
+`perf_recipes/`): hybrid Mamba MoE attn, mamba, moe_router and moe_preprocess (`nemotronh/{gb200,gb300}/
+nemotronh.py`: every Nemotron 3 Nano, 3.5 Lightning and 3 Super function but the FSDP ones and Ultra's); a
+hybrid without experts mamba and attn (NemotronH 56B). A Transformer MoE row takes its GPU's `moe_software`
+`cuda_graphs` by precision (gpus.yaml); dense Transformers run eager (none sourced)."""
+FSDP_STACK = {"overlap_grad_reduce": True, "fused_elementwise": False, "tp_overlap": 0.0}
+"""What a ZeRO-3 row's empty software cells mean, whatever the GPU's Megatron-era runs had (its
+`validate_software`): such a row is a PyTorch FSDP stack (torchtitan, fms-fsdp), which reduce-scatters a
+unit's gradients as its backward ends and runs PyTorch's eager elementwise ops (torchtitan
+`CompileConfig.enable` False, torchtitan/config/configs.py:295 @b5bcd76); its attention is SDPA,
+FlashAttention where the GPU has the kernels (analytic.yaml `fused_attention`, overheads.job_params),
+and its TP shards the norms' sequence (`enable_sequence_parallel` True, configs.py:169) without overlapping
+its collectives (`enable_async_tensor_parallel` False, configs.py:298); an MoE row keeps Megatron-Core's
+dispatcher and fp32 reductions (torchtitan's own all-to-all; no Megatron-Bridge recipe). Not on a GPU whose
+`validate_software` says `megatron_fsdp` (B200, B300, GB200, GB300: Megatron-Bridge's FSDP recipes shard with
+Megatron-FSDP, whose Transformer Engine layers keep the GPU's software)."""
+
+
+def common(hw: Hardware, keys: tuple[str, ...]) -> dict:
+    """The `validate_software` values of `keys` every GPU of the row agrees on."""
+    out = {}
+    for k in keys:
+        values = {g.validate_software.get(k) for g in hw.gpus}
+        if len(values) == 1 and None not in values:
+            out[k] = values.pop()
+    return out
+
+
+def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = False) -> tuple[AnalyticParams, dict]:
+    """(constants, assumed) for a row: its cells, else what its GPUs' published runs had (a PyTorch FSDP row:
+    FSDP_STACK; an MoE row -- `kind` moe / hybrid_moe -- the GPUs' `moe_software` for `precision`), else
+    analytic.yaml's; `assumed` names the MoE software taken from the catalog (not from a cell)."""
+    # a row's GPUs below sm80 have no FlashAttention kernels: the unfused path unless the row says otherwise
+    base = overheads.job_params(hw.params, hw.gpus)
+    agreed = common(hw, VALIDATE_SOFTWARE + VALIDATE_STACK_SOFTWARE + VALIDATE_MOE_SOFTWARE + ("tp_overlap",))
+    stack = {k: FSDP_STACK.get(k, getattr(base, k)) for k in VALIDATE_SOFTWARE + ("tp_overlap",)} if fsdp else agreed
+    switches = {k: c.flag(k, stack.get(k, getattr(base, k))) for k in VALIDATE_SOFTWARE}
+    switches |= {k: agreed[k] for k in VALIDATE_STACK_SOFTWARE if k in agreed}
+    tp_overlap = c.share("tp_overlap", stack.get("tp_overlap", base.tp_overlap))
+    assumed = {}
+
+    def cell_or_recipe(key: str, read, only: str | None = None):
+        """The row's cell, else the GPUs' recipe value (MoE rows of kind `only`, or any MoE row)."""
+        value = read(key)
+        if value is None and "moe" in kind and not fsdp and (only is None or kind == only):
+            value = _moe_recipe(hw, key, precision)
+            if value is not None:
+                assumed[key] = value
+        return value
+
+    dispatcher = cell_or_recipe("moe_dispatcher", lambda k: c.choice(k, DISPATCHERS))
+    overlap = cell_or_recipe("ep_overlap", lambda k: c.share(k, None) if c.text(k) else None, "moe")
+    params = replace(base, **switches, tp_overlap=tp_overlap,
+                     ep_overlap=base.ep_overlap if overlap is None else overlap,
+                     moe_node_dedup=base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall",
+                     moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
+                     moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
+    graphs = cell_or_recipe("cuda_graphs", lambda k: c.text(k) or None, "moe")
+    if graphs is None and kind in RECIPE_GRAPHS and agreed.get("cuda_graphs", False):
+        graphs = assumed["cuda_graphs"] = RECIPE_GRAPHS[kind]
+    params = replace(params, host=replace(params.host, graphed=graphed(c, graphs)))
+    main_grads = cell_or_recipe("main_grads", lambda k: c.choice(k, STATE_DTYPES))
+    return state_dtypes(params, main_grads == "bf16", c.choice("optimizer_states", STATE_DTYPES) == "bf16"), assumed
+
+
+def _moe_recipe(hw: Hardware, key: str, precision: str):
+    """The `moe_software` value of `key` for `precision` that every GPU of the row agrees on, else None."""
+    values = {moe_default(g.validate_software, key, precision) for g in hw.gpus}
+    return values.pop() if len(values) == 1 else None
+
+
+def graphed(c: Cells, scopes: str | None) -> tuple[str, ...]:
+    """The row's CUDA graph scopes (Megatron-Core's cuda_graph_scope names; `none`: eager) from `scopes`,
+    the row's `cuda_graphs` cell or its recipe's; None: eager."""
+    captured = graph_scopes(scopes or "none")
+    if captured is None:
+        raise c.error("cuda_graphs", f"expected none or a comma list of {', '.join(GRAPH_SCOPES)}, "
+                      f"got {c.text('cuda_graphs')[:60]!r}")
+    return captured
