@@ -116,7 +116,7 @@ def test_validate_software_is_read_and_checked(tmp_path):
         "fused_attention": False, "overlap_grad_reduce": False, "sequence_parallel": False}
     assert load_gpus()[canonical("H100-SXM")].validate_software == {
         "tp_overlap": 0.5, "block_recompute": True,
-        "moe_software": {"moe_dispatcher": "alltoall", "main_grads": "bf16", "cuda_graphs": {"other": "none"},
+        "moe_software": {"moe_dispatcher": "deepep", "main_grads": "bf16", "cuda_graphs": {"other": "none"},
                          "ep_overlap": {"other": 0}}}
     gb = load_gpus()[canonical("GB200")].validate_software["moe_software"]
     assert gb["cuda_graphs"] == {"mxfp8": "full_iteration", "other": "attn,moe_router,moe_preprocess"}

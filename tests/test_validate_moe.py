@@ -111,14 +111,14 @@ SOFTWARE = ",moe_dispatcher,ep_overlap,cuda_graphs,main_grads"
 @pytest.mark.parametrize("gpu, precision, recipe", [
     # Megatron-Bridge's performance recipes for the GPU and precision (gpus.yaml moe_software; the survey in
     # tests/data/VALIDATION_SOURCES.md): MXFP8 on GB200 is the full-iteration recipe with EP overlap; H100 / B200,
-    # whose recipes split, run Megatron-Core's alltoall
+    # whose recipes split, Megatron-Bridge's MoE playbook's DeepEP
     ("GB200", "mxfp8", "hybridep,1,full_iteration,bf16"),
     ("GB300", "bf16", 'hybridep,0,"attn,moe_router,moe_preprocess",bf16'),
     ("B300", "mxfp8", "hybridep,0,full_iteration,bf16"),
     ("B300", "bf16", "hybridep,0,none,bf16"),
-    ("B200", "mxfp8", "alltoall,0,none,bf16"),
-    ("H100-SXM", "fp8", "alltoall,0,none,bf16"),
-    ("H200", "bf16", "alltoall,0,none,bf16"),
+    ("B200", "mxfp8", "deepep,0,none,bf16"),
+    ("H100-SXM", "fp8", "deepep,0,none,bf16"),
+    ("H200", "bf16", "deepep,0,none,bf16"),
     ("A100-SXM4-80GB", "bf16", "alltoall,0,none,fp32"),   # no recipe: Megatron-Core's defaults
 ])
 def test_an_moe_row_that_does_not_say_runs_its_gpus_recipe(tmp_path, gpu, precision, recipe):

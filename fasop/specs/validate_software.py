@@ -29,7 +29,8 @@ STATE_DTYPES = ("fp32", "bf16")
 MOE_SOFTWARE_KEYS = ("moe_dispatcher", "main_grads", "cuda_graphs", "ep_overlap")
 """`moe_software`: the dispatcher and gradient-buffer dtype of every MoE row, and the CUDA graph scopes and
 EP overlap of a Transformer MoE (not hybrid) row, each either one value or a map from the row's precision
-(`bf16`, `fp8`, `mxfp8`, `nvfp4`, ...) to a value with `other` for the rest."""
+(`bf16`, `fp8`, `mxfp8`, `nvfp4`, ...) to a value with `other` for the rest: the most common value among the
+GPU's Megatron-Bridge Transformer MoE recipes, Megatron-Bridge's MoE playbook where they split."""
 _PRECISION_KEYS = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32", "tf32", "other")
 
 
