@@ -260,13 +260,16 @@ SOFTWARE_CELLS = ("moe_dispatcher", "ep_overlap", "cuda_graphs", "main_grads", "
                   "moe_permute_fusion")
 
 
-def test_the_gb_set_without_its_software_cells_is_predicted_as_its_recipes_run(tmp_path):
+@pytest.mark.parametrize("name, mape, worst", [("moe_megatron_bridge_perf_summary.csv", 11.5, 24),
+                                              ("moe_megatron_bridge_verification_cards.csv", 17.5, 36.5)])
+def test_sets_without_their_software_cells_are_predicted_as_their_recipes_run(tmp_path, name, mape, worst):
     # a row in only the issue's schema (no software cells) takes its GPU's moe_software: the GB200 / GB300 set with
     # every software column dropped stays near the set that states them (11.1 % against 10.3 %; before moe_software,
-    # 22.2 % / max 50.7 % -- eager alltoall without EP overlap)
+    # 22.2 % / max 50.7 % -- eager alltoall without EP overlap); the verification cards, not used to set the
+    # defaults, 17.0 % / 35.8 % (37.0 % / 40.0 % before)
     import csv
     import shutil
-    rows = list(csv.DictReader((DATA / "moe_megatron_bridge_perf_summary.csv").open()))
+    rows = list(csv.DictReader((DATA / name).open()))
     columns = [c for c in rows[0] if c not in SOFTWARE_CELLS]
     with (tmp_path / "bare.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, columns, extrasaction="ignore")
@@ -274,7 +277,7 @@ def test_the_gb_set_without_its_software_cells_is_predicted_as_its_recipes_run(t
         writer.writerows(rows)
     shutil.copytree(DATA / "hf", tmp_path / "hf")
     report = validate(tmp_path / "bare.csv")
-    assert report.mape <= 11.5 and report.max_error <= 24
+    assert report.mape <= mape and report.max_error <= worst
 
 
 def test_a_recipes_zero_ep_overlap_beats_the_clusters_constant(tmp_path):
