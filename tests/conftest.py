@@ -67,3 +67,21 @@ def layer_time_table(rng, pp: int, layers: int, coarse: bool):
     a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
     sums = np.concatenate([np.zeros((pp, 1)), np.cumsum(speed[:, None] * work[None, :], axis=1)], axis=1)
     return np.where(b > a, sums[:, None, :] - sums[:, :, None], np.inf), b - a
+
+
+def without_columns(name: str, columns: tuple[str, ...], folder: Path) -> Path:
+    """tests/data/<name> copied into `folder` without `columns` (a set as a row in fewer columns would state it),
+    with the files its rows name beside it (the hf/ configs, the cluster specs)."""
+    import csv
+    import shutil
+
+    rows = list(csv.DictReader((DATA / name).open()))
+    out = folder / name
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, [c for c in rows[0] if c not in columns], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    shutil.copytree(DATA / "hf", folder / "hf", dirs_exist_ok=True)
+    for spec in DATA.glob("*.yaml"):
+        shutil.copy(spec, folder / spec.name)
+    return out

@@ -215,17 +215,21 @@ def test_mamba_scan_flops_by_hand():
     assert B.mean_scan_flops(arch("qwen3-30b-a3b"), 1, 4, 1) == 0.0
 
 
+SCAN_HYBRID = {"model_type": "nemotron_h", "hidden_size": 2048, "hybrid_override_pattern": "M*-",
+               "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 8192,
+               "vocab_size": 1000, "mamba_num_heads": 32, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+               "conv_kernel": 4, "chunk_size": 128}
+"""A Mamba / attention / MLP hybrid whose one Mamba layer of three scans 8192 tokens a micro-batch."""
+SCAN_HYBRID_FLOPS = 8192 * (2 * 128 * 8 * 128 + 2 * 128 * 2048 + 4 * 2048 * 128) / 3   # per token 2QGN + 2QI + 4IN
+
+
 def test_mamba_scan_runs_at_its_measured_share_of_flash_attention(monkeypatch):
     # SSD_FLASH_RATIO = 0.42 (docs/models.md "Mamba-2 scan rate"): the scan's forward takes
     # scan / (FA rate x 0.42) where it took scan / FA rate; the backward 2.5x that (2x + the fused
     # core's half); the attention layers' core is untouched
     from fasop.estimators.analytic import cost as C
     from fasop.specs.catalog import default_params, find_gpu
-    cfg = {"model_type": "nemotron_h", "hidden_size": 2048, "hybrid_override_pattern": "M*-",
-           "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 8192,
-           "vocab_size": 1000, "mamba_num_heads": 32, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
-           "conv_kernel": 4, "chunk_size": 128}
-    a = architecture_from_config(cfg, "h.json")
+    a = architecture_from_config(SCAN_HYBRID, "h.json")
     params, gpu = default_params(), find_gpu("H100-SXM")
     w = C.Workload(arch=a, seq=8192, mbs=1, tp=1, dp=1, pp=1, num_microbatches=1, recipe=L.Recipe(), params=params)
     assert B.SSD_FLASH_RATIO == 0.42
@@ -235,7 +239,7 @@ def test_mamba_scan_runs_at_its_measured_share_of_flash_attention(monkeypatch):
     C.layer_s.cache_clear()
     f1, b1 = C.layer_s(w, gpu, C.Link(100e9, 0.0))
     C.layer_s.cache_clear()
-    scan = 8192 * (2 * 128 * 8 * 128 + 2 * 128 * 2048 + 4 * 2048 * 128) / 3    # one Mamba layer of three
+    scan = SCAN_HYBRID_FLOPS
     rate = gpu.peak_flops["bf16"] * gpu.attention_share(params)
     extra = scan / rate * (1 / 0.42 - 1)
     assert f - f1 == pytest.approx(extra) and b - b1 == pytest.approx(2.5 * extra)
@@ -248,18 +252,14 @@ def test_mamba_scan_on_blackwell_runs_at_hoppers_rate():
     from dataclasses import replace
     from fasop.estimators.analytic import cost as C
     from fasop.specs.catalog import default_params, find_gpu
-    cfg = {"model_type": "nemotron_h", "hidden_size": 2048, "hybrid_override_pattern": "M*-",
-           "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 8192,
-           "vocab_size": 1000, "mamba_num_heads": 32, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
-           "conv_kernel": 4, "chunk_size": 128}
-    a = architecture_from_config(cfg, "h.json")
+    a = architecture_from_config(SCAN_HYBRID, "h.json")
     params, gb200 = default_params(), find_gpu("GB200")
     assert gb200.ssd_scan_efficiency == 0.0545 and find_gpu("H100-SXM").ssd_scan_efficiency is None
     w = C.Workload(arch=a, seq=8192, mbs=1, tp=1, dp=1, pp=1, num_microbatches=1, recipe=L.Recipe(), params=params)
     link = C.Link(100e9, 0.0)
     f, b = C.layer_s(w, gb200, link)
     f0, b0 = C.layer_s(w, replace(gb200, ssd_scan_efficiency=None), link)
-    scan = 8192 * (2 * 128 * 8 * 128 + 2 * 128 * 2048 + 4 * 2048 * 128) / 3    # one Mamba layer of three
+    scan = SCAN_HYBRID_FLOPS
     flash = 2500e12 * gb200.attention_share(params)
     extra = scan / (2500e12 * 0.0545) - scan / (flash * 0.42)
     assert f - f0 == pytest.approx(extra) and b - b0 == pytest.approx(2.5 * extra)

@@ -20,6 +20,7 @@ from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.eager import eager_extra_bytes
 from fasop.estimators.analytic.hardware import Link, StageHardware, shard_links
 from fasop.estimators.analytic.layers import Recipe, Workload
+from conftest import without_columns
 from fasop.report.validate import validate
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.catalog import default_params, find_gpu
@@ -430,15 +431,6 @@ def test_the_eager_fsdp_sets_without_software_cells_are_predicted_alike(tmp_path
     # their rows state the PyTorch FSDP stack's software (FlashAttention, overlapped reduction, eager elementwise);
     # with those cells dropped the rows take FSDP_STACK and predict the same (before: A100's Megatron-era
     # validate_software, 24.8 % and 17.2 %)
-    import csv
-    import shutil
-    rows = list(csv.DictReader((DATA / name).open()))
-    columns = [c for c in rows[0] if c not in ("fused_attention", "overlap_grad_reduce", "fused_elementwise")]
-    with (tmp_path / name).open("w", newline="") as f:
-        writer = csv.DictWriter(f, columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    for spec in DATA.glob("ibm_*_cluster.yaml"):
-        shutil.copy(spec, tmp_path / spec.name)
-    bare, stated = validate(tmp_path / name).mape, validate(DATA / name).mape
+    bare_set = without_columns(name, ("fused_attention", "overlap_grad_reduce", "fused_elementwise"), tmp_path)
+    bare, stated = validate(bare_set).mape, validate(DATA / name).mape
     assert bare == pytest.approx(stated) and bare <= mape

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import without_columns
 from fasop.report.validate import validate
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -235,7 +236,7 @@ def test_gb_rows_without_a_cuda_graphs_cell_run_graphed_as_their_recipes(tmp_pat
 
 
 def test_gb_hybrid_rows_without_a_cuda_graphs_cell_capture_their_recipes_scopes(tmp_path):
-    # validate.RECIPE_GRAPHS: Megatron-Bridge's GB200 / GB300 Nemotron 3 recipes capture attn, mamba,
+    # validate_defaults.RECIPE_GRAPHS: Megatron-Bridge's GB200 / GB300 Nemotron 3 recipes capture attn, mamba,
     # moe_router and moe_preprocess (the experts and the dispatcher stay eager), NemotronH 56B mamba and attn;
     # at one sequence a micro-batch the eager run is host-bound on the Grace host and slower
     import json
@@ -267,16 +268,7 @@ def test_sets_without_their_software_cells_are_predicted_as_their_recipes_run(tm
     # every software column dropped stays near the set that states them (11.1 % against 10.3 %; before moe_software,
     # 22.2 % / max 50.7 % -- eager alltoall without EP overlap); the verification cards, not used to set the
     # defaults, 17.0 % / 35.8 % (37.0 % / 40.0 % before)
-    import csv
-    import shutil
-    rows = list(csv.DictReader((DATA / name).open()))
-    columns = [c for c in rows[0] if c not in SOFTWARE_CELLS]
-    with (tmp_path / "bare.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    shutil.copytree(DATA / "hf", tmp_path / "hf")
-    report = validate(tmp_path / "bare.csv")
+    report = validate(without_columns(name, SOFTWARE_CELLS, tmp_path))
     assert report.mape <= mape and report.max_error <= worst
 
 

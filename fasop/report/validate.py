@@ -42,8 +42,7 @@ from fasop.specs.hf_config import architecture_from_config, read_config
 from fasop.specs.load import load_model
 from fasop.specs.catalog import AnalyticParams, default_params
 from fasop.specs.validate_software import VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE
-from fasop.report.validate_defaults import (DISPATCHERS, DISPATCHER_SMS, FSDP_STACK, RECIPE_GRAPHS,  # noqa: F401
-                                            common as _common, software as _software)
+from fasop.report.validate_defaults import common as _common, software as _software
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
                                         layers_per_stage, read_rows, row_hardware)
@@ -103,7 +102,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     zero = c.choice("zero", ("0", "1", "2", "3"))
     precision = c.choice("precision", PRECISIONS, "bf16")
     # a ZeRO-3 row is PyTorch FSDP unless the GPU's published FSDP runs are Megatron-FSDP's (FSDP_STACK)
-    torch_fsdp = zero == "3" and not _common(hw, VALIDATE_RECIPE_SOFTWARE).get("megatron_fsdp", False)
+    recipe_practice = _common(hw, VALIDATE_RECIPE_SOFTWARE)   # how the GPU's published runs recomputed and sharded
+    torch_fsdp = zero == "3" and not recipe_practice.get("megatron_fsdp", False)
     params, recipe_software = _software(c, hw, kind.rstrip("_"), precision, fsdp=torch_fsdp)
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
@@ -130,7 +130,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
         params = replace(params, compiled_rope=True)
     block = _block(c, arch.num_layers, fixed.get("recompute"))
     # a PyTorch FSDP stack (torchtitan, fms-fsdp): its full AC checkpoints every block
-    if block is None and not torch_fsdp and _common(hw, VALIDATE_RECIPE_SOFTWARE).get("block_recompute"):
+    if block is None and not torch_fsdp and recipe_practice.get("block_recompute"):
         block = "fit"
     best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block)
     if best is None:

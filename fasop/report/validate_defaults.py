@@ -44,14 +44,15 @@ dispatcher and fp32 reductions (torchtitan's own all-to-all; no Megatron-Bridge 
 Megatron-FSDP, whose Transformer Engine layers keep the GPU's software)."""
 
 
+def _agreed(values: set):
+    """The one value every GPU of a row has, else None (the GPUs disagree, or none has one)."""
+    return next(iter(values)) if len(values) == 1 else None
+
+
 def common(hw: Hardware, keys: tuple[str, ...]) -> dict:
     """The `validate_software` values of `keys` every GPU of the row agrees on."""
-    out = {}
-    for k in keys:
-        values = {g.validate_software.get(k) for g in hw.gpus}
-        if len(values) == 1 and None not in values:
-            out[k] = values.pop()
-    return out
+    agreed = {k: _agreed({g.validate_software.get(k) for g in hw.gpus}) for k in keys}
+    return {k: v for k, v in agreed.items() if v is not None}
 
 
 def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = False) -> tuple[AnalyticParams, dict]:
@@ -93,8 +94,7 @@ def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fal
 
 def _moe_recipe(hw: Hardware, key: str, precision: str):
     """The `moe_software` value of `key` for `precision` that every GPU of the row agrees on, else None."""
-    values = {moe_default(g.validate_software, key, precision) for g in hw.gpus}
-    return values.pop() if len(values) == 1 else None
+    return _agreed({moe_default(g.validate_software, key, precision) for g in hw.gpus})
 
 
 def graphed(c: Cells, scopes: str | None) -> tuple[str, ...]:

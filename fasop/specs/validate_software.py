@@ -22,7 +22,7 @@ VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
 """analytic.yaml switches a GPU's `validate_software` may set for its rows, with no CSV column of their own."""
 VALIDATE_MOE_SOFTWARE = ("cuda_graphs",)
 """`cuda_graphs` true: a hybrid Mamba row with an empty `cuda_graphs` cell captures the scopes the GPU's
-published runs of that kind of model captured (report.validate.RECIPE_GRAPHS)."""
+published runs of that kind of model captured (report.validate_defaults.RECIPE_GRAPHS)."""
 MOE_DISPATCHERS = ("alltoall", "flex", "deepep", "hybridep")
 """Megatron's token dispatchers: `alltoall`, or `flex` with its DeepEP / HybridEP backends."""
 STATE_DTYPES = ("fp32", "bf16")
