@@ -75,3 +75,28 @@ def test_misfit_names_the_part_that_alone_exceeds():
     assert parts.misfit(30) == "both"          # 35 > 30 and 55 > 30
     assert C.MemoryParts(weights=50, gradients=0, optimizer=0, activations=1, overhead=0).misfit(40) == "weights"
     assert C.MemoryParts(weights=1, gradients=0, optimizer=0, activations=50, overhead=0).misfit(40) == "activations"
+
+
+def test_fp8_keeps_the_matmul_inputs_in_one_byte():
+    """Transformer Engine keeps a quantized matmul's input for the backward in its quantized format
+    (module/linear.py: the column-wise copy only). GPT-3 per layer: the QKV and fc1 inputs (2 + 2,
+    replicated) and the O and fc2 inputs (2h/h + 2·4h/h = 10, split) in 1 byte instead of 2: TP
+    without SP sbh (23 - 4/2 - 10/(2·8)) = sbh x 20.375; MXFP8 adds its 1/32 scales."""
+    sbh = 2048 * 12288
+    fp8 = Recipe(precision="fp8")
+    assert fp8.stored_input_bytes(UNFUSED) == 1.0
+    assert activation_bytes(GPT3, 1, 2048, 8, fp8, fused_attention=False,
+                            stored=1.0) == pytest.approx(sbh * 20.375)
+    mx = Recipe(precision="mxfp8").stored_input_bytes(UNFUSED)
+    assert mx == 1 + 1 / 32
+    assert activation_bytes(GPT3, 1, 2048, 8, Recipe(precision="mxfp8"), fused_attention=False, stored=mx) \
+        == pytest.approx(sbh * (23 - 4 * (1 - mx / 2) - 10 * (1 - mx / 2) / 8))
+    # a 16-bit run, and a stack that keeps the 16-bit input (torchao), store 2 bytes
+    assert Recipe(precision="bf16").stored_input_bytes(UNFUSED) == 2.0
+    assert fp8.stored_input_bytes(dataclasses.replace(UNFUSED, quantized_activations=False)) == 2.0
+    # the stage's memory follows: an FP8 stage holds less per layer than a bf16 one, by exactly that
+    w = lambda r, p=UNFUSED: C.Workload(arch=GPT3, seq=2048, mbs=1, tp=8, dp=1, pp=1,  # noqa: E731
+                                        num_microbatches=4, recipe=r, params=p)
+    per_layer = lambda x: C.stage_memory(x, 1, 0).activations - C.stage_memory(x, 0, 0).activations  # noqa: E731
+    assert per_layer(w(fp8)) == pytest.approx(sbh * 20.375)
+    assert per_layer(w(fp8, dataclasses.replace(UNFUSED, quantized_activations=False))) == 578_813_952

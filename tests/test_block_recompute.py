@@ -50,7 +50,8 @@ def test_layer_time_is_the_mix_of_both_ends():
 
 
 def test_stored_activations_mix():
-    keep = activation_bytes(ARCH, 2, 1024, 1, Recipe(), PARAMS.fused_attention)
+    # the workloads are FP8: the layers that keep their activations keep the matmul inputs in 1 byte
+    keep = activation_bytes(ARCH, 2, 1024, 1, Recipe(precision="fp8"), PARAMS.fused_attention, stored=1.0)
     input_only = 2 * 1024 * 2 * 1024                        # full recompute keeps 2sbh (Korthikanti et al. 2022)
     assert activation_bytes(ARCH, 2, 1024, 1, Recipe(recompute="full"), PARAMS.fused_attention) == input_only
     assert BR.activation_bytes(_w(layers=1)) == pytest.approx((keep + input_only) / 2)

@@ -122,3 +122,19 @@ def test_moonlight_peak_memory_with_its_recipes_optimizer():
     report = validate(DATA / "moe_megatron_bridge_moonlight_h100.csv")
     errors = [abs(p.mem_error) for p in report.predictions]
     assert len(errors) == 6 and sum(errors) / 6 < 0.01 and max(errors) < 0.02
+
+
+@pytest.mark.parametrize("kind, modules, want", [
+    # attention: the fused norm's output (2) and the MLA latents + O input 2(q_lora + kv_lora + 16 d_v)/h;
+    # the MoE block: 6 copies' fc1 and fc2 inputs 6(2 + 2 f_e/h), the shared experts' fc2 input 2 f_s/h
+    ("moe", (), (2.0, 2 * (0 + 512 + 16 * 128) / 2048 + 6 * (2 + 2 * 1408 / 2048) + 2 * 2816 / 2048)),
+    ("moe", ("moe_act",), (2.0, 2 * (512 + 16 * 128) / 2048 + 6 * 2 + 2 * 2816 / 2048)),
+    ("moe", ("moe",), (2.0, 2 * (512 + 16 * 128) / 2048)),
+    ("moe", ("layernorm", "shared_experts"), (0.0, 2 * (512 + 16 * 128) / 2048 + 6 * (2 + 2 * 1408 / 2048))),
+    ("dense", (), (4.0, 2 * (512 + 16 * 128) / 2048 + 2 * 11264 / 2048)),
+    ("dense", ("mlp",), (4.0, 2 * (512 + 16 * 128) / 2048)),
+])
+def test_quantized_terms_by_hand(kind, modules, want):
+    """Moonlight has no Q low-rank projection (q_lora_rank 0): its KV latent is 512 wide."""
+    assert MOON.mla.q_lora_rank in (0, None) and MOON.mla.kv_lora_rank == 512
+    assert M.quantized_terms(MOON, kind, modules) == pytest.approx(want)

@@ -35,7 +35,9 @@ FSDP_STACK = {"overlap_grad_reduce": True, "fused_elementwise": False, "tp_overl
 """What a ZeRO-3 row's empty software cells mean, whatever the GPU's Megatron-era runs had (its
 `validate_software`): such a row is a PyTorch FSDP stack (torchtitan, fms-fsdp), which reduce-scatters a
 unit's gradients as its backward ends and runs PyTorch's eager elementwise ops (torchtitan
-`CompileConfig.enable` False, torchtitan/config/configs.py:295 @b5bcd76); its attention is SDPA,
+`CompileConfig.enable` False, torchtitan/config/configs.py:295 @b5bcd76) and, in an FP8 run, torchao's Float8Linear,
+which keeps a matmul's 16-bit input for the backward (`matmul_with_hp_or_float8_args`: save_for_backward(input_hp,
+weight_hp_t); AnalyticParams.quantized_activations false); its attention is SDPA,
 FlashAttention where the GPU has the kernels (analytic.yaml `fused_attention`, overheads.job_params),
 and its TP shards the norms' sequence (`enable_sequence_parallel` True, configs.py:169) without overlapping
 its collectives (`enable_async_tensor_parallel` False, configs.py:298); an MoE row keeps Megatron-Core's
@@ -79,7 +81,7 @@ def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fal
 
     dispatcher = cell_or_recipe("moe_dispatcher", lambda k: c.choice(k, DISPATCHERS))
     overlap = cell_or_recipe("ep_overlap", lambda k: c.share(k, None) if c.text(k) else None, "moe")
-    params = replace(base, **switches, tp_overlap=tp_overlap,
+    params = replace(base, **switches, tp_overlap=tp_overlap, quantized_activations=base.quantized_activations and not fsdp,
                      ep_overlap=base.ep_overlap if overlap is None else overlap,
                      moe_node_dedup=base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall",
                      moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),

@@ -153,6 +153,9 @@ class AnalyticParams:
     megatron_fsdp: bool = False
     """ZeRO 3 is Megatron-FSDP: parameters are views of the gathered bucket and gradients accumulate into the
     reduce-scatter buffer, so neither FSDP2's copies nor FSDP1's concatenation (set by `fasop validate`)."""
+    quantized_activations: bool = True
+    """A low-precision run keeps its weight matmuls' inputs for the backward quantized, as Transformer Engine does
+    (layers.Recipe.stored_input_bytes); false: in 16 bits, as torchao's float8 does (set by `fasop validate`)."""
     dp_overlap: float
     framework_overhead_bytes: float
     gradient_reduce_bytes: dict[str, int]

@@ -59,11 +59,11 @@ def activation_bytes(w: Workload) -> float:
     """Stored activation bytes of the stage's mean layer per micro-batch (layers.activation_bytes
     mixed over the recomputed share)."""
     a, b, s, t, r, fused = w.arch, w.mbs, w.local_seq, w.tp, w.recipe, w.params.fused_attention
-    q = recomputed_share(w)
+    q, stored = recomputed_share(w), r.stored_input_bytes(w.params)
     if r.recompute != "full" or q == 1.0:
-        return L.activation_bytes(a, b, s, t, r, fused)
-    kept = L.activation_bytes(a, b, s, t, replace(r, recompute="none", recompute_layers=None), fused)
-    return (1 - q) * kept + q * L.activation_bytes(a, b, s, t, r, fused)
+        return L.activation_bytes(a, b, s, t, r, fused, stored)
+    kept = L.activation_bytes(a, b, s, t, replace(r, recompute="none", recompute_layers=None), fused, stored)
+    return (1 - q) * kept + q * L.activation_bytes(a, b, s, t, r, fused, stored)
 
 
 def fewest_layers_that_fit(w: Workload, fits) -> int | None:

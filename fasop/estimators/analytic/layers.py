@@ -32,6 +32,7 @@ models without dropout (a dropout mask is 1 byte an element; without dropout the
   replicated 4 (norm inputs) + 2 (QKV input) + 2 (MLP input) + 2·[dropout] (two masks),
   split      2ad/h (Q) + 4gd/h (K, V) + 2ad/h (O input) + 4f/h, or 6f/h gated (MLP inner),
   core       (2 + 3·[dropout]) as/h  (softmax output, dropout mask and output).
+A quantized run keeps the matmul inputs among them (modules.quantized_terms) in Recipe.stored_input_bytes.
 With f = 4h, g = a, ad = h and dropout these are exactly 10, 24 and 5 of Table 2.
 """
 
@@ -52,7 +53,8 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4")
 LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
 """Precisions whose weight matmuls run on 8- or 4-bit tensor cores (Transformer Engine: FP8 with
 per-tensor scales, MXFP8 and NVFP4 block-scaled on Blackwell) while weights, activations and gradients
-stay as a 16-bit mixed-precision run keeps them; the attention core stays 16-bit."""
+stay as a 16-bit mixed-precision run keeps them (but the matmul inputs kept for the backward: Recipe.
+stored_input_bytes); the attention core stays 16-bit."""
 OPERAND_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 """Bytes a low-precision matmul reads per input or weight element: the value plus its share of the
 block scale (MXFP8: one 1-byte E8M0 scale a 32-element block; NVFP4: one 1-byte E4M3 scale a 16-element
@@ -135,6 +137,11 @@ class Recipe:
         if not self.low_precision:
             return 0.0
         return params.nvfp4_cast_bytes if self.precision == "nvfp4" else params.fp8_cast_bytes
+
+    def stored_input_bytes(self, params: AnalyticParams) -> float:
+        """Bytes per element a weight matmul's input is kept in for the backward: Transformer Engine keeps its
+        quantized copy (OPERAND_BYTES); 2 in a 16-bit run or where `quantized_activations` is off (torchao)."""
+        return OPERAND_BYTES[self.precision] if self.low_precision and params.quantized_activations else 2.0
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -326,17 +333,20 @@ def head_forward_bytes(a: Architecture, b: int, s: int, t: int, e: int) -> float
 
 
 # ----------------------------------------------------------------------------- activations
-def activation_bytes(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fused_attention: bool) -> float:
+def activation_bytes(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fused_attention: bool,
+                     stored: float = 2.0) -> float:
     """Bytes one layer keeps for its backward pass, per micro-batch, on one TP rank (16-bit,
     Korthikanti et al. 2022 Table 2, generalised as the module docstring says; an fp32 run keeps
-    each value in 4 bytes: twice that)."""
-    return activation_bytes_16(a, b, s, t, recipe, fused_attention) * recipe.value_bytes / 2
+    each value in 4 bytes: twice that), the weight matmuls' inputs (modules.quantized_terms) in
+    `stored` bytes each (stored_input_bytes)."""
+    return activation_bytes_16(a, b, s, t, recipe, fused_attention, stored) * recipe.value_bytes / 2
 
 
-def activation_bytes_16(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fused_attention: bool) -> float:
+def activation_bytes_16(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fused_attention: bool,
+                        stored: float = 2.0) -> float:
     """activation_bytes of a 16-bit run."""
     h, sp = a.hidden_size, recipe.sequence_parallel
-    sbh = s * b * h
+    sbh, cut = s * b * h, 1 - stored / 2
     if recipe.recompute == "full":
         return 2 * sbh / (t if sp else 1)
     modules = recipe.recompute_modules
@@ -345,30 +355,19 @@ def activation_bytes_16(a: Architecture, b: int, s: int, t: int, recipe: Recipe,
             replicated, split, core = B.kind_activation_terms(a, kind, s)
             if (recipe.recompute != "none" and (not modules or "core_attn" in modules)) or fused_attention:
                 core = 0.0
-            dropped = M.saved_terms(a, kind, modules)
-            replicated, split = replicated - dropped[0], split - dropped[1]
+            dropped, quantized = M.saved_terms(a, kind, modules), M.quantized_terms(a, kind, modules)
+            replicated -= dropped[0] + cut * quantized[0]
+            split -= dropped[1] + cut * quantized[1]
             return sbh * (replicated + split + core) / t if sp else sbh * (replicated + (split + core) / t)
         return B.mean_over_kinds(a, one)
-    mask = 1 if a.dropout else 0
-    replicated = 4 + 2 + 2 + 2 * mask
+    mask, quantized = 1 if a.dropout else 0, M.quantized_terms(a, "dense")
     f_term = (6 if a.gated_mlp else 4) * a.ffn_hidden_size / h
-    split = 2 * a.q_width / h + 4 * a.kv_width / h + 2 * a.q_width / h + f_term
-    core = 0.0
-    if recipe.recompute == "none" and not fused_attention:
-        core = (2 + 3 * mask) * a.num_attention_heads * s / h
+    replicated = 4 + 2 + 2 + 2 * mask - cut * quantized[0]
+    split = 2 * a.q_width / h + 4 * a.kv_width / h + 2 * a.q_width / h + f_term - cut * quantized[1]
+    core = (2 + 3 * mask) * a.num_attention_heads * s / h if recipe.recompute == "none" and not fused_attention else 0.0
     if sp:
         return sbh * (replicated + split + core) / t
     return sbh * (replicated + (split + core) / t)
-
-
-def head_activation_bytes(a: Architecture, b: int, s: int, t: int) -> float:
-    """The last stage's fp32 logits for the loss (Korthikanti et al. 2022 §4.1: 4sbV/t)."""
-    return 4 * s * b * a.vocab_size / t
-
-
-def embedding_activation_bytes(a: Architecture, b: int, s: int, t: int, sp: bool) -> float:
-    """The first stage's embedding-dropout mask (Korthikanti et al. 2022 §4.1: sbh; /t with SP)."""
-    return (s * b * a.hidden_size if a.dropout else 0) / (t if sp else 1)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

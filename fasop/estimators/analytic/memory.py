@@ -145,6 +145,16 @@ def mtp_param_split(w: Workload, first: bool) -> tuple[float, float]:
     return w.mtp * dense + embedding, w.mtp * routed
 
 
+def head_activation_bytes(a: Architecture, b: int, s: int, t: int) -> float:
+    """The last stage's fp32 logits for the loss (Korthikanti et al. 2022 §4.1: 4sbV/t)."""
+    return 4 * s * b * a.vocab_size / t
+
+
+def embedding_activation_bytes(a: Architecture, b: int, s: int, t: int, sp: bool) -> float:
+    """The first stage's embedding-dropout mask (Korthikanti et al. 2022 §4.1: sbh; /t with SP)."""
+    return (s * b * a.hidden_size if a.dropout else 0) / (t if sp else 1)
+
+
 def mtp_activation_bytes(w: Workload) -> float:
     """What the last stage keeps per micro-batch for its MTP modules' backward: each block's layers'
     activations, the 2h-wide input of the projection and the module's own fp32 logits for its loss."""
@@ -153,7 +163,7 @@ def mtp_activation_bytes(w: Workload) -> float:
         return 0.0
     block = BR.activation_bytes(mtp_block(w)) * len(a.mtp_kinds)
     concat = 2 * s * b * a.hidden_size * w.recipe.value_bytes / t
-    return w.mtp * (block + concat + L.head_activation_bytes(a, b, s, t))
+    return w.mtp * (block + concat + head_activation_bytes(a, b, s, t))
 
 
 def state_shards(w: Workload) -> tuple[int, int]:
@@ -189,9 +199,9 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
             w.params.moe_load_imbalance - 1)
     acts = layers * per_layer * in_flight(w, stage)
     if first:
-        acts += L.embedding_activation_bytes(a, b, s, t, r.sequence_parallel) * in_flight(w, stage)
+        acts += embedding_activation_bytes(a, b, s, t, r.sequence_parallel) * in_flight(w, stage)
     if last:
-        acts += L.head_activation_bytes(a, b, s, t) + mtp_activation_bytes(w)
+        acts += head_activation_bytes(a, b, s, t) + mtp_activation_bytes(w)
     dense_shard, expert_shard = state_shards(w)
     states = P.state_bytes(dense=dense, experts=experts, zero=r.zero, dense_shard=dense_shard,
                            expert_shard=expert_shard, weight_bytes=weight_bytes(w), grad_bytes=grad_bytes,

@@ -128,3 +128,29 @@ def rerun_routed(a: Architecture, modules: tuple[str, ...]) -> bool:
     """Whether the routed part of the MoE block (router, dispatch, experts, combine) runs again."""
     return a.moe is not None and "moe" in modules
 
+
+
+def quantized_terms(a: Architecture, kind: str, modules: tuple[str, ...] = ()) -> tuple[float, float]:
+    """(replicated, split) terms of a layer of `kind` (per s·b·h element, 16-bit, as
+    blocks.kind_activation_terms counts them) that are weight matmuls' inputs, which Transformer Engine
+    keeps for the backward in the run's quantized format (layers.stored_input_bytes), less those `modules`
+    drop: each sublayer's first matmul input (the fused norm's output; an MoE block's feeds its 16-bit
+    router instead), the attention output projection's input (MLA: also the two latents), an MLP's fc2
+    input (2f/h), each routed copy's fc1 input and fc2 input (k(2 + 2f_e/h)) and the shared experts'
+    fc2 input, a Mamba mixer's out_proj input (its gated norm's output, 2·inner/h)."""
+    h, replicated, split = a.hidden_size, 0.0, 0.0
+    if "layernorm" not in modules or kind == "mamba":
+        replicated = 2.0 * {"dense": 2, "moe": 1, "attention": 1, "mlp": 1, "mamba": 1}.get(kind, 0)
+    if kind in ATTENTION_KINDS:
+        m = a.mla
+        split += 2 * a.q_width / h if m is None else \
+            2 * (m.q_lora_rank + m.kv_lora_rank + a.num_attention_heads * m.v_head_dim) / h
+    if kind in ("dense", "mlp") and "mlp" not in modules:
+        split += 2 * a.ffn_hidden_size / h
+    if kind in MOE_KINDS and "moe" not in modules:
+        x = a.moe
+        split += x.experts_per_token * (2 + (0 if "moe_act" in modules else 2 * x.expert_ffn_hidden_size / h))
+        split += 0 if "shared_experts" in modules else 2 * x.shared_width / h
+    if kind == "mamba":
+        split += 2 * a.mamba.inner / h
+    return replicated, split
