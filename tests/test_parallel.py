@@ -227,6 +227,23 @@ def test_groups_inside_an_nvl72_domain_use_nvlink():
     assert stage.groups.nvlink_gpus == 72
 
 
+
+def test_dp_rings_across_nvl72_domains_share_the_stage_trays_networks():
+    """A DP ring enters and leaves each node once, over whichever NIC, so the min(tp, G) rings crossing a
+    node share its whole network; across NVLink domains (NVL72: 18 trays of 4) the stage's part of a
+    domain plays the node: its n trays' networks shared by min(tp, 4n) rings, at most the GPU link."""
+    from fasop.estimators.analytic.hardware import Link, dp_link
+    inside = Link(800e9, 1e-6)
+    inter = lambda ks, share: Link(200e9 / share, 5e-6)  # noqa: E731  (a tray's 200 GB/s / share)
+    assert dp_link(range(18), 4, 72, 4, inside, inter) == inside          # one domain: NVLink
+    # trays 16-19: 2 in each domain, tp 4: min(4, 8) / 2 = 2 rings a tray's network -> 100 GB/s
+    assert dp_link(range(16, 20), 4, 72, 4, inside, inter) == Link(100e9, 5e-6)
+    # 32 trays, 18 + 14: tp 2 shares 14 trays' networks (1.4 TB/s): capped at the GPU link
+    assert dp_link(range(32), 4, 72, 2, inside, inter) == Link(800e9, 5e-6)
+    # a plain 8-GPU node (its own domain): the node's network over min(tp, 8) rings, as before
+    assert dp_link(range(4), 8, 8, 2, inside, inter) == Link(100e9, 5e-6)
+    assert dp_link(range(4), 8, 8, 16, inside, inter) == Link(25e9, 5e-6)
+
 def test_ep_overlap_pairs_megatron_cores_three_phases():
     # one all-to-all: dispatch 3 s, combine 2 s; experts' forward 0.5 s; attention 1 s forward, 4 s backward
     # phase 1: B combine-backward (2) | F attention (1)                  -> 1 exposed, the backward's

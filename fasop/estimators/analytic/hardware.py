@@ -8,6 +8,7 @@ network (docs/estimators.md §A3).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from fasop.estimators.analytic import overheads
@@ -103,8 +104,25 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
                           params.intra_node_latency_s, overheads.network_latency_s(params, net(ks)), g, domain)
     tp_inside = tp <= g or (tp <= domain and not domain % tp)
     return StageHardware(gpu=gpu, tp_link=inside if tp_inside else inter(ks, g),
-                         dp_link=inside if one_domain(ks, g, domain) else inter(ks, min(tp, g)), next_link=nxt,
+                         dp_link=dp_link(ks, g, domain, tp, inside, inter), next_link=nxt,
                          memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks), groups=groups)
+
+
+def dp_link(ks, g: int, domain: int, tp: int, inside: Link, inter) -> Link:
+    """The link of a stage's DP rings over the nodes `ks` (G GPUs each): the GPU link inside one NVLink
+    domain; across nodes, the node's network shared by the min(tp, G) rings crossing it (a ring enters and
+    leaves a node once, on whichever of its NICs: one ring may have the node's whole network); across NVLink
+    domains larger than a node (NVL72), the same with the stage's part of a domain as the node -- its n
+    nodes' networks (n: the fewest of the stage's nodes in one domain) shared by min(tp, nG) rings, at most
+    the GPU link. `inter(ks, share)`: the network / share."""
+    if one_domain(ks, g, domain):
+        return inside
+    if domain == g:
+        return inter(ks, min(tp, g))
+    per = domain // g
+    n = min(Counter(k // per for k in ks).values())
+    across = inter(ks, min(tp, n * g) / n)
+    return across if across.bytes_per_s < inside.bytes_per_s else Link(inside.bytes_per_s, across.latency_s)
 
 
 def shard_links(hw: StageHardware, block: int) -> tuple[Link, Link]:
