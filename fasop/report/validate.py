@@ -10,6 +10,9 @@ One CSV row is one measured run. Columns (exact names):
             recompute_num_layers (full recompute of only N layers per model chunk, Megatron's
             block method; empty: every layer, or where the GPU's `validate_software` says
             block_recompute -- H100/H200 -- the fewest that fit; a ZeRO-3 row: every layer),
+            offload_layers (layers whose activations wait in host memory, Megatron-Core's
+            --cpu-offloading-num-layers, pp 1 only; empty: 0, or on a Megatron-FSDP row without recompute
+            the fewest that fit, as Megatron-Bridge's FSDP recipes offload),
             measured_peak_mem_gib, fused_attention, overlap_grad_reduce and fused_elementwise (0/1:
             software the run had, FlashAttention, gradient reduction during the backward, fused
             elementwise kernels or eager PyTorch; empty: the GPU's
@@ -31,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fasop.estimators.analytic import block_recompute as BR
+from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
 from fasop.estimators.analytic import parallel as P
@@ -132,7 +136,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     # a PyTorch FSDP stack (torchtitan, fms-fsdp): its full AC checkpoints every block
     if block is None and not torch_fsdp and recipe_practice.get("block_recompute"):
         block = "fit"
-    best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block)
+    offload = _offload(c, pp, zero == "3" and not torch_fsdp)
+    best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block, offload)
     if best is None:
         raise c.error("micro_batch_size", "no micro-batch size / virtual_pp divides the batch and the layers")
     step, peak, fits, choice, split = best
@@ -241,6 +246,16 @@ def _block(c: Cells, layers: int, recompute) -> int | None:
     return block
 
 
+def _offload(c: Cells, pp: int, megatron_fsdp: bool) -> int | str:
+    """`offload_layers`: a count (Megatron-Core refuses offloading with pipeline parallelism); empty: "fit" on a
+    Megatron-FSDP row with one stage (Megatron-Bridge's FSDP recipes offload rather than recompute), else 0."""
+    n = c.int("offload_layers", low=0)
+    if n and pp > 1:
+        raise c.error("offload_layers", f"{n} needs pp 1 (Megatron-Core has no activation offloading with "
+                                        f"pipeline parallelism), the row's pp is {pp}")
+    return ("fit" if megatron_fsdp and pp == 1 else 0) if n is None else n
+
+
 def _recompute(c: Cells) -> str | tuple | None:
     """`recompute`: none, selective, full, or Megatron-LM's `selective:<modules>` (each module with its
     own recompute cost and saved memory: estimators/analytic/modules.py), returned as the module tuple."""
@@ -253,10 +268,12 @@ def _recompute(c: Cells) -> str | tuple | None:
     return c.choice("recompute", RECOMPUTES)
 
 
-def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, counts=None, par=None, block=None):
+def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, counts=None, par=None, block=None,
+             offload=0):
     """(step s, peak bytes, fits, choice, split) of the fastest allowed recipe that fits, else the
     fastest; `counts`: the row's split of the blocks, else fasop's for the slowest replica of each stage;
-    `block`: full recompute's layers per chunk (None: every layer; "fit": the fewest that fit)."""
+    `block`: full recompute's layers per chunk (None: every layer; "fit": the fewest that fit); `offload`:
+    the layers whose activations go to host memory ("fit": without recompute, the fewest that fit)."""
     per_replica = gbs // dp
     options = {
         "micro_batch_size": [b for b in (1, 2, 4, 8, 16, 32) if per_replica % b == 0],
@@ -277,7 +294,8 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         recipe = Recipe(recompute="selective" if modules else choice["recompute"], recompute_modules=modules,
                         sequence_parallel=choice["sequence_parallel"],
                         zero=zero, virtual_stages=choice["virtual_pp"], precision=precision,
-                        recompute_layers=block if isinstance(block, int) else None)
+                        recompute_layers=block if isinstance(block, int) else None,
+                        offload_layers=offload if isinstance(offload, int) else 0)
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,
                        num_microbatches=m, recipe=recipe, params=params, cp=par["cp"], ep=par["ep"],
                        etp=par["etp"], shard=par["shard"], mtp=par["mtp"])
@@ -285,6 +303,10 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
             n = BR.fewest_layers_that_fit(w, lambda x: _estimate(x, replicas, counts)[2])
             w = w if n is None else replace(w, recipe=replace(recipe, recompute_layers=n))
             choice = {**choice, "recompute_num_layers": "all" if n is None else n}
+        if offload == "fit" and recipe.recompute == "none":
+            n = OF.fewest_that_fit(w, lambda x: _estimate(x, replicas, counts)[2])
+            if n:
+                w, choice = replace(w, recipe=replace(recipe, offload_layers=n)), {**choice, "offload_layers": n}
         step, peak, fits, split = _estimate(w, replicas, counts)
         key = (not fits, step)
         if best is None or key < best[0]:

@@ -31,7 +31,7 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
              "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s", "nvfp4_matmul_efficiency",
-             "layer_gemm_share", "ssd_scan_efficiency")
+             "layer_gemm_share", "ssd_scan_efficiency", "host_link_gbyte_per_s")
 PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
               "eager_rope", "fsdp_copy_out", "fused_attention_efficiency", "gemm_traffic", "overlap_slowdown",
               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -94,6 +94,9 @@ class GpuType:
 
     kernel_launch_s: float | None = None
     """Host seconds a kernel where the package fixes the host (Grace); None: analytic.yaml's (host.py)."""
+    host_link_bytes_per_s: float | None = None
+    """One direction of the GPU's link to host memory where the package fixes it (Grace's NVLink-C2C); None: a
+    PCIe Gen5 x16 slot (estimators.analytic.offload)."""
 
     def layer_overhead(self, params: "AnalyticParams") -> float:
         return params.layer_overhead_s if self.layer_overhead_s is None else self.layer_overhead_s
@@ -259,6 +262,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
     for low, high in (("fp32", "fp16"), ("tf32", "fp16"), ("fp16", "fp8"), ("fp8", "mxfp8"), ("mxfp8", "nvfp4")):
         if peaks[low] is not None and peaks[high] is not None and peaks[low] > peaks[high]:
             raise r.error(f"{low}_tflops", f"{peaks[low]} is above {high}_tflops {peaks[high]} (a narrower type is never slower)")
+    host = r.get("host_link_gbyte_per_s", (int, float), None, lambda v: 1 <= v <= 1e4, "in [1, 10000]")
     gpu = GpuType(
         name=name,
         peak_flops={p: float(v) * 1e12 for p, v in peaks.items() if v is not None},
@@ -281,6 +285,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
         kernel_launch_s=r.get("kernel_launch_s", (int, float), None, lambda v: 0 <= v <= 1e-3, "in [0, 0.001]"),
         layer_gemm_share=r.numbers("layer_gemm_share", ("bf16", "fp8", "mxfp8", "nvfp4"), False, lambda v: 0 < v <= 1, "in (0, 1]"),
         ssd_scan_efficiency=r.get("ssd_scan_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
+        host_link_bytes_per_s=None if host is None else float(host) * 1e9,
     )
     r.done()
     return gpu

@@ -53,6 +53,7 @@ from fasop.estimators.analytic import blocks as B
 from fasop.estimators.analytic import eager as E
 from fasop.estimators.analytic import host as H
 from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
 from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s, dp_sync_s, fsdp_sync_s,  # noqa: F401
@@ -110,11 +111,14 @@ def _kernel_s(w: Workload, gpu: GpuType, linear: float, core: float, moved: floa
 def layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included;
     with cp > 1 or experts, the CP ring and the MoE layer over the stage's `hw_groups` links; with
-    block recompute the mean of recomputing and non-recomputing layers (block_recompute.py)."""
+    block recompute the mean of recomputing and non-recomputing layers (block_recompute.py); with
+    activation offloading, at least its share of the host copies (offload.py)."""
     q = BR.recomputed_share(w)
     if w.recipe.recompute == "full" and q < 1.0:
-        return BR.mix(_layer_s(BR.without_recompute(w), gpu, tp_link, hw_groups), _layer_s(w, gpu, tp_link, hw_groups), q)
-    return _layer_s(w, gpu, tp_link, hw_groups)
+        times = BR.mix(_layer_s(BR.without_recompute(w), gpu, tp_link, hw_groups), _layer_s(w, gpu, tp_link, hw_groups), q)
+    else:
+        times = _layer_s(w, gpu, tp_link, hw_groups)
+    return OF.with_offload(w, gpu, *times)   # activations offloaded to the host: at least their copy (offload.py)
 
 
 def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | None = None) -> tuple[float, float]:

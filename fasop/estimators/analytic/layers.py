@@ -60,8 +60,7 @@ OPERAND_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 block scale (MXFP8: one 1-byte E8M0 scale a 32-element block; NVFP4: one 1-byte E4M3 scale a 16-element
 block; NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149 §2)."""
 FULL_PRECISIONS = ("fp32", "tf32")
-"""Precisions that keep weights, activations and gradients in fp32 (no 16-bit copy, no master weights):
-fp32 matmuls on the CUDA cores, tf32 on the TF32 tensor cores where the GPU has them."""
+"""Precisions keeping weights, activations and gradients in fp32 (no 16-bit copy, no master weights)."""
 ZERO_STAGES = (0, 1, 2, 3)
 
 
@@ -81,16 +80,16 @@ class Recipe:
     """Matmul precision; weights, activations and gradients are kept as a 16-bit mixed-precision run keeps
     them, or all in fp32 (fp32, tf32)."""
     recompute_layers: int | None = None
-    """With full recompute: the layers of each model chunk that recompute their forward (Megatron-LM
-    --recompute-method block --recompute-num-layers N: the first N of the chunk; the others keep their
-    activations); None: every layer (--recompute-method uniform). block_recompute.py."""
+    """With full recompute: the first N layers of each model chunk recompute (Megatron-LM --recompute-method
+    block --recompute-num-layers N); None: every layer (--recompute-method uniform). block_recompute.py."""
     recompute_modules: tuple[str, ...] = ()
-    """With selective recompute: Megatron-Core's --recompute-modules (modules.MODULES) each with its
-    own recompute cost and saved memory (modules.py); () is the attention core as Korthikanti et al.
-    2022 recompute it (free under a fused kernel)."""
+    """With selective recompute: Megatron-Core's --recompute-modules (modules.MODULES; modules.py); () is the
+    attention core as Korthikanti et al. 2022 recompute it (free under a fused kernel)."""
+    offload_layers: int = 0
+    """Layers of the model whose activations go to host memory between forward and backward (Megatron-Core
+    --cpu-offloading --cpu-offloading-num-layers N; offload.py)."""
     hsdp: bool = False
-    """Hybrid sharding (zero >= 1): the states sharded over the data-parallel ranks of one node
-    (torchtitan's data_parallel_shard_degree), replicated across nodes (data_parallel_replicate_degree)."""
+    """Hybrid sharding (zero >= 1): states sharded inside a node, replicated across nodes (torchtitan)."""
 
     def __post_init__(self):
         problems = []
@@ -102,6 +101,8 @@ class Recipe:
             problems.append(f"virtual_stages={self.virtual_stages!r} (>= 1)")
         if self.recompute_layers is not None and not (type(self.recompute_layers) is int and self.recompute_layers >= 0):
             problems.append(f"recompute_layers={self.recompute_layers!r} (an int >= 0, or None: every layer)")
+        if not (type(self.offload_layers) is int and self.offload_layers >= 0):
+            problems.append(f"offload_layers={self.offload_layers!r} (an int >= 0)")
         odd = [m for m in self.recompute_modules if m not in M.MODULES]
         if odd or (self.recompute_modules and self.recompute != "selective"):
             problems.append(f"recompute_modules={self.recompute_modules!r} (with recompute='selective', "

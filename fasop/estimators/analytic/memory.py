@@ -21,6 +21,7 @@ from functools import lru_cache
 from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import blocks as B
 from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import Workload
 
@@ -197,7 +198,7 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
         per_layer += P.moe_layer_share(a) * P.dispatch_buffer_bytes(
             P.routed_tokens(w), a.moe.experts_per_token, a.hidden_size, r.value_bytes,
             w.params.moe_load_imbalance - 1)
-    acts = layers * per_layer * in_flight(w, stage)
+    acts = OF.kept_layers(w, layers) * per_layer * in_flight(w, stage)   # less what goes to host memory
     if first:
         acts += embedding_activation_bytes(a, b, s, t, r.sequence_parallel) * in_flight(w, stage)
     if last:
