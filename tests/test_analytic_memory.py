@@ -79,9 +79,9 @@ def test_misfit_names_the_part_that_alone_exceeds():
 
 def test_fp8_keeps_the_matmul_inputs_in_one_byte():
     """Transformer Engine keeps a quantized matmul's input for the backward in its quantized format
-    (module/linear.py: the column-wise copy only). GPT-3 per layer: the QKV and fc1 inputs (2 + 2,
-    replicated) and the O and fc2 inputs (2h/h + 2·4h/h = 10, split) in 1 byte instead of 2: TP
-    without SP sbh (23 - 4/2 - 10/(2·8)) = sbh x 20.375; MXFP8 adds its 1/32 scales."""
+    (module/linear.py: the column-wise copy only). GPT-3 per layer, unfused attention: the QKV and fc1
+    inputs (2 + 2, replicated) and the O and fc2 inputs (2h/h + 2·4h/h = 10, split) in 1 byte instead of 2:
+    TP without SP sbh (23 - 4/2 - 10/(2·8)) = sbh x 20.375; MXFP8 adds its 1/32 scales."""
     sbh = 2048 * 12288
     fp8 = Recipe(precision="fp8")
     assert fp8.stored_input_bytes(UNFUSED) == 1.0
@@ -91,6 +91,9 @@ def test_fp8_keeps_the_matmul_inputs_in_one_byte():
     assert mx == 1 + 1 / 32
     assert activation_bytes(GPT3, 1, 2048, 8, Recipe(precision="mxfp8"), fused_attention=False, stored=mx) \
         == pytest.approx(sbh * (23 - 4 * (1 - mx / 2) - 10 * (1 - mx / 2) / 8))
+    # under FlashAttention its 16-bit output stays for its own backward and the projection's 1-byte copy adds
+    # to it: TP without SP, selective-equivalent 13 sbh -> replicated 10 - 4/2, split 24 - 8/2 + 2/2: 8 + 21/8
+    assert activation_bytes(GPT3, 1, 2048, 8, fp8, fused_attention=True, stored=1.0) == pytest.approx(sbh * 10.625)
     # a 16-bit run, and a stack that keeps the 16-bit input (torchao), store 2 bytes
     assert Recipe(precision="bf16").stored_input_bytes(UNFUSED) == 2.0
     assert fp8.stored_input_bytes(dataclasses.replace(UNFUSED, quantized_activations=False)) == 2.0

@@ -90,7 +90,7 @@ def test_offload_layers_with_pipeline_stages_is_refused(tmp_path):
     path = _rows(tmp_path, "r,llama-3-70b,GB200,64,1,2,1,32,3,256,1,1,8192,bf16,none,10,4",
                  "name,model,gpu,num_gpus,tp,pp,cp,dp,zero,global_batch_size,micro_batch_size,virtual_pp,seq_len,"
                  "precision,recompute,measured_seconds_per_iter,offload_layers")
-    with pytest.raises(FasopError, match=r"offload_layers.*4 needs pp 1"):
+    with pytest.raises(FasopError, match=r"offload_layers: 4: the row.s pp is 2"):
         validate(path)
 
 
@@ -112,3 +112,30 @@ def test_a_bad_host_link_in_the_catalog_names_gpu_key_and_value(tmp_path):
     path.write_text(text.replace(before, before.replace("184", "0.5"), 1))
     with pytest.raises(SpecError, match=r"GB200\.host_link_gbyte_per_s.*\[1, 10000\].*0\.5"):
         load_gpus(str(path))
+
+
+@pytest.mark.parametrize("cells, message", [
+    ("70B,llama-3-70b,GB200,64,1,1,1,64,3,256,1,1,8192,bf16,full,10,20,",
+     r"offload_layers: 20 needs recompute none"),
+    ("70B,llama-3-70b,GB200,64,1,1,1,64,3,256,1,1,8192,bf16,selective:moe_act,10,20,",
+     r"offload_layers: 20 needs recompute none"),
+    ("70B,llama-3-70b,GB200,64,1,1,1,64,3,256,1,1,8192,bf16,,10,80,",
+     r"offload_layers: 80: the model has 80 layers"),
+    ("70B,llama-3-70b,GB200,64,1,1,1,64,3,256,1,1,8192,bf16,,10,20,attn",
+     r"offload_layers: 20: the row captures per-layer CUDA graphs \(attn"),
+])
+def test_offloading_megatron_core_refuses_is_refused(tmp_path, cells, message):
+    """Megatron-Core TransformerConfig: cpu_offloading_num_layers below num_layers, no recomputation, no CUDA
+    graphs but full_iteration (transformer_config.py @d98e8a64dd, lines 1884-1899 and 2800)."""
+    header = ("name,model,gpu,num_gpus,tp,pp,cp,dp,zero,global_batch_size,micro_batch_size,virtual_pp,seq_len,"
+              "precision,recompute,measured_seconds_per_iter,offload_layers,cuda_graphs")
+    with pytest.raises(FasopError, match=message):
+        validate(_rows(tmp_path, cells, header))
+
+
+def test_a_stated_offload_count_fixes_an_empty_recompute_to_none(tmp_path):
+    header = ("name,model,gpu,num_gpus,tp,pp,cp,dp,zero,global_batch_size,micro_batch_size,virtual_pp,seq_len,"
+              "precision,recompute,measured_seconds_per_iter,offload_layers,cuda_graphs")
+    (p,) = validate(_rows(tmp_path, "70B,llama-3-70b,GB200,64,1,1,1,64,3,256,1,1,8192,bf16,,10,20,full_iteration",
+                          header)).predictions
+    assert p.row["recompute"] == "none" and p.row["fits"]

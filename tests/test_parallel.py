@@ -227,7 +227,6 @@ def test_groups_inside_an_nvl72_domain_use_nvlink():
     assert stage.groups.nvlink_gpus == 72
 
 
-
 def test_dp_rings_across_nvl72_domains_share_the_stage_trays_networks():
     """A DP ring enters and leaves each node once, over whichever NIC, so the min(tp, G) rings crossing a
     node share its whole network; across NVLink domains (NVL72: 18 trays of 4) the stage's part of a

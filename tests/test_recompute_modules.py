@@ -125,16 +125,28 @@ def test_moonlight_peak_memory_with_its_recipes_optimizer():
 
 
 @pytest.mark.parametrize("kind, modules, want", [
-    # attention: the fused norm's output (2) and the MLA latents + O input 2(q_lora + kv_lora + 16 d_v)/h;
-    # the MoE block: 6 copies' fc1 and fc2 inputs 6(2 + 2 f_e/h), the shared experts' fc2 input 2 f_s/h
-    ("moe", (), (2.0, 2 * (0 + 512 + 16 * 128) / 2048 + 6 * (2 + 2 * 1408 / 2048) + 2 * 2816 / 2048)),
-    ("moe", ("moe_act",), (2.0, 2 * (512 + 16 * 128) / 2048 + 6 * 2 + 2 * 2816 / 2048)),
-    ("moe", ("moe",), (2.0, 2 * (512 + 16 * 128) / 2048)),
-    ("moe", ("layernorm", "shared_experts"), (0.0, 2 * (512 + 16 * 128) / 2048 + 6 * (2 + 2 * 1408 / 2048))),
-    ("dense", (), (4.0, 2 * (512 + 16 * 128) / 2048 + 2 * 11264 / 2048)),
-    ("dense", ("mlp",), (4.0, 2 * (512 + 16 * 128) / 2048)),
+    # the attention sublayer's fused norm output (2); the MoE block: 6 copies' fc1 and fc2 inputs
+    # 6(2 + 2 f_e/h), the shared experts' fc2 input 2 f_s/h (MLA's latents and the attention output: below)
+    ("moe", (), (2.0, 6 * (2 + 2 * 1408 / 2048) + 2 * 2816 / 2048)),
+    ("moe", ("moe_act",), (2.0, 6 * 2 + 2 * 2816 / 2048)),
+    ("moe", ("moe",), (2.0, 0.0)),
+    ("moe", ("layernorm", "shared_experts"), (0.0, 6 * (2 + 2 * 1408 / 2048))),
+    ("dense", (), (4.0, 2 * 11264 / 2048)),
+    ("dense", ("mlp",), (4.0, 0.0)),
 ])
 def test_quantized_terms_by_hand(kind, modules, want):
-    """Moonlight has no Q low-rank projection (q_lora_rank 0): its KV latent is 512 wide."""
-    assert MOON.mla.q_lora_rank in (0, None) and MOON.mla.kv_lora_rank == 512
     assert M.quantized_terms(MOON, kind, modules) == pytest.approx(want)
+
+
+def test_the_attention_output_stays_16_bit_beside_its_quantized_copy():
+    """FlashAttention keeps its 16-bit output for its own backward (flash-attn: save_for_backward(q, k, v,
+    out_padded, ...)); the FP8 output projection keeps its 1-byte copy beside it: + out x 1/2. Where the
+    core is recomputed (or unfused, whose backward needs the softmax, not the output) only the copy stays."""
+    out = 2 * 16 * 128 / 2048                                                # MLA: 16 heads x d_v 128
+    assert M.output_term(MOON, "moe") == out and M.output_term(MOON, "mlp") == 0.0
+    quantized = M.quantized_terms(MOON, "moe")
+    assert M.stored_input_delta(MOON, "moe", (), 2.0, True) == (0.0, 0.0)   # a 16-bit run: nothing changes
+    assert M.stored_input_delta(MOON, "moe", (), 1.0, True) == pytest.approx(
+        (-quantized[0] / 2, -quantized[1] / 2 + out / 2))
+    assert M.stored_input_delta(MOON, "moe", (), 1.0, False) == pytest.approx(
+        (-quantized[0] / 2, -(quantized[1] + out) / 2))

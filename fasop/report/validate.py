@@ -11,8 +11,8 @@ One CSV row is one measured run. Columns (exact names):
             block method; empty: every layer, or where the GPU's `validate_software` says
             block_recompute -- H100/H200 -- the fewest that fit; a ZeRO-3 row: every layer),
             offload_layers (layers whose activations wait in host memory, Megatron-Core's
-            --cpu-offloading-num-layers, pp 1 only; empty: 0, or on a Megatron-FSDP row without recompute
-            the fewest that fit, as Megatron-Bridge's FSDP recipes offload),
+            --cpu-offloading-num-layers: pp 1, recompute none, no per-layer CUDA graphs; empty: 0, or on
+            a Megatron-FSDP row without recompute the fewest that fit, as Megatron-Bridge's FSDP recipes do),
             measured_peak_mem_gib, fused_attention, overlap_grad_reduce and fused_elementwise (0/1:
             software the run had, FlashAttention, gradient reduction during the backward, fused
             elementwise kernels or eager PyTorch; empty: the GPU's
@@ -136,7 +136,12 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     # a PyTorch FSDP stack (torchtitan, fms-fsdp): its full AC checkpoints every block
     if block is None and not torch_fsdp and recipe_practice.get("block_recompute"):
         block = "fit"
-    offload = _offload(c, pp, zero == "3" and not torch_fsdp)
+    offload = _offload(c, pp, arch.num_layers, zero == "3" and not torch_fsdp, params.host.graphed)
+    if offload and offload != "fit":
+        if fixed.get("recompute", "none") != "none":
+            raise c.error("offload_layers", f"{offload} needs recompute none (Megatron-Core: \"CPU offloading does "
+                                            f"not work when activation recomputation is enabled\")")
+        fixed["recompute"] = "none"
     best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block, offload)
     if best is None:
         raise c.error("micro_batch_size", "no micro-batch size / virtual_pp divides the batch and the layers")
@@ -246,14 +251,20 @@ def _block(c: Cells, layers: int, recompute) -> int | None:
     return block
 
 
-def _offload(c: Cells, pp: int, megatron_fsdp: bool) -> int | str:
-    """`offload_layers`: a count (Megatron-Core refuses offloading with pipeline parallelism); empty: "fit" on a
-    Megatron-FSDP row with one stage (Megatron-Bridge's FSDP recipes offload rather than recompute), else 0."""
+def _offload(c: Cells, pp: int, layers: int, megatron_fsdp: bool, graphed: tuple) -> int | str:
+    """`offload_layers`: a count below the model's layers, without pipeline parallelism, recomputation or
+    per-layer CUDA graphs (Megatron-Core TransformerConfig refuses each); empty: "fit" on a Megatron-FSDP row
+    with one stage and no per-layer graphs (Megatron-Bridge's FSDP recipes offload rather than recompute),
+    else 0."""
     n = c.int("offload_layers", low=0)
-    if n and pp > 1:
-        raise c.error("offload_layers", f"{n} needs pp 1 (Megatron-Core has no activation offloading with "
-                                        f"pipeline parallelism), the row's pp is {pp}")
-    return ("fit" if megatron_fsdp and pp == 1 else 0) if n is None else n
+    per_layer_graphs = bool(graphed) and graphed != ("full_iteration",)
+    if n and (pp > 1 or n >= layers or per_layer_graphs):
+        why = (f"the row's pp is {pp} (Megatron-Core has no activation offloading with pipeline parallelism)"
+               if pp > 1 else f"the model has {layers} layers (Megatron-Core offloads fewer)" if n >= layers
+               else f"the row captures per-layer CUDA graphs ({','.join(graphed)}; Megatron-Core allows "
+                    f"offloading only eager or with full_iteration graphs)")
+        raise c.error("offload_layers", f"{n}: {why}")
+    return ("fit" if megatron_fsdp and pp == 1 and not per_layer_graphs else 0) if n is None else n
 
 
 def _recompute(c: Cells) -> str | tuple | None:

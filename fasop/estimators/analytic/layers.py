@@ -32,7 +32,7 @@ models without dropout (a dropout mask is 1 byte an element; without dropout the
   replicated 4 (norm inputs) + 2 (QKV input) + 2 (MLP input) + 2·[dropout] (two masks),
   split      2ad/h (Q) + 4gd/h (K, V) + 2ad/h (O input) + 4f/h, or 6f/h gated (MLP inner),
   core       (2 + 3·[dropout]) as/h  (softmax output, dropout mask and output).
-A quantized run keeps the matmul inputs among them (modules.quantized_terms) in Recipe.stored_input_bytes.
+A quantized run keeps the matmul inputs among them in Recipe.stored_input_bytes (modules.stored_input_delta).
 With f = 4h, g = a, ad = h and dropout these are exactly 10, 24 and 5 of Table 2.
 """
 
@@ -338,7 +338,7 @@ def activation_bytes(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fu
                      stored: float = 2.0) -> float:
     """Bytes one layer keeps for its backward pass, per micro-batch, on one TP rank (16-bit,
     Korthikanti et al. 2022 Table 2, generalised as the module docstring says; an fp32 run keeps
-    each value in 4 bytes: twice that), the weight matmuls' inputs (modules.quantized_terms) in
+    each value in 4 bytes: twice that), the weight matmuls' inputs (modules.stored_input_delta) in
     `stored` bytes each (stored_input_bytes)."""
     return activation_bytes_16(a, b, s, t, recipe, fused_attention, stored) * recipe.value_bytes / 2
 
@@ -346,29 +346,28 @@ def activation_bytes(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fu
 def activation_bytes_16(a: Architecture, b: int, s: int, t: int, recipe: Recipe, fused_attention: bool,
                         stored: float = 2.0) -> float:
     """activation_bytes of a 16-bit run."""
-    h, sp = a.hidden_size, recipe.sequence_parallel
-    sbh, cut = s * b * h, 1 - stored / 2
+    h, sp, sbh = a.hidden_size, recipe.sequence_parallel, s * b * a.hidden_size
     if recipe.recompute == "full":
         return 2 * sbh / (t if sp else 1)
     modules = recipe.recompute_modules
+    recomputed = recipe.recompute != "none" and (not modules or "core_attn" in modules)   # the attention core
     if not plain_dense(a) or modules:
         def one(kind):
             replicated, split, core = B.kind_activation_terms(a, kind, s)
-            if (recipe.recompute != "none" and (not modules or "core_attn" in modules)) or fused_attention:
+            if recomputed or fused_attention:
                 core = 0.0
-            dropped, quantized = M.saved_terms(a, kind, modules), M.quantized_terms(a, kind, modules)
-            replicated -= dropped[0] + cut * quantized[0]
-            split -= dropped[1] + cut * quantized[1]
+            dropped = M.saved_terms(a, kind, modules)
+            delta = M.stored_input_delta(a, kind, modules, stored, fused_attention and not recomputed)
+            replicated += delta[0] - dropped[0]
+            split += delta[1] - dropped[1]
             return sbh * (replicated + split + core) / t if sp else sbh * (replicated + (split + core) / t)
         return B.mean_over_kinds(a, one)
-    mask, quantized = 1 if a.dropout else 0, M.quantized_terms(a, "dense")
+    mask, delta = 1 if a.dropout else 0, M.stored_input_delta(a, "dense", (), stored, fused_attention and not recomputed)
     f_term = (6 if a.gated_mlp else 4) * a.ffn_hidden_size / h
-    replicated = 4 + 2 + 2 + 2 * mask - cut * quantized[0]
-    split = 2 * a.q_width / h + 4 * a.kv_width / h + 2 * a.q_width / h + f_term - cut * quantized[1]
+    replicated = 4 + 2 + 2 + 2 * mask + delta[0]
+    split = 2 * a.q_width / h + 4 * a.kv_width / h + 2 * a.q_width / h + f_term + delta[1]
     core = (2 + 3 * mask) * a.num_attention_heads * s / h if recipe.recompute == "none" and not fused_attention else 0.0
-    if sp:
-        return sbh * (replicated + split + core) / t
-    return sbh * (replicated + (split + core) / t)
+    return sbh * (replicated + split + core) / t if sp else sbh * (replicated + (split + core) / t)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

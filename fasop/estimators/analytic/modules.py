@@ -129,22 +129,17 @@ def rerun_routed(a: Architecture, modules: tuple[str, ...]) -> bool:
     return a.moe is not None and "moe" in modules
 
 
-
 def quantized_terms(a: Architecture, kind: str, modules: tuple[str, ...] = ()) -> tuple[float, float]:
     """(replicated, split) terms of a layer of `kind` (per s·b·h element, 16-bit, as
-    blocks.kind_activation_terms counts them) that are weight matmuls' inputs, which Transformer Engine
-    keeps for the backward in the run's quantized format (layers.stored_input_bytes), less those `modules`
-    drop: each sublayer's first matmul input (the fused norm's output; an MoE block's feeds its 16-bit
-    router instead), the attention output projection's input (MLA: also the two latents), an MLP's fc2
-    input (2f/h), each routed copy's fc1 input and fc2 input (k(2 + 2f_e/h)) and the shared experts'
-    fc2 input, a Mamba mixer's out_proj input (its gated norm's output, 2·inner/h)."""
+    blocks.kind_activation_terms counts them) that are weight matmuls' inputs no other module keeps, which
+    Transformer Engine keeps for the backward in the run's quantized format (layers.stored_input_bytes) only,
+    less those `modules` drop: each sublayer's first matmul input (the fused norm's output; an MoE block's feeds
+    its 16-bit router instead), an MLP's fc2 input (2f/h), each routed copy's fc1 input and fc2 input
+    (k(2 + 2f_e/h)) and the shared experts' fc2 input, a Mamba mixer's out_proj input (its gated norm's output,
+    2·inner/h). Not MLA's latents: their fused norm keeps its 16-bit input too. The attention output: output_term."""
     h, replicated, split = a.hidden_size, 0.0, 0.0
     if "layernorm" not in modules or kind == "mamba":
         replicated = 2.0 * {"dense": 2, "moe": 1, "attention": 1, "mlp": 1, "mamba": 1}.get(kind, 0)
-    if kind in ATTENTION_KINDS:
-        m = a.mla
-        split += 2 * a.q_width / h if m is None else \
-            2 * (m.q_lora_rank + m.kv_lora_rank + a.num_attention_heads * m.v_head_dim) / h
     if kind in ("dense", "mlp") and "mlp" not in modules:
         split += 2 * a.ffn_hidden_size / h
     if kind in MOE_KINDS and "moe" not in modules:
@@ -154,3 +149,24 @@ def quantized_terms(a: Architecture, kind: str, modules: tuple[str, ...] = ()) -
     if kind == "mamba":
         split += 2 * a.mamba.inner / h
     return replicated, split
+
+
+def output_term(a: Architecture, kind: str) -> float:
+    """The attention output (the output projection's input) of a layer of `kind`, per s·b·h element, 16-bit:
+    2·q_width/h (MLA 2·heads·d_v/h) on attention kinds, else 0."""
+    if kind not in ATTENTION_KINDS:
+        return 0.0
+    return 2 * (a.q_width if a.mla is None else a.num_attention_heads * a.mla.v_head_dim) / a.hidden_size
+
+
+def stored_input_delta(a: Architecture, kind: str, modules: tuple[str, ...], stored: float,
+                       output_kept: bool) -> tuple[float, float]:
+    """(replicated, split) change of a layer's 16-bit terms when its weight matmuls keep their inputs in
+    `stored` bytes an element (2: none): quantized_terms shrink to stored / 2 of themselves; the attention
+    output shrinks too where only the projection keeps it (unfused or recomputed attention), and where the
+    attention kernel keeps its own 16-bit output for its backward (FlashAttention's `out`, fused and not
+    recomputed) the projection's quantized copy adds stored / 2 of it."""
+    if stored == 2:
+        return 0.0, 0.0
+    cut, (replicated, split), out = 1 - stored / 2, quantized_terms(a, kind, modules), output_term(a, kind)
+    return -cut * replicated, -cut * split + (out * stored / 2 if output_kept else -cut * out)
