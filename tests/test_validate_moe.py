@@ -23,8 +23,8 @@ DATA = Path(__file__).resolve().parent / "data"
 SETS = [
     # GB200 / GB300, MXFP8, EP 8-64 (performance-summary.md); its rows state the recipes' EP overlap and
     # HybridEP, GPT-OSS's unfused YaRN RoPE, bf16 dispatch, the Mamba scan's backward kernels and layout copies,
-    # Blackwell's layer GEMM shares, the head's too, the Mamba scan at Hopper's rate on Blackwell (10.3 % MAPE,
-    # max 23.4 %, mean -2.7 %; issue: <= 10 %): docs/validate.md
+    # Blackwell's layer GEMM shares, the head's too, the Mamba scan at Hopper's rate on Blackwell (10.2 % MAPE,
+    # max 23.4 %, mean -2.8 %; issue: <= 10 %): docs/validate.md
     ("moe_megatron_bridge_perf_summary.csv", 10.5, 24, 10),
     ("moe_megatron_bridge_docs_h100.csv", 8.2, 16.5, 12),   # H100, Qwen3-30B-A3B EP16 and Nemotron-3-Nano EP8 (issue: <= 10 %)
     # H100, Moonlight-16B-A3B TP2 EP8, one micro-batch: host-bound, the counted host ops reach 68.2 % (max 69.9 %)
