@@ -243,6 +243,22 @@ def test_dp_rings_across_nvl72_domains_share_the_stage_trays_networks():
     assert dp_link(range(4), 8, 8, 2, inside, inter) == Link(100e9, 5e-6)
     assert dp_link(range(4), 8, 8, 16, inside, inter) == Link(25e9, 5e-6)
 
+
+def test_the_per_replica_path_takes_the_same_dp_rings():
+    """fasop validate's per-replica hardware (mixed.replica_stages, for rows naming stage GPUs) and the uniform
+    path (hardware.stage_hardware) give a stage spanning two NVL72 domains the same DP link."""
+    from fasop.estimators.analytic import hardware as H
+    from fasop.estimators.analytic import mixed
+    from fasop.specs.types import NodeType
+    gpu = find_gpu("GB200")
+    tray = NodeType(name="tray", instance="t", gpu="GB200", gpus_per_node=4, memory_limit_bytes=gpu.memory_bytes,
+                    intra_node_bytes_per_s=gpu.intra_node_bytes_per_s, inter_node_bytes_per_s=200e9,
+                    intra_node_shared=False, usd_per_hour=0.0, spot_usd_per_hour=None)
+    (uniform,) = H.stage_hardware(2, 64, 1, (tray,) * 32, (gpu,) * 32, default_params())
+    replicas = mixed.replica_stages(2, 64, 1, (tray,) * 32, (gpu,) * 32, default_params())
+    assert uniform.dp_link.bytes_per_s > 200e9                     # 18 + 14 trays: capped at NVLink, not a NIC
+    assert all(r[0].dp_link == uniform.dp_link for r in replicas)
+
 def test_ep_overlap_pairs_megatron_cores_three_phases():
     # one all-to-all: dispatch 3 s, combine 2 s; experts' forward 0.5 s; attention 1 s forward, 4 s backward
     # phase 1: B combine-backward (2) | F attention (1)                  -> 1 exposed, the backward's

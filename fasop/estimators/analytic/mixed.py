@@ -74,7 +74,8 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
             groups = P.GroupLinks(intra(block).bytes_per_s, overheads.network_bytes_per_s(params, net(block)),
                                   params.intra_node_latency_s, overheads.network_latency_s(params, net(block)), g,
                                   H.domain_gpus(gpus, block, g))
-            stages.append(C.StageHardware(gpu=gpu, tp_link=link(ks, min(g, tp)), dp_link=link(block, min(g, tp)),
+            ring = H.dp_link(block, g, H.domain_gpus(gpus, block, g), tp, intra(block), inter)   # as hardware.one_stage
+            stages.append(C.StageHardware(gpu=gpu, tp_link=link(ks, min(g, tp)), dp_link=ring,
                                           next_link=nxt, memory_limit_bytes=limit, groups=groups))
         out.append(tuple(stages))
     return tuple(out)
