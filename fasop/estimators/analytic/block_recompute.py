@@ -66,14 +66,26 @@ def activation_bytes(w: Workload) -> float:
     return (1 - q) * kept + q * L.activation_bytes(a, b, s, t, r, fused, stored)
 
 
+def fewest_that_fit(most: int, fits_at) -> int | None:
+    """The fewest n in 0 .. most for which `fits_at(n)` holds, None when not even `most` does; memory
+    falls as n grows (layers recomputed or offloaded), so the answer is found by bisection."""
+    if not fits_at(most):
+        return None
+    low, high = 0, most
+    while low < high:
+        mid = (low + high) // 2
+        if fits_at(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
 def fewest_layers_that_fit(w: Workload, fits) -> int | None:
     """The fewest layers per chunk N (0 .. the chunk's layers) whose block recompute `fits(workload)`
     says fits; None when not even every layer fits. Time grows with N, so the fewest is the fastest."""
     most = -(-w.arch.num_layers // (w.pp * w.recipe.virtual_stages))
-    for n in range(most + 1):
-        if fits(replace(w, recipe=replace(w.recipe, recompute_layers=n))):
-            return n
-    return None
+    return fewest_that_fit(most, lambda n: fits(replace(w, recipe=replace(w.recipe, recompute_layers=n))))
 
 
 def modules_rerun_s(w: Workload, gpu, core_again: float, routed_fwd: float) -> float:

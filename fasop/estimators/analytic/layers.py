@@ -366,7 +366,7 @@ def activation_bytes_16(a: Architecture, b: int, s: int, t: int, recipe: Recipe,
     f_term = (6 if a.gated_mlp else 4) * a.ffn_hidden_size / h
     replicated = 4 + 2 + 2 + 2 * mask + delta[0]
     split = 2 * a.q_width / h + 4 * a.kv_width / h + 2 * a.q_width / h + f_term + delta[1]
-    core = (2 + 3 * mask) * a.num_attention_heads * s / h if recipe.recompute == "none" and not fused_attention else 0.0
+    core = (2 + 3 * mask) * a.num_attention_heads * s / h if not (recomputed or fused_attention) else 0.0
     return sbh * (replicated + split + core) / t if sp else sbh * (replicated + (split + core) / t)
 
 

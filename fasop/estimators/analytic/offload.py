@@ -63,16 +63,6 @@ def with_offload(w: Workload, gpu: GpuType, fwd: float, bwd: float) -> tuple[flo
 
 def fewest_that_fit(w: Workload, fits) -> int | None:
     """The fewest offloaded layers N (0 .. a chunk's layers - 1: Megatron-Core keeps at least one) whose
-    workload `fits(workload)` says fits; None when none does. Memory falls as N grows (bisection)."""
+    workload `fits(workload)` says fits; None when none does."""
     most = math.ceil(BR.chunk_layers(w)) - 1
-    at = lambda n: replace(w, recipe=replace(w.recipe, offload_layers=n))  # noqa: E731
-    if not fits(at(most)):
-        return None
-    low, high = 0, most
-    while low < high:
-        mid = (low + high) // 2
-        if fits(at(mid)):
-            high = mid
-        else:
-            low = mid + 1
-    return low
+    return BR.fewest_that_fit(most, lambda n: fits(replace(w, recipe=replace(w.recipe, offload_layers=n))))
