@@ -35,6 +35,8 @@ PUBLISHED = [
     ("llama-4-scout", 107.77e9, 17e9, True, 0.02),        # text model; Meta's 109B adds the vision encoder
     ("llama-4-maverick", 400e9, 17e9, True, 0.02),
     ("nemotron-3-nano-30b-a3b", 31.6e9, 3.6e9, True, 0.01),  # NVIDIA card: 31.6B, 3.6B incl. embeddings
+    ("nemotron-3-super-120b-a12b", 120e9, 12e9, True, 0.065),  # Bridge docs: "12B active ... 120B in total" (rounded)
+    ("nemotron-3-ultra-550b-a55b", 550e9, 55e9, True, 0.02),   # the name's 550B / A55B (rounded)
     ("qwen3-8b", 8.2e9, 8.2e9, True, 0.01),               # model card: 8.2B dense
 ]
 
@@ -52,6 +54,28 @@ def test_deepseek_v3_mtp_module_counted_apart():
     a = arch("deepseek-v3")
     assert a.mtp_layers == 1 and B.mtp_params(a) == pytest.approx(11.5e9, rel=0.015)
     assert a.kinds[:3] == ("dense",) * 3 and set(a.kinds[3:]) == {"moe"}
+
+
+def test_nemotron_3_super_checkpoint_elements():
+    """Megatron-Bridge's verification card (examples/model_verification_cards/nemotron-3-super-120b-a12b/
+    card.yaml, hf_to_megatron_gpu): the HF checkpoint holds 123,611,033,088 elements "including the 41 FP32
+    router correction-bias tensors" -- one of E = 512 per MoE layer (40 in the decoder, 1 in the MTP module),
+    which fasop does not count. The rest is the model, latent projections and MTP module included."""
+    a = arch("nemotron-3-super-120b-a12b")
+    assert a.moe.latent_size == 1024 and a.mtp_layers == 1 and a.mtp_kinds == ("attention", "experts")
+    assert L.total_params(a) + B.mtp_params(a) + 41 * 512 == 123_611_033_088
+
+
+def test_latent_moe_by_hand():
+    """SMALL_HYBRID's experts layer (h 8, E 2, k 1, f_e 4, relu²: up 1) on latent tokens of 2: router 2·8,
+    experts 2 x (2·4 + 4·2), projections 8·2 + 2·8, one norm 8."""
+    a = architecture_from_config({**SMALL_HYBRID, "moe_latent_size": 2}, "h.json")
+    assert B.kind_params(a, "experts") == 8 + 16 + 2 * 16 + 32
+    assert B.expert_params(a, "experts") == 2 * 16
+    # the grouped GEMM reads latent rows; the projections are dense matmuls of every token (bs / t rows)
+    gemms = B.kind_gemms(a, "experts", 1, 4, 1, ep=1)
+    assert (2, 2, 4, 2) in gemms and (2, 2, 2, 4) in gemms      # E/ep experts, bs·k·ep/E rows, n, k
+    assert (1, 4, 2, 8) in gemms and (1, 4, 8, 2) in gemms      # fc1_latent_proj h -> l, fc2_latent_proj l -> h
 
 
 @pytest.mark.skipif(not STAGING.is_dir(), reason="staging configs absent")
@@ -132,7 +156,7 @@ def test_mamba_params_by_hand():
 
 @pytest.mark.parametrize("cfg,key", [
     ({"model_type": "nemotron_h", "hybrid_override_pattern": "MX"}, "hybrid_override_pattern"),
-    ({"model_type": "nemotron_h", "moe_latent_size": 1024}, "moe_latent_size"),
+    ({"model_type": "mixtral", "moe_latent_size": 1024}, "moe_latent_size"),
     ({"model_type": "deepseek_v3", "moe_layer_freq": 2}, "moe_layer_freq"),
     ({"model_type": "llama", "num_local_experts": 8}, "num_local_experts"),
     ({"model_type": "deepseek_v4"}, "model_type"),
@@ -150,7 +174,8 @@ def test_text_config_plans_the_language_model_with_a_note():
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b",
-                                  "gpt-oss-120b", "llama-4-scout", "nemotron-3-nano-30b-a3b", "kimi-k2"])
+                                  "gpt-oss-120b", "llama-4-scout", "nemotron-3-nano-30b-a3b", "kimi-k2",
+                                  "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b"])
 def test_shipped_by_name(name):
     spec = load_model(name)
     assert spec.architecture is not None and spec.name == name

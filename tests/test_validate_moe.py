@@ -43,6 +43,9 @@ SETS = [
     # NeMo 25.02 / 25.04 performance summaries: Mixtral-8x7B EP8 and Mixtral-8x22B TP2 PP4 CP8 EP8 at 64K on
     # B200 / GB200, FP8; aux-loss (natural) routing, which fasop does not model (22.0 % MAPE, max 26.8 %, mean -22.0 %)
     ("moe_nemo_perf_summary.csv", 22.5, 27.5, 4),
+    # latent MoE: Nemotron-3 Super on 64 H100 / GB200 / GB300 (BF16, MXFP8, NVFP4; the NVFP4 recipes' BF16 layers
+    # and modules are not expressible) and Ultra on 256 GB200 / GB300 (19.1 % MAPE, max 30.2 %, mean -17.9 %)
+    ("moe_latent_megatron_bridge.csv", 19.5, 30.5, 9),
 ]
 
 

@@ -37,6 +37,8 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
              f"--moe-ffn-hidden-size {moe.expert_ffn_hidden_size}"]
     if moe.shared_width:
         args.append(f"--moe-shared-expert-intermediate-size {moe.shared_width}")
+    if moe.latent_size:   # TransformerConfig.moe_latent_size, an argument through arguments.py's ArgumentGroupFactory
+        args.append(f"--moe-latent-size {moe.latent_size}")
     freq = moe_layer_freq(arch.layer_kinds)
     if freq:  # None: a hybrid model, whose --hybrid-layer-pattern places the experts (hybrid_args)
         args.append(f'--moe-layer-freq "{freq}"')

@@ -27,10 +27,18 @@ class MoE:
     """Biases on every expert's matrices and on the router (GPT-OSS)."""
     shared_gate: bool = False
     """A sigmoid gate Linear(h, 1) on the shared expert's output (Qwen2-MoE)."""
+    latent_size: int = 0
+    """Latent MoE (Nemotron 3 Super / Ultra, `moe_latent_size`): the routed experts work on tokens
+    projected h -> latent_size before the dispatch and back after the combine (Megatron-Core
+    moe_layer.py fc1_latent_proj / fc2_latent_proj); router and shared experts see h. 0: none."""
 
     @property
     def shared_width(self) -> int:
         return self.shared_ffn_hidden_size or self.shared_experts * self.expert_ffn_hidden_size
+
+    def routed_width(self, hidden_size: int) -> int:
+        """The width of a routed token: what the dispatch sends and the experts' fc1 reads."""
+        return self.latent_size or hidden_size
 
 
 @dataclass(frozen=True, kw_only=True)

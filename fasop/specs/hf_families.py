@@ -18,7 +18,9 @@ defaults; docs/models.md gives each family's formulas and published counts).
 - `gemma2`, `gemma3` / `gemma3_text`: head_dim, four norms a layer, sliding windows
   (layer_types, or every other layer / sliding_window_pattern), final-logit soft-capping, tied.
 - `nemotron_h`: hybrid_override_pattern (or layers_block_type): M Mamba-2, * attention, - MLP,
-  E MoE; relu² MLPs and experts (not gated), one norm per block, no position embedding (NoPE).
+  E MoE; relu² MLPs and experts (not gated), one norm per block, no position embedding (NoPE);
+  moe_latent_size (Nemotron 3 Super / Ultra's latent MoE: routed experts on h -> latent tokens), the
+  MTP block as mtp_layers_block_type or mtp_hybrid_override_pattern.
 A key that would change the arithmetic in a way fasop does not model is refused, naming it.
 """
 
@@ -85,6 +87,8 @@ def family_of(cfg: dict) -> str | None:
 
 def build(k: Keys, family: str) -> Architecture:
     for key, why in _REFUSED.items():
+        if key == "moe_latent_size" and family == "nemotron_h":   # Nemotron 3 Super / Ultra: modelled
+            continue
         if why and k.cfg.get(key) not in (None, 0, 1):
             k.refuse(key, why)
     builder = {"mixtral": _mixtral, "grok-1": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
@@ -240,11 +244,15 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
     if "experts" in kinds:
         moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
                   expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"),
-                  shared_ffn_hidden_size=k.count("moe_shared_expert_intermediate_size"))
+                  shared_ffn_hidden_size=k.count("moe_shared_expert_intermediate_size"),
+                  latent_size=k.count("moe_latent_size"))
     heads = k.int("num_attention_heads")
     head_dim = k.int("head_dim", 0) or k.int("attention_head_dim", k.int("hidden_size") // heads)
     mtp = k.count("num_nextn_predict_layers")
-    block = k.cfg.get("mtp_layers_block_type") or ()
+    # the MTP module's blocks: a list of names (mtp_layers_block_type) or a pattern string as the decoder's
+    # (mtp_hybrid_override_pattern, Nemotron 3 Super's "*E": Megatron-Bridge nemotron_h_bridge.py _hf_mtp_config)
+    block = k.cfg.get("mtp_layers_block_type") or k.cfg.get("mtp_hybrid_override_pattern") or ()
+    block = list(block) if isinstance(block, str) else block
     known = mtp and block and isinstance(block, list) and all(b in _NEMOTRON_BLOCKS for b in block)
     mtp_kinds = tuple(_NEMOTRON_BLOCKS[b] for b in block) if known else ()
     # no position embedding (Megatron-Bridge nemotron_h_bridge.py: "Mamba doesn't use position embeddings",

@@ -60,13 +60,15 @@ def mlp_params(a: Architecture, f: int) -> int:
 def moe_params(a: Architecture, active: bool) -> int:
     """Router + routed experts (all E, or the k a token uses) + shared experts of one MoE layer."""
     e, h = a.moe, a.hidden_size
-    expert = h * e.expert_ffn_hidden_size * _up(a)
+    r = e.routed_width(h)
+    expert = r * e.expert_ffn_hidden_size * _up(a)
     router = e.num_experts * h
     if e.expert_bias:
-        expert += e.expert_ffn_hidden_size * (_up(a) - 1) + h
+        expert += e.expert_ffn_hidden_size * (_up(a) - 1) + r
         router += e.num_experts
     shared = h * e.shared_width * _up(a) + (h if e.shared_gate and e.shared_width else 0)
-    return router + (e.experts_per_token if active else e.num_experts) * expert + shared
+    latent = 2 * h * e.latent_size   # latent MoE: fc1_latent_proj h -> l, fc2_latent_proj l -> h (no bias)
+    return router + (e.experts_per_token if active else e.num_experts) * expert + shared + latent
 
 
 def mamba_params(a: Architecture) -> int:
@@ -98,9 +100,10 @@ def expert_params(a: Architecture, kind: str) -> int:
     if kind not in MOE_KINDS:
         return 0
     e = a.moe
-    one = a.hidden_size * e.expert_ffn_hidden_size * _up(a)
+    r = e.routed_width(a.hidden_size)
+    one = r * e.expert_ffn_hidden_size * _up(a)
     if e.expert_bias:
-        one += e.expert_ffn_hidden_size * (_up(a) - 1) + a.hidden_size
+        one += e.expert_ffn_hidden_size * (_up(a) - 1) + r
     return e.num_experts * one
 
 
@@ -146,9 +149,12 @@ def kind_gemms(a: Architecture, kind: str, b: int, s: int, t: int, ep: int = 1, 
     if kind in MOE_KINDS:
         e = a.moe
         fe, fs, rows = e.expert_ffn_hidden_size, e.shared_width, bs * e.experts_per_token * ep / e.num_experts
+        r = e.routed_width(h)
         if routed:
-            out += [(1, bs, e.num_experts, h), (e.num_experts / ep, rows, up * fe / t, h),
-                    (e.num_experts / ep, rows, h, fe / t)]
+            out += [(1, bs, e.num_experts, h), (e.num_experts / ep, rows, up * fe / t, r),
+                    (e.num_experts / ep, rows, r, fe / t)]
+        if e.latent_size:   # the latent projections, duplicated over TP: each rank its own bs / t tokens
+            out += [(1, bs / t, e.latent_size, h), (1, bs / t, h, e.latent_size)]
         if fs:
             out += [(1, bs, up * fs / t, h), (1, bs, h, fs / t)]
     if kind == "mamba":
@@ -230,7 +236,7 @@ def kind_elementwise_bytes(a: Architecture, kind: str, b: int, s: int, t: int, s
     if kind in MOE_KINDS:
         x = a.moe
         split += _up(a) * e * bs * (x.experts_per_token * x.expert_ffn_hidden_size + x.shared_width)
-        replicated += 2 * 2 * e * bs * x.experts_per_token * h
+        replicated += 2 * 2 * e * bs * x.experts_per_token * x.routed_width(h)
     if kind == "mamba":   # conv read + written, the (ungated) RMSNorm read + written, the scan, the layout copies
         split += e * bs * (2 * a.mamba.conv_width + 2 * a.mamba.inner) + bs * scan_bytes_per_token(a, e) \
             + bs * layout_copy_bytes(a, b, e)[0]
@@ -365,7 +371,8 @@ def kind_activation_terms(a: Architecture, kind: str, s: int) -> tuple[float, fl
         split += inner * a.ffn_hidden_size / h
     if kind in MOE_KINDS:
         x = a.moe
-        split += x.experts_per_token * (4 + inner * x.expert_ffn_hidden_size / h) + inner * x.shared_width / h
+        split += x.experts_per_token * (4 * x.routed_width(h) / h + inner * x.expert_ffn_hidden_size / h) \
+            + inner * x.shared_width / h + 2 * x.latent_size / h   # + fc2_latent_proj's input
         replicated += 4 * x.num_experts / h
     if kind == "mamba":
         mb = a.mamba

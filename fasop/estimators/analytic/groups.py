@@ -57,7 +57,7 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
         groups = hw.groups or P.FREE_LINKS
         pieces = []
         if w.arch.moe is not None and w.ep > 1:
-            share, k, h = P.moe_layer_share(w.arch), w.arch.moe.experts_per_token, w.arch.hidden_size
+            share, k, h = P.moe_layer_share(w.arch), w.arch.moe.experts_per_token, w.arch.moe.routed_width(w.arch.hidden_size)
             tokens = w.params.moe_load_imbalance * P.routed_tokens(w)
             e = w.recipe.value_bytes
             sent = P.dispatch_bytes(tokens, k, h, P.dispatch_value_bytes(w.recipe), w.ep)

@@ -196,7 +196,7 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
         # activation_bytes holds the k permuted copies of the mean rank's tokens (blocks.py); the
         # busiest EP rank receives rho x as many: its dispatch buffers' excess over the mean
         per_layer += P.moe_layer_share(a) * P.dispatch_buffer_bytes(
-            P.routed_tokens(w), a.moe.experts_per_token, a.hidden_size, r.value_bytes,
+            P.routed_tokens(w), a.moe.experts_per_token, a.moe.routed_width(a.hidden_size), r.value_bytes,
             w.params.moe_load_imbalance - 1)
     acts = OF.kept_layers(w, layers) * per_layer * in_flight(w, stage)   # less what goes to host memory
     if first:

@@ -72,8 +72,8 @@ def saved_terms(a: Architecture, kind: str, modules: tuple[str, ...]) -> tuple[f
     if kind in MOE_KINDS:
         x = a.moe
         if "moe" in modules:
-            split += x.experts_per_token * (4 + _inner(a) * x.expert_ffn_hidden_size / h) \
-                + _inner(a) * x.shared_width / h
+            split += x.experts_per_token * (4 * x.routed_width(h) / h + _inner(a) * x.expert_ffn_hidden_size / h) \
+                + _inner(a) * x.shared_width / h + 2 * x.latent_size / h
             replicated += 4 * x.num_experts / h
         else:
             if "moe_act" in modules:
@@ -120,7 +120,7 @@ def rerun_bytes(a: Architecture, kind: str, b: int, s: int, t: int, sp: bool, e:
         if whole or "shared_experts" in modules:
             split += up * e * bs * x.shared_width
         if whole:   # the router's input and the permutation of k copies in and out
-            replicated += 2 * 2 * e * bs * x.experts_per_token * h
+            replicated += 2 * 2 * e * bs * x.experts_per_token * x.routed_width(h)
     return replicated / (t if sp else 1) + split / t
 
 
@@ -144,7 +144,8 @@ def quantized_terms(a: Architecture, kind: str, modules: tuple[str, ...] = ()) -
         split += 2 * a.ffn_hidden_size / h
     if kind in MOE_KINDS and "moe" not in modules:
         x = a.moe
-        split += x.experts_per_token * (2 + (0 if "moe_act" in modules else 2 * x.expert_ffn_hidden_size / h))
+        split += x.experts_per_token * (2 * x.routed_width(h) / h
+                                        + (0 if "moe_act" in modules else 2 * x.expert_ffn_hidden_size / h))
         split += 0 if "shared_experts" in modules else 2 * x.shared_width / h
     if kind == "mamba":
         split += 2 * a.mamba.inner / h

@@ -291,12 +291,12 @@ def expert_compute_s(w, gpu) -> float:
     experts' weights) and an FP8 run's casts of its inputs. The permutation and the activation
     function are the dense path's (blocks.kind_elementwise_bytes)."""
     a, m, p = w.arch, w.arch.moe, w.params
-    h, fe, up = a.hidden_size, m.expert_ffn_hidden_size / w.etp, 3 if a.gated_mlp else 2
+    h, fe, up = m.routed_width(a.hidden_size), m.expert_ffn_hidden_size / w.etp, 3 if a.gated_mlp else 2
     e = w.recipe.value_bytes
     tokens = routed_tokens(w)
     rows = p.moe_load_imbalance * tokens * m.experts_per_token * w.etp   # gathered over the ETP group
     flops = 2 * rows * h * fe * up
-    router = 2 * tokens * h * m.num_experts
+    router = 2 * tokens * a.hidden_size * m.num_experts
     moved = 0.0
     fp8 = w.recipe.low_precision
     if p.gemm_traffic:
@@ -327,7 +327,7 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     share = moe_layer_share(a)
     if not share:
         return 0.0, 0.0
-    h, k, rho = a.hidden_size, m.experts_per_token, w.params.moe_load_imbalance
+    h, k, rho = m.routed_width(a.hidden_size), m.experts_per_token, w.params.moe_load_imbalance
     e = w.recipe.value_bytes
     tokens = routed_tokens(w)
     rows = rho * tokens * k * w.etp
