@@ -135,7 +135,8 @@ def quantized_terms(a: Architecture, kind: str, modules: tuple[str, ...] = ()) -
     Transformer Engine keeps for the backward in the run's quantized format (layers.stored_input_bytes) only,
     less those `modules` drop: each sublayer's first matmul input (the fused norm's output; an MoE block's feeds
     its 16-bit router instead), an MLP's fc2 input (2f/h), each routed copy's fc1 input and fc2 input
-    (k(2 + 2f_e/h)) and the shared experts' fc2 input, a Mamba mixer's out_proj input (its gated norm's output,
+    (k(2r/h + 2f_e/h), r the routed width: h, or a latent MoE's latent size) and the shared experts' fc2 input, a
+    latent MoE's fc2_latent_proj input (2·latent/h), a Mamba mixer's out_proj input (its gated norm's output,
     2·inner/h). Not MLA's latents: their fused norm keeps its 16-bit input too. The attention output: output_term."""
     h, replicated, split = a.hidden_size, 0.0, 0.0
     if "layernorm" not in modules or kind == "mamba":
@@ -147,6 +148,7 @@ def quantized_terms(a: Architecture, kind: str, modules: tuple[str, ...] = ()) -
         split += x.experts_per_token * (2 * x.routed_width(h) / h
                                         + (0 if "moe_act" in modules else 2 * x.expert_ffn_hidden_size / h))
         split += 0 if "shared_experts" in modules else 2 * x.shared_width / h
+        split += 2 * x.latent_size / h   # a latent MoE's fc2_latent_proj input (the combined latent tokens)
     if kind == "mamba":
         split += 2 * a.mamba.inner / h
     return replicated, split
