@@ -157,6 +157,9 @@ def test_mamba_params_by_hand():
 @pytest.mark.parametrize("cfg,key", [
     ({"model_type": "nemotron_h", "hybrid_override_pattern": "MX"}, "hybrid_override_pattern"),
     ({"model_type": "mixtral", "moe_latent_size": 1024}, "moe_latent_size"),
+    ({**SMALL_HYBRID, "hybrid_override_pattern": "M" * 100_000}, "hybrid_override_pattern"),
+    ({**SMALL_HYBRID, "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E" * 100_000},
+     "mtp_hybrid_override_pattern"),
     ({"model_type": "deepseek_v3", "moe_layer_freq": 2}, "moe_layer_freq"),
     ({"model_type": "llama", "num_local_experts": 8}, "num_local_experts"),
     ({"model_type": "deepseek_v4"}, "model_type"),

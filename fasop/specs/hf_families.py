@@ -231,6 +231,8 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
         bad = next((b for b in blocks or () if b not in _NEMOTRON_BLOCKS), pattern)
         raise SpecError(k.where, key, f"block {str(bad)[:40]!r} is not one of M, *, -, E "
                                       "(mamba, attention, mlp, moe)")
+    if len(blocks) > limits.LAYERS:
+        raise SpecError(k.where, key, f"{len(blocks):,} layers, more than fasop plans ({limits.LAYERS})")
     kinds = tuple(_NEMOTRON_BLOCKS[b] for b in blocks)
     if "num_hidden_layers" in k.cfg and k.int("num_hidden_layers") != len(kinds):
         raise SpecError(k.where, "num_hidden_layers", f"{k.cfg['num_hidden_layers']} layers but {key} lists {len(kinds)}")
@@ -253,6 +255,9 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
     # (mtp_hybrid_override_pattern, Nemotron 3 Super's "*E": Megatron-Bridge nemotron_h_bridge.py _hf_mtp_config)
     block = k.cfg.get("mtp_layers_block_type") or k.cfg.get("mtp_hybrid_override_pattern") or ()
     block = list(block) if isinstance(block, str) else block
+    if isinstance(block, list) and len(block) > limits.LAYERS:
+        raise SpecError(k.where, "mtp_hybrid_override_pattern" if "mtp_hybrid_override_pattern" in k.cfg
+                        else "mtp_layers_block_type", f"{len(block):,} blocks, more than fasop plans ({limits.LAYERS})")
     known = mtp and block and isinstance(block, list) and all(b in _NEMOTRON_BLOCKS for b in block)
     mtp_kinds = tuple(_NEMOTRON_BLOCKS[b] for b in block) if known else ()
     # no position embedding (Megatron-Bridge nemotron_h_bridge.py: "Mamba doesn't use position embeddings",
