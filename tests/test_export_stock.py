@@ -1,0 +1,92 @@
+"""Issue 29's acceptance: every Megatron-LM flag and torchtitan key an export of an MoE, CP, FSDP,
+MTP or hybrid latent-MoE plan writes exists in the stock projects -- read from their sources, not
+from a list of ours. The sources are git snapshots of NVIDIA/Megatron-LM and pytorch/torchtitan
+(FASOP_MEGATRON_LM / FASOP_TORCHTITAN: a git directory; by default the workplace's mirrors); a
+machine without them skips.
+
+Megatron-LM: a flag is an `add_argument('--flag'` of megatron/training/arguments.py, or a field of a
+config dataclass its ArgumentGroupFactory turns into `--field-name` (`--no-field-name` for a boolean
+whose default is True: argument_utils.py) -- TransformerConfig and its ModelParallelConfig base, the
+training configs -- less the fields arguments.py excludes from the transformer factory. torchtitan: a
+key `config.<section>.<name>` or `p.<name>` (parallelism) is a field of torchtitan/config/configs.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fasop.cli.command import main
+
+MEGATRON = Path(os.environ.get("FASOP_MEGATRON_LM", "/work/.mirror/NVIDIA+Megatron-LM/repo"))
+TORCHTITAN = Path(os.environ.get("FASOP_TORCHTITAN", "/work/.mirror/pytorch+torchtitan/repo"))
+CONFIG_FILES = ("megatron/core/transformer/transformer_config.py", "megatron/core/model_parallel_config.py",
+                "megatron/training/config/common_config.py", "megatron/training/config/training_config.py",
+                "megatron/training/config/resilience_config.py")
+
+# (model, search flags): plans whose exports carry the issue's dimensions
+PLANS = [
+    ("deepseek-v3", ["--nodes", "p5=16,p6-b200=16", "--heterogeneous", "--mtp-layers", "1"]),   # EP, MTP, MLA, layout
+    ("mixtral-8x7b", ["--nodes", "p5=4", "--etp", "1,2", "--cp", "1,2"]),                        # EP / ETP, CP
+    ("llama-3-70b", ["--nodes", "p5=8", "--cp", "2", "--zero", "3", "--seq-len", "32768"]),      # CP, FSDP
+    ("nemotron-3-super-120b-a12b", ["--nodes", "p6-b200=8"]),                                     # hybrid, latent MoE
+]
+
+
+def _show(repo: Path, path: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "show", f"HEAD:{path}"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _exports(tmp_path, monkeypatch, capsys, target: str) -> str:
+    monkeypatch.chdir(tmp_path)
+    text = ""
+    for i, (model, flags) in enumerate(PLANS):
+        out = f"p{i}.csv"
+        assert main(["search", "--model", model, "--cluster", "aws", "--top", "1", "--out", out, *flags]) == 0
+        capsys.readouterr()
+        assert main(["export", "--from", out, "--target", target]) == 0
+        text += capsys.readouterr().out
+    return text
+
+
+@pytest.mark.skipif(not (MEGATRON / "HEAD").exists() and not (MEGATRON / ".git").exists(),
+                    reason="no Megatron-LM snapshot on this machine")
+def test_every_megatron_flag_of_the_exports_exists(tmp_path, monkeypatch, capsys):
+    text = _exports(tmp_path, monkeypatch, capsys, "megatron")
+    flags = set(re.findall(r"^\s+(--[a-z0-9][a-z0-9-]*)", text, re.M))
+    assert {"--expert-model-parallel-size", "--context-parallel-size", "--use-megatron-fsdp",
+            "--moe-latent-size", "--hybrid-layer-pattern", "--mtp-num-layers"} <= flags   # the plans' dimensions
+    arguments = _show(MEGATRON, "megatron/training/arguments.py")
+    excluded = set(re.findall(r'^\s+"([a-z0-9_]+)",', arguments.split("transformer_factory = ")[0]
+                              .rsplit("exclude = [", 1)[-1], re.M))
+    fields = {}
+    for path in CONFIG_FILES:
+        for name, default in re.findall(r"^    ([a-z][a-z0-9_]*): [^=\n]+(?:= *([^\n]*))?$", _show(MEGATRON, path), re.M):
+            fields.setdefault(name, default.strip())
+    missing = []
+    for flag in sorted(flags):
+        name = flag[2:].replace("-", "_")
+        negated = name.removeprefix("no_")
+        as_field = (name in fields and name not in excluded) or \
+            (negated != name and fields.get(negated, "").startswith("True") and negated not in excluded)
+        if f"'{flag}'" not in arguments and f'"{flag}"' not in arguments and not as_field:
+            missing.append(flag)
+    assert not missing, f"not in Megatron-LM's arguments: {missing}"
+
+
+@pytest.mark.skipif(not (TORCHTITAN / "HEAD").exists() and not (TORCHTITAN / ".git").exists(),
+                    reason="no torchtitan snapshot on this machine")
+def test_every_torchtitan_key_of_the_exports_exists(tmp_path, monkeypatch, capsys):
+    text = _exports(tmp_path, monkeypatch, capsys, "torchtitan")
+    configs = _show(TORCHTITAN, "torchtitan/config/configs.py")
+    fields = set(re.findall(r"^    ([a-z][a-z0-9_]*): ", configs, re.M))
+    keys = set(re.findall(r"^\s+p\.([a-z0-9_]+) = ", text, re.M))
+    keys |= set(re.findall(r"^\s+config\.[a-z_]+\.([a-z0-9_]+) = ", text, re.M))
+    keys |= set(re.findall(r"--[a-z_]+\.([a-z0-9_]+)", text))
+    assert {"context_parallel_degree", "expert_parallel_degree", "data_parallel_shard_degree"} <= keys
+    missing = sorted(k for k in keys if k not in fields)
+    assert not missing, f"not fields of torchtitan's configs: {missing}"
