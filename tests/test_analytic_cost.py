@@ -236,3 +236,20 @@ def test_nvfp4_quantization_costs_what_te_measured_against_mxfp8():
     extra = fp8_cast_elements(ARCH, 2, 1024, 1, routed=False) * (5.9 - 4.0) / (
         b300.memory_bytes_per_s * b300.memory_share(PARAMS))
     assert layer("nvfp4", gpu_bound) - layer("nvfp4", as_mxfp8) == pytest.approx(extra, rel=1e-6)
+
+
+def test_unfused_attention_scores_by_hand():
+    """Per s x s score of unfused attention on one TP rank, forward: QK^T written, the masked softmax read and
+    written, AV's input read -- 4e with 16-bit values (Megatron's fused scale-mask-softmax kernel); fp32 values
+    take its torch path, a masked_fill pass more (6e); dropout adds its output read and written and a byte of
+    mask (2e + 1). b 2, 4 heads, s 8, t 2: 2 x 4 x 64 / 2 = 256 scores."""
+    from fasop.estimators.analytic.layers import layer_forward_bytes
+    a = gpt_architecture(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100)
+    plain = dataclasses.replace(a, dropout=False)
+
+    def scores(arch, e):
+        return layer_forward_bytes(arch, 2, 8, 2, False, e, False) - layer_forward_bytes(arch, 2, 8, 2, False, e, True)
+    assert scores(plain, 2) == 256 * 4 * 2
+    assert scores(plain, 4) == 256 * 6 * 4
+    assert scores(a, 2) == 256 * (4 * 2 + 2 * 2 + 1)
+    assert scores(a, 4) == 256 * (6 * 4 + 2 * 4 + 1)

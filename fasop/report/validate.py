@@ -176,6 +176,9 @@ def _model_and_degrees(c: Cells) -> tuple:
     if gbs % dp:
         raise c.error("global_batch_size", f"{gbs} is not a multiple of dp = {dp}")
     arch = _row_model(c, seq) if c.text("model") else _columns_model(c, seq, tp)
+    dropout = c.flag("dropout")
+    if dropout is not None:   # the run's own code: Sailor's OPT / GPT-Neo keep no attention-probability dropout
+        arch = replace(arch, dropout=dropout)
     if arch.num_layers < pp:
         raise c.error("pp", f"{pp} stages for {arch.num_layers} layers")
     if arch.num_attention_heads % tp:

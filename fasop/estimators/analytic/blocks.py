@@ -326,6 +326,13 @@ def mamba_backward_extra_bytes(a: Architecture, b: int, s: int, t: int, e: int) 
     return sum(1 for kind in a.kinds if kind == "mamba") * b * s * per_token / t / a.num_layers
 
 
+def unfused_score_bytes(e: int) -> int:
+    """Bytes per s x s score of unfused attention, dropout apart: QK^T written, the masked softmax read and
+    written, AV's input read (4e); fp32 values add a masked_fill pass (+2e): Megatron's FusedScaleMaskSoftmax
+    fuses mask and softmax for 16-bit input only (fused_softmax.py is_kernel_available, forward_torch_softmax)."""
+    return 6 * e if e >= 4 else 4 * e
+
+
 def kind_gemm_bytes(a: Architecture, kind: str, b: int, s: int, t: int, e: int, operand: float,
                     routed: bool = True) -> float:
     """Inputs, weights and outputs of one layer's weight matmuls (kind_gemms), plus the attention

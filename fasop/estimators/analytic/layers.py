@@ -276,7 +276,7 @@ def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: in
         if not fused_attention:  # unfused attention's s x s scores, on attention layers only
             share = sum(k in B.ATTENTION_KINDS for k in a.kinds) / a.num_layers
             mask = 1 if a.dropout else 0
-            extra = share * b * a.num_attention_heads * s * s * (4 * e + (2 * e + 1) * mask) / t
+            extra = share * b * a.num_attention_heads * s * s * (B.unfused_score_bytes(e) + (2 * e + 1) * mask) / t
         return extra + B.mean_over_kinds(a, lambda kind: B.kind_elementwise_bytes(a, kind, b, s, t, sp, e))
     h, f = a.hidden_size, a.ffn_hidden_size
     bsh = b * s * h
@@ -287,7 +287,7 @@ def layer_forward_bytes(a: Architecture, b: int, s: int, t: int, sp: bool, e: in
         split += 2 * e * b * s * (a.q_width + a.kv_width)        # rotary on Q and K
     if not fused_attention:
         scores = b * a.num_attention_heads * s * s
-        split += scores * (4 * e + (2 * e + 1) * mask)           # QK^T out, softmax r+w, AV in, dropout
+        split += scores * (B.unfused_score_bytes(e) + (2 * e + 1) * mask)   # QK^T out, softmax r+w, AV in, dropout
     return replicated / (t if sp else 1) + split / t
 
 
