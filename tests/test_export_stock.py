@@ -1,12 +1,12 @@
 """Issue 29's acceptance: every Megatron-LM flag and torchtitan key an export of an MoE, CP, FSDP,
-MTP or hybrid latent-MoE plan writes exists in the stock projects -- read from their sources, not
+MTP, hybrid latent-MoE or activation-offloading plan writes exists in the stock projects -- read from their sources, not
 from a list of ours. The sources are git snapshots of NVIDIA/Megatron-LM and pytorch/torchtitan
 (FASOP_MEGATRON_LM / FASOP_TORCHTITAN: a git directory; by default the workplace's mirrors); a
 machine without them skips.
 
 Megatron-LM: a flag is an `add_argument('--flag'` of megatron/training/arguments.py, or a field of a
 config dataclass its ArgumentGroupFactory turns into `--field-name` (`--no-field-name` for a boolean
-whose default is True: argument_utils.py) -- TransformerConfig and its ModelParallelConfig base, the
+whose default is True, or the `arg_names` of the field's `argparse_meta`: argument_utils.py) -- TransformerConfig and its ModelParallelConfig base, the
 training configs -- less the fields arguments.py excludes from the transformer factory. torchtitan: a
 key `config.<section>.<name>` or `p.<name>` (parallelism) is a field of torchtitan/config/configs.py."""
 
@@ -27,12 +27,15 @@ CONFIG_FILES = ("megatron/core/transformer/transformer_config.py", "megatron/cor
                 "megatron/training/config/common_config.py", "megatron/training/config/training_config.py",
                 "megatron/training/config/resilience_config.py")
 
+GB200 = str(Path(__file__).parent / "data" / "gb200_nvl72_cluster.yaml")
 # (model, search flags): plans whose exports carry the issue's dimensions
 PLANS = [
     ("deepseek-v3", ["--nodes", "p5=16,p6-b200=16", "--heterogeneous", "--mtp-layers", "1"]),   # EP, MTP, MLA, layout
     ("mixtral-8x7b", ["--nodes", "p5=4", "--etp", "1,2", "--cp", "1,2"]),                        # EP / ETP, CP
     ("llama-3-70b", ["--nodes", "p5=8", "--cp", "2", "--zero", "3", "--seq-len", "32768"]),      # CP, FSDP
     ("nemotron-3-super-120b-a12b", ["--nodes", "p6-b200=8"]),                                     # hybrid, latent MoE
+    ("llama-3-70b", ["--cluster", GB200, "--nodes", "gb200=16", "--zero", "3", "--precision", "fp8",  # offloading
+                     "--seq-len", "8192", "--global-batch-size", "128", "--offload-layers", "40"]),
 ]
 
 
@@ -46,7 +49,8 @@ def _exports(tmp_path, monkeypatch, capsys, target: str) -> str:
     text = ""
     for i, (model, flags) in enumerate(PLANS):
         out = f"p{i}.csv"
-        assert main(["search", "--model", model, "--cluster", "aws", "--top", "1", "--out", out, *flags]) == 0
+        cluster = [] if "--cluster" in flags else ["--cluster", "aws"]
+        assert main(["search", "--model", model, *cluster, "--top", "1", "--out", out, *flags]) == 0
         capsys.readouterr()
         assert main(["export", "--from", out, "--target", target]) == 0
         text += capsys.readouterr().out
@@ -59,21 +63,24 @@ def test_every_megatron_flag_of_the_exports_exists(tmp_path, monkeypatch, capsys
     text = _exports(tmp_path, monkeypatch, capsys, "megatron")
     flags = set(re.findall(r"^\s+(--[a-z0-9][a-z0-9-]*)", text, re.M))
     assert {"--expert-model-parallel-size", "--context-parallel-size", "--use-megatron-fsdp",
-            "--moe-latent-size", "--hybrid-layer-pattern", "--mtp-num-layers"} <= flags   # the plans' dimensions
+            "--moe-latent-size", "--hybrid-layer-pattern", "--mtp-num-layers", "--cpu-offloading-num-layers"} <= flags
     arguments = _show(MEGATRON, "megatron/training/arguments.py")
     excluded = set(re.findall(r'^\s+"([a-z0-9_]+)",', arguments.split("transformer_factory = ")[0]
                               .rsplit("exclude = [", 1)[-1], re.M))
-    fields = {}
+    fields, renamed = {}, set()
     for path in CONFIG_FILES:
-        for name, default in re.findall(r"^    ([a-z][a-z0-9_]*): [^=\n]+(?:= *([^\n]*))?$", _show(MEGATRON, path), re.M):
+        source = _show(MEGATRON, path)
+        for name, default in re.findall(r"^    ([a-z][a-z0-9_]*): [^=\n]+(?:= *([^\n]*))?$", source, re.M):
             fields.setdefault(name, default.strip())
+        renamed |= set(re.findall(r'"arg_names": \[([^\]]*)\]', source))   # a field's own flag name (argparse_meta)
     missing = []
     for flag in sorted(flags):
         name = flag[2:].replace("-", "_")
         negated = name.removeprefix("no_")
         as_field = (name in fields and name not in excluded) or \
             (negated != name and fields.get(negated, "").startswith("True") and negated not in excluded)
-        if f"'{flag}'" not in arguments and f'"{flag}"' not in arguments and not as_field:
+        named = any(f'"{flag}"' in names for names in renamed)
+        if f"'{flag}'" not in arguments and f'"{flag}"' not in arguments and not as_field and not named:
             missing.append(flag)
     assert not missing, f"not in Megatron-LM's arguments: {missing}"
 

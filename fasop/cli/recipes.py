@@ -18,7 +18,7 @@ import importlib
 from fasop.core.errors import FasopError
 
 FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "main_grads", "optimizer_states",
-         "mtp_layers", "cuda_graphs", "cp", "ep", "etp")
+         "mtp_layers", "cuda_graphs", "offload_layers", "cp", "ep", "etp")
 
 
 def _choices(name: str):
@@ -127,6 +127,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         "or the per-layer modules captured together (Megatron-LM --cuda-graph-modules: attn, mlp, moe, "
                         "moe_router, moe_preprocess, mamba); a captured module issues no kernel from the host "
                         "(docs/estimators.md, \"Host issue time\")")
+    g.add_argument("--offload-layers", type=_ints(0, 1024), metavar="N[,N]",
+                   help="layers whose activations wait in host memory between forward and backward (Megatron-Core "
+                        "--cpu-offloading-num-layers; default 0): tried on one-stage plans without recompute, as "
+                        "Megatron-Core allows, the host copies overlapped with compute at the GPU's host link "
+                        "(NVLink-C2C on GB200 / GB300, else PCIe)")
     d = parser.add_argument_group("plan degrees beyond tp, dp, pp (clusters with estimator: analytic; every value is "
                                   "enumerated; docs/search.md)")
     d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",

@@ -204,8 +204,8 @@ def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
 
 
 def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
-    """The row's `mtp_layers` and `cuda_graphs` cells (the analytic estimator's), where it has them: a cell
-    the search could not have written is refused with its column and value, not read as none / eager."""
+    """The row's `mtp_layers`, `cuda_graphs` and `offload_layers` cells (the analytic estimator's), where it has
+    them: a cell the search could not have written is refused with its column and value, not read as none / eager."""
     mtp = (row.get("mtp_layers") or "0").strip()
     arch = model.architecture
     if not (mtp.isdigit() and len(mtp) < 3):
@@ -218,6 +218,10 @@ def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
     why = search_scopes((row.get("cuda_graphs") or "none").strip())[1]
     if why:
         raise FasopError(f"{where}: cuda_graphs: {why}")
+    off = (row.get("offload_layers") or "0").strip()
+    if not (off.isdigit() and len(off) < 5) or (arch is not None and 0 < int(off) >= arch.num_layers):
+        raise FasopError(f"{where}: offload_layers: expected a count of layers below the model's, got "
+                         f"{off[:SHOWN_CHARS]!r}")
 
 
 def _virtual_stages(where: str, row: dict[str, str]) -> int:

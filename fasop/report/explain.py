@@ -1,7 +1,6 @@
 """Why a plan is as fast as it is: `fasop explain`'s breakdown of one plan.
 
-The plan (from a results row, rowplan.RowPlan) is estimated again with the row's own layer split
-(`estimate_split`), then broken down:
+The plan (from a results row, rowplan.RowPlan) is estimated again with its own layer split (`estimate_split`):
 
 - per stage: its pace-setting GPU type and nodes, its layers by name, fwd+bwd seconds of one
   micro-batch, the p2p seconds of one micro-batch to the next stage; from the events of its
@@ -323,7 +322,8 @@ def recipe_words(row: dict) -> str:
     words += ["sequence parallel"] if row.get("sequence_parallel") in ("True", "1") else []
     words += [f"{row['virtual_stages']} virtual stages"] if row.get("virtual_stages", "1") not in ("", "1") else []
     words += [f"CUDA graphs {row['cuda_graphs']}"] if row.get("cuda_graphs", "none") not in ("", "none") else []
-    words += [f"MTP x{row['mtp_layers']}"] if row.get("mtp_layers", "0") not in ("", "0") else []
+    words += [w.format(row[k]) for k, w in (("mtp_layers", "MTP x{}"), ("offload_layers", "{} layers offloaded"))
+              if row.get(k, "0") not in ("", "0")]
     return ", ".join(words + ([row["precision"]] if row.get("precision") else []))
 
 

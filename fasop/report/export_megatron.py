@@ -134,6 +134,8 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     args += _megatron_settings(p.tp, s, warnings)
     if s.mtp_layers:  # TransformerConfig.mtp_num_layers: the depths on the last stage (cost.mtp_s)
         args.append(f"--mtp-num-layers {s.mtp_layers}")
+    if s.offload_layers:  # TransformerConfig.cpu_offloading_num_layers; arguments.py sets cpu_offloading from it
+        args.append(f"--cpu-offloading-num-layers {s.offload_layers}")
     args += megatron_graphs(model, s, warnings)
     if s.precision is None:
         notes.append("# 16-bit training as profiled: add --bf16 or --fp16")

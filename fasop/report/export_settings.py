@@ -44,6 +44,8 @@ class Settings:
     """Multi-token-prediction depths trained on the last stage (the row's mtp_layers column)."""
     cuda_graphs: str = "none"
     """What the run captures in CUDA graphs (the row's cuda_graphs column; none: eager)."""
+    offload_layers: int = 0
+    """Layers whose activations wait in host memory (the row's offload_layers column)."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,11 @@ def settings_of(rp: RowPlan) -> Settings:
 
 
 def row_software(rp: RowPlan) -> dict:
-    """The row's `mtp_layers` and `cuda_graphs` cells (checked when the row was read: rowplan.plan_of_row)."""
+    """The row's `mtp_layers`, `cuda_graphs` and `offload_layers` cells (checked when the row was read:
+    rowplan.plan_of_row)."""
     return {"mtp_layers": int((rp.row.get("mtp_layers") or "0").strip()),
-            "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip()}
+            "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip(),
+            "offload_layers": int((rp.row.get("offload_layers") or "0").strip())}
 
 
 def is_hybrid(model: ModelSpec) -> bool:

@@ -67,6 +67,9 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
                         "(SelectiveAC picks ops or every n-th layer); not written")
     elif ac is None:
         warnings.append(f"recompute {s.recompute!r}: no torchtitan activation-checkpoint mode known; not written")
+    if s.offload_layers:
+        warnings.append(f"offload_layers {s.offload_layers}: torchtitan offloads no activations to host memory (its "
+                        "enable_cpu_offload moves FSDP's parameters, gradients and optimizer states); not written")
     if s.mtp_layers:
         warnings.append(f"mtp_layers {s.mtp_layers}: torchtitan's DeepSeek-V3 takes multi-token prediction as "
                         f"model_registry(..., num_mtp_layers={s.mtp_layers}), not a config key, and refuses it with "

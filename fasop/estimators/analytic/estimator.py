@@ -4,10 +4,9 @@ Registered as `analytic` and chosen by a cluster spec with `estimator: analytic`
 gcp.yaml). Every number comes from fasop/estimators/analytic/cost.py (the formulas and their citations are
 in its docstring and fasop/estimators/analytic/layers.py's); this module maps fasop's Plan onto it:
 
-- For each plan it scores every recipe the search allows (`recompute`, `zero`,
-  `sequence_parallel`, `virtual_stages`, `precision`; the CLI flags of the same names) and
-  keeps the fastest that fits in memory, else the one closest to fitting; the CSV shows the
-  chosen values. Sequence parallelism applies only with tp > 1, ZeRO only with dp > 1,
+- For each plan it scores every recipe the search allows (`recompute`, `zero`, `sequence_parallel`,
+  `virtual_stages`, `precision`, `offload_layers`; the CLI flags of the same names) and keeps the fastest
+  that fits in memory, else the one closest to fitting; the CSV shows the chosen values. Sequence parallelism applies only with tp > 1, ZeRO only with dp > 1,
   interleaving only with pp > 1 when pp x v divides the layers and pp divides the micro-batches.
 - The layer split balances stages of different GPUs (analytic_cost.split_layers), each stage at
   most the layers its memory holds.
@@ -48,7 +47,8 @@ from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, No
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
 COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads", "optimizer_states",
-           "mtp_layers", "cuda_graphs", "compute_source", "misfit", "stage_memory_gib", "stage_memory_limit_gib")
+           "mtp_layers", "cuda_graphs", "offload_layers", "compute_source", "misfit", "stage_memory_gib",
+           "stage_memory_limit_gib")
 """Extra CSV columns of this estimator's plans (report/results.py appends them after the common ones)."""
 
 
@@ -308,7 +308,7 @@ class AnalyticEstimator:
                  ("recompute", r.recompute_name), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision),
                  *((k, self.mtp if k == "mtp_layers" else self.recipes.get(k, DEFAULTS[k])[0]) for k in COLUMNS[5:9]),
-                 ("compute_source", source),
+                 ("offload_layers", r.offload_layers), ("compute_source", source),
                  ("misfit", misfit or ("activations" if oom else "")),
                  ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
                  ("stage_memory_limit_gib", "-".join(f"{hw.memory_limit_bytes / GIB:.2f}" for hw in stages)))

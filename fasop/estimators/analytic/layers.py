@@ -87,7 +87,7 @@ class Recipe:
     attention core as Korthikanti et al. 2022 recompute it (free under a fused kernel)."""
     offload_layers: int = 0
     """Layers of the model whose activations go to host memory between forward and backward (Megatron-Core
-    --cpu-offloading --cpu-offloading-num-layers N; offload.py)."""
+    --cpu-offloading-num-layers N; offload.py)."""
     hsdp: bool = False
     """Hybrid sharding (zero >= 1): states sharded inside a node, replicated across nodes (torchtitan)."""
 

@@ -1,6 +1,6 @@
 """Activation offloading: some layers' stored activations wait in host memory between forward and backward.
 
-Megatron-Core `--cpu-offloading --cpu-offloading-num-layers N` (TransformerConfig `cpu_offloading_num_layers`,
+Megatron-Core `--cpu-offloading-num-layers N` (TransformerConfig `cpu_offloading_num_layers`,
 Transformer Engine's CPU offload context; Megatron-Core refuses it with pipeline parallelism): N of a model
 chunk's layers copy what they store for the backward to host memory as their forward ends and back before
 their backward. Megatron-Bridge's Megatron-FSDP recipes use it instead of recomputation where a layer's

@@ -14,13 +14,13 @@ from fasop.specs.host_ops import search_scopes
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
             "precision": ("bf16",), "hsdp": (False,), "main_grads": ("fp32",), "optimizer_states": ("fp32",),
-            "cuda_graphs": ("none",)}
+            "cuda_graphs": ("none",), "offload_layers": (0,)}
 """What a search tries when not told: no recompute and full recompute (the faster that fits; under
 FlashAttention selective recompute keeps what no recompute keeps at no gain, and full recompute
 lets bigger micro-batches or fewer stages fit: docs/analytic.md, "Default recipe"), the distributed
 optimizer, sequence parallelism with tp > 1, no interleaving, bf16, no HSDP -- except that where
 ZeRO 3 (FSDP) is allowed and --hsdp is not given, FSDP is also tried as HSDP (HSDP_DEFAULT_STAGES) --,
-fp32 gradients and Adam moments, eager (no CUDA graph). `main_grads` / `optimizer_states` take one
+fp32 gradients and Adam moments, eager (no CUDA graph), no activation offloading. `main_grads` / `optimizer_states` take one
 value each (bf16: memory.state_dtypes), and `cuda_graphs` one setting (specs/host_ops.search_scopes:
 what the run captures), the same for every plan: not dimensions the search tries."""
 
@@ -47,15 +47,20 @@ def parse_recipes(options: dict) -> dict:
                    "precision": PRECISIONS, "hsdp": (False, True), "main_grads": STATE_DTYPES,
                    "optimizer_states": STATE_DTYPES}.get(key)
         bad = [v for v in values if (allowed is not None and v not in allowed and not str(v).startswith("selective:"))
-               or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))]
+               or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))
+               or (key == "offload_layers" and not (isinstance(v, int) and v >= 0))]
         if bad:
             raise FasopError(f"--{key.replace('_', '-')}: {bad[0]!r} is not one of "
-                             f"{', '.join(map(str, allowed or ('integers >= 1',)))}")
+                             f"{', '.join(map(str, allowed or ('integers >= ' + str(int(key != 'offload_layers')),)))}")
         if key in ("main_grads", "optimizer_states") and len(values) > 1:
             raise FasopError(f"--{key.replace('_', '-')}: one of {', '.join(STATE_DTYPES)}, got {','.join(values)} "
                              "(one dtype for every plan: it is not searched)")
         out[key] = values
     out["recompute"] = _graphable(out["recompute"], _scopes(out["cuda_graphs"]))
+    scopes = _scopes(out["cuda_graphs"])
+    if any(out["offload_layers"]) and scopes and scopes != ("full_iteration",):
+        raise FasopError(f"--offload-layers: Megatron-Core offloads no activations under per-layer CUDA graphs "
+                         f"(--cuda-graphs {','.join(scopes)}); use --cuda-graphs none or full_iteration")
     given = bool(options.get("hsdp"))
     if not given and any(z in HSDP_DEFAULT_STAGES for z in out["zero"]):
         out["hsdp"] = (False, True)
@@ -152,15 +157,17 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool) -> Iter
     """The recipes of `r` (parse_recipes) a plan's degrees admit: sequence parallelism only with
     tp > 1, ZeRO only with dp x cp > 1, interleaving v only where pp x v divides the layers and pp
     the micro-batches, HSDP only where its shard group (`shard_in_dp`) is smaller than dp and with
-    the ZeRO stages `hsdp_stages` names."""
+    the ZeRO stages `hsdp_stages` names, activation offloading of N > 0 layers only as Megatron-Core allows it
+    (transformer_config.py: one pipeline stage, no recompute, N below the layers: offload.py)."""
     sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
     zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
     m = plan.num_microbatches
     vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not num_layers % (plan.pp * v)
                                                        and not m % plan.pp)] or [1]
     hybrid = [h for h in r["hsdp"] if not h or shard_in_dp] or [False]
-    for rc, s, z, v, p, h in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid):
-        if not h or z in r["hsdp_stages"]:  # HSDP shards states: ZeRO 1-3 (by default 3) only
+    off = [n for n in r.get("offload_layers", (0,)) if n == 0 or (plan.pp == 1 and n < num_layers)] or [0]
+    for rc, s, z, v, p, h, n in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid, off):
+        if (not h or z in r["hsdp_stages"]) and (n == 0 or rc == "none"):  # HSDP: ZeRO 1-3 (by default 3) only
             mode, modules = split_recompute(rc)
             yield Recipe(recompute=mode, recompute_modules=modules, sequence_parallel=s, zero=z, virtual_stages=v,
-                         precision=p, hsdp=h)
+                         precision=p, hsdp=h, offload_layers=n)
