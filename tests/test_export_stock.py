@@ -1,5 +1,5 @@
 """Issue 29's acceptance: every Megatron-LM flag and torchtitan key an export of an MoE, CP, FSDP,
-MTP, hybrid latent-MoE or activation-offloading plan writes exists in the stock projects -- read from their sources, not
+MTP, hybrid latent-MoE, activation-offloading or block-recompute plan writes exists in the stock projects -- read from their sources, not
 from a list of ours. The sources are git snapshots of NVIDIA/Megatron-LM and pytorch/torchtitan
 (FASOP_MEGATRON_LM / FASOP_TORCHTITAN: a git directory; by default the workplace's mirrors); a
 machine without them skips.
@@ -36,6 +36,7 @@ PLANS = [
     ("nemotron-3-super-120b-a12b", ["--nodes", "p6-b200=8"]),                                     # hybrid, latent MoE
     ("llama-3-70b", ["--cluster", GB200, "--nodes", "gb200=16", "--zero", "3", "--precision", "fp8",  # offloading
                      "--seq-len", "8192", "--global-batch-size", "128", "--offload-layers", "40"]),
+    ("llama-3-70b", ["--nodes", "p5=8", "--recompute", "full", "--recompute-layers", "5"]),        # block recompute
 ]
 
 
@@ -63,7 +64,7 @@ def test_every_megatron_flag_of_the_exports_exists(tmp_path, monkeypatch, capsys
     text = _exports(tmp_path, monkeypatch, capsys, "megatron")
     flags = set(re.findall(r"^\s+(--[a-z0-9][a-z0-9-]*)", text, re.M))
     assert {"--expert-model-parallel-size", "--context-parallel-size", "--use-megatron-fsdp",
-            "--moe-latent-size", "--hybrid-layer-pattern", "--mtp-num-layers", "--cpu-offloading-num-layers"} <= flags
+            "--moe-latent-size", "--hybrid-layer-pattern", "--mtp-num-layers", "--cpu-offloading-num-layers", "--recompute-method"} <= flags
     arguments = _show(MEGATRON, "megatron/training/arguments.py")
     excluded = set(re.findall(r'^\s+"([a-z0-9_]+)",', arguments.split("transformer_factory = ")[0]
                               .rsplit("exclude = [", 1)[-1], re.M))

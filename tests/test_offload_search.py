@@ -1,6 +1,7 @@
-"""`fasop search --offload-layers N[,N]`: activation offloading as a recipe dimension (Megatron-Core's
---cpu-offloading-num-layers), tried only where Megatron-Core allows it -- one pipeline stage, no
-recompute, fewer layers than the model's -- and carried into the CSV, explain and the exports."""
+"""`fasop search --offload-layers N[,N]` and `--recompute-layers N[,N]`: activation offloading (Megatron-Core's
+--cpu-offloading-num-layers), tried only where Megatron-Core allows it -- one pipeline stage, no recompute,
+fewer layers than the model's --, and block recompute (full recompute of the first N layers of each model
+chunk, --recompute-method block) as recipe dimensions, carried into the CSV, explain and the exports."""
 
 from __future__ import annotations
 
@@ -81,3 +82,31 @@ def test_a_csv_cell_no_search_could_write_is_refused(tmp_path, monkeypatch, caps
     assert main(["export", "--from", "bad.csv", "--target", "megatron"]) == 2
     err = capsys.readouterr().err
     assert "offload_layers" in err and "'80'" in err and err.count("\n") == 1
+
+
+def test_block_recompute_is_tried_beside_every_layers_full_recompute():
+    r = parse_recipes({"recompute_layers": (5, 20, 40), "recompute": ("none", "full"), "zero": (1,)})
+    one = {(x.recompute, x.recompute_layers) for x in recipe_grid(r, _plan(1, 64, 1), 80, False)}
+    assert one == {("none", None), ("full", None), ("full", 5), ("full", 20), ("full", 40)}
+    four = {(x.recompute, x.recompute_layers) for x in recipe_grid(r, _plan(1, 16, 4), 80, False)}
+    assert four == {("none", None), ("full", None), ("full", 5)}      # chunks of 20 layers: 20 and 40 are all
+
+
+def test_a_block_recompute_plan_is_exported_as_megatrons_block_method(tmp_path, monkeypatch, capsys):
+    import json
+    monkeypatch.chdir(tmp_path)
+    argv = ["search", "--model", "llama-3-70b", "--cluster", "aws", "--nodes", "p5=8", "--recompute", "none,full",
+            "--recompute-layers", "5,10,20,40", "--top", "5", "--out", "b.csv"]
+    assert main(argv) == 0
+    rows = [r for r in csv.DictReader(open("b.csv")) if r["recompute_layers"]]
+    assert rows and all(r["recompute"] == "full" for r in rows)
+    rank, n = rows[0]["rank"], rows[0]["recompute_layers"]
+    capsys.readouterr()
+    assert main(["export", "--from", "b.csv", "--rank", rank, "--target", "megatron"]) == 0
+    assert f"--recompute-method block\n    --recompute-num-layers {n}" in capsys.readouterr().out
+    assert main(["explain", "--from", "b.csv", "--rank", rank, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(float(rows[0]["step_time_s"]), rel=1e-5)
+    capsys.readouterr()
+    assert main(argv[:-8] + ["--recompute", "none", "--recompute-layers", "5", "--top", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--recompute-layers" in err and err.count("\n") == 1

@@ -18,7 +18,7 @@ import importlib
 from fasop.core.errors import FasopError
 
 FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "main_grads", "optimizer_states",
-         "mtp_layers", "cuda_graphs", "offload_layers", "cp", "ep", "etp")
+         "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "cp", "ep", "etp")
 
 
 def _choices(name: str):
@@ -127,6 +127,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         "or the per-layer modules captured together (Megatron-LM --cuda-graph-modules: attn, mlp, moe, "
                         "moe_router, moe_preprocess, mamba); a captured module issues no kernel from the host "
                         "(docs/estimators.md, \"Host issue time\")")
+    g.add_argument("--recompute-layers", type=_ints(1, 1024), metavar="N[,N]",
+                   help="full recompute also of only N layers of each model chunk (Megatron-LM --recompute-method "
+                        "block --recompute-num-layers N), tried beside every layer's (default: every layer)")
     g.add_argument("--offload-layers", type=_ints(0, 1024), metavar="N[,N]",
                    help="layers whose activations wait in host memory between forward and backward (Megatron-Core "
                         "--cpu-offloading-num-layers; default 0): tried on one-stage plans without recompute, as "

@@ -204,7 +204,7 @@ def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
 
 
 def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
-    """The row's `mtp_layers`, `cuda_graphs` and `offload_layers` cells (the analytic estimator's), where it has
+    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers` cells (the analytic estimator's), where it has
     them: a cell the search could not have written is refused with its column and value, not read as none / eager."""
     mtp = (row.get("mtp_layers") or "0").strip()
     arch = model.architecture
@@ -218,10 +218,10 @@ def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
     why = search_scopes((row.get("cuda_graphs") or "none").strip())[1]
     if why:
         raise FasopError(f"{where}: cuda_graphs: {why}")
-    off = (row.get("offload_layers") or "0").strip()
-    if not (off.isdigit() and len(off) < 5) or (arch is not None and 0 < int(off) >= arch.num_layers):
-        raise FasopError(f"{where}: offload_layers: expected a count of layers below the model's, got "
-                         f"{off[:SHOWN_CHARS]!r}")
+    for column in ("offload_layers", "recompute_layers"):
+        n = (row.get(column) or "0").strip()
+        if not (n.isdigit() and len(n) < 5) or (arch is not None and 0 < int(n) >= arch.num_layers):
+            raise FasopError(f"{where}: {column}: expected a count of layers below the model's, got {n[:SHOWN_CHARS]!r}")
 
 
 def _virtual_stages(where: str, row: dict[str, str]) -> int:

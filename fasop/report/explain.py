@@ -322,8 +322,8 @@ def recipe_words(row: dict) -> str:
     words += ["sequence parallel"] if row.get("sequence_parallel") in ("True", "1") else []
     words += [f"{row['virtual_stages']} virtual stages"] if row.get("virtual_stages", "1") not in ("", "1") else []
     words += [f"CUDA graphs {row['cuda_graphs']}"] if row.get("cuda_graphs", "none") not in ("", "none") else []
-    words += [w.format(row[k]) for k, w in (("mtp_layers", "MTP x{}"), ("offload_layers", "{} layers offloaded"))
-              if row.get(k, "0") not in ("", "0")]
+    words += [w.format(row[k]) for k, w in (("recompute_layers", "{} layers a chunk recomputed"), ("mtp_layers",
+              "MTP x{}"), ("offload_layers", "{} layers offloaded")) if row.get(k, "0") not in ("", "0")]
     return ", ".join(words + ([row["precision"]] if row.get("precision") else []))
 
 

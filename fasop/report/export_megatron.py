@@ -188,6 +188,8 @@ def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
         args.append("--recompute-granularity selective")
     elif s.recompute.startswith("selective:"):  # Megatron-Core's module list (analytic/modules.py costs each)
         args += ["--recompute-granularity selective", "--recompute-modules " + " ".join(s.recompute[10:].split(","))]
+    elif s.recompute == "full" and s.recompute_layers:   # the first N layers of each chunk (block_recompute.py)
+        args += ["--recompute-granularity full", "--recompute-method block", f"--recompute-num-layers {s.recompute_layers}"]
     elif s.recompute == "full":
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     elif s.recompute != "none":

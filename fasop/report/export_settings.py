@@ -46,6 +46,8 @@ class Settings:
     """What the run captures in CUDA graphs (the row's cuda_graphs column; none: eager)."""
     offload_layers: int = 0
     """Layers whose activations wait in host memory (the row's offload_layers column)."""
+    recompute_layers: int = 0
+    """Full recompute of only this many layers a model chunk (the row's recompute_layers column; 0: every layer)."""
 
 
 @dataclass(frozen=True)
@@ -76,11 +78,12 @@ def settings_of(rp: RowPlan) -> Settings:
 
 
 def row_software(rp: RowPlan) -> dict:
-    """The row's `mtp_layers`, `cuda_graphs` and `offload_layers` cells (checked when the row was read:
-    rowplan.plan_of_row)."""
+    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers` and `recompute_layers` cells (checked when the row
+    was read: rowplan.plan_of_row)."""
     return {"mtp_layers": int((rp.row.get("mtp_layers") or "0").strip()),
             "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip(),
-            "offload_layers": int((rp.row.get("offload_layers") or "0").strip())}
+            "offload_layers": int((rp.row.get("offload_layers") or "0").strip()),
+            "recompute_layers": int((rp.row.get("recompute_layers") or "0").strip())}
 
 
 def is_hybrid(model: ModelSpec) -> bool:

@@ -62,6 +62,9 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
         warnings.append("optimizer_states bf16: torchtitan keeps Adam's moments in the sharded parameters' fp32 "
                         "(4 bytes a parameter more than estimated); not written")
     ac = AC_CONFIGS.get(s.recompute)
+    if s.recompute == "full" and s.recompute_layers:
+        warnings.append(f"recompute_layers {s.recompute_layers}: torchtitan's full activation checkpointing takes every "
+                        "layer (its SelectiveAC layer option every n-th, not the first n); written as full")
     if ac is None and s.recompute.startswith("selective:"):
         warnings.append(f"recompute {s.recompute!r}: torchtitan's activation checkpointing takes no module list "
                         "(SelectiveAC picks ops or every n-th layer); not written")

@@ -69,6 +69,13 @@ def parse_recipes(options: dict) -> dict:
     if len(mtp) > 1 or any(not (isinstance(v, int) and v >= 0) for v in mtp):
         raise FasopError(f"--mtp-layers: one count >= 0 for every plan, got {','.join(map(str, mtp))}")
     out["mtp_layers"] = mtp  # empty: the model's own modules (mtp_depths)
+    block = tuple(dict.fromkeys(options.get("recompute_layers") or ()))
+    if any(not (isinstance(v, int) and v >= 1) for v in block):
+        raise FasopError(f"--recompute-layers: layers per model chunk, integers >= 1, got {','.join(map(str, block))}")
+    if block and "full" not in out["recompute"]:
+        raise FasopError("--recompute-layers: block recompute is full recompute of N layers a chunk; allow it with "
+                         "--recompute full (or none,full)")
+    out["recompute_layers"] = block   # empty: full recompute of every layer (Megatron's uniform method)
     return out
 
 
@@ -158,7 +165,8 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool) -> Iter
     tp > 1, ZeRO only with dp x cp > 1, interleaving v only where pp x v divides the layers and pp
     the micro-batches, HSDP only where its shard group (`shard_in_dp`) is smaller than dp and with
     the ZeRO stages `hsdp_stages` names, activation offloading of N > 0 layers only as Megatron-Core allows it
-    (transformer_config.py: one pipeline stage, no recompute, N below the layers: offload.py)."""
+    (transformer_config.py: one pipeline stage, no recompute, N below the layers: offload.py), and full recompute
+    also as block recompute of each `recompute_layers` N below a chunk's layers (block_recompute.py)."""
     sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
     zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
     m = plan.num_microbatches
@@ -169,5 +177,7 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool) -> Iter
     for rc, s, z, v, p, h, n in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid, off):
         if (not h or z in r["hsdp_stages"]) and (n == 0 or rc == "none"):  # HSDP: ZeRO 1-3 (by default 3) only
             mode, modules = split_recompute(rc)
-            yield Recipe(recompute=mode, recompute_modules=modules, sequence_parallel=s, zero=z, virtual_stages=v,
-                         precision=p, hsdp=h, offload_layers=n)
+            chunk = -(-num_layers // (plan.pp * v))
+            for block in [None] + [b for b in r.get("recompute_layers", ()) if mode == "full" and b < chunk]:
+                yield Recipe(recompute=mode, recompute_modules=modules, sequence_parallel=s, zero=z, virtual_stages=v,
+                             precision=p, hsdp=h, offload_layers=n, recompute_layers=block)
