@@ -80,10 +80,8 @@ def settings_of(rp: RowPlan) -> Settings:
 def row_software(rp: RowPlan) -> dict:
     """The row's `mtp_layers`, `cuda_graphs`, `offload_layers` and `recompute_layers` cells (checked when the row
     was read: rowplan.plan_of_row)."""
-    return {"mtp_layers": int((rp.row.get("mtp_layers") or "0").strip()),
-            "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip(),
-            "offload_layers": int((rp.row.get("offload_layers") or "0").strip()),
-            "recompute_layers": int((rp.row.get("recompute_layers") or "0").strip())}
+    counts = {k: int((rp.row.get(k) or "0").strip()) for k in ("mtp_layers", "offload_layers", "recompute_layers")}
+    return {**counts, "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip()}
 
 
 def is_hybrid(model: ModelSpec) -> bool:

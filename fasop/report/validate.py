@@ -260,14 +260,10 @@ def _offload(c: Cells, pp: int, layers: int, megatron_fsdp: bool, graphed: tuple
     with one stage and no per-layer graphs (Megatron-Bridge's FSDP recipes offload rather than recompute),
     else 0."""
     n = c.int("offload_layers", low=0)
-    per_layer_graphs = bool(graphed) and graphed != ("full_iteration",)
-    if n and (pp > 1 or n >= layers or per_layer_graphs):
-        why = (f"the row's pp is {pp} (Megatron-Core has no activation offloading with pipeline parallelism)"
-               if pp > 1 else f"the model has {layers} layers (Megatron-Core offloads fewer)" if n >= layers
-               else f"the row captures per-layer CUDA graphs ({','.join(graphed)}; Megatron-Core allows "
-                    f"offloading only eager or with full_iteration graphs)")
+    why = OF.refusal(n or 0, pp, layers, graphed)
+    if why:
         raise c.error("offload_layers", f"{n}: {why}")
-    return ("fit" if megatron_fsdp and pp == 1 and not per_layer_graphs else 0) if n is None else n
+    return ("fit" if megatron_fsdp and not OF.refusal(1, pp, layers, graphed) else 0) if n is None else n
 
 
 def _recompute(c: Cells) -> str | tuple | None:

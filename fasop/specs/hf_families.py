@@ -36,10 +36,11 @@ MOE_FAMILIES = ("mixtral", "grok-1", "qwen2_moe", "qwen3_moe", "qwen3", "deepsee
                 "gpt_oss", "llama4", "llama4_text", "gemma2", "gemma3", "gemma3_text", "nemotron_h")
 _NEMOTRON_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "experts",
                     "mamba": "mamba", "attention": "attention", "mlp": "mlp", "moe": "experts"}
-_REFUSED = {"moe_latent_size": "latent MoE (experts on a down-projected token)",
-            "moe_layer_freq": "MoE every n-th layer other than 1",
-            "no_rope_layers": None}
-"""Keys whose non-default values change the math in ways not modelled (None: accepted, no effect)."""
+_REFUSED = {"moe_latent_size": ("latent MoE (experts on a down-projected token)", ("nemotron_h",)),
+            "moe_layer_freq": ("MoE every n-th layer other than 1", ()),
+            "no_rope_layers": (None, ())}
+"""Keys whose non-default values change the math in ways not modelled (None: accepted, no effect), and the
+families that do model them (nemotron_h reads Nemotron 3 Super / Ultra's moe_latent_size)."""
 
 
 class Keys:
@@ -86,10 +87,8 @@ def family_of(cfg: dict) -> str | None:
 
 
 def build(k: Keys, family: str) -> Architecture:
-    for key, why in _REFUSED.items():
-        if key == "moe_latent_size" and family == "nemotron_h":   # Nemotron 3 Super / Ultra: modelled
-            continue
-        if why and k.cfg.get(key) not in (None, 0, 1):
+    for key, (why, modelled) in _REFUSED.items():
+        if why and family not in modelled and k.cfg.get(key) not in (None, 0, 1):
             k.refuse(key, why)
     builder = {"mixtral": _mixtral, "grok-1": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
                "qwen3": _qwen_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,

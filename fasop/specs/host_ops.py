@@ -114,6 +114,12 @@ def search_scopes(text: str) -> tuple[tuple[str, ...], str]:
     return names, ""
 
 
+def per_layer(scopes: tuple[str, ...]) -> bool:
+    """Whether `scopes` capture per-layer graphs (Megatron-Core --cuda-graph-modules), not eager nor the
+    whole iteration: what Megatron-Core refuses full recompute and activation offloading with."""
+    return bool(scopes) and scopes != ("full_iteration",)
+
+
 def scope_text(scopes: tuple[str, ...]) -> str:
     """The CSV's one spelling of graphed scopes: `none`, `full_iteration` or the sorted module list."""
     return ",".join(scopes) or "none"

@@ -58,12 +58,19 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
                                      overheads.network_latency_s(params, net(ks)))
     link = lambda ks, share: intra(ks) if H.one_domain(ks, g, H.domain_gpus(gpus, ks, g)) else inter(ks, share)
     span = lambda ranks: sorted({where[r] for r in ranks})
+    stage_links = []   # per stage (EP / CP groups, DP rings): its whole block of nodes, the same for every replica
+    for i in range(pp):
+        block = span(range(tp * dp * i, tp * dp * (i + 1)))
+        domain = H.domain_gpus(gpus, block, g)
+        stage_links.append((P.GroupLinks(intra(block).bytes_per_s, overheads.network_bytes_per_s(params, net(block)),
+                                         params.intra_node_latency_s, overheads.network_latency_s(params, net(block)),
+                                         g, domain),
+                            H.dp_link(block, g, domain, tp, intra(block), inter)))   # as hardware.one_stage
     out = []
     for d in range(dp):
         stages = []
         for i in range(pp):
             ks = span(replica_ranks(tp, dp, i, d))
-            block = span(range(tp * dp * i, tp * dp * (i + 1)))
             nxt = None
             if i + 1 < pp:
                 nxt = link(span([*replica_ranks(tp, dp, i, d), *replica_ranks(tp, dp, i + 1, d)]), min(g, tp * dp))
@@ -71,10 +78,7 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
             limit = min(nodes[k].memory_limit_bytes for k in ks)
             if gpu_names is not None and gpu_names[i][d] is not gpu:
                 gpu, limit = gpu_names[i][d], gpu_names[i][d].memory_bytes
-            groups = P.GroupLinks(intra(block).bytes_per_s, overheads.network_bytes_per_s(params, net(block)),
-                                  params.intra_node_latency_s, overheads.network_latency_s(params, net(block)), g,
-                                  H.domain_gpus(gpus, block, g))
-            ring = H.dp_link(block, g, H.domain_gpus(gpus, block, g), tp, intra(block), inter)   # as hardware.one_stage
+            groups, ring = stage_links[i]
             stages.append(C.StageHardware(gpu=gpu, tp_link=link(ks, min(g, tp)), dp_link=ring,
                                           next_link=nxt, memory_limit_bytes=limit, groups=groups))
         out.append(tuple(stages))

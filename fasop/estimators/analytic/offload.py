@@ -28,9 +28,25 @@ from dataclasses import replace
 from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.catalog import GpuType
+from fasop.specs.host_ops import per_layer
 
 PCIE_HOST_BYTES_PER_S = 55.2e9
 """One direction of a PCIe Gen5 x16 host link as measured (module docstring)."""
+
+
+def refusal(n: int, pp: int, layers: int, scopes: tuple[str, ...]) -> str:
+    """Why Megatron-Core (TransformerConfig.__post_init__) refuses offloading `n` layers of a model of `layers` on
+    `pp` stages under the graphed `scopes`; '' where it allows it. Recomputation, refused too, is the caller's."""
+    if not n:
+        return ""
+    if pp > 1:
+        return f"the row's pp is {pp} (Megatron-Core has no activation offloading with pipeline parallelism)"
+    if n >= layers:
+        return f"the model has {layers} layers (Megatron-Core offloads fewer)"
+    if per_layer(scopes):
+        return (f"the row captures per-layer CUDA graphs ({','.join(scopes)}; Megatron-Core allows "
+                f"offloading only eager or with full_iteration graphs)")
+    return ""
 
 
 def offloaded_share(w: Workload) -> float:

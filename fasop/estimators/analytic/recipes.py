@@ -7,10 +7,11 @@ import itertools
 from collections.abc import Iterator
 
 from fasop.core.errors import FasopError
+from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.modules import recompute_text, split_recompute
 from fasop.plans.plan import Plan
-from fasop.specs.host_ops import search_scopes
+from fasop.specs.host_ops import per_layer, search_scopes
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
             "precision": ("bf16",), "hsdp": (False,), "main_grads": ("fp32",), "optimizer_states": ("fp32",),
@@ -56,9 +57,9 @@ def parse_recipes(options: dict) -> dict:
             raise FasopError(f"--{key.replace('_', '-')}: one of {', '.join(STATE_DTYPES)}, got {','.join(values)} "
                              "(one dtype for every plan: it is not searched)")
         out[key] = values
-    out["recompute"] = _graphable(out["recompute"], _scopes(out["cuda_graphs"]))
     scopes = _scopes(out["cuda_graphs"])
-    if any(out["offload_layers"]) and scopes and scopes != ("full_iteration",):
+    out["recompute"] = _graphable(out["recompute"], scopes)
+    if any(out["offload_layers"]) and per_layer(scopes):
         raise FasopError(f"--offload-layers: Megatron-Core offloads no activations under per-layer CUDA graphs "
                          f"(--cuda-graphs {','.join(scopes)}); use --cuda-graphs none or full_iteration")
     given = bool(options.get("hsdp"))
@@ -108,7 +109,7 @@ def _graphable(recomputes: tuple, scopes: tuple[str, ...]) -> tuple:
     """The recompute modes a run graphed as `scopes` can use: per-layer graphs refuse full recompute
     (Megatron-Core transformer_config.py at d98e8a6: "full recompute is only supported with full
     iteration CUDA graph"), so the search drops it there; full recompute alone is refused."""
-    if not scopes or scopes == ("full_iteration",) or "full" not in recomputes:
+    if not per_layer(scopes) or "full" not in recomputes:
         return recomputes
     kept = tuple(v for v in recomputes if v != "full")
     if not kept:
@@ -173,11 +174,11 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool) -> Iter
     vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not num_layers % (plan.pp * v)
                                                        and not m % plan.pp)] or [1]
     hybrid = [h for h in r["hsdp"] if not h or shard_in_dp] or [False]
-    off = [n for n in r.get("offload_layers", (0,)) if n == 0 or (plan.pp == 1 and n < num_layers)] or [0]
+    off = [n for n in r.get("offload_layers", (0,)) if not OF.refusal(n, plan.pp, num_layers, ())] or [0]
     for rc, s, z, v, p, h, n in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid, off):
         if (not h or z in r["hsdp_stages"]) and (n == 0 or rc == "none"):  # HSDP: ZeRO 1-3 (by default 3) only
             mode, modules = split_recompute(rc)
-            chunk = -(-num_layers // (plan.pp * v))
+            chunk = -(-num_layers // (plan.pp * v))   # block recompute of a whole chunk is every layer's
             for block in [None] + [b for b in r.get("recompute_layers", ()) if mode == "full" and b < chunk]:
                 yield Recipe(recompute=mode, recompute_modules=modules, sequence_parallel=s, zero=z, virtual_stages=v,
                              precision=p, hsdp=h, offload_layers=n, recompute_layers=block)
