@@ -394,3 +394,44 @@ def test_an_overlapped_all_to_all_runs_longer_beside_the_compute():
     got = P.moe_s(w, gpu, links, (0.5e-3, 1e-3))
     assert got[0] == pytest.approx(share * (compute + f), rel=1e-4)
     assert got[1] == pytest.approx(share * (2 * compute + b), rel=1e-4)
+
+
+def _node(gpu: str, per_node: int, name: str = "n"):
+    from fasop.specs.types import NodeType
+    g = find_gpu(gpu)
+    return NodeType(name=name, instance="i", gpu=gpu, gpus_per_node=per_node, memory_limit_bytes=g.memory_bytes,
+                    intra_node_bytes_per_s=g.intra_node_bytes_per_s, inter_node_bytes_per_s=400e9,
+                    intra_node_shared=False, usd_per_hour=0.0, spot_usd_per_hour=None)
+
+
+def test_expert_gradients_reduce_over_their_own_rings_by_hand():
+    """Two 8-GPU H100 nodes, tp 1, dp 16, ep 8: the dense DP ring (tp = 1 apart) may take a node's
+    whole network; the expert data-parallel groups (EDP 2, members ep = 8 ranks apart: one GPU a
+    node) are 8 rings crossing the node at once, each with 1/8 of it. ZeRO 1: each part a
+    reduce-scatter of its gradients and an all-gather of its 16-bit weights over its own group."""
+    from fasop.estimators.analytic import data_parallel as D
+    from fasop.estimators.analytic import hardware as H
+    params, gpu = default_params(), find_gpu("H100-SXM")
+    (stage,) = H.stage_hardware(1, 16, 1, (_node("H100-SXM", 8),) * 2, (gpu,) * 2, params)
+    net = stage.groups.node_bytes_per_s
+    assert stage.dp_link.bytes_per_s == pytest.approx(net)               # min(tp 1, 8) = 1 ring a node
+    experts_link = H.ring_link(stage, 8)
+    assert experts_link.bytes_per_s == pytest.approx(net / 8)
+    assert H.ring_link(stage, 1) == stage.dp_link
+    assert H.ring_link(stage, 32).bytes_per_s == pytest.approx(net / 8)  # at most G rings a node
+    w = _workload(small_moe(), seq=4096, dp=16, ep=8, recipe=Recipe(zero=1))
+    dense, experts = 1e9, 3e9
+    reduce, value = params.gradient_reduce_bytes["bf16"], 2
+
+    def sharded(n, group, link):
+        grad = n * reduce
+        buckets = -(-grad // params.gradient_bucket_bytes)
+        one = lambda size: (group - 1) / group * size / link.bytes_per_s \
+            + (group - 1 + buckets - 1) * link.latency_s  # noqa: E731
+        return one(grad) + one(n * value)
+
+    expected = sharded(dense, 16, stage.dp_link) + sharded(experts, 2, experts_link)
+    assert D.stage_sync_s(w, dense, experts, stage) == pytest.approx(expected)
+    # one node: every ring on NVLink
+    (inside,) = H.stage_hardware(1, 8, 1, (_node("H100-SXM", 8),), (gpu,), params)
+    assert H.ring_link(inside, 8) == inside.dp_link

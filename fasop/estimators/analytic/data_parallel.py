@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from fasop.estimators.analytic import parallel as P
-from fasop.estimators.analytic.hardware import Link, StageHardware, shard_links
+from fasop.estimators.analytic.hardware import Link, StageHardware, ring_link, shard_links
 from fasop.estimators.analytic.layers import Workload
 
 
@@ -46,18 +46,33 @@ def state_links(w: Workload, hw: StageHardware) -> tuple[Link, Link]:
     return shard_links(hw, w.tp * w.shard) if w.shard else (hw.dp_link, hw.dp_link)
 
 
-def dp_sync_s(w: Workload, params: float, link: Link, replica: Link | None = None) -> float:
-    """A stage's gradient reduction over its DP x CP group: all-reduce; sharded (ZeRO 1-2),
-    reduce-scatter + all-gather of the 16-bit weights; FSDP (ZeRO 3) reduce-scatter only (its
-    weights are gathered layer by layer, zero3_gather_s); HSDP adds the all-reduce of the shard
-    across the replicas (on `replica`; default `link`)."""
+def dp_sync_s(w: Workload, params: float, link: Link, replica: Link | None = None,
+              group: tuple[int, int] | None = None) -> float:
+    """A stage's gradient reduction over its DP x CP group (`group`: other (shard, replicate)
+    ranks): all-reduce; sharded (ZeRO 1-2), reduce-scatter + all-gather of the 16-bit weights;
+    FSDP (ZeRO 3) reduce-scatter only (its weights are gathered layer by layer, zero3_gather_s);
+    HSDP adds the all-reduce of the shard across the replicas (on `replica`; default `link`)."""
     grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
     buckets = max(1, math.ceil(grad / w.params.gradient_bucket_bytes))
-    shard, replicate = shard_group(w)
+    shard, replicate = group or shard_group(w)
     if w.recipe.zero == 0:
         return all_reduce_s(grad, shard * replicate, link, buckets)
     gathers = gather_s(grad, shard, link, buckets) + all_reduce_s(grad / shard, replicate, replica or link)
     return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
+
+
+def stage_sync_s(w: Workload, dense: float, experts: float, hw: StageHardware) -> float:
+    """A stage's ZeRO 0-2 gradient reduction: its `dense` parameters' over the DP x CP group, and
+    its routed experts' over their expert data-parallel group -- Megatron-Core reduces (and with the
+    distributed optimizer shards and gathers) expert parameters over the EDP ranks, ep x etp apart
+    in rank order (parallel.expert_groups): each of the min(ep x etp, G) rings crossing a node has
+    its share of the node's network (hardware.ring_link), where a DP ring, tp apart, shares it
+    min(tp, G) ways. Without experts, or under HSDP, the DP group's for all of them."""
+    links = state_links(w, hw)
+    if not experts or w.shard:
+        return dp_sync_s(w, dense + experts, *links)
+    edp = P.expert_data_parallel(w.tp, w.cp, w.dp, w.ep, w.etp)
+    return dp_sync_s(w, dense, *links) + dp_sync_s(w, experts, ring_link(hw, w.ep * w.etp), group=(edp, 1))
 
 
 def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float, busy: float = 0.0) -> float:

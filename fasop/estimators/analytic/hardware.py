@@ -33,6 +33,9 @@ class StageHardware:
     memory_limit_bytes: float
     groups: P.GroupLinks | None = None
     """NVLink and NIC of the stage, for its EP and CP groups (which live inside the stage)."""
+    domain_nodes: int = 0
+    """0 where the stage's DP rings stay inside one NVLink domain; else the fewest of the stage's
+    nodes in one domain (1 where the domain is the node): what ring_link shares a domain's NICs by."""
 
 
 # ----------------------------------------------------------------------------- links of a plan
@@ -105,23 +108,49 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     tp_inside = tp <= g or (tp <= domain and not domain % tp)
     return StageHardware(gpu=gpu, tp_link=inside if tp_inside else inter(ks, g),
                          dp_link=dp_link(ks, g, domain, tp, inside, inter), next_link=nxt,
-                         memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks), groups=groups)
+                         memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks), groups=groups,
+                         domain_nodes=domain_nodes(ks, g, domain))
+
+
+def domain_nodes(ks, g: int, domain: int) -> int:
+    """StageHardware.domain_nodes of a stage on the nodes `ks` (G GPUs each, NVLink domains of `domain`)."""
+    if one_domain(ks, g, domain):
+        return 0
+    per = domain // g
+    return min(Counter(k // per for k in ks).values())
 
 
 def dp_link(ks, g: int, domain: int, tp: int, inside: Link, inter) -> Link:
-    """The link of a stage's DP rings over the nodes `ks` (G GPUs each): the GPU link inside one NVLink
-    domain; across nodes, the node's network shared by the min(tp, G) rings crossing it (a ring enters and
-    leaves a node once, on whichever of its NICs: one ring may have the node's whole network); across NVLink
-    domains larger than a node (NVL72), the same with the stage's part of a domain as the node -- its n
-    nodes' networks (n: the fewest of the stage's nodes in one domain) shared by min(tp, nG) rings, at most
-    the GPU link. `inter(ks, share)`: the network / share."""
-    if one_domain(ks, g, domain):
+    """The link of a stage's DP rings over the nodes `ks` (G GPUs each), members tp ranks apart:
+    rings_link's, `inter(ks, share)` the network / share."""
+    n = domain_nodes(ks, g, domain)
+    return rings_link(inside, inter(ks, 1) if n else inside, g, domain, n, tp)
+
+
+def ring_link(hw: StageHardware, block: int) -> Link:
+    """The link of a stage's rings whose members lie `block` ranks apart, one ring per rank of a
+    block (the expert data-parallel rings: block ep x etp, Megatron-Core's tp-ep-dp expert order,
+    parallel.expert_groups); rings_link's over the stage's group links (the DP link without them)."""
+    links = hw.groups
+    if links is None:
+        return hw.dp_link
+    inside = Link(links.intra_bytes_per_s, links.intra_latency_s)
+    return rings_link(inside, Link(links.node_bytes_per_s, links.inter_latency_s), links.gpus_per_node,
+                      links.nvlink_gpus, hw.domain_nodes, block)
+
+
+def rings_link(inside: Link, network: Link, g: int, domain: int, n: int, block: int) -> Link:
+    """The link each of a stage's rings sends at, members `block` ranks apart (n: domain_nodes): the
+    GPU link inside one NVLink domain (n = 0); across nodes, the node's `network` shared by the
+    min(block, G) rings crossing it (a ring enters and leaves a node once, on whichever of its NICs:
+    one ring may have the node's whole network); across NVLink domains larger than a node (NVL72),
+    the same with the stage's part of a domain as the node -- its n nodes' networks shared by
+    min(block, nG) rings, at most the GPU link."""
+    if not n:
         return inside
     if domain == g:
-        return inter(ks, min(tp, g))
-    per = domain // g
-    n = min(Counter(k // per for k in ks).values())
-    across = inter(ks, min(tp, n * g) / n)
+        return Link(network.bytes_per_s / min(block, g), network.latency_s)
+    across = Link(network.bytes_per_s / (min(block, n * g) / n), network.latency_s)
     return across if across.bytes_per_s < inside.bytes_per_s else Link(inside.bytes_per_s, across.latency_s)
 
 

@@ -65,7 +65,8 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
         stage_links.append((P.GroupLinks(intra(block).bytes_per_s, overheads.network_bytes_per_s(params, net(block)),
                                          params.intra_node_latency_s, overheads.network_latency_s(params, net(block)),
                                          g, domain),
-                            H.dp_link(block, g, domain, tp, intra(block), inter)))   # as hardware.one_stage
+                            H.dp_link(block, g, domain, tp, intra(block), inter),   # as hardware.one_stage
+                            H.domain_nodes(block, g, domain)))
     out = []
     for d in range(dp):
         stages = []
@@ -78,9 +79,9 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
             limit = min(nodes[k].memory_limit_bytes for k in ks)
             if gpu_names is not None and gpu_names[i][d] is not gpu:
                 gpu, limit = gpu_names[i][d], gpu_names[i][d].memory_bytes
-            groups, ring = stage_links[i]
+            groups, ring, n = stage_links[i]
             stages.append(C.StageHardware(gpu=gpu, tp_link=link(ks, min(g, tp)), dp_link=ring,
-                                          next_link=nxt, memory_limit_bytes=limit, groups=groups))
+                                          next_link=nxt, memory_limit_bytes=limit, groups=groups, domain_nodes=n))
         out.append(tuple(stages))
     return tuple(out)
 

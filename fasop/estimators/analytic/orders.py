@@ -121,7 +121,7 @@ class AnalyticPrefixBounds:
             gpus = _Window(tuple(self.gpus[k] for k in kinds), first)
             sh = self.shape
             hw = C.one_stage(sh.tp, sh.cp * sh.dp, self.p, s, self.g, nodes, gpus, self.e.params)
-            sig = (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes, hw.groups)
+            sig = (hw.gpu.name, hw.tp_link, hw.dp_link, hw.next_link, hw.memory_limit_bytes, hw.groups, hw.domain_nodes)
             got = self._sig_ids.get(sig)
             if got is None:
                 got = self._sig_ids[sig] = len(self._sigs)
