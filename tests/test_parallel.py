@@ -432,6 +432,13 @@ def test_expert_gradients_reduce_over_their_own_rings_by_hand():
 
     expected = sharded(dense, 16, stage.dp_link) + sharded(experts, 2, experts_link)
     assert D.stage_sync_s(w, dense, experts, stage) == pytest.approx(expected)
+    # FSDP: each layer's weights gathered the same way, dense over 16 ranks, experts over their 2
+    fsdp = _workload(small_moe(), seq=4096, dp=16, ep=8, recipe=Recipe(zero=3))
+    assert D.expert_rings(fsdp, stage) == (2, experts_link)
+    gather = lambda n, group, link: (group - 1) / group * n * value / link.bytes_per_s \
+        + (group - 1) * link.latency_s  # noqa: E731
+    assert D.zero3_busy_s(fsdp, dense + experts, stage, 0.0, experts) == pytest.approx(
+        gather(dense, 16, stage.dp_link) + gather(experts, 2, experts_link))
     # one node: every ring on NVLink
     (inside,) = H.stage_hardware(1, 8, 1, (_node("H100-SXM", 8),), (gpu,), params)
     assert H.ring_link(inside, 8) == inside.dp_link

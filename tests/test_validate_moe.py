@@ -38,14 +38,14 @@ SETS = [
     ("moe_megatron_bridge_cards_natural_routing.csv", 29, 47.5, 3),
     # NeMo AutoModel performance summary: PyTorch FSDP2 + EP (DeepEP) on 8-256 H100 BF16, DeepSeek-V3, Kimi K2,
     # Qwen3-30B, GPT-OSS 20B / 120B, Nemotron-3-Nano; fasop says five of them do not fit in 80 GB and is slow
-    # on DeepSeek-V3 PP4 VP8 (+45.7 %) (24.3 % MAPE, max 45.7 %, mean +18.7 %)
-    ("moe_automodel_h100.csv", 24.5, 46, 6),
+    # on DeepSeek-V3 PP4 VP8 (+45.0 %) (23.6 % MAPE, max 45.0 %, mean +17.8 %)
+    ("moe_automodel_h100.csv", 24, 45.5, 6),
     # NeMo 25.02 / 25.04 performance summaries: Mixtral-8x7B EP8 and Mixtral-8x22B TP2 PP4 CP8 EP8 at 64K on
     # B200 / GB200, FP8; aux-loss (natural) routing, which fasop does not model (20.2 % MAPE, max 25.7 %, mean -20.2 %)
     ("moe_nemo_perf_summary.csv", 20.5, 26, 4),
     # latent MoE: Nemotron-3 Super on 64 H100 / GB200 / GB300 (BF16, MXFP8, NVFP4; the NVFP4 recipes' BF16 layers
-    # and modules are not expressible) and Ultra on 256 GB200 / GB300 (19.1 % MAPE, max 30.3 %, mean -17.9 %)
-    ("moe_latent_megatron_bridge.csv", 19.5, 30.5, 9),
+    # and modules are not expressible) and Ultra on 256 GB200 / GB300 (17.7 % MAPE, max 30.3 %, mean -15.8 %)
+    ("moe_latent_megatron_bridge.csv", 18, 30.5, 9),
 ]
 
 

@@ -57,8 +57,8 @@ from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
 from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s, dp_sync_s, fsdp_sync_s,  # noqa: F401
-                                                     gather_s, p2p_s, shard_group, stage_sync_s, state_links,
-                                                     zero3_busy_s, zero3_gather_s)
+                                                     expert_rings, gather_s, layer_gather_s, p2p_s, shard_group,
+                                                     stage_sync_s, state_links, zero3_busy_s, zero3_gather_s)
 from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
@@ -258,7 +258,8 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
         ends.append(pipeline - back)
         back += (bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v
     if w.recipe.zero >= 3:   # FSDP: the root unit's reduction waits for the end of the backward
-        sync = [fsdp_sync_s(w, params[i], fsdp_root_params(w, i), fwd[i], bwd[i], stages[i]) for i in range(p)]
+        sync = [fsdp_sync_s(w, params[i], fsdp_root_params(w, i), fwd[i], bwd[i], stages[i],
+                            stage_param_split(w, counts[i], i == 0, i == p - 1)[1]) for i in range(p)]
         dp, exposed = tuple(s for s, _ in sync), tuple(x for _, x in sync)
     else:
         dp = tuple(stage_sync_s(w, *stage_param_split(w, counts[i], i == 0, i == p - 1), stages[i]) for i in range(p))
@@ -292,7 +293,8 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             mf, mb = mtp_s(w, hw)
             f, bk = f + hf + mf, bk + hb + mb
         params.append(stage_params(w, n, i == 0, i == p - 1))
-        gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1, fsdp_root_params(w, i))
+        gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1, fsdp_root_params(w, i),
+                                stage_param_split(w, n, i == 0, i == p - 1)[1], expert_rings(w, hw))
         if w.recipe.zero >= 3 and n and not w.params.megatron_fsdp:   # FSDP2's copies, or FSDP1's gradient
             # concatenation: memory bound (Megatron-FSDP works in its buffers)
             e, reduce = w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision]

@@ -61,18 +61,25 @@ def dp_sync_s(w: Workload, params: float, link: Link, replica: Link | None = Non
     return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
 
 
+def expert_rings(w: Workload, hw: StageHardware) -> tuple[int, Link] | None:
+    """(ranks, link) of the groups a stage's routed experts reduce, shard and gather over apart from
+    its dense parameters: Megatron-Core's expert data-parallel (EDP) group, whose members lie ep x etp
+    ranks apart in rank order (parallel.expert_groups), so min(ep x etp, G) of its rings cross a node
+    at once, each with that share of the node's network (hardware.ring_link), where a DP ring, tp
+    apart, shares it min(tp, G) ways; torchtitan's FSDP shards experts over the same ranks
+    (dp_shard x cp / ep). None without experts, or under HSDP (its shard links for all)."""
+    if w.arch is None or w.arch.moe is None or w.shard:
+        return None
+    return P.expert_data_parallel(w.tp, w.cp, w.dp, w.ep, w.etp), ring_link(hw, w.ep * w.etp)
+
+
 def stage_sync_s(w: Workload, dense: float, experts: float, hw: StageHardware) -> float:
-    """A stage's ZeRO 0-2 gradient reduction: its `dense` parameters' over the DP x CP group, and
-    its routed experts' over their expert data-parallel group -- Megatron-Core reduces (and with the
-    distributed optimizer shards and gathers) expert parameters over the EDP ranks, ep x etp apart
-    in rank order (parallel.expert_groups): each of the min(ep x etp, G) rings crossing a node has
-    its share of the node's network (hardware.ring_link), where a DP ring, tp apart, shares it
-    min(tp, G) ways. Without experts, or under HSDP, the DP group's for all of them."""
-    links = state_links(w, hw)
-    if not experts or w.shard:
+    """A stage's gradient reduction (dp_sync_s): its `dense` parameters' over the DP x CP group and
+    its routed `experts`' over their EDP group (expert_rings), one after the other."""
+    links, rings = state_links(w, hw), expert_rings(w, hw)
+    if not experts or rings is None:
         return dp_sync_s(w, dense + experts, *links)
-    edp = P.expert_data_parallel(w.tp, w.cp, w.dp, w.ep, w.etp)
-    return dp_sync_s(w, dense, *links) + dp_sync_s(w, experts, ring_link(hw, w.ep * w.etp), group=(edp, 1))
+    return dp_sync_s(w, dense, *links) + dp_sync_s(w, experts, rings[1], group=(rings[0], 1))
 
 
 def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float, busy: float = 0.0) -> float:
@@ -97,39 +104,50 @@ def overlap_share(w: Workload) -> float:
     return 1 / (1 + w.params.overlap_slowdown)
 
 
-def zero3_busy_s(w: Workload, params: float, hw: StageHardware, root: float = 0.0) -> float:
-    """Seconds FSDP's backward weight gathers of a stage's `params` hold its shard link (0 below ZeRO 3);
-    the `root` unit's stay gathered from the forward (not re-gathered)."""
+def zero3_busy_s(w: Workload, params: float, hw: StageHardware, root: float = 0.0, experts: float = 0.0) -> float:
+    """Seconds FSDP's backward weight gathers of a stage's `params` (of them `experts` routed-expert
+    ones) hold its links (0 below ZeRO 3); the `root` unit's stay gathered from the forward."""
     if w.recipe.zero < 3:
         return 0.0
-    return gather_s((params - root) * w.recipe.value_bytes, shard_group(w)[0], state_links(w, hw)[0])
+    return layer_gather_s(w, params - root, experts, state_links(w, hw)[0], expert_rings(w, hw))
+
+
+def layer_gather_s(w: Workload, params: float, experts: float, link: Link, rings: tuple[int, Link] | None) -> float:
+    """All-gather of `params` 16-bit weights (of them `experts` routed-expert ones) for FSDP: over the
+    shard group on `link`, the experts' over their own `rings` (expert_rings) where given."""
+    e = w.recipe.value_bytes
+    if not experts or rings is None:
+        return gather_s(params * e, shard_group(w)[0], link)
+    return gather_s((params - experts) * e, shard_group(w)[0], link) + gather_s(experts * e, *rings)
 
 
 def zero3_gather_s(w: Workload, params: float, link: Link, layers: int, fwd: float, bwd: float,
-                   root: float = 0.0) -> tuple[float, float]:
+                   root: float = 0.0, experts: float = 0.0, rings: tuple[int, Link] | None = None
+                   ) -> tuple[float, float]:
     """(forward, backward) exposed seconds of FSDP's weight all-gathers over the shard group, every
-    micro-batch: each layer's gather (the stage's `params` less its `root` unit, over its `layers`) is
-    prefetched behind the previous layer's compute (`fwd`, `bwd`: one layer's seconds), the first
-    exposed (parallel.fsdp_exposed_s, the compute beside the others at overlap_share); the root unit
-    (embedding and head, fsdp_root_s) is gathered before anything computes and kept for the backward;
-    then (1 - dp_overlap) of what is left."""
+    micro-batch: each layer's gather (the stage's `params` less its `root` unit, over its `layers`;
+    its `experts` over their `rings`, layer_gather_s) is prefetched behind the previous layer's
+    compute (`fwd`, `bwd`: one layer's seconds), the first exposed (parallel.fsdp_exposed_s, the
+    compute beside the others at overlap_share); the root unit (embedding and head, fsdp_root_s) is
+    gathered before anything computes and kept for the backward; then (1 - dp_overlap) of what is left."""
     if w.recipe.zero < 3 or layers <= 0:
         return 0.0, 0.0
-    shard = shard_group(w)[0]
-    one = gather_s((params - root) / layers * w.recipe.value_bytes, shard, link)
-    first = gather_s(root * w.recipe.value_bytes, shard, link) if root else 0.0  # nothing beside it to hide it
+    one = layer_gather_s(w, (params - root) / layers, experts / layers, link, rings)
+    first = gather_s(root * w.recipe.value_bytes, shard_group(w)[0], link) if root else 0.0  # nothing to hide it
     keep = 1 - w.params.dp_overlap
     share = overlap_share(w)
     return first + P.fsdp_exposed_s(one, fwd, layers, share) * keep, P.fsdp_exposed_s(one, bwd, layers, share) * keep
 
 
-def fsdp_sync_s(w: Workload, params: float, root: float, fwd: float, bwd: float, hw: StageHardware
-                ) -> tuple[float, float]:
+def fsdp_sync_s(w: Workload, params: float, root: float, fwd: float, bwd: float, hw: StageHardware,
+                experts: float = 0.0) -> tuple[float, float]:
     """(all, exposed) seconds of a FSDP (ZeRO 3) stage's gradient reduction: the layers' reduce-scatters
-    (and HSDP all-reduces) issued during the backward (dp_exposed_s), and the root unit's, which PyTorch
-    FSDP issues only once the whole backward is done (FSDP2 in its final callback, FSDP1 in the root's
-    post-backward hook: the embedding's gradient is the last one computed), nothing left to hide it."""
+    (and HSDP all-reduces; routed `experts`' over their own groups, stage_sync_s) issued during the
+    backward (dp_exposed_s), and the root unit's, which PyTorch FSDP issues only once the whole
+    backward is done (FSDP2 in its final callback, FSDP1 in the root's post-backward hook: the
+    embedding's gradient is the last one computed), nothing left to hide it."""
     links = state_links(w, hw)
-    layers, last = dp_sync_s(w, params - root, *links), dp_sync_s(w, root, *links) if root else 0.0
-    exposed = dp_exposed_s(w, layers, fwd, bwd, zero3_busy_s(w, params, hw, root))
+    layers = stage_sync_s(w, params - root - experts, experts, hw)
+    last = dp_sync_s(w, root, *links) if root else 0.0
+    exposed = dp_exposed_s(w, layers, fwd, bwd, zero3_busy_s(w, params, hw, root, experts))
     return layers + last, exposed + (1 - w.params.dp_overlap) * last

@@ -100,7 +100,7 @@ class AnalyticEstimator:
         links = lambda hw: tuple((x.bytes_per_s, x.latency_s) if x else None  # noqa: E731 (plain: a cheap repr)
                                  for x in (hw.tp_link, hw.dp_link, hw.next_link))
         return plan.tp, plan.dp, plan.pp, plan.mbs, plan.cp, plan.ep, plan.etp, tuple(
-            (hw.gpu.name, links(hw), hw.memory_limit_bytes) for hw in stages)
+            (hw.gpu.name, links(hw), hw.memory_limit_bytes, hw.groups, hw.domain_nodes) for hw in stages)
 
     def quick_bound(self, plan: Plan) -> float:
         """A step time no fitting plan of `plan`'s degrees beats on this inventory, whatever the

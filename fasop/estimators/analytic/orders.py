@@ -347,7 +347,8 @@ def _gather_per_layer(w: C.Workload, hw) -> float:
     if w.recipe.zero < 3:
         return 0.0
     f, b = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
-    one = C.gather_s(C.stage_params(w, 1, False, False) * C.WEIGHT_BYTES, C.shard_group(w)[0], C.state_links(w, hw)[0])
+    dense, experts = C.stage_param_split(w, 1, False, False)
+    one = C.layer_gather_s(w, dense + experts, experts, C.state_links(w, hw)[0], C.expert_rings(w, hw))
     return (max(0.0, one - f) + max(0.0, one - b)) * (1 - w.params.dp_overlap)
 
 
