@@ -1,6 +1,7 @@
-"""Routed experts reduce, shard and gather over their own expert data-parallel rings
-(data_parallel.expert_rings): the pruned search still finds the fastest plans that every-plan
-estimation ranks first, on a mixed cluster, with ZeRO 1 and FSDP."""
+"""FSDP shards, gathers and reduces routed experts over their own expert data-parallel rings
+(data_parallel.expert_rings), and the order search's FSDP gather floor follows: the pruned search
+still finds the fastest plans that every-plan estimation ranks first, on a mixed cluster, under
+FSDP and (the same search without it) ZeRO 1."""
 
 from __future__ import annotations
 

@@ -404,11 +404,11 @@ def _node(gpu: str, per_node: int, name: str = "n"):
                     intra_node_shared=False, usd_per_hour=0.0, spot_usd_per_hour=None)
 
 
-def test_expert_gradients_reduce_over_their_own_rings_by_hand():
+def test_expert_states_move_over_their_own_rings_by_hand():
     """Two 8-GPU H100 nodes, tp 1, dp 16, ep 8: the dense DP ring (tp = 1 apart) may take a node's
     whole network; the expert data-parallel groups (EDP 2, members ep = 8 ranks apart: one GPU a
-    node) are 8 rings crossing the node at once, each with 1/8 of it. ZeRO 1: each part a
-    reduce-scatter of its gradients and an all-gather of its 16-bit weights over its own group."""
+    node) are 8 rings crossing the node at once, each with 1/8 of it. FSDP reduce-scatters each
+    part's gradients and gathers its weights over its own group."""
     from fasop.estimators.analytic import data_parallel as D
     from fasop.estimators.analytic import hardware as H
     params, gpu = default_params(), find_gpu("H100-SXM")
@@ -419,26 +419,23 @@ def test_expert_gradients_reduce_over_their_own_rings_by_hand():
     assert experts_link.bytes_per_s == pytest.approx(net / 8)
     assert H.ring_link(stage, 1) == stage.dp_link
     assert H.ring_link(stage, 32).bytes_per_s == pytest.approx(net / 8)  # at most G rings a node
-    w = _workload(small_moe(), seq=4096, dp=16, ep=8, recipe=Recipe(zero=1))
+    w = _workload(small_moe(), seq=4096, dp=16, ep=8, recipe=Recipe(zero=3))
+    assert D.expert_rings(w, stage) == (2, experts_link)
     dense, experts = 1e9, 3e9
     reduce, value = params.gradient_reduce_bytes["bf16"], 2
 
-    def sharded(n, group, link):
-        grad = n * reduce
-        buckets = -(-grad // params.gradient_bucket_bytes)
-        one = lambda size: (group - 1) / group * size / link.bytes_per_s \
-            + (group - 1 + buckets - 1) * link.latency_s  # noqa: E731
-        return one(grad) + one(n * value)
+    def scatter(size, group, link, buckets=1):
+        return (group - 1) / group * size / link.bytes_per_s + (group - 1 + buckets - 1) * link.latency_s
 
-    expected = sharded(dense, 16, stage.dp_link) + sharded(experts, 2, experts_link)
+    buckets = lambda n: -(-n * reduce // params.gradient_bucket_bytes)  # noqa: E731
+    expected = scatter(dense * reduce, 16, stage.dp_link, buckets(dense)) \
+        + scatter(experts * reduce, 2, experts_link, buckets(experts))
     assert D.stage_sync_s(w, dense, experts, stage) == pytest.approx(expected)
-    # FSDP: each layer's weights gathered the same way, dense over 16 ranks, experts over their 2
-    fsdp = _workload(small_moe(), seq=4096, dp=16, ep=8, recipe=Recipe(zero=3))
-    assert D.expert_rings(fsdp, stage) == (2, experts_link)
-    gather = lambda n, group, link: (group - 1) / group * n * value / link.bytes_per_s \
-        + (group - 1) * link.latency_s  # noqa: E731
-    assert D.zero3_busy_s(fsdp, dense + experts, stage, 0.0, experts) == pytest.approx(
-        gather(dense, 16, stage.dp_link) + gather(experts, 2, experts_link))
-    # one node: every ring on NVLink
+    # each layer's weights gathered the same way, dense over 16 ranks, experts over their 2
+    assert D.zero3_busy_s(w, dense + experts, stage, 0.0, experts) == pytest.approx(
+        scatter(dense * value, 16, stage.dp_link) + scatter(experts * value, 2, experts_link))
+    # HSDP: its shard links for all; one node: every ring on NVLink
+    assert D.expert_rings(_workload(small_moe(), seq=4096, dp=16, ep=8, recipe=Recipe(zero=3, hsdp=True),
+                                    shard=8), stage) is None
     (inside,) = H.stage_hardware(1, 8, 1, (_node("H100-SXM", 8),), (gpu,), params)
     assert H.ring_link(inside, 8) == inside.dp_link
