@@ -97,10 +97,9 @@ class AnalyticEstimator:
 
     def signature(self, plan: Plan):
         stages = self._stages(plan)
-        links = lambda hw: tuple((x.bytes_per_s, x.latency_s) if x else None  # noqa: E731 (plain: a cheap repr)
-                                 for x in (hw.tp_link, hw.dp_link, hw.next_link))
-        return plan.tp, plan.dp, plan.pp, plan.mbs, plan.cp, plan.ep, plan.etp, tuple(
-            (hw.gpu.name, links(hw), hw.memory_limit_bytes, hw.groups, hw.domain_nodes) for hw in stages)
+        key = lambda hw: (hw.gpu.name, hw.memory_limit_bytes, hw.domain_nodes, hw.groups and hw.groups.key, *(  # noqa: E731
+            (x.bytes_per_s, x.latency_s) if x else None for x in (hw.tp_link, hw.dp_link, hw.next_link)))  # a cheap repr
+        return plan.tp, plan.dp, plan.pp, plan.mbs, plan.cp, plan.ep, plan.etp, tuple(key(hw) for hw in stages)
 
     def quick_bound(self, plan: Plan) -> float:
         """A step time no fitting plan of `plan`'s degrees beats on this inventory, whatever the

@@ -121,6 +121,11 @@ class GroupLinks:
     def nvlink_gpus(self) -> int:
         return self.domain_gpus or self.gpus_per_node
 
+    @property
+    def key(self) -> tuple[float, float, int]:
+        """What a plan signature needs of them, plainly (a cheap repr; the latencies follow these)."""
+        return self.intra_bytes_per_s, self.node_bytes_per_s, self.domain_gpus
+
 
 FREE_LINKS = GroupLinks(float("inf"), float("inf"), 0.0, 0.0, 1)
 """Links of no cost: a layer's time asked without its stage's links (the search's quick bounds)."""
