@@ -60,6 +60,24 @@ def test_stored_activations_mix():
     assert C.stage_memory(w, 4, 0).activations < C.stage_memory(_w(layers=0), 4, 0).activations
 
 
+def test_a_low_precision_runs_16_bit_layers_mix_by_hand():
+    """2 of the 8 layers kept 16-bit (Megatron-Core num_layers_at_end_in_bf16 2) in an FP8 run: the mean
+    layer is 3/4 the FP8 layer and 1/4 the BF16 one, in time and in stored activations; none in a 16-bit run."""
+    gpu = find_gpu("H100-SXM")
+    fp8, bf16 = _w(recompute="none"), _w(recompute="none", precision="bf16")
+    mixed = dataclasses.replace(fp8, recipe=dataclasses.replace(fp8.recipe, bf16_layers=2))
+    assert BR.bf16_share(mixed) == 0.25
+    assert BR.bf16_share(dataclasses.replace(bf16, recipe=dataclasses.replace(bf16.recipe, bf16_layers=2))) == 0.0
+    low, high = C.layer_s(fp8, gpu, LINK), C.layer_s(bf16, gpu, LINK)
+    assert high[0] > low[0] and high[1] > low[1]          # FP8 matmuls are the faster ones on H100
+    assert C.layer_s(mixed, gpu, LINK) == pytest.approx((0.75 * low[0] + 0.25 * high[0], 0.75 * low[1] + 0.25 * high[1]))
+    acts = lambda w: C.stage_memory(w, 4, 0).activations  # noqa: E731 (FP8 keeps 1-byte matmul inputs)
+    assert acts(fp8) < acts(mixed) < acts(bf16)
+    assert acts(mixed) == pytest.approx(0.75 * acts(fp8) + 0.25 * acts(bf16))
+    with pytest.raises(ValueError, match="bf16_layers"):
+        Recipe(precision="fp8", bf16_layers=-1)
+
+
 def test_fewest_layers_that_fit():
     w = _w(layers=None)
     limit = C.stage_memory(dataclasses.replace(w, recipe=dataclasses.replace(w.recipe, recompute_layers=1)), 4, 0).total

@@ -10,6 +10,8 @@ One CSV row is one measured run. Columns (exact names):
             recompute_num_layers (full recompute of only N layers per model chunk, Megatron's
             block method; empty: every layer, or where the GPU's `validate_software` says
             block_recompute -- H100/H200 -- the fewest that fit; a ZeRO-3 row: every layer),
+            bf16_layers (layers of an fp8 / mxfp8 / nvfp4 run whose matmuls stay 16-bit: Megatron-Core's
+            num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16; empty: 0),
             offload_layers (layers whose activations wait in host memory, Megatron-Core's
             --cpu-offloading-num-layers: pp 1, recompute none, no per-layer CUDA graphs; empty: 0, or on
             a Megatron-FSDP row without recompute the fewest that fit, as Megatron-Bridge's FSDP recipes do),
@@ -105,6 +107,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
     zero = c.choice("zero", ("0", "1", "2", "3"))
     precision = c.choice("precision", PRECISIONS, "bf16")
+    par["bf16_layers"] = _bf16_layers(c, precision, arch.num_layers)
     # a ZeRO-3 row is PyTorch FSDP unless the GPU's published FSDP runs are Megatron-FSDP's (FSDP_STACK)
     recipe_practice = _common(hw, VALIDATE_RECIPE_SOFTWARE)   # how the GPU's published runs recomputed and sharded
     torch_fsdp = zero == "3" and not recipe_practice.get("megatron_fsdp", False)
@@ -266,6 +269,18 @@ def _offload(c: Cells, pp: int, layers: int, megatron_fsdp: bool, graphed: tuple
     return ("fit" if megatron_fsdp and not OF.refusal(1, pp, layers, graphed) else 0) if n is None else n
 
 
+def _bf16_layers(c: Cells, precision: str, layers: int) -> int:
+    """`bf16_layers`: layers of an FP8 / MXFP8 / NVFP4 row whose matmuls stay 16-bit (Megatron-Core's
+    num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16 under first_last_layers_bf16); empty: 0."""
+    n = c.int("bf16_layers", low=0) or 0
+    if n and not Recipe(precision=precision).low_precision:
+        raise c.error("bf16_layers", f"{n} needs a low-precision row (fp8, mxfp8, nvfp4), the row's precision "
+                                     f"is {precision}")
+    if n > layers:
+        raise c.error("bf16_layers", f"{n}: the model has {layers} layers")
+    return n
+
+
 def _recompute(c: Cells) -> str | tuple | None:
     """`recompute`: none, selective, full, or Megatron-LM's `selective:<modules>` (each module with its
     own recompute cost and saved memory: estimators/analytic/modules.py), returned as the module tuple."""
@@ -305,7 +320,7 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
                         sequence_parallel=choice["sequence_parallel"],
                         zero=zero, virtual_stages=choice["virtual_pp"], precision=precision,
                         recompute_layers=block if isinstance(block, int) else None,
-                        offload_layers=offload if isinstance(offload, int) else 0)
+                        offload_layers=offload if isinstance(offload, int) else 0, bf16_layers=par["bf16_layers"])
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,
                        num_microbatches=m, recipe=recipe, params=params, cp=par["cp"], ep=par["ep"],
                        etp=par["etp"], shard=par["shard"], mtp=par["mtp"])

@@ -34,11 +34,11 @@ ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"
 OPTIONAL = ("name", "model", "cp", "ep", "etp", "zero", "dp_shard", "task", "moe_dispatcher", "ep_overlap", "moe_permute_fusion", "cuda_graphs", "main_grads", "optimizer_states", "mtp_layers", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "dropout", "gpus_per_node", "precision",
             "micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp",
             "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce", "fused_elementwise", "tp_overlap",
-            "cluster", "nodes", "layers_per_stage", "stage_gpus", "recompute_num_layers", "offload_layers")
+            "cluster", "nodes", "layers_per_stage", "stage_gpus", "recompute_num_layers", "offload_layers", "bf16_layers")
 CEILINGS = {"num_layers": limits.LAYERS, "hidden_size": limits.HIDDEN_SIZE, "num_attention_heads": limits.ATTENTION_HEADS,
             "num_kv_heads": limits.ATTENTION_HEADS, "seq_len": limits.SEQUENCE_LENGTH, "vocab_size": limits.VOCAB_SIZE,
             "ffn_hidden_size": 64 * limits.HIDDEN_SIZE, "global_batch_size": limits.GLOBAL_BATCH_SIZE,
-            "gpus_per_node": limits.GPUS_PER_NODE, "recompute_num_layers": limits.LAYERS, "offload_layers": limits.LAYERS, "micro_batch_size": limits.GLOBAL_BATCH_SIZE, "virtual_pp": 64}
+            "gpus_per_node": limits.GPUS_PER_NODE, "recompute_num_layers": limits.LAYERS, "offload_layers": limits.LAYERS, "bf16_layers": limits.LAYERS, "micro_batch_size": limits.GLOBAL_BATCH_SIZE, "virtual_pp": 64}
 """limits.py's ceilings per integer column (others, GPU counts and degrees: limits.GPUS)."""
 MAX_BYTES = 16 << 20
 """A runs CSV is at most 16 MiB (as a profile CSV, limits.PROFILE_BYTES)."""

@@ -112,7 +112,12 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | 
     """(forward, backward) seconds of one Transformer layer for one micro-batch, TP comm included;
     with cp > 1 or experts, the CP ring and the MoE layer over the stage's `hw_groups` links; with
     block recompute the mean of recomputing and non-recomputing layers (block_recompute.py); with
-    activation offloading, at least its share of the host copies (offload.py)."""
+    activation offloading, at least its share of the host copies (offload.py); with 16-bit layers in a
+    low-precision run, the mean of both (block_recompute.bf16_share)."""
+    k = BR.bf16_share(w)
+    if k:
+        low = layer_s(BR.as_bf16(w, w.recipe.precision), gpu, tp_link, hw_groups)
+        return BR.mix(low, layer_s(BR.as_bf16(w), gpu, tp_link, hw_groups), k)
     q = BR.recomputed_share(w)
     if w.recipe.recompute == "full" and q < 1.0:
         times = BR.mix(_layer_s(BR.without_recompute(w), gpu, tp_link, hw_groups), _layer_s(w, gpu, tp_link, hw_groups), q)

@@ -12,12 +12,10 @@ when gated), norms (2h RMSNorm, 4h LayerNorm) and biases (GPT: 3 projections + O
 QKV only). GPT-3 175B: 12h² + 13h per layer, as in Narayanan et al. 2021 §5.1.
 
 Forward FLOPs of one layer (2 FLOPs per multiply-add; Narayanan et al. 2021, Eq. 3 derivation):
-  projections 2bs·h·(ad + 2gd) + 2bs·(ad)·h, MLP 2bs·h·f·(2 or 3),
-  attention core 2·2·b·s²·(ad) times the fraction of the s×s scores computed: 1 for an unfused
-  kernel that masks after computing all scores, 1/2 for a causal kernel that skips masked blocks
-  (FlashAttention). Backward = 2 × forward (gradients w.r.t. input and weights).
+  projections 2bs·h·(ad + 2gd) + 2bs·(ad)·h, MLP 2bs·h·f·(2 or 3), attention core 2·2·b·s²·(ad)
+  times the share of the s×s scores computed: 1 for an unfused kernel that masks after computing
+  all scores, 1/2 for a causal kernel that skips masked blocks (FlashAttention). Backward = 2 × forward.
 Output head: 2bs·h·V forward; the loss is elementwise over b·s·V logits.
-
 Elementwise bytes (memory-bound kernels, read + write, fused as Megatron-LM fuses them): two
 norms 2·2bsh, two bias-dropout-adds 2·3bsh (+ 1-byte masks), the activation 2bsf (3bsf gated),
 rotary 2bs(ad + gd), and for an unfused attention the s×s scores: written by QK^T, read and
@@ -90,6 +88,8 @@ class Recipe:
     --cpu-offloading-num-layers N; offload.py)."""
     hsdp: bool = False
     """Hybrid sharding (zero >= 1): states sharded inside a node, replicated across nodes (torchtitan)."""
+    bf16_layers: int = 0
+    """A low-precision run's layers kept 16-bit (Megatron-Core num_layers_at_{start,end}_in_bf16; cost.layer_s)."""
 
     def __post_init__(self):
         problems = []
@@ -101,8 +101,9 @@ class Recipe:
             problems.append(f"virtual_stages={self.virtual_stages!r} (>= 1)")
         if self.recompute_layers is not None and not (type(self.recompute_layers) is int and self.recompute_layers >= 0):
             problems.append(f"recompute_layers={self.recompute_layers!r} (an int >= 0, or None: every layer)")
-        if not (type(self.offload_layers) is int and self.offload_layers >= 0):
-            problems.append(f"offload_layers={self.offload_layers!r} (an int >= 0)")
+        for name in ("offload_layers", "bf16_layers"):
+            if not (type(getattr(self, name)) is int and getattr(self, name) >= 0):
+                problems.append(f"{name}={getattr(self, name)!r} (an int >= 0)")
         odd = [m for m in self.recompute_modules if m not in M.MODULES]
         if odd or (self.recompute_modules and self.recompute != "selective"):
             problems.append(f"recompute_modules={self.recompute_modules!r} (with recompute='selective', "
