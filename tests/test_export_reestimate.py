@@ -28,8 +28,9 @@ def megatron_recipe(text: str, pp: int) -> dict:
     zero = 1 if "--use-distributed-optimizer" in text else 0
     if m := re.search(r"--data-parallel-sharding-strategy (\w+)", text):
         zero = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[m.group(1)]
-    precision = "fp8" if "--fp8-format" in text else "fp16" if "--fp16" in text else "bf16"
-    assert precision != "fp8" or "--bf16" in text  # FP8 matmuls inside bf16 training
+    precision = "nvfp4" if "--fp4-recipe nvfp4" in text else "mxfp8" if "--fp8-recipe mxfp8" in text \
+        else "fp8" if "--fp8-format" in text else "fp16" if "--fp16" in text else "bf16"
+    assert precision in ("bf16", "fp16") or "--bf16" in text  # FP8 / FP4 matmuls inside bf16 training
     recompute = m.group(1) if (m := re.search(r"--recompute-granularity (\w+)", text)) else "none"
     if m := re.search(r"--num-virtual-stages-per-pipeline-rank (\d+)", text):
         v = int(m.group(1))
@@ -195,3 +196,22 @@ def _explain_model(path, capsys, rank, model) -> dict:
     out = json.loads(capsys.readouterr().out)
     out.pop("where")
     return out
+
+
+def test_block_scaled_precisions_export_their_transformer_engine_recipes(tmp_path, monkeypatch, capsys):
+    """MXFP8 and NVFP4 plans (Blackwell) export Megatron-LM's --fp8-recipe mxfp8 / --fp4-format e2m1 --fp4-recipe
+    nvfp4 inside --bf16 (TransformerConfig fp8_recipe, fp4, fp4_recipe), read back as the row's precision."""
+    monkeypatch.chdir(tmp_path)
+    for precision in ("mxfp8", "nvfp4"):
+        assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p6-b200=1", "--top", "3",
+                     "--out", f"{precision}.csv", "--no-progress", "--precision", precision]) == 0
+        with open(f"{precision}.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert rows and {r["precision"] for r in rows} == {precision}
+        capsys.readouterr()
+        for row in rows:
+            assert main(["export", "--from", f"{precision}.csv", "--rank", row["rank"], "--model", "llama-3-8b",
+                         "--cluster", "aws", "--target", "megatron"]) == 0
+            text = capsys.readouterr().out
+            assert megatron_recipe(text, int(row["pp"]))["precision"] == precision
+            assert "no Megatron-LM flag known" not in text

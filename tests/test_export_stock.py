@@ -37,6 +37,8 @@ PLANS = [
     ("llama-3-70b", ["--cluster", GB200, "--nodes", "gb200=16", "--zero", "3", "--precision", "fp8",  # offloading
                      "--seq-len", "8192", "--global-batch-size", "128", "--offload-layers", "40"]),
     ("llama-3-70b", ["--nodes", "p5=8", "--recompute", "full", "--recompute-layers", "5"]),        # block recompute
+    ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "mxfp8"]),                              # MXFP8
+    ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "nvfp4"]),                              # NVFP4
 ]
 
 
@@ -64,7 +66,8 @@ def test_every_megatron_flag_of_the_exports_exists(tmp_path, monkeypatch, capsys
     text = _exports(tmp_path, monkeypatch, capsys, "megatron")
     flags = set(re.findall(r"^\s+(--[a-z0-9][a-z0-9-]*)", text, re.M))
     assert {"--expert-model-parallel-size", "--context-parallel-size", "--use-megatron-fsdp",
-            "--moe-latent-size", "--hybrid-layer-pattern", "--mtp-num-layers", "--cpu-offloading-num-layers", "--recompute-method"} <= flags
+            "--moe-latent-size", "--hybrid-layer-pattern", "--mtp-num-layers", "--cpu-offloading-num-layers", "--recompute-method",
+            "--fp8-recipe", "--fp4-format", "--fp4-recipe"} <= flags
     arguments = _show(MEGATRON, "megatron/training/arguments.py")
     excluded = set(re.findall(r'^\s+"([a-z0-9_]+)",', arguments.split("transformer_factory = ")[0]
                               .rsplit("exclude = [", 1)[-1], re.M))

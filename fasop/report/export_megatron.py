@@ -16,9 +16,14 @@ from fasop.report.export_settings import (Export, Settings, fit_warnings, header
 from fasop.specs.types import ModelSpec
 
 PRECISION_FLAGS = {"bf16": ["--bf16"], "fp16": ["--fp16"],
-                   "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"]}
-"""Megatron-LM flags of each precision (arguments.py): fp8 = Transformer Engine FP8 matmuls (E4M3
-forward, E5M2 gradients; delayed scaling, the default --fp8-recipe) inside bf16 training."""
+                   "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"],
+                   "mxfp8": ["--bf16", "--fp8-format e4m3", "--fp8-recipe mxfp8"],
+                   "nvfp4": ["--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"]}
+"""Megatron-LM flags of each precision (arguments.py; TransformerConfig fp8 / fp8_recipe / fp4 / fp4_recipe,
+whose arg_names are --fp8-format and --fp4-format): fp8 = Transformer Engine FP8 matmuls (E4M3 forward,
+E5M2 gradients; delayed scaling, the default --fp8-recipe) inside bf16 training; mxfp8 = E4M3 with 32-element
+block scales on Blackwell (Megatron-Bridge's bf16_with_mxfp8_mixed: fp8 "e4m3", fp8_recipe "mxfp8"); nvfp4 =
+E2M1 with NVFP4 block scaling (bf16_with_nvfp4_mixed: fp4 "e2m1", fp4_recipe "nvfp4")."""
 MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 """ZeRO 2/3 -> Megatron-FSDP's --data-parallel-sharding-strategy; --use-distributed-optimizer is
 ZeRO-1 only (its fp32 main-grad buffer stays whole: a ZeRO-2 plan would need full gradients)."""
