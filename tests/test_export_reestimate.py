@@ -49,7 +49,8 @@ def torchtitan_recipe(text: str, pp: int) -> dict:
         if "p.module_fqns_per_model_part = [" in text else pp
     v = parts // pp if "Interleaved1F1B" in text else 1
     ac = re.search(r"config.activation_checkpoint = (\w+)", text).group(1)
-    return {"zero": zero, "precision": "fp8" if "Float8LinearConverter" in text else "bf16",
+    converters = {"Float8LinearConverter": "fp8", "MXFP8LinearConverter": "mxfp8", "NVFP4LinearConverter": "nvfp4"}
+    return {"zero": zero, "precision": next((p for c, p in converters.items() if c in text), "bf16"),
             "recompute": {"SelectiveAC": "selective", "FullAC": "full", "None": "none"}[ac],
             "virtual_stages": v, "sequence_parallel": "enable_sequence_parallel = True" in text}
 
@@ -198,9 +199,11 @@ def _explain_model(path, capsys, rank, model) -> dict:
     return out
 
 
-def test_block_scaled_precisions_export_their_transformer_engine_recipes(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("target", ["megatron", "torchtitan"])
+def test_block_scaled_precisions_export_their_recipes(tmp_path, monkeypatch, capsys, target):
     """MXFP8 and NVFP4 plans (Blackwell) export Megatron-LM's --fp8-recipe mxfp8 / --fp4-format e2m1 --fp4-recipe
-    nvfp4 inside --bf16 (TransformerConfig fp8_recipe, fp4, fp4_recipe), read back as the row's precision."""
+    nvfp4 inside --bf16 (TransformerConfig fp8_recipe, fp4, fp4_recipe), or torchtitan's MXFP8 / NVFP4 Linear
+    converters, read back as the row's precision."""
     monkeypatch.chdir(tmp_path)
     for precision in ("mxfp8", "nvfp4"):
         assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p6-b200=1", "--top", "3",
@@ -211,7 +214,8 @@ def test_block_scaled_precisions_export_their_transformer_engine_recipes(tmp_pat
         capsys.readouterr()
         for row in rows:
             assert main(["export", "--from", f"{precision}.csv", "--rank", row["rank"], "--model", "llama-3-8b",
-                         "--cluster", "aws", "--target", "megatron"]) == 0
+                         "--cluster", "aws", "--target", target]) == 0
             text = capsys.readouterr().out
-            assert megatron_recipe(text, int(row["pp"]))["precision"] == precision
-            assert "no Megatron-LM flag known" not in text
+            read = megatron_recipe if target == "megatron" else torchtitan_recipe
+            assert read(text, int(row["pp"]))["precision"] == precision
+            assert "no Megatron-LM flag known" not in text and "trains in bf16" not in text

@@ -96,8 +96,27 @@ def test_every_torchtitan_key_of_the_exports_exists(tmp_path, monkeypatch, capsy
     configs = _show(TORCHTITAN, "torchtitan/config/configs.py")
     fields = set(re.findall(r"^    ([a-z][a-z0-9_]*): ", configs, re.M))
     keys = set(re.findall(r"^\s+p\.([a-z0-9_]+) = ", text, re.M))
-    keys |= set(re.findall(r"^\s+config\.[a-z_]+\.([a-z0-9_]+) = ", text, re.M))
+    keys |= set(re.findall(r"^\s+config\.(?!model_spec\.)[a-z_]+\.([a-z0-9_]+) = ", text, re.M))
+    spec = set(re.findall(r"^\s+config\.model_spec\.([a-z0-9_]+) = ", text, re.M))   # a ModelSpec's fields
+    assert spec == {"model"} and re.search(r"^    model: ", _show(TORCHTITAN, "torchtitan/protocols/model_spec.py"), re.M)
+    assert re.search(r"^        model_spec: ", _show(TORCHTITAN, "torchtitan/trainer.py"), re.M)
     keys |= set(re.findall(r"--[a-z_]+\.([a-z0-9_]+)", text))
     assert {"context_parallel_degree", "expert_parallel_degree", "data_parallel_shard_degree"} <= keys
     missing = sorted(k for k in keys if k not in fields)
     assert not missing, f"not fields of torchtitan's configs: {missing}"
+    # every class the exports import, and every argument they give its Config, exists where they import it from
+    imports = set(re.findall(r"from (torchtitan(?:\.\w+)+) import (\w+)", text))
+    assert ("torchtitan.components.quantization", "MXFP8LinearConverter") in imports
+    base = _show(TORCHTITAN, "torchtitan/components/quantization/__init__.py")
+    for module, name in sorted(imports):
+        path = module.replace(".", "/")
+        package = subprocess.run(["git", "-C", str(TORCHTITAN), "cat-file", "-e", f"HEAD:{path}.py"]).returncode
+        source = _show(TORCHTITAN, f"{path}/__init__.py" if package else f"{path}.py")
+        if package:   # a package re-exporting the class: follow its `from .x import (... name ...)`
+            sub = re.search(rf"from \.(\w+) import \([^)]*\b{name}\b", source) or re.search(rf"from \.(\w+) import [^\n]*\b{name}\b", source)
+            assert sub, f"{module} exports no {name}"
+            source = _show(TORCHTITAN, f"{path}/{sub.group(1)}.py")
+        assert re.search(rf"^class {name}\b", source, re.M), f"{module} has no class {name}"
+        for call in re.findall(rf"{name}\.Config\(([^)]*)\)", text):
+            for arg in re.findall(r"(\w+)=", call):
+                assert re.search(rf"^\s+{arg}: ", source + base, re.M), f"{name}.Config has no field {arg}"

@@ -110,19 +110,28 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     return Export("\n".join(lines) + "\n", tuple(warnings))
 
 
+LOW_PRECISION_CONVERTERS = {"fp8": ("Float8LinearConverter", 'recipe_name="rowwise", model_compile_enabled=True'),
+                            "mxfp8": ("MXFP8LinearConverter", "model_compile_enabled=True"),
+                            "nvfp4": ("NVFP4LinearConverter", "model_compile_enabled=True")}
+"""Each low precision's torchtitan model converter and its Config arguments (torchtitan/components/quantization/
+@b5bcd76c6: torchao's Float8Linear -- rowwise scaling, the only recipes its Config takes; weights all-gathered in
+bf16 --, MXFP8Linear and NVFP4Linear for every Linear; MXFP8 and NVFP4 need sm100)."""
+
+
 def _torchtitan_float8(s: Settings, warnings: list[str]) -> list[str]:
-    """fp8: torchao's Float8Linear through torchtitan's model converter (torchtitan's
-    llama3_debugmodel_float8 recipe), compiled (float8 matmuls are fast only under torch.compile)."""
-    if s.precision != "fp8":
+    """fp8 / mxfp8 / nvfp4: torchao's low-precision Linear, the converter applied to the recipe's model config
+    as torchtitan's model registries apply theirs (`model_registry(flavor, converters=[...])` builds each and
+    calls `convert` on the config, e.g. graph_trainer_llama3_8b_mxfp8), compiled (their matmuls are fast only
+    under torch.compile)."""
+    if s.precision not in LOW_PRECISION_CONVERTERS:
         if s.precision not in (None, "bf16"):
             warnings.append(f"precision {s.precision!r}: torchtitan trains in bf16 (FSDP mixed precision); not written")
         return []
-    return ["    from torchtitan.components.quantization.float8 import Float8LinearConverter",
-            "    from torchtitan.protocols.model_converter import ModelConvertersContainer\n",
-            "    config.model_converters = ModelConvertersContainer.Config(  # fp8 matmuls, bf16 elsewhere",
-            "        converters=[Float8LinearConverter.Config(enable_fsdp_float8_all_gather=True,",
-            "                                                 precompute_float8_dynamic_scale_for_fsdp=True)])",
-            "    config.compile.enable = True  # float8 matmuls pay off only compiled"]
+    converter, arguments = LOW_PRECISION_CONVERTERS[s.precision]
+    return [f"    from torchtitan.components.quantization import {converter}\n",
+            f"    quantize = {converter}.Config({arguments})  # {s.precision} matmuls, bf16 elsewhere",
+            "    config.model_spec.model = quantize.build().convert(config.model_spec.model)",
+            f"    config.compile.enable = True  # {s.precision} matmuls pay off only compiled"]
 
 
 def _torchtitan_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str]):
