@@ -219,3 +219,21 @@ def test_block_scaled_precisions_export_their_recipes(tmp_path, monkeypatch, cap
             read = megatron_recipe if target == "megatron" else torchtitan_recipe
             assert read(text, int(row["pp"]))["precision"] == precision
             assert "no Megatron-LM flag known" not in text and "trains in bf16" not in text
+
+
+@pytest.mark.parametrize("precision, experts", [("mxfp8", "MXFP8GroupedExpertsConverter"), ("fp8", "Float8GroupedExpertsConverter"),
+                                                ("nvfp4", None)])
+def test_an_moe_plans_experts_are_converted_or_warned(tmp_path, monkeypatch, capsys, precision, experts):
+    """The routed experts' grouped GEMMs get torchtitan's converter of the plan's precision where one exists
+    (after the Linear one); NVFP4 has none there: a warning says they stay bf16."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "mixtral-8x7b", "--cluster", "aws", "--nodes", "p6-b200=2", "--top", "1",
+                 "--out", "m.csv", "--no-progress", "--precision", precision]) == 0
+    capsys.readouterr()
+    assert main(["export", "--from", "m.csv", "--target", "torchtitan"]) == 0
+    out = capsys.readouterr()
+    assert torchtitan_recipe(out.out, 1)["precision"] == precision
+    if experts:
+        assert out.out.index(experts + ".Config(") > out.out.index("LinearConverter.Config(")
+    else:
+        assert "no nvfp4 converter for the routed experts" in out.err and "GroupedExperts" not in out.out

@@ -39,6 +39,7 @@ PLANS = [
     ("llama-3-70b", ["--nodes", "p5=8", "--recompute", "full", "--recompute-layers", "5"]),        # block recompute
     ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "mxfp8"]),                              # MXFP8
     ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "nvfp4"]),                              # NVFP4
+    ("mixtral-8x7b", ["--nodes", "p6-b200=2", "--precision", "mxfp8"]),                            # MXFP8 experts
 ]
 
 
@@ -105,8 +106,10 @@ def test_every_torchtitan_key_of_the_exports_exists(tmp_path, monkeypatch, capsy
     missing = sorted(k for k in keys if k not in fields)
     assert not missing, f"not fields of torchtitan's configs: {missing}"
     # every class the exports import, and every argument they give its Config, exists where they import it from
-    imports = set(re.findall(r"from (torchtitan(?:\.\w+)+) import (\w+)", text))
-    assert ("torchtitan.components.quantization", "MXFP8LinearConverter") in imports
+    imports = {(module, name.strip()) for module, names in re.findall(r"from (torchtitan(?:\.\w+)+) import ([\w, ]+)", text)
+               for name in names.split(",")}
+    assert {("torchtitan.components.quantization", "MXFP8LinearConverter"),
+            ("torchtitan.components.quantization", "MXFP8GroupedExpertsConverter")} <= imports
     base = _show(TORCHTITAN, "torchtitan/components/quantization/__init__.py")
     for module, name in sorted(imports):
         path = module.replace(".", "/")

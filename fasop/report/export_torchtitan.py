@@ -101,7 +101,7 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     lines += [f"    config.training.{key} = {value}  # {why}" for key, value, why in training]
     if ac is not None:
         lines.append(f"    config.activation_checkpoint = {ac[0]}  # {ac[1]}")
-    lines += _torchtitan_float8(s, warnings)
+    lines += _torchtitan_float8(s, warnings, model.architecture is not None and model.architecture.moe is not None)
     lines += ["    return config", "", "",
               "# The same as --parallelism.* overrides (frozen but still honoured; enable_sequence_parallel,",
               "# module_fqns_per_model_part and activation_checkpoint only in the recipe):",
@@ -118,20 +118,33 @@ LOW_PRECISION_CONVERTERS = {"fp8": ("Float8LinearConverter", 'recipe_name="rowwi
 bf16 --, MXFP8Linear and NVFP4Linear for every Linear; MXFP8 and NVFP4 need sm100)."""
 
 
-def _torchtitan_float8(s: Settings, warnings: list[str]) -> list[str]:
-    """fp8 / mxfp8 / nvfp4: torchao's low-precision Linear, the converter applied to the recipe's model config
-    as torchtitan's model registries apply theirs (`model_registry(flavor, converters=[...])` builds each and
-    calls `convert` on the config, e.g. graph_trainer_llama3_8b_mxfp8), compiled (their matmuls are fast only
-    under torch.compile)."""
+GROUPED_EXPERTS_CONVERTERS = {"fp8": ("Float8GroupedExpertsConverter", "model_compile_enabled=True"),
+                              "mxfp8": ("MXFP8GroupedExpertsConverter", "model_compile_enabled=True, pad_multiple=128")}
+"""The routed experts' grouped GEMMs in the same precision (torchtitan/components/quantization/ float8.py, mx.py;
+pad_multiple 128: "the CuTeDSL quantization kernel on sm_100 requires multiples of 128", as its DeepSeek-V3
+MXFP8 registry sets it). No NVFP4 one exists there."""
+
+
+def _torchtitan_float8(s: Settings, warnings: list[str], moe: bool = False) -> list[str]:
+    """fp8 / mxfp8 / nvfp4: torchao's low-precision Linear (and an MoE model's grouped experts), each converter
+    applied to the recipe's model config as torchtitan's model registries apply theirs (`model_registry(flavor,
+    converters=[...])` builds each and calls `convert` on the config, e.g. graph_trainer_llama3_8b_mxfp8),
+    compiled (their matmuls are fast only under torch.compile)."""
     if s.precision not in LOW_PRECISION_CONVERTERS:
         if s.precision not in (None, "bf16"):
             warnings.append(f"precision {s.precision!r}: torchtitan trains in bf16 (FSDP mixed precision); not written")
         return []
-    converter, arguments = LOW_PRECISION_CONVERTERS[s.precision]
-    return [f"    from torchtitan.components.quantization import {converter}\n",
-            f"    quantize = {converter}.Config({arguments})  # {s.precision} matmuls, bf16 elsewhere",
-            "    config.model_spec.model = quantize.build().convert(config.model_spec.model)",
-            f"    config.compile.enable = True  # {s.precision} matmuls pay off only compiled"]
+    converters = [LOW_PRECISION_CONVERTERS[s.precision]]
+    if moe and s.precision in GROUPED_EXPERTS_CONVERTERS:
+        converters.append(GROUPED_EXPERTS_CONVERTERS[s.precision])
+    elif moe:
+        warnings.append(f"precision {s.precision!r}: torchtitan has no {s.precision} converter for the routed experts' "
+                        "grouped GEMMs; they stay bf16 there (estimated in the plan's precision)")
+    lines = [f"    from torchtitan.components.quantization import {', '.join(c for c, _ in converters)}\n"]
+    for converter, arguments in converters:
+        lines += [f"    quantize = {converter}.Config({arguments})  # {s.precision} matmuls, bf16 elsewhere",
+                  "    config.model_spec.model = quantize.build().convert(config.model_spec.model)"]
+    return lines + [f"    config.compile.enable = True  # {s.precision} matmuls pay off only compiled"]
 
 
 def _torchtitan_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str]):
