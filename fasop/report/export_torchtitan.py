@@ -110,12 +110,16 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
     return Export("\n".join(lines) + "\n", tuple(warnings))
 
 
-LOW_PRECISION_CONVERTERS = {"fp8": ("Float8LinearConverter", 'recipe_name="rowwise", model_compile_enabled=True'),
-                            "mxfp8": ("MXFP8LinearConverter", "model_compile_enabled=True"),
-                            "nvfp4": ("NVFP4LinearConverter", "model_compile_enabled=True")}
+_BLOCKS = 'fqns=["attention", "feed_forward", "shared_experts"]'
+LOW_PRECISION_CONVERTERS = {"fp8": ("Float8LinearConverter",
+                                    'recipe_name="rowwise", filter_fqns=["lm_head"], model_compile_enabled=True'),
+                            "mxfp8": ("MXFP8LinearConverter", f"{_BLOCKS}, model_compile_enabled=True"),
+                            "nvfp4": ("NVFP4LinearConverter", f"{_BLOCKS}, model_compile_enabled=True")}
 """Each low precision's torchtitan model converter and its Config arguments (torchtitan/components/quantization/
 @b5bcd76c6: torchao's Float8Linear -- rowwise scaling, the only recipes its Config takes; weights all-gathered in
-bf16 --, MXFP8Linear and NVFP4Linear for every Linear; MXFP8 and NVFP4 need sm100)."""
+bf16 --, MXFP8Linear and NVFP4Linear; MXFP8 and NVFP4 need sm100), the blocks' Linears only: the output layer
+stays bf16, as estimated (cost.head_s) and as Megatron-Core keeps it (Float8's `filter_fqns` skips, the others'
+`fqns` select -- the modules torchtitan's DeepSeek-V3 MXFP8 registry converts)."""
 
 
 GROUPED_EXPERTS_CONVERTERS = {"fp8": ("Float8GroupedExpertsConverter", "model_compile_enabled=True"),
