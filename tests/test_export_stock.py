@@ -38,7 +38,7 @@ PLANS = [
                      "--seq-len", "8192", "--global-batch-size", "128", "--offload-layers", "40"]),
     ("llama-3-70b", ["--nodes", "p5=8", "--recompute", "full", "--recompute-layers", "5"]),        # block recompute
     ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "mxfp8"]),                              # MXFP8
-    ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "nvfp4"]),                              # NVFP4
+    ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "nvfp4", "--bf16-layers", "4"]),       # NVFP4, 16-bit layers
     ("mixtral-8x7b", ["--nodes", "p6-b200=2", "--precision", "mxfp8"]),                            # MXFP8 experts
 ]
 
@@ -68,7 +68,7 @@ def test_every_megatron_flag_of_the_exports_exists(tmp_path, monkeypatch, capsys
     flags = set(re.findall(r"^\s+(--[a-z0-9][a-z0-9-]*)", text, re.M))
     assert {"--expert-model-parallel-size", "--context-parallel-size", "--use-megatron-fsdp",
             "--moe-latent-size", "--hybrid-layer-pattern", "--mtp-num-layers", "--cpu-offloading-num-layers", "--recompute-method",
-            "--fp8-recipe", "--fp4-format", "--fp4-recipe"} <= flags
+            "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--first-last-layers-bf16", "--num-layers-at-end-in-bf16"} <= flags
     arguments = _show(MEGATRON, "megatron/training/arguments.py")
     excluded = set(re.findall(r'^\s+"([a-z0-9_]+)",', arguments.split("transformer_factory = ")[0]
                               .rsplit("exclude = [", 1)[-1], re.M))

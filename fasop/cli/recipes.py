@@ -18,7 +18,7 @@ import importlib
 from fasop.core.errors import FasopError
 
 FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "main_grads", "optimizer_states",
-         "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "cp", "ep", "etp")
+         "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "bf16_layers", "cp", "ep", "etp")
 
 
 def _choices(name: str):
@@ -135,6 +135,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         "--cpu-offloading-num-layers; default 0): tried on one-stage plans without recompute, as "
                         "Megatron-Core allows, the host copies overlapped with compute at the GPU's host link "
                         "(NVLink-C2C on GB200 / GB300, else PCIe)")
+    g.add_argument("--bf16-layers", type=_ints(0, 1024), metavar="N[,N]",
+                   help="with --precision fp8 / mxfp8 / nvfp4: the model's last N layers keep 16-bit matmuls "
+                        "(Megatron-Core --first-last-layers-bf16 --num-layers-at-end-in-bf16 N; default 0), at most "
+                        "a pipeline stage's layers, as Megatron-Core allows")
     d = parser.add_argument_group("plan degrees beyond tp, dp, pp (clusters with estimator: analytic; every value is "
                                   "enumerated; docs/search.md)")
     d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",

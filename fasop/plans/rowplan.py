@@ -204,7 +204,7 @@ def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
 
 
 def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
-    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers` cells (the analytic estimator's), where it has
+    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers`, `bf16_layers` cells (the analytic estimator's), where it has
     them: a cell the search could not have written is refused with its column and value, not read as none / eager."""
     mtp = (row.get("mtp_layers") or "0").strip()
     arch = model.architecture
@@ -218,10 +218,11 @@ def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
     why = search_scopes((row.get("cuda_graphs") or "none").strip())[1]
     if why:
         raise FasopError(f"{where}: cuda_graphs: {why}")
-    for column in ("offload_layers", "recompute_layers"):
-        n = (row.get(column) or "0").strip()
-        if not (n.isdigit() and len(n) < 5) or (arch is not None and 0 < int(n) >= arch.num_layers):
-            raise FasopError(f"{where}: {column}: expected a count of layers below the model's, got {n[:SHOWN_CHARS]!r}")
+    for column in ("offload_layers", "recompute_layers", "bf16_layers"):
+        n, most = (row.get(column) or "0").strip(), (arch.num_layers + (column == "bf16_layers")) if arch else None
+        if not (n.isdigit() and len(n) < 5) or (most is not None and 0 < int(n) >= most):
+            raise FasopError(f"{where}: {column}: expected a count of layers {'at most' if column == 'bf16_layers' else 'below'} "
+                             f"the model's, got {n[:SHOWN_CHARS]!r}")
 
 
 def _virtual_stages(where: str, row: dict[str, str]) -> int:

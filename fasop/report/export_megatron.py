@@ -211,10 +211,14 @@ def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
     if s.dp_replicate > 1:  # HSDP: R instances of the sharded states, each over (dp x cp) / R ranks (outer: no_shard)
         args.append(f"--num-distributed-optimizer-instances {s.dp_replicate}")
     if s.precision is not None:
-        if s.precision in PRECISION_FLAGS:
+        if s.precision == "fp8" and s.bf16_layers:   # Megatron-Core: "Delayed scaling does not support first / last
+            args += ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise"]   # layer in BF16": current scaling
+        elif s.precision in PRECISION_FLAGS:
             args += PRECISION_FLAGS[s.precision]
         else:
             warnings.append(f"precision {s.precision!r}: no Megatron-LM flag known for it; none written")
+    if s.bf16_layers:  # TransformerConfig first_last_layers_bf16 with the last N layers (none at the start)
+        args += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16 0", f"--num-layers-at-end-in-bf16 {s.bf16_layers}"]
     if s.main_grads == "bf16":  # the gradient buffer and its reduce-scatter in bf16 (default: fp32 with --bf16)
         args.append("--grad-reduce-in-bf16")
     if s.optimizer_states == "bf16" and s.zero_stage == 0:  # megatron/core/optimizer/__init__.py raises then

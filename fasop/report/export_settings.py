@@ -48,6 +48,8 @@ class Settings:
     """Layers whose activations wait in host memory (the row's offload_layers column)."""
     recompute_layers: int = 0
     """Full recompute of only this many layers a model chunk (the row's recompute_layers column; 0: every layer)."""
+    bf16_layers: int = 0
+    """The model's last layers whose matmuls stay 16-bit in a low-precision run (the row's bf16_layers column)."""
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,10 @@ def settings_of(rp: RowPlan) -> Settings:
 
 
 def row_software(rp: RowPlan) -> dict:
-    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers` and `recompute_layers` cells (checked when the row
-    was read: rowplan.plan_of_row)."""
-    counts = {k: int((rp.row.get(k) or "0").strip()) for k in ("mtp_layers", "offload_layers", "recompute_layers")}
+    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers` and `bf16_layers` cells (checked
+    when the row was read: rowplan.plan_of_row)."""
+    counts = {k: int((rp.row.get(k) or "0").strip())
+              for k in ("mtp_layers", "offload_layers", "recompute_layers", "bf16_layers")}
     return {**counts, "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip()}
 
 

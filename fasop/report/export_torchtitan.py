@@ -138,6 +138,9 @@ def _torchtitan_float8(s: Settings, warnings: list[str], moe: bool = False) -> l
         if s.precision not in (None, "bf16"):
             warnings.append(f"precision {s.precision!r}: torchtitan trains in bf16 (FSDP mixed precision); not written")
         return []
+    if s.bf16_layers:
+        warnings.append(f"bf16_layers {s.bf16_layers}: written converters quantize every block; exclude the last "
+                        f"{s.bf16_layers} blocks' Linears (their `fqns` / `filter_fqns`) to keep them 16-bit as estimated")
     converters = [LOW_PRECISION_CONVERTERS[s.precision]]
     if moe and s.precision in GROUPED_EXPERTS_CONVERTERS:
         converters.append(GROUPED_EXPERTS_CONVERTERS[s.precision])

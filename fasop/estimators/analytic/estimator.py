@@ -47,8 +47,8 @@ from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, No
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
 COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads", "optimizer_states",
-           "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "compute_source", "misfit", "stage_memory_gib",
-           "stage_memory_limit_gib")
+           "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "bf16_layers", "compute_source", "misfit",
+           "stage_memory_gib", "stage_memory_limit_gib")
 """Extra CSV columns of this estimator's plans (report/results.py appends them after the common ones)."""
 
 
@@ -307,7 +307,8 @@ class AnalyticEstimator:
                  ("recompute", r.recompute_name), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision),
                  *((k, self.mtp if k == "mtp_layers" else self.recipes.get(k, DEFAULTS[k])[0]) for k in COLUMNS[5:9]),
-                 ("offload_layers", r.offload_layers), ("recompute_layers", r.recompute_layers or ""), ("compute_source", source),
+                 ("offload_layers", r.offload_layers), ("recompute_layers", r.recompute_layers or ""),
+                 ("bf16_layers", r.bf16_layers), ("compute_source", source),
                  ("misfit", misfit or ("activations" if oom else "")),
                  ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
                  ("stage_memory_limit_gib", "-".join(f"{hw.memory_limit_bytes / GIB:.2f}" for hw in stages)))

@@ -15,13 +15,14 @@ from fasop.specs.host_ops import per_layer, search_scopes
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
             "precision": ("bf16",), "hsdp": (False,), "main_grads": ("fp32",), "optimizer_states": ("fp32",),
-            "cuda_graphs": ("none",), "offload_layers": (0,)}
+            "cuda_graphs": ("none",), "offload_layers": (0,), "bf16_layers": (0,)}
 """What a search tries when not told: no recompute and full recompute (the faster that fits; under
 FlashAttention selective recompute keeps what no recompute keeps at no gain, and full recompute
 lets bigger micro-batches or fewer stages fit: docs/analytic.md, "Default recipe"), the distributed
 optimizer, sequence parallelism with tp > 1, no interleaving, bf16, no HSDP -- except that where
 ZeRO 3 (FSDP) is allowed and --hsdp is not given, FSDP is also tried as HSDP (HSDP_DEFAULT_STAGES) --,
-fp32 gradients and Adam moments, eager (no CUDA graph), no activation offloading. `main_grads` / `optimizer_states` take one
+fp32 gradients and Adam moments, eager (no CUDA graph), no activation offloading, every layer in the
+plan's precision (`bf16_layers` 0). `main_grads` / `optimizer_states` take one
 value each (bf16: memory.state_dtypes), and `cuda_graphs` one setting (specs/host_ops.search_scopes:
 what the run captures), the same for every plan: not dimensions the search tries."""
 
@@ -49,10 +50,10 @@ def parse_recipes(options: dict) -> dict:
                    "optimizer_states": STATE_DTYPES}.get(key)
         bad = [v for v in values if (allowed is not None and v not in allowed and not str(v).startswith("selective:"))
                or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))
-               or (key == "offload_layers" and not (isinstance(v, int) and v >= 0))]
+               or (key in ("offload_layers", "bf16_layers") and not (isinstance(v, int) and v >= 0))]
         if bad:
             raise FasopError(f"--{key.replace('_', '-')}: {bad[0]!r} is not one of "
-                             f"{', '.join(map(str, allowed or ('integers >= ' + str(int(key != 'offload_layers')),)))}")
+                             f"{', '.join(map(str, allowed or ('integers >= ' + str(int(key == 'virtual_stages')),)))}")
         if key in ("main_grads", "optimizer_states") and len(values) > 1:
             raise FasopError(f"--{key.replace('_', '-')}: one of {', '.join(STATE_DTYPES)}, got {','.join(values)} "
                              "(one dtype for every plan: it is not searched)")
@@ -166,8 +167,10 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool) -> Iter
     tp > 1, ZeRO only with dp x cp > 1, interleaving v only where pp x v divides the layers and pp
     the micro-batches, HSDP only where its shard group (`shard_in_dp`) is smaller than dp and with
     the ZeRO stages `hsdp_stages` names, activation offloading of N > 0 layers only as Megatron-Core allows it
-    (transformer_config.py: one pipeline stage, no recompute, N below the layers: offload.py), and full recompute
-    also as block recompute of each `recompute_layers` N below a chunk's layers (block_recompute.py)."""
+    (transformer_config.py: one pipeline stage, no recompute, N below the layers: offload.py), full recompute
+    also as block recompute of each `recompute_layers` N below a chunk's layers (block_recompute.py), and N > 0
+    16-bit layers (`bf16_layers`, the model's last N) only in an fp8 / mxfp8 / nvfp4 recipe, at most the layers of a
+    pipeline stage as Megatron-Core allows (transformer_config.py num_layers_at_end_in_bf16; the CSV says the count)."""
     sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
     zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
     m = plan.num_microbatches
@@ -175,10 +178,13 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool) -> Iter
                                                        and not m % plan.pp)] or [1]
     hybrid = [h for h in r["hsdp"] if not h or shard_in_dp] or [False]
     off = [n for n in r.get("offload_layers", (0,)) if not OF.refusal(n, plan.pp, num_layers, ())] or [0]
-    for rc, s, z, v, p, h, n in itertools.product(r["recompute"], sp, zero, vs, r["precision"], hybrid, off):
+    given, most = r.get("bf16_layers", (0,)), num_layers // plan.pp   # more than a stage's: as many as it allows
+    bf16 = {p: sorted({min(k, most) for k in given}) if Recipe(precision=p).low_precision else [0] for p in r["precision"]}
+    precisions = [(p, k) for p in r["precision"] for k in bf16[p]]   # a 16-bit run: its layers are all 16-bit
+    for rc, s, z, v, (p, k), h, n in itertools.product(r["recompute"], sp, zero, vs, precisions, hybrid, off):
         if (not h or z in r["hsdp_stages"]) and (n == 0 or rc == "none"):  # HSDP: ZeRO 1-3 (by default 3) only
             mode, modules = split_recompute(rc)
             chunk = -(-num_layers // (plan.pp * v))   # block recompute of a whole chunk is every layer's
             for block in [None] + [b for b in r.get("recompute_layers", ()) if mode == "full" and b < chunk]:
                 yield Recipe(recompute=mode, recompute_modules=modules, sequence_parallel=s, zero=z, virtual_stages=v,
-                             precision=p, hsdp=h, offload_layers=n, recompute_layers=block)
+                             precision=p, hsdp=h, offload_layers=n, recompute_layers=block, bf16_layers=k)
