@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from fasop.core.errors import FasopError
 from fasop.estimators.analytic import offload as OF
-from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
+from fasop.estimators.analytic.layers import LOW_PRECISIONS, PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.modules import recompute_text, split_recompute
 from fasop.plans.plan import Plan
 from fasop.specs.host_ops import per_layer, search_scopes
@@ -179,7 +179,7 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool) -> Iter
     hybrid = [h for h in r["hsdp"] if not h or shard_in_dp] or [False]
     off = [n for n in r.get("offload_layers", (0,)) if not OF.refusal(n, plan.pp, num_layers, ())] or [0]
     given, most = r.get("bf16_layers", (0,)), num_layers // plan.pp   # more than a stage's: as many as it allows
-    bf16 = {p: sorted({min(k, most) for k in given}) if Recipe(precision=p).low_precision else [0] for p in r["precision"]}
+    bf16 = {p: sorted({min(k, most) for k in given}) if p in LOW_PRECISIONS else [0] for p in r["precision"]}
     precisions = [(p, k) for p in r["precision"] for k in bf16[p]]   # a 16-bit run: its layers are all 16-bit
     for rc, s, z, v, (p, k), h, n in itertools.product(r["recompute"], sp, zero, vs, precisions, hybrid, off):
         if (not h or z in r["hsdp_stages"]) and (n == 0 or rc == "none"):  # HSDP: ZeRO 1-3 (by default 3) only
