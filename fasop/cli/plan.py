@@ -223,10 +223,9 @@ def estimator_for(rp, model, cluster):
     return estimator
 
 
-RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": lambda v: v == "True",
-                  "virtual_stages": int, "precision": str, "main_grads": str, "optimizer_states": str,
-                  "mtp_layers": int, "cuda_graphs": str, "offload_layers": int, "recompute_layers": int,
-                  "bf16_layers": int}
+RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": lambda v: v == "True", "virtual_stages": int,
+                  "precision": str, "main_grads": str, "optimizer_states": str, "mtp_layers": int, "cuda_graphs": str,
+                  "offload_layers": int, "recompute_layers": int, "bf16_layers": int}
 """The recipe columns of a results row (the analytic estimator's) and how to read each cell."""
 
 
