@@ -218,11 +218,12 @@ def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
     why = search_scopes((row.get("cuda_graphs") or "none").strip())[1]
     if why:
         raise FasopError(f"{where}: cuda_graphs: {why}")
-    for column in ("offload_layers", "recompute_layers", "bf16_layers"):
-        n, most = (row.get(column) or "0").strip(), (arch.num_layers + (column == "bf16_layers")) if arch else None
-        if not (n.isdigit() and len(n) < 5) or (most is not None and 0 < int(n) >= most):
-            raise FasopError(f"{where}: {column}: expected a count of layers {'at most' if column == 'bf16_layers' else 'below'} "
-                             f"the model's, got {n[:SHOWN_CHARS]!r}")
+    layers = arch.num_layers if arch is not None else None
+    for column, bound, over in (("offload_layers", "below", 0), ("recompute_layers", "below", 0),
+                                ("bf16_layers", "at most", 1)):   # 16-bit layers may be all of them
+        n = (row.get(column) or "0").strip()
+        if not (n.isdigit() and len(n) < 5) or (layers is not None and int(n) >= max(1, layers + over)):
+            raise FasopError(f"{where}: {column}: expected a count of layers {bound} the model's, got {n[:SHOWN_CHARS]!r}")
 
 
 def _virtual_stages(where: str, row: dict[str, str]) -> int:

@@ -40,7 +40,7 @@ from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
 from fasop.estimators.analytic import parallel as P
-from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
+from fasop.estimators.analytic.layers import LOW_PRECISIONS, PRECISIONS, RECOMPUTES, Recipe
 from fasop.estimators.analytic.modules import MODULES, recompute_text, split_recompute
 from fasop.core.errors import FasopError
 from fasop.specs.architecture import gpt_architecture
@@ -273,7 +273,7 @@ def _bf16_layers(c: Cells, precision: str, layers: int) -> int:
     """`bf16_layers`: layers of an FP8 / MXFP8 / NVFP4 row whose matmuls stay 16-bit (Megatron-Core's
     num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16 under first_last_layers_bf16); empty: 0."""
     n = c.int("bf16_layers", low=0) or 0
-    if n and not Recipe(precision=precision).low_precision:
+    if n and precision not in LOW_PRECISIONS:
         raise c.error("bf16_layers", f"{n} needs a low-precision row (fp8, mxfp8, nvfp4), the row's precision "
                                      f"is {precision}")
     if n > layers:

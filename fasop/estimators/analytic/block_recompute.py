@@ -16,7 +16,7 @@ exact for totals when the stage's layers divide evenly into its v chunks of num_
 
 The same mean-layer mix serves a low-precision run's layers that stay 16-bit (`Recipe.bf16_layers`,
 Megatron-Core's num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16): their share of the model's
-layers runs as the bf16 layer (bf16_share, as_bf16) -- exact for totals with one pipeline stage.
+layers runs as the bf16 layer (bf16_share, one_precision) -- exact for totals with one pipeline stage.
 
 Selective recompute of named modules (`--recompute-granularity selective --recompute-modules ...`):
 the seconds each module's forward costs again in the backward (modules_rerun_s; what each module
@@ -60,7 +60,7 @@ def bf16_share(w: Workload) -> float:
     return min(1.0, r.bf16_layers / w.arch.num_layers) if r.bf16_layers and r.low_precision else 0.0
 
 
-def as_bf16(w: Workload, precision: str = "bf16") -> Workload:
+def one_precision(w: Workload, precision: str = "bf16") -> Workload:
     """The same workload with every layer at `precision` (the ends of bf16_share's mix)."""
     return replace(w, recipe=replace(w.recipe, precision=precision, bf16_layers=0))
 

@@ -116,8 +116,8 @@ def layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks | 
     low-precision run, the mean of both (block_recompute.bf16_share)."""
     k = BR.bf16_share(w)
     if k:
-        low = layer_s(BR.as_bf16(w, w.recipe.precision), gpu, tp_link, hw_groups)
-        return BR.mix(low, layer_s(BR.as_bf16(w), gpu, tp_link, hw_groups), k)
+        low = layer_s(BR.one_precision(w, w.recipe.precision), gpu, tp_link, hw_groups)
+        return BR.mix(low, layer_s(BR.one_precision(w), gpu, tp_link, hw_groups), k)
     q = BR.recomputed_share(w)
     if w.recipe.recompute == "full" and q < 1.0:
         times = BR.mix(_layer_s(BR.without_recompute(w), gpu, tp_link, hw_groups), _layer_s(w, gpu, tp_link, hw_groups), q)
@@ -299,9 +299,10 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
             hf, hb = head_s(w, hw.gpu)
             mf, mb = mtp_s(w, hw)
             f, bk = f + hf + mf, bk + hb + mb
-        params.append(stage_params(w, n, i == 0, i == p - 1))
-        gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1, fsdp_root_params(w, i),
-                                stage_param_split(w, n, i == 0, i == p - 1)[1], expert_rings(w, hw))
+        dense, experts = stage_param_split(w, n, i == 0, i == p - 1)
+        params.append(dense + experts)
+        gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1, fsdp_root_params(w, i), experts,
+                                expert_rings(w, hw))
         if w.recipe.zero >= 3 and n and not w.params.megatron_fsdp:   # FSDP2's copies, or FSDP1's gradient
             # concatenation: memory bound (Megatron-FSDP works in its buffers)
             e, reduce = w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision]

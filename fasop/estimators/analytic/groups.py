@@ -71,10 +71,9 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
         on_links = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
         free = C.layer_s(w, hw.gpu, hw.tp_link, P.FREE_LINKS)
         f1, b1 = on_links
-        last = i == len(stages) - 1
-        gf, gb = C.zero3_gather_s(w, C.stage_params(w, n, i == 0, last), C.state_links(w, hw)[0], n, f1, b1,
-                                  C.fsdp_root_params(w, i), C.stage_param_split(w, n, i == 0, last)[1],
-                                  C.expert_rings(w, hw))
+        dense, experts = C.stage_param_split(w, n, i == 0, i == len(stages) - 1)
+        gf, gb = C.zero3_gather_s(w, dense + experts, C.state_links(w, hw)[0], n, f1, b1, C.fsdp_root_params(w, i),
+                                  experts, C.expert_rings(w, hw))
         if gf or gb:
             pieces.append(f"FSDP gathers exposed {gf * 1e3:.3f} ms fwd, {gb * 1e3:.3f} ms bwd")
         exposed = (n * (on_links[0] - free[0]) * 1e3, n * (on_links[1] - free[1]) * 1e3)

@@ -106,10 +106,11 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     groups = P.GroupLinks(inside.bytes_per_s, overheads.network_bytes_per_s(params, net(ks)),
                           params.intra_node_latency_s, overheads.network_latency_s(params, net(ks)), g, domain)
     tp_inside = tp <= g or (tp <= domain and not domain % tp)
+    n = domain_nodes(ks, g, domain)
     return StageHardware(gpu=gpu, tp_link=inside if tp_inside else inter(ks, g),
-                         dp_link=dp_link(ks, g, domain, tp, inside, inter), next_link=nxt,
+                         dp_link=dp_link(ks, g, domain, tp, inside, inter, n), next_link=nxt,
                          memory_limit_bytes=min(nodes[k].memory_limit_bytes for k in ks), groups=groups,
-                         domain_nodes=domain_nodes(ks, g, domain))
+                         domain_nodes=n)
 
 
 def domain_nodes(ks, g: int, domain: int) -> int:
@@ -120,10 +121,10 @@ def domain_nodes(ks, g: int, domain: int) -> int:
     return min(Counter(k // per for k in ks).values())
 
 
-def dp_link(ks, g: int, domain: int, tp: int, inside: Link, inter) -> Link:
+def dp_link(ks, g: int, domain: int, tp: int, inside: Link, inter, n: int | None = None) -> Link:
     """The link of a stage's DP rings over the nodes `ks` (G GPUs each), members tp ranks apart:
-    rings_link's, `inter(ks, share)` the network / share."""
-    n = domain_nodes(ks, g, domain)
+    rings_link's, `inter(ks, share)` the network / share, n the stage's domain_nodes (when known)."""
+    n = domain_nodes(ks, g, domain) if n is None else n
     return rings_link(inside, inter(ks, 1) if n else inside, g, domain, n, tp)
 
 

@@ -62,11 +62,11 @@ def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus:
     for i in range(pp):
         block = span(range(tp * dp * i, tp * dp * (i + 1)))
         domain = H.domain_gpus(gpus, block, g)
+        n = H.domain_nodes(block, g, domain)
         stage_links.append((P.GroupLinks(intra(block).bytes_per_s, overheads.network_bytes_per_s(params, net(block)),
                                          params.intra_node_latency_s, overheads.network_latency_s(params, net(block)),
                                          g, domain),
-                            H.dp_link(block, g, domain, tp, intra(block), inter),   # as hardware.one_stage
-                            H.domain_nodes(block, g, domain)))
+                            H.dp_link(block, g, domain, tp, intra(block), inter, n), n))   # as hardware.one_stage
     out = []
     for d in range(dp):
         stages = []
