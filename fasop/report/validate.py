@@ -54,6 +54,10 @@ from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIR
                                         layers_per_stage, read_rows, row_hardware)
 
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
+PRECISION_NAMES = {"fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8"}
+"""Megatron-Bridge's names for its FP8 recipes (`_perf_precision("fp8_cs")`; FP8-CS / FP8-DS / FP8-MX in its
+performance tables), as a `precision` cell may give them ('-' or '_'): per-tensor FP8 with current or delayed
+scaling is `fp8`, block-scaled FP8 `mxfp8`."""
 OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter",
                "predicted_seconds_per_iter", "error_pct", "measured_peak_mem_gib", "predicted_peak_mem_gib",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
@@ -106,7 +110,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     counts = layers_per_stage(c, pp, arch.num_layers)
     kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
     zero = c.choice("zero", ("0", "1", "2", "3"))
-    precision = c.choice("precision", PRECISIONS, "bf16")
+    precision = PRECISION_NAMES.get(c.text("precision").lower().replace("-", "_")) or c.choice("precision", PRECISIONS, "bf16")
     par["bf16_layers"] = _bf16_layers(c, precision, arch.num_layers)
     # a ZeRO-3 row is PyTorch FSDP unless the GPU's published FSDP runs are Megatron-FSDP's (FSDP_STACK)
     recipe_practice = _common(hw, VALIDATE_RECIPE_SOFTWARE)   # how the GPU's published runs recomputed and sharded

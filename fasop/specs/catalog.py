@@ -17,6 +17,7 @@ from pathlib import Path
 from fasop.core import limits
 from fasop.core.errors import SpecError
 from fasop.specs.files import shipped_folder
+from fasop.specs.gpu_names import by_name, canonical
 from fasop.specs.host_ops import HostOps, read_host_ops
 from fasop.specs.reader import Reader, read_yaml
 from fasop.specs.types import GIB
@@ -31,7 +32,7 @@ _GPU_KEYS = tuple(f"{p}_tflops" for p in PEAK_PRECISIONS) + ("memory_gib", "memo
              "intra_node_efficiency", "fp8_matmul_efficiency", "fused_attention_efficiency",
              "validate_software", "streaming_multiprocessors", "nvlink_domain_gpus", "memory_bandwidth_efficiency",
              "layer_overhead_s", "reference_gpus_per_node", "compute_capability", "kernel_launch_s", "nvfp4_matmul_efficiency",
-             "layer_gemm_share", "ssd_scan_efficiency", "host_link_gbyte_per_s")
+             "layer_gemm_share", "ssd_scan_efficiency", "host_link_gbyte_per_s", "aliases")
 PARAM_KEYS = ("memory_bandwidth_efficiency", "link_efficiency", "link_latency_s", "fused_attention", "fused_elementwise",
               "eager_rope", "fsdp_copy_out", "fused_attention_efficiency", "gemm_traffic", "overlap_slowdown",
               "dp_overlap", "framework_overhead_gib", "gradient_reduce_bytes", "gradient_accumulation_fusion",
@@ -104,6 +105,8 @@ class GpuType:
     def intra_node_share(self, params: "AnalyticParams") -> float:
         return self.intra_node_efficiency or params.link_efficiency[self.intra_node_link]
 
+    aliases: tuple[str, ...] = ()
+    """Other names of the same part (gpu_names.py), e.g. H100-SXM's `H100`."""
     ssd_scan_efficiency: float | None = None
     """Share of the 16-bit peak Mamba-2's chunked scan (mamba_ssm's Triton kernels) reaches where measured;
     None: blocks.SSD_FLASH_RATIO of the GPU's fused attention rate."""
@@ -223,11 +226,6 @@ class AnalyticParams:
     `optimizer_states` bf16)."""
 
 
-def canonical(name: str) -> str:
-    """GPU names compare case-insensitively, ignoring '-', '_' and spaces."""
-    return "".join(ch for ch in name.lower() if ch not in "-_ ")
-
-
 @lru_cache(maxsize=4)
 def load_gpus(path: str = str(CATALOG_DIR / "gpus.yaml")) -> dict[str, GpuType]:
     """Every GPU type of the catalog, keyed by canonical name."""
@@ -239,13 +237,18 @@ def load_gpus(path: str = str(CATALOG_DIR / "gpus.yaml")) -> dict[str, GpuType]:
     return gpus
 
 
+@lru_cache(maxsize=4)
+def gpu_names(path: str = str(CATALOG_DIR / "gpus.yaml")) -> dict[str, GpuType]:
+    """load_gpus keyed by every name a GPU answers to: its own and its aliases (gpu_names.py)."""
+    return by_name(load_gpus(path), path)
+
+
 def find_gpu(name: str, where: str = "gpu") -> GpuType:
-    gpus = load_gpus()
-    try:
-        return gpus[canonical(name)]
-    except KeyError:
-        known = ", ".join(g.name for g in gpus.values())
-        raise SpecError(where, "gpu", f"unknown GPU type {name!r} (catalog: {known})") from None
+    gpu = gpu_names().get(canonical(name))
+    if gpu is None:
+        known = ", ".join(g.name for g in load_gpus().values())
+        raise SpecError(where, "gpu", f"unknown GPU type {name!r} (catalog: {known})")
+    return gpu
 
 
 def _gpu(r: Reader, name: str) -> GpuType:
@@ -286,6 +289,8 @@ def _gpu(r: Reader, name: str) -> GpuType:
         layer_gemm_share=r.numbers("layer_gemm_share", ("bf16", "fp8", "mxfp8", "nvfp4"), False, lambda v: 0 < v <= 1, "in (0, 1]"),
         ssd_scan_efficiency=r.get("ssd_scan_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
         host_link_bytes_per_s=None if host is None else float(host) * 1e9,
+        aliases=tuple(r.get("aliases", list, [], lambda v: all(isinstance(a, str) and a.strip() for a in v),
+                            "a list of names")),
     )
     r.done()
     return gpu

@@ -1,0 +1,44 @@
+"""GPU names as people write them: the catalog's own, its aliases, and what tools print.
+
+A GPU is named in a cluster spec (`gpu:`), a `fasop validate` row (`gpu`), a calibration overlay and
+`--peak-tflops`. Names compare by `canonical`: case, '-', '_' and spaces ignored, and the vendor, product
+line and system words that `nvidia-smi`, `rocm-smi` and vendors' tables put before the model dropped
+(`NVIDIA`, `Tesla`, `GeForce`, `Quadro`, `AMD`, `Instinct`, `DGX`, `HGX`): `NVIDIA A100-SXM4-80GB`
+(nvidia-smi), `DGX-GB200` (Megatron-Bridge's performance tables), `Tesla T4` and `A100-SXM4-80GB` are
+the same key as the catalog's. A catalog entry's `aliases` (gpus.yaml) names it too: the other names of the
+same part, e.g. H100-SXM's `H100` and nvidia-smi's `H100 80GB HBM3`. A name that could be two catalog
+GPUs (`A100`: 40 or 80 GB) is no alias: it is refused with the catalog's names.
+"""
+
+from __future__ import annotations
+
+from fasop.core.errors import SpecError
+
+SYSTEM_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "instinct", "dgx", "hgx")
+"""Leading words dropped from a name (repeatedly: `NVIDIA DGX H100` -> `h100`)."""
+
+
+def canonical(name: str) -> str:
+    """The key names compare by: lower case, without '-', '_', spaces and leading SYSTEM_WORDS."""
+    key = "".join(ch for ch in name.lower() if ch not in "-_ ")
+    dropped = True
+    while dropped:
+        dropped = False
+        for word in SYSTEM_WORDS:
+            if key.startswith(word) and len(key) > len(word):
+                key, dropped = key[len(word):], True
+    return key
+
+
+def by_name(gpus: dict, path: str) -> dict:
+    """Every key a catalog GPU answers to (its canonical name, its aliases') -> the GPU; an alias that is
+    another GPU's name or alias is refused (SpecError naming `<gpu>: aliases` and the alias)."""
+    table = dict(gpus)
+    for gpu in gpus.values():
+        for alias in gpu.aliases:
+            other = table.get(canonical(alias))
+            if other is not None and other is not gpu:
+                raise SpecError(path, f"{gpu.name}: aliases",
+                                f"{alias!r} already names {other.name}: an alias names one GPU")
+            table[canonical(alias)] = gpu
+    return table

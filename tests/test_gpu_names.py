@@ -1,0 +1,101 @@
+"""GPU names as people write them (fasop/specs/gpu_names.py): the catalog's, its aliases, what tools print."""
+
+import csv
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fasop.core.errors import SpecError
+from fasop.specs.catalog import canonical, find_gpu, gpu_names
+from fasop.specs.files import shipped_folder
+from fasop.specs.load import load_cluster
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.mark.parametrize("written, gpu", [
+    ("H100", "H100-SXM"), ("DGX-H100", "H100-SXM"), ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("h100-sxm5", "H100-SXM"),
+    ("NVIDIA H100 PCIe", "H100-PCIe"), ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"), ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
+    ("Tesla T4", "T4"), ("NVIDIA GeForce RTX 4090", "RTX-4090"), ("NVIDIA RTX A6000", "RTX-A6000"),
+    ("AMD Instinct MI300X", "MI300X"), ("HGX B200", "B200"), ("DGX-GB200", "GB200"), ("DGX-GB300", "GB300"),
+    ("NVIDIA DGX B300", "B300"), ("B300 SXM6 AC", "B300"),
+])
+def test_names_tools_and_tables_print_find_the_catalog_gpu(written, gpu):
+    assert find_gpu(written).name == gpu
+
+
+@pytest.mark.parametrize("written", ["A100", "NVIDIA", "DGX", "H300", "NVIDIA A100"])
+def test_a_name_that_is_no_one_gpu_is_refused_with_the_catalogs_names(written):
+    with pytest.raises(SpecError, match=rf"unknown GPU type '{written}' \(catalog: A100-SXM4-40GB, A100-SXM4-80GB"):
+        find_gpu(written)
+
+
+def test_an_alias_that_names_another_gpu_is_refused(tmp_path):
+    text = (shipped_folder("cluster_specs") / "catalog" / "gpus.yaml").read_text()
+    bad = tmp_path / "gpus.yaml"
+    bad.write_text(text.replace("aliases: [B300 SXM6 AC]", "aliases: [B300 SXM6 AC, NVIDIA B200]"))
+    with pytest.raises(SpecError, match=r"B300: aliases: 'NVIDIA B200' already names B200"):
+        gpu_names(str(bad))
+
+
+def test_every_shipped_alias_finds_its_gpu_and_adds_a_name():
+    gpus = {g.name: g for g in gpu_names().values()}
+    aliases = [(a, g) for g in gpus.values() for a in g.aliases]
+    assert aliases, "the catalog ships aliases"
+    for alias, gpu in aliases:
+        assert find_gpu(alias) is gpu and canonical(alias) != canonical(gpu.name), alias
+
+
+def test_a_cluster_spec_and_a_validate_row_may_name_the_gpu_as_nvidia_smi_does(tmp_path):
+    text = (shipped_folder("cluster_specs") / "gcp.yaml").read_text().replace("gpu: H100-SXM", "gpu: NVIDIA H100 80GB HBM3")
+    path = tmp_path / "smi.yaml"
+    path.write_text(text)
+    assert load_cluster(str(path)).node_types["a3-highgpu-8g"].gpu == "H100-SXM"
+    rows = (DATA / "nemo_gpt3_175b_h100.csv").read_text().splitlines()
+    head, first = rows[0], rows[1]
+    assert ",H100-SXM," in first
+    runs = tmp_path / "runs.csv"
+    for name in ("H100-SXM", "DGX-H100"):
+        runs.write_text(head + "\n" + first.replace(",H100-SXM,", f",{name},") + "\n")
+        out = subprocess.run([sys.executable, "-m", "fasop", "validate", str(runs)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        if name == "H100-SXM":
+            same = out.stdout
+    assert out.stdout == same
+
+
+@pytest.mark.parametrize("written, precision", [("FP8-CS", "fp8"), ("fp8_ds", "fp8"), ("FP8-MX", "mxfp8"), ("MXFP8", "mxfp8")])
+def test_megatron_bridges_precision_names_are_the_precisions_they_run(tmp_path, written, precision):
+    """A row transcribed from Megatron-Bridge's tables (FP8-CS, FP8-DS, FP8-MX) predicts as fasop's name for it."""
+    rows = (DATA / "moe_megatron_bridge_perf_summary.csv").read_text().splitlines()
+    head, row = rows[0], next(r for r in rows[1:] if r.startswith("Qwen3-30B-A3B GB200"))
+    assert ",mxfp8," in row
+
+    def predicted(cell):
+        runs = tmp_path / "runs.csv"
+        runs.write_text(head + "\n" + row.replace(",mxfp8,", f",{cell},") + "\n")
+        shutil.copytree(DATA / "hf", tmp_path / "hf", dirs_exist_ok=True)
+        out = tmp_path / "out.csv"
+        done = subprocess.run([sys.executable, "-m", "fasop", "validate", str(runs), "--out", str(out)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return next(csv.DictReader(out.open()))
+
+    got, same = predicted(written), predicted(precision)
+    assert got["precision"] == precision and got["predicted_seconds_per_iter"] == same["predicted_seconds_per_iter"]
+
+
+def test_a_precision_no_one_knows_is_refused_in_one_line(tmp_path):
+    with (DATA / "nemo_gpt3_175b_h100.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    runs = tmp_path / "runs.csv"
+    with runs.open("w", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=list(rows[0]))
+        out.writeheader()
+        out.writerow(rows[0] | {"precision": "FP8-XX"})
+    done = subprocess.run([sys.executable, "-m", "fasop", "validate", str(runs)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and not done.stdout
+    assert "line 2: precision: expected one of bf16" in done.stderr and "'fp8-xx'" in done.stderr
