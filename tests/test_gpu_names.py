@@ -99,3 +99,25 @@ def test_a_precision_no_one_knows_is_refused_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "fasop", "validate", str(runs)], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and not done.stdout
     assert "line 2: precision: expected one of bf16" in done.stderr and "'fp8-xx'" in done.stderr
+
+
+def test_an_optional_cells_n_a_is_an_empty_cell_and_a_required_ones_is_refused(tmp_path):
+    """Megatron-Bridge's tables print `n/a` for a degree a run does not use (VP without a pipeline, EP of a
+    dense model): transcribed, it states nothing, as an empty cell; in a required column it is refused."""
+    with (DATA / "moe_megatron_bridge_perf_summary.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    shutil.copytree(DATA / "hf", tmp_path / "hf")
+
+    def run(**cells):
+        runs = tmp_path / "runs.csv"
+        with runs.open("w", newline="") as f:
+            out = csv.DictWriter(f, fieldnames=list(rows[0]))
+            out.writeheader()
+            out.writerow(rows[4] | cells)
+        return subprocess.run([sys.executable, "-m", "fasop", "validate", str(runs)], capture_output=True, text=True)
+
+    assert rows[4]["virtual_pp"] == "1" and rows[4]["pp"] == "1"
+    empty, stated = run(virtual_pp="", mtp_layers=""), run(virtual_pp="n/a", mtp_layers="N/A")
+    assert empty.returncode == stated.returncode == 0 and stated.stdout == empty.stdout
+    refused = run(tp="n/a")
+    assert refused.returncode == 2 and "line 2: tp: expected an integer, got 'n/a'" in refused.stderr

@@ -96,8 +96,10 @@ class Cells:
         return FasopError(f"{self.path}: line {self.row.line}: {column}: {message}")
 
     def text(self, column: str) -> str:
-        value = self.row.cells.get(column)
-        return "" if value is None else value.strip()
+        """The cell, stripped; an optional column's `n/a` (as Megatron-Bridge's tables print an unused
+        degree) is an empty cell."""
+        value = (self.row.cells.get(column) or "").strip()
+        return "" if value.lower() == "n/a" and column not in REQUIRED else value
 
     def int(self, column: str, default=None, low: int = 1) -> int | None:
         text = self.text(column)
