@@ -49,7 +49,8 @@ def shipped_specs(folder: str) -> list[Path]:
 
 
 def resolve(name_or_path: str, folder: str) -> Path:
-    """A spec given as a path, or as a name in `folder` (./folder first, then fasop's own)."""
+    """A spec given as a path, or as a name in `folder` (./folder first, then fasop's own; a name in another
+    case where exactly one spec of a folder has it)."""
     try:
         candidate = Path(name_or_path)
         if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path(".") or not name_or_path:
@@ -60,6 +61,10 @@ def resolve(name_or_path: str, folder: str) -> Path:
             path = root / f"{name_or_path}.yaml"
             if path.exists():
                 return path
+        for root in spec_folders(folder):  # the name in another case (`Qwen3-30B-A3B`, as its hub repository)
+            same = [p for p in sorted(root.glob("*.yaml")) if p.stem.lower() == name_or_path.lower()]
+            if len(same) == 1:
+                return same[0]
     except (OSError, ValueError) as exc:  # a name too long, or with a NUL byte
         raise SpecError(show(name_or_path, quote=False), "", f"cannot use as a spec name or path: {exc}") from None
     known = [p.stem for p in shipped_specs(folder)]

@@ -1,4 +1,5 @@
-"""GPU names as people write them (fasop/specs/gpu_names.py): the catalog's, its aliases, what tools print."""
+"""Names as people write them: GPUs (fasop/specs/gpu_names.py: the catalog's, its aliases, what tools print),
+Megatron-Bridge's precision names and n/a cells in validate rows, spec names in another case."""
 
 import csv
 import shutil
@@ -121,3 +122,24 @@ def test_an_optional_cells_n_a_is_an_empty_cell_and_a_required_ones_is_refused(t
     assert empty.returncode == stated.returncode == 0 and stated.stdout == empty.stdout
     refused = run(tp="n/a")
     assert refused.returncode == 2 and "line 2: tp: expected an integer, got 'n/a'" in refused.stderr
+
+
+def test_a_spec_name_in_another_case_is_the_shipped_spec(tmp_path):
+    """`--model Qwen3-30B-A3B` (as the hub writes it) is the shipped `qwen3-30b-a3b`; `AWS` is `aws`; a name
+    no spec has in any case is refused with the known names."""
+    from fasop.specs.load import load_model
+    assert load_model("Qwen3-30B-A3B") == load_model("qwen3-30b-a3b")
+    assert load_cluster("AWS").node_types.keys() == load_cluster("aws").node_types.keys()
+    with pytest.raises(SpecError, match=r"no spec named 'Qwen4' in model_specs/ \(known: bert, "):
+        load_model("Qwen4")
+    runs = tmp_path / "runs.csv"
+    rows = (DATA / "moe_megatron_bridge_perf_summary.csv").read_text().splitlines()
+    row = next(r for r in rows[1:] if r.startswith("Qwen3-30B-A3B GB200"))
+    out = []
+    for model in ("qwen3-30b-a3b", "Qwen3-30B-A3B"):
+        runs.write_text(rows[0] + "\n" + row.replace("hf/qwen3-30b-a3b.json", model) + "\n")
+        done = subprocess.run([sys.executable, "-m", "fasop", "validate", str(runs)], capture_output=True, text=True,
+                              cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        out.append(done.stdout)
+    assert out[0] == out[1]
