@@ -22,7 +22,7 @@ from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
 from fasop.search.engine import parse_nodes
 from fasop.specs.calibration import Calibration, apply_calibration
-from fasop.specs.catalog import AnalyticParams, GpuType, canonical, gpu_names, load_gpus
+from fasop.specs.catalog import AnalyticParams, GpuType, canonical, gpu_names, load_gpus, unknown_gpu
 from fasop.specs.files import decode_utf8, read_bounded
 from fasop.specs.load import load_cluster
 from fasop.specs.types import ClusterSpec, NodeType
@@ -188,8 +188,7 @@ class Hardware:
 def catalog_gpu(c: Cells, column: str, text: str) -> GpuType:
     gpu = gpu_names().get(canonical(text))
     if gpu is None:
-        known = ", ".join(x.name for x in load_gpus().values())
-        raise c.error(column, f"unknown GPU type {text[:60]!r} (catalog: {known})")
+        raise c.error(column, unknown_gpu(repr(text[:60])))
     return gpu
 
 

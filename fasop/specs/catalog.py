@@ -243,11 +243,15 @@ def gpu_names(path: str = str(CATALOG_DIR / "gpus.yaml")) -> dict[str, GpuType]:
     return by_name(load_gpus(path), path)
 
 
+def unknown_gpu(shown: str) -> str:
+    """Why a GPU name no catalog GPU answers to is refused, with the catalog's names."""
+    return f"unknown GPU type {shown} (catalog: {', '.join(g.name for g in load_gpus().values())})"
+
+
 def find_gpu(name: str, where: str = "gpu") -> GpuType:
     gpu = gpu_names().get(canonical(name))
     if gpu is None:
-        known = ", ".join(g.name for g in load_gpus().values())
-        raise SpecError(where, "gpu", f"unknown GPU type {name!r} (catalog: {known})")
+        raise SpecError(where, "gpu", unknown_gpu(repr(name)))
     return gpu
 
 
@@ -289,8 +293,7 @@ def _gpu(r: Reader, name: str) -> GpuType:
         layer_gemm_share=r.numbers("layer_gemm_share", ("bf16", "fp8", "mxfp8", "nvfp4"), False, lambda v: 0 < v <= 1, "in (0, 1]"),
         ssd_scan_efficiency=r.get("ssd_scan_efficiency", (int, float), None, lambda v: 0 < v <= 1, "in (0, 1]"),
         host_link_bytes_per_s=None if host is None else float(host) * 1e9,
-        aliases=tuple(r.get("aliases", list, [], lambda v: all(isinstance(a, str) and a.strip() for a in v),
-                            "a list of names")),
+        aliases=tuple(r.get("aliases", list, [], lambda v: all(isinstance(a, str) and a.strip() for a in v), "a list of names")),
     )
     r.done()
     return gpu

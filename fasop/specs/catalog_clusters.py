@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fasop.core import limits
 from fasop.core.errors import SpecError
-from fasop.specs.catalog import PARAM_KEYS, default_params, find_gpu, load_gpus, read_params  # noqa: F401
+from fasop.specs.catalog import PARAM_KEYS, default_params, find_gpu, load_gpus, read_params, unknown_gpu  # noqa: F401
 from fasop.specs.reader import Reader
 from fasop.specs.types import GIB, ClusterSpec, NodeType
 
@@ -57,8 +57,7 @@ def _catalog_node(r: Reader, name: str, path: Path) -> NodeType:
     try:
         gpu = find_gpu(gpu_name, str(path))
     except SpecError:
-        raise r.error("gpu", f"unknown GPU type {gpu_name!r} (catalog: "
-                      f"{', '.join(g.name for g in load_gpus().values())})") from None
+        raise r.error("gpu", unknown_gpu(repr(gpu_name))) from None
     spot = r.get("spot_usd_per_hour", (int, float, type(None)), None,
                  lambda v: v is None or 0 <= v <= limits.USD_PER_HOUR, f"in [0, {limits.USD_PER_HOUR:g}]")
     memory = r.get("memory_gib", (int, float), None, lambda v: 0 < v <= limits.MEMORY_GIB, f"in (0, {limits.MEMORY_GIB}]")

@@ -191,9 +191,9 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
     dense, experts = stage_param_split(w, layers, first, last)
     grad_bytes = w.params.gradient_reduce_bytes[r.precision]
     t, b, s = w.tp, w.mbs, w.local_seq
-    per_layer = BR.activation_bytes(w)
-    if BR.bf16_share(w):   # a low-precision run's 16-bit layers keep unquantized matmul inputs
-        per_layer = BR.mix((per_layer,), (BR.activation_bytes(BR.one_precision(w)),), BR.bf16_share(w))[0]
+    per_layer, bf16 = BR.activation_bytes(w), BR.bf16_share(w)
+    if bf16:   # a low-precision run's 16-bit layers keep unquantized matmul inputs
+        per_layer = BR.mix((per_layer,), (BR.activation_bytes(BR.one_precision(w)),), bf16)[0]
     if a.moe is not None and r.recompute != "full":
         # activation_bytes holds the k permuted copies of the mean rank's tokens (blocks.py); the
         # busiest EP rank receives rho x as many: its dispatch buffers' excess over the mean
