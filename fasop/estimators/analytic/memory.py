@@ -167,6 +167,15 @@ def mtp_activation_bytes(w: Workload) -> float:
     return w.mtp * (block + concat + head_activation_bytes(a, b, s, t))
 
 
+def torch_fsdp_master(w: Workload) -> bool:
+    """Whether the run is PyTorch FSDP (FSDP1 / FSDP2: a ZeRO-3 plan that is not Megatron-FSDP) in mixed
+    precision, whose sharded parameter is the fp32 master copy itself -- the 16-bit weights exist only
+    gathered, unit by unit (FSDP2 MixedPrecisionPolicy param_dtype, FSDP1's `_mp_shard`): a GPU keeps
+    4 + 4 + 8 = 16 bytes per sharded parameter (fp32 parameter, gradient, Adam's moments), not the
+    2 + 4 + 12 of a 16-bit shard beside a master (Megatron-FSDP, the distributed optimizer)."""
+    return w.recipe.zero >= 3 and not w.params.megatron_fsdp and w.recipe.value_bytes < 4
+
+
 def state_shards(w: Workload) -> tuple[int, int]:
     """(dense, expert) ranks ZeRO / FSDP shard a GPU's states over: the dense ones over the DP x CP
     group (HSDP: its `shard` ranks), the routed experts' over the expert data-parallel group
@@ -206,14 +215,15 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
     if last:
         acts += head_activation_bytes(a, b, s, t) + mtp_activation_bytes(w)
     dense_shard, expert_shard = state_shards(w)
+    master = torch_fsdp_master(w)   # PyTorch FSDP: the fp32 master shard is the parameter, no 16-bit shard beside it
     states = P.state_bytes(dense=dense, experts=experts, zero=r.zero, dense_shard=dense_shard,
-                           expert_shard=expert_shard, weight_bytes=weight_bytes(w), grad_bytes=grad_bytes,
-                           adam_bytes=optimizer_bytes(w))
+                           expert_shard=expert_shard, weight_bytes=0 if master else weight_bytes(w),
+                           grad_bytes=grad_bytes, adam_bytes=optimizer_bytes(w))
     weights = states.weights
     if r.zero >= 3:   # FSDP: the gathered units beside the shards (one layer = one unit), and the root kept
         unit = sum(stage_param_split(w, 1, False, False))
         weights += P.fsdp_unsharded_bytes(unit, r.value_bytes, grad_bytes)
-        weights += root_params(w, stage) * r.value_bytes * (1 - 1 / dense_shard)
+        weights += root_params(w, stage) * r.value_bytes * (1 if master else 1 - 1 / dense_shard)
     return MemoryParts(weights=weights, gradients=states.gradients, optimizer=states.optimizer,
                        activations=acts, overhead=w.params.framework_overhead_bytes)
 
