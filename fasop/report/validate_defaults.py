@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fasop.estimators.analytic import overheads
+from fasop.estimators.analytic.moe_kernels import ROUTINGS
 from fasop.estimators.analytic.memory import state_dtypes
 from fasop.report.validate_rows import Cells, Hardware
 from fasop.specs.catalog import AnalyticParams
@@ -18,7 +19,8 @@ from fasop.specs.validate_software import (MOE_DISPATCHERS, STATE_DTYPES, VALIDA
 
 DISPATCHERS = MOE_DISPATCHERS
 """Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
-(node-deduplicated dispatch: analytic.yaml `moe_node_dedup`)."""
+(node-deduplicated dispatch: analytic.yaml `moe_node_dedup`; DeepEP also once per rank of the node,
+`moe_rank_dedup`); `moe_routing` says how the run spread its tokens (moe_kernels.ROUTINGS)."""
 DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
 """SMs a backend's dispatch / combine kernels hold: DeepEP 20 (Megatron-Core TransformerConfig
 `moe_deepep_num_sms`, its historical default), HybridEP 32 (Megatron-Bridge's performance recipes set
@@ -84,6 +86,7 @@ def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fal
     params = replace(base, **switches, tp_overlap=tp_overlap, quantized_activations=base.quantized_activations and not fsdp,
                      ep_overlap=base.ep_overlap if overlap is None else overlap,
                      moe_node_dedup=base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall",
+                     moe_rank_dedup=dispatcher == "deepep", moe_routing=c.choice("moe_routing", ROUTINGS, "uniform"),
                      moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
                      moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
     graphs = cell_or_recipe("cuda_graphs", lambda k: c.text(k) or None, "moe")

@@ -31,7 +31,7 @@ REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "voca
             "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter")
 ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
 """Required columns a `model` column replaces (a row naming a model leaves them empty)."""
-OPTIONAL = ("name", "model", "cp", "ep", "etp", "zero", "dp_shard", "task", "moe_dispatcher", "ep_overlap", "moe_permute_fusion", "cuda_graphs", "main_grads", "optimizer_states", "mtp_layers", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "dropout", "gpus_per_node", "precision",
+OPTIONAL = ("name", "model", "cp", "ep", "etp", "zero", "dp_shard", "task", "moe_dispatcher", "moe_routing", "ep_overlap", "moe_permute_fusion", "cuda_graphs", "main_grads", "optimizer_states", "mtp_layers", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "dropout", "gpus_per_node", "precision",
             "micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp",
             "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce", "fused_elementwise", "tp_overlap",
             "cluster", "nodes", "layers_per_stage", "stage_gpus", "recompute_num_layers", "offload_layers", "bf16_layers")

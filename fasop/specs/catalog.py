@@ -215,10 +215,10 @@ class AnalyticParams:
     """Rate of the routed experts' grouped GEMM as a share of the GPU's dense matmul rate."""
     ep_overlap: float = 0.0
     """Share of the other micro-batch's compute the EP all-to-all hides behind (Megatron-Core's EP A2A overlap)."""
-    moe_node_dedup: bool = False
-    """Dispatch sends a token across the network once per remote node (DeepEP / HybridEP), not once per expert."""
-    moe_comm_sms: int = 0
-    """SMs a DeepEP / HybridEP dispatch or combine kernel holds while it runs (0: unknown, none taken)."""
+    moe_node_dedup: bool = False  # dispatch a token across the network once per remote node (DeepEP / HybridEP)
+    moe_rank_dedup: bool = False  # and once per rank of its own domain (DeepEP; moe_kernels.dispatch_copies)
+    moe_routing: str = "uniform"  # how tokens spread over the experts (moe_kernels.ROUTINGS)
+    moe_comm_sms: int = 0  # SMs a DeepEP / HybridEP dispatch or combine kernel holds while it runs (0: none taken)
     moe_permute_fusion: bool = True  # Megatron-Core's --moe-permute-fusion; false: the unfused path (moe_kernels.py)
     adam_moment_bytes: int = 4
     """Bytes of each of Adam's two moments per parameter: 4 (fp32), 2 under Megatron-Core's precision-aware

@@ -11,6 +11,7 @@ pipeline_parallel/combined_1f1b.py and schedules.py; Megatron-Bridge @067f987 pe
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 EP_A2A_OVERLAP_SLOWDOWN = 0.31
 """How much longer the EP all-to-all kernels run when Megatron-Core's EP overlap puts them beside the
@@ -95,3 +96,37 @@ def ep_overlap_paired_share(w) -> float:
     if p == 1:
         return (m - 1) / m
     return max(0.0, 1.0 - ((p - 1) + (v - 1) * p + 1) / (m * v))
+
+
+ROUTINGS = ("uniform", "round_robin")
+"""How a run's router spreads tokens over the experts: `uniform` (learned or forced-balanced routing, each
+token's k experts as good as random: Megatron-Core's --moe-router-force-load-balancing, fasop's default), or
+`round_robin` (token t takes experts t*k ... t*k + k - 1 mod E: torchtitan's `debug.moe_force_load_balance`,
+models/common/moe.py `_debug_force_load_balance_routing` @b5bcd76, and NeMo AutoModel's `fake_balanced_gate`,
+components/moe/layers.py `FakeBalancedGate` -- a token's experts are neighbours, on one or two ranks)."""
+
+
+@lru_cache(maxsize=1024)
+def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node_dedup: bool,
+                    rank_dedup: bool) -> tuple[float, float]:
+    """(inside, outside): copies of one routed token a rank sends, on the mean, to the other ranks of its
+    NVLink domain (n_in of the ep ranks a domain, n = ep/n_in domains, E/ep experts a rank) and across the
+    network. Per expert (Megatron's `alltoall`): k(n_in - 1)/ep and k(ep - n_in)/ep under either routing.
+    `node_dedup` (DeepEP, HybridEP): once per remote domain holding any of the token's experts;
+    `rank_dedup` (DeepEP, whose layout marks each (token, rank) pair once, `is_token_in_rank`, and which
+    permutes to experts on the receiving rank): once per rank of its domain holding any. Uniform: a rank
+    holds one of a token's k experts with probability 1 - (1 - 1/ep)^k, a domain 1 - (1 - n_in/ep)^k
+    (remote_copies); round_robin: the ranks and domains each token's k neighbouring experts span, counted
+    over one period of the pattern (every rank's tokens take the same experts, so the sender's own
+    domain is any of the n alike)."""
+    inside, outside = k * (n_in - 1) / ep, k * (ep - n_in) / ep
+    n = ep / n_in
+    if routing == "round_robin" and experts % ep == 0:
+        local, period = experts // ep, experts // math.gcd(k, experts)
+        spans = [{(t * k + j) % experts // local for j in range(k)} for t in range(period)]
+        ranks = sum(len(s) for s in spans) / period
+        domains = sum(len({r // n_in for r in s}) for s in spans) / period
+        return (ranks * (n_in - 1) / ep if rank_dedup else inside,
+                domains * (n - 1) / n if node_dedup else outside)
+    return ((n_in - 1) * (1 - (1 - 1 / ep) ** k) if rank_dedup else inside,
+            (n - 1) * (1 - (1 - n_in / ep) ** k) if node_dedup else outside)

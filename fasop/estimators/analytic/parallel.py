@@ -35,9 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fasop.estimators.analytic import blocks as B
-from fasop.estimators.analytic.moe_kernels import (EP_A2A_OVERLAP_SLOWDOWN, ep_overlap_paired_share,  # noqa: F401
-                                                   grouped_wave_efficiency, local_sort_bytes, overlap_kept_share,
-                                                   unfused_permute_bytes)
+from fasop.estimators.analytic.moe_kernels import (EP_A2A_OVERLAP_SLOWDOWN, dispatch_copies,  # noqa: F401
+                                                   ep_overlap_paired_share, grouped_wave_efficiency, local_sort_bytes,
+                                                   overlap_kept_share, unfused_permute_bytes)
 from fasop.specs.architecture import MOE_KINDS, Architecture
 
 
@@ -144,20 +144,25 @@ def remote_copies(k: int, ep: int, n_in: int, dedup: bool) -> float:
     return (n - 1) * (1 - (1 - n_in / ep) ** k)
 
 
-def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks, k: int = 0, dedup: bool = False) -> float:
+def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks, k: int = 0, dedup: bool = False,
+               spread: tuple[int, str, bool] = (0, "uniform", False)) -> float:
     """One all-to-all in which each of ep ranks (`stride` apart) sends `sent` bytes to the others,
     evenly: the members in its NVLink domain (its node, or an NVL72 rack) over NVLink, the others over
     its 1/G share of its node's NIC, at once. The peers' transfers run concurrently (NCCL issues an
-    all-to-all as one group of sends and receives), so each link pays its latency once. With `dedup`
-    (and the tokens' top-k), the bytes crossing the network shrink as remote_copies says."""
+    all-to-all as one group of sends and receives), so each link pays its latency once. With the
+    tokens' top-k, `dedup` (once per remote domain) and `spread` (experts E, routing, once per rank of
+    the domain) shrink the bytes as moe_kernels.dispatch_copies says (`sent`: one copy per expert)."""
     if ep <= 1:
         return 0.0
     g, d = links.gpus_per_node, links.nvlink_gpus
     n_in = max(1, min(ep, d // stride)) if stride <= d else 1
     inside = sent * (n_in - 1) / (ep - 1)
     outside = sent - inside
-    if dedup and k and ep > n_in:
-        outside *= remote_copies(k, ep, n_in, True) / remote_copies(k, ep, n_in, False)
+    experts, routing, rank_dedup = spread
+    if k and (dedup or rank_dedup):
+        copies = dispatch_copies(k, experts, ep, n_in, routing, dedup, rank_dedup)
+        inside *= copies[0] / (k * (n_in - 1) / ep) if n_in > 1 else 0.0
+        outside *= copies[1] / (k * (ep - n_in) / ep) if ep > n_in else 0.0
     t_in = inside / links.intra_bytes_per_s + links.intra_latency_s if n_in > 1 else 0.0
     t_out = outside / (links.node_bytes_per_s / g) + links.inter_latency_s if ep > n_in else 0.0
     return max(t_in, t_out)
@@ -343,9 +348,9 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
         sort += unfused_permute_bytes(tokens * k, h, e) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     dispatch = dispatch_bytes(rho * tokens, k, h, dispatch_value_bytes(w.recipe), w.ep)
     combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
-    dedup = w.params.moe_node_dedup
-    to = alltoall_s(dispatch, w.ep, w.etp, links, k, dedup)
-    back = alltoall_s(combine, w.ep, w.etp, links, k, dedup)
+    dedup, spread = w.params.moe_node_dedup, (m.num_experts, w.params.moe_routing, w.params.moe_rank_dedup)
+    to = alltoall_s(dispatch, w.ep, w.etp, links, k, dedup, spread)
+    back = alltoall_s(combine, w.ep, w.etp, links, k, dedup, spread)
     if w.etp > 1:  # all-gather before fc1 and reduce-scatter after fc2 over the ETP group (inside a node)
         etp = (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
         to, back = to + etp, back + etp
