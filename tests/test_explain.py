@@ -133,6 +133,21 @@ def test_cli_explain_text_and_json(searched, capsys):
     assert capsys.readouterr().err == "fasop: error: --peak-tflops: expected GPU=TFLOPS with TFLOPS > 0, got 'A100=x'\n"
 
 
+def test_peak_tflops_names_gpus_as_people_write_them(searched, capsys):
+    # the plan's GPUs by another case or a vendor word give the same MFU as their own names; a name no GPU of the
+    # cluster answers to is refused in one line (it used to be ignored: the catalog's peak, silently)
+    model, _, rows, out = searched
+    base = ["explain", "--from", str(out), "--rank", "2", "--model", model.name, "--cluster", "fasop-paper", "--json"]
+    mfu = []
+    for peaks in ("A100=312,A10=125", "a100=312,NVIDIA A10=125", "A10=125,nvidia-a100=312"):
+        assert main(base + ["--peak-tflops", peaks]) == 0
+        mfu.append(json.loads(capsys.readouterr().out)["mfu"])
+    assert mfu[0] == mfu[1] == mfu[2]
+    assert main(base + ["--peak-tflops", "A1OO=312"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fasop: error: --peak-tflops: 'A1OO' names no GPU of ") and err.count("\n") == 1
+
+
 def test_one_stage_has_no_bubble(searched):
     model, cluster, rows, _ = searched
     row = next(r for r in rows if r["pp"] == "1")

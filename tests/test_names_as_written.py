@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fasop.core.errors import SpecError
+from fasop.core.errors import FasopError, SpecError
 from fasop.specs.catalog import canonical, find_gpu, gpu_names
 from fasop.specs.files import shipped_folder
 from fasop.specs.load import load_cluster
@@ -143,3 +143,20 @@ def test_a_spec_name_in_another_case_is_the_shipped_spec(tmp_path):
         assert done.returncode == 0, done.stderr
         out.append(done.stdout)
     assert out[0] == out[1]
+
+
+def test_peak_tflops_keys_by_alias_tool_name_and_name_start():
+    from types import SimpleNamespace
+
+    from fasop.report.peaks import given_peaks
+    cluster = SimpleNamespace(path="c.yaml", node_types={"p5": SimpleNamespace(gpu="H100-SXM"),
+                                                         "g6": SimpleNamespace(gpu="L4"),
+                                                         "p4": SimpleNamespace(gpu="A100-SXM4-80GB")})
+    plan = {"H100-SXM": 8, "A100-SXM4-80GB": 8}
+    for h100 in ("H100", "NVIDIA H100 80GB HBM3", "h100_sxm5"):      # aliases, nvidia-smi's name
+        assert given_peaks({h100: 5e14}, plan, cluster) == {"H100-SXM": 5e14}
+    assert given_peaks({"A100": 3e14}, plan, cluster) == {"A100-SXM4-80GB": 3e14}   # the start of its name
+    assert given_peaks({"L4": 1e14}, plan, cluster) == {}                # the cluster's, not this plan's: no error
+    with pytest.raises(FasopError, match=r"--peak-tflops: 'A10' names no GPU of c.yaml \(its GPUs: H100-SXM, "
+                                         r"A100-SXM4-80GB, L4\)"):
+        given_peaks({"A10": 1e14}, plan, cluster)                        # not the start of A100 (a digit follows)

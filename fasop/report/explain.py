@@ -29,6 +29,7 @@ from fasop.core.errors import FasopError
 from fasop.costs.parts import EstimateParts, parts_of
 from fasop.plans.rowplan import RowPlan, finite, stage_layer_names
 from fasop.report.export_settings import settings_of
+from fasop.report.peaks import catalog_peaks, given_peaks
 from fasop.schedule.pipeline import Schedule
 from fasop.schedule.timeline import timeline
 from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec
@@ -191,7 +192,7 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
     gpus: dict[str, int] = {}
     for node in plan.placement:
         gpus[node.gpu] = gpus.get(node.gpu, 0) + node.gpus_per_node
-    peaks = catalog_peaks(gpus, rp.row.get("precision") or "bf16") | (peak_flop_per_s or {})
+    peaks = catalog_peaks(gpus, rp.row.get("precision") or "bf16") | given_peaks(peak_flop_per_s or {}, gpus, cluster)
     mfu = (flop / e.step_time_s / sum(peaks[g] * n for g, n in gpus.items())
            if gpus and all(g in peaks for g in gpus) else None)
     usd_per_hour = finite(rp.row.get("usd_per_hour", "")) or estimator.usd_per_s * 3600
@@ -244,25 +245,6 @@ def _timeline(e, parts: EstimateParts):
         note = (f"the simulated 1F1B schedule (the timeline, these stage ends) ends at {tl.pipeline_time_s * 1e3:.2f} "
                 f"ms; the estimator's pipeline time is {e.pipeline_time_s * 1e3:.2f} ms (its closed form)")
     return tl, note
-
-
-def catalog_peaks(gpus, precision: str) -> dict[str, float]:
-    """Dense peak FLOP/s of each GPU type the hardware catalog knows (fasop.specs.catalog, where it
-    exists), in `precision`, else its 16-bit peak."""
-    try:
-        from fasop.specs.catalog import find_gpu
-    except ImportError:
-        return {}
-    out = {}
-    for name in gpus:
-        try:
-            peaks = find_gpu(name).peak_flops
-        except FasopError:
-            continue
-        peak = peaks.get(precision) or peaks.get("bf16") or peaks.get("fp16")
-        if peak:
-            out[name] = peak
-    return out
 
 
 def _occupancy(events, end: float) -> tuple[float, float, float]:

@@ -92,7 +92,8 @@ second per GPU."""
 
 def rates(row: dict, model, cluster) -> dict:
     """The RATE_COLUMNS of one row (a plan that has a step time) of `model` on `cluster`."""
-    from fasop.report.explain import catalog_peaks, model_flop_per_sample
+    from fasop.report.explain import model_flop_per_sample
+    from fasop.report.peaks import catalog_peaks
 
     if row.get("step_time_s") in (None, ""):
         return dict.fromkeys(RATE_COLUMNS, "")
