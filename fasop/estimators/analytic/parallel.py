@@ -137,11 +137,8 @@ def remote_copies(k: int, ep: int, n_in: int, dedup: bool) -> float:
     expert, Megatron's `alltoall`), or with node deduplication (DeepEP / HybridEP: a token crosses the
     network once per remote domain that holds any of its experts, then NVLink forwards it: DeepSeek-V3
     report §3.2.2; Megatron `--moe-token-dispatcher-type flex`) (n - 1)(1 - (1 - n_in/ep)^k) of the
-    n = ep/n_in domains."""
-    if not dedup:
-        return k * (ep - n_in) / ep
-    n = ep / n_in
-    return (n - 1) * (1 - (1 - n_in / ep) ** k)
+    n = ep/n_in domains (moe_kernels.dispatch_copies, uniform routing)."""
+    return dispatch_copies(k, 0, ep, n_in, "uniform", dedup, False)[1]
 
 
 def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks, k: int = 0, dedup: bool = False,
