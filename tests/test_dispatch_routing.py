@@ -1,6 +1,8 @@
 """How many copies of a routed token the MoE dispatch sends, by routing and dispatcher, computed by hand;
 PyTorch FSDP's state bytes per parameter; a validate row's `moe_routing` cell."""
 
+import math
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,6 +45,27 @@ def test_round_robin_routing_by_hand():
     # top-3 of 8 experts on EP 4 (2 a rank): offsets 0,3,6,1,4,7,2,5 span 2,2,2,2,2,2,2,2 ranks
     # (experts 6,7,0 -> ranks 3, 0): two ranks a token, each another than the sender's in 3 of 4
     assert dispatch_copies(3, 8, 4, 4, "round_robin", True, True)[0] == pytest.approx(2 * 3 / 4)
+
+
+def _counted(k, experts, ep, n_in):
+    """The round-robin pattern counted token by token over one period: (ranks, domains) a token spans."""
+    local, period = experts // ep, experts // math.gcd(k, experts)
+    spans = [{(t * k + j) % experts // local for j in range(k)} for t in range(period)]
+    return (sum(len(s) for s in spans) / period, sum(len({r // n_in for r in s}) for s in spans) / period)
+
+
+def test_round_robin_closed_form_equals_the_pattern_counted():
+    rng = random.Random(7)
+    for _ in range(500):
+        ep = rng.choice([1, 2, 4, 8, 16, 32, 64])
+        experts = ep * rng.randint(1, 12)
+        k, n_in = rng.randint(1, min(experts, 24)), rng.choice([d for d in (1, 2, 4, 8, 16) if ep % d == 0])
+        ranks, domains = _counted(k, experts, ep, n_in)
+        n = ep // n_in
+        assert dispatch_copies(k, experts, ep, n_in, "round_robin", True, True) == pytest.approx(
+            (ranks * (n_in - 1) / ep, domains * (n - 1) / n))
+    # a config's expert count is bounded only by the width ceiling: the closed form needs no pass over it
+    assert dispatch_copies(8, 1 << 26, 8, 8, "round_robin", True, True) == pytest.approx((7 / 8, 0.0))
 
 
 def test_alltoall_spread_scales_each_link_by_its_copies():

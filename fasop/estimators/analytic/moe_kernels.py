@@ -116,17 +116,28 @@ def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node
     `rank_dedup` (DeepEP, whose layout marks each (token, rank) pair once, `is_token_in_rank`, and which
     permutes to experts on the receiving rank): once per rank of its domain holding any. Uniform: a rank
     holds one of a token's k experts with probability 1 - (1 - 1/ep)^k, a domain 1 - (1 - n_in/ep)^k
-    (remote_copies); round_robin: the ranks and domains each token's k neighbouring experts span, counted
-    over one period of the pattern (every rank's tokens take the same experts, so the sender's own
-    domain is any of the n alike)."""
+    (remote_copies); round_robin: the mean ranks and domains each token's k neighbouring experts span
+    (_mean_span; every rank's tokens take the same experts, so the sender's own domain is any of the n
+    alike). Round robin over domains that do not divide the EP group is taken as uniform."""
     inside, outside = k * (n_in - 1) / ep, k * (ep - n_in) / ep
     n = ep / n_in
-    if routing == "round_robin" and experts % ep == 0:
-        local, period = experts // ep, experts // math.gcd(k, experts)
-        spans = [{(t * k + j) % experts // local for j in range(k)} for t in range(period)]
-        ranks = sum(len(s) for s in spans) / period
-        domains = sum(len({r // n_in for r in s}) for s in spans) / period
+    if routing == "round_robin" and experts % ep == 0 and ep % n_in == 0:
+        g, local = math.gcd(k, experts), experts // ep
+        ranks, domains = _mean_span(k, g, local, ep), _mean_span(k, g, local * n_in, ep // n_in)
         return (ranks * (n_in - 1) / ep if rank_dedup else inside,
                 domains * (n - 1) / n if node_dedup else outside)
     return ((n_in - 1) * (1 - (1 - 1 / ep) ** k) if rank_dedup else inside,
             (n - 1) * (1 - (1 - n_in / ep) ** k) if node_dedup else outside)
+
+
+def _mean_span(k: int, g: int, unit: int, units: int) -> float:
+    """Mean count of the `units` blocks of `unit` consecutive experts that k neighbouring experts span when
+    their first is t*k mod E over t: the starts are the multiples of g = gcd(k, E), each once a period, so
+    within a block they are the multiples of c = gcd(g, unit). With k - 1 = q*unit + r, a run spans q + 1
+    blocks, one more where it starts at or past unit - r; all `units` once q + 1 reaches them."""
+    q, r = divmod(k - 1, unit)
+    if q + 1 >= units:
+        return float(units)
+    c = math.gcd(g, unit)
+    steps = unit // c
+    return q + 1 + (steps - -(-(unit - r) // c)) / steps
