@@ -159,4 +159,15 @@ def test_peak_tflops_keys_by_alias_tool_name_and_name_start():
     assert given_peaks({"L4": 1e14}, plan, cluster) == {}                # the cluster's, not this plan's: no error
     with pytest.raises(FasopError, match=r"--peak-tflops: 'A10' names no GPU of c.yaml \(its GPUs: H100-SXM, "
                                          r"A100-SXM4-80GB, L4\)"):
-        given_peaks({"A10": 1e14}, plan, cluster)                        # not the start of A100 (a digit follows)
+        given_peaks({"A10": 1e14}, plan, cluster)                        # the catalog's A10, not in this cluster
+    # a catalog name means that GPU only, whatever the order of the keys; an empty or two-way name is refused
+    mixed = SimpleNamespace(path="m.yaml", node_types={k: SimpleNamespace(gpu=k) for k in
+                                                       ("A10", "A10G", "H100-SXM", "H100-PCIe", "GB200", "GH200")})
+    used = {"A10": 1, "A10G": 1, "H100-SXM": 8, "H100-PCIe": 8}
+    for keys in ({"A10G": 2.0, "A10": 1.0}, {"A10": 1.0, "A10G": 2.0}):
+        assert given_peaks(keys, used, mixed) == {"A10": 1.0, "A10G": 2.0}
+    assert given_peaks({"H100": 5.0}, used, mixed) == {"H100-SXM": 5.0}   # the alias: not H100-PCIe
+    with pytest.raises(FasopError, match=r"'G' could be GB200 or GH200: name one"):
+        given_peaks({"G": 1.0}, used, mixed)
+    with pytest.raises(FasopError, match=r"'_' names no GPU of m.yaml"):
+        given_peaks({"_": 1.0}, used, mixed)

@@ -132,14 +132,14 @@ def _room(inventory) -> float:
 
 
 def _state_bytes(model, grad_bytes: int, moment_bytes: int) -> float:
-    """Bytes of the model's 16-bit weights, gradients of `grad_bytes`, fp32 master weights and Adam's two
-    moments of `moment_bytes` each: what no sharding or recompute makes smaller in total (0 for a
-    profiled model without an architecture)."""
+    """Bytes of the model's gradients of `grad_bytes`, fp32 master weights and Adam's two moments of
+    `moment_bytes` each: what no sharding or recompute makes smaller in total -- fully sharded (ZeRO 3,
+    PyTorch FSDP) the fp32 master is the parameter, no 16-bit copy beside it (memory.torch_fsdp_master);
+    0 for a profiled model without an architecture."""
     from fasop.estimators.analytic.layers import total_params
-    from fasop.estimators.analytic.memory import WEIGHT_BYTES
 
     arch = model.architecture
-    return 0.0 if arch is None else total_params(arch) * (WEIGHT_BYTES + grad_bytes + 4 + 2 * moment_bytes)
+    return 0.0 if arch is None else total_params(arch) * (grad_bytes + 4 + 2 * moment_bytes)
 
 
 def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespace) -> int:

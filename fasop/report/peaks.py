@@ -25,19 +25,26 @@ def catalog_peaks(gpus, precision: str) -> dict[str, float]:
 
 
 def given_peaks(given: dict[str, float], gpus, cluster) -> dict[str, float]:
-    """--peak-tflops keyed by the plan's GPUs (`gpus`) each name means: the GPU's name, an alias or a tool's
-    (gpu_names), or the start of its name up to a non-digit (`A100` for A100-SXM4-80GB, not `A10`). A name
-    meaning a GPU of the cluster the plan does not use is no error (one flag for every row of a CSV); one
-    meaning none of the cluster's GPUs is refused in one line (a typo would silently keep the catalog's peak)."""
+    """--peak-tflops keyed by the plan's GPUs (`gpus`). A name the catalog knows (a GPU's name in any case, an
+    alias, a tool's name: gpu_names) means that GPU only (`H100`: H100-SXM, not H100-PCIe; `A10`: not A10G);
+    another, the one GPU of the cluster it is the start of up to a non-digit (`A100` for A100-SXM4-80GB, not
+    `A10`; one that could be two is refused).
+    A GPU of the cluster the plan does not use is no error (one flag for every row of a CSV); a name meaning
+    none of the cluster's GPUs is refused in one line (a typo would silently keep the catalog's peak)."""
     table, out = gpu_names(), {}
-    known = list(gpus) + [n.gpu for n in cluster.node_types.values() if n.gpu not in gpus]
+    known = list(dict.fromkeys(list(gpus) + [n.gpu for n in cluster.node_types.values()]))
     for name, peak in given.items():
         key = canonical(name)
         means = table.get(key)
-        hit = [g for g in known if canonical(g) == key or (means is not None and table.get(canonical(g)) is means)
-               or (canonical(g).startswith(key) and not canonical(g)[len(key)].isdigit())]
+        if means is not None:
+            hit = [g for g in known if canonical(g) == key or table.get(canonical(g)) is means]
+        else:
+            hit = [g for g in known if key and canonical(g).startswith(key)
+                   and (canonical(g) == key or not canonical(g)[len(key)].isdigit())]
         if not hit:
             raise FasopError(f"--peak-tflops: {name!r} names no GPU of {Path(cluster.path).name} (its GPUs: "
-                             f"{', '.join(dict.fromkeys(known))})")
+                             f"{', '.join(known)})")
+        if means is None and len(hit) > 1:
+            raise FasopError(f"--peak-tflops: {name!r} could be {' or '.join(hit)}: name one")
         out |= {g: peak for g in hit if g in gpus}
     return out

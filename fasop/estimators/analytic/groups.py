@@ -61,8 +61,10 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
             tokens = w.params.moe_load_imbalance * P.routed_tokens(w)
             e = w.recipe.value_bytes
             sent = P.dispatch_bytes(tokens, k, h, P.dispatch_value_bytes(w.recipe), w.ep)
-            both = P.alltoall_s(sent, w.ep, w.etp, groups) + P.alltoall_s(
-                P.dispatch_bytes(tokens, k, h, e, w.ep), w.ep, w.etp, groups)
+            # the copies parallel.moe_s sends: per node (DeepEP / HybridEP), per rank (DeepEP), by the routing
+            spread = (w.arch.moe.num_experts, w.params.moe_routing, w.params.moe_rank_dedup)
+            both = sum(P.alltoall_s(size, w.ep, w.etp, groups, k, w.params.moe_node_dedup, spread)
+                       for size in (sent, P.dispatch_bytes(tokens, k, h, e, w.ep)))
             pieces.append(f"all-to-all {n * share * both * 1e3:.3f} ms fwd, as much bwd")
         if w.cp > 1:
             kv = P.cp_kv_bytes(w.mbs, w.seq, w.cp, w.arch.kv_width, w.tp, w.recipe.value_bytes)

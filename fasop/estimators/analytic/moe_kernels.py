@@ -103,7 +103,7 @@ ROUTINGS = ("uniform", "round_robin")
 token's k experts as good as random: Megatron-Core's --moe-router-force-load-balancing, fasop's default), or
 `round_robin` (token t takes experts t*k ... t*k + k - 1 mod E: torchtitan's `debug.moe_force_load_balance`,
 models/common/moe.py `_debug_force_load_balance_routing` @b5bcd76, and NeMo AutoModel's `fake_balanced_gate`,
-components/moe/layers.py `FakeBalancedGate` -- a token's experts are neighbours, on one or two ranks)."""
+components/moe/layers.py `FakeBalancedGate` -- a token's experts are neighbours, on as few ranks as k allows)."""
 
 
 @lru_cache(maxsize=1024)
@@ -121,7 +121,7 @@ def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node
     alike). Round robin over domains that do not divide the EP group is taken as uniform."""
     inside, outside = k * (n_in - 1) / ep, k * (ep - n_in) / ep
     n = ep / n_in
-    if routing == "round_robin" and experts % ep == 0 and ep % n_in == 0:
+    if routing == "round_robin" and experts and experts % ep == 0 and ep % n_in == 0:
         g, local = math.gcd(k, experts), experts // ep
         ranks, domains = _mean_span(k, g, local, ep), _mean_span(k, g, local * n_in, ep // n_in)
         return (ranks * (n_in - 1) / ep if rank_dedup else inside,
