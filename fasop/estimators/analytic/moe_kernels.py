@@ -1,8 +1,9 @@
 """The MoE layer's kernels and schedule shares beside the all-to-all (parallel.moe_s uses them): the
 grouped GEMM's tile and wave quantization per local expert, the permutation bytes of Megatron-Core's
 alltoall dispatcher and of its unfused path, and under EP overlap the share of the compute kept beside
-the all-to-all and the share of micro-batch passes the schedule pairs; and the copies of a routed token a dispatch sends inside its
-NVLink domain and across the network, by routing and dispatcher (dispatch_copies).
+the all-to-all and the share of micro-batch passes the schedule pairs; and the copies of a routed token
+a dispatch sends inside its NVLink domain and across the network, by routing and dispatcher
+(dispatch_copies).
 
 Sources: docs/estimators.md §A1.1 (Megatron-LM @d98e8a6 moe_utils.py, token_dispatcher.py,
 pipeline_parallel/combined_1f1b.py and schedules.py; Megatron-Bridge @067f987 perf recipes; NVIDIA's
