@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fasop.specs.catalog import LINKS, AnalyticParams, canonical, gpu_names, load_gpus
+from fasop.specs.catalog import LINKS, AnalyticParams, canonical, gpu_names, load_gpus, unknown_gpu
 from fasop.specs.reader import Reader, read_yaml
 
 GPU_KEYS = ("matmul_efficiency", "memory_bandwidth_efficiency", "layer_overhead_s")
@@ -81,7 +81,7 @@ def load_calibration(path: str | Path) -> Calibration:
         for name in list(gpus.data):
             gpu = gpu_names().get(canonical(str(name)))
             if gpu is None:
-                raise gpus.error(name, f"unknown GPU type (catalog: {', '.join(g.name for g in load_gpus().values())})")
+                raise gpus.error(name, unknown_gpu(""))
             one = gpus.sub(name, GPU_KEYS)
             values += [(gpu_parameter(gpu.name, key), _value(one, key)) for key in GPU_KEYS if key in one.data]
             one.done()

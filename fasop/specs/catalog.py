@@ -244,8 +244,8 @@ def gpu_names(path: str = str(CATALOG_DIR / "gpus.yaml")) -> dict[str, GpuType]:
 
 
 def unknown_gpu(shown: str) -> str:
-    """Why a GPU name no catalog GPU answers to is refused, with the catalog's names."""
-    return f"unknown GPU type {shown} (catalog: {', '.join(g.name for g in load_gpus().values())})"
+    """Why a GPU name (`shown`; '' where the message's place names it) no catalog GPU answers to is refused."""
+    return f"unknown GPU type {shown + ' ' if shown else ''}(catalog: {', '.join(g.name for g in load_gpus().values())})"
 
 
 def find_gpu(name: str, where: str = "gpu") -> GpuType:

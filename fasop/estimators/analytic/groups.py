@@ -57,14 +57,7 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
         groups = hw.groups or P.FREE_LINKS
         pieces = []
         if w.arch.moe is not None and w.ep > 1:
-            share, k, h = P.moe_layer_share(w.arch), w.arch.moe.experts_per_token, w.arch.moe.routed_width(w.arch.hidden_size)
-            tokens = w.params.moe_load_imbalance * P.routed_tokens(w)
-            e = w.recipe.value_bytes
-            sent = P.dispatch_bytes(tokens, k, h, P.dispatch_value_bytes(w.recipe), w.ep)
-            # the copies parallel.moe_s sends: per node (DeepEP / HybridEP), per rank (DeepEP), by the routing
-            spread = (w.arch.moe.num_experts, w.params.moe_routing, w.params.moe_rank_dedup)
-            both = sum(P.alltoall_s(size, w.ep, w.etp, groups, k, w.params.moe_node_dedup, spread)
-                       for size in (sent, P.dispatch_bytes(tokens, k, h, e, w.ep)))
+            share, both = P.moe_layer_share(w.arch), sum(P.moe_alltoalls_s(w, groups))   # as parallel.moe_s sends them
             pieces.append(f"all-to-all {n * share * both * 1e3:.3f} ms fwd, as much bwd")
         if w.cp > 1:
             kv = P.cp_kv_bytes(w.mbs, w.seq, w.cp, w.arch.kv_width, w.tp, w.recipe.value_bytes)

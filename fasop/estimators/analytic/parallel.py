@@ -343,11 +343,7 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
         local_sort_bytes(rows, h, e, m.num_experts / w.ep) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     if not w.params.moe_permute_fusion:
         sort += unfused_permute_bytes(tokens * k, h, e) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
-    dispatch = dispatch_bytes(rho * tokens, k, h, dispatch_value_bytes(w.recipe), w.ep)
-    combine = dispatch_bytes(rho * tokens, k, h, e, w.ep)
-    dedup, spread = w.params.moe_node_dedup, (m.num_experts, w.params.moe_routing, w.params.moe_rank_dedup)
-    to = alltoall_s(dispatch, w.ep, w.etp, links, k, dedup, spread)
-    back = alltoall_s(combine, w.ep, w.etp, links, k, dedup, spread)
+    to, back = moe_alltoalls_s(w, links)
     if w.etp > 1:  # all-gather before fc1 and reduce-scatter after fc2 over the ETP group (inside a node)
         etp = (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
         to, back = to + etp, back + etp
@@ -359,6 +355,17 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     # the micro-batch passes the schedule leaves unpaired (warm-up forwards, cool-down backwards) expose all
     fwd_x, bwd_x = paired * fwd_x + (1 - paired) * (to + back), paired * bwd_x + (1 - paired) * (to + back)
     return share * (compute + sort + fwd_x), share * (2 * compute + sort + bwd_x)
+
+
+def moe_alltoalls_s(w, links: GroupLinks) -> tuple[float, float]:
+    """(dispatch, combine) seconds of one MoE layer's all-to-alls for one micro-batch over the EP group on
+    `links`: rho x the rank's routed tokens, k copies of h values each (the dispatch's as dispatch_value_bytes
+    sends them), shrunk to the copies the routing and the dispatcher send (alltoall_s, dispatch_copies)."""
+    m, p = w.arch.moe, w.params
+    h, k, tokens = m.routed_width(w.arch.hidden_size), m.experts_per_token, p.moe_load_imbalance * routed_tokens(w)
+    spread = (m.num_experts, p.moe_routing, p.moe_rank_dedup)
+    return tuple(alltoall_s(dispatch_bytes(tokens, k, h, b, w.ep), w.ep, w.etp, links, k, p.moe_node_dedup, spread)
+                 for b in (dispatch_value_bytes(w.recipe), w.recipe.value_bytes))
 
 
 def ep_overlap_exposed(dispatch: float, combine: float, experts: float, cover: tuple[float, float],
