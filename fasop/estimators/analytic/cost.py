@@ -48,6 +48,7 @@ import heapq
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from fasop.estimators.analytic import attention_rate as AR
 from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import blocks as B
 from fasop.estimators.analytic import eager as E
@@ -155,7 +156,8 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
         scan = B.mean_scan_flops(a, b, w.seq, t) / w.cp
         peak = gpu.matmul_flops(precision) / gpu.matmul_efficiency
         scan_rate = peak * gpu.ssd_scan_efficiency if gpu.ssd_scan_efficiency else rate * B.SSD_FLASH_RATIO
-        attention = (core - scan) / rate + scan / scan_rate
+        # the scores at the rate of the model's head width (the share was measured at 128: attention_rate.py)
+        attention = (core - scan) / (rate * AR.head_width_factor(a)) + scan / scan_rate
         # its backward recomputes QK^T: 5 matmuls where 2 x forward counts 4 (Dao et al. 2022, Alg. 4)
         core_bwd_extra = (FLASH_BACKWARD_MATMULS - 4) * attention / 2
     else:
