@@ -31,6 +31,11 @@ class MoE:
     """Latent MoE (Nemotron 3 Super / Ultra, `moe_latent_size`): the routed experts work on tokens
     projected h -> latent_size before the dispatch and back after the combine (Megatron-Core
     moe_layer.py fc1_latent_proj / fc2_latent_proj); router and shared experts see h. 0: none."""
+    router_groups: int = 1
+    """Group-limited routing (DeepSeek-V2/V3 `n_group`, Megatron-Core --moe-router-num-groups): the
+    experts in this many equal contiguous groups, of which each token picks `router_group_topk`
+    (`topk_group`) and its k experts only within them (DeepSeek-V3's node-limited routing). 1: none."""
+    router_group_topk: int = 1
 
     @property
     def shared_width(self) -> int:

@@ -9,7 +9,8 @@ defaults; docs/models.md gives each family's formulas and published counts).
   QK-norm on qwen3_moe. `qwen3`: the Llama shape with QK-norm.
 - `deepseek_v2`, `deepseek_v3`, `kimi_k2`: MLA (q_lora_rank, kv_lora_rank, qk_nope/rope_head_dim,
   v_head_dim), n_routed_experts + n_shared_experts, first_k_dense_replace dense layers,
-  num_nextn_predict_layers MTP modules (counted apart; a search trains them with --mtp-layers N).
+  num_nextn_predict_layers MTP modules (counted apart; a search trains them with --mtp-layers N),
+  n_group / topk_group group-limited routing (also nemotron_h's).
 - `gpt_oss`: experts with biases, router bias, attention biases and sinks, layer_types with
   sliding_window.
 - `llama4` / `llama4_text`: text_config, interleave_moe_layer_step, a shared expert in every MoE
@@ -164,7 +165,8 @@ def _deepseek(k: Keys, family: str) -> Architecture:
               v_head_dim=k.int("v_head_dim"))
     first = k.count("first_k_dense_replace")
     moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
-              expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"))
+              expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"),
+              **_router_groups(k))
     mtp = k.count("num_nextn_predict_layers")
     notes = (f"{mtp} multi-token-prediction module(s) not planned (--mtp-layers {mtp} trains them on the "
              "last stage, as pretrained)",) if mtp else ()
@@ -172,6 +174,22 @@ def _deepseek(k: Keys, family: str) -> Architecture:
     return Architecture(**_base(k, family, mla=mla, moe=moe, num_kv_heads=heads, head_dim=mla.qk_head_dim,
                                 layer_kinds=tuple("dense" if i < first else "moe" for i in range(n)),
                                 mtp_layers=mtp, mtp_kinds=("moe",) if mtp else (), notes=notes))
+
+
+def _router_groups(k: Keys) -> dict:
+    """n_group / topk_group: the routed experts in n_group equal groups, each token's experts within
+    topk_group of them (Megatron-Core's group_limited_topk scores a group by its top k / topk_group
+    experts, so topk_group may not exceed k); none under DeepSeek-V2's `topk_method` "greedy"."""
+    if k.cfg.get("topk_method") == "greedy":
+        return {}
+    groups, top = k.int("n_group", 1), k.int("topk_group", 1)
+    experts = k.int("n_routed_experts")
+    if experts % groups:
+        raise SpecError(k.where, "n_group", f"must divide n_routed_experts ({experts}), got {groups}")
+    if top > min(groups, k.int("num_experts_per_tok")):
+        raise SpecError(k.where, "topk_group", f"must be at most n_group ({groups}) and num_experts_per_tok "
+                                               f"({k.int('num_experts_per_tok')}), got {top}")
+    return {"router_groups": groups, "router_group_topk": top}
 
 
 def _windowed(k: Keys, n: int, window: int, default_sliding) -> tuple[int, ...]:
@@ -246,7 +264,7 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
         moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
                   expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"),
                   shared_ffn_hidden_size=k.count("moe_shared_expert_intermediate_size"),
-                  latent_size=k.count("moe_latent_size"))
+                  latent_size=k.count("moe_latent_size"), **_router_groups(k))
     heads = k.int("num_attention_heads")
     head_dim = k.int("head_dim", 0) or k.int("attention_head_dim", k.int("hidden_size") // heads)
     mtp = k.count("num_nextn_predict_layers")

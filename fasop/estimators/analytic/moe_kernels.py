@@ -110,7 +110,7 @@ components/moe/layers.py `FakeBalancedGate` -- a token's experts are neighbours,
 
 @lru_cache(maxsize=1024)
 def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node_dedup: bool,
-                    rank_dedup: bool) -> tuple[float, float]:
+                    rank_dedup: bool, groups: int = 1, group_topk: int = 1) -> tuple[float, float]:
     """(inside, outside): copies of one routed token a rank sends, on the mean, to the other ranks of its
     NVLink domain (n_in of the ep ranks a domain, n = ep/n_in domains, E/ep experts a rank) and across the
     network. Per expert (Megatron's `alltoall`): k(n_in - 1)/ep and k(ep - n_in)/ep under either routing.
@@ -120,7 +120,10 @@ def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node
     holds one of a token's k experts with probability 1 - (1 - 1/ep)^k, a domain 1 - (1 - n_in/ep)^k
     (remote_copies); round_robin: the mean ranks and domains each token's k neighbouring experts span
     (_mean_span; every rank's tokens take the same experts, so the sender's own domain is any of the n
-    alike). Round robin over domains that do not divide the EP group is taken as uniform."""
+    alike). Round robin over domains that do not divide the EP group is taken as uniform. Uniform routing
+    limited to `group_topk` of `groups` expert groups (DeepSeek-V3's node-limited routing; Megatron-Core
+    applies it to the forced-balanced random logits too): _touched; round robin ignores the groups (the
+    benchmark gates pick the neighbours whatever the groups)."""
     inside, outside = k * (n_in - 1) / ep, k * (ep - n_in) / ep
     n = ep / n_in
     if routing == "round_robin" and experts and experts % ep == 0 and ep % n_in == 0:
@@ -128,8 +131,39 @@ def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node
         ranks, domains = _mean_span(k, g, local, ep), _mean_span(k, g, local * n_in, ep // n_in)
         return (ranks * (n_in - 1) / ep if rank_dedup else inside,
                 domains * (n - 1) / n if node_dedup else outside)
-    return ((n_in - 1) * (1 - (1 - 1 / ep) ** k) if rank_dedup else inside,
-            (n - 1) * (1 - (1 - n_in / ep) ** k) if node_dedup else outside)
+    domain = _touched(k, experts, groups, group_topk, ep // n_in) if ep % n_in == 0 else 1 - (1 - n_in / ep) ** k
+    return ((n_in - 1) * _touched(k, experts, groups, group_topk, ep) if rank_dedup else inside,
+            (n - 1) * domain if node_dedup else outside)
+
+
+def _touched(k: int, experts: int, groups: int, top: int, units: int) -> float:
+    """Mean over `units` equal blocks of contiguous experts (ranks, or domains) of the probability that a
+    token's k experts include one of the block's: a token picks `top` of `groups` equal contiguous groups
+    at random, then k experts at random (with replacement, as remote_copies) among theirs. Without groups
+    1 - (1 - 1/units)^k. Blocks holding whole groups (units divides groups: K = groups/units each): the
+    block's chosen groups c are hypergeometric (K of `groups`, `top` drawn), 1 - E[(1 - c/top)^k]; groups
+    spanning whole blocks (groups divides units): the block's group is chosen with probability top/groups,
+    then (1 - (1 - groups/(top x units))^k). Blocks that split groups unevenly: taken as without groups."""
+    if groups <= 1 or top >= groups or not experts or experts % groups or experts % units:
+        return 1 - (1 - 1 / units) ** k
+    if units % groups == 0:
+        return top / groups * (1 - (1 - groups / (top * units)) ** k)
+    if groups % units:
+        return 1 - (1 - 1 / units) ** k
+    held, miss = groups // units, 0.0
+    mean = top * held / groups
+    spread = 12 * math.sqrt(top * held / groups * (1 - held / groups)) + 1
+    log_all = _log_comb(groups, top)
+    # the hypergeometric terms beyond 12 standard deviations of the mean are below 1e-30: left out
+    low, high = max(0, top - (groups - held), math.floor(mean - spread)), min(top, held, math.ceil(mean + spread))
+    for c in range(low, high + 1):
+        p = math.exp(_log_comb(held, c) + _log_comb(groups - held, top - c) - log_all)
+        miss += p * (1 - c / top) ** k
+    return 1 - miss
+
+
+def _log_comb(n: int, r: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1)
 
 
 def _mean_span(k: int, g: int, unit: int, units: int) -> float:
