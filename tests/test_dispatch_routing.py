@@ -74,7 +74,7 @@ def test_alltoall_spread_scales_each_link_by_its_copies():
     # 1500 bytes for 8 copies over 15 peers: 700 inside, 800 across (10 a GPU's NIC share)
     plain = P.alltoall_s(1500.0, 16, 1, links, k=8)
     assert plain == pytest.approx(80.0)
-    rr = P.alltoall_s(1500.0, 16, 1, links, 8, True, (128, "round_robin", True))
+    rr = P.alltoall_s(1500.0, 16, 1, links, 8, True, (128, "round_robin", True, 1, 1))
     # round robin on 16 ranks of 8 experts: one rank a token; inside 7/16 of a copy (700 x (7/16)/3.5),
     # across 8/16 (800 x 0.5/4)
     assert rr == pytest.approx(max(700 * (7 / 16) / 3.5 / 100, 800 * 0.5 / 4 / 10))

@@ -30,9 +30,9 @@ SETS = [
     # H100, Moonlight-16B-A3B TP2 EP8, one micro-batch: host-bound, the counted host ops reach 68.2 % (max 69.9 %)
     ("moe_megatron_bridge_moonlight_h100.csv", 68.5, 70.5, 6),
     # Bridge model verification cards (examples/model_verification_cards/, runs not in the performance summary):
-    # DeepSeek-V3 1024 H100 BF16 (-0.3 %: its node-limited routing), GPT-OSS-120B 64 GB200 BF16 (-38.8 %: eager,
-    # alltoall), Qwen3-30B-A3B 32-256 GB300 MXFP8 weak scaling (15.6 % MAPE, max 38.8 %, mean -0.0 %)
-    ("moe_megatron_bridge_verification_cards.csv", 16, 39.5, 5),
+    # DeepSeek-V3 1024 H100 BF16 (+2.3 %: its node-limited routing), GPT-OSS-120B 64 GB200 BF16 (-38.8 %: eager,
+    # alltoall), Qwen3-30B-A3B 32-256 GB300 MXFP8 weak scaling (16.0 % MAPE, max 38.8 %, mean +0.5 %)
+    ("moe_megatron_bridge_verification_cards.csv", 16.5, 39.5, 5),
     # the cards' functional runs on real data with natural (unbalanced) routing, which fasop does not model: Qwen3-30B
     # H100 EP16 -36.4 %, GB200 EP8 MXFP8 -46.7 %, Moonlight H100 EP8 +2.6 % (28.6 % MAPE, mean -26.8 %)
     ("moe_megatron_bridge_cards_natural_routing.csv", 29, 47.5, 3),

@@ -44,6 +44,8 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
         args.append(f"--moe-shared-expert-intermediate-size {moe.shared_width}")
     if moe.latent_size:   # TransformerConfig.moe_latent_size, an argument through arguments.py's ArgumentGroupFactory
         args.append(f"--moe-latent-size {moe.latent_size}")
+    if moe.router_groups > 1:   # group-limited routing (TransformerConfig.moe_router_num_groups / _group_topk)
+        args += [f"--moe-router-num-groups {moe.router_groups}", f"--moe-router-group-topk {moe.router_group_topk}"]
     freq = moe_layer_freq(arch.layer_kinds)
     if freq:  # None: a hybrid model, whose --hybrid-layer-pattern places the experts (hybrid_args)
         args.append(f'--moe-layer-freq "{freq}"')

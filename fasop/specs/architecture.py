@@ -36,6 +36,8 @@ class MoE:
     experts in this many equal contiguous groups, of which each token picks `router_group_topk`
     (`topk_group`) and its k experts only within them (DeepSeek-V3's node-limited routing). 1: none."""
     router_group_topk: int = 1
+    """The groups each token's experts lie in (`topk_group`, --moe-router-group-topk): 1 to router_groups,
+    at most experts_per_token (the config loader checks)."""
 
     @property
     def shared_width(self) -> int:

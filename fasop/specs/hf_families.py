@@ -166,7 +166,7 @@ def _deepseek(k: Keys, family: str) -> Architecture:
     first = k.count("first_k_dense_replace")
     moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
               expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"),
-              **_router_groups(k))
+              **_router_groups(k, family))
     mtp = k.count("num_nextn_predict_layers")
     notes = (f"{mtp} multi-token-prediction module(s) not planned (--mtp-layers {mtp} trains them on the "
              "last stage, as pretrained)",) if mtp else ()
@@ -176,19 +176,35 @@ def _deepseek(k: Keys, family: str) -> Architecture:
                                 mtp_layers=mtp, mtp_kinds=("moe",) if mtp else (), notes=notes))
 
 
-def _router_groups(k: Keys) -> dict:
+TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+"""DeepSeek's `topk_method` values (HF DeepseekV2Config: greedy, its default, and group_limited_greedy;
+DeepseekV3Config: noaux_tc); only `greedy` ignores the groups."""
+
+
+def _router_groups(k: Keys, family: str) -> dict:
     """n_group / topk_group: the routed experts in n_group equal groups, each token's experts within
     topk_group of them (Megatron-Core's group_limited_topk scores a group by its top k / topk_group
-    experts, so topk_group may not exceed k); none under DeepSeek-V2's `topk_method` "greedy"."""
-    if k.cfg.get("topk_method") == "greedy":
+    experts, so topk_group may not exceed k, and the chosen groups must hold k experts); none under
+    `topk_method` greedy (deepseek_v2's default). Both keys absent: no groups; n_group without
+    topk_group is refused rather than guessed."""
+    method = k.cfg.get("topk_method", "greedy" if family == "deepseek_v2" else None)
+    if method is not None and method not in TOPK_METHODS:
+        raise SpecError(k.where, "topk_method", f"must be one of {', '.join(TOPK_METHODS)}, got {repr(method)[:60]}")
+    if method == "greedy":
         return {}
-    groups, top = k.int("n_group", 1), k.int("topk_group", 1)
-    experts = k.int("n_routed_experts")
+    groups = k.int("n_group", 1)
+    if groups > 1 and k.cfg.get("topk_group") is None:
+        raise SpecError(k.where, "topk_group", f"missing: n_group {groups} needs it (the groups a token may use)")
+    top = k.int("topk_group", 1)
+    experts, per_token = k.int("n_routed_experts"), k.int("num_experts_per_tok")
     if experts % groups:
         raise SpecError(k.where, "n_group", f"must divide n_routed_experts ({experts}), got {groups}")
-    if top > min(groups, k.int("num_experts_per_tok")):
+    if top > min(groups, per_token):
         raise SpecError(k.where, "topk_group", f"must be at most n_group ({groups}) and num_experts_per_tok "
-                                               f"({k.int('num_experts_per_tok')}), got {top}")
+                                               f"({per_token}), got {top}")
+    if per_token > top * (experts // groups):
+        raise SpecError(k.where, "num_experts_per_tok", f"must be at most the {top * (experts // groups)} experts of "
+                                                        f"topk_group ({top}) groups, got {per_token}")
     return {"router_groups": groups, "router_group_topk": top}
 
 
@@ -264,7 +280,7 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
         moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
                   expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"),
                   shared_ffn_hidden_size=k.count("moe_shared_expert_intermediate_size"),
-                  latent_size=k.count("moe_latent_size"), **_router_groups(k))
+                  latent_size=k.count("moe_latent_size"), **_router_groups(k, family))
     heads = k.int("num_attention_heads")
     head_dim = k.int("head_dim", 0) or k.int("attention_head_dim", k.int("hidden_size") // heads)
     mtp = k.count("num_nextn_predict_layers")

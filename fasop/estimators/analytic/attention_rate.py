@@ -1,6 +1,7 @@
 """The fused attention kernel's rate by head width: the share of the GPU's FlashAttention rate
-(gpus.yaml / analytic.yaml `fused_attention_efficiency`, measured at head width 128) that a
-model's head width reaches (docs/estimators.md "Attention rate by head width").
+(gpus.yaml `fused_attention_efficiency`, measured at head width 128 on H100 / H200 / GH200 and B200;
+analytic.yaml's 0.5 for the others, FlashAttention-2's range) that a model's head width reaches
+(docs/estimators.md "Attention rate by head width").
 
 A FlashAttention kernel's two matmuls grow with the head width d, its softmax (the exponentials,
 the row max and sum, the rescaling) does not: it works once per score. So narrower heads spend a

@@ -123,7 +123,8 @@ def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node
     alike). Round robin over domains that do not divide the EP group is taken as uniform. Uniform routing
     limited to `group_topk` of `groups` expert groups (DeepSeek-V3's node-limited routing; Megatron-Core
     applies it to the forced-balanced random logits too): _touched; round robin ignores the groups (the
-    benchmark gates pick the neighbours whatever the groups)."""
+    benchmark gates pick the neighbours whatever the groups); across domains that do not divide the EP
+    group, as without groups."""
     inside, outside = k * (n_in - 1) / ep, k * (ep - n_in) / ep
     n = ep / n_in
     if routing == "round_robin" and experts and experts % ep == 0 and ep % n_in == 0:
@@ -138,32 +139,34 @@ def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node
 
 def _touched(k: int, experts: int, groups: int, top: int, units: int) -> float:
     """Mean over `units` equal blocks of contiguous experts (ranks, or domains) of the probability that a
-    token's k experts include one of the block's: a token picks `top` of `groups` equal contiguous groups
-    at random, then k experts at random (with replacement, as remote_copies) among theirs. Without groups
-    1 - (1 - 1/units)^k. Blocks holding whole groups (units divides groups: K = groups/units each): the
-    block's chosen groups c are hypergeometric (K of `groups`, `top` drawn), 1 - E[(1 - c/top)^k]; groups
-    spanning whole blocks (groups divides units): the block's group is chosen with probability top/groups,
-    then (1 - (1 - groups/(top x units))^k). Blocks that split groups unevenly: taken as without groups."""
+    token's k experts include one of the block's. Without groups, k experts at random (with replacement,
+    as remote_copies): 1 - (1 - 1/units)^k. With groups, Megatron-Core's group_limited_topk: a group
+    scores the sum of its top k/top experts and the token takes the `top` best groups, then its k best
+    experts among theirs, so under random logits each chosen group is a random `top` of `groups` and
+    holds k/top of the k (floor or ceil), distinct and at random among its S = E/groups. A block holding
+    K = groups/units whole groups is touched when one of them is chosen: 1 - C(groups - K, top) /
+    C(groups, top). A block of B = E/units experts inside a group: top/groups x (1 - C(S - B, m) / C(S, m)),
+    m its group's share of the k. Blocks that split groups unevenly: taken as without groups."""
+    top = min(top, k)   # fewer experts than groups: each takes its own group
     if groups <= 1 or top >= groups or not experts or experts % groups or experts % units:
         return 1 - (1 - 1 / units) ** k
-    if units % groups == 0:
-        return top / groups * (1 - (1 - groups / (top * units)) ** k)
-    if groups % units:
+    if groups % units == 0:
+        return 1 - _comb_ratio(groups - groups // units, groups, top)
+    if units % groups:
         return 1 - (1 - 1 / units) ** k
-    held, miss = groups // units, 0.0
-    mean = top * held / groups
-    spread = 12 * math.sqrt(top * held / groups * (1 - held / groups)) + 1
-    log_all = _log_comb(groups, top)
-    # the hypergeometric terms beyond 12 standard deviations of the mean are below 1e-30: left out
-    low, high = max(0, top - (groups - held), math.floor(mean - spread)), min(top, held, math.ceil(mean + spread))
-    for c in range(low, high + 1):
-        p = math.exp(_log_comb(held, c) + _log_comb(groups - held, top - c) - log_all)
-        miss += p * (1 - c / top) ** k
-    return 1 - miss
+    size, block = experts // groups, experts // units
+    q, r = divmod(k, top)
+    # `r` of the chosen groups hold q + 1 of the token's experts, the others q (capped at the group's size)
+    miss = ((top - r) * _comb_ratio(size - block, size, min(q, size))
+            + r * _comb_ratio(size - block, size, min(q + 1, size))) / top
+    return top / groups * (1 - miss)
 
 
-def _log_comb(n: int, r: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1)
+def _comb_ratio(fewer: int, n: int, r: int) -> float:
+    """C(fewer, r) / C(n, r): the chance that r distinct picks of n all avoid n - fewer of them."""
+    if r > fewer:
+        return 0.0
+    return math.exp(math.lgamma(fewer + 1) - math.lgamma(fewer - r + 1) - math.lgamma(n + 1) + math.lgamma(n - r + 1))
 
 
 def _mean_span(k: int, g: int, unit: int, units: int) -> float:

@@ -142,22 +142,22 @@ def remote_copies(k: int, ep: int, n_in: int, dedup: bool) -> float:
 
 
 def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks, k: int = 0, dedup: bool = False,
-               spread: tuple = (0, "uniform", False)) -> float:
+               spread: tuple[int, str, bool, int, int] = (0, "uniform", False, 1, 1)) -> float:
     """One all-to-all in which each of ep ranks (`stride` apart) sends `sent` bytes to the others,
     evenly: the members in its NVLink domain (its node, or an NVL72 rack) over NVLink, the others over
     its 1/G share of its node's NIC, at once. The peers' transfers run concurrently (NCCL issues an
     all-to-all as one group of sends and receives), so each link pays its latency once. With the
     tokens' top-k, `dedup` (once per remote domain) and `spread` (experts E, routing, once per rank of
-    the domain[, router groups, groups a token picks]) shrink the bytes as moe_kernels.dispatch_copies says."""
+    the domain, router groups, the groups a token picks) shrink the bytes as moe_kernels.dispatch_copies says."""
     if ep <= 1:
         return 0.0
     g, d = links.gpus_per_node, links.nvlink_gpus
     n_in = max(1, min(ep, d // stride)) if stride <= d else 1
     inside = sent * (n_in - 1) / (ep - 1)
     outside = sent - inside
-    experts, routing, rank_dedup, *grouped = spread
+    experts, routing, rank_dedup, groups, group_topk = spread
     if k and (dedup or rank_dedup):
-        copies = dispatch_copies(k, experts, ep, n_in, routing, dedup, rank_dedup, *grouped)
+        copies = dispatch_copies(k, experts, ep, n_in, routing, dedup, rank_dedup, groups, group_topk)
         inside *= copies[0] / (k * (n_in - 1) / ep) if n_in > 1 else 0.0
         outside *= copies[1] / (k * (ep - n_in) / ep) if ep > n_in else 0.0
     t_in = inside / links.intra_bytes_per_s + links.intra_latency_s if n_in > 1 else 0.0
