@@ -63,6 +63,16 @@ def test_default_ep_is_every_divisor_of_the_experts():
     assert mixtral.experts == ((1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1), (8, 2))
 
 
+def test_divisors_in_order_for_any_count():
+    """Every divisor once, increasing: squares (36, 49), primes, DeepSeek-V2's 160; and the 27 of 2^26 (the
+    expert-count ceiling) without a loop over 2^26 counts."""
+    from fasop.plans.space import divisors
+    assert divisors(1) == (1,) and divisors(97) == (1, 97) and divisors(49) == (1, 7, 49)
+    assert divisors(36) == (1, 2, 3, 4, 6, 9, 12, 18, 36)
+    assert divisors(160) == (1, 2, 4, 5, 8, 10, 16, 20, 32, 40, 80, 160)
+    assert divisors(2 ** 26) == tuple(2 ** i for i in range(27))
+
+
 @pytest.mark.parametrize("model, flags, words", [
     ("llama-3-8b", ["--cp", "3"], ["--cp: 3", "8192", "2 x 3"]),
     ("llama-3-8b", ["--ep", "2"], ["--ep:", "no experts"]),

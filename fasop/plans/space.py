@@ -19,6 +19,7 @@ A degree the user names that the model cannot take is refused with one line nami
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fasop.core.errors import FasopError
@@ -82,12 +83,18 @@ def degree_space(model: ModelSpec, *, cp: tuple[int, ...] | None = None, ep: tup
             if values and set(values) != {1}:
                 raise FasopError(f"{flag}: {model.name} has no experts (a dense model); only 1 is possible")
         return DegreeSpace(cp=cps)
-    eps = tuple(sorted(set(ep))) if ep else tuple(e for e in range(1, experts + 1) if not experts % e)
+    eps = tuple(sorted(set(ep))) if ep else divisors(experts)
     bad = [e for e in eps if experts % e]
     if bad:
         raise FasopError(f"--ep: {bad[0]} does not divide {model.name}'s {experts} routed experts")
     etps = tuple(sorted(set(etp))) if etp else (1,)
     return DegreeSpace(cp=cps, experts=tuple((e, t) for e in eps for t in etps))
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    """The divisors of n in increasing order, found up to its square root (an expert count may be 2^26)."""
+    low = [d for d in range(1, math.isqrt(n) + 1) if not n % d]
+    return tuple(low + [n // d for d in reversed(low) if d * d != n])
 
 
 DEGREE_KEYS = ("cp", "ep", "etp")
