@@ -114,11 +114,12 @@ def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node
     """(inside, outside): copies of one routed token a rank sends, on the mean, to the other ranks of its
     NVLink domain (n_in of the ep ranks a domain, n = ep/n_in domains, E/ep experts a rank) and across the
     network. Per expert (Megatron's `alltoall`): k(n_in - 1)/ep and k(ep - n_in)/ep under either routing.
-    `node_dedup` (DeepEP, HybridEP): once per remote domain holding any of the token's experts;
+    `node_dedup` (DeepEP, HybridEP): once per remote domain holding any of the token's experts, which
+    NVLink then forwards (DeepSeek-V3 report §3.2.2; Megatron `--moe-token-dispatcher-type flex`);
     `rank_dedup` (DeepEP, whose layout marks each (token, rank) pair once, `is_token_in_rank`, and which
     permutes to experts on the receiving rank): once per rank of its domain holding any. Uniform: a rank
     holds one of a token's k experts with probability 1 - (1 - 1/ep)^k, a domain 1 - (1 - n_in/ep)^k
-    (remote_copies); round_robin: the mean ranks and domains each token's k neighbouring experts span
+    (k experts drawn with replacement); round_robin: the mean ranks and domains each token's k neighbouring experts span
     (_mean_span; every rank's tokens take the same experts, so the sender's own domain is any of the n
     alike). Round robin over domains that do not divide the EP group is taken as uniform. Uniform routing
     limited to `group_topk` of `groups` expert groups (DeepSeek-V3's node-limited routing; Megatron-Core
@@ -140,7 +141,7 @@ def dispatch_copies(k: int, experts: int, ep: int, n_in: int, routing: str, node
 def _touched(k: int, experts: int, groups: int, top: int, units: int) -> float:
     """Mean over `units` equal blocks of contiguous experts (ranks, or domains) of the probability that a
     token's k experts include one of the block's. Without groups, k experts at random (with replacement,
-    as remote_copies): 1 - (1 - 1/units)^k. With groups, Megatron-Core's group_limited_topk: a group
+    as dispatch_copies draws them): 1 - (1 - 1/units)^k. With groups, Megatron-Core's group_limited_topk: a group
     scores the sum of its top k/top experts and the token takes the `top` best groups, then its k best
     experts among theirs, so under random logits each chosen group is a random `top` of `groups` and
     holds k/top of the k (floor or ceil), distinct and at random among its S = E/groups. A block holding
@@ -148,12 +149,11 @@ def _touched(k: int, experts: int, groups: int, top: int, units: int) -> float:
     C(groups, top). A block of B = E/units experts inside a group: top/groups x (1 - C(S - B, m) / C(S, m)),
     m its group's share of the k. Blocks that split groups unevenly: taken as without groups."""
     top = min(top, k)   # fewer experts than groups: each takes its own group
-    if groups <= 1 or top >= groups or not experts or experts % groups or experts % units:
+    if groups <= 1 or top >= groups or not experts or experts % groups or experts % units \
+            or (groups % units and units % groups):
         return 1 - (1 - 1 / units) ** k
     if groups % units == 0:
         return 1 - _comb_ratio(groups - groups // units, groups, top)
-    if units % groups:
-        return 1 - (1 - 1 / units) ** k
     size, block = experts // groups, experts // units
     q, r = divmod(k, top)
     # `r` of the chosen groups hold q + 1 of the token's experts, the others q (capped at the group's size)

@@ -131,16 +131,6 @@ FREE_LINKS = GroupLinks(float("inf"), float("inf"), 0.0, 0.0, 1)
 """Links of no cost: a layer's time asked without its stage's links (the search's quick bounds)."""
 
 
-def remote_copies(k: int, ep: int, n_in: int, dedup: bool) -> float:
-    """Copies of a token that leave its NVLink domain per token, under uniform routing to k of the
-    experts spread over ep ranks, n_in of them in each domain: k(ep - n_in)/ep (one per remote
-    expert, Megatron's `alltoall`), or with node deduplication (DeepEP / HybridEP: a token crosses the
-    network once per remote domain that holds any of its experts, then NVLink forwards it: DeepSeek-V3
-    report §3.2.2; Megatron `--moe-token-dispatcher-type flex`) (n - 1)(1 - (1 - n_in/ep)^k) of the
-    n = ep/n_in domains (moe_kernels.dispatch_copies, uniform routing)."""
-    return dispatch_copies(k, 0, ep, n_in, "uniform", dedup, False)[1]
-
-
 def alltoall_s(sent: float, ep: int, stride: int, links: GroupLinks, k: int = 0, dedup: bool = False,
                spread: tuple[int, str, bool, int, int] = (0, "uniform", False, 1, 1)) -> float:
     """One all-to-all in which each of ep ranks (`stride` apart) sends `sent` bytes to the others,
