@@ -244,7 +244,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeType]
     precut = num_orders * (every - len(combos))  # resolved before any work: progress counts them done
     kept, tally, report, tree, accounted = Kept(top, cutoff), Tally(pruned=precut), steady(progress, total), None, None
     if by_prefix:
-        tree = OrderSearch(estimator, inventory, combos, kept.threshold, lambda n: report(precut + n), first)
+        tree = OrderSearch(estimator, inventory, combos, kept.threshold, lambda n: report(precut + n), first, kept.kth)
         candidates: Iterator[tuple[int, Plan]] = iter(tree)
         accounted = lambda: precut + tree.resolved()  # noqa: E731
     else:

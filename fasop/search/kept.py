@@ -84,6 +84,12 @@ class Kept:
         """The K-th kept step time (with `top`; the cutoff until K plans are kept; inf without)."""
         return -self.items[0][0] if self.top is not None and len(self.items) >= self.top else self.cutoff
 
+    def kth(self) -> tuple[float, int] | None:
+        """(step time, enumeration index) of the K-th kept plan, once K are kept (with `top`), else None."""
+        if self.top is None or len(self.items) < self.top:
+            return None
+        return -self.items[0][0], -self.items[0][1]
+
     def values(self) -> list[float]:
         """Step times of the kept plans (with `top`; empty without)."""
         return [] if self.top is None else [-item[0] for item in self.items]

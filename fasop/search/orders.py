@@ -2,8 +2,8 @@
 
 `--placements all` with `--top K` past search.TREE_ORDERS distinct node orders (16 nodes of 3
 types: 2.0 million) does not list them. For one (tp, dp, pp, mbs), most promising first, orders
-are built position by position, in `enumerate.all_placements` order, as a tree; two exact rules
-cut it. Both come from the estimator's optional `prefix_bounds` capability
+are built position by position, in `enumerate.all_placements` order, as a tree; three exact rules
+cut it. They come from the estimator's optional `prefix_bounds` capability
 (estimators.PrefixBounds): a *state* per prefix, folded node by node, and a bound per state.
 
 1. **Equivalent prefixes.** Two prefixes with the same state and the same nodes left give,
@@ -15,8 +15,15 @@ cut it. Both come from the estimator's optional `prefix_bounds` capability
    `bound_hinted(state, placed, left, hint, threshold) -> (bound, hint)`: the hint it returns
    goes to the prefix's children (the analytic estimator's: the recipes whose floor is still at
    most the threshold, which only falls; the others cannot give a kept plan below).
+3. **Exact ties.** A PrefixBounds may offer `class_bound(counts, prefix kinds, last kind)`: the
+   step time at which every fitting order that begins with those kinds and ends with that kind is
+   estimated, where it can certify one (the analytic estimator's, fasop/estimators/analytic/order_classes.py).
+   A prefix whose every completion is in such a class is cut when its class bound is above the
+   threshold, or equal to the K-th kept step time with the K-th kept plan's index below the
+   prefix's first: ties go to the earlier index, so none of its plans can be kept. Without it
+   a tree walks every order of a tie (docs/partitions.md "Exact ties").
 
-Both rules are exact, so the K plans found are those a full enumeration keeps (tests compare
+All three rules are exact, so the K plans found are those a full enumeration keeps (tests compare
 the two on random inventories and check every prefix bound against every completion). How much
 of the tree is visited depends on how many orders come close to the K-th plan. FASOP-2024's
 states and bounds: fasop/estimators/fasop2024/orders.py.
@@ -52,19 +59,21 @@ class OrderSearch:
 
     def __init__(self, estimator: Estimator, inventory: Sequence[NodeType],
                  combos: Sequence[tuple[int, ...]], threshold: Callable[[], float],
-                 progress: Callable[[int], None] | None = None, first: dict | None = None):
-        self.estimator, self.combos, self.threshold = estimator, list(combos), threshold
+                 progress: Callable[[int], None] | None = None, first: dict | None = None,
+                 kth: Callable[[], tuple[float, int] | None] = lambda: None):
+        self.estimator, self.combos, self.threshold, self.kth = estimator, list(combos), threshold, kth
         self.first = first or {}
         """Step times of known plans by (tp, dp, pp, mbs, cp, ep, etp): those shapes are visited
         first, fastest first (the order changes which plans are cut, never which are kept)."""
         self.progress = progress or (lambda accounted: None)
         self.kinds = list({n.name: n for n in inventory}.values())
+        self.kind_of = {k.name: i for i, k in enumerate(self.kinds)}
         self.counts = tuple(sum(n.name == k.name for n in inventory) for k in self.kinds)
         self.inventory = tuple(inventory)
-        self.duplicates = self.pruned = self.accounted = 0
+        self.duplicates = self.pruned = self.accounted = self.tied = 0
         self._ahead: list[float] = []
-        """Plans skipped as equivalent, plans cut by the bound, plans resolved so far (all three
-        include yielded plans' share: accounted = yielded + duplicates + pruned)."""
+        """Plans skipped as equivalent, plans cut by the bound or as ties (`tied`: those of them cut by
+        rule 3), plans resolved so far (accounted = yielded + duplicates + pruned)."""
 
     def __iter__(self) -> Iterator[tuple[int, Plan]]:
         gbs = self.estimator.model.global_batch_size
@@ -100,6 +109,7 @@ class OrderSearch:
         """Depth-first over prefixes in enumeration order (children pushed last-kind first)."""
         prefixes = self.estimator.prefix_bounds(shape, self.kinds)
         hinted = getattr(prefixes, "bound_hinted", None)
+        alike = getattr(prefixes, "class_bound", None)
         n, per_order = len(self.inventory), len(self.combos)
         seen: set = set()
         stack = [((), self.counts, prefixes.start(), 0, 0.0, None)]
@@ -132,12 +142,30 @@ class OrderSearch:
                     child_bound, child_hint = prefixes.bound(child_state, len(prefix) + 1, child_left), None
                 else:
                     child_bound, child_hint = hinted(child_state, len(prefix) + 1, child_left, hint, self.threshold())
-                if child_bound > self.threshold():
+                tied = child_bound <= self.threshold() and alike is not None and self.ties_out(
+                    alike, prefix + (kind,), child_left, child_rank * per_order + c)
+                if tied or child_bound > self.threshold():
                     self.pruned += size
+                    self.tied += size if tied else 0
                     self._account(size)
                     continue
                 children.append((prefix + (kind,), child_left, child_state, child_rank, child_bound, child_hint))
             stack.extend(reversed(children))
+
+
+    def ties_out(self, alike: Callable, prefix: tuple[NodeType, ...], left: tuple[int, ...], first: int) -> bool:
+        """Rule 3: whether no completion of `prefix` (its first plan's index `first`) can be kept because
+        each is estimated at its class's bound or does not fit (`alike(counts, kinds of the prefix, last
+        kind)`: the estimator's class_bound), and the K kept plans come before it: faster, or as fast
+        with a smaller index."""
+        kth, threshold = self.kth(), self.threshold()
+        kinds = tuple(self.kind_of[n.name] for n in prefix)
+        lasts = [k for k, n in enumerate(left) if n] or [kinds[-1]]
+        for last in lasts:
+            t = alike(self.counts, kinds, last)
+            if t is None or (t <= threshold and (kth is None or not kth < (t, first))):
+                return False
+        return True
 
 
 def shape_key(shape: Plan) -> tuple[int, ...]:

@@ -45,6 +45,7 @@ min(p - i, m) at stage i under 1F1B, x (1 + (p - 1)/(p v)) interleaved (Korthika
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -259,11 +260,10 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
         # send_forward_recv_backward) they overlap on a full-duplex link, blocking they queue (host.py)
         cycles.append(fwd[i] + bwd[i] + v * H.p2p_directions(w.params) * (out_s + in_s))
     worst = max(cycles)
-    pipeline = w.num_microbatches * worst + (sum(cycles) - worst) / v
-    ends, back = [], 0.0
-    for i in range(p):
-        ends.append(pipeline - back)
-        back += (bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v
+    # sums exactly rounded (math.fsum): the same stages in another order give the same bits (order_classes.py)
+    pipeline = w.num_microbatches * worst + (math.fsum(cycles) - worst) / v
+    drains = [(bwd[i] + (p2p[i] if i < p - 1 else 0.0)) / v for i in range(p)]
+    ends = [pipeline - math.fsum(drains[:i]) for i in range(p)]
     if w.recipe.zero >= 3:   # FSDP: the root unit's reduction waits for the end of the backward
         sync = [fsdp_sync_s(w, params[i], fsdp_root_params(w, i), fwd[i], bwd[i], stages[i],
                             stage_param_split(w, counts[i], i == 0, i == p - 1)[1]) for i in range(p)]
@@ -353,13 +353,14 @@ def optimizer_s(w: Workload, params: float, gpu: GpuType, experts: float = 0.0) 
 
 
 # ----------------------------------------------------------------------------- layer split
-def split_layers(w: Workload, stages: tuple[StageHardware, ...],
-                 times: tuple[tuple[float, float], ...] | None = None) -> tuple[int, ...] | None:
+def split_layers(w: Workload, stages: tuple[StageHardware, ...], times: tuple[tuple[float, float], ...] | None = None,
+                 caps: list[int] | None = None) -> tuple[int, ...] | None:
     """Layers per stage minimising the slowest stage's fwd+bwd time (embedding and head counted
     on the first and last stage), each stage at most the layers that fit its memory; None when
     no split fits. Exact for identical layers: from the continuous optimum, the stage whose next
     layer raises the bottleneck least takes it, until all layers are placed. `times`: each
-    stage's (fwd, bwd) per layer when not the analytic ones (a profile's)."""
+    stage's (fwd, bwd) per layer when not the analytic ones (a profile's); `caps`: each stage's
+    most layers when not what fits its memory (max_layers)."""
     p, total = w.pp, w.arch.num_layers
     if total < p:
         return None
@@ -369,12 +370,10 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
         e = sum(embedding_s(w, hw.gpu, hw.tp_link)) if i == 0 else 0.0
         e += sum(head_s(w, hw.gpu)) + sum(mtp_s(w, hw)) if i == p - 1 else 0.0
         extra.append(e)
-        cap.append(max_layers(w, i, hw.memory_limit_bytes, total - (p - 1)))
+        cap.append(max_layers(w, i, hw.memory_limit_bytes, total - (p - 1)) if caps is None else caps[i])
     if min(cap) < 1 or sum(cap) < total:
         return None
-    rate = sum(1 / t for t in per)
-    level = (total + sum(e / t for e, t in zip(extra, per))) / rate
-    counts = [max(1, min(cap[i], int((level - extra[i]) / per[i]))) for i in range(p)]
+    counts = [max(1, min(cap[i], n)) for i, n in enumerate(split_start(per, extra, total))]
     while sum(counts) > total:  # rounding up to one layer a stage can overshoot: drop from the fastest
         i = min((k for k in range(p) if counts[k] > 1), key=lambda k: (per[k] * counts[k] + extra[k], k))
         counts[i] -= 1
@@ -386,3 +385,10 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...],
         if counts[i] < cap[i]:
             heapq.heappush(heap, (per[i] * (counts[i] + 1) + extra[i], i))
     return tuple(counts)
+
+
+def split_start(per: list[float], extra: list[float], total: int) -> list[int]:
+    """split_layers' first counts before its caps: each stage's share of the continuous optimum
+    (the level every stage would reach with fractional layers), rounded down."""
+    level = (total + sum(e / t for e, t in zip(extra, per))) / sum(1 / t for t in per)
+    return [int((level - e) / t) for e, t in zip(extra, per)]

@@ -29,7 +29,7 @@ from fasop.costs.parts import EstimateParts, schedule_or_note, stated_parts
 from fasop.estimators import register
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import groups as G
-from fasop.estimators.analytic import host, overheads
+from fasop.estimators.analytic import host, overheads, slots
 from fasop.estimators.analytic.hardware import cached_stage_hardware, domain_gpus
 from fasop.estimators.analytic.bound import CompositionBound, least_bound, stage_caps  # noqa: F401
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe  # noqa: F401
@@ -38,7 +38,7 @@ from fasop.estimators.analytic.modules import split_recompute
 from fasop.estimators.analytic.workloads import TABLE_ROWS, profiled_times, shared_tables, shared_workload
 from fasop.estimators.analytic.recipes import (DEFAULTS, default_precision, mtp_depths, parse_recipes,  # noqa: F401
                                               recipe_grid, without_missing_units)
-from fasop.estimators.analytic.orders import AnalyticPrefixBounds, pipeline_floor
+from fasop.estimators.analytic.orders import AnalyticPrefixBounds
 from fasop.plans.plan import Plan
 from fasop.schedule.pipeline import Schedule
 from fasop.specs.catalog import canonical, find_gpu
@@ -150,7 +150,7 @@ class AnalyticEstimator:
     def _best(self, plan: Plan, cutoff: float, fitting_only: bool = False) -> Estimate | None:
         """The fastest allowed recipe that fits, else (cutoff infinite) the closest to fitting.
         Recipes are tried by their lower bound (the plan's own stages' layer times, the split's
-        continuous relaxation, no transfers: analytic_orders.pipeline_floor); one whose bound
+        continuous relaxation, no transfers: slots.pipeline_floor); one whose bound
         exceeds the best step found, or the cutoff, cannot win and ends the search. With a finite cutoff,
         None when none fits below it; `fitting_only`: None when no recipe has room, without scoring."""
         stages = self._stages(plan)
@@ -166,7 +166,7 @@ class AnalyticEstimator:
             w = self._workload(plan, recipe)
             times = self._layer_times(w, stages, profiled)
             ends = (sum(C.embedding_s(w, stages[0].gpu, stages[0].tp_link)), sum(C.head_s(w, stages[-1].gpu)))
-            bound = pipeline_floor(plan.num_microbatches, recipe.virtual_stages, self.arch.num_layers,
+            bound = slots.pipeline_floor(plan.num_microbatches, recipe.virtual_stages, self.arch.num_layers,
                                    [f + b for f, b in times], ends)
             tried.append((bound, len(tried), w, times))
         tried.sort(key=lambda t: t[:2])

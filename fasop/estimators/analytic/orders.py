@@ -39,6 +39,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic import order_classes as OC
 from fasop.estimators.analytic.slots import slot_floor
 from fasop.plans.plan import Plan
 from fasop.specs.types import NodeType
@@ -79,6 +80,7 @@ class AnalyticPrefixBounds:
         self._all_rows = np.arange(len(self.ws))
         self._levels: dict = {}  # 1..k as floats, by k
         self._floors: dict = {}  # per recipe row, by fixed stages, nodes left to place, rows
+        self._classes: dict = {}  # class_info by (counts, first kind, last kind)
         self.symmetric = self.per_stage > 2 and self._order_free()
         """Whether a stage's hardware is the same for any order of its nodes before the last
         (one_stage takes minima over them; a tie between two GPUs as the slowest would not be)."""
@@ -143,6 +145,18 @@ class AnalyticPrefixBounds:
     # ------------------------------------------------------------------ bound
     def bound(self, state, placed: int, left) -> float:
         return self.bound_hinted(state, placed, left, None, float("inf"))[0]
+
+    def class_bound(self, counts: tuple[int, ...], prefix: tuple[int, ...], last: int) -> float | None:
+        """The step time of every fitting order of these nodes per kind (`counts`) that begins with
+        the kinds `prefix` and ends with kind `last`, where certified, else None (order_classes.py)."""
+        return OC.class_bound(self, counts, prefix, last)
+
+    def class_info(self, counts: tuple[int, ...], first: int, last: int):
+        """order_classes.class_info, kept per (counts, first kind, last kind)."""
+        key = (counts, first, last)
+        if key not in self._classes:
+            self._classes[key] = OC.class_info(self, counts, first, last)
+        return self._classes[key]
 
     def bound_hinted(self, state, placed: int, left, hint, threshold: float):
         """(bound, hint for the prefix's children). `hint`: the recipes (rows) whose floor the
@@ -350,16 +364,6 @@ def _gather_per_layer(w: C.Workload, hw) -> float:
     dense, experts = C.stage_param_split(w, 1, False, False)
     one = C.layer_gather_s(w, dense + experts, experts, C.state_links(w, hw)[0], C.expert_rings(w, hw))
     return (max(0.0, one - f) + max(0.0, one - b)) * (1 - w.params.dp_overlap)
-
-
-def pipeline_floor(m: int, v: int, layers: int, taus: list[float], ends: tuple[float, float]) -> float:
-    """A step time no split of `layers` identical layers over stages of per-layer times `taus`
-    beats, the first stage also running the embedding (ends[0]) and the last the head (ends[1]):
-    the slowest stage is at least the split's continuous relaxation T = (L + e0/tau0 + e1/tau1) /
-    sum(1/tau_i), the stages sum to at least L x min tau + e0 + e1, and analytic_cost.step is
-    m x max + (sum - max)/v = (m - 1/v) x max + sum / v."""
-    level = (layers + ends[0] / taus[0] + ends[1] / taus[-1]) / sum(1 / t for t in taus)
-    return (m - 1 / v) * level + (layers * min(taus) + ends[0] + ends[1]) / v
 
 
 class _Window:

@@ -83,3 +83,13 @@ def _tight(tau: np.ndarray, extra: np.ndarray, slots: np.ndarray, costs: np.ndar
         least = least_within = np.zeros(n)
     above = np.where(slots > level[:, None], slots, np.inf).min(axis=1)
     return np.minimum((m - 1 / v) * level + (base + least_within) / v, (m - 1 / v) * above + (base + least) / v)
+
+
+def pipeline_floor(m: int, v: int, layers: int, taus: list[float], ends: tuple[float, float]) -> float:
+    """A step time no split of `layers` identical layers over stages of per-layer times `taus`
+    beats, the first stage also running the embedding (ends[0]) and the last the head (ends[1]):
+    the slowest stage is at least the split's continuous relaxation T = (L + e0/tau0 + e1/tau1) /
+    sum(1/tau_i), the stages sum to at least L x min tau + e0 + e1, and analytic_cost.step is
+    m x max + (sum - max)/v = (m - 1/v) x max + sum / v."""
+    level = (layers + ends[0] / taus[0] + ends[1] / taus[-1]) / sum(1 / t for t in taus)
+    return (m - 1 / v) * level + (layers * min(taus) + ends[0] + ends[1]) / v
