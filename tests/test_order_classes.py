@@ -9,7 +9,6 @@ nodes, whose networks are alike, so that stages of one kind tie wherever they st
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 
@@ -19,26 +18,15 @@ from fasop.report import results as report
 from fasop.search import engine as search_module
 from fasop.search import orders as orders_module
 from fasop.search.engine import parse_nodes, search
-from fasop.specs.load import load_cluster, load_model
+from fasop.specs.load import load_cluster
 
-TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-              "hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 4,
-              "num_hidden_layers": 12, "vocab_size": 32000, "max_position_embeddings": 4096,
-              "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+from test_analytic_orders import _world as analytic_world
+
 RECIPES = {"recompute": ("none", "full"), "zero": (0, 1, 3), "virtual_stages": (1, 2)}
 
 
 def _world(tmp_path, nodes: str, gbs: int, model: str = "tiny", gpus_per_node: int | None = None):
-    if model == "tiny":
-        path = tmp_path / "config.json"
-        path.write_text(json.dumps(TINY_LLAMA))
-        model = str(path)
-    spec = dataclasses.replace(load_model(model), global_batch_size=gbs)
-    cluster = load_cluster("aws")
-    if gpus_per_node is not None:
-        cluster = dataclasses.replace(cluster, node_types={
-            name: dataclasses.replace(n, gpus_per_node=gpus_per_node) for name, n in cluster.node_types.items()})
-    return spec, cluster, parse_nodes(nodes, cluster)
+    return analytic_world(model, nodes, gbs, gpus_per_node, tmp_path)
 
 
 def _shapes(model, inventory, estimator):
