@@ -389,6 +389,7 @@ def split_layers(w: Workload, stages: tuple[StageHardware, ...], times: tuple[tu
 
 def split_start(per: list[float], extra: list[float], total: int) -> list[int]:
     """split_layers' first counts before its caps: each stage's share of the continuous optimum
-    (the level every stage would reach with fractional layers), rounded down."""
-    level = (total + sum(e / t for e, t in zip(extra, per))) / sum(1 / t for t in per)
+    (the level every stage would reach with fractional layers), rounded down; the sums exactly
+    rounded, so that the same stages in another order start alike (order_classes.py)."""
+    level = (total + math.fsum(e / t for e, t in zip(extra, per))) / math.fsum(1 / t for t in per)   # any stage order
     return [int((level - e) / t) for e, t in zip(extra, per)]

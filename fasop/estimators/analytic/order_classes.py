@@ -28,7 +28,9 @@ after it for the kinds left) holds the layers split_layers starts and ends that 
 order of the class gets the canonical counts per kind and the same step bits under it; the bound t
 is the least step of the certified recipes, valid when every other recipe's pipeline floor
 (slots.pipeline_floor: the same for every order of the class) is above t. Every order of the class
-is then estimated at exactly t or does not fit, so the tree's cut that uses it is exact.
+is then estimated at exactly t or does not fit -- or, where an interior stage's memory sits on the
+boundary that max_layers and stage_memory round differently, above t: the cut needs only that no
+order of the class is estimated below t, so it stays exact.
 """
 
 from __future__ import annotations
