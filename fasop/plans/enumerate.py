@@ -14,14 +14,8 @@ from functools import lru_cache
 
 from fasop.core.errors import FasopError
 from fasop.plans.plan import Plan, trusted_many
-from fasop.plans.space import DENSE, DegreeSpace
+from fasop.plans.space import DENSE, DegreeSpace, divisors  # noqa: F401 (divisors: groups.py's, the tests')
 from fasop.specs.types import NodeType
-
-
-def divisors(n: int) -> list[int]:
-    """The divisors of n, ascending."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def degrees(*, num_nodes: int, gpus_per_node: int, tp_degrees: Sequence[int], global_batch_size: int,

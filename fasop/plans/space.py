@@ -83,7 +83,7 @@ def degree_space(model: ModelSpec, *, cp: tuple[int, ...] | None = None, ep: tup
             if values and set(values) != {1}:
                 raise FasopError(f"{flag}: {model.name} has no experts (a dense model); only 1 is possible")
         return DegreeSpace(cp=cps)
-    eps = tuple(sorted(set(ep))) if ep else divisors(experts)
+    eps = tuple(sorted(set(ep))) if ep else tuple(divisors(experts))
     bad = [e for e in eps if experts % e]
     if bad:
         raise FasopError(f"--ep: {bad[0]} does not divide {model.name}'s {experts} routed experts")
@@ -91,10 +91,10 @@ def degree_space(model: ModelSpec, *, cp: tuple[int, ...] | None = None, ep: tup
     return DegreeSpace(cp=cps, experts=tuple((e, t) for e in eps for t in etps))
 
 
-def divisors(n: int) -> tuple[int, ...]:
-    """The divisors of n in increasing order, found up to its square root (an expert count may be 2^26)."""
-    low = [d for d in range(1, math.isqrt(n) + 1) if not n % d]
-    return tuple(low + [n // d for d in reversed(low) if d * d != n])
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending, found up to its square root (an expert count may be 2^26)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 DEGREE_KEYS = ("cp", "ep", "etp")

@@ -82,7 +82,8 @@ class Kept:
 
     def threshold(self) -> float:
         """The K-th kept step time (with `top`; the cutoff until K plans are kept; inf without)."""
-        return -self.items[0][0] if self.top is not None and len(self.items) >= self.top else self.cutoff
+        kth = self.kth()
+        return self.cutoff if kth is None else kth[0]
 
     def kth(self) -> tuple[float, int] | None:
         """(step time, enumeration index) of the K-th kept plan, once K are kept (with `top`), else None."""

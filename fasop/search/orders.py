@@ -112,9 +112,9 @@ class OrderSearch:
         alike = getattr(prefixes, "class_bound", None)
         n, per_order = len(self.inventory), len(self.combos)
         seen: set = set()
-        stack = [((), self.counts, prefixes.start(), 0, 0.0, None)]
+        stack = [((), (), self.counts, prefixes.start(), 0, 0.0, None)]   # prefix, its kind indices, ...
         while stack:
-            prefix, left, state, rank, bound, hint = stack.pop()
+            prefix, kinds, left, state, rank, bound, hint = stack.pop()
             if bound > self.threshold():  # the threshold has tightened since it was pushed
                 self.pruned += _orders(left)
                 self._account(_orders(left))
@@ -138,28 +138,32 @@ class OrderSearch:
                     self._account(size)
                     continue
                 seen.add(key)
+                threshold = self.threshold()
                 if hinted is None:
                     child_bound, child_hint = prefixes.bound(child_state, len(prefix) + 1, child_left), None
                 else:
-                    child_bound, child_hint = hinted(child_state, len(prefix) + 1, child_left, hint, self.threshold())
-                tied = child_bound <= self.threshold() and alike is not None and self.ties_out(
-                    alike, prefix + (kind,), child_left, child_rank * per_order + c)
-                if tied or child_bound > self.threshold():
+                    child_bound, child_hint = hinted(child_state, len(prefix) + 1, child_left, hint, threshold)
+                tied = child_bound <= threshold and alike is not None and self._ties_out(
+                    alike, kinds + (k,), child_left, child_rank * per_order + c)
+                if tied or child_bound > threshold:
                     self.pruned += size
                     self.tied += size if tied else 0
                     self._account(size)
                     continue
-                children.append((prefix + (kind,), child_left, child_state, child_rank, child_bound, child_hint))
+                children.append((prefix + (kind,), kinds + (k,), child_left, child_state, child_rank, child_bound,
+                                 child_hint))
             stack.extend(reversed(children))
-
 
     def ties_out(self, alike: Callable, prefix: tuple[NodeType, ...], left: tuple[int, ...], first: int) -> bool:
         """Rule 3: whether no completion of `prefix` (its first plan's index `first`) can be kept because
         each is estimated at its class's bound or does not fit (`alike(counts, kinds of the prefix, last
         kind)`: the estimator's class_bound), and the K kept plans come before it: faster, or as fast
         with a smaller index."""
+        return self._ties_out(alike, tuple(self.kind_of[n.name] for n in prefix), left, first)
+
+    def _ties_out(self, alike: Callable, kinds: tuple[int, ...], left: tuple[int, ...], first: int) -> bool:
+        """ties_out of the prefix of these kind indices (the tree carries them)."""
         kth, threshold = self.kth(), self.threshold()
-        kinds = tuple(self.kind_of[n.name] for n in prefix)
         lasts = [k for k, n in enumerate(left) if n] or [kinds[-1]]
         for last in lasts:
             t = alike(self.counts, kinds, last)

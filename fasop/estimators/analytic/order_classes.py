@@ -138,17 +138,16 @@ def _uniform_stages(b, order: tuple[int, ...]):
     nodes = [b.kinds[k] for k in order]
     stages = C.stage_hardware(sh.tp, sh.cp * sh.dp, p, nodes, [b.gpus[k] for k in order], b.e.params)
     links = {stages[0].next_link}
-    inner = set(order[1:-1])
 
     def stage(i: int, kind: int, nxt: int):
         return C.one_stage(sh.tp, sh.cp * sh.dp, p, i, b.g, {i: b.kinds[kind], i + 1: b.kinds[nxt]},
                            {i: b.gpus[kind], i + 1: b.gpus[nxt]}, b.e.params)
 
+    refs = {kind: stages[order.index(kind, 1)] for kind in set(order[1:-1])}
     for nxt in range(n):
         if stage(0, order[0], nxt) != stages[0]:
             return None
-        for kind in inner:
-            ref = stages[order.index(kind, 1)]
+        for kind, ref in refs.items():
             for i in range(1, p - 1):
                 hw = stage(i, kind, nxt)
                 if hw != ref:
