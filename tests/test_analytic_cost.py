@@ -187,8 +187,14 @@ def test_overlapped_gradient_reduction_waits_only_for_what_the_backward_cannot_h
                                         recipe=Recipe(zero=zero), params=params)
     assert C.dp_exposed_s(w(off, 0), 2.0, 0.5, 1.0) == pytest.approx(1.5)
     assert C.dp_exposed_s(w(on, 0), 2.0, 0.5, 1.0) == pytest.approx(1.0)     # 2 - backward 1
-    assert C.dp_exposed_s(w(on, 1), 2.0, 0.5, 1.0) == pytest.approx(0.5)     # 2 - (1 + forward 0.5)
     assert C.dp_exposed_s(w(on, 0), 0.8, 0.5, 1.0) == 0.0                    # fully hidden
+    # ZeRO 1: reduce-scatter 1.2 behind the backward 1 (0.2 left), all-gather 0.8 behind the next
+    # forward 0.5 (0.3 left): 0.5 -- one pool (2 - 1 - 0.5) gives the same 0.5 here ...
+    assert C.dp_exposed_s(w(on, 1), 1.2, 0.5, 1.0, gather=0.8) == pytest.approx(0.5)
+    # ... but not when the backward has time to spare: reduce-scatter 0.4 hidden, all-gather 0.8
+    # behind 0.5 leaves 0.3 (one pool would say max(0, 1.2 - 1.5) = 0)
+    assert C.dp_exposed_s(w(on, 1), 0.4, 0.5, 1.0, gather=0.8) == pytest.approx(0.3)
+    assert C.dp_exposed_s(w(off, 1), 0.4, 0.5, 1.0, gather=0.8) == pytest.approx(0.9)   # 0.75 of 1.2
 
 
 def test_wave_quantization_by_hand():

@@ -186,8 +186,9 @@ def test_zero3_gradient_reduction_is_covered_by_the_backward_only():
     free = replace(default_params(), overlap_slowdown=0.0)     # overlap that costs the compute nothing
     w = lambda zero: Workload(arch=a, seq=16, mbs=1, tp=1, dp=8, pp=1, num_microbatches=1,
                               recipe=Recipe(zero=zero), params=free)
-    # sync 5 s, forward 2 s, backward 4 s: ZeRO 1 hides 6 s (backward + next forward's weight gather) ...
-    assert C.dp_exposed_s(w(1), 5.0, 2.0, 4.0) == 0.0
+    # reduce-scatter 3 s behind a 4 s backward, weight all-gather 2 s behind the next 2 s forward:
+    # ZeRO 1 hides all of it ...
+    assert C.dp_exposed_s(w(1), 3.0, 2.0, 4.0, gather=2.0) == 0.0
     # ... FSDP only the backward, less the 1.5 s its own weight gathers hold the link: 5 - (4 - 1.5)
     assert C.dp_exposed_s(w(3), 5.0, 2.0, 4.0, busy=1.5) == 2.5
 

@@ -59,7 +59,7 @@ from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
 from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s, dp_sync_s, fsdp_sync_s,  # noqa: F401
-                                                     stage_sync_s,
+                                                     stage_sync_parts, stage_sync_s,
                                                      expert_rings, gather_s, layer_gather_s, p2p_s, shard_group,
                                                      state_links, zero3_busy_s, zero3_gather_s)
 from fasop.estimators.analytic.layers import Workload
@@ -271,8 +271,9 @@ def step(w: Workload, stages: tuple[StageHardware, ...], counts: tuple[int, ...]
         dp, exposed = tuple(s for s, _ in sync), tuple(x for _, x in sync)
     else:   # ZeRO 0-2: the routed experts' gradients over their EDP rings (docs/estimators.md §A2)
         routed = [stage_param_split(w, counts[i], i == 0, i == p - 1)[1] for i in range(p)]
-        dp = tuple(stage_sync_s(w, params[i] - routed[i], routed[i], stages[i]) for i in range(p))
-        exposed = tuple(dp_exposed_s(w, d, f, bk) for d, f, bk in zip(dp, fwd, bwd))
+        parts = [stage_sync_parts(w, params[i] - routed[i], routed[i], stages[i]) for i in range(p)]
+        dp = tuple(r + g for r, g in parts)
+        exposed = tuple(dp_exposed_s(w, r, f, bk, gather=g) for (r, g), f, bk in zip(parts, fwd, bwd))
     done = max(e + x for e, x in zip(ends, exposed))
     emb = 0.0
     if (w.arch.tied_embeddings or (w.mtp and w.arch.mtp_kinds)) and p > 1:  # MTP: finalize_model_grads.py:146

@@ -46,19 +46,27 @@ def state_links(w: Workload, hw: StageHardware) -> tuple[Link, Link]:
     return shard_links(hw, w.tp * w.shard) if w.shard else (hw.dp_link, hw.dp_link)
 
 
-def dp_sync_s(w: Workload, params: float, link: Link, replica: Link | None = None,
-              group: tuple[int, int] | None = None) -> float:
-    """A stage's gradient reduction over its DP x CP group (`group`: other (shard, replicate)
-    ranks): all-reduce; sharded (ZeRO 1-2), reduce-scatter + all-gather of the 16-bit weights;
-    FSDP (ZeRO 3) reduce-scatter only (its weights are gathered layer by layer, zero3_gather_s);
-    HSDP adds the all-reduce of the shard across the replicas (on `replica`; default `link`)."""
+def dp_sync_parts(w: Workload, params: float, link: Link, replica: Link | None = None,
+                  group: tuple[int, int] | None = None) -> tuple[float, float]:
+    """(reduce, gather) seconds of a stage's gradient reduction over its DP x CP group (`group`: other
+    (shard, replicate) ranks): `reduce` the gradients' all-reduce; sharded (ZeRO 1-2, FSDP) their
+    reduce-scatter, and HSDP's all-reduce of the shard across the replicas (on `replica`; default
+    `link`); `gather` ZeRO 1-2's all-gather of the updated 16-bit weights, which waits for the
+    optimizer step and is hidden, if at all, behind the next step's first forward (FSDP gathers its
+    weights layer by layer instead, zero3_gather_s)."""
     grad = params * w.params.gradient_reduce_bytes[w.recipe.precision]
     buckets = max(1, math.ceil(grad / w.params.gradient_bucket_bytes))
     shard, replicate = group or shard_group(w)
     if w.recipe.zero == 0:
-        return all_reduce_s(grad, shard * replicate, link, buckets)
-    gathers = gather_s(grad, shard, link, buckets) + all_reduce_s(grad / shard, replicate, replica or link)
-    return gathers + (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
+        return all_reduce_s(grad, shard * replicate, link, buckets), 0.0
+    reduce = gather_s(grad, shard, link, buckets) + all_reduce_s(grad / shard, replicate, replica or link)
+    return reduce, (0.0 if w.recipe.zero >= 3 else gather_s(params * w.recipe.value_bytes, shard, link, buckets))
+
+
+def dp_sync_s(w: Workload, params: float, link: Link, replica: Link | None = None,
+              group: tuple[int, int] | None = None) -> float:
+    """A stage's gradient reduction, all of it (dp_sync_parts)."""
+    return sum(dp_sync_parts(w, params, link, replica, group))
 
 
 def expert_rings(w: Workload, hw: StageHardware) -> tuple[int, Link] | None:
@@ -73,28 +81,39 @@ def expert_rings(w: Workload, hw: StageHardware) -> tuple[int, Link] | None:
     return P.expert_data_parallel(w.tp, w.cp, w.dp, w.ep, w.etp), ring_link(hw, w.ep * w.etp)
 
 
-def stage_sync_s(w: Workload, dense: float, experts: float, hw: StageHardware) -> float:
-    """A stage's gradient reduction (dp_sync_s): its `dense` parameters' over the DP x CP group and
-    its routed `experts`' over their EDP group (expert_rings), one after the other."""
+def stage_sync_parts(w: Workload, dense: float, experts: float, hw: StageHardware) -> tuple[float, float]:
+    """(reduce, gather) seconds of a stage's gradient reduction (dp_sync_parts): its `dense`
+    parameters' over the DP x CP group and its routed `experts`' over their EDP group (expert_rings),
+    one after the other."""
     links, rings = state_links(w, hw), expert_rings(w, hw)
     if not experts or rings is None:
-        return dp_sync_s(w, dense + experts, *links)
-    return dp_sync_s(w, dense, *links) + dp_sync_s(w, experts, rings[1], group=(rings[0], 1))
+        return dp_sync_parts(w, dense + experts, *links)
+    (r1, g1), (r2, g2) = dp_sync_parts(w, dense, *links), dp_sync_parts(w, experts, rings[1], group=(rings[0], 1))
+    return r1 + r2, g1 + g2
 
 
-def dp_exposed_s(w: Workload, sync: float, fwd: float, bwd: float, busy: float = 0.0) -> float:
-    """The part of a stage's DP sync (`sync` s) the step waits for: (1 - dp_overlap) of it; with
-    `overlap_grad_reduce` (gradient buckets reduced during the backward: PyTorch DDP, FSDP,
-    Megatron-Core --overlap-grad-reduce) only what the stage's last micro-batch backward (`bwd`),
-    and for a ZeRO 1-2 optimizer's weight all-gather the next step's first forward (`fwd`), cannot
-    cover. FSDP (ZeRO 3) reduces only gradients, which the optimizer step waits for: the backward
-    covers them, less the `busy` seconds its own weight gathers hold the same link. The compute that
-    hides a transfer runs slower beside it (overlap_share), which adds to the step."""
-    flat = (1 - w.params.dp_overlap) * sync
+def stage_sync_s(w: Workload, dense: float, experts: float, hw: StageHardware) -> float:
+    """A stage's gradient reduction, all of it (stage_sync_parts)."""
+    return sum(stage_sync_parts(w, dense, experts, hw))
+
+
+def dp_exposed_s(w: Workload, reduce: float, fwd: float, bwd: float, busy: float = 0.0,
+                 gather: float = 0.0) -> float:
+    """The part of a stage's DP sync (`reduce` + `gather` s, dp_sync_parts) the step waits for:
+    (1 - dp_overlap) of it; with `overlap_grad_reduce` (gradient buckets reduced during the backward:
+    PyTorch DDP, FSDP, Megatron-Core --overlap-grad-reduce) what the stage's last micro-batch backward
+    (`bwd`) cannot cover of the reduction, plus what the next step's first forward (`fwd`) cannot
+    cover of a ZeRO 1-2 optimizer's weight all-gather (Megatron-Core --overlap-param-gather): two
+    windows, one on each side of the optimizer step, so the spare time of one hides nothing of the
+    other's transfer. FSDP (ZeRO 3) reduces only gradients: the backward covers them, less the `busy`
+    seconds its own weight gathers hold the same link. The compute that hides a transfer runs slower
+    beside it (overlap_share), which adds to the step."""
+    flat = (1 - w.params.dp_overlap) * (reduce + gather)
     if not w.params.overlap_grad_reduce:
         return flat
-    cover = bwd - busy if w.recipe.zero >= 3 else bwd + (fwd if w.recipe.zero >= 1 else 0.0)
-    return min(flat, P.exposed_s(sync, max(0.0, cover), overlap_share(w)))
+    share = overlap_share(w)
+    cover = bwd - busy if w.recipe.zero >= 3 else bwd
+    return min(flat, P.exposed_s(reduce, max(0.0, cover), share) + P.exposed_s(gather, fwd, share))
 
 
 def overlap_share(w: Workload) -> float:
