@@ -37,7 +37,7 @@ def test_a_name_that_is_no_one_gpu_is_refused_with_the_catalogs_names(written):
 def test_an_alias_that_names_another_gpu_is_refused(tmp_path):
     text = (shipped_folder("cluster_specs") / "catalog" / "gpus.yaml").read_text()
     bad = tmp_path / "gpus.yaml"
-    bad.write_text(text.replace("aliases: [B300 SXM6 AC]", "aliases: [B300 SXM6 AC, NVIDIA B200]"))
+    bad.write_text(text.replace("aliases: [B300 SXM6 AC,", "aliases: [B300 SXM6 AC, NVIDIA B200,"))
     with pytest.raises(SpecError, match=r"B300: aliases: 'NVIDIA B200' already names B200"):
         gpu_names(str(bad))
 
@@ -171,3 +171,10 @@ def test_peak_tflops_keys_by_alias_tool_name_and_name_start():
         given_peaks({"G": 1.0}, used, mixed)
     with pytest.raises(FasopError, match=r"'_' names no GPU of m.yaml"):
         given_peaks({"_": 1.0}, used, mixed)
+
+
+@pytest.mark.parametrize("written, name", [("GB200 NVL72", "GB200"), ("GB300 NVL72", "GB300"), ("B200 SXM", "B200"),
+                                           ("H100 SXM5 80GB", "H100-SXM"), ("H200 SXM", "H200"), ("HGX B300", "B300"),
+                                           ("NVIDIA B200", "B200"), ("DGX-B300", "B300")])
+def test_blackwell_and_hopper_parts_as_tables_write_them(written, name):
+    assert find_gpu(written).name == name
