@@ -137,9 +137,28 @@ def test_header_errors(tmp_path, capsys):
     path = _write(tmp_path, [{k: v for k, v in ROW.items() if k != "tp"}])
     assert main(["validate", str(path)]) == 2
     assert "header: missing required column 'tp'" in capsys.readouterr().err
-    path = _write(tmp_path, [ROW | {"colour": "red"}])
+    path = _write(tmp_path, [ROW | {"micro_bach_size": "2"}])
     assert main(["validate", str(path)]) == 2
-    assert "header: unknown column 'colour'" in capsys.readouterr().err
+    assert "header: unknown column 'micro_bach_size' (did you mean 'micro_batch_size'?" in capsys.readouterr().err
+
+
+def test_columns_validate_does_not_read_are_named_and_left_out(tmp_path, capsys):
+    """A spreadsheet's own columns (a source, notes) do not stop the run: the prediction is the one
+    without them, and a note on stderr names them; header names compare stripped and in lower case."""
+    plain = _write(tmp_path, [ROW])
+    assert main(["validate", str(plain)]) == 0
+    expected = capsys.readouterr()
+    assert "columns not read" not in expected.err
+    extra = tmp_path / "extra.csv"
+    rows = [ROW | {"source": "https://example.org/a,b", "notes": "rerun"}]
+    with open(extra, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, [k.upper() if k == "tp" else k for k in rows[0]])
+        writer.writeheader()
+        writer.writerows([{(k.upper() if k == "tp" else k): v for k, v in r.items()} for r in rows])
+    assert main(["validate", str(extra)]) == 0
+    got = capsys.readouterr()
+    assert got.out == expected.out
+    assert got.err == f"fasop: note: {extra}: columns not read: 'source', 'notes' (docs/validate.md lists the columns)\n"
 
 
 def test_a_row_may_state_its_tp_overlap(tmp_path):

@@ -7,6 +7,7 @@ Exit status: 0 when the time MAPE is at most --max-mape (or none is given), 1 ab
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from fasop.core.errors import FasopError
@@ -46,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
         params = apply_calibration(load_calibration(args.calibration), default_params())
     report = validate(args.file, params)
+    if report.ignored_columns:
+        print(f"fasop: note: {args.file}: columns not read: {', '.join(map(repr, report.ignored_columns))} "
+              "(docs/validate.md lists the columns)", file=sys.stderr)
     columns, rows = report_rows(report)
     if args.out:
         try:

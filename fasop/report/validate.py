@@ -51,7 +51,7 @@ from fasop.specs.validate_software import VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIP
 from fasop.report.validate_defaults import common as _common, software as _software
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
-                                        layers_per_stage, read_rows, row_hardware)
+                                        layers_per_stage, read_rows, read_table, row_hardware)
 
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
 PRECISION_NAMES = {"fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8"}
@@ -81,6 +81,8 @@ class Prediction:
 @dataclass(frozen=True, kw_only=True)
 class Report:
     predictions: tuple[Prediction, ...]
+    ignored_columns: tuple[str, ...] = ()
+    """The CSV's columns validate does not read (validate_rows.read_table)."""
 
     @property
     def mape(self) -> float:
@@ -358,7 +360,8 @@ def _even(layers: int, pp: int) -> tuple[int, ...]:
 def validate(path: str | Path, params: AnalyticParams | None = None) -> Report:
     path = Path(path)
     base = params or default_params()
-    return Report(predictions=tuple(predict(path, row, base) for row in read_rows(path)))
+    rows, ignored = read_table(path)
+    return Report(predictions=tuple(predict(path, row, base) for row in rows), ignored_columns=ignored)
 
 
 def report_rows(report: Report) -> tuple[list[str], list[dict]]:

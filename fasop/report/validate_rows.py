@@ -10,6 +10,7 @@ stage's and replica's GPU instead; `layers_per_stage` ('-') fixes the split of t
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import math
 from dataclasses import dataclass
@@ -59,10 +60,19 @@ SHOWN = 60
 
 
 def read_rows(path: Path) -> list[Row]:
+    return read_table(path)[0]
+
+
+def read_table(path: Path) -> tuple[list[Row], tuple[str, ...]]:
+    """(rows, columns not read) of a runs CSV. Header names compare stripped and in lower case. A
+    column validate does not read is refused when it is a near miss of one it reads (a typo that would
+    silently drop a setting: `micro_bach_size`), else left out and returned (a spreadsheet's `source`,
+    `notes` or `tokens_per_sec` columns) for the caller to name."""
     text = decode_utf8(path, read_bounded(path, MAX_BYTES, " runs CSV"))
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""))
-        header = reader.fieldnames or []
+        header = [(c or "").strip().lower() for c in reader.fieldnames or []]
+        reader.fieldnames = header
         rows = [Row(i, r) for i, r in enumerate(reader, start=2)]
     except csv.Error as exc:
         raise FasopError(f"{path}: not a readable CSV file: {exc}") from None
@@ -78,12 +88,20 @@ def read_rows(path: Path) -> list[Row]:
     if missing:
         raise FasopError(f"{path}: header: missing required column {missing[0]!r} (required: {', '.join(REQUIRED)})")
     unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
-    if unknown:
-        raise FasopError(f"{path}: header: unknown column {unknown[0]!r} (optional: {', '.join(OPTIONAL)})")
+    for column in unknown:
+        near = difflib.get_close_matches(column, REQUIRED + OPTIONAL, n=1, cutoff=NEAR_MISS)
+        if near or not column:
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise FasopError(f"{path}: header: unknown column {column!r} ({hint}optional: {', '.join(OPTIONAL)})")
     if not rows:
         raise FasopError(f"{path}: no rows")
-    return rows
+    return rows, tuple(unknown)
 
+
+NEAR_MISS = 0.85
+"""difflib's similarity above which an unknown column is taken for a misspelt known one and refused
+(`micro_bach_size` 0.97, `sequence_parallelism` 0.92); below it the column is not read (`notes` against
+`nodes` 0.8, `source`, `url`)."""
 
 
 class Cells:
