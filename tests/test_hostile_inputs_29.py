@@ -60,6 +60,19 @@ def _write_runs(tmp_path: Path, row: dict) -> Path:
     return path
 
 
+def test_a_task_as_tables_write_it_is_the_same_run(tmp_path, capsys):
+    """`pretraining`, `Pre-Train`, `full_sft`: the same full-training step as `pretrain` / `sft`."""
+    steps = set()
+    for i, task in enumerate(("pretrain", "pretraining", "Pre-Train", "sft", "full_sft", "")):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        out = folder / "out.csv"
+        assert main(["validate", str(_write_runs(folder, {**QWEN, "task": task})), "--out", str(out)]) == 0
+        steps.add(next(csv.DictReader(out.open()))["predicted_seconds_per_iter"])
+    assert len(steps) == 1
+    capsys.readouterr()
+
+
 def test_the_uncorrupted_rows_run(tmp_path, capsys):
     """Protects the cases' meaning: each base row is valid, so each refusal comes from its one cell."""
     for i, row in enumerate((QWEN, DEEPSEEK, {**DEEPSEEK, "mtp_layers": "2"},
@@ -78,7 +91,7 @@ CELLS = (
     [(col, v, v) for col in ("cp", "ep", "etp", "dp_shard", "mtp_layers", "recompute_num_layers") for v in NUMBERS]
     + [(col, "0", "0") for col in ("cp", "ep", "etp", "dp_shard")]
     + [("zero", v, v.lower()) for v in ("4", "-1", "x", "nan", "1.5", "True", "1,2")]
-    + [("task", v, v.lower()) for v in ("finetune", "1", "nan", "pretrain,sft")]
+    + [("task", v, v.lower()) for v in ("finetune", "1", "nan", "pretrain,sft", "LoRA", "peft")]
     + [("moe_dispatcher", v, v.lower()) for v in ("a2a", "1", "inf", "deepep\nflex")]
     + [("ep_overlap", v, v) for v in ("nan", "inf", "-inf", "-0.1", "1.5", "1e300", "True", "x", "0,5")]
     + [("main_grads", v, v.lower()) for v in ("fp16", "True", "1", "nan", "bf16,fp32")]

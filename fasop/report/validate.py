@@ -67,6 +67,9 @@ RECOMPUTE_MODULES = MODULES
 """Megatron-LM's --recompute-modules names a `selective:<modules>` cell may list."""
 TASKS = ("pretrain", "sft")
 """Both full training (every parameter trained): the same step."""
+TASK_SPELLINGS = {"pretraining": "pretrain", "pre-train": "pretrain", "pre-training": "pretrain", "pre_train": "pretrain",
+                  "full_sft": "sft", "full-sft": "sft", "full_finetune": "sft", "full-finetune": "sft"}
+"""Other ways tables write the two tasks (a LoRA / PEFT task trains adapters only: not these, refused)."""
 MAX_VIRTUAL = 8
 
 
@@ -232,7 +235,11 @@ def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
     checked: 2cp divides the sequence (causal load balancing), ep the experts and ep x etp the
     stage's tp x cp x dp ranks (Megatron-Core), the shard degree dp x cp."""
     cp, ep, etp = c.int("cp", 1), c.int("ep", 1), c.int("etp", 1)
-    c.choice("task", TASKS)
+    task = c.text("task").lower()
+    if task in ("lora", "peft", "qlora"):
+        raise c.error("task", f"{task!r} trains adapters only; fasop models full training (pretrain, sft)")
+    if task not in TASK_SPELLINGS:
+        c.choice("task", TASKS)
     if cp > 1 and seq % (2 * cp):
         raise c.error("cp", f"cp = {cp}: 2 x cp must divide seq_len {seq} (causal load balancing)")
     experts = arch.moe.num_experts if arch.moe is not None else 1
