@@ -54,10 +54,16 @@ from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIR
                                         layers_per_stage, read_rows, read_table, row_hardware)
 
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
-PRECISION_NAMES = {"fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8"}
-"""Megatron-Bridge's names for its FP8 recipes (`_perf_precision("fp8_cs")`; FP8-CS / FP8-DS / FP8-MX in its
-performance tables), as a `precision` cell may give them ('-' or '_'): per-tensor FP8 with current or delayed
-scaling is `fp8`, block-scaled FP8 `mxfp8`."""
+PRECISION_NAMES = {"fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8", "fp8_sc": "fp8", "fp8_blockwise": "fp8",
+                   "fp8_tensorwise": "fp8", "fp8_delayed": "fp8", "fp8_hybrid": "fp8", "bfloat16": "bf16",
+                   "float16": "fp16", "float32": "fp32"}
+"""Megatron-Bridge's names for its FP8 recipes (`_perf_precision("fp8_cs")`, scripts/performance
+`--compute_dtype`; FP8-CS / FP8-DS / FP8-MX / FP8-SC in its performance tables), Megatron-LM's
+`--fp8-recipe` ones after `fp8_`, and torch's dtype names, as a `precision` cell may give them ('-' or
+'_'): per-tensor FP8 with current or delayed scaling is `fp8`, MX block-scaled FP8 `mxfp8`. FP8-SC
+(sub-channel: 1 x 128 activation and 128 x 128 weight scales, `fp8_recipe` blockwise, Hopper's
+DeepSeek-V3 / Kimi-K2 recipes) is read as `fp8`: the same FP8 tensor-core rate -- no measured rate of
+cuBLAS's blockwise-scaled GEMMs against per-tensor ones is at hand -- and per-tensor FP8's casts."""
 OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter",
                "predicted_seconds_per_iter", "error_pct", "measured_peak_mem_gib", "predicted_peak_mem_gib",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
