@@ -96,7 +96,7 @@ CELLS = (
     + [("ep_overlap", v, v) for v in ("nan", "inf", "-inf", "-0.1", "1.5", "1e300", "True", "x", "0,5")]
     + [("main_grads", v, v.lower()) for v in ("fp16", "True", "1", "nan", "bf16,fp32")]
     + [("optimizer_states", v, v.lower()) for v in ("fp8", "True", "0", "inf")]
-    + [("fused_elementwise", v, v) for v in ("2", "-1", "True", "nan", "yes", "1e300", "0,1")]
+    + [("fused_elementwise", v, v) for v in ("2", "-1", "Truth", "nan", "y", "1e300", "0,1")]
     + [("measured_peak_mem_gib", v, v) for v in ("0", "-1", "nan", "inf", "1e300", "x", "True", "5,5")]
     + [("model", v, v) for v in ("no-such-model", "missing.json", "a,b")]
     + [("recompute", v, shown) for v, shown in (

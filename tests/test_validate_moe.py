@@ -204,7 +204,7 @@ def test_a_row_without_fused_permutation_is_slower(tmp_path):
     assert unfused > fused
     from fasop.core.errors import FasopError
     with pytest.raises(FasopError) as err:
-        validate(_csv(tmp_path, row + "yes", head))
+        validate(_csv(tmp_path, row + "maybe", head))
     assert "moe_permute_fusion: expected 0 or 1" in str(err.value)
 
 

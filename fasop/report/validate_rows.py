@@ -98,6 +98,8 @@ def read_table(path: Path) -> tuple[list[Row], tuple[str, ...]]:
     return rows, tuple(unknown)
 
 
+FLAGS = {"0": False, "1": True, "false": False, "true": True, "no": False, "yes": True}
+"""A 0 / 1 cell, also as spreadsheets and pandas write a boolean (TRUE, False)."""
 NEAR_MISS = 0.85
 """difflib's similarity above which an unknown column is taken for a misspelt known one and refused
 (`micro_bach_size` 0.97, `sequence_parallelism` 0.92); below it the column is not read (`notes` against
@@ -140,9 +142,10 @@ class Cells:
         text = self.text(column)
         if not text:
             return default
-        if text not in ("0", "1"):
+        value = FLAGS.get(text.lower())
+        if value is None:
             raise self.error(column, f"expected 0 or 1, got {text!r}")
-        return text == "1"
+        return value
 
     def positive(self, column: str, high: float = MAX_MEASURED) -> float | None:
         """A positive number at most `high` (a second a step, a GiB: far above any real run)."""
