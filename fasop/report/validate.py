@@ -56,7 +56,7 @@ from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIR
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
 PRECISION_NAMES = {"fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8", "fp8_sc": "fp8", "fp8_blockwise": "fp8",
                    "fp8_tensorwise": "fp8", "fp8_delayed": "fp8", "fp8_hybrid": "fp8", "bfloat16": "bf16",
-                   "float16": "fp16", "float32": "fp32"}
+                   "float16": "fp16"}
 """Megatron-Bridge's names for its FP8 recipes (`_perf_precision("fp8_cs")`, scripts/performance
 `--compute_dtype`; FP8-CS / FP8-DS / FP8-MX / FP8-SC in its performance tables), Megatron-LM's
 `--fp8-recipe` ones after `fp8_`, and torch's dtype names, as a `precision` cell may give them ('-' or
