@@ -6,6 +6,7 @@ layout string is parsed back by an independent parser following Megatron-Core's 
 
 from __future__ import annotations
 
+import csv
 import re
 import types
 
@@ -180,7 +181,8 @@ def test_torchtitan_recipe_runs_and_sets_the_split():
                          '--parallelism.pipeline_parallel_schedule "1F1B" --parallelism.num_pp_microbatches 8 '
                          "--parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 1\n"
                          "--training.num_tokens_per_microbatch_per_dp_rank 128 "
-                         "--training.num_tokens_per_train_step 2048 --training.disable_cuda_graphs\n")
+                         "--training.num_tokens_per_train_step 2048 --training.max_context_length 128 "
+                         "--training.disable_cuda_graphs\n")
 
 
 # ------------------------------------------------------------------ node-rank table
@@ -279,7 +281,10 @@ def test_virtual_stages():
     assert 'p.pipeline_parallel_schedule = "Interleaved1F1B"' in torchtitan(rp, GPT8).text
     even = row_plan(1, 4, 2, 1, 4, "big-big", "5-5", virtual_stages="2")
     assert "    --num-virtual-stages-per-pipeline-rank 2\n" in megatron(even, GPT8).text
-    assert "p.pipeline_parallel_layers_per_stage = 2" in torchtitan(even, GPT8).text
+    # even (E+4t, 4t+L over 2 chunks each): every chunk named, no pipeline_parallel_layers_per_stage, which
+    # counts the embedding and head as a layer each: ceil((8 + 1 + 1) / 2) = 5 stages, not 4 (torchtitan refuses)
+    titan = torchtitan(even, GPT8).text
+    assert "layers_per_stage" not in titan and titan.count("        [") == 4
     # uneven, one entry per rank (E+3t, 5t+L): each rank's layers over its 2 chunks (2+1, 3+2), in
     # model order chunk 0 of ranks 0, 1, then chunk 1: a layout of 2 x 2 stages (issue 30)
     uneven_rp = row_plan(1, 4, 2, 1, 4, "big-big", "4-6", virtual_stages="2")
@@ -346,3 +351,89 @@ def test_the_sequence_length_estimated_is_the_one_exported():
     long = replace(GPT8, sequence_length=16384)
     assert "    --seq-length 16384\n" in megatron(rp, long).text
     assert "num_tokens_per_microbatch_per_dp_rank = 65536" in torchtitan(rp, long).text  # micro-batch 4
+
+
+def _hand_export(tmp_path, capsys, target: str, **cells) -> str:
+    """`fasop export` of one hand-written row of a Mixtral-8x7B plan on two p5 nodes (tp 2, ep 8, dp 8)."""
+    row = {"mbs": "1", "tp": "2", "dp": "8", "pp": "1", "node_placement": "p5-p5", "partition": "34",
+           "num_microbatches": "32", "cp": "1", "ep": "8", "etp": "1", "zero": "1", "recompute": "none",
+           "sequence_parallel": "True", "precision": "bf16"} | cells
+    path = tmp_path / "hand.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    assert main(["export", "--from", str(path), "--row", "1", "--model", "mixtral-8x7b", "--cluster", "aws",
+                 "--target", target]) == 0
+    return capsys.readouterr().out
+
+
+def test_megatron_fsdp_takes_its_checkpoint_format_and_gradient_dtype(tmp_path, capsys):
+    """arguments.py asserts --ckpt-format fsdp_dtensor under Megatron-FSDP; its gradient buffer follows
+    --megatron-fsdp-main-grads-dtype (default auto: the bf16 parameters'), not --grad-reduce-in-bf16."""
+    fp32 = _hand_export(tmp_path, capsys, "megatron", zero="3", main_grads="fp32")
+    assert "    --ckpt-format fsdp_dtensor\n    --megatron-fsdp-main-grads-dtype fp32\n" in fp32
+    assert "CUDA_DEVICE_MAX_CONNECTIONS unset or above 1" in fp32
+    bf16 = _hand_export(tmp_path, capsys, "megatron", zero="2", main_grads="bf16")
+    assert "--megatron-fsdp-main-grads-dtype bf16" in bf16 and "--grad-reduce-in-bf16" not in bf16
+    assert "--grad-reduce-in-bf16" in _hand_export(tmp_path, capsys, "megatron", zero="1", main_grads="bf16")
+
+
+def test_fp8_with_moe_act_or_layernorm_recompute_uses_current_scaling(tmp_path, capsys):
+    """Megatron-Core refuses delayed scaling (the default --fp8-recipe) with moe_act / layernorm recompute."""
+    for modules in ("moe_act", "layernorm", "core_attn,layernorm"):
+        text = _hand_export(tmp_path, capsys, "megatron", precision="fp8", recompute=f"selective:{modules}")
+        assert "--fp8-recipe tensorwise" in text
+    assert "--fp8-recipe" not in _hand_export(tmp_path, capsys, "megatron", precision="fp8", recompute="selective:core_attn")
+
+
+def test_what_megatron_refuses_of_an_moe_plan_is_a_warning(tmp_path, capsys):
+    """MoE with tp > 1 needs sequence parallelism (moe_layer.py); HSDP's replicas must divide the experts'
+    data-parallel group, tp x cp x dp / (ep x etp) = 2 here (parallel_state.py)."""
+    assert "refuses tensor parallelism (2) without sequence parallelism" in \
+        _hand_export(tmp_path, capsys, "megatron", sequence_parallel="False")
+    text = _hand_export(tmp_path, capsys, "megatron", zero="3", dp_shard="2", dp_replicate="4")
+    assert "# warning: --num-distributed-optimizer-instances 4 does not divide the expert data-parallel group (2" in text
+    assert "does not divide" not in _hand_export(tmp_path, capsys, "megatron", zero="3", dp_shard="4", dp_replicate="2")
+
+
+def test_torchtitan_trains_the_estimated_context_and_says_what_it_cannot_reduce(tmp_path, capsys):
+    """training.max_context_length carries the sequence (default 2048); mixed_precision_reduce takes only
+    float32 at torchtitan's HEAD, so bf16 gradient reduction is a warning, not a key; ZeRO 0 with cp > 1
+    is sharded over cp by torchtitan's FSDP."""
+    text = _hand_export(tmp_path, capsys, "torchtitan", zero="1", main_grads="bf16")
+    assert "config.training.max_context_length = 4096" in text and "--training.max_context_length 4096" in text
+    assert "mixed_precision_reduce" not in text.split("def fasop_plan")[1]
+    assert "# warning: main_grads bf16: torchtitan reduces gradients in float32" in text
+    cp = _hand_export(tmp_path, capsys, "torchtitan", zero="0", cp="2", dp="4", num_microbatches="64")
+    assert "# warning: ZeRO stage 0 with cp 2: torchtitan shards the states over the cp ranks" in cp
+
+
+def test_a_plan_by_flags_exports_the_recipe_it_was_explained_with(capsys):
+    """Without a row, explain and export take the estimate's recipe (analytic defaults: the distributed
+    optimizer), not FASOP's replicated optimizer state."""
+    flags = ["--model", "llama-3-8b", "--cluster", "aws", "--placement", "p5", "--tp", "1", "--dp", "8", "--pp", "1"]
+    assert main(["explain", *flags]) == 0
+    assert "ZeRO-1" in capsys.readouterr().out
+    assert main(["export", *flags, "--target", "megatron"]) == 0
+    text = capsys.readouterr().out
+    assert "--use-distributed-optimizer" in text and "optimizer state replicated" not in text
+
+
+def test_node_type_names_that_extend_one_another_read_back(tmp_path):
+    """`h100` beside `h100-spot` (names may hold '-'): a placement cell reads as the one sequence of names
+    it spells; one that spells two (x, y and x-y) is refused, not silently read one way."""
+    from fasop.core.errors import FasopError
+    from fasop.plans.rowplan import placement_types
+
+    two = ClusterSpec(path="c.yaml", estimator="analytic", node_types={"h100": node("h100"), "h100-spot": node("h100-spot")},
+                      p2p_inter_node_divisor=1.0, p2p_intra_node_divisor=1.0, memory_overhead_factor=1.0)
+    got = placement_types("h100-h100-spot-h100-spot-h100", two)
+    assert [n.name for n in got] == ["h100", "h100-spot", "h100-spot", "h100"]
+    three = ClusterSpec(path="c.yaml", estimator="analytic", node_types={k: node(k) for k in ("x", "y", "x-y")},
+                        p2p_inter_node_divisor=1.0, p2p_intra_node_divisor=1.0, memory_overhead_factor=1.0)
+    assert [n.name for n in placement_types("y-x", three)] == ["y", "x"]
+    with pytest.raises(FasopError, match="reads as more than one sequence"):
+        placement_types("x-y", three)
+    with pytest.raises(FasopError, match="node type 'spot' is not in"):
+        placement_types("h100-spot-spot", two)

@@ -66,7 +66,8 @@ def _exports(tmp_path, monkeypatch, capsys, target: str) -> str:
 def test_every_megatron_flag_of_the_exports_exists(tmp_path, monkeypatch, capsys):
     text = _exports(tmp_path, monkeypatch, capsys, "megatron")
     flags = set(re.findall(r"^\s+(--[a-z0-9][a-z0-9-]*)", text, re.M))
-    assert {"--expert-model-parallel-size", "--context-parallel-size", "--use-megatron-fsdp",
+    assert {"--expert-model-parallel-size", "--context-parallel-size", "--use-megatron-fsdp", "--ckpt-format",
+            "--megatron-fsdp-main-grads-dtype",
             "--moe-latent-size", "--moe-router-num-groups", "--moe-router-group-topk", "--hybrid-layer-pattern", "--mtp-num-layers", "--cpu-offloading-num-layers", "--recompute-method",
             "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--first-last-layers-bf16", "--num-layers-at-end-in-bf16"} <= flags
     arguments = _show(MEGATRON, "megatron/training/arguments.py")

@@ -94,3 +94,28 @@ def test_default_fsdp_search_finds_hsdp_plans_at_least_as_fast(tmp_path):
     assert float(default[0]["step_time_s"]) <= float(fsdp[0]["step_time_s"])
     for r in default:
         assert int(r["dp_shard"]) * int(r["dp_replicate"]) == int(r["dp"])
+
+
+@pytest.mark.parametrize("ep, moe, admitted", [(8, True, True), (16, True, False), (8, False, True)])
+def test_hsdp_replicas_must_divide_the_experts_data_parallel_group(ep, moe, admitted):
+    """16 DP ranks on two 8-GPU nodes: HSDP shards over a node's 8, 2 replicas. Megatron-Core asserts the
+    expert data-parallel size (tp x cp x dp / (ep x etp): 2 at ep 8, 1 at ep 16) divisible by them."""
+    import types
+
+    node = _node("H100-SXM", 8)
+    plan = Plan(tp=1, dp=16, pp=1, mbs=1, global_batch_size=64, placement=(node, node), ep=ep)
+    arch = types.SimpleNamespace(moe=object() if moe else None)
+    assert G.dp_shard(plan, True) == 8
+    assert G.hsdp_admitted(plan, arch) is admitted
+
+
+def test_an_moe_models_tp_plans_keep_sequence_parallelism(tmp_path, capsys, monkeypatch):
+    """Megatron-Core's MoE layer refuses tp > 1 without sequence parallelism: --sequence-parallel off
+    leaves an MoE model's tp > 1 plans with it, and says so."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "mixtral-8x7b", "--cluster", "aws", "--nodes", "p5=2", "--sequence-parallel", "off",
+                 "--every-plan", "--no-progress", "--out", "m.csv"]) == 0
+    assert "plans with tp > 1 keep sequence parallelism" in capsys.readouterr().out
+    rows = list(csv.DictReader(open("m.csv")))
+    assert {r["sequence_parallel"] for r in rows if r["tp"] != "1"} == {"True"}
+    assert {r["sequence_parallel"] for r in rows if r["tp"] == "1"} == {"False"}

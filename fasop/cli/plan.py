@@ -145,11 +145,18 @@ def _flag_plan(args: argparse.Namespace):
         {k: str(v[0]) for k, v in cli_recipes.plan_software(args, cluster).items()}
     where = "the plan of the flags"
     rp = plan_of_row(row, where, model, cluster)  # checks the degrees against the nodes
+    chosen = estimator_for(rp, model, cluster).estimate(rp.plan)
+    # the settings the estimate picked (the analytic estimator's recipe columns), so that explain,
+    # plot and export all read the one plan: an export must not fall back to replicated optimizer state
+    row |= {k: str(v) for k, v in chosen.extra_columns if k in FLAG_PLAN_SETTINGS and k not in row}
     if args.partition is None:
-        estimator = estimator_for(rp, model, cluster)
-        row["partition"] = "-".join(map(str, estimator.estimate(rp.plan).partition))
-        rp = plan_of_row(row, where, model, cluster)
-    return rp, model, cluster, [row]
+        row["partition"] = "-".join(map(str, chosen.partition))
+    return plan_of_row(row, where, model, cluster), model, cluster, [row]
+
+
+FLAG_PLAN_SETTINGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads",
+                      "optimizer_states", "dp_shard", "dp_replicate", "offload_layers", "recompute_layers", "bf16_layers")
+"""The estimate's recipe columns a plan by flags takes into its row (what a search CSV row says)."""
 
 
 def run_plan_command(args: argparse.Namespace) -> int:

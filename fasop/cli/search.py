@@ -178,6 +178,9 @@ def _model_notes(model, inventory, rows: list[dict], recipe: dict) -> list[str]:
     if arch is None:
         return []
     lines = [f"note: {model.name}: {n}" for n in arch.notes]
+    if arch.moe is not None and recipe.get("sequence_parallel") == (False,):
+        lines.append(f"note: --sequence-parallel off: {model.name}'s plans with tp > 1 keep sequence parallelism "
+                     "(Megatron-Core's MoE layer refuses tensor parallelism without it, moe_layer.py)")
     if not any(not r["is_oom"] for r in rows):
         from fasop.estimators.analytic.layers import total_params
         n, room = total_params(arch), _room(inventory)

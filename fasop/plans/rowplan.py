@@ -180,27 +180,48 @@ def placement_types(names: str, cluster: ClusterSpec, where: str = "node_placeme
 
 def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
     """The node types of `node_placement`: fasop's node type names, or (FASOP's own CSVs) the
-    instance names of the cluster's node types where each names one type."""
+    instance names of the cluster's node types where each names one type, joined by '-'. Names may
+    hold '-' themselves (p6-b200, a3-highgpu-8g, h100 beside h100-spot): the cell is read as the one
+    sequence of names it spells (every split point tried, from the end); none or two are refused."""
     by_instance: dict[str, list] = {}
     for node in cluster.node_types.values():
         by_instance.setdefault(node.instance, []).append(node)
-    # instance names may hold '-' and '.', node type names not: split FASOP's at known instances
-    parts, rest = [], names
-    while rest:
-        head = next((n for n in cluster.node_types if rest == n or rest.startswith(n + "-")), None)
-        if head is not None:
-            parts.append(cluster.node_types[head])
-        else:
-            head = next((i for i, nodes in by_instance.items() if len(nodes) == 1
-                         and (rest == i or rest.startswith(i + "-"))), None)
-            if head is None:
-                raise FasopError(f"{where}: node_placement: node type {rest.split('-')[0]!r} is not in "
-                                 f"{cluster.path} (known: {', '.join(cluster.node_types)})")
-            parts.append(by_instance[head][0])
-        rest = rest[len(head) + 1:]
-    if not parts:
+    names_of = dict(cluster.node_types) | {i: nodes[0] for i, nodes in by_instance.items()
+                                           if len(nodes) == 1 and i not in cluster.node_types}
+    if not names:
         raise FasopError(f"{where}: node_placement: empty")
+    end = len(names)
+    ways, step = {end + 1: 1}, {}   # parses of names[i:] (at most 2 counted), and one: (name, next i)
+    starts = sorted({0} | {k + 1 for k, ch in enumerate(names) if ch == "-"}, reverse=True)
+    for i in starts:
+        count = 0
+        for name in names_of:
+            stop = i + len(name)
+            if _spells(names, name, i) and ways.get(stop + 1, 0):
+                count += ways[stop + 1]
+                step.setdefault(i, (name, stop + 1))
+        ways[i] = min(count, 2)
+    if ways[0] == 0:
+        i = 0   # the first name no known one spells, on the longest names that do
+        while i <= end and (longest := max((n for n in names_of if _spells(names, n, i)), key=len, default=None)):
+            i += len(longest) + 1
+        raise FasopError(f"{where}: node_placement: node type {names[i:].split('-')[0]!r} is not in "
+                         f"{cluster.path} (known: {', '.join(cluster.node_types)})")
+    if ways[0] > 1:
+        raise FasopError(f"{where}: node_placement: {names[:SHOWN_CHARS]!r} reads as more than one sequence of "
+                         f"{cluster.path}'s node types ({', '.join(cluster.node_types)}): rename a node type so "
+                         "that no name is another's joined by '-'")
+    parts, i = [], 0
+    while i <= end:
+        name, i = step[i]
+        parts.append(names_of[name])
     return tuple(parts)
+
+
+def _spells(names: str, name: str, i: int) -> bool:
+    """Whether `name` stands at position i of a '-'-joined placement, a whole name."""
+    stop = i + len(name)
+    return bool(name) and names.startswith(name, i) and (stop == len(names) or names[stop] == "-")
 
 
 def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:

@@ -24,6 +24,9 @@ whose arg_names are --fp8-format and --fp4-format): fp8 = Transformer Engine FP8
 E5M2 gradients; delayed scaling, the default --fp8-recipe) inside bf16 training; mxfp8 = E4M3 with 32-element
 block scales on Blackwell (Megatron-Bridge's bf16_with_mxfp8_mixed: fp8 "e4m3", fp8_recipe "mxfp8"); nvfp4 =
 E2M1 with NVFP4 block scaling (bf16_with_nvfp4_mixed: fp4 "e2m1", fp4_recipe "nvfp4")."""
+DELAYED_REFUSES = {"moe_act", "layernorm"}
+"""Recompute modules Megatron-Core refuses under FP8 delayed scaling (transformer_config.py: "Delayed
+scaling does not support moe_act and layernorm recompute for fp8")."""
 MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 """ZeRO 2/3 -> Megatron-FSDP's --data-parallel-sharding-strategy; --use-distributed-optimizer is
 ZeRO-1 only (its fp32 main-grad buffer stays whole: a ZeRO-2 plan would need full gradients)."""
@@ -52,6 +55,25 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
     args += [f"--expert-model-parallel-size {p.ep}", f"--expert-tensor-parallel-size {p.etp}",
              "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
     return args
+
+
+def megatron_refusals(p, model: ModelSpec, s: Settings) -> list[str]:
+    """What Megatron-Core refuses of an MoE plan (a plan given by hand; fasop's search leaves them
+    out, analytic/recipes.py): tensor parallelism without sequence parallelism (moe_layer.py raises in
+    training), and HSDP whose replicas do not divide the experts' data-parallel group
+    (parallel_state.py: expert data-parallel size % --num-distributed-optimizer-instances)."""
+    arch = model.architecture
+    if arch is None or arch.moe is None:
+        return []
+    out = []
+    if p.tp > 1 and not s.sequence_parallel:
+        out.append(f"Megatron-Core's MoE layer refuses tensor parallelism ({p.tp}) without sequence parallelism in "
+                   "training: this plan does not run on Megatron-LM as estimated (add --sequence-parallel)")
+    edp = p.tp * p.cp * p.dp // (p.ep * p.etp)
+    if s.dp_replicate > 1 and edp % s.dp_replicate:
+        out.append(f"--num-distributed-optimizer-instances {s.dp_replicate} does not divide the expert data-parallel "
+                   f"group ({edp} = tp x cp x dp / (ep x etp)): Megatron-Core refuses it")
+    return out
 
 
 def moe_layer_freq(kinds: tuple[str, ...]) -> str | None:
@@ -144,6 +166,9 @@ def megatron(rp: RowPlan, model: ModelSpec) -> Export:
     if s.offload_layers:  # TransformerConfig.cpu_offloading_num_layers; arguments.py sets cpu_offloading from it
         args.append(f"--cpu-offloading-num-layers {s.offload_layers}")
     args += megatron_graphs(model, s, warnings)
+    warnings += megatron_refusals(p, model, s)
+    if s.zero_stage in MEGATRON_FSDP:
+        notes.append("# Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (arguments.py asserts it)")
     if s.precision is None:
         notes.append("# 16-bit training as profiled: add --bf16 or --fp16")
     if not (s.recompute != "none" or s.sequence_parallel or s.zero_stage):
@@ -209,19 +234,24 @@ def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
     if s.zero_stage == 1:  # shards the fp32 main params and Adam state; the main-grad buffer stays full
         args.append("--use-distributed-optimizer")
     elif s.zero_stage in MEGATRON_FSDP:  # gradients (and weights) sharded: Megatron-FSDP, Megatron-Core >= 0.12
-        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {MEGATRON_FSDP[s.zero_stage]}"]
+        # arguments.py asserts the fsdp_dtensor checkpoint format under Megatron-FSDP; its gradient buffer's dtype
+        # is --megatron-fsdp-main-grads-dtype (default auto: the parameters', bf16), not --grad-reduce-in-bf16
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {MEGATRON_FSDP[s.zero_stage]}",
+                 "--ckpt-format fsdp_dtensor", f"--megatron-fsdp-main-grads-dtype {s.main_grads}"]
     if s.dp_replicate > 1:  # HSDP: R instances of the sharded states, each over (dp x cp) / R ranks (outer: no_shard)
         args.append(f"--num-distributed-optimizer-instances {s.dp_replicate}")
     if s.precision is not None:
-        if s.precision == "fp8" and s.bf16_layers:   # Megatron-Core: "Delayed scaling does not support first / last
-            args += ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise"]   # layer in BF16": current scaling
+        if s.precision == "fp8" and (s.bf16_layers or DELAYED_REFUSES & set(s.recompute[10:].split(","))):
+            # Megatron-Core refuses delayed scaling with first / last layers in BF16 and with moe_act or
+            # layernorm recompute (transformer_config.py): per-tensor current scaling, the same FP8 matmuls
+            args += ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise"]
         elif s.precision in PRECISION_FLAGS:
             args += PRECISION_FLAGS[s.precision]
         else:
             warnings.append(f"precision {s.precision!r}: no Megatron-LM flag known for it; none written")
     if s.bf16_layers:  # TransformerConfig first_last_layers_bf16 with the last N layers (none at the start)
         args += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16 0", f"--num-layers-at-end-in-bf16 {s.bf16_layers}"]
-    if s.main_grads == "bf16":  # the gradient buffer and its reduce-scatter in bf16 (default: fp32 with --bf16)
+    if s.main_grads == "bf16" and s.zero_stage not in MEGATRON_FSDP:  # the gradient buffer and its reduce-scatter in bf16 (default: fp32 with --bf16)
         args.append("--grad-reduce-in-bf16")
     if s.optimizer_states == "bf16" and s.zero_stage == 0:  # megatron/core/optimizer/__init__.py raises then
         warnings.append("optimizer_states bf16: Megatron-LM's precision-aware optimizer runs only with the distributed "

@@ -50,13 +50,15 @@ def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
         warnings.append("torchtitan has no hybrid Mamba / attention model (torchtitan/models at its 2026-08 HEAD): "
                         "the recipe's module names assume Transformer blocks; bring a model of your own")
     seq = model.sequence_length
-    fqns, per_chunk = _torchtitan_split(rp, model, s, warnings)
-    sets = _torchtitan_parallelism(rp, s, per_chunk, warnings)
+    fqns = _torchtitan_split(rp, model, s, warnings)
+    sets = _torchtitan_parallelism(rp, s, warnings)
     training = [("num_tokens_per_microbatch_per_dp_rank", p.mbs * seq, f"micro-batch {p.mbs} x sequence {seq}"),
                 ("num_tokens_per_train_step", p.global_batch_size * seq,
-                 f"global batch {p.global_batch_size} x sequence {seq}")]
-    if s.main_grads == "bf16":  # FSDP2's MixedPrecisionPolicy reduce_dtype (default float32)
-        training.append(("mixed_precision_reduce", '"bfloat16"', "gradients reduced in bf16, as estimated"))
+                 f"global batch {p.global_batch_size} x sequence {seq}"),
+                ("max_context_length", seq, "the estimate's sequence (default 2048)")]
+    if s.main_grads == "bf16":  # TrainingConfig.mixed_precision_reduce is Literal["float32"] at b5bcd76
+        warnings.append("main_grads bf16: torchtitan reduces gradients in float32 (training.mixed_precision_reduce "
+                        "takes only \"float32\"): twice the reduce-scatter bytes estimated; not written")
     training += torchtitan_graphs(p, s, warnings)
     if s.optimizer_states == "bf16":
         warnings.append("optimizer_states bf16: torchtitan keeps Adam's moments in the sharded parameters' fp32 "
@@ -154,30 +156,30 @@ def _torchtitan_float8(s: Settings, warnings: list[str], moe: bool = False) -> l
     return lines + [f"    config.compile.enable = True  # {s.precision} matmuls pay off only compiled"]
 
 
-def _torchtitan_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str]):
-    """(module_fqns_per_model_part expressions or None, layers per virtual stage or None)."""
+def _torchtitan_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str] | None:
+    """module_fqns_per_model_part expressions (None: torchtitan's own split, or none expressible). Interleaved
+    plans name every chunk's modules too: pipeline_parallel_layers_per_stage counts the embedding and the
+    head as a layer each (first / last_stage_less_layers, default 1: pipeline_parallel.py), so an even
+    split of the layers does not give pp x v stages."""
     partition = rp.partition
     if s.virtual_stages > 1 and len(partition) == rp.plan.pp:  # each rank's layers, not its chunks'
-        counts = transformer_counts(model.layer_kinds, partition)
-        if len(set(counts)) == 1 and counts[0] % s.virtual_stages == 0:
-            return None, counts[0] // s.virtual_stages
         chunks = interleaved_partition(model.layer_kinds, partition, s.virtual_stages)
         if chunks is None:
             warnings.append(f"{s.virtual_stages} virtual stages: torchtitan's models are decoder-only, this model's "
                             "layer list is not; module_fqns_per_model_part not written")
-            return None, None
-        return torchtitan_fqns(model.layer_kinds, chunks), None  # v x pp parts, chunk k of rank r at k*pp+r
+            return None
+        return torchtitan_fqns(model.layer_kinds, chunks)  # v x pp parts, chunk k of rank r at k*pp+r
     if len(partition) == 1:
-        return None, None
+        return None
     fqns = torchtitan_fqns(model.layer_kinds, partition)
     if fqns is None:
         warnings.append("torchtitan cannot express this split: its models are decoder-only (tok_embeddings, "
                         "layers.i, norm, lm_head), this model's layer list is not; module_fqns_per_model_part "
                         "not written")
-    return fqns, None
+    return fqns
 
 
-def _torchtitan_parallelism(rp: RowPlan, s: Settings, per_chunk: int | None, warnings: list[str]) -> list[tuple]:
+def _torchtitan_parallelism(rp: RowPlan, s: Settings, warnings: list[str]) -> list[tuple]:
     """(ParallelismConfig key, value) pairs of the plan."""
     p = rp.plan
     sets = [("tensor_parallel_degree", p.tp), ("enable_sequence_parallel", s.sequence_parallel and p.tp > 1),
@@ -185,13 +187,14 @@ def _torchtitan_parallelism(rp: RowPlan, s: Settings, per_chunk: int | None, war
     if p.pp > 1:
         sets += [("pipeline_parallel_schedule", "Interleaved1F1B" if s.virtual_stages > 1 else "1F1B"),
                  ("num_pp_microbatches", p.num_microbatches)]
-    if per_chunk is not None:
-        sets.append(("pipeline_parallel_layers_per_stage", per_chunk))
     # FASOP's DP replicates the model and optimizer (DDP); ZeRO shards them (FSDP), HSDP over dp / replicas
     sharded = s.zero_stage >= 1
     sets += [("data_parallel_replicate_degree", s.dp_replicate if sharded else p.dp),
              ("data_parallel_shard_degree", p.dp // s.dp_replicate if sharded else 1)]
     sets += _context_and_experts(p, p.dp // s.dp_replicate if sharded else 1, warnings)
+    if not sharded and p.cp > 1:
+        warnings.append(f"ZeRO stage 0 with cp {p.cp}: torchtitan shards the states over the cp ranks (FSDP over "
+                        "dp_shard x cp, distributed/fsdp.py): less memory than estimated, more all-gathers")
     if s.zero_stage == 2:  # FSDP2 keeping the gathered parameters from forward to backward: ZeRO-2-like
         sets.append(("fsdp_reshard_after_forward", "never"))
     if s.zero_stage == 1:
