@@ -44,6 +44,16 @@ def test_list_names_every_shipped_spec_in_one_line_each(capsys, what, folder_nam
     assert all("does not load" not in line for line in lines)
 
 
+def test_list_without_an_argument_lists_both_and_says_which_clusters_need_profiles(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    models, clusters = out.split("\n\nclusters:\n")
+    assert models.startswith("models:\nbert ") and clusters.startswith("aws ")
+    line = next(x for x in clusters.splitlines() if x.startswith("fasop-paper "))
+    assert line.endswith("[fasop-2024: profiled models only]")
+    assert "profiled models only" not in next(x for x in clusters.splitlines() if x.startswith("aws "))
+
+
 def test_list_without_shipped_specs_says_so(capsys, monkeypatch, tmp_path):
     """Installed without the spec folders: a sentence, not an empty list."""
     monkeypatch.setattr(spec_files, "shipped_folder", lambda folder: tmp_path / folder)

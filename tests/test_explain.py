@@ -249,3 +249,15 @@ def test_charged_sends_names_the_sends_the_timeline_charges(fwd_sends, bwd_sends
 
     assert charged_sends(Schedule((1, 1, 1), (2, 2, 2), 4, fwd_sends, bwd_sends)) == words
     assert charged_sends(Schedule((1,), (2,), 4)) == ""  # one stage: no boundary
+
+
+def test_a_pareto_csv_without_a_knee_defaults_to_its_fastest_composition(tmp_path, capsys, monkeypatch):
+    """Two frontier points have no knee: explain and plot take rank 1 and say so, instead of refusing."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["pareto", "--model", "llama-3-8b", "--cluster", "aws", "--max-nodes", "p5=2,g6=2", "--no-progress"]) == 0
+    rows = list(csv.DictReader(open("results/llama-3-8b_aws_pareto.csv")))
+    assert not any(r["is_knee"] == "True" for r in rows)
+    capsys.readouterr()
+    assert main(["explain", "--from", "results/llama-3-8b_aws_pareto.csv"]) == 0
+    assert "(no knee: the fastest composition)" in capsys.readouterr().out
+    assert main(["plot", "--from", "results/llama-3-8b_aws_pareto.csv", "--figures", "frontier"]) == 0

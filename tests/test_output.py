@@ -131,6 +131,20 @@ def test_the_target_is_checked_before_the_work(tiny_specs, capsys, monkeypatch):
     error_of(capsys, search("--out", "link.csv"))
 
 
+def test_a_new_file_under_a_folder_it_cannot_be_made_in_is_refused_before_the_work(tiny_specs, capsys, monkeypatch):
+    """The nearest existing folder above a new --out must be a folder this user may write in: a file in
+    the way, or no write permission, is refused before any search (not after it, at the write)."""
+    import fasop.search.engine
+
+    monkeypatch.setattr(fasop.search.engine, "search", lambda *a, **k: pytest.fail("searched"))
+    (tiny_specs / "plain").write_text("x")
+    assert "cannot write" in error_of(capsys, search("--out", "plain/deeper/plans.csv"))
+    locked = tiny_specs / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode: os.path.abspath(path) != str(locked.resolve()))
+    assert "Permission denied in" in error_of(capsys, search("--out", "locked/new/plans.csv"))
+
+
 def test_pareto_writes_csv_png_and_svg_or_none(tiny_specs, capsys):
     """All or none: when the SVG cannot be written (its name is taken by a folder), neither the
     CSV nor the PNG is left behind; with the way clear, all three are written."""

@@ -170,3 +170,17 @@ def test_a_row_may_state_its_tp_overlap(tmp_path):
     rows = [ROW | plan | {"name": str(v), "tp_overlap": v} for v in ("", "0", "0.5", "1")]
     times = [p.row["predicted_seconds_per_iter"] for p in validate(_write(tmp_path, rows)).predictions]
     assert times[0] == times[2] and times[1] > times[2] > times[3]
+
+
+def test_the_predictions_csv_has_six_significant_digits_and_a_missing_column_names_model(tmp_path, capsys):
+    path = _write(tmp_path, [ROW])
+    out = tmp_path / "o.csv"
+    assert main(["validate", str(path), "--out", str(out)]) == 0
+    row = next(csv.DictReader(open(out)))
+    assert all(len(row[k].replace(".", "").replace("-", "").lstrip("0")) <= 6
+               for k in ("predicted_seconds_per_iter", "error_pct", "predicted_peak_mem_gib"))
+    bare = _write(tmp_path, [{k: v for k, v in ROW.items() if k != "num_layers"}])
+    capsys.readouterr()
+    assert main(["validate", str(bare)]) == 2
+    err = capsys.readouterr().err
+    assert "missing required column 'num_layers'" in err and "or a `model` column instead of the architecture's" in err

@@ -46,14 +46,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _add_list_parser(sub) -> None:
     p = sub.add_parser("list", help="the shipped model or cluster specs, one line each",
                        description="List the specs fasop ships (usable by name with --model / --cluster).")
-    p.add_argument("what", choices=("models", "clusters"))
+    p.add_argument("what", choices=("models", "clusters"), nargs="?", help="one of them (default: both)")
 
 
 def _list(args: argparse.Namespace) -> int:
     from fasop.cli.listing import spec_lines
 
-    for line in spec_lines(args.what):
-        print(line)
+    kinds = [args.what] if args.what else ["models", "clusters"]
+    for kind in kinds:
+        if len(kinds) > 1:
+            print(f"{kind}:" if kind == kinds[0] else f"\n{kind}:")
+        for line in spec_lines(kind):
+            print(line)
     return 0
 
 

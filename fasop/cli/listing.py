@@ -37,4 +37,5 @@ def _model(path: str) -> str:
 
 def _cluster(path: str) -> str:
     c = load_cluster(path)
-    return ", ".join(f"{name}: {n.gpus_per_node}x {n.gpu} ${n.usd_per_hour:,.2f}/h" for name, n in c.node_types.items())
+    nodes = ", ".join(f"{name}: {n.gpus_per_node}x {n.gpu} ${n.usd_per_hour:,.2f}/h" for name, n in c.node_types.items())
+    return nodes if c.estimator == "analytic" else f"{nodes}  [{c.estimator}: profiled models only]"

@@ -107,7 +107,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--virtual-stages", type=_ints(1, 64), metavar="V[,V]",
                    help="model chunks per pipeline rank, interleaved 1F1B (default 1)")
     g.add_argument("--precision", type=_choices("PRECISIONS"), metavar="P[,P]",
-                   help="matmul precision: bf16 (default), fp16, fp8, fp32, tf32")
+                   help="matmul precision: bf16 (default), fp16, fp8, fp32, tf32; mxfp8 and nvfp4 on Blackwell")
     g.add_argument("--hsdp", type=_switch, metavar="on|off|on,off",
                    help="hybrid sharding: the ZeRO / FSDP states sharded over the data-parallel ranks of one node, "
                         "replicated across nodes (torchtitan's HSDP; default off: sharded over all of them, but FSDP "

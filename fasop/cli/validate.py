@@ -37,7 +37,7 @@ def _percent(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fasop.report.results import csv_text, write_atomic
+    from fasop.report.results import csv_text, significant, write_atomic
     from fasop.report.validate import report_rows, validate
 
     params = None
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     columns, rows = report_rows(report)
     if args.out:
         try:
-            write_atomic(Path(args.out), csv_text(columns, rows))
+            write_atomic(Path(args.out), csv_text(columns, significant(rows)))  # 6 digits, as search's CSVs
         except OSError as exc:
             raise FasopError(f"--out: cannot write {args.out!r}: {exc.strerror}") from None
     print(f"{'run':<24} {'measured s':>11} {'predicted s':>12} {'error':>8}  picked")

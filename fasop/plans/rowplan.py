@@ -92,9 +92,14 @@ def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None =
         return rows[row - 1], f"{path} row {row}"
     if rank is None and "is_knee" in rows[0]:
         knees = [k for k, r in enumerate(rows, start=1) if r.get("is_knee") in TRUE]
-        if not knees:
-            raise FasopError(f"{path}: a pareto CSV without a knee: choose a composition with --row K")
-        return rows[knees[0] - 1], f"{path} row {knees[0]} (the knee)"
+        if knees:
+            return rows[knees[0] - 1], f"{path} row {knees[0]} (the knee)"
+        # fewer than 3 frontier points, no knee: the fastest composition (rank 1), saying so
+        fastest = [k for k, r in enumerate(rows, start=1) if r.get("rank") == "1"]
+        if not fastest:
+            raise FasopError(f"{path}: a pareto CSV without a knee or a rank 1: choose a composition with --row K "
+                             "or --rank N")
+        return rows[fastest[0] - 1], f"{path} row {fastest[0]} (no knee: the fastest composition)"
     if rank is None and "rank" in rows[0]:  # the fastest plan that fits (rows are fastest first)
         fits = [k for k, r in enumerate(rows, start=1) if r.get("is_oom") != "True" and r["rank"]]
         if not fits:  # the fastest, saying so wherever the row's name is shown

@@ -53,6 +53,7 @@ def check_target(path: Path, flag: str) -> None:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
+        _check_folder(path, flag)
         return
     except OSError as exc:
         raise FasopError(f"{flag}: cannot write {str(path)!r}: {exc.strerror}") from None
@@ -62,6 +63,18 @@ def check_target(path: Path, flag: str) -> None:
         raise FasopError(f"{flag}: cannot write {str(path)!r}: Is a directory")
     if not stat.S_ISREG(info.st_mode):
         raise FasopError(f"{flag}: cannot write {str(path)!r}: not a regular file (a device, FIFO or socket)")
+
+
+def _check_folder(path: Path, flag: str) -> None:
+    """Refuse a new file whose nearest existing folder above it is not a folder this user may write in
+    (the folders between are made when it is written): before the work, not after."""
+    above = Path(os.path.abspath(path)).parent
+    while not os.path.lexists(above) and above.parent != above:
+        above = above.parent
+    if not os.path.isdir(above):
+        raise FasopError(f"{flag}: cannot write {str(path)!r}: {str(above)!r} is not a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise FasopError(f"{flag}: cannot write {str(path)!r}: Permission denied in {str(above)!r}")
 
 
 def write_files(files: Sequence[tuple[Path, str | bytes]], flag: str) -> list[Path]:

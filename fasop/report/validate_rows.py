@@ -86,7 +86,9 @@ def read_table(path: Path) -> tuple[list[Row], tuple[str, ...]]:
     missing = [c for c in REQUIRED if c not in header and not ("model" in header and c in ARCHITECTURE)
                and not (c == "gpu" and "cluster" in header)]   # a cluster's nodes name the GPUs
     if missing:
-        raise FasopError(f"{path}: header: missing required column {missing[0]!r} (required: {', '.join(REQUIRED)})")
+        instead = " -- or a `model` column instead of the architecture's" if missing[0] in ARCHITECTURE else ""
+        raise FasopError(f"{path}: header: missing required column {missing[0]!r} (required: {', '.join(REQUIRED)}"
+                         f"{instead})")
     unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
     for column in unknown:
         near = difflib.get_close_matches(column, REQUIRED + OPTIONAL, n=1, cutoff=NEAR_MISS)
