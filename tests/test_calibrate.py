@@ -196,3 +196,24 @@ def test_mixed_cluster_rows_calibrate_every_gpu_type_they_use(tmp_path):
     fit = calibrate(runs, only=tuple(n for n, _ in truth.values))
     for name, value in truth.values:
         assert fit.fitted[name] == pytest.approx(value, rel=0.01), name
+
+
+def test_a_calibrated_search_names_its_overlay_and_explain_applies_it(tmp_path, capsys, monkeypatch):
+    """search --calibration writes to its own default name and records the overlay; explain --from that
+    CSV re-estimates with it (the CSV's step time, no mismatch note) and refuses the row once it is gone."""
+    monkeypatch.chdir(tmp_path)
+    overlay = tmp_path / "fit.yaml"
+    overlay.write_text("gpus:\n  A100-SXM4-80GB:\n    matmul_efficiency: 0.6\n")
+    search = ["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p4de=2", "--no-progress"]
+    assert main(search + ["--calibration", str(overlay)]) == 0 and main(search) == 0
+    calibrated = Path("results/llama-3-8b_aws_p4dex2_calibrated-fit.csv")
+    row = next(csv.DictReader(open(calibrated)))
+    assert row["calibration"] == str(overlay.resolve())
+    assert next(csv.DictReader(open("results/llama-3-8b_aws_p4dex2.csv")))["calibration"] == ""
+    capsys.readouterr()
+    assert main(["explain", "--from", str(calibrated)]) == 0
+    out = capsys.readouterr().out
+    assert "the CSV says step_time_s" not in out   # re-estimated as scored: the same step time
+    overlay.unlink()
+    assert main(["explain", "--from", str(calibrated)]) == 2
+    assert "calibration: " in capsys.readouterr().err

@@ -213,8 +213,8 @@ def iterations_of(args: argparse.Namespace, model) -> int:
 def run_tag(args: argparse.Namespace) -> str:
     """What distinguishes a run beyond model, cluster and nodes, for default output names, so runs
     stop overwriting each other: `_spot`, `_tokens1.5e+13` / `_iterations1000`, `_seq8192`, `_gbs1024`,
-    and each recipe
-    flag given (`_recompute-full`, `_zero-1-2`, ...); '' for none."""
+    each recipe flag given (`_recompute-full`, `_zero-1-2`, ...) and a calibration overlay
+    (`_calibrated-sc21`); '' for none."""
     parts = ["spot"] if getattr(args, "spot", False) else []
     if getattr(args, "tokens", None):
         parts.append(f"tokens{args.tokens:.6g}")
@@ -229,6 +229,8 @@ def run_tag(args: argparse.Namespace) -> str:
         values = getattr(args, flag, None)
         if values is not None:
             parts.append(f"{flag.replace('_', '-')}-{'-'.join(map(str, values))}")
+    if getattr(args, "calibration", None):
+        parts.append(f"calibrated-{Path(args.calibration).stem}")
     return "".join("_" + p for p in parts)
 
 

@@ -128,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
     columns, rows = pareto_rows(analysis, model.sequence_length, list(max_nodes), spot=args.spot)
     if extra_columns([r.best for r in analysis.results if r.best is not None]):  # analytic: self-describing
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
-                                        provenance(model, cluster, spot=args.spot))
+                                        provenance(model, cluster, spot=args.spot,
+                                                   calibration=args.calibration))
         rows = significant(rows)
     title = f"{model.name} on {Path(cluster.path).stem}" + (" (spot prices)" if args.spot else "") + f", {iterations:,} steps"
 

@@ -101,7 +101,25 @@ def row_plan(args: argparse.Namespace):
             raise
         raise FasopError(f"{exc} ({how}; give --model and --cluster)") from None
     model = _step_shape_of(args, model, row)
-    return plan_of_row(row, where, model, cluster), model, cluster, rows
+    return plan_of_row(row, where, model, cluster), model, _calibrated(cluster, row, args.source), rows
+
+
+def _calibrated(cluster, row: dict, source: str):
+    """`cluster` with the overlay the row was estimated with (its `calibration` column, a path) applied
+    again, so that explain, plot and export describe the plan as the search scored it."""
+    overlay = (row.get("calibration") or "").strip()
+    if not overlay:
+        return cluster
+    from dataclasses import replace
+
+    from fasop.specs.calibration import apply_calibration, load_calibration
+
+    if not Path(overlay).is_file():
+        raise FasopError(f"{source}: calibration: {overlay[:200]!r}: no such file (the plans were estimated with "
+                         "this `fasop calibrate` overlay: put it back at that path)")
+    if cluster.analytic is None:
+        raise FasopError(f"{source}: calibration: the {cluster.estimator} estimator of {cluster.path} takes no overlay")
+    return replace(cluster, analytic=apply_calibration(load_calibration(overlay), cluster.analytic))
 
 
 def _step_shape_of(args: argparse.Namespace, model, row: dict):

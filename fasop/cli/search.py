@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     columns, rows = search_rows(result, model.sequence_length)
     if extra_columns(result.estimates):  # the analytic estimator's CSVs say what they were made from
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
-                                        provenance(model, cluster, spot=args.spot))
+                                        provenance(model, cluster, spot=args.spot,
+                                                   calibration=args.calibration))
         rows = significant(rows)
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
@@ -157,7 +158,8 @@ def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespac
     columns, rows = search_rows(result, model.sequence_length)
     if extra_columns(result.estimates):
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
-                                        provenance(model, cluster, spot=args.spot))
+                                        provenance(model, cluster, spot=args.spot,
+                                                   calibration=args.calibration))
         rows = significant(rows)
     columns, rows = columns + ["complete"], [r | {"complete": False} for r in rows]
     write_atomic(out, csv_text(columns, rows), "--out")

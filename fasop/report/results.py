@@ -53,7 +53,7 @@ def search_rows(result: SearchResult, sequence_length: int) -> tuple[list[str], 
 
 
 PROVENANCE_COLUMNS = ("model", "model_spec", "cluster_spec", "price_basis", "fasop_version", "sequence_length",
-                      "global_batch_size")
+                      "global_batch_size", "calibration")
 """Columns that say what a results CSV was made from, after the estimator's own (README, "CSV
 columns"): explain / plot / export --from read the specs (and the step's sequence length and global
 batch, which --seq-len / --global-batch-size may have changed) from them, so a renamed, moved or
@@ -61,15 +61,17 @@ spreadsheet-saved CSV still names its model and cluster. Written where the estim
 columns (the analytic one); FASOP-2024 CSVs keep their bytes and are found by their default name."""
 
 
-def provenance(model, cluster, *, spot: bool) -> dict:
+def provenance(model, cluster, *, spot: bool, calibration: str | None = None) -> dict:
     """The PROVENANCE_COLUMNS of results of `model` on `cluster`: a shipped spec by its name, any
-    other by the path it was loaded from (resolved)."""
+    other by the path it was loaded from (resolved); `calibration` the --calibration overlay's
+    resolved path ('' without one), which explain, plot and export --from apply again."""
     from fasop import __version__
 
     return {"model": model.name, "model_spec": _spec_ref(model.path, "model_specs"),
             "cluster_spec": _spec_ref(cluster.path, "cluster_specs"),
             "price_basis": "spot" if spot else "on-demand", "fasop_version": __version__,
-            "sequence_length": model.sequence_length, "global_batch_size": model.global_batch_size}
+            "sequence_length": model.sequence_length, "global_batch_size": model.global_batch_size,
+            "calibration": str(Path(calibration).resolve()) if calibration else ""}
 
 
 def _spec_ref(path: str, folder: str) -> str:
