@@ -106,8 +106,7 @@ LOG_SPAN = 30
 
 
 def _scales(ax, fits) -> None:
-    """Cost (x) and time (y) axes: linear, or logarithmic (LOG_SPAN, `crowded`; ticks 1-2-3-5 within a decade, 1-2-5 to
-    2.5 decades, then 1), $ and h."""
+    """Cost (x) and time (y) axes: linear, or logarithmic (LOG_SPAN, `crowded`; ticks 1-2-3-5 / 1-2-5 / 1), $ and h."""
     import math
 
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -120,9 +119,8 @@ def _scales(ax, fits) -> None:
         wide = bool(values) and (max(values) > LOG_SPAN * min(values) or crowded(values, front))
         if wide:
             scale("log")
-            decades = math.log10(max(values) / min(values))   # within one, 1-2-3-5: two or more show
-            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0) if decades <= 1 else
-                                              (1.0, 2.0, 5.0) if decades <= 2.5 else (1.0,)))
+            decades = math.log10(max(values) / min(values))   # within one decade 1-2-3-5: two or more show
+            axis.set_major_locator(LogLocator(subs=(1, 2, 3, 5) if decades <= 1 else (1, 2, 5) if decades <= 2.5 else (1,)))
             axis.set_minor_formatter(NullFormatter())
         axis.set_major_formatter(FuncFormatter(fmt))
         axis.set_label_text(name + (", log scale" if wide else ""))
