@@ -220,6 +220,20 @@ def test_a_calibrated_search_names_its_overlay_and_explain_applies_it(tmp_path, 
     assert main(["explain", "--from", str(calibrated)]) == 0
     out = capsys.readouterr().out
     assert "the CSV says step_time_s" not in out   # re-estimated as scored: the same step time
+    rows = list(csv.DictReader(open(calibrated)))
+    for cell, message in (("fit.yaml", None), ("../fit.yaml", None),   # relative: from the CSV's folder
+                          (str(REPO / "fasop" / "data" / "cluster_specs" / "aws.yaml"), "calibration: "),
+                          ("gone.yaml", "calibration: 'gone.yaml': no such file")):
+        moved = tmp_path / "results" / "moved.csv"
+        with open(moved, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, list(rows[0]))
+            writer.writeheader()
+            writer.writerows([r | {"calibration": cell} for r in rows])
+        if cell == "fit.yaml":
+            (tmp_path / "results" / "fit.yaml").write_text(overlay.read_text())
+        code = main(["explain", "--from", str(moved)])
+        err = capsys.readouterr().err
+        assert (code, message is None or f"moved.csv: {message}" in err) == (0 if message is None else 2, True), err
     overlay.unlink()
     assert main(["explain", "--from", str(calibrated)]) == 2
     assert "calibration: " in capsys.readouterr().err

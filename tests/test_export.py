@@ -381,7 +381,7 @@ def test_megatron_fsdp_takes_its_checkpoint_format_and_gradient_dtype(tmp_path, 
 
 def test_fp8_with_moe_act_or_layernorm_recompute_uses_current_scaling(tmp_path, capsys):
     """Megatron-Core refuses delayed scaling (the default --fp8-recipe) with moe_act / layernorm recompute."""
-    for modules in ("moe_act", "layernorm", "core_attn,layernorm"):
+    for modules in ("moe_act", "layernorm", "core_attn,layernorm", "core_attn, layernorm"):
         text = _hand_export(tmp_path, capsys, "megatron", precision="fp8", recompute=f"selective:{modules}")
         assert "--fp8-recipe tensorwise" in text
     assert "--fp8-recipe" not in _hand_export(tmp_path, capsys, "megatron", precision="fp8", recompute="selective:core_attn")
@@ -437,3 +437,22 @@ def test_node_type_names_that_extend_one_another_read_back(tmp_path):
         placement_types("x-y", three)
     with pytest.raises(FasopError, match="node type 'spot' is not in"):
         placement_types("h100-spot-spot", two)
+    ab = ClusterSpec(path="c.yaml", estimator="analytic", node_types={k: node(k) for k in ("a-b", "a", "b-c")},
+                     p2p_inter_node_divisor=1.0, p2p_intra_node_divisor=1.0, memory_overhead_factor=1.0)
+    with pytest.raises(FasopError, match="node type 'z' is not in"):   # a, b-c read; the longest name, a-b, would not
+        placement_types("a-b-c-z", ab)
+    with pytest.raises(FasopError) as long:
+        placement_types("x" * 100_000, two)
+    assert len(str(long.value)) < 300
+
+
+def test_an_moe_rows_stated_sequence_parallelism_is_scored_as_stated(tmp_path, capsys):
+    """The search keeps sequence parallelism for an MoE model's tp > 1 plans, but a row that states it off
+    is explained as it states (export warns that Megatron refuses it): not silently re-scored with it on."""
+    steps = []
+    for sp in ("False", "True"):
+        _hand_export(tmp_path, capsys, "megatron", sequence_parallel=sp)   # writes hand.csv
+        assert main(["explain", "--from", str(tmp_path / "hand.csv"), "--row", "1", "--model", "mixtral-8x7b",
+                     "--cluster", "aws"]) == 0
+        steps.append(next(x for x in capsys.readouterr().out.splitlines() if x.startswith("step ")))
+    assert steps[0] != steps[1]

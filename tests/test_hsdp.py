@@ -106,7 +106,7 @@ def test_hsdp_replicas_must_divide_the_experts_data_parallel_group(ep, moe, admi
     plan = Plan(tp=1, dp=16, pp=1, mbs=1, global_batch_size=64, placement=(node, node), ep=ep)
     arch = types.SimpleNamespace(moe=object() if moe else None)
     assert G.dp_shard(plan, True) == 8
-    assert G.hsdp_admitted(plan, arch) is admitted
+    assert G.hsdp_flags(plan, arch) == (True, admitted)
 
 
 def test_an_moe_models_tp_plans_keep_sequence_parallelism(tmp_path, capsys, monkeypatch):

@@ -184,3 +184,11 @@ def test_the_predictions_csv_has_six_significant_digits_and_a_missing_column_nam
     assert main(["validate", str(bare)]) == 2
     err = capsys.readouterr().err
     assert "missing required column 'num_layers'" in err and "or a `model` column instead of the architecture's" in err
+
+
+def test_a_column_without_a_name_is_named_by_its_place(tmp_path, capsys):
+    """A spreadsheet's index column or a trailing comma: one line saying which column has no name."""
+    path = tmp_path / "runs.csv"
+    path.write_text("," + ",".join(ROW) + "\n0," + ",".join(str(v) for v in ROW.values()) + "\n")
+    assert main(["validate", str(path)]) == 2
+    assert "header: column 1 has no name" in capsys.readouterr().err

@@ -346,13 +346,21 @@ def add_calibration(parser: argparse.ArgumentParser) -> None:
 def calibrated(args: argparse.Namespace, cluster):
     """`cluster` with the --calibration overlay applied to its analytic constants (itself without
     one); refused for a cluster whose estimator has no such constants."""
-    if not getattr(args, "calibration", None):
-        return cluster
+    return overlaid(cluster, args.calibration, "--calibration") if getattr(args, "calibration", None) else cluster
+
+
+def overlaid(cluster, path: str, label: str):
+    """`cluster` with the `fasop calibrate` overlay at `path` applied to its analytic constants; errors
+    (a cluster whose estimator has none, an overlay that does not load) name `label` first."""
     from dataclasses import replace
 
     from fasop.specs.calibration import apply_calibration, load_calibration
 
     if cluster.analytic is None:
-        raise FasopError(f"--calibration: the {cluster.estimator} estimator of {cluster.path} has no physical "
+        raise FasopError(f"{label}: the {cluster.estimator} estimator of {cluster.path} has no physical "
                          "constants to calibrate (use a cluster with estimator: analytic, e.g. --cluster aws)")
-    return replace(cluster, analytic=apply_calibration(load_calibration(args.calibration), cluster.analytic))
+    try:
+        calibration = load_calibration(path)
+    except FasopError as exc:
+        raise FasopError(f"{label}: {exc}") from None
+    return replace(cluster, analytic=apply_calibration(calibration, cluster.analytic))

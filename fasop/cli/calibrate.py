@@ -30,7 +30,6 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fasop.report.calibrate import calibrate
-    from fasop.report.validate_rows import read_table
     from fasop.report.output import check_target, user_path
     from fasop.report.results import write_atomic
     from fasop.specs.calibration import bounds_of, calibration_text
@@ -39,9 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         check_target(out, "--out")   # before the fit, not after
     fit = calibrate(args.file, only=args.fit or ())
-    ignored = read_table(Path(args.file))[1]
-    if ignored:
-        print(f"fasop: note: {args.file}: columns not read: {', '.join(map(repr, ignored))} "
+    if fit.unread_columns:
+        print(f"fasop: note: {args.file}: columns not read: {', '.join(map(repr, fit.unread_columns))} "
               "(docs/validate.md lists the columns)", file=sys.stderr)
     print(f"{'parameter':<48} {'before':>10} {'after':>10}")
     for name, before in fit.priors.items():

@@ -98,10 +98,12 @@ def run(args: argparse.Namespace) -> int:
     user_prefix = user_path(args.out_prefix, "--out-prefix")
     model = model_of(args)
     cluster = calibrated(args, load_cluster(args.cluster))
-    recipe = cli_recipes.options(args, cluster)
+    recipe = cli_recipes.options(args, cluster, model)
     split_note = partitioner_note(args, cluster)
     if split_note:
         print(split_note, file=sys.stderr)
+    for line in cli_recipes.moe_sp_note(args, model):
+        print(line, file=sys.stderr)
     max_nodes, all_comps, comps, left_out = _compositions(args, cluster)
     iterations = iterations_of(args, model)
     for line in length_notes(args, model):

@@ -32,7 +32,7 @@ def _add_row_args(parser: argparse.ArgumentParser) -> None:
                         help="a CSV written by fasop search or fasop pareto (or give the plan by flags: --placement ...)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--rank", type=_positive, metavar="N",
-                       help="the plan whose rank column is N (default 1; a pareto CSV: its knee)")
+                       help="the plan whose rank column is N (default 1; a pareto CSV: its knee, or rank 1 without one)")
     which.add_argument("--row", type=_positive, metavar="K", help="the K-th data row of the CSV")
     parser.add_argument("--model", help="name in model_specs/ or path (default: from a default CSV name "
                         "<model>_<cluster>_...csv)")

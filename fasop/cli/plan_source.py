@@ -46,21 +46,19 @@ def row_plan(args: argparse.Namespace):
 
 
 def _calibrated(cluster, row: dict, source: str):
-    """`cluster` with the overlay the row was estimated with (its `calibration` column, a path) applied
-    again, so that explain, plot and export describe the plan as the search scored it."""
+    """`cluster` with the overlay the row was estimated with (its `calibration` column, a path; a relative
+    one from the CSV's folder) applied again, so that explain, plot and export describe the plan as the
+    search scored it."""
+    from fasop.cli.args import overlaid
+
     overlay = (row.get("calibration") or "").strip()
     if not overlay:
         return cluster
-    from dataclasses import replace
-
-    from fasop.specs.calibration import apply_calibration, load_calibration
-
-    if not Path(overlay).is_file():
+    path = Path(source).parent / overlay   # an absolute overlay stays itself
+    if not path.is_file():
         raise FasopError(f"{source}: calibration: {overlay[:200]!r}: no such file (the plans were estimated with "
                          "this `fasop calibrate` overlay: put it back at that path)")
-    if cluster.analytic is None:
-        raise FasopError(f"{source}: calibration: the {cluster.estimator} estimator of {cluster.path} takes no overlay")
-    return replace(cluster, analytic=apply_calibration(load_calibration(overlay), cluster.analytic))
+    return overlaid(cluster, str(path), f"{source}: calibration")
 
 
 def _step_shape_of(args: argparse.Namespace, model, row: dict):

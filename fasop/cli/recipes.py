@@ -149,14 +149,26 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--etp", type=_ints(1, 64), metavar="T[,T]", help="expert tensor-parallel degrees (default 1)")
 
 
-def options(args: argparse.Namespace, cluster) -> dict:
-    """The recipe options given, for the estimator; refused where the cluster's estimator takes none."""
+def options(args: argparse.Namespace, cluster, model=None) -> dict:
+    """The recipe options given, for the estimator; refused where the cluster's estimator takes none.
+    An MoE `model`'s --sequence-parallel off is on (moe_sp_note): its tp 1 plans have none anyway."""
     given = {k: getattr(args, k) for k in FLAGS if getattr(args, k, None) is not None}
     if given and cluster.analytic is None:
         flag = "--" + next(iter(given)).replace("_", "-")
         raise FasopError(f"{flag}: the {cluster.estimator} estimator of {cluster.path} takes no training recipe "
                          "(use a cluster with estimator: analytic, e.g. --cluster aws)")
+    if moe_sp_note(args, model):
+        given["sequence_parallel"] = (True,)
     return given
+
+
+def moe_sp_note(args: argparse.Namespace, model) -> list[str]:
+    """The note when --sequence-parallel off is given for an MoE model, whose plans with tp > 1 keep it."""
+    arch = getattr(model, "architecture", None)
+    if arch is None or arch.moe is None or getattr(args, "sequence_parallel", None) != (False,):
+        return []
+    return [f"note: --sequence-parallel off: {model.name}'s plans with tp > 1 keep sequence parallelism "
+            "(Megatron-Core's MoE layer refuses tensor parallelism without it, moe_layer.py)"]
 
 
 DEGREE_COLUMNS = ("cp", "ep", "etp", "dp_replicate")

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     out = user_path(args.out, "--out")
     model = model_of(args)
     cluster = calibrated(args, load_cluster(args.cluster))
-    recipe = cli_recipes.options(args, cluster)
+    recipe = cli_recipes.options(args, cluster, model)
     split_note = partitioner_note(args, cluster)
     inventory = parse_nodes(args.nodes, cluster)
     if args.spot:
@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     write_atomic(out, csv_text(columns, rows), "--out")
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     for line in length_notes(args, model) + cli_recipes.precision_note(args, cluster, inventory) + \
-            _model_notes(model, inventory, rows, recipe) + cli_recipes.graphs_note(args, cluster, inventory, model):
+            _model_notes(model, inventory, rows, recipe) + cli_recipes.graphs_note(args, cluster, inventory, model) + \
+            cli_recipes.moe_sp_note(args, model):
         print(line)
     if auto_note:
         print(auto_note)
@@ -180,9 +181,6 @@ def _model_notes(model, inventory, rows: list[dict], recipe: dict) -> list[str]:
     if arch is None:
         return []
     lines = [f"note: {model.name}: {n}" for n in arch.notes]
-    if arch.moe is not None and recipe.get("sequence_parallel") == (False,):
-        lines.append(f"note: --sequence-parallel off: {model.name}'s plans with tp > 1 keep sequence parallelism "
-                     "(Megatron-Core's MoE layer refuses tensor parallelism without it, moe_layer.py)")
     if not any(not r["is_oom"] for r in rows):
         from fasop.estimators.analytic.layers import total_params
         n, room = total_params(arch), _room(inventory)
@@ -211,7 +209,7 @@ def _auto_top(args: argparse.Namespace, model, cluster, inventory) -> tuple[int 
     if len({n.name for n in inventory}) > 1 and not args.heterogeneous:
         return None, ""  # search says why
     plans, orders = plan_count(model, cluster, inventory, placements=args.placements, partitioner=args.partitioner,
-                               estimator_options=cli_recipes.options(args, cluster))
+                               estimator_options=cli_recipes.options(args, cluster, model))
     if plans <= AUTO_TOP_PLANS or orders > MAX_ORDERS:
         return None, ""
     return AUTO_TOP, (f"note: {plans:,} plans, more than {AUTO_TOP_PLANS:,}: kept the {AUTO_TOP} fastest that fit, "

@@ -85,7 +85,7 @@ def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None =
              row: int | None = None) -> tuple[dict[str, str], str]:
     """(the chosen row, its name). rank: the row whose `rank` column is N (default: the fastest
     plan that fits, for a search CSV; a pareto CSV, which has a rank per composition, defaults to
-    its knee); row: the K-th data row."""
+    its knee, or without one to its rank 1); row: the K-th data row."""
     if row is not None:
         if not 1 <= row <= len(rows):
             raise FasopError(f"{path}: --row: {row} is past the last of {len(rows)} rows")
@@ -206,11 +206,13 @@ def _placement(where: str, names: str, cluster: ClusterSpec) -> tuple:
                 count += ways[stop + 1]
                 step.setdefault(i, (name, stop + 1))
         ways[i] = min(count, 2)
-    if ways[0] == 0:
-        i = 0   # the first name no known one spells, on the longest names that do
-        while i <= end and (longest := max((n for n in names_of if _spells(names, n, i)), key=len, default=None)):
-            i += len(longest) + 1
-        raise FasopError(f"{where}: node_placement: node type {names[i:].split('-')[0]!r} is not in "
+    if ways[0] == 0:   # the name at the furthest point any reading of the known names reaches
+        reach = {0}
+        for i in starts[::-1]:
+            if i in reach:
+                reach |= {i + len(n) + 1 for n in names_of if _spells(names, n, i)}
+        bad = names[max(reach):].split("-")[0]
+        raise FasopError(f"{where}: node_placement: node type {bad[:SHOWN_CHARS]!r} is not in "
                          f"{cluster.path} (known: {', '.join(cluster.node_types)})")
     if ways[0] > 1:
         raise FasopError(f"{where}: node_placement: {names[:SHOWN_CHARS]!r} reads as more than one sequence of "

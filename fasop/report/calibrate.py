@@ -31,7 +31,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from fasop.core.errors import FasopError
-from fasop.report.validate import PICKED, Row, predict, read_rows
+from fasop.report.validate import PICKED, Row, predict, read_table
 from fasop.specs.calibration import (GPU_KEYS, LINK_KINDS, Calibration, apply_calibration, bounds_of,
                                      gpu_parameter, in_bounds, known_parameter,
                                      link_parameter)
@@ -63,6 +63,8 @@ class Fit:
     """The identified parameters' values after, in candidate order."""
     notes: tuple[str, ...]
     """One line per candidate left at its prior, and why."""
+    unread_columns: tuple[str, ...] = ()
+    """The runs CSV's columns validate does not read (validate_rows.read_table)."""
 
     @property
     def calibration(self) -> Calibration:
@@ -241,7 +243,7 @@ def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tupl
     """Fit the physical parameters the runs of `path` identify (`only`: just these, each of which
     must be identified, else FasopError) and predict every run before, after and left out."""
     path, base = Path(path), params or default_params()
-    rows = read_rows(path)
+    rows, unread = read_table(path)
     for name in only:
         if not known_parameter(name):
             raise FasopError(f"--fit: {name!r} is not a parameter: gpus.<catalog GPU>.<{'|'.join(GPU_KEYS)}> "
@@ -264,7 +266,8 @@ def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tupl
                before=tuple(predict(path, r, base).row["predicted_seconds_per_iter"] for r in rows),
                after=tuple(predict(path, r, calibrated).row["predicted_seconds_per_iter"] for r in rows),
                left_out=left_out, priors={n: prior(n, base) for n in names}, fitted=fitted,
-               notes=tuple(f"{names[j]}: left at its prior {prior(names[j], base):.4g}: {why[j]}" for j in sorted(why)))
+               notes=tuple(f"{names[j]}: left at its prior {prior(names[j], base):.4g}: {why[j]}" for j in sorted(why)),
+               unread_columns=unread)
 
 
 def _left_out(problem: _Problem, x0, fitted, i: int, row: Row) -> float:

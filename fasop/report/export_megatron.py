@@ -57,9 +57,15 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
     return args
 
 
+def recompute_modules(recompute: str) -> list[str]:
+    """The modules of a `selective:<module>,<module>` recompute cell, stripped ([] for another mode)."""
+    listed = recompute[len("selective:"):].split(",") if recompute.startswith("selective:") else []
+    return [m.strip() for m in listed if m.strip()]
+
+
 def megatron_refusals(p, model: ModelSpec, s: Settings) -> list[str]:
     """What Megatron-Core refuses of an MoE plan (a plan given by hand; fasop's search leaves them
-    out, analytic/recipes.py): tensor parallelism without sequence parallelism (moe_layer.py raises in
+    out, analytic/recipes.py and groups.hsdp_flags): tensor parallelism without sequence parallelism (moe_layer.py raises in
     training), and HSDP whose replicas do not divide the experts' data-parallel group
     (parallel_state.py: expert data-parallel size % --num-distributed-optimizer-instances)."""
     arch = model.architecture
@@ -219,7 +225,7 @@ def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
     if s.recompute == "selective":
         args.append("--recompute-granularity selective")
     elif s.recompute.startswith("selective:"):  # Megatron-Core's module list (analytic/modules.py costs each)
-        args += ["--recompute-granularity selective", "--recompute-modules " + " ".join(s.recompute[10:].split(","))]
+        args += ["--recompute-granularity selective", "--recompute-modules " + " ".join(recompute_modules(s.recompute))]
     elif s.recompute == "full" and s.recompute_layers:   # the first N layers of each chunk (block_recompute.py)
         args += ["--recompute-granularity full", "--recompute-method block", f"--recompute-num-layers {s.recompute_layers}"]
     elif s.recompute == "full":
@@ -241,7 +247,7 @@ def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:
     if s.dp_replicate > 1:  # HSDP: R instances of the sharded states, each over (dp x cp) / R ranks (outer: no_shard)
         args.append(f"--num-distributed-optimizer-instances {s.dp_replicate}")
     if s.precision is not None:
-        if s.precision == "fp8" and (s.bf16_layers or DELAYED_REFUSES & set(s.recompute[10:].split(","))):
+        if s.precision == "fp8" and (s.bf16_layers or DELAYED_REFUSES & set(recompute_modules(s.recompute))):
             # Megatron-Core refuses delayed scaling with first / last layers in BF16 and with moe_act or
             # layernorm recompute (transformer_config.py): per-tensor current scaling, the same FP8 matmuls
             args += ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise"]

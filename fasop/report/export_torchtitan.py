@@ -13,7 +13,7 @@ from fasop.core.cells import one_line
 from fasop.plans.rowplan import RowPlan
 from fasop.report.export_graphs import torchtitan_graphs
 from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
-                                          settings_of, transformer_counts)
+                                          settings_of)
 from fasop.specs.types import ModelSpec
 
 

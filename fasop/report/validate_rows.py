@@ -76,6 +76,9 @@ def read_table(path: Path) -> tuple[list[Row], tuple[str, ...]]:
         rows = [Row(i, r) for i, r in enumerate(reader, start=2)]
     except csv.Error as exc:
         raise FasopError(f"{path}: not a readable CSV file: {exc}") from None
+    unnamed = next((k for k, c in enumerate(header, start=1) if not c), None)
+    if unnamed is not None:   # a spreadsheet's index column, a trailing comma
+        raise FasopError(f"{path}: header: column {unnamed} has no name (name it, or delete the column)")
     twice = sorted({c for c in header if header.count(c) > 1})
     if twice:
         raise FasopError(f"{path}: header: column {twice[0]!r} appears more than once")
@@ -92,7 +95,7 @@ def read_table(path: Path) -> tuple[list[Row], tuple[str, ...]]:
     unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
     for column in unknown:
         near = difflib.get_close_matches(column, REQUIRED + OPTIONAL, n=1, cutoff=NEAR_MISS)
-        if near or not column:
+        if near:
             hint = f"did you mean {near[0]!r}? " if near else ""
             raise FasopError(f"{path}: header: unknown column {column!r} ({hint}optional: {', '.join(OPTIONAL)})")
     if not rows:
@@ -146,7 +149,7 @@ class Cells:
             return default
         value = FLAGS.get(text.lower())
         if value is None:
-            raise self.error(column, f"expected 0 or 1, got {text!r}")
+            raise self.error(column, f"expected 0 or 1 (or true / false, yes / no), got {text!r}")
         return value
 
     def positive(self, column: str, high: float = MAX_MEASURED) -> float | None:

@@ -255,7 +255,7 @@ class AnalyticEstimator:
         return self._recipe_lists[key]
 
     def _recipes_of(self, plan: Plan):
-        return recipe_grid(self.recipes, plan, self.arch.num_layers, G.hsdp_admitted(plan, self.arch, self.domain_gpus), bool(self.arch.moe))
+        return recipe_grid(self.recipes, plan, self.arch.num_layers, *G.hsdp_flags(plan, self.arch, self.domain_gpus), moe=bool(self.arch.moe))
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
         """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""

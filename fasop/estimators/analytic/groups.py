@@ -34,14 +34,14 @@ def dp_shard(plan: Plan, hsdp: bool, domain_gpus: int = 0) -> int:
     return inner if inner >= 1 and not plan.dp % inner else plan.dp
 
 
-def hsdp_admitted(plan: Plan, arch, domain_gpus: int = 0) -> bool:
-    """Whether a plan's degrees admit HSDP: its shard group (dp_shard) smaller than dp, and for an MoE
-    model its replicas dividing the experts' data-parallel group (Megatron-Core parallel_state.py:
-    expert data-parallel size % num_distributed_optimizer_instances == 0)."""
+def hsdp_flags(plan: Plan, arch, domain_gpus: int = 0) -> tuple[bool, bool]:
+    """(HSDP's shard group is smaller than dp, its replicas divide the experts' data-parallel group):
+    the second Megatron-Core's rule for an MoE model (parallel_state.py: expert data-parallel size %
+    num_distributed_optimizer_instances == 0), True for a dense one (recipes.recipe_grid)."""
     shard = dp_shard(plan, True, domain_gpus)
-    if shard >= plan.dp:
-        return False
-    return arch.moe is None or not (plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)) % (plan.dp // shard)
+    if shard >= plan.dp or arch.moe is None:
+        return shard < plan.dp, True
+    return True, not (plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)) % (plan.dp // shard)
 
 
 def group_line(w: C.Workload, stage_ranks: int) -> str:
