@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import REPO
 from fasop.cli.command import main
 from fasop.cli.plan import inventory_of
 from fasop.estimators.fasop2024.estimator import Fasop2024Estimator
@@ -261,3 +262,15 @@ def test_a_pareto_csv_without_a_knee_defaults_to_its_fastest_composition(tmp_pat
     assert main(["explain", "--from", "results/llama-3-8b_aws_pareto.csv"]) == 0
     assert "(no knee: the fastest composition)" in capsys.readouterr().out
     assert main(["plot", "--from", "results/llama-3-8b_aws_pareto.csv", "--figures", "frontier"]) == 0
+
+
+def test_a_long_placement_is_shown_as_search_prints_it(tmp_path, capsys, monkeypatch):
+    """A plan line of 16 nodes of one type reads `16xgb200`, not the name 16 times."""
+    monkeypatch.chdir(tmp_path)
+    cluster = str(REPO / "tests" / "data" / "gb200_nvl72_cluster.yaml")
+    assert main(["search", "--model", "llama-3-8b", "--cluster", cluster, "--nodes", "gb200=16", "--top", "1",
+                 "--no-progress", "--out", "g.csv"]) == 0
+    capsys.readouterr()
+    assert main(["explain", "--from", "g.csv"]) == 0
+    plan = capsys.readouterr().out.splitlines()[1]
+    assert "@16xgb200:" in plan and "gb200-gb200" not in plan

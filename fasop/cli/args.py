@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from fasop.plans.plan import abbreviate  # noqa: F401 (search, pareto, plot)
+
 from fasop.core import limits
 from fasop.core.errors import FasopError
 
@@ -315,25 +317,6 @@ class ProgressBar:
                       f"{now - start:,.0f} s)", file=sys.stderr, flush=True)
 
         return update
-
-
-def abbreviate(placement: str, known=()) -> str:
-    """a10-a10-a10-a100 -> 3xa10-a100 (runs of equal node types collapsed). Node type names that
-    hold '-' (gcp's a3-highgpu-8g) are kept whole when given in `known`."""
-    names, rest = [], placement
-    by_length = sorted(known, key=len, reverse=True)
-    while rest:
-        head = next((n for n in by_length if rest == n or rest.startswith(n + "-")), rest.split("-")[0])
-        names.append(head)
-        rest = rest[len(head) + 1:]
-    out, i = [], 0
-    while i < len(names):
-        j = i
-        while j < len(names) and names[j] == names[i]:
-            j += 1
-        out.append(names[i] if j - i == 1 else f"{j - i}x{names[i]}")
-        i = j
-    return "-".join(out)
 
 
 def add_calibration(parser: argparse.ArgumentParser) -> None:

@@ -136,3 +136,22 @@ def stage_node_indices(block: int, pp: int, gpus_per_node: int) -> tuple[tuple[i
     """Indices of the nodes holding each of pp stages of `block` consecutive ranks, ascending."""
     m = gpus_per_node
     return tuple(tuple(range(p * block // m, ((p + 1) * block - 1) // m + 1)) for p in range(pp))
+
+
+def abbreviate(placement: str, known=()) -> str:
+    """a10-a10-a10-a100 -> 3xa10-a100 (runs of equal node types collapsed). Node type names that
+    hold '-' (gcp's a3-highgpu-8g) are kept whole when given in `known`."""
+    names, rest = [], placement
+    by_length = sorted(known, key=len, reverse=True)
+    while rest:
+        head = next((n for n in by_length if rest == n or rest.startswith(n + "-")), rest.split("-")[0])
+        names.append(head)
+        rest = rest[len(head) + 1:]
+    out, i = [], 0
+    while i < len(names):
+        j = i
+        while j < len(names) and names[j] == names[i]:
+            j += 1
+        out.append(names[i] if j - i == 1 else f"{j - i}x{names[i]}")
+        i = j
+    return "-".join(out)

@@ -27,6 +27,7 @@ from pathlib import Path
 from fasop.core.cells import counted
 from fasop.core.errors import FasopError
 from fasop.costs.parts import EstimateParts, parts_of
+from fasop.plans.plan import abbreviate
 from fasop.plans.rowplan import RowPlan, finite, stage_layer_names
 from fasop.report.export_settings import settings_of
 from fasop.report.peaks import catalog_peaks, given_peaks
@@ -281,10 +282,18 @@ def charged_sends(schedule: Schedule) -> str:
 
 
 # ---------------------------------------------------------------------------- text
+def _short_key(x: Explanation) -> str:
+    """The plan key with runs of one node type collapsed past 8 nodes (64 x gb200 -> 64xgb200), as search prints it."""
+    degrees, _, placement = x.plan_key.partition("@")
+    if placement.count("-") < 8:
+        return x.plan_key
+    return f"{degrees}@{abbreviate(placement, {s.node_type for s in x.stages})}"
+
+
 def render(x: Explanation) -> str:
     """The explanation as a report: a time table, a memory table and the whole plan's lines."""
     head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
-            f"plan {x.plan_key}: {counted(x.num_microbatches, 'micro-batch')} a step per replica, global batch "
+            f"plan {_short_key(x)}: {counted(x.num_microbatches, 'micro-batch')} a step per replica, global batch "
             f"{x.global_batch_size}, sequence {x.sequence_length}" + (
                 f"; CUDA graphs {x.cuda_graphs}" if x.cuda_graphs != "none" else ""), ""]
     memory_title = "memory GiB per GPU" + _sharding(x)
