@@ -192,3 +192,16 @@ def test_a_column_without_a_name_is_named_by_its_place(tmp_path, capsys):
     path.write_text("," + ",".join(ROW) + "\n0," + ",".join(str(v) for v in ROW.values()) + "\n")
     assert main(["validate", str(path)]) == 2
     assert "header: column 1 has no name" in capsys.readouterr().err
+
+
+def test_a_wide_header_is_refused_at_once_and_many_unread_columns_are_named_in_one_short_line(tmp_path, capsys):
+    """More than validate_rows.MAX_COLUMNS columns: one line, not a quadratic scan of the header (200,000
+    columns took minutes); 900 unread ones: the first ten and a count."""
+    path = tmp_path / "wide.csv"
+    path.write_text(",".join(f"c{i}" for i in range(200_000)) + "\n" + ",".join("1" for _ in range(200_000)) + "\n")
+    assert main(["validate", str(path)]) == 2
+    assert "header: 200,000 columns, more than the 1,000 a runs CSV may have" in capsys.readouterr().err
+    extra = {f"x{i}": "1" for i in range(900)}
+    assert main(["validate", str(_write(tmp_path, [ROW | extra]))]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'x0', 'x1'" in err and "and 890 more" in err and len(err) < 400

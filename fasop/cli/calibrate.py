@@ -30,6 +30,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fasop.report.calibrate import calibrate
+    from fasop.report.validate_rows import unread_note
     from fasop.report.output import check_target, user_path
     from fasop.report.results import write_atomic
     from fasop.specs.calibration import bounds_of, calibration_text
@@ -39,8 +40,7 @@ def run(args: argparse.Namespace) -> int:
         check_target(out, "--out")   # before the fit, not after
     fit = calibrate(args.file, only=args.fit or ())
     if fit.unread_columns:
-        print(f"fasop: note: {args.file}: columns not read: {', '.join(map(repr, fit.unread_columns))} "
-              "(docs/validate.md lists the columns)", file=sys.stderr)
+        print(unread_note(args.file, fit.unread_columns), file=sys.stderr)
     print(f"{'parameter':<48} {'before':>10} {'after':>10}")
     for name, before in fit.priors.items():
         after = f"{fit.fitted[name]:>10.4g}" if name in fit.fitted else f"{'(prior)':>10}"

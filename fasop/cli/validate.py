@@ -39,6 +39,7 @@ def _percent(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     from fasop.report.results import csv_text, significant, write_atomic
     from fasop.report.validate import report_rows, validate
+    from fasop.report.validate_rows import unread_note
 
     params = None
     if args.calibration:
@@ -48,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
         params = apply_calibration(load_calibration(args.calibration), default_params())
     report = validate(args.file, params)
     if report.ignored_columns:
-        print(f"fasop: note: {args.file}: columns not read: {', '.join(map(repr, report.ignored_columns))} "
-              "(docs/validate.md lists the columns)", file=sys.stderr)
+        print(unread_note(args.file, report.ignored_columns), file=sys.stderr)
     columns, rows = report_rows(report)
     if args.out:
         try:

@@ -13,6 +13,7 @@ import csv
 import difflib
 import io
 import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -41,6 +42,8 @@ CEILINGS = {"num_layers": limits.LAYERS, "hidden_size": limits.HIDDEN_SIZE, "num
             "ffn_hidden_size": 64 * limits.HIDDEN_SIZE, "global_batch_size": limits.GLOBAL_BATCH_SIZE,
             "gpus_per_node": limits.GPUS_PER_NODE, "recompute_num_layers": limits.LAYERS, "offload_layers": limits.LAYERS, "bf16_layers": limits.LAYERS, "micro_batch_size": limits.GLOBAL_BATCH_SIZE, "virtual_pp": 64}
 """limits.py's ceilings per integer column (others, GPU counts and degrees: limits.GPUS)."""
+MAX_COLUMNS = 1000
+"""A runs CSV has at most this many columns (validate reads about 50; the rest are left out with a note)."""
 MAX_BYTES = 16 << 20
 """A runs CSV is at most 16 MiB (as a profile CSV, limits.PROFILE_BYTES)."""
 
@@ -76,10 +79,12 @@ def read_table(path: Path) -> tuple[list[Row], tuple[str, ...]]:
         rows = [Row(i, r) for i, r in enumerate(reader, start=2)]
     except csv.Error as exc:
         raise FasopError(f"{path}: not a readable CSV file: {exc}") from None
+    if len(header) > MAX_COLUMNS:
+        raise FasopError(f"{path}: header: {len(header):,} columns, more than the {MAX_COLUMNS:,} a runs CSV may have")
     unnamed = next((k for k, c in enumerate(header, start=1) if not c), None)
     if unnamed is not None:   # a spreadsheet's index column, a trailing comma
         raise FasopError(f"{path}: header: column {unnamed} has no name (name it, or delete the column)")
-    twice = sorted({c for c in header if header.count(c) > 1})
+    twice = sorted(c for c, n in Counter(header).items() if n > 1)
     if twice:
         raise FasopError(f"{path}: header: column {twice[0]!r} appears more than once")
     odd = next((r for r in rows if None in r.cells or None in r.cells.values()), None)
@@ -105,6 +110,12 @@ def read_table(path: Path) -> tuple[list[Row], tuple[str, ...]]:
 
 FLAGS = {"0": False, "1": True, "false": False, "true": True, "no": False, "yes": True}
 """A 0 / 1 cell, also as spreadsheets and pandas write a boolean (TRUE, False)."""
+def unread_note(path, columns: tuple[str, ...]) -> str:
+    """The one stderr line naming the columns validate leaves out (the first ten, and how many more)."""
+    shown = ", ".join(repr(c[:SHOWN]) for c in columns[:10]) + (f" and {len(columns) - 10:,} more" if len(columns) > 10 else "")
+    return f"fasop: note: {path}: columns not read: {shown} (docs/validate.md lists the columns)"
+
+
 NEAR_MISS = 0.85
 """difflib's similarity above which an unknown column is taken for a misspelt known one and refused
 (`micro_bach_size` 0.97, `sequence_parallelism` 0.92); below it the column is not read (`notes` against
