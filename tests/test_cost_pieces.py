@@ -19,7 +19,8 @@ from fasop.estimators.fasop2024.estimator import PARAM_BYTES
 from fasop.estimators.fasop2024.layout import fasop_limit_node, stage_limits
 from fasop.estimators.fasop2024.memory import estimate_memory
 from fasop.estimators.fasop2024.minmax import minmax
-from fasop.plans.enumerate import cyclic_placements, degrees, divisors
+from fasop.plans.enumerate import cyclic_placements, degrees
+from fasop.plans.space import divisors
 from fasop.plans.plan import Plan
 from fasop.schedule.pipeline import one_f_one_b
 from fasop.specs.types import ClusterSpec, ModelSpec, NodeType

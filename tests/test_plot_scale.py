@@ -10,7 +10,7 @@ import csv
 
 import pytest
 
-from fasop.cli.args import abbreviate
+from fasop.plans.plan import abbreviate
 from fasop.cli.command import main
 from fasop.report import plots
 from fasop.report import timeline_cut

@@ -12,8 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-from fasop.plans.plan import abbreviate  # noqa: F401 (search, pareto, plot)
-
 from fasop.core import limits
 from fasop.core.errors import FasopError
 

@@ -30,9 +30,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fasop.report.calibrate import calibrate
-    from fasop.report.validate_rows import unread_note
     from fasop.report.output import check_target, user_path
     from fasop.report.results import write_atomic
+    from fasop.report.validate_rows import unread_note
     from fasop.specs.calibration import bounds_of, calibration_text
 
     out = user_path(args.out, "--out")

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
-from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
+from fasop.cli.args import (ProgressBar, add_calibration, add_execution, add_length, add_specs,
                             calibrated, iterations_of, length_notes, model_of, partitioner_note, run_tag,
                             workers_of)
 from fasop.core.errors import FasopError
 from fasop.core.workers import available_cores
+from fasop.plans.plan import abbreviate
 
 
 def _check_positive(flag: str, value: float | None) -> None:

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from fasop.cli import recipes as cli_recipes
-from fasop.cli.args import abbreviate
 from fasop.cli.plan_source import estimator_for, inventory_of, recipe_of, row_plan  # noqa: F401 (tests, plot)
 from fasop.core.errors import FasopError
+from fasop.plans.plan import abbreviate
 
 COMMANDS = ("export", "explain", "plot")
 FIGURES = ("timeline", "breakdown", "memory", "frontier")

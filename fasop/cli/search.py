@@ -8,9 +8,10 @@ from pathlib import Path
 
 from fasop.cli import recipes as cli_recipes
 from fasop.core import limits
-from fasop.cli.args import (ProgressBar, abbreviate, add_calibration, add_execution, add_length, add_specs,
+from fasop.cli.args import (ProgressBar, add_calibration, add_execution, add_length, add_specs,
                             calibrated, int_at_least, iterations_of, length_notes, model_of, non_negative_int,
                             partitioner_note, run_tag, workers_of)
+from fasop.plans.plan import abbreviate
 
 DEFAULT_SHOWN = 5
 

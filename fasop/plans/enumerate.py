@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from fasop.core.errors import FasopError
 from fasop.plans.plan import Plan, trusted_many
-from fasop.plans.space import DENSE, DegreeSpace, divisors  # noqa: F401 (divisors: groups.py's, the tests')
+from fasop.plans.space import DENSE, DegreeSpace, divisors
 from fasop.specs.types import NodeType
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 
+from fasop.estimators.analytic.parallel import expert_data_parallel
 from fasop.plans.rowplan import RowPlan
 from fasop.report.export_graphs import megatron_graphs
 from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
@@ -75,7 +76,7 @@ def megatron_refusals(p, model: ModelSpec, s: Settings) -> list[str]:
     if p.tp > 1 and not s.sequence_parallel:
         out.append(f"Megatron-Core's MoE layer refuses tensor parallelism ({p.tp}) without sequence parallelism in "
                    "training: this plan does not run on Megatron-LM as estimated (add --sequence-parallel)")
-    edp = p.tp * p.cp * p.dp // (p.ep * p.etp)
+    edp = expert_data_parallel(p.tp, p.cp, p.dp, p.ep, p.etp)   # plan_of_row checked that ep x etp divides
     if s.dp_replicate > 1 and edp % s.dp_replicate:
         out.append(f"--num-distributed-optimizer-instances {s.dp_replicate} does not divide the expert data-parallel "
                    f"group ({edp} = tp x cp x dp / (ep x etp)): Megatron-Core refuses it")

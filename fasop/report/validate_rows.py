@@ -97,12 +97,13 @@ def read_table(path: Path) -> tuple[list[Row], tuple[str, ...]]:
         instead = " -- or a `model` column instead of the architecture's" if missing[0] in ARCHITECTURE else ""
         raise FasopError(f"{path}: header: missing required column {missing[0]!r} (required: {', '.join(REQUIRED)}"
                          f"{instead})")
-    unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
+    known = REQUIRED + OPTIONAL
+    unknown = [c for c in header if c not in known]
     for column in unknown:
-        near = difflib.get_close_matches(column, REQUIRED + OPTIONAL, n=1, cutoff=NEAR_MISS)
+        near = difflib.get_close_matches(column, known, n=1, cutoff=NEAR_MISS)
         if near:
-            hint = f"did you mean {near[0]!r}? " if near else ""
-            raise FasopError(f"{path}: header: unknown column {column!r} ({hint}optional: {', '.join(OPTIONAL)})")
+            raise FasopError(f"{path}: header: unknown column {column!r} (did you mean {near[0]!r}? "
+                             f"optional: {', '.join(OPTIONAL)})")
     if not rows:
         raise FasopError(f"{path}: no rows")
     return rows, tuple(unknown)

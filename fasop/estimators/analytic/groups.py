@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import parallel as P
-from fasop.plans.enumerate import divisors
+from fasop.plans.space import divisors
 from fasop.plans.plan import Plan
 
 
@@ -41,7 +41,7 @@ def hsdp_flags(plan: Plan, arch, domain_gpus: int = 0) -> tuple[bool, bool]:
     shard = dp_shard(plan, True, domain_gpus)
     if shard >= plan.dp or arch.moe is None:
         return shard < plan.dp, True
-    return True, not (plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)) % (plan.dp // shard)
+    return True, not P.expert_data_parallel(plan.tp, plan.cp, plan.dp, plan.ep, plan.etp) % (plan.dp // shard)
 
 
 def group_line(w: C.Workload, stage_ranks: int) -> str:
