@@ -69,7 +69,9 @@ def test_a_cluster_spec_and_a_validate_row_may_name_the_gpu_as_nvidia_smi_does(t
 
 
 @pytest.mark.parametrize("written, precision", [("FP8-CS", "fp8"), ("fp8_ds", "fp8"), ("FP8-MX", "mxfp8"), ("MXFP8", "mxfp8"),
-                                                ("FP8-SC", "fp8"), ("fp8_blockwise", "fp8"), ("bfloat16", "bf16")])
+                                                ("FP8-SC", "fp8"), ("fp8_blockwise", "fp8"), ("bfloat16", "bf16"),
+                                                ("fp8mx", "mxfp8"), ("FP8 CS", "fp8"), (" MXFP8 ", "mxfp8"),
+                                                ("FP4", "nvfp4")])
 def test_megatron_bridges_precision_names_are_the_precisions_they_run(tmp_path, written, precision):
     """A row transcribed from Megatron-Bridge's tables (FP8-CS, FP8-DS, FP8-MX) predicts as fasop's name for it."""
     rows = (DATA / "moe_megatron_bridge_perf_summary.csv").read_text().splitlines()

@@ -56,14 +56,18 @@ from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIR
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
 PRECISION_NAMES = {"fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8", "fp8_sc": "fp8", "fp8_blockwise": "fp8",
                    "fp8_tensorwise": "fp8", "fp8_delayed": "fp8", "fp8_hybrid": "fp8", "bfloat16": "bf16",
-                   "float16": "fp16"}
+                   "float16": "fp16", "fp8cs": "fp8", "fp8ds": "fp8", "fp8mx": "mxfp8", "fp8sc": "fp8", "mx_fp8": "mxfp8",
+                   "nv_fp4": "nvfp4", "fp4": "nvfp4"}
 """Megatron-Bridge's names for its FP8 recipes (`_perf_precision("fp8_cs")`, scripts/performance
 `--compute_dtype`; FP8-CS / FP8-DS / FP8-MX / FP8-SC in its performance tables), Megatron-LM's
 `--fp8-recipe` ones after `fp8_`, and torch's dtype names, as a `precision` cell may give them ('-' or
 '_'): per-tensor FP8 with current or delayed scaling is `fp8`, MX block-scaled FP8 `mxfp8`. FP8-SC
 (sub-channel: 1 x 128 activation and 128 x 128 weight scales, `fp8_recipe` blockwise, Hopper's
 DeepSeek-V3 / Kimi-K2 recipes) is read as `fp8`: the same FP8 tensor-core rate -- no measured rate of
-cuBLAS's blockwise-scaled GEMMs against per-tensor ones is at hand -- and per-tensor FP8's casts."""
+cuBLAS's blockwise-scaled GEMMs against per-tensor ones is at hand -- and per-tensor FP8's casts. The recipe
+functions' spellings without a separator (`..._fp8cs_config`, `fp8mx`) and a space for the separator are read
+alike; `FP4` is NVFP4, Megatron-Core's one built-in FP4 recipe (megatron/core/fp4_utils.py `Fp4Recipe`: nvfp4,
+custom)."""
 OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter",
                "predicted_seconds_per_iter", "error_pct", "measured_peak_mem_gib", "predicted_peak_mem_gib",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
@@ -121,7 +125,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     counts = layers_per_stage(c, pp, arch.num_layers)
     kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
     zero = c.choice("zero", ("0", "1", "2", "3"))
-    precision = PRECISION_NAMES.get(c.text("precision").lower().replace("-", "_")) or c.choice("precision", PRECISIONS, "bf16")
+    written = "_".join(c.text("precision").lower().replace("-", " ").split())
+    precision = PRECISION_NAMES.get(written) or c.choice("precision", PRECISIONS, "bf16")
     par["bf16_layers"] = _bf16_layers(c, precision, arch.num_layers)
     # a ZeRO-3 row is PyTorch FSDP unless the GPU's published FSDP runs are Megatron-FSDP's (FSDP_STACK)
     recipe_practice = _common(hw, VALIDATE_RECIPE_SOFTWARE)   # how the GPU's published runs recomputed and sharded
