@@ -86,6 +86,29 @@ def test_the_uncorrupted_rows_run(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_a_measured_batch_past_the_planning_ceiling_is_validated(tmp_path, capsys):
+    """A published run's batch may pass the 16,384 a searched plan may take (Megatron-Bridge's weak scaling
+    doubles it with the GPUs: 32,768 on 512); validate's estimate is closed form in the micro-batch count, so it
+    reads up to limits.MEASURED_GLOBAL_BATCH_SIZE. Twice the batch on the same plan: twice the micro-batches,
+    a step of at least twice the pipeline's."""
+    from fasop.core import limits
+
+    steps = []
+    for gbs in (16384, 32768, limits.MEASURED_GLOBAL_BATCH_SIZE):
+        folder = tmp_path / str(gbs)
+        folder.mkdir()
+        out = folder / "out.csv"
+        assert main(["validate", str(_write_runs(folder, {**QWEN, "global_batch_size": str(gbs)})), "--out", str(out)]) == 0
+        steps.append(float(next(csv.DictReader(out.open()))["predicted_seconds_per_iter"]))
+    assert limits.GLOBAL_BATCH_SIZE < 32768 <= limits.MEASURED_GLOBAL_BATCH_SIZE
+    assert 1.9 * steps[0] < steps[1] < 2.1 * steps[0] and steps[2] > 31 * steps[1]
+    capsys.readouterr()
+    out = tmp_path / "out.csv"
+    big = str(2 * limits.MEASURED_GLOBAL_BATCH_SIZE)
+    err = _fails(capsys, ["validate", str(_write_runs(tmp_path, {**QWEN, "global_batch_size": big})), "--out", str(out)], out)
+    assert "global_batch_size" in err and big in err
+
+
 NUMBERS = ["x", "-1", "nan", "inf", "1e300", "1.5", "True", "a,b", "a\nb", "9" * 25]
 CELLS = (
     [(col, v, v) for col in ("cp", "ep", "etp", "dp_shard", "mtp_layers", "recompute_num_layers") for v in NUMBERS]

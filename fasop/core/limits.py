@@ -48,9 +48,17 @@ VOCAB_SIZE = 1 << 24
 SEQUENCE_LENGTH = 1 << 24
 """sequence_length <= 16,777,216 tokens (long-context training: <= 1 M)."""
 GLOBAL_BATCH_SIZE = 1 << 14
-"""global_batch_size <= 16,384 samples (published: <= ~8,192). The micro-batch count sets the
-size of every pipeline schedule (stages x micro-batches events), and the divisors of the batch
-set the number of plans."""
+"""global_batch_size <= 16,384 samples for a plan fasop searches, explains or draws (published runs reach 65,536:
+`fasop validate` reads them, MEASURED_GLOBAL_BATCH_SIZE). The micro-batch count sets the size of every
+pipeline schedule (stages x micro-batches events: explain's timeline of 32 stages x 16,384 micro-batches takes
+19 s and ~1 GB here, and grows with both) and of the partitioner's stages x micro-batches tables, and the
+divisors of the batch set the number of plans."""
+MEASURED_GLOBAL_BATCH_SIZE = 1 << 20
+"""A measured run's global_batch_size (and micro_batch_size) in `fasop validate` <= 1,048,576 samples
+(published: 65,536, BERT pre-training with LAMB; Megatron-Bridge's weak-scaling runs double theirs with the GPUs,
+16,384 at 256 GPUs). Above GLOBAL_BATCH_SIZE because validate simulates no schedule: its estimate is closed
+form in the micro-batch count (a row of 1,048,576 sequences takes 0.4 s and 35 MB here), so no
+stages x micro-batches table is built for it."""
 LAYERS = 256
 """Entries in the layer list (and num_hidden_layers, num_decoder_layers) <= 256 (published:
 <= 128 transformer layers). The optimal partitioner's stage-time tables take stages x

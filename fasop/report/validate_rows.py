@@ -39,8 +39,8 @@ OPTIONAL = ("name", "model", "cp", "ep", "etp", "zero", "dp_shard", "task", "moe
             "cluster", "nodes", "layers_per_stage", "stage_gpus", "recompute_num_layers", "offload_layers", "bf16_layers")
 CEILINGS = {"num_layers": limits.LAYERS, "hidden_size": limits.HIDDEN_SIZE, "num_attention_heads": limits.ATTENTION_HEADS,
             "num_kv_heads": limits.ATTENTION_HEADS, "seq_len": limits.SEQUENCE_LENGTH, "vocab_size": limits.VOCAB_SIZE,
-            "ffn_hidden_size": 64 * limits.HIDDEN_SIZE, "global_batch_size": limits.GLOBAL_BATCH_SIZE,
-            "gpus_per_node": limits.GPUS_PER_NODE, "recompute_num_layers": limits.LAYERS, "offload_layers": limits.LAYERS, "bf16_layers": limits.LAYERS, "micro_batch_size": limits.GLOBAL_BATCH_SIZE, "virtual_pp": 64}
+            "ffn_hidden_size": 64 * limits.HIDDEN_SIZE, "global_batch_size": limits.MEASURED_GLOBAL_BATCH_SIZE,
+            "gpus_per_node": limits.GPUS_PER_NODE, "recompute_num_layers": limits.LAYERS, "offload_layers": limits.LAYERS, "bf16_layers": limits.LAYERS, "micro_batch_size": limits.MEASURED_GLOBAL_BATCH_SIZE, "virtual_pp": 64}
 """limits.py's ceilings per integer column (others, GPU counts and degrees: limits.GPUS)."""
 MAX_COLUMNS = 1000
 """A runs CSV has at most this many columns (validate reads about 50; the rest are left out with a note)."""
