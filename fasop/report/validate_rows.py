@@ -226,7 +226,7 @@ class Hardware:
 def catalog_gpu(c: Cells, column: str, text: str) -> GpuType:
     gpu = gpu_names().get(canonical(text))
     if gpu is None:
-        raise c.error(column, unknown_gpu(repr(text[:60])))
+        raise c.error(column, unknown_gpu(repr(text[:60]), text[:60]))
     return gpu
 
 

@@ -243,15 +243,19 @@ def gpu_names(path: str = str(CATALOG_DIR / "gpus.yaml")) -> dict[str, GpuType]:
     return by_name(load_gpus(path), path)
 
 
-def unknown_gpu(shown: str) -> str:
-    """Why a GPU name (`shown`; '' where the message's place names it) no catalog GPU answers to is refused."""
-    return f"unknown GPU type {shown + ' ' if shown else ''}(catalog: {', '.join(g.name for g in load_gpus().values())})"
+def unknown_gpu(shown: str, name: str = "") -> str:
+    """Why a GPU name (`shown`; '' where the message's place names it) no catalog GPU answers to is refused;
+    with the `name` itself, the catalog GPUs it is the start of (`A100`: the 40 and 80 GB parts) first."""
+    key = canonical(name)
+    could = [g.name for g in load_gpus().values() if key and any(canonical(n).startswith(key) for n in (g.name, *g.aliases))]
+    first = f"could be {' or '.join(could)}: name one; " if len(could) > 1 else ""
+    return f"unknown GPU type {shown + ' ' if shown else ''}({first}catalog: {', '.join(g.name for g in load_gpus().values())})"
 
 
 def find_gpu(name: str, where: str = "gpu") -> GpuType:
     gpu = gpu_names().get(canonical(name))
     if gpu is None:
-        raise SpecError(where, "gpu", unknown_gpu(repr(name)))
+        raise SpecError(where, "gpu", unknown_gpu(repr(name), name))
     return gpu
 
 

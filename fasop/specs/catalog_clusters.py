@@ -57,7 +57,7 @@ def _catalog_node(r: Reader, name: str, path: Path) -> NodeType:
     try:
         gpu = find_gpu(gpu_name, str(path))
     except SpecError:
-        raise r.error("gpu", unknown_gpu(repr(gpu_name))) from None
+        raise r.error("gpu", unknown_gpu(repr(gpu_name), gpu_name)) from None
     spot = r.get("spot_usd_per_hour", (int, float, type(None)), None,
                  lambda v: v is None or 0 <= v <= limits.USD_PER_HOUR, f"in [0, {limits.USD_PER_HOUR:g}]")
     memory = r.get("memory_gib", (int, float), None, lambda v: 0 < v <= limits.MEMORY_GIB, f"in (0, {limits.MEMORY_GIB}]")

@@ -7,7 +7,7 @@ line and system words that `nvidia-smi`, `rocm-smi` and vendors' tables put befo
 (nvidia-smi), `DGX-GB200` (Megatron-Bridge's performance tables), `Tesla T4` and `A100-SXM4-80GB` are
 the same key as the catalog's. A catalog entry's `aliases` (gpus.yaml) names it too: the other names of the
 same part, e.g. H100-SXM's `H100` and nvidia-smi's `H100 80GB HBM3`. A name that could be two catalog
-GPUs (`A100`: 40 or 80 GB) is no alias: it is refused with the catalog's names.
+GPUs (`A100`: 40 or 80 GB) is no alias: it is refused naming both (catalog.unknown_gpu) and the catalog's names.
 """
 
 from __future__ import annotations
