@@ -133,3 +133,23 @@ def test_gcp_node_names_with_dashes(tmp_path, capsys):
                  "--out", str(out), "--no-progress"]) == 0
     assert "2xa3-highgpu-8g" in capsys.readouterr().out
     assert all(0 < float(r["mfu"]) < 1 for r in _rows(out))
+
+
+def test_a_timeline_past_the_simulated_pairs_is_left_out_with_its_size(tmp_path, capsys):
+    """96 stages x 16,384 micro-batches are 1.6 M (stage, micro-batch) pairs, past limits.SCHEDULE_PAIRS (at
+    the ceiling of 256 stages x 16,384, the simulated timeline took 126 s and 7.8 GB): explain shows the
+    estimate without the timeline and says why; plot draws its other figures and says why the timeline is not
+    among them; the step is the one search's closed form gives either way."""
+    from fasop.core.limits import SCHEDULE_PAIRS
+
+    plan = ["--model", "gpt3-175b", "--cluster", "aws", "--placement", "-".join(["p5"] * 12), "--tp", "1", "--dp", "1",
+            "--pp", "96", "--mbs", "1", "--global-batch-size", "16384"]
+    assert 96 * 16384 > SCHEDULE_PAIRS
+    assert main(["explain", *plan]) == 0
+    out = capsys.readouterr().out
+    assert "1,572,864 (stage, micro-batch) pairs, past the 524,288" in out and "no timeline to break it down" in out
+    assert main(["plot", *plan, "--out-dir", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "no timeline: 96 stages x 16,384 micro-batches" in err
+    assert sorted(p.name.rsplit("_", 1)[1] for p in tmp_path.iterdir()) == ["breakdown.png", "breakdown.svg",
+                                                                           "memory.png", "memory.svg"]

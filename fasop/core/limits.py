@@ -59,6 +59,11 @@ MEASURED_GLOBAL_BATCH_SIZE = 1 << 20
 16,384 at 256 GPUs). Above GLOBAL_BATCH_SIZE because validate simulates no schedule: its estimate is closed
 form in the micro-batch count (a row of 1,048,576 sequences takes 0.4 s and 35 MB here), so no
 stages x micro-batches table is built for it."""
+SCHEDULE_PAIRS = 1 << 19
+"""A pipeline timeline (`fasop explain`, `fasop plot`) is simulated for at most 524,288 (stage, micro-batch)
+pairs: each is four Python events with its critical-path links, 32 stages x 16,384 micro-batches take 19 s and
+~1 GB here, and 256 stages x 16,384 took 126 s and 7.8 GB. Past it, the estimate is shown without a timeline,
+with a note (costs/parts.py schedule_or_note); the estimate itself is closed form and unaffected."""
 LAYERS = 256
 """Entries in the layer list (and num_hidden_layers, num_decoder_layers) <= 256 (published:
 <= 128 transformer layers). The optimal partitioner's stage-time tables take stages x

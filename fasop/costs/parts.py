@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fasop.core.errors import FasopError
+from fasop.core.limits import SCHEDULE_PAIRS
 from fasop.costs.estimate import Estimate
 from fasop.costs.memory import ParamBytes, stage_elements
 from fasop.schedule.pipeline import Schedule
@@ -75,15 +76,16 @@ def stated_parts(estimate: Estimate, schedule: Schedule | None, note: str = "", 
 
 
 def counted_parts(estimate: Estimate, model: ModelSpec, param_bytes: ParamBytes, limits, overhead_factor: float,
-                  schedule: Schedule | None, zero_stage: int = 0) -> EstimateParts:
+                  schedule: Schedule | None, zero_stage: int = 0, schedule_note: str = "") -> EstimateParts:
     """The parts of an estimator that counts bytes a parameter: `latest_stage_step`,
-    `param_memory_parts` against the given limits, x `overhead_factor` in the fit check."""
+    `param_memory_parts` against the given limits, x `overhead_factor` in the fit check; `schedule_note`:
+    why `schedule` is None."""
     last, step = latest_stage_step(estimate)
     memory = estimate.memory.stage_zero_bytes if zero_stage else estimate.memory.stage_bytes
     return EstimateParts(last_stage=last, step_parts=step,
                          stage_memory_parts=param_memory_parts(estimate, model, param_bytes, zero_stage),
                          stage_memory_bytes=tuple(memory), memory_overhead_factor=overhead_factor,
-                         memory_limits_bytes=tuple(limits), schedule=schedule)
+                         memory_limits_bytes=tuple(limits), schedule=schedule, schedule_note=schedule_note)
 
 
 def stated_step(estimate: Estimate) -> tuple[int, tuple[tuple[str, float], ...]]:
@@ -128,9 +130,14 @@ def param_memory_parts(estimate: Estimate, model: ModelSpec, param_bytes: ParamB
 def schedule_or_note(schedule_of: Callable[[Estimate], Schedule] | None, estimate: Estimate,
                      missing: str = "") -> tuple[Schedule | None, str]:
     """(the estimator's schedule of `estimate`, '') or (None, why): `missing` where it has no
-    `schedule_of`, the estimator's own message where it refuses to draw one (interleaved plans)."""
+    `schedule_of`, the estimator's own message where it refuses to draw one (interleaved plans), the
+    size where stages x micro-batches pass SCHEDULE_PAIRS (limits.py)."""
     if schedule_of is None:
         return None, missing
+    pp, m = estimate.plan.pp, estimate.plan.num_microbatches
+    if pp * m > SCHEDULE_PAIRS:
+        return None, (f"{pp} stages x {m:,} micro-batches are {pp * m:,} (stage, micro-batch) pairs, past the "
+                      f"{SCHEDULE_PAIRS:,} a timeline is simulated for (limits.py): the estimate's own figures only")
     try:
         return schedule_of(estimate), ""
     except FasopError as exc:

@@ -30,7 +30,7 @@ from fasop.core.errors import FasopError
 from fasop.core.recent import recent
 from fasop.costs.compute import LayerCosts, ProfileCompute
 from fasop.costs.estimate import Estimate
-from fasop.costs.parts import EstimateParts, counted_parts
+from fasop.costs.parts import EstimateParts, counted_parts, schedule_or_note
 from fasop.estimators import register
 from fasop.estimators.fasop2024 import comm as fasop2024_comm
 from fasop.estimators.fasop2024 import dp as fasop2024_dp
@@ -120,8 +120,9 @@ class Fasop2024Estimator:
 
     def parts(self, estimate: Estimate, zero_stage: int = 0) -> EstimateParts:
         """For explain and plots (parts.counted_parts): fit checked x the overhead without ZeRO only."""
+        schedule, note = schedule_or_note(self.schedule_of, estimate)
         return counted_parts(estimate, self.model, self.param_bytes, self.layout(estimate.plan).limits, 1.0 if
-                             zero_stage else self.cluster.memory_overhead_factor, self.schedule_of(estimate), zero_stage)
+                             zero_stage else self.cluster.memory_overhead_factor, schedule, zero_stage, note)
 
     def prefix_bounds(self, shape: Plan, kinds: Sequence[NodeType]):
         """The fold over node positions that orders.OrderSearch bounds prefixes with
