@@ -102,6 +102,25 @@ def test_progress_lines_without_a_terminal(tiny_specs, capsys, monkeypatch):
     assert capsys.readouterr().err == ""
 
 
+def test_a_long_runs_hint_is_printed_once(capsys, monkeypatch):
+    """A ProgressBar's hint (search's: what --placements all is proving, and Ctrl-C) comes once the work has
+    run HINT_S seconds, once however many updates follow, never for finished work or without progress."""
+    monkeypatch.setattr(cli_args, "PROGRESS_S", 0.0)
+    monkeypatch.setattr(cli_args, "HINT_S", 0.0)
+    with cli_args.ProgressBar(False, "estimating", hint="note: still estimating: a hint") as progress:
+        for done in (1, 2, 3):
+            progress(done, 10)
+        progress(10, 10)
+    err = capsys.readouterr().err.splitlines()
+    assert err.count("note: still estimating: a hint") == 1 and len(err) == 4
+    with cli_args.ProgressBar(True, "estimating", hint="note: a hint") as progress:
+        assert progress is None
+    monkeypatch.setattr(cli_args, "HINT_S", 3600.0)
+    with cli_args.ProgressBar(False, "estimating", hint="note: a hint") as progress:
+        progress(1, 10)
+    assert "hint" not in capsys.readouterr().err
+
+
 def test_no_progress_lines_for_a_short_run(tiny_specs, capsys):
     assert main(PARETO) == 0  # well under PROGRESS_S
     assert capsys.readouterr().err == ""

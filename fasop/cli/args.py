@@ -16,6 +16,8 @@ from fasop.core import limits
 from fasop.core.errors import FasopError
 
 PROGRESS_S = 5.0
+HINT_S = 60.0
+"""A ProgressBar's hint is printed once the work has run this long."""
 """Without a terminal, a progress line on stderr every this many seconds (none for shorter runs)."""
 
 
@@ -279,14 +281,22 @@ def partitioner_note(args: argparse.Namespace, cluster) -> str:
 
 class ProgressBar:
     """Progress on stderr: tqdm on a terminal; otherwise a line every PROGRESS_S seconds (none
-    for a run that ends sooner). Yields a progress(done, total) callback."""
+    for a run that ends sooner). Yields a progress(done, total) callback. `hint`: a line printed once
+    when the work is still running after HINT_S seconds (what to do about a long run)."""
 
-    def __init__(self, disabled: bool, label: str, unit: str = "plans"):
-        self.disabled, self.label, self.unit, self.bar = disabled, label, unit, None
+    def __init__(self, disabled: bool, label: str, unit: str = "plans", hint: str = ""):
+        self.disabled, self.label, self.unit, self.bar, self.hint = disabled, label, unit, None, hint
+        self.start = time.monotonic()
+
+    def _hinted(self, done: int, total: int, write) -> None:
+        if self.hint and done < total and time.monotonic() - self.start >= HINT_S:
+            write(self.hint)
+            self.hint = ""
 
     def __enter__(self):
         if self.disabled:
             return None
+        self.start = time.monotonic()
         if not sys.stderr.isatty():
             return self._lines()
         from tqdm import tqdm
@@ -295,6 +305,7 @@ class ProgressBar:
             if self.bar is None:
                 self.bar = tqdm(total=total, desc=self.label, unit="plan", leave=False, file=sys.stderr)
             self.bar.update(done - self.bar.n)
+            self._hinted(done, total, lambda line: tqdm.write(line, file=sys.stderr))
 
         return update
 
@@ -313,6 +324,7 @@ class ProgressBar:
                 last = now
                 print(f"fasop: {self.label}: {done:,} of {total:,} {self.unit} ({100 * done / max(total, 1):.0f} %, "
                       f"{now - start:,.0f} s)", file=sys.stderr, flush=True)
+                self._hinted(done, total, lambda line: print(line, file=sys.stderr, flush=True))
 
         return update
 

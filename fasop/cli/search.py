@@ -13,6 +13,10 @@ from fasop.cli.args import (ProgressBar, add_calibration, add_execution, add_len
                             partitioner_note, run_tag, workers_of)
 from fasop.plans.plan import abbreviate
 
+TIES_NOTE = ("note: {now}--placements all proves the --top plans against every node order, and orders whose step times "
+             "tie the kept ones cannot be cut by a bound; --placements grouped (each type's nodes together) "
+             "searches far fewer orders (docs/partitions.md: exact ties)")
+"""Printed when an order-tree search is interrupted, and (with `now`) once while a long one still runs."""
 DEFAULT_SHOWN = 5
 
 
@@ -73,8 +77,11 @@ def run(args: argparse.Namespace) -> int:
         out = Path("results") / f"{safe_name(f'{model.name}_{Path(cluster.path).stem}_{nodes}{run_tag(args)}')}.csv"
     check_target(out, "--out")  # before the work, not after
     top, auto_note = _auto_top(args, model, cluster, inventory)
+    hint = (TIES_NOTE.format(now="still estimating: ") + "; Ctrl-C writes the plans found so far (complete=False)"
+            if args.placements == "all" and top is not None else "")
+
     def searched(options: dict):
-        with ProgressBar(args.no_progress, "estimating", "plans") as progress:
+        with ProgressBar(args.no_progress, "estimating", "plans", hint) as progress:
             return search(model, cluster, inventory, heterogeneous=args.heterogeneous, placements=args.placements,
                           partitioner=args.partitioner, iterations=iterations, top=top,
                           workers=workers_of(args.workers), partition_budget=args.partition_budget, progress=progress,
@@ -168,9 +175,7 @@ def _write_incomplete(result, out: Path, model, cluster, args: argparse.Namespac
     print(f"fasop: interrupted after {result.num_done:,} of {result.num_candidates:,} plans; wrote {out} "
           f"(complete=False: {len(rows):,} plans, the ranks of those estimated so far)", file=sys.stderr)
     if args.placements == "all" and result.top is not None:
-        print("note: --placements all proves the --top plans against every node order, and orders whose step times "
-              "tie the kept ones cannot be cut by a bound; --placements grouped (each type's nodes together) "
-              "searches far fewer orders (docs/partitions.md: exact ties)", file=sys.stderr)
+        print(TIES_NOTE.format(now=""), file=sys.stderr)
     return exit_status(result.interrupted)
 
 
