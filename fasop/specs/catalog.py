@@ -3,9 +3,8 @@
 Data lives in `fasop/data/cluster_specs/catalog/gpus.yaml` (one entry per GPU type, a source on every
 number) and `fasop/data/cluster_specs/catalog/analytic.yaml` (efficiencies, latencies, overheads). A cluster
 spec with `estimator: analytic` (fasop/data/cluster_specs/aws.yaml, gcp.yaml) names a catalog GPU per node
-type and gets its memory, intra-node link and peaks from here (catalog_clusters.py reads it). Units are converted once, at load:
-TFLOP/s -> FLOP/s, GB/s -> bytes/s, Gbit/s -> bytes/s, GiB -> bytes. YAML is read through
-:mod:`fasop.specs.load` (the one YAML module).
+type and gets its memory, intra-node link and peaks from here (catalog_clusters.py reads it). Units are converted once,
+at load: TFLOP/s -> FLOP/s, GB/s -> bytes/s, Gbit/s -> bytes/s, GiB -> bytes (YAML read through fasop.specs.load).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from pathlib import Path
 from fasop.core import limits
 from fasop.core.errors import SpecError
 from fasop.specs.files import shipped_folder
-from fasop.specs.gpu_names import by_name, canonical
+from fasop.specs.gpu_names import by_name, canonical, could_be
 from fasop.specs.host_ops import HostOps, read_host_ops
 from fasop.specs.reader import Reader, read_yaml
 from fasop.specs.types import GIB
@@ -244,12 +243,9 @@ def gpu_names(path: str = str(CATALOG_DIR / "gpus.yaml")) -> dict[str, GpuType]:
 
 
 def unknown_gpu(shown: str, name: str = "") -> str:
-    """Why a GPU name (`shown`; '' where the message's place names it) no catalog GPU answers to is refused;
-    with the `name` itself, the catalog GPUs it is the start of (`A100`: the 40 and 80 GB parts) first."""
-    key = canonical(name)
-    could = [g.name for g in load_gpus().values() if key and any(canonical(n).startswith(key) for n in (g.name, *g.aliases))]
-    first = f"could be {' or '.join(could)}: name one; " if len(could) > 1 else ""
-    return f"unknown GPU type {shown + ' ' if shown else ''}({first}catalog: {', '.join(g.name for g in load_gpus().values())})"
+    """Why a GPU name (`shown`, '' where the place names it; the GPUs it could be first) is refused."""
+    gpus = load_gpus().values()
+    return f"unknown GPU type {shown + ' ' if shown else ''}({could_be(name, gpus)}catalog: {', '.join(g.name for g in gpus)})"
 
 
 def find_gpu(name: str, where: str = "gpu") -> GpuType:

@@ -42,3 +42,11 @@ def by_name(gpus: dict, path: str) -> dict:
                                 f"{alias!r} already names {other.name}: an alias names one GPU")
             table[canonical(alias)] = gpu
     return table
+
+
+def could_be(name: str, gpus) -> str:
+    """'could be X or Y: name one; ' where `name` is the start of several of `gpus`' names or aliases
+    (`A100`: the 40 and 80 GB parts, `V100`: four), else ''."""
+    key = canonical(name)
+    could = [g.name for g in gpus if key and any(canonical(n).startswith(key) for n in (g.name, *g.aliases))]
+    return f"could be {' or '.join(could)}: name one; " if len(could) > 1 else ""
