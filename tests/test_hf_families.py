@@ -47,6 +47,54 @@ def test_parameter_counts_match_published(name, total, active, with_embedding, t
     assert L.active_params(a, input_embedding=with_embedding) == pytest.approx(active, rel=tol)
 
 
+DATA_HF = Path(__file__).resolve().parent / "data" / "hf"
+"""Real configs the tests read but fasop does not ship by name (tests/data/VALIDATION_SOURCES.md)."""
+
+
+def data_arch(name):
+    file = DATA_HF / f"{name}.json"
+    return architecture_from_config(read_config(file), str(file))
+
+
+@pytest.mark.parametrize("name,total,active,tol", [
+    ("moonlight-16b-a3b", 16e9, 3e9, 0.05),          # model card: 16B total, 3B activated (rounded to the billion)
+    ("nemotron-h-56b-base-8k", 56e9, 56e9, 0.01),    # arXiv 2504.03624: Nemotron-H-56B (dense hybrid: all active)
+])
+def test_parameter_counts_of_the_other_families_match_published(name, total, active, tol):
+    a = data_arch(name)
+    assert L.total_params(a) == pytest.approx(total, rel=tol)
+    assert L.active_params(a, input_embedding=True) == pytest.approx(active, rel=tol)
+
+
+@pytest.mark.parametrize("name,non_embedding,tol", [
+    ("gemma-2-27b", 26_047_480_320, 0.0),   # Gemma 2 report (arXiv 2408.00118) Table 2, to the parameter
+    ("gemma-3-27b-it", 25_600e6, 0.0005),   # Gemma 3 report (arXiv 2503.19786) Table 1: 25,600M (in millions)
+])
+def test_gemma_non_embedding_counts_match_the_reports(name, non_embedding, tol):
+    """Gemma ties its head to its embedding: the reports count the vocab x hidden table apart."""
+    a = data_arch(name)
+    assert a.tied_embeddings
+    assert L.total_params(a) - a.vocab_size * a.hidden_size == pytest.approx(non_embedding, rel=tol)
+
+
+def test_gemma_3s_config_takes_transformers_defaults_and_plans_its_language_model():
+    """google/gemma-3-27b-it's text_config names neither vocab_size nor max_position_embeddings: transformers'
+    Gemma3TextConfig defaults (262,208; 131,072) apply; five sliding-window layers of 1,024 to one global."""
+    a = data_arch("gemma-3-27b-it")
+    assert (a.vocab_size, a.max_positions, a.window, a.head_dim) == (262_208, 131_072, 1024, 128)
+    assert a.windowed_layers == tuple(i for i in range(62) if (i + 1) % 6)
+    assert a.notes == ("the language model only: the vision tower is not modelled",)
+
+
+def test_qwen3_vl_plans_its_qwen3_moe_language_model():
+    """Qwen3-VL-30B-A3B's text_config (model_type qwen3_vl_moe_text) is Qwen3-30B-A3B's shape: the same counts,
+    untied as its top-level tie_word_embeddings says, and the vision tower's note."""
+    a, lm = data_arch("qwen3-vl-30b-a3b-instruct"), arch("qwen3-30b-a3b")
+    assert (L.total_params(a), L.active_params(a, input_embedding=True)) == (L.total_params(lm), L.active_params(lm, input_embedding=True))
+    assert not a.tied_embeddings and a.moe.num_experts == 128
+    assert a.notes == ("the language model only: the vision tower is not modelled",)
+
+
 def test_deepseek_v3_mtp_module_counted_apart():
     """README: the Hub weights are 671B main + 14B MTP, of which 11.5B unique (embedding and head
     shared); fasop's MTP module (one MoE layer, the 2h x h projection, three norms) is 11.6B."""

@@ -80,6 +80,8 @@ def architecture_from_config(cfg: dict, where: str) -> Architecture:
         text = cfg["text_config"]
         if not isinstance(text, dict):
             raise SpecError(where, "text_config", "must be a JSON object")
+        if "tie_word_embeddings" in cfg and "tie_word_embeddings" not in text:  # Qwen3-VL states it at the top
+            text = text | {"tie_word_embeddings": cfg["tie_word_embeddings"]}
         cfg, where = text, f"{where}: text_config"
         notes = ("the language model only: the vision tower is not modelled",)
     for key in _MULTIMODAL_KEYS:

@@ -16,8 +16,13 @@ defaults; docs/models.md gives each family's formulas and published counts).
 - `llama4` / `llama4_text`: text_config, interleave_moe_layer_step, a shared expert in every MoE
   layer, intermediate_size_mlp for the dense layers, attention_chunk_size (chunked attention on
   three layers of four).
+- `qwen3_vl_moe_text`, `qwen3_vl_text`: Qwen3-VL's language models (its `text_config`), read as
+  qwen3_moe / qwen3 (the same keys; the interleaved multimodal RoPE and the visual features added to
+  the first layers' inputs change no weight matmul).
 - `gemma2`, `gemma3` / `gemma3_text`: head_dim, four norms a layer, sliding windows
-  (layer_types, or every other layer / sliding_window_pattern), final-logit soft-capping, tied.
+  (layer_types, or every other layer / sliding_window_pattern), final-logit soft-capping, tied; the
+  keys Google's Gemma 3 configs leave to transformers' defaults (vocab_size 262,208, 131,072 positions;
+  Gemma 2: vocab 256,000) take them.
 - `nemotron_h`: hybrid_override_pattern (or layers_block_type): M Mamba-2, * attention, - MLP,
   E MoE; relu² MLPs and experts (not gated), one norm per block, no position embedding (NoPE);
   moe_latent_size (Nemotron 3 Super / Ultra's latent MoE: routed experts on h -> latent tokens), the
@@ -81,10 +86,14 @@ class Keys:
         raise SpecError(self.where, key, f"{why} ({key} = {str(self.cfg.get(key))[:60]!r}): not modelled by fasop")
 
 
+TEXT_MODELS = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
+"""A vision-language model's language model (`text_config`'s model_type) that is a family here."""
+
+
 def family_of(cfg: dict) -> str | None:
     if "model_type" not in cfg and any("Grok1" in str(a) for a in cfg.get("architectures") or ()):
         return "grok-1"
-    return cfg.get("model_type")
+    return TEXT_MODELS.get(cfg.get("model_type"), cfg.get("model_type"))
 
 
 def build(k: Keys, family: str) -> Architecture:
@@ -102,11 +111,12 @@ def _base(k: Keys, family: str, **kw) -> dict:
     """The Llama-shaped keys every family shares (RMSNorm, RoPE, no biases, no dropout, untied)."""
     h, heads = k.int("hidden_size"), k.int("num_attention_heads")
     layers = kw.pop("num_layers", None) or k.int("num_hidden_layers")
+    vocab, positions = kw.pop("vocab_default", ...), kw.pop("positions_default", 0)
     out = dict(family=family, num_layers=layers, hidden_size=h, num_attention_heads=heads,
                num_kv_heads=k.int("num_key_value_heads", heads), head_dim=k.int("head_dim", h // heads),
-               ffn_hidden_size=k.int("intermediate_size"), vocab_size=k.int("vocab_size"), gated_mlp=True,
+               ffn_hidden_size=k.int("intermediate_size"), vocab_size=k.int("vocab_size", vocab), gated_mlp=True,
                tied_embeddings=k.flag("tie_word_embeddings", False), linear_bias=False, norm="rmsnorm",
-               position="rotary", max_positions=k.int("max_position_embeddings", 0),
+               position="rotary", max_positions=k.int("max_position_embeddings", positions),
                dropout=k.rate("attention_dropout"), rope_mscale=_yarn_mscale(k))
     out.update(kw)
     return out
@@ -249,7 +259,10 @@ def _gemma(k: Keys, family: str) -> Architecture:
         pattern = k.int("sliding_window_pattern", 6)
         sliding = lambda i: (i + 1) % pattern != 0
     cap = k.cfg.get("final_logit_softcapping") or 0.0
-    return Architecture(**_base(k, family, head_dim=k.int("head_dim", 256), layer_norms=4, qk_norm=family != "gemma2",
+    # transformers' Gemma2Config / Gemma3TextConfig defaults, which Google's Gemma 3 configs rely on
+    defaults = dict(vocab_default=256_000, positions_default=8192) if family == "gemma2" else \
+        dict(vocab_default=262_208, positions_default=131_072)
+    return Architecture(**_base(k, family, **defaults, head_dim=k.int("head_dim", 256), layer_norms=4, qk_norm=family != "gemma2",
                                 tied_embeddings=k.flag("tie_word_embeddings", True), window=window,
                                 windowed_layers=_windowed(k, n, window, sliding), logit_softcap=float(cap)))
 
