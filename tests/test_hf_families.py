@@ -56,14 +56,15 @@ def data_arch(name):
     return architecture_from_config(read_config(file), str(file))
 
 
-@pytest.mark.parametrize("name,total,active,tol", [
-    ("moonlight-16b-a3b", 16e9, 3e9, 0.05),          # model card: 16B total, 3B activated (rounded to the billion)
-    ("nemotron-h-56b-base-8k", 56e9, 56e9, 0.01),    # arXiv 2504.03624: Nemotron-H-56B (dense hybrid: all active)
+@pytest.mark.parametrize("name,total,active,with_embedding,tol", [
+    ("moonlight-16b-a3b", 16e9, 3e9, True, 0.05),          # model card: 16B total, 3B activated (to the billion)
+    ("nemotron-h-56b-base-8k", 56e9, 56e9, True, 0.01),    # arXiv 2504.03624: Nemotron-H-56B (dense hybrid)
+    ("deepseek-v2", 236e9, 21e9, False, 0.01),             # arXiv 2405.04434: 236B total, 21B activated a token
 ])
-def test_parameter_counts_of_the_other_families_match_published(name, total, active, tol):
+def test_parameter_counts_of_the_other_families_match_published(name, total, active, with_embedding, tol):
     a = data_arch(name)
     assert L.total_params(a) == pytest.approx(total, rel=tol)
-    assert L.active_params(a, input_embedding=True) == pytest.approx(active, rel=tol)
+    assert L.active_params(a, input_embedding=with_embedding) == pytest.approx(active, rel=tol)
 
 
 @pytest.mark.parametrize("name,non_embedding,tol", [
