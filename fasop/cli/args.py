@@ -16,9 +16,9 @@ from fasop.core import limits
 from fasop.core.errors import FasopError
 
 PROGRESS_S = 5.0
+"""Without a terminal, a progress line on stderr every this many seconds (none for shorter runs)."""
 HINT_S = 60.0
 """A ProgressBar's hint is printed once the work has run this long."""
-"""Without a terminal, a progress line on stderr every this many seconds (none for shorter runs)."""
 
 
 class Parser(argparse.ArgumentParser):
