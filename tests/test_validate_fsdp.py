@@ -32,6 +32,7 @@ SETS = [
     ("fsdp_ibm_pytorch_blog.csv", 7.5, 18, None, 10),         # 128 A100 / 96 H100, FSDP1, FSDP and HSDP
     ("fsdp_torchtitan_docs_a100.csv", 6.5, 10.5, None, 8),    # 64 A100, FSDP2, torchtitan docs
     ("fsdp_torchtitan_issue929_a100.csv", 11, 11, 7.5, 1),    # 8 A100, FSDP2 compiled, peak memory (reserved)
+    ("fsdp_torchtitan_issues_memory.csv", 8, 36, 4.5, 13),    # 8-128 A100 ... GB200, FSDP2, peak memory (reserved)
 ]
 
 
@@ -396,6 +397,39 @@ def test_a_zero3_row_on_blackwell_is_megatron_fsdp(tmp_path):
                                                            cells="1,1,1")["predicted_seconds_per_iter"]
     assert bare["predicted_seconds_per_iter"] < _fsdp_row(tmp_path, "eager.csv", gpu="GB200",
                                                           cells="1,1,0")["predicted_seconds_per_iter"]
+
+
+def test_an_eager_pytorch_loss_holds_twelve_bytes_a_logit_by_hand():
+    """torchtitan's eager F.cross_entropy(pred.float(), ...) keeps the fp32 log-softmax and, in its backward, the
+    fp32 gradient in and out: 12 bytes a logit on the last stage where Megatron-Core's in-place vocab-parallel
+    loss keeps 4 (Korthikanti). Llama-3-8B, MBS 2 x 8192 tokens, V 128,256: 8 x 2 x 8192 x 128,256 bytes more,
+    15.66 GiB -- what the H100 rows of fsdp_torchtitan_issues_memory.csv measure above the model without it."""
+    from fasop.estimators.analytic import memory as M
+    from fasop.specs.load import load_model
+    a = load_model("llama-3-8b").architecture
+    eager = replace(default_params(), fused_elementwise=False)
+    w = Workload(arch=a, seq=8192, mbs=2, tp=1, dp=16, pp=1, num_microbatches=1, recipe=Recipe(zero=3), params=eager)
+    compiled = replace(w, params=replace(eager, fused_elementwise=True))
+    megatron = replace(w, params=replace(eager, megatron_fsdp=True))
+    zero1 = replace(w, recipe=Recipe(zero=1))
+    assert (M.loss_bytes(w), M.loss_bytes(compiled), M.loss_bytes(megatron), M.loss_bytes(zero1)) == (12, 4, 4, 4)
+    extra = M.stage_memory(w, 32, 0).activations - M.stage_memory(compiled, 32, 0).activations
+    assert extra == 8 * 2 * 8192 * 128_256
+    assert extra / 2**30 == pytest.approx(15.66, abs=0.01)
+
+
+def test_a_zero3_row_that_runs_eager_is_pytorch_fsdp_on_blackwell_too(tmp_path):
+    """GB200's FSDP rows default to Megatron-FSDP (the published recipes'), but a row stating eager elementwise
+    ops (fused_elementwise 0) ran PyTorch's stack -- Megatron-Core's kernels are Transformer Engine's fused ones:
+    its eager loss (12 bytes a logit) and the fp32 master shard as the parameter (torchtitan on Crusoe's GB200)."""
+    path = tmp_path / "runs.csv"
+    rows = (DATA / "fsdp_torchtitan_issues_memory.csv").read_text().splitlines()
+    first = next(r for r in rows if "68xGB200" in r)
+    path.write_text("\n".join([rows[0], first, first.replace(",1,1,0,pretrain,", ",1,1,1,pretrain,")]) + "\n")
+    eager, fused = validate(path).predictions
+    gib = 8 * 5 * 8192 * 128_256 / 2**30      # 8 bytes a logit more, MBS 5 (the shards differ by < 1 GiB)
+    assert eager.row["predicted_peak_mem_gib"] - fused.row["predicted_peak_mem_gib"] == pytest.approx(gib, abs=1.0)
+    assert eager.row["predicted_peak_mem_gib"] == pytest.approx(158.61, rel=0.02)
 
 
 def test_a_zero3_row_with_tp_on_h100_does_not_overlap_its_tp_collectives(tmp_path):

@@ -128,9 +128,11 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     written = "_".join(c.text("precision").lower().replace("-", " ").split())
     precision = PRECISION_NAMES.get(written) or c.choice("precision", PRECISIONS, "bf16")
     par["bf16_layers"] = _bf16_layers(c, precision, arch.num_layers)
-    # a ZeRO-3 row is PyTorch FSDP unless the GPU's published FSDP runs are Megatron-FSDP's (FSDP_STACK)
+    # a ZeRO-3 row is PyTorch FSDP unless the GPU's published FSDP runs are Megatron-FSDP's (FSDP_STACK) and the
+    # row does not say its elementwise ops run eager (PyTorch's; Megatron-Core's are Transformer Engine's fused ones)
     recipe_practice = _common(hw, VALIDATE_RECIPE_SOFTWARE)   # how the GPU's published runs recomputed and sharded
-    torch_fsdp = zero == "3" and not recipe_practice.get("megatron_fsdp", False)
+    torch_fsdp = zero == "3" and (not recipe_practice.get("megatron_fsdp", False)
+                                  or c.flag("fused_elementwise") is False)
     params, recipe_software = _software(c, hw, kind.rstrip("_"), precision, fsdp=torch_fsdp)
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:

@@ -45,7 +45,8 @@ and its TP shards the norms' sequence (`enable_sequence_parallel` True, configs.
 its collectives (`enable_async_tensor_parallel` False, configs.py:298); an MoE row keeps Megatron-Core's
 dispatcher and fp32 reductions (torchtitan's own all-to-all; no Megatron-Bridge recipe). Not on a GPU whose
 `validate_software` says `megatron_fsdp` (B200, B300, GB200, GB300: Megatron-Bridge's FSDP recipes shard with
-Megatron-FSDP, whose Transformer Engine layers keep the GPU's software)."""
+Megatron-FSDP, whose Transformer Engine layers keep the GPU's software), unless the row states
+`fused_elementwise` 0: eager elementwise ops are PyTorch's, never Megatron-Core's."""
 
 
 def _agreed(values: set):

@@ -146,9 +146,28 @@ def mtp_param_split(w: Workload, first: bool) -> tuple[float, float]:
     return w.mtp * dense + embedding, w.mtp * routed
 
 
-def head_activation_bytes(a: Architecture, b: int, s: int, t: int) -> float:
-    """The last stage's fp32 logits for the loss (Korthikanti et al. 2022 §4.1: 4sbV/t)."""
-    return 4 * s * b * a.vocab_size / t
+def head_activation_bytes(a: Architecture, b: int, s: int, t: int, per_logit: int = 4) -> float:
+    """The last stage's logits for the loss at its peak: `per_logit` bytes each (loss_bytes; Megatron-Core's
+    fp32 logits, Korthikanti et al. 2022 §4.1: 4sbV/t)."""
+    return per_logit * s * b * a.vocab_size / t
+
+
+EAGER_LOSS_BYTES = 12
+"""Bytes per logit at the loss of a PyTorch FSDP stack running eager: torchtitan computes
+`F.cross_entropy(pred.float(), labels)` (components/loss.py `cross_entropy_loss` @b5bcd76; fms-fsdp the same on
+`.float()` logits) and drops the 16-bit `pred` before the backward (trainer.py `del pred`); the log-softmax
+keeps its fp32 output (4 bytes), and its backward holds it beside the fp32 gradient coming in (nll_loss's,
+dense) and the fp32 gradient going out: 12 bytes a logit while every layer's activations are still held.
+Megatron-Core's vocab-parallel cross-entropy works in place on one fp32 copy (4); a compiled loss
+(torchtitan `compile.components` "loss") is fused by Inductor and is taken as 4 too. Checked on torchtitan's
+Llama 3 8B runs of tests/data/fsdp_torchtitan_issues_memory.csv: the measured peak less the model's without
+this term is 8 bytes a logit within 3 % on the H100 / H200 / GB200 rows (docs/estimators.md §A4)."""
+
+
+def loss_bytes(w: Workload) -> int:
+    """Bytes per logit the last stage holds at the loss (EAGER_LOSS_BYTES for an eager PyTorch FSDP stack)."""
+    eager_torch = w.recipe.zero >= 3 and not w.params.megatron_fsdp and not w.params.fused_elementwise
+    return EAGER_LOSS_BYTES if eager_torch else 4
 
 
 def embedding_activation_bytes(a: Architecture, b: int, s: int, t: int, sp: bool) -> float:
@@ -213,7 +232,7 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
     if first:
         acts += embedding_activation_bytes(a, b, s, t, r.sequence_parallel) * in_flight(w, stage)
     if last:
-        acts += head_activation_bytes(a, b, s, t) + mtp_activation_bytes(w)
+        acts += head_activation_bytes(a, b, s, t, loss_bytes(w)) + mtp_activation_bytes(w)
     dense_shard, expert_shard = state_shards(w)
     master = torch_fsdp_master(w)   # PyTorch FSDP: the fp32 master shard is the parameter, no 16-bit shard beside it
     states = P.state_bytes(dense=dense, experts=experts, zero=r.zero, dense_shard=dense_shard,
