@@ -87,6 +87,20 @@ def test_gemma_3s_config_takes_transformers_defaults_and_plans_its_language_mode
     assert a.notes == ("the language model only: the vision tower is not modelled",)
 
 
+def test_a_gemma_config_naming_only_what_differs_takes_transformers_defaults():
+    """A Gemma 3 text_config naming only the 4B's sizes that differ from Gemma3TextConfig's defaults (hidden 2560,
+    FFN 10240, 34 layers; 8 heads, 4 KV heads of 256 and the 1,024-token window are the defaults' and the 4B's):
+    the Gemma 3 report's (Table 1) 3,209M non-embedding parameters; nothing refused, no head count guessed."""
+    cfg = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+                                                  "intermediate_size": 10240, "num_hidden_layers": 34,
+                                                  "sliding_window": 1024}, "vision_config": {}}
+    a = architecture_from_config(cfg, "gemma-3-4b")
+    assert (a.num_attention_heads, a.num_kv_heads, a.head_dim, a.vocab_size) == (8, 4, 256, 262_208)
+    assert L.total_params(a) - a.vocab_size * a.hidden_size == pytest.approx(3_209e6, rel=0.0005)
+    bare = architecture_from_config({"model_type": "gemma2", "hidden_size": 2304}, "gemma-2-2b")
+    assert (bare.num_layers, bare.logit_softcap, bare.window) == (26, 30.0, 4096)
+
+
 def test_qwen3_vl_plans_its_qwen3_moe_language_model():
     """Qwen3-VL-30B-A3B's text_config (model_type qwen3_vl_moe_text) is Qwen3-30B-A3B's shape: the same counts,
     untied as its top-level tie_word_embeddings says, and the vision tower's note."""

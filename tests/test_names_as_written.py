@@ -42,6 +42,14 @@ def test_a_name_two_parts_share_names_both(written, could):
         find_gpu(written)
 
 
+@pytest.mark.parametrize("written", ["A", "H20", "B2", "A10X"])
+def test_a_name_that_starts_others_only_at_a_digit_names_none(written):
+    """`H20` is no start of H200 (a digit follows: another part), nor `A` of A100 / A10: no "could be" list."""
+    with pytest.raises(SpecError) as err:
+        find_gpu(written)
+    assert "could be" not in str(err.value)
+
+
 @pytest.mark.parametrize("written, gpu", [("A100 80GB", "A100-SXM4-80GB"), ("A100-40GB", "A100-SXM4-40GB"),
                                           ("A100-SXM-80GB", "A100-SXM4-80GB"), ("H100 80GB", "H100-SXM"),
                                           ("H200 141GB", "H200"), ("B200 180GB", "B200"), ("B300-288GB", "B300")])

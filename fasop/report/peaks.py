@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fasop.core.errors import FasopError
 from fasop.specs.catalog import find_gpu, gpu_names
-from fasop.specs.gpu_names import canonical
+from fasop.specs.gpu_names import canonical, starts
 
 
 def catalog_peaks(gpus, precision: str) -> dict[str, float]:
@@ -39,8 +39,7 @@ def given_peaks(given: dict[str, float], gpus, cluster) -> dict[str, float]:
         if means is not None:
             hit = [g for g in known if canonical(g) == key or table.get(canonical(g)) is means]
         else:
-            hit = [g for g in known if key and canonical(g).startswith(key)
-                   and (canonical(g) == key or not canonical(g)[len(key)].isdigit())]
+            hit = [g for g in known if starts(name, g)]
         if not hit:
             raise FasopError(f"--peak-tflops: {name!r} names no GPU of {Path(cluster.path).name} (its GPUs: "
                              f"{', '.join(known)})")

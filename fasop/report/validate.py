@@ -136,7 +136,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     params, recipe_software = _software(c, hw, kind.rstrip("_"), precision, fsdp=torch_fsdp)
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
-            raise c.error("precision", f"{precision}: {g.name} has no {precision.upper()} tensor cores "
+            shown = precision if written == precision else f"{c.text('precision')!r} (read as {precision})"
+            raise c.error("precision", f"{shown}: {g.name} has no {precision.upper()} tensor cores "
                                        f"(the GPU catalog's {precision}_tflops is null)")
     fixed = {k: v for k, v in (("micro_batch_size", c.int("micro_batch_size")),
                                 ("recompute", _recompute(c)),

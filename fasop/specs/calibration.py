@@ -81,7 +81,7 @@ def load_calibration(path: str | Path) -> Calibration:
         for name in list(gpus.data):
             gpu = gpu_names().get(canonical(str(name)))
             if gpu is None:
-                raise gpus.error(name, unknown_gpu(""))
+                raise gpus.error(name, unknown_gpu("", str(name)))
             one = gpus.sub(name, GPU_KEYS)
             values += [(gpu_parameter(gpu.name, key), _value(one, key)) for key in GPU_KEYS if key in one.data]
             one.done()

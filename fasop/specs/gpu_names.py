@@ -44,9 +44,15 @@ def by_name(gpus: dict, path: str) -> dict:
     return table
 
 
+def starts(name: str, of: str) -> bool:
+    """Whether `name` is the start of the GPU name `of` up to a non-digit (canonical keys): `A100` starts
+    A100-SXM4-80GB, `A10` does not (A10 is another part), `H20` not H200."""
+    key, full = canonical(name), canonical(of)
+    return bool(key) and full.startswith(key) and (full == key or not full[len(key)].isdigit())
+
+
 def could_be(name: str, gpus) -> str:
-    """'could be X or Y: name one; ' where `name` is the start of several of `gpus`' names or aliases
+    """'could be X or Y: name one; ' where `name` starts (`starts`) several of `gpus`' names or aliases
     (`A100`: the 40 and 80 GB parts, `V100`: four), else ''."""
-    key = canonical(name)
-    could = [g.name for g in gpus if key and any(canonical(n).startswith(key) for n in (g.name, *g.aliases))]
+    could = [g.name for g in gpus if any(starts(name, n) for n in (g.name, *g.aliases))]
     return f"could be {' or '.join(could)}: name one; " if len(could) > 1 else ""

@@ -20,9 +20,8 @@ defaults; docs/models.md gives each family's formulas and published counts).
   qwen3_moe / qwen3 (the same keys; the interleaved multimodal RoPE and the visual features added to
   the first layers' inputs change no weight matmul).
 - `gemma2`, `gemma3` / `gemma3_text`: head_dim, four norms a layer, sliding windows
-  (layer_types, or every other layer / sliding_window_pattern), final-logit soft-capping, tied; the
-  keys Google's Gemma 3 configs leave to transformers' defaults (vocab_size 262,208, 131,072 positions;
-  Gemma 2: vocab 256,000) take them.
+  (layer_types, or every other layer / sliding_window_pattern), final-logit soft-capping, tied; a key
+  a config leaves out takes transformers' default (GEMMA_DEFAULTS: Google's Gemma 3 configs rely on them).
 - `nemotron_h`: hybrid_override_pattern (or layers_block_type): M Mamba-2, * attention, - MLP,
   E MoE; relu² MLPs and experts (not gated), one norm per block, no position embedding (NoPE);
   moe_latent_size (Nemotron 3 Super / Ultra's latent MoE: routed experts on h -> latent tokens), the
@@ -111,12 +110,11 @@ def _base(k: Keys, family: str, **kw) -> dict:
     """The Llama-shaped keys every family shares (RMSNorm, RoPE, no biases, no dropout, untied)."""
     h, heads = k.int("hidden_size"), k.int("num_attention_heads")
     layers = kw.pop("num_layers", None) or k.int("num_hidden_layers")
-    vocab, positions = kw.pop("vocab_default", ...), kw.pop("positions_default", 0)
     out = dict(family=family, num_layers=layers, hidden_size=h, num_attention_heads=heads,
                num_kv_heads=k.int("num_key_value_heads", heads), head_dim=k.int("head_dim", h // heads),
-               ffn_hidden_size=k.int("intermediate_size"), vocab_size=k.int("vocab_size", vocab), gated_mlp=True,
+               ffn_hidden_size=k.int("intermediate_size"), vocab_size=k.int("vocab_size"), gated_mlp=True,
                tied_embeddings=k.flag("tie_word_embeddings", False), linear_bias=False, norm="rmsnorm",
-               position="rotary", max_positions=k.int("max_position_embeddings", positions),
+               position="rotary", max_positions=k.int("max_position_embeddings", 0),
                dropout=k.rate("attention_dropout"), rope_mscale=_yarn_mscale(k))
     out.update(kw)
     return out
@@ -251,7 +249,20 @@ def _llama4(k: Keys, family: str) -> Architecture:
                                 windowed_layers=tuple(i for i in range(n) if chunk and (i + 1) % interval)))
 
 
+GEMMA_DEFAULTS = {
+    "gemma2": dict(vocab_size=256_000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                   num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=8192,
+                   sliding_window=4096, final_logit_softcapping=30.0),
+    "gemma3_text": dict(vocab_size=262_208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                        num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131_072,
+                        sliding_window=4096)}
+"""What transformers' Gemma2Config / Gemma3TextConfig take for a key a config leaves out (their __init__
+defaults, the 2B / 4B shapes): Google's Gemma 3 configs name only where a size differs (google/gemma-3-27b-it's
+text_config has no vocab_size, no max_position_embeddings)."""
+
+
 def _gemma(k: Keys, family: str) -> Architecture:
+    k = Keys({**GEMMA_DEFAULTS["gemma2" if family == "gemma2" else "gemma3_text"], **k.cfg}, k.where, k.ceilings)
     n, window = k.int("num_hidden_layers"), k.count("sliding_window")
     if family == "gemma2":
         sliding = lambda i: i % 2 == 0
@@ -259,10 +270,7 @@ def _gemma(k: Keys, family: str) -> Architecture:
         pattern = k.int("sliding_window_pattern", 6)
         sliding = lambda i: (i + 1) % pattern != 0
     cap = k.cfg.get("final_logit_softcapping") or 0.0
-    # transformers' Gemma2Config / Gemma3TextConfig defaults, which Google's Gemma 3 configs rely on
-    defaults = dict(vocab_default=256_000, positions_default=8192) if family == "gemma2" else \
-        dict(vocab_default=262_208, positions_default=131_072)
-    return Architecture(**_base(k, family, **defaults, head_dim=k.int("head_dim", 256), layer_norms=4, qk_norm=family != "gemma2",
+    return Architecture(**_base(k, family, head_dim=k.int("head_dim"), layer_norms=4, qk_norm=family != "gemma2",
                                 tied_embeddings=k.flag("tie_word_embeddings", True), window=window,
                                 windowed_layers=_windowed(k, n, window, sliding), logit_softcap=float(cap)))
 

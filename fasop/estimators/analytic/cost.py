@@ -66,7 +66,7 @@ from fasop.estimators.analytic.layers import Workload
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
                                               mtp_block, root_params, stage_memory, stage_param_split, stage_params,
-                                              state_shards)
+                                              state_shards, torch_fsdp)
 from fasop.specs.catalog import GpuType
 
 ACT_BYTES = 2
@@ -306,7 +306,7 @@ def stage_times(w: Workload, stages, counts, times) -> tuple[list[float], list[f
         params.append(dense + experts)
         gf, gb = zero3_gather_s(w, params[-1], state_links(w, hw)[0], n, f1, b1, fsdp_root_params(w, i), experts,
                                 expert_rings(w, hw))
-        if w.recipe.zero >= 3 and n and not w.params.megatron_fsdp:   # FSDP2's copies, or FSDP1's gradient
+        if n and torch_fsdp(w):   # FSDP2's copies, or FSDP1's gradient
             # concatenation: memory bound (Megatron-FSDP works in its buffers)
             e, reduce = w.recipe.value_bytes, w.params.gradient_reduce_bytes[w.recipe.precision]
             cf, cb = P.fsdp_copy_bytes(params[-1], e, reduce) if w.params.fsdp_copy_out else \

@@ -159,15 +159,21 @@ EAGER_LOSS_BYTES = 12
 keeps its fp32 output (4 bytes), and its backward holds it beside the fp32 gradient coming in (nll_loss's,
 dense) and the fp32 gradient going out: 12 bytes a logit while every layer's activations are still held.
 Megatron-Core's vocab-parallel cross-entropy works in place on one fp32 copy (4); a compiled loss
-(torchtitan `compile.components` "loss") is fused by Inductor and is taken as 4 too. Checked on torchtitan's
-Llama 3 8B runs of tests/data/fsdp_torchtitan_issues_memory.csv: the measured peak less the model's without
-this term is 8 bytes a logit within 3 % on the H100 / H200 / GB200 rows (docs/estimators.md §A4)."""
+(torchtitan `compile.components` "loss") is fused by Inductor and is taken as 4 too. NeMo AutoModel's
+MaskedCrossEntropy (its benchmark recipes' loss_fn) is the same eager `F.cross_entropy(logits.float())`.
+Checked on torchtitan's Llama 3 8B runs of tests/data/fsdp_torchtitan_issues_memory.csv (peak *reserved*
+memory): the measured peak less the model's without this term is 11.1-14.2 GiB at MBS 2 on H100 (the term: 15.66),
+30.9-32.2 at MBS 4 on H200 (31.31), 33.2-39.7 at MBS 5 on B200 / GB200 (39.14); docs/estimators.md §A4."""
 
 
 def loss_bytes(w: Workload) -> int:
     """Bytes per logit the last stage holds at the loss (EAGER_LOSS_BYTES for an eager PyTorch FSDP stack)."""
-    eager_torch = w.recipe.zero >= 3 and not w.params.megatron_fsdp and not w.params.fused_elementwise
-    return EAGER_LOSS_BYTES if eager_torch else 4
+    return EAGER_LOSS_BYTES if torch_fsdp(w) and not w.params.fused_elementwise else 4
+
+
+def torch_fsdp(w: Workload) -> bool:
+    """Whether the run is PyTorch FSDP (FSDP1 / FSDP2): a ZeRO-3 plan that is not Megatron-FSDP."""
+    return w.recipe.zero >= 3 and not w.params.megatron_fsdp
 
 
 def embedding_activation_bytes(a: Architecture, b: int, s: int, t: int, sp: bool) -> float:
@@ -192,7 +198,7 @@ def torch_fsdp_master(w: Workload) -> bool:
     gathered, unit by unit (FSDP2 MixedPrecisionPolicy param_dtype, FSDP1's `_mp_shard`): a GPU keeps
     4 + 4 + 8 = 16 bytes per sharded parameter (fp32 parameter, gradient, Adam's moments), not the
     2 + 4 + 12 of a 16-bit shard beside a master (Megatron-FSDP, the distributed optimizer)."""
-    return w.recipe.zero >= 3 and not w.params.megatron_fsdp and w.recipe.value_bytes < 4
+    return torch_fsdp(w) and w.recipe.value_bytes < 4
 
 
 def state_shards(w: Workload) -> tuple[int, int]:
