@@ -159,8 +159,9 @@ EAGER_LOSS_BYTES = 12
 keeps its fp32 output (4 bytes), and its backward holds it beside the fp32 gradient coming in (nll_loss's,
 dense) and the fp32 gradient going out: 12 bytes a logit while every layer's activations are still held.
 Megatron-Core's vocab-parallel cross-entropy works in place on one fp32 copy (4); a compiled loss
-(torchtitan `compile.components` "loss") is fused by Inductor and is taken as 4 too. NeMo AutoModel's
-MaskedCrossEntropy (its benchmark recipes' loss_fn) is the same eager `F.cross_entropy(logits.float())`.
+(torchtitan `compile.components` "loss") is fused by Inductor and is taken as 4 too. NeMo AutoModel's benchmark
+recipes differ and a row cannot say so: MaskedCrossEntropy with `fp32_upcast: false` (16-bit logits, about 6
+bytes) on a model built in bf16 (`from_config` torch_dtype "auto" -> bfloat16: 8 state bytes a parameter, not 16).
 Checked on torchtitan's Llama 3 8B runs of tests/data/fsdp_torchtitan_issues_memory.csv (peak *reserved*
 memory): the measured peak less the model's without this term is 11.1-14.2 GiB at MBS 2 on H100 (the term: 15.66),
 30.9-32.2 at MBS 4 on H200 (31.31), 33.2-39.7 at MBS 5 on B200 / GB200 (39.14); docs/estimators.md §A4."""
