@@ -296,7 +296,6 @@ class ProgressBar:
     def __enter__(self):
         if self.disabled:
             return None
-        self.start = time.monotonic()
         if not sys.stderr.isatty():
             return self._lines()
         from tqdm import tqdm
@@ -315,7 +314,7 @@ class ProgressBar:
         return False
 
     def _lines(self):
-        start = last = time.monotonic()
+        start = last = self.start
 
         def update(done: int, total: int) -> None:
             nonlocal last

@@ -252,10 +252,10 @@ def _llama4(k: Keys, family: str) -> Architecture:
 GEMMA_DEFAULTS = {
     "gemma2": dict(vocab_size=256_000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                    num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=8192,
-                   sliding_window=4096, final_logit_softcapping=30.0),
+                   sliding_window=4096, final_logit_softcapping=30.0, tie_word_embeddings=True),
     "gemma3_text": dict(vocab_size=262_208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                         num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131_072,
-                        sliding_window=4096)}
+                        sliding_window=4096, tie_word_embeddings=True)}
 """What transformers' Gemma2Config / Gemma3TextConfig take for a key a config leaves out (their __init__
 defaults, the 2B / 4B shapes): Google's Gemma 3 configs name only where a size differs (google/gemma-3-27b-it's
 text_config has no vocab_size, no max_position_embeddings)."""
@@ -270,8 +270,7 @@ def _gemma(k: Keys, family: str) -> Architecture:
         pattern = k.int("sliding_window_pattern", 6)
         sliding = lambda i: (i + 1) % pattern != 0
     cap = k.cfg.get("final_logit_softcapping") or 0.0
-    return Architecture(**_base(k, family, head_dim=k.int("head_dim"), layer_norms=4, qk_norm=family != "gemma2",
-                                tied_embeddings=k.flag("tie_word_embeddings", True), window=window,
+    return Architecture(**_base(k, family, layer_norms=4, qk_norm=family != "gemma2", window=window,
                                 windowed_layers=_windowed(k, n, window, sliding), logit_softcap=float(cap)))
 
 
