@@ -87,11 +87,13 @@ def architecture_from_config(cfg: dict, where: str) -> Architecture:
     for key in _MULTIMODAL_KEYS:
         if key in cfg:
             raise SpecError(where, key, "multimodal model without a text_config: fasop models the language model")
+    if not isinstance(cfg.get("model_type", ""), str):
+        raise SpecError(where, "model_type", f"must be a string, got {str(cfg['model_type'])[:60]!r}")
     family = hf_families.family_of(cfg)
     if family not in hf_families.MOE_FAMILIES:
         for key in _MOE_KEYS:
             if cfg.get(key) not in (None, 0, 1):
-                raise SpecError(where, key, f"mixture-of-experts key ({key} = {cfg[key]!r}) in a dense "
+                raise SpecError(where, key, f"mixture-of-experts key ({key} = {str(cfg[key])[:60]!r}) in a dense "
                                             f"{family!r} config")
     if family not in FAMILIES:
         raise SpecError(where, "model_type", f"unsupported model_type {family!r} (supported: {', '.join(FAMILIES)})")

@@ -65,6 +65,15 @@ class Keys:
             raise SpecError(self.where, key, f"must be an integer in [1, {high:,}], got {str(value)[:60]!r}")
         return value
 
+    def number(self, key: str, default: float) -> float:
+        """A finite real >= 0 (a cap, a scale); absent or null: the default."""
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1e9:
+            raise SpecError(self.where, key, f"must be a number in [0, 1e9], got {str(value)[:60]!r}")
+        return float(value)
+
     def count(self, key: str, default: int = 0) -> int:
         """An integer that may be 0 (a count of modules or layers)."""
         return default if self.cfg.get(key) in (0, None) else self.int(key)
@@ -90,7 +99,10 @@ TEXT_MODELS = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
 
 
 def family_of(cfg: dict) -> str | None:
-    if "model_type" not in cfg and any("Grok1" in str(a) for a in cfg.get("architectures") or ()):
+    if not isinstance(cfg.get("model_type", ""), str):
+        return None
+    names = cfg.get("architectures")
+    if "model_type" not in cfg and isinstance(names, list) and any("Grok1" in str(a) for a in names):
         return "grok-1"
     return TEXT_MODELS.get(cfg.get("model_type"), cfg.get("model_type"))
 
@@ -131,8 +143,8 @@ def _yarn_mscale(k: Keys) -> float:
         return 1.0 if f <= 1 else 0.1 * c * math.log(f) + 1.0
     f, c, c_all = rs.get("factor"), rs.get("mscale"), rs.get("mscale_all_dim")
     for key, v in (("factor", f), ("mscale", c), ("mscale_all_dim", c_all)):
-        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
-            raise SpecError(k.where, f"rope_scaling.{key}", f"must be a number >= 0, got {str(v)[:60]!r}")
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 1e9):
+            raise SpecError(k.where, f"rope_scaling.{key}", f"must be a number in [0, 1e9], got {str(v)[:60]!r}")
     if f is None:
         return 1.0
     return m(f, 1.0) if c is None or c_all is None else m(f, c) / m(f, c_all)
@@ -269,9 +281,9 @@ def _gemma(k: Keys, family: str) -> Architecture:
     else:
         pattern = k.int("sliding_window_pattern", 6)
         sliding = lambda i: (i + 1) % pattern != 0
-    cap = k.cfg.get("final_logit_softcapping") or 0.0
+    cap = k.number("final_logit_softcapping", 0.0)
     return Architecture(**_base(k, family, layer_norms=4, qk_norm=family != "gemma2", window=window,
-                                windowed_layers=_windowed(k, n, window, sliding), logit_softcap=float(cap)))
+                                windowed_layers=_windowed(k, n, window, sliding), logit_softcap=cap))
 
 
 def _nemotron_h(k: Keys, family: str) -> Architecture:
