@@ -159,6 +159,14 @@ def test_a_spec_name_in_another_case_is_the_shipped_spec(tmp_path):
     assert load_cluster("AWS").node_types.keys() == load_cluster("aws").node_types.keys()
     with pytest.raises(SpecError, match=r"no spec named 'Qwen4' in model_specs/ \(known: bert, "):
         load_model("Qwen4")
+    # a Hub repository id that is no path here names the shipped spec of its last part; one with no such spec is
+    # refused naming both readings
+    assert load_model("Qwen/Qwen3-30B-A3B") == load_model("qwen3-30b-a3b")
+    assert load_model("deepseek-ai/DeepSeek-V3").name == "deepseek-v3"
+    with pytest.raises(SpecError, match=r"Qwen/Qwen4: no such file, nor a model_specs/ spec named 'Qwen4'"):
+        load_model("Qwen/Qwen4")
+    with pytest.raises(SpecError, match=r"a/b/qwen3-30b-a3b: no such file$"):   # a path of three parts: a path
+        load_model("a/b/qwen3-30b-a3b")
     runs = tmp_path / "runs.csv"
     rows = (DATA / "moe_megatron_bridge_perf_summary.csv").read_text().splitlines()
     row = next(r for r in rows[1:] if r.startswith("Qwen3-30B-A3B GB200"))

@@ -108,6 +108,33 @@ def test_a_bad_moe_row_is_one_clear_error(tmp_path, row, message):
     assert message in str(err.value)
 
 
+def test_a_model_row_names_a_config_its_folder_or_a_hub_id(tmp_path, monkeypatch):
+    # the same Qwen3-30B-A3B four ways: config.json beside the CSV, the folder holding it (a Hub snapshot's
+    # layout), the shipped spec's name, its Hub repository id (no such path: the spec named as its last part)
+    (tmp_path / "Qwen" / "snapshot").mkdir(parents=True)
+    (tmp_path / "Qwen" / "snapshot" / "config.json").write_bytes((DATA / "hf" / "qwen3-30b-a3b.json").read_bytes())
+    monkeypatch.chdir(tmp_path.parent)   # the folder is found beside the CSV, not in the working directory
+    plan = ",H100-SXM,16,1,1,1,16,16,1,1,4096,64,1,bf16,full,10"
+    rows = "\n".join(f"{m}{plan}".replace(",", f"{i},", 1) for i, m in enumerate(
+        ("q,hf/qwen3-30b-a3b.json", "q,Qwen/snapshot", "q,qwen3-30b-a3b", "q,Qwen/Qwen3-30B-A3B")))
+    seconds = {p.row["predicted_seconds_per_iter"] for p in validate(_csv(tmp_path, rows)).predictions}
+    assert len(seconds) == 1
+
+
+@pytest.mark.parametrize("model, message", [
+    ("hf/missing.json", "hf/missing.json: no such file (a `model` path is read from the CSV's folder)"),
+    ("hf", "hf: folder holds no config.json"),
+    ("moonshotai/Kimi-K2-Instruct", "no such file, nor a model_specs/ spec named 'Kimi-K2-Instruct'"),
+])
+def test_a_model_cell_that_names_nothing_says_where_it_looked(tmp_path, model, message):
+    from fasop.core.errors import FasopError
+    path = _csv(tmp_path, f"q,{model},H100-SXM,16,1,1,1,16,16,1,1,4096,64,1,bf16,full,10")
+    (tmp_path / "hf" / "qwen3-30b-a3b.json").unlink()
+    with pytest.raises(FasopError) as err:
+        validate(path)
+    assert message in str(err.value) and "line 2: model:" in str(err.value)
+
+
 def test_a_model_row_leaves_the_architecture_columns_empty(tmp_path):
     from fasop.core.errors import FasopError
     path = _csv(tmp_path, "q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,1,16,16,1,1,8192,64,1,bf16,full,10,48",

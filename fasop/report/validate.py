@@ -42,7 +42,7 @@ from fasop.estimators.analytic import mixed
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import LOW_PRECISIONS, PRECISIONS, RECOMPUTES, Recipe
 from fasop.estimators.analytic.modules import MODULES, recompute_text, split_recompute
-from fasop.core.errors import FasopError
+from fasop.core.errors import FasopError, SpecError
 from fasop.specs.architecture import gpt_architecture
 from fasop.specs.hf_config import architecture_from_config, read_config
 from fasop.specs.load import load_model
@@ -222,8 +222,14 @@ def _row_model(c: Cells, seq: int):
     text = c.text("model")
     beside = c.path.parent / text
     try:
+        if beside.is_dir():   # a folder holding the config.json (a Hub snapshot's layout)
+            beside = beside / "config.json"
+            if not beside.is_file():
+                raise SpecError(str(beside.parent), "", "folder holds no config.json")
         if beside.is_file():
             return architecture_from_config(read_config(beside), str(beside))
+        if beside.suffix == ".json":
+            raise SpecError(str(beside), "", "no such file (a `model` path is read from the CSV's folder)")
         return load_model(text).architecture
     except FasopError as exc:
         raise c.error("model", str(exc)) from None

@@ -49,27 +49,41 @@ def shipped_specs(folder: str) -> list[Path]:
 
 
 def resolve(name_or_path: str, folder: str) -> Path:
-    """A spec given as a path, or as a name in `folder` (./folder first, then fasop's own; a name in another
-    case where exactly one spec of a folder has it)."""
+    """A spec given as a path, or as a name in `folder` (`_named`); a Hub repository id `org/Name` that is no
+    path names the spec `Name`."""
     try:
         candidate = Path(name_or_path)
         if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path(".") or not name_or_path:
-            if not candidate.exists():
-                raise SpecError(str(candidate), "", "no such file")
-            return candidate
-        for root in spec_folders(folder):
-            path = root / f"{name_or_path}.yaml"
-            if path.exists():
-                return path
-        for root in spec_folders(folder):  # the name in another case (`Qwen3-30B-A3B`, as its hub repository)
-            same = [p for p in sorted(root.glob("*.yaml")) if p.stem.lower() == name_or_path.lower()]
-            if len(same) == 1:
-                return same[0]
+            if candidate.exists():
+                return candidate
+            hub = len(candidate.parts) == 2 and not candidate.suffix and not candidate.is_absolute()
+            named = _named(candidate.name, folder) if hub else None   # `Qwen/Qwen3-30B-A3B`, a Hub repository id
+            if named is None:
+                shipped = f", nor a {folder}/ spec named {candidate.name!r}" if hub else ""
+                raise SpecError(str(candidate), "", f"no such file{shipped}")
+            return named
+        named = _named(name_or_path, folder)
+        if named is not None:
+            return named
     except (OSError, ValueError) as exc:  # a name too long, or with a NUL byte
         raise SpecError(show(name_or_path, quote=False), "", f"cannot use as a spec name or path: {exc}") from None
     known = [p.stem for p in shipped_specs(folder)]
     listing = f"known: {', '.join(known)}" if known else "no shipped specs found: give the path of a .yaml file"
     raise SpecError(name_or_path, "", f"no spec named {name_or_path!r} in {folder}/ ({listing})")
+
+
+def _named(name: str, folder: str) -> Path | None:
+    """The spec of `folder` named `name` (./folder first, then fasop's own), or in another case where exactly
+    one spec of a folder has it (`Qwen3-30B-A3B`, as its hub repository)."""
+    for root in spec_folders(folder):
+        path = root / f"{name}.yaml"
+        if path.exists():
+            return path
+    for root in spec_folders(folder):
+        same = [p for p in sorted(root.glob("*.yaml")) if p.stem.lower() == name.lower()]
+        if len(same) == 1:
+            return same[0]
+    return None
 
 
 def show(value: Any, *, quote: bool = True) -> str:
