@@ -229,6 +229,7 @@ def test_mamba_params_by_hand():
     ({"model_type": "llama", "num_local_experts": 8}, "num_local_experts"),
     ({"model_type": "deepseek_v4"}, "model_type"),
     ({"model_type": {}}, "model_type"),                           # was a TypeError (unhashable), a traceback
+    ({"architectures": "Grok1ModelForCausalLM"}, "architectures"),  # a name, not a list of them
     ({"model_type": "gemma2", "final_logit_softcapping": [1, 2]}, "final_logit_softcapping"),  # was float([1, 2])
     ({"model_type": "gemma2", "final_logit_softcapping": float("nan")}, "final_logit_softcapping"),
     ({**SMALL_HYBRID, "rope_scaling": {"rope_type": "yarn", "factor": float("nan")}}, "rope_scaling.factor"),

@@ -15,8 +15,18 @@ from fasop.specs.hf_config import architecture_from_config
 
 HF = Path(__file__).parent / "data" / "hf"
 CONFIGS = sorted(HF.glob("*.json"))
+DENSE = [{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 128},
+         {"model_type": "t5", "d_model": 64, "num_layers": 2, "num_heads": 4, "d_kv": 16, "d_ff": 128, "vocab_size": 100,
+          "feed_forward_proj": "gated-gelu"},
+         {"model_type": "gpt_neo", "hidden_size": 64, "num_layers": 2, "num_heads": 4, "vocab_size": 100,
+          "attention_types": [[["global", "local"], 1]], "max_position_embeddings": 128},
+         {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100},
+         {"model_type": "opt", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "ffn_dim": 128,
+          "vocab_size": 100, "max_position_embeddings": 128}]
+"""Small configs of the dense families (gpt2, t5, gpt_neo, llama, opt) beside the real MoE ones."""
 VALUES = [0, -1, 1.5, -0.5, 10**12, 2**31, float("nan"), float("inf"), "abc", "", None, True, [], [1, 2], {},
-          {"rope_type": "yarn", "factor": "x"}, "M*E?", ["sliding_attention"] * 3]
+          {"rope_type": "yarn", "factor": "x"}, "M*E?", ["sliding_attention"] * 3, [{}], [[1]], [None], ["M", {}]]
 READ = ["model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
         "intermediate_size", "vocab_size", "tie_word_embeddings", "rope_scaling", "max_position_embeddings",
         "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
@@ -39,15 +49,16 @@ def _finite(arch) -> bool:
 def _cases(n: int = 600):
     rng = random.Random(20261129)
     for i in range(n):
-        path = rng.choice(CONFIGS)
-        cfg = json.loads(path.read_text())
+        path = rng.choice(CONFIGS + DENSE)
+        cfg = json.loads(json.dumps(path)) if isinstance(path, dict) else json.loads(path.read_text())
         target = cfg["text_config"] if "text_config" in cfg and rng.random() < 0.8 else cfg
         changed = []
         for _ in range(rng.choice((1, 1, 2, 3))):
             key = rng.choice(READ + list(target))
             target[key] = rng.choice(VALUES)
             changed.append(key)
-        yield pytest.param(cfg, id=f"{i}-{path.stem}-{'+'.join(changed)}")
+        name = path["model_type"] if isinstance(path, dict) else path.stem
+        yield pytest.param(cfg, id=f"{i}-{name}-{'+'.join(changed)}")
 
 
 @pytest.mark.parametrize("cfg", list(_cases()))

@@ -151,7 +151,7 @@ def test_an_optional_cells_n_a_is_an_empty_cell_and_a_required_ones_is_refused(t
     assert refused.returncode == 2 and "line 2: tp: expected an integer, got 'n/a'" in refused.stderr
 
 
-def test_a_spec_name_in_another_case_is_the_shipped_spec(tmp_path):
+def test_a_spec_name_in_another_case_is_the_shipped_spec(tmp_path, monkeypatch):
     """`--model Qwen3-30B-A3B` (as the hub writes it) is the shipped `qwen3-30b-a3b`; `AWS` is `aws`; a name
     no spec has in any case is refused with the known names."""
     from fasop.specs.load import load_model
@@ -163,10 +163,19 @@ def test_a_spec_name_in_another_case_is_the_shipped_spec(tmp_path):
     # refused naming both readings
     assert load_model("Qwen/Qwen3-30B-A3B") == load_model("qwen3-30b-a3b")
     assert load_model("deepseek-ai/DeepSeek-V3").name == "deepseek-v3"
+    assert load_model("Qwen/Qwen2.5-7B").name == "qwen2.5-7b"               # a dot in the id is no file suffix
     with pytest.raises(SpecError, match=r"Qwen/Qwen4: no such file, nor a model_specs/ spec named 'Qwen4'"):
         load_model("Qwen/Qwen4")
     with pytest.raises(SpecError, match=r"a/b/qwen3-30b-a3b: no such file$"):   # a path of three parts: a path
         load_model("a/b/qwen3-30b-a3b")
+    # a folder of the user's own specs is never read as a Hub organisation (its spec given without .yaml is a
+    # missing file, not the shipped spec of that name), and clusters have no Hub
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match=r"mine/llama-3-8b: no such file$"):
+        load_model("mine/llama-3-8b")
+    with pytest.raises(SpecError, match=r"org/aws: no such file$"):
+        load_cluster("org/aws")
     runs = tmp_path / "runs.csv"
     rows = (DATA / "moe_megatron_bridge_perf_summary.csv").read_text().splitlines()
     row = next(r for r in rows[1:] if r.startswith("Qwen3-30B-A3B GB200"))

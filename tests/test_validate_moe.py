@@ -73,7 +73,7 @@ HEADER = ("name,model,gpu,num_gpus,tp,pp,cp,dp,ep,etp,zero,seq_len,global_batch_
 
 
 def _csv(tmp_path, row: str, header: str = HEADER) -> Path:
-    (tmp_path / "hf").mkdir(exist_ok=True)
+    (tmp_path / "hf").mkdir(parents=True, exist_ok=True)
     (tmp_path / "hf" / "qwen3-30b-a3b.json").write_bytes((DATA / "hf" / "qwen3-30b-a3b.json").read_bytes())
     path = tmp_path / "runs.csv"
     path.write_text(header + "\n" + row + "\n")
@@ -111,20 +111,23 @@ def test_a_bad_moe_row_is_one_clear_error(tmp_path, row, message):
 def test_a_model_row_names_a_config_its_folder_or_a_hub_id(tmp_path, monkeypatch):
     # the same Qwen3-30B-A3B four ways: config.json beside the CSV, the folder holding it (a Hub snapshot's
     # layout), the shipped spec's name, its Hub repository id (no such path: the spec named as its last part)
-    (tmp_path / "Qwen" / "snapshot").mkdir(parents=True)
-    (tmp_path / "Qwen" / "snapshot" / "config.json").write_bytes((DATA / "hf" / "qwen3-30b-a3b.json").read_bytes())
+    (tmp_path / "snapshots" / "qwen3").mkdir(parents=True)
+    (tmp_path / "snapshots" / "qwen3" / "config.json").write_bytes((DATA / "hf" / "qwen3-30b-a3b.json").read_bytes())
     monkeypatch.chdir(tmp_path.parent)   # the folder is found beside the CSV, not in the working directory
     plan = ",H100-SXM,16,1,1,1,16,16,1,1,4096,64,1,bf16,full,10"
     rows = "\n".join(f"{m}{plan}".replace(",", f"{i},", 1) for i, m in enumerate(
-        ("q,hf/qwen3-30b-a3b.json", "q,Qwen/snapshot", "q,qwen3-30b-a3b", "q,Qwen/Qwen3-30B-A3B")))
+        ("q,hf/qwen3-30b-a3b.json", "q,snapshots/qwen3", "q,qwen3-30b-a3b", "q,Qwen/Qwen3-30B-A3B")))
     seconds = {p.row["predicted_seconds_per_iter"] for p in validate(_csv(tmp_path, rows)).predictions}
     assert len(seconds) == 1
 
 
 @pytest.mark.parametrize("model, message", [
-    ("hf/missing.json", "hf/missing.json: no such file (a `model` path is read from the CSV's folder)"),
+    ("hf/missing.json", "hf/missing.json: no such file or folder (a `model` path is read from the CSV's folder)"),
     ("hf", "hf: folder holds no config.json"),
-    ("moonshotai/Kimi-K2-Instruct", "no such file, nor a model_specs/ spec named 'Kimi-K2-Instruct'"),
+    ("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Instruct: no such file or folder (a `model` path is read from "
+                                    "the CSV's folder), nor a shipped model named 'Kimi-K2-Instruct' (fasop list models)"),
+    ("/nonexistent/config.json", "/nonexistent/config.json: no such file or folder"),
+    ("a" * 300, "no such file or folder"),              # a name the file system refuses (ENAMETOOLONG): no traceback
 ])
 def test_a_model_cell_that_names_nothing_says_where_it_looked(tmp_path, model, message):
     from fasop.core.errors import FasopError
@@ -132,7 +135,21 @@ def test_a_model_cell_that_names_nothing_says_where_it_looked(tmp_path, model, m
     (tmp_path / "hf" / "qwen3-30b-a3b.json").unlink()
     with pytest.raises(FasopError) as err:
         validate(path)
-    assert message in str(err.value) and "line 2: model:" in str(err.value)
+    assert message in str(err.value) and "line 2: model:" in str(err.value) and "\n" not in str(err.value)
+    assert "CSV's folder" not in str(err.value) or not model.startswith("/")
+
+
+def test_a_model_cell_is_never_read_from_the_working_directory(tmp_path, monkeypatch):
+    # a folder `Qwen/Qwen3-30B-A3B` in the working directory holding another model's config does not stand in
+    # for the cell: not beside the CSV, the cell is the shipped spec its Hub id names
+    work = tmp_path / "work"
+    (work / "Qwen" / "Qwen3-30B-A3B").mkdir(parents=True)
+    (work / "Qwen" / "Qwen3-30B-A3B" / "config.json").write_bytes((DATA / "hf" / "qwen3-235b-a22b.json").read_bytes())
+    monkeypatch.chdir(work)
+    plan = ",H100-SXM,16,1,1,1,16,16,1,1,4096,64,1,bf16,full,10"
+    rows = f"a,Qwen/Qwen3-30B-A3B{plan}\nb,qwen3-30b-a3b{plan}"
+    seconds = [p.row["predicted_seconds_per_iter"] for p in validate(_csv(tmp_path / "csv", rows)).predictions]
+    assert seconds[0] == seconds[1]
 
 
 def test_a_model_row_leaves_the_architecture_columns_empty(tmp_path):

@@ -44,7 +44,8 @@ from fasop.estimators.analytic.layers import LOW_PRECISIONS, PRECISIONS, RECOMPU
 from fasop.estimators.analytic.modules import MODULES, recompute_text, split_recompute
 from fasop.core.errors import FasopError, SpecError
 from fasop.specs.architecture import gpt_architecture
-from fasop.specs.hf_config import architecture_from_config, read_config
+from fasop.specs.files import named, path_kind
+from fasop.specs.hf_config import architecture_from_config, config_file, read_config
 from fasop.specs.load import load_model
 from fasop.specs.catalog import AnalyticParams, default_params
 from fasop.specs.validate_software import VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE
@@ -222,15 +223,16 @@ def _row_model(c: Cells, seq: int):
     text = c.text("model")
     beside = c.path.parent / text
     try:
-        if beside.is_dir():   # a folder holding the config.json (a Hub snapshot's layout)
-            beside = beside / "config.json"
-            if not beside.is_file():
-                raise SpecError(str(beside.parent), "", "folder holds no config.json")
-        if beside.is_file():
-            return architecture_from_config(read_config(beside), str(beside))
-        if beside.suffix == ".json":
-            raise SpecError(str(beside), "", "no such file (a `model` path is read from the CSV's folder)")
-        return load_model(text).architecture
+        if path_kind(beside) is not None:   # a config.json, or the folder holding one (a Hub snapshot)
+            file = config_file(beside)
+            return architecture_from_config(read_config(file), str(file))
+        spec = None if beside.suffix == ".json" else named(text, "model_specs", c.path.parent)
+        if spec is None:
+            where = "" if Path(text).is_absolute() else " (a `model` path is read from the CSV's folder)"
+            shipped = "" if beside.suffix == ".json" else f", nor a shipped model named {Path(text).name!r}" \
+                f" (fasop list models)"
+            raise SpecError(str(beside), "", f"no such file or folder{where}{shipped}")
+        return load_model(str(spec)).architecture
     except FasopError as exc:
         raise c.error("model", str(exc)) from None
 

@@ -49,22 +49,21 @@ def shipped_specs(folder: str) -> list[Path]:
 
 
 def resolve(name_or_path: str, folder: str) -> Path:
-    """A spec given as a path, or as a name in `folder` (`_named`); a Hub repository id `org/Name` that is no
-    path names the spec `Name`."""
+    """A spec given as a path, or as a name in `folder` (`named`, which also reads a model's Hub repository
+    id `org/Name` that is no path here)."""
     try:
         candidate = Path(name_or_path)
         if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path(".") or not name_or_path:
             if candidate.exists():
                 return candidate
-            hub = len(candidate.parts) == 2 and not candidate.suffix and not candidate.is_absolute()
-            named = _named(candidate.name, folder) if hub else None   # `Qwen/Qwen3-30B-A3B`, a Hub repository id
-            if named is None:
-                shipped = f", nor a {folder}/ spec named {candidate.name!r}" if hub else ""
+            spec = named(name_or_path, folder) if hub_id(name_or_path, folder) else None
+            if spec is None:
+                shipped = f", nor a {folder}/ spec named {candidate.name!r}" if hub_id(name_or_path, folder) else ""
                 raise SpecError(str(candidate), "", f"no such file{shipped}")
-            return named
-        named = _named(name_or_path, folder)
-        if named is not None:
-            return named
+            return spec
+        spec = named(name_or_path, folder)
+        if spec is not None:
+            return spec
     except (OSError, ValueError) as exc:  # a name too long, or with a NUL byte
         raise SpecError(show(name_or_path, quote=False), "", f"cannot use as a spec name or path: {exc}") from None
     known = [p.stem for p in shipped_specs(folder)]
@@ -72,18 +71,39 @@ def resolve(name_or_path: str, folder: str) -> Path:
     raise SpecError(name_or_path, "", f"no spec named {name_or_path!r} in {folder}/ ({listing})")
 
 
-def _named(name: str, folder: str) -> Path | None:
-    """The spec of `folder` named `name` (./folder first, then fasop's own), or in another case where exactly
-    one spec of a folder has it (`Qwen3-30B-A3B`, as its hub repository)."""
+def hub_id(text: str, folder: str, base: Path = Path(".")) -> bool:
+    """Whether `text` reads as a model's Hub repository id (`Qwen/Qwen2.5-7B`): two parts, the first no folder
+    in `base` (nor `.`, `..`, `~`), no spec file suffix. Clusters have no Hub: never for them."""
+    parts = Path(text).parts
+    return (folder == "model_specs" and len(parts) == 2 and parts[0] not in (".", "..", "~", "/")
+            and Path(text).suffix not in (".yaml", ".yml", ".json") and path_kind(base / parts[0]) is None)
+
+
+def named(text: str, folder: str, base: Path = Path(".")) -> Path | None:
+    """The spec of `folder` named `text` (./folder first, then fasop's own), or in another case where exactly
+    one spec of a folder has it (`Qwen3-30B-A3B`, as its hub repository); a Hub id's last part (`hub_id`, its
+    organisation no folder in `base`). Never a path: None where no spec has the name."""
+    if hub_id(text, folder, base):
+        text = Path(text).name
+    elif Path(text).parent != Path("."):
+        return None
     for root in spec_folders(folder):
-        path = root / f"{name}.yaml"
-        if path.exists():
+        path = root / f"{text}.yaml"
+        if path_kind(path) == "file":
             return path
     for root in spec_folders(folder):
-        same = [p for p in sorted(root.glob("*.yaml")) if p.stem.lower() == name.lower()]
+        same = [p for p in sorted(root.glob("*.yaml")) if p.stem.lower() == text.lower()]
         if len(same) == 1:
             return same[0]
     return None
+
+
+def path_kind(path: Path) -> str | None:
+    """"file", "dir" or None (nothing there, or a name the file system refuses: too long, a NUL byte)."""
+    try:
+        return "dir" if path.is_dir() else "file" if path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def show(value: Any, *, quote: bool = True) -> str:

@@ -46,7 +46,7 @@ from fasop.core import limits
 from fasop.core.errors import SpecError
 from fasop.specs import hf_families
 from fasop.specs.architecture import Architecture
-from fasop.specs.files import decode_utf8, read_bounded
+from fasop.specs.files import decode_utf8, path_kind, read_bounded
 from fasop.specs.profiles import read_profile
 from fasop.specs.reader import Reader
 from fasop.specs.types import ModelSpec
@@ -89,6 +89,8 @@ def architecture_from_config(cfg: dict, where: str) -> Architecture:
             raise SpecError(where, key, "multimodal model without a text_config: fasop models the language model")
     if not isinstance(cfg.get("model_type", ""), str):
         raise SpecError(where, "model_type", f"must be a string, got {str(cfg['model_type'])[:60]!r}")
+    if "model_type" not in cfg and not isinstance(cfg.get("architectures", []), list):
+        raise SpecError(where, "architectures", f"must be a list of class names, got {str(cfg['architectures'])[:60]!r}")
     family = hf_families.family_of(cfg)
     if family not in hf_families.MOE_FAMILIES:
         for key in _MOE_KEYS:
@@ -227,12 +229,18 @@ def read_config(path: Path) -> dict:
         raise SpecError(str(path), "", "JSON nested too deeply") from None
 
 
+def config_file(path: Path) -> Path:
+    """A config.json, or the one in a folder (a Hub snapshot's layout)."""
+    if path_kind(path) != "dir":
+        return path
+    if path_kind(path / "config.json") != "file":
+        raise SpecError(str(path), "", "folder holds no config.json")
+    return path / "config.json"
+
+
 def load_config_json(path: Path) -> ModelSpec:
     """`--model path/to/config.json` or a folder holding one, with the default training settings."""
-    folder = path.is_dir()
-    file = path / "config.json" if folder else path
-    if folder and not file.is_file():
-        raise SpecError(str(path), "", "folder holds no config.json")
+    file = config_file(path)
     arch = architecture_from_config(read_config(file), str(file))
     seq = min(DEFAULT_SEQUENCE_LENGTH, arch.max_positions or DEFAULT_SEQUENCE_LENGTH)
     name = file.parent.name if file.name == "config.json" else file.stem

@@ -99,8 +99,6 @@ TEXT_MODELS = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
 
 
 def family_of(cfg: dict) -> str | None:
-    if not isinstance(cfg.get("model_type", ""), str):
-        return None
     names = cfg.get("architectures")
     if "model_type" not in cfg and isinstance(names, list) and any("Grok1" in str(a) for a in names):
         return "grok-1"
@@ -233,7 +231,8 @@ def _windowed(k: Keys, n: int, window: int, default_sliding) -> tuple[int, ...]:
     types = k.cfg.get("layer_types")
     if types is None:
         return tuple(i for i in range(n) if default_sliding(i)) if window else ()
-    if not isinstance(types, list) or len(types) != n or not set(types) <= {"sliding_attention", "full_attention"}:
+    if not isinstance(types, list) or len(types) != n \
+            or not all(t in ("sliding_attention", "full_attention") for t in types):
         raise SpecError(k.where, "layer_types", f"must list {n} of sliding_attention / full_attention, "
                                                 f"got {str(types)[:60]!r}")
     return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
@@ -286,14 +285,19 @@ def _gemma(k: Keys, family: str) -> Architecture:
                                 windowed_layers=_windowed(k, n, window, sliding), logit_softcap=cap))
 
 
+def _block(name) -> bool:
+    """A Nemotron-H block name (`M`, `*`, `-`, `E` or its word); a config may hold anything."""
+    return isinstance(name, str) and name in _NEMOTRON_BLOCKS
+
+
 def _nemotron_h(k: Keys, family: str) -> Architecture:
     pattern = k.cfg.get("hybrid_override_pattern")
     key = "hybrid_override_pattern"
     if pattern is None:
         key, pattern = "layers_block_type", k.cfg.get("layers_block_type")
     blocks = list(pattern) if isinstance(pattern, (str, list)) else None
-    if not blocks or any(b not in _NEMOTRON_BLOCKS for b in blocks):
-        bad = next((b for b in blocks or () if b not in _NEMOTRON_BLOCKS), pattern)
+    if not blocks or any(not _block(b) for b in blocks):
+        bad = next((b for b in blocks or () if not _block(b)), pattern)
         raise SpecError(k.where, key, f"block {str(bad)[:40]!r} is not one of M, *, -, E "
                                       "(mamba, attention, mlp, moe)")
     if len(blocks) > limits.LAYERS:
@@ -323,7 +327,7 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
     if isinstance(block, list) and len(block) > limits.LAYERS:
         raise SpecError(k.where, "mtp_hybrid_override_pattern" if "mtp_hybrid_override_pattern" in k.cfg
                         else "mtp_layers_block_type", f"{len(block):,} blocks, more than fasop plans ({limits.LAYERS})")
-    known = mtp and block and isinstance(block, list) and all(b in _NEMOTRON_BLOCKS for b in block)
+    known = mtp and block and isinstance(block, list) and all(_block(b) for b in block)
     mtp_kinds = tuple(_NEMOTRON_BLOCKS[b] for b in block) if known else ()
     # no position embedding (Megatron-Bridge nemotron_h_bridge.py: "Mamba doesn't use position embeddings",
     # position_embedding_type "none"; Megatron-Core HybridModel's default): the attention layers run no RoPE

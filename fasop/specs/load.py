@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fasop.core import limits
 from fasop.core.errors import SpecError
-from fasop.specs.files import resolve
+from fasop.specs.files import path_kind, resolve
 from fasop.specs.profiles import read_profile
 from fasop.specs.reader import Reader, read_yaml
 from fasop.specs.types import CATALOG_ESTIMATORS, GIB, LAYER_KINDS, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
@@ -86,16 +86,9 @@ _ARCHITECTURE_KEYS = ("hidden_size", "num_hidden_layers", "num_decoder_layers", 
 _TRAINING_KEYS = ("sequence_length", "global_batch_size", "bytes_per_element")
 
 
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: not a folder
-        return False
-
-
 def load_model(name_or_path: str) -> ModelSpec:
     candidate = Path(name_or_path)
-    if candidate.suffix == ".json" or _is_dir(candidate):
+    if candidate.suffix == ".json" or path_kind(candidate) == "dir":
         from fasop.specs.hf_config import load_config_json  # (FASOP's profiled models never import it)
 
         return load_config_json(candidate)
