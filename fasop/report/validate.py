@@ -226,12 +226,14 @@ def _row_model(c: Cells, seq: int):
         if path_kind(beside) is not None:   # a config.json, or the folder holding one (a Hub snapshot)
             file = config_file(beside)
             return architecture_from_config(read_config(file), str(file))
-        spec = None if beside.suffix == ".json" else named(text, "model_specs", c.path.parent)
+        json = beside.suffix == ".json"
+        spec = None if json else named(text, "model_specs", c.path.parent)
         if spec is None:
-            where = "" if Path(text).is_absolute() else " (a `model` path is read from the CSV's folder)"
-            shipped = "" if beside.suffix == ".json" else f", nor a shipped model named {Path(text).name!r}" \
-                f" (fasop list models)"
-            raise SpecError(str(beside), "", f"no such file or folder{where}{shipped}")
+            why = "no such file or folder" + ("" if Path(text).is_absolute() else
+                                              " (a `model` path is read from the CSV's folder)")
+            if not json:
+                why += f", nor a shipped model named {Path(text).name!r} (fasop list models)"
+            raise SpecError(str(beside), "", why)
         return load_model(str(spec)).architecture
     except FasopError as exc:
         raise c.error("model", str(exc)) from None

@@ -56,9 +56,10 @@ def resolve(name_or_path: str, folder: str) -> Path:
         if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path(".") or not name_or_path:
             if candidate.exists():
                 return candidate
-            spec = named(name_or_path, folder) if hub_id(name_or_path, folder) else None
+            hub = hub_id(name_or_path, folder)
+            spec = named(name_or_path, folder) if hub else None
             if spec is None:
-                shipped = f", nor a {folder}/ spec named {candidate.name!r}" if hub_id(name_or_path, folder) else ""
+                shipped = f", nor a {folder}/ spec named {candidate.name!r}" if hub else ""
                 raise SpecError(str(candidate), "", f"no such file{shipped}")
             return spec
         spec = named(name_or_path, folder)
