@@ -65,7 +65,7 @@ class Keys:
             raise SpecError(self.where, key, f"must be an integer in [1, {high:,}], got {str(value)[:60]!r}")
         return value
 
-    def number(self, key: str, default: float) -> float:
+    def number(self, key: str, default: float | None) -> float | None:
         """A finite real >= 0 (a cap, a scale); absent or null: the default."""
         value = self.cfg.get(key)
         if value is None:
@@ -99,8 +99,9 @@ TEXT_MODELS = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
 
 
 def family_of(cfg: dict) -> str | None:
-    names = cfg.get("architectures")
-    if "model_type" not in cfg and isinstance(names, list) and any("Grok1" in str(a) for a in names):
+    """The family of a config whose `model_type` is a string and `architectures` a list where it has no
+    model_type (hf_config.architecture_from_config checks both first)."""
+    if "model_type" not in cfg and any("Grok1" in str(a) for a in cfg.get("architectures") or ()):
         return "grok-1"
     return TEXT_MODELS.get(cfg.get("model_type"), cfg.get("model_type"))
 
@@ -139,10 +140,9 @@ def _yarn_mscale(k: Keys) -> float:
         return 1.0
     def m(f, c):
         return 1.0 if f <= 1 else 0.1 * c * math.log(f) + 1.0
-    f, c, c_all = rs.get("factor"), rs.get("mscale"), rs.get("mscale_all_dim")
-    for key, v in (("factor", f), ("mscale", c), ("mscale_all_dim", c_all)):
-        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 1e9):
-            raise SpecError(k.where, f"rope_scaling.{key}", f"must be a number in [0, 1e9], got {str(v)[:60]!r}")
+    scaled = Keys({f"rope_scaling.{key}": rs.get(key) for key in ("factor", "mscale", "mscale_all_dim")},
+                  k.where, k.ceilings)
+    f, c, c_all = (scaled.number(f"rope_scaling.{key}", None) for key in ("factor", "mscale", "mscale_all_dim"))
     if f is None:
         return 1.0
     return m(f, 1.0) if c is None or c_all is None else m(f, c) / m(f, c_all)
