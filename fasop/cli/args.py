@@ -227,7 +227,8 @@ def run_tag(args: argparse.Namespace) -> str:
     if getattr(args, "global_batch_size", None):
         parts.append(f"gbs{args.global_batch_size}")
     for flag in ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads",
-                 "optimizer_states", "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "bf16_layers"):
+                 "optimizer_states", "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "bf16_layers",
+                 "cp_comm"):
         values = getattr(args, flag, None)
         if values is not None:
             parts.append(f"{flag.replace('_', '-')}-{'-'.join(map(str, values))}")

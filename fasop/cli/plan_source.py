@@ -112,7 +112,8 @@ def _flag_plan(args: argparse.Namespace):
 
 
 FLAG_PLAN_SETTINGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads",
-                      "optimizer_states", "dp_shard", "dp_replicate", "offload_layers", "recompute_layers", "bf16_layers")
+                      "optimizer_states", "dp_shard", "dp_replicate", "offload_layers", "recompute_layers", "bf16_layers",
+                      "cp_comm")
 """The estimate's recipe columns a plan by flags takes into its row (what a search CSV row says)."""
 
 
@@ -120,8 +121,14 @@ def estimator_for(rp, model, cluster):
     """The cluster spec's estimator for the row's inventory (the optimal partitioner: a row's
     split is given, the partitioner only names it)."""
     from fasop.estimators import make_estimator
+    from fasop.estimators.analytic.context import comm_problem
 
-    estimator = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal", **recipe_of(rp))
+    recipe = recipe_of(rp)
+    comm = recipe.get("cp_comm", ("p2p",))[0]
+    why = comm_problem(model.architecture, rp.plan.tp, rp.plan.cp, comm) if model.architecture else ""
+    if why:
+        raise FasopError(f"{rp.where}: cp_comm: {comm}: {why}")
+    estimator = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal", **recipe)
     if rp.plan.tp not in estimator.tp_degrees():
         raise FasopError(f"{rp.where}: tp: {rp.plan.tp} is not a degree the {cluster.estimator} estimator can score "
                          f"on these GPUs (it can: {', '.join(map(str, estimator.tp_degrees()))})")
@@ -130,7 +137,7 @@ def estimator_for(rp, model, cluster):
 
 RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": lambda v: v == "True", "virtual_stages": int,
                   "precision": str, "main_grads": str, "optimizer_states": str, "mtp_layers": int, "cuda_graphs": str,
-                  "offload_layers": int, "recompute_layers": int, "bf16_layers": int}
+                  "offload_layers": int, "recompute_layers": int, "bf16_layers": int, "cp_comm": str}
 """The recipe columns of a results row (the analytic estimator's) and how to read each cell."""
 
 

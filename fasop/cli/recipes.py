@@ -18,7 +18,7 @@ import importlib
 from fasop.core.errors import FasopError
 
 FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "main_grads", "optimizer_states",
-         "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "bf16_layers", "cp", "ep", "etp")
+         "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "bf16_layers", "cp_comm", "cp", "ep", "etp")
 
 
 def _choices(name: str):
@@ -54,6 +54,17 @@ def _recomputes(text: str) -> tuple[str, ...]:
         return tuple(dict.fromkeys(recompute_text(*split_recompute(v)[::-1]) for v in values))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _comms(text: str) -> tuple[str, ...]:
+    """--cp-comm's values: p2p, a2a (context.CP_COMMS)."""
+    from fasop.estimators.analytic.context import CP_COMMS
+
+    values = tuple(dict.fromkeys(v.strip().lower() for v in text.split(",")))
+    bad = [v for v in values if v not in CP_COMMS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"expected values from {', '.join(CP_COMMS)}, got {bad[0][:40]!r}")
+    return values
 
 
 def _dtype(text: str) -> tuple[str]:
@@ -144,6 +155,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",
                    help="context-parallel degrees (default 1; from a 16K-token sequence also the powers of two "
                         "leaving each rank >= 4K tokens)")
+    d.add_argument("--cp-comm", type=_comms, metavar="p2p|a2a|p2p,a2a",
+                   help="context parallelism's exchange with cp > 1 (Megatron-LM --cp-comm-type): p2p, the ring of K/V "
+                        "overlapped with attention; a2a, Ulysses' all-to-alls of Q, K, V and the context, where the heads "
+                        "a TP rank holds divide by cp (default: both where the model's attention allows them; sliding "
+                        "windows and attention sinks only a2a)")
     d.add_argument("--ep", type=_ints(1, 1024), metavar="E[,E]",
                    help="expert-parallel degrees (default: every divisor of an MoE model's expert count; 1 for dense)")
     d.add_argument("--etp", type=_ints(1, 64), metavar="T[,T]", help="expert tensor-parallel degrees (default 1)")

@@ -38,7 +38,7 @@ def _degrees(world: int, gpus_per_node: int, tp_degrees: Sequence[int], global_b
              num_transformer_layers: int, space: DegreeSpace) -> Iterator[tuple[int, ...]]:
     """`degrees` as 7-tuples."""
     for tp in (t for t in tp_degrees if gpus_per_node % t == 0):
-        for cp in (c for c in space.cp if not (world // tp) % c):
+        for cp in (c for c in space.cp if not (world // tp) % c and space.runs(tp, c)):
             for dp in divisors(world // (tp * cp)):
                 pp = world // (tp * cp * dp)
                 if global_batch_size % dp or pp > num_transformer_layers:

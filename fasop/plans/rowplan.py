@@ -232,8 +232,9 @@ def _spells(names: str, name: str, i: int) -> bool:
 
 
 def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
-    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers`, `bf16_layers` cells (the analytic estimator's), where it has
-    them: a cell the search could not have written is refused with its column and value, not read as none / eager."""
+    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers`, `bf16_layers`, `cp_comm` cells (the
+    analytic estimator's), where it has them: a cell the search could not have written is refused with its column and
+    value, not read as none / eager."""
     mtp = (row.get("mtp_layers") or "0").strip()
     arch = model.architecture
     if not (mtp.isdigit() and len(mtp) < 3):
@@ -246,6 +247,10 @@ def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
     why = search_scopes((row.get("cuda_graphs") or "none").strip())[1]
     if why:
         raise FasopError(f"{where}: cuda_graphs: {why}")
+    comm = (row.get("cp_comm") or "p2p").strip()
+    if comm not in ("p2p", "a2a"):
+        raise FasopError(f"{where}: cp_comm: expected p2p or a2a (context parallelism's exchange), got "
+                         f"{comm[:SHOWN_CHARS]!r}")
     layers = arch.num_layers if arch is not None else None
     for column, bound, over in (("offload_layers", "below", 0), ("recompute_layers", "below", 0),
                                 ("bf16_layers", "at most", 1)):   # 16-bit layers may be all of them

@@ -13,6 +13,9 @@ so a dense model at its usual context searches exactly the plans it always did:
   experts divide evenly over the EP group), 1 for a dense one.
 - etp: 1 (Megatron-LM's MoE guide recommends ETP 1 for fine-grained MoE; torchtitan has no ETP
   since #3167): other degrees only when asked for.
+- (tp, cp) pairs none of the allowed CP exchanges (--cp-comm, the ring or Ulysses' all-to-alls) can
+  run for the model's attention are not enumerated (estimators/analytic/context.py: Transformer
+  Engine's rules -- sliding windows and attention sinks need a2a, a2a needs heads / tp divisible by cp).
 
 A degree the user names that the model cannot take is refused with one line naming the flag.
 """
@@ -20,9 +23,10 @@ A degree the user names that the model cannot take is refused with one line nami
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fasop.core.errors import FasopError
+from fasop.specs.architecture import Architecture
 from fasop.specs.types import ModelSpec
 
 LONG_SEQUENCE = 16384
@@ -37,11 +41,27 @@ class DegreeSpace:
     cp: tuple[int, ...] = (1,)
     experts: tuple[tuple[int, int], ...] = ((1, 1),)
     """(ep, etp) pairs, ep outer."""
+    exchanges: CpExchanges | None = None
+    """The CP exchanges allowed for the model (None: any (tp, cp) runs)."""
 
     @property
     def dense(self) -> bool:
         """Only cp = ep = etp = 1: FASOP's plans, nothing added."""
         return self.cp == (1,) and self.experts == ((1, 1),)
+
+    def runs(self, tp: int, cp: int) -> bool:
+        """Whether some allowed CP exchange runs the model at tp x cp."""
+        return cp == 1 or self.exchanges is None or self.exchanges.runs(tp, cp)
+
+
+@dataclass(frozen=True)
+class CpExchanges:
+    """A model's attention and the CP exchanges a search allows (--cp-comm; context.CP_COMMS by default)."""
+    arch: Architecture
+    comms: tuple[str, ...]
+
+    def runs(self, tp: int, cp: int) -> bool:
+        return any(not self.arch.cp_comm_problem(tp, cp, c) for c in self.comms)
 
 
 DENSE = DegreeSpace()
@@ -105,4 +125,21 @@ def split_options(model: ModelSpec, options: dict | None) -> tuple[DegreeSpace, 
     """(the degree space, the other options: the estimator's) of a search's options."""
     options = dict(options or {})
     given = {k: options.pop(k) for k in DEGREE_KEYS if k in options}
-    return degree_space(model, **given), options
+    space = degree_space(model, **given)
+    if model.architecture is None or max(space.cp) == 1:
+        return space, options
+    return replace(space, exchanges=CpExchanges(model.architecture, allowed_comms(model, options.get("cp_comm")))), options
+
+
+CP_COMMS = ("p2p", "a2a")
+"""Context parallelism's exchanges fasop plans: Megatron-Core's --cp-comm-type p2p (ring) and a2a (Ulysses)."""
+
+
+def allowed_comms(model: ModelSpec, given: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The CP exchanges a search tries (--cp-comm, else both), refused in one line where the model can
+    run none of them at any degree (p2p alone for sliding windows or attention sinks)."""
+    comms = tuple(given or CP_COMMS)
+    why = model.architecture.cp_comm_problem(1, 2, "p2p")
+    if why and set(comms) == {"p2p"}:
+        raise FasopError(f"--cp-comm p2p: {why} ({model.name}); use --cp-comm a2a")
+    return comms

@@ -50,6 +50,8 @@ class Settings:
     """Full recompute of only this many layers a model chunk (the row's recompute_layers column; 0: every layer)."""
     bf16_layers: int = 0
     """The model's last layers whose matmuls stay 16-bit in a low-precision run (the row's bf16_layers column)."""
+    cp_comm: str = ""
+    """Context parallelism's exchange, p2p or a2a (the row's cp_comm column); '': the row does not say."""
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,12 @@ def settings_of(rp: RowPlan) -> Settings:
 
 
 def row_software(rp: RowPlan) -> dict:
-    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers` and `bf16_layers` cells (checked
+    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers`, `bf16_layers`, `cp_comm` cells (checked
     when the row was read: rowplan.plan_of_row)."""
     counts = {k: int((rp.row.get(k) or "0").strip())
               for k in ("mtp_layers", "offload_layers", "recompute_layers", "bf16_layers")}
-    return {**counts, "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip()}
+    return {**counts, "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip(),
+            "cp_comm": (rp.row.get("cp_comm") or "").strip()}
 
 
 def is_hybrid(model: ModelSpec) -> bool:

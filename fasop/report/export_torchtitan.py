@@ -191,7 +191,7 @@ def _torchtitan_parallelism(rp: RowPlan, s: Settings, warnings: list[str]) -> li
     sharded = s.zero_stage >= 1
     sets += [("data_parallel_replicate_degree", s.dp_replicate if sharded else p.dp),
              ("data_parallel_shard_degree", p.dp // s.dp_replicate if sharded else 1)]
-    sets += _context_and_experts(p, p.dp // s.dp_replicate if sharded else 1, warnings)
+    sets += _context_and_experts(p, s, p.dp // s.dp_replicate if sharded else 1, warnings)
     if not sharded and p.cp > 1:
         warnings.append(f"ZeRO stage 0 with cp {p.cp}: torchtitan shards the states over the cp ranks (FSDP over "
                         "dp_shard x cp, distributed/fsdp.py): less memory than estimated, more all-gathers")
@@ -203,11 +203,15 @@ def _torchtitan_parallelism(rp: RowPlan, s: Settings, warnings: list[str]) -> li
     return sets
 
 
-def _context_and_experts(p, dp_shard: int, warnings: list[str]) -> list[tuple]:
+def _context_and_experts(p, s, dp_shard: int, warnings: list[str]) -> list[tuple]:
     """context_parallel_degree and expert_parallel_degree (07_moe_cp_fsdp.md §2.7, §3.4): EP borrows
     its ranks from dp_shard x cp x tp (torchtitan's parallel_dims.py), so ep must divide that; ETP
     was removed at torchtitan's HEAD (#3167)."""
     sets = [("context_parallel_degree", p.cp)] if p.cp > 1 else []
+    if p.cp > 1 and s.cp_comm == "a2a":
+        warnings.append(f"cp_comm a2a: torchtitan's context parallelism is PyTorch's ring (context_parallel_degree, "
+                        "context_parallel_load_balancer); it has no all-to-all (Ulysses) exchange: written as the ring, "
+                        "which this estimate did not score (and which runs no sliding-window or attention-sink layer)")
     if p.ep > 1:
         sets.append(("expert_parallel_degree", p.ep))
         if (dp_shard * p.cp * p.tp) % p.ep:

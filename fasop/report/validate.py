@@ -40,7 +40,7 @@ from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
 from fasop.estimators.analytic import parallel as P
-from fasop.estimators.analytic.layers import LOW_PRECISIONS, PRECISIONS, RECOMPUTES, Recipe
+from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
 from fasop.estimators.analytic.modules import MODULES, recompute_text, split_recompute
 from fasop.core.errors import FasopError, SpecError
 from fasop.specs.architecture import gpt_architecture
@@ -52,7 +52,8 @@ from fasop.specs.validate_software import VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIP
 from fasop.report.validate_defaults import common as _common, software as _software
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
-                                        layers_per_stage, read_rows, read_table, row_hardware)
+                                        bf16_layers_cell, cp_comm_cell, layers_per_stage, read_rows, read_table,
+                                        row_hardware)
 
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
 PRECISION_NAMES = {"fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8", "fp8_sc": "fp8", "fp8_blockwise": "fp8",
@@ -73,7 +74,7 @@ OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size",
                "predicted_seconds_per_iter", "error_pct", "measured_peak_mem_gib", "predicted_peak_mem_gib",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
                "distributed_optimizer", "virtual_pp", "precision", "picked", "cluster", "stage_gpus",
-               "layers_per_stage", "model", "cp", "ep", "etp", "zero")
+               "layers_per_stage", "model", "cp", "cp_comm", "ep", "etp", "zero")
 RECOMPUTE_MODULES = MODULES
 """Megatron-LM's --recompute-modules names a `selective:<modules>` cell may list."""
 TASKS = ("pretrain", "sft")
@@ -128,7 +129,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     zero = c.choice("zero", ("0", "1", "2", "3"))
     written = "_".join(c.text("precision").lower().replace("-", " ").split())
     precision = PRECISION_NAMES.get(written) or c.choice("precision", PRECISIONS, "bf16")
-    par["bf16_layers"] = _bf16_layers(c, precision, arch.num_layers)
+    par["bf16_layers"] = bf16_layers_cell(c, precision, arch.num_layers)
     # a ZeRO-3 row is PyTorch FSDP unless the GPU's published FSDP runs are Megatron-FSDP's (FSDP_STACK) and the
     # row does not say its elementwise ops run eager (PyTorch's; Megatron-Core's are Transformer Engine's fused ones)
     recipe_practice = _common(hw, VALIDATE_RECIPE_SOFTWARE)   # how the GPU's published runs recomputed and sharded
@@ -184,7 +185,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
                                if k not in fixed] + [f"{k}={int(v)} (catalog)" for k, v in assumed.items()]
                               + [f"{k}={v} (recipe)" for k, v in recipe_software.items()]),
            "cluster": hw.cluster, "stage_gpus": hw.stage_gpus, "layers_per_stage": "-".join(map(str, split)),
-           "model": c.text("model"), "cp": par["cp"], "ep": par["ep"], "etp": par["etp"],
+           "model": c.text("model"), "cp": par["cp"], "cp_comm": par["cp_comm"] if par["cp"] > 1 else "",
+           "ep": par["ep"], "etp": par["etp"],
            "zero": par["zero"] if par["zero"] is not None else int(choice["distributed_optimizer"])}
     if isinstance(choice["recompute"], tuple):  # a module list, in the search CSV's one spelling
         out["recompute"] = recompute_text(choice["recompute"])
@@ -278,7 +280,7 @@ def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
     mtp = c.int("mtp_layers", arch.mtp_layers, low=0)
     if arch.mtp_problem(mtp):
         raise c.error("mtp_layers", arch.mtp_problem(mtp))
-    return {"cp": cp, "ep": ep, "etp": etp, "shard": shard, "mtp": mtp}
+    return {"cp": cp, "ep": ep, "etp": etp, "shard": shard, "mtp": mtp, "cp_comm": cp_comm_cell(c, arch, tp, cp)}
 
 
 def _block(c: Cells, layers: int, recompute) -> int | None:
@@ -304,18 +306,6 @@ def _offload(c: Cells, pp: int, layers: int, megatron_fsdp: bool, graphed: tuple
     if why:
         raise c.error("offload_layers", f"{n}: {why}")
     return ("fit" if megatron_fsdp and not OF.refusal(1, pp, layers, graphed) else 0) if n is None else n
-
-
-def _bf16_layers(c: Cells, precision: str, layers: int) -> int:
-    """`bf16_layers`: layers of an FP8 / MXFP8 / NVFP4 row whose matmuls stay 16-bit (Megatron-Core's
-    num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16 under first_last_layers_bf16); empty: 0."""
-    n = c.int("bf16_layers", low=0) or 0
-    if n and precision not in LOW_PRECISIONS:
-        raise c.error("bf16_layers", f"{n} needs a low-precision row (fp8, mxfp8, nvfp4), the row's precision "
-                                     f"is {precision}")
-    if n > layers:
-        raise c.error("bf16_layers", f"{n}: the model has {layers} layers")
-    return n
 
 
 def _recompute(c: Cells) -> str | tuple | None:
@@ -357,7 +347,8 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
                         sequence_parallel=choice["sequence_parallel"],
                         zero=zero, virtual_stages=choice["virtual_pp"], precision=precision,
                         recompute_layers=block if isinstance(block, int) else None,
-                        offload_layers=offload if isinstance(offload, int) else 0, bf16_layers=par["bf16_layers"])
+                        offload_layers=offload if isinstance(offload, int) else 0, bf16_layers=par["bf16_layers"],
+                        cp_comm=par["cp_comm"])
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,
                        num_microbatches=m, recipe=recipe, params=params, cp=par["cp"], ep=par["ep"],
                        etp=par["etp"], shard=par["shard"], mtp=par["mtp"])

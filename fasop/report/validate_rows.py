@@ -22,6 +22,8 @@ from fasop.core import limits
 from fasop.core.errors import FasopError
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
+from fasop.estimators.analytic.context import CP_COMMS, comm_problem, default_comm
+from fasop.estimators.analytic.layers import LOW_PRECISIONS
 from fasop.search.engine import parse_nodes
 from fasop.specs.calibration import Calibration, apply_calibration
 from fasop.specs.catalog import AnalyticParams, GpuType, canonical, gpu_names, load_gpus, unknown_gpu
@@ -36,7 +38,8 @@ ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"
 OPTIONAL = ("name", "model", "cp", "ep", "etp", "zero", "dp_shard", "task", "moe_dispatcher", "moe_routing", "ep_overlap", "moe_permute_fusion", "cuda_graphs", "main_grads", "optimizer_states", "mtp_layers", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings", "dropout", "gpus_per_node", "precision",
             "micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp",
             "measured_peak_mem_gib", "fused_attention", "overlap_grad_reduce", "fused_elementwise", "tp_overlap",
-            "cluster", "nodes", "layers_per_stage", "stage_gpus", "recompute_num_layers", "offload_layers", "bf16_layers")
+            "cluster", "nodes", "layers_per_stage", "stage_gpus", "recompute_num_layers", "offload_layers", "bf16_layers",
+            "cp_comm")
 CEILINGS = {"num_layers": limits.LAYERS, "hidden_size": limits.HIDDEN_SIZE, "num_attention_heads": limits.ATTENTION_HEADS,
             "num_kv_heads": limits.ATTENTION_HEADS, "seq_len": limits.SEQUENCE_LENGTH, "vocab_size": limits.VOCAB_SIZE,
             "ffn_hidden_size": 64 * limits.HIDDEN_SIZE, "global_batch_size": limits.MEASURED_GLOBAL_BATCH_SIZE,
@@ -334,3 +337,26 @@ def row_hardware(c: Cells, tp: int, dp: int, pp: int, base: AnalyticParams) -> H
     replicas = mixed.replica_stages(tp, dp, pp, nodes, gpus, params, names)
     used = tuple(dict.fromkeys(hw.gpu for r in zip(*replicas) for hw in r))
     return Hardware(replicas=replicas, params=params, gpus=used, cluster=label)
+
+
+def bf16_layers_cell(c: Cells, precision: str, layers: int) -> int:
+    """`bf16_layers`: layers of an FP8 / MXFP8 / NVFP4 row whose matmuls stay 16-bit (Megatron-Core's
+    num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16 under first_last_layers_bf16); empty: 0."""
+    n = c.int("bf16_layers", low=0) or 0
+    if n and precision not in LOW_PRECISIONS:
+        raise c.error("bf16_layers", f"{n} needs a low-precision row (fp8, mxfp8, nvfp4), the row's precision "
+                                     f"is {precision}")
+    if n > layers:
+        raise c.error("bf16_layers", f"{n}: the model has {layers} layers")
+    return n
+
+
+def cp_comm_cell(c: Cells, arch, tp: int, cp: int) -> str:
+    """`cp_comm`: context parallelism's exchange, p2p (the ring) or a2a (Ulysses; Megatron-Core --cp-comm-type);
+    empty: the one the model runs (p2p; a2a for sliding windows or attention sinks: context.default_comm). A stated
+    exchange Transformer Engine refuses for the model at the row's tp x cp is refused with its reason."""
+    comm = c.choice("cp_comm", CP_COMMS) or default_comm(arch, tp, cp)
+    why = comm_problem(arch, tp, cp, comm)
+    if why:
+        raise c.error("cp_comm", f"{comm}: {why}" + ("" if c.text("cp_comm") else " (the empty cell's default)"))
+    return comm

@@ -212,6 +212,24 @@ class Architecture:
             return f"{depths}: {name} has no multi-token-prediction module"
         return f"{depths} is more than {name}'s {self.num_layers} layers" if depths > self.num_layers else ""
 
+    def cp_comm_problem(self, tp: int, cp: int, comm: str) -> str:
+        """Why Transformer Engine refuses context parallelism's exchange `comm` (p2p: the ring; a2a: Ulysses) for this
+        attention at tp x cp ('' where it runs it; TE @d0067d0 context_parallel.py `attn_forward_func_with_cp` and
+        `AttnFuncWithCPAndQKVOA2A`): the ring runs no sliding window and no softmax but the vanilla one (attention
+        sinks); a2a needs the query and key / value heads of a TP rank to divide by cp (docs/parallelism.md)."""
+        if cp <= 1:
+            return ""
+        if comm == "p2p":
+            if self.window and self.window_kind == "sliding" and self.windowed_layers:
+                return "Transformer Engine's CP ring (p2p) does not run sliding-window attention"
+            return "Transformer Engine's CP ring (p2p) runs only the vanilla softmax, not attention sinks" \
+                if self.attention_sinks else ""
+        heads, kv = self.num_attention_heads, self.num_attention_heads if self.mla is not None else self.num_kv_heads
+        if heads % (tp * cp) or kv % (tp * cp):
+            return (f"a2a (Ulysses) CP needs the query and key/value heads a TP rank holds ({heads // tp} and "
+                    f"{kv // tp} at tp {tp}) to divide by cp {cp}")
+        return ""
+
     @property
     def kinds(self) -> tuple[str, ...]:
         """Each layer's kind (`layer_kinds`, or all "dense" / all "moe")."""

@@ -52,6 +52,7 @@ from functools import lru_cache
 from fasop.estimators.analytic import attention_rate as AR
 from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import blocks as B
+from fasop.estimators.analytic import context as CX
 from fasop.estimators.analytic import eager as E
 from fasop.estimators.analytic import host as H
 from fasop.estimators.analytic import layers as L
@@ -175,7 +176,7 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     mf = 0.0
     if w.cp > 1 or w.arch.moe is not None:
         groups = hw_groups or P.FREE_LINKS
-        cf, cb = P.cp_s(w, groups, attention, 2 * attention + core_bwd_extra)
+        cf, cb = CX.cp_s(w, groups, attention, 2 * attention + core_bwd_extra)
         mf, mb = P.moe_s(w, gpu, groups, (fwd, bwd))
         fwd, bwd = fwd + cf + mf, bwd + cb + mb
     if r.recompute == "full":

@@ -255,7 +255,7 @@ class AnalyticEstimator:
         return self._recipe_lists[key]
 
     def _recipes_of(self, plan: Plan):
-        return recipe_grid(self.recipes, plan, self.arch.num_layers, *G.hsdp_flags(plan, self.arch, self.domain_gpus), moe=bool(self.arch.moe))
+        return recipe_grid(self.recipes, plan, self.arch.num_layers, *G.hsdp_flags(plan, self.arch, self.domain_gpus), arch=self.arch)
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
         """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""
@@ -302,7 +302,7 @@ class AnalyticEstimator:
         source = "analytic" if not times else "profile" if all(times) else "mixed"
         r = s.recipe
         shard = G.dp_shard(plan, r.hsdp, self.domain_gpus) if r.zero else 1
-        extra = (("cp", plan.cp), ("ep", plan.ep), ("etp", plan.etp), ("dp_shard", shard),
+        extra = (("cp", plan.cp), ("cp_comm", r.cp_comm if plan.cp > 1 else ""), ("ep", plan.ep), ("etp", plan.etp), ("dp_shard", shard),
                  ("dp_replicate", plan.dp // shard),
                  ("recompute", r.recompute_name), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
                  ("virtual_stages", r.virtual_stages), ("precision", r.precision),
@@ -367,7 +367,7 @@ class AnalyticEstimator:
         mode, modules = split_recompute(r["recompute"])
         recipe = Recipe(recompute=mode, recompute_modules=modules, sequence_parallel=r["sequence_parallel"], zero=r["zero"],
                         virtual_stages=virtual_stages or r["virtual_stages"], precision=r["precision"],
-                        hsdp=r["dp_replicate"] > 1 and r["zero"] > 0)
+                        hsdp=r["dp_replicate"] > 1 and r["zero"] > 0, cp_comm=r["cp_comm"] or "p2p")
         counts = list(estimate.partition)
         counts[0] -= 1
         counts[-1] -= 1

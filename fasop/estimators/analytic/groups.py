@@ -10,6 +10,7 @@ cost, so the lines add up to what the step was scored with.
 
 from __future__ import annotations
 
+from fasop.estimators.analytic import context as CX
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import parallel as P
 from fasop.plans.space import divisors
@@ -47,7 +48,8 @@ def hsdp_flags(plan: Plan, arch, domain_gpus: int = 0) -> tuple[bool, bool]:
 def group_line(w: C.Workload, stage_ranks: int) -> str:
     """One line: the attention grid, the expert grid and the state sharding of a stage."""
     shard, replicate = C.shard_group(w)
-    parts = [f"a stage's {stage_ranks} ranks: attention tp {w.tp} x cp {w.cp} x dp {w.dp}"]
+    cp = f"cp {w.cp} ({w.recipe.cp_comm})" if w.cp > 1 else f"cp {w.cp}"
+    parts = [f"a stage's {stage_ranks} ranks: attention tp {w.tp} x {cp} x dp {w.dp}"]
     if w.arch.moe is not None:
         edp = P.expert_data_parallel(w.tp, w.cp, w.dp, w.ep, w.etp)
         parts.append(f"experts etp {w.etp} x ep {w.ep} x edp {edp} ({w.arch.moe.num_experts // w.ep} of "
@@ -69,10 +71,13 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
         if w.arch.moe is not None and w.ep > 1:
             share, both = P.moe_layer_share(w.arch), sum(P.moe_alltoalls_s(w, groups))   # as parallel.moe_s sends them
             pieces.append(f"all-to-all {n * share * both * 1e3:.3f} ms fwd, as much bwd")
-        if w.cp > 1:
+        if w.cp > 1 and w.recipe.cp_comm == "a2a":
+            a2a = CX.a2a_s(w, groups)[0]
+            pieces.append(f"CP all-to-alls (a2a) {n * a2a * 1e3:.3f} ms fwd, as much bwd")
+        elif w.cp > 1:
             kv = P.cp_kv_bytes(w.mbs, w.seq, w.cp, w.arch.kv_width, w.tp, w.recipe.value_bytes)
             ring = (w.cp - 1) * P.ring_step_s(kv, w.cp, w.tp, groups)
-            pieces.append(f"CP ring {n * ring * 1e3:.3f} ms fwd, {2 * n * ring * 1e3:.3f} ms bwd")
+            pieces.append(f"CP ring (p2p) {n * ring * 1e3:.3f} ms fwd, {2 * n * ring * 1e3:.3f} ms bwd")
         on_links = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
         free = C.layer_s(w, hw.gpu, hw.tp_link, P.FREE_LINKS)
         f1, b1 = on_links

@@ -1,26 +1,22 @@
 """Per-layer arithmetic of a Transformer: parameters, FLOPs, bytes moved and activation bytes.
 
-Pure functions of an :class:`~fasop.specs.architecture.Architecture`, a micro-batch of `b` sequences
-of `s` tokens, the tensor-parallel degree `t` and a :class:`Recipe` (recompute, sequence
-parallelism, ZeRO stage, virtual stages, precision). Counts are per GPU of a TP group.
+Pure functions of an :class:`~fasop.specs.architecture.Architecture`, a micro-batch of `b` sequences of `s` tokens,
+the tensor-parallel degree `t` and a :class:`Recipe` (recompute, sequence parallelism, ZeRO stage, virtual stages,
+precision). Counts are per GPU of a TP group. Notation (Narayanan et al. 2021; Korthikanti et al. 2022): h hidden,
+a heads, g kv heads, d head dim, f ffn width, V vocabulary, t tensor-parallel degree.
 
-Notation (Narayanan et al. 2021; Korthikanti et al. 2022): h hidden, a heads, g kv heads,
-d head dim, f ffn width, V vocabulary, t tensor-parallel degree.
-
-Parameters of one layer: Q, K, V, O projections h(ad) + 2h(gd) + (ad)h, the MLP h·f·(2, or 3
-when gated), norms (2h RMSNorm, 4h LayerNorm) and biases (GPT: 3 projections + O + 2 MLP; Qwen2:
-QKV only). GPT-3 175B: 12h² + 13h per layer, as in Narayanan et al. 2021 §5.1.
+Parameters of one layer: Q, K, V, O projections h(ad) + 2h(gd) + (ad)h, the MLP h·f·(2, or 3 when gated), norms (2h
+RMSNorm, 4h LayerNorm) and biases (GPT: 3 projections + O + 2 MLP; Qwen2: QKV only). GPT-3 175B: 12h² + 13h a layer.
 
 Forward FLOPs of one layer (2 FLOPs per multiply-add; Narayanan et al. 2021, Eq. 3 derivation):
-  projections 2bs·h·(ad + 2gd) + 2bs·(ad)·h, MLP 2bs·h·f·(2 or 3), attention core 2·2·b·s²·(ad)
-  times the share of the s×s scores computed: 1 for an unfused kernel that masks after computing
-  all scores, 1/2 for a causal kernel that skips masked blocks (FlashAttention). Backward = 2 × forward.
-Output head: 2bs·h·V forward; the loss is elementwise over b·s·V logits.
-Elementwise bytes (memory-bound kernels, read + write, fused as Megatron-LM fuses them): two
-norms 2·2bsh, two bias-dropout-adds 2·3bsh (+ 1-byte masks), the activation 2bsf (3bsf gated),
-rotary 2bs(ad + gd), and for an unfused attention the s×s scores: written by QK^T, read and
-written by the scale-mask-softmax, read by scores×V (4·abs²), and the dropout (2 + 1)·abs². Norms and residual kernels run on every TP rank unless sequence parallelism
-splits them. Backward moves 2 × the forward bytes.
+  projections 2bs·h·(ad + 2gd) + 2bs·(ad)·h, MLP 2bs·h·f·(2 or 3), attention core 2·2·b·s²·(ad) times the share
+  of the s×s scores computed: 1 for an unfused kernel that masks after computing all scores, 1/2 for a causal
+  kernel that skips masked blocks (FlashAttention). Backward = 2 × forward.
+Output head: 2bs·h·V forward; the loss is elementwise over b·s·V logits. Elementwise bytes (memory-bound kernels,
+read + write, fused as Megatron-LM fuses them): two norms 2·2bsh, two bias-dropout-adds 2·3bsh (+ 1-byte masks), the
+activation 2bsf (3bsf gated), rotary 2bs(ad + gd), and for an unfused attention the s×s scores: written by QK^T,
+read and written by the scale-mask-softmax, read by scores×V (4·abs²), and the dropout (2 + 1)·abs². Norms and
+residual kernels run on every TP rank unless sequence parallelism splits them. Backward moves 2 × the forward bytes.
 
 Activation bytes of one layer, 16-bit (Korthikanti et al. 2022, §4.1 and Table 2):
   no parallelism  sbh(34 + 5as/h);  TP  sbh(10 + 24/t + 5as/(ht));  TP+SP  sbh/t (34 + 5as/h);
@@ -30,8 +26,8 @@ models without dropout (a dropout mask is 1 byte an element; without dropout the
   replicated 4 (norm inputs) + 2 (QKV input) + 2 (MLP input) + 2·[dropout] (two masks),
   split      2ad/h (Q) + 4gd/h (K, V) + 2ad/h (O input) + 4f/h, or 6f/h gated (MLP inner),
   core       (2 + 3·[dropout]) as/h  (softmax output, dropout mask and output).
-A quantized run keeps the matmul inputs among them in Recipe.stored_input_bytes (modules.stored_input_delta).
-With f = 4h, g = a, ad = h and dropout these are exactly 10, 24 and 5 of Table 2.
+A quantized run keeps the matmul inputs among them in Recipe.stored_input_bytes (modules.stored_input_delta). With
+f = 4h, g = a, ad = h and dropout these are exactly 10, 24 and 5 of Table 2.
 """
 
 from __future__ import annotations
@@ -90,6 +86,8 @@ class Recipe:
     """Hybrid sharding (zero >= 1): states sharded inside a node, replicated across nodes (torchtitan)."""
     bf16_layers: int = 0
     """A low-precision run's layers kept 16-bit (Megatron-Core num_layers_at_{start,end}_in_bf16; cost.layer_s)."""
+    cp_comm: Literal["p2p", "a2a"] = "p2p"
+    """CP's exchange with cp > 1 (Megatron-Core --cp-comm-type): the K/V ring or Ulysses' all-to-alls (context.py)."""
 
     def __post_init__(self):
         problems = []
@@ -110,6 +108,8 @@ class Recipe:
                             f"of {', '.join(M.MODULES)})")
         if self.precision not in PRECISIONS:
             problems.append(f"precision={self.precision!r} (one of {', '.join(PRECISIONS)})")
+        if self.cp_comm not in ("p2p", "a2a"):
+            problems.append(f"cp_comm={self.cp_comm!r} (p2p or a2a)")
         if problems:
             raise ValueError("invalid recipe: " + "; ".join(problems))
 

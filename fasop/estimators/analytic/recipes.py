@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from fasop.core.errors import FasopError
 from fasop.estimators.analytic import offload as OF
+from fasop.estimators.analytic.context import CP_COMMS, comm_problem
 from fasop.estimators.analytic.layers import LOW_PRECISIONS, PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.modules import recompute_text, split_recompute
 from fasop.plans.plan import Plan
@@ -15,14 +16,15 @@ from fasop.specs.host_ops import per_layer, search_scopes
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
             "precision": ("bf16",), "hsdp": (False,), "main_grads": ("fp32",), "optimizer_states": ("fp32",),
-            "cuda_graphs": ("none",), "offload_layers": (0,), "bf16_layers": (0,)}
+            "cuda_graphs": ("none",), "offload_layers": (0,), "bf16_layers": (0,), "cp_comm": CP_COMMS}
 """What a search tries when not told: no recompute and full recompute (the faster that fits; under
 FlashAttention selective recompute keeps what no recompute keeps at no gain, and full recompute
 lets bigger micro-batches or fewer stages fit: docs/analytic.md, "Default recipe"), the distributed
 optimizer, sequence parallelism with tp > 1, no interleaving, bf16, no HSDP -- except that where
 ZeRO 3 (FSDP) is allowed and --hsdp is not given, FSDP is also tried as HSDP (HSDP_DEFAULT_STAGES) --,
 fp32 gradients and Adam moments, eager (no CUDA graph), no activation offloading, every layer in the
-plan's precision (`bf16_layers` 0). `main_grads` / `optimizer_states` take one
+plan's precision (`bf16_layers` 0), with cp > 1 both CP exchanges the model's attention allows (`cp_comm`,
+context.py). `main_grads` / `optimizer_states` take one
 value each (bf16: memory.state_dtypes), and `cuda_graphs` one setting (specs/host_ops.search_scopes:
 what the run captures), the same for every plan: not dimensions the search tries."""
 
@@ -47,7 +49,7 @@ def parse_recipes(options: dict) -> dict:
             values = tuple(dict.fromkeys(_recompute_value(v) for v in values))
         allowed = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "sequence_parallel": (False, True),
                    "precision": PRECISIONS, "hsdp": (False, True), "main_grads": STATE_DTYPES,
-                   "optimizer_states": STATE_DTYPES}.get(key)
+                   "optimizer_states": STATE_DTYPES, "cp_comm": CP_COMMS}.get(key)
         bad = [v for v in values if (allowed is not None and v not in allowed and not str(v).startswith("selective:"))
                or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))
                or (key in ("offload_layers", "bf16_layers") and not (isinstance(v, int) and v >= 0))]
@@ -163,7 +165,7 @@ def without_missing_units(recipes: dict, gpus: list, low: str = "fp8") -> dict:
 
 
 def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool, experts_ok: bool = True,
-                moe: bool = False) -> Iterator[Recipe]:
+                moe: bool = False, arch=None) -> Iterator[Recipe]:
     """The recipes of `r` (parse_recipes) a plan's degrees admit: sequence parallelism only with
     tp > 1, for an MoE model (`moe`) only on where `r` allows on and off (Megatron-Core's MoE layer refuses
     tp > 1 without it, moe_layer.py; a row's stated off is scored as stated, and the search CLI turns an
@@ -174,7 +176,15 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool, experts
     (transformer_config.py: one pipeline stage, no recompute, N below the layers: offload.py), full recompute
     also as block recompute of each `recompute_layers` N below a chunk's layers (block_recompute.py), and N > 0
     16-bit layers (`bf16_layers`, the model's last N) only in an fp8 / mxfp8 / nvfp4 recipe, at most the layers of a
-    pipeline stage as Megatron-Core allows (transformer_config.py num_layers_at_end_in_bf16; the CSV says the count)."""
+    pipeline stage as Megatron-Core allows (transformer_config.py num_layers_at_end_in_bf16; the CSV says the count),
+    and with cp > 1 each allowed CP exchange `arch`'s attention runs at the plan's tp x cp (context.comm_problem;
+    `arch` also says whether the model is MoE); p2p alone at cp 1."""
+    moe = moe or (arch is not None and arch.moe is not None)
+    comms = [c for c in r.get("cp_comm", ("p2p",)) if arch is None or not comm_problem(arch, plan.tp, plan.cp, c)] \
+        if plan.cp > 1 else ["p2p"]
+    if not comms:   # a plan by hand (explain's flags, a row): the search enumerates no such tp x cp (plans/space.py)
+        raise FasopError(f"cp {plan.cp} at tp {plan.tp}: " + "; ".join(
+            comm_problem(arch, plan.tp, plan.cp, c) for c in r.get("cp_comm", ("p2p",))))
     sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
     sp = [x for x in sp if x or not moe] or sp   # an MoE model drops SP off where SP on is allowed too
     zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
@@ -186,10 +196,10 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool, experts
     given, most = r.get("bf16_layers", (0,)), num_layers // plan.pp   # more than a stage's: as many as it allows
     bf16 = {p: sorted({min(k, most) for k in given}) if p in LOW_PRECISIONS else [0] for p in r["precision"]}
     precisions = [(p, k) for p in r["precision"] for k in bf16[p]]   # a 16-bit run: its layers are all 16-bit
-    for rc, s, z, v, (p, k), h, n in itertools.product(r["recompute"], sp, zero, vs, precisions, hybrid, off):
+    for rc, s, z, v, (p, k), h, n, cc in itertools.product(r["recompute"], sp, zero, vs, precisions, hybrid, off, comms):
         if (not h or z in r["hsdp_stages"]) and (n == 0 or rc == "none"):  # HSDP: ZeRO 1-3 (by default 3) only
             mode, modules = split_recompute(rc)
             chunk = -(-num_layers // (plan.pp * v))   # block recompute of a whole chunk is every layer's
             for block in [None] + [b for b in r.get("recompute_layers", ()) if mode == "full" and b < chunk]:
                 yield Recipe(recompute=mode, recompute_modules=modules, sequence_parallel=s, zero=z, virtual_stages=v,
-                             precision=p, hsdp=h, offload_layers=n, recompute_layers=block, bf16_layers=k)
+                             precision=p, hsdp=h, offload_layers=n, recompute_layers=block, bf16_layers=k, cp_comm=cc)

@@ -1,0 +1,72 @@
+"""Context parallelism's two exchanges: which one a model can run (the rule: Architecture.cp_comm_problem, which
+the search's enumeration applies too), and the all-to-all (Ulysses) one's cost.
+
+Megatron-Core hands CP to Transformer Engine's `attn_forward_func_with_cp` (`--cp-comm-type`,
+NVIDIA/TransformerEngine @d0067d0 `transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`):
+
+- `p2p` (the default): the ring of K / V chunks, each step overlapped with a step of attention
+  (parallel.cp_s). TE refuses it for sliding-window attention ("Context parallelism does not support
+  sliding window attention with cp_comm_type='p2p'": a2a and all_gather only) and for any softmax but
+  the vanilla one ("only supports softmax_type='learnable' with cp_comm_type = 'a2a'": GPT-OSS's sinks).
+- `a2a` (DeepSpeed-Ulysses, arXiv 2309.14509): each rank holds s/cp tokens of all its heads; before the
+  attention core one all-to-all each of Q, K and V leaves it all s tokens of heads/cp heads, after it
+  one of the context brings the rank's own tokens back (`AttnFuncWithCPAndQKVOA2A.forward`:
+  `flash_attn_a2a_communicate` of ["q", "k", "v"], then of ["out"]); the backward runs the mirror
+  image, dout before and dq, dk, dv after (`.backward`). The core waits for them: nothing hides them.
+  TE asks that the heads of Q and of K / V on a rank both divide by cp ("cp_comm_type='a2a' requires
+  num_heads % cp_size == 0 for Q, K, V"), per TP rank (heads / tp).
+
+Per layer and micro-batch a rank sends (cp - 1)/cp of each tensor: b (s/cp) width / tp values of
+Q (heads x d_qk), K (kv heads x d_qk), V (kv heads x d_v) and the context (heads x d_v); MLA's up-projected
+keys are per head (d_qk = d_nope + d_rope), as Megatron-Core passes them to the core. Four all-to-alls
+forward, four backward, each over the CP group's links (parallel.alltoall_s: ranks tp apart, NVLink
+inside a node or NVLink domain, else the node's NIC shared by its GPUs) with one latency each. Attention's
+FLOPs are 1/cp of the full sequence's as with the balanced ring; activations are those of s/cp tokens
+either way. The reordering copies of the received chunks are not counted.
+"""
+
+from __future__ import annotations
+
+from fasop.estimators.analytic import parallel as P
+from fasop.plans.space import CP_COMMS  # noqa: F401 -- the exchanges, beside the rule's users
+from fasop.specs.architecture import Architecture
+
+
+def attention_widths(a: Architecture) -> tuple[int, int, int, int]:
+    """Widths of one token's Q, K, V and context across all heads (MLA: per head, up-projected)."""
+    if a.mla is not None:
+        heads, m = a.num_attention_heads, a.mla
+        return heads * m.qk_head_dim, heads * m.qk_head_dim, heads * m.v_head_dim, heads * m.v_head_dim
+    return a.q_width, a.kv_width, a.kv_width, a.q_width
+
+
+def a2a_sent_bytes(a: Architecture, b: int, s: int, cp: int, t: int, elem_bytes: float) -> tuple[float, ...]:
+    """Bytes one rank sends in each forward all-to-all (Q, K, V, the context): (cp - 1)/cp of its
+    b x (s/cp) x width/t values; the backward sends as much (dout, then dq, dk, dv)."""
+    return tuple(b * (s / cp) * width / t * elem_bytes * (cp - 1) / cp for width in attention_widths(a))
+
+
+def comm_problem(a: Architecture, tp: int, cp: int, comm: str) -> str:
+    """Why Transformer Engine refuses this CP exchange for the model at these degrees ('' where it runs it):
+    Architecture.cp_comm_problem, the rule the search's enumeration applies too (plans/space.py)."""
+    return a.cp_comm_problem(tp, cp, comm)
+
+
+def default_comm(a: Architecture, tp: int, cp: int) -> str:
+    """The exchange a run states nothing about uses: Megatron-Core's default p2p, a2a where TE refuses p2p."""
+    return "a2a" if comm_problem(a, tp, cp, "p2p") else "p2p"
+
+
+def a2a_s(w, links: P.GroupLinks) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's Ulysses all-to-alls (module doc), none hidden."""
+    sent = a2a_sent_bytes(w.arch, w.mbs, w.seq, w.cp, w.tp, w.recipe.value_bytes)
+    each = sum(P.alltoall_s(x, w.cp, w.tp, links) for x in sent)
+    return each, each
+
+
+def cp_s(w, links: P.GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of one layer's CP exchange: the recipe's a2a or p2p ring."""
+    if w.cp > 1 and w.recipe.cp_comm == "a2a":
+        return a2a_s(w, links)
+    return P.cp_s(w, links, attention_fwd_s, attention_bwd_s)
+

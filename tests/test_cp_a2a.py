@@ -1,0 +1,254 @@
+"""Context parallelism's all-to-all (Ulysses) exchange beside the ring: Transformer Engine's rules for which
+one a model runs, the all-to-alls' volumes and seconds by hand, the search's `cp_comm` dimension and column,
+explain's re-estimate, the exports' flags, and `fasop validate`'s `cp_comm` column."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fasop.cli.command import main
+from fasop.estimators.analytic import context as CX
+from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic.layers import Recipe
+from fasop.estimators.analytic.parallel import GroupLinks
+from fasop.report.validate import validate
+from fasop.specs.architecture import gpt_architecture
+from fasop.specs.catalog import default_params, find_gpu
+from fasop.specs.hf_config import architecture_from_config, read_config
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _hf(name: str):
+    return architecture_from_config(read_config(DATA / "hf" / name), DATA / "hf" / name)
+
+
+def _rows(path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# ----------------------------------------------------------------------------- volumes and seconds by hand
+def test_a2a_volumes_by_hand():
+    """GQA h 1024, 16 heads of 64, 4 KV heads; b 1, s 8192, cp 4, tp 2, 16-bit: a rank holds 2,048 tokens of
+    8 query heads (512 wide) and 2 KV heads (128 wide), and sends 3/4 of each tensor."""
+    a = gpt_architecture(num_layers=2, hidden_size=1024, num_attention_heads=16, vocab_size=1000, num_kv_heads=4)
+    assert CX.attention_widths(a) == (1024, 256, 256, 1024)
+    q, k, v, out = CX.a2a_sent_bytes(a, 1, 8192, 4, 2, 2)
+    assert (q, k, v, out) == (2048 * 512 * 2 * 0.75, 2048 * 128 * 2 * 0.75, 2048 * 128 * 2 * 0.75, 2048 * 512 * 2 * 0.75)
+    assert q == 1_572_864 and k == 393_216
+
+
+def test_multi_head_volume_is_ulysses_4nh_over_p():
+    """DeepSpeed-Ulysses: the QKV all-to-all carries 3Nh and the context's Nh, 4Nh in all over the group; one of
+    P ranks sends (P - 1)/P of its 4 (N/P) h."""
+    a = gpt_architecture(num_layers=2, hidden_size=2048, num_attention_heads=16, vocab_size=1000)
+    n, p = 32768, 8
+    assert sum(CX.a2a_sent_bytes(a, 1, n, p, 1, 1)) == pytest.approx(4 * (n / p) * 2048 * (p - 1) / p)
+
+
+def test_mla_sends_its_up_projected_heads():
+    a = _hf("deepseek-v3.json")   # 128 heads, d_qk 192 (128 nope + 64 rope), d_v 128
+    assert CX.attention_widths(a) == (128 * 192, 128 * 192, 128 * 128, 128 * 128)
+
+
+def _workload(a, *, cp, tp, comm="a2a", mbs=1, seq=8192):
+    return C.Workload(arch=a, seq=seq, mbs=mbs, tp=tp, dp=1, pp=1, num_microbatches=1,
+                      recipe=Recipe(cp_comm=comm), params=default_params(), cp=cp)
+
+
+def test_a2a_seconds_inside_a_node_by_hand():
+    """cp 4 at tp 2 on 8-GPU nodes: the group is inside the node, all on NVLink at 100 GB/s; four all-to-alls,
+    one latency each, none hidden, the backward as much."""
+    a = gpt_architecture(num_layers=2, hidden_size=1024, num_attention_heads=16, vocab_size=1000, num_kv_heads=4)
+    links = GroupLinks(100e9, 50e9, 1e-6, 5e-6, 8)
+    fwd, bwd = CX.a2a_s(_workload(a, cp=4, tp=2), links)
+    sent = 2 * 1_572_864 + 2 * 393_216
+    assert fwd == bwd == pytest.approx(sent / 100e9 + 4 * 1e-6)
+
+
+def test_a2a_seconds_across_nodes_by_hand():
+    """cp 4 at tp 4 on 8-GPU nodes: ranks 4 apart, two members a node: 1/3 of each tensor's bytes over NVLink,
+    2/3 over the GPU's 1/8 share of the node's NIC, the two at once (the slower bounds each all-to-all)."""
+    a = gpt_architecture(num_layers=2, hidden_size=1024, num_attention_heads=16, vocab_size=1000, num_kv_heads=4)
+    links = GroupLinks(100e9, 80e9, 1e-6, 5e-6, 8)
+    fwd, _ = CX.a2a_s(_workload(a, cp=4, tp=4), links)
+    per = [x for x in CX.a2a_sent_bytes(a, 1, 8192, 4, 4, 2)]
+    assert fwd == pytest.approx(sum(max(x / 3 / 100e9 + 1e-6, 2 * x / 3 / 10e9 + 5e-6) for x in per))
+
+
+def test_the_ring_and_a2a_take_the_same_attention_flops_and_differ_only_in_the_exchange():
+    a = gpt_architecture(num_layers=2, hidden_size=4096, num_attention_heads=32, vocab_size=32000, num_kv_heads=8)
+    h100 = find_gpu("H100-SXM")
+    free = GroupLinks(float("inf"), float("inf"), 0.0, 0.0, 8)
+    ring = C.layer_s(_workload(a, cp=4, tp=1, comm="p2p", seq=32768), h100, None, free)
+    a2a = C.layer_s(_workload(a, cp=4, tp=1, comm="a2a", seq=32768), h100, None, free)
+    assert ring == pytest.approx(a2a)   # free links: no exchange costs anything either way
+
+
+# ----------------------------------------------------------------------------- Transformer Engine's rules
+def test_sliding_windows_and_sinks_refuse_the_ring():
+    oss = _hf("gpt-oss-120b.json")   # alternating 128-token windows, attention sinks; 64 heads, 8 KV heads
+    assert "sliding-window" in CX.comm_problem(oss, 1, 2, "p2p")
+    sinks = replace(oss, window=0, windowed_layers=())
+    assert "attention sinks" in CX.comm_problem(sinks, 1, 2, "p2p")
+    assert CX.comm_problem(oss, 1, 8, "a2a") == ""            # 64 and 8 heads a rank, both divide by 8
+    assert "(32 and 4 at tp 2)" in CX.comm_problem(oss, 2, 8, "a2a")
+    assert CX.comm_problem(oss, 8, 2, "a2a")                  # one KV head a rank
+    assert CX.comm_problem(oss, 8, 1, "p2p") == CX.comm_problem(oss, 8, 1, "a2a") == ""   # no CP: nothing to refuse
+    assert CX.default_comm(oss, 1, 2) == "a2a"
+
+
+def test_full_attention_runs_both():
+    llama = gpt_architecture(num_layers=80, hidden_size=8192, num_attention_heads=64, vocab_size=128256, num_kv_heads=8)
+    assert CX.comm_problem(llama, 8, 4, "p2p") == "" and CX.default_comm(llama, 4, 2) == "p2p"
+    assert CX.comm_problem(llama, 4, 2, "a2a") == ""
+    assert CX.comm_problem(llama, 4, 4, "a2a")               # 2 KV heads a rank do not split 4 ways
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a2a_runs_exactly_where_both_head_counts_split_over_tp_x_cp(seed):
+    """Generated GQA and MLA shapes: a2a is refused iff tp x cp does not divide the query heads or the KV heads
+    (MLA: its per-head keys, as many as the queries); the ring's rule never looks at the heads."""
+    import random
+    rng = random.Random(seed)
+    for _ in range(200):
+        kv = rng.choice([1, 2, 4, 8, 16])
+        heads = kv * rng.choice([1, 2, 3, 4, 8])
+        a = gpt_architecture(num_layers=2, hidden_size=64 * heads, num_attention_heads=heads, vocab_size=100,
+                             num_kv_heads=kv)
+        tp, cp = rng.choice([1, 2, 4, 8]), rng.choice([2, 3, 4, 8, 16])
+        assert bool(CX.comm_problem(a, tp, cp, "a2a")) == bool(heads % (tp * cp) or kv % (tp * cp))
+        assert CX.comm_problem(a, tp, cp, "p2p") == ""
+    mla = _hf("deepseek-v3.json")
+    assert CX.comm_problem(mla, 8, 16, "a2a") == "" and CX.comm_problem(mla, 8, 32, "a2a")
+
+
+def test_a_recipe_names_one_of_the_two():
+    with pytest.raises(ValueError, match="cp_comm='ring'"):
+        Recipe(cp_comm="ring")
+
+
+# ----------------------------------------------------------------------------- search, explain, export
+SEARCH = ["search", "--model", "gpt-oss-120b", "--cluster", "aws", "--nodes", "p5=4", "--seq-len", "32768",
+          "--global-batch-size", "64", "--no-progress", "--show", "0", "--iterations", "1"]
+
+
+def test_a_windowed_model_plans_cp_with_a2a_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(SEARCH + ["--cp", "1,2,4,8", "--top", "20", "--out", "o.csv"]) == 0
+    rows = _rows("o.csv")
+    assert {r["cp"] for r in rows} - {"1"}, "some kept plan uses CP"
+    for r in rows:
+        assert r["cp_comm"] == ("a2a" if r["cp"] != "1" else "")
+        tp, cp = int(r["tp"]), int(r["cp"])
+        assert (8 // tp) % cp == 0 or cp == 1     # only tp x cp whose KV heads split
+
+
+def test_the_ring_alone_on_a_windowed_model_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(SEARCH + ["--cp", "2", "--cp-comm", "p2p", "--out", "x.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "--cp-comm p2p" in err and "sliding-window" in err and "use --cp-comm a2a" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "x.csv").exists()
+
+
+def test_a_bad_exchange_name_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as err:
+        main(SEARCH + ["--cp", "2", "--cp-comm", "ring", "--out", "x.csv"])
+    assert err.value.code == 2 and "--cp-comm" in capsys.readouterr().err
+
+
+def test_an_a2a_row_re_estimates_and_exports_its_exchange(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(SEARCH + ["--cp", "8", "--top", "1", "--out", "a.csv"]) == 0
+    (row,) = _rows("a.csv")
+    assert (row["cp"], row["cp_comm"]) == ("8", "a2a")
+    capsys.readouterr()
+    assert main(["explain", "--from", "a.csv", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(float(row["step_time_s"]), rel=1e-5)
+    assert main(["explain", "--from", "a.csv"]) == 0
+    text = capsys.readouterr().out
+    assert "cp 8 (a2a)" in text and "CP all-to-alls (a2a)" in text
+    assert main(["export", "--from", "a.csv", "--target", "megatron"]) == 0
+    assert "--context-parallel-size 8" in (out := capsys.readouterr().out) and "--cp-comm-type a2a" in out
+    assert main(["export", "--from", "a.csv", "--target", "torchtitan"]) == 0
+    assert "no all-to-all (Ulysses) exchange" in capsys.readouterr().err
+
+
+def test_the_ring_and_a2a_both_searched_on_full_attention(tmp_path, monkeypatch):
+    """Llama-3-8B (32 heads, 8 KV heads) at 32K tokens: every kept CP plan says its exchange; --cp-comm a2a
+    keeps only the tp x cp whose KV heads split, and the ring alone never writes a2a."""
+    monkeypatch.chdir(tmp_path)
+    base = ["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=2", "--seq-len", "32768",
+            "--global-batch-size", "16", "--cp", "2,4,8", "--every-plan", "--no-progress", "--show", "0",
+            "--iterations", "1"]
+    assert main(base + ["--out", "both.csv"]) == 0
+    assert main(base + ["--cp-comm", "a2a", "--out", "a2a.csv"]) == 0
+    assert main(base + ["--cp-comm", "p2p", "--out", "p2p.csv"]) == 0
+    both, a2a, p2p = _rows("both.csv"), _rows("a2a.csv"), _rows("p2p.csv")
+    assert {r["cp_comm"] for r in p2p} == {"p2p"} and {r["cp_comm"] for r in a2a} == {"a2a"}
+    assert all((8 // int(r["tp"])) % int(r["cp"]) == 0 for r in a2a)
+    assert len(p2p) > len(a2a)
+    key = lambda r: tuple(r[c] for c in ("tp", "cp", "dp", "pp", "mbs", "node_placement"))  # noqa: E731
+    best = {key(r): float(r["step_time_s"]) for r in both}
+    for r in a2a + p2p:   # both allowed: each plan at the faster of the two
+        assert best[key(r)] <= float(r["step_time_s"]) * (1 + 1e-9)
+
+
+def test_a_results_row_with_a_bad_exchange_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(SEARCH + ["--cp", "8", "--top", "1", "--out", "b.csv"]) == 0
+    header, line = (tmp_path / "b.csv").read_text().splitlines()[:2]
+    cells = line.split(",")
+    at = header.split(",").index("cp_comm")
+    for value, message in (("ring", "cp_comm: expected p2p or a2a"), ("p2p", "cp_comm: p2p: Transformer Engine's CP ring")):
+        cells[at] = value
+        (tmp_path / "b.csv").write_text(header + "\n" + ",".join(cells) + "\n")
+        capsys.readouterr()
+        assert main(["explain", "--from", "b.csv"]) == 2
+        assert message in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- validate
+HEADER = "name,model,gpu,num_gpus,tp,pp,cp,dp,ep,etp,zero,seq_len,global_batch_size,micro_batch_size,precision,recompute," \
+         "measured_seconds_per_iter,cp_comm"
+
+
+def _csv(tmp_path, row: str) -> Path:
+    (tmp_path / "hf").mkdir(exist_ok=True)
+    for name in ("gpt-oss-120b.json", "qwen3-30b-a3b.json"):
+        (tmp_path / "hf" / name).write_text((DATA / "hf" / name).read_text())
+    path = tmp_path / "runs.csv"
+    path.write_text(HEADER + "\n" + row + "\n")
+    return path
+
+
+def test_validate_takes_the_exchange_a_row_states_or_the_one_its_model_runs(tmp_path):
+    row = "g,hf/gpt-oss-120b.json,H100-SXM,16,1,1,2,8,8,1,1,32768,16,1,bf16,full,30,{}"
+    empty = validate(_csv(tmp_path, row.format(""))).predictions[0]
+    stated = validate(_csv(tmp_path, row.format("a2a"))).predictions[0]
+    assert empty.row["predicted_seconds_per_iter"] == stated.row["predicted_seconds_per_iter"]
+    assert empty.row["cp_comm"] == stated.row["cp_comm"] == "a2a"   # the output says which exchange was scored
+    q = "q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,4,4,16,1,1,32768,16,1,bf16,full,30,{}"   # 32 heads, 4 KV heads
+    ring = validate(_csv(tmp_path, q.format("p2p"))).predictions[0].row["predicted_seconds_per_iter"]
+    a2a = validate(_csv(tmp_path, q.format("a2a"))).predictions[0].row["predicted_seconds_per_iter"]
+    assert validate(_csv(tmp_path, q.format(""))).predictions[0].row["predicted_seconds_per_iter"] == ring
+    assert ring != a2a
+
+
+@pytest.mark.parametrize("row, message", [
+    ("g,hf/gpt-oss-120b.json,H100-SXM,16,1,1,2,8,8,1,1,32768,16,1,bf16,full,30,p2p", "cp_comm: p2p: Transformer Engine"),
+    ("q,hf/qwen3-30b-a3b.json,H100-SXM,16,2,1,4,2,4,1,1,32768,16,1,bf16,full,30,a2a", "cp_comm: a2a: a2a (Ulysses) CP"),
+    ("q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,2,8,8,1,1,32768,16,1,bf16,full,30,ring", "cp_comm: expected one of p2p, a2a"),
+])
+def test_validate_refuses_an_exchange_transformer_engine_refuses(tmp_path, row, message):
+    with pytest.raises(Exception, match="line 2: ") as err:
+        validate(_csv(tmp_path, row))
+    assert message in str(err.value)
