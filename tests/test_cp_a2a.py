@@ -202,18 +202,74 @@ def test_the_ring_and_a2a_both_searched_on_full_attention(tmp_path, monkeypatch)
         assert best[key(r)] <= float(r["step_time_s"]) * (1 + 1e-9)
 
 
-def test_a_results_row_with_a_bad_exchange_is_refused(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("command", ["explain", "export"])
+def test_a_results_row_with_a_bad_exchange_is_refused(tmp_path, monkeypatch, capsys, command):
+    """explain and export read a row's exchange alike: one TE refuses (or none, which is the ring such a row
+    was scored with) is one line, exit 2; a padded cell is the value."""
     monkeypatch.chdir(tmp_path)
     assert main(SEARCH + ["--cp", "8", "--top", "1", "--out", "b.csv"]) == 0
     header, line = (tmp_path / "b.csv").read_text().splitlines()[:2]
     cells = line.split(",")
     at = header.split(",").index("cp_comm")
-    for value, message in (("ring", "cp_comm: expected p2p or a2a"), ("p2p", "cp_comm: p2p: Transformer Engine's CP ring")):
+    more = ["--target", "megatron"] if command == "export" else []
+    for value, message in (("ring", "cp_comm: expected p2p or a2a"), ("p2p", "cp_comm: p2p: Transformer Engine's CP ring"),
+                           ("", "cp_comm: p2p (the empty cell: Megatron-Core's default")):
         cells[at] = value
         (tmp_path / "b.csv").write_text(header + "\n" + ",".join(cells) + "\n")
         capsys.readouterr()
-        assert main(["explain", "--from", "b.csv"]) == 2
-        assert message in capsys.readouterr().err
+        assert main([command, "--from", "b.csv", *more]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+    cells[at] = " a2a "
+    (tmp_path / "b.csv").write_text(header + "\n" + ",".join(cells) + "\n")
+    assert main([command, "--from", "b.csv", *more]) == 0
+
+
+def test_a_row_without_the_column_is_the_ring_it_was_scored_with(tmp_path, monkeypatch, capsys):
+    """A CSV written before the column: explain re-estimates and export writes the ring, as it was scored."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=2", "--seq-len", "32768",
+                 "--global-batch-size", "16", "--cp", "4", "--cp-comm", "p2p", "--top", "1", "--no-progress",
+                 "--show", "0", "--iterations", "1", "--out", "r.csv"]) == 0
+    (row,) = _rows("r.csv")
+    with open("old.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, [c for c in row if c != "cp_comm"])
+        writer.writeheader()
+        writer.writerow({k: v for k, v in row.items() if k != "cp_comm"})
+    capsys.readouterr()
+    assert main(["explain", "--from", "old.csv", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(float(row["step_time_s"]), rel=1e-5)
+    assert main(["export", "--from", "old.csv", "--target", "megatron"]) == 0
+    assert "--cp-comm-type p2p" in capsys.readouterr().out
+
+
+def test_a_cp_degree_no_exchange_runs_is_refused(tmp_path, monkeypatch, capsys):
+    """GPT-OSS's 8 KV heads do not split 16 ways and its windows refuse the ring: --cp 16 runs at no tp."""
+    monkeypatch.chdir(tmp_path)
+    assert main(SEARCH + ["--cp", "1,16", "--out", "x.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "--cp: 16: no CP exchange allowed runs gpt-oss-120b at cp 16" in err and not (tmp_path / "x.csv").exists()
+
+
+def test_recomputing_the_attention_core_runs_its_exchange_again():
+    """selective:core_attn reruns TE's attention forward, CP exchange included (its all-to-alls, none hidden):
+    the rerun on the group's links exceeds the rerun on free links by exactly one forward exchange."""
+    a = gpt_architecture(num_layers=2, hidden_size=4096, num_attention_heads=32, vocab_size=32000, num_kv_heads=8)
+    h100 = find_gpu("H100-SXM")
+    links = GroupLinks(100e9, 50e9, 1e-6, 5e-6, 8)
+    free = GroupLinks(float("inf"), float("inf"), 0.0, 0.0, 8)
+
+    def rerun(on) -> float:
+        bwd = {}
+        for modules in ((), ("core_attn",)):
+            w = C.Workload(arch=a, seq=32768, mbs=1, tp=1, dp=1, pp=1, num_microbatches=1, params=default_params(),
+                           cp=4, recipe=Recipe(recompute="selective" if modules else "none", recompute_modules=modules,
+                                               cp_comm="a2a"))
+            bwd[modules] = C.layer_s(w, h100, None, on)[1]
+        return bwd[("core_attn",)] - bwd[()]
+
+    exchange = CX.a2a_s(_workload(a, cp=4, tp=1, seq=32768), links)[0]
+    assert exchange > 0 and rerun(links) == pytest.approx(rerun(free) + exchange)
 
 
 # ----------------------------------------------------------------------------- validate
@@ -235,6 +291,7 @@ def test_validate_takes_the_exchange_a_row_states_or_the_one_its_model_runs(tmp_
     empty = validate(_csv(tmp_path, row.format(""))).predictions[0]
     stated = validate(_csv(tmp_path, row.format("a2a"))).predictions[0]
     assert empty.row["predicted_seconds_per_iter"] == stated.row["predicted_seconds_per_iter"]
+    assert empty.row["cp_comm"] == stated.row["cp_comm"] == "a2a"   # the output says which exchange was scored
     assert empty.row["cp_comm"] == stated.row["cp_comm"] == "a2a"   # the output says which exchange was scored
     q = "q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,4,4,16,1,1,32768,16,1,bf16,full,30,{}"   # 32 heads, 4 KV heads
     ring = validate(_csv(tmp_path, q.format("p2p"))).predictions[0].row["predicted_seconds_per_iter"]

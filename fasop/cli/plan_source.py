@@ -121,14 +121,8 @@ def estimator_for(rp, model, cluster):
     """The cluster spec's estimator for the row's inventory (the optimal partitioner: a row's
     split is given, the partitioner only names it)."""
     from fasop.estimators import make_estimator
-    from fasop.estimators.analytic.context import comm_problem
 
-    recipe = recipe_of(rp)
-    comm = recipe.get("cp_comm", ("p2p",))[0]
-    why = comm_problem(model.architecture, rp.plan.tp, rp.plan.cp, comm) if model.architecture else ""
-    if why:
-        raise FasopError(f"{rp.where}: cp_comm: {comm}: {why}")
-    estimator = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal", **recipe)
+    estimator = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal", **recipe_of(rp))
     if rp.plan.tp not in estimator.tp_degrees():
         raise FasopError(f"{rp.where}: tp: {rp.plan.tp} is not a degree the {cluster.estimator} estimator can score "
                          f"on these GPUs (it can: {', '.join(map(str, estimator.tp_degrees()))})")

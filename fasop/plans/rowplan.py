@@ -19,7 +19,7 @@ from fasop.core.cells import spreadsheet_text
 from fasop.core.errors import FasopError
 from fasop.core.limits import GLOBAL_BATCH_SIZE, SHOWN_CHARS
 from fasop.plans.plan import Plan
-from fasop.plans.space import num_experts
+from fasop.plans.space import CP_COMMS, num_experts
 from fasop.specs.host_ops import search_scopes
 from fasop.specs.types import TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 
@@ -158,6 +158,7 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
         partition = ()
     v = _virtual_stages(where, row)
     _check_software(where, row, model)
+    row = {**row, "cp_comm": _cp_comm(where, row, model, tp, cp) if cp > 1 else ""}
     stages = pp if len(partition) != pp * v else pp * v  # per rank, or per virtual stage (model chunk)
     # a stage of no layers is odd but FASOP's min-max partitioner reports some (its t5 outputs)
     if len(partition) != stages or min(partition) < 0 or sum(partition) != len(model.layer_kinds):
@@ -166,6 +167,22 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
     plan = Plan(tp=tp, dp=dp, pp=pp, mbs=mbs, global_batch_size=batch, placement=placement,
                 **{k: v for k, v in (("cp", cp), ("ep", ep), ("etp", etp)) if v != 1})
     return RowPlan(plan=plan, partition=partition, row=dict(row), where=where, virtual_stages=v)
+
+
+def _cp_comm(where: str, row: dict[str, str], model: ModelSpec, tp: int, cp: int) -> str:
+    """The row's `cp_comm` (context parallelism's exchange, p2p or a2a), stripped; an empty cell or none is p2p:
+    Megatron-Core's default and what a row written before the column was scored with. Refused where Transformer
+    Engine refuses it for the model at tp x cp (Architecture.cp_comm_problem), as a search would not write it."""
+    cell = (row.get("cp_comm") or "").strip()
+    comm = cell or "p2p"
+    if comm not in CP_COMMS:
+        raise FasopError(f"{where}: cp_comm: expected p2p or a2a (context parallelism's exchange), got "
+                         f"{comm[:SHOWN_CHARS]!r}")
+    why = model.architecture.cp_comm_problem(tp, cp, comm) if model.architecture is not None else ""
+    if why:
+        empty = "" if cell else " (the empty cell: Megatron-Core's default, the ring such a row was scored with)"
+        raise FasopError(f"{where}: cp_comm: {comm}{empty}: {why}")
+    return comm
 
 
 def _check_experts(where: str, model: ModelSpec, stage_ranks: int, ep: int, etp: int) -> None:
@@ -232,9 +249,9 @@ def _spells(names: str, name: str, i: int) -> bool:
 
 
 def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
-    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers`, `bf16_layers`, `cp_comm` cells (the
-    analytic estimator's), where it has them: a cell the search could not have written is refused with its column and
-    value, not read as none / eager."""
+    """The row's `mtp_layers`, `cuda_graphs`, `offload_layers`, `recompute_layers`, `bf16_layers` cells (the analytic
+    estimator's), where it has them: a cell the search could not have written is refused with its column and value,
+    not read as none / eager."""
     mtp = (row.get("mtp_layers") or "0").strip()
     arch = model.architecture
     if not (mtp.isdigit() and len(mtp) < 3):
@@ -247,10 +264,6 @@ def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
     why = search_scopes((row.get("cuda_graphs") or "none").strip())[1]
     if why:
         raise FasopError(f"{where}: cuda_graphs: {why}")
-    comm = (row.get("cp_comm") or "p2p").strip()
-    if comm not in ("p2p", "a2a"):
-        raise FasopError(f"{where}: cp_comm: expected p2p or a2a (context parallelism's exchange), got "
-                         f"{comm[:SHOWN_CHARS]!r}")
     layers = arch.num_layers if arch is not None else None
     for column, bound, over in (("offload_layers", "below", 0), ("recompute_layers", "below", 0),
                                 ("bf16_layers", "at most", 1)):   # 16-bit layers may be all of them

@@ -128,7 +128,13 @@ def split_options(model: ModelSpec, options: dict | None) -> tuple[DegreeSpace, 
     space = degree_space(model, **given)
     if model.architecture is None or max(space.cp) == 1:
         return space, options
-    return replace(space, exchanges=CpExchanges(model.architecture, allowed_comms(model, options.get("cp_comm")))), options
+    exchanges = CpExchanges(model.architecture, allowed_comms(model, options.get("cp_comm")))
+    never = [c for c in space.cp if "cp" in given and not exchanges.runs(1, c)]   # tp only makes heads fewer
+    if never:
+        why = "; ".join(model.architecture.cp_comm_problem(1, never[0], c) for c in exchanges.comms)
+        raise FasopError(f"--cp: {never[0]}: no CP exchange allowed runs {model.name} at cp {never[0]}, whatever the "
+                         f"tp ({why})")
+    return replace(space, exchanges=exchanges), options
 
 
 CP_COMMS = ("p2p", "a2a")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 
-from fasop.estimators.analytic.context import default_comm
 from fasop.estimators.analytic.parallel import expert_data_parallel
 from fasop.plans.rowplan import RowPlan
 from fasop.report.export_graphs import megatron_graphs
@@ -36,12 +35,11 @@ ZeRO-1 only (its fp32 main-grad buffer stays whole: a ZeRO-2 plan would need ful
 
 def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str]:
     """Context and expert parallelism (07_moe_cp_fsdp.md §5.1): --context-parallel-size with the row's
-    exchange, TE's p2p ring or a2a (a row that does not say: the one its model runs, context.default_comm),
-    and for an MoE model its experts, EP / ETP, the alltoall dispatcher and grouped GEMMs (the estimate's
-    all-to-all and grouped-GEMM efficiency)."""
+    exchange, TE's p2p ring or a2a (rowplan checked it; an empty cell is the ring), and for an MoE model its
+    experts, EP / ETP, the alltoall dispatcher and grouped GEMMs (the estimate's all-to-all and grouped-GEMM
+    efficiency)."""
     arch = model.architecture
-    comm = s.cp_comm or (default_comm(arch, p.tp, p.cp) if arch is not None else "p2p")
-    args = [f"--context-parallel-size {p.cp}", f"--cp-comm-type {comm}"] if p.cp > 1 else []
+    args = [f"--context-parallel-size {p.cp}", f"--cp-comm-type {s.cp_comm or 'p2p'}"] if p.cp > 1 else []
     moe = arch.moe if arch is not None else None
     if moe is None:
         return args

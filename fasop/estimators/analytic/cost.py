@@ -173,7 +173,7 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     accumulate += B.mamba_backward_extra_bytes(a, b, s, t, e)
     bwd = 2 * fwd + linear_bwd + tp_comm + _kernel_s(w, gpu, 0.0, 0.0, accumulate) + core_bwd_extra
     fwd += linear_fwd
-    mf = 0.0
+    mf = cf = 0.0
     if w.cp > 1 or w.arch.moe is not None:
         groups = hw_groups or P.FREE_LINKS
         cf, cb = CX.cp_s(w, groups, attention, 2 * attention + core_bwd_extra)
@@ -182,10 +182,11 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
     if r.recompute == "full":
         bwd += fwd + tp_fwd
     elif r.recompute == "selective" and (r.recompute_modules or not fused):
-        # the attention core again: the fused kernel's forward, or the unfused scores and their softmax bytes
-        core_again = attention if fused else _kernel_s(w, gpu, 0.0, core, (
+        # the attention core again: the fused kernel's forward, or the unfused scores and their softmax bytes, and
+        # its CP exchange (TE's attention with CP runs the ring or the all-to-alls inside the checkpointed core)
+        core_again = cf + (attention if fused else _kernel_s(w, gpu, 0.0, core, (
             L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
-            - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True)))
+            - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True))))
         bwd += BR.modules_rerun_s(w, gpu, core_again, mf) if r.recompute_modules else core_again
     # the host issues every op: a layer never runs faster than its issue time, a runtime that drains the
     # GPU every micro-batch adds it, and a MoE forward's host wait splits it in two (host.py)
