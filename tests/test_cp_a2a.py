@@ -57,6 +57,15 @@ def test_mla_sends_its_up_projected_heads():
     assert CX.attention_widths(a) == (128 * 192, 128 * 192, 128 * 128, 128 * 128)
 
 
+def test_the_mla_ring_sends_keys_and_values_at_their_own_widths():
+    """DeepSeek-V3's ring step carries 128 x (192 + 128) = 40,960 values a token (07_moe_cp_fsdp.md §3.1), not
+    2 x 128 x 192: b 1, s 4096, cp 2, tp 1, 16-bit, inside a node at 100 GB/s, nothing hidden (no attention)."""
+    from fasop.estimators.analytic import parallel as P
+    w = _workload(_hf("deepseek-v3.json"), cp=2, tp=1, comm="p2p", seq=4096)
+    fwd, bwd = P.cp_s(w, GroupLinks(100e9, 50e9, 0.0, 0.0, 8), 0.0, 0.0)
+    assert fwd == pytest.approx(2048 * 40960 * 2 / 100e9) and bwd == pytest.approx(2 * fwd)
+
+
 def _workload(a, *, cp, tp, comm="a2a", mbs=1, seq=8192):
     return C.Workload(arch=a, seq=seq, mbs=mbs, tp=tp, dp=1, pp=1, num_microbatches=1,
                       recipe=Recipe(cp_comm=comm), params=default_params(), cp=cp)
@@ -148,6 +157,17 @@ def test_a_windowed_model_plans_cp_with_a2a_only(tmp_path, monkeypatch):
         assert r["cp_comm"] == ("a2a" if r["cp"] != "1" else "")
         tp, cp = int(r["tp"]), int(r["cp"])
         assert (8 // tp) % cp == 0 or cp == 1     # only tp x cp whose KV heads split
+
+
+def test_the_printed_table_says_each_plans_exchange(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(SEARCH[:-4] + ["--iterations", "1", "--cp", "1,8", "--top", "3", "--out", "t.csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line.split() for line in lines if line.startswith("rank"))
+    assert header[header.index("cp") + 1] == "cp_comm"
+    rows = [line.split() for line in lines if line.split()[:1] and line.split()[0].isdigit()]
+    assert rows and all(r[header.index("cp_comm")] == ("a2a" if r[header.index("cp")] != "1" else "-") for r in rows)
 
 
 def test_the_ring_alone_on_a_windowed_model_is_one_clear_error(tmp_path, monkeypatch, capsys):

@@ -232,7 +232,7 @@ def _print_pareto(analysis, rows: list[dict], model_name: str, cluster_name: str
         header = ("composition", "tp", *extra, "dp", "pp", "mbs", "placement", "time_h", "cost_usd", "")
         names = [c[len("num_nodes_"):] for c in rows[0] if c.startswith("num_nodes_")]
         table = [header] + [(
-            rows[i]["composition"], str(rows[i]["tp"]), *(str(rows[i][c]) for c in extra), str(rows[i]["dp"]),
+            rows[i]["composition"], str(rows[i]["tp"]), *(str(rows[i].get(c, "")) or "-" for c in extra), str(rows[i]["dp"]),
             str(rows[i]["pp"]), str(rows[i]["mbs"]),
             abbreviate(rows[i]["node_placement"], names), f"{rows[i]['train_time_h']:,.1f}",
             f"{rows[i]['train_cost_usd']:,.0f}", "knee" if i == analysis.knee else "") for i in analysis.frontier]

@@ -268,7 +268,7 @@ def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster
     header = ("rank", "tp", *extra, "dp", "pp", "mbs", "step_s", "samples/s", "usd/step", "train_h", "train_usd",
               "mem_GiB", "placement", "partition")
     table = [header] + [(
-        str(r["rank"]), str(r["tp"]), *(str(r[c]) for c in extra), str(r["dp"]), str(r["pp"]), str(r["mbs"]),
+        str(r["rank"]), str(r["tp"]), *(str(r.get(c, "")) or "-" for c in extra), str(r["dp"]), str(r["pp"]), str(r["mbs"]),
         f"{r['step_time_s']:.4f}",
         f"{r['samples_per_s']:.1f}", f"{r['usd_per_step']:.5f}", f"{r['train_time_h']:,.1f}",
         f"{r['train_cost_usd']:,.0f}", f"{r['oom_gpumem_gib']:.2f}",

@@ -260,6 +260,15 @@ class Architecture:
         """Width of the key (and of the value) projection's output."""
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def attention_widths(self) -> tuple[int, int, int, int]:
+        """Widths of one token's Q, K, V and context at the attention core, all heads: MLA's keys per head,
+        up-projected (d_nope + d_rope), its values and context d_v wide (Megatron-Core passes them so)."""
+        if self.mla is None:
+            return self.q_width, self.kv_width, self.kv_width, self.q_width
+        heads, m = self.num_attention_heads, self.mla
+        return heads * m.qk_head_dim, heads * m.qk_head_dim, heads * m.v_head_dim, heads * m.v_head_dim
+
 
 def gpt_architecture(*, num_layers: int, hidden_size: int, num_attention_heads: int, vocab_size: int,
                      ffn_hidden_size: int = 0, num_kv_heads: int = 0, gated_mlp: bool = False,

@@ -33,11 +33,8 @@ from fasop.specs.architecture import Architecture
 
 
 def attention_widths(a: Architecture) -> tuple[int, int, int, int]:
-    """Widths of one token's Q, K, V and context across all heads (MLA: per head, up-projected)."""
-    if a.mla is not None:
-        heads, m = a.num_attention_heads, a.mla
-        return heads * m.qk_head_dim, heads * m.qk_head_dim, heads * m.v_head_dim, heads * m.v_head_dim
-    return a.q_width, a.kv_width, a.kv_width, a.q_width
+    """Widths of one token's Q, K, V and context across all heads (Architecture.attention_widths)."""
+    return a.attention_widths
 
 
 def a2a_sent_bytes(a: Architecture, b: int, s: int, cp: int, t: int, elem_bytes: float) -> tuple[float, ...]:

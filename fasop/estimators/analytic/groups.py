@@ -75,7 +75,7 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
             a2a = CX.a2a_s(w, groups)[0]
             pieces.append(f"CP all-to-alls (a2a) {n * a2a * 1e3:.3f} ms fwd, as much bwd")
         elif w.cp > 1:
-            kv = P.cp_kv_bytes(w.mbs, w.seq, w.cp, w.arch.kv_width, w.tp, w.recipe.value_bytes)
+            kv = P.cp_kv_bytes(w.mbs, w.seq, w.cp, sum(w.arch.attention_widths[1:3]) / 2, w.tp, w.recipe.value_bytes)
             ring = (w.cp - 1) * P.ring_step_s(kv, w.cp, w.tp, groups)
             pieces.append(f"CP ring (p2p) {n * ring * 1e3:.3f} ms fwd, {2 * n * ring * 1e3:.3f} ms bwd")
         on_links = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)

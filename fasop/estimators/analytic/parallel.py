@@ -88,8 +88,9 @@ def dispatch_bytes(tokens: float, k: int, h: int, elem_bytes: float, ep: int) ->
     return tokens * k * h * elem_bytes * (ep - 1) / ep
 
 
-def cp_kv_bytes(b: int, s: int, cp: int, kv_width: int, t: int, elem_bytes: float) -> float:
-    """|KV_local|: the K and V one CP rank holds for one layer, b*(s/cp)*(kv_width/t)*2*B."""
+def cp_kv_bytes(b: int, s: int, cp: int, kv_width: float, t: int, elem_bytes: float) -> float:
+    """|KV_local|: the K and V one CP rank holds for one layer, b*(s/cp)*(kv_width/t)*2*B (kv_width: the mean of
+    the K and V widths, which differ under MLA)."""
     return b * (s / cp) * (kv_width / t) * 2 * elem_bytes
 
 
@@ -382,8 +383,8 @@ def cp_s(w, links: GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -
     attention core (TE's p2p ring; 1/cp of the core a step)."""
     if w.cp <= 1:
         return 0.0, 0.0
-    a = w.arch
-    kv = cp_kv_bytes(w.mbs, w.seq, w.cp, a.kv_width, w.tp, w.recipe.value_bytes)
+    k, v = w.arch.attention_widths[1:3]   # MLA: keys d_nope + d_rope wide, values d_v
+    kv = cp_kv_bytes(w.mbs, w.seq, w.cp, (k + v) / 2, w.tp, w.recipe.value_bytes)
     fwd = (w.cp - 1) * exposed_s(ring_step_s(kv, w.cp, w.tp, links), attention_fwd_s / w.cp)
     bwd = (w.cp - 1) * exposed_s(ring_step_s(2 * kv, w.cp, w.tp, links), attention_bwd_s / w.cp)
     return fwd, bwd
