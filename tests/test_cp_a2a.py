@@ -38,7 +38,7 @@ def test_a2a_volumes_by_hand():
     """GQA h 1024, 16 heads of 64, 4 KV heads; b 1, s 8192, cp 4, tp 2, 16-bit: a rank holds 2,048 tokens of
     8 query heads (512 wide) and 2 KV heads (128 wide), and sends 3/4 of each tensor."""
     a = gpt_architecture(num_layers=2, hidden_size=1024, num_attention_heads=16, vocab_size=1000, num_kv_heads=4)
-    assert CX.attention_widths(a) == (1024, 256, 256, 1024)
+    assert a.attention_widths == (1024, 256, 256, 1024)
     q, k, v, out = CX.a2a_sent_bytes(a, 1, 8192, 4, 2, 2)
     assert (q, k, v, out) == (2048 * 512 * 2 * 0.75, 2048 * 128 * 2 * 0.75, 2048 * 128 * 2 * 0.75, 2048 * 512 * 2 * 0.75)
     assert q == 1_572_864 and k == 393_216
@@ -54,7 +54,7 @@ def test_multi_head_volume_is_ulysses_4nh_over_p():
 
 def test_mla_sends_its_up_projected_heads():
     a = _hf("deepseek-v3.json")   # 128 heads, d_qk 192 (128 nope + 64 rope), d_v 128
-    assert CX.attention_widths(a) == (128 * 192, 128 * 192, 128 * 128, 128 * 128)
+    assert a.attention_widths == (128 * 192, 128 * 192, 128 * 128, 128 * 128)
 
 
 def test_the_mla_ring_sends_keys_and_values_at_their_own_widths():
@@ -103,21 +103,21 @@ def test_the_ring_and_a2a_take_the_same_attention_flops_and_differ_only_in_the_e
 # ----------------------------------------------------------------------------- Transformer Engine's rules
 def test_sliding_windows_and_sinks_refuse_the_ring():
     oss = _hf("gpt-oss-120b.json")   # alternating 128-token windows, attention sinks; 64 heads, 8 KV heads
-    assert "sliding-window" in CX.comm_problem(oss, 1, 2, "p2p")
+    assert "sliding-window" in oss.cp_comm_problem(1, 2, "p2p")
     sinks = replace(oss, window=0, windowed_layers=())
-    assert "attention sinks" in CX.comm_problem(sinks, 1, 2, "p2p")
-    assert CX.comm_problem(oss, 1, 8, "a2a") == ""            # 64 and 8 heads a rank, both divide by 8
-    assert "(32 and 4 at tp 2)" in CX.comm_problem(oss, 2, 8, "a2a")
-    assert CX.comm_problem(oss, 8, 2, "a2a")                  # one KV head a rank
-    assert CX.comm_problem(oss, 8, 1, "p2p") == CX.comm_problem(oss, 8, 1, "a2a") == ""   # no CP: nothing to refuse
+    assert "attention sinks" in sinks.cp_comm_problem(1, 2, "p2p")
+    assert oss.cp_comm_problem(1, 8, "a2a") == ""            # 64 and 8 heads a rank, both divide by 8
+    assert "(32 and 4 at tp 2)" in oss.cp_comm_problem(2, 8, "a2a")
+    assert oss.cp_comm_problem(8, 2, "a2a")                  # one KV head a rank
+    assert oss.cp_comm_problem(8, 1, "p2p") == oss.cp_comm_problem(8, 1, "a2a") == ""   # no CP: nothing to refuse
     assert CX.default_comm(oss, 1, 2) == "a2a"
 
 
 def test_full_attention_runs_both():
     llama = gpt_architecture(num_layers=80, hidden_size=8192, num_attention_heads=64, vocab_size=128256, num_kv_heads=8)
-    assert CX.comm_problem(llama, 8, 4, "p2p") == "" and CX.default_comm(llama, 4, 2) == "p2p"
-    assert CX.comm_problem(llama, 4, 2, "a2a") == ""
-    assert CX.comm_problem(llama, 4, 4, "a2a")               # 2 KV heads a rank do not split 4 ways
+    assert llama.cp_comm_problem(8, 4, "p2p") == "" and CX.default_comm(llama, 4, 2) == "p2p"
+    assert llama.cp_comm_problem(4, 2, "a2a") == ""
+    assert llama.cp_comm_problem(4, 4, "a2a")               # 2 KV heads a rank do not split 4 ways
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -132,10 +132,10 @@ def test_a2a_runs_exactly_where_both_head_counts_split_over_tp_x_cp(seed):
         a = gpt_architecture(num_layers=2, hidden_size=64 * heads, num_attention_heads=heads, vocab_size=100,
                              num_kv_heads=kv)
         tp, cp = rng.choice([1, 2, 4, 8]), rng.choice([2, 3, 4, 8, 16])
-        assert bool(CX.comm_problem(a, tp, cp, "a2a")) == bool(heads % (tp * cp) or kv % (tp * cp))
-        assert CX.comm_problem(a, tp, cp, "p2p") == ""
+        assert bool(a.cp_comm_problem(tp, cp, "a2a")) == bool(heads % (tp * cp) or kv % (tp * cp))
+        assert a.cp_comm_problem(tp, cp, "p2p") == ""
     mla = _hf("deepseek-v3.json")
-    assert CX.comm_problem(mla, 8, 16, "a2a") == "" and CX.comm_problem(mla, 8, 32, "a2a")
+    assert mla.cp_comm_problem(8, 16, "a2a") == "" and mla.cp_comm_problem(8, 32, "a2a")
 
 
 def test_a_recipe_names_one_of_the_two():

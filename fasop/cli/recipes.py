@@ -57,8 +57,8 @@ def _recomputes(text: str) -> tuple[str, ...]:
 
 
 def _comms(text: str) -> tuple[str, ...]:
-    """--cp-comm's values: p2p, a2a (context.CP_COMMS)."""
-    from fasop.estimators.analytic.context import CP_COMMS
+    """--cp-comm's values: p2p, a2a (plans/space.py CP_COMMS)."""
+    from fasop.plans.space import CP_COMMS
 
     values = tuple(dict.fromkeys(v.strip().lower() for v in text.split(",")))
     bad = [v for v in values if v not in CP_COMMS]

@@ -14,7 +14,7 @@ so a dense model at its usual context searches exactly the plans it always did:
 - etp: 1 (Megatron-LM's MoE guide recommends ETP 1 for fine-grained MoE; torchtitan has no ETP
   since #3167): other degrees only when asked for.
 - (tp, cp) pairs none of the allowed CP exchanges (--cp-comm, the ring or Ulysses' all-to-alls) can
-  run for the model's attention are not enumerated (estimators/analytic/context.py: Transformer
+  run for the model's attention are not enumerated (specs/architecture.py `cp_comm_problem`: Transformer
   Engine's rules -- sliding windows and attention sinks need a2a, a2a needs heads / tp divisible by cp).
 
 A degree the user names that the model cannot take is refused with one line naming the flag.
@@ -56,7 +56,7 @@ class DegreeSpace:
 
 @dataclass(frozen=True)
 class CpExchanges:
-    """A model's attention and the CP exchanges a search allows (--cp-comm; context.CP_COMMS by default)."""
+    """A model's attention and the CP exchanges a search allows (--cp-comm; CP_COMMS by default)."""
     arch: Architecture
     comms: tuple[str, ...]
 

@@ -211,7 +211,7 @@ def _context_and_experts(p, s, dp_shard: int, warnings: list[str]) -> list[tuple
     if p.cp > 1 and s.cp_comm == "a2a":
         warnings.append(f"cp_comm a2a: torchtitan's context parallelism is PyTorch's ring (context_parallel_degree, "
                         "context_parallel_load_balancer); it has no all-to-all (Ulysses) exchange: written as the ring, "
-                        "which this estimate did not score (and which runs no sliding-window or attention-sink layer)")
+                        "which this estimate did not score")
     if p.ep > 1:
         sets.append(("expert_parallel_degree", p.ep))
         if (dp_shard * p.cp * p.tp) % p.ep:

@@ -22,8 +22,9 @@ from fasop.core import limits
 from fasop.core.errors import FasopError
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
-from fasop.estimators.analytic.context import CP_COMMS, comm_problem, default_comm
+from fasop.estimators.analytic.context import default_comm
 from fasop.estimators.analytic.layers import LOW_PRECISIONS
+from fasop.plans.space import CP_COMMS
 from fasop.search.engine import parse_nodes
 from fasop.specs.calibration import Calibration, apply_calibration
 from fasop.specs.catalog import AnalyticParams, GpuType, canonical, gpu_names, load_gpus, unknown_gpu
@@ -356,7 +357,7 @@ def cp_comm_cell(c: Cells, arch, tp: int, cp: int) -> str:
     empty: the one the model runs (p2p; a2a for sliding windows or attention sinks: context.default_comm). A stated
     exchange Transformer Engine refuses for the model at the row's tp x cp is refused with its reason."""
     comm = c.choice("cp_comm", CP_COMMS) or default_comm(arch, tp, cp)
-    why = comm_problem(arch, tp, cp, comm)
+    why = arch.cp_comm_problem(tp, cp, comm)
     if why:
         raise c.error("cp_comm", f"{comm}: {why}" + ("" if c.text("cp_comm") else " (the empty cell's default)"))
     return comm

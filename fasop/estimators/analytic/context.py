@@ -28,30 +28,18 @@ either way. The reordering copies of the received chunks are not counted.
 from __future__ import annotations
 
 from fasop.estimators.analytic import parallel as P
-from fasop.plans.space import CP_COMMS  # noqa: F401 -- the exchanges, beside the rule's users
 from fasop.specs.architecture import Architecture
-
-
-def attention_widths(a: Architecture) -> tuple[int, int, int, int]:
-    """Widths of one token's Q, K, V and context across all heads (Architecture.attention_widths)."""
-    return a.attention_widths
 
 
 def a2a_sent_bytes(a: Architecture, b: int, s: int, cp: int, t: int, elem_bytes: float) -> tuple[float, ...]:
     """Bytes one rank sends in each forward all-to-all (Q, K, V, the context): (cp - 1)/cp of its
     b x (s/cp) x width/t values; the backward sends as much (dout, then dq, dk, dv)."""
-    return tuple(b * (s / cp) * width / t * elem_bytes * (cp - 1) / cp for width in attention_widths(a))
-
-
-def comm_problem(a: Architecture, tp: int, cp: int, comm: str) -> str:
-    """Why Transformer Engine refuses this CP exchange for the model at these degrees ('' where it runs it):
-    Architecture.cp_comm_problem, the rule the search's enumeration applies too (plans/space.py)."""
-    return a.cp_comm_problem(tp, cp, comm)
+    return tuple(b * (s / cp) * width / t * elem_bytes * (cp - 1) / cp for width in a.attention_widths)
 
 
 def default_comm(a: Architecture, tp: int, cp: int) -> str:
     """The exchange a run states nothing about uses: Megatron-Core's default p2p, a2a where TE refuses p2p."""
-    return "a2a" if comm_problem(a, tp, cp, "p2p") else "p2p"
+    return "a2a" if a.cp_comm_problem(tp, cp, "p2p") else "p2p"
 
 
 def a2a_s(w, links: P.GroupLinks) -> tuple[float, float]:
@@ -66,4 +54,3 @@ def cp_s(w, links: P.GroupLinks, attention_fwd_s: float, attention_bwd_s: float)
     if w.cp > 1 and w.recipe.cp_comm == "a2a":
         return a2a_s(w, links)
     return P.cp_s(w, links, attention_fwd_s, attention_bwd_s)
-

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 from fasop.core.errors import FasopError
 from fasop.estimators.analytic import offload as OF
-from fasop.estimators.analytic.context import CP_COMMS, comm_problem
 from fasop.estimators.analytic.layers import LOW_PRECISIONS, PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.modules import recompute_text, split_recompute
 from fasop.plans.plan import Plan
+from fasop.plans.space import CP_COMMS
 from fasop.specs.host_ops import per_layer, search_scopes
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
@@ -177,14 +177,14 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool, experts
     also as block recompute of each `recompute_layers` N below a chunk's layers (block_recompute.py), and N > 0
     16-bit layers (`bf16_layers`, the model's last N) only in an fp8 / mxfp8 / nvfp4 recipe, at most the layers of a
     pipeline stage as Megatron-Core allows (transformer_config.py num_layers_at_end_in_bf16; the CSV says the count),
-    and with cp > 1 each allowed CP exchange `arch`'s attention runs at the plan's tp x cp (context.comm_problem;
+    and with cp > 1 each allowed CP exchange `arch`'s attention runs at the plan's tp x cp (Architecture.cp_comm_problem;
     `arch` also says whether the model is MoE); p2p alone at cp 1."""
     moe = moe or (arch is not None and arch.moe is not None)
-    comms = [c for c in r.get("cp_comm", ("p2p",)) if arch is None or not comm_problem(arch, plan.tp, plan.cp, c)] \
+    comms = [c for c in r.get("cp_comm", ("p2p",)) if arch is None or not arch.cp_comm_problem(plan.tp, plan.cp, c)] \
         if plan.cp > 1 else ["p2p"]
     if not comms:   # a plan by hand (explain's flags, a row): the search enumerates no such tp x cp (plans/space.py)
         raise FasopError(f"cp {plan.cp} at tp {plan.tp}: " + "; ".join(
-            comm_problem(arch, plan.tp, plan.cp, c) for c in r.get("cp_comm", ("p2p",))))
+            arch.cp_comm_problem(plan.tp, plan.cp, c) for c in r.get("cp_comm", ("p2p",))))
     sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
     sp = [x for x in sp if x or not moe] or sp   # an MoE model drops SP off where SP on is allowed too
     zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
