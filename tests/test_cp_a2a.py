@@ -113,6 +113,48 @@ def test_sliding_windows_and_sinks_refuse_the_ring():
     assert CX.default_comm(oss, 1, 2) == "a2a"
 
 
+def test_all_gather_runs_windows_not_sinks():
+    """TE's all-gather exchange: sliding windows run (AttnFuncWithCPAndKVAllGather adjusts the window per step), a
+    softmax other than the vanilla one does not; no rule on the heads."""
+    oss = _hf("gpt-oss-120b.json")
+    assert "attention sinks" in oss.cp_comm_problem(1, 2, "all_gather")
+    gemma = _hf("gemma-3-27b-it.json")   # 32 heads, 16 KV heads, 1,024-token windows on 5 layers of 6, no sinks
+    assert "sliding-window" in gemma.cp_comm_problem(1, 2, "p2p")
+    assert gemma.cp_comm_problem(1, 32, "all_gather") == "" and gemma.cp_comm_problem(1, 32, "a2a")
+    assert CX.default_comm(gemma, 1, 32) == "all_gather" and CX.default_comm(gemma, 1, 16) == "a2a"
+
+
+def test_all_gather_seconds_by_hand():
+    """K and V gathered in cp - 1 ring steps each, inside the node at 100 GB/s with 1 us a step; the backward
+    gathers them again and reduce-scatters dK, dV: twice the forward. GQA 16 heads of 64, 4 KV heads, b 1,
+    s 8192, cp 4, tp 2: a rank's K is 2,048 x 128 values."""
+    a = gpt_architecture(num_layers=2, hidden_size=1024, num_attention_heads=16, vocab_size=1000, num_kv_heads=4)
+    links = GroupLinks(100e9, 50e9, 1e-6, 5e-6, 8)
+    fwd, bwd = CX.all_gather_s(_workload(a, cp=4, tp=2, comm="all_gather"), links)
+    step = 2048 * 128 * 2 / 100e9 + 1e-6
+    assert fwd == pytest.approx(2 * 3 * step) and bwd == pytest.approx(2 * fwd)
+
+
+def test_the_ring_always_beats_the_all_gather_so_the_grid_drops_it():
+    """Same bytes in two collectives instead of one, none hidden: where the ring runs, all_gather is never tried."""
+    from fasop.estimators.analytic.recipes import parse_recipes, recipe_grid
+    from fasop.plans.plan import Plan
+    from fasop.specs.load import load_cluster
+    node = load_cluster("aws").node_types["p5"]
+    plan = Plan(tp=1, dp=1, pp=1, mbs=1, global_batch_size=1, placement=(node,), cp=8)
+    llama = gpt_architecture(num_layers=2, hidden_size=4096, num_attention_heads=32, vocab_size=1000, num_kv_heads=8)
+    r = parse_recipes({"recompute": ("none",)})
+    assert {x.cp_comm for x in recipe_grid(r, plan, 2, False, arch=llama)} == {"p2p", "a2a"}
+    gemma = _hf("gemma-3-27b-it.json")
+    assert {x.cp_comm for x in recipe_grid(r, plan, 2, False, arch=gemma)} == {"a2a", "all_gather"}
+    a = gpt_architecture(num_layers=2, hidden_size=4096, num_attention_heads=32, vocab_size=1000, num_kv_heads=8)
+    links = GroupLinks(100e9, 50e9, 1e-6, 5e-6, 8)
+    from fasop.estimators.analytic import parallel as P
+    ring = P.cp_s(_workload(a, cp=4, tp=2, comm="p2p"), links, 0.0, 0.0)
+    gather = CX.all_gather_s(_workload(a, cp=4, tp=2, comm="all_gather"), links)
+    assert ring[0] < gather[0] and ring[1] < gather[1]   # even with no attention to hide behind
+
+
 def test_full_attention_runs_both():
     llama = gpt_architecture(num_layers=80, hidden_size=8192, num_attention_heads=64, vocab_size=128256, num_kv_heads=8)
     assert llama.cp_comm_problem(8, 4, "p2p") == "" and CX.default_comm(llama, 4, 2) == "p2p"
@@ -170,6 +212,32 @@ def test_the_printed_table_says_each_plans_exchange(tmp_path, monkeypatch, capsy
     assert rows and all(r[header.index("cp_comm")] == ("a2a" if r[header.index("cp")] != "1" else "-") for r in rows)
 
 
+def test_a_windowed_model_without_sinks_plans_a2a_or_all_gather(tmp_path, monkeypatch, capsys):
+    """Gemma-3 27B at 64K (sliding windows, no sinks): the ring refused, a2a where its 16 KV heads split, all_gather
+    at any cp; a row of each re-estimates, and the Megatron-LM export names its exchange."""
+    monkeypatch.chdir(tmp_path)
+    gemma = str(DATA / "hf" / "gemma-3-27b-it.json")
+    base = ["search", "--model", gemma, "--cluster", "aws", "--nodes", "p5=4", "--seq-len", "65536",
+            "--global-batch-size", "16", "--no-progress", "--show", "0", "--iterations", "1"]
+    assert main(base + ["--cp", "2,4,8,16,32", "--every-plan", "--out", "g.csv"]) == 0
+    rows = _rows("g.csv")
+    assert {r["cp_comm"] for r in rows} == {"a2a", "all_gather"}
+    assert all(r["cp_comm"] == "all_gather" for r in rows if 16 % (int(r["tp"]) * int(r["cp"])))   # a2a cannot split
+    fit = [r for r in rows if r["is_oom"] == "False"]
+    for comm in ("a2a", "all_gather"):
+        row = min((r for r in fit if r["cp_comm"] == comm), key=lambda r: float(r["step_time_s"]))
+        with open(f"{comm}.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, list(row))
+            writer.writeheader()
+            writer.writerow(row)
+        capsys.readouterr()
+        assert main(["explain", "--from", f"{comm}.csv", "--model", gemma, "--cluster", "aws", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)["step_time_s"]
+        assert got == pytest.approx(float(row["step_time_s"]), rel=1e-5)
+        assert main(["export", "--from", f"{comm}.csv", "--model", gemma, "--cluster", "aws", "--target", "megatron"]) == 0
+        assert f"--cp-comm-type {comm}" in capsys.readouterr().out
+
+
 def test_the_ring_alone_on_a_windowed_model_is_one_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(SEARCH + ["--cp", "2", "--cp-comm", "p2p", "--out", "x.csv"]) == 2
@@ -199,7 +267,7 @@ def test_an_a2a_row_re_estimates_and_exports_its_exchange(tmp_path, monkeypatch,
     assert main(["export", "--from", "a.csv", "--target", "megatron"]) == 0
     assert "--context-parallel-size 8" in (out := capsys.readouterr().out) and "--cp-comm-type a2a" in out
     assert main(["export", "--from", "a.csv", "--target", "torchtitan"]) == 0
-    assert "no all-to-all (Ulysses) exchange" in capsys.readouterr().err
+    assert "no all-to-all (Ulysses) or all-gather exchange" in capsys.readouterr().err
 
 
 def test_the_ring_and_a2a_both_searched_on_full_attention(tmp_path, monkeypatch):
@@ -232,7 +300,7 @@ def test_a_results_row_with_a_bad_exchange_is_refused(tmp_path, monkeypatch, cap
     cells = line.split(",")
     at = header.split(",").index("cp_comm")
     more = ["--target", "megatron"] if command == "export" else []
-    for value, message in (("ring", "cp_comm: expected p2p or a2a"), ("p2p", "cp_comm: p2p: Transformer Engine's CP ring"),
+    for value, message in (("ring", "cp_comm: expected p2p, a2a or all_gather"), ("p2p", "cp_comm: p2p: Transformer Engine's CP ring"),
                            ("", "cp_comm: p2p (the empty cell: Megatron-Core's default")):
         cells[at] = value
         (tmp_path / "b.csv").write_text(header + "\n" + ",".join(cells) + "\n")
@@ -299,7 +367,7 @@ HEADER = "name,model,gpu,num_gpus,tp,pp,cp,dp,ep,etp,zero,seq_len,global_batch_s
 
 def _csv(tmp_path, row: str) -> Path:
     (tmp_path / "hf").mkdir(exist_ok=True)
-    for name in ("gpt-oss-120b.json", "qwen3-30b-a3b.json"):
+    for name in ("gpt-oss-120b.json", "qwen3-30b-a3b.json", "gemma-3-27b-it.json"):
         (tmp_path / "hf" / name).write_text((DATA / "hf" / name).read_text())
     path = tmp_path / "runs.csv"
     path.write_text(HEADER + "\n" + row + "\n")
@@ -318,6 +386,8 @@ def test_validate_takes_the_exchange_a_row_states_or_the_one_its_model_runs(tmp_
     a2a = validate(_csv(tmp_path, q.format("a2a"))).predictions[0].row["predicted_seconds_per_iter"]
     assert validate(_csv(tmp_path, q.format(""))).predictions[0].row["predicted_seconds_per_iter"] == ring
     assert ring != a2a
+    g = "g,hf/gemma-3-27b-it.json,H100-SXM,32,1,1,32,1,1,1,3,65536,1,1,bf16,full,30,"   # 16 KV heads: not 32 ways
+    assert validate(_csv(tmp_path, g)).predictions[0].row["cp_comm"] == "all_gather"
 
 
 @pytest.mark.parametrize("row, message", [

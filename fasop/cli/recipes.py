@@ -57,7 +57,7 @@ def _recomputes(text: str) -> tuple[str, ...]:
 
 
 def _comms(text: str) -> tuple[str, ...]:
-    """--cp-comm's values: p2p, a2a (plans/space.py CP_COMMS)."""
+    """--cp-comm's values: p2p, a2a, all_gather (plans/space.py CP_COMMS)."""
     from fasop.plans.space import CP_COMMS
 
     values = tuple(dict.fromkeys(v.strip().lower() for v in text.split(",")))
@@ -155,11 +155,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",
                    help="context-parallel degrees (default 1; from a 16K-token sequence also the powers of two "
                         "leaving each rank >= 4K tokens)")
-    d.add_argument("--cp-comm", type=_comms, metavar="p2p|a2a|p2p,a2a",
+    d.add_argument("--cp-comm", type=_comms, metavar="p2p|a2a|all_gather[,...]",
                    help="context parallelism's exchange with cp > 1 (Megatron-LM --cp-comm-type): p2p, the ring of K/V "
                         "overlapped with attention; a2a, Ulysses' all-to-alls of Q, K, V and the context, where the heads "
-                        "a TP rank holds divide by cp (default: both where the model's attention allows them; sliding "
-                        "windows and attention sinks only a2a)")
+                        "a TP rank holds divide by cp; all_gather, K and V gathered whole, none hidden (default: each the "
+                        "model's attention allows, all_gather only where the ring is refused; sliding windows: a2a or "
+                        "all_gather; attention sinks: a2a only)")
     d.add_argument("--ep", type=_ints(1, 1024), metavar="E[,E]",
                    help="expert-parallel degrees (default: every divisor of an MoE model's expert count; 1 for dense)")
     d.add_argument("--etp", type=_ints(1, 64), metavar="T[,T]", help="expert tensor-parallel degrees (default 1)")

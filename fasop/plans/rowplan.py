@@ -170,13 +170,13 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
 
 
 def _cp_comm(where: str, row: dict[str, str], model: ModelSpec, tp: int, cp: int) -> str:
-    """The row's `cp_comm` (context parallelism's exchange, p2p or a2a), stripped; an empty cell or none is p2p:
+    """The row's `cp_comm` (context parallelism's exchange, p2p, a2a or all_gather), stripped; an empty cell or none is p2p:
     Megatron-Core's default and what a row written before the column was scored with. Refused where Transformer
     Engine refuses it for the model at tp x cp (Architecture.cp_comm_problem), as a search would not write it."""
     cell = (row.get("cp_comm") or "").strip()
     comm = cell or "p2p"
     if comm not in CP_COMMS:
-        raise FasopError(f"{where}: cp_comm: expected p2p or a2a (context parallelism's exchange), got "
+        raise FasopError(f"{where}: cp_comm: expected p2p, a2a or all_gather (context parallelism's exchange), got "
                          f"{comm[:SHOWN_CHARS]!r}")
     why = model.architecture.cp_comm_problem(tp, cp, comm) if model.architecture is not None else ""
     if why:

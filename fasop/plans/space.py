@@ -137,15 +137,16 @@ def split_options(model: ModelSpec, options: dict | None) -> tuple[DegreeSpace, 
     return replace(space, exchanges=exchanges), options
 
 
-CP_COMMS = ("p2p", "a2a")
-"""Context parallelism's exchanges fasop plans: Megatron-Core's --cp-comm-type p2p (ring) and a2a (Ulysses)."""
+CP_COMMS = ("p2p", "a2a", "all_gather")
+"""Context parallelism's exchanges fasop plans: Megatron-Core's --cp-comm-type p2p (ring), a2a (Ulysses) and
+all_gather (K and V gathered whole, Llama 3's; TE's spelling, which Megatron-Core passes through)."""
 
 
 def allowed_comms(model: ModelSpec, given: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The CP exchanges a search tries (--cp-comm, else both), refused in one line where the model can
-    run none of them at any degree (p2p alone for sliding windows or attention sinks)."""
+    """The CP exchanges a search tries (--cp-comm, else all), refused in one line where the model can run none
+    of them at any degree (the ring and the all-gather refuse by the attention's kind, not its heads)."""
     comms = tuple(given or CP_COMMS)
-    why = model.architecture.cp_comm_problem(1, 2, "p2p")
-    if why and set(comms) == {"p2p"}:
-        raise FasopError(f"--cp-comm p2p: {why} ({model.name}); use --cp-comm a2a")
+    why = [model.architecture.cp_comm_problem(1, 2, c) for c in comms if c != "a2a"]
+    if "a2a" not in comms and all(why):
+        raise FasopError(f"--cp-comm {','.join(comms)}: {'; '.join(why)} ({model.name}); use --cp-comm a2a")
     return comms

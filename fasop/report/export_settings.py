@@ -51,7 +51,7 @@ class Settings:
     bf16_layers: int = 0
     """The model's last layers whose matmuls stay 16-bit in a low-precision run (the row's bf16_layers column)."""
     cp_comm: str = ""
-    """Context parallelism's exchange, p2p or a2a (the row's cp_comm column, checked by rowplan); '': no CP."""
+    """Context parallelism's exchange, p2p, a2a or all_gather (the row's cp_comm column, checked by rowplan); '': no CP."""
 
 
 @dataclass(frozen=True)

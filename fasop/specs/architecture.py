@@ -213,16 +213,18 @@ class Architecture:
         return f"{depths} is more than {name}'s {self.num_layers} layers" if depths > self.num_layers else ""
 
     def cp_comm_problem(self, tp: int, cp: int, comm: str) -> str:
-        """Why Transformer Engine refuses context parallelism's exchange `comm` (p2p: the ring; a2a: Ulysses) for this
-        attention at tp x cp ('' where it runs it; TE @d0067d0 context_parallel.py `attn_forward_func_with_cp` and
-        `AttnFuncWithCPAndQKVOA2A`): the ring runs no sliding window and no softmax but the vanilla one (attention
-        sinks); a2a needs the query and key / value heads of a TP rank to divide by cp (docs/parallelism.md)."""
+        """Why Transformer Engine refuses context parallelism's exchange `comm` (p2p: the ring; a2a: Ulysses; all_gather:
+        K and V gathered whole) for this attention at tp x cp ('' where it runs it; TE @d0067d0 context_parallel.py
+        `attn_forward_func_with_cp` and `AttnFuncWithCPAndQKVOA2A`): the ring runs no sliding window, ring and
+        all-gather no softmax but the vanilla one (attention sinks); a2a needs the query and key / value heads of a TP
+        rank to divide by cp (docs/parallelism.md)."""
         if cp <= 1:
             return ""
-        if comm == "p2p":
-            if self.window and self.window_kind == "sliding" and self.windowed_layers:
-                return "Transformer Engine's CP ring (p2p) does not run sliding-window attention"
-            return "Transformer Engine's CP ring (p2p) runs only the vanilla softmax, not attention sinks" \
+        name = {"p2p": "CP ring (p2p)", "all_gather": "CP all-gather (all_gather)"}.get(comm)
+        if name:
+            if comm == "p2p" and self.window and self.window_kind == "sliding" and self.windowed_layers:
+                return f"Transformer Engine's {name} does not run sliding-window attention"
+            return f"Transformer Engine's {name} runs only the vanilla softmax, not attention sinks" \
                 if self.attention_sinks else ""
         heads, kv = self.num_attention_heads, self.num_attention_heads if self.mla is not None else self.num_kv_heads
         if heads % (tp * cp) or kv % (tp * cp):

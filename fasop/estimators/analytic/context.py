@@ -15,6 +15,12 @@ NVIDIA/TransformerEngine @d0067d0 `transformer_engine/pytorch/attention/dot_prod
   image, dout before and dq, dk, dv after (`.backward`). The core waits for them: nothing hides them.
   TE asks that the heads of Q and of K / V on a rank both divide by cp ("cp_comm_type='a2a' requires
   num_heads % cp_size == 0 for Q, K, V"), per TP rank (heads / tp).
+- `all_gather` (Llama 3 §3.3.2; `AttnFuncWithCPAndKVAllGather`, "KV all-gather between CP ranks is exposed"):
+  K and V all-gathered whole before the core (`gather_along_first_dim` of k, of v), gathered again in the backward,
+  and dK, dV reduce-scattered back (`reduce_scatter_along_first_dim`, 16-bit): each a ring of cp - 1 steps of a
+  rank's |K_local| or |V_local| over the CP group's links, none hidden. Sliding windows run, sinks do not. It sends
+  the ring's bytes in two collectives instead of one, with nothing hidden: never faster than the ring, so a search
+  tries it only where the ring is refused (recipes.recipe_grid).
 
 Per layer and micro-batch a rank sends (cp - 1)/cp of each tensor: b (s/cp) width / tp values of
 Q (heads x d_qk), K (kv heads x d_qk), V (kv heads x d_v) and the context (heads x d_v); MLA's up-projected
@@ -38,8 +44,9 @@ def a2a_sent_bytes(a: Architecture, b: int, s: int, cp: int, t: int, elem_bytes:
 
 
 def default_comm(a: Architecture, tp: int, cp: int) -> str:
-    """The exchange a run states nothing about uses: Megatron-Core's default p2p, a2a where TE refuses p2p."""
-    return "a2a" if a.cp_comm_problem(tp, cp, "p2p") else "p2p"
+    """The exchange a run states nothing about used: Megatron-Core's default p2p, else a2a, else all_gather -- the
+    first TE runs for the model at tp x cp (a2a when none does: its refusal names the heads)."""
+    return next((c for c in ("p2p", "a2a", "all_gather") if not a.cp_comm_problem(tp, cp, c)), "a2a")
 
 
 def a2a_s(w, links: P.GroupLinks) -> tuple[float, float]:
@@ -49,8 +56,19 @@ def a2a_s(w, links: P.GroupLinks) -> tuple[float, float]:
     return each, each
 
 
+def all_gather_s(w, links: P.GroupLinks) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's all-gather exchange (module doc), none hidden: the forward's two
+    all-gathers (K, V), the backward's two again and the two reduce-scatters of dK, dV."""
+    k, v = w.arch.attention_widths[1:3]
+    local = [w.mbs * (w.seq / w.cp) * width / w.tp * w.recipe.value_bytes for width in (k, v)]
+    fwd = sum((w.cp - 1) * P.ring_step_s(x, w.cp, w.tp, links) for x in local)
+    return fwd, 2 * fwd
+
+
 def cp_s(w, links: P.GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -> tuple[float, float]:
-    """(forward, backward) exposed seconds of one layer's CP exchange: the recipe's a2a or p2p ring."""
+    """(forward, backward) exposed seconds of one layer's CP exchange: the recipe's a2a, all_gather or p2p ring."""
     if w.cp > 1 and w.recipe.cp_comm == "a2a":
         return a2a_s(w, links)
+    if w.cp > 1 and w.recipe.cp_comm == "all_gather":
+        return all_gather_s(w, links)
     return P.cp_s(w, links, attention_fwd_s, attention_bwd_s)

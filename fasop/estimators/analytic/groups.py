@@ -74,6 +74,9 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
         if w.cp > 1 and w.recipe.cp_comm == "a2a":
             a2a = CX.a2a_s(w, groups)[0]
             pieces.append(f"CP all-to-alls (a2a) {n * a2a * 1e3:.3f} ms fwd, as much bwd")
+        elif w.cp > 1 and w.recipe.cp_comm == "all_gather":
+            ag = CX.all_gather_s(w, groups)[0]
+            pieces.append(f"CP all-gathers (all_gather) {n * ag * 1e3:.3f} ms fwd, {2 * n * ag * 1e3:.3f} ms bwd")
         elif w.cp > 1:
             kv = P.cp_kv_bytes(w.mbs, w.seq, w.cp, sum(w.arch.attention_widths[1:3]) / 2, w.tp, w.recipe.value_bytes)
             ring = (w.cp - 1) * P.ring_step_s(kv, w.cp, w.tp, groups)

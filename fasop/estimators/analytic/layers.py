@@ -86,8 +86,8 @@ class Recipe:
     """Hybrid sharding (zero >= 1): states sharded inside a node, replicated across nodes (torchtitan)."""
     bf16_layers: int = 0
     """A low-precision run's layers kept 16-bit (Megatron-Core num_layers_at_{start,end}_in_bf16; cost.layer_s)."""
-    cp_comm: Literal["p2p", "a2a"] = "p2p"
-    """CP's exchange with cp > 1 (Megatron-Core --cp-comm-type): the K/V ring or Ulysses' all-to-alls (context.py)."""
+    cp_comm: Literal["p2p", "a2a", "all_gather"] = "p2p"
+    """CP's exchange with cp > 1 (Megatron-Core --cp-comm-type): the K/V ring, all-to-alls, all-gathers (context.py)."""
 
     def __post_init__(self):
         problems = []
@@ -108,8 +108,8 @@ class Recipe:
                             f"of {', '.join(M.MODULES)})")
         if self.precision not in PRECISIONS:
             problems.append(f"precision={self.precision!r} (one of {', '.join(PRECISIONS)})")
-        if self.cp_comm not in ("p2p", "a2a"):
-            problems.append(f"cp_comm={self.cp_comm!r} (p2p or a2a)")
+        if self.cp_comm not in ("p2p", "a2a", "all_gather"):
+            problems.append(f"cp_comm={self.cp_comm!r} (p2p, a2a or all_gather)")
         if problems:
             raise ValueError("invalid recipe: " + "; ".join(problems))
 

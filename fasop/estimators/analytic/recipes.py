@@ -23,8 +23,8 @@ lets bigger micro-batches or fewer stages fit: docs/analytic.md, "Default recipe
 optimizer, sequence parallelism with tp > 1, no interleaving, bf16, no HSDP -- except that where
 ZeRO 3 (FSDP) is allowed and --hsdp is not given, FSDP is also tried as HSDP (HSDP_DEFAULT_STAGES) --,
 fp32 gradients and Adam moments, eager (no CUDA graph), no activation offloading, every layer in the
-plan's precision (`bf16_layers` 0), with cp > 1 both CP exchanges the model's attention allows (`cp_comm`,
-context.py). `main_grads` / `optimizer_states` take one
+plan's precision (`bf16_layers` 0), with cp > 1 each CP exchange the model's attention allows (`cp_comm`,
+context.py; all_gather only where the ring is refused). `main_grads` / `optimizer_states` take one
 value each (bf16: memory.state_dtypes), and `cuda_graphs` one setting (specs/host_ops.search_scopes:
 what the run captures), the same for every plan: not dimensions the search tries."""
 
@@ -182,6 +182,8 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool, experts
     moe = moe or (arch is not None and arch.moe is not None)
     comms = [c for c in r.get("cp_comm", ("p2p",)) if arch is None or not arch.cp_comm_problem(plan.tp, plan.cp, c)] \
         if plan.cp > 1 else ["p2p"]
+    if "p2p" in comms and "all_gather" in comms:   # the ring's bytes, none hidden: never faster (context.py)
+        comms.remove("all_gather")
     if not comms:   # a plan by hand (explain's flags, a row): the search enumerates no such tp x cp (plans/space.py)
         raise FasopError(f"cp {plan.cp} at tp {plan.tp}: " + "; ".join(
             arch.cp_comm_problem(plan.tp, plan.cp, c) for c in r.get("cp_comm", ("p2p",))))
