@@ -236,6 +236,23 @@ def test_a_windowed_model_without_sinks_plans_a2a_or_all_gather(tmp_path, monkey
         assert got == pytest.approx(float(row["step_time_s"]), rel=1e-5)
         assert main(["export", "--from", f"{comm}.csv", "--model", gemma, "--cluster", "aws", "--target", "megatron"]) == 0
         assert f"--cp-comm-type {comm}" in capsys.readouterr().out
+        # torchtitan's CP all-gathers K and V (decoder_sharding.py @b5bcd76): a warning unless the row scored that
+        assert main(["export", "--from", f"{comm}.csv", "--model", gemma, "--cluster", "aws", "--target", "torchtitan"]) == 0
+        assert ("all-gathers K and V" in capsys.readouterr().err) == (comm != "all_gather")
+    assert main(base + ["--cp", "2", "--cp-comm", "p2p", "--out", "x.csv"]) == 2   # the hint names both that may run
+    assert "use --cp-comm a2a,all_gather" in capsys.readouterr().err
+
+
+def test_all_gather_holds_k_v_and_their_gradients_whole_once():
+    """One layer's backward holds K and V gathered whole and dK, dV at full length: 2 b s (k + v)/tp 16-bit values
+    beside the stored activations, once a stage (not per layer or micro-batch in flight)."""
+    from fasop.estimators.analytic.memory import stage_memory
+    a = gpt_architecture(num_layers=4, hidden_size=1024, num_attention_heads=16, vocab_size=1000, num_kv_heads=4)
+    ring, gather = (_workload(a, cp=4, tp=2, comm=c) for c in ("p2p", "all_gather"))
+    extra = 2 * 1 * 8192 * (256 + 256) / 2 * 2
+    assert CX.all_gather_buffer_bytes(gather) == extra
+    for layers in (1, 3):
+        assert stage_memory(gather, layers, 0).activations - stage_memory(ring, layers, 0).activations == extra
 
 
 def test_the_ring_alone_on_a_windowed_model_is_one_clear_error(tmp_path, monkeypatch, capsys):
@@ -267,7 +284,7 @@ def test_an_a2a_row_re_estimates_and_exports_its_exchange(tmp_path, monkeypatch,
     assert main(["export", "--from", "a.csv", "--target", "megatron"]) == 0
     assert "--context-parallel-size 8" in (out := capsys.readouterr().out) and "--cp-comm-type a2a" in out
     assert main(["export", "--from", "a.csv", "--target", "torchtitan"]) == 0
-    assert "no all-to-all (Ulysses) or all-gather exchange" in capsys.readouterr().err
+    assert "torchtitan's context parallelism all-gathers K and V" in capsys.readouterr().err
 
 
 def test_the_ring_and_a2a_both_searched_on_full_attention(tmp_path, monkeypatch):
@@ -308,7 +325,7 @@ def test_a_results_row_with_a_bad_exchange_is_refused(tmp_path, monkeypatch, cap
         assert main([command, "--from", "b.csv", *more]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
-    cells[at] = " a2a "
+    cells[at] = " A2A "
     (tmp_path / "b.csv").write_text(header + "\n" + ",".join(cells) + "\n")
     assert main([command, "--from", "b.csv", *more]) == 0
 

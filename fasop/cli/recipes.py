@@ -195,7 +195,7 @@ them are different plans."""
 
 def shown_degrees(rows: list[dict]) -> list[str]:
     """The columns of cp, ep, etp that some row has at a degree other than 1, printed after tp; with cp, its
-    exchange `cp_comm` (p2p / a2a; '-' on a row without CP)."""
+    exchange `cp_comm` (p2p / a2a / all_gather; '-' on a row without CP)."""
     shown = [c for c in ("cp", "ep", "etp") if any(str(r.get(c, 1)) not in ("1", "") for r in rows)]
     return shown[:1] + ["cp_comm"] + shown[1:] if shown[:1] == ["cp"] else shown
 

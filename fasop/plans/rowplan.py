@@ -173,7 +173,7 @@ def _cp_comm(where: str, row: dict[str, str], model: ModelSpec, tp: int, cp: int
     """The row's `cp_comm` (context parallelism's exchange, p2p, a2a or all_gather), stripped; an empty cell or none is p2p:
     Megatron-Core's default and what a row written before the column was scored with. Refused where Transformer
     Engine refuses it for the model at tp x cp (Architecture.cp_comm_problem), as a search would not write it."""
-    cell = (row.get("cp_comm") or "").strip()
+    cell = (row.get("cp_comm") or "").strip().lower()
     comm = cell or "p2p"
     if comm not in CP_COMMS:
         raise FasopError(f"{where}: cp_comm: expected p2p, a2a or all_gather (context parallelism's exchange), got "

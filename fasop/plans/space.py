@@ -13,9 +13,10 @@ so a dense model at its usual context searches exactly the plans it always did:
   experts divide evenly over the EP group), 1 for a dense one.
 - etp: 1 (Megatron-LM's MoE guide recommends ETP 1 for fine-grained MoE; torchtitan has no ETP
   since #3167): other degrees only when asked for.
-- (tp, cp) pairs none of the allowed CP exchanges (--cp-comm, the ring or Ulysses' all-to-alls) can
-  run for the model's attention are not enumerated (specs/architecture.py `cp_comm_problem`: Transformer
-  Engine's rules -- sliding windows and attention sinks need a2a, a2a needs heads / tp divisible by cp).
+- (tp, cp) pairs none of the allowed CP exchanges (--cp-comm: the ring, Ulysses' all-to-alls, the
+  all-gather) can run for the model's attention are not enumerated (specs/architecture.py `cp_comm_problem`:
+  Transformer Engine's rules -- sliding windows refuse the ring, attention sinks the ring and the all-gather,
+  a2a needs heads / tp divisible by cp).
 
 A degree the user names that the model cannot take is refused with one line naming the flag.
 """
@@ -146,7 +147,9 @@ def allowed_comms(model: ModelSpec, given: tuple[str, ...] | None) -> tuple[str,
     """The CP exchanges a search tries (--cp-comm, else all), refused in one line where the model can run none
     of them at any degree (the ring and the all-gather refuse by the attention's kind, not its heads)."""
     comms = tuple(given or CP_COMMS)
-    why = [model.architecture.cp_comm_problem(1, 2, c) for c in comms if c != "a2a"]
+    problem = model.architecture.cp_comm_problem
+    why = [problem(1, 2, c) for c in comms if c != "a2a"]
     if "a2a" not in comms and all(why):
-        raise FasopError(f"--cp-comm {','.join(comms)}: {'; '.join(why)} ({model.name}); use --cp-comm a2a")
+        others = ",".join(c for c in CP_COMMS if c not in comms and (c == "a2a" or not problem(1, 2, c)))
+        raise FasopError(f"--cp-comm {','.join(comms)}: {'; '.join(why)} ({model.name}); use --cp-comm {others}")
     return comms

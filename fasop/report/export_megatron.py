@@ -35,9 +35,9 @@ ZeRO-1 only (its fp32 main-grad buffer stays whole: a ZeRO-2 plan would need ful
 
 def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str]:
     """Context and expert parallelism (07_moe_cp_fsdp.md §5.1): --context-parallel-size with the row's
-    exchange, TE's p2p ring or a2a (rowplan checked it; an empty cell is the ring), and for an MoE model its
-    experts, EP / ETP, the alltoall dispatcher and grouped GEMMs (the estimate's all-to-all and grouped-GEMM
-    efficiency)."""
+    exchange, TE's p2p ring, a2a or all_gather (rowplan checked it; an empty cell is the ring), and for an MoE
+    model its experts, EP / ETP, the alltoall dispatcher and grouped GEMMs (the estimate's all-to-all and
+    grouped-GEMM efficiency)."""
     arch = model.architecture
     args = [f"--context-parallel-size {p.cp}", f"--cp-comm-type {s.cp_comm or 'p2p'}"] if p.cp > 1 else []
     moe = arch.moe if arch is not None else None

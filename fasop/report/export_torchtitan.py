@@ -208,10 +208,10 @@ def _context_and_experts(p, s, dp_shard: int, warnings: list[str]) -> list[tuple
     its ranks from dp_shard x cp x tp (torchtitan's parallel_dims.py), so ep must divide that; ETP
     was removed at torchtitan's HEAD (#3167)."""
     sets = [("context_parallel_degree", p.cp)] if p.cp > 1 else []
-    if p.cp > 1 and s.cp_comm in ("a2a", "all_gather"):
-        warnings.append(f"cp_comm {s.cp_comm}: torchtitan's context parallelism is PyTorch's ring (context_parallel_degree, "
-                        "context_parallel_load_balancer); it has no all-to-all (Ulysses) or all-gather exchange: written "
-                        "as the ring, which this estimate did not score")
+    if p.cp > 1 and s.cp_comm != "all_gather":   # torchtitan @b5bcd76 decoder_sharding.set_gqa_inner_attention_local_map
+        warnings.append(f"cp_comm {s.cp_comm or 'p2p'}: torchtitan's context parallelism all-gathers K and V at the "
+                        "attention and reduces their gradients (no ring, no all-to-all): it runs what fasop scores as "
+                        "cp_comm all_gather, not this row's exchange; `fasop search --cp-comm all_gather` estimates it")
     if p.ep > 1:
         sets.append(("expert_parallel_degree", p.ep))
         if (dp_shard * p.cp * p.tp) % p.ep:

@@ -353,9 +353,9 @@ def bf16_layers_cell(c: Cells, precision: str, layers: int) -> int:
 
 
 def cp_comm_cell(c: Cells, arch, tp: int, cp: int) -> str:
-    """`cp_comm`: context parallelism's exchange, p2p (the ring) or a2a (Ulysses; Megatron-Core --cp-comm-type);
-    empty: the one the model runs (p2p; a2a for sliding windows or attention sinks: context.default_comm). A stated
-    exchange Transformer Engine refuses for the model at the row's tp x cp is refused with its reason."""
+    """`cp_comm`: context parallelism's exchange, p2p (the ring), a2a (Ulysses) or all_gather (Megatron-Core
+    --cp-comm-type); empty: the first the model runs at the row's tp x cp (context.default_comm). A stated exchange
+    Transformer Engine refuses for the model at the row's tp x cp is refused with its reason."""
     comm = c.choice("cp_comm", CP_COMMS) or default_comm(arch, tp, cp)
     why = arch.cp_comm_problem(tp, cp, comm)
     if why:

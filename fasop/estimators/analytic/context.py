@@ -1,5 +1,6 @@
-"""Context parallelism's two exchanges: which one a model can run (the rule: Architecture.cp_comm_problem, which
-the search's enumeration applies too), and the all-to-all (Ulysses) one's cost.
+"""Context parallelism's exchanges beyond the ring (parallel.cp_s): the all-to-all (Ulysses) and the all-gather ones'
+costs, and the exchange a run that states none used. Which one TE runs for a model is Architecture.cp_comm_problem,
+which the search's enumeration applies too.
 
 Megatron-Core hands CP to Transformer Engine's `attn_forward_func_with_cp` (`--cp-comm-type`,
 NVIDIA/TransformerEngine @d0067d0 `transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`):
@@ -63,6 +64,14 @@ def all_gather_s(w, links: P.GroupLinks) -> tuple[float, float]:
     local = [w.mbs * (w.seq / w.cp) * width / w.tp * w.recipe.value_bytes for width in (k, v)]
     fwd = sum((w.cp - 1) * P.ring_step_s(x, w.cp, w.tp, links) for x in local)
     return fwd, 2 * fwd
+
+
+def all_gather_buffer_bytes(w) -> float:
+    """What one layer's backward under the all-gather exchange holds beside the stored activations: K and V
+    gathered whole again and the full-length dK, dV before their reduce-scatter, 2 b s (k + v)/tp values
+    (TE `AttnFuncWithCPAndKVAllGather.backward`: k_ag, v_ag, dk, dv at cp x the local length)."""
+    k, v = w.arch.attention_widths[1:3]
+    return 2 * w.mbs * w.seq * (k + v) / w.tp * w.recipe.value_bytes
 
 
 def cp_s(w, links: P.GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -> tuple[float, float]:

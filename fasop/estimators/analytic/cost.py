@@ -183,7 +183,7 @@ def _layer_s(w: Workload, gpu: GpuType, tp_link: Link, hw_groups: P.GroupLinks |
         bwd += fwd + tp_fwd
     elif r.recompute == "selective" and (r.recompute_modules or not fused):
         # the attention core again: the fused kernel's forward, or the unfused scores and their softmax bytes, and
-        # its CP exchange (TE's attention with CP runs the ring or the all-to-alls inside the checkpointed core)
+        # its CP exchange, whichever (TE's attention with CP runs it inside the checkpointed core)
         core_again = cf + (attention if fused else _kernel_s(w, gpu, 0.0, core, (
             L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, False)
             - L.layer_forward_bytes(a, b, s, t, r.sequence_parallel, e, True))))
