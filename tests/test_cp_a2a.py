@@ -122,6 +122,7 @@ def test_all_gather_runs_windows_not_sinks():
     assert "sliding-window" in gemma.cp_comm_problem(1, 2, "p2p")
     assert gemma.cp_comm_problem(1, 32, "all_gather") == "" and gemma.cp_comm_problem(1, 32, "a2a")
     assert CX.default_comm(gemma, 1, 32) == "all_gather" and CX.default_comm(gemma, 1, 16) == "a2a"
+    assert CX.default_comm(oss, 1, 16) == "p2p"   # nothing TE runs: a measured run is scored as the default ring
 
 
 def test_all_gather_seconds_by_hand():
@@ -405,6 +406,10 @@ def test_validate_takes_the_exchange_a_row_states_or_the_one_its_model_runs(tmp_
     assert ring != a2a
     g = "g,hf/gemma-3-27b-it.json,H100-SXM,32,1,1,32,1,1,1,3,65536,1,1,bf16,full,30,"   # 16 KV heads: not 32 ways
     assert validate(_csv(tmp_path, g)).predictions[0].row["cp_comm"] == "all_gather"
+    # a measured run at a tp x cp no exchange of today's TE runs (GPT-OSS: sinks, 8 KV heads at cp 16) is scored as
+    # Megatron-Core's default ring, not refused: the run happened
+    o = "g,hf/gpt-oss-120b.json,H100-SXM,16,1,1,16,1,8,1,1,65536,16,1,bf16,full,30,"
+    assert validate(_csv(tmp_path, o)).predictions[0].row["cp_comm"] == "p2p"
 
 
 @pytest.mark.parametrize("row, message", [

@@ -354,10 +354,13 @@ def bf16_layers_cell(c: Cells, precision: str, layers: int) -> int:
 
 def cp_comm_cell(c: Cells, arch, tp: int, cp: int) -> str:
     """`cp_comm`: context parallelism's exchange, p2p (the ring), a2a (Ulysses) or all_gather (Megatron-Core
-    --cp-comm-type); empty: the first the model runs at the row's tp x cp (context.default_comm). A stated exchange
-    Transformer Engine refuses for the model at the row's tp x cp is refused with its reason."""
-    comm = c.choice("cp_comm", CP_COMMS) or default_comm(arch, tp, cp)
+    --cp-comm-type); empty: the first the model runs at the row's tp x cp, else the ring (context.default_comm: a
+    measured run is not refused for what today's TE would refuse). A stated exchange Transformer Engine refuses for
+    the model at the row's tp x cp is refused with its reason (a typo'd plan, not a run's fact)."""
+    comm = c.choice("cp_comm", CP_COMMS)
+    if comm is None:
+        return default_comm(arch, tp, cp)
     why = arch.cp_comm_problem(tp, cp, comm)
     if why:
-        raise c.error("cp_comm", f"{comm}: {why}" + ("" if c.text("cp_comm") else " (the empty cell's default)"))
+        raise c.error("cp_comm", f"{comm}: {why}")
     return comm

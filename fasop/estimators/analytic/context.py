@@ -45,9 +45,10 @@ def a2a_sent_bytes(a: Architecture, b: int, s: int, cp: int, t: int, elem_bytes:
 
 
 def default_comm(a: Architecture, tp: int, cp: int) -> str:
-    """The exchange a run states nothing about used: Megatron-Core's default p2p, else a2a, else all_gather -- the
-    first TE runs for the model at tp x cp (a2a when none does: its refusal names the heads)."""
-    return next((c for c in ("p2p", "a2a", "all_gather") if not a.cp_comm_problem(tp, cp, c)), "a2a")
+    """The exchange a measured run that states none used: Megatron-Core's default p2p, else a2a, else all_gather --
+    the first TE @d0067d0 runs for the model at tp x cp; the ring where none does (the run happened: an older TE,
+    or another attention backend, ran it -- scored as Megatron-Core's default rather than refused)."""
+    return next((c for c in ("p2p", "a2a", "all_gather") if not a.cp_comm_problem(tp, cp, c)), "p2p")
 
 
 def a2a_s(w, links: P.GroupLinks) -> tuple[float, float]:
