@@ -139,8 +139,9 @@ def split_options(model: ModelSpec, options: dict | None) -> tuple[DegreeSpace, 
 
 
 CP_COMMS = ("p2p", "a2a", "all_gather")
-"""Context parallelism's exchanges fasop plans: Megatron-Core's --cp-comm-type p2p (ring), a2a (Ulysses) and
-all_gather (K and V gathered whole, Llama 3's; TE's spelling, which Megatron-Core passes through)."""
+"""Context parallelism's exchanges fasop plans, in the order a run that names none is read (context.default_comm):
+Megatron-Core's --cp-comm-type p2p (ring), a2a (Ulysses) and all_gather (K and V gathered whole, Llama 3's; TE's
+spelling, which Megatron-Core passes through)."""
 
 
 def allowed_comms(model: ModelSpec, given: tuple[str, ...] | None) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
     model its experts, EP / ETP, the alltoall dispatcher and grouped GEMMs (the estimate's all-to-all and
     grouped-GEMM efficiency)."""
     arch = model.architecture
-    args = [f"--context-parallel-size {p.cp}", f"--cp-comm-type {s.cp_comm or 'p2p'}"] if p.cp > 1 else []
+    args = [f"--context-parallel-size {p.cp}", f"--cp-comm-type {s.cp_comm}"] if p.cp > 1 else []
     moe = arch.moe if arch is not None else None
     if moe is None:
         return args

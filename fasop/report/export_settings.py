@@ -87,7 +87,7 @@ def row_software(rp: RowPlan) -> dict:
     counts = {k: int((rp.row.get(k) or "0").strip())
               for k in ("mtp_layers", "offload_layers", "recompute_layers", "bf16_layers")}
     return {**counts, "cuda_graphs": (rp.row.get("cuda_graphs") or "none").strip(),
-            "cp_comm": (rp.row.get("cp_comm") or "").strip()}
+            "cp_comm": rp.row.get("cp_comm", "")}
 
 
 def is_hybrid(model: ModelSpec) -> bool:

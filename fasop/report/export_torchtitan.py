@@ -209,7 +209,7 @@ def _context_and_experts(p, s, dp_shard: int, warnings: list[str]) -> list[tuple
     was removed at torchtitan's HEAD (#3167)."""
     sets = [("context_parallel_degree", p.cp)] if p.cp > 1 else []
     if p.cp > 1 and s.cp_comm != "all_gather":   # torchtitan @b5bcd76 decoder_sharding.set_gqa_inner_attention_local_map
-        warnings.append(f"cp_comm {s.cp_comm or 'p2p'}: torchtitan's context parallelism all-gathers K and V at the "
+        warnings.append(f"cp_comm {s.cp_comm}: torchtitan's context parallelism all-gathers K and V at the "
                         "attention and reduces their gradients (no ring, no all-to-all): it runs what fasop scores as "
                         "cp_comm all_gather, not this row's exchange; `fasop search --cp-comm all_gather` estimates it")
     if p.ep > 1:

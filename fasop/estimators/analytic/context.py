@@ -35,6 +35,7 @@ either way. The reordering copies of the received chunks are not counted.
 from __future__ import annotations
 
 from fasop.estimators.analytic import parallel as P
+from fasop.plans.space import CP_COMMS
 from fasop.specs.architecture import Architecture
 
 
@@ -48,7 +49,7 @@ def default_comm(a: Architecture, tp: int, cp: int) -> str:
     """The exchange a measured run that states none used: Megatron-Core's default p2p, else a2a, else all_gather --
     the first TE @d0067d0 runs for the model at tp x cp; the ring where none does (the run happened: an older TE,
     or another attention backend, ran it -- scored as Megatron-Core's default rather than refused)."""
-    return next((c for c in ("p2p", "a2a", "all_gather") if not a.cp_comm_problem(tp, cp, c)), "p2p")
+    return next((c for c in CP_COMMS if not a.cp_comm_problem(tp, cp, c)), "p2p")
 
 
 def a2a_s(w, links: P.GroupLinks) -> tuple[float, float]:

@@ -78,8 +78,7 @@ def stage_lines(w: C.Workload, stages, counts: tuple[int, ...]) -> list[str]:
             ag = CX.all_gather_s(w, groups)[0]
             pieces.append(f"CP all-gathers (all_gather) {n * ag * 1e3:.3f} ms fwd, {2 * n * ag * 1e3:.3f} ms bwd")
         elif w.cp > 1:
-            kv = P.cp_kv_bytes(w.mbs, w.seq, w.cp, sum(w.arch.attention_widths[1:3]) / 2, w.tp, w.recipe.value_bytes)
-            ring = (w.cp - 1) * P.ring_step_s(kv, w.cp, w.tp, groups)
+            ring = (w.cp - 1) * P.ring_step_s(P.ring_kv_bytes(w), w.cp, w.tp, groups)
             pieces.append(f"CP ring (p2p) {n * ring * 1e3:.3f} ms fwd, {2 * n * ring * 1e3:.3f} ms bwd")
         on_links = C.layer_s(w, hw.gpu, hw.tp_link, hw.groups)
         free = C.layer_s(w, hw.gpu, hw.tp_link, P.FREE_LINKS)

@@ -39,16 +39,16 @@ from typing import Literal
 
 from fasop.estimators.analytic import blocks as B
 from fasop.estimators.analytic import modules as M
+from fasop.plans.space import CP_COMMS
 from fasop.specs.architecture import Architecture
 from fasop.specs.catalog import AnalyticParams
 
 RECOMPUTES = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "nvfp4")
 LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
-"""Precisions whose weight matmuls run on 8- or 4-bit tensor cores (Transformer Engine: FP8 with
-per-tensor scales, MXFP8 and NVFP4 block-scaled on Blackwell) while weights, activations and gradients
-stay as a 16-bit mixed-precision run keeps them (but the matmul inputs kept for the backward: Recipe.
-stored_input_bytes); the attention core stays 16-bit."""
+"""Precisions whose weight matmuls run on 8- or 4-bit tensor cores (Transformer Engine: FP8 with per-tensor scales,
+MXFP8 and NVFP4 block-scaled on Blackwell) while weights, activations and gradients stay as a 16-bit run keeps
+them (but the matmul inputs kept for the backward: Recipe.stored_input_bytes); the attention core stays 16-bit."""
 OPERAND_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 """Bytes a low-precision matmul reads per input or weight element: the value plus its share of the
 block scale (MXFP8: one 1-byte E8M0 scale a 32-element block; NVFP4: one 1-byte E4M3 scale a 16-element
@@ -108,8 +108,8 @@ class Recipe:
                             f"of {', '.join(M.MODULES)})")
         if self.precision not in PRECISIONS:
             problems.append(f"precision={self.precision!r} (one of {', '.join(PRECISIONS)})")
-        if self.cp_comm not in ("p2p", "a2a", "all_gather"):
-            problems.append(f"cp_comm={self.cp_comm!r} (p2p, a2a or all_gather)")
+        if self.cp_comm not in CP_COMMS:
+            problems.append(f"cp_comm={self.cp_comm!r} (one of {', '.join(CP_COMMS)})")
         if problems:
             raise ValueError("invalid recipe: " + "; ".join(problems))
 

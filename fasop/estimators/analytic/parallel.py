@@ -94,6 +94,12 @@ def cp_kv_bytes(b: int, s: int, cp: int, kv_width: float, t: int, elem_bytes: fl
     return b * (s / cp) * (kv_width / t) * 2 * elem_bytes
 
 
+def ring_kv_bytes(w) -> float:
+    """A workload's |KV_local| in the CP ring: its K and V at their own widths (MLA: d_nope + d_rope and d_v)."""
+    k, v = w.arch.attention_widths[1:3]
+    return cp_kv_bytes(w.mbs, w.seq, w.cp, (k + v) / 2, w.tp, w.recipe.value_bytes)
+
+
 def cp_exchange_bytes(b: int, s: int, cp: int, kv_width: int, t: int, elem_bytes: float) -> tuple[float, float]:
     """(forward, backward) bytes one rank sends in the CP ring per layer: (cp-1) and 2(cp-1) x |KV_local|."""
     kv = cp_kv_bytes(b, s, cp, kv_width, t, elem_bytes)
@@ -383,8 +389,7 @@ def cp_s(w, links: GroupLinks, attention_fwd_s: float, attention_bwd_s: float) -
     attention core (TE's p2p ring; 1/cp of the core a step)."""
     if w.cp <= 1:
         return 0.0, 0.0
-    k, v = w.arch.attention_widths[1:3]   # MLA: keys d_nope + d_rope wide, values d_v
-    kv = cp_kv_bytes(w.mbs, w.seq, w.cp, (k + v) / 2, w.tp, w.recipe.value_bytes)
+    kv = ring_kv_bytes(w)
     fwd = (w.cp - 1) * exposed_s(ring_step_s(kv, w.cp, w.tp, links), attention_fwd_s / w.cp)
     bwd = (w.cp - 1) * exposed_s(ring_step_s(2 * kv, w.cp, w.tp, links), attention_bwd_s / w.cp)
     return fwd, bwd

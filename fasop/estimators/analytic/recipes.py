@@ -180,13 +180,14 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool, experts
     and with cp > 1 each allowed CP exchange `arch`'s attention runs at the plan's tp x cp (Architecture.cp_comm_problem;
     `arch` also says whether the model is MoE); p2p alone at cp 1."""
     moe = moe or (arch is not None and arch.moe is not None)
-    comms = [c for c in r.get("cp_comm", ("p2p",)) if arch is None or not arch.cp_comm_problem(plan.tp, plan.cp, c)] \
-        if plan.cp > 1 else ["p2p"]
+    allowed = r.get("cp_comm", ("p2p",))
+    comms = [c for c in allowed if arch is None or not arch.cp_comm_problem(plan.tp, plan.cp, c)] if plan.cp > 1 \
+        else ["p2p"]
     if "p2p" in comms and "all_gather" in comms:   # the ring's bytes, none hidden: never faster (context.py)
         comms.remove("all_gather")
-    if not comms:   # a plan by hand (explain's flags, a row): the search enumerates no such tp x cp (plans/space.py)
-        raise FasopError(f"cp {plan.cp} at tp {plan.tp}: " + "; ".join(
-            arch.cp_comm_problem(plan.tp, plan.cp, c) for c in r.get("cp_comm", ("p2p",))))
+    if not comms:   # a caller's own plan: the search enumerates no such tp x cp (plans/space.py), rowplan refuses such a row
+        raise FasopError(f"cp {plan.cp} at tp {plan.tp}: " + "; ".join(arch.cp_comm_problem(plan.tp, plan.cp, c)
+                                                                         for c in allowed))
     sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
     sp = [x for x in sp if x or not moe] or sp   # an MoE model drops SP off where SP on is allowed too
     zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
