@@ -18,7 +18,8 @@ from fasop.specs.validate_software import (MOE_DISPATCHERS, STATE_DTYPES, VALIDA
                                            VALIDATE_STACK_SOFTWARE, moe_default)
 
 DISPATCHERS = MOE_DISPATCHERS
-"""Megatron's token dispatchers a row may name: `alltoall`, or `flex` with its DeepEP / HybridEP backends
+"""Megatron's token dispatchers a row may name: `alltoall`, `allgather` (Megatron-Core's default: its
+collectives over the ep x etp group, moe_kernels.allgather_bytes), or `flex` with its DeepEP / HybridEP backends
 (node-deduplicated dispatch: analytic.yaml `moe_node_dedup`; DeepEP also once per rank of the node,
 `moe_rank_dedup`); `moe_routing` says how the run spread its tokens (moe_kernels.ROUTINGS)."""
 DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
@@ -84,9 +85,15 @@ def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fal
 
     dispatcher = cell_or_recipe("moe_dispatcher", lambda k: c.choice(k, DISPATCHERS))
     overlap = cell_or_recipe("ep_overlap", lambda k: c.share(k, None) if c.text(k) else None, "moe")
+    if dispatcher == "allgather" and overlap:   # Megatron-Core asserts the overlap runs on alltoall / flex only
+        if "ep_overlap" not in assumed:
+            raise c.error("ep_overlap", f"{c.text('ep_overlap')}: Megatron-Core's EP overlap runs with the alltoall "
+                                        "or flex dispatcher only, not allgather (transformer_config.py)")
+        overlap = assumed["ep_overlap"] = 0
     params = replace(base, **switches, tp_overlap=tp_overlap, quantized_activations=base.quantized_activations and not fsdp,
                      ep_overlap=base.ep_overlap if overlap is None else overlap,
-                     moe_node_dedup=base.moe_node_dedup if dispatcher is None else dispatcher != "alltoall",
+                     moe_node_dedup=base.moe_node_dedup if dispatcher is None else dispatcher not in ("alltoall", "allgather"),
+                     moe_allgather=dispatcher == "allgather",
                      moe_rank_dedup=dispatcher == "deepep", moe_routing=c.choice("moe_routing", ROUTINGS, "uniform"),
                      moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
                      moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))

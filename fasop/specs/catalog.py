@@ -194,8 +194,7 @@ class AnalyticParams:
     optimizer_step_bytes: dict[str, float] = field(default_factory=lambda: {"bf16": 30.0, "fp16": 30.0, "fp8": 30.0,
                                                                                "fp32": 28.0, "tf32": 28.0})
     """Bytes the optimizer step moves per parameter a GPU updates, per precision (memory bound)."""
-    loss_scaling_bytes: float = 0.0
-    """fp16 only: bytes per parameter of the loss-scaling passes (unscale, check for inf / NaN) before the step."""
+    loss_scaling_bytes: float = 0.0  # fp16 only: bytes a parameter of the loss-scaling passes (unscale, inf / NaN check)
     gradient_bucket_bytes: float = float("inf")
     """Gradient bytes per DP all-reduce bucket: each bucket pays the ring's latencies."""
     layer_overhead_s: float = 0.0
@@ -216,6 +215,7 @@ class AnalyticParams:
     """Share of the other micro-batch's compute the EP all-to-all hides behind (Megatron-Core's EP A2A overlap)."""
     moe_node_dedup: bool = False  # dispatch a token across the network once per remote node (DeepEP / HybridEP)
     moe_rank_dedup: bool = False  # and once per rank of its own domain (DeepEP; moe_kernels.dispatch_copies)
+    moe_allgather: bool = False  # Megatron-Core's allgather dispatcher: collectives over ep x etp (moe_kernels.py)
     moe_routing: str = "uniform"  # how tokens spread over the experts (moe_kernels.ROUTINGS)
     moe_comm_sms: int = 0  # SMs a DeepEP / HybridEP dispatch or combine kernel holds while it runs (0: none taken)
     moe_permute_fusion: bool = True  # Megatron-Core's --moe-permute-fusion; false: the unfused path (moe_kernels.py)

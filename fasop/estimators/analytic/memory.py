@@ -22,6 +22,7 @@ from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import blocks as B
 from fasop.estimators.analytic import context as CX
 from fasop.estimators.analytic import layers as L
+from fasop.estimators.analytic import moe_kernels as MK
 from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import Workload
@@ -237,6 +238,9 @@ def stage_memory(w: Workload, layers: int, stage: int) -> MemoryParts:
             P.routed_tokens(w), a.moe.experts_per_token, a.moe.routed_width(a.hidden_size), r.value_bytes,
             w.params.moe_load_imbalance - 1)
     acts = OF.kept_layers(w, layers) * per_layer * in_flight(w, stage)   # less what goes to host memory
+    if a.moe is not None and w.params.moe_allgather and P.moe_layer_share(a):   # one MoE layer's gathered tokens
+        acts += MK.allgather_buffer_bytes(P.routed_tokens(w), a.moe.routed_width(a.hidden_size), r.value_bytes,
+                                          w.ep * w.etp)
     if w.cp > 1 and r.cp_comm == "all_gather":   # one layer's backward holds K, V and dK, dV whole (context.py)
         acts += CX.all_gather_buffer_bytes(w)
     if first:

@@ -35,9 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fasop.estimators.analytic import blocks as B
-from fasop.estimators.analytic.moe_kernels import (EP_A2A_OVERLAP_SLOWDOWN, dispatch_copies,  # noqa: F401
-                                                   ep_overlap_paired_share, grouped_wave_efficiency, local_sort_bytes,
-                                                   overlap_kept_share, unfused_permute_bytes)
+from fasop.estimators.analytic.moe_kernels import (EP_A2A_OVERLAP_SLOWDOWN, allgather_bytes, dispatch_copies,  # noqa: F401
+                                                   dispatch_local_bytes, ep_overlap_paired_share, grouped_wave_efficiency,
+                                                   local_sort_bytes, overlap_kept_share, unfused_permute_bytes)
 from fasop.specs.architecture import MOE_KINDS, Architecture
 
 
@@ -336,12 +336,12 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     tokens = routed_tokens(w)
     rows = rho * tokens * k * w.etp
     compute = expert_compute_s(w, gpu)
-    sort = 0.0 if w.params.moe_node_dedup else \
-        local_sort_bytes(rows, h, e, m.num_experts / w.ep) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
+    sort = dispatch_local_bytes(w.params, rows, tokens, h, e, m.num_experts / w.ep, w.ep * w.etp) \
+        / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     if not w.params.moe_permute_fusion:
         sort += unfused_permute_bytes(tokens * k, h, e) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     to, back = moe_alltoalls_s(w, links)
-    if w.etp > 1:  # all-gather before fc1 and reduce-scatter after fc2 over the ETP group (inside a node)
+    if w.etp > 1 and not w.params.moe_allgather:  # all-gather before fc1, reduce-scatter after fc2 (ETP group)
         etp = (w.etp - 1) * rho * tokens * k * h * e / links.intra_bytes_per_s
         to, back = to + etp, back + etp
     s, paired = w.params.ep_overlap, ep_overlap_paired_share(w)
@@ -359,6 +359,11 @@ def moe_alltoalls_s(w, links: GroupLinks) -> tuple[float, float]:
     `links`: rho x the rank's routed tokens, k copies of h values each (the dispatch's as dispatch_value_bytes
     sends them), shrunk to the copies the routing and the dispatcher send (alltoall_s, dispatch_copies)."""
     m, p = w.arch.moe, w.params
+    if p.moe_allgather:   # rings over the ep x etp group, consecutive ranks (ETP innermost), whatever the routing
+        n = w.ep * w.etp
+        return tuple((n - 1) * ring_step_s(x, n, 1, links) if n > 1 else 0.0
+                     for x in allgather_bytes(routed_tokens(w), m.routed_width(w.arch.hidden_size), m.num_experts,
+                                              w.recipe.value_bytes))
     h, k, tokens = m.routed_width(w.arch.hidden_size), m.experts_per_token, p.moe_load_imbalance * routed_tokens(w)
     spread = (m.num_experts, p.moe_routing, p.moe_rank_dedup, m.router_groups, m.router_group_topk)
     return tuple(alltoall_s(dispatch_bytes(tokens, k, h, b, w.ep), w.ep, w.etp, links, k, p.moe_node_dedup, spread)
