@@ -28,6 +28,7 @@ CONFIG_FILES = ("megatron/core/transformer/transformer_config.py", "megatron/cor
                 "megatron/training/config/resilience_config.py")
 
 GB200 = str(Path(__file__).parent / "data" / "gb200_nvl72_cluster.yaml")
+HYBRIDEP = str(Path(__file__).parent / "data" / "gb200_nvl72_hybridep_cluster.yaml")
 # (model, search flags): plans whose exports carry the issue's dimensions
 PLANS = [
     ("deepseek-v3", ["--nodes", "p5=16,p6-b200=16", "--heterogeneous", "--mtp-layers", "1"]),   # EP, MTP, MLA, layout
@@ -40,6 +41,7 @@ PLANS = [
     ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "mxfp8"]),                              # MXFP8
     ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "nvfp4", "--bf16-layers", "4"]),       # NVFP4, 16-bit layers
     ("mixtral-8x7b", ["--nodes", "p6-b200=2", "--precision", "mxfp8"]),                            # MXFP8 experts
+    ("qwen3-30b-a3b", ["--cluster", HYBRIDEP, "--nodes", "gb200=4"]),                               # flex, EP overlap
 ]
 
 

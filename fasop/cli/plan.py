@@ -86,8 +86,8 @@ def _export(args: argparse.Namespace) -> int:
     from fasop.report.output import user_path, write_files
 
     out = user_path(args.out, "--out")
-    rp, model, _, _ = row_plan(args)
-    result = export(rp, model, args.target)
+    rp, model, cluster, _ = row_plan(args)
+    result = export(rp, model, args.target, cluster.analytic)
     for warning in result.warnings:
         print(f"fasop: warning: {warning}", file=sys.stderr)
     if out is not None:

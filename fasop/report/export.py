@@ -23,15 +23,16 @@ __all__ = ["TARGETS", "Export", "Settings", "export", "hostfile", "megatron", "m
 TARGETS = ("megatron", "torchtitan", "hostfile")
 
 
-def export(rp: RowPlan, model: ModelSpec, target: str) -> Export:
-    """The launch settings of the row's plan for `target`. Text from outside (the CSV's name and
+def export(rp: RowPlan, model: ModelSpec, target: str, params=None) -> Export:
+    """The launch settings of the row's plan for `target`; `params`, the analytic constants the row was estimated
+    with (its cluster's), say which MoE dispatcher and EP overlap to launch. Text from outside (the CSV's name and
     cells) is made one line first (cells.one_line): it only ever lands in comments and in
     quoted literals, never on a line of its own that a shell or Python would run."""
     rp = replace(rp, where=one_line(rp.where), row={k: one_line(v) if isinstance(v, str) else v for k, v in rp.row.items()})
     if target == "megatron":
-        return megatron(rp, model)
+        return megatron(rp, model, params)
     if target == "torchtitan":
-        return torchtitan(rp, model)
+        return torchtitan(rp, model, params)
     if target == "hostfile":
         return hostfile(rp)
     raise ValueError(f"unknown target {target!r}")

@@ -54,9 +54,35 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
     freq = moe_layer_freq(arch.layer_kinds)
     if freq:  # None: a hybrid model, whose --hybrid-layer-pattern places the experts (hybrid_args)
         args.append(f'--moe-layer-freq "{freq}"')
-    args += [f"--expert-model-parallel-size {p.ep}", f"--expert-tensor-parallel-size {p.etp}",
-             "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
+    args += [f"--expert-model-parallel-size {p.ep}", f"--expert-tensor-parallel-size {p.etp}"]
+    # the dispatcher the estimate costed: the alltoall's k copies, or flex's once per node (the cluster's analytic
+    # moe_node_dedup, HybridEP's: the flex backend that also runs across a multi-node NVLink domain)
+    args += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend hybridep"] if s.moe_flex else \
+        ["--moe-token-dispatcher-type alltoall"]
+    args.append("--moe-grouped-gemm")
+    if s.ep_overlap and p.ep > 1:
+        why = ep_overlap_refusal(p.pp, s)
+        if why:
+            warnings.append(f"the cluster's analytic ep_overlap: Megatron-Core refuses --overlap-moe-expert-parallel-comm "
+                            f"with {why} (transformer_config.py), and the estimate counted no overlap for it; not written")
+        else:
+            args.append("--overlap-moe-expert-parallel-comm")
     return args
+
+
+def ep_overlap_refusal(pp: int, s: Settings) -> str:
+    """Why Megatron-Core refuses EP A2A overlap for the plan ('' where it runs it): transformer_config.py's
+    asserts (moe_kernels.ep_overlap_paired_share counts no overlap for the same plans)."""
+    modules = recompute_modules(s.recompute)
+    graphed = {m.strip() for m in s.cuda_graphs.split(",")} & {"moe", "mlp"}
+    for refused, why in ((pp > 1 and s.virtual_stages == 1, "a pipeline without virtual stages"),
+                         (s.recompute == "full", "full recompute"), ("moe" in modules, "moe recompute"),
+                         (s.mtp_layers > 1, f"{s.mtp_layers} MTP depths (at most 1)"),
+                         (s.precision in ("fp32", "tf32"), f"a {s.precision} model (bf16 or fp16 only)"),
+                         (bool(graphed), f"CUDA graphs of {' and '.join(sorted(graphed))}")):
+        if refused:
+            return why
+    return ""
 
 
 def recompute_modules(recompute: str) -> list[str]:
@@ -159,8 +185,8 @@ def megatron_layout(kinds: tuple[str, ...], partition: tuple[int, ...], mtp: int
 
 
 
-def megatron(rp: RowPlan, model: ModelSpec) -> Export:
-    p, s = rp.plan, settings_of(rp)
+def megatron(rp: RowPlan, model: ModelSpec, params=None) -> Export:
+    p, s = rp.plan, settings_of(rp, params)
     warnings, notes = fit_warnings(rp, s), []
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.global_batch_size}",

@@ -52,6 +52,12 @@ class Settings:
     """The model's last layers whose matmuls stay 16-bit in a low-precision run (the row's bf16_layers column)."""
     cp_comm: str = ""
     """Context parallelism's exchange, p2p, a2a or all_gather (the row's cp_comm column, checked by rowplan); '': no CP."""
+    moe_flex: bool = False
+    """The estimate's MoE dispatch deduplicated a token's copies per node (the cluster's analytic `moe_node_dedup`,
+    as Megatron-Core's flex dispatcher runs it); False: the alltoall dispatcher."""
+    ep_overlap: bool = False
+    """The estimate hid the EP all-to-alls behind another micro-batch's compute (the cluster's analytic `ep_overlap`
+    above 0: Megatron-Core's --overlap-moe-expert-parallel-comm)."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,9 @@ class Export:
     warnings: tuple[str, ...]
 
 
-def settings_of(rp: RowPlan) -> Settings:
-    """The row's settings columns, FASOP's defaults for those it lacks."""
+def settings_of(rp: RowPlan, params=None) -> Settings:
+    """The row's settings columns, FASOP's defaults for those it lacks; with the analytic constants the row was
+    estimated with (`params`, its cluster's: catalog.AnalyticParams), the MoE software they assumed."""
     row = rp.row
     recompute = row.get("recompute") or "none"
     if recompute not in RECOMPUTE:
@@ -78,7 +85,8 @@ def settings_of(rp: RowPlan) -> Settings:
                     dp_replicate=int(replicate) if hsdp else 1,
                     main_grads="bf16" if row.get("main_grads") == "bf16" else "fp32",
                     optimizer_states="bf16" if row.get("optimizer_states") == "bf16" else "fp32",
-                    **row_software(rp))
+                    moe_flex=bool(params is not None and params.moe_node_dedup),
+                    ep_overlap=bool(params is not None and params.ep_overlap > 0), **row_software(rp))
 
 
 def row_software(rp: RowPlan) -> dict:

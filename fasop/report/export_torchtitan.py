@@ -43,9 +43,17 @@ AC_CONFIGS = {"none": ("None", "every activation kept"), "full": ("FullAC.Config
 """torchtitan's activation checkpointing at its HEAD (torchtitan/distributed/activation_checkpoint.py)."""
 
 
-def torchtitan(rp: RowPlan, model: ModelSpec) -> Export:
-    p, s = rp.plan, settings_of(rp)
+def torchtitan(rp: RowPlan, model: ModelSpec, params=None) -> Export:
+    p, s = rp.plan, settings_of(rp, params)
     warnings = fit_warnings(rp, s)
+    if model.architecture is not None and model.architecture.moe is not None and p.ep > 1:
+        if s.moe_flex:   # torchtitan/models/common/token_dispatcher.py @b5bcd76: a model's config picks its dispatcher
+            warnings.append("the estimate sends a token across the network once per node (the cluster's analytic "
+                            "moe_node_dedup, as HybridEP / DeepEP do): torchtitan picks its token dispatcher in the "
+                            "model's config (HybridEPTokenDispatcher, DeepEPTokenDispatcher), not here; not written")
+        if s.ep_overlap:
+            warnings.append("the estimate hides the EP all-to-alls behind compute (the cluster's analytic ep_overlap, "
+                            "Megatron-Core's EP A2A overlap): torchtitan's config has no such option; not written")
     if is_hybrid(model):
         warnings.append("torchtitan has no hybrid Mamba / attention model (torchtitan/models at its 2026-08 HEAD): "
                         "the recipe's module names assume Transformer blocks; bring a model of your own")

@@ -123,10 +123,13 @@ def ep_overlap_paired_share(w) -> float:
       (`get_pp_rank_microbatches`: one more than without the overlap "to ensure the forward and
       backward computations are independent"), and as many cool-down backwards run alone: of m·v
       chunk passes, 1 - W/(m·v), W the mean over the ranks, (p - 1) + (v - 1)·p + 1;
-    - pp > 1 without virtual stages, or full recompute: Megatron-LM refuses the overlap
-      (`virtual_pipeline_model_parallel_size` must be set; `recompute_granularity != "full"`): 0."""
-    m, p, v = w.num_microbatches, w.pp, w.recipe.virtual_stages
-    if w.recipe.recompute == "full" or (p > 1 and v == 1):
+    - where Megatron-Core refuses the overlap (transformer_config.py `overlap_moe_expert_parallel_comm`), 0:
+      pp > 1 without virtual stages (`virtual_pipeline_model_parallel_size` must be set), full recompute,
+      `moe` among the recomputed modules, more than one MTP depth, an fp32 / tf32 model (bf16 or fp16 only),
+      Transformer Engine CUDA graphs of the `moe` or `mlp` scope."""
+    m, p, v, r = w.num_microbatches, w.pp, w.recipe.virtual_stages, w.recipe
+    if r.recompute == "full" or (p > 1 and v == 1) or "moe" in r.recompute_modules or w.mtp > 1 \
+            or r.precision in ("fp32", "tf32") or {"moe", "mlp"} & set(w.params.host.graphed):
         return 0.0
     if p == 1:
         return (m - 1) / m
