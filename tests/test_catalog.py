@@ -131,7 +131,7 @@ def test_validate_software_is_read_and_checked(tmp_path):
     for before, after, message in (
             ("      moe_dispatcher: hybridep  # the flex HybridEP backend: 22 of 27",
              "      moe_dispatcher: nccl  # the flex HybridEP backend: 22 of 27",
-             r"B300\.validate_software\.moe_software\.moe_dispatcher: must be one of alltoall, allgather, flex, deepep, "
+             r"B300\.validate_software\.moe_software\.moe_dispatcher: must be one of alltoall, alltoall_seq, allgather, flex, deepep, "
              r"hybridep, got 'nccl'"),
             ("        mxfp8: 1              # the full-iteration DeepSeek-V3, Qwen3, GPT-OSS-120B recipes (5 of 8)\n"
              "        other: 0              # no other (19 of 20)",

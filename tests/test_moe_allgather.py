@@ -117,3 +117,20 @@ def test_allgather_with_ep_overlap_is_refused_and_the_recipes_overlap_dropped(tm
     # GB200's MXFP8 MoE recipes run the overlap (gpus.yaml moe_software): an allgather row cannot have had it
     (p,) = validate(_rows(tmp_path, f"x,{plan},allgather,,mxfp8,none,1\n")).predictions
     assert "ep_overlap=0 (recipe)" in p.row["picked"]
+
+
+def test_alltoall_seq_is_the_alltoall_without_permute_fusion(tmp_path):
+    # Megatron-Core's alltoall before 0.9, kept as `alltoall_seq` until 0.13 (Megatron-LM 9e3adb5), which refused
+    # permute fusion: estimated as the alltoall with the unfused permutation; a stated fusion is refused
+    head = HEAD.replace("moe_dispatcher,", "moe_dispatcher,moe_permute_fusion,")
+    plan = "mixtral-8x7b,H100,64,2,1,1,32,8,2,1,4096,256,1"
+    (tmp_path / "r.csv").write_text(head + f"seq,{plan},alltoall_seq,,,bf16,none,1\n"
+                                    + f"a2a,{plan},alltoall,0,,bf16,none,1\n" + f"fused,{plan},alltoall,1,,bf16,none,1\n")
+    t = {p.row["name"]: p.row["predicted_seconds_per_iter"] for p in validate(tmp_path / "r.csv").predictions}
+    assert t["seq"] == t["a2a"] > t["fused"]
+    (tmp_path / "r.csv").write_text(head + f"seq,{plan},alltoall_seq,1,,bf16,none,1\n")
+    with pytest.raises(FasopError, match=r"line 2: moe_permute_fusion: 1: .*alltoall_seq .*without permute fusion"):
+        validate(tmp_path / "r.csv")
+    (tmp_path / "r.csv").write_text(head + f"seq,{plan},alltoall_seq,,1,bf16,none,1\n")
+    with pytest.raises(FasopError, match=r"ep_overlap: 1: .* not alltoall_seq"):
+        validate(tmp_path / "r.csv")

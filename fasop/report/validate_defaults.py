@@ -18,8 +18,10 @@ from fasop.specs.validate_software import (MOE_DISPATCHERS, STATE_DTYPES, VALIDA
                                            VALIDATE_STACK_SOFTWARE, moe_default)
 
 DISPATCHERS = MOE_DISPATCHERS
-"""Megatron's token dispatchers a row may name: `alltoall`, `allgather` (Megatron-Core's default: its
-collectives over the ep x etp group, moe_kernels.allgather_bytes), or `flex` with its DeepEP / HybridEP backends
+"""Megatron's token dispatchers a row may name: `alltoall`; `alltoall_seq` (its implementation before Megatron-Core
+0.9, kept until 0.13 -- Megatron-LM 9e3adb5 -- and costed as it, without permute fusion, which it refused); `allgather`
+(Megatron-Core's default: its collectives over the ep x etp group, moe_kernels.allgather_bytes); or `flex` with its
+DeepEP / HybridEP backends
 (node-deduplicated dispatch: analytic.yaml `moe_node_dedup`; DeepEP also once per rank of the node,
 `moe_rank_dedup`); `moe_routing` says how the run spread its tokens (moe_kernels.ROUTINGS)."""
 DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
@@ -85,18 +87,22 @@ def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fal
 
     dispatcher = cell_or_recipe("moe_dispatcher", lambda k: c.choice(k, DISPATCHERS))
     overlap = cell_or_recipe("ep_overlap", lambda k: c.share(k, None) if c.text(k) else None, "moe")
-    if dispatcher == "allgather" and overlap:   # Megatron-Core asserts the overlap runs on alltoall / flex only
+    if dispatcher in ("allgather", "alltoall_seq") and overlap:   # Megatron-Core asserts it on alltoall / flex only
         if "ep_overlap" not in assumed:
             raise c.error("ep_overlap", f"{c.text('ep_overlap')}: Megatron-Core's EP overlap runs with the alltoall "
-                                        "or flex dispatcher only, not allgather (transformer_config.py)")
+                                        f"or flex dispatcher only, not {dispatcher} (transformer_config.py)")
         overlap = assumed["ep_overlap"] = 0
+    fusion = c.flag("moe_permute_fusion", base.moe_permute_fusion and dispatcher != "alltoall_seq")
+    if dispatcher == "alltoall_seq" and fusion:   # the pre-0.9 alltoall, kept until Megatron-Core 0.13 (9e3adb5)
+        raise c.error("moe_permute_fusion", "1: Megatron-Core's alltoall_seq dispatcher ran without permute fusion "
+                                            "(transformer_config.py raised \"does not support permute fusion\")")
     params = replace(base, **switches, tp_overlap=tp_overlap, quantized_activations=base.quantized_activations and not fsdp,
                      ep_overlap=base.ep_overlap if overlap is None else overlap,
-                     moe_node_dedup=base.moe_node_dedup if dispatcher is None else dispatcher not in ("alltoall", "allgather"),
+                     moe_node_dedup=base.moe_node_dedup if dispatcher is None else dispatcher in ("flex", "deepep", "hybridep"),
                      moe_allgather=dispatcher == "allgather",
                      moe_rank_dedup=dispatcher == "deepep", moe_routing=c.choice("moe_routing", ROUTINGS, "uniform"),
                      moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
-                     moe_permute_fusion=c.flag("moe_permute_fusion", base.moe_permute_fusion))
+                     moe_permute_fusion=fusion)
     graphs = cell_or_recipe("cuda_graphs", lambda k: c.text(k) or None, "moe")
     if graphs is None and kind in RECIPE_GRAPHS and agreed.get("cuda_graphs", False):
         graphs = assumed["cuda_graphs"] = RECIPE_GRAPHS[kind]

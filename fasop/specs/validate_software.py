@@ -23,8 +23,9 @@ VALIDATE_STACK_SOFTWARE = ("gradient_accumulation_fusion",)
 VALIDATE_MOE_SOFTWARE = ("cuda_graphs",)
 """`cuda_graphs` true: a hybrid Mamba row with an empty `cuda_graphs` cell captures the scopes the GPU's
 published runs of that kind of model captured (report.validate_defaults.RECIPE_GRAPHS)."""
-MOE_DISPATCHERS = ("alltoall", "allgather", "flex", "deepep", "hybridep")
-"""Megatron's token dispatchers: `alltoall`, `allgather`, or `flex` with its DeepEP / HybridEP backends."""
+MOE_DISPATCHERS = ("alltoall", "alltoall_seq", "allgather", "flex", "deepep", "hybridep")
+"""Megatron's token dispatchers: `alltoall` (`alltoall_seq`, its form before Megatron-Core 0.9), `allgather`, or `flex`
+with its DeepEP / HybridEP backends."""
 STATE_DTYPES = ("fp32", "bf16")
 MOE_SOFTWARE_KEYS = ("moe_dispatcher", "main_grads", "cuda_graphs", "ep_overlap")
 """`moe_software`: the dispatcher and gradient-buffer dtype of every MoE row, and the CUDA graph scopes and
