@@ -24,6 +24,10 @@ DISPATCHERS = MOE_DISPATCHERS
 DeepEP / HybridEP backends
 (node-deduplicated dispatch: analytic.yaml `moe_node_dedup`; DeepEP also once per rank of the node,
 `moe_rank_dedup`); `moe_routing` says how the run spread its tokens (moe_kernels.ROUTINGS)."""
+HOST_SYNCED = ("allgather", "alltoall_seq")
+"""Dispatchers a row may name that Megatron-Core's EP overlap refuses and whose per-layer host copy of the token
+counts no whole-iteration or `moe`-scope CUDA graph captures: their recipe values of those are dropped, a stated one
+refused. (The dropless `alltoall` copies its counts to the host too; its rows keep what the recipe ran.)"""
 DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
 """SMs a backend's dispatch / combine kernels hold: DeepEP 20 (Megatron-Core TransformerConfig
 `moe_deepep_num_sms`, its historical default), HybridEP 32 (Megatron-Bridge's performance recipes set
@@ -87,11 +91,12 @@ def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fal
 
     dispatcher = cell_or_recipe("moe_dispatcher", lambda k: c.choice(k, DISPATCHERS))
     overlap = cell_or_recipe("ep_overlap", lambda k: c.share(k, None) if c.text(k) else None, "moe")
-    if dispatcher in ("allgather", "alltoall_seq") and overlap:   # Megatron-Core asserts it on alltoall / flex only
-        if "ep_overlap" not in assumed:
+    if dispatcher in HOST_SYNCED:   # Megatron-Core asserts the EP overlap on alltoall / flex only
+        if overlap and "ep_overlap" not in assumed:
             raise c.error("ep_overlap", f"{c.text('ep_overlap')}: Megatron-Core's EP overlap runs with the alltoall "
                                         f"or flex dispatcher only, not {dispatcher} (transformer_config.py)")
-        overlap = assumed["ep_overlap"] = 0
+        assumed.pop("ep_overlap", None)   # a recipe's (or a cluster's) overlap did not run with it
+        overlap = 0
     fusion = c.flag("moe_permute_fusion", base.moe_permute_fusion and dispatcher != "alltoall_seq")
     if dispatcher == "alltoall_seq" and fusion:   # the pre-0.9 alltoall, kept until Megatron-Core 0.13 (9e3adb5)
         raise c.error("moe_permute_fusion", "1: Megatron-Core's alltoall_seq dispatcher ran without permute fusion "
@@ -104,11 +109,25 @@ def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fal
                      moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
                      moe_permute_fusion=fusion)
     graphs = cell_or_recipe("cuda_graphs", lambda k: c.text(k) or None, "moe")
+    if dispatcher in HOST_SYNCED and uncapturable(graphs):
+        if "cuda_graphs" not in assumed:
+            raise c.error("cuda_graphs", f"{c.text('cuda_graphs')}: the {dispatcher} dispatcher copies its token counts "
+                                         "to the host in every MoE layer (token_dispatcher.py), which no full-iteration or "
+                                         "moe-scope CUDA graph can capture")
+        graphs = assumed["cuda_graphs"] = _moe_recipe(hw, "cuda_graphs", "other") or "none"
+        if uncapturable(graphs):
+            graphs = assumed["cuda_graphs"] = "none"
     if graphs is None and kind in RECIPE_GRAPHS and agreed.get("cuda_graphs", False):
         graphs = assumed["cuda_graphs"] = RECIPE_GRAPHS[kind]
     params = replace(params, host=replace(params.host, graphed=graphed(c, graphs)))
     main_grads = cell_or_recipe("main_grads", lambda k: c.choice(k, STATE_DTYPES))
     return state_dtypes(params, main_grads == "bf16", c.choice("optimizer_states", STATE_DTYPES) == "bf16"), assumed
+
+
+def uncapturable(scopes: str | None) -> bool:
+    """Whether CUDA graphs of `scopes` (a cuda_graphs cell) would capture an MoE dispatcher's host copy."""
+    names = {x.strip().lower() for x in (scopes or "").split(",")}
+    return bool(names & {"full_iteration", "moe"})
 
 
 def _moe_recipe(hw: Hardware, key: str, precision: str):

@@ -54,37 +54,41 @@ def local_sort_bytes(rows: float, h: int, elem_bytes: float, local_experts: floa
     return 4 * rows * h * elem_bytes if local_experts > 1 else 0.0
 
 
-def dispatch_local_bytes(params, rows: float, tokens: float, h: int, elem_bytes: float, local_experts: float,
-                         group: int) -> float:
-    """Bytes per pass a rank's dispatcher moves beside the dense path's permutation, by dispatcher: none
-    under a flex one (moe_node_dedup); the alltoall's sort by local expert (local_sort_bytes); under the
-    allgather dispatcher (moe_allgather; Megatron-Core MoEAllGatherTokenDispatcher, token_dispatcher.py
-    @d98e8a6) the unpermutation writes an output row for every token of the `group` = ep x etp ranks
-    (`restore_shape` the gathered shape, rows of no local expert zero) and its backward reads as many
-    gradient rows: (group - 1) x T x h x B more than the dense path's T."""
+def dispatch_local_bytes(params, rows: float, copies: float, tokens: float, h: int, elem_bytes: float,
+                         local_experts: float, group: int) -> float:
+    """Bytes per pass a rank's dispatcher moves beside the dense path's permutation of its T tokens' `copies`
+    (T x k), by dispatcher: none under a flex one (moe_node_dedup); the alltoall's sort by local expert
+    (local_sort_bytes); under the allgather dispatcher (moe_allgather; Megatron-Core
+    MoEAllGatherTokenDispatcher, token_dispatcher.py @d98e8a6, and Transformer Engine's permutation kernels,
+    one program a token of their input) the permutation reads every one of the `group` = ep x etp ranks'
+    tokens and the unpermutation writes an output row for each (`restore_shape` the gathered shape, rows of
+    no local expert zero), the backward the same the other way: 2 (group - 1) T h B more than the dense
+    path's T; and the `rows` the rank's experts take (rho x etp x T x k) are written and read where the
+    dense path counts T x k: 2 (rows - copies) h B."""
     if params.moe_node_dedup:
         return 0.0
     if params.moe_allgather:
-        return (group - 1) * tokens * h * elem_bytes
+        return 2 * ((group - 1) * tokens + max(0.0, rows - copies)) * h * elem_bytes if group > 1 else 0.0
     return local_sort_bytes(rows, h, elem_bytes, local_experts)
 
 
-def allgather_bytes(tokens: float, h: int, experts: int, elem_bytes: float) -> tuple[float, float]:
-    """(dispatch, combine) bytes each rank adds to the collectives of Megatron-Core's allgather dispatcher
+def allgather_bytes(tokens: float, h: int, experts: int, elem_bytes: float) -> tuple[tuple[float, ...], float]:
+    """(the dispatch's collectives, the combine's) bytes each rank adds to Megatron-Core's allgather dispatcher
     over its ep x etp group (MoEAllGatherTokenDispatcher.token_dispatch / token_combine @d98e8a6): the
     dispatch all-gathers every rank's T tokens (T x h), routing probabilities (T x E, the router's dtype:
-    the activations', Megatron-Core's default `moe_router_dtype`) and routing map (T x E bools); the
-    combine reduce-scatters the unpermuted T x h outputs of the whole group. Independent of top-k and of
-    the routing (moe/README.md: "Best For: TP-only setups, small EP, large Top-K"); the backward runs
-    the other collective of the same size each way."""
-    return tokens * (h * elem_bytes + experts * (elem_bytes + 1)), tokens * h * elem_bytes
+    the activations', Megatron-Core's default `moe_router_dtype`) and routing map (T x E bools), three
+    collectives; the combine reduce-scatters the unpermuted T x h outputs of the whole group. Independent of
+    top-k and of the routing (moe/README.md: "Best For: TP-only setups, small EP, large Top-K"). The backward
+    runs the other collective of each (the routing map, gathered without gradient, not: its T x E bytes and
+    latencies counted there too)."""
+    return (tokens * h * elem_bytes, tokens * experts * elem_bytes, tokens * experts), tokens * h * elem_bytes
 
 
 def allgather_buffer_bytes(tokens: float, h: int, elem_bytes: float, group: int) -> float:
     """Bytes of one MoE layer's gathered tokens (the global buffer the all-gather fills, group x T x h)
     and of its unpermuted output before the reduce-scatter (as many), held once a stage beside the
-    stored activations, as CP's all-gather buffers are."""
-    return 2 * group * tokens * h * elem_bytes
+    stored activations, as CP's all-gather buffers are; none in a group of one (no gather: the alltoall's)."""
+    return 2 * group * tokens * h * elem_bytes if group > 1 else 0.0
 
 
 def unfused_permute_bytes(rows: float, h: int, elem_bytes: float) -> float:

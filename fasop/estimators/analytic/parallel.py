@@ -336,7 +336,7 @@ def moe_s(w, gpu, links: GroupLinks, cover: tuple[float, float] = (0.0, 0.0)) ->
     tokens = routed_tokens(w)
     rows = rho * tokens * k * w.etp
     compute = expert_compute_s(w, gpu)
-    sort = dispatch_local_bytes(w.params, rows, tokens, h, e, m.num_experts / w.ep, w.ep * w.etp) \
+    sort = dispatch_local_bytes(w.params, rows, tokens * k, tokens, h, e, m.num_experts / w.ep, w.ep * w.etp) \
         / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
     if not w.params.moe_permute_fusion:
         sort += unfused_permute_bytes(tokens * k, h, e) / (gpu.memory_bytes_per_s * gpu.memory_share(w.params))
@@ -360,10 +360,10 @@ def moe_alltoalls_s(w, links: GroupLinks) -> tuple[float, float]:
     sends them), shrunk to the copies the routing and the dispatcher send (alltoall_s, dispatch_copies)."""
     m, p = w.arch.moe, w.params
     if p.moe_allgather:   # rings over the ep x etp group, consecutive ranks (ETP innermost), whatever the routing
-        n = w.ep * w.etp
-        return tuple((n - 1) * ring_step_s(x, n, 1, links) if n > 1 else 0.0
-                     for x in allgather_bytes(routed_tokens(w), m.routed_width(w.arch.hidden_size), m.num_experts,
-                                              w.recipe.value_bytes))
+        n, (dispatch, combine) = w.ep * w.etp, allgather_bytes(routed_tokens(w), m.routed_width(w.arch.hidden_size),
+                                                              m.num_experts, w.recipe.value_bytes)
+        return tuple((n - 1) * sum(ring_step_s(x, n, 1, links) for x in sizes) if n > 1 else 0.0
+                     for sizes in (dispatch, (combine,)))
     h, k, tokens = m.routed_width(w.arch.hidden_size), m.experts_per_token, p.moe_load_imbalance * routed_tokens(w)
     spread = (m.num_experts, p.moe_routing, p.moe_rank_dedup, m.router_groups, m.router_group_topk)
     return tuple(alltoall_s(dispatch_bytes(tokens, k, h, b, w.ep), w.ep, w.etp, links, k, p.moe_node_dedup, spread)
