@@ -43,11 +43,16 @@ def test_the_megatron_export_launches_the_moe_software_the_plan_was_estimated_wi
     text, _ = _export(tmp_path, capsys, "h.csv", "megatron")
     assert "--moe-token-dispatcher-type flex" in text and "--moe-flex-dispatcher-backend hybridep" in text
     assert "--overlap-moe-expert-parallel-comm" in text and "alltoall" not in text
+    # HybridEP on the SMs the estimate left it (Megatron-Bridge's 32), the fused permutation the estimate costed
+    assert "--moe-flex-dispatcher-num-sms 32" in text and "--moe-permute-fusion" in text
     # re-estimated as exported: the cluster's analytic section read back from the flags scores the same plan alike
     dedup = "--moe-token-dispatcher-type flex" in text
     overlap = 1.0 if "--overlap-moe-expert-parallel-comm" in text else 0.0
+    sms = int(re.search(r"--moe-flex-dispatcher-num-sms (\d+)", text).group(1)) if dedup else 0
+    fusion = "--moe-permute-fusion" in text
     spec = STOCK.read_text().replace("estimator: analytic\n", f"estimator: analytic\nanalytic:\n  moe_node_dedup: "
                                      f"{str(dedup).lower()}\n  ep_overlap: {overlap}\n", 1)
+    assert (sms, fusion) == (32, True)   # what a cluster that turns the flex dispatcher on estimates (analytic.md)
     (tmp_path / "read_back.yaml").write_text(spec)
     again = _search(tmp_path, capsys, tmp_path / "read_back.yaml", "a.csv", "--ep", row["ep"], "--every-plan")
     same = [r for r in again if all(r[k] == row[k] for k in ("tp", "dp", "pp", "mbs", "ep", "partition"))]
@@ -69,6 +74,26 @@ def test_a_plan_megatron_refuses_the_overlap_for_is_exported_without_it(tmp_path
     args = text.split("MODEL_PARALLEL_ARGS=(")[1]
     assert "--overlap-moe-expert-parallel-comm" not in args and "--moe-token-dispatcher-type flex" in args
     assert "refuses --overlap-moe-expert-parallel-comm with a pipeline without virtual stages" in err
+
+
+@pytest.mark.parametrize("model, flags, why", [
+    ("qwen3-30b-a3b", ["--recompute", "full"], "full recompute"),
+    ("qwen3-30b-a3b", ["--recompute", "selective:moe"], "moe recompute"),
+    ("nemotron-3-nano-30b-a3b", [], "a hybrid Mamba model"),              # HybridModel builds no schedule plan
+    ("qwen3-30b-a3b", ["--zero", "3", "--cuda-graphs", "attn,moe_router"],  # mcore_fsdp_adapter.py
+     "Megatron-FSDP and per-layer CUDA graphs"),
+])
+def test_where_megatron_refuses_the_overlap_the_estimate_does_not_count_it(tmp_path, capsys, model, flags, why):
+    # the HybridEP rack with the overlap scores the plan as the same rack without it, and its export says why
+    off = tmp_path / "off.yaml"
+    off.write_text(HYBRIDEP.read_text().replace("ep_overlap: 1.0", "ep_overlap: 0.0"))
+    plan = ["--model", model, "--ep", "8", "--top", "1", *flags]
+    (on_row,) = _search(tmp_path, capsys, HYBRIDEP, "on.csv", *plan)
+    (off_row,) = _search(tmp_path, capsys, off, "off.csv", *plan)
+    assert int(on_row["ep"]) == 8 and on_row["step_time_s"] == off_row["step_time_s"]
+    text, err = _export(tmp_path, capsys, "on.csv", "megatron")
+    assert f"refuses --overlap-moe-expert-parallel-comm with {why}" in err
+    assert "--overlap-moe-expert-parallel-comm" not in text.split("MODEL_PARALLEL_ARGS=(")[1]
 
 
 def test_torchtitan_export_says_what_it_cannot_launch(tmp_path, capsys):
@@ -93,6 +118,7 @@ def small_moe() -> Architecture:
     {"recipe": Recipe(precision="fp32")},                                     # "only supported with bf16 or fp16"
     {"graphed": ("attn", "moe")},                                             # "CUDA graph scope on moe and mlp"
     {"graphed": ("mlp",)},
+    {"recipe": Recipe(zero=3), "graphed": ("attn",)},                       # "1F1B overlap with FSDP ... per-layer"
 ])
 def test_the_estimate_credits_no_overlap_megatron_refuses(change):
     # pp 1, 4 micro-batches: 3/4 of the passes paired; none where Megatron-Core asserts against the overlap

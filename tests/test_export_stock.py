@@ -71,7 +71,9 @@ def test_every_megatron_flag_of_the_exports_exists(tmp_path, monkeypatch, capsys
     assert {"--expert-model-parallel-size", "--context-parallel-size", "--use-megatron-fsdp", "--ckpt-format",
             "--megatron-fsdp-main-grads-dtype",
             "--moe-latent-size", "--moe-router-num-groups", "--moe-router-group-topk", "--hybrid-layer-pattern", "--mtp-num-layers", "--cpu-offloading-num-layers", "--recompute-method",
-            "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--first-last-layers-bf16", "--num-layers-at-end-in-bf16"} <= flags
+            "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--first-last-layers-bf16", "--num-layers-at-end-in-bf16",
+            "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-flex-dispatcher-num-sms",
+            "--moe-router-dtype", "--moe-permute-fusion", "--overlap-moe-expert-parallel-comm"} <= flags
     arguments = _show(MEGATRON, "megatron/training/arguments.py")
     excluded = set(re.findall(r'^\s+"([a-z0-9_]+)",', arguments.split("transformer_factory = ")[0]
                               .rsplit("exclude = [", 1)[-1], re.M))

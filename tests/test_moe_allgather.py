@@ -153,5 +153,10 @@ def test_alltoall_seq_is_the_alltoall_without_permute_fusion(tmp_path):
     with pytest.raises(FasopError, match=r"line 2: moe_permute_fusion: 1: .*alltoall_seq .*without permute fusion"):
         validate(tmp_path / "r.csv")
     (tmp_path / "r.csv").write_text(head + f"seq,{plan},alltoall_seq,,1,bf16,none,1\n")
-    with pytest.raises(FasopError, match=r"ep_overlap: 1: .* not alltoall_seq"):
+    with pytest.raises(FasopError, match=r"ep_overlap: 1: .* after alltoall_seq was removed"):
+        validate(tmp_path / "r.csv")
+    # it ran the experts at the attention's TP (Megatron-Core raised "not support different TP size")
+    (tmp_path / "r.csv").write_text(head + f"seq,{plan.replace(',8,2,1,4096', ',8,1,1,4096')},alltoall_seq,,,bf16,none,1\n")
+    with pytest.raises(FasopError, match=r"line 2: etp: 1: the alltoall_seq dispatcher ran its experts at the "
+                                         r"attention's TP only \(tp = 2\)"):
         validate(tmp_path / "r.csv")

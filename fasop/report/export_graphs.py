@@ -56,12 +56,12 @@ def megatron_graphs(model: ModelSpec, s, warnings: list[str]) -> list[str]:
     moe = arch is not None and arch.moe is not None
     if scopes == ("full_iteration",):
         if moe:
-            warnings.append("cuda_graphs full_iteration on an MoE model: the dropless all-to-all dispatcher estimated "
-                            "copies token counts to the host every layer, which a whole-iteration graph cannot hold; "
-                            "Megatron-Bridge's full-iteration MoE recipes run static shapes instead (--moe-token-"
-                            "dispatcher-type flex --moe-flex-dispatcher-backend hybridep --moe-expert-rank-capacity-"
-                            "factor 1.5: tokens over the budget dropped) -- not written: set them, or plan with "
-                            "--cuda-graphs attn,moe_router,moe_preprocess")
+            flags = "--moe-expert-rank-capacity-factor 1.5" if s.moe_flex else \
+                "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep --moe-expert-rank-capacity-factor 1.5"
+            warnings.append("cuda_graphs full_iteration on an MoE model: the dropless dispatcher estimated copies token "
+                            "counts to the host every layer, which a whole-iteration graph cannot hold; Megatron-Bridge's "
+                            f"full-iteration MoE recipes run static shapes instead ({flags}: tokens over the budget "
+                            "dropped) -- not written: set them, or plan with --cuda-graphs attn,moe_router,moe_preprocess")
         return list(MEGATRON_FULL_ITERATION)
     args = [f"--cuda-graph-impl {MEGATRON_PER_LAYER_IMPL}", "--cuda-graph-modules " + " ".join(scopes),
             "--te-rng-tracker"]

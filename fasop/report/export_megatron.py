@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import itertools
 
+from fasop.estimators.analytic.moe_kernels import ep_overlap_refusal
 from fasop.estimators.analytic.parallel import expert_data_parallel
 from fasop.plans.rowplan import RowPlan
-from fasop.report.export_graphs import megatron_graphs
+from fasop.report.export_graphs import megatron_graphs, scopes_of
 from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
                                           settings_of, stage_slices, transformer_counts)
 from fasop.specs.types import ModelSpec
@@ -36,8 +37,7 @@ ZeRO-1 only (its fp32 main-grad buffer stays whole: a ZeRO-2 plan would need ful
 def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str]:
     """Context and expert parallelism (07_moe_cp_fsdp.md §5.1): --context-parallel-size with the row's
     exchange, TE's p2p ring, a2a or all_gather (rowplan checked it; an empty cell is the ring), and for an MoE
-    model its experts, EP / ETP, the alltoall dispatcher and grouped GEMMs (the estimate's all-to-all and
-    grouped-GEMM efficiency)."""
+    model its experts, EP / ETP and the MoE software the estimate costed (moe_software_args)."""
     arch = model.architecture
     args = [f"--context-parallel-size {p.cp}", f"--cp-comm-type {s.cp_comm}"] if p.cp > 1 else []
     moe = arch.moe if arch is not None else None
@@ -55,34 +55,36 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
     if freq:  # None: a hybrid model, whose --hybrid-layer-pattern places the experts (hybrid_args)
         args.append(f'--moe-layer-freq "{freq}"')
     args += [f"--expert-model-parallel-size {p.ep}", f"--expert-tensor-parallel-size {p.etp}"]
-    # the dispatcher the estimate costed: the alltoall's k copies, or flex's once per node (the cluster's analytic
-    # moe_node_dedup, HybridEP's: the flex backend that also runs across a multi-node NVLink domain)
-    args += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend hybridep"] if s.moe_flex else \
-        ["--moe-token-dispatcher-type alltoall"]
+    return args + moe_software_args(p, model, s, warnings)
+
+
+def moe_software_args(p, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str]:
+    """The MoE software the estimate costed (the cluster's analytic constants, export Settings): the alltoall
+    dispatcher's k copies, or flex's once per node (`moe_node_dedup`) as HybridEP runs it -- the flex backend that
+    also spans a multi-node NVLink domain, on the SMs the estimate left it (catalog_clusters.FLEX_DISPATCHER_SMS),
+    with the fp32 router Megatron-Bridge's HybridEP recipes set (its forward GEMM at the 16-bit rate, fasop's
+    router cost unchanged); the fused permutation; and the EP A2A overlap where Megatron-Core runs it."""
+    args = []
+    if s.moe_flex and p.ep * p.etp > 1:
+        args += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend hybridep",
+                 "--moe-router-dtype fp32"]
+        args += [f"--moe-flex-dispatcher-num-sms {s.moe_comm_sms}"] if s.moe_comm_sms else []
+    else:
+        args.append("--moe-token-dispatcher-type alltoall")
     args.append("--moe-grouped-gemm")
+    if s.moe_permute_fusion:   # TransformerConfig.moe_permute_fusion (default False): the estimate's fused kernels
+        args.append("--moe-permute-fusion")
     if s.ep_overlap and p.ep > 1:
-        why = ep_overlap_refusal(p.pp, s)
+        why = ep_overlap_refusal(pp=p.pp, virtual_stages=s.virtual_stages, recompute=s.recompute.split(":")[0],
+                                 recompute_modules=tuple(recompute_modules(s.recompute)), mtp=s.mtp_layers,
+                                 precision=s.precision or "bf16", graphed=tuple(scopes_of(s.cuda_graphs)),
+                                 zero=s.zero_stage, hybrid=is_hybrid(model))
         if why:
             warnings.append(f"the cluster's analytic ep_overlap: Megatron-Core refuses --overlap-moe-expert-parallel-comm "
-                            f"with {why} (transformer_config.py), and the estimate counted no overlap for it; not written")
+                            f"with {why}, and the estimate counted no overlap for it; not written")
         else:
             args.append("--overlap-moe-expert-parallel-comm")
     return args
-
-
-def ep_overlap_refusal(pp: int, s: Settings) -> str:
-    """Why Megatron-Core refuses EP A2A overlap for the plan ('' where it runs it): transformer_config.py's
-    asserts (moe_kernels.ep_overlap_paired_share counts no overlap for the same plans)."""
-    modules = recompute_modules(s.recompute)
-    graphed = {m.strip() for m in s.cuda_graphs.split(",")} & {"moe", "mlp"}
-    for refused, why in ((pp > 1 and s.virtual_stages == 1, "a pipeline without virtual stages"),
-                         (s.recompute == "full", "full recompute"), ("moe" in modules, "moe recompute"),
-                         (s.mtp_layers > 1, f"{s.mtp_layers} MTP depths (at most 1)"),
-                         (s.precision in ("fp32", "tf32"), f"a {s.precision} model (bf16 or fp16 only)"),
-                         (bool(graphed), f"CUDA graphs of {' and '.join(sorted(graphed))}")):
-        if refused:
-            return why
-    return ""
 
 
 def recompute_modules(recompute: str) -> list[str]:
@@ -203,6 +205,11 @@ def megatron(rp: RowPlan, model: ModelSpec, params=None) -> Export:
     warnings += megatron_refusals(p, model, s)
     if s.zero_stage in MEGATRON_FSDP:
         notes.append("# Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (arguments.py asserts it)")
+    if "--moe-flex-dispatcher-backend hybridep" in args:   # fused_a2a.py imports it; HybridEP is DeepEP's hybrid-ep branch
+        notes.append("# HybridEP: install DeepEP's hybrid-ep build (Megatron-Core's fused_a2a.py imports it)")
+    if "--overlap-moe-expert-parallel-comm" in args:   # transformer_config.py; arguments.py warns on tp / cp with it
+        notes.append("# EP overlap: torch >= 2.6 (transformer_config.py asserts it); with tp or cp > 1 on Hopper, "
+                     "CUDA_DEVICE_MAX_CONNECTIONS=1 serialises its streams (arguments.py warns)")
     if s.precision is None:
         notes.append("# 16-bit training as profiled: add --bf16 or --fp16")
     if not (s.recompute != "none" or s.sequence_parallel or s.zero_stage):

@@ -57,7 +57,11 @@ class Settings:
     as Megatron-Core's flex dispatcher runs it); False: the alltoall dispatcher."""
     ep_overlap: bool = False
     """The estimate hid the EP all-to-alls behind another micro-batch's compute (the cluster's analytic `ep_overlap`
-    above 0: Megatron-Core's --overlap-moe-expert-parallel-comm)."""
+    above 0: Megatron-Core's --overlap-moe-expert-parallel-comm, where it runs it)."""
+    moe_comm_sms: int = 0
+    """SMs the flex dispatcher's kernels hold in the estimate (catalog_clusters.FLEX_DISPATCHER_SMS)."""
+    moe_permute_fusion: bool = True
+    """The estimate's fused MoE permutation (analytic `moe_permute_fusion`; Megatron-Core's default is off)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,9 @@ def settings_of(rp: RowPlan, params=None) -> Settings:
                     main_grads="bf16" if row.get("main_grads") == "bf16" else "fp32",
                     optimizer_states="bf16" if row.get("optimizer_states") == "bf16" else "fp32",
                     moe_flex=bool(params is not None and params.moe_node_dedup),
-                    ep_overlap=bool(params is not None and params.ep_overlap > 0), **row_software(rp))
+                    ep_overlap=bool(params is not None and params.ep_overlap > 0),
+                    moe_comm_sms=params.moe_comm_sms if params is not None else 0,
+                    moe_permute_fusion=params is None or params.moe_permute_fusion, **row_software(rp))
 
 
 def row_software(rp: RowPlan) -> dict:

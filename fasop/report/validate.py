@@ -274,6 +274,8 @@ def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
     if not P.valid_expert_degrees(tp, cp, dp, ep, etp, experts):
         raise c.error("ep", f"ep = {ep}, etp = {etp}: ep must divide the {experts} experts and ep x etp the "
                             f"tp x cp x dp = {tp * cp * dp} ranks of a stage")
+    if c.text("moe_dispatcher").lower() == "alltoall_seq" and etp != tp:   # Megatron-Core < 0.13 raised it
+        raise c.error("etp", f"{etp}: the alltoall_seq dispatcher ran its experts at the attention's TP only (tp = {tp})")
     shard = c.int("dp_shard", 0)
     if shard and (dp * cp) % shard:
         raise c.error("dp_shard", f"{shard} does not divide dp x cp = {dp * cp}")

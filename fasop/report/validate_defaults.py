@@ -13,6 +13,7 @@ from fasop.estimators.analytic.moe_kernels import ROUTINGS
 from fasop.estimators.analytic.memory import state_dtypes
 from fasop.report.validate_rows import Cells, Hardware
 from fasop.specs.catalog import AnalyticParams
+from fasop.specs.catalog_clusters import FLEX_DISPATCHER_SMS
 from fasop.specs.host_ops import GRAPH_SCOPES, graph_scopes
 from fasop.specs.validate_software import (MOE_DISPATCHERS, STATE_DTYPES, VALIDATE_MOE_SOFTWARE, VALIDATE_SOFTWARE,
                                            VALIDATE_STACK_SOFTWARE, moe_default)
@@ -28,7 +29,7 @@ HOST_SYNCED = ("allgather", "alltoall_seq")
 """Dispatchers a row may name that Megatron-Core's EP overlap refuses and whose per-layer host copy of the token
 counts no whole-iteration or `moe`-scope CUDA graph captures: their recipe values of those are dropped, a stated one
 refused. (The dropless `alltoall` copies its counts to the host too; its rows keep what the recipe ran.)"""
-DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
+DISPATCHER_SMS = {"deepep": 20, "hybridep": FLEX_DISPATCHER_SMS}
 """SMs a backend's dispatch / combine kernels hold: DeepEP 20 (Megatron-Core TransformerConfig
 `moe_deepep_num_sms`, its historical default), HybridEP 32 (Megatron-Bridge's performance recipes set
 `moe_hybridep_num_sms = 32` for every HybridEP run, perf_recipes/_common.py @067f987); `flex` names no
@@ -93,8 +94,10 @@ def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fal
     overlap = cell_or_recipe("ep_overlap", lambda k: c.share(k, None) if c.text(k) else None, "moe")
     if dispatcher in HOST_SYNCED:   # Megatron-Core asserts the EP overlap on alltoall / flex only
         if overlap and "ep_overlap" not in assumed:
+            why = "not allgather (transformer_config.py)" if dispatcher == "allgather" else \
+                "and arrived after alltoall_seq was removed (Megatron-LM ae1c882 after 9e3adb5)"
             raise c.error("ep_overlap", f"{c.text('ep_overlap')}: Megatron-Core's EP overlap runs with the alltoall "
-                                        f"or flex dispatcher only, not {dispatcher} (transformer_config.py)")
+                                        f"or flex dispatcher only, {why}")
         assumed.pop("ep_overlap", None)   # a recipe's (or a cluster's) overlap did not run with it
         overlap = 0
     fusion = c.flag("moe_permute_fusion", base.moe_permute_fusion and dispatcher != "alltoall_seq")

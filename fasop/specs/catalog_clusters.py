@@ -6,6 +6,7 @@ the GPU catalog (fasop/specs/catalog.py); its `analytic:` section overrides the 
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 from pathlib import Path
 
 from fasop.core import limits
@@ -14,6 +15,12 @@ from fasop.specs.catalog import PARAM_KEYS, default_params, find_gpu, load_gpus,
 from fasop.specs.reader import Reader
 from fasop.specs.types import GIB, ClusterSpec, NodeType
 
+FLEX_DISPATCHER_SMS = 32
+"""SMs the flex dispatcher's kernels hold while they run, where a cluster's `analytic:` section turns on
+`moe_node_dedup`: HybridEP as Megatron-Bridge's performance recipes run it (`moe_hybridep_num_sms = 32` in every
+HybridEP recipe, perf_recipes/_common.py @067f987), the backend `fasop export` launches with
+--moe-flex-dispatcher-num-sms. Under EP overlap the compute beside its kernels keeps the other SMs
+(estimators.analytic.moe_kernels.overlap_kept_share)."""
 _NODE_KEYS = ("instance", "gpu", "gpus_per_node", "inter_node_gbit_per_s", "usd_per_hour", "spot_usd_per_hour",
               "price_date", "price_source", "memory_gib")
 
@@ -26,6 +33,8 @@ def load_catalog_cluster(path: Path, data: dict) -> ClusterSpec:
     params = default_params()
     if "analytic" in top.data:
         params = read_params(top.sub("analytic", PARAM_KEYS), params)
+        if params.moe_node_dedup and not params.moe_comm_sms:
+            params = replace(params, moe_comm_sms=FLEX_DISPATCHER_SMS)
     types_reader = top.sub("node_types")
     node_types = {}
     for name in types_reader.data:

@@ -117,6 +117,27 @@ def overlap_kept_share(w, gpu) -> float:
     return 1.0 / (1.0 + w.params.overlap_slowdown)
 
 
+def ep_overlap_refusal(*, pp: int, virtual_stages: int, recompute: str, recompute_modules: tuple[str, ...], mtp: int,
+                       precision: str, graphed: tuple[str, ...], zero: int, hybrid: bool) -> str:
+    """Why Megatron-Core refuses its EP A2A overlap (--overlap-moe-expert-parallel-comm) for a plan; '' where it
+    runs it. Megatron-LM @d98e8a6: transformer_config.py asserts a virtual pipeline when pp > 1, no full
+    recompute, no `moe` among the recomputed modules, at most one MTP depth, a bf16 / fp16 model, no
+    Transformer Engine graph of the `moe` / `mlp` scope; mcore_fsdp_adapter.py no per-layer CUDA graph under
+    Megatron-FSDP (ZeRO 2 / 3 in a Megatron export); and the schedule asks the model for
+    `build_schedule_plan`, which only GPTModel has (combined_1f1b.py; a hybrid Mamba model has none)."""
+    per_layer = [g for g in graphed if g not in ("none", "full_iteration")]
+    for refused, why in ((pp > 1 and virtual_stages == 1, "a pipeline without virtual stages"),
+                         (recompute == "full", "full recompute"), ("moe" in recompute_modules, "moe recompute"),
+                         (mtp > 1, f"{mtp} MTP depths (at most 1)"),
+                         (precision in ("fp32", "tf32"), f"a {precision} model (bf16 or fp16 only)"),
+                         (bool({"moe", "mlp"} & set(graphed)), "CUDA graphs of the moe or mlp scope"),
+                         (zero >= 2 and bool(per_layer), "Megatron-FSDP and per-layer CUDA graphs"),
+                         (hybrid, "a hybrid Mamba model (no overlap schedule plan: combined_1f1b.py)")):
+        if refused:
+            return why
+    return ""
+
+
 def ep_overlap_paired_share(w) -> float:
     """Share of a rank's micro-batch passes that Megatron-Core's EP A2A overlap pairs (a forward with
     another micro-batch's backward); the others run alone and expose their all-to-alls in full.
@@ -127,13 +148,11 @@ def ep_overlap_paired_share(w) -> float:
       (`get_pp_rank_microbatches`: one more than without the overlap "to ensure the forward and
       backward computations are independent"), and as many cool-down backwards run alone: of m·v
       chunk passes, 1 - W/(m·v), W the mean over the ranks, (p - 1) + (v - 1)·p + 1;
-    - where Megatron-Core refuses the overlap (transformer_config.py `overlap_moe_expert_parallel_comm`), 0:
-      pp > 1 without virtual stages (`virtual_pipeline_model_parallel_size` must be set), full recompute,
-      `moe` among the recomputed modules, more than one MTP depth, an fp32 / tf32 model (bf16 or fp16 only),
-      Transformer Engine CUDA graphs of the `moe` or `mlp` scope."""
+    - where Megatron-Core refuses the overlap (ep_overlap_refusal), 0."""
     m, p, v, r = w.num_microbatches, w.pp, w.recipe.virtual_stages, w.recipe
-    if r.recompute == "full" or (p > 1 and v == 1) or "moe" in r.recompute_modules or w.mtp > 1 \
-            or r.precision in ("fp32", "tf32") or {"moe", "mlp"} & set(w.params.host.graphed):
+    if ep_overlap_refusal(pp=p, virtual_stages=v, recompute=r.recompute, recompute_modules=r.recompute_modules,
+                          mtp=w.mtp, precision=r.precision, graphed=w.params.host.graphed, zero=r.zero,
+                          hybrid=bool(set(w.arch.kinds) - {"dense", "moe"})):
         return 0.0
     if p == 1:
         return (m - 1) / m
