@@ -109,7 +109,7 @@ def software(c: Cells, hw: Hardware, kind: str, precision: str, fsdp: bool = Fal
                      moe_node_dedup=base.moe_node_dedup if dispatcher is None else dispatcher in ("flex", "deepep", "hybridep"),
                      moe_allgather=dispatcher == "allgather",
                      moe_rank_dedup=dispatcher == "deepep", moe_routing=c.choice("moe_routing", ROUTINGS, "uniform"),
-                     moe_comm_sms=DISPATCHER_SMS.get(dispatcher, 0),
+                     moe_comm_sms=base.moe_comm_sms if dispatcher is None else DISPATCHER_SMS.get(dispatcher, 0),
                      moe_permute_fusion=fusion)
     graphs = cell_or_recipe("cuda_graphs", lambda k: c.text(k) or None, "moe")
     if dispatcher in HOST_SYNCED and uncapturable(graphs):
