@@ -29,6 +29,7 @@ CONFIG_FILES = ("megatron/core/transformer/transformer_config.py", "megatron/cor
 
 GB200 = str(Path(__file__).parent / "data" / "gb200_nvl72_cluster.yaml")
 HYBRIDEP = str(Path(__file__).parent / "data" / "gb200_nvl72_hybridep_cluster.yaml")
+TP_OVERLAP = str(Path(__file__).parent / "data" / "p5_tp_overlap_cluster.yaml")
 # (model, search flags): plans whose exports carry the issue's dimensions
 PLANS = [
     ("deepseek-v3", ["--nodes", "p5=16,p6-b200=16", "--heterogeneous", "--mtp-layers", "1"]),   # EP, MTP, MLA, layout
@@ -42,6 +43,7 @@ PLANS = [
     ("llama-3-8b", ["--nodes", "p6-b200=1", "--precision", "nvfp4", "--bf16-layers", "4"]),       # NVFP4, 16-bit layers
     ("mixtral-8x7b", ["--nodes", "p6-b200=2", "--precision", "mxfp8"]),                            # MXFP8 experts
     ("qwen3-30b-a3b", ["--cluster", HYBRIDEP, "--nodes", "gb200=4"]),                               # flex, EP overlap
+    ("llama-3-70b", ["--cluster", TP_OVERLAP, "--nodes", "p5=4", "--sequence-parallel", "on"]),     # TP overlap
 ]
 
 
@@ -73,7 +75,8 @@ def test_every_megatron_flag_of_the_exports_exists(tmp_path, monkeypatch, capsys
             "--moe-latent-size", "--moe-router-num-groups", "--moe-router-group-topk", "--hybrid-layer-pattern", "--mtp-num-layers", "--cpu-offloading-num-layers", "--recompute-method",
             "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--first-last-layers-bf16", "--num-layers-at-end-in-bf16",
             "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-flex-dispatcher-num-sms",
-            "--moe-router-dtype", "--moe-permute-fusion", "--overlap-moe-expert-parallel-comm"} <= flags
+            "--moe-router-dtype", "--moe-permute-fusion", "--overlap-moe-expert-parallel-comm",
+            "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap"} <= flags
     arguments = _show(MEGATRON, "megatron/training/arguments.py")
     excluded = set(re.findall(r'^\s+"([a-z0-9_]+)",', arguments.split("transformer_factory = ")[0]
                               .rsplit("exclude = [", 1)[-1], re.M))

@@ -202,6 +202,7 @@ def megatron(rp: RowPlan, model: ModelSpec, params=None) -> Export:
     if s.offload_layers:  # TransformerConfig.cpu_offloading_num_layers; arguments.py sets cpu_offloading from it
         args.append(f"--cpu-offloading-num-layers {s.offload_layers}")
     args += megatron_graphs(model, s, warnings)
+    args += _megatron_overlaps(p, model, s, warnings)
     warnings += megatron_refusals(p, model, s)
     if s.zero_stage in MEGATRON_FSDP:
         notes.append("# Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (arguments.py asserts it)")
@@ -253,6 +254,29 @@ def _megatron_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[s
                      f"--decoder-last-pipeline-num-layers {counts[-1]} instead of the layout")
     return [f"--num-layers {sum(transformer_counts(model.layer_kinds, partition))}",
             f'--pipeline-model-parallel-layout "{layout}"']
+
+
+def _megatron_overlaps(p, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str]:
+    """The communication the estimate hid (the cluster's analytic constants): the data-parallel reduction during
+    the backward (--overlap-grad-reduce; Megatron-Core's DistributedDataParallelConfig default is off) and, with
+    the distributed optimizer or Megatron-FSDP, the weights' all-gather during the next forward
+    (--overlap-param-gather, which arguments.py allows only with both) -- where the plan reduces over more than one
+    rank, dense or expert; and the TP collectives behind the matmuls (--tp-comm-overlap: sequence parallelism only)."""
+    args = []
+    moe = model.architecture is not None and model.architecture.moe is not None
+    reduces = p.dp * p.cp > 1 or (moe and expert_data_parallel(p.tp, p.cp, p.dp, p.ep, p.etp) > 1)
+    if s.overlap_grad_reduce and reduces:
+        args.append("--overlap-grad-reduce")
+        if s.zero_stage >= 1:
+            args.append("--overlap-param-gather")
+    if s.tp_overlap > 0 and p.tp > 1:
+        if s.sequence_parallel:
+            args.append("--tp-comm-overlap")
+        else:
+            warnings.append(f"the cluster's analytic tp_overlap {s.tp_overlap:g}: the estimate hid that share of the TP "
+                            "collectives, but Megatron-LM overlaps them only with sequence parallelism (arguments.py); "
+                            "--tp-comm-overlap not written")
+    return args
 
 
 def _megatron_settings(tp: int, s: Settings, warnings: list[str]) -> list[str]:

@@ -62,6 +62,11 @@ class Settings:
     """SMs the flex dispatcher's kernels hold in the estimate (catalog_clusters.FLEX_DISPATCHER_SMS)."""
     moe_permute_fusion: bool = True
     """The estimate's fused MoE permutation (analytic `moe_permute_fusion`; Megatron-Core's default is off)."""
+    overlap_grad_reduce: bool = False
+    """The estimate reduced gradients during the backward and gathered ZeRO's weights during the next forward (analytic
+    `overlap_grad_reduce`; False: after the backward, as FASOP's profiled estimate and Megatron-Core's default)."""
+    tp_overlap: float = 0.0
+    """The share of the TP collectives the estimate hid behind matmuls (analytic `tp_overlap`)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,9 @@ def settings_of(rp: RowPlan, params=None) -> Settings:
                     moe_flex=bool(params is not None and params.moe_node_dedup),
                     ep_overlap=bool(params is not None and params.ep_overlap > 0),
                     moe_comm_sms=params.moe_comm_sms if params is not None else 0,
-                    moe_permute_fusion=params is None or params.moe_permute_fusion, **row_software(rp))
+                    moe_permute_fusion=params is None or params.moe_permute_fusion,
+                    overlap_grad_reduce=bool(params is not None and params.overlap_grad_reduce),
+                    tp_overlap=params.tp_overlap if params is not None else 0.0, **row_software(rp))
 
 
 def row_software(rp: RowPlan) -> dict:

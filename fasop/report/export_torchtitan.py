@@ -54,6 +54,10 @@ def torchtitan(rp: RowPlan, model: ModelSpec, params=None) -> Export:
         if s.ep_overlap:
             warnings.append("the estimate hides the EP all-to-alls behind compute (the cluster's analytic ep_overlap, "
                             "Megatron-Core's EP A2A overlap): torchtitan's config has no such option; not written")
+    if s.tp_overlap > 0 and p.tp > 1:   # configs.py enable_async_tensor_parallel (needs torch.compile) is another scheme
+        warnings.append(f"the cluster's analytic tp_overlap {s.tp_overlap:g}: the estimate hid that share of the TP "
+                        "collectives; torchtitan's overlap is async TP (enable_async_tensor_parallel, with torch.compile), "
+                        "not what was estimated; not written")
     if is_hybrid(model):
         warnings.append("torchtitan has no hybrid Mamba / attention model (torchtitan/models at its 2026-08 HEAD): "
                         "the recipe's module names assume Transformer blocks; bring a model of your own")

@@ -1,0 +1,71 @@
+"""The communication a plan's estimate hides is the communication its Megatron-LM export overlaps: the analytic
+estimator reduces gradients during the backward and gathers ZeRO's weights during the next forward
+(analytic.yaml `overlap_grad_reduce`, on by default), and a cluster's `tp_overlap` hides a share of the TP
+collectives -- Megatron-Core does none of it unless told (`--overlap-grad-reduce`, `--overlap-param-gather`,
+`--tp-comm-overlap`: DistributedDataParallelConfig / ModelParallelConfig default off). Before, no export wrote them."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from fasop.cli.command import main
+
+DATA = Path(__file__).parent / "data"
+TP_OVERLAP = DATA / "p5_tp_overlap_cluster.yaml"
+
+
+def _plan(tmp_path, capsys, cluster: str, *flags: str, out: str = "r.csv") -> tuple[dict, str, str]:
+    assert main(["search", "--model", "llama-3-8b", "--cluster", cluster, "--nodes", "p5=2", "--top", "1",
+                 "--no-progress", "--out", str(tmp_path / out), *flags]) == 0
+    capsys.readouterr()
+    with open(tmp_path / out, newline="") as f:
+        (row,) = csv.DictReader(f)
+    assert main(["export", "--from", str(tmp_path / out), "--target", "megatron"]) == 0
+    captured = capsys.readouterr()
+    return row, captured.out.split("MODEL_PARALLEL_ARGS=(")[1], captured.err
+
+
+def test_the_export_overlaps_the_reduction_the_estimate_hid(tmp_path, capsys):
+    row, args, _ = _plan(tmp_path, capsys, "aws", "--zero", "1")
+    assert int(row["dp"]) > 1
+    assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args and "--use-distributed-optimizer" in args
+    # ZeRO 0: no weight all-gather to overlap (arguments.py allows --overlap-param-gather only with a sharded optimizer)
+    _, args, _ = _plan(tmp_path, capsys, "aws", "--zero", "0", out="z.csv")
+    assert "--overlap-grad-reduce" in args and "--overlap-param-gather" not in args
+
+
+def test_a_cluster_that_reduces_after_the_backward_exports_no_overlap(tmp_path, capsys):
+    spec = (DATA.parent.parent / "fasop" / "data" / "cluster_specs" / "aws.yaml").read_text()
+    after = tmp_path / "after.yaml"
+    after.write_text(spec.replace("estimator: analytic\n", "estimator: analytic\nanalytic:\n  overlap_grad_reduce: false\n", 1))
+    on, args_on, _ = _plan(tmp_path, capsys, "aws", "--zero", "1")
+    off, args_off, _ = _plan(tmp_path, capsys, str(after), "--zero", "1", out="off.csv")
+    assert "overlap" not in args_off and "--overlap-grad-reduce" in args_on
+    assert float(off["step_time_s"]) > float(on["step_time_s"])   # the exposed reduction the flags hide
+
+
+def _tp_row(tmp_path, capsys, sp: str, target: str = "megatron") -> tuple[str, str]:
+    out = tmp_path / f"sp_{sp}.csv"
+    assert main(["search", "--model", "llama-3-8b", "--cluster", str(TP_OVERLAP), "--nodes", "p5=2", "--every-plan",
+                 "--no-progress", "--sequence-parallel", sp, "--out", str(out)]) == 0
+    capsys.readouterr()
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    k = next(i for i, r in enumerate(rows) if int(r["tp"]) == 4 and r["is_oom"] == "False")
+    assert main(["export", "--from", str(out), "--target", target, "--row", str(k + 1)]) == 0
+    captured = capsys.readouterr()
+    return captured.out.split("MODEL_PARALLEL_ARGS=(")[-1], captured.err
+
+
+def test_a_clusters_tp_overlap_needs_sequence_parallelism(tmp_path, capsys):
+    args, _ = _tp_row(tmp_path, capsys, "on")
+    assert "--tp-comm-overlap" in args and "--sequence-parallel" in args
+    args, err = _tp_row(tmp_path, capsys, "off")
+    assert "--tp-comm-overlap" not in args and "tp_overlap 0.5" in err and "only with sequence parallelism" in err
+    # a cluster without it writes none
+    _, args, _ = _plan(tmp_path, capsys, "aws")
+    assert "--tp-comm-overlap" not in args
+    # torchtitan's async TP is another scheme: said, not written
+    text, err = _tp_row(tmp_path, capsys, "on", "torchtitan")
+    assert "tp_overlap 0.5" in err and "async" in err and "enable_async_tensor_parallel" not in text.split("def fasop_plan")[1]
