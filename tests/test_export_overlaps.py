@@ -69,3 +69,13 @@ def test_a_clusters_tp_overlap_needs_sequence_parallelism(tmp_path, capsys):
     # torchtitan's async TP is another scheme: said, not written
     text, err = _tp_row(tmp_path, capsys, "on", "torchtitan")
     assert "tp_overlap 0.5" in err and "async" in err and "enable_async_tensor_parallel" not in text.split("def fasop_plan")[1]
+
+
+def test_a_cluster_without_fused_kernels_launches_without_them(tmp_path, capsys):
+    # analytic fused_attention / gradient_accumulation_fusion false: the estimate costs the unfused attention and the
+    # separate accumulation, so the launch turns Megatron-Core's defaults off; the stock catalog turns nothing off
+    row, args, _ = _plan(tmp_path, capsys, str(DATA / "p5_unfused_cluster.yaml"))
+    assert "--attention-backend unfused" in args and "--no-gradient-accumulation-fusion" in args
+    plain, args, _ = _plan(tmp_path, capsys, "aws", out="plain.csv")
+    assert "--attention-backend" not in args and "gradient-accumulation" not in args
+    assert float(row["step_time_s"]) > float(plain["step_time_s"])

@@ -44,6 +44,7 @@ PLANS = [
     ("mixtral-8x7b", ["--nodes", "p6-b200=2", "--precision", "mxfp8"]),                            # MXFP8 experts
     ("qwen3-30b-a3b", ["--cluster", HYBRIDEP, "--nodes", "gb200=4"]),                               # flex, EP overlap
     ("llama-3-70b", ["--cluster", TP_OVERLAP, "--nodes", "p5=4", "--sequence-parallel", "on"]),     # TP overlap
+    ("llama-3-8b", ["--cluster", str(Path(__file__).parent / "data" / "p5_unfused_cluster.yaml"), "--nodes", "p5=1"]),
 ]
 
 
@@ -76,7 +77,8 @@ def test_every_megatron_flag_of_the_exports_exists(tmp_path, monkeypatch, capsys
             "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--first-last-layers-bf16", "--num-layers-at-end-in-bf16",
             "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-flex-dispatcher-num-sms",
             "--moe-router-dtype", "--moe-permute-fusion", "--overlap-moe-expert-parallel-comm",
-            "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap"} <= flags
+            "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--no-gradient-accumulation-fusion",
+            "--attention-backend"} <= flags
     arguments = _show(MEGATRON, "megatron/training/arguments.py")
     excluded = set(re.findall(r'^\s+"([a-z0-9_]+)",', arguments.split("transformer_factory = ")[0]
                               .rsplit("exclude = [", 1)[-1], re.M))

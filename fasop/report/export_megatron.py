@@ -202,7 +202,7 @@ def megatron(rp: RowPlan, model: ModelSpec, params=None) -> Export:
     if s.offload_layers:  # TransformerConfig.cpu_offloading_num_layers; arguments.py sets cpu_offloading from it
         args.append(f"--cpu-offloading-num-layers {s.offload_layers}")
     args += megatron_graphs(model, s, warnings)
-    args += _megatron_overlaps(p, model, s, warnings)
+    args += _megatron_cluster_software(p, model, s, warnings)
     warnings += megatron_refusals(p, model, s)
     if s.zero_stage in MEGATRON_FSDP:
         notes.append("# Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (arguments.py asserts it)")
@@ -256,13 +256,17 @@ def _megatron_split(rp: RowPlan, model: ModelSpec, s: Settings, warnings: list[s
             f'--pipeline-model-parallel-layout "{layout}"']
 
 
-def _megatron_overlaps(p, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str]:
-    """The communication the estimate hid (the cluster's analytic constants): the data-parallel reduction during
+def _megatron_cluster_software(p, model: ModelSpec, s: Settings, warnings: list[str]) -> list[str]:
+    """What the cluster's analytic constants made the estimate assume beyond Megatron-Core's defaults. The
+    communication it hid: the data-parallel reduction during
     the backward (--overlap-grad-reduce; Megatron-Core's DistributedDataParallelConfig default is off) and, with
     the distributed optimizer or Megatron-FSDP, the weights' all-gather during the next forward
     (--overlap-param-gather, which arguments.py allows only with both) -- where the plan reduces over more than one
-    rank, dense or expert; and the TP collectives behind the matmuls (--tp-comm-overlap: sequence parallelism only)."""
-    args = []
+    rank, dense or expert; and the TP collectives behind the matmuls (--tp-comm-overlap: sequence parallelism only).
+    The kernels it costed where a cluster turns them off: the weight-gradient GEMMs' separate accumulation
+    (--no-gradient-accumulation-fusion), attention without a fused kernel (--attention-backend unfused)."""
+    args = [] if s.gradient_accumulation_fusion else ["--no-gradient-accumulation-fusion"]
+    args += [] if s.fused_attention else ["--attention-backend unfused"]
     moe = model.architecture is not None and model.architecture.moe is not None
     reduces = p.dp * p.cp > 1 or (moe and expert_data_parallel(p.tp, p.cp, p.dp, p.ep, p.etp) > 1)
     if s.overlap_grad_reduce and reduces:

@@ -67,6 +67,10 @@ class Settings:
     `overlap_grad_reduce`; False: after the backward, as FASOP's profiled estimate and Megatron-Core's default)."""
     tp_overlap: float = 0.0
     """The share of the TP collectives the estimate hid behind matmuls (analytic `tp_overlap`)."""
+    gradient_accumulation_fusion: bool = True
+    """The estimate's weight-gradient GEMMs accumulate into the main gradient (analytic; Megatron-Core's default)."""
+    fused_attention: bool = True
+    """The estimate's attention is a fused (FlashAttention-style) kernel (analytic `fused_attention`)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,9 @@ def settings_of(rp: RowPlan, params=None) -> Settings:
                     moe_comm_sms=params.moe_comm_sms if params is not None else 0,
                     moe_permute_fusion=params is None or params.moe_permute_fusion,
                     overlap_grad_reduce=bool(params is not None and params.overlap_grad_reduce),
-                    tp_overlap=params.tp_overlap if params is not None else 0.0, **row_software(rp))
+                    tp_overlap=params.tp_overlap if params is not None else 0.0,
+                    gradient_accumulation_fusion=params is None or params.gradient_accumulation_fusion,
+                    fused_attention=params is None or params.fused_attention, **row_software(rp))
 
 
 def row_software(rp: RowPlan) -> dict:
