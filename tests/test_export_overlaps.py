@@ -62,7 +62,7 @@ def test_a_clusters_tp_overlap_needs_sequence_parallelism(tmp_path, capsys):
     args, _ = _tp_row(tmp_path, capsys, "on")
     assert "--tp-comm-overlap" in args and "--sequence-parallel" in args
     args, err = _tp_row(tmp_path, capsys, "off")
-    assert "--tp-comm-overlap" not in args and "tp_overlap 0.5" in err and "only with sequence parallelism" in err
+    assert "--tp-comm-overlap" not in args and "tp_overlap 0.5" in err and "without sequence parallelism" in err
     # a cluster without it writes none
     _, args, _ = _plan(tmp_path, capsys, "aws")
     assert "--tp-comm-overlap" not in args
@@ -79,3 +79,68 @@ def test_a_cluster_without_fused_kernels_launches_without_them(tmp_path, capsys)
     plain, args, _ = _plan(tmp_path, capsys, "aws", out="plain.csv")
     assert "--attention-backend" not in args and "gradient-accumulation" not in args
     assert float(row["step_time_s"]) > float(plain["step_time_s"])
+
+
+def _row(tmp_path, capsys, name: str, model: str, cluster: str, nodes: str, pick, *flags: str) -> tuple[dict, str, str]:
+    """Search --every-plan, export the first row `pick` accepts: (row, Megatron arguments, stderr)."""
+    out = tmp_path / f"{name}.csv"
+    assert main(["search", "--model", model, "--cluster", cluster, "--nodes", nodes, "--every-plan", "--no-progress",
+                 "--out", str(out), *flags]) == 0
+    capsys.readouterr()
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    k = next(i for i, r in enumerate(rows) if pick(r))
+    assert main(["export", "--from", str(out), "--target", "megatron", "--row", str(k + 1)]) == 0
+    captured = capsys.readouterr()
+    return rows[k], captured.out.split("MODEL_PARALLEL_ARGS=(")[1], captured.err
+
+
+def test_the_overlap_flags_follow_what_the_plan_reduces(tmp_path, capsys):
+    # nothing reduced (dp x cp = 1, a dense model): no flag
+    _, args, _ = _row(tmp_path, capsys, "one", "llama-3-8b", "aws", "p5=1", lambda r: r["dp"] == "1")
+    assert "overlap" not in args
+    # an MoE model at dp 1, tp 4, ep 1: its experts' gradients still reduce over tp x dp / (ep x etp) = 4 ranks
+    _, args, _ = _row(tmp_path, capsys, "edp", "mixtral-8x7b", "aws", "p5=4",
+                      lambda r: (r["dp"], r["tp"], r["ep"]) == ("1", "4", "1"), "--ep", "1")
+    assert "--overlap-grad-reduce" in args
+    # ZeRO 2 and 3 (Megatron-FSDP): both, the weights' gather too
+    for zero in ("2", "3"):
+        _, args, _ = _row(tmp_path, capsys, f"z{zero}", "llama-3-8b", "aws", "p5=2", lambda r: int(r["dp"]) > 1,
+                          "--zero", zero)
+        assert "--use-megatron-fsdp" in args and "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
+
+
+def test_tp_overlap_is_neither_written_nor_counted_where_megatron_cannot_run_it(tmp_path, capsys):
+    # tp 1: nothing to overlap, no warning; NVFP4 (B200): TE's userbuffers take no NVFP4 quantizer
+    _, args, err = _row(tmp_path, capsys, "tp1", "llama-3-8b", str(TP_OVERLAP), "p5=2", lambda r: r["tp"] == "1")
+    assert "--tp-comm-overlap" not in args and "tp_overlap" not in err
+    b200 = tmp_path / "b200.yaml"
+    b200.write_text(TP_OVERLAP.read_text().replace("gpu: H100-SXM", "gpu: B200"))
+    _, args, err = _row(tmp_path, capsys, "fp4", "llama-3-8b", str(b200), "p5=2", lambda r: r["tp"] == "4",
+                        "--precision", "nvfp4", "--sequence-parallel", "on")
+    assert "--tp-comm-overlap" not in args and "no NVFP4 quantizer" in err
+    # and the estimate counted no overlap there: the same plans as on a cluster without tp_overlap
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(b200.read_text().replace("analytic:\n  tp_overlap: 0.5\n", ""))
+    with_overlap, without = (_row(tmp_path, capsys, f"c{i}", "llama-3-8b", str(c), "p5=2", lambda r: r["tp"] == "4",
+                                  "--precision", "nvfp4", "--sequence-parallel", "on")[0]["step_time_s"]
+                             for i, c in enumerate((b200, plain)))
+    assert with_overlap == without
+
+
+def test_cp_needs_fused_attention(tmp_path, capsys):
+    # Transformer Engine's context parallelism has no unfused path: a cluster without fused attention plans no CP
+    # (an explicit --cp 2 is refused in one line), and a CP row exported against it is refused
+    unfused = str(DATA / "p5_unfused_cluster.yaml")
+    assert main(["search", "--model", "llama-3-8b", "--cluster", unfused, "--nodes", "p5=2", "--cp", "2",
+                 "--no-progress", "--out", str(tmp_path / "cp.csv")]) == 2
+    assert "context parallelism needs a fused attention kernel" in capsys.readouterr().err
+    assert main(["search", "--model", "llama-3-8b", "--cluster", unfused, "--nodes", "p5=2", "--cp", "1,2",
+                 "--every-plan", "--no-progress", "--out", str(tmp_path / "cp.csv")]) == 0
+    with open(tmp_path / "cp.csv", newline="") as f:
+        assert {r["cp"] for r in csv.DictReader(f)} == {"1"}
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=2", "--cp", "2", "--top", "1",
+                 "--no-progress", "--out", str(tmp_path / "fused.csv")]) == 0
+    capsys.readouterr()
+    assert main(["export", "--from", str(tmp_path / "fused.csv"), "--cluster", unfused, "--target", "megatron"]) == 2
+    assert "no unfused attention path" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 
+from fasop.core.errors import FasopError
 from fasop.estimators.analytic.moe_kernels import ep_overlap_refusal
 from fasop.estimators.analytic.parallel import expert_data_parallel
 from fasop.plans.rowplan import RowPlan
@@ -39,6 +40,9 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
     exchange, TE's p2p ring, a2a or all_gather (rowplan checked it; an empty cell is the ring), and for an MoE
     model its experts, EP / ETP and the MoE software the estimate costed (moe_software_args)."""
     arch = model.architecture
+    if p.cp > 1 and not s.fused_attention:   # search.runnable_space: no such plan is searched
+        raise FasopError(f"cp {p.cp}: the cluster's analytic fused_attention is off, and Transformer Engine's context "
+                         "parallelism has no unfused attention path (--attention-backend unfused leaves it none)")
     args = [f"--context-parallel-size {p.cp}", f"--cp-comm-type {s.cp_comm}"] if p.cp > 1 else []
     moe = arch.moe if arch is not None else None
     if moe is None:
@@ -206,6 +210,9 @@ def megatron(rp: RowPlan, model: ModelSpec, params=None) -> Export:
     warnings += megatron_refusals(p, model, s)
     if s.zero_stage in MEGATRON_FSDP:
         notes.append("# Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (arguments.py asserts it)")
+    if "--tp-comm-overlap" in args:   # Megatron-Bridge ships tuned userbuffers configs per model shape
+        notes.append("# TP overlap: Transformer Engine built with userbuffers; without --tp-comm-overlap-cfg its "
+                     "untuned defaults run")
     if "--moe-flex-dispatcher-backend hybridep" in args:   # fused_a2a.py imports it; HybridEP is DeepEP's hybrid-ep branch
         notes.append("# HybridEP: install DeepEP's hybrid-ep build (Megatron-Core's fused_a2a.py imports it)")
     if "--overlap-moe-expert-parallel-comm" in args:   # transformer_config.py; arguments.py warns on tp / cp with it
@@ -273,13 +280,18 @@ def _megatron_cluster_software(p, model: ModelSpec, s: Settings, warnings: list[
         args.append("--overlap-grad-reduce")
         if s.zero_stage >= 1:
             args.append("--overlap-param-gather")
+    elif reduces and s.zero_stage in MEGATRON_FSDP:   # megatron_fsdp.py sets both for optim_grads(_params)
+        warnings.append("the cluster's analytic overlap_grad_reduce is off, so the estimate reduces after the backward; "
+                        "Megatron-FSDP overlaps the reduction regardless (faster than estimated)")
     if s.tp_overlap > 0 and p.tp > 1:
-        if s.sequence_parallel:
-            args.append("--tp-comm-overlap")
+        why = "" if s.sequence_parallel and s.precision != "nvfp4" else \
+            "without sequence parallelism (arguments.py)" if not s.sequence_parallel else \
+            "in an NVFP4 run (Transformer Engine's userbuffers take no NVFP4 quantizer: module/base.py)"
+        if why:
+            warnings.append(f"the cluster's analytic tp_overlap {s.tp_overlap:g}: Megatron-LM cannot overlap the TP "
+                            f"collectives {why}, and the estimate counted none; --tp-comm-overlap not written")
         else:
-            warnings.append(f"the cluster's analytic tp_overlap {s.tp_overlap:g}: the estimate hid that share of the TP "
-                            "collectives, but Megatron-LM overlaps them only with sequence parallelism (arguments.py); "
-                            "--tp-comm-overlap not written")
+            args.append("--tp-comm-overlap")
     return args
 
 

@@ -43,9 +43,11 @@ AC_CONFIGS = {"none": ("None", "every activation kept"), "full": ("FullAC.Config
 """torchtitan's activation checkpointing at its HEAD (torchtitan/distributed/activation_checkpoint.py)."""
 
 
-def torchtitan(rp: RowPlan, model: ModelSpec, params=None) -> Export:
-    p, s = rp.plan, settings_of(rp, params)
-    warnings = fit_warnings(rp, s)
+def _cluster_software_warnings(p, model: ModelSpec, s) -> list[str]:
+    """What the cluster's analytic constants made the estimate assume that torchtitan's recipe cannot say: the
+    flex dispatcher and Megatron-Core's EP overlap of an MoE plan, a share of the TP collectives hidden, attention or
+    weight-gradient accumulation without fused kernels."""
+    warnings = []
     if model.architecture is not None and model.architecture.moe is not None and p.ep > 1:
         if s.moe_flex:   # torchtitan/models/common/token_dispatcher.py @b5bcd76: a model's config picks its dispatcher
             warnings.append("the estimate sends a token across the network once per node (the cluster's analytic "
@@ -54,10 +56,23 @@ def torchtitan(rp: RowPlan, model: ModelSpec, params=None) -> Export:
         if s.ep_overlap:
             warnings.append("the estimate hides the EP all-to-alls behind compute (the cluster's analytic ep_overlap, "
                             "Megatron-Core's EP A2A overlap): torchtitan's config has no such option; not written")
-    if s.tp_overlap > 0 and p.tp > 1:   # configs.py enable_async_tensor_parallel (needs torch.compile) is another scheme
+    if s.tp_overlap > 0 and p.tp > 1 and s.sequence_parallel and s.precision != "nvfp4":   # as cost.tp_collectives_s
+        # configs.py enable_async_tensor_parallel (needs torch.compile) is another scheme
         warnings.append(f"the cluster's analytic tp_overlap {s.tp_overlap:g}: the estimate hid that share of the TP "
                         "collectives; torchtitan's overlap is async TP (enable_async_tensor_parallel, with torch.compile), "
                         "not what was estimated; not written")
+    for off, what in ((not s.fused_attention, "fused_attention"), (not s.gradient_accumulation_fusion,
+                                                                    "gradient_accumulation_fusion")):
+        if off:   # torchtitan runs SDPA's flash kernel and accumulates in its fused optimizer path
+            warnings.append(f"the cluster's analytic {what} is off: torchtitan runs its fused kernels regardless "
+                            "(faster than estimated); not written")
+    return warnings
+
+
+def torchtitan(rp: RowPlan, model: ModelSpec, params=None) -> Export:
+    p, s = rp.plan, settings_of(rp, params)
+    warnings = fit_warnings(rp, s)
+    warnings += _cluster_software_warnings(p, model, s)
     if is_hybrid(model):
         warnings.append("torchtitan has no hybrid Mamba / attention model (torchtitan/models at its 2026-08 HEAD): "
                         "the recipe's module names assume Transformer blocks; bring a model of your own")

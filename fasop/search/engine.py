@@ -171,7 +171,7 @@ def plan_count(model: ModelSpec, cluster: ClusterSpec, inventory: Sequence[NodeT
     space, options = split_options(model, estimator_options)
     estimator = make_estimator(model, cluster, inventory, partitioner=partitioner, **options)
     combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=model.global_batch_size,
-                         num_transformer_layers=model.num_transformer_layers, space=space)
+                         num_transformer_layers=model.num_transformer_layers, space=runnable_space(space, estimator))
     num_orders = count_orders(inventory) if placements == "all" else placements_of(inventory, placements)[1]
     return num_orders * len(combos), num_orders
 
@@ -322,8 +322,23 @@ def _check_options(inventory: Sequence[NodeType], *, placements: str, partitione
         raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
 
 
+def runnable_space(space: DegreeSpace, estimator: Estimator) -> DegreeSpace:
+    """`space` less the context-parallel degrees the estimator's job cannot run: Transformer Engine's context
+    parallelism has no unfused attention path (dot_product_attention/utils.py disables UnfusedDotProductAttention
+    for it, and Megatron-LM's `--attention-backend unfused` leaves no backend), so a job without fused attention
+    (GPUs below sm80, or a cluster's analytic `fused_attention: false`) plans cp 1 only; NoPlan where that is none."""
+    if getattr(estimator, "context_parallel", True) or max(space.cp) == 1:
+        return space
+    if 1 not in space.cp:
+        raise NoPlan(f"--cp {','.join(map(str, space.cp))}: context parallelism needs a fused attention kernel "
+                     "(Transformer Engine's CP has no unfused path), which this job has not (its GPUs below sm80, or "
+                     "the cluster's analytic fused_attention false): use --cp 1")
+    return replace(space, cp=(1,))
+
+
 def _degree_combos(model: ModelSpec, inventory: Sequence[NodeType], estimator: Estimator, space: DegreeSpace) -> list:
     """The valid (tp, dp, pp, mbs, cp, ep, etp) of the inventory; FasopError when there is none."""
+    space = runnable_space(space, estimator)
     tp_degrees = estimator.tp_degrees()
     combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
                          num_transformer_layers=model.num_transformer_layers, space=space)

@@ -207,7 +207,8 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
     fwd = bwd
     if w.recipe.sequence_parallel and w.recipe.low_precision:
         fwd = 2 * (gather_s(size, w.tp, tp_link) + gather_s(size / ACT_BYTES, w.tp, tp_link))
-    hidden = 1 - w.params.tp_overlap
+    # Megatron-LM overlaps them only with SP (arguments.py), and TE's userbuffers take no NVFP4 quantizer (base.py)
+    hidden = 1 - w.params.tp_overlap if w.recipe.sequence_parallel and w.recipe.precision != "nvfp4" else 1.0
     return bwd * hidden, fwd * hidden
 
 

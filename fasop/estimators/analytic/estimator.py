@@ -75,12 +75,12 @@ class AnalyticEstimator:
             n.usd_per_hour for n in self.inventory) / 3600
         self.gpus = {n.name: self.params.gpu(find_gpu(n.gpu, cluster.path)) for n in self.inventory}
         self.params = overheads.job_params(self.params, self.gpus.values())   # no FlashAttention below sm80
+        self.context_parallel = self.params.fused_attention   # TE's CP has no unfused path (search.runnable_space)
         self.params = host.graphed(state_dtypes(self.params, *(recipes.get(k) == ("bf16",) for k in (
             "main_grads", "optimizer_states"))), self.arch, recipes.get("cuda_graphs", ("none",))[0])
         self.recipes, g, self.mtp = recipes, self.inventory[0].gpus_per_node, mtp_depths(recipes, self.arch)
         self.domain_gpus = domain_gpus([self.gpus[n.name] for n in self.inventory], range(len(self.inventory)), g)
-        self._bounds: dict = {}
-        self._roomiest = max(n.memory_limit_bytes for n in self.inventory)
+        self._bounds, self._roomiest = {}, max(n.memory_limit_bytes for n in self.inventory)
         self._composition: CompositionBound | None = None
         t = shared_tables(model, cluster, self.params, recipes, {n.gpus_per_node for n in self.inventory})  # a sweep's
         self._workloads, self._recipe_lists, self._bound_parts, self._hardware, self._stage_spans = \
