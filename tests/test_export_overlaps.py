@@ -122,10 +122,11 @@ def test_tp_overlap_is_neither_written_nor_counted_where_megatron_cannot_run_it(
     # and the estimate counted no overlap there: the same plans as on a cluster without tp_overlap
     plain = tmp_path / "plain.yaml"
     plain.write_text(b200.read_text().replace("analytic:\n  tp_overlap: 0.5\n", ""))
-    with_overlap, without = (_row(tmp_path, capsys, f"c{i}", "llama-3-8b", str(c), "p5=2", lambda r: r["tp"] == "4",
-                                  "--precision", "nvfp4", "--sequence-parallel", "on")[0]["step_time_s"]
-                             for i, c in enumerate((b200, plain)))
-    assert with_overlap == without
+    for extra in ((), ("--bf16-layers", "8")):   # the run's 16-bit layers too: still an NVFP4 run
+        with_overlap, without = (_row(tmp_path, capsys, f"c{i}", "llama-3-8b", str(c), "p5=2", lambda r: r["tp"] == "4",
+                                      "--precision", "nvfp4", "--sequence-parallel", "on", *extra)[0]["step_time_s"]
+                                 for i, c in enumerate((b200, plain)))
+        assert with_overlap == without
 
 
 def test_cp_needs_fused_attention(tmp_path, capsys):
@@ -142,5 +143,30 @@ def test_cp_needs_fused_attention(tmp_path, capsys):
     assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=2", "--cp", "2", "--top", "1",
                  "--no-progress", "--out", str(tmp_path / "fused.csv")]) == 0
     capsys.readouterr()
-    assert main(["export", "--from", str(tmp_path / "fused.csv"), "--cluster", unfused, "--target", "megatron"]) == 2
-    assert "no unfused attention path" in capsys.readouterr().err
+    for command in (["export", "--target", "megatron"], ["explain"]):
+        assert main([*command, "--from", str(tmp_path / "fused.csv"), "--cluster", unfused]) == 2
+        assert "context parallelism needs a fused attention kernel" in capsys.readouterr().err
+    # GPUs below sm80 (V100, p3): the 32K-token search plans no CP, and says why; --cp 2 alone is refused
+    v100 = ["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p3=4", "--seq-len", "32768",
+            "--global-batch-size", "8", "--no-progress", "--every-plan"]
+    assert main([*v100, "--out", str(tmp_path / "v.csv")]) == 0
+    assert "context parallelism not searched" in capsys.readouterr().out
+    with open(tmp_path / "v.csv", newline="") as f:
+        assert {r["cp"] for r in csv.DictReader(f)} == {"1"}
+    assert main([*v100, "--cp", "2", "--out", str(tmp_path / "v2.csv")]) == 2
+    assert "--cp 2: context parallelism needs a fused attention kernel" in capsys.readouterr().err
+
+
+def test_what_a_cluster_turns_off_megatron_fsdp_and_torchtitan_run_anyway(tmp_path, capsys):
+    # Megatron-FSDP overlaps the reduction whatever the cluster says (megatron_fsdp.py): a warning
+    spec = (DATA.parent.parent / "fasop" / "data" / "cluster_specs" / "aws.yaml").read_text()
+    after = tmp_path / "after.yaml"
+    after.write_text(spec.replace("estimator: analytic\n", "estimator: analytic\nanalytic:\n  overlap_grad_reduce: false\n", 1))
+    _, args, err = _row(tmp_path, capsys, "fsdp", "llama-3-8b", str(after), "p5=2", lambda r: int(r["dp"]) > 1,
+                        "--zero", "3")
+    assert "--use-megatron-fsdp" in args and "overlap" not in args and "Megatron-FSDP overlaps the reduction" in err
+    # torchtitan runs SDPA's flash kernel and has no accumulation switch: both said
+    _plan(tmp_path, capsys, str(DATA / "p5_unfused_cluster.yaml"), out="tt.csv")
+    assert main(["export", "--from", str(tmp_path / "tt.csv"), "--target", "torchtitan"]) == 0
+    err = capsys.readouterr().err
+    assert "fused_attention is off" in err and "gradient_accumulation_fusion is off" in err

@@ -87,7 +87,10 @@ def _export(args: argparse.Namespace) -> int:
 
     out = user_path(args.out, "--out")
     rp, model, cluster, _ = row_plan(args)
-    result = export(rp, model, args.target, cluster.analytic)
+    # the constants the row was estimated with: the cluster's, as the job's GPUs have them (no FlashAttention below
+    # sm80); the estimator refuses what the job cannot run (a CP row without fused attention)
+    params = getattr(estimator_for(rp, model, cluster), "params", None) if cluster.analytic is not None else None
+    result = export(rp, model, args.target, params)
     for warning in result.warnings:
         print(f"fasop: warning: {warning}", file=sys.stderr)
     if out is not None:

@@ -154,7 +154,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                                   "enumerated; docs/search.md)")
     d.add_argument("--cp", type=_ints(1, 1024), metavar="C[,C]",
                    help="context-parallel degrees (default 1; from a 16K-token sequence also the powers of two "
-                        "leaving each rank >= 4K tokens)")
+                        "leaving each rank >= 4K tokens; 1 only on a job without fused attention: GPUs below sm80)")
     d.add_argument("--cp-comm", type=_comms, metavar="p2p|a2a|all_gather[,...]",
                    help="context parallelism's exchange with cp > 1 (Megatron-LM --cp-comm-type): p2p, the ring of K/V "
                         "overlapped with attention; a2a, Ulysses' all-to-alls of Q, K, V and the context, where the heads "
@@ -271,6 +271,22 @@ def precision_note(args: argparse.Namespace, cluster, inventory) -> list[str]:
         return []
     verb = "has" if len(missing) == 1 else "have"
     return [f"note: precision fp16 with loss scaling: {', '.join(missing)} {verb} no BF16 (--precision to change)"]
+
+
+def cp_note(args: argparse.Namespace, cluster, inventory, model) -> list[str]:
+    """Where the search's CP degrees (--cp, or the long-sequence default) exceed 1 but the job has no fused attention
+    (GPUs below sm80, or the cluster's analytic fused_attention false): that it planned cp 1 only (search.runnable_space)."""
+    if cluster.analytic is None or getattr(model, "architecture", None) is None:
+        return []
+    from fasop.estimators.analytic.overheads import job_params
+    from fasop.plans.space import default_cp
+    from fasop.specs.catalog import find_gpu
+
+    cps = getattr(args, "cp", None) or default_cp(model.sequence_length)
+    if max(cps) == 1 or job_params(cluster.analytic, [find_gpu(n.gpu, cluster.path) for n in inventory]).fused_attention:
+        return []
+    return ["note: context parallelism not searched: Transformer Engine's CP needs a fused attention kernel, which "
+            "this job has not (its GPUs below sm80, or the cluster's analytic fused_attention false)"]
 
 
 def graphs_note(args: argparse.Namespace, cluster, inventory, model) -> list[str]:

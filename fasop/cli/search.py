@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
     for line in length_notes(args, model) + cli_recipes.precision_note(args, cluster, inventory) + \
             _model_notes(model, inventory, rows, recipe) + cli_recipes.graphs_note(args, cluster, inventory, model) + \
+            cli_recipes.cp_note(args, cluster, inventory, model) + \
             cli_recipes.moe_sp_note(args, model):
         print(line)
     if auto_note:

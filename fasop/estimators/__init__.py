@@ -31,6 +31,9 @@ API (the names other modules use):
     else any value above `limit` and at most it (a sweep's least bound over degrees, a search's
     cut-off need no more, and the estimator may skip work); `quick_bound_within(estimator)` below
     gives it, or quick_bound itself for an estimator without it.
+  - `context_parallel` (a bool attribute, default True): False where the job cannot run context parallelism
+    (the analytic estimator's job without fused attention); the search then plans cp 1 only
+    (search.engine.runnable_space) and explain / export refuse a CP row.
   - `estimate_split(plan, partition) -> Estimate`: the estimate with the given layer split
     (layer-list entries per stage), for `fasop explain` / `fasop plot` of a results row; without
     it they accept only rows whose split is the one `estimate(plan)` chooses.

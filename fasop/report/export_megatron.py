@@ -269,7 +269,8 @@ def _megatron_cluster_software(p, model: ModelSpec, s: Settings, warnings: list[
     the backward (--overlap-grad-reduce; Megatron-Core's DistributedDataParallelConfig default is off) and, with
     the distributed optimizer or Megatron-FSDP, the weights' all-gather during the next forward
     (--overlap-param-gather, which arguments.py allows only with both) -- where the plan reduces over more than one
-    rank, dense or expert; and the TP collectives behind the matmuls (--tp-comm-overlap: sequence parallelism only).
+    rank, dense or expert; and the TP collectives behind the matmuls (--tp-comm-overlap: with sequence parallelism,
+    outside NVFP4 runs, as cost.tp_collectives_s counts it).
     The kernels it costed where a cluster turns them off: the weight-gradient GEMMs' separate accumulation
     (--no-gradient-accumulation-fusion), attention without a fused kernel (--attention-backend unfused)."""
     args = [] if s.gradient_accumulation_fusion else ["--no-gradient-accumulation-fusion"]

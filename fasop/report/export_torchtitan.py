@@ -61,11 +61,12 @@ def _cluster_software_warnings(p, model: ModelSpec, s) -> list[str]:
         warnings.append(f"the cluster's analytic tp_overlap {s.tp_overlap:g}: the estimate hid that share of the TP "
                         "collectives; torchtitan's overlap is async TP (enable_async_tensor_parallel, with torch.compile), "
                         "not what was estimated; not written")
-    for off, what in ((not s.fused_attention, "fused_attention"), (not s.gradient_accumulation_fusion,
-                                                                    "gradient_accumulation_fusion")):
-        if off:   # torchtitan runs SDPA's flash kernel and accumulates in its fused optimizer path
-            warnings.append(f"the cluster's analytic {what} is off: torchtitan runs its fused kernels regardless "
-                            "(faster than estimated); not written")
+    if not s.fused_attention:   # torchtitan's attention is SDPA, its flash kernel where the GPU has it
+        warnings.append("the cluster's analytic fused_attention is off: torchtitan's SDPA runs its flash kernel where "
+                        "the GPUs have it (faster than estimated); not written")
+    if not s.gradient_accumulation_fusion:
+        warnings.append("the cluster's analytic gradient_accumulation_fusion is off: torchtitan has no such switch; "
+                        "not written")
     return warnings
 
 

@@ -61,8 +61,10 @@ def bf16_share(w: Workload) -> float:
 
 
 def one_precision(w: Workload, precision: str = "bf16") -> Workload:
-    """The same workload with every layer at `precision` (the ends of bf16_share's mix)."""
-    return replace(w, recipe=replace(w.recipe, precision=precision, bf16_layers=0))
+    """The same workload with every layer at `precision` (the ends of bf16_share's mix); an NVFP4 run's 16-bit
+    layers keep its TP collectives unhidden (no userbuffers in an NVFP4 run: cost.tp_collectives_s)."""
+    params = replace(w.params, tp_overlap=0.0) if w.recipe.precision == "nvfp4" and w.params.tp_overlap else w.params
+    return replace(w, recipe=replace(w.recipe, precision=precision, bf16_layers=0), params=params)
 
 
 def mix(none: tuple[float, ...], full: tuple[float, ...], q: float) -> tuple[float, ...]:
