@@ -124,9 +124,8 @@ def estimator_for(rp, model, cluster):
 
     estimator = make_estimator(model, cluster, inventory_of(rp), partitioner="optimal", **recipe_of(rp))
     if rp.plan.cp > 1 and not getattr(estimator, "context_parallel", True):   # as search.runnable_space
-        raise FasopError(f"{rp.where}: cp {rp.plan.cp}: context parallelism needs a fused attention kernel "
-                         "(Transformer Engine's CP has no unfused path), which this job has not (its GPUs below sm80, "
-                         "or the cluster's analytic fused_attention false)")
+        from fasop.search.engine import NO_FUSED_CP
+        raise FasopError(f"{rp.where}: cp {rp.plan.cp}: {NO_FUSED_CP}")
     if rp.plan.tp not in estimator.tp_degrees():
         raise FasopError(f"{rp.where}: tp: {rp.plan.tp} is not a degree the {cluster.estimator} estimator can score "
                          f"on these GPUs (it can: {', '.join(map(str, estimator.tp_degrees()))})")

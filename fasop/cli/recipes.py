@@ -285,8 +285,8 @@ def cp_note(args: argparse.Namespace, cluster, inventory, model) -> list[str]:
     cps = getattr(args, "cp", None) or default_cp(model.sequence_length)
     if max(cps) == 1 or job_params(cluster.analytic, [find_gpu(n.gpu, cluster.path) for n in inventory]).fused_attention:
         return []
-    return ["note: context parallelism not searched: Transformer Engine's CP needs a fused attention kernel, which "
-            "this job has not (its GPUs below sm80, or the cluster's analytic fused_attention false)"]
+    from fasop.search.engine import NO_FUSED_CP
+    return [f"note: context parallelism not searched: {NO_FUSED_CP}"]
 
 
 def graphs_note(args: argparse.Namespace, cluster, inventory, model) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 
-from fasop.core.errors import FasopError
 from fasop.estimators.analytic.moe_kernels import ep_overlap_refusal
 from fasop.estimators.analytic.parallel import expert_data_parallel
 from fasop.plans.rowplan import RowPlan
@@ -40,9 +39,6 @@ def megatron_parallel(p, model: ModelSpec, s: Settings, warnings: list[str]) -> 
     exchange, TE's p2p ring, a2a or all_gather (rowplan checked it; an empty cell is the ring), and for an MoE
     model its experts, EP / ETP and the MoE software the estimate costed (moe_software_args)."""
     arch = model.architecture
-    if p.cp > 1 and not s.fused_attention:   # search.runnable_space: no such plan is searched
-        raise FasopError(f"cp {p.cp}: the cluster's analytic fused_attention is off, and Transformer Engine's context "
-                         "parallelism has no unfused attention path (--attention-backend unfused leaves it none)")
     args = [f"--context-parallel-size {p.cp}", f"--cp-comm-type {s.cp_comm}"] if p.cp > 1 else []
     moe = arch.moe if arch is not None else None
     if moe is None:

@@ -322,6 +322,11 @@ def _check_options(inventory: Sequence[NodeType], *, placements: str, partitione
         raise FasopError(f"--nodes mixes node types {', '.join(types)}: add --heterogeneous to search plans across them")
 
 
+NO_FUSED_CP = ("context parallelism needs a fused attention kernel (Transformer Engine's CP has no unfused path), "
+               "which this job has not (its GPUs below sm80, or the cluster's analytic fused_attention false)")
+"""Why a job plans no CP (runnable_space), as the search, its note and explain / export say it."""
+
+
 def runnable_space(space: DegreeSpace, estimator: Estimator) -> DegreeSpace:
     """`space` less the context-parallel degrees the estimator's job cannot run: Transformer Engine's context
     parallelism has no unfused attention path (dot_product_attention/utils.py disables UnfusedDotProductAttention
@@ -330,9 +335,7 @@ def runnable_space(space: DegreeSpace, estimator: Estimator) -> DegreeSpace:
     if getattr(estimator, "context_parallel", True) or max(space.cp) == 1:
         return space
     if 1 not in space.cp:
-        raise NoPlan(f"--cp {','.join(map(str, space.cp))}: context parallelism needs a fused attention kernel "
-                     "(Transformer Engine's CP has no unfused path), which this job has not (its GPUs below sm80, or "
-                     "the cluster's analytic fused_attention false): use --cp 1")
+        raise NoPlan(f"--cp {','.join(map(str, space.cp))}: {NO_FUSED_CP}: use --cp 1")
     return replace(space, cp=(1,))
 
 
