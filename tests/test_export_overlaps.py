@@ -170,3 +170,15 @@ def test_what_a_cluster_turns_off_megatron_fsdp_and_torchtitan_run_anyway(tmp_pa
     assert main(["export", "--from", str(tmp_path / "tt.csv"), "--target", "torchtitan"]) == 0
     err = capsys.readouterr().err
     assert "fused_attention is off" in err and "gradient_accumulation_fusion is off" in err
+
+
+def test_a_pareto_composition_without_fused_attention_has_no_cp_plan(tmp_path, capsys, monkeypatch):
+    # V100 compositions with --cp 2 only: each a no_plan with the reason (the sweep goes on; its bound is inf)
+    monkeypatch.chdir(tmp_path)
+    assert main(["pareto", "--model", "llama-3-8b", "--cluster", "aws", "--max-nodes", "p3=2", "--seq-len", "32768",
+                 "--global-batch-size", "8", "--cp", "2", "--out-prefix", "pa", "--no-progress"]) == 0
+    assert "2 with no valid plan" in capsys.readouterr().out
+    with open(tmp_path / "pa_pareto.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows] == ["no_plan", "no_plan"]
+    assert all("context parallelism needs a fused attention kernel" in r[list(r)[-1]] for r in rows)

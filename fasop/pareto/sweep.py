@@ -27,7 +27,7 @@ from fasop.costs.estimate import Estimate
 from fasop.estimators import make_estimator, quick_bound_within
 from fasop.plans.enumerate import combo_plan, degree_list
 from fasop.plans.space import split_options
-from fasop.search.engine import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, search
+from fasop.search.engine import DEFAULT_ITERATIONS, SearchResult, check_strategies, parse_counts, runnable_space, search
 from fasop.specs.types import ClusterSpec, ModelSpec, NodeType
 
 Status = Literal["ok", "oom", "no_plan", "pruned"]
@@ -272,6 +272,11 @@ class SweepJob:
         space, recipes = split_options(self.model, self.options.get("estimator_options"))
         estimator = make_estimator(self.model, self.cluster, inventory, partitioner=self.options["partitioner"],
                                    partition_budget=self.options["partition_budget"], **recipes)
+        usd = self.spot_usd_per_hour(comp) if self.spot else estimator.usd_per_s * 3600
+        try:   # the degrees the composition's job runs: no CP without fused attention, as its search
+            space = runnable_space(space, estimator)
+        except NoPlan:
+            return math.inf, usd
         combos = degree_list(inventory, tp_degrees=estimator.tp_degrees(), global_batch_size=self.model.global_batch_size,
                              num_transformer_layers=self.model.num_transformer_layers, space=space)
         gbs = self.model.global_batch_size
@@ -279,7 +284,7 @@ class SweepJob:
         bound = math.inf
         for combo in combos:  # exact where below the least so far: the least is exact
             bound = min(bound, within(combo_plan(combo, global_batch_size=gbs, placement=inventory), bound))
-        return bound, self.spot_usd_per_hour(comp) if self.spot else estimator.usd_per_s * 3600
+        return bound, usd
 
 
 _SWEEP: dict = {}
