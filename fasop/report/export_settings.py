@@ -98,14 +98,16 @@ def settings_of(rp: RowPlan, params=None) -> Settings:
                     dp_replicate=int(replicate) if hsdp else 1,
                     main_grads="bf16" if row.get("main_grads") == "bf16" else "fp32",
                     optimizer_states="bf16" if row.get("optimizer_states") == "bf16" else "fp32",
-                    moe_flex=bool(params is not None and params.moe_node_dedup),
-                    ep_overlap=bool(params is not None and params.ep_overlap > 0),
-                    moe_comm_sms=params.moe_comm_sms if params is not None else 0,
-                    moe_permute_fusion=params is None or params.moe_permute_fusion,
-                    overlap_grad_reduce=bool(params is not None and params.overlap_grad_reduce),
-                    tp_overlap=params.tp_overlap if params is not None else 0.0,
-                    gradient_accumulation_fusion=params is None or params.gradient_accumulation_fusion,
-                    fused_attention=params is None or params.fused_attention, **row_software(rp))
+                    **(estimated_software(params) if params is not None else {}), **row_software(rp))
+
+
+def estimated_software(params) -> dict:
+    """The Settings fields the analytic constants a row was estimated with decide (without them -- a FASOP-profiled
+    cluster -- Settings' defaults: the alltoall dispatcher, no overlap, the fused kernels, as that estimate)."""
+    return {"moe_flex": params.moe_node_dedup, "ep_overlap": params.ep_overlap > 0, "moe_comm_sms": params.moe_comm_sms,
+            "moe_permute_fusion": params.moe_permute_fusion, "overlap_grad_reduce": params.overlap_grad_reduce,
+            "tp_overlap": params.tp_overlap, "gradient_accumulation_fusion": params.gradient_accumulation_fusion,
+            "fused_attention": params.fused_attention}
 
 
 def row_software(rp: RowPlan) -> dict:
@@ -119,8 +121,7 @@ def row_software(rp: RowPlan) -> dict:
 
 def is_hybrid(model: ModelSpec) -> bool:
     """Whether the model has layers other than attention + MLP / experts (Mamba, lone sublayers)."""
-    arch = model.architecture
-    return arch is not None and bool(set(arch.layer_kinds) - {"dense", "moe"})
+    return model.architecture is not None and model.architecture.hybrid
 
 
 def header(rp: RowPlan, model: ModelSpec, target: str) -> list[str]:

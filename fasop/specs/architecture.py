@@ -233,6 +233,11 @@ class Architecture:
         return ""
 
     @property
+    def hybrid(self) -> bool:
+        """Whether some layer is other than attention + MLP / experts (Mamba, lone sublayers: Nemotron-H)."""
+        return bool(set(self.layer_kinds) - {"dense", "moe"})
+
+    @property
     def kinds(self) -> tuple[str, ...]:
         """Each layer's kind (`layer_kinds`, or all "dense" / all "moe")."""
         return self.layer_kinds or ("moe" if self.moe else "dense",) * self.num_layers

@@ -152,7 +152,7 @@ def ep_overlap_paired_share(w) -> float:
     m, p, v, r = w.num_microbatches, w.pp, w.recipe.virtual_stages, w.recipe
     if ep_overlap_refusal(pp=p, virtual_stages=v, recompute=r.recompute, recompute_modules=r.recompute_modules,
                           mtp=w.mtp, precision=r.precision, graphed=w.params.host.graphed, zero=r.zero,
-                          hybrid=bool(set(w.arch.kinds) - {"dense", "moe"})):
+                          hybrid=w.arch.hybrid):
         return 0.0
     if p == 1:
         return (m - 1) / m
