@@ -39,6 +39,7 @@ from fasop.estimators.analytic import block_recompute as BR
 from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import cost as C
 from fasop.estimators.analytic import mixed
+from fasop.estimators.analytic import moe_kernels as MK
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
 from fasop.estimators.analytic.modules import MODULES, recompute_text, split_recompute
@@ -170,7 +171,11 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
             raise c.error("offload_layers", f"{offload} needs recompute none (Megatron-Core: \"CPU offloading does "
                                             f"not work when activation recomputation is enabled\")")
         fixed["recompute"] = "none"
-    best = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block, offload)
+    stated_overlap = bool(c.text("ep_overlap")) and params.ep_overlap > 0 and "ep_overlap" not in recipe_software
+    best, refused = _fastest(arch, seq, gbs, tp, dp, pp, precision, params, hw.replicas, fixed, counts, par, block,
+                             offload, MK.workload_ep_overlap_refusal if stated_overlap else None)
+    if best is None and refused:
+        raise c.error("ep_overlap", f"{c.text('ep_overlap')}: Megatron-Core refuses its EP overlap with {refused}")
     if best is None:
         raise c.error("micro_batch_size", "no micro-batch size / virtual_pp divides the batch and the layers")
     step, peak, fits, choice, split = best
@@ -323,11 +328,11 @@ def _recompute(c: Cells) -> str | tuple | None:
 
 
 def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, counts=None, par=None, block=None,
-             offload=0):
-    """(step s, peak bytes, fits, choice, split) of the fastest allowed recipe that fits, else the
-    fastest; `counts`: the row's split of the blocks, else fasop's for the slowest replica of each stage;
-    `block`: full recompute's layers per chunk (None: every layer; "fit": the fewest that fit); `offload`:
-    the layers whose activations go to host memory ("fit": without recompute, the fewest that fit)."""
+             offload=0, refuse=None):
+    """((step s, peak bytes, fits, choice, split) of the fastest allowed recipe that fits, else the fastest, else
+    None; the first reason `refuse(w)` gave to skip one); `counts`: the row's split of the blocks, else fasop's for the
+    slowest replica of each stage; `block`: full recompute's layers per chunk (None: every layer; "fit": the fewest
+    that fit); `offload`: the layers whose activations go to host memory ("fit": without recompute, the fewest)."""
     per_replica = gbs // dp
     options = {
         "micro_batch_size": [b for b in (1, 2, 4, 8, 16, 32) if per_replica % b == 0],
@@ -337,7 +342,7 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         "virtual_pp": [1] + [v for v in range(2, MAX_VIRTUAL + 1) if arch.num_layers % (pp * v) == 0] if pp > 1 else [1],
     }
     options |= {k: [v] for k, v in fixed.items()}
-    best = None
+    best, refused = None, ""
     for values in itertools.product(*options.values()):
         choice = dict(zip(options, values))
         m = per_replica // choice["micro_batch_size"]
@@ -354,6 +359,9 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         w = C.Workload(arch=arch, seq=seq, mbs=choice["micro_batch_size"], tp=tp, dp=dp, pp=pp,
                        num_microbatches=m, recipe=recipe, params=params, cp=par["cp"], ep=par["ep"],
                        etp=par["etp"], shard=par["shard"], mtp=par["mtp"])
+        if refuse and (why := refuse(w)):
+            refused = refused or why
+            continue
         if block == "fit" and recipe.recompute == "full":
             n = BR.fewest_layers_that_fit(w, lambda x: _estimate(x, replicas, counts)[2])
             w = w if n is None else replace(w, recipe=replace(recipe, recompute_layers=n))
@@ -366,7 +374,7 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         key = (not fits, step)
         if best is None or key < best[0]:
             best = (key, (step, peak, fits, choice, split))
-    return None if best is None else best[1]
+    return None if best is None else best[1], refused
 
 
 def _estimate(w, replicas, counts):

@@ -138,6 +138,14 @@ def ep_overlap_refusal(*, pp: int, virtual_stages: int, recompute: str, recomput
     return ""
 
 
+def workload_ep_overlap_refusal(w) -> str:
+    """ep_overlap_refusal for a Workload's plan, which also needs expert parallelism (transformer_config.py)."""
+    r = w.recipe
+    return "ep 1 (it needs expert parallelism)" if w.ep == 1 else ep_overlap_refusal(pp=w.pp, virtual_stages=r.virtual_stages, recompute=r.recompute,
+                              recompute_modules=r.recompute_modules, mtp=w.mtp, precision=r.precision,
+                              graphed=w.params.host.graphed, zero=r.zero, hybrid=w.arch.hybrid)
+
+
 def ep_overlap_paired_share(w) -> float:
     """Share of a rank's micro-batch passes that Megatron-Core's EP A2A overlap pairs (a forward with
     another micro-batch's backward); the others run alone and expose their all-to-alls in full.
@@ -149,10 +157,8 @@ def ep_overlap_paired_share(w) -> float:
       backward computations are independent"), and as many cool-down backwards run alone: of m·v
       chunk passes, 1 - W/(m·v), W the mean over the ranks, (p - 1) + (v - 1)·p + 1;
     - where Megatron-Core refuses the overlap (ep_overlap_refusal), 0."""
-    m, p, v, r = w.num_microbatches, w.pp, w.recipe.virtual_stages, w.recipe
-    if ep_overlap_refusal(pp=p, virtual_stages=v, recompute=r.recompute, recompute_modules=r.recompute_modules,
-                          mtp=w.mtp, precision=r.precision, graphed=w.params.host.graphed, zero=r.zero,
-                          hybrid=w.arch.hybrid):
+    m, p, v = w.num_microbatches, w.pp, w.recipe.virtual_stages
+    if workload_ep_overlap_refusal(w):
         return 0.0
     if p == 1:
         return (m - 1) / m
