@@ -317,13 +317,14 @@ def test_ep_overlap_pairs_only_the_steady_state_passes():
     # Megatron-LM combined_1f1b.py / schedules.py: pp 1 runs the first forward and the last backward
     # alone, (m - 1)/m paired; interleaved p 4, v 2, m 8: W = (4 - 1) + (2 - 1) * 4 + 1 = 8 warm-up
     # forwards of the 16 chunk passes (the mean over the ranks), half paired; pp > 1 without virtual
-    # stages and full recompute: Megatron refuses the overlap, none paired
+    # stages, full recompute and ep 1: Megatron refuses the overlap, none paired
     a = small_moe()
-    assert P.ep_overlap_paired_share(_workload(a, num_microbatches=4)) == 0.75
-    assert P.ep_overlap_paired_share(_workload(a, pp=4, num_microbatches=8, recipe=Recipe(virtual_stages=2))) == 0.5
-    assert P.ep_overlap_paired_share(_workload(a, pp=4, num_microbatches=2, recipe=Recipe(virtual_stages=2))) == 0.0
-    assert P.ep_overlap_paired_share(_workload(a, pp=4, num_microbatches=8)) == 0.0
-    assert P.ep_overlap_paired_share(_workload(a, num_microbatches=8, recipe=Recipe(recompute="full"))) == 0.0
+    assert P.ep_overlap_paired_share(_workload(a, ep=2, num_microbatches=4)) == 0.75
+    assert P.ep_overlap_paired_share(_workload(a, num_microbatches=4)) == 0.0
+    assert P.ep_overlap_paired_share(_workload(a, ep=2, pp=4, num_microbatches=8, recipe=Recipe(virtual_stages=2))) == 0.5
+    assert P.ep_overlap_paired_share(_workload(a, ep=2, pp=4, num_microbatches=2, recipe=Recipe(virtual_stages=2))) == 0.0
+    assert P.ep_overlap_paired_share(_workload(a, ep=2, pp=4, num_microbatches=8)) == 0.0
+    assert P.ep_overlap_paired_share(_workload(a, ep=2, num_microbatches=8, recipe=Recipe(recompute="full"))) == 0.0
 
 
 def test_ep_overlap_exposes_the_unpaired_passes_in_full():
