@@ -100,3 +100,21 @@ def test_mfu_and_tokens_per_gpu_by_hand(tmp_path, monkeypatch, capsys):
                  "--no-progress"]) == 0
     with open("b.csv", newline="") as fh:
         assert "mfu" not in next(csv.reader(fh)) and "model_spec" not in fh.read()
+
+
+def test_default_names_carry_the_parallelism_flags_and_the_placements(tmp_path, monkeypatch, capsys):
+    # --hsdp, --cp, --ep, --etp are recipe flags as well (two searches that differ in them wrote one file);
+    # --heterogeneous and a --placements other than the command's default change the plans searched too
+    monkeypatch.chdir(tmp_path)
+    base = ["search", "--model", "qwen3-30b-a3b", "--cluster", "aws", "--nodes", "p5=1", "--top", "1", "--no-progress",
+            "--show", "0"]
+    for extra in (["--zero", "3", "--hsdp", "off"], ["--zero", "3", "--hsdp", "on,off"], ["--ep", "8", "--etp", "1"],
+                  ["--cp", "1,2"], ["--placements", "grouped"], ["--placements", "all"]):
+        assert main(base + extra) == 0
+    assert main(["pareto", "--model", "qwen3-30b-a3b", "--cluster", "aws", "--max-nodes", "p5=1", "--ep", "8",
+                 "--no-progress", "--placements", "cyclic"]) == 0
+    names = sorted(p.name for p in (tmp_path / "results").iterdir() if p.suffix == ".csv")
+    assert names == ["qwen3-30b-a3b_aws_ep-8_pareto.csv", "qwen3-30b-a3b_aws_p5x1.csv",
+                     "qwen3-30b-a3b_aws_p5x1_cp-1-2.csv", "qwen3-30b-a3b_aws_p5x1_ep-8_etp-1.csv",
+                     "qwen3-30b-a3b_aws_p5x1_placements-grouped.csv", "qwen3-30b-a3b_aws_p5x1_zero-3_hsdp-off.csv",
+                     "qwen3-30b-a3b_aws_p5x1_zero-3_hsdp-on-off.csv"]

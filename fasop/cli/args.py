@@ -212,12 +212,16 @@ def iterations_of(args: argparse.Namespace, model) -> int:
     return iterations
 
 
-def run_tag(args: argparse.Namespace) -> str:
+def run_tag(args: argparse.Namespace, placements: str = "all") -> str:
     """What distinguishes a run beyond model, cluster and nodes, for default output names, so runs
-    stop overwriting each other: `_spot`, `_tokens1.5e+13` / `_iterations1000`, `_seq8192`, `_gbs1024`,
-    each recipe flag given (`_recompute-full`, `_zero-1-2`, ...) and a calibration overlay
+    stop overwriting each other: `_heterogeneous`, `_placements-grouped` (other than the command's default
+    `placements`), `_spot`, `_tokens1.5e+13` / `_iterations1000`, `_seq8192`, `_gbs1024`, each recipe flag
+    given (`_recompute-full`, `_zero-1-2`, `_hsdp-on`, `_cp-1-2`, `_ep-8`, ...) and a calibration overlay
     (`_calibrated-sc21`); '' for none."""
-    parts = ["spot"] if getattr(args, "spot", False) else []
+    parts = ["heterogeneous"] if getattr(args, "heterogeneous", False) else []
+    if getattr(args, "placements", placements) != placements:
+        parts.append(f"placements-{args.placements}")
+    parts += ["spot"] if getattr(args, "spot", False) else []
     if getattr(args, "tokens", None):
         parts.append(f"tokens{args.tokens:.6g}")
     elif getattr(args, "iterations", None):
@@ -228,10 +232,11 @@ def run_tag(args: argparse.Namespace) -> str:
         parts.append(f"gbs{args.global_batch_size}")
     for flag in ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads",
                  "optimizer_states", "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "bf16_layers",
-                 "cp_comm"):
+                 "cp_comm", "hsdp", "cp", "ep", "etp"):
         values = getattr(args, flag, None)
         if values is not None:
-            parts.append(f"{flag.replace('_', '-')}-{'-'.join(map(str, values))}")
+            shown = ("on" if v is True else "off" if v is False else v for v in values)   # --hsdp on,off
+            parts.append(f"{flag.replace('_', '-')}-{'-'.join(map(str, shown))}")
     if getattr(args, "calibration", None):
         parts.append(f"calibrated-{Path(args.calibration).stem}")
     return "".join("_" + p for p in parts)

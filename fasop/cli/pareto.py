@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if on_demand:
         print(f"note: --spot: {cluster.path} has no spot_usd_per_hour for {', '.join(on_demand)}; "
               "on-demand price used", file=sys.stderr)
-    out = _Outputs.of(user_prefix or Path("results") / safe_name(f"{model.name}_{Path(cluster.path).stem}{run_tag(args)}"))
+    out = _Outputs.of(user_prefix or Path("results") / safe_name(f"{model.name}_{Path(cluster.path).stem}{run_tag(args, 'cyclic')}"))
     for path in (out.csv, out.png, out.svg):
         check_target(path, "--out-prefix")  # before the work, not after
     if workers > 1 or args.executor == "ray":  # this process mostly waits: load the plotting libraries meanwhile
