@@ -34,6 +34,7 @@ def row_plan(args: argparse.Namespace):
         if given is None and guess is None:
             raise FasopError(f"{flag}: required ({args.source} is not named <model>_<cluster>_...csv)")
     row, where = pick_row(args.source, rows, rank=args.rank, row=args.row)
+    from fasop.cli.args import with_step_shape
     try:
         model = load_model(args.model or guessed_model)
         cluster = load_cluster(args.cluster or guessed_cluster)
@@ -41,8 +42,30 @@ def row_plan(args: argparse.Namespace):
         if args.model and args.cluster:
             raise
         raise FasopError(f"{exc} ({how}; give --model and --cluster)") from None
-    model = _step_shape_of(args, model, row)
+    searched = _step_shape_of(argparse.Namespace(seq_len=None, global_batch_size=None, source=args.source), model, row)
+    model = with_step_shape(searched, args.seq_len, args.global_batch_size)
+    if args.global_batch_size is not None:
+        row = _at_batch(row, where, args.global_batch_size, searched.global_batch_size)
+    if model.sequence_length != searched.sequence_length:
+        row = {**row, "step_time_s": ""}   # not the step the CSV scored: no comparison with its time
     return plan_of_row(row, where, model, cluster), model, _calibrated(cluster, row, args.source), rows
+
+
+def _at_batch(row: dict, where: str, batch: int, spec_batch: int) -> dict:
+    """The row's plan at another global batch (--global-batch-size): its micro-batches, dp x mbs dividing it,
+    a multiple of pp for an interleaved plan (as a search enumerates them: estimators/analytic/recipes.py); its
+    step time dropped where the batch is not the row's (`spec_batch`: the model's, for a row without micro-batches)."""
+    from fasop.plans.rowplan import int_cell
+
+    dp, mbs, pp = (int_cell(where, row, c) for c in ("dp", "mbs", "pp"))
+    m, v = batch // (dp * mbs), int_cell(where, row, "virtual_stages") if row.get("virtual_stages") else 1
+    if batch % (dp * mbs):
+        raise FasopError(f"--global-batch-size: {batch} is not a multiple of {where}'s dp x mbs = {dp} x {mbs}")
+    if v > 1 and m % pp:
+        raise FasopError(f"--global-batch-size: {batch} makes {m} micro-batches, not a multiple of pp {pp} as {where}'s "
+                         f"{v} virtual stages need")
+    before = int_cell(where, row, "num_microbatches") * dp * mbs if row.get("num_microbatches") else spec_batch
+    return {**row, "num_microbatches": str(m)} | ({} if batch == before else {"step_time_s": ""})
 
 
 def _calibrated(cluster, row: dict, source: str):

@@ -117,7 +117,7 @@ def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None =
     return rows[found[0] - 1], f"{path} rank {rank}"
 
 
-def _int_cell(path_name: str, row: dict[str, str], column: str, minimum: int = 1) -> int:
+def int_cell(path_name: str, row: dict[str, str], column: str, minimum: int = 1) -> int:
     value = row.get(column)
     if value is None:
         raise FasopError(f"{path_name}: {column}: no such column")
@@ -136,16 +136,19 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
     if row.get("status") not in (None, "ok"):
         raise FasopError(f"{where}: status: {row['status']!r}, the composition has no plan that fits "
                          f"(composition {row.get('composition', '?')})")
-    tp, dp, pp, mbs = (_int_cell(where, row, c) for c in ("tp", "dp", "pp", "mbs"))
-    cp, ep, etp = (_int_cell(where, row, c) if row.get(c) else 1 for c in ("cp", "ep", "etp"))
+    tp, dp, pp, mbs = (int_cell(where, row, c) for c in ("tp", "dp", "pp", "mbs"))
+    cp, ep, etp = (int_cell(where, row, c) if row.get(c) else 1 for c in ("cp", "ep", "etp"))
     placement = _placement(where, row.get("node_placement", ""), cluster)
     if len({n.gpus_per_node for n in placement}) != 1 or tp * cp * dp * pp != sum(n.gpus_per_node for n in placement):
         degrees = "tp x dp x pp" if cp == 1 else "tp x cp x dp x pp"
         raise FasopError(f"{where}: {degrees} = {tp * cp * dp * pp} does not use the {len(placement)} nodes of "
                          f"node_placement ({sum(n.gpus_per_node for n in placement)} GPUs)")
     _check_experts(where, model, tp * cp * dp, ep, etp)
+    if cp > 1 and model.sequence_length % (2 * cp):   # as a search's degree_space refuses it
+        raise FasopError(f"{where}: cp: {cp} does not split the sequence of {model.sequence_length} tokens into 2 x {cp} "
+                         f"equal chunks (Megatron-Core needs sequence_length % (2*cp) == 0)")
     if row.get("num_microbatches"):
-        m = _int_cell(where, row, "num_microbatches")
+        m = int_cell(where, row, "num_microbatches")
         batch = m * dp * mbs
     else:  # FASOP's own CSVs: the model's global batch
         batch = model.global_batch_size
@@ -275,7 +278,7 @@ def _check_software(where: str, row: dict[str, str], model: ModelSpec) -> None:
 def _virtual_stages(where: str, row: dict[str, str]) -> int:
     """Model chunks per pipeline rank: the `virtual_stages` column where the row has one, else 1
     (FASOP's plans). The partition then lists pp x virtual_stages counts in model order."""
-    v = _int_cell(where, row, "virtual_stages") if row.get("virtual_stages") else 1
+    v = int_cell(where, row, "virtual_stages") if row.get("virtual_stages") else 1
     if v > 1024:
         raise FasopError(f"{where}: virtual_stages: {v:,} is past 1,024 model chunks a rank")
     return v
