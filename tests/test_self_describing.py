@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,14 @@ def test_default_names_carry_the_parallelism_flags_and_the_placements(tmp_path, 
                      "qwen3-30b-a3b_aws_p5x1_cp-1-2.csv", "qwen3-30b-a3b_aws_p5x1_ep-8_etp-1.csv",
                      "qwen3-30b-a3b_aws_p5x1_placements-grouped.csv", "qwen3-30b-a3b_aws_p5x1_zero-3_hsdp-off.csv",
                      "qwen3-30b-a3b_aws_p5x1_zero-3_hsdp-on-off.csv"]
+
+
+def test_a_search_where_nothing_fits_writes_the_analytic_header_all_the_same(tmp_path, monkeypatch, capsys):
+    # a spreadsheet or script reading the CSV finds the same columns whether or not a plan fits
+    monkeypatch.chdir(tmp_path)
+    base = ["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=1", "--top", "1", "--no-progress"]
+    assert main(base + ["--out", "fits.csv"]) == 0
+    assert main(base + ["--seq-len", "16777216", "--global-batch-size", "1", "--out", "none.csv"]) == 0
+    assert "no plan fits in GPU memory" in capsys.readouterr().out
+    fits, none = (Path(name).read_text().splitlines() for name in ("fits.csv", "none.csv"))
+    assert none == fits[:1] and len(fits) == 2 and "stage_memory_limit_gib" in none[0] and "model_spec" in none[0]

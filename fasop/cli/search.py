@@ -98,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
     if result.interrupted is not None:
         return _write_incomplete(result, out, model, cluster, args)
     columns, rows = search_rows(result, model.sequence_length)
-    if extra_columns(result.estimates):  # the analytic estimator's CSVs say what they were made from
+    if not result.estimates and cluster.analytic is not None:   # none fits: the analytic CSV's header all the same
+        from fasop.estimators.analytic.estimator import COLUMNS
+        columns += list(COLUMNS)
+    if extra_columns(result.estimates) or cluster.analytic is not None:   # analytic CSVs say what they were made from
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
                                         provenance(model, cluster, spot=args.spot,
                                                    calibration=args.calibration))

@@ -46,9 +46,9 @@ from fasop.specs.types import GIB, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, No
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
 """analytic_cost.MemoryParts' fields, in the order explain shows them."""
-COLUMNS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads", "optimizer_states",
-           "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "bf16_layers", "compute_source", "misfit",
-           "stage_memory_gib", "stage_memory_limit_gib")
+COLUMNS = ("cp", "cp_comm", "ep", "etp", "dp_shard", "dp_replicate", "recompute", "zero", "sequence_parallel",
+           "virtual_stages", "precision", "main_grads", "optimizer_states", "mtp_layers", "cuda_graphs", "offload_layers",
+           "recompute_layers", "bf16_layers", "compute_source", "misfit", "stage_memory_gib", "stage_memory_limit_gib")
 """Extra CSV columns of this estimator's plans (report/results.py appends them after the common ones)."""
 
 
@@ -302,16 +302,13 @@ class AnalyticEstimator:
         source = "analytic" if not times else "profile" if all(times) else "mixed"
         r = s.recipe
         shard = G.dp_shard(plan, r.hsdp, self.domain_gpus) if r.zero else 1
-        extra = (("cp", plan.cp), ("cp_comm", r.cp_comm if plan.cp > 1 else ""), ("ep", plan.ep), ("etp", plan.etp), ("dp_shard", shard),
-                 ("dp_replicate", plan.dp // shard),
-                 ("recompute", r.recompute_name), ("zero", r.zero), ("sequence_parallel", r.sequence_parallel),
-                 ("virtual_stages", r.virtual_stages), ("precision", r.precision),
-                 *((k, self.mtp if k == "mtp_layers" else self.recipes.get(k, DEFAULTS[k])[0]) for k in COLUMNS[5:9]),
-                 ("offload_layers", r.offload_layers), ("recompute_layers", r.recompute_layers or ""),
-                 ("bf16_layers", r.bf16_layers), ("compute_source", source),
-                 ("misfit", misfit or ("activations" if oom else "")),
-                 ("stage_memory_gib", "-".join(f"{t / GIB:.2f}" for t in totals)),
-                 ("stage_memory_limit_gib", "-".join(f"{hw.memory_limit_bytes / GIB:.2f}" for hw in stages)))
+        extra = tuple(zip(COLUMNS, (
+            plan.cp, r.cp_comm if plan.cp > 1 else "", plan.ep, plan.etp, shard, plan.dp // shard, r.recompute_name,
+            r.zero, r.sequence_parallel, r.virtual_stages, r.precision,
+            *(self.mtp if k == "mtp_layers" else self.recipes.get(k, DEFAULTS[k])[0] for k in COLUMNS[11:15]),
+            r.offload_layers, r.recompute_layers or "", r.bf16_layers, source, misfit or ("activations" if oom else ""),
+            "-".join(f"{t / GIB:.2f}" for t in totals), "-".join(f"{hw.memory_limit_bytes / GIB:.2f}" for hw in stages)),
+            strict=True))
         return Estimate(plan=plan, partition=tuple(entries), stage_node_types=self._pacing_nodes(plan, stages),
                         stage_compute_s=tuple(f + b for f, b in zip(step.stage_fwd_s, step.stage_bwd_s)),
                         p2p_s=step.p2p_s[:plan.pp - 1], stage_end_s=step.stage_end_s, pipeline_time_s=step.pipeline_s,
