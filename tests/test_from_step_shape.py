@@ -56,3 +56,14 @@ def test_a_shape_the_rows_plan_cannot_run_is_one_line(searched, capsys, tmp_path
     assert err.count("\n") == 1 and err.startswith("fasop: error: ")
     assert __import__("re").search(message, err), err
     assert not any(tmp_path.iterdir())   # nothing written
+
+
+def test_an_interleaved_rows_explanation_says_its_recipe_and_draws_no_empty_events(searched, capsys):
+    # the plan line names the recipe (2 virtual stages, the precision); without a timeline (interleaved 1F1B is not
+    # drawn) the per-stage compute / p2p / idle split is '-', not 0.00
+    assert main(["explain", "--from", str(searched / "vp.csv")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "2 virtual stages" in lines[1] and lines[1].endswith(", bf16")
+    stages = [line.split() for line in lines[4:6]]
+    assert all(cells[-4:-1] == ["-", "-", "-"] for cells in stages), lines[3:7]
+    assert "without a timeline" in lines[6]

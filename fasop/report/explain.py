@@ -119,6 +119,8 @@ class Explanation:
     estimator's `parallel_lines`, where it has them: the analytic one); () for a dense plan."""
     cuda_graphs: str = "none"
     """What the row's run captures in CUDA graphs (its cuda_graphs column; none: eager, FASOP's rows)."""
+    recipe: str = ""
+    """The row's recipe as words (recipe_words: recompute, ZeRO, virtual stages, CUDA graphs, precision; '': FASOP's)."""
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -210,7 +212,8 @@ def explain_with_timeline(rp: RowPlan, model: ModelSpec, cluster: ClusterSpec, e
         usd_per_million_tokens=usd_per_step / tokens * 1e6, zero_stage=zero,
         row_step_time_s=finite(rp.row.get("step_time_s", "")),
         fits=not (e.memory.is_zero_oom if zero else e.memory.is_oom),
-        parallel=tuple(getattr(estimator, "parallel_lines", lambda _: ())(e)), cuda_graphs=rp.row.get("cuda_graphs") or "none"), tl
+        parallel=tuple(getattr(estimator, "parallel_lines", lambda _: ())(e)), cuda_graphs=rp.row.get("cuda_graphs") or "none",
+        recipe=recipe_words(rp.row)), tl
 
 
 def _stages(e, parts: EstimateParts, names: list[str], tl, ends) -> list[StageBreakdown]:
@@ -294,13 +297,13 @@ def render(x: Explanation) -> str:
     """The explanation as a report: a time table, a memory table and the whole plan's lines."""
     head = [f"{x.model} on {Path(x.cluster).stem}: {x.where}",
             f"plan {_short_key(x)}: {counted(x.num_microbatches, 'micro-batch')} a step per replica, global batch "
-            f"{x.global_batch_size}, sequence {x.sequence_length}" + (
-                f"; CUDA graphs {x.cuda_graphs}" if x.cuda_graphs != "none" else ""), ""]
+            f"{x.global_batch_size}, sequence {x.sequence_length}" + (f"; {x.recipe}" if x.recipe else ""), ""]
     memory_title = "memory GiB per GPU" + _sharding(x)
     lines = head + _time_table(x)
     sends = f" ({x.sends})" if x.sends else ""
-    lines += [f"compute, p2p, idle: the stage's 1F1B events until its end: computing, sending only{sends}, waiting",
-              "", memory_title] + _memory_table(x) + [""]
+    legend = f"the stage's 1F1B events until its end: computing, sending only{sends}, waiting" \
+        if x.bubble_fraction == x.bubble_fraction else "- without a timeline (see `timeline` below)"
+    lines += [f"compute, p2p, idle: {legend}", "", memory_title] + _memory_table(x) + [""]
     return "\n".join(lines + _summary(x)) + "\n"
 
 
@@ -330,9 +333,11 @@ def _time_table(x: Explanation) -> list[str]:
     ms = 1e3
     rows = [("stage", "gpu", "nodes", "layers", "fwd+bwd/mb ms", "send/mb ms", "compute ms", "p2p ms", "idle ms",
              "end ms")]
+    drawn = x.bubble_fraction == x.bubble_fraction   # nan: no timeline, no events to split the stage's time into
     rows += [(str(s.stage), s.gpu, _span(s.nodes), s.layers, f"{s.compute_s * ms:.3f}",
-              f"{s.send_s * ms:.3f}" if s.send_s else "-", f"{s.computing_s * ms:.2f}", f"{s.sending_s * ms:.2f}",
-              f"{s.idle_s * ms:.2f}", f"{s.end_s * ms:.2f}") for s in x.stages]
+              f"{s.send_s * ms:.3f}" if s.send_s else "-",
+              *((f"{v * ms:.2f}" if drawn else "-") for v in (s.computing_s, s.sending_s, s.idle_s)),
+              f"{s.end_s * ms:.2f}") for s in x.stages]
     return _table(rows, left=(1, 2, 3))
 
 
