@@ -150,3 +150,17 @@ def test_rates_of_node_types_named_with_a_dash(tmp_path, monkeypatch):
     assert rows and all(0 < float(r["mfu"]) < 1 for r in rows)
     assert all(float(r["tokens_per_s_per_gpu"]) == pytest.approx(float(r["tokens_per_s"]) / 16, rel=1e-5)  # 6 digits
                for r in rows)
+
+
+@pytest.mark.parametrize("flags, asked, hint", [
+    (["--ep", "16"], "ep x etp 16x1", "with ep = etp = 1 there are plans"),
+    (["--ep", "8", "--etp", "2"], "ep x etp 8x2", "with ep = etp = 1 there are plans"),
+    (["--cp", "16"], "cp 16", "with cp 1 there are plans"),
+])
+def test_no_valid_plan_names_the_degrees_asked_and_the_one_that_cannot_fit(tmp_path, capsys, flags, asked, hint):
+    # one node of 8 H100: ep 16, ep 8 x etp 2 (16 ranks a stage) and cp 16 leave no plan; the line says which
+    assert main(["search", "--model", "qwen3-30b-a3b", "--cluster", "aws", "--nodes", "p5=1", "--top", "1",
+                 "--no-progress", "--out", str(tmp_path / "x.csv")] + flags) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no valid plan: 1 nodes (8 GPUs)" in err and f", {asked}," in err and hint in err
+    assert not (tmp_path / "x.csv").exists()

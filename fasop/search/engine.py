@@ -346,8 +346,17 @@ def _degree_combos(model: ModelSpec, inventory: Sequence[NodeType], estimator: E
     combos = degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
                          num_transformer_layers=model.num_transformer_layers, space=space)
     if not combos:
-        raise NoPlan(f"no valid plan: {len(inventory)} nodes, TP degrees {list(tp_degrees)}, "
-                         f"global batch {model.global_batch_size}, {model.num_transformer_layers} layers")
+        gpus = sum(n.gpus_per_node for n in inventory)
+        shown = lambda xs: ", ".join(xs[:6]) + (", ..." if len(xs) > 6 else "")  # noqa: E731
+        asked = [f"cp {shown([str(c) for c in space.cp])}"] if space.cp != (1,) else []
+        asked += [f"ep x etp {shown(['x'.join(map(str, e)) for e in space.experts])}"] if space.experts != ((1, 1),) else []
+        # the dimension without which plans exist, where one does (an explicit --cp / --ep / --etp that cannot fit)
+        alone = [name for name, less in (("cp 1", replace(space, cp=(1,))), ("ep = etp = 1", replace(space, experts=((1, 1),))))
+                 if less != space and degree_list(inventory, tp_degrees=tp_degrees, global_batch_size=model.global_batch_size,
+                                                 num_transformer_layers=model.num_transformer_layers, space=less)]
+        raise NoPlan(f"no valid plan: {len(inventory)} nodes ({gpus} GPUs), TP degrees {list(tp_degrees)}, "
+                     + "".join(f"{a}, " for a in asked) + f"global batch {model.global_batch_size}, "
+                     f"{model.num_transformer_layers} layers" + "".join(f"; with {name} there are plans" for name in alone))
     return combos
 
 
