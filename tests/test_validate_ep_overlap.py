@@ -51,3 +51,14 @@ def test_a_recipes_overlap_on_a_plan_it_cannot_run_is_estimated_without_it(tmp_p
     (tmp_path / "g.csv").write_text(HEAD + "a," + plan.format("") + "b," + plan.format(0))
     recipe, none = validate(tmp_path / "g.csv").predictions
     assert recipe.row["predicted_seconds_per_iter"] == none.row["predicted_seconds_per_iter"]
+
+
+def test_an_interleaved_row_whose_micro_batches_pp_does_not_divide_says_the_rule(tmp_path):
+    # 6 micro-batches on pp 4 with 5 virtual stages: Megatron-Core's interleaved schedule runs it only with a
+    # --microbatch-group-size-per-virtual-pipeline-stage of 6 (schedules.py), fasop models the default group (pp)
+    (tmp_path / "v.csv").write_text(
+        "name,model,gpu,num_gpus,tp,pp,dp,seq_len,global_batch_size,micro_batch_size,virtual_pp,precision,recompute,"
+        "measured_seconds_per_iter\nv,llama-3-70b,H100-SXM,32,8,4,1,8192,6,1,5,bf16,selective,1\n")
+    with pytest.raises(FasopError, match=r"line 2: micro_batch_size: .*micro-batches a multiple of pp .*"
+                                         r"--microbatch-group-size-per-virtual-pipeline-stage"):
+        validate(tmp_path / "v.csv")

@@ -50,27 +50,13 @@ from fasop.specs.hf_config import architecture_from_config, config_file, read_co
 from fasop.specs.load import load_model
 from fasop.specs.catalog import AnalyticParams, default_params
 from fasop.specs.validate_software import VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE
-from fasop.report.validate_defaults import common as _common, software as _software
+from fasop.report.validate_defaults import PRECISION_NAMES, common as _common, software as _software
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
                                         bf16_layers_cell, cp_comm_cell, layers_per_stage, read_rows, read_table,
                                         row_hardware)
 
 PICKED = ("micro_batch_size", "recompute", "sequence_parallel", "distributed_optimizer", "virtual_pp")
-PRECISION_NAMES = {"fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8", "fp8_sc": "fp8", "fp8_blockwise": "fp8",
-                   "fp8_tensorwise": "fp8", "fp8_delayed": "fp8", "fp8_hybrid": "fp8", "bfloat16": "bf16",
-                   "float16": "fp16", "fp8cs": "fp8", "fp8ds": "fp8", "fp8mx": "mxfp8", "fp8sc": "fp8", "mx_fp8": "mxfp8",
-                   "nv_fp4": "nvfp4", "fp4": "nvfp4"}
-"""Megatron-Bridge's names for its FP8 recipes (`_perf_precision("fp8_cs")`, scripts/performance
-`--compute_dtype`; FP8-CS / FP8-DS / FP8-MX / FP8-SC in its performance tables), Megatron-LM's
-`--fp8-recipe` ones after `fp8_`, and torch's dtype names, as a `precision` cell may give them ('-' or
-'_'): per-tensor FP8 with current or delayed scaling is `fp8`, MX block-scaled FP8 `mxfp8`. FP8-SC
-(sub-channel: 1 x 128 activation and 128 x 128 weight scales, `fp8_recipe` blockwise, Hopper's
-DeepSeek-V3 / Kimi-K2 recipes) is read as `fp8`: the same FP8 tensor-core rate -- no measured rate of
-cuBLAS's blockwise-scaled GEMMs against per-tensor ones is at hand -- and per-tensor FP8's casts. The recipe
-functions' spellings without a separator (`..._fp8cs_config`, `fp8mx`) and a space for the separator are read
-alike; `FP4` is NVFP4, Megatron-Core's one built-in FP4 recipe (megatron/core/fp4_utils.py `Fp4Recipe`: nvfp4,
-custom)."""
 OUT_COLUMNS = ("name", "gpu", "num_gpus", "tp", "pp", "dp", "global_batch_size", "measured_seconds_per_iter",
                "predicted_seconds_per_iter", "error_pct", "measured_peak_mem_gib", "predicted_peak_mem_gib",
                "mem_error_pct", "fits", "micro_batch_size", "recompute", "sequence_parallel",
@@ -177,7 +163,10 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     if best is None and refused:
         raise c.error("ep_overlap", f"{c.text('ep_overlap')}: Megatron-Core refuses its EP overlap with {refused}")
     if best is None:
-        raise c.error("micro_batch_size", "no micro-batch size / virtual_pp divides the batch and the layers")
+        raise c.error("micro_batch_size", "no micro-batch size / virtual_pp fits the row: mbs dividing the batch a "
+                      "replica, pp x virtual_pp the layers, and with virtual_pp > 1 micro-batches a multiple of pp "
+                      "(Megatron-Core's interleaved schedule at its default --microbatch-group-size-per-virtual-"
+                      "pipeline-stage, pp: fasop models no other grouping)")
     step, peak, fits, choice, split = best
     mem = c.positive("measured_peak_mem_gib")
     out = {"name": c.text("name"), "gpu": "+".join(g.name for g in hw.gpus), "num_gpus": n, "tp": tp, "pp": pp,

@@ -57,6 +57,22 @@ Megatron-FSDP, whose Transformer Engine layers keep the GPU's software), unless 
 `fused_elementwise` 0: eager elementwise ops are PyTorch's, never Megatron-Core's."""
 
 
+PRECISION_NAMES = {"fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8", "fp8_sc": "fp8", "fp8_blockwise": "fp8",
+                   "fp8_tensorwise": "fp8", "fp8_delayed": "fp8", "fp8_hybrid": "fp8", "bfloat16": "bf16",
+                   "float16": "fp16", "fp8cs": "fp8", "fp8ds": "fp8", "fp8mx": "mxfp8", "fp8sc": "fp8", "mx_fp8": "mxfp8",
+                   "nv_fp4": "nvfp4", "fp4": "nvfp4"}
+"""Megatron-Bridge's names for its FP8 recipes (`_perf_precision("fp8_cs")`, scripts/performance
+`--compute_dtype`; FP8-CS / FP8-DS / FP8-MX / FP8-SC in its performance tables), Megatron-LM's
+`--fp8-recipe` ones after `fp8_`, and torch's dtype names, as a `precision` cell may give them ('-' or
+'_'): per-tensor FP8 with current or delayed scaling is `fp8`, MX block-scaled FP8 `mxfp8`. FP8-SC
+(sub-channel: 1 x 128 activation and 128 x 128 weight scales, `fp8_recipe` blockwise, Hopper's
+DeepSeek-V3 / Kimi-K2 recipes) is read as `fp8`: the same FP8 tensor-core rate -- no measured rate of
+cuBLAS's blockwise-scaled GEMMs against per-tensor ones is at hand -- and per-tensor FP8's casts. The recipe
+functions' spellings without a separator (`..._fp8cs_config`, `fp8mx`) and a space for the separator are read
+alike; `FP4` is NVFP4, Megatron-Core's one built-in FP4 recipe (megatron/core/fp4_utils.py `Fp4Recipe`: nvfp4,
+custom)."""
+
+
 def _agreed(values: set):
     """The one value every GPU of a row has, else None (the GPUs disagree, or none has one)."""
     return next(iter(values)) if len(values) == 1 else None
