@@ -70,6 +70,9 @@ TASK_SPELLINGS = {"pretraining": "pretrain", "pre-train": "pretrain", "pre-train
                   "full_sft": "sft", "full-sft": "sft", "full_finetune": "sft", "full-finetune": "sft"}
 """Other ways tables write the two tasks (a LoRA / PEFT task trains adapters only: not these, refused)."""
 MAX_VIRTUAL = 8
+NO_RECIPE = ("no micro-batch size / virtual_pp fits the row: mbs dividing the batch a replica, pp x virtual_pp the "
+             "layers, and with virtual_pp > 1 micro-batches a multiple of pp (Megatron-Core's interleaved schedule at "
+             "its default --microbatch-group-size-per-virtual-pipeline-stage, pp: fasop models no other grouping)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,10 +166,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     if best is None and refused:
         raise c.error("ep_overlap", f"{c.text('ep_overlap')}: Megatron-Core refuses its EP overlap with {refused}")
     if best is None:
-        raise c.error("micro_batch_size", "no micro-batch size / virtual_pp fits the row: mbs dividing the batch a "
-                      "replica, pp x virtual_pp the layers, and with virtual_pp > 1 micro-batches a multiple of pp "
-                      "(Megatron-Core's interleaved schedule at its default --microbatch-group-size-per-virtual-"
-                      "pipeline-stage, pp: fasop models no other grouping)")
+        raise c.error("micro_batch_size", NO_RECIPE)
     step, peak, fits, choice, split = best
     mem = c.positive("measured_peak_mem_gib")
     out = {"name": c.text("name"), "gpu": "+".join(g.name for g in hw.gpus), "num_gpus": n, "tp": tp, "pp": pp,
