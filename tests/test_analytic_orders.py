@@ -151,3 +151,28 @@ def test_an_interrupt_while_seeding_returns_what_it_found(tmp_path, monkeypatch)
                     global_batch_size=model.global_batch_size, num_transformer_layers=model.num_transformer_layers))
     with pytest.raises(KeyboardInterrupt):
         search(model, cluster, inventory, heterogeneous=True, top=5, estimator_options=EVERY_RECIPE)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_a_subtree_no_completion_of_which_fits_is_cut_before_k_plans_are_kept(world, tmp_path, monkeypatch):
+    """With --top above the plans that fit, the threshold stays inf; a prefix whose bound is inf (no completion
+    fits: the stages' layer caps hold fewer than the model's layers) is cut all the same, as only plans that fit
+    are kept -- the rows are the listing's fitting plans. (Kimi-K2 on 8 p5 + 8 p6-b200, where none fits: more
+    than 300 s, every order walked, before; 3 s.)"""
+    model, cluster, inventory = _world(*world, tmp_path)
+    from fasop.estimators.analytic.estimator import AnalyticEstimator
+
+    listed = search(model, cluster, inventory, heterogeneous=True, estimator_options=EVERY_RECIPE)
+    monkeypatch.setattr(search_module, "TREE_ORDERS", 1)
+    asked = []
+    below = AnalyticEstimator.estimate_below
+    monkeypatch.setattr(AnalyticEstimator, "estimate_below", lambda self, plan, cutoff: asked.append(plan) or
+                        below(self, plan, cutoff))
+    tree = search(model, cluster, inventory, heterogeneous=True, top=10 ** 6, estimator_options=EVERY_RECIPE,
+                  seed_orders=False)
+    fitting = tuple(e for e in listed.estimates if not e.memory.is_oom)
+    expected = report.csv_text(*report.search_rows(dataclasses.replace(listed, estimates=fitting), model.sequence_length))
+    assert report.csv_text(*report.search_rows(tree, model.sequence_length)) == expected
+    assert len(fitting) <= len(asked) <= len(listed.estimates)
+    if len(fitting) < len(listed.estimates):   # some plans do not fit: subtrees of them are cut, not estimated
+        assert len(asked) < len(listed.estimates)
