@@ -46,7 +46,7 @@ from fasop.core import limits
 from fasop.core.errors import SpecError
 from fasop.specs import hf_families
 from fasop.specs.architecture import Architecture
-from fasop.specs.files import decode_utf8, path_kind, read_bounded
+from fasop.specs.files import decode_utf8, path_kind, read_bounded, show
 from fasop.specs.profiles import read_profile
 from fasop.specs.reader import Reader
 from fasop.specs.types import ModelSpec
@@ -92,7 +92,9 @@ def architecture_from_config(cfg: dict, where: str) -> Architecture:
     if "model_type" not in cfg and not isinstance(cfg.get("architectures", []), list):
         raise SpecError(where, "architectures", f"must be a list of class names, got {str(cfg['architectures'])[:60]!r}")
     family = hf_families.family_of(cfg)
-    if family not in hf_families.MOE_FAMILIES:
+    if family is None:
+        raise SpecError(where, "model_type", f"missing required key (supported: {', '.join(FAMILIES)})")
+    if family not in hf_families.MOE_FAMILIES or family in hf_families.DENSE_FAMILIES:
         for key in _MOE_KEYS:
             if cfg.get(key) not in (None, 0, 1):
                 raise SpecError(where, key, f"mixture-of-experts key ({key} = {str(cfg[key])[:60]!r}) in a dense "
@@ -255,6 +257,9 @@ def load_hf_spec(path: Path, data: dict) -> ModelSpec:
     source = top.get("hf_config", (str, dict))
     if isinstance(source, str):
         file = path.parent / source
+        if path_kind(file) != "file":  # named in the spec: the spec and its key say where the name came from
+            what = "a folder, not a config.json" if path_kind(file) == "dir" else "no such file"
+            raise SpecError(str(path), "hf_config", f"{show(source)}: {what} (a path relative to the spec's folder)")
         arch = architecture_from_config(read_config(file), str(file))
     else:
         arch = architecture_from_config(source, f"{path}: hf_config")

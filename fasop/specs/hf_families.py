@@ -26,7 +26,9 @@ defaults; docs/models.md gives each family's formulas and published counts).
   E MoE; relu² MLPs and experts (not gated), one norm per block, no position embedding (NoPE);
   moe_latent_size (Nemotron 3 Super / Ultra's latent MoE: routed experts on h -> latent tokens), the
   MTP block as mtp_layers_block_type or mtp_hybrid_override_pattern.
-A key that would change the arithmetic in a way fasop does not model is refused, naming it.
+Every MoE family requires its routed-expert count and `num_experts_per_tok` (at most that count); layer-pattern
+keys stay within num_hidden_layers. A key that would change the arithmetic in a way fasop does not model is
+refused, naming it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from fasop.specs.architecture import MLA, Architecture, Mamba, MoE
 
 MOE_FAMILIES = ("mixtral", "grok-1", "qwen2_moe", "qwen3_moe", "qwen3", "deepseek_v2", "deepseek_v3", "kimi_k2",
                 "gpt_oss", "llama4", "llama4_text", "gemma2", "gemma3", "gemma3_text", "nemotron_h")
+DENSE_FAMILIES = ("qwen3", "gemma2", "gemma3", "gemma3_text")
+"""The families read here that have no experts: MoE keys in their configs are refused, as in hf_config's."""
 _NEMOTRON_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "experts",
                     "mamba": "mamba", "attention": "attention", "mlp": "mlp", "moe": "experts"}
 _REFUSED = {"moe_latent_size": ("latent MoE (experts on a down-projected token)", ("nemotron_h",)),
@@ -54,15 +58,17 @@ class Keys:
     def __init__(self, cfg: dict, where: str, ceilings: dict):
         self.cfg, self.where, self.ceilings = cfg, where, ceilings
 
-    def int(self, key: str, default=...) -> int:
+    def int(self, key: str, default=..., *, low: int = 1, high: int | None = None, why: str = "") -> int:
+        """An integer in [low, high] (high: the key's ceiling unless given; `why` says where a given one comes
+        from); absent or null: the default, or a missing required key."""
         value = self.cfg.get(key)
         if value is None:
             if default is ...:
                 raise SpecError(self.where, key, "missing required key")
             return default
-        high = self.ceilings.get(key, limits.HIDDEN_SIZE * 64)
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
-            raise SpecError(self.where, key, f"must be an integer in [1, {high:,}], got {str(value)[:60]!r}")
+        high = self.ceilings.get(key, limits.HIDDEN_SIZE * 64) if high is None else high
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise SpecError(self.where, key, f"must be an integer in [{low}, {high:,}]{why}, got {str(value)[:60]!r}")
         return value
 
     def number(self, key: str, default: float | None) -> float | None:
@@ -74,9 +80,9 @@ class Keys:
             raise SpecError(self.where, key, f"must be a number in [0, 1e9], got {str(value)[:60]!r}")
         return float(value)
 
-    def count(self, key: str, default: int = 0) -> int:
-        """An integer that may be 0 (a count of modules or layers)."""
-        return default if self.cfg.get(key) in (0, None) else self.int(key)
+    def count(self, key: str, default: int = 0, **bounds) -> int:
+        """An integer that may be 0 (a count of modules or layers); `bounds`: high and why, as int's."""
+        return default if self.cfg.get(key) in (0, None) else self.int(key, low=0, **bounds)
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.cfg.get(key, default)
@@ -107,6 +113,7 @@ def family_of(cfg: dict) -> str | None:
 
 
 def build(k: Keys, family: str) -> Architecture:
+    k.int("moe_layer_freq", None)  # HF DeepSeek's `layer_idx % moe_layer_freq`: 0 or a negative is no frequency
     for key, (why, modelled) in _REFUSED.items():
         if why and family not in modelled and k.cfg.get(key) not in (None, 0, 1):
             k.refuse(key, why)
@@ -148,11 +155,22 @@ def _yarn_mscale(k: Keys) -> float:
     return m(f, 1.0) if c is None or c_all is None else m(f, c) / m(f, c_all)
 
 
+def _routed(k: Keys, *keys: str) -> tuple[int, int]:
+    """(routed experts, experts a token picks): the first of `keys` the config gives (the family's expert
+    count; none given: keys[0] is the missing key) and `num_experts_per_tok`, at most that many (a router
+    cannot pick more experts than there are; HF's top-k would fail)."""
+    key = next((key for key in keys if k.cfg.get(key) is not None), keys[0])
+    experts, per_token = k.int(key), k.int("num_experts_per_tok")
+    if per_token > experts:
+        raise SpecError(k.where, "num_experts_per_tok", f"must be at most {key} ({experts}), got {per_token}")
+    return experts, per_token
+
+
 def _mixtral(k: Keys, family: str) -> Architecture:
-    experts = k.int("num_local_experts", 0) or k.int("num_experts")
-    moe = MoE(num_experts=experts, experts_per_token=k.int("num_experts_per_tok"),
-              expert_ffn_hidden_size=k.int("intermediate_size"))
     grok = family == "grok-1"  # four RMSNorms a layer (pre/post attention and MoE), tied embeddings
+    experts, per_token = _routed(k, *(("num_experts", "num_local_experts") if grok else
+                                     ("num_local_experts", "num_experts")))
+    moe = MoE(num_experts=experts, experts_per_token=per_token, expert_ffn_hidden_size=k.int("intermediate_size"))
     return Architecture(**_base(k, family, moe=moe, layer_norms=4 if grok else 2,
                                 tied_embeddings=k.flag("tie_word_embeddings", grok)))
 
@@ -160,16 +178,19 @@ def _mixtral(k: Keys, family: str) -> Architecture:
 def _qwen_moe(k: Keys, family: str) -> Architecture:
     n = k.int("num_hidden_layers")
     qwen2 = family == "qwen2_moe"
+    if family != "qwen3" and k.cfg.get("num_experts") is None:  # 0 is HF's dense model; absent is no count
+        raise SpecError(k.where, "num_experts", "missing required key (the routed experts; 0: every MLP dense)")
     experts = 0 if family == "qwen3" else k.count("num_experts")
     if not experts:
         return Architecture(**_base(k, family, qk_norm=True, qkv_bias=k.flag("attention_bias", False)))
-    step = k.int("decoder_sparse_step", 1)
+    experts, per_token = _routed(k, "num_experts")
+    step = k.int("decoder_sparse_step", 1, high=n, why=" (at most num_hidden_layers)")
     dense = k.cfg.get("mlp_only_layers") or []
-    if not isinstance(dense, list) or not all(isinstance(i, int) and 0 <= i < n for i in dense):
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                                              for i in dense):
         raise SpecError(k.where, "mlp_only_layers", f"must be a list of layer indices below {n}, got {str(dense)[:60]!r}")
     kinds = tuple("moe" if i not in dense and (i + 1) % step == 0 else "dense" for i in range(n))
-    moe = MoE(num_experts=experts, experts_per_token=k.int("num_experts_per_tok"),
-              expert_ffn_hidden_size=k.int("moe_intermediate_size"),
+    moe = MoE(num_experts=experts, experts_per_token=per_token, expert_ffn_hidden_size=k.int("moe_intermediate_size"),
               shared_experts=1 if qwen2 and k.count("shared_expert_intermediate_size") else 0,
               shared_ffn_hidden_size=k.count("shared_expert_intermediate_size") if qwen2 else 0, shared_gate=qwen2)
     return Architecture(**_base(k, family, moe=moe, layer_kinds=kinds, qk_norm=not qwen2,
@@ -181,8 +202,9 @@ def _deepseek(k: Keys, family: str) -> Architecture:
     mla = MLA(q_lora_rank=k.count("q_lora_rank"), kv_lora_rank=k.int("kv_lora_rank"),
               qk_nope_head_dim=k.int("qk_nope_head_dim"), qk_rope_head_dim=k.int("qk_rope_head_dim"),
               v_head_dim=k.int("v_head_dim"))
-    first = k.count("first_k_dense_replace")
-    moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
+    first = k.count("first_k_dense_replace", high=n, why=" (at most num_hidden_layers)")
+    experts, per_token = _routed(k, "n_routed_experts")
+    moe = MoE(num_experts=experts, experts_per_token=per_token,
               expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"),
               **_router_groups(k, family))
     mtp = k.count("num_nextn_predict_layers")
@@ -240,19 +262,22 @@ def _windowed(k: Keys, n: int, window: int, default_sliding) -> tuple[int, ...]:
 
 def _gpt_oss(k: Keys, family: str) -> Architecture:
     n, window = k.int("num_hidden_layers"), k.count("sliding_window")
-    moe = MoE(num_experts=k.int("num_local_experts"), experts_per_token=k.int("num_experts_per_tok"),
-              expert_ffn_hidden_size=k.int("intermediate_size"), expert_bias=True)
+    experts, per_token = _routed(k, "num_local_experts")
+    moe = MoE(num_experts=experts, experts_per_token=per_token, expert_ffn_hidden_size=k.int("intermediate_size"),
+              expert_bias=True)
     bias = k.flag("attention_bias", True)
     return Architecture(**_base(k, family, moe=moe, qkv_bias=bias, o_bias=bias, attention_sinks=True,
                                 window=window, windowed_layers=_windowed(k, n, window, lambda i: i % 2 == 0)))
 
 
 def _llama4(k: Keys, family: str) -> Architecture:
-    n, step = k.int("num_hidden_layers"), k.int("interleave_moe_layer_step", 1)
+    n = k.int("num_hidden_layers")
+    step = k.int("interleave_moe_layer_step", 1, high=n, why=" (at most num_hidden_layers)")
     kinds = tuple("moe" if i % step == step - 1 else "dense" for i in range(n))
     f = k.int("intermediate_size")
-    moe = MoE(num_experts=k.int("num_local_experts"), experts_per_token=k.int("num_experts_per_tok"),
-              expert_ffn_hidden_size=f, shared_experts=1, shared_ffn_hidden_size=f)
+    experts, per_token = _routed(k, "num_local_experts")
+    moe = MoE(num_experts=experts, experts_per_token=per_token, expert_ffn_hidden_size=f, shared_experts=1,
+              shared_ffn_hidden_size=f)
     chunk = k.count("attention_chunk_size")
     interval = k.int("no_rope_layer_interval", 4)  # every 4th layer is global NoPE attention
     return Architecture(**_base(k, family, moe=moe, layer_kinds=kinds, ffn_hidden_size=k.int("intermediate_size_mlp"),
@@ -313,7 +338,8 @@ def _nemotron_h(k: Keys, family: str) -> Architecture:
                   proj_bias=k.flag("mamba_proj_bias", False))
     moe = None
     if "experts" in kinds:
-        moe = MoE(num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
+        experts, per_token = _routed(k, "n_routed_experts")
+        moe = MoE(num_experts=experts, experts_per_token=per_token,
                   expert_ffn_hidden_size=k.int("moe_intermediate_size"), shared_experts=k.count("n_shared_experts"),
                   shared_ffn_hidden_size=k.count("moe_shared_expert_intermediate_size"),
                   latent_size=k.count("moe_latent_size"), **_router_groups(k, family))

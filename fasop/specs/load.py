@@ -8,12 +8,13 @@ catalog.py, HuggingFace configs to hf_config.py.
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 
 from fasop.core import limits
 from fasop.core.errors import SpecError
-from fasop.specs.files import path_kind, resolve
+from fasop.specs.files import path_kind, resolve, show
 from fasop.specs.profiles import read_profile
 from fasop.specs.reader import Reader, read_yaml
 from fasop.specs.types import CATALOG_ESTIMATORS, GIB, LAYER_KINDS, TRANSFORMER_KINDS, ClusterSpec, ModelSpec, NodeType
@@ -37,6 +38,7 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
         from fasop.specs.catalog_clusters import load_catalog_cluster  # (FASOP's clusters never import the catalog)
 
         return load_catalog_cluster(path, data)
+    _check_form(path, data)
     top = Reader(path, data, "", _CLUSTER_KEYS)
     estimator = top.get("estimator", str, check=_ESTIMATOR_NAME.fullmatch,
                         why="an estimator name (letters, digits, '-', '_', '.'), e.g. fasop-2024")
@@ -59,6 +61,20 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
     return ClusterSpec(path=str(path), estimator=estimator, node_types=node_types,
                        p2p_inter_node_divisor=float(inter_div), p2p_intra_node_divisor=float(intra_div),
                        memory_overhead_factor=float(overhead))
+
+
+def _check_form(path: Path, data: dict) -> None:
+    """A spec whose `estimator` is no catalog estimator is read in the profiled form (`links:`, `memory:`, node
+    types with their memory and links); one with neither section is a catalog spec whose estimator name is wrong
+    (`analytc`): refused naming that value, not the `links:` it lacks."""
+    name = data.get("estimator")
+    if not isinstance(name, str) or "links" in data or "memory" in data:
+        return
+    close = difflib.get_close_matches(name, CATALOG_ESTIMATORS + ("fasop-2024",), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close and close[0] != name else ""
+    raise SpecError(str(path), "estimator", f"{show(name)} is not a catalog estimator ({', '.join(CATALOG_ESTIMATORS)}), "
+                                            f"and the spec has no links: or memory: section, which the other "
+                                            f"estimators' specs (fasop-2024) need{hint}")
 
 
 def _node_type(r: Reader, name: str) -> NodeType:
