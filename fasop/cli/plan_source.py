@@ -155,7 +155,14 @@ def estimator_for(rp, model, cluster):
     return estimator
 
 
-RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": lambda v: v == "True", "virtual_stages": int,
+def _true_false(cell: str) -> bool:
+    """A results CSV's boolean cell as the search writes it (`True` / `False`); anything else a ValueError."""
+    if cell not in ("True", "False"):
+        raise ValueError(cell)
+    return cell == "True"
+
+
+RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": _true_false, "virtual_stages": int,
                   "precision": str, "main_grads": str, "optimizer_states": str, "mtp_layers": int, "cuda_graphs": str,
                   "offload_layers": int, "recompute_layers": int, "bf16_layers": int, "cp_comm": str}
 """The recipe columns of a results row (the analytic estimator's) and how to read each cell."""
@@ -164,6 +171,11 @@ RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": lambda v: 
 def recipe_of(rp) -> dict:
     """The row's recipe as estimator options (each a one-value tuple), for the columns it has:
     the plan is re-estimated as it was scored, not with the search's default recipe."""
+    from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES
+    from fasop.estimators.analytic.recipes import STATE_DTYPES
+
+    choices = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "precision": PRECISIONS, "main_grads": STATE_DTYPES,
+               "optimizer_states": STATE_DTYPES}
     out = {}
     for column, read in RECIPE_COLUMNS.items():
         cell = rp.row.get(column, "")
@@ -172,6 +184,9 @@ def recipe_of(rp) -> dict:
                 out[column] = (read(cell),)
             except ValueError:
                 raise FasopError(f"{rp.where}: {column}: {cell!r} is not a {column.replace('_', ' ')} value") from None
+            allowed = choices.get(column, ())   # the row's column named, not the flag (--zero) the check is for
+            if allowed and out[column][0] not in allowed and not cell.startswith("selective:"):
+                raise FasopError(f"{rp.where}: {column}: expected one of {', '.join(map(str, allowed))}, got {cell!r}")
     if out.get("zero", (0,))[0] > 0 and rp.row.get("dp_replicate", "1") not in ("", "1"):
         out["hsdp"] = (True,)  # the states replicated across nodes: sharded over one node's DP ranks
     return out

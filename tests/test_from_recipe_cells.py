@@ -1,0 +1,31 @@
+"""A results CSV's recipe cell outside its choices (fasop/cli/plan_source.py recipe_of) names the CSV row and
+column, not a CLI flag nobody gave (`--zero: 7 is not one of`)."""
+import csv
+
+import pytest
+
+from fasop.cli.command import main
+
+
+@pytest.mark.parametrize("column, value, allowed", [
+    ("zero", "7", "expected one of 0, 1, 2, 3, got '7'"), ("precision", "fp7", "got 'fp7'"),
+    ("recompute", "partial", "expected one of none, selective, full, got 'partial'"),
+    ("main_grads", "fp8", "expected one of fp32, bf16, got 'fp8'"),
+    ("sequence_parallel", "maybe", "'maybe' is not a sequence parallel value")])
+def test_a_results_row_recipe_cell_outside_its_choices_names_the_row_and_column(tmp_path, capsys, monkeypatch,
+                                                                                 column, value, allowed):
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=1", "--top", "1",
+                 "--no-progress"]) == 0
+    path = tmp_path / "results" / "llama-3-8b_aws_p5x1.csv"
+    rows = list(csv.DictReader(path.open()))
+    rows[0][column] = value
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    capsys.readouterr()
+    assert main(["explain", "--from", str(path), "--row", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"fasop: error: {path} row 1: {column}: ") and allowed in err and "--" not in err
