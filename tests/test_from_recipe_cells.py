@@ -29,3 +29,19 @@ def test_a_results_row_recipe_cell_outside_its_choices_names_the_row_and_column(
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith(f"fasop: error: {path} row 1: {column}: ") and allowed in err and "--" not in err
+
+
+def test_a_spreadsheet_saved_rows_true_false_read_as_fasop_wrote_them(tmp_path, capsys, monkeypatch):
+    # Excel / LibreOffice save booleans as TRUE / FALSE: the row is the same plan, explained and exported alike
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=2", "--top", "1", "--seq-len",
+                 "32768", "--global-batch-size", "16", "--cp", "2", "--no-progress", "--out", "r.csv"]) == 0
+    text = (tmp_path / "r.csv").read_text()
+    assert ",True," in text
+    (tmp_path / "x.csv").write_text(text.replace(",True,", ",TRUE,").replace(",False,", ",FALSE,"))
+    outs = []
+    for name in ("r.csv", "x.csv"):
+        capsys.readouterr()
+        assert main(["export", "--from", name, "--target", "megatron"]) == 0
+        outs.append(capsys.readouterr().out.replace(name, "CSV"))
+    assert outs[0] == outs[1] and "--sequence-parallel" in outs[0]

@@ -78,7 +78,14 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
             what = "more" if None in row else "fewer"
             raise FasopError(f"{path}: data row {number}: {what} cells than the header's "
                              f"{len(reader.fieldnames)} columns")
-    return [{k: spreadsheet_text(v) for k, v in row.items()} for row in rows]
+    return [{k: _cell(v) for k, v in row.items()} for row in rows]
+
+
+def _cell(text: str) -> str:
+    """A cell as fasop wrote it: a spreadsheet's protective quote undone, and its TRUE / FALSE (Excel, LibreOffice
+    save booleans so) read as the True / False fasop writes."""
+    text = spreadsheet_text(text)
+    return text.capitalize() if text in ("TRUE", "FALSE") else text
 
 
 def pick_row(path: str | Path, rows: list[dict[str, str]], *, rank: int | None = None,
