@@ -105,7 +105,7 @@ def test_mfu_and_tokens_per_gpu_by_hand(tmp_path, monkeypatch, capsys):
 
 def test_default_names_carry_the_parallelism_flags_and_the_placements(tmp_path, monkeypatch, capsys):
     # --hsdp, --cp, --ep, --etp are recipe flags as well (two searches that differ in them wrote one file);
-    # --heterogeneous and a --placements other than the command's default change the plans searched too
+    # a --placements other than the command's default changes the plans searched too
     monkeypatch.chdir(tmp_path)
     base = ["search", "--model", "qwen3-30b-a3b", "--cluster", "aws", "--nodes", "p5=1", "--top", "1", "--no-progress",
             "--show", "0"]

@@ -214,13 +214,11 @@ def iterations_of(args: argparse.Namespace, model) -> int:
 
 def run_tag(args: argparse.Namespace, placements: str = "all") -> str:
     """What distinguishes a run beyond model, cluster and nodes, for default output names, so runs
-    stop overwriting each other: `_heterogeneous`, `_placements-grouped` (other than the command's default
-    `placements`), `_spot`, `_tokens1.5e+13` / `_iterations1000`, `_seq8192`, `_gbs1024`, each recipe flag
-    given (`_recompute-full`, `_zero-1-2`, `_hsdp-on`, `_cp-1-2`, `_ep-8`, ...) and a calibration overlay
+    stop overwriting each other: `_placements-grouped` (other than the command's default `placements`), `_spot`,
+    `_tokens1.5e+13` / `_iterations1000`, `_seq8192`, `_gbs1024`, each recipe flag given (`_recompute-full`, `_zero-1-2`, `_hsdp-on`, `_cp-1-2`, `_ep-8`, ...) and a calibration overlay
     (`_calibrated-sc21`); '' for none."""
-    parts = ["heterogeneous"] if getattr(args, "heterogeneous", False) else []
-    if getattr(args, "placements", placements) != placements:
-        parts.append(f"placements-{args.placements}")
+    # (--heterogeneous is not tagged: mixed nodes need it and one node type searches the same plans without it)
+    parts = [f"placements-{args.placements}"] if getattr(args, "placements", placements) != placements else []
     parts += ["spot"] if getattr(args, "spot", False) else []
     if getattr(args, "tokens", None):
         parts.append(f"tokens{args.tokens:.6g}")
