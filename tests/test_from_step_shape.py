@@ -67,3 +67,31 @@ def test_an_interleaved_rows_explanation_says_its_recipe_and_draws_no_empty_even
     stages = [line.split() for line in lines[4:6]]
     assert all(cells[-4:-1] == ["-", "-", "-"] for cells in stages), lines[3:7]
     assert "without a timeline" in lines[6]
+
+
+def test_plot_at_another_batch_draws_every_plan_at_it_under_its_own_names(searched, capsys, tmp_path, monkeypatch):
+    # the breakdown's bars are the top plans each at the batch given (the chosen one's total = explain's step there),
+    # and the files say the batch, so the CSV's own figures are not overwritten
+    from fasop.report import plots
+
+    drawn = []
+    real = plots.breakdown_figure
+    monkeypatch.setattr(plots, "breakdown_figure", lambda items, **kw: drawn.append(items) or real(items, **kw))
+    source = str(searched / "cp.csv")
+    assert main(["explain", "--from", source, "--global-batch-size", "32", "--json"]) == 0
+    step = __import__("json").loads(capsys.readouterr().out)["step_time_s"]
+    assert main(["plot", "--from", source, "--global-batch-size", "32", "--figures", "breakdown",
+                 "--out-dir", str(tmp_path)]) == 0
+    assert sum(drawn[0][0][1].values()) == pytest.approx(step, rel=1e-9)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cp_gbs32_breakdown.png", "cp_gbs32_breakdown.svg"]
+
+
+def test_a_pareto_composition_without_a_plan_says_so_at_another_batch(tmp_path, capsys):
+    out = tmp_path / "llama-3-70b_aws_np"
+    assert main(["pareto", "--model", "llama-3-70b", "--cluster", "aws", "--max-nodes", "p5=1,g5=1", "--out-prefix",
+                 str(out), "--no-progress"]) == 0
+    rows = list(csv.DictReader(open(f"{out}_pareto.csv", newline="")))
+    bad = next(k for k, r in enumerate(rows, start=1) if r["status"] != "ok")
+    capsys.readouterr()
+    assert main(["explain", "--from", f"{out}_pareto.csv", "--row", str(bad), "--global-batch-size", "512"]) == 2
+    assert "status: " in capsys.readouterr().err

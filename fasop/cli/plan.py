@@ -162,7 +162,9 @@ def _plot(args: argparse.Namespace) -> int:
     from fasop.report.output import safe_name
 
     name = (Path(args.source).stem if args.source else safe_name(f"{model.name}_{rp.plan.key().replace('@', '_')}")) \
-        + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "")
+        + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "") \
+        + (f"_seq{args.seq_len}" if args.source and args.seq_len else "") \
+        + (f"_gbs{args.global_batch_size}" if args.source and args.global_batch_size else "")   # not the CSV's step
     spot = rows[0].get("price_basis") == "spot" or (args.source is not None and "_spot" in Path(args.source).stem)
     where = f"{model.name} on {Path(cluster.path).stem}" + (" (spot prices)" if spot else "") \
         + (" (does not fit in GPU memory)" if rp.flag("is_oom") else "")
@@ -220,6 +222,7 @@ def _explained(rp, model, cluster):
 def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, float]]]:
     """(label, parts) of the top plans: a search CSV's N fastest that fit (none fits: its N
     fastest), a pareto CSV's frontier."""
+    from fasop.cli.plan_source import at_batch
     from fasop.plans.rowplan import finite, plan_of_row
 
     if "composition" in rows[0]:
@@ -230,7 +233,10 @@ def _breakdown_items(rows, args, model, cluster) -> list[tuple[str, dict[str, fl
         chosen = [r for r in rows if r.get("is_oom") != "True"] or rows  # none fits: the fastest, marked OOM
     items = []
     for k, row in enumerate(chosen[:args.top], start=1):
-        rp = plan_of_row(row, f"{args.source} row {k}" if args.source else "the plan of the flags", model, cluster)
+        where = f"{args.source} row {k}" if args.source else "the plan of the flags"
+        if args.source and args.global_batch_size is not None:   # each plan at the batch given, as the chosen one
+            row = at_batch(row, where, args.global_batch_size, model.global_batch_size)
+        rp = plan_of_row(row, where, model, cluster)
         x, _ = _explained(rp, model, cluster)
         s = x.stages[x.last_stage]
         p = rp.plan

@@ -45,18 +45,20 @@ def row_plan(args: argparse.Namespace):
     searched = _step_shape_of(argparse.Namespace(seq_len=None, global_batch_size=None, source=args.source), model, row)
     model = with_step_shape(searched, args.seq_len, args.global_batch_size)
     if args.global_batch_size is not None:
-        row = _at_batch(row, where, args.global_batch_size, searched.global_batch_size)
+        row = at_batch(row, where, args.global_batch_size, searched.global_batch_size)
     if model.sequence_length != searched.sequence_length:
         row = {**row, "step_time_s": ""}   # not the step the CSV scored: no comparison with its time
     return plan_of_row(row, where, model, cluster), model, _calibrated(cluster, row, args.source), rows
 
 
-def _at_batch(row: dict, where: str, batch: int, spec_batch: int) -> dict:
+def at_batch(row: dict, where: str, batch: int, spec_batch: int) -> dict:
     """The row's plan at another global batch (--global-batch-size): its micro-batches, dp x mbs dividing it,
     a multiple of pp for an interleaved plan (as a search enumerates them: estimators/analytic/recipes.py); its
     step time dropped where the batch is not the row's (`spec_batch`: the model's, for a row without micro-batches)."""
     from fasop.plans.rowplan import int_cell
 
+    if row.get("status") not in (None, "ok"):   # a pareto composition without a plan: plan_of_row says so
+        return row
     dp, mbs, pp = (int_cell(where, row, c) for c in ("dp", "mbs", "pp"))
     m, v = batch // (dp * mbs), int_cell(where, row, "virtual_stages") if row.get("virtual_stages") else 1
     if batch % (dp * mbs):
