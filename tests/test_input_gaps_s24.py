@@ -250,3 +250,15 @@ def test_a_validate_cell_outside_its_choices_names_the_csv_line_and_column(tmp_p
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith(f"fasop: error: {runs}: line 2: {column}: ") and f"{value!r}" in err and allowed in err
+
+
+@pytest.mark.parametrize("family, qk_norm, qkv_bias", [("qwen2_moe", False, True), ("qwen3_moe", True, False)])
+def test_a_qwen_moe_config_of_zero_experts_keeps_its_familys_attention(family, qk_norm, qkv_bias):
+    # transformers' dense Qwen-MoE (num_experts 0): Qwen2-MoE's attention has q/k/v biases and no QK-norm,
+    # Qwen3-MoE's QK-norm and no biases; the parameters are those of the same config as the dense family
+    cfg = MOE[family][1] | {"num_experts": 0}
+    arch = architecture_from_config(cfg, "cfg.json")
+    assert arch.moe is None and (arch.qk_norm, arch.qkv_bias) == (qk_norm, qkv_bias)
+    dense = architecture_from_config({k: v for k, v in cfg.items() if "expert" not in k and k != "moe_intermediate_size"}
+                                     | {"model_type": family.replace("_moe", "")}, "dense.json")
+    assert (arch.qk_norm, arch.qkv_bias) == (dense.qk_norm, dense.qkv_bias)

@@ -181,8 +181,8 @@ def _qwen_moe(k: Keys, family: str) -> Architecture:
     if family != "qwen3" and k.cfg.get("num_experts") is None:  # 0 is HF's dense model; absent is no count
         raise SpecError(k.where, "num_experts", "missing required key (the routed experts; 0: every MLP dense)")
     experts = 0 if family == "qwen3" else k.count("num_experts")
-    if not experts:
-        return Architecture(**_base(k, family, qk_norm=True, qkv_bias=k.flag("attention_bias", False)))
+    if not experts:   # Qwen3 dense, or a Qwen-MoE config of 0 experts: the family's attention, every MLP dense
+        return Architecture(**_base(k, family, qk_norm=not qwen2, qkv_bias=qwen2 or k.flag("attention_bias", False)))
     experts, per_token = _routed(k, "num_experts")
     step = k.int("decoder_sparse_step", 1, high=n, why=" (at most num_hidden_layers)")
     dense = k.cfg.get("mlp_only_layers") or []
