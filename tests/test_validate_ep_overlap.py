@@ -28,6 +28,7 @@ def _rows(tmp_path: Path, *rows: dict) -> Path:
     ({"recompute": "selective:moe"}, "moe recompute"),
     ({"ep": 1}, "ep 1"),
     ({"pp": 2, "dp": 32, "vp": 1}, "a pipeline without virtual stages"),
+    ({"pp": 2, "dp": 32, "recompute": "full"}, "full recompute"),   # the stated one, not an open choice's
 ])
 def test_a_stated_overlap_on_a_plan_megatron_refuses_it_for_is_one_line(tmp_path, row, why):
     with pytest.raises(FasopError, match=rf"r.csv: line 2: ep_overlap: 1: Megatron-Core refuses its EP overlap with {why}"):

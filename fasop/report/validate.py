@@ -70,9 +70,10 @@ TASK_SPELLINGS = {"pretraining": "pretrain", "pre-train": "pretrain", "pre-train
                   "full_sft": "sft", "full-sft": "sft", "full_finetune": "sft", "full-finetune": "sft"}
 """Other ways tables write the two tasks (a LoRA / PEFT task trains adapters only: not these, refused)."""
 MAX_VIRTUAL = 8
-NO_RECIPE = ("no micro-batch size / virtual_pp fits the row: mbs dividing the batch a replica, pp x virtual_pp the "
-             "layers, and with virtual_pp > 1 micro-batches a multiple of pp (Megatron-Core's interleaved schedule at "
-             "its default --microbatch-group-size-per-virtual-pipeline-stage, pp: fasop models no other grouping)")
+NO_RECIPE = ("no micro-batch size / virtual_pp fits the row: mbs dividing the batch a replica, and with virtual_pp > 1 "
+             "micro-batches a multiple of pp (Megatron-Core's interleaved schedule at its default --microbatch-group-"
+             "size-per-virtual-pipeline-stage, pp: fasop models no other grouping; an empty virtual_pp is tried at the "
+             "values whose pp x virtual_pp divides the layers)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -319,7 +320,7 @@ def _recompute(c: Cells) -> str | tuple | None:
 def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, counts=None, par=None, block=None,
              offload=0, refuse=None):
     """((step s, peak bytes, fits, choice, split) of the fastest allowed recipe that fits, else the fastest, else
-    None; the first reason `refuse(w)` gave to skip one); `counts`: the row's split of the blocks, else fasop's for the
+    None; the reason `refuse(w)` gave to skip the most); `counts`: the row's split of the blocks, else fasop's for the
     slowest replica of each stage; `block`: full recompute's layers per chunk (None: every layer; "fit": the fewest
     that fit); `offload`: the layers whose activations go to host memory ("fit": without recompute, the fewest)."""
     per_replica = gbs // dp
@@ -331,7 +332,7 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         "virtual_pp": [1] + [v for v in range(2, MAX_VIRTUAL + 1) if arch.num_layers % (pp * v) == 0] if pp > 1 else [1],
     }
     options |= {k: [v] for k, v in fixed.items()}
-    best, refused = None, ""
+    best, refused = None, {}   # refused: how many recipes each reason refused
     for values in itertools.product(*options.values()):
         choice = dict(zip(options, values))
         m = per_replica // choice["micro_batch_size"]
@@ -349,7 +350,7 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
                        num_microbatches=m, recipe=recipe, params=params, cp=par["cp"], ep=par["ep"],
                        etp=par["etp"], shard=par["shard"], mtp=par["mtp"])
         if refuse and (why := refuse(w)):
-            refused = refused or why
+            refused[why] = refused.get(why, 0) + 1
             continue
         if block == "fit" and recipe.recompute == "full":
             n = BR.fewest_layers_that_fit(w, lambda x: _estimate(x, replicas, counts)[2])
@@ -363,7 +364,8 @@ def _fastest(arch, seq, gbs, tp, dp, pp, precision, params, replicas, fixed, cou
         key = (not fits, step)
         if best is None or key < best[0]:
             best = (key, (step, peak, fits, choice, split))
-    return None if best is None else best[1], refused
+    # the reason that refused the most recipes: the one the row's own cells fix (every choice it leaves open has it)
+    return None if best is None else best[1], max(refused, key=lambda why: refused[why]) if refused else ""
 
 
 def _estimate(w, replicas, counts):
