@@ -95,3 +95,11 @@ def test_a_pareto_composition_without_a_plan_says_so_at_another_batch(tmp_path, 
     capsys.readouterr()
     assert main(["explain", "--from", f"{out}_pareto.csv", "--row", str(bad), "--global-batch-size", "512"]) == 2
     assert "status: " in capsys.readouterr().err
+
+
+def test_an_interleaved_rows_json_has_no_event_split_either(searched, capsys):
+    assert main(["explain", "--from", str(searched / "vp.csv"), "--json"]) == 0
+    x = __import__("json").loads(capsys.readouterr().out)
+    assert x["bubble_fraction"] is None
+    assert all(s[k] is None for s in x["stages"] for k in ("computing_s", "sending_s", "idle_s"))
+    assert all(s["end_s"] > 0 for s in x["stages"])

@@ -129,6 +129,8 @@ class Explanation:
             s["nodes"] = list(stage.nodes)
         if self.bubble_fraction != self.bubble_fraction:  # nan: no timeline; JSON has no nan
             out["bubble_fraction"] = None
+            for s in out["stages"]:   # no events to split the stage's time into (the text's '-')
+                s["computing_s"] = s["sending_s"] = s["idle_s"] = None
         return out
 
 
