@@ -210,6 +210,10 @@ def test_a_profiled_spec_without_links_still_names_links(tmp_path):
     text = "estimator: fasop-2024\nmemory:\n  overhead_factor: 1.1\nnode_types: {}\n"
     with pytest.raises(SpecError, match=r"cluster\.yaml: links: missing required key$"):
         load_cluster(write(tmp_path / "cluster.yaml", text))
+    # a fasop-2024 spec with neither section, or another estimator's name nothing like a catalog one: the same
+    for name in ("fasop-2024", "my-estimator"):
+        with pytest.raises(SpecError, match=r"cluster\.yaml: links: missing required key$"):
+            load_cluster(write(tmp_path / "cluster.yaml", f"estimator: {name}\nnode_types: {{}}\n"))
 
 
 # ----------------------------------------------------------------------------- 3d. hf_config
