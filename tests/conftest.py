@@ -85,3 +85,17 @@ def without_columns(name: str, columns: tuple[str, ...], folder: Path) -> Path:
     for spec in DATA.glob("*.yaml"):
         shutil.copy(spec, folder / spec.name)
     return out
+
+
+def with_cell(path: Path, column: str, value: str, row: int = 0) -> Path:
+    """The results CSV at `path` rewritten with data row `row`'s `column` set to `value` (a hand-edited row)."""
+    import csv
+
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    rows[row][column] = value
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

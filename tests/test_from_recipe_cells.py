@@ -1,10 +1,11 @@
 """A results CSV's recipe cell outside its choices (fasop/cli/plan_source.py recipe_of) names the CSV row and
 column, not a CLI flag nobody gave (`--zero: 7 is not one of`)."""
-import csv
 
 import pytest
 
 from fasop.cli.command import main
+
+from conftest import with_cell
 
 
 @pytest.mark.parametrize("column, value, allowed", [
@@ -17,13 +18,7 @@ def test_a_results_row_recipe_cell_outside_its_choices_names_the_row_and_column(
     monkeypatch.chdir(tmp_path)
     assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=1", "--top", "1",
                  "--no-progress"]) == 0
-    path = tmp_path / "results" / "llama-3-8b_aws_p5x1.csv"
-    rows = list(csv.DictReader(path.open()))
-    rows[0][column] = value
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    path = with_cell(tmp_path / "results" / "llama-3-8b_aws_p5x1.csv", column, value)
     capsys.readouterr()
     assert main(["explain", "--from", str(path), "--row", "1"]) == 2
     out, err = capsys.readouterr()

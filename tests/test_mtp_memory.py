@@ -130,17 +130,12 @@ def test_the_layout_puts_each_depth_on_the_last_stage_before_the_loss():
 def test_a_rows_software_cells_are_checked_not_dropped(tmp_path, capsys, column, cell, message, command):
     """A CSV row edited to a value the search could not have written is refused with its column (before,
     export wrote it as eager and without MTP)."""
-    import csv
+    from conftest import with_cell
     from fasop.cli.command import main
     out = tmp_path / "s.csv"
     assert main(["search", "--model", "llama-3-8b", "--cluster", "aws", "--nodes", "p5=1", "--top", "1",
                  "--out", str(out), "--no-progress"]) == 0
-    rows = list(csv.DictReader(out.open()))
-    rows[0][column] = cell
-    with out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    with_cell(out, column, cell)
     capsys.readouterr()
     extra = ["--target", "megatron"] if command == "export" else []
     assert main([command, "--from", str(out), "--rank", "1", "--model", "llama-3-8b", "--cluster", "aws", *extra]) == 2
