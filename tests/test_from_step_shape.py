@@ -89,7 +89,7 @@ def test_plot_at_another_batch_draws_every_plan_at_it_under_its_own_names(search
 def test_a_pareto_composition_without_a_plan_says_so_at_another_batch(tmp_path, capsys):
     out = tmp_path / "llama-3-70b_aws_np"
     assert main(["pareto", "--model", "llama-3-70b", "--cluster", "aws", "--max-nodes", "p5=1,g5=1", "--out-prefix",
-                 str(out), "--no-progress"]) == 0
+                 str(out), "--no-progress", "--workers", "1"]) == 0
     rows = list(csv.DictReader(open(f"{out}_pareto.csv", newline="")))
     bad = next(k for k, r in enumerate(rows, start=1) if r["status"] != "ok")
     capsys.readouterr()
