@@ -34,7 +34,6 @@ def row_plan(args: argparse.Namespace):
         if given is None and guess is None:
             raise FasopError(f"{flag}: required ({args.source} is not named <model>_<cluster>_...csv)")
     row, where = pick_row(args.source, rows, rank=args.rank, row=args.row)
-    from fasop.cli.args import with_step_shape
     try:
         model = load_model(args.model or guessed_model)
         cluster = load_cluster(args.cluster or guessed_cluster)
@@ -42,7 +41,9 @@ def row_plan(args: argparse.Namespace):
         if args.model and args.cluster:
             raise
         raise FasopError(f"{exc} ({how}; give --model and --cluster)") from None
-    searched = _step_shape_of(argparse.Namespace(seq_len=None, global_batch_size=None, source=args.source), model, row)
+    from fasop.cli.args import with_step_shape
+
+    searched = _row_shape(model, row, args.source)
     model = with_step_shape(searched, args.seq_len, args.global_batch_size)
     if args.global_batch_size is not None:
         row = at_batch(row, where, args.global_batch_size, searched.global_batch_size)
@@ -86,22 +87,20 @@ def _calibrated(cluster, row: dict, source: str):
     return overlaid(cluster, str(path), f"{source}: calibration")
 
 
-def _step_shape_of(args: argparse.Namespace, model, row: dict):
-    """`model` with the sequence length and global batch of --seq-len / --global-batch-size, else
-    of the row's columns of those names (a search run with those flags), else the spec's."""
+def _row_shape(model, row: dict, source: str):
+    """`model` with the sequence length and global batch the row was scored at: its columns of those names (a
+    search run with --seq-len / --global-batch-size), else the spec's. (The flags apply on top: row_plan.)"""
     from fasop.cli.args import with_step_shape
 
-    def value(flag: str, column: str) -> int | None:
-        given = getattr(args, flag, None)
-        if given is not None or row.get(column) in (None, ""):
-            return given
+    def value(column: str) -> int | None:
+        if row.get(column) in (None, ""):
+            return None
         text = str(row[column])
         if not text.isdigit() or len(text) > 12 or int(text) < 1:
-            raise FasopError(f"--from: {args.source}: {column} {text[:40]!r} is not a positive integer")
+            raise FasopError(f"--from: {source}: {column} {text[:40]!r} is not a positive integer")
         return int(text)
 
-    return with_step_shape(model, value("seq_len", "sequence_length"),
-                           value("global_batch_size", "global_batch_size"), "--from")
+    return with_step_shape(model, value("sequence_length"), value("global_batch_size"), "--from")
 
 
 def _flag_plan(args: argparse.Namespace):
@@ -173,11 +172,8 @@ RECIPE_COLUMNS = {"recompute": str, "zero": int, "sequence_parallel": _true_fals
 def recipe_of(rp) -> dict:
     """The row's recipe as estimator options (each a one-value tuple), for the columns it has:
     the plan is re-estimated as it was scored, not with the search's default recipe."""
-    from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, ZERO_STAGES
-    from fasop.estimators.analytic.recipes import STATE_DTYPES
+    from fasop.estimators.analytic.recipes import ALLOWED
 
-    choices = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "precision": PRECISIONS, "main_grads": STATE_DTYPES,
-               "optimizer_states": STATE_DTYPES}
     out = {}
     for column, read in RECIPE_COLUMNS.items():
         cell = rp.row.get(column, "")
@@ -186,7 +182,7 @@ def recipe_of(rp) -> dict:
                 out[column] = (read(cell),)
             except ValueError:
                 raise FasopError(f"{rp.where}: {column}: {cell!r} is not a {column.replace('_', ' ')} value") from None
-            allowed = choices.get(column, ())   # the row's column named, not the flag (--zero) the check is for
+            allowed = ALLOWED.get(column, ())   # the row's column named, not the flag (--zero) the check is for
             if allowed and out[column][0] not in allowed and not cell.startswith("selective:"):
                 raise FasopError(f"{rp.where}: {column}: expected one of {', '.join(map(str, allowed))}, got {cell!r}")
     if out.get("zero", (0,))[0] > 0 and rp.row.get("dp_replicate", "1") not in ("", "1"):

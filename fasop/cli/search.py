@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fasop.report.output import check_target, safe_name, user_path
-    from fasop.report.results import (csv_text, extra_columns, provenance, search_rows, significant,
+    from fasop.report.results import (csv_text, provenance, search_rows, significant,
                                       with_provenance, with_rates, write_atomic)
     from fasop.search.engine import parse_nodes, search
     from fasop.specs.load import load_cluster
@@ -98,10 +98,10 @@ def run(args: argparse.Namespace) -> int:
     if result.interrupted is not None:
         return _write_incomplete(result, out, model, cluster, args)
     columns, rows = search_rows(result, model.sequence_length)
-    if not result.estimates and cluster.analytic is not None:   # none fits: the analytic CSV's header all the same
-        from fasop.estimators.analytic.estimator import COLUMNS
-        columns += list(COLUMNS)
-    if extra_columns(result.estimates) or cluster.analytic is not None:   # analytic CSVs say what they were made from
+    if cluster.analytic is not None:   # the analytic estimator's CSVs say what they were made from
+        if not result.estimates:   # none fits: its columns all the same
+            from fasop.estimators.analytic.estimator import COLUMNS
+            columns += list(COLUMNS)
         columns, rows = with_provenance(*with_rates(columns, rows, model, cluster),
                                         provenance(model, cluster, spot=args.spot,
                                                    calibration=args.calibration))

@@ -11,6 +11,7 @@ import itertools
 
 from fasop.estimators.analytic.moe_kernels import ep_overlap_refusal
 from fasop.estimators.analytic.parallel import expert_data_parallel
+from fasop.estimators.analytic.recipes import tp_overlap_refusal
 from fasop.plans.rowplan import RowPlan
 from fasop.report.export_graphs import megatron_graphs, scopes_of
 from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
@@ -281,9 +282,7 @@ def _megatron_cluster_software(p, model: ModelSpec, s: Settings, warnings: list[
         warnings.append("the cluster's analytic overlap_grad_reduce is off, so the estimate reduces after the backward; "
                         "Megatron-FSDP overlaps the reduction regardless (faster than estimated)")
     if s.tp_overlap > 0 and p.tp > 1:
-        why = "" if s.sequence_parallel and s.precision != "nvfp4" else \
-            "without sequence parallelism (arguments.py)" if not s.sequence_parallel else \
-            "in an NVFP4 run (Transformer Engine's userbuffers take no NVFP4 quantizer: module/base.py)"
+        why = tp_overlap_refusal(s.sequence_parallel, s.precision)
         if why:
             warnings.append(f"the cluster's analytic tp_overlap {s.tp_overlap:g}: Megatron-LM cannot overlap the TP "
                             f"collectives {why}, and the estimate counted none; --tp-comm-overlap not written")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from fasop.core.cells import one_line
+from fasop.estimators.analytic.recipes import tp_overlap_refusal
 from fasop.plans.rowplan import RowPlan
 from fasop.report.export_graphs import torchtitan_graphs
 from fasop.report.export_settings import (Export, Settings, fit_warnings, header, interleaved_partition, is_hybrid,
@@ -56,7 +57,7 @@ def _cluster_software_warnings(p, model: ModelSpec, s) -> list[str]:
         if s.ep_overlap:
             warnings.append("the estimate hides the EP all-to-alls behind compute (the cluster's analytic ep_overlap, "
                             "Megatron-Core's EP A2A overlap): torchtitan's config has no such option; not written")
-    if s.tp_overlap > 0 and p.tp > 1 and s.sequence_parallel and s.precision != "nvfp4":   # as cost.tp_collectives_s
+    if s.tp_overlap > 0 and p.tp > 1 and not tp_overlap_refusal(s.sequence_parallel, s.precision):   # as estimated
         # configs.py enable_async_tensor_parallel (needs torch.compile) is another scheme
         warnings.append(f"the cluster's analytic tp_overlap {s.tp_overlap:g}: the estimate hid that share of the TP "
                         "collectives; torchtitan's overlap is async TP (enable_async_tensor_parallel, with torch.compile), "

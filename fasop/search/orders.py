@@ -89,16 +89,11 @@ class OrderSearch:
         self._ahead = sorted(bounds)  # the quick bounds of the shapes not yet begun, ascending
         for c in sorted(range(len(shapes)), key=lambda c: (keys[c], c)):
             del self._ahead[bisect.bisect_left(self._ahead, bounds[c])]
-            if self._cut(bounds[c]):
+            if _cut(bounds[c], self.threshold()):
                 self.pruned += _orders(self.counts)
                 self._account(_orders(self.counts))
                 continue
             yield from self._orders_of(c, shapes[c])
-
-    def _cut(self, bound: float) -> bool:
-        """A subtree (or shape) no plan of which can be kept: its bound above the threshold, or inf -- no
-        completion fits in memory, and only plans that fit are kept."""
-        return bound > self.threshold() or bound == math.inf
 
     def _account(self, plans: int) -> None:
         self.accounted += plans
@@ -120,7 +115,7 @@ class OrderSearch:
         stack = [((), (), self.counts, prefixes.start(), 0, 0.0, None)]   # prefix, its kind indices, ...
         while stack:
             prefix, kinds, left, state, rank, bound, hint = stack.pop()
-            if self._cut(bound):  # the threshold has tightened since it was pushed
+            if _cut(bound, self.threshold()):  # the threshold has tightened since it was pushed
                 self.pruned += _orders(left)
                 self._account(_orders(left))
                 continue
@@ -150,7 +145,7 @@ class OrderSearch:
                     child_bound, child_hint = hinted(child_state, len(prefix) + 1, child_left, hint, threshold)
                 tied = child_bound <= threshold and alike is not None and self._ties_out(
                     alike, kinds + (k,), child_left, child_rank * per_order + c)
-                if tied or child_bound > threshold or child_bound == math.inf:
+                if tied or _cut(child_bound, threshold):
                     self.pruned += size
                     self.tied += size if tied else 0
                     self._account(size)
@@ -175,6 +170,12 @@ class OrderSearch:
             if t is None or (t <= threshold and (kth is None or not kth < (t, first))):
                 return False
         return True
+
+
+def _cut(bound: float, threshold: float) -> bool:
+    """Whether a subtree (or shape) of this bound holds no plan that can be kept: above the threshold, or inf --
+    no completion fits in memory, and only plans that fit are kept (also before K plans are, threshold inf)."""
+    return bound > threshold or bound == math.inf
 
 
 def shape_key(shape: Plan) -> tuple[int, ...]:

@@ -64,6 +64,7 @@ from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s,
                                                      expert_rings, gather_s, layer_gather_s, p2p_s, shard_group,
                                                      state_links, zero3_busy_s, zero3_gather_s)
 from fasop.estimators.analytic.layers import Workload
+from fasop.estimators.analytic.recipes import tp_overlap_refusal
 from fasop.specs.architecture import Architecture
 from fasop.estimators.analytic.memory import (ADAM_BYTES, WEIGHT_BYTES, MemoryParts, in_flight, max_layers,  # noqa: F401
                                               mtp_block, root_params, stage_memory, stage_param_split, stage_params,
@@ -207,8 +208,7 @@ def tp_collectives_s(w: Workload, tp_link: Link) -> tuple[float, float]:
     fwd = bwd
     if w.recipe.sequence_parallel and w.recipe.low_precision:
         fwd = 2 * (gather_s(size, w.tp, tp_link) + gather_s(size / ACT_BYTES, w.tp, tp_link))
-    # Megatron-LM overlaps them only with SP (arguments.py), and TE's userbuffers take no NVFP4 quantizer (base.py)
-    hidden = 1 - w.params.tp_overlap if w.recipe.sequence_parallel and w.recipe.precision != "nvfp4" else 1.0
+    hidden = 1.0 if tp_overlap_refusal(w.recipe.sequence_parallel, w.recipe.precision) else 1 - w.params.tp_overlap
     return bwd * hidden, fwd * hidden
 
 

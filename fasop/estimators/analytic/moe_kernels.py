@@ -140,8 +140,10 @@ def ep_overlap_refusal(*, pp: int, virtual_stages: int, recompute: str, recomput
 
 def workload_ep_overlap_refusal(w) -> str:
     """ep_overlap_refusal for a Workload's plan, which also needs expert parallelism (transformer_config.py)."""
+    if w.ep == 1:
+        return "ep 1 (it needs expert parallelism)"
     r = w.recipe
-    return "ep 1 (it needs expert parallelism)" if w.ep == 1 else ep_overlap_refusal(pp=w.pp, virtual_stages=r.virtual_stages, recompute=r.recompute,
+    return ep_overlap_refusal(pp=w.pp, virtual_stages=r.virtual_stages, recompute=r.recompute,
                               recompute_modules=r.recompute_modules, mtp=w.mtp, precision=r.precision,
                               graphed=w.params.host.graphed, zero=r.zero, hybrid=w.arch.hybrid)
 

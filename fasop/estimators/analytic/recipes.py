@@ -38,6 +38,22 @@ replicated across them, pays (torchtitan's data_parallel_shard_degree x data_par
 ZeRO 1-2 gather once a step, so HSDP there only with --hsdp on."""
 
 
+ALLOWED = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "sequence_parallel": (False, True), "precision": PRECISIONS,
+           "hsdp": (False, True), "main_grads": STATE_DTYPES, "optimizer_states": STATE_DTYPES, "cp_comm": CP_COMMS}
+"""The values a recipe option takes (a `selective:<modules>` recompute besides RECOMPUTES), for the search's flags
+and a results row's columns alike."""
+
+
+def tp_overlap_refusal(sequence_parallel: bool, precision: str) -> str:
+    """Why the TP collectives run unhidden whatever the cluster's `tp_overlap` ('' where Megatron-LM overlaps them):
+    --tp-comm-overlap needs sequence parallelism (arguments.py), and Transformer Engine's userbuffers take no
+    NVFP4 quantizer (module/base.py). The estimate (cost.tp_collectives_s) and both exports read it."""
+    if not sequence_parallel:
+        return "without sequence parallelism (arguments.py)"
+    return "in an NVFP4 run (Transformer Engine's userbuffers take no NVFP4 quantizer: module/base.py)" \
+        if precision == "nvfp4" else ""
+
+
 def parse_recipes(options: dict) -> dict:
     """The allowed recipe values from the search options (defaults: DEFAULTS), checked; and
     `hsdp_stages`, the ZeRO stages HSDP is tried with: all of 1-3 when --hsdp is given, else
@@ -47,9 +63,7 @@ def parse_recipes(options: dict) -> dict:
         values = tuple(dict.fromkeys(options.get(key) or default))
         if key == "recompute":  # selective:<modules> in one spelling (a bad list: the error names it)
             values = tuple(dict.fromkeys(_recompute_value(v) for v in values))
-        allowed = {"recompute": RECOMPUTES, "zero": ZERO_STAGES, "sequence_parallel": (False, True),
-                   "precision": PRECISIONS, "hsdp": (False, True), "main_grads": STATE_DTYPES,
-                   "optimizer_states": STATE_DTYPES, "cp_comm": CP_COMMS}.get(key)
+        allowed = ALLOWED.get(key)
         bad = [v for v in values if (allowed is not None and v not in allowed and not str(v).startswith("selective:"))
                or (key == "virtual_stages" and not (isinstance(v, int) and v >= 1))
                or (key in ("offload_layers", "bf16_layers") and not (isinstance(v, int) and v >= 0))]
