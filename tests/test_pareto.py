@@ -606,3 +606,31 @@ def test_defaults_never_lose_to_fasop_at_any_cost(gpt2xl_sweep):
         cost = theirs.results[i].train_cost_usd
         best = min(r.train_time_h for r in ours.results if r.status == "ok" and r.train_cost_usd <= cost)
         assert best <= theirs.results[i].train_time_h * (1 + 1e-9)
+
+
+def test_cli_parallel_sweep_forks_its_workers_with_no_other_thread_running(in_tmp, monkeypatch):
+    """A worker forked while another thread of this process imports a module inherits that module's import
+    lock held, by a thread that does not exist in the worker: the worker waits on it forever and the sweep
+    hangs. --workers 2 loads the plotting libraries while the workers run, in the main thread, after the fork."""
+    import importlib
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from fasop.core import workers as W
+
+    seen, fork_pool = [], W.process_pool
+
+    def watched(*args, **kwargs):
+        seen.append(sorted(t.name for t in threading.enumerate() if t is not threading.main_thread()))
+        return fork_pool(*args, **kwargs)
+
+    def slow_import(name):   # as on a cold start, where importing pandas and matplotlib takes ~0.4 s
+        time.sleep(0.5)
+        return importlib.import_module(name)
+
+    for module in ("fasop.pareto.executors", "fasop.pareto.sweep"):
+        monkeypatch.setattr(f"{module}.process_pool", watched)
+    monkeypatch.setattr("fasop.cli.pareto.importlib", SimpleNamespace(import_module=slow_import))
+    assert main(_pareto_argv(in_tmp / "bert", "a100=1,a10=2", "--workers", "2")) == 0
+    assert seen and all(threads == [] for threads in seen), seen

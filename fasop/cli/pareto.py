@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,9 +62,19 @@ def add_parser(sub) -> None:
     add_calibration(p)
 
 
-def _import(*modules: str) -> None:
-    for name in modules:
-        importlib.import_module(name)
+def _importing_first(progress, *modules: str):
+    """`progress` (None: no bar), importing `modules` in this thread at its first call: a composition has
+    finished, the workers are busy and this process mostly waits. Not in a thread of its own: a worker forked
+    while another thread imports inherits that module's lock held, and waits on it forever."""
+    pending = list(modules)
+
+    def report(done: int, total: int) -> None:
+        while pending:
+            importlib.import_module(pending.pop(0))
+        if progress is not None:
+            progress(done, total)
+
+    return report
 
 
 @dataclass(frozen=True)
@@ -117,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
     out = _Outputs.of(user_prefix or Path("results") / safe_name(f"{model.name}_{Path(cluster.path).stem}{run_tag(args, 'cyclic')}"))
     for path in (out.csv, out.png, out.svg):
         check_target(path, "--out-prefix")  # before the work, not after
-    if workers > 1 or args.executor == "ray":  # this process mostly waits: load the plotting libraries meanwhile
-        threading.Thread(target=_import, args=("pandas", "fasop.report.plots"), daemon=True).start()
     with ProgressBar(args.no_progress, "compositions", "compositions") as progress:
+        if workers > 1 or args.executor == "ray":  # this process mostly waits: load the plotting libraries meanwhile
+            progress = _importing_first(progress, "pandas", "fasop.report.plots")
         done, interrupted, counts = run_sweep(args, model, cluster, comps, iterations, workers, out.checkpoint,
                                               progress, estimator_options=recipe)
     _print_notes(left_out, all_comps, len(comps), counts)
