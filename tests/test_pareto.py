@@ -611,26 +611,31 @@ def test_defaults_never_lose_to_fasop_at_any_cost(gpt2xl_sweep):
 def test_cli_parallel_sweep_forks_its_workers_with_no_other_thread_running(in_tmp, monkeypatch):
     """A worker forked while another thread of this process imports a module inherits that module's import
     lock held, by a thread that does not exist in the worker: the worker waits on it forever and the sweep
-    hangs. --workers 2 loads the plotting libraries while the workers run, in the main thread, after the fork."""
+    hangs. --workers 2 loads the plotting libraries in the background only once the workers run, and a pool
+    made while such an import runs waits for it to end."""
     import importlib
     import threading
     import time
-    from types import SimpleNamespace
 
     from fasop.core import workers as W
 
-    seen, fork_pool = [], W.process_pool
+    seen, fork_pool, import_module = [], W.process_pool, importlib.import_module
 
     def watched(*args, **kwargs):
         seen.append(sorted(t.name for t in threading.enumerate() if t is not threading.main_thread()))
         return fork_pool(*args, **kwargs)
 
-    def slow_import(name):   # as on a cold start, where importing pandas and matplotlib takes ~0.4 s
-        time.sleep(0.5)
-        return importlib.import_module(name)
+    def slow_import(name, *args):   # as on a cold start, where pandas and matplotlib take ~0.4 s
+        if name in ("pandas", "json"):
+            time.sleep(0.5)
+        return import_module(name, *args)
 
     for module in ("fasop.pareto.executors", "fasop.pareto.sweep"):
         monkeypatch.setattr(f"{module}.process_pool", watched)
-    monkeypatch.setattr("fasop.cli.pareto.importlib", SimpleNamespace(import_module=slow_import))
+    monkeypatch.setattr(importlib, "import_module", slow_import)
     assert main(_pareto_argv(in_tmp / "bert", "a100=1,a10=2", "--workers", "2")) == 0
     assert seen and all(threads == [] for threads in seen), seen
+    W.import_in_background("json")
+    with W.process_pool(1, int, ()) as pool:
+        assert not [t for t in threading.enumerate() if t.name == "fasop-import" and t.is_alive()]
+        assert pool.submit(abs, -3).result() == 3

@@ -5,7 +5,6 @@ Registered by cli.build_parser; run by cli.main."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from fasop.cli.args import (ProgressBar, add_calibration, add_execution, add_len
                             calibrated, iterations_of, length_notes, model_of, partitioner_note, run_tag,
                             workers_of)
 from fasop.core.errors import FasopError
-from fasop.core.workers import available_cores
+from fasop.core.workers import available_cores, import_in_background
 from fasop.plans.plan import abbreviate
 
 
@@ -63,14 +62,15 @@ def add_parser(sub) -> None:
 
 
 def _importing_first(progress, *modules: str):
-    """`progress` (None: no bar), importing `modules` in this thread at its first call: a composition has
-    finished, the workers are busy and this process mostly waits. Not in a thread of its own: a worker forked
-    while another thread imports inherits that module's lock held, and waits on it forever."""
+    """`progress` (None: no bar), starting the import of `modules` in the background at its first call: a
+    composition has finished, so the workers are running (forked before the import began: workers.import_in_background)
+    and this process mostly waits."""
     pending = list(modules)
 
     def report(done: int, total: int) -> None:
-        while pending:
-            importlib.import_module(pending.pop(0))
+        if pending:
+            import_in_background(*pending)
+            pending.clear()
         if progress is not None:
             progress(done, total)
 

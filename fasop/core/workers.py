@@ -130,10 +130,34 @@ def _pool_class() -> type:
     return _Pool
 
 
+_IMPORTING: list = []
+"""The threads `import_in_background` started; `process_pool` waits for them before it forks."""
+
+
+def import_in_background(*modules: str) -> None:
+    """Import `modules` in a daemon thread while this process waits on its workers. A pool made later waits for
+    it: a worker forked while another thread imports inherits that module's lock held, by a thread that does not
+    exist in the worker, and waits on it forever."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        for name in modules:
+            importlib.import_module(name)
+
+    thread = threading.Thread(target=load, daemon=True, name="fasop-import")
+    _IMPORTING.append(thread)
+    thread.start()
+
+
 def process_pool(workers: int, initializer: Callable, initargs: tuple) -> futures.ProcessPoolExecutor:
     """A pool of `workers` processes, forked where the OS can (the parent's imports and caches
-    come along), spawned elsewhere; each worker dies with this process (see the module doc)."""
+    come along), spawned elsewhere; each worker dies with this process (see the module doc).
+    Background imports finish first (`import_in_background`)."""
     import multiprocessing
+
+    while _IMPORTING:
+        _IMPORTING.pop().join()
 
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     return _pool_class()(workers, mp_context=context, initializer=_start_worker,
