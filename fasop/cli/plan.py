@@ -44,6 +44,12 @@ def _add_row_args(parser: argparse.ArgumentParser) -> None:
     flags.add_argument("--placement", metavar="TYPE-TYPE-...", help="node types in rank order, e.g. a100-a10-a10-a10")
     for degree in ("tp", "dp", "pp", "mbs"):
         flags.add_argument(f"--{degree}", type=_positive, default=1, help="default 1")
+    for degree, what in (("cp", "context-parallel"), ("ep", "expert-parallel"), ("etp", "expert tensor-parallel")):
+        flags.add_argument(f"--{degree}", type=_positive, metavar=degree.upper(),
+                           help=f"{what} degree (default 1; tp x cp x dp x pp GPUs in all)" if degree == "cp"
+                           else f"{what} degree (default 1; ep x etp divides tp x cp x dp)")
+    flags.add_argument("--zero", type=int, choices=(0, 1, 2, 3), metavar="STAGE",
+                       help="ZeRO stage 0-3, 3 = FSDP (default: as fasop search, the distributed optimizer, 1)")
     flags.add_argument("--partition", metavar="N-N-...",
                        help="layer-list entries per stage (default: the split the estimator chooses)")
     cli_recipes.add_plan_software(flags)

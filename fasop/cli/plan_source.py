@@ -23,6 +23,10 @@ def row_plan(args: argparse.Namespace):
     if args.source is None:
         return _flag_plan(args)
     cli_recipes.plan_software(args)  # refused beside --from
+    given = [f for f in PLAN_DIMENSIONS if getattr(args, f, None) is not None]
+    if given:
+        raise FasopError(f"--{given[0]}: for the plan by flags; a --from row is explained and exported with its own "
+                         f"{given[0]} column")
     if not Path(args.source).exists() and not Path(args.source).is_symlink():
         raise FasopError(f"--from: {args.source}: no such file")
     rows = read_rows(args.source)
@@ -123,6 +127,7 @@ def _flag_plan(args: argparse.Namespace):
     row = {"tp": str(args.tp), "dp": str(args.dp), "pp": str(args.pp), "mbs": str(args.mbs),
            "node_placement": args.placement, "num_microbatches": str(batch // (args.dp * args.mbs)),
            "partition": args.partition or "-".join([str(layers)] + ["0"] * (args.pp - 1))} | \
+        {f: str(getattr(args, f)) for f in PLAN_DIMENSIONS if getattr(args, f, None) is not None} | \
         {k: str(v[0]) for k, v in cli_recipes.plan_software(args, cluster).items()}
     where = "the plan of the flags"
     rp = plan_of_row(row, where, model, cluster)  # checks the degrees against the nodes
@@ -134,6 +139,10 @@ def _flag_plan(args: argparse.Namespace):
         row["partition"] = "-".join(map(str, chosen.partition))
     return plan_of_row(row, where, model, cluster), model, cluster, [row]
 
+
+PLAN_DIMENSIONS = ("cp", "ep", "etp", "zero")
+"""The plan-by-flags options beyond tp, dp, pp, mbs: the degrees of context and expert parallelism and the ZeRO
+stage, as a search CSV's columns of those names (None: not given)."""
 
 FLAG_PLAN_SETTINGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "main_grads",
                       "optimizer_states", "dp_shard", "dp_replicate", "offload_layers", "recompute_layers", "bf16_layers",
@@ -187,6 +196,7 @@ def recipe_of(rp) -> dict:
                 raise FasopError(f"{rp.where}: {column}: expected one of {', '.join(map(str, allowed))}, got {cell!r}")
     if out.get("zero", (0,))[0] > 0 and rp.row.get("dp_replicate", "1") not in ("", "1"):
         out["hsdp"] = (True,)  # the states replicated across nodes: sharded over one node's DP ranks
+    out["as_stated"] = True    # scored as the row says, not as a search would have admitted it (recipes.recipe_grid)
     return out
 
 

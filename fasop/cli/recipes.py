@@ -188,6 +188,17 @@ def moe_sp_note(args: argparse.Namespace, model) -> list[str]:
             "(Megatron-Core's MoE layer refuses tensor parallelism without it, moe_layer.py)"]
 
 
+def moe_hsdp_note(args: argparse.Namespace, model) -> list[str]:
+    """The note when --hsdp on is given for an MoE model: where its replicas do not divide the experts'
+    data-parallel group, a plan shards over all its dp ranks instead (recipes.recipe_grid)."""
+    arch = getattr(model, "architecture", None)
+    if arch is None or arch.moe is None or True not in (getattr(args, "hsdp", None) or ()):
+        return []
+    return [f"note: --hsdp on: {model.name}'s plans use HSDP only where ep x etp divides tp x cp x the shard group "
+            "(Megatron-Core: expert data-parallel size % num_distributed_optimizer_instances == 0; torchtitan: ep divides "
+            "dp_shard x cp x tp); the others shard over all their dp ranks (dp_replicate 1)"]
+
+
 DEGREE_COLUMNS = ("cp", "ep", "etp", "dp_replicate")
 """The CSV columns of a plan's degrees beyond tp, dp, pp (and HSDP's replicas): rows that differ in
 them are different plans."""

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     for line in length_notes(args, model) + cli_recipes.precision_note(args, cluster, inventory) + \
             _model_notes(model, inventory, rows, recipe) + cli_recipes.graphs_note(args, cluster, inventory, model) + \
             cli_recipes.cp_note(args, cluster, inventory, model) + \
-            cli_recipes.moe_sp_note(args, model):
+            cli_recipes.moe_sp_note(args, model) + cli_recipes.moe_hsdp_note(args, model):
         print(line)
     if auto_note:
         print(auto_note)
@@ -190,7 +190,8 @@ def _model_notes(model, inventory, rows: list[dict], recipe: dict) -> list[str]:
     arch = model.architecture
     if arch is None:
         return []
-    lines = [f"note: {model.name}: {n}" for n in arch.notes]
+    trained = any(recipe.get("mtp_layers") or ())   # --mtp-layers N > 0: the modules are planned
+    lines = [f"note: {model.name}: {n}" for n in arch.notes if not (trained and "not planned (--mtp-layers" in n)]
     if not any(not r["is_oom"] for r in rows):
         from fasop.estimators.analytic.layers import total_params
         n, room = total_params(arch), _room(inventory)

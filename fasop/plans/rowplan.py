@@ -19,7 +19,7 @@ from fasop.core.cells import spreadsheet_text
 from fasop.core.errors import FasopError
 from fasop.core.limits import GLOBAL_BATCH_SIZE, SHOWN_CHARS
 from fasop.plans.plan import Plan
-from fasop.plans.space import CP_COMMS, num_experts
+from fasop.plans.space import CP_COMMS, num_experts, sp_splits
 from fasop.specs.host_ops import search_scopes
 from fasop.specs.types import TRANSFORMER_KINDS, ClusterSpec, ModelSpec
 
@@ -154,6 +154,7 @@ def plan_of_row(row: dict[str, str], where: str, model: ModelSpec, cluster: Clus
     if cp > 1 and model.sequence_length % (2 * cp):   # as a search's degree_space refuses it
         raise FasopError(f"{where}: cp: {cp} does not split the sequence of {model.sequence_length} tokens into 2 x {cp} "
                          f"equal chunks (Megatron-Core needs sequence_length % (2*cp) == 0)")
+    _check_sequence_parallel(where, row, model, tp, cp)
     if row.get("num_microbatches"):
         m = int_cell(where, row, "num_microbatches")
         batch = m * dp * mbs
@@ -193,6 +194,17 @@ def _cp_comm(where: str, row: dict[str, str], model: ModelSpec, tp: int, cp: int
         empty = "" if cell else " (the empty cell: Megatron-Core's default, the ring such a row was scored with)"
         raise FasopError(f"{where}: cp_comm: {comm}{empty}: {why}")
     return comm
+
+
+def _check_sequence_parallel(where: str, row: dict[str, str], model: ModelSpec, tp: int, cp: int) -> None:
+    """A row with sequence parallelism (stated, or an MoE model's at tp > 1: moe_layer.py) has tp dividing a CP
+    rank's seq / cp tokens, as a search enumerates it (plans/space.py)."""
+    seq, moe = model.sequence_length, num_experts(model) > 0
+    if tp > 1 and (moe or row.get("sequence_parallel") == "True") and not sp_splits(seq, tp, cp):
+        tokens = f"{seq // cp} tokens (sequence {seq} / cp {cp})" if cp > 1 else f"sequence of {seq} tokens"
+        need = "its MoE layers need sequence parallelism at tp > 1, which" if moe else "its sequence parallelism"
+        raise FasopError(f"{where}: tp: {tp} does not split a rank's {tokens}: {need} scatters them over the tp "
+                         f"ranks (Megatron-Core needs them divisible by tp)")
 
 
 def _check_experts(where: str, model: ModelSpec, stage_ranks: int, ep: int, etp: int) -> None:

@@ -13,6 +13,10 @@ so a dense model at its usual context searches exactly the plans it always did:
   experts divide evenly over the EP group), 1 for a dense one.
 - etp: 1 (Megatron-LM's MoE guide recommends ETP 1 for fine-grained MoE; torchtitan has no ETP
   since #3167): other degrees only when asked for.
+- (tp, cp) pairs of an MoE model whose rank's share of the sequence (seq / cp tokens) tp does not split: its
+  MoE layer needs sequence parallelism at tp > 1 (moe_layer.py), which scatters those tokens over the tp ranks
+  (tensor_parallel/mappings.py: "First dimension of the tensor should be divisible by tensor parallel size";
+  a dense model's plan then runs without SP: estimators/analytic/recipes.py).
 - (tp, cp) pairs none of the allowed CP exchanges (--cp-comm: the ring, Ulysses' all-to-alls, the
   all-gather) can run for the model's attention are not enumerated (specs/architecture.py `cp_comm_problem`:
   Transformer Engine's rules -- sliding windows refuse the ring, attention sinks the ring and the all-gather,
@@ -44,6 +48,8 @@ class DegreeSpace:
     """(ep, etp) pairs, ep outer."""
     exchanges: CpExchanges | None = None
     """The CP exchanges allowed for the model (None: any (tp, cp) runs)."""
+    moe_sequence: int = 0
+    """An MoE model's sequence length (its tp > 1 needs sequence parallelism, tp dividing seq / cp); 0: dense."""
 
     @property
     def dense(self) -> bool:
@@ -51,8 +57,17 @@ class DegreeSpace:
         return self.cp == (1,) and self.experts == ((1, 1),)
 
     def runs(self, tp: int, cp: int) -> bool:
-        """Whether some allowed CP exchange runs the model at tp x cp."""
+        """Whether some allowed CP exchange runs the model at tp x cp, and an MoE model's sequence parallelism
+        splits a rank's seq / cp tokens over tp."""
+        if self.moe_sequence and not sp_splits(self.moe_sequence, tp, cp):
+            return False
         return cp == 1 or self.exchanges is None or self.exchanges.runs(tp, cp)
+
+
+def sp_splits(seq: int, tp: int, cp: int = 1) -> bool:
+    """Whether sequence parallelism can scatter a CP rank's seq / cp tokens over tp ranks (Megatron-Core
+    tensor_parallel/mappings.py `_split_along_first_dim`: divisible by the tensor-parallel size)."""
+    return tp == 1 or not (seq // cp) % tp
 
 
 @dataclass(frozen=True)
@@ -109,7 +124,7 @@ def degree_space(model: ModelSpec, *, cp: tuple[int, ...] | None = None, ep: tup
     if bad:
         raise FasopError(f"--ep: {bad[0]} does not divide {model.name}'s {experts} routed experts")
     etps = tuple(sorted(set(etp))) if etp else (1,)
-    return DegreeSpace(cp=cps, experts=tuple((e, t) for e in eps for t in etps))
+    return DegreeSpace(cp=cps, experts=tuple((e, t) for e in eps for t in etps), moe_sequence=seq)
 
 
 def divisors(n: int) -> list[int]:

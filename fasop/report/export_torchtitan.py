@@ -108,7 +108,8 @@ def torchtitan(rp: RowPlan, model: ModelSpec, params=None) -> Export:
         warnings.append(f"mtp_layers {s.mtp_layers}: torchtitan's DeepSeek-V3 takes multi-token prediction as "
                         f"model_registry(..., num_mtp_layers={s.mtp_layers}), not a config key, and refuses it with "
                         "pp or cp > 1 (torchtitan/models/deepseek_v3/MTP.md); not written")
-    lines = header(rp, model, "torchtitan") + [f"# warning: {w}" for w in warnings]
+    float8 = _torchtitan_float8(s, warnings, model.architecture is not None and model.architecture.moe is not None)
+    lines = header(rp, model, "torchtitan") + [f"# warning: {w}" for w in warnings]   # float8's warnings too
     local = p.mbs * p.num_microbatches if p.pp > 1 else p.mbs  # one pipeline pass, or a step's accumulation
     lines += ["# torchtitan after its config refactor (#2386, 2026-02): a recipe function, run with",
               "#   torchrun ... -m torchtitan.train --module <your module> --config <your function>",
@@ -132,7 +133,7 @@ def torchtitan(rp: RowPlan, model: ModelSpec, params=None) -> Export:
     lines += [f"    config.training.{key} = {value}  # {why}" for key, value, why in training]
     if ac is not None:
         lines.append(f"    config.activation_checkpoint = {ac[0]}  # {ac[1]}")
-    lines += _torchtitan_float8(s, warnings, model.architecture is not None and model.architecture.moe is not None)
+    lines += float8
     lines += ["    return config", "", "",
               "# The same as --parallelism.* overrides (frozen but still honoured; enable_sequence_parallel,",
               "# module_fqns_per_model_part and activation_checkpoint only in the recipe):",
@@ -245,8 +246,9 @@ def _context_and_experts(p, s, dp_shard: int, warnings: list[str]) -> list[tuple
         sets.append(("expert_parallel_degree", p.ep))
         if (dp_shard * p.cp * p.tp) % p.ep:
             warnings.append(f"torchtitan cannot express ep {p.ep}: it must divide data_parallel_shard_degree x "
-                            f"cp x tp = {dp_shard * p.cp * p.tp} (EP borrows FSDP and TP ranks); shard the states "
-                            "(--zero 1-3) or choose another plan")
+                            f"cp x tp = {dp_shard * p.cp * p.tp} (EP borrows FSDP and TP ranks), and torchtitan refuses "
+                            "the expert_parallel_degree written below at start (distributed/parallel_dims.py); shard "
+                            "the states (--zero 1-3) or choose another plan")
     if p.etp > 1:
         warnings.append(f"torchtitan cannot express etp {p.etp}: expert tensor parallelism was removed at its HEAD "
                         "(#3167; v0.2.2 took expert_tensor_parallel_degree = 1 or tp); not written")

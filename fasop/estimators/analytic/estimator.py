@@ -255,7 +255,8 @@ class AnalyticEstimator:
         return self._recipe_lists[key]
 
     def _recipes_of(self, plan: Plan):
-        return recipe_grid(self.recipes, plan, self.arch.num_layers, *G.hsdp_flags(plan, self.arch, self.domain_gpus), arch=self.arch)
+        return recipe_grid(self.recipes, plan, self.arch.num_layers, *G.hsdp_flags(plan, self.arch, self.domain_gpus),
+                           arch=self.arch, seq=self.model.sequence_length)
 
     def _workload(self, plan: Plan, recipe: Recipe) -> C.Workload:
         """One Workload object per (degrees, micro-batch, recipe): the cost model caches on it."""

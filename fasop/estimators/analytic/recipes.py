@@ -11,7 +11,7 @@ from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic.layers import LOW_PRECISIONS, PRECISIONS, RECOMPUTES, ZERO_STAGES, Recipe
 from fasop.estimators.analytic.modules import recompute_text, split_recompute
 from fasop.plans.plan import Plan
-from fasop.plans.space import CP_COMMS
+from fasop.plans.space import CP_COMMS, sp_splits
 from fasop.specs.host_ops import per_layer, search_scopes
 
 DEFAULTS = {"recompute": ("none", "full"), "zero": (1,), "sequence_parallel": (True,), "virtual_stages": (1,),
@@ -94,6 +94,7 @@ def parse_recipes(options: dict) -> dict:
         raise FasopError("--recompute-layers: block recompute is full recompute of N layers a chunk; allow it with "
                          "--recompute full (or none,full)")
     out["recompute_layers"] = block   # empty: full recompute of every layer (Megatron's uniform method)
+    out["as_stated"] = (bool(options.get("as_stated")),)   # a results row's recipe (plan_source.recipe_of), not a search's
     return out
 
 
@@ -179,14 +180,15 @@ def without_missing_units(recipes: dict, gpus: list, low: str = "fp8") -> dict:
 
 
 def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool, experts_ok: bool = True,
-                moe: bool = False, arch=None) -> Iterator[Recipe]:
+                moe: bool = False, arch=None, seq: int = 0) -> Iterator[Recipe]:
     """The recipes of `r` (parse_recipes) a plan's degrees admit: sequence parallelism only with
-    tp > 1, for an MoE model (`moe`) only on where `r` allows on and off (Megatron-Core's MoE layer refuses
+    tp > 1 dividing a CP rank's `seq` / cp tokens (0: not checked; space.sp_splits), for an MoE model (`moe`) only on where `r` allows on and off (Megatron-Core's MoE layer refuses
     tp > 1 without it, moe_layer.py; a row's stated off is scored as stated, and the search CLI turns an
     MoE model's --sequence-parallel off on), ZeRO only with dp x cp > 1, interleaving v only where pp x v
     divides the layers and pp the micro-batches, HSDP only where its shard group (`shard_in_dp`) is smaller
-    than dp, with the ZeRO stages `hsdp_stages` names and, where `r` allows it and FSDP alike, only where its
-    replicas divide the experts' data-parallel group (`experts_ok`: groups.hsdp_flags), activation offloading of N > 0 layers only as Megatron-Core allows it
+    than dp, with the ZeRO stages `hsdp_stages` names and only where its replicas divide the experts' data-parallel
+    group (`experts_ok`: groups.hsdp_flags; Megatron-Core and torchtitan refuse it otherwise) unless a results row
+    states it (`as_stated`: scored as the row says), activation offloading of N > 0 layers only as Megatron-Core allows it
     (transformer_config.py: one pipeline stage, no recompute, N below the layers: offload.py), full recompute
     also as block recompute of each `recompute_layers` N below a chunk's layers (block_recompute.py), and N > 0
     16-bit layers (`bf16_layers`, the model's last N) only in an fp8 / mxfp8 / nvfp4 recipe, at most the layers of a
@@ -202,13 +204,14 @@ def recipe_grid(r: dict, plan: Plan, num_layers: int, shard_in_dp: bool, experts
     if not comms:   # a caller's own plan: the search enumerates no such tp x cp (plans/space.py), rowplan refuses such a row
         raise FasopError(f"cp {plan.cp} at tp {plan.tp}: " + "; ".join(arch.cp_comm_problem(plan.tp, plan.cp, c)
                                                                          for c in allowed))
-    sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 else [False]
+    sp = sorted(set(r["sequence_parallel"])) if plan.tp > 1 and (not seq or sp_splits(seq, plan.tp, plan.cp)) \
+        else [False]
     sp = [x for x in sp if x or not moe] or sp   # an MoE model drops SP off where SP on is allowed too
     zero = [z for z in r["zero"] if plan.dp * plan.cp > 1 or z == 0] or [0]
     m = plan.num_microbatches
     vs = [v for v in r["virtual_stages"] if v == 1 or (plan.pp > 1 and not num_layers % (plan.pp * v)
                                                        and not m % plan.pp)] or [1]
-    hybrid = [h for h in r["hsdp"] if not h or (shard_in_dp and (experts_ok or len(r["hsdp"]) == 1))] or [False]
+    hybrid = [h for h in r["hsdp"] if not h or (shard_in_dp and (experts_ok or r["as_stated"][0]))] or [False]
     off = [n for n in r.get("offload_layers", (0,)) if not OF.refusal(n, plan.pp, num_layers, ())] or [0]
     given, most = r.get("bf16_layers", (0,)), num_layers // plan.pp   # more than a stage's: as many as it allows
     bf16 = {p: sorted({min(k, most) for k in given}) if p in LOW_PRECISIONS else [0] for p in r["precision"]}
