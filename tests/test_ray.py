@@ -289,3 +289,60 @@ def test_a_head_started_apart_with_token_auth_gives_the_local_bytes(tmp_path, to
     assert run.returncode == 0, run.stderr
     assert f"note: --executor ray: the Ray cluster at 127.0.0.1:{port}: 1 node, 2 CPUs" in run.stderr
     assert prefix.with_name("bert_pareto.csv").read_bytes() == want
+
+
+def _server(answer: bytes | None):
+    """A TCP server on a free port of every interface (Ray reads 127.0.0.1 as this node's address) that, per
+    connection, sends `answer` at once (None: nothing) and keeps the connection open a while."""
+    import threading
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            if answer is not None:
+                conn.sendall(answer)
+            time.sleep(3)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+@pytest.mark.parametrize("answer, said", [
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it answered b'HTTP/1.1 '"),   # an HTTP/1 server: the dashboard's port
+    (b"-ERR unknown command\r\n", "it answered b'-ERR unkn'"),           # a Redis
+    (None, "it sent nothing"),
+])
+def test_a_port_that_does_not_speak_grpc_is_refused_within_the_connect_timeout(answer, said):
+    """Ray's client retries a port that accepts TCP but is not its GCS for some 14 minutes (20 attempts of ~41 s,
+    Ray 2.60, printing its errors): the probe sends HTTP/2's preface and wants a gRPC server's SETTINGS frame back."""
+    listener, port = _server(answer)
+    start = time.monotonic()
+    with pytest.raises(FasopError) as err, listener:
+        ray_executor.probe(f"127.0.0.1:{port}", 1.0)
+    assert time.monotonic() - start < 2.5
+    text = str(err.value)
+    assert "accepts connections but does not answer as Ray (gRPC) within --ray-connect-timeout 1 s" in text
+    assert said in text and "\n" not in text
+
+
+def test_a_grpc_server_passes_the_probe():
+    listener, port = _server(bytes([0, 0, 6, 4, 0, 0, 0, 0, 0]) + bytes(6))   # SETTINGS, one setting
+    with listener:
+        ray_executor.probe(f"127.0.0.1:{port}", 2.0)
+
+
+def test_the_probe_leaves_tls_to_ray(monkeypatch):
+    """With RAY_USE_TLS the connection starts with a TLS handshake: only reachability is checked."""
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    listener, port = _server(None)
+    with listener:
+        ray_executor.probe(f"127.0.0.1:{port}", 1.0)

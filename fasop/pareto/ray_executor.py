@@ -3,8 +3,9 @@
 - Which Ray: with --ray-address (or $RAY_ADDRESS) that cluster; without, a private local
   instance (`address="local"`, --workers CPUs) started for the run and stopped after it, never a
   cluster a `ray start` left running on the machine. `description` says which, for the CLI to print.
-- Connecting is bounded: the address's host and port are probed over TCP within
-  `connect_timeout_s` first, so an unreachable address fails in that time with one line.
+- Connecting is bounded: the address's host and port are probed within `connect_timeout_s` first --
+  reachable over TCP, and answering HTTP/2's preface as a gRPC server does -- so an unreachable address,
+  or a port that is not Ray's (which Ray's client would retry for minutes), fails in that time with one line.
 - Token authentication (Ray >= 2.5x turns it on by default): `ray.init` with an explicit address
   only sends a token when RAY_AUTH_MODE=token; when that variable is unset and a token is
   available (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, where Ray looks), token
@@ -72,18 +73,55 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[-1] if "Traceback" in text else (text.splitlines() or [""])[0]
 
 
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""HTTP/2's client connection preface and an empty SETTINGS frame (RFC 9113 §3.4): a gRPC server (Ray's GCS, the
+Ray Client server) answers with its own SETTINGS frame (type 4 in the fourth byte of its 9-byte header)."""
+
+
 def probe(address: str, timeout_s: float) -> None:
-    """One line when nothing listens at the host:port `address` resolves to within timeout_s."""
+    """One line when nothing listens at the host:port `address` resolves to within timeout_s, or what listens
+    there does not speak gRPC (HTTP/2) within it -- Ray's own client would retry such a port for minutes (20
+    attempts of ~40 s at Ray 2.60, printing its errors); not checked with RAY_USE_TLS (a TLS handshake first)."""
     target = _host_port(address)
     if target is None:
         return
     host, port = target
     try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            if _tls():
+                return
+            answer = _h2_answer(sock)
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise FasopError(f"--ray-address: cannot reach Ray at {address!r} ({host}:{port}) within "
                          f"--ray-connect-timeout {timeout_s:g} s: {reason}") from None
+    if answer is not None and len(answer) == 9 and answer[3] == 4:
+        return
+    said = "it sent nothing" if answer is None else "it closed the connection" if not answer else \
+        f"it answered {answer!r}"
+    raise FasopError(f"--ray-address: {address!r} ({host}:{port}) accepts connections but does not answer as Ray "
+                     f"(gRPC) within --ray-connect-timeout {timeout_s:g} s: {said}; give the head's GCS port (`ray "
+                     "start --head --port`, default 6379; not the dashboard's 8265) or ray://host:10001 (Ray Client)")
+
+
+def _h2_answer(sock: socket.socket) -> bytes | None:
+    """The first 9 bytes the server sends after HTTP/2's preface (fewer where it closes the connection), None
+    where it sends nothing before the socket's timeout (a gRPC server sends its SETTINGS at once)."""
+    sock.sendall(H2_PREFACE)
+    got = b""
+    try:
+        while len(got) < 9:
+            chunk = sock.recv(9 - len(got))
+            if not chunk:
+                break
+            got += chunk
+    except TimeoutError:
+        return got or None
+    return got
+
+
+def _tls() -> bool:
+    return os.environ.get("RAY_USE_TLS", "0").strip().lower() not in ("", "0", "false", "no")
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
