@@ -334,7 +334,8 @@ def test_sets_without_their_software_cells_are_predicted_as_their_recipes_run(tm
 
 def test_a_recipes_zero_ep_overlap_beats_the_clusters_constant(tmp_path):
     # H100's moe_software says no EP overlap: a row that leaves the cell empty runs with 0 even where its
-    # cluster's `analytic:` section sets ep_overlap 0.5 (the recipe is what the published run had)
+    # cluster's `analytic:` section sets ep_overlap 0.5 (the recipe is what the published run had); with
+    # --as-searched (a run of a plan fasop searched there) the cluster's 0.5, as the search estimated it
     (tmp_path / "c.yaml").write_text(
         "estimator: analytic\nanalytic:\n  ep_overlap: 0.5\nnode_types:\n  h:\n    instance: h\n    gpu: H100-SXM\n"
         "    gpus_per_node: 8\n    inter_node_gbit_per_s: 3200\n    usd_per_hour: 0\n    price_date: 2025-06\n"
@@ -342,10 +343,14 @@ def test_a_recipes_zero_ep_overlap_beats_the_clusters_constant(tmp_path):
     header = ("name,model,cluster,nodes,num_gpus,tp,pp,cp,dp,ep,etp,zero,seq_len,global_batch_size,micro_batch_size,"
               "precision,recompute,measured_seconds_per_iter,ep_overlap")
     row = "q,hf/qwen3-30b-a3b.json,c.yaml,h=2,16,1,1,1,16,16,1,1,4096,64,1,bf16,none,10,"
-    predicted = lambda cell: validate(_csv(tmp_path, row + cell, header)).predictions[0].row
+    predicted = lambda cell, searched=False: validate(_csv(tmp_path, row + cell, header),
+                                                      as_searched=searched).predictions[0].row
     assert predicted("")["predicted_seconds_per_iter"] == predicted("0")["predicted_seconds_per_iter"] \
         > predicted("0.5")["predicted_seconds_per_iter"]
     assert "ep_overlap=0 (recipe)" in predicted("")["picked"] and "ep_overlap" not in predicted("0")["picked"]
+    assert predicted("", True)["predicted_seconds_per_iter"] == predicted("0.5", True)["predicted_seconds_per_iter"] \
+        < predicted("0", True)["predicted_seconds_per_iter"]
+    assert "(recipe)" not in predicted("", True)["picked"]
 
 
 def test_a_pytorch_fsdp_moe_row_keeps_megatron_cores_defaults(tmp_path):

@@ -306,7 +306,7 @@ class ProgressBar:
 
         def update(done: int, total: int) -> None:
             if self.bar is None:
-                self.bar = tqdm(total=total, desc=self.label, unit="plan", leave=False, file=sys.stderr)
+                self.bar = tqdm(total=total, desc=self.label, unit=self.unit.rstrip("s"), leave=False, file=sys.stderr)
             self.bar.update(done - self.bar.n)
             self._hinted(done, total, lambda line: tqdm.write(line, file=sys.stderr))
 

@@ -21,6 +21,10 @@ def add_parser(sub) -> None:
                        "See docs/calibrate.md.")
     c.add_argument("file", metavar="RUNS.csv", help="measured runs (fasop validate's CSV)")
     c.add_argument("--out", metavar="OVERLAY.yaml", help="write the fitted overlay here (atomically)")
+    c.add_argument("--as-searched", action="store_true",
+                   help="the rows' empty software cells (fused_attention, overlap_grad_reduce, moe_dispatcher, ...) "
+                   "are the row's cluster's constants, as fasop search estimated the plans -- for runs of plans fasop "
+                   "proposed; default: what each GPU's published runs had (docs/validate.md)")
     c.add_argument("--fit", metavar="NAME[,NAME...]", type=lambda t: tuple(n.strip() for n in t.split(",")),
                    help="fit only these parameters (e.g. gpus.A100-SXM4-80GB.matmul_efficiency,"
                    "link_efficiency.network); refused when the runs cannot identify one (default: every "
@@ -35,10 +39,15 @@ def run(args: argparse.Namespace) -> int:
     from fasop.report.validate_rows import unread_note
     from fasop.specs.calibration import bounds_of, calibration_text
 
+    from fasop.cli.args import ProgressBar
+    from fasop.report.output import not_the_input
+
     out = user_path(args.out, "--out")
     if out is not None:
         check_target(out, "--out")   # before the fit, not after
-    fit = calibrate(args.file, only=args.fit or ())
+        not_the_input(out, args.file, "--out", "the runs CSV it reads")
+    with ProgressBar(False, "calibrate", "fits") as progress:
+        fit = calibrate(args.file, only=args.fit or (), progress=progress, as_searched=args.as_searched)
     if fit.unread_columns:
         print(unread_note(args.file, fit.unread_columns), file=sys.stderr)
     print(f"{'parameter':<48} {'before':>10} {'after':>10}")
@@ -53,14 +62,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {name}: at its bound {value:g}: the runs push it past its physical range (a cost the model "
                   "lacks, or runs that disagree)")
     print(f"{'run':<28} {'measured s':>11} {'before s':>10} {'after s':>10} {'left out s':>11}")
-    for label, m, b, a, lo in zip(fit.labels, fit.measured, fit.before, fit.after, fit.left_out):
-        print(f"{label[:28]:<28} {m:>11.4g} {b:>10.4g} {a:>10.4g} {lo:>11.4g}")
+    left_out = fit.left_out or (None,) * len(fit.measured)
+    for label, m, b, a, lo in zip(fit.labels, fit.measured, fit.before, fit.after, left_out):
+        print(f"{label[:28]:<28} {m:>11.4g} {b:>10.4g} {a:>10.4g} {'-' if lo is None else format(lo, '.4g'):>11}")
+    runs = len(fit.measured)
+    loo = f"leave-one-out MAPE {fit.mape(fit.left_out):.1f} %" if fit.left_out else "no leave-one-out (one run)"
     summary = (f"MAPE {fit.mape(fit.before):.1f} % -> {fit.mape(fit.after):.1f} %, max |error| "
-               f"{fit.max_error(fit.before):.1f} % -> {fit.max_error(fit.after):.1f} %, leave-one-out MAPE "
-               f"{fit.mape(fit.left_out):.1f} % over {len(fit.measured)} runs")
+               f"{fit.max_error(fit.before):.1f} % -> {fit.max_error(fit.after):.1f} %, {loo} over {runs} "
+               f"run{'s' * (runs != 1)}")
     print(summary)
     if out is not None:
-        comments = (f"fasop calibrate {Path(args.file).name}: {len(fit.fitted)} parameters fitted",
+        n = len(fit.fitted)
+        comments = (f"fasop calibrate {Path(args.file).name}: {n} parameter{'s' * (n != 1)} fitted",
                     summary, "apply with: fasop search|pareto|validate ... --calibration <this file>")
         write_atomic(out, calibration_text(fit.calibration, comments), "--out")
         print(f"wrote {out}")

@@ -89,9 +89,11 @@ def run_plan_command(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from fasop.report.export import export
-    from fasop.report.output import user_path, write_files
+    from fasop.report.output import not_the_input, user_path, write_files
 
     out = user_path(args.out, "--out")
+    if out is not None:
+        not_the_input(out, args.source, "--out", "the results CSV it reads")
     rp, model, cluster, _ = row_plan(args)
     # the constants the row was estimated with: the cluster's, as the job's GPUs have them (no FlashAttention below
     # sm80); the estimator refuses what the job cannot run (a CP row without fused attention)

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
                                                    calibration=args.calibration))
         rows = significant(rows)
     write_atomic(out, csv_text(columns, rows), "--out")
-    _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem)
+    _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem + _calibrated_by(args))
     for line in length_notes(args, model) + cli_recipes.precision_note(args, cluster, inventory) + \
             _model_notes(model, inventory, rows, recipe) + cli_recipes.graphs_note(args, cluster, inventory, model) + \
             cli_recipes.cp_note(args, cluster, inventory, model) + \
@@ -242,6 +242,10 @@ def _distinct(rows: list[dict], show: int) -> list[tuple[dict, int]]:
         elif len(groups) < show:
             groups[key] = [r, 1]
     return [(r, n) for r, n in groups.values()]
+
+
+def _calibrated_by(args: argparse.Namespace) -> str:
+    return f", calibrated by {args.calibration}" if getattr(args, "calibration", None) else ""
 
 
 def _print_summary(result, rows: list[dict], show: int, model_name: str, cluster_name: str) -> None:

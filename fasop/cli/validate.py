@@ -20,6 +20,9 @@ def add_parser(sub) -> None:
                        "absolute percentage error (MAPE) and the largest error.")
     v.add_argument("file", metavar="FILE.csv", help="measured runs")
     v.add_argument("--out", help="CSV of the per-row predictions to write")
+    v.add_argument("--as-searched", action="store_true",
+                   help="the rows' empty software cells are the row's cluster's constants, as fasop search estimated "
+                   "the plans (runs of plans fasop proposed); default: what each GPU's published runs had")
     v.add_argument("--max-mape", type=_percent, metavar="PCT",
                    help="exit 1 when the time MAPE is above PCT percent")
     v.add_argument("--calibration", metavar="OVERLAY.yaml",
@@ -41,13 +44,18 @@ def run(args: argparse.Namespace) -> int:
     from fasop.report.validate import report_rows, validate
     from fasop.report.validate_rows import unread_note
 
+    from fasop.report.output import not_the_input
+
+    if args.out:   # before the work, not after
+        not_the_input(Path(args.out), args.file, "--out", "the runs CSV it reads")
+        not_the_input(Path(args.out), args.calibration, "--out", "the calibration overlay it reads")
     params = None
     if args.calibration:
         from fasop.specs.calibration import apply_calibration, load_calibration
         from fasop.specs.catalog import default_params
 
         params = apply_calibration(load_calibration(args.calibration), default_params())
-    report = validate(args.file, params)
+    report = validate(args.file, params, as_searched=args.as_searched)
     if report.ignored_columns:
         print(unread_note(args.file, report.ignored_columns), file=sys.stderr)
     columns, rows = report_rows(report)

@@ -33,7 +33,7 @@ from scipy.optimize import least_squares
 from fasop.core.errors import FasopError
 from fasop.report.validate import PICKED, Row, predict, read_table
 from fasop.specs.calibration import (GPU_KEYS, LINK_KINDS, Calibration, apply_calibration, bounds_of,
-                                     gpu_parameter, in_bounds, known_parameter,
+                                     canonical_parameter, gpu_parameter, in_bounds, known_parameter,
                                      link_parameter)
 from fasop.specs.catalog import AnalyticParams, canonical, default_params, load_gpus
 
@@ -56,7 +56,7 @@ class Fit:
     after: tuple[float, ...]
     """... with the fitted overlay applied (what `fasop validate --calibration` prints)."""
     left_out: tuple[float, ...]
-    """... fitted without that run (leave-one-out)."""
+    """... fitted without that run (leave-one-out); empty for one run (nothing to fit without it)."""
     priors: dict[str, float]
     """Every candidate parameter's value before."""
     fitted: dict[str, float]
@@ -78,12 +78,17 @@ class Fit:
 
 
 # ----------------------------------------------------------------------------- parameters
-def candidates(path: Path, rows: list[Row], base: AnalyticParams) -> list[str]:
-    """Per GPU type the runs use (in order of first use; a mixed row's every stage and replica, as
-    `fasop validate` reports them in its `gpu` column) its keys, then every link kind."""
+def run_gpus(path: Path, rows: list[Row], base: AnalyticParams, as_searched: bool = False) -> tuple:
+    """The catalog GPU types the runs use, in order of first use (a mixed row's every stage and replica, as
+    `fasop validate` reports them in its `gpu` column)."""
     gpus = load_gpus()
-    used = (name for r in rows for name in predict(path, r, base).row["gpu"].split("+"))
-    names = dict.fromkeys(gpus[canonical(n)].name for n in used if canonical(n) in gpus)
+    used = (name for r in rows for name in predict(path, r, base, as_searched).row["gpu"].split("+"))
+    return tuple({gpus[canonical(n)].name: gpus[canonical(n)] for n in used if canonical(n) in gpus}.values())
+
+
+def candidates(path: Path, rows: list[Row], base: AnalyticParams, as_searched: bool = False) -> list[str]:
+    """Per GPU type the runs use (run_gpus) its keys, then every link kind."""
+    names = [g.name for g in run_gpus(path, rows, base, as_searched)]
     order = [("matmul_efficiency",), LINK_KINDS, ("memory_bandwidth_efficiency",), ("layer_overhead_s",)]
     out = []
     for group in order:
@@ -96,11 +101,14 @@ def candidates(path: Path, rows: list[Row], base: AnalyticParams) -> list[str]:
     return out
 
 
-def prior(name: str, params: AnalyticParams) -> float:
-    """A parameter's value under `params` (the GPU's own value, else analytic.yaml's)."""
+def prior(name: str, params: AnalyticParams, gpus: tuple = ()) -> float:
+    """A parameter's value under `params` (the GPU's own value, else analytic.yaml's); a link kind's, the share
+    the runs' GPUs (`gpus`, GpuType) use over it -- the first one's own where it has one (H100's NVLink 0.82) --,
+    else analytic.yaml's."""
     parts = name.split(".")
     if parts[0] == "link_efficiency":
-        return params.link_efficiency[parts[1]]
+        used = [params.gpu(g).intra_node_share(params) for g in gpus if g.intra_node_link == parts[1]]
+        return used[0] if used else params.link_efficiency[parts[1]]
     gpu = params.gpu(load_gpus()[canonical(parts[1])])
     return {"matmul_efficiency": lambda: gpu.matmul_efficiency,
             "memory_bandwidth_efficiency": lambda: gpu.memory_share(params),
@@ -129,29 +137,38 @@ def x_bounds(name: str) -> tuple[float, float]:
 class _Problem:
     """The pinned runs of one file and the residuals log(predicted / measured) at a point x."""
 
-    def __init__(self, path: Path, runs: list[Row], base: AnalyticParams, names: list[str]):
-        self.path, self.runs, self.base, self.names = path, runs, base, names
+    def __init__(self, path: Path, runs: list[Row], base: AnalyticParams, names: list[str],
+                 active: list[int] | None = None, as_searched: bool = False):
+        self.path, self.runs, self.base, self.names, self.as_searched = path, runs, base, names, as_searched
         self.measured = np.array([float(r.cells["measured_seconds_per_iter"]) for r in runs])
+        self.active = list(range(len(names))) if active is None else list(active)
+        """The parameters x sets; the others stay as `base` has them (as the overlay written leaves them)."""
 
     def params(self, x) -> AnalyticParams:
-        values = tuple((n, min(max(from_x(n, v), bounds_of(n)[0]), bounds_of(n)[1])) for n, v in zip(self.names, x))
+        values = tuple((self.names[j], min(max(from_x(self.names[j], x[j]), bounds_of(self.names[j])[0]),
+                                           bounds_of(self.names[j])[1])) for j in self.active)
         return apply_calibration(Calibration(values=values), self.base) if values else self.base
 
     def predicted(self, x, runs: list[Row] | None = None) -> np.ndarray:
         params = self.params(x)
-        return np.array([predict(self.path, r, params).row["predicted_seconds_per_iter"] for r in runs or self.runs])
+        return np.array([predict(self.path, r, params, self.as_searched).row["predicted_seconds_per_iter"]
+                         for r in runs or self.runs])
 
     def residuals(self, x) -> np.ndarray:
         return np.log(self.predicted(x) / self.measured)
 
     def jacobian(self, x0) -> np.ndarray:
-        """Forward differences (backward at an upper bound) of the residuals, one column a parameter."""
+        """Forward differences (backward at an upper bound) of the residuals, one column a parameter, each set
+        alone (the others as `base` has them: a link kind's prior is one GPU's share, another's may differ)."""
+        active, self.active = self.active, []
         r0, columns = self.residuals(x0), []
         for j, name in enumerate(self.names):
             h = -STEP if x0[j] + STEP > x_bounds(name)[1] else STEP
             x = np.array(x0, dtype=float)
             x[j] += h
+            self.active = [j]
             columns.append((self.residuals(x) - r0) / h)
+        self.active = active
         return np.array(columns).T.reshape(len(self.runs), len(self.names))
 
 
@@ -183,6 +200,7 @@ def solve(problem: _Problem, x0, kept: list[int], starts: int = 2) -> np.ndarray
     prior or at 0.6 of it (at most 4 types: 16 corners) -- and runs from the `starts` best ones
     (`starts` 1: from x only, as a leave-one-out fit does from the fit on all runs)."""
     x = np.array(x0, dtype=float)
+    problem.active = list(kept)   # only what the overlay will hold
     if not kept:
         return x
     low = np.array([x_bounds(problem.names[j])[0] for j in kept])
@@ -212,11 +230,11 @@ def solve(problem: _Problem, x0, kept: list[int], starts: int = 2) -> np.ndarray
 
 
 # ----------------------------------------------------------------------------- the command's work
-def pin_plans(path: Path, rows: list[Row], params: AnalyticParams) -> list[Row]:
+def pin_plans(path: Path, rows: list[Row], params: AnalyticParams, as_searched: bool = False) -> list[Row]:
     """Each row with its empty plan cells set to what `fasop validate` picks under `params`."""
     pinned = []
     for row in rows:
-        out = predict(path, row, params).row
+        out = predict(path, row, params, as_searched).row
         cells = dict(row.cells)
         for key in PICKED:
             if not (cells.get(key) or "").strip():
@@ -239,19 +257,26 @@ def _label(row: Row) -> str:
     return c.get("name") or f"{c.get('num_gpus')}x{c.get('gpu')} tp{c.get('tp')} pp{c.get('pp')} dp{c.get('dp')}"
 
 
-def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tuple[str, ...] = ()) -> Fit:
+def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tuple[str, ...] = (),
+              progress=None, as_searched: bool = False) -> Fit:
     """Fit the physical parameters the runs of `path` identify (`only`: just these, each of which
-    must be identified, else FasopError) and predict every run before, after and left out."""
+    must be identified, else FasopError) and predict every run before, after and left out;
+    `progress(done, total)` after each of the 1 + len(runs) fits (the fit on all runs, then one a run left out);
+    `as_searched`: the rows' empty software cells as `fasop search` estimates plans (validate.predict)."""
+    report = progress or (lambda done, total: None)
     path, base = Path(path), params or default_params()
     rows, unread = read_table(path)
     for name in only:
         if not known_parameter(name):
             raise FasopError(f"--fit: {name!r} is not a parameter: gpus.<catalog GPU>.<{'|'.join(GPU_KEYS)}> "
                              f"or link_efficiency.<{'|'.join(LINK_KINDS)}>")
-    names = list(dict.fromkeys(only)) or candidates(path, rows, base)
-    runs = pin_plans(path, rows, base)
-    problem = _Problem(path, runs, base, names)
-    x0 = np.array([to_x(n, prior(n, base)) for n in names])
+    only = tuple(canonical_parameter(name) for name in only)   # a GPU by an alias, as an overlay names it
+    names = list(dict.fromkeys(only)) or candidates(path, rows, base, as_searched)
+    runs = pin_plans(path, rows, base, as_searched)
+    problem = _Problem(path, runs, base, names, as_searched=as_searched)
+    gpus = run_gpus(path, rows, base, as_searched)
+    priors = {n: prior(n, base, gpus) for n in names}
+    x0 = np.array([to_x(n, priors[n]) for n in names])
     kept, why = identify(problem, x0)
     if only and why:
         j = min(why)
@@ -259,14 +284,18 @@ def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tupl
     if not kept:
         raise FasopError(f"{path}: the runs identify no parameter ({names[0]}: {why[0]})")
     x = solve(problem, x0, kept)
+    report(1, 1 + len(runs))
     fitted = {names[j]: _snap(names[j], from_x(names[j], float(x[j]))) for j in kept}
     calibrated = apply_calibration(Calibration(values=tuple(fitted.items())), base)
-    left_out = tuple(_left_out(problem, x0, x, i, rows[i]) for i in range(len(runs)))
+    left_out = []
+    for i in range(len(runs)) if len(runs) > 1 else ():   # one run left out leaves nothing to fit
+        left_out.append(_left_out(problem, x0, x, i, rows[i]))
+        report(2 + i, 1 + len(runs))
     return Fit(labels=tuple(_label(r) for r in rows), measured=tuple(float(m) for m in problem.measured),
-               before=tuple(predict(path, r, base).row["predicted_seconds_per_iter"] for r in rows),
-               after=tuple(predict(path, r, calibrated).row["predicted_seconds_per_iter"] for r in rows),
-               left_out=left_out, priors={n: prior(n, base) for n in names}, fitted=fitted,
-               notes=tuple(f"{names[j]}: left at its prior {prior(names[j], base):.4g}: {why[j]}" for j in sorted(why)),
+               before=tuple(predict(path, r, base, as_searched).row["predicted_seconds_per_iter"] for r in rows),
+               after=tuple(predict(path, r, calibrated, as_searched).row["predicted_seconds_per_iter"] for r in rows),
+               left_out=tuple(left_out), priors=priors, fitted=fitted,
+               notes=tuple(f"{names[j]}: left at its prior {priors[names[j]]:.4g}: {why[j]}" for j in sorted(why)),
                unread_columns=unread)
 
 
@@ -274,9 +303,10 @@ def _left_out(problem: _Problem, x0, fitted, i: int, row: Row) -> float:
     """Run i predicted from a fit (identification included, at the priors x0) on the other runs,
     started from the fit on all runs; its plan cells as `fasop validate` picks them under the
     constants fitted without it."""
-    others = _Problem(problem.path, problem.runs[:i] + problem.runs[i + 1:], problem.base, problem.names)
+    others = _Problem(problem.path, problem.runs[:i] + problem.runs[i + 1:], problem.base, problem.names, active=[],
+                      as_searched=problem.as_searched)
     kept, _ = identify(others, x0) if others.runs else ([], {})
     start = np.array(x0, dtype=float)
     start[kept] = np.asarray(fitted)[kept]
     x = solve(others, start, kept, starts=1)
-    return float(predict(problem.path, row, others.params(x)).row["predicted_seconds_per_iter"])
+    return float(predict(problem.path, row, others.params(x), problem.as_searched).row["predicted_seconds_per_iter"])

@@ -382,8 +382,8 @@ def _summary(x: Explanation) -> list[str]:
         lines.append("memory    does not fit: a stage's estimate x overhead exceeds its limit")
     if x.row_step_time_s is not None and abs(x.row_step_time_s - x.step_time_s) > 5e-6 * x.step_time_s:  # 6 digits
         lines.append(f"note      the CSV says step_time_s {x.row_step_time_s:.6g}; re-estimated with its split: "
-                     f"{x.step_time_s:.6g} (a CSV of another fasop version or estimator, or FASOP's min-max "
-                     "partitioner, whose schedule can differ from the split it reports)")
+                     f"{x.step_time_s:.6g} (a CSV of another fasop version or estimator, a calibration overlay "
+                     "changed since, or FASOP's min-max partitioner, whose schedule can differ from the split it reports)")
     return lines
 
 

@@ -65,6 +65,19 @@ def check_target(path: Path, flag: str) -> None:
         raise FasopError(f"{flag}: cannot write {str(path)!r}: not a regular file (a device, FIFO or socket)")
 
 
+def not_the_input(path: Path, source, flag: str, what: str) -> None:
+    """Refuse an output that is the input file `source` (the same file by another name too): writing it would
+    destroy what the command reads."""
+    if source is None:
+        return
+    try:
+        same = os.path.samefile(path, source)
+    except OSError:   # either is missing: not the same file
+        return
+    if same:
+        raise FasopError(f"{flag}: {str(path)!r} is {what} ({source}); write to another file")
+
+
 def _check_folder(path: Path, flag: str) -> None:
     """Refuse a new file whose nearest existing folder above it is not a folder this user may write in
     (the folders between are made when it is written): before the work, not after."""

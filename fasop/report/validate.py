@@ -43,14 +43,10 @@ from fasop.estimators.analytic import moe_kernels as MK
 from fasop.estimators.analytic import parallel as P
 from fasop.estimators.analytic.layers import PRECISIONS, RECOMPUTES, Recipe
 from fasop.estimators.analytic.modules import MODULES, recompute_text, split_recompute
-from fasop.core.errors import FasopError, SpecError
-from fasop.specs.architecture import gpt_architecture
-from fasop.specs.files import named, path_kind
-from fasop.specs.hf_config import architecture_from_config, config_file, read_config
-from fasop.specs.load import load_model
 from fasop.specs.catalog import AnalyticParams, default_params
 from fasop.specs.validate_software import VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE
 from fasop.report.validate_defaults import PRECISION_NAMES, common as _common, software as _software
+from fasop.report.validate_models import columns_model, row_model
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
                                         bf16_layers_cell, cp_comm_cell, layers_per_stage, read_rows, read_table,
@@ -108,13 +104,13 @@ class Report:
         return [p.mem_error for p in self.predictions if p.mem_error is not None]
 
 
-def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
-    """One measured run against the analytic estimator: the entry point for one parsed row,
-    `base` the physical constants (a row naming a cluster uses its cluster's)."""
+def predict(path: Path, row: Row, base: AnalyticParams, as_searched: bool = False) -> Prediction:
+    """One measured run against the analytic estimator: the entry point for one parsed row, `base` the constants
+    (a row naming a cluster: its cluster's); `as_searched`: its empty software cells those, as a search's plans."""
     c = Cells(path, row)
     arch, seq, gbs, measured, n, tp, pp, dp = _model_and_degrees(c)
     par = _parallel(c, arch, seq, tp, dp)
-    hw = row_hardware(c, tp, dp * par["cp"], pp, base)   # CP ranks sit between TP and DP (tp-cp-dp)
+    hw = replace(row_hardware(c, tp, dp * par["cp"], pp, base), published=not as_searched)   # CP ranks: tp-cp-dp
     counts = layers_per_stage(c, pp, arch.num_layers)
     kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
     zero = c.choice("zero", ("0", "1", "2", "3"))
@@ -126,7 +122,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     recipe_practice = _common(hw, VALIDATE_RECIPE_SOFTWARE)   # how the GPU's published runs recomputed and sharded
     torch_fsdp = zero == "3" and (not recipe_practice.get("megatron_fsdp", False)
                                   or c.flag("fused_elementwise") is False)
-    params, recipe_software = _software(c, hw, kind.rstrip("_"), precision, fsdp=torch_fsdp)
+    stack = torch_fsdp and hw.published   # --as-searched: the search's ZeRO-3, the constants' kernels
+    params, recipe_software = _software(c, hw, kind.rstrip("_"), precision, fsdp=stack)
     for g in hw.gpus:
         if precision not in ("bf16", "fp16", "fp32", "tf32") and g.peak_flops.get(precision) is None:
             shown = precision if written == precision else f"{c.text('precision')!r} (read as {precision})"
@@ -140,7 +137,7 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
                                 ("virtual_pp", 1 if counts else c.int("virtual_pp"))) if v is not None}
     if arch.moe is not None and tp > 1:   # Megatron-Core: MoE with TP requires sequence parallelism
         fixed.setdefault("sequence_parallel", True)
-    if torch_fsdp and tp > 1:             # torchtitan's TP shards the norms' sequence (FSDP_STACK)
+    if stack and tp > 1:                  # torchtitan's TP shards the norms' sequence (FSDP_STACK)
         fixed.setdefault("sequence_parallel", True)
     common = _common(hw, VALIDATE_PLAN_SOFTWARE)
     assumed = {k: v for k, v in common.items() if k not in fixed}   # what this GPU's published runs had
@@ -148,8 +145,8 @@ def predict(path: Path, row: Row, base: AnalyticParams) -> Prediction:
     par["zero"] = None if zero is None else int(zero)
     if zero == "3" and not torch_fsdp:    # Megatron-FSDP: in its buffers, no FSDP1 / FSDP2 copies
         params = replace(params, megatron_fsdp=True)
-    if torch_fsdp and params.fused_elementwise and params.eager_rope == "complex":
-        # a compiled PyTorch FSDP stack (torchtitan) whose RoPE is a complex multiply: Inductor leaves it eager
+    if torch_fsdp and params.fused_elementwise and params.eager_rope == "complex" and (stack or c.flag("fused_elementwise")):
+        # a compiled PyTorch FSDP stack (torchtitan; --as-searched: stated) whose complex RoPE Inductor leaves eager
         params = replace(params, compiled_rope=True)
     block = _block(c, arch.num_layers, fixed.get("recompute"))
     # a PyTorch FSDP stack (torchtitan, fms-fsdp): its full AC checkpoints every block
@@ -199,7 +196,7 @@ def _model_and_degrees(c: Cells) -> tuple:
         raise c.error("num_gpus", f"tp x pp x cp x dp = {tp * pp * cp * dp}, not {n}")
     if gbs % dp:
         raise c.error("global_batch_size", f"{gbs} is not a multiple of dp = {dp}")
-    arch = _row_model(c, seq) if c.text("model") else _columns_model(c, seq, tp)
+    arch = row_model(c, seq) if c.text("model") else columns_model(c, seq, tp)
     dropout = c.flag("dropout")
     if dropout is not None:   # the run's own code: Sailor's OPT / GPT-Neo keep no attention-probability dropout
         arch = replace(arch, dropout=dropout)
@@ -208,46 +205,6 @@ def _model_and_degrees(c: Cells) -> tuple:
     if arch.num_attention_heads % tp:
         raise c.error("tp", f"tp = {tp} does not divide the {arch.num_attention_heads} attention heads")
     return arch, seq, gbs, measured, n, tp, pp, dp
-
-
-def _row_model(c: Cells, seq: int):
-    """`model`: a config.json path relative to the CSV, or a shipped model's name; it replaces the
-    architecture columns, which must then be empty."""
-    given = [k for k in ARCHITECTURE + ("ffn_hidden_size", "num_kv_heads", "gated_mlp", "tied_embeddings")
-             if c.text(k)]
-    if given:
-        raise c.error(given[0], "a row naming a `model` leaves the architecture columns empty")
-    text = c.text("model")
-    beside = c.path.parent / text
-    try:
-        if path_kind(beside) is not None:   # a config.json, or the folder holding one (a Hub snapshot)
-            file = config_file(beside)
-            return architecture_from_config(read_config(file), str(file))
-        json = beside.suffix == ".json"
-        spec = None if json else named(text, "model_specs", c.path.parent)
-        if spec is None:
-            why = "no such file or folder" + ("" if Path(text).is_absolute() else
-                                              " (a `model` path is read from the CSV's folder)")
-            if not json:
-                why += f", nor a shipped model named {Path(text).name!r} (fasop list models)"
-            raise SpecError(str(beside), "", why)
-        return load_model(str(spec)).architecture
-    except FasopError as exc:
-        raise c.error("model", str(exc)) from None
-
-
-def _columns_model(c: Cells, seq: int, tp: int):
-    """The GPT-style architecture the row's columns give."""
-    layers, hidden, heads = c.int("num_layers"), c.int("hidden_size"), c.int("num_attention_heads")
-    vocab = c.int("vocab_size")
-    gated = c.flag("gated_mlp", False)
-    kv = c.int("num_kv_heads", heads)
-    if heads % tp or heads % kv or hidden % heads:
-        raise c.error("tp", f"tp = {tp}, heads = {heads}, kv heads = {kv}, hidden = {hidden}: heads must divide "
-                            "by tp and kv heads, hidden by heads")
-    return gpt_architecture(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
-                            ffn_hidden_size=c.int("ffn_hidden_size", 0) or 0, num_kv_heads=kv, gated_mlp=gated,
-                            tied_embeddings=c.flag("tied_embeddings", not gated), max_positions=seq)
 
 
 def _parallel(c: Cells, arch, seq: int, tp: int, dp: int) -> dict:
@@ -380,11 +337,11 @@ def _even(layers: int, pp: int) -> tuple[int, ...]:
     return tuple(layers // pp + (i < layers % pp) for i in range(pp))
 
 
-def validate(path: str | Path, params: AnalyticParams | None = None) -> Report:
+def validate(path: str | Path, params: AnalyticParams | None = None, as_searched: bool = False) -> Report:
     path = Path(path)
     base = params or default_params()
     rows, ignored = read_table(path)
-    return Report(predictions=tuple(predict(path, row, base) for row in rows), ignored_columns=ignored)
+    return Report(predictions=tuple(predict(path, row, base, as_searched) for row in rows), ignored_columns=ignored)
 
 
 def report_rows(report: Report) -> tuple[list[str], list[dict]]:

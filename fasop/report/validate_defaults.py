@@ -79,7 +79,10 @@ def _agreed(values: set):
 
 
 def common(hw: Hardware, keys: tuple[str, ...]) -> dict:
-    """The `validate_software` values of `keys` every GPU of the row agrees on."""
+    """The `validate_software` values of `keys` every GPU of the row agrees on; none under `--as-searched`
+    (Hardware.published false: the empty cells are the constants, as `fasop search` estimates plans)."""
+    if not hw.published:
+        return {}
     agreed = {k: _agreed({g.validate_software.get(k) for g in hw.gpus}) for k in keys}
     return {k: v for k, v in agreed.items() if v is not None}
 
@@ -150,7 +153,10 @@ def uncapturable(scopes: str | None) -> bool:
 
 
 def _moe_recipe(hw: Hardware, key: str, precision: str):
-    """The `moe_software` value of `key` for `precision` that every GPU of the row agrees on, else None."""
+    """The `moe_software` value of `key` for `precision` that every GPU of the row agrees on, else None (and under
+    `--as-searched`: `common`)."""
+    if not hw.published:
+        return None
     return _agreed({moe_default(g.validate_software, key, precision) for g in hw.gpus})
 
 

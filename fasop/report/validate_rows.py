@@ -216,6 +216,9 @@ class Hardware:
     gpus: tuple[GpuType, ...]
     """Every GPU type the row runs on, in order of first use."""
     cluster: str
+    published: bool = True
+    """Whether empty software cells take what the row's GPUs' published runs had (their `validate_software`), else
+    the constants `params` (the row's cluster's, as `fasop search` estimates plans: `--as-searched`)."""
 
     @property
     def stage_gpus(self) -> str:

@@ -63,12 +63,19 @@ def in_bounds(name: str, value: float) -> bool:
 
 def known_parameter(name: str) -> bool:
     """Whether `name` is a parameter an overlay may hold (a catalog GPU's key or a link kind)."""
+    return canonical_parameter(name) is not None
+
+
+def canonical_parameter(name: str) -> str | None:
+    """`name` with its GPU type in the catalog's spelling (`gpus.H100.matmul_efficiency` ->
+    `gpus.H100-SXM.matmul_efficiency`, as an overlay's GPU keys are read), or None for no parameter."""
     parts = name.split(".")
     if len(parts) == 2 and parts[0] == "link_efficiency":
-        return parts[1] in LINK_KINDS
-    gpus = load_gpus()
-    return (len(parts) == 3 and parts[0] == "gpus" and parts[2] in GPU_KEYS and canonical(parts[1]) in gpus
-            and gpus[canonical(parts[1])].name == parts[1])
+        return name if parts[1] in LINK_KINDS else None
+    if len(parts) != 3 or parts[0] != "gpus" or parts[2] not in GPU_KEYS:
+        return None
+    gpu = gpu_names().get(canonical(parts[1]))
+    return None if gpu is None else gpu_parameter(gpu.name, parts[2])
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -78,10 +85,15 @@ def load_calibration(path: str | Path) -> Calibration:
     values = []
     if "gpus" in top.data:
         gpus = top.sub("gpus")
+        seen: dict[str, str] = {}
         for name in list(gpus.data):
             gpu = gpu_names().get(canonical(str(name)))
             if gpu is None:
                 raise gpus.error(name, unknown_gpu("", str(name)))
+            if gpu.name in seen:   # an alias and the catalog name: one would silently win
+                raise gpus.error(name, f"the same GPU type as {seen[gpu.name]!r} above ({gpu.name}): give its "
+                                       "parameters once")
+            seen[gpu.name] = str(name)
             one = gpus.sub(name, GPU_KEYS)
             values += [(gpu_parameter(gpu.name, key), _value(one, key)) for key in GPU_KEYS if key in one.data]
             one.done()
