@@ -238,5 +238,6 @@ def test_plot_titles_state_the_rows_recipe(searched, tmp_path):
         assert words in (tmp_path / f"llama_row{k}_{figure}.svg").read_text()
     assert recipe_words({"zero": "3", "dp_replicate": "2", "dp_shard": "8", "virtual_stages": "2",
                          "sequence_parallel": "True", "recompute": "full", "precision": "fp8"}) \
-        == "recompute full, ZeRO-3 HSDP (shards of 8), sequence parallel, 2 virtual stages, fp8"
+        == "recompute full, ZeRO-3 HSDP (shards of 8 ranks), sequence parallel, 2 virtual stages, fp8"
+    assert recipe_words({"zero": "3", "dp_replicate": "4", "dp_shard": "1", "cp": "4"}) == "ZeRO-3 HSDP (shards of 4 ranks)"
     assert recipe_words({"partition": "3-3"}) == ""

@@ -310,11 +310,13 @@ def render(x: Explanation) -> str:
 
 
 def recipe_words(row: dict) -> str:
-    """A row's recipe cells as a title says them (`recompute full, ZeRO-3 HSDP (shards of 8), fp8`; FASOP's: '')."""
+    """A row's recipe cells as a title says them (`recompute full, ZeRO-3 HSDP (shards of 8 ranks), fp8`; FASOP's: '')."""
     words = [f"recompute {row['recompute']}"] if row.get("recompute") else []
     if row.get("zero", "0") not in ("", "0"):
         hsdp = row.get("dp_replicate", "") not in ("", "1")
-        words.append(f"ZeRO-{row['zero']}" + (f" HSDP (shards of {row.get('dp_shard', '?')})" if hsdp else ""))
+        cp = int(row["cp"]) if str(row.get("cp", "")).isdigit() else 1   # the shard group: dp_shard x cp ranks
+        shard = int(row["dp_shard"]) * max(1, cp) if str(row.get("dp_shard", "")).isdigit() else "?"
+        words.append(f"ZeRO-{row['zero']}" + (f" HSDP (shards of {shard} ranks)" if hsdp else ""))
     words += ["sequence parallel"] if row.get("sequence_parallel") in ("True", "1") else []
     words += [f"{row['virtual_stages']} virtual stages"] if row.get("virtual_stages", "1") not in ("", "1") else []
     words += [f"CUDA graphs {row['cuda_graphs']}"] if row.get("cuda_graphs", "none") not in ("", "none") else []
