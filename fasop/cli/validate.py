@@ -64,21 +64,30 @@ def run(args: argparse.Namespace) -> int:
             write_atomic(Path(args.out), csv_text(columns, significant(rows)))  # 6 digits, as search's CSVs
         except OSError as exc:
             raise FasopError(f"--out: cannot write {args.out!r}: {exc.strerror}") from None
-    print(f"{'run':<24} {'measured s':>11} {'predicted s':>12} {'error':>8}  picked")
-    for row in rows:
-        name = row["name"] or f"{row['num_gpus']}x{row['gpu']} tp{row['tp']} pp{row['pp']} dp{row['dp']}"
+    names = [row["name"] or f"{row['num_gpus']}x{row['gpu']} tp{row['tp']} pp{row['pp']} dp{row['dp']}" for row in rows]
+    width = max([24] + [min(len(n), NAME_WIDTH) for n in names])   # a name past NAME_WIDTH is cut
+    print(f"{'run':<{width}} {'measured s':>11} {'predicted s':>12} {'error':>8}  picked")
+    for name, row in zip(names, rows):
         fits = "" if row["fits"] else "  (does not fit in memory)"
-        print(f"{name[:24]:<24} {row['measured_seconds_per_iter']:>11.3f} {row['predicted_seconds_per_iter']:>12.3f} "
-              f"{row['error_pct']:>+7.1f}%  {row['picked'] or '-'}{fits}")
+        print(f"{name[:width]:<{width}} {row['measured_seconds_per_iter']:>11.3f} "
+              f"{row['predicted_seconds_per_iter']:>12.3f} {row['error_pct']:>+7.1f}%  {row['picked'] or '-'}{fits}")
     print(f"time: MAPE {report.mape:.1f} %, max |error| {report.max_error:.1f} %, "
-          f"mean signed {report.mean_signed_error:+.1f} % over {len(rows)} runs")
+          f"mean signed {report.mean_signed_error:+.1f} % over {_runs(len(rows))}")
     memory = report.memory_errors
     if memory:
         print(f"memory: MAPE {100 * sum(map(abs, memory)) / len(memory):.1f} %, "
-              f"max |error| {100 * max(map(abs, memory)):.1f} % over {len(memory)} runs")
+              f"max |error| {100 * max(map(abs, memory)):.1f} % over {_runs(len(memory))}")
     if args.out:
         print(f"wrote {args.out}")
     if args.max_mape is not None and report.mape > args.max_mape:
         print(f"fasop: time MAPE {report.mape:.1f} % is above --max-mape {args.max_mape:g} %")
         return 1
     return 0
+
+
+NAME_WIDTH = 60
+"""The widest run name the table prints whole."""
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'s' * (n != 1)}"
