@@ -30,7 +30,7 @@ def test_one_run_fitted_is_predicted_by_its_overlay_as_printed(tmp_path, monkeyp
     assert main(["calibrate", "tp8.csv", "--out", "tp8.yaml"]) == 0
     out = capsys.readouterr().out
     assert [line.split()[1] for line in out.splitlines() if line.startswith("link_efficiency.nvlink")] == ["0.82"]
-    assert "no leave-one-out (one run) over 1 run" in out and "1 parameter fitted" in (tmp_path / "tp8.yaml").read_text()
+    assert "over 1 run (no leave-one-out: nothing to fit without it)" in out and "1 parameter fitted" in (tmp_path / "tp8.yaml").read_text()
     after = float(next(line for line in out.splitlines() if line.startswith("tp8 h100")).split()[4])
     overlay = load_calibration(tmp_path / "tp8.yaml")
     assert [name for name, _ in overlay.values] == ["gpus.H100-SXM.matmul_efficiency"]

@@ -63,6 +63,9 @@ def test_a_dense_search_turns_sequence_parallelism_off_where_tp_does_not_split(t
 
 def test_an_moe_plan_at_a_sequence_its_tp_does_not_split_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    assert main(["search", "--model", "mixtral-8x7b", "--cluster", "aws", "--nodes", "p5=1", "--seq-len", "4098",
+                 "--top", "1", "--no-progress", "--out", "s.csv"]) == 0
+    assert "note: mixtral-8x7b at 4,098 tokens a sequence: tp 4, 8 left out" in capsys.readouterr().out
     argv = ["--model", "mixtral-8x7b", "--cluster", "aws", "--placement", "p5-p5", "--tp", "2", "--dp", "4",
             "--pp", "2", "--ep", "8"]
     assert main(["export", *argv, "--seq-len", "4097", "--target", "megatron"]) == 2

@@ -346,3 +346,45 @@ def test_the_probe_leaves_tls_to_ray(monkeypatch):
     listener, port = _server(None)
     with listener:
         ray_executor.probe(f"127.0.0.1:{port}", 1.0)
+
+
+def test_the_probe_is_bounded_as_a_whole_and_a_reset_is_no_ray():
+    """A server that drips a byte at a time is refused within the connect timeout, not per byte; one that
+    resets the connection after accepting it is reachable, and not Ray."""
+    import threading
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen()
+
+    def drip():
+        conn, _ = listener.accept()
+        try:
+            for _ in range(8):
+                time.sleep(0.4)
+                conn.sendall(b"x")
+        except OSError:   # the probe has given up and closed
+            pass
+        conn.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(FasopError, match="does not answer as Ray"), listener:
+        ray_executor.probe(f"127.0.0.1:{listener.getsockname()[1]}", 1.0)
+    assert time.monotonic() - start < 3.0   # a timeout per byte: 9 x 0.4 s
+
+    import struct
+
+    resetter = socket.socket()
+    resetter.bind(("0.0.0.0", 0))
+    resetter.listen()
+
+    def reset():
+        conn, _ = resetter.accept()
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()   # RST
+
+    threading.Thread(target=reset, daemon=True).start()
+    with pytest.raises(FasopError, match="accepts connections but does not answer as Ray"), resetter:
+        ray_executor.probe(f"127.0.0.1:{resetter.getsockname()[1]}", 1.0)

@@ -66,15 +66,17 @@ def run(args: argparse.Namespace) -> int:
     for label, m, b, a, lo in zip(fit.labels, fit.measured, fit.before, fit.after, left_out):
         print(f"{label[:28]:<28} {m:>11.4g} {b:>10.4g} {a:>10.4g} {'-' if lo is None else format(lo, '.4g'):>11}")
     runs = len(fit.measured)
-    loo = f"leave-one-out MAPE {fit.mape(fit.left_out):.1f} %" if fit.left_out else "no leave-one-out (one run)"
+    loo = f"leave-one-out MAPE {fit.mape(fit.left_out):.1f} % over {runs} runs" if fit.left_out else \
+        "over 1 run (no leave-one-out: nothing to fit without it)"
     summary = (f"MAPE {fit.mape(fit.before):.1f} % -> {fit.mape(fit.after):.1f} %, max |error| "
-               f"{fit.max_error(fit.before):.1f} % -> {fit.max_error(fit.after):.1f} %, {loo} over {runs} "
-               f"run{'s' * (runs != 1)}")
+               f"{fit.max_error(fit.before):.1f} % -> {fit.max_error(fit.after):.1f} %, {loo}")
     print(summary)
     if out is not None:
         n = len(fit.fitted)
-        comments = (f"fasop calibrate {Path(args.file).name}: {n} parameter{'s' * (n != 1)} fitted",
-                    summary, "apply with: fasop search|pareto|validate ... --calibration <this file>")
+        searched = " --as-searched" if args.as_searched else ""
+        comments = (f"fasop calibrate {Path(args.file).name}{searched}: {n} parameter{'s' * (n != 1)} fitted",
+                    summary, "apply with: fasop search|pareto|validate ... --calibration <this file>"
+                    + (" (validate: with --as-searched, as fitted)" if searched else ""))
         write_atomic(out, calibration_text(fit.calibration, comments), "--out")
         print(f"wrote {out}")
     else:

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     split_note = partitioner_note(args, cluster)
     if split_note:
         print(split_note, file=sys.stderr)
-    for line in cli_recipes.moe_sp_note(args, model) + cli_recipes.moe_hsdp_note(args, model):
+    for line in cli_recipes.moe_notes(args, model, cluster.node_types.values()):
         print(line, file=sys.stderr)
     max_nodes, all_comps, comps, left_out = _compositions(args, cluster)
     iterations = iterations_of(args, model)

@@ -119,6 +119,7 @@ def _flag_plan(args: argparse.Namespace):
 
     model = with_step_shape(load_model(args.model), args.seq_len, args.global_batch_size)
     cluster = load_cluster(args.cluster)
+    _check_dimensions(args, model, cluster)
     batch, layers = model.global_batch_size, len(model.layer_kinds)
     if batch % (args.dp * args.mbs):
         raise FasopError(f"--mbs: dp {args.dp} x mbs {args.mbs} does not divide the global batch {batch} of {model.path}")
@@ -138,6 +139,19 @@ def _flag_plan(args: argparse.Namespace):
     if args.partition is None:
         row["partition"] = "-".join(map(str, chosen.partition))
     return plan_of_row(row, where, model, cluster), model, cluster, [row]
+
+
+def _check_dimensions(args: argparse.Namespace, model, cluster) -> None:
+    """--zero only where the cluster's estimator takes a recipe, --cp / --ep / --etp above 1 only for a model with an
+    architecture (as fasop search refuses them: plans/space.degree_space, the CLI's recipe options)."""
+    if getattr(args, "zero", None) is not None and cluster.analytic is None:
+        raise FasopError(f"--zero: the {cluster.estimator} estimator of {cluster.path} takes no training recipe "
+                         "(use a cluster with estimator: analytic, e.g. --cluster aws)")
+    given = [f for f in ("cp", "ep", "etp") if (getattr(args, f, None) or 1) != 1]
+    if given and (model.architecture is None or cluster.analytic is None):
+        why = f"model {model.name} has no architecture to split (a profiled FASOP spec)" if model.architecture is None \
+            else f"the {cluster.estimator} estimator of {cluster.path} plans no such degree"
+        raise FasopError(f"--{given[0]}: {why}; only 1 is possible")
 
 
 PLAN_DIMENSIONS = ("cp", "ep", "etp", "zero")

@@ -16,6 +16,7 @@ import argparse
 import importlib
 
 from fasop.core.errors import FasopError
+from fasop.plans.space import sp_splits
 
 FLAGS = ("recompute", "zero", "sequence_parallel", "virtual_stages", "precision", "hsdp", "main_grads", "optimizer_states",
          "mtp_layers", "cuda_graphs", "offload_layers", "recompute_layers", "bf16_layers", "cp_comm", "cp", "ep", "etp")
@@ -186,6 +187,25 @@ def moe_sp_note(args: argparse.Namespace, model) -> list[str]:
         return []
     return [f"note: --sequence-parallel off: {model.name}'s plans with tp > 1 keep sequence parallelism "
             "(Megatron-Core's MoE layer refuses tensor parallelism without it, moe_layer.py)"]
+
+
+def moe_notes(args: argparse.Namespace, model, nodes) -> list[str]:
+    """An MoE model's notes on what its plans keep or leave out (`nodes`: the node types searched)."""
+    return moe_sp_note(args, model) + moe_hsdp_note(args, model) + \
+        moe_sequence_note(model, max(n.gpus_per_node for n in nodes))
+
+
+def moe_sequence_note(model, gpus_per_node: int = 8) -> list[str]:
+    """The note when an MoE model's sequence leaves out some tp: its layers need sequence parallelism at tp > 1,
+    which scatters a rank's tokens over tp (plans/space.sp_splits; at cp 1, the tp dividing the node's GPUs)."""
+    arch = getattr(model, "architecture", None)
+    seq = model.sequence_length
+    out = [t for t in (2, 4, 8, 16, 32, 64, 72) if t <= gpus_per_node and not gpus_per_node % t and not sp_splits(seq, t)]
+    if arch is None or arch.moe is None or not out:
+        return []
+    return [f"note: {model.name} at {seq:,} tokens a sequence: tp {', '.join(map(str, out))} left out -- its MoE layers "
+            "need sequence parallelism at tp > 1, which scatters a rank's tokens over tp (Megatron-Core needs them "
+            "divisible by tp)"]
 
 
 def moe_hsdp_note(args: argparse.Namespace, model) -> list[str]:

@@ -110,8 +110,7 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(result, rows, args.show, model.name, Path(cluster.path).stem + _calibrated_by(args))
     for line in length_notes(args, model) + cli_recipes.precision_note(args, cluster, inventory) + \
             _model_notes(model, inventory, rows, recipe) + cli_recipes.graphs_note(args, cluster, inventory, model) + \
-            cli_recipes.cp_note(args, cluster, inventory, model) + \
-            cli_recipes.moe_sp_note(args, model) + cli_recipes.moe_hsdp_note(args, model):
+            cli_recipes.cp_note(args, cluster, inventory, model) + cli_recipes.moe_notes(args, model, inventory):
         print(line)
     if auto_note:
         print(auto_note)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -86,11 +87,12 @@ def probe(address: str, timeout_s: float) -> None:
     if target is None:
         return
     host, port = target
+    deadline = time.monotonic() + timeout_s   # connecting and the answer together
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             if _tls():
                 return
-            answer = _h2_answer(sock)
+            answer = _h2_answer(sock, deadline)
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise FasopError(f"--ray-address: cannot reach Ray at {address!r} ({host}:{port}) within "
@@ -104,19 +106,23 @@ def probe(address: str, timeout_s: float) -> None:
                      "start --head --port`, default 6379; not the dashboard's 8265) or ray://host:10001 (Ray Client)")
 
 
-def _h2_answer(sock: socket.socket) -> bytes | None:
-    """The first 9 bytes the server sends after HTTP/2's preface (fewer where it closes the connection), None
-    where it sends nothing before the socket's timeout (a gRPC server sends its SETTINGS at once)."""
-    sock.sendall(H2_PREFACE)
+def _h2_answer(sock: socket.socket, deadline: float) -> bytes | None:
+    """The first 9 bytes the server sends after HTTP/2's preface by `deadline` (time.monotonic; fewer where it
+    closes or resets the connection, or the time runs out), None where it sends nothing in time (a gRPC server
+    sends its SETTINGS at once)."""
     got = b""
     try:
+        sock.sendall(H2_PREFACE)
         while len(got) < 9:
+            sock.settimeout(max(deadline - time.monotonic(), 1e-3))
             chunk = sock.recv(9 - len(got))
             if not chunk:
                 break
             got += chunk
     except TimeoutError:
         return got or None
+    except (ConnectionResetError, BrokenPipeError):   # reached, then refused: not a Ray server either
+        return got
     return got
 
 

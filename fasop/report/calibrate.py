@@ -32,6 +32,7 @@ from scipy.optimize import least_squares
 
 from fasop.core.errors import FasopError
 from fasop.report.validate import PICKED, Row, predict, read_table
+from fasop.report.validate_models import architecture
 from fasop.specs.calibration import (GPU_KEYS, LINK_KINDS, Calibration, apply_calibration, bounds_of,
                                      canonical_parameter, gpu_parameter, in_bounds, known_parameter,
                                      link_parameter)
@@ -107,12 +108,19 @@ def prior(name: str, params: AnalyticParams, gpus: tuple = ()) -> float:
     else analytic.yaml's."""
     parts = name.split(".")
     if parts[0] == "link_efficiency":
-        used = [params.gpu(g).intra_node_share(params) for g in gpus if g.intra_node_link == parts[1]]
-        return used[0] if used else params.link_efficiency[parts[1]]
+        used = link_shares(name, params, gpus)
+        return next(iter(used.values())) if used else params.link_efficiency[parts[1]]
     gpu = params.gpu(load_gpus()[canonical(parts[1])])
     return {"matmul_efficiency": lambda: gpu.matmul_efficiency,
             "memory_bandwidth_efficiency": lambda: gpu.memory_share(params),
             "layer_overhead_s": lambda: gpu.layer_overhead(params)}[parts[2]]()
+
+
+def link_shares(name: str, params: AnalyticParams, gpus: tuple) -> dict[str, float]:
+    """{GPU type: its share of the link kind `name`} of the runs' GPUs whose nodes join over it (their own
+    measured share, else analytic.yaml's); a row's cluster may state others (its `analytic:` section)."""
+    kind = name.split(".")[1]
+    return {g.name: params.gpu(g).intra_node_share(params) for g in gpus if g.intra_node_link == kind}
 
 
 def _overhead(name: str) -> bool:
@@ -159,16 +167,19 @@ class _Problem:
 
     def jacobian(self, x0) -> np.ndarray:
         """Forward differences (backward at an upper bound) of the residuals, one column a parameter, each set
-        alone (the others as `base` has them: a link kind's prior is one GPU's share, another's may differ)."""
-        active, self.active = self.active, []
-        r0, columns = self.residuals(x0), []
-        for j, name in enumerate(self.names):
-            h = -STEP if x0[j] + STEP > x_bounds(name)[1] else STEP
-            x = np.array(x0, dtype=float)
-            x[j] += h
-            self.active = [j]
-            columns.append((self.residuals(x) - r0) / h)
-        self.active = active
+        alone at its prior and beside it (the others as `base` has them; a link kind's one share then applies to
+        every GPU, whose own shares may differ: prior)."""
+        active, columns = self.active, []
+        try:
+            for j, name in enumerate(self.names):
+                h = -STEP if x0[j] + STEP > x_bounds(name)[1] else STEP
+                x = np.array(x0, dtype=float)
+                self.active = [j]
+                r0 = self.residuals(x)
+                x[j] += h
+                columns.append((self.residuals(x) - r0) / h)
+        finally:
+            self.active = active
         return np.array(columns).T.reshape(len(self.runs), len(self.names))
 
 
@@ -271,6 +282,7 @@ def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tupl
             raise FasopError(f"--fit: {name!r} is not a parameter: gpus.<catalog GPU>.<{'|'.join(GPU_KEYS)}> "
                              f"or link_efficiency.<{'|'.join(LINK_KINDS)}>")
     only = tuple(canonical_parameter(name) for name in only)   # a GPU by an alias, as an overlay names it
+    architecture.cache_clear()   # the rows' models read afresh, then once for the whole fit
     names = list(dict.fromkeys(only)) or candidates(path, rows, base, as_searched)
     runs = pin_plans(path, rows, base, as_searched)
     problem = _Problem(path, runs, base, names, as_searched=as_searched)
@@ -284,19 +296,28 @@ def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tupl
     if not kept:
         raise FasopError(f"{path}: the runs identify no parameter ({names[0]}: {why[0]})")
     x = solve(problem, x0, kept)
-    report(1, 1 + len(runs))
+    fits = 1 + len(runs) if len(runs) > 1 else 1
+    report(1, fits)
     fitted = {names[j]: _snap(names[j], from_x(names[j], float(x[j]))) for j in kept}
     calibrated = apply_calibration(Calibration(values=tuple(fitted.items())), base)
     left_out = []
     for i in range(len(runs)) if len(runs) > 1 else ():   # one run left out leaves nothing to fit
         left_out.append(_left_out(problem, x0, x, i, rows[i]))
-        report(2 + i, 1 + len(runs))
+        report(2 + i, fits)
     return Fit(labels=tuple(_label(r) for r in rows), measured=tuple(float(m) for m in problem.measured),
                before=tuple(predict(path, r, base, as_searched).row["predicted_seconds_per_iter"] for r in rows),
                after=tuple(predict(path, r, calibrated, as_searched).row["predicted_seconds_per_iter"] for r in rows),
                left_out=tuple(left_out), priors=priors, fitted=fitted,
-               notes=tuple(f"{names[j]}: left at its prior {priors[names[j]]:.4g}: {why[j]}" for j in sorted(why)),
+               notes=tuple(f"{names[j]}: left at its prior {priors[names[j]]:.4g}: {why[j]}" for j in sorted(why))
+               + tuple(_shares_note(n, base, gpus) for n in names if len(link_shares(n, base, gpus)) > 1
+                       if n.startswith("link_efficiency.")),
                unread_columns=unread)
+
+
+def _shares_note(name: str, base: AnalyticParams, gpus: tuple) -> str:
+    shares = link_shares(name, base, gpus)
+    return (f"{name}: the runs' GPUs reach different shares of it ({', '.join(f'{g} {v:g}' for g, v in shares.items())});"
+            f" its prior is {next(iter(shares))}'s, and a fitted share replaces them all")
 
 
 def _left_out(problem: _Problem, x0, fitted, i: int, row: Row) -> float:

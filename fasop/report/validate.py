@@ -46,7 +46,7 @@ from fasop.estimators.analytic.modules import MODULES, recompute_text, split_rec
 from fasop.specs.catalog import AnalyticParams, default_params
 from fasop.specs.validate_software import VALIDATE_PLAN_SOFTWARE, VALIDATE_RECIPE_SOFTWARE
 from fasop.report.validate_defaults import PRECISION_NAMES, common as _common, software as _software
-from fasop.report.validate_models import columns_model, row_model
+from fasop.report.validate_models import architecture, columns_model, row_model
 from fasop.specs.types import GIB
 from fasop.report.validate_rows import (ARCHITECTURE, CEILINGS, OPTIONAL, REQUIRED, Cells, Hardware, Row,  # noqa: F401
                                         bf16_layers_cell, cp_comm_cell, layers_per_stage, read_rows, read_table,
@@ -340,6 +340,7 @@ def _even(layers: int, pp: int) -> tuple[int, ...]:
 def validate(path: str | Path, params: AnalyticParams | None = None, as_searched: bool = False) -> Report:
     path = Path(path)
     base = params or default_params()
+    architecture.cache_clear()   # the rows' models read afresh (then once a file version within the run)
     rows, ignored = read_table(path)
     return Report(predictions=tuple(predict(path, row, base, as_searched) for row in rows), ignored_columns=ignored)
 

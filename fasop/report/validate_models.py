@@ -25,7 +25,7 @@ def row_model(c: Cells, seq: int):
     beside = c.path.parent / text
     try:
         if path_kind(beside) is not None:   # a config.json, or the folder holding one (a Hub snapshot)
-            return _architecture(str(config_file(beside)), "config", *_stamp(config_file(beside)))
+            return architecture(str(config_file(beside)), "config", *_stamp(config_file(beside)))
         json = beside.suffix == ".json"
         spec = None if json else named(text, "model_specs", c.path.parent)
         if spec is None:
@@ -34,7 +34,7 @@ def row_model(c: Cells, seq: int):
             if not json:
                 why += f", nor a shipped model named {Path(text).name!r} (fasop list models)"
             raise SpecError(str(beside), "", why)
-        return _architecture(str(spec), "spec", *_stamp(Path(spec)))
+        return architecture(str(spec), "spec", *_stamp(Path(spec)))
     except FasopError as exc:
         raise c.error("model", str(exc)) from None
 
@@ -46,9 +46,10 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 
 @lru_cache(maxsize=64)
-def _architecture(path: str, kind: str, mtime_ns: int, size: int):
+def architecture(path: str, kind: str, mtime_ns: int, size: int):
     """The architecture of a config.json (`kind` config) or model spec (spec), read once per version of the file:
-    `fasop calibrate` predicts every run hundreds of times."""
+    `fasop calibrate` predicts every run hundreds of times. `validate` and `calibrate` clear it as they start (a
+    spec's `hf_config` file is not in the key)."""
     if kind == "config":
         return architecture_from_config(read_config(Path(path)), path)
     return load_model(path).architecture
