@@ -169,7 +169,8 @@ def _plot(args: argparse.Namespace) -> int:
     from fasop.report.explain import recipe_words
     from fasop.report.output import safe_name
 
-    name = (Path(args.source).stem if args.source else safe_name(f"{model.name}_{rp.plan.key().replace('@', '_')}")) \
+    flags = f"{model.name}_{rp.plan.key().replace('@', '_')}" + ("" if args.zero is None else f"_zero{args.zero}")
+    name = (Path(args.source).stem if args.source else safe_name(flags)) \
         + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "") \
         + (f"_seq{args.seq_len}" if args.source and args.seq_len else "") \
         + (f"_gbs{args.global_batch_size}" if args.source and args.global_batch_size else "")   # not the CSV's step
