@@ -74,3 +74,20 @@ def test_an_overlay_naming_a_gpu_twice_is_refused_and_fit_takes_aliases(tmp_path
     (tmp_path / "tp8.csv").write_text(TP8)
     assert main(["calibrate", str(tmp_path / "tp8.csv"), "--fit", "gpus.H100.matmul_efficiency"]) == 0
     assert "gpus.H100-SXM.matmul_efficiency" in capsys.readouterr().out
+
+
+def test_runs_files_past_their_bounds_are_refused_at_once(tmp_path):
+    """A measured second below a microsecond (5e-324: an infinite error) is one line; a runs CSV past 10,000 runs
+    and a calibration past 100 (whose leave-one-out grows with the square of the runs) are refused before any work."""
+    head, row = TP8.splitlines()
+    (tmp_path / "tiny.csv").write_text(head + "\n" + row.replace("13.19", "5e-324") + "\n")
+    with pytest.raises(FasopError, match=r"measured_seconds_per_iter: expected a positive number in \[1e-06, 1e\+06\]"):
+        validate(tmp_path / "tiny.csv")
+    (tmp_path / "many.csv").write_text(head + "\n" + (row + "\n") * 10_001)
+    with pytest.raises(FasopError, match="10,001 runs, more than the 10,000"):
+        validate(tmp_path / "many.csv")
+    (tmp_path / "calib.csv").write_text(head + "\n" + (row + "\n") * 101)
+    from fasop.report.calibrate import calibrate
+
+    with pytest.raises(FasopError, match="101 runs, more than the 100 calibrate fits"):
+        calibrate(tmp_path / "calib.csv")

@@ -139,3 +139,30 @@ def test_the_mtp_note_only_where_the_modules_are_not_planned(tmp_path, monkeypat
     assert main([*base, "--mtp-layers", "1", "--out", "b.csv"]) == 0
     assert "not planned" not in capsys.readouterr().out
     assert {r["mtp_layers"] for r in _rows(tmp_path / "b.csv")} == {"1"}
+
+
+def test_the_plan_by_flags_of_a_windowed_model_takes_the_cp_exchange_it_runs(tmp_path, monkeypatch, capsys):
+    """GPT-OSS's sliding windows refuse the CP ring: a plan by flags with --cp takes Ulysses' all-to-alls (the first
+    exchange its attention runs), as a search ranks it; ZeRO above 0 with nothing to shard and a batch dp x mbs does
+    not divide are one line naming the flags."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["explain", "--model", "gpt-oss-20b", "--cluster", "aws", "--placement", "p5", "--cp", "2", "--dp", "4",
+                 "--ep", "8", "--seq-len", "32768", "--global-batch-size", "16"]) == 0
+    assert "cp 2 (a2a)" in capsys.readouterr().out
+    assert main(["explain", "--model", "llama-3-8b", "--cluster", "aws", "--placement", "p5", "--tp", "8", "--zero",
+                 "3"]) == 2
+    assert "--zero: 3 with dp x cp = 1: nothing to shard" in capsys.readouterr().err
+    assert main(["explain", "--model", "llama-3-8b", "--cluster", "aws", "--placement", "p5", "--dp", "8",
+                 "--global-batch-size", "7"]) == 2
+    assert "--dp / --mbs: dp 8 x mbs 1 does not divide the global batch 7 (--global-batch-size)" in capsys.readouterr().err
+
+
+def test_plots_of_plans_by_flags_at_other_shapes_or_splits_are_other_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    base = ["plot", "--model", "llama-3-8b", "--cluster", "aws", "--placement", "p5", "--tp", "2", "--dp", "2", "--pp",
+            "2", "--figures", "memory", "--out-dir", "pl"]
+    for extra in ((), ("--seq-len", "4096"), ("--global-batch-size", "64"), ("--partition", "20-14")):
+        assert main([*base, *extra]) == 0
+    names = sorted(p.name for p in (tmp_path / "pl").glob("*.png"))
+    assert len(names) == 4 and any("_seq4096" in n for n in names) and any("_gbs64" in n for n in names) \
+        and any("_split20-14" in n for n in names)

@@ -388,3 +388,16 @@ def test_the_probe_is_bounded_as_a_whole_and_a_reset_is_no_ray():
     threading.Thread(target=reset, daemon=True).start()
     with pytest.raises(FasopError, match="accepts connections but does not answer as Ray"), resetter:
         ray_executor.probe(f"127.0.0.1:{resetter.getsockname()[1]}", 1.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e9", "abc"])
+def test_a_connect_timeout_that_would_not_bound_the_wait_is_refused(tmp_path, capsys, value):
+    """--ray-connect-timeout is seconds in (0, 3600]: 0, nan, inf (a traceback in the probe once) and a huge value
+    are refused by the parser, before Ray is needed."""
+    with pytest.raises(SystemExit) as exc:
+        main(["pareto", "--model", "bert", "--cluster", str(shipped_folder("cluster_specs") / "fasop-paper.yaml"),
+              "--max-nodes", "a100=1", "--executor", "ray", "--ray-address", "127.0.0.1:1",
+              "--ray-connect-timeout", value, "--out-prefix", str(tmp_path / "r")])
+    assert exc.value.code == 2
+    assert "--ray-connect-timeout: expected seconds in (0, 3600]" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -169,11 +169,12 @@ def _plot(args: argparse.Namespace) -> int:
     from fasop.report.explain import recipe_words
     from fasop.report.output import safe_name
 
-    flags = f"{model.name}_{rp.plan.key().replace('@', '_')}" + ("" if args.zero is None else f"_zero{args.zero}")
+    flags = f"{model.name}_{rp.plan.key().replace('@', '_')}" + ("" if args.zero is None else f"_zero{args.zero}") \
+        + (f"_split{args.partition}" if args.partition else "")
     name = (Path(args.source).stem if args.source else safe_name(flags)) \
         + (f"_rank{args.rank}" if args.rank else f"_row{args.row}" if args.row else "") \
-        + (f"_seq{args.seq_len}" if args.source and args.seq_len else "") \
-        + (f"_gbs{args.global_batch_size}" if args.source and args.global_batch_size else "")   # not the CSV's step
+        + (f"_seq{args.seq_len}" if args.seq_len else "") \
+        + (f"_gbs{args.global_batch_size}" if args.global_batch_size else "")   # not the CSV's / the spec's step
     spot = rows[0].get("price_basis") == "spot" or (args.source is not None and "_spot" in Path(args.source).stem)
     where = f"{model.name} on {Path(cluster.path).stem}" + (" (spot prices)" if spot else "") \
         + (" (does not fit in GPU memory)" if rp.flag("is_oom") else "")

@@ -122,13 +122,16 @@ def _flag_plan(args: argparse.Namespace):
     _check_dimensions(args, model, cluster)
     batch, layers = model.global_batch_size, len(model.layer_kinds)
     if batch % (args.dp * args.mbs):
-        raise FasopError(f"--mbs: dp {args.dp} x mbs {args.mbs} does not divide the global batch {batch} of {model.path}")
+        given = "--global-batch-size" if args.global_batch_size else f"{model.path}'s global_batch_size"
+        raise FasopError(f"--dp / --mbs: dp {args.dp} x mbs {args.mbs} does not divide the global batch {batch} "
+                         f"({given})")
     if args.pp > layers:
         raise FasopError(f"--pp: {args.pp} stages for the {layers} entries of {model.path}'s layer list")
     row = {"tp": str(args.tp), "dp": str(args.dp), "pp": str(args.pp), "mbs": str(args.mbs),
            "node_placement": args.placement, "num_microbatches": str(batch // (args.dp * args.mbs)),
            "partition": args.partition or "-".join([str(layers)] + ["0"] * (args.pp - 1))} | \
         {f: str(getattr(args, f)) for f in PLAN_DIMENSIONS if getattr(args, f, None) is not None} | \
+        _cp_comm(model, args.tp, getattr(args, "cp", None) or 1) | \
         {k: str(v[0]) for k, v in cli_recipes.plan_software(args, cluster).items()}
     where = "the plan of the flags"
     rp = plan_of_row(row, where, model, cluster)  # checks the degrees against the nodes
@@ -141,9 +144,23 @@ def _flag_plan(args: argparse.Namespace):
     return plan_of_row(row, where, model, cluster), model, cluster, [row]
 
 
+def _cp_comm(model, tp: int, cp: int) -> dict:
+    """A plan by flags with cp > 1: the first CP exchange the model's attention runs at tp x cp (the ring, else
+    Ulysses' all-to-all, else the all-gather: plans/space.CP_COMMS), as its `cp_comm` cell."""
+    arch = model.architecture
+    if cp == 1 or arch is None:
+        return {}
+    from fasop.plans.space import CP_COMMS
+
+    runs = [c for c in CP_COMMS if not arch.cp_comm_problem(tp, cp, c)]
+    return {"cp_comm": runs[0]} if runs else {}
+
+
 def _check_dimensions(args: argparse.Namespace, model, cluster) -> None:
     """--zero only where the cluster's estimator takes a recipe, --cp / --ep / --etp above 1 only for a model with an
     architecture (as fasop search refuses them: plans/space.degree_space, the CLI's recipe options)."""
+    if (getattr(args, "zero", None) or 0) > 0 and args.dp * (getattr(args, "cp", None) or 1) == 1:
+        raise FasopError(f"--zero: {args.zero} with dp x cp = 1: nothing to shard (a search plans ZeRO 0 there)")
     if getattr(args, "zero", None) is not None and cluster.analytic is None:
         raise FasopError(f"--zero: the {cluster.estimator} estimator of {cluster.path} takes no training recipe "
                          "(use a cluster with estimator: analytic, e.g. --cluster aws)")

@@ -5,6 +5,7 @@ executor (local processes or Ray). cli/pareto.py registers the options and calls
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -40,9 +41,24 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--ray-address", metavar="ADDRESS",
                      help="Ray cluster to use with --executor ray: HEAD_IP:6379, ray://HEAD_IP:10001 or auto "
                      "(default: $RAY_ADDRESS, else a private Ray instance started for the run; docs/ray.md)")
-    run.add_argument("--ray-connect-timeout", type=float, default=CONNECT_TIMEOUT_S, metavar="S",
+    run.add_argument("--ray-connect-timeout", type=_timeout, default=CONNECT_TIMEOUT_S, metavar="S",
                      help="with --ray-address: give up when the address cannot be reached within S seconds "
                      "(default %(default)g)")
+
+
+MAX_CONNECT_TIMEOUT_S = 3600.0
+"""--ray-connect-timeout at most an hour: past it, a typo (1e9, inf) that would wait for ever."""
+
+
+def _timeout(text: str) -> float:
+    """--ray-connect-timeout: seconds in (0, MAX_CONNECT_TIMEOUT_S]; 0, nan, inf and the like refused here."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value <= MAX_CONNECT_TIMEOUT_S):   # false for nan
+        raise argparse.ArgumentTypeError(f"expected seconds in (0, {MAX_CONNECT_TIMEOUT_S:g}], got {text[:40]!r}")
+    return value
 
 
 def buyer_limits(args: argparse.Namespace):

@@ -214,7 +214,7 @@ def _check_experts(where: str, model: ModelSpec, stage_ranks: int, ep: int, etp:
         raise FasopError(f"{where}: ep: {ep}, etp: {etp}: {model.name} has no experts (a dense model)")
     if experts % ep or stage_ranks % (ep * etp):
         what = f"ep: {ep}" if experts % ep or etp == 1 else f"etp: {etp}"
-        raise FasopError(f"{where}: {what}: ep must divide {model.name}'s {experts} experts and ep x etp = {ep * etp} "
+        raise FasopError(f"{where}: {what}: ep must divide {model.name}'s {experts} experts, and ep x etp = {ep * etp} "
                          f"the stage's tp x cp x dp = {stage_ranks} ranks")
 
 

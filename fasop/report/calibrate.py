@@ -42,6 +42,8 @@ IDENTIFIABLE = 1e-3
 """Least share of a Jacobian column's length outside the span of the columns kept before it."""
 FLAT = 1e-6
 """A column whose largest entry (d log time / d parameter, per log-unit or per ms) is below this is zero."""
+MAX_RUNS = 100
+"""calibrate fits at most this many runs: leave-one-out refits on all the others, ~6 ms x runs^2 (100: ~60 s)."""
 STEP = 1e-4
 """Finite-difference step of the identification Jacobian, in the fitted coordinates."""
 
@@ -277,6 +279,10 @@ def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tupl
     report = progress or (lambda done, total: None)
     path, base = Path(path), params or default_params()
     rows, unread = read_table(path)
+    if len(rows) > MAX_RUNS:
+        raise FasopError(f"{path}: {len(rows):,} runs, more than the {MAX_RUNS} calibrate fits (each is left out once "
+                         "and refitted: the time grows with the square of the runs); 3-30 runs of different plans "
+                         "identify the parameters")
     for name in only:
         if not known_parameter(name):
             raise FasopError(f"--fit: {name!r} is not a parameter: gpus.<catalog GPU>.<{'|'.join(GPU_KEYS)}> "

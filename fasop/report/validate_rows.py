@@ -59,6 +59,11 @@ class Row:
 
 
 
+MIN_MEASURED = 1e-6
+"""A measured second a step or GiB is at least 1e-6 (a microsecond, a KiB): below it, a typo (5e-324) whose error is
+infinite."""
+MAX_ROWS = 10_000
+"""A runs CSV has at most this many runs (validate: ~2 ms a run; calibrate refuses past calibrate.MAX_RUNS)."""
 MAX_MEASURED = 1e6
 """A measured seconds-per-iteration or peak GiB is at most 1e6 (11.6 days a step; 1 PiB a GPU):
 above it, a typo (1e308) that would dominate the error statistics."""
@@ -83,6 +88,8 @@ def read_table(path: Path) -> tuple[list[Row], tuple[str, ...]]:
         rows = [Row(i, r) for i, r in enumerate(reader, start=2)]
     except csv.Error as exc:
         raise FasopError(f"{path}: not a readable CSV file: {exc}") from None
+    if len(rows) > MAX_ROWS:
+        raise FasopError(f"{path}: {len(rows):,} runs, more than the {MAX_ROWS:,} a runs CSV may have (split it)")
     if len(header) > MAX_COLUMNS:
         raise FasopError(f"{path}: header: {len(header):,} columns, more than the {MAX_COLUMNS:,} a runs CSV may have")
     unnamed = next((k for k, c in enumerate(header, start=1) if not c), None)
@@ -169,7 +176,7 @@ class Cells:
         return value
 
     def positive(self, column: str, high: float = MAX_MEASURED) -> float | None:
-        """A positive number at most `high` (a second a step, a GiB: far above any real run)."""
+        """A number in [MIN_MEASURED, `high`] (a second a step, a GiB: far outside any real run)."""
         text = self.text(column)
         if not text:
             if column in REQUIRED:
@@ -179,8 +186,8 @@ class Cells:
             value = float(text)
         except ValueError:
             value = math.nan
-        if not (math.isfinite(value) and 0 < value <= high):
-            raise self.error(column, f"expected a positive number at most {high:g}, got {text[:SHOWN]!r}")
+        if not (math.isfinite(value) and MIN_MEASURED <= value <= high):
+            raise self.error(column, f"expected a positive number in [{MIN_MEASURED:g}, {high:g}], got {text[:SHOWN]!r}")
         return value
 
     def share(self, column: str, default: float) -> float:
