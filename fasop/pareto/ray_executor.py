@@ -93,6 +93,8 @@ def probe(address: str, timeout_s: float) -> None:
             if _tls():
                 return
             answer = _h2_answer(sock, deadline)
+    except ConnectionResetError:   # accepted, then reset before the connect returned: reached, not Ray
+        answer = b""
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise FasopError(f"--ray-address: cannot reach Ray at {address!r} ({host}:{port}) within "
