@@ -328,7 +328,7 @@ def test_a_port_that_does_not_speak_grpc_is_refused_within_the_connect_timeout(a
     start = time.monotonic()
     with pytest.raises(FasopError) as err, listener:
         ray_executor.probe(f"127.0.0.1:{port}", 1.0)
-    assert time.monotonic() - start < 2.5
+    assert time.monotonic() - start < 5.0   # the 1 s timeout, with room for a loaded machine
     text = str(err.value)
     assert "accepts connections but does not answer as Ray (gRPC) within --ray-connect-timeout 1 s" in text
     assert said in text and "\n" not in text
