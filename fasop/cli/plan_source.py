@@ -146,14 +146,12 @@ def _flag_plan(args: argparse.Namespace):
 
 def _cp_comm(model, tp: int, cp: int) -> dict:
     """A plan by flags with cp > 1: the first CP exchange the model's attention runs at tp x cp (the ring, else
-    Ulysses' all-to-all, else the all-gather: plans/space.CP_COMMS), as its `cp_comm` cell."""
-    arch = model.architecture
-    if cp == 1 or arch is None:
+    Ulysses' all-to-all, else the all-gather: context.default_comm, as a measured row stating none), its `cp_comm`."""
+    if cp == 1 or model.architecture is None:
         return {}
-    from fasop.plans.space import CP_COMMS
+    from fasop.estimators.analytic.context import default_comm
 
-    runs = [c for c in CP_COMMS if not arch.cp_comm_problem(tp, cp, c)]
-    return {"cp_comm": runs[0]} if runs else {}
+    return {"cp_comm": default_comm(model.architecture, tp, cp)}
 
 
 def _check_dimensions(args: argparse.Namespace, model, cluster) -> None:

@@ -81,17 +81,17 @@ class Fit:
 
 
 # ----------------------------------------------------------------------------- parameters
-def run_gpus(path: Path, rows: list[Row], base: AnalyticParams, as_searched: bool = False) -> tuple:
+def run_gpus(predicted: list[dict]) -> tuple:
     """The catalog GPU types the runs use, in order of first use (a mixed row's every stage and replica, as
-    `fasop validate` reports them in its `gpu` column)."""
+    `fasop validate` reports them in its `gpu` column; `predicted`: validate's output row of each run)."""
     gpus = load_gpus()
-    used = (name for r in rows for name in predict(path, r, base, as_searched).row["gpu"].split("+"))
+    used = (name for out in predicted for name in out["gpu"].split("+"))
     return tuple({gpus[canonical(n)].name: gpus[canonical(n)] for n in used if canonical(n) in gpus}.values())
 
 
-def candidates(path: Path, rows: list[Row], base: AnalyticParams, as_searched: bool = False) -> list[str]:
+def candidates(gpus: tuple) -> list[str]:
     """Per GPU type the runs use (run_gpus) its keys, then every link kind."""
-    names = [g.name for g in run_gpus(path, rows, base, as_searched)]
+    names = [g.name for g in gpus]
     order = [("matmul_efficiency",), LINK_KINDS, ("memory_bandwidth_efficiency",), ("layer_overhead_s",)]
     out = []
     for group in order:
@@ -243,11 +243,10 @@ def solve(problem: _Problem, x0, kept: list[int], starts: int = 2) -> np.ndarray
 
 
 # ----------------------------------------------------------------------------- the command's work
-def pin_plans(path: Path, rows: list[Row], params: AnalyticParams, as_searched: bool = False) -> list[Row]:
-    """Each row with its empty plan cells set to what `fasop validate` picks under `params`."""
+def pin_plans(rows: list[Row], predicted: list[dict]) -> list[Row]:
+    """Each row with its empty plan cells set to what `fasop validate` picked for it (`predicted`: its output row)."""
     pinned = []
-    for row in rows:
-        out = predict(path, row, params, as_searched).row
+    for row, out in zip(rows, predicted):
         cells = dict(row.cells)
         for key in PICKED:
             if not (cells.get(key) or "").strip():
@@ -289,10 +288,11 @@ def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tupl
                              f"or link_efficiency.<{'|'.join(LINK_KINDS)}>")
     only = tuple(canonical_parameter(name) for name in only)   # a GPU by an alias, as an overlay names it
     architecture.cache_clear()   # the rows' models read afresh, then once for the whole fit
-    names = list(dict.fromkeys(only)) or candidates(path, rows, base, as_searched)
-    runs = pin_plans(path, rows, base, as_searched)
+    first = [predict(path, r, base, as_searched).row for r in rows]   # the plans, GPUs and "before" of every run
+    gpus = run_gpus(first)
+    names = list(dict.fromkeys(only)) or candidates(gpus)
+    runs = pin_plans(rows, first)
     problem = _Problem(path, runs, base, names, as_searched=as_searched)
-    gpus = run_gpus(path, rows, base, as_searched)
     priors = {n: prior(n, base, gpus) for n in names}
     x0 = np.array([to_x(n, priors[n]) for n in names])
     kept, why = identify(problem, x0)
@@ -311,7 +311,7 @@ def calibrate(path: str | Path, params: AnalyticParams | None = None, only: tupl
         left_out.append(_left_out(problem, x0, x, i, rows[i]))
         report(2 + i, fits)
     return Fit(labels=tuple(_label(r) for r in rows), measured=tuple(float(m) for m in problem.measured),
-               before=tuple(predict(path, r, base, as_searched).row["predicted_seconds_per_iter"] for r in rows),
+               before=tuple(out["predicted_seconds_per_iter"] for out in first),
                after=tuple(predict(path, r, calibrated, as_searched).row["predicted_seconds_per_iter"] for r in rows),
                left_out=tuple(left_out), priors=priors, fitted=fitted,
                notes=tuple(f"{names[j]}: left at its prior {priors[names[j]]:.4g}: {why[j]}" for j in sorted(why))
