@@ -97,11 +97,15 @@ def test_a_mixed_replica_stage_is_never_faster_than_its_slowest_replica_alone(tm
     ({"cluster": "nowhere.yaml"}, "cluster: nowhere.yaml: no such file"),
     ({"cluster": ""}, "nodes: needs a `cluster`"),
     ({"cluster": "", "nodes": ""}, "gpu: empty: a row names a `gpu` or a `cluster`"),
+    ({"gpu": "A100-SXM4-80GB"}, "gpu: 'A100-SXM4-80GB' is not a GPU of the row's nodes 'big=1,small=1' (V100-SXM2-16GB, T4)"),
+    ({"gpu": "T4+A10G"}, "gpu: 'A10G' is not a GPU of the row's nodes"),
+    ({"stages": "T4|A10G"}, "stage_gpus: A10G is not a GPU of the row's nodes (T4, V100-SXM2-16GB)"),
     ({"precision": "fp64"}, "precision: expected one of bf16, fp16, fp8, fp32, tf32, mxfp8, nvfp4, got 'fp64'"),
 ])
 def test_a_bad_cell_is_one_line_exit_2(tmp_path, capsys, change, message):
     row = ROW.format(split=change.get("split", ""), stages=change.get("stages", ""))
     row = row.replace("c.yaml", change.get("cluster", "c.yaml")).replace("fp16", change.get("precision", "fp16"))
+    row = row.replace("1024,50257,,", f"1024,50257,{change.get('gpu', '')},")
     if "nodes" in change:
         row = row.replace('"big=1,small=1"', f'"{change["nodes"]}"')
     path = _run(tmp_path, row)
@@ -109,6 +113,14 @@ def test_a_bad_cell_is_one_line_exit_2(tmp_path, capsys, change, message):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err
     assert f"runs.csv: line 2: {message}" in err, err
+
+
+@pytest.mark.parametrize("gpu", ["", "T4", "v100-sxm2-16gb+T4"])
+def test_a_gpu_cell_beside_nodes_names_theirs(tmp_path, gpu):
+    """The nodes decide the hardware; a `gpu` cell naming one or all of their GPUs is accepted, the same row."""
+    row = ROW.format(split="", stages="").replace("1024,50257,,", f"1024,50257,{gpu},")
+    bare = _out(validate(_run(tmp_path, ROW.format(split="", stages=""))))[0]
+    assert _out(validate(_run(tmp_path, row)))[0]["predicted_seconds_per_iter"] == bare["predicted_seconds_per_iter"]
 
 
 def test_the_output_names_each_stage_gpu(tmp_path):

@@ -286,7 +286,21 @@ def nodes_of(c: Cells, spec: ClusterSpec, n: int) -> tuple[NodeType, ...]:
     held = sum(x.gpus_per_node for x in nodes)
     if held != n:
         raise c.error("nodes", f"{text!r} holds {held} GPUs, num_gpus is {n}")
+    stated_gpus_on(c, nodes)
     return nodes
+
+
+def stated_gpus_on(c: Cells, nodes: tuple[NodeType, ...]) -> None:
+    """A `gpu` cell beside `cluster` / `nodes` names the nodes' GPUs (one, or several joined by '+', as
+    validate writes a mixed row's): a GPU the nodes do not hold would be silently replaced by theirs."""
+    text = c.text("gpu")
+    if not text:
+        return
+    held = tuple(dict.fromkeys(load_gpus()[canonical(x.gpu)].name for x in nodes))
+    for name in text.split("+"):
+        if catalog_gpu(c, "gpu", name.strip()).name not in held:
+            raise c.error("gpu", f"{name.strip()[:60]!r} is not a GPU of the row's nodes {c.text('nodes')[:80]!r} "
+                                 f"({', '.join(held)}); leave it empty or name theirs")
 
 
 def stage_gpu_names(c: Cells, pp: int, dp: int) -> tuple[tuple[GpuType, ...], ...] | None:
@@ -343,6 +357,12 @@ def row_hardware(c: Cells, tp: int, dp: int, pp: int, base: AnalyticParams) -> H
         if names is None:   # one GPU type: the estimator's own stage hardware, one replica for all
             stages = C.stage_hardware(tp, dp, pp, nodes, gpus, params)
             return Hardware(replicas=(stages,), params=params, gpus=(gpu,), cluster=label)
+    if names is not None and found is not None:   # stage_gpus reorders the nodes' GPUs, it adds none
+        held = {g.name for g in gpus}
+        for stage in names:
+            for g in stage:
+                if g.name not in held:
+                    raise c.error("stage_gpus", f"{g.name} is not a GPU of the row's nodes ({', '.join(sorted(held))})")
     if names is not None:
         names = tuple(tuple(params.gpu(g) for g in stage) for stage in names)
     replicas = mixed.replica_stages(tp, dp, pp, nodes, gpus, params, names)
