@@ -10,6 +10,7 @@ model leaves out (CUDA graphs and other per-iteration framework costs of small r
 makes the hybrid Mamba-2 steps slow beyond the scan's Blackwell rate, latent MoE).
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,17 @@ def test_a_model_cell_that_names_nothing_says_where_it_looked(tmp_path, model, m
         validate(path)
     assert message in str(err.value) and "line 2: model:" in str(err.value) and "\n" not in str(err.value)
     assert "CSV's folder" not in str(err.value) or not model.startswith("/")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("model", ["pipe.json", "pipe"])
+def test_a_model_cell_naming_a_pipe_says_so(tmp_path, model):
+    """A FIFO (or a device) is there but holds no config to read: not 'no such file', and never a read that blocks."""
+    from fasop.core.errors import FasopError
+    path = _csv(tmp_path, f"q,{model},H100-SXM,16,1,1,1,16,16,1,1,4096,64,1,bf16,full,10")
+    os.mkfifo(tmp_path / model)
+    with pytest.raises(FasopError, match=f"line 2: model: .*{model}: not a regular file or folder$"):
+        validate(path)
 
 
 def test_a_model_cell_is_never_read_from_the_working_directory(tmp_path, monkeypatch):

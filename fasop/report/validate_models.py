@@ -28,6 +28,8 @@ def row_model(c: Cells, seq: int):
             return architecture(str(config_file(beside)), "config", *_stamp(config_file(beside)))
         json = beside.suffix == ".json"
         spec = None if json else named(text, "model_specs", c.path.parent)
+        if spec is None and _exists(beside):   # a FIFO, a device, a socket: nothing to read a config from
+            raise SpecError(str(beside), "", "not a regular file or folder")
         if spec is None:
             why = "no such file or folder" + ("" if Path(text).is_absolute() else
                                               " (a `model` path is read from the CSV's folder)")
@@ -37,6 +39,13 @@ def row_model(c: Cells, seq: int):
         return architecture(str(spec), "spec", *_stamp(Path(spec)))
     except FasopError as exc:
         raise c.error("model", str(exc)) from None
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _stamp(path: Path) -> tuple[int, int]:
