@@ -179,7 +179,8 @@ def test_missing_required_key(tmp_path, capsys, which, old, key):
 @pytest.mark.parametrize("which,old,new,expected", [
     ("cluster", "    inter_node_gbit_per_s: 40\n", "    inter_node_gbit_per_s: fast\n",
      "node_types.a10.inter_node_gbit_per_s: must be int or float, got 'fast'"),
-    ("cluster", "    usd_per_hour: 8\n", "    usd_per_hour: '8'\n", "node_types.a10.usd_per_hour: must be int or float, got '8'"),
+    ("cluster", "    usd_per_hour: 8\n", "    usd_per_hour: '8'\n",
+     "node_types.a10.usd_per_hour: must be int or float, got '8' (text: write the number without quotes)"),
     ("cluster", "    gpus_per_node: 2\n    memory_limit_gib: 20\n", "    gpus_per_node: true\n    memory_limit_gib: 20\n",
      "node_types.a10.gpus_per_node: must be int, got True"),
     ("cluster", "    intra_node_shared: true\n", "    intra_node_shared: 1\n", "node_types.a10.intra_node_shared: must be bool, got 1"),
@@ -193,6 +194,16 @@ def test_wrong_type(tmp_path, capsys, which, old, new, expected):
     text = corrupt({"cluster": CLUSTER, "model": MODEL}[which], old, new)
     run = Run(tmp_path, **{which: text})
     assert fails(run, capsys, run.argv()) == f"{getattr(run, which)}: {expected} (line {line_of(text, new)})"
+
+
+@pytest.mark.parametrize("value,shown", [("1e5", "100000.0"), ("2.5e-3", "0.0025"), ("1E+2", "100.0")])
+def test_exponent_numbers_are_numbers(tmp_path, capsys, value, shown):
+    """YAML 1.2 floats PyYAML alone reads as text (no point, or an unsigned exponent) are numbers in a spec:
+    the price below is read as the number it says, then refused for its range, not as 'must be int or float'."""
+    text = corrupt(CLUSTER, "    usd_per_hour: 8\n", f"    usd_per_hour: -{value}\n")
+    run = Run(tmp_path, cluster=text)
+    assert fails(run, capsys, run.argv()) == (f"{run.cluster}: node_types.a10.usd_per_hour: must be >= 0, got -{shown} "
+                                              f"(line {line_of(text, 'usd_per_hour: -')})")
 
 
 @pytest.mark.parametrize("value,shown", [("0", "0"), ("-5", "-5"), ("0.0", "0.0"), (".inf", "inf")])

@@ -6,6 +6,7 @@ module that parses YAML; load.py, catalog.py and hf_config.py read their files t
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,10 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:map", _StrictLoader.construct_strict_mapping)
+# YAML 1.2's floats with an exponent but no point or no exponent sign (1e-5, 2.5e9): PyYAML (YAML 1.1) reads them as
+# text, and `matmul_efficiency: 1e-3` would be refused as "must be float, got '1e-3'"
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
+    r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"), list("-+0123456789."))
 _StrictLoader.add_constructor("tag:yaml.org,2002:seq", lambda loader, node: loader.construct_sequence(node, deep=True))
 
 
@@ -95,6 +100,13 @@ def read_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise SpecError(str(path), "", "top level must be a mapping")
     return data
+
+
+def _number_text(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and len(value) < 40 and math.isfinite(float(value))
+    except ValueError:
+        return False
 
 
 class Reader:
@@ -130,7 +142,8 @@ class Reader:
         ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
         if not ok:
             names = " or ".join(k.__name__ for k in kinds)
-            raise self.error(key, f"must be {names}, got {show(value)}")
+            raise self.error(key, f"must be {names}, got {show(value)}" + (
+                " (text: write the number without quotes)" if _number_text(value) and float in kinds else ""))
         if isinstance(value, float) and not math.isfinite(value):
             raise self.error(key, f"must be finite, got {show(value)}")
         if isinstance(value, str) and not (len(value) <= limits.TEXT_CHARS and value.isprintable()):
