@@ -14,7 +14,9 @@ that could fit (`AnalyticEstimator.workloads`) of (analytic_cost.step, 1F1B, v c
 where n_i >= 1 are stage i's layers, tau_i the fwd + bwd of one layer (with ZeRO-3's per-layer
 weight gathers) and e_i the rest of the cycle (embedding on stage 0, head on the last, ZeRO-3's
 constant gathers, v x the p2p in and out). The step adds the DP sync, embedding sync and
-optimizer, all >= 0, so it is at least `pipeline`. Any split that fits puts n_i <= cap_i layers on
+optimizer, all >= 0, so it is at least `pipeline` + a floor of the optimizer step (the slowest stage's:
+at least that of one layer on the first and on the last stage and of L / p layers somewhere, at the
+inventory's fastest memory). Any split that fits puts n_i <= cap_i layers on
 stage i (analytic_cost.max_layers of its memory limit at its position), so max_i c_i is at least
 the L-th smallest of the *slots* {e_i + k tau_i : 1 <= k <= cap_i} and at least every e_i + tau_i;
 sum_i c_i is at least the L cheapest layer times plus the e_i (slots.py tightens both: a layer on
@@ -49,6 +51,8 @@ from fasop.specs.types import NodeType
 MAX_SUBSET_KINDS = 8
 """Kinds up to which a stage's pace is bounded per set of node kinds (2^k sets); past it every
 unfixed stage takes the least pace of any kind set."""
+AFTER_ROUNDING = 1e-12
+"""Relative slack of a floor with the optimizer's added (the estimate sums the step's parts in another order)."""
 CACHE_ENTRIES = 1 << 16
 """Cached arrays per plan shape, of fixed-stage prefixes and of the rest (then started again)."""
 
@@ -84,6 +88,8 @@ class AnalyticPrefixBounds:
         self.symmetric = self.per_stage > 2 and self._order_free()
         """Whether a stage's hardware is the same for any order of its nodes before the last
         (one_stage takes minima over them; a tie between two GPUs as the slowest would not be)."""
+        self._after = np.array([self._optimizer_floor(w) for w in self.ws])
+        """Per recipe: a floor of the optimizer step the step adds after its pipeline (_optimizer_floor)."""
         self._rho = self._kind_paces()
         self._caps = self._kind_caps()
         self._p2p_best = self._best_p2p()
@@ -188,7 +194,27 @@ class AnalyticPrefixBounds:
                threshold: float = float("inf")) -> np.ndarray:
         """Per recipe row: the pipeline floor of slots.slot_floor over these stage columns (the
         simple one where all are above `threshold`, which never grows: cached, it stays above)."""
-        return slot_floor(tau, extra, cap, self.L, self.m, self.v[rows], self._levels, threshold)
+        after = self._after[rows]
+        floor = slot_floor(tau, extra, cap, self.L, self.m, self.v[rows], self._levels, threshold - after)
+        return (floor + after) * (1 - AFTER_ROUNDING)
+
+    def _optimizer_floor(self, w) -> float:
+        """The optimizer step no completion's beats: analytic_cost.step adds the slowest stage's, and its
+        stages' GPU states grow with their layers (memory.stage_param_split: linear, each part >= 0) -- the
+        first and the last stage hold one layer at least, some stage L / p -- at the inventory's fastest
+        memory. Order by order the kept plans differ by about this much (DeepSeek-V3 on p5=12,p6-b200=12:
+        35 ms of a 25.6 s step, docs/partitions.md)."""
+        best = max(self.gpus, key=lambda g: g.memory_bytes_per_s * g.memory_share(w.params))
+
+        def opt(layers: int, first: bool, last: bool) -> float:
+            dense, routed = C.stage_param_split(w, layers, first, last)
+            return C.optimizer_s(w, dense + routed, best, routed)
+
+        if self.p == 1:
+            return opt(self.L, True, True)
+        most = -(-self.L // self.p)
+        roles = ((True, False), (False, True)) + (((False, False),) if self.p > 2 else ())
+        return max(opt(1, True, False), opt(1, False, True), min(opt(most, *r) for r in roles))
 
     # ------------------------------------------------------------------ fixed stages
     def _fixed_columns(self, done) -> np.ndarray:
