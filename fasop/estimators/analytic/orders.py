@@ -88,8 +88,7 @@ class AnalyticPrefixBounds:
         self.symmetric = self.per_stage > 2 and self._order_free()
         """Whether a stage's hardware is the same for any order of its nodes before the last
         (one_stage takes minima over them; a tie between two GPUs as the slowest would not be)."""
-        self._after = np.array([self._optimizer_floor(w) for w in self.ws])
-        """Per recipe: a floor of the optimizer step the step adds after its pipeline (_optimizer_floor)."""
+        self._after = np.array([self._optimizer_floor(w) for w in self.ws])  # per recipe, added to its floor
         self._rho = self._kind_paces()
         self._caps = self._kind_caps()
         self._p2p_best = self._best_p2p()
@@ -199,11 +198,9 @@ class AnalyticPrefixBounds:
         return (floor + after) * (1 - AFTER_ROUNDING)
 
     def _optimizer_floor(self, w) -> float:
-        """The optimizer step no completion's beats: analytic_cost.step adds the slowest stage's, and its
-        stages' GPU states grow with their layers (memory.stage_param_split: linear, each part >= 0) -- the
-        first and the last stage hold one layer at least, some stage L / p -- at the inventory's fastest
-        memory. Order by order the kept plans differ by about this much (DeepSeek-V3 on p5=12,p6-b200=12:
-        35 ms of a 25.6 s step, docs/partitions.md)."""
+        """The optimizer step no completion's beats: cost.step adds the slowest stage's, whose states grow with
+        its layers (memory.stage_param_split: linear, parts >= 0) -- the first and last stage hold one layer at
+        least, some stage L / p -- at the inventory's fastest memory (docs/partitions.md)."""
         best = max(self.gpus, key=lambda g: g.memory_bytes_per_s * g.memory_share(w.params))
 
         def opt(layers: int, first: bool, last: bool) -> float:
