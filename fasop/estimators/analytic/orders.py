@@ -51,8 +51,7 @@ from fasop.specs.types import NodeType
 MAX_SUBSET_KINDS = 8
 """Kinds up to which a stage's pace is bounded per set of node kinds (2^k sets); past it every
 unfixed stage takes the least pace of any kind set."""
-AFTER_ROUNDING = 1e-12
-"""Relative slack of a floor with the optimizer's added (the estimate sums the step's parts in another order)."""
+AFTER_ROUNDING = 1e-12  # relative slack of a floor with the optimizer's added (the step sums them in another order)
 CACHE_ENTRIES = 1 << 16
 """Cached arrays per plan shape, of fixed-stage prefixes and of the rest (then started again)."""
 
@@ -198,20 +197,22 @@ class AnalyticPrefixBounds:
         return (floor + after) * (1 - AFTER_ROUNDING)
 
     def _optimizer_floor(self, w) -> float:
-        """The optimizer step no completion's beats: cost.step adds the slowest stage's, whose states grow with
-        its layers (memory.stage_param_split: linear, parts >= 0) -- the first and last stage hold one layer at
-        least, some stage L / p -- at the inventory's fastest memory (docs/partitions.md)."""
+        """The optimizer step no completion's beats: cost.step adds the slowest stage's, whose states grow with its
+        layers (memory.stage_param_split): 1 layer at least on the first and last stage, L / p on some (at the fastest
+        memory), and 1 on a stage the inventory's least GPU paces (hardware.one_stage key; docs/partitions.md)."""
         best = max(self.gpus, key=lambda g: g.memory_bytes_per_s * g.memory_share(w.params))
+        pace = lambda g: (g.matmul_flops("bf16"), g.memory_bytes_per_s)  # noqa: E731
+        least = [g for g in self.gpus if pace(g) == min(map(pace, self.gpus))]   # ties: each may pace it
 
-        def opt(layers: int, first: bool, last: bool) -> float:
+        def opt(layers: int, first: bool, last: bool, gpu=best) -> float:
             dense, routed = C.stage_param_split(w, layers, first, last)
-            return C.optimizer_s(w, dense + routed, best, routed)
+            return C.optimizer_s(w, dense + routed, gpu, routed)
 
         if self.p == 1:
             return opt(self.L, True, True)
-        most = -(-self.L // self.p)
-        roles = ((True, False), (False, True)) + (((False, False),) if self.p > 2 else ())
-        return max(opt(1, True, False), opt(1, False, True), min(opt(most, *r) for r in roles))
+        most, roles = -(-self.L // self.p), ((True, False), (False, True)) + (((False, False),) if self.p > 2 else ())
+        return max(opt(1, True, False), opt(1, False, True), min(opt(most, *r) for r in roles),
+                   min(opt(1, *r, g) for r in roles for g in least))
 
     # ------------------------------------------------------------------ fixed stages
     def _fixed_columns(self, done) -> np.ndarray:
