@@ -37,10 +37,10 @@ HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_len,vocab_size,gp
 ROW = "r,24,1024,16,1024,50257,,c.yaml,\"big=1,small=1\",6,1,2,3,24,1,fp16,0,{split},{stages},1.0"
 
 
-def _run(tmp_path, *rows):
+def _run(tmp_path, *rows, header=HEADER):
     (tmp_path / "c.yaml").write_text(CLUSTER)
     path = tmp_path / "runs.csv"
-    path.write_text("\n".join([HEADER, *rows]) + "\n")
+    path.write_text("\n".join([header, *rows]) + "\n")
     return path
 
 
@@ -100,15 +100,18 @@ def test_a_mixed_replica_stage_is_never_faster_than_its_slowest_replica_alone(tm
     ({"gpu": "A100-SXM4-80GB"}, "gpu: 'A100-SXM4-80GB' is not a GPU of the row's nodes 'big=1,small=1' (V100-SXM2-16GB, T4)"),
     ({"gpu": "T4+A10G"}, "gpu: 'A10G' is not a GPU of the row's nodes"),
     ({"stages": "T4|A10G"}, "stage_gpus: A10G is not a GPU of the row's nodes (T4, V100-SXM2-16GB)"),
+    ({"gpn": "4"}, "gpus_per_node: 4: the row's nodes hold their own (big 4, small 2); leave it empty"),
     ({"precision": "fp64"}, "precision: expected one of bf16, fp16, fp8, fp32, tf32, mxfp8, nvfp4, got 'fp64'"),
 ])
 def test_a_bad_cell_is_one_line_exit_2(tmp_path, capsys, change, message):
-    row = ROW.format(split=change.get("split", ""), stages=change.get("stages", ""))
+    row, header = ROW.format(split=change.get("split", ""), stages=change.get("stages", "")), HEADER
     row = row.replace("c.yaml", change.get("cluster", "c.yaml")).replace("fp16", change.get("precision", "fp16"))
     row = row.replace("1024,50257,,", f"1024,50257,{change.get('gpu', '')},")
+    if "gpn" in change:   # a gpus_per_node column after the measured seconds
+        row, header = row + f",{change['gpn']}", HEADER + ",gpus_per_node"
     if "nodes" in change:
         row = row.replace('"big=1,small=1"', f'"{change["nodes"]}"')
-    path = _run(tmp_path, row)
+    path = _run(tmp_path, row, header=header)
     assert main(["validate", str(path), "--out", str(tmp_path / "o.csv")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err
@@ -117,7 +120,8 @@ def test_a_bad_cell_is_one_line_exit_2(tmp_path, capsys, change, message):
 
 @pytest.mark.parametrize("gpu", ["", "T4", "v100-sxm2-16gb+T4"])
 def test_a_gpu_cell_beside_nodes_names_theirs(tmp_path, gpu):
-    """The nodes decide the hardware; a `gpu` cell naming one or all of their GPUs is accepted, the same row."""
+    """The nodes decide the hardware; a `gpu` cell naming one or all of their GPUs is accepted, the same row
+    (and a `gpus_per_node` equal to every node's)."""
     row = ROW.format(split="", stages="").replace("1024,50257,,", f"1024,50257,{gpu},")
     bare = _out(validate(_run(tmp_path, ROW.format(split="", stages=""))))[0]
     assert _out(validate(_run(tmp_path, row)))[0]["predicted_seconds_per_iter"] == bare["predicted_seconds_per_iter"]
@@ -209,3 +213,10 @@ def test_a_row_states_whether_its_code_runs_dropout(tmp_path):
     with pytest.raises(FasopError) as e:
         run("2")
     assert "dropout" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_gpus_per_node_cell_equal_to_the_nodes_is_accepted(tmp_path):
+    row = 'r,24,1024,16,1024,50257,,c.yaml,"big=2",8,1,2,4,24,1,fp16,0,,,1.0'
+    bare = _out(validate(_run(tmp_path, row)))[0]["predicted_seconds_per_iter"]
+    assert _out(validate(_run(tmp_path, row + ",4", header=HEADER + ",gpus_per_node")))[0][
+        "predicted_seconds_per_iter"] == bare

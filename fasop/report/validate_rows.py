@@ -291,8 +291,12 @@ def nodes_of(c: Cells, spec: ClusterSpec, n: int) -> tuple[NodeType, ...]:
 
 
 def stated_gpus_on(c: Cells, nodes: tuple[NodeType, ...]) -> None:
-    """A `gpu` cell beside `cluster` / `nodes` names the nodes' GPUs (one, or several joined by '+', as
-    validate writes a mixed row's): a GPU the nodes do not hold would be silently replaced by theirs."""
+    """A `gpu` cell beside `cluster` / `nodes` names the nodes' GPUs (one, or several joined by '+', as validate
+    writes a mixed row's), a `gpus_per_node` theirs: any other would be silently replaced by the nodes'."""
+    g = c.int("gpus_per_node", None)
+    if g is not None and any(x.gpus_per_node != g for x in nodes):
+        sizes = ", ".join(sorted({f"{x.name} {x.gpus_per_node}" for x in nodes}))
+        raise c.error("gpus_per_node", f"{g}: the row's nodes hold their own ({sizes}); leave it empty")
     text = c.text("gpu")
     if not text:
         return
