@@ -375,3 +375,21 @@ def test_a_pytorch_fsdp_moe_row_keeps_megatron_cores_defaults(tmp_path):
     assert "(recipe)" not in predicted("H100-SXM", "")["picked"]
     assert predicted("GB200", "")["predicted_seconds_per_iter"] == predicted("GB200", "bf16")["predicted_seconds_per_iter"]
     assert "main_grads=bf16 (recipe)" in predicted("GB200", "")["picked"]
+
+
+@pytest.mark.parametrize("zero, shards, refused", [("0", "1", True), ("1", "0", True), ("1", "1", False),
+                                                   ("0", "0", False), ("3", "0", False), ("3", "1", False),
+                                                   ("2", "1", False)])
+def test_distributed_optimizer_beside_zero(tmp_path, zero, shards, refused):
+    """distributed_optimizer 1 is zero 1: beside zero 0 or 1 the two must agree (one line naming the column); beside
+    zero 2 / 3 either is a fact of the run (Megatron-FSDP runs the distributed optimizer, PyTorch FSDP does not),
+    and the row is predicted as its zero says."""
+    from fasop.core.errors import FasopError
+    row = f"q,hf/qwen3-30b-a3b.json,H100-SXM,16,1,1,1,16,8,1,{zero},4096,64,1,bf16,full,10,{shards}"
+    path = _csv(tmp_path, row, HEADER + ",distributed_optimizer")
+    if refused:
+        with pytest.raises(FasopError, match=f"line 2: distributed_optimizer: {shards} contradicts zero {zero}"):
+            validate(path)
+    else:
+        bare = validate(_csv(tmp_path / "bare", row.rsplit(",", 1)[0])).predictions[0].row
+        assert validate(path).predictions[0].row["predicted_seconds_per_iter"] == bare["predicted_seconds_per_iter"]

@@ -114,6 +114,11 @@ def predict(path: Path, row: Row, base: AnalyticParams, as_searched: bool = Fals
     counts = layers_per_stage(c, pp, arch.num_layers)
     kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
     zero = c.choice("zero", ("0", "1", "2", "3"))
+    shards = c.flag("distributed_optimizer")
+    if zero in ("0", "1") and shards is not None and shards != (zero == "1"):   # its synonym, stated otherwise (beside
+        # zero 2 / 3 either is a run's fact: Megatron-FSDP runs the distributed optimizer, PyTorch FSDP does not)
+        raise c.error("distributed_optimizer", f"{int(shards)} contradicts zero {zero} (distributed_optimizer 1 is "
+                                               "zero 1); leave one of them empty")
     written = "_".join(c.text("precision").lower().replace("-", " ").split())
     precision = PRECISION_NAMES.get(written) or c.choice("precision", PRECISIONS, "bf16")
     par["bf16_layers"] = bf16_layers_cell(c, precision, arch.num_layers)
