@@ -104,6 +104,16 @@ class Report:
         return [p.mem_error for p in self.predictions if p.mem_error is not None]
 
 
+def _zero(c: Cells) -> str | None:
+    """`zero`; a `distributed_optimizer` cell, its synonym at 1, must agree with zero 0 or 1 (beside zero 2 / 3 either
+    is a run's fact: Megatron-FSDP runs the distributed optimizer, PyTorch FSDP does not)."""
+    zero, shards = c.choice("zero", ("0", "1", "2", "3")), c.flag("distributed_optimizer")
+    if zero in ("0", "1") and shards is not None and shards != (zero == "1"):
+        raise c.error("distributed_optimizer", f"{int(shards)} contradicts zero {zero} (distributed_optimizer 1 is "
+                                               "zero 1); leave one of them empty")
+    return zero
+
+
 def predict(path: Path, row: Row, base: AnalyticParams, as_searched: bool = False) -> Prediction:
     """One measured run against the analytic estimator: the entry point for one parsed row, `base` the constants
     (a row naming a cluster: its cluster's); `as_searched`: its empty software cells those, as a search's plans."""
@@ -113,12 +123,7 @@ def predict(path: Path, row: Row, base: AnalyticParams, as_searched: bool = Fals
     hw = replace(row_hardware(c, tp, dp * par["cp"], pp, base), published=not as_searched)   # CP ranks: tp-cp-dp
     counts = layers_per_stage(c, pp, arch.num_layers)
     kind = ("hybrid_" if arch.mamba is not None else "") + ("moe" if arch.moe is not None else "")
-    zero = c.choice("zero", ("0", "1", "2", "3"))
-    shards = c.flag("distributed_optimizer")
-    if zero in ("0", "1") and shards is not None and shards != (zero == "1"):   # its synonym, stated otherwise (beside
-        # zero 2 / 3 either is a run's fact: Megatron-FSDP runs the distributed optimizer, PyTorch FSDP does not)
-        raise c.error("distributed_optimizer", f"{int(shards)} contradicts zero {zero} (distributed_optimizer 1 is "
-                                               "zero 1); leave one of them empty")
+    zero = _zero(c)
     written = "_".join(c.text("precision").lower().replace("-", " ").split())
     precision = PRECISION_NAMES.get(written) or c.choice("precision", PRECISIONS, "bf16")
     par["bf16_layers"] = bf16_layers_cell(c, precision, arch.num_layers)
