@@ -376,3 +376,12 @@ def test_fasop_minmax_refuses_unequal_encoder_decoder_halves(tmp_path, capsys):
     assert message.startswith(f"{run.model}: layers: ") and "3 and 2 entries" in message and "optimal" in message
     assert main(run.argv("a10=2")) == 0
     assert run.out.exists()
+
+
+def test_an_exponent_shaped_key_stays_a_name(tmp_path):
+    """Keys read as YAML 1.1 did: a node type `1e3` is that name, not the number 1000.0 (values take YAML 1.2's
+    exponents, test_exponent_numbers_are_numbers); a key that was a number stays one."""
+    from fasop.specs.reader import read_yaml
+    path = tmp_path / "s.yaml"
+    path.write_text("node_types:\n  1e3: {a: 2e5}\n  1.0e+3: {a: 1}\n")
+    assert read_yaml(path) == {"node_types": {"1e3": {"a": 200000.0}, 1000.0: {"a": 1}}}

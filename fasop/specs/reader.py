@@ -25,6 +25,11 @@ class _Mapping(dict):
         self.line, self.lines = line, {}
 
 
+_EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+"""YAML 1.2 floats with an exponent but no point or no exponent sign, which PyYAML (YAML 1.1) reads as text."""
+_YAML11, _FLOAT, _STR = yaml.resolver.Resolver(), "tag:yaml.org,2002:float", "tag:yaml.org,2002:str"
+
+
 class _Refused(yaml.MarkedYAMLError):
     """YAML that parses but that specs do not allow (duplicate keys, aliases, deep nesting)."""
 
@@ -63,7 +68,9 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise _Refused(problem="merge keys (<<) are not allowed in specs", problem_mark=key_node.start_mark)
-            key = self.construct_object(key_node, deep=True)
+            # a key reads as YAML 1.1 did: `1e3:` names a node type, not the number 1000.0
+            key = key_node.value if key_node.tag == _FLOAT and _YAML11.resolve(yaml.ScalarNode, key_node.value, (
+                True, False)) == _STR else self.construct_object(key_node, deep=True)
             try:
                 duplicate = key in mapping
             except TypeError:
@@ -79,8 +86,7 @@ class _StrictLoader(yaml.SafeLoader):
 _StrictLoader.add_constructor("tag:yaml.org,2002:map", _StrictLoader.construct_strict_mapping)
 # YAML 1.2's floats with an exponent but no point or no exponent sign (1e-5, 2.5e9): PyYAML (YAML 1.1) reads them as
 # text, and `matmul_efficiency: 1e-3` would be refused as "must be float, got '1e-3'"
-_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
-    r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"), list("-+0123456789."))
+_StrictLoader.add_implicit_resolver(_FLOAT, _EXPONENT, list("-+0123456789."))
 _StrictLoader.add_constructor("tag:yaml.org,2002:seq", lambda loader, node: loader.construct_sequence(node, deep=True))
 
 
