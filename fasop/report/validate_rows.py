@@ -286,25 +286,25 @@ def nodes_of(c: Cells, spec: ClusterSpec, n: int) -> tuple[NodeType, ...]:
     held = sum(x.gpus_per_node for x in nodes)
     if held != n:
         raise c.error("nodes", f"{text!r} holds {held} GPUs, num_gpus is {n}")
-    stated_gpus_on(c, nodes)
     return nodes
 
 
-def stated_gpus_on(c: Cells, nodes: tuple[NodeType, ...]) -> None:
-    """A `gpu` cell beside `cluster` / `nodes` names the nodes' GPUs (one, or several joined by '+', as validate
-    writes a mixed row's), a `gpus_per_node` theirs: any other would be silently replaced by the nodes'."""
+def stated_on(c: Cells, nodes: tuple[NodeType, ...], gpus: tuple[GpuType, ...], names) -> None:
+    """Beside `cluster` / `nodes` the nodes decide: a `gpu` cell names their GPUs (one, or several joined by '+', as
+    validate writes a mixed row's), a `gpus_per_node` their count, `stage_gpus` reorders their GPUs and adds none --
+    any other would be silently replaced by the nodes'."""
     g = c.int("gpus_per_node", None)
     if g is not None and any(x.gpus_per_node != g for x in nodes):
         sizes = ", ".join(sorted({f"{x.name} {x.gpus_per_node}" for x in nodes}))
         raise c.error("gpus_per_node", f"{g}: the row's nodes hold their own ({sizes}); leave it empty")
-    text = c.text("gpu")
-    if not text:
-        return
-    held = tuple(dict.fromkeys(load_gpus()[canonical(x.gpu)].name for x in nodes))
-    for name in text.split("+"):
+    held = tuple(dict.fromkeys(x.name for x in gpus))
+    for name in c.text("gpu").split("+") if c.text("gpu") else ():
         if catalog_gpu(c, "gpu", name.strip()).name not in held:
             raise c.error("gpu", f"{name.strip()[:60]!r} is not a GPU of the row's nodes {c.text('nodes')[:80]!r} "
                                  f"({', '.join(held)}); leave it empty or name theirs")
+    for gpu in (x for stage in names or () for x in stage):
+        if gpu.name not in held:
+            raise c.error("stage_gpus", f"{gpu.name} is not a GPU of the row's nodes ({', '.join(sorted(held))})")
 
 
 def stage_gpu_names(c: Cells, pp: int, dp: int) -> tuple[tuple[GpuType, ...], ...] | None:
@@ -351,6 +351,7 @@ def row_hardware(c: Cells, tp: int, dp: int, pp: int, base: AnalyticParams) -> H
         if base.calibration:   # --calibration applies to a cluster's own constants too
             params = apply_calibration(Calibration(values=base.calibration), params)
         gpus = tuple(params.gpu(load_gpus()[canonical(x.gpu)]) for x in nodes)
+        stated_on(c, nodes, gpus, names)
     else:
         if not c.text("gpu"):
             raise c.error("gpu", "empty: a row names a `gpu` or a `cluster`")
@@ -361,12 +362,6 @@ def row_hardware(c: Cells, tp: int, dp: int, pp: int, base: AnalyticParams) -> H
         if names is None:   # one GPU type: the estimator's own stage hardware, one replica for all
             stages = C.stage_hardware(tp, dp, pp, nodes, gpus, params)
             return Hardware(replicas=(stages,), params=params, gpus=(gpu,), cluster=label)
-    if names is not None and found is not None:   # stage_gpus reorders the nodes' GPUs, it adds none
-        held = {g.name for g in gpus}
-        for stage in names:
-            for g in stage:
-                if g.name not in held:
-                    raise c.error("stage_gpus", f"{g.name} is not a GPU of the row's nodes ({', '.join(sorted(held))})")
     if names is not None:
         names = tuple(tuple(params.gpu(g) for g in stage) for stage in names)
     replicas = mixed.replica_stages(tp, dp, pp, nodes, gpus, params, names)

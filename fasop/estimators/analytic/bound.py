@@ -43,6 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fasop.estimators.analytic import cost as C
+from fasop.estimators.analytic.hardware import pace_key
 from fasop.estimators.analytic.layers import Recipe, Workload
 from fasop.estimators.analytic.workloads import TABLE_ROWS
 from fasop.specs.catalog import AnalyticParams, GpuType
@@ -73,8 +74,8 @@ class CompositionBound:
                                   + [n.inter_node_bytes_per_s * params.link_efficiency["network"] for n in self.nodes]),
                               min(params.intra_node_latency_s, params.inter_node_latency_s))
         self.shared = {} if shared is None else shared
-        keys = sorted({_pace_key(gpus[k]) for k in self.types})  # the pacing order, equal keys together
-        self._pace_order = [[k for k in self.types if _pace_key(gpus[k]) == key] for key in keys]
+        keys = sorted({pace_key(gpus[k]) for k in self.types})  # the pacing order, equal keys together
+        self._pace_order = [[k for k in self.types if pace_key(gpus[k]) == key] for key in keys]
         self._cache: dict = {}
         self._whole: dict = {}
         self._runs: dict = {}
@@ -270,10 +271,6 @@ def stage_caps(w: Workload, limit: float) -> np.ndarray:
         n = w.arch.num_layers
         got = _CAPS[key] = np.array([C.max_layers(w, i, limit, n) for i in range(w.pp)])
     return got
-
-
-def _pace_key(gpu: GpuType) -> tuple[float, float]:
-    return gpu.matmul_flops("bf16"), gpu.memory_bytes_per_s
 
 
 def least_bound(bounds: "CompositionBound", workloads: Sequence[tuple[Recipe, Workload]],

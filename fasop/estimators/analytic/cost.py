@@ -58,7 +58,8 @@ from fasop.estimators.analytic import host as H
 from fasop.estimators.analytic import layers as L
 from fasop.estimators.analytic import offload as OF
 from fasop.estimators.analytic import parallel as P
-from fasop.estimators.analytic.hardware import Link, StageHardware, one_stage, stage_hardware, stage_span  # noqa: F401
+from fasop.estimators.analytic.hardware import (Link, StageHardware, one_stage, pace_key, stage_hardware,  # noqa: F401
+                                                stage_span)
 from fasop.estimators.analytic.data_parallel import (all_reduce_s, dp_exposed_s, dp_sync_s, fsdp_sync_s,  # noqa: F401
                                                      stage_sync_parts, stage_sync_s,
                                                      expert_rings, gather_s, layer_gather_s, p2p_s, shard_group,

@@ -86,6 +86,12 @@ def one_domain(ks, g: int, domain: int) -> bool:
     return len({k // per for k in ks}) == 1
 
 
+def pace_key(gpu) -> tuple[float, float]:
+    """The order in which a GPU paces a synchronous group it is in: the least matmul rate, then the least memory
+    bandwidth (one_stage's stage GPU, mixed.slowest; the bounds rely on it)."""
+    return gpu.matmul_flops("bf16"), gpu.memory_bytes_per_s
+
+
 def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: AnalyticParams) -> StageHardware:
     """Stage i of stage_hardware; reads nodes[k], gpus[k] only for k in stage_span (G GPUs a node).
     Inside one NVLink domain larger than a node (NVL72) a group spanning nodes uses the GPU link."""
@@ -97,7 +103,7 @@ def one_stage(tp: int, dp: int, pp: int, i: int, g: int, nodes, gpus, params: An
     net = lambda ks: min(nodes[k].inter_node_bytes_per_s for k in ks)
     inter = lambda ks, share: Link(overheads.network_bytes_per_s(params, net(ks)) / share,
                                    overheads.network_latency_s(params, net(ks)))
-    gpu = min((gpus[k] for k in ks), key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
+    gpu = min((gpus[k] for k in ks), key=pace_key)
     nxt = None
     if i + 1 < pp:
         pair = (last, after)

@@ -38,7 +38,7 @@ def replica_ranks(tp: int, dp: int, i: int, d: int) -> range:
 
 def slowest(gpus) -> GpuType:
     """The GPU a synchronous group runs at: the least matmul rate, then the least memory bandwidth."""
-    return min(gpus, key=lambda x: (x.matmul_flops("bf16"), x.memory_bytes_per_s))
+    return min(gpus, key=H.pace_key)
 
 
 def replica_stages(tp: int, dp: int, pp: int, nodes: tuple[NodeType, ...], gpus: tuple[GpuType, ...],

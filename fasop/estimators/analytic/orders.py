@@ -201,8 +201,8 @@ class AnalyticPrefixBounds:
         layers (memory.stage_param_split): 1 layer at least on the first and last stage, L / p on some (at the fastest
         memory), and 1 on a stage the inventory's least GPU paces (hardware.one_stage key; docs/partitions.md)."""
         best = max(self.gpus, key=lambda g: g.memory_bytes_per_s * g.memory_share(w.params))
-        pace = lambda g: (g.matmul_flops("bf16"), g.memory_bytes_per_s)  # noqa: E731
-        least = [g for g in self.gpus if pace(g) == min(map(pace, self.gpus))]   # ties: each may pace it
+        low = min(map(C.pace_key, self.gpus))
+        least = [g for g in self.gpus if C.pace_key(g) == low]   # ties: each may pace it
 
         def opt(layers: int, first: bool, last: bool, gpu=best) -> float:
             dense, routed = C.stage_param_split(w, layers, first, last)
